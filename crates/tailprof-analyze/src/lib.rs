@@ -1,0 +1,1 @@
+//! tailprof analyze stage (being written).

@@ -1,0 +1,1 @@
+//! tailprof import stage (being written).

@@ -1,0 +1,1 @@
+//! tailprof present stage (being written).
