@@ -1,1 +1,56 @@
-fn main() {}
+//! `tailprof`: the command-line front end. It parses arguments, wires the stage
+//! libraries together, prints, and maps errors to one line and an exit code. All
+//! real work lives in the `tailprof-*` library crates.
+
+mod cmd_import;
+mod cmd_info;
+mod cmd_record;
+mod cmd_report;
+mod signals;
+mod ui;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// tailprof: a low-overhead sampling profiler that answers "why was this request slow?"
+///
+/// Record timestamped samples with perf_event_open into a compact, crash-safe trace,
+/// then report on it. Typical use:
+///
+///   tailprof record -o run.trace -- ./server --flag
+///   tailprof report run.trace
+///   tailprof info run.trace
+#[derive(Parser)]
+#[command(name = "tailprof", version, about, long_about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Record(cmd_record::RecordArgs),
+    Report(cmd_report::ReportArgs),
+    Info(cmd_info::InfoArgs),
+    Import(cmd_import::ImportArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(a) => cmd_record::run(a),
+        Command::Report(a) => cmd_report::run(a),
+        Command::Info(a) => cmd_info::run(a),
+        Command::Import(a) => cmd_import::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if ui::is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("tailprof: error: {}", ui::one_line(&err));
+            ExitCode::from(1)
+        }
+    }
+}

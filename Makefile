@@ -1,0 +1,28 @@
+# Top-level shortcuts. `make example` records and reports the bundled example;
+# `make test` runs every test (what CI runs).
+CARGO ?= cargo
+
+.PHONY: build example test fuzz bench clean
+
+build:
+	$(CARGO) build --release
+
+example: build
+	$(MAKE) -s -C examples
+	./target/release/tailprof record -o split.trace -- examples/build/split
+	./target/release/tailprof report split.trace
+	./target/release/tailprof info split.trace
+
+test:
+	$(CARGO) test --workspace --no-fail-fast
+
+bench: build
+	$(MAKE) -s -C examples
+	bench/run.sh
+
+fuzz:
+	cd fuzz && $(CARGO) +nightly fuzz run read_trace -- -max_total_time=60
+
+clean:
+	$(CARGO) clean
+	$(MAKE) -s -C examples clean

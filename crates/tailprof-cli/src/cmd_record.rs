@@ -1,0 +1,212 @@
+//! `tailprof record`: open events with perf_event_open, drain the per-CPU rings into a
+//! trace file, print a summary, and pass the launched command's exit status through.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tailprof_collect::attr::{parse_regs, ClockChoice, SamplingConfig};
+use tailprof_collect::event::{EventKind, EventSpec};
+use tailprof_collect::session::{Progress, RecordOptions, Recorder, Target};
+use tailprof_format::TraceWriter;
+
+use crate::{signals, ui};
+
+/// Record timestamped samples of a command, a running process, or the whole system.
+///
+/// Exactly one target: `-- CMD ARGS...` (counting starts at exec; CMD's exit status is
+/// passed through), `-p PID` (all its threads, including ones created later), or `-a`
+/// (every CPU). Ctrl-C stops recording cleanly and keeps everything written.
+///
+/// Events: software `cpu-clock` (default) and `task-clock`; hardware `cycles`,
+/// `instructions`, `cache-misses`, `branch-misses`, ...; raw `r01d1` or
+/// `cpu/event=0xd1,umask=0x20/`; precise modifiers `:p`, `:pp`, `:ppp`. On a machine
+/// without a hardware PMU, hardware events fail with an explanation.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tailprof record -o run.trace -- ./server --port 8080\n  \
+    tailprof record -e cpu-clock -c 100000 -p 1234      # 10 kHz (period in ns)\n  \
+    tailprof record -a -F 999 -o all.trace              # every CPU, 999 Hz\n  \
+    tailprof record --regs r13,rdi -- ./app             # also capture user registers")]
+pub struct RecordArgs {
+    /// Output trace file.
+    #[arg(short, long, value_name = "FILE", default_value = "tailprof.trace")]
+    output: PathBuf,
+
+    /// Event to sample (repeatable). Default: cpu-clock.
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    events: Vec<String>,
+
+    /// Sample every PERIOD events (nanoseconds for cpu-clock/task-clock).
+    /// Default: 250000 for clock events (4 kHz); 1000003 for cycles/instructions;
+    /// 10007 for other hardware and raw events.
+    #[arg(short = 'c', long = "count", value_name = "PERIOD", conflicts_with = "freq")]
+    period: Option<u64>,
+
+    /// Sample at HZ samples per second per CPU (the kernel adapts the period).
+    /// Precise (PEBS) events should use a fixed period (-c) instead.
+    #[arg(short = 'F', long = "freq", value_name = "HZ")]
+    freq: Option<u64>,
+
+    /// Data pages per CPU ring buffer (a power of two).
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    mmap_pages: usize,
+
+    /// Also capture these user registers with every sample, e.g. `r13,rdi`.
+    #[arg(long, value_name = "LIST")]
+    regs: Option<String>,
+
+    /// Record every CPU (system-wide; needs root or CAP_PERFMON).
+    #[arg(short = 'a', long = "all-cpus", conflicts_with_all = ["pid", "command"])]
+    all_cpus: bool,
+
+    /// Attach to a running process and all its threads.
+    #[arg(short, long, value_name = "PID", conflicts_with = "command")]
+    pid: Option<u32>,
+
+    /// Command to launch and profile (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// The default sampling period when the user gives neither -c nor -F.
+fn default_period(spec: &EventSpec) -> u64 {
+    match spec.kind {
+        EventKind::Software => 250_000,
+        EventKind::Hardware if matches!(spec.name.split(':').next(), Some("cycles" | "instructions" | "cpu-cycles" | "ref-cycles")) => 1_000_003,
+        _ => 10_007,
+    }
+}
+
+pub fn run(args: RecordArgs) -> Result<ExitCode> {
+    let target = if args.all_cpus {
+        Target::SystemWide
+    } else if let Some(pid) = args.pid {
+        Target::Pid(pid)
+    } else if !args.command.is_empty() {
+        Target::Command(args.command.clone())
+    } else {
+        bail!("nothing to record: give a command after `--`, `-p PID`, or `-a` (see `tailprof record --help`)");
+    };
+    if args.mmap_pages == 0 || !args.mmap_pages.is_power_of_two() {
+        bail!("--mmap-pages must be a power of two (got {})", args.mmap_pages);
+    }
+    if args.period == Some(0) || args.freq == Some(0) {
+        bail!("the sampling period (-c) and frequency (-F) must be greater than zero");
+    }
+
+    let names = if args.events.is_empty() { vec!["cpu-clock".to_string()] } else { args.events.clone() };
+    let mut events = Vec::with_capacity(names.len());
+    for name in &names {
+        events.push(EventSpec::parse(name)?);
+    }
+    let regs_user = match &args.regs {
+        Some(list) => parse_regs(list)?,
+        None => 0,
+    };
+    let period = match (args.period, args.freq) {
+        (Some(p), _) => Some(p),
+        (None, Some(_)) => None,
+        (None, None) => Some(default_period(&events[0])),
+    };
+    let sampling = SamplingConfig {
+        period,
+        freq: args.freq,
+        regs_user,
+        clock: ClockChoice::Monotonic, // the recorder picks the real clock from the machine's capabilities
+        inherit: true,
+        enable_on_exec: false,
+        disabled: true,
+        sideband: true,
+        wakeup_events: 0,
+    };
+
+    // Open the output first so an unwritable path fails before anything is launched.
+    let file = std::fs::File::create(&args.output)
+        .with_context(|| format!("cannot create output file {}", args.output.display()))?;
+
+    let opts = RecordOptions {
+        events,
+        sampling,
+        mmap_pages: args.mmap_pages,
+        target,
+        cmdline: std::env::args().collect(),
+    };
+    let mut recorder = match Recorder::new(opts) {
+        Ok(r) => r,
+        Err(e) => {
+            drop(file);
+            let _ = std::fs::remove_file(&args.output);
+            return Err(e.into());
+        }
+    };
+    for note in recorder.notes() {
+        eprintln!("tailprof: note: {note}");
+    }
+    let header = recorder.header();
+    let mut writer = TraceWriter::new(std::io::BufWriter::with_capacity(1 << 20, file), &header)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+
+    signals::install().context("cannot install the Ctrl-C handler")?;
+    let show_progress = ui::stderr_is_tty();
+    let started = Instant::now();
+    let mut last_draw = Instant::now();
+    let mut progress = |p: &Progress| {
+        if show_progress && last_draw.elapsed() >= Duration::from_millis(500) {
+            last_draw = Instant::now();
+            eprint!(
+                "\r\x1b[Ktailprof: recording {} | {} samples | {} lost | {}",
+                ui::duration(p.elapsed_ns),
+                ui::thousands(p.samples),
+                ui::thousands(p.lost),
+                ui::bytes(p.bytes)
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let run_result = recorder.run(&mut writer, &signals::STOP, &mut progress);
+    if show_progress {
+        eprint!("\r\x1b[K");
+    }
+    // Keep what was written even when the drain loop failed part-way.
+    let wall_ns = started.elapsed().as_nanos() as u64;
+    let summary = match &run_result {
+        Ok(s) => Some(s.duration_ns),
+        Err(_) => Some(wall_ns),
+    };
+    let written = writer.finish(summary).with_context(|| format!("cannot finish {}", args.output.display()))?;
+    let rec = run_result?;
+
+    let lost = rec.lost_records + rec.lost_samples;
+    let bps = if written.stats.samples > 0 { written.bytes as f64 / written.stats.samples as f64 } else { 0.0 };
+    eprintln!(
+        "tailprof: recorded {} | {} samples | lost {} | throttled {}",
+        ui::duration(rec.duration_ns),
+        ui::thousands(written.stats.samples),
+        ui::thousands(lost),
+        ui::thousands(rec.throttled)
+    );
+    eprintln!(
+        "tailprof: wrote {} | {} | {:.2} bytes/sample",
+        args.output.display(),
+        ui::bytes(written.bytes),
+        bps
+    );
+    if lost > 0 {
+        eprintln!(
+            "tailprof: warning: {} records were lost; a larger ring (--mmap-pages) or a longer period (-c) helps",
+            ui::thousands(lost)
+        );
+    }
+    if signals::STOP.load(Ordering::SeqCst) {
+        eprintln!("tailprof: stopped by signal; the trace is complete up to that point");
+    }
+    Ok(match rec.exit_status {
+        Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        None => ExitCode::SUCCESS,
+    })
+}
