@@ -1,1 +1,43 @@
-//! tailprof analyze stage (being written).
+//! tailprof analyze stage: turn a trace's records into answers.
+//!
+//! - [`maps`]: per-process address spaces over time (MMAP / exec COMM / FORK), so a
+//!   sample's IP resolves to (binary, file offset) as of the sample's time.
+//! - [`symbolize`]: (binary, file offset) and kernel addresses to function names, via
+//!   blazesym; unknown addresses come back with a reason, never as an error.
+//! - [`profile`]: flat profiles by function, binary or thread. Per sample only a hash
+//!   map increment; address resolution and symbolization run once per unique key.
+//! - [`info`]: what `tailprof info` shows.
+//!
+//! The library never prints and never exits; errors are [`AnalyzeError`].
+//!
+//! Typical use (`tailprof report`):
+//!
+//! ```ignore
+//! let header = reader.header().clone();
+//! let build_ids = reader.build_ids().to_vec();
+//! let opts = ProfileOptions { by: GroupBy::Function, event: Some(select_event(&header, None)?) };
+//! let mut sym = Symbolizer::new(SymbolizerOptions::default());
+//! let profile = flat_profile(&header, &build_ids, &opts, &mut sym, |sink| reader.read_all(sink))?;
+//! ```
+
+pub mod info;
+pub mod maps;
+pub mod profile;
+pub mod symbolize;
+
+pub use info::{RecordCounter, TraceInfo};
+pub use maps::AddressSpaces;
+pub use profile::{
+    flat_profile, select_event, FlatProfile, GroupBy, ProfileBuilder, ProfileOptions, ProfileRow,
+};
+pub use symbolize::{KernelSymbols, Symbolizer, SymbolizerOptions, UnknownReason};
+
+/// Errors of the analyze stage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnalyzeError {
+    #[error("no event {spec:?} in this trace (events: {})", available.join(", "))]
+    NoSuchEvent { spec: String, available: Vec<String> },
+    #[error(transparent)]
+    Read(#[from] tailprof_format::FormatError),
+}

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tailprof_collect::attr::{parse_regs, ClockChoice, SamplingConfig};
-use tailprof_collect::event::{EventKind, EventSpec};
+use tailprof_collect::event::EventSpec;
 use tailprof_collect::session::{Progress, RecordOptions, Recorder, Target};
 use tailprof_format::TraceWriter;
 
@@ -42,8 +42,9 @@ pub struct RecordArgs {
     events: Vec<String>,
 
     /// Sample every PERIOD events (nanoseconds for cpu-clock/task-clock).
-    /// Default: 250000 for clock events (4 kHz); 1000003 for cycles/instructions;
-    /// 10007 for other hardware and raw events.
+    /// Default: every 250000 ns for cpu-clock/task-clock (4 kHz); a fixed period for
+    /// precise events (2000003 for cycles, 10007 for memory events, 100003 otherwise),
+    /// so the kernel can use large PEBS; 4000 Hz for other events.
     #[arg(short = 'c', long = "count", value_name = "PERIOD", conflicts_with = "freq")]
     period: Option<u64>,
 
@@ -73,15 +74,6 @@ pub struct RecordArgs {
     command: Vec<String>,
 }
 
-/// The default sampling period when the user gives neither -c nor -F.
-fn default_period(spec: &EventSpec) -> u64 {
-    match spec.kind {
-        EventKind::Software => 250_000,
-        EventKind::Hardware if matches!(spec.name.split(':').next(), Some("cycles" | "instructions" | "cpu-cycles" | "ref-cycles")) => 1_000_003,
-        _ => 10_007,
-    }
-}
-
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let target = if args.all_cpus {
         Target::SystemWide
@@ -108,13 +100,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         Some(list) => parse_regs(list)?,
         None => 0,
     };
-    let period = match (args.period, args.freq) {
-        (Some(p), _) => Some(p),
-        (None, Some(_)) => None,
-        (None, None) => Some(default_period(&events[0])),
-    };
     let sampling = SamplingConfig {
-        period,
+        // Neither given: each event gets its default rate (attr::default_rate).
+        period: args.period,
         freq: args.freq,
         regs_user,
         clock: ClockChoice::Monotonic, // the recorder picks the real clock from the machine's capabilities

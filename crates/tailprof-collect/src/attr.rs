@@ -1,1 +1,688 @@
-//! (being written)
+//! From a parsed [`EventSpec`] plus sampling options to a `perf_event_attr`.
+//!
+//! # Decisions
+//!
+//! * **Attr type.** [`PerfEventAttr`] is `perf-event-open-sys`'s bindgen'd
+//!   `perf_event_attr` (generated from the kernel UAPI header; one small dependency that
+//!   only needs `libc`). It spares us a hand-maintained `#[repr(C)]` copy of a struct
+//!   with ~40 bitfields and four unions. We set `size` to [`ATTR_SIZE`]
+//!   (PERF_ATTR_SIZE_VER8, 136 bytes) rather than `size_of`, so the bytes handed to the
+//!   kernel (and the golden files) do not change when the crate grows the struct.
+//! * **sample_type** = IP | TID | TIME | CPU | PERIOD | IDENTIFIER always. IDENTIFIER
+//!   (not ID) because it sits at a fixed place in every record: first u64 of a sample,
+//!   last u64 of the `sample_id` trailer of side-band records. With several events sharing
+//!   one ring (`ioctl_set_output`) the parser can map any record to its event before it
+//!   knows that event's layout (ids come from `sys::ioctl_id`). It is in the kernel's
+//!   large-PEBS flags, so it costs 8 bytes per record and nothing else.
+//!   + REGS_USER when `regs_user != 0`; + ADDR | WEIGHT_STRUCT | DATA_SRC when
+//!   `spec.mem` (rule in [`crate::event`]).
+//! * `sample_id_all = 1` on every event (side-band and LOST records carry time, cpu and
+//!   the identifier). Side-band bits (mmap, mmap2, comm, comm_exec, task, build_id) only
+//!   with `SamplingConfig::sideband`, i.e. on the first event per ring. With
+//!   `build_id = 1`, MMAP2 records carry the build-id instead of dev/inode (misc flag
+//!   PERF_RECORD_MISC_MMAP_BUILD_ID); needs Linux 5.12+.
+//! * **Wakeups.** `SamplingConfig::wakeup_events == 0` (the default) uses watermark mode
+//!   (`watermark = 1`, `wakeup_watermark = 0`): the kernel wakes the reader when the ring
+//!   is half full. This is the only mode compatible with large PEBS. `N > 0` means "wake
+//!   every N samples" (`wakeup_events = N`), which rules large PEBS out (noted).
+//! * **Clock.** `ClockChoice::Monotonic` sets `use_clockid = 1, clockid =
+//!   CLOCK_MONOTONIC`; `PerfDefault` leaves the perf clock (convertible from TSC with
+//!   the mmap page's time_zero/time_mult/time_shift; see [`crate::caps`]).
+//!
+//! # Large (multi-record) PEBS
+//!
+//! The kernel (arch/x86/events/intel/core.c, `intel_pmu_hw_config` and
+//! `intel_pmu_large_pebs_flags`) uses the multi-record PEBS buffer for a precise event
+//! only when: no `freq`; not (`wakeup_events != 0` without `watermark`); and
+//! `sample_type` ⊆ the large-PEBS flags, which start from `LARGE_PEBS_FLAGS` (the old
+//! name was PEBS_FREERUNNING_FLAGS: IP, TID, ADDR, ID, CPU, STREAM_ID, DATA_SRC,
+//! IDENTIFIER, TRANSACTION, PHYS_ADDR, REGS_INTR, REGS_USER, PERIOD, CODE_PAGE_SIZE,
+//! WEIGHT_TYPE) plus TIME on PEBS format ≥ 3 (Skylake and newer), minus TIME when
+//! `use_clockid`, minus REGS_USER unless `exclude_kernel`, minus REGS_USER/REGS_INTR
+//! when the register mask goes beyond the PEBS general-purpose registers. CALLCHAIN
+//! is never in the set (we never request it). [`build_attr`] still builds the attr and
+//! explains each blocker in [`AttrPlan::notes`]. Precise events default to a fixed
+//! period, never to `freq`.
+
+use perf_event_open_sys::bindings as b;
+use tailprof_format::EventDesc;
+
+use crate::event::{EventError, EventKind, EventSpec};
+
+pub use perf_event_open_sys::bindings::perf_event_attr as PerfEventAttr;
+
+/// `attr.size` we pass (PERF_ATTR_SIZE_VER8: everything up to `config3`).
+pub const ATTR_SIZE: u32 = b::PERF_ATTR_SIZE_VER8;
+
+/// Default for cpu-clock/task-clock when neither period nor freq is given: 250 µs of
+/// CPU time per sample (4 kHz per busy CPU, perf's default rate, but as a fixed period).
+pub const DEFAULT_CLOCK_PERIOD_NS: u64 = 250_000;
+/// Default frequency for non-precise hardware and counted software events.
+pub const DEFAULT_FREQ_HZ: u64 = 4000;
+/// Default fixed period for precise cycle-like events (prime, to avoid aliasing loops).
+pub const DEFAULT_PRECISE_CYCLES_PERIOD: u64 = 2_000_003;
+/// Default fixed period for other precise events.
+pub const DEFAULT_PRECISE_PERIOD: u64 = 100_003;
+/// Default fixed period for precise memory (load-latency / store) events.
+pub const DEFAULT_PRECISE_MEM_PERIOD: u64 = 10_007;
+
+const S_IP: u64 = b::PERF_SAMPLE_IP as u64;
+const S_TID: u64 = b::PERF_SAMPLE_TID as u64;
+const S_TIME: u64 = b::PERF_SAMPLE_TIME as u64;
+const S_ADDR: u64 = b::PERF_SAMPLE_ADDR as u64;
+const S_CPU: u64 = b::PERF_SAMPLE_CPU as u64;
+const S_PERIOD: u64 = b::PERF_SAMPLE_PERIOD as u64;
+const S_REGS_USER: u64 = b::PERF_SAMPLE_REGS_USER as u64;
+const S_REGS_INTR: u64 = b::PERF_SAMPLE_REGS_INTR as u64;
+const S_DATA_SRC: u64 = b::PERF_SAMPLE_DATA_SRC as u64;
+const S_IDENTIFIER: u64 = b::PERF_SAMPLE_IDENTIFIER as u64;
+const S_WEIGHT_STRUCT: u64 = b::PERF_SAMPLE_WEIGHT_STRUCT as u64;
+
+/// sample_type bits every event gets.
+pub const BASE_SAMPLE_TYPE: u64 = S_IP | S_TID | S_TIME | S_CPU | S_PERIOD | S_IDENTIFIER;
+/// Extra bits for memory events.
+pub const MEM_SAMPLE_TYPE: u64 = S_ADDR | S_WEIGHT_STRUCT | S_DATA_SRC;
+
+/// The kernel's large-PEBS sample_type set (LARGE_PEBS_FLAGS, formerly
+/// PEBS_FREERUNNING_FLAGS) plus PERF_SAMPLE_TIME, which x86 adds for PEBS format ≥ 3.
+pub const LARGE_PEBS_FLAGS: u64 = (b::PERF_SAMPLE_IP
+    | b::PERF_SAMPLE_TID
+    | b::PERF_SAMPLE_ADDR
+    | b::PERF_SAMPLE_ID
+    | b::PERF_SAMPLE_CPU
+    | b::PERF_SAMPLE_STREAM_ID
+    | b::PERF_SAMPLE_DATA_SRC
+    | b::PERF_SAMPLE_IDENTIFIER
+    | b::PERF_SAMPLE_TRANSACTION
+    | b::PERF_SAMPLE_PHYS_ADDR
+    | b::PERF_SAMPLE_REGS_INTR
+    | b::PERF_SAMPLE_REGS_USER
+    | b::PERF_SAMPLE_PERIOD
+    | b::PERF_SAMPLE_CODE_PAGE_SIZE
+    | b::PERF_SAMPLE_WEIGHT
+    | b::PERF_SAMPLE_WEIGHT_STRUCT
+    | b::PERF_SAMPLE_TIME) as u64;
+
+/// Registers a PEBS record holds (PEBS_GP_REGS): ax..flags and r8..r15, no segments.
+pub const PEBS_GP_REGS: u64 = 0x3ff | 0xff << 16;
+/// Every x86_64 perf register usable in `sample_regs_user` (PERF_REG_X86_64_MAX = 24).
+pub const ALL_USER_REGS: u64 = (1 << 24) - 1;
+
+const CLOCK_MONOTONIC: i32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClockChoice {
+    /// `use_clockid = 1, clockid = CLOCK_MONOTONIC`.
+    #[default]
+    Monotonic,
+    /// The perf default clock (local_clock); convertible from TSC when the mmap page
+    /// says so. Required for large PEBS with timestamps.
+    PerfDefault,
+}
+
+/// Sampling options common to all events of a recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SamplingConfig {
+    /// Fixed period (`-c`). At most one of `period`/`freq`; with neither, each event gets
+    /// its default (see [`default_rate`]).
+    pub period: Option<u64>,
+    /// Target frequency in Hz (`-F`).
+    pub freq: Option<u64>,
+    /// `sample_regs_user` mask (see [`parse_regs`]); 0 = none.
+    pub regs_user: u64,
+    pub clock: ClockChoice,
+    pub inherit: bool,
+    pub enable_on_exec: bool,
+    pub disabled: bool,
+    /// Request mmap/mmap2/comm/comm_exec/task/build_id records (first event per ring).
+    pub sideband: bool,
+    /// 0 = watermark wakeup at half the ring (large-PEBS compatible); N = every N samples.
+    pub wakeup_events: u32,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        SamplingConfig {
+            period: None,
+            freq: None,
+            regs_user: 0,
+            clock: ClockChoice::Monotonic,
+            inherit: false,
+            enable_on_exec: false,
+            disabled: true,
+            sideband: true,
+            wakeup_events: 0,
+        }
+    }
+}
+
+/// The result of [`build_attr`].
+#[derive(Clone)]
+pub struct AttrPlan {
+    pub attr: PerfEventAttr,
+    pub desc: EventDesc,
+    /// Human-readable advisories (why large PEBS is impossible, ...).
+    pub notes: Vec<String>,
+    /// For precise core-PMU events: whether the attr qualifies for large PEBS (the kernel
+    /// also needs PEBS format ≥ 3 for PERF_SAMPLE_TIME). `false` for other events.
+    pub large_pebs_eligible: bool,
+}
+
+impl std::fmt::Debug for AttrPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttrPlan")
+            .field("attr", &attr_golden_text(&self.attr))
+            .field("desc", &self.desc)
+            .field("notes", &self.notes)
+            .field("large_pebs_eligible", &self.large_pebs_eligible)
+            .finish()
+    }
+}
+
+/// Sampling rate of one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    Period(u64),
+    Freq(u64),
+}
+
+/// The rate an event gets when the user gave neither `-c` nor `-F`: cpu-clock and
+/// task-clock [`DEFAULT_CLOCK_PERIOD_NS`]; precise events a fixed period (memory events
+/// [`DEFAULT_PRECISE_MEM_PERIOD`], cycle-like [`DEFAULT_PRECISE_CYCLES_PERIOD`], others
+/// [`DEFAULT_PRECISE_PERIOD`]); tracepoints and dummy every event; everything else
+/// [`DEFAULT_FREQ_HZ`].
+pub fn default_rate(spec: &EventSpec) -> Rate {
+    let sw = |id: u32| spec.kind == EventKind::Software && spec.config == id as u64;
+    if sw(b::PERF_COUNT_SW_CPU_CLOCK) || sw(b::PERF_COUNT_SW_TASK_CLOCK) {
+        Rate::Period(DEFAULT_CLOCK_PERIOD_NS)
+    } else if sw(b::PERF_COUNT_SW_DUMMY) || spec.kind == EventKind::Tracepoint {
+        Rate::Period(1)
+    } else if spec.precise > 0 {
+        let cycles_like = (spec.kind == EventKind::Hardware
+            && [b::PERF_COUNT_HW_CPU_CYCLES, b::PERF_COUNT_HW_REF_CPU_CYCLES, b::PERF_COUNT_HW_BUS_CYCLES]
+                .iter()
+                .any(|&c| spec.config == c as u64))
+            || spec.name.starts_with("cycles");
+        Rate::Period(if spec.mem {
+            DEFAULT_PRECISE_MEM_PERIOD
+        } else if cycles_like {
+            DEFAULT_PRECISE_CYCLES_PERIOD
+        } else {
+            DEFAULT_PRECISE_PERIOD
+        })
+    } else {
+        Rate::Freq(DEFAULT_FREQ_HZ)
+    }
+}
+
+/// Build the attr for one event.
+pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, EventError> {
+    let rate = match (cfg.period, cfg.freq) {
+        (Some(_), Some(_)) => {
+            return Err(EventError::BadSampling("give either a period (-c) or a frequency (-F), not both".into()))
+        }
+        (Some(0), None) => return Err(EventError::BadSampling("the sampling period must be > 0".into())),
+        (None, Some(0)) => return Err(EventError::BadSampling("the sampling frequency must be > 0".into())),
+        (Some(p), None) => Rate::Period(p),
+        (None, Some(f)) => Rate::Freq(f),
+        (None, None) => default_rate(spec),
+    };
+    if cfg.regs_user & !ALL_USER_REGS != 0 {
+        return Err(EventError::BadSampling(format!(
+            "register mask {:#x} has bits beyond the x86_64 general registers ({ALL_USER_REGS:#x})",
+            cfg.regs_user
+        )));
+    }
+    if spec.precise > 3 {
+        return Err(EventError::BadSampling(format!("precise level {} > 3", spec.precise)));
+    }
+
+    let mut a = PerfEventAttr::default();
+    a.type_ = spec.attr_type;
+    a.size = ATTR_SIZE;
+    a.config = spec.config;
+    a.config1 = spec.config1;
+    a.config2 = spec.config2;
+    let mut sample_type = BASE_SAMPLE_TYPE;
+    if cfg.regs_user != 0 {
+        sample_type |= S_REGS_USER;
+        a.sample_regs_user = cfg.regs_user;
+    }
+    if spec.mem {
+        sample_type |= MEM_SAMPLE_TYPE;
+    }
+    a.sample_type = sample_type;
+    match rate {
+        Rate::Period(p) => a.sample_period = p,
+        Rate::Freq(f) => {
+            a.set_freq(1);
+            a.sample_freq = f;
+        }
+    }
+    a.set_precise_ip(spec.precise as u64);
+    a.set_exclude_user(spec.exclude_user as u64);
+    a.set_exclude_kernel(spec.exclude_kernel as u64);
+    a.set_disabled(cfg.disabled as u64);
+    a.set_inherit(cfg.inherit as u64);
+    a.set_enable_on_exec(cfg.enable_on_exec as u64);
+    a.set_sample_id_all(1);
+    if cfg.sideband {
+        a.set_mmap(1);
+        a.set_mmap2(1);
+        a.set_comm(1);
+        a.set_comm_exec(1);
+        a.set_task(1);
+        a.set_build_id(1);
+    }
+    if cfg.clock == ClockChoice::Monotonic {
+        a.set_use_clockid(1);
+        a.clockid = CLOCK_MONOTONIC;
+    }
+    if cfg.wakeup_events == 0 {
+        a.set_watermark(1);
+        a.wakeup_watermark = 0;
+    } else {
+        a.wakeup_events = cfg.wakeup_events;
+    }
+
+    let mut notes = Vec::new();
+    let mut large_pebs_eligible = false;
+    let core_pmu_event = spec.needs_hardware_pmu();
+    if spec.precise > 0 && core_pmu_event {
+        let blockers = large_pebs_blockers(&a);
+        large_pebs_eligible = blockers.is_empty();
+        notes.extend(blockers);
+        if let Rate::Period(p) = rate {
+            if p > 0x7fff_ffff {
+                notes.push(format!(
+                    "period {p} exceeds 2^31-1: on PMUs without full-width counter writes the kernel may disable PEBS auto-reload, and with it large PEBS"
+                ));
+            }
+        }
+    }
+    if spec.mem && spec.precise == 0 && core_pmu_event {
+        notes.push(format!(
+            "'{}' samples data addresses/latency, which Intel only provides for precise (PEBS) events; add :p or :P",
+            spec.name
+        ));
+    }
+
+    let desc = EventDesc {
+        name: spec.name.clone(),
+        attr_type: spec.attr_type,
+        config: spec.config,
+        config1: spec.config1,
+        config2: spec.config2,
+        sample_period: match rate {
+            Rate::Period(p) => Some(p),
+            Rate::Freq(_) => None,
+        },
+        sample_freq: match rate {
+            Rate::Freq(f) => Some(f),
+            Rate::Period(_) => None,
+        },
+        precise_ip: spec.precise,
+        sample_type,
+        regs_user_mask: cfg.regs_user,
+        exclude_kernel: spec.exclude_kernel,
+        exclude_user: spec.exclude_user,
+    };
+    Ok(AttrPlan { attr: a, desc, notes, large_pebs_eligible })
+}
+
+/// Why the kernel would not use large (multi-record) PEBS for this precise attr; empty
+/// when it qualifies. Mirrors `intel_pmu_hw_config`/`intel_pmu_large_pebs_flags`.
+pub fn large_pebs_blockers(a: &PerfEventAttr) -> Vec<String> {
+    let mut out = Vec::new();
+    if a.precise_ip() == 0 {
+        return out;
+    }
+    if a.freq() != 0 {
+        out.push(format!(
+            "large PEBS disabled: sampling by frequency (-F {}) makes the kernel re-program the period after every sample; use a fixed period (-c N) instead",
+            a.sample_freq
+        ));
+    }
+    if a.watermark() == 0 && a.wakeup_events != 0 {
+        out.push(format!(
+            "large PEBS disabled: wakeup_events={} (wake every N samples) needs a PMI per sample; use the default watermark wakeup (wakeup_events=0)",
+            a.wakeup_events
+        ));
+    }
+    let st = a.sample_type;
+    let mut flags = LARGE_PEBS_FLAGS;
+    let mut explained = 0u64;
+    if a.use_clockid() != 0 {
+        flags &= !S_TIME;
+        if st & S_TIME != 0 {
+            explained |= S_TIME;
+            out.push(
+                "large PEBS disabled: use_clockid=1 (CLOCK_MONOTONIC timestamps) removes PERF_SAMPLE_TIME from the kernel's large-PEBS flags; use the perf default clock (ClockChoice::PerfDefault, needs TSC conversion in the perf mmap page)".into(),
+            );
+        }
+    }
+    if st & S_REGS_USER != 0 && a.exclude_kernel() == 0 {
+        flags &= !S_REGS_USER;
+        explained |= S_REGS_USER;
+        out.push(
+            "large PEBS disabled: PERF_SAMPLE_REGS_USER is only large-PEBS capable for user-only events; add :u or drop the register sampling".into(),
+        );
+    }
+    if a.sample_regs_user & !PEBS_GP_REGS != 0 {
+        flags &= !(S_REGS_USER | S_REGS_INTR);
+        if st & S_REGS_USER != 0 && explained & S_REGS_USER == 0 {
+            explained |= S_REGS_USER;
+            out.push(format!(
+                "large PEBS disabled: registers {} are not in the PEBS record (only general-purpose registers are)",
+                reg_names(a.sample_regs_user & !PEBS_GP_REGS).join(",")
+            ));
+        }
+    }
+    let rest = st & !flags & !explained;
+    if rest != 0 {
+        out.push(format!(
+            "large PEBS disabled: sample_type bits {} are not in the kernel's large-PEBS flags",
+            sample_type_names(rest).join("|")
+        ));
+    }
+    out
+}
+
+/// x86_64 perf register names in PERF_REG_X86_* order, with accepted aliases.
+const REGS: [(&str, &[&str]); 24] = [
+    ("rax", &["ax"]),
+    ("rbx", &["bx"]),
+    ("rcx", &["cx"]),
+    ("rdx", &["dx"]),
+    ("rsi", &["si"]),
+    ("rdi", &["di"]),
+    ("rbp", &["bp"]),
+    ("rsp", &["sp"]),
+    ("rip", &["ip"]),
+    ("flags", &["rflags", "eflags"]),
+    ("cs", &[]),
+    ("ss", &[]),
+    ("ds", &[]),
+    ("es", &[]),
+    ("fs", &[]),
+    ("gs", &[]),
+    ("r8", &[]),
+    ("r9", &[]),
+    ("r10", &[]),
+    ("r11", &[]),
+    ("r12", &[]),
+    ("r13", &[]),
+    ("r14", &[]),
+    ("r15", &[]),
+];
+
+/// `"r13,rdi"` -> the `sample_regs_user` mask (PERF_REG_X86_* bit order: r13 is bit 21,
+/// di bit 5). Accepts the 64-bit names (`rax`, `rip`, `r8`), perf's names (`ax`, `ip`,
+/// `flags`), `gp` (the PEBS general-purpose set) and `all`; case-insensitive, separated by
+/// commas or spaces. 32-bit names (`eax`) are rejected with a hint, since samples always
+/// carry the full 64-bit register. Empty or `none` -> 0.
+pub fn parse_regs(list: &str) -> Result<u64, EventError> {
+    let mut mask = 0u64;
+    for tok in list.split([',', ' ']).map(str::trim).filter(|t| !t.is_empty()) {
+        let t = tok.to_ascii_lowercase();
+        let bit = match t.as_str() {
+            "none" => continue,
+            "gp" => {
+                mask |= PEBS_GP_REGS;
+                continue;
+            }
+            "all" => {
+                mask |= ALL_USER_REGS;
+                continue;
+            }
+            _ => REGS.iter().position(|(name, aliases)| *name == t || aliases.contains(&t.as_str())),
+        };
+        match bit {
+            Some(bit) => mask |= 1 << bit,
+            None => {
+                let hint = match t.strip_prefix('e').and_then(|r| REGS.iter().position(|(_, al)| al.contains(&r))) {
+                    Some(i) => format!("registers are sampled as 64-bit; use {}", REGS[i].0),
+                    None => format!(
+                        "known: {}, gp, all",
+                        REGS.iter().map(|r| r.0).collect::<Vec<_>>().join(",")
+                    ),
+                };
+                return Err(EventError::BadRegister { reg: tok.to_string(), hint });
+            }
+        }
+    }
+    Ok(mask)
+}
+
+/// Names of the registers in `mask`, in ascending bit order (the order of
+/// `Sample::regs`). Unknown bits are skipped.
+pub fn reg_names(mask: u64) -> Vec<&'static str> {
+    (0..REGS.len()).filter(|&i| mask & (1 << i) != 0).map(|i| REGS[i].0).collect()
+}
+
+const SAMPLE_NAMES: [&str; 25] = [
+    "IP", "TID", "TIME", "ADDR", "READ", "CALLCHAIN", "ID", "CPU", "PERIOD", "STREAM_ID", "RAW",
+    "BRANCH_STACK", "REGS_USER", "STACK_USER", "WEIGHT", "DATA_SRC", "IDENTIFIER", "TRANSACTION",
+    "REGS_INTR", "PHYS_ADDR", "AUX", "CGROUP", "DATA_PAGE_SIZE", "CODE_PAGE_SIZE", "WEIGHT_STRUCT",
+];
+
+/// `PERF_SAMPLE_*` names of the bits in `st` (unknown bits as `bitN`).
+pub fn sample_type_names(st: u64) -> Vec<String> {
+    (0..64)
+        .filter(|i| st & (1u64 << i) != 0)
+        .map(|i| SAMPLE_NAMES.get(i).map(|s| s.to_string()).unwrap_or_else(|| format!("bit{i}")))
+        .collect()
+}
+
+/// Stable `key=value` lines describing every field of `attr` (like perf's tests/attr),
+/// for golden tests and debugging. Bit masks and configs in hex, the rest decimal;
+/// unions print the member selected by `freq`/`watermark`.
+pub fn attr_golden_text(a: &PerfEventAttr) -> String {
+    let mut out = String::new();
+    let mut kv = |k: &str, v: String| {
+        out.push_str(k);
+        out.push('=');
+        out.push_str(&v);
+        out.push('\n');
+    };
+    kv("type", a.type_.to_string());
+    kv("size", a.size.to_string());
+    kv("config", format!("{:#x}", a.config));
+    if a.freq() != 0 {
+        kv("sample_freq", a.sample_freq.to_string());
+    } else {
+        kv("sample_period", a.sample_period.to_string());
+    }
+    kv("sample_type", format!("{:#x}", a.sample_type));
+    kv("sample_type.names", sample_type_names(a.sample_type).join("|"));
+    kv("read_format", format!("{:#x}", a.read_format));
+    let flags: [(&str, u64); 37] = [
+        ("disabled", a.disabled()),
+        ("inherit", a.inherit()),
+        ("pinned", a.pinned()),
+        ("exclusive", a.exclusive()),
+        ("exclude_user", a.exclude_user()),
+        ("exclude_kernel", a.exclude_kernel()),
+        ("exclude_hv", a.exclude_hv()),
+        ("exclude_idle", a.exclude_idle()),
+        ("mmap", a.mmap()),
+        ("comm", a.comm()),
+        ("freq", a.freq()),
+        ("inherit_stat", a.inherit_stat()),
+        ("enable_on_exec", a.enable_on_exec()),
+        ("task", a.task()),
+        ("watermark", a.watermark()),
+        ("precise_ip", a.precise_ip()),
+        ("mmap_data", a.mmap_data()),
+        ("sample_id_all", a.sample_id_all()),
+        ("exclude_host", a.exclude_host()),
+        ("exclude_guest", a.exclude_guest()),
+        ("exclude_callchain_kernel", a.exclude_callchain_kernel()),
+        ("exclude_callchain_user", a.exclude_callchain_user()),
+        ("mmap2", a.mmap2()),
+        ("comm_exec", a.comm_exec()),
+        ("use_clockid", a.use_clockid()),
+        ("context_switch", a.context_switch()),
+        ("write_backward", a.write_backward()),
+        ("namespaces", a.namespaces()),
+        ("ksymbol", a.ksymbol()),
+        ("bpf_event", a.bpf_event()),
+        ("aux_output", a.aux_output()),
+        ("cgroup", a.cgroup()),
+        ("text_poke", a.text_poke()),
+        ("build_id", a.build_id()),
+        ("inherit_thread", a.inherit_thread()),
+        ("remove_on_exec", a.remove_on_exec()),
+        ("sigtrap", a.sigtrap()),
+    ];
+    for (k, v) in flags {
+        kv(k, v.to_string());
+    }
+    if a.watermark() != 0 {
+        kv("wakeup_watermark", a.wakeup_watermark.to_string());
+    } else {
+        kv("wakeup_events", a.wakeup_events.to_string());
+    }
+    kv("bp_type", a.bp_type.to_string());
+    kv("config1", format!("{:#x}", a.config1));
+    kv("config2", format!("{:#x}", a.config2));
+    kv("branch_sample_type", format!("{:#x}", a.branch_sample_type));
+    kv("sample_regs_user", format!("{:#x}", a.sample_regs_user));
+    kv("sample_regs_user.names", reg_names(a.sample_regs_user).join(","));
+    kv("sample_stack_user", a.sample_stack_user.to_string());
+    kv("clockid", a.clockid.to_string());
+    kv("sample_regs_intr", format!("{:#x}", a.sample_regs_intr));
+    kv("aux_watermark", a.aux_watermark.to_string());
+    kv("sample_max_stack", a.sample_max_stack.to_string());
+    kv("aux_sample_size", a.aux_sample_size.to_string());
+    kv("sig_data", format!("{:#x}", a.sig_data));
+    kv("config3", format!("{:#x}", a.config3));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(s: &str) -> EventSpec {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs");
+        EventSpec::parse_with_sysfs(s, &root).unwrap()
+    }
+
+    #[test]
+    fn regs_masks() {
+        assert_eq!(parse_regs("r13,rdi").unwrap(), 1 << 21 | 1 << 5);
+        assert_eq!(parse_regs("R13, di").unwrap(), 1 << 21 | 1 << 5);
+        assert_eq!(parse_regs("ax bx ip flags").unwrap(), 0b11 | 1 << 8 | 1 << 9);
+        assert_eq!(parse_regs("rip,rsp,rbp").unwrap(), 1 << 8 | 1 << 7 | 1 << 6);
+        assert_eq!(parse_regs("r8,r15,cs,gs").unwrap(), 1 << 16 | 1 << 23 | 1 << 10 | 1 << 15);
+        assert_eq!(parse_regs("gp").unwrap(), PEBS_GP_REGS);
+        assert_eq!(parse_regs("all").unwrap(), 0xff_ffff);
+        assert_eq!(parse_regs("").unwrap(), 0);
+        assert_eq!(parse_regs("none").unwrap(), 0);
+        let e = parse_regs("eax").unwrap_err().to_string();
+        assert!(e.contains("use rax"), "{e}");
+        let e = parse_regs("xmm0").unwrap_err().to_string();
+        assert!(e.contains("known:"), "{e}");
+        assert_eq!(reg_names(1 << 21 | 1 << 5), vec!["rdi", "r13"]);
+        assert_eq!(reg_names(PEBS_GP_REGS).len(), 18);
+        assert_eq!(reg_names(parse_regs("all").unwrap()).len(), 24);
+        assert!(reg_names(1 << 40).is_empty());
+    }
+
+    #[test]
+    fn default_rates() {
+        assert_eq!(default_rate(&spec("cpu-clock")), Rate::Period(DEFAULT_CLOCK_PERIOD_NS));
+        assert_eq!(default_rate(&spec("task-clock")), Rate::Period(DEFAULT_CLOCK_PERIOD_NS));
+        assert_eq!(default_rate(&spec("dummy")), Rate::Period(1));
+        assert_eq!(default_rate(&spec("page-faults")), Rate::Freq(DEFAULT_FREQ_HZ));
+        assert_eq!(default_rate(&spec("cycles")), Rate::Freq(DEFAULT_FREQ_HZ));
+        assert_eq!(default_rate(&spec("cycles:pp")), Rate::Period(DEFAULT_PRECISE_CYCLES_PERIOD));
+        assert_eq!(default_rate(&spec("r01d1:p")), Rate::Period(DEFAULT_PRECISE_PERIOD));
+        assert_eq!(default_rate(&spec("mem-loads:P")), Rate::Period(DEFAULT_PRECISE_MEM_PERIOD));
+    }
+
+    #[test]
+    fn basic_attr() {
+        let plan = build_attr(&spec("cpu-clock"), &SamplingConfig::default()).unwrap();
+        let a = &plan.attr;
+        assert_eq!((a.type_, a.config, a.size), (1, 0, 136));
+        assert_eq!(a.sample_type, BASE_SAMPLE_TYPE);
+        assert_eq!((a.sample_period, a.freq()), (DEFAULT_CLOCK_PERIOD_NS, 0));
+        assert_eq!((a.use_clockid(), a.clockid), (1, 1));
+        assert_eq!((a.sample_id_all(), a.mmap2(), a.build_id(), a.watermark()), (1, 1, 1, 1));
+        assert!(plan.notes.is_empty() && !plan.large_pebs_eligible);
+        assert_eq!(plan.desc.sample_period, Some(DEFAULT_CLOCK_PERIOD_NS));
+        assert_eq!(plan.desc.sample_type, a.sample_type);
+
+        let cfg = SamplingConfig { sideband: false, freq: Some(999), clock: ClockChoice::PerfDefault, ..Default::default() };
+        let plan = build_attr(&spec("task-clock"), &cfg).unwrap();
+        let a = &plan.attr;
+        assert_eq!((a.freq(), a.sample_freq, a.mmap(), a.comm(), a.use_clockid()), (1, 999, 0, 0, 0));
+        assert_eq!(plan.desc.sample_freq, Some(999));
+        assert_eq!(plan.desc.sample_period, None);
+    }
+
+    #[test]
+    fn bad_sampling() {
+        let s = spec("cpu-clock");
+        let both = SamplingConfig { period: Some(1), freq: Some(1), ..Default::default() };
+        assert!(matches!(build_attr(&s, &both), Err(EventError::BadSampling(_))));
+        let zero = SamplingConfig { period: Some(0), ..Default::default() };
+        assert!(build_attr(&s, &zero).is_err());
+        let zero = SamplingConfig { freq: Some(0), ..Default::default() };
+        assert!(build_attr(&s, &zero).is_err());
+        let regs = SamplingConfig { regs_user: 1 << 32, ..Default::default() };
+        assert!(build_attr(&s, &regs).is_err());
+    }
+
+    #[test]
+    fn large_pebs_rules() {
+        let perf = SamplingConfig { period: Some(20003), clock: ClockChoice::PerfDefault, ..Default::default() };
+        let plan = build_attr(&spec("cycles:pp"), &perf).unwrap();
+        assert!(plan.large_pebs_eligible, "{:?}", plan.notes);
+        assert!(plan.notes.is_empty());
+
+        // Each option that rules it out, alone.
+        let cases: Vec<(SamplingConfig, &str, &str)> = vec![
+            (SamplingConfig { freq: Some(4000), period: None, ..perf.clone() }, "cycles:pp", "frequency"),
+            (SamplingConfig { clock: ClockChoice::Monotonic, ..perf.clone() }, "cycles:pp", "use_clockid"),
+            (SamplingConfig { wakeup_events: 8, ..perf.clone() }, "cycles:pp", "wakeup_events=8"),
+            (SamplingConfig { regs_user: 1 << 21, ..perf.clone() }, "cycles:pp", "user-only"),
+            (SamplingConfig { regs_user: 1 << 10, ..perf.clone() }, "cycles:upp", "cs"),
+        ];
+        for (cfg, ev, needle) in cases {
+            let plan = build_attr(&spec(ev), &cfg).unwrap();
+            assert!(!plan.large_pebs_eligible);
+            assert_eq!(plan.notes.len(), 1, "{:?}", plan.notes);
+            assert!(plan.notes[0].contains(needle), "{needle}: {:?}", plan.notes);
+        }
+        // User-only with GP registers is fine.
+        let cfg = SamplingConfig { regs_user: parse_regs("r13,rdi").unwrap(), ..perf.clone() };
+        assert!(build_attr(&spec("cycles:upp"), &cfg).unwrap().large_pebs_eligible);
+        // Memory bits are all allowed.
+        assert!(build_attr(&spec("cpu/mem-loads/pp"), &perf).unwrap().large_pebs_eligible);
+        // Unknown/other bits are named.
+        let mut a = build_attr(&spec("cycles:pp"), &perf).unwrap().attr;
+        a.sample_type |= b::PERF_SAMPLE_CALLCHAIN as u64;
+        let notes = large_pebs_blockers(&a);
+        assert!(notes[0].contains("CALLCHAIN"), "{notes:?}");
+        // Non-precise and non-core events get no notes.
+        let plan = build_attr(&spec("cycles"), &SamplingConfig::default()).unwrap();
+        assert!(plan.notes.is_empty() && !plan.large_pebs_eligible);
+        // Memory event without precision gets a hint.
+        let plan = build_attr(&spec("cpu/mem-loads/"), &perf).unwrap();
+        assert!(plan.notes[0].contains("add :p"), "{:?}", plan.notes);
+        assert_eq!(plan.attr.sample_type & MEM_SAMPLE_TYPE, MEM_SAMPLE_TYPE);
+    }
+
+    #[test]
+    fn golden_text_is_stable_and_complete() {
+        let plan = build_attr(&spec("cycles:pp"), &SamplingConfig::default()).unwrap();
+        let t = attr_golden_text(&plan.attr);
+        assert!(t.contains("\nprecise_ip=2\n"));
+        assert!(t.contains("sample_type.names=IP|TID|TIME|CPU|PERIOD|IDENTIFIER\n"));
+        assert_eq!(t, attr_golden_text(&plan.attr.clone()));
+        assert!(t.lines().all(|l| l.split_once('=').is_some()));
+    }
+}

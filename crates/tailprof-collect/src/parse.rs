@@ -1,1 +1,851 @@
-//! (being written)
+//! Decoder for the raw records the kernel writes into a perf mmap ring.
+//!
+//! Layouts follow `include/uapi/linux/perf_event.h` (host byte order). A record is
+//! `struct perf_event_header { u32 type; u16 misc; u16 size; }` followed by a body that
+//! depends on `type`. Side-band records (MMAP, COMM, ...) end with the `sample_id`
+//! trailer when `sample_id_all` is set; its fields are the subset of
+//! `TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER` selected by the event's `sample_type`,
+//! in that order, so `IDENTIFIER` is always the *last* u64 of a side-band record and
+//! the *first* u64 after the header of a sample. That is how a recording with several
+//! events (all sharing one ring per CPU) tells them apart.
+//!
+//! Everything is bounds-checked: a malformed record gives a [`ParseError`] (which the
+//! recorder counts), never a panic. The sample path fills a caller-owned [`Sample`]
+//! so decoding a sample allocates nothing once `Sample::regs` has grown.
+
+use tailprof_format::{Comm, CpuMode, LossKind, Lost, Mmap, Record, Sample, Task, Throttle};
+
+/// `PERF_SAMPLE_*` bits of `perf_event_attr.sample_type`.
+pub mod sample_type {
+    pub const IP: u64 = 1 << 0;
+    pub const TID: u64 = 1 << 1;
+    pub const TIME: u64 = 1 << 2;
+    pub const ADDR: u64 = 1 << 3;
+    pub const READ: u64 = 1 << 4;
+    pub const CALLCHAIN: u64 = 1 << 5;
+    pub const ID: u64 = 1 << 6;
+    pub const CPU: u64 = 1 << 7;
+    pub const PERIOD: u64 = 1 << 8;
+    pub const STREAM_ID: u64 = 1 << 9;
+    pub const RAW: u64 = 1 << 10;
+    pub const BRANCH_STACK: u64 = 1 << 11;
+    pub const REGS_USER: u64 = 1 << 12;
+    pub const STACK_USER: u64 = 1 << 13;
+    pub const WEIGHT: u64 = 1 << 14;
+    pub const DATA_SRC: u64 = 1 << 15;
+    pub const IDENTIFIER: u64 = 1 << 16;
+    pub const TRANSACTION: u64 = 1 << 17;
+    pub const REGS_INTR: u64 = 1 << 18;
+    pub const PHYS_ADDR: u64 = 1 << 19;
+    pub const AUX: u64 = 1 << 20;
+    pub const CGROUP: u64 = 1 << 21;
+    pub const DATA_PAGE_SIZE: u64 = 1 << 22;
+    pub const CODE_PAGE_SIZE: u64 = 1 << 23;
+    pub const WEIGHT_STRUCT: u64 = 1 << 24;
+}
+
+/// `PERF_FORMAT_*` bits of `perf_event_attr.read_format`.
+pub mod read_format {
+    pub const TOTAL_TIME_ENABLED: u64 = 1 << 0;
+    pub const TOTAL_TIME_RUNNING: u64 = 1 << 1;
+    pub const ID: u64 = 1 << 2;
+    pub const GROUP: u64 = 1 << 3;
+    pub const LOST: u64 = 1 << 4;
+}
+
+/// `PERF_RECORD_*` record types.
+pub mod record_type {
+    pub const MMAP: u32 = 1;
+    pub const LOST: u32 = 2;
+    pub const COMM: u32 = 3;
+    pub const EXIT: u32 = 4;
+    pub const THROTTLE: u32 = 5;
+    pub const UNTHROTTLE: u32 = 6;
+    pub const FORK: u32 = 7;
+    pub const READ: u32 = 8;
+    pub const SAMPLE: u32 = 9;
+    pub const MMAP2: u32 = 10;
+    pub const LOST_SAMPLES: u32 = 13;
+}
+
+/// `misc` bit of a COMM record caused by exec.
+pub const MISC_COMM_EXEC: u16 = 1 << 13;
+/// `misc` bit of an MMAP2 record that carries a build-id instead of maj/min/ino.
+pub const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+
+/// Size of `struct perf_event_header`.
+pub const HEADER_LEN: usize = 8;
+
+/// Why a record could not be decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("record shorter than its fields")]
+    Truncated,
+    #[error("record size field is invalid")]
+    BadSize,
+    #[error("sample id {0} belongs to no event of this recording")]
+    UnknownId(u64),
+}
+
+/// What the decoder needs to know about one event (from its `perf_event_attr`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub regs_user_mask: u64,
+    pub regs_intr_mask: u64,
+    /// `branch_sample_type` has PERF_SAMPLE_BRANCH_HW_INDEX.
+    pub branch_hw_index: bool,
+    /// `branch_sample_type` has PERF_SAMPLE_BRANCH_COUNTERS.
+    pub branch_counters: bool,
+    pub sample_id_all: bool,
+    /// Period to report when PERF_SAMPLE_PERIOD is not sampled (fixed-period events).
+    pub default_period: u64,
+}
+
+impl Layout {
+    fn has(&self, bit: u64) -> bool {
+        self.sample_type & bit != 0
+    }
+
+    /// Bytes of the `sample_id` trailer of side-band records.
+    pub fn trailer_len(&self) -> usize {
+        if !self.sample_id_all {
+            return 0;
+        }
+        use sample_type::*;
+        [TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER].iter().filter(|&&b| self.has(b)).count() * 8
+    }
+
+    /// Bytes of a PERF_SAMPLE_READ block.
+    fn read_len(&self) -> Option<usize> {
+        use read_format::*;
+        let rf = self.read_format;
+        let opt = |b: u64| if rf & b != 0 { 8 } else { 0 };
+        if rf & GROUP != 0 {
+            None // depends on `nr`, read from the record
+        } else {
+            Some(8 + opt(TOTAL_TIME_ENABLED) + opt(TOTAL_TIME_RUNNING) + opt(ID) + opt(LOST))
+        }
+    }
+}
+
+/// Result of [`Decoder::peek`]: enough to order a record before decoding it fully.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peek {
+    pub kind: u32,
+    /// Timestamp, or 0 when the record carries none.
+    pub time: u64,
+    /// Index of the event the record belongs to, when it can be told.
+    pub event: Option<u16>,
+}
+
+/// A fully decoded record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// The sample was written into the caller's [`Sample`].
+    Sample,
+    Record(Record),
+    /// A record type the recorder does not keep (READ, AUX, SWITCH, KSYMBOL, ...).
+    Ignored(u32),
+}
+
+/// Bounds-checked little reader over one record.
+struct Cur<'a> {
+    b: &'a [u8],
+    p: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn new(b: &'a [u8], p: usize) -> Self {
+        Cur { b, p }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ParseError> {
+        let end = self.p.checked_add(n).ok_or(ParseError::Truncated)?;
+        let s = self.b.get(self.p..end).ok_or(ParseError::Truncated)?;
+        self.p = end;
+        Ok(s)
+    }
+    fn u64(&mut self) -> Result<u64, ParseError> {
+        let s = self.take(8)?;
+        Ok(u64::from_ne_bytes(s.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> Result<u32, ParseError> {
+        let s = self.take(4)?;
+        Ok(u32::from_ne_bytes(s.try_into().unwrap()))
+    }
+    fn skip(&mut self, n: u64) -> Result<(), ParseError> {
+        let n = usize::try_from(n).map_err(|_| ParseError::Truncated)?;
+        self.take(n).map(|_| ())
+    }
+    fn skip_words(&mut self, n: u64) -> Result<(), ParseError> {
+        self.skip(n.checked_mul(8).ok_or(ParseError::Truncated)?)
+    }
+    /// A NUL-terminated string padded to 8 bytes, ending before `end`.
+    fn cstr(&mut self, end: usize) -> Result<String, ParseError> {
+        let s = self.b.get(self.p..end).ok_or(ParseError::Truncated)?;
+        let n = s.iter().position(|&c| c == 0).unwrap_or(s.len());
+        self.p = end;
+        Ok(String::from_utf8_lossy(&s[..n]).into_owned())
+    }
+}
+
+fn rd_u64(b: &[u8], at: usize) -> Result<u64, ParseError> {
+    Cur::new(b, at).u64()
+}
+
+/// Header fields of a raw record: `(type, misc, size)`.
+pub fn header(rec: &[u8]) -> Result<(u32, u16, u16), ParseError> {
+    let h = rec.get(..HEADER_LEN).ok_or(ParseError::Truncated)?;
+    let kind = u32::from_ne_bytes(h[0..4].try_into().unwrap());
+    let misc = u16::from_ne_bytes(h[4..6].try_into().unwrap());
+    let size = u16::from_ne_bytes(h[6..8].try_into().unwrap());
+    Ok((kind, misc, size))
+}
+
+/// The `sample_id` trailer values of a side-band record.
+#[derive(Debug, Clone, Copy, Default)]
+struct Trailer {
+    time: Option<u64>,
+    cpu: Option<u32>,
+}
+
+/// Decodes raw records of one recording (one [`Layout`] per event).
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    layouts: Vec<Layout>,
+    /// `(kernel event id, event index)`, sorted by id.
+    ids: Vec<(u64, u16)>,
+}
+
+impl Decoder {
+    /// `layouts[i]` describes event `i`. With more than one event every layout must have
+    /// PERF_SAMPLE_IDENTIFIER, and [`Decoder::add_id`] must be told each fd's id.
+    pub fn new(layouts: Vec<Layout>) -> Self {
+        assert!(!layouts.is_empty(), "a decoder needs at least one event");
+        Decoder { layouts, ids: Vec::new() }
+    }
+
+    /// Register the id the kernel reports for an fd of event `event` (PERF_EVENT_IOC_ID).
+    pub fn add_id(&mut self, id: u64, event: u16) {
+        if let Err(i) = self.ids.binary_search_by_key(&id, |e| e.0) {
+            self.ids.insert(i, (id, event));
+        }
+    }
+
+    pub fn layouts(&self) -> &[Layout] {
+        &self.layouts
+    }
+
+    fn single(&self) -> bool {
+        self.layouts.len() == 1
+    }
+
+    fn lookup(&self, id: u64) -> Result<u16, ParseError> {
+        match self.ids.binary_search_by_key(&id, |e| e.0) {
+            Ok(i) => Ok(self.ids[i].1),
+            Err(_) => Err(ParseError::UnknownId(id)),
+        }
+    }
+
+    /// Which event a sample belongs to (its first u64 is the IDENTIFIER when events > 1).
+    fn sample_event(&self, rec: &[u8]) -> Result<u16, ParseError> {
+        if self.single() {
+            return Ok(0);
+        }
+        self.lookup(rd_u64(rec, HEADER_LEN)?)
+    }
+
+    /// Which event a side-band record belongs to (its last u64 is the IDENTIFIER).
+    fn sideband_event(&self, rec: &[u8]) -> Result<Option<u16>, ParseError> {
+        if self.single() {
+            return Ok(Some(0));
+        }
+        let l0 = &self.layouts[0];
+        if !l0.sample_id_all || !l0.has(sample_type::IDENTIFIER) {
+            return Ok(None);
+        }
+        let at = rec.len().checked_sub(8).filter(|&a| a >= HEADER_LEN).ok_or(ParseError::Truncated)?;
+        self.lookup(rd_u64(rec, at)?).map(Some)
+    }
+
+    fn layout_for(&self, event: Option<u16>) -> &Layout {
+        event.and_then(|e| self.layouts.get(e as usize)).unwrap_or(&self.layouts[0])
+    }
+
+    /// Check the header's size against the slice and return `(type, misc)`.
+    fn check(rec: &[u8]) -> Result<(u32, u16), ParseError> {
+        let (kind, misc, size) = header(rec)?;
+        if (size as usize) < HEADER_LEN || size as usize != rec.len() {
+            return Err(ParseError::BadSize);
+        }
+        Ok((kind, misc))
+    }
+
+    /// Read the `sample_id` trailer; returns the trailer and where the body ends.
+    fn trailer(&self, rec: &[u8], l: &Layout) -> Result<(Trailer, usize), ParseError> {
+        use sample_type::*;
+        let n = l.trailer_len();
+        let start = rec.len().checked_sub(n).filter(|&s| s >= HEADER_LEN).ok_or(ParseError::Truncated)?;
+        let mut c = Cur::new(rec, start);
+        let mut t = Trailer::default();
+        if n == 0 {
+            return Ok((t, start));
+        }
+        if l.has(TID) {
+            c.u64()?; // pid, tid: the body has them
+        }
+        if l.has(TIME) {
+            t.time = Some(c.u64()?);
+        }
+        if l.has(ID) {
+            c.u64()?;
+        }
+        if l.has(STREAM_ID) {
+            c.u64()?;
+        }
+        if l.has(CPU) {
+            t.cpu = Some(c.u32()?);
+            c.u32()?;
+        }
+        Ok((t, start))
+    }
+
+    /// Timestamp and event of a record, without decoding the rest.
+    pub fn peek(&self, rec: &[u8]) -> Result<Peek, ParseError> {
+        use sample_type::*;
+        let (kind, _) = Self::check(rec)?;
+        if kind == record_type::SAMPLE {
+            let ev = self.sample_event(rec)?;
+            let l = self.layout_for(Some(ev));
+            let time = if l.has(TIME) {
+                let words = [IDENTIFIER, IP, TID].iter().filter(|&&b| l.has(b)).count();
+                rd_u64(rec, HEADER_LEN + 8 * words)?
+            } else {
+                0
+            };
+            return Ok(Peek { kind, time, event: Some(ev) });
+        }
+        let ev = self.sideband_event(rec)?;
+        let l = self.layout_for(ev);
+        let mut time = 0;
+        if l.sample_id_all && l.has(TIME) {
+            let after = [ID, STREAM_ID, CPU, IDENTIFIER].iter().filter(|&&b| l.has(b)).count();
+            let at = rec.len().checked_sub(8 * (after + 1)).filter(|&a| a >= HEADER_LEN);
+            time = rd_u64(rec, at.ok_or(ParseError::Truncated)?)?;
+        } else if kind == record_type::FORK || kind == record_type::EXIT {
+            time = rd_u64(rec, HEADER_LEN + 16)?;
+        } else if kind == record_type::THROTTLE || kind == record_type::UNTHROTTLE {
+            time = rd_u64(rec, HEADER_LEN)?;
+        }
+        Ok(Peek { kind, time, event: ev })
+    }
+
+    /// Decode a sample into `s` (every field is overwritten). `ring_cpu` is used when
+    /// the sample does not carry PERF_SAMPLE_CPU.
+    pub fn decode_sample(&self, rec: &[u8], event: u16, ring_cpu: u32, s: &mut Sample) -> Result<(), ParseError> {
+        use sample_type::*;
+        let (_, misc) = Self::check(rec)?;
+        let l = self.layouts.get(event as usize).ok_or(ParseError::UnknownId(event as u64))?;
+        let mut c = Cur::new(rec, HEADER_LEN);
+        s.event = event;
+        s.cpumode = CpuMode::from_perf_misc(misc);
+        s.regs.clear();
+        if l.has(IDENTIFIER) {
+            c.u64()?;
+        }
+        s.ip = if l.has(IP) { c.u64()? } else { 0 };
+        if l.has(TID) {
+            s.pid = c.u32()?;
+            s.tid = c.u32()?;
+        } else {
+            s.pid = 0;
+            s.tid = 0;
+        }
+        s.time = if l.has(TIME) { c.u64()? } else { 0 };
+        s.addr = if l.has(ADDR) { Some(c.u64()?) } else { None };
+        if l.has(ID) {
+            c.u64()?;
+        }
+        if l.has(STREAM_ID) {
+            c.u64()?;
+        }
+        s.cpu = ring_cpu;
+        if l.has(CPU) {
+            s.cpu = c.u32()?;
+            c.u32()?;
+        }
+        s.period = if l.has(PERIOD) { c.u64()? } else { l.default_period };
+        s.weight = None;
+        s.data_src = None;
+        if l.has(READ) {
+            match l.read_len() {
+                Some(n) => c.skip(n as u64)?,
+                None => {
+                    let nr = c.u64()?;
+                    let rf = l.read_format;
+                    let hdr = [read_format::TOTAL_TIME_ENABLED, read_format::TOTAL_TIME_RUNNING]
+                        .iter()
+                        .filter(|&&b| rf & b != 0)
+                        .count() as u64;
+                    let per = 1 + [read_format::ID, read_format::LOST].iter().filter(|&&b| rf & b != 0).count() as u64;
+                    c.skip_words(hdr)?;
+                    c.skip_words(nr.checked_mul(per).ok_or(ParseError::Truncated)?)?;
+                }
+            }
+        }
+        if l.has(CALLCHAIN) {
+            let nr = c.u64()?;
+            c.skip_words(nr)?;
+        }
+        if l.has(RAW) {
+            let n = c.u32()?;
+            c.skip(n as u64)?;
+        }
+        if l.has(BRANCH_STACK) {
+            let nr = c.u64()?;
+            if l.branch_hw_index {
+                c.u64()?;
+            }
+            c.skip_words(nr.checked_mul(3).ok_or(ParseError::Truncated)?)?;
+            if l.branch_counters {
+                c.skip_words(nr)?;
+            }
+        }
+        if l.has(REGS_USER) {
+            let abi = c.u64()?;
+            if abi != 0 {
+                let n = l.regs_user_mask.count_ones() as usize;
+                let words = c.take(n * 8)?;
+                s.regs.extend(words.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap())));
+            }
+        }
+        if l.has(STACK_USER) {
+            let size = c.u64()?;
+            c.skip(size)?;
+            if size != 0 {
+                c.u64()?; // dyn_size
+            }
+        }
+        if l.has(WEIGHT) || l.has(WEIGHT_STRUCT) {
+            let w = c.u64()?;
+            // WEIGHT_STRUCT: { u32 var1_dw; u16 var2_w; u16 var3_w } -> the first word.
+            s.weight = Some(if l.has(WEIGHT_STRUCT) { w & 0xffff_ffff } else { w });
+        }
+        if l.has(DATA_SRC) {
+            s.data_src = Some(c.u64()?);
+        }
+        // Later fields (TRANSACTION, REGS_INTR, PHYS_ADDR, AUX, CGROUP, page sizes) are
+        // not kept; the record's size bounds them, so they need not be walked.
+        Ok(())
+    }
+
+    /// Decode any record. Samples go into `s` (see [`Decoder::decode_sample`]); other
+    /// records are returned. `event` is what [`Decoder::peek`] found.
+    pub fn decode(&self, rec: &[u8], event: Option<u16>, ring_cpu: u32, s: &mut Sample) -> Result<Decoded, ParseError> {
+        let (kind, misc) = Self::check(rec)?;
+        if kind == record_type::SAMPLE {
+            let ev = match event {
+                Some(e) => e,
+                None => self.sample_event(rec)?,
+            };
+            self.decode_sample(rec, ev, ring_cpu, s)?;
+            return Ok(Decoded::Sample);
+        }
+        let l = self.layout_for(event);
+        let (t, end) = self.trailer(rec, l)?;
+        let time = t.time.unwrap_or(0);
+        let cpu = t.cpu.unwrap_or(ring_cpu);
+        let mut c = Cur::new(rec, HEADER_LEN);
+        let cpumode = CpuMode::from_perf_misc(misc);
+        let r = match kind {
+            record_type::MMAP | record_type::MMAP2 => {
+                let pid = c.u32()?;
+                let tid = c.u32()?;
+                let start = c.u64()?;
+                let len = c.u64()?;
+                let pgoff = c.u64()?;
+                let mut prot = 0;
+                let mut build_id = None;
+                if kind == record_type::MMAP2 {
+                    let u = c.take(24)?;
+                    if misc & MISC_MMAP_BUILD_ID != 0 {
+                        let n = (u[0] as usize).min(20);
+                        if n > 0 {
+                            build_id = Some(u[4..4 + n].to_vec());
+                        }
+                    }
+                    prot = c.u32()?;
+                    c.u32()?; // flags
+                }
+                let path = c.cstr(end)?;
+                Record::Mmap(Mmap { time, pid, tid, start, len, pgoff, prot, cpumode, path, build_id })
+            }
+            record_type::COMM => {
+                let pid = c.u32()?;
+                let tid = c.u32()?;
+                let comm = c.cstr(end)?;
+                Record::Comm(Comm { time, pid, tid, exec: misc & MISC_COMM_EXEC != 0, comm })
+            }
+            record_type::FORK | record_type::EXIT => {
+                let pid = c.u32()?;
+                let ppid = c.u32()?;
+                let tid = c.u32()?;
+                let ptid = c.u32()?;
+                let body_time = c.u64()?;
+                let time = t.time.unwrap_or(body_time);
+                let task = Task { time, pid, ppid, tid, ptid };
+                if kind == record_type::FORK {
+                    Record::Fork(task)
+                } else {
+                    Record::Exit(task)
+                }
+            }
+            record_type::LOST => {
+                let id = c.u64()?;
+                let count = c.u64()?;
+                let event = self.lookup(id).ok().or(if self.single() { Some(0) } else { None });
+                Record::Lost(Lost { time, cpu, event, kind: LossKind::RingFull, count })
+            }
+            record_type::LOST_SAMPLES => {
+                let count = c.u64()?;
+                Record::Lost(Lost { time, cpu, event, kind: LossKind::Samples, count })
+            }
+            record_type::THROTTLE | record_type::UNTHROTTLE => {
+                let body_time = c.u64()?;
+                let id = c.u64()?;
+                c.u64()?; // stream_id
+                let event = self.lookup(id).ok().or(event);
+                let time = t.time.unwrap_or(body_time);
+                Record::Throttle(Throttle { time, cpu, event, throttled: kind == record_type::THROTTLE })
+            }
+            other => return Ok(Decoded::Ignored(other)),
+        };
+        if c.p > end {
+            return Err(ParseError::Truncated);
+        }
+        Ok(Decoded::Record(r))
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::sample_type as st;
+    use super::*;
+
+    /// Builds a raw record: header + body words, size filled in.
+    struct B(Vec<u8>);
+    impl B {
+        fn new(kind: u32, misc: u16) -> B {
+            let mut v = Vec::new();
+            v.extend_from_slice(&kind.to_ne_bytes());
+            v.extend_from_slice(&misc.to_ne_bytes());
+            v.extend_from_slice(&0u16.to_ne_bytes());
+            B(v)
+        }
+        fn u64(mut self, x: u64) -> B {
+            self.0.extend_from_slice(&x.to_ne_bytes());
+            self
+        }
+        fn u32s(mut self, a: u32, b: u32) -> B {
+            self.0.extend_from_slice(&a.to_ne_bytes());
+            self.0.extend_from_slice(&b.to_ne_bytes());
+            self
+        }
+        fn bytes(mut self, b: &[u8]) -> B {
+            self.0.extend_from_slice(b);
+            self
+        }
+        fn str(mut self, s: &str) -> B {
+            self.0.extend_from_slice(s.as_bytes());
+            self.0.push(0);
+            while self.0.len() % 8 != 0 {
+                self.0.push(0);
+            }
+            self
+        }
+        fn done(mut self) -> Vec<u8> {
+            let n = self.0.len() as u16;
+            self.0[6..8].copy_from_slice(&n.to_ne_bytes());
+            self.0
+        }
+    }
+
+    const BASIC: u64 = st::IP | st::TID | st::TIME | st::CPU | st::PERIOD;
+
+    fn one(sample_type: u64) -> Decoder {
+        Decoder::new(vec![Layout { sample_type, sample_id_all: true, ..Layout::default() }])
+    }
+
+    fn sample(d: &Decoder, rec: &[u8]) -> Sample {
+        let p = d.peek(rec).unwrap();
+        let mut s = Sample::default();
+        assert_eq!(d.decode(rec, p.event, 7, &mut s).unwrap(), Decoded::Sample);
+        assert_eq!(p.time, s.time);
+        s
+    }
+
+    #[test]
+    fn basic_sample() {
+        let d = one(BASIC);
+        let rec = B::new(9, 2).u64(0x401000).u32s(10, 11).u64(5000).u32s(1, 0).u64(100000).done();
+        let s = sample(&d, &rec);
+        assert_eq!((s.ip, s.pid, s.tid, s.time, s.cpu, s.period), (0x401000, 10, 11, 5000, 1, 100000));
+        assert_eq!(s.cpumode, CpuMode::User);
+        assert!(s.regs.is_empty() && s.addr.is_none() && s.weight.is_none());
+    }
+
+    #[test]
+    fn every_field_in_kernel_order() {
+        let t = st::IDENTIFIER
+            | BASIC
+            | st::ADDR
+            | st::ID
+            | st::STREAM_ID
+            | st::READ
+            | st::CALLCHAIN
+            | st::RAW
+            | st::REGS_USER
+            | st::STACK_USER
+            | st::WEIGHT_STRUCT
+            | st::DATA_SRC
+            | st::TRANSACTION;
+        let mut d = Decoder::new(vec![
+            Layout { sample_type: BASIC | st::IDENTIFIER, ..Layout::default() },
+            Layout {
+                sample_type: t,
+                read_format: read_format::TOTAL_TIME_ENABLED | read_format::ID,
+                regs_user_mask: 0b1011,
+                sample_id_all: true,
+                ..Layout::default()
+            },
+        ]);
+        d.add_id(77, 1);
+        d.add_id(55, 0);
+        let rec = B::new(9, 1)
+            .u64(77) // identifier
+            .u64(0xffff_8000_0000_1234) // ip
+            .u32s(3, 4)
+            .u64(999) // time
+            .u64(0xdead_0000) // addr
+            .u64(77) // id
+            .u64(78) // stream id
+            .u32s(1, 0) // cpu
+            .u64(1234) // period
+            .u64(1)
+            .u64(2)
+            .u64(3) // read: value, enabled, id
+            .u64(2)
+            .u64(0xa)
+            .u64(0xb) // callchain
+            .bytes(&12u32.to_ne_bytes())
+            .bytes(&[9; 12]) // raw: 4 + 12 = 16 bytes
+            .u64(2)
+            .u64(100)
+            .u64(101)
+            .u64(102) // regs_user: abi + 3 regs
+            .u64(16)
+            .bytes(&[0; 16])
+            .u64(16) // stack_user: size, data, dyn_size
+            .u64(0x0005_0004_0000_0123) // weight struct
+            .u64(0x42) // data_src
+            .u64(0x99) // transaction (not kept)
+            .done();
+        let s = sample(&d, &rec);
+        assert_eq!(s.event, 1);
+        assert_eq!(s.cpumode, CpuMode::Kernel);
+        assert_eq!((s.pid, s.tid, s.time, s.cpu, s.period), (3, 4, 999, 1, 1234));
+        assert_eq!(s.addr, Some(0xdead_0000));
+        assert_eq!(s.regs, vec![100, 101, 102]);
+        assert_eq!(s.weight, Some(0x123));
+        assert_eq!(s.data_src, Some(0x42));
+    }
+
+    #[test]
+    fn regs_abi_none_and_group_read() {
+        let d = Decoder::new(vec![Layout {
+            sample_type: st::TID | st::TIME | st::READ | st::REGS_USER | st::WEIGHT,
+            read_format: read_format::GROUP | read_format::ID | read_format::TOTAL_TIME_RUNNING,
+            regs_user_mask: 0xff,
+            default_period: 4000,
+            ..Layout::default()
+        }]);
+        let rec = B::new(9, 2)
+            .u32s(1, 2)
+            .u64(5)
+            .u64(2) // nr
+            .u64(0) // running
+            .u64(1)
+            .u64(10)
+            .u64(2)
+            .u64(11) // {value,id} x2
+            .u64(0) // abi none: no regs
+            .u64(77) // weight
+            .done();
+        let s = sample(&d, &rec);
+        assert!(s.regs.is_empty());
+        assert_eq!(s.weight, Some(77));
+        assert_eq!(s.period, 4000);
+        assert_eq!(s.cpu, 7, "ring cpu when CPU is not sampled");
+    }
+
+    #[test]
+    fn sample_reuse_clears_optional_fields() {
+        let d = one(BASIC | st::ADDR | st::REGS_USER);
+        let d2 = one(BASIC);
+        let mut s = Sample { addr: Some(1), regs: vec![1, 2], weight: Some(3), ..Sample::default() };
+        let rec = B::new(9, 2).u64(1).u32s(1, 1).u64(1).u32s(0, 0).u64(1).done();
+        d2.decode(&rec, Some(0), 0, &mut s).unwrap();
+        assert!(s.addr.is_none() && s.regs.is_empty() && s.weight.is_none());
+        let _ = d;
+    }
+
+    const TRAILER: u64 = st::TID | st::TIME | st::CPU | st::IDENTIFIER;
+
+    fn sb_decoder() -> Decoder {
+        let l = Layout { sample_type: st::IP | TRAILER, sample_id_all: true, ..Layout::default() };
+        let mut d = Decoder::new(vec![l.clone(), l]);
+        d.add_id(500, 0);
+        d.add_id(501, 1);
+        d
+    }
+
+    fn trailer(b: B, time: u64, cpu: u32, id: u64) -> Vec<u8> {
+        b.u32s(1, 1).u64(time).u32s(cpu, 0).u64(id).done()
+    }
+
+    fn record(d: &Decoder, rec: &[u8]) -> (Peek, Record) {
+        let p = d.peek(rec).unwrap();
+        match d.decode(rec, p.event, 9, &mut Sample::default()).unwrap() {
+            Decoded::Record(r) => {
+                assert_eq!(r.time(), p.time);
+                (p, r)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn mmap2_with_and_without_build_id() {
+        let d = sb_decoder();
+        let mut u = [0u8; 24];
+        u[0] = 20;
+        for (i, b) in u[4..24].iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        let b = B::new(10, 2 | MISC_MMAP_BUILD_ID)
+            .u32s(100, 101)
+            .u64(0x5000)
+            .u64(0x2000)
+            .u64(0x1000)
+            .bytes(&u)
+            .u32s(5, 2)
+            .str("/usr/bin/true");
+        let (p, r) = record(&d, &trailer(b, 1234, 1, 501));
+        assert_eq!(p.event, Some(1));
+        let Record::Mmap(m) = r else { panic!() };
+        assert_eq!((m.pid, m.tid, m.start, m.len, m.pgoff, m.prot), (100, 101, 0x5000, 0x2000, 0x1000, 5));
+        assert_eq!(m.path, "/usr/bin/true");
+        assert_eq!(m.build_id.as_deref(), Some(&(1..=20).collect::<Vec<u8>>()[..]));
+        assert_eq!(m.time, 1234);
+
+        // maj/min/ino variant: no build-id even though the bytes are non-zero.
+        let b = B::new(10, 2).u32s(1, 1).u64(0).u64(1).u64(0).bytes(&u).u32s(5, 2).str("/lib/x.so");
+        let (_, r) = record(&d, &trailer(b, 1, 0, 500));
+        let Record::Mmap(m) = r else { panic!() };
+        assert_eq!(m.build_id, None);
+        assert_eq!(m.path, "/lib/x.so");
+    }
+
+    #[test]
+    fn mmap_comm_fork_exit() {
+        let d = sb_decoder();
+        let b = B::new(1, 1).u32s(u32::MAX, 0).u64(0xffff_0000).u64(0x1000).u64(0).str("[kernel.kallsyms]");
+        let (_, r) = record(&d, &trailer(b, 5, 0, 500));
+        let Record::Mmap(m) = r else { panic!() };
+        assert_eq!((m.pid, m.cpumode, m.path.as_str()), (u32::MAX, CpuMode::Kernel, "[kernel.kallsyms]"));
+
+        let b = B::new(3, MISC_COMM_EXEC).u32s(42, 43).str("worker-thread");
+        let (_, r) = record(&d, &trailer(b, 6, 0, 500));
+        assert_eq!(r, Record::Comm(Comm { time: 6, pid: 42, tid: 43, exec: true, comm: "worker-thread".into() }));
+
+        let b = B::new(7, 0).u32s(50, 42).u32s(51, 43).u64(7);
+        let (_, r) = record(&d, &trailer(b, 7, 0, 500));
+        assert_eq!(r, Record::Fork(Task { time: 7, pid: 50, ppid: 42, tid: 51, ptid: 43 }));
+        let b = B::new(4, 0).u32s(50, 42).u32s(51, 43).u64(8);
+        let (_, r) = record(&d, &trailer(b, 8, 0, 500));
+        assert!(matches!(r, Record::Exit(Task { pid: 50, .. })));
+    }
+
+    #[test]
+    fn lost_and_throttle() {
+        let d = sb_decoder();
+        let (_, r) = record(&d, &trailer(B::new(2, 0).u64(501).u64(33), 9, 1, 501));
+        assert_eq!(r, Record::Lost(Lost { time: 9, cpu: 1, event: Some(1), kind: LossKind::RingFull, count: 33 }));
+        let (_, r) = record(&d, &trailer(B::new(13, 0).u64(4), 10, 0, 500));
+        assert_eq!(r, Record::Lost(Lost { time: 10, cpu: 0, event: Some(0), kind: LossKind::Samples, count: 4 }));
+        let (_, r) = record(&d, &trailer(B::new(5, 0).u64(11).u64(501).u64(501), 11, 1, 501));
+        assert_eq!(r, Record::Throttle(Throttle { time: 11, cpu: 1, event: Some(1), throttled: true }));
+        let (_, r) = record(&d, &trailer(B::new(6, 0).u64(12).u64(500).u64(500), 12, 0, 500));
+        assert!(matches!(r, Record::Throttle(Throttle { throttled: false, .. })));
+    }
+
+    #[test]
+    fn no_sample_id_all_and_ignored_types() {
+        let d = Decoder::new(vec![Layout { sample_type: BASIC, ..Layout::default() }]);
+        let rec = B::new(4, 0).u32s(1, 1).u32s(2, 2).u64(321).done();
+        let (p, _) = record(&d, &rec);
+        assert_eq!(p.time, 321, "no trailer: the body's time");
+        let rec = B::new(3, 0).u32s(1, 1).str("c").done();
+        assert_eq!(d.peek(&rec).unwrap().time, 0, "COMM without trailer has no time");
+        let rec = B::new(14, 0).done(); // SWITCH
+        assert_eq!(d.decode(&rec, Some(0), 0, &mut Sample::default()), Ok(Decoded::Ignored(14)));
+    }
+
+    #[test]
+    fn malformed_records_are_errors_not_panics() {
+        let d = sb_decoder();
+        let good = trailer(B::new(3, 0).u32s(1, 2).str("x"), 1, 0, 500);
+        // Every truncation and a wrong size field.
+        for n in 0..good.len() {
+            let mut r = good[..n].to_vec();
+            if r.len() >= 8 {
+                r[6..8].copy_from_slice(&(n as u16).to_ne_bytes());
+            }
+            let _ = d.peek(&r);
+            let _ = d.decode(&r, Some(0), 0, &mut Sample::default());
+        }
+        let mut bad = good.clone();
+        bad[6..8].copy_from_slice(&4u16.to_ne_bytes());
+        assert_eq!(d.peek(&bad), Err(ParseError::BadSize));
+        // Unknown identifier.
+        let r = trailer(B::new(3, 0).u32s(1, 2).str("x"), 1, 0, 999);
+        assert_eq!(d.peek(&r), Err(ParseError::UnknownId(999)));
+        // A sample whose callchain claims more entries than the record holds.
+        let d = one(st::TID | st::CALLCHAIN);
+        let r = B::new(9, 0).u32s(1, 1).u64(u64::MAX).u64(1).done();
+        assert_eq!(d.decode(&r, Some(0), 0, &mut Sample::default()), Err(ParseError::Truncated));
+        // Pseudo-random garbage never panics.
+        let d = sb_decoder();
+        let mut x = 0x12345678u64;
+        for _ in 0..20000 {
+            let mut r = vec![0u8; (x % 120) as usize];
+            for b in r.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            if r.len() >= 8 {
+                let n = r.len() as u16;
+                r[6..8].copy_from_slice(&n.to_ne_bytes());
+                r[0..4].copy_from_slice(&((x % 16) as u32).to_ne_bytes());
+            }
+            if let Ok(p) = d.peek(&r) {
+                let _ = d.decode(&r, p.event, 0, &mut Sample::default());
+            }
+            let _ = d.decode(&r, Some(1), 0, &mut Sample::default());
+        }
+    }
+}

@@ -1,1 +1,749 @@
-//! (being written)
+//! The recorder: open events for a target, drain the per-CPU rings with one epoll loop,
+//! merge CPUs in timestamp order, and write records to a trace.
+//!
+//! # Setup ([`Recorder::new`])
+//! One ring per online CPU. For every CPU and every task (the launched child, each
+//! thread of `-p PID`, or `pid = -1` for `-a`) each event gets an fd; the first fd
+//! opened on a CPU owns the ring (`mmap`), every other fd on that CPU is redirected
+//! into it with `PERF_EVENT_IOC_SET_OUTPUT`. Event 0 is the side-band event (mmap2,
+//! comm, task, build-id). Each fd's kernel id (`PERF_EVENT_IOC_ID`) is registered with
+//! the [`Decoder`] so records of several events sharing one ring can be told apart.
+//! Everything is opened disabled; the command's events enable themselves at exec
+//! (`enable_on_exec`), the others are enabled when [`Recorder::run`] starts.
+//!
+//! # Merging CPUs: rounds
+//! Each ring is ordered in time, but rings are not ordered with respect to each
+//! other. Every iteration of the loop is a *round*:
+//!
+//! 1. read the clock (`T_k`, CLOCK_MONOTONIC — the clock of the timestamps), then
+//!    drain every ring completely into the [`RoundQueue`];
+//! 2. sort what is queued by time and write only the records with
+//!    `time <= T_{k-1}` — the drain-start time of the *previous* round — keeping later
+//!    ones queued; then `end_round()` on the writer.
+//!
+//! **Invariant:** a record stamped `t <= T_{k-1}` was written into its ring before
+//! `T_k` (the kernel writes a record right after taking its timestamp, and a round lasts
+//! far longer than that), so round `k`'s drain, which starts after `T_k`, has already
+//! picked it up. Hence nothing drained later can be older than what round `k` writes,
+//! and the output is globally time-ordered. Records synthesized from /proc (time 0) are
+//! written before the loop starts. At the end, after the final full drain, everything
+//! left is written, sorted. With the perf default clock, which user space cannot read,
+//! `T_k` is the largest timestamp seen before round `k`'s drain (perf's own rule). A
+//! record that arrives late anyway is still written (never dropped) and counted in
+//! [`RecordSummary::out_of_order`].
+//!
+//! The drain path does no allocation per record and no syscall per sample: records
+//! are copied from the ring into a reused arena, decoded into one reused [`Sample`],
+//! and handed to the writer.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tailprof_format::{BuildIdEntry, FormatError, LossKind, Mmap, Record, Sample, TraceHeader, TraceWriter};
+
+use crate::attr::{build_attr, AttrPlan, ClockChoice, SamplingConfig};
+use crate::caps::Capabilities;
+use crate::event::{EventError, EventSpec};
+use crate::parse::{Decoded, Decoder, Layout};
+use crate::ring::{Pending, Ring, RoundQueue};
+use crate::sys::{self, CollectError};
+use crate::target::{self, Child, LaunchError};
+use crate::{buildid, procfs};
+
+/// What to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Launch this command (argv); counting starts at its exec.
+    Command(Vec<String>),
+    /// Attach to a running process: all its threads, and threads created later.
+    Pid(u32),
+    /// Every CPU, every process.
+    SystemWide,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    pub events: Vec<EventSpec>,
+    /// Period/freq/regs from the caller; inherit, enable_on_exec, disabled, sideband and
+    /// clock are set by the recorder per target and event.
+    pub sampling: SamplingConfig,
+    /// Data pages per CPU ring (a power of two).
+    pub mmap_pages: usize,
+    pub target: Target,
+    pub cmdline: Vec<String>,
+}
+
+/// Handed to the progress callback once per round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub elapsed_ns: u64,
+    pub samples: u64,
+    pub lost: u64,
+    pub bytes: u64,
+}
+
+/// What a recording did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordSummary {
+    pub duration_ns: u64,
+    pub samples: u64,
+    /// Sum of PERF_RECORD_LOST counts (ring full).
+    pub lost_records: u64,
+    /// Sum of PERF_RECORD_LOST_SAMPLES counts.
+    pub lost_samples: u64,
+    /// PERF_RECORD_THROTTLE records.
+    pub throttled: u64,
+    /// Command target: exit code, or 128 + signal.
+    pub exit_status: Option<i32>,
+    /// epoll wakeups that reported ready fds.
+    pub wakeups: u64,
+    pub rounds: u64,
+    /// Records that could not be decoded (and ring batches with a corrupt size field);
+    /// they are counted here, never silently dropped.
+    pub malformed: u64,
+    /// Records written after a record with a later timestamp (see the module docs).
+    pub out_of_order: u64,
+    /// Records of types the recorder does not keep (e.g. PERF_RECORD_SWITCH).
+    pub ignored: u64,
+}
+
+/// Everything that can go wrong while recording.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+    #[error(transparent)]
+    Event(#[from] EventError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("no such process: {0}")]
+    NoSuchProcess(u32),
+    #[error("writing the trace failed: {0}")]
+    Format(#[from] FormatError),
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+    #[error("invalid recording options: {0}")]
+    Options(String),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
+    let what = what.into();
+    move |source| RecordError::Io { what, source }
+}
+
+/// Where the recorder puts records. Implemented by [`TraceWriter`] and by
+/// [`VecOutput`] (tests).
+pub trait RecordOutput {
+    fn write_record(&mut self, r: &Record) -> Result<(), FormatError>;
+    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError>;
+    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError>;
+    fn end_round(&mut self) -> Result<(), FormatError>;
+    fn bytes_written(&self) -> u64;
+}
+
+impl<W: Write> RecordOutput for TraceWriter<W> {
+    fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
+        self.write(r)
+    }
+    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
+        TraceWriter::write_sample(self, s)
+    }
+    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+        TraceWriter::add_build_id(self, e)
+    }
+    fn end_round(&mut self) -> Result<(), FormatError> {
+        TraceWriter::end_round(self)
+    }
+    fn bytes_written(&self) -> u64 {
+        TraceWriter::bytes_written(self)
+    }
+}
+
+/// Keeps everything in memory (for tests and tools).
+#[derive(Debug, Default)]
+pub struct VecOutput {
+    pub records: Vec<Record>,
+    pub build_ids: Vec<BuildIdEntry>,
+    pub rounds: u64,
+}
+
+impl RecordOutput for VecOutput {
+    fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
+        self.records.push(r.clone());
+        Ok(())
+    }
+    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
+        self.records.push(Record::Sample(s.clone()));
+        Ok(())
+    }
+    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+        self.build_ids.push(e);
+        Ok(())
+    }
+    fn end_round(&mut self) -> Result<(), FormatError> {
+        self.rounds += 1;
+        Ok(())
+    }
+    fn bytes_written(&self) -> u64 {
+        0
+    }
+}
+
+/// How long one epoll_wait may block: bounds round latency and stop latency.
+const POLL_TIMEOUT_MS: i32 = 100;
+/// After asking the command to stop, how long to wait before SIGKILL.
+const CHILD_STOP_GRACE_MS: i32 = 2000;
+/// epoll data value of the target's pidfd.
+const PIDFD_TOKEN: u64 = u64::MAX;
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC in ns (the clock of `use_clockid` timestamps).
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Decoding, counting, build-ids: everything between the queue and the writer.
+struct Emitter {
+    decoder: Decoder,
+    sample: Sample,
+    s: RecordSummary,
+    last_time: u64,
+    /// Paths whose build-id was looked up (and given to the writer when found).
+    build_ids: HashMap<String, Option<Vec<u8>>>,
+}
+
+impl Emitter {
+    fn note_time(&mut self, t: u64) {
+        if t != 0 && t < self.last_time {
+            self.s.out_of_order += 1;
+        }
+        self.last_time = self.last_time.max(t);
+    }
+
+    /// Decode and write one raw record.
+    fn raw<O: RecordOutput + ?Sized>(&mut self, p: &Pending, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
+        match self.decoder.decode(rec, p.event(), p.cpu, &mut self.sample) {
+            Ok(Decoded::Sample) => {
+                self.s.samples += 1;
+                self.note_time(self.sample.time);
+                out.write_sample(&self.sample)
+            }
+            Ok(Decoded::Record(r)) => self.record(r, out),
+            Ok(Decoded::Ignored(_)) => {
+                self.s.ignored += 1;
+                Ok(())
+            }
+            Err(_) => {
+                self.s.malformed += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Count and write one decoded or synthesized record.
+    fn record<O: RecordOutput + ?Sized>(&mut self, mut r: Record, out: &mut O) -> Result<(), FormatError> {
+        match &mut r {
+            Record::Lost(l) if l.kind == LossKind::RingFull => self.s.lost_records += l.count,
+            Record::Lost(l) if l.kind == LossKind::Samples => self.s.lost_samples += l.count,
+            Record::Throttle(t) if t.throttled => self.s.throttled += 1,
+            Record::Mmap(m) => self.build_id(m, out)?,
+            _ => {}
+        }
+        self.note_time(r.time());
+        out.write_record(&r)
+    }
+
+    /// Attach the build-id to a file mapping, giving the writer each path's id once.
+    fn build_id<O: RecordOutput + ?Sized>(&mut self, m: &mut Mmap, out: &mut O) -> Result<(), FormatError> {
+        let kernel = m.path == "[kernel.kallsyms]";
+        if !(m.path.starts_with('/') || kernel) {
+            return Ok(());
+        }
+        if let Some(known) = self.build_ids.get(&m.path) {
+            if m.build_id.is_none() {
+                m.build_id = known.clone();
+            }
+            return Ok(());
+        }
+        let id = match &m.build_id {
+            Some(id) => Some(id.clone()),
+            None if kernel => buildid::kernel_build_id(),
+            None => buildid::read_build_id(Path::new(&m.path))
+                .ok()
+                .flatten()
+                .or_else(|| buildid::read_build_id(Path::new(&format!("/proc/{}/root{}", m.pid, m.path))).ok().flatten()),
+        };
+        self.build_ids.insert(m.path.clone(), id.clone());
+        if let Some(id) = &id {
+            out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
+        }
+        m.build_id = id;
+        Ok(())
+    }
+}
+
+/// A thin epoll wrapper.
+struct Epoll(OwnedFd);
+
+impl Epoll {
+    fn new() -> io::Result<Epoll> {
+        // SAFETY: plain syscall.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd we own.
+        Ok(Epoll(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+    }
+    fn ctl(&self, op: i32, fd: i32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        // SAFETY: valid epoll fd and event pointer.
+        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd, &mut ev) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    /// Ready events; an interrupted wait (a signal) returns none.
+    fn wait<'a>(&self, buf: &'a mut [libc::epoll_event], timeout_ms: i32) -> io::Result<&'a [libc::epoll_event]> {
+        // SAFETY: buf is valid for buf.len() events.
+        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), buf.as_mut_ptr(), buf.len() as i32, timeout_ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(&buf[..0]) } else { Err(e) };
+        }
+        Ok(&buf[..n as usize])
+    }
+}
+
+/// A recording in progress (see the module docs).
+pub struct Recorder {
+    target: Target,
+    specs: Vec<EventSpec>,
+    plans: Vec<AttrPlan>,
+    clock: ClockChoice,
+    header: TraceHeader,
+    notes: Vec<String>,
+    /// Every perf fd; `owners[i]` indexes the one that owns `rings[i]`.
+    fds: Vec<OwnedFd>,
+    rings: Vec<Ring>,
+    owners: Vec<usize>,
+    child: Option<Child>,
+    pidfd: Option<OwnedFd>,
+    epoll: Epoll,
+    queue: RoundQueue,
+    em: Emitter,
+    /// Largest timestamp drained so far (round clock for the perf default clock).
+    max_seen: u64,
+    ran: bool,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").field("target", &self.target).field("fds", &self.fds.len()).finish()
+    }
+}
+
+/// Raise the soft open-file limit to the hard one (per-thread × per-CPU fds add up).
+fn raise_nofile_limit() {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid rlimit pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < rl.rlim_max {
+            rl.rlim_cur = rl.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
+fn hostname() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+impl Recorder {
+    /// Probe the machine, build the attrs, launch the command stopped before exec (for
+    /// [`Target::Command`]), open every fd and map every ring. Nothing is recorded until
+    /// [`Recorder::run`].
+    pub fn new(opts: RecordOptions) -> Result<Recorder, RecordError> {
+        if opts.events.is_empty() {
+            return Err(RecordError::Options("no events to record".into()));
+        }
+        if opts.events.len() > u16::MAX as usize - 1 {
+            return Err(RecordError::Options("too many events".into()));
+        }
+        if opts.mmap_pages == 0 || !opts.mmap_pages.is_power_of_two() {
+            return Err(RecordError::Options(format!(
+                "ring size must be a power of two number of pages (got {})",
+                opts.mmap_pages
+            )));
+        }
+        let caps = Capabilities::probe();
+        if caps.online_cpus.is_empty() {
+            return Err(RecordError::Options("could not determine the online CPUs".into()));
+        }
+        let clock = caps.clock_choice();
+        let mut cfg = opts.sampling.clone();
+        cfg.clock = clock;
+        cfg.disabled = true;
+        match &opts.target {
+            Target::Command(argv) if argv.is_empty() => return Err(RecordError::Options("empty command".into())),
+            Target::Command(_) => (cfg.inherit, cfg.enable_on_exec) = (true, true),
+            Target::Pid(_) => (cfg.inherit, cfg.enable_on_exec) = (true, false),
+            Target::SystemWide => (cfg.inherit, cfg.enable_on_exec) = (false, false),
+        }
+        let mut plans = Vec::new();
+        for (i, spec) in opts.events.iter().enumerate() {
+            let c = SamplingConfig { sideband: i == 0, ..cfg.clone() };
+            plans.push(build_attr(spec, &c)?);
+        }
+        let layouts = plans.iter().map(layout_of).collect();
+        let notes = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
+        raise_nofile_limit();
+
+        let mut header = TraceHeader {
+            events: plans.iter().map(|p| p.desc.clone()).collect(),
+            clock: Some(caps.clock_info(clock)),
+            source: "record".into(),
+            cmdline: opts.cmdline.clone(),
+            hostname: hostname(),
+            os_release: caps.os_release.clone(),
+            arch: Some(std::env::consts::ARCH.to_string()),
+            cpu_desc: caps.cpu_desc.clone(),
+            nr_cpus: Some(caps.online_cpus.len() as u32),
+            start_realtime_ns: Some(clock_ns(libc::CLOCK_REALTIME)),
+            ..TraceHeader::default()
+        };
+        header.extra.insert("start_monotonic_ns".into(), monotonic_ns().to_string());
+        header.extra.insert("mmap_pages".into(), opts.mmap_pages.to_string());
+
+        let mut rec = Recorder {
+            target: opts.target.clone(),
+            specs: opts.events.clone(),
+            plans,
+            clock,
+            header,
+            notes,
+            fds: Vec::new(),
+            rings: Vec::new(),
+            owners: Vec::new(),
+            child: None,
+            pidfd: None,
+            epoll: Epoll::new().map_err(io_err("epoll_create1"))?,
+            queue: RoundQueue::new(),
+            em: Emitter {
+                decoder: Decoder::new(layouts),
+                sample: Sample::default(),
+                s: RecordSummary::default(),
+                last_time: 0,
+                build_ids: HashMap::new(),
+            },
+            max_seen: 0,
+            ran: false,
+        };
+        let cpus = caps.online_cpus.clone();
+        let mut ring_of_cpu: Vec<Option<usize>> = vec![None; cpus.len()];
+        match &opts.target {
+            Target::Command(argv) => {
+                let child = target::spawn_stopped(argv)?;
+                let pid = child.pid() as i32;
+                rec.child = Some(child);
+                rec.open_task(pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
+            }
+            Target::SystemWide => rec.open_task(-1, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?,
+            Target::Pid(pid) => rec.open_process(*pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?,
+        }
+        rec.pidfd = match (&opts.target, &rec.child) {
+            (Target::Pid(pid), _) => target::pidfd_open(*pid).ok(),
+            _ => None,
+        };
+        let pidfd = rec.pidfd.as_ref().map(|f| f.as_raw_fd()).or(rec.child.as_ref().and_then(|c| c.pidfd()).map(|f| f.as_raw_fd()));
+        if let Some(fd) = pidfd {
+            rec.epoll.ctl(libc::EPOLL_CTL_ADD, fd, PIDFD_TOKEN).map_err(io_err("epoll_ctl(pidfd)"))?;
+        }
+        for (i, &o) in rec.owners.iter().enumerate() {
+            rec.epoll.ctl(libc::EPOLL_CTL_ADD, rec.fds[o].as_raw_fd(), i as u64).map_err(io_err("epoll_ctl"))?;
+        }
+        Ok(rec)
+    }
+
+    /// Open every event for `pid` (a task, or -1) on every CPU.
+    fn open_task(
+        &mut self,
+        pid: i32,
+        cpus: &[u32],
+        ring_of_cpu: &mut [Option<usize>],
+        pages: usize,
+        caps: &Capabilities,
+    ) -> Result<(), RecordError> {
+        for (ci, &cpu) in cpus.iter().enumerate() {
+            for e in 0..self.plans.len() {
+                let fd = sys::perf_event_open(&self.plans[e].attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(|err| sys::explain_open_error(&err, &self.specs[e], caps))?;
+                match ring_of_cpu[ci] {
+                    None => {
+                        let ring = Ring::map(fd.as_fd(), pages, cpu).map_err(|source| RecordError::Io {
+                            what: format!(
+                                "cannot map a {pages}-page perf ring buffer for CPU {cpu} (the per-user limit is \
+                                 /proc/sys/kernel/perf_event_mlock_kb; try fewer --mmap-pages)"
+                            ),
+                            source,
+                        })?;
+                        ring_of_cpu[ci] = Some(self.rings.len());
+                        self.rings.push(ring);
+                        self.owners.push(self.fds.len());
+                    }
+                    Some(r) => sys::ioctl_set_output(fd.as_fd(), self.fds[self.owners[r]].as_fd())
+                        .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT on CPU {cpu}")))?,
+                }
+                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                self.em.decoder.add_id(id, e as u16);
+                self.fds.push(fd);
+            }
+        }
+        Ok(())
+    }
+
+    /// Open every thread of `pid`, re-listing threads until no new one shows up (a
+    /// thread created after its creator's fds are open is covered by `inherit`).
+    fn open_process(
+        &mut self,
+        pid: u32,
+        cpus: &[u32],
+        ring_of_cpu: &mut [Option<usize>],
+        pages: usize,
+        caps: &Capabilities,
+    ) -> Result<(), RecordError> {
+        let mut done: Vec<u32> = Vec::new();
+        for _ in 0..8 {
+            let tids = procfs::thread_ids(pid).map_err(|_| RecordError::NoSuchProcess(pid))?;
+            let new: Vec<u32> = tids.into_iter().filter(|t| !done.contains(t)).collect();
+            if new.is_empty() {
+                break;
+            }
+            for tid in new {
+                match self.open_task(tid as i32, cpus, ring_of_cpu, pages, caps) {
+                    Ok(()) => {}
+                    // The thread exited meanwhile: not an error (its fds so far stay).
+                    Err(_) if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {}
+                    Err(e) => return Err(e),
+                }
+                done.push(tid);
+            }
+        }
+        if self.fds.is_empty() {
+            return Err(RecordError::NoSuchProcess(pid));
+        }
+        Ok(())
+    }
+
+    /// The trace header (write it before calling [`Recorder::run`]).
+    pub fn header(&self) -> TraceHeader {
+        self.header.clone()
+    }
+
+    /// Advisories about the events (e.g. why large PEBS is not possible).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The launched command's pid (for [`Target::Command`]).
+    pub fn child_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.pid())
+    }
+
+    /// Record until the target exits or `stop` is set, writing into `out`. The caller
+    /// finishes the writer afterwards.
+    pub fn run<W: Write>(
+        &mut self,
+        out: &mut TraceWriter<W>,
+        stop: &AtomicBool,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<RecordSummary, RecordError> {
+        self.run_to(out, stop, progress)
+    }
+
+    /// [`Recorder::run`] for any [`RecordOutput`].
+    pub fn run_to<O: RecordOutput + ?Sized>(
+        &mut self,
+        out: &mut O,
+        stop: &AtomicBool,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<RecordSummary, RecordError> {
+        if std::mem::replace(&mut self.ran, true) {
+            return Err(RecordError::Options("a Recorder runs only once".into()));
+        }
+        let t0 = monotonic_ns();
+        match &mut self.child {
+            Some(c) => c.release()?,
+            None => {
+                for fd in &self.fds {
+                    sys::ioctl_enable(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ENABLE"))?;
+                }
+            }
+        }
+        self.synthesize(out)?;
+
+        let mut evbuf = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let mut threshold = 0u64;
+        let mut stopped = false;
+        loop {
+            let ready = self.epoll.wait(&mut evbuf, POLL_TIMEOUT_MS).map_err(io_err("epoll_wait"))?;
+            let mut exited = false;
+            if !ready.is_empty() {
+                self.em.s.wakeups += 1;
+            }
+            for ev in ready {
+                let (token, bits) = (ev.u64, ev.events);
+                if token == PIDFD_TOKEN {
+                    exited = true;
+                } else if bits & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                    // The owning task is gone; keep draining the ring every round, but
+                    // stop polling an fd that would report HUP forever.
+                    let fd = self.fds[self.owners[token as usize]].as_raw_fd();
+                    let _ = self.epoll.ctl(libc::EPOLL_CTL_DEL, fd, token);
+                }
+            }
+            let drain_start = self.round_clock();
+            self.drain_all();
+            let em = &mut self.em;
+            self.queue.emit(Some(threshold), |p, rec| em.raw(p, rec, out))?;
+            threshold = drain_start;
+            out.end_round()?;
+            self.em.s.rounds += 1;
+            progress(&Progress {
+                elapsed_ns: monotonic_ns().saturating_sub(t0),
+                samples: self.em.s.samples,
+                lost: self.em.s.lost_records + self.em.s.lost_samples,
+                bytes: out.bytes_written(),
+            });
+            if stop.load(Ordering::Relaxed) {
+                stopped = true;
+                break;
+            }
+            if exited || self.target_gone() {
+                break;
+            }
+        }
+        if let Some(c) = &mut self.child {
+            if stopped && c.try_wait().map_err(io_err("waitpid"))?.is_none() {
+                // Ctrl-C already reached the child through the terminal's process group;
+                // a SIGTERM (like perf) covers `kill` of the recorder and non-terminals.
+                c.signal(libc::SIGTERM);
+                if !wait_readable(c.pidfd().map(|f| f.as_raw_fd()), CHILD_STOP_GRACE_MS) {
+                    c.signal(libc::SIGKILL);
+                }
+            }
+            self.em.s.exit_status = Some(c.wait().map_err(io_err("waitpid"))?);
+        }
+        for fd in &self.fds {
+            let _ = sys::ioctl_disable(fd.as_fd());
+        }
+        self.drain_all();
+        let em = &mut self.em;
+        self.queue.emit(None, |p, rec| em.raw(p, rec, out))?;
+        out.end_round()?;
+        self.em.s.rounds += 1;
+        self.em.s.duration_ns = monotonic_ns().saturating_sub(t0);
+        Ok(self.em.s.clone())
+    }
+
+    /// Time-0 records: kernel image/modules, and processes already running.
+    fn synthesize<O: RecordOutput + ?Sized>(&mut self, out: &mut O) -> Result<(), RecordError> {
+        let mut recs = Vec::new();
+        if self.plans.iter().any(|p| !p.desc.exclude_kernel) {
+            procfs::kernel_mmaps(&mut recs);
+        }
+        match &self.target {
+            Target::Command(_) => {}
+            Target::Pid(pid) => {
+                procfs::synthesize_process(*pid, &mut recs);
+            }
+            Target::SystemWide => {
+                for pid in procfs::all_pids() {
+                    procfs::synthesize_process(pid, &mut recs);
+                }
+            }
+        }
+        for r in recs {
+            self.em.record(r, out)?;
+        }
+        out.end_round()?;
+        Ok(())
+    }
+
+    /// `T_k` of the round about to drain (see the module docs).
+    fn round_clock(&self) -> u64 {
+        match self.clock {
+            ClockChoice::Monotonic => monotonic_ns(),
+            ClockChoice::PerfDefault => self.max_seen,
+        }
+    }
+
+    /// Drain every ring into the queue.
+    fn drain_all(&mut self) {
+        let (queue, em, max_seen) = (&mut self.queue, &mut self.em, &mut self.max_seen);
+        for ring in &mut self.rings {
+            let cpu = ring.cpu();
+            let st = ring.drain(|rec| match em.decoder.peek(rec) {
+                Ok(p) => {
+                    *max_seen = (*max_seen).max(p.time);
+                    queue.push(p.time, p.event, cpu, rec)
+                }
+                Err(_) => em.s.malformed += 1,
+            });
+            em.s.malformed += st.corrupt as u64;
+        }
+    }
+
+    /// Whether the target ended in a way the pidfd could not tell us.
+    fn target_gone(&mut self) -> bool {
+        match (&self.target, &mut self.child) {
+            (Target::Command(_), Some(c)) if c.pidfd().is_none() => matches!(c.try_wait(), Ok(Some(_)) | Err(_)),
+            (Target::Pid(pid), _) if self.pidfd.is_none() => !procfs::process_alive(*pid),
+            _ => false,
+        }
+    }
+}
+
+/// Wait until `fd` is readable (a pidfd: the process exited), up to `ms`.
+fn wait_readable(fd: Option<i32>, ms: i32) -> bool {
+    let Some(fd) = fd else {
+        std::thread::sleep(std::time::Duration::from_millis(ms as u64 / 10));
+        return false;
+    };
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return n > 0;
+        }
+    }
+}
+
+/// The decoder's view of an attr.
+fn layout_of(p: &AttrPlan) -> Layout {
+    let a = &p.attr;
+    const HW_INDEX: u64 = 1 << 17; // PERF_SAMPLE_BRANCH_HW_INDEX
+    const COUNTERS: u64 = 1 << 19; // PERF_SAMPLE_BRANCH_COUNTERS
+    Layout {
+        sample_type: a.sample_type,
+        read_format: a.read_format,
+        regs_user_mask: a.sample_regs_user,
+        regs_intr_mask: a.sample_regs_intr,
+        branch_hw_index: a.branch_sample_type & HW_INDEX != 0,
+        branch_counters: a.branch_sample_type & COUNTERS != 0,
+        sample_id_all: a.sample_id_all() != 0,
+        default_period: p.desc.sample_period.unwrap_or(0),
+    }
+}

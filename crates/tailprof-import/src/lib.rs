@@ -1,1 +1,174 @@
-//! tailprof import stage (being written).
+//! tailprof import: converts recordings made by Linux `perf record` (perf.data, file or
+//! pipe mode, zstd-compressed or not, PEBS recordings included) into tailprof records.
+//!
+//! Parsing is done by the [`linux_perf_data`] crate (file layout, header features, record
+//! framing, decompression, and the round-based sorting of records from different CPUs).
+//! This crate maps what perf recorded onto the shared record model of `tailprof-format`:
+//!
+//! | perf.data | tailprof |
+//! |---|---|
+//! | perf_event_attr (+ HEADER_EVENT_DESC names) | one [`EventDesc`](tailprof_format::EventDesc) each |
+//! | PERF_RECORD_SAMPLE: IP, TID, TIME, CPU, PERIOD, ADDR, WEIGHT / WEIGHT_STRUCT (var1_dw), DATA_SRC, REGS_USER | [`Sample`](tailprof_format::Sample) |
+//! | MMAP, MMAP2 (prot, build-id) | [`Mmap`](tailprof_format::Mmap) |
+//! | COMM, FORK, EXIT | `Comm`, `Fork`, `Exit` |
+//! | LOST / LOST_SAMPLES | [`Lost`](tailprof_format::Lost) with `RingFull` / `Samples` |
+//! | THROTTLE / UNTHROTTLE | [`Throttle`](tailprof_format::Throttle) |
+//! | HEADER_BUILD_ID (header feature, or records in pipe mode) | [`BuildIdEntry`] |
+//! | CMDLINE, HOSTNAME, OSRELEASE, ARCH, CPUDESC, NRCPUS, ... | [`TraceHeader`] fields and `extra` |
+//!
+//! Other record types (context switches, ksymbol, ...) are counted in
+//! [`ImportSummary::skipped_by_type`]. Records reach the consumer in non-decreasing time
+//! order (see [`PerfDataReader`]). A CPU that perf did not record is [`UNKNOWN_CPU`].
+//!
+//! Entry points: [`import_file`] (what `tailprof import` runs), [`import_to_sink`]
+//! (convert into any [`Sink`], no trace file involved) and [`PerfDataReader`] (pull one
+//! record at a time). The library never prints and never exits; damaged input gives an
+//! [`ImportError`] (or, for recordings that were cut off, a partial import with a warning).
+
+mod header;
+mod reader;
+mod sample;
+mod source;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub use reader::PerfDataReader;
+use tailprof_format::{BuildIdEntry, FormatError, Sink, TraceHeader, TraceWriter};
+
+/// The CPU number of samples and records whose perf event did not record the CPU
+/// (perf's `(u32)-1`).
+pub const UNKNOWN_CPU: u32 = u32::MAX;
+
+/// Errors of the importer. Every message is one line and names the input file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not a perf.data file ({found}; expected magic \"PERFILE2\")", path.display())]
+    NotPerfData { path: PathBuf, found: String },
+    #[error("{}: truncated perf.data file: {detail}", path.display())]
+    Truncated { path: PathBuf, detail: String },
+    #[error("{}: corrupt perf.data file: {detail}", path.display())]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("{}: unsupported perf.data file: {detail}", path.display())]
+    Unsupported { path: PathBuf, detail: String },
+    #[error("{}: cannot write the trace: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: FormatError,
+    },
+}
+
+/// How to import. `Default` gives the behaviour of `tailprof import`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportOptions {
+    /// Import a recording that was never finished (data size 0 in its header) or that
+    /// was cut off, up to its last complete record, with a warning. When false, such
+    /// files are an [`ImportError::Truncated`].
+    pub recover_truncated: bool,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions { recover_truncated: true }
+    }
+}
+
+/// What an import converted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportSummary {
+    /// PERF_RECORD_SAMPLE records converted.
+    pub samples: u64,
+    /// MMAP, MMAP2, COMM, FORK and EXIT records converted.
+    pub side_band: u64,
+    /// Sum of the counts of PERF_RECORD_LOST records (records lost to a full ring).
+    pub lost_records: u64,
+    /// Sum of the counts of PERF_RECORD_LOST_SAMPLES records (samples the PMU dropped).
+    pub lost_samples: u64,
+    /// Number of LOST and LOST_SAMPLES records.
+    pub lost_events: u64,
+    /// THROTTLE and UNTHROTTLE records.
+    pub throttles: u64,
+    /// Records of types tailprof does not keep (see `skipped_by_type`).
+    pub skipped_records: u64,
+    /// Skipped records by perf record type name, e.g. `"SWITCH_CPU_WIDE"`, `"ID_INDEX"`.
+    pub skipped_by_type: BTreeMap<String, u64>,
+    /// Records of a kept type whose body could not be decoded (skipped, with a warning).
+    pub malformed_records: u64,
+    /// Records that were still out of time order after sorting (their time was raised to
+    /// the previous record's). Zero for files written by a correct perf.
+    pub time_clamped: u64,
+    /// Events (perf attrs) in the file.
+    pub events: usize,
+    /// Things the user should know (one line each).
+    pub warnings: Vec<String>,
+}
+
+/// The result of [`import_to_sink`].
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub header: TraceHeader,
+    pub build_ids: Vec<BuildIdEntry>,
+    pub summary: ImportSummary,
+}
+
+/// Convert a perf.data file into records handed to `sink`, in time order.
+pub fn import_to_sink(path: &Path, opts: &ImportOptions, sink: &mut dyn Sink) -> Result<Imported, ImportError> {
+    let mut reader = PerfDataReader::open(path, opts)?;
+    while let Some(r) = reader.next_record()? {
+        sink.handle_record(&r);
+    }
+    let (header, build_ids, summary) = reader.into_parts();
+    Ok(Imported { header, build_ids, summary })
+}
+
+/// Convert the perf.data file `input` into the tailprof trace `output`. `progress` is
+/// called now and then with (bytes of `input` read, size of `input`).
+///
+/// On error, `output` may hold a partial trace (readable up to its last chunk).
+pub fn import_file(
+    input: &Path,
+    output: &Path,
+    opts: &ImportOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ImportSummary, ImportError> {
+    let mut reader = PerfDataReader::open(input, opts)?;
+    let werr = |source| ImportError::Write { path: output.to_path_buf(), source };
+    let mut writer = TraceWriter::create(output, reader.header()).map_err(werr)?;
+    for e in reader.build_ids() {
+        writer.add_build_id(e.clone()).map_err(werr)?;
+    }
+    let total = reader.bytes_total();
+    progress(0, total);
+    let (mut first, mut last) = (None, None);
+    let mut n: u64 = 0;
+    while let Some(r) = reader.next_record()? {
+        let t = r.time();
+        if t != 0 {
+            first.get_or_insert(t);
+            last = Some(t);
+        }
+        writer.write(&r).map_err(werr)?;
+        n += 1;
+        if n % 4096 == 0 {
+            writer.end_round().map_err(werr)?;
+            progress(reader.bytes_read(), total);
+        }
+    }
+    let (_, build_ids, summary) = reader.into_parts();
+    for e in build_ids {
+        writer.add_build_id(e).map_err(werr)?;
+    }
+    let duration = first.zip(last).map(|(f, l)| l - f);
+    writer.finish(duration).map_err(werr)?;
+    progress(total, total);
+    Ok(summary)
+}

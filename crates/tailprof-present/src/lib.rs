@@ -1,1 +1,31 @@
-//! tailprof present stage (being written).
+//! tailprof present stage: render analysis results for people and programs.
+//!
+//! - [`table`]: aligned text tables for flat profiles and a key/value block for trace
+//!   info, with warnings (lost samples, throttling, truncation, unnamed code) on top.
+//! - [`json`]: the same data as JSON (`report --json`, `info --json`).
+//! - [`warnings`]: the warnings both share.
+//! - [`fmt`]: number, byte and duration formatting.
+//!
+//! Everything returns strings or values; nothing prints.
+//!
+//! ```ignore
+//! let text = tailprof_present::table::render_profile(&profile, &TableOptions::default());
+//! let json = tailprof_present::json::profile_json_string(&profile, None)?;
+//! let text = tailprof_present::table::render_info(&info);
+//! let json = tailprof_present::json::info_json_string(&info)?;
+//! ```
+
+pub mod fmt;
+pub mod json;
+pub mod table;
+pub mod warnings;
+
+pub use table::{render_info, render_profile, TableOptions};
+
+/// Errors of the present stage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PresentError {
+    #[error("JSON encoding failed: {0}")]
+    Json(#[from] serde_json::Error),
+}

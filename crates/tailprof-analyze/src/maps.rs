@@ -1,0 +1,458 @@
+//! Address spaces over time.
+//!
+//! [`AddressSpaces`] is a [`Sink`] that follows the side-band records of a trace (MMAP,
+//! COMM, FORK) and keeps, per process, the set of mappings that is current at the time
+//! of the record being processed. Because records arrive in time order, the state seen
+//! when a sample arrives is the state at the sample's time; a caller resolves a sample's
+//! IP with [`AddressSpaces::resolve`] right then (or caches the answer keyed by
+//! [`AddressSpaces::generation`], which changes whenever the pid's mappings change).
+//!
+//! Rules:
+//! - MMAP adds a mapping to its *process* (`pid`, never `tid`: threads share the address
+//!   space); a mapping over existing ones replaces the overlapped parts, like mmap(2).
+//!   Kernel mappings (`pid == u32::MAX`, as perf writes -1, or kernel cpumode) go to the
+//!   shared kernel space.
+//! - COMM with `exec == true` empties the process's address space (the new image's
+//!   mappings follow as MMAP records).
+//! - FORK with `pid != ppid` (a new process) gives it a copy of the parent's mappings;
+//!   a new thread (`pid == ppid`) shares them, so nothing is copied. Either way the new
+//!   thread inherits the creating thread's name.
+//! - EXIT changes nothing: late samples of an exiting task still resolve, and pid reuse
+//!   is handled by the FORK/exec of the new owner.
+//!
+//! Binaries are interned ([`BinaryId`]) by (path, build-id), so a file replaced during
+//! the trace is a different binary.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use tailprof_format::{Comm, CpuMode, Mmap, Sink, Task};
+
+/// Index into [`AddressSpaces::binaries`].
+pub type BinaryId = u32;
+
+/// The pid under which perf (and we) file kernel mappings.
+pub const KERNEL_PID: u32 = u32::MAX;
+
+/// Lowest address of the kernel half on 64-bit Linux (x86-64 with 4-level paging and
+/// arm64 both place the kernel at or above this).
+pub const KERNEL_HALF: u64 = 0xffff_0000_0000_0000;
+
+/// What kind of object a binary id stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryKind {
+    /// A file on disk (ELF executable or shared object, usually).
+    File,
+    /// The kernel image (`[kernel]`).
+    Kernel,
+    /// A kernel module mapping (path of the `.ko` or `[module]`).
+    KernelModule,
+    /// Anonymous memory: `//anon`, `[anon:...]`, `[heap]`, `[stack]`, memfd (often JIT).
+    Anon,
+    /// `[vdso]`, `[vsyscall]` and other kernel-provided images not on disk.
+    Vdso,
+    /// Addresses no mapping covers.
+    Unmapped,
+    /// Guest kernel/user or hypervisor code.
+    Guest,
+}
+
+/// One interned binary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Binary {
+    pub path: String,
+    pub build_id: Option<Vec<u8>>,
+    pub kind: BinaryKind,
+}
+
+impl Binary {
+    /// The last path component (the whole name for `[special]` names).
+    pub fn short_name(&self) -> &str {
+        short_name(&self.path)
+    }
+}
+
+/// The last path component of `path`, or `path` itself for `[special]` names.
+pub fn short_name(path: &str) -> &str {
+    if path.starts_with('[') {
+        return path;
+    }
+    path.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(path)
+}
+
+/// Where an address lives: a binary and an offset in it. For [`BinaryKind::File`] and
+/// [`BinaryKind::Vdso`] the offset is the *file offset* (`ip - start + pgoff`); for
+/// kernel, anonymous, guest and unmapped addresses it is the address itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Location {
+    pub binary: BinaryId,
+    pub offset: u64,
+}
+
+/// One mapping of an address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    /// Exclusive.
+    pub end: u64,
+    pub pgoff: u64,
+    pub binary: BinaryId,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Space {
+    gen: u32,
+    /// Sorted by `start`, non-overlapping.
+    maps: Vec<Mapping>,
+}
+
+impl Space {
+    fn find(&self, ip: u64) -> Option<&Mapping> {
+        let i = self.maps.partition_point(|m| m.end <= ip);
+        self.maps.get(i).filter(|m| m.start <= ip)
+    }
+
+    /// Insert `m`, cutting away whatever it overlaps.
+    fn insert(&mut self, m: Mapping) {
+        let i = self.maps.partition_point(|x| x.end <= m.start);
+        let mut j = i;
+        let mut head = None;
+        let mut tail = None;
+        while j < self.maps.len() && self.maps[j].start < m.end {
+            let x = self.maps[j];
+            if x.start < m.start {
+                head = Some(Mapping { end: m.start, ..x });
+            }
+            if x.end > m.end {
+                tail = Some(Mapping { start: m.end, pgoff: x.pgoff + (m.end - x.start), ..x });
+            }
+            j += 1;
+        }
+        self.maps.splice(i..j, head.into_iter().chain(Some(m)).chain(tail));
+    }
+}
+
+/// Per-process mappings and per-thread names, current as of the last record handled.
+#[derive(Debug)]
+pub struct AddressSpaces {
+    binaries: Vec<Binary>,
+    binary_index: FxHashMap<(String, Option<Vec<u8>>), BinaryId>,
+    spaces: FxHashMap<u32, Space>,
+    kernel: Space,
+    comms: Vec<String>,
+    comm_index: FxHashMap<String, u32>,
+    thread_comm: FxHashMap<u32, u32>,
+    next_gen: u32,
+}
+
+impl Default for AddressSpaces {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Fixed binary ids.
+pub const BIN_KERNEL: BinaryId = 0;
+pub const BIN_UNMAPPED: BinaryId = 1;
+pub const BIN_GUEST: BinaryId = 2;
+
+impl AddressSpaces {
+    pub fn new() -> Self {
+        let mut a = AddressSpaces {
+            binaries: Vec::new(),
+            binary_index: FxHashMap::default(),
+            spaces: FxHashMap::default(),
+            kernel: Space { gen: 1, maps: Vec::new() },
+            comms: Vec::new(),
+            comm_index: FxHashMap::default(),
+            thread_comm: FxHashMap::default(),
+            next_gen: 2,
+        };
+        assert_eq!(a.intern_binary("[kernel]", None, BinaryKind::Kernel), BIN_KERNEL);
+        assert_eq!(a.intern_binary("[unknown]", None, BinaryKind::Unmapped), BIN_UNMAPPED);
+        assert_eq!(a.intern_binary("[guest]", None, BinaryKind::Guest), BIN_GUEST);
+        a
+    }
+
+    fn bump(&mut self) -> u32 {
+        // 0 means "no address space", u32::MAX is free for callers' "never resolved".
+        let g = self.next_gen;
+        self.next_gen = if g >= u32::MAX - 1 { 2 } else { g + 1 };
+        g
+    }
+
+    fn intern_binary(&mut self, path: &str, build_id: Option<&[u8]>, kind: BinaryKind) -> BinaryId {
+        let key = (path.to_owned(), build_id.map(<[u8]>::to_vec));
+        if let Some(&id) = self.binary_index.get(&key) {
+            return id;
+        }
+        let id = self.binaries.len() as BinaryId;
+        self.binaries.push(Binary { path: key.0.clone(), build_id: key.1.clone(), kind });
+        self.binary_index.insert(key, id);
+        id
+    }
+
+    /// All binaries seen so far, indexed by [`BinaryId`].
+    pub fn binaries(&self) -> &[Binary] {
+        &self.binaries
+    }
+
+    pub fn binary(&self, id: BinaryId) -> &Binary {
+        &self.binaries[id as usize]
+    }
+
+    /// Changes whenever the mappings of `pid` change (0: no mappings were ever seen).
+    /// [`KERNEL_PID`] gives the kernel space's generation.
+    #[inline]
+    pub fn generation(&self, pid: u32) -> u32 {
+        if pid == KERNEL_PID {
+            return self.kernel.gen;
+        }
+        self.spaces.get(&pid).map_or(0, |s| s.gen)
+    }
+
+    /// The mapping of `pid` covering `ip` right now.
+    pub fn mapping(&self, pid: u32, ip: u64) -> Option<&Mapping> {
+        if pid == KERNEL_PID {
+            return self.kernel.find(ip);
+        }
+        self.spaces.get(&pid)?.find(ip)
+    }
+
+    /// Mappings of `pid`, sorted by address.
+    pub fn mappings(&self, pid: u32) -> &[Mapping] {
+        if pid == KERNEL_PID {
+            return &self.kernel.maps;
+        }
+        self.spaces.get(&pid).map_or(&[], |s| &s.maps)
+    }
+
+    /// Whether a sample with this mode and IP counts as kernel code.
+    #[inline]
+    pub fn is_kernel_sample(cpumode: CpuMode, ip: u64) -> bool {
+        cpumode == CpuMode::Kernel || (cpumode == CpuMode::Unknown && ip >= KERNEL_HALF)
+    }
+
+    /// Where `ip` of a sample of process `pid` in `cpumode` lives, given the current
+    /// mappings. Never fails: addresses no mapping covers resolve to
+    /// ([`BIN_UNMAPPED`], ip).
+    pub fn resolve(&self, pid: u32, ip: u64, cpumode: CpuMode) -> Location {
+        match cpumode {
+            CpuMode::GuestKernel | CpuMode::GuestUser | CpuMode::Hypervisor => {
+                return Location { binary: BIN_GUEST, offset: ip }
+            }
+            _ => {}
+        }
+        if Self::is_kernel_sample(cpumode, ip) || pid == KERNEL_PID {
+            return self.resolve_kernel(ip);
+        }
+        if let Some(m) = self.spaces.get(&pid).and_then(|s| s.find(ip)) {
+            let kind = self.binaries[m.binary as usize].kind;
+            let offset = match kind {
+                BinaryKind::File | BinaryKind::Vdso => ip - m.start + m.pgoff,
+                _ => ip,
+            };
+            return Location { binary: m.binary, offset };
+        }
+        if ip >= KERNEL_HALF {
+            // e.g. a user-mode sample whose mapping we never saw, in the kernel half.
+            return self.resolve_kernel(ip);
+        }
+        Location { binary: BIN_UNMAPPED, offset: ip }
+    }
+
+    fn resolve_kernel(&self, ip: u64) -> Location {
+        let binary = match self.kernel.find(ip) {
+            Some(m) if self.binaries[m.binary as usize].kind == BinaryKind::KernelModule => m.binary,
+            _ => BIN_KERNEL,
+        };
+        Location { binary, offset: ip }
+    }
+
+    /// The current name of thread `tid`, if any COMM (or inherited name) was seen.
+    pub fn comm(&self, tid: u32) -> Option<&str> {
+        self.thread_comm.get(&tid).map(|&c| self.comms[c as usize].as_str())
+    }
+
+    /// Interned id of the current name of `tid` (see [`AddressSpaces::comm_name`]).
+    #[inline]
+    pub fn comm_id(&self, tid: u32) -> Option<u32> {
+        self.thread_comm.get(&tid).copied()
+    }
+
+    pub fn comm_name(&self, id: u32) -> &str {
+        &self.comms[id as usize]
+    }
+
+    fn intern_comm(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.comm_index.get(s) {
+            return id;
+        }
+        let id = self.comms.len() as u32;
+        self.comms.push(s.to_owned());
+        self.comm_index.insert(s.to_owned(), id);
+        id
+    }
+
+    /// Number of processes with an address space.
+    pub fn process_count(&self) -> usize {
+        self.spaces.len()
+    }
+}
+
+/// Classify a mapping by its path (and mode).
+pub fn classify(path: &str, kernel: bool) -> BinaryKind {
+    if kernel {
+        if path.starts_with("[kernel.kallsyms]") || path.starts_with("[kernel") || path.is_empty() {
+            return BinaryKind::Kernel;
+        }
+        return BinaryKind::KernelModule;
+    }
+    if path.is_empty()
+        || path.starts_with("//anon")
+        || path.starts_with("/memfd:")
+        || path.starts_with("[anon")
+        || path == "[heap]"
+        || path.starts_with("[stack")
+        || path.starts_with("/dev/zero")
+        || path.starts_with("/SYSV")
+    {
+        return BinaryKind::Anon;
+    }
+    if path.starts_with('[') {
+        return BinaryKind::Vdso;
+    }
+    BinaryKind::File
+}
+
+impl Sink for AddressSpaces {
+    fn handle_mmap(&mut self, m: &Mmap) {
+        if m.len == 0 {
+            return;
+        }
+        let kernel = m.pid == KERNEL_PID || m.cpumode.is_kernel();
+        let kind = classify(&m.path, kernel);
+        if kind == BinaryKind::Kernel {
+            // The kernel image itself: resolved by address, no mapping needed.
+            return;
+        }
+        let binary = self.intern_binary(&m.path, m.build_id.as_deref(), kind);
+        let mapping = Mapping {
+            start: m.start,
+            end: m.start.saturating_add(m.len),
+            pgoff: m.pgoff,
+            binary,
+        };
+        let gen = self.bump();
+        let space = if kernel { &mut self.kernel } else { self.spaces.entry(m.pid).or_default() };
+        space.insert(mapping);
+        space.gen = gen;
+    }
+
+    fn handle_comm(&mut self, c: &Comm) {
+        let id = self.intern_comm(&c.comm);
+        self.thread_comm.insert(c.tid, id);
+        if c.exec {
+            let gen = self.bump();
+            let space = self.spaces.entry(c.pid).or_default();
+            space.maps.clear();
+            space.gen = gen;
+        }
+    }
+
+    fn handle_fork(&mut self, t: &Task) {
+        if let Some(&c) = self.thread_comm.get(&t.ptid) {
+            self.thread_comm.insert(t.tid, c);
+        }
+        if t.pid != t.ppid && t.pid != KERNEL_PID {
+            let maps = self.spaces.get(&t.ppid).map(|s| s.maps.clone()).unwrap_or_default();
+            let gen = self.bump();
+            self.spaces.insert(t.pid, Space { gen, maps });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mmap(pid: u32, start: u64, len: u64, pgoff: u64, path: &str) -> Mmap {
+        Mmap { pid, tid: pid, start, len, pgoff, cpumode: CpuMode::User, path: path.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn resolve_file_offset() {
+        let mut a = AddressSpaces::new();
+        a.handle_mmap(&mmap(10, 0x40_0000, 0x1000, 0x2000, "/bin/x"));
+        let l = a.resolve(10, 0x40_0123, CpuMode::User);
+        assert_eq!(a.binary(l.binary).path, "/bin/x");
+        assert_eq!(l.offset, 0x2123);
+        assert_eq!(a.resolve(10, 0x40_1000, CpuMode::User).binary, BIN_UNMAPPED);
+        assert_eq!(a.resolve(11, 0x40_0123, CpuMode::User).binary, BIN_UNMAPPED);
+    }
+
+    #[test]
+    fn overlapping_mmap_splits() {
+        let mut a = AddressSpaces::new();
+        a.handle_mmap(&mmap(1, 0x1000, 0x3000, 0, "/a"));
+        let g0 = a.generation(1);
+        a.handle_mmap(&mmap(1, 0x2000, 0x1000, 0, "/b"));
+        assert_ne!(a.generation(1), g0);
+        let ms = a.mappings(1);
+        assert_eq!(ms.len(), 3);
+        assert_eq!((ms[0].start, ms[0].end), (0x1000, 0x2000));
+        assert_eq!((ms[2].start, ms[2].end, ms[2].pgoff), (0x3000, 0x4000, 0x2000));
+        assert_eq!(a.resolve(1, 0x3800, CpuMode::User).offset, 0x2800);
+        assert_eq!(a.binary(a.resolve(1, 0x2800, CpuMode::User).binary).path, "/b");
+        // Cover everything.
+        a.handle_mmap(&mmap(1, 0x0, 0x10000, 0, "/c"));
+        assert_eq!(a.mappings(1).len(), 1);
+    }
+
+    #[test]
+    fn exec_resets_and_fork_copies() {
+        let mut a = AddressSpaces::new();
+        a.handle_comm(&Comm { pid: 5, tid: 5, comm: "sh".into(), ..Default::default() });
+        a.handle_mmap(&mmap(5, 0x1000, 0x1000, 0, "/bin/sh"));
+        a.handle_fork(&Task { pid: 6, ppid: 5, tid: 6, ptid: 5, time: 1 });
+        assert_eq!(a.comm(6), Some("sh"));
+        assert_eq!(a.binary(a.resolve(6, 0x1100, CpuMode::User).binary).path, "/bin/sh");
+        // A new thread of 6 shares its space.
+        a.handle_fork(&Task { pid: 6, ppid: 6, tid: 7, ptid: 6, time: 2 });
+        assert_eq!(a.comm(7), Some("sh"));
+        a.handle_comm(&Comm { pid: 6, tid: 6, exec: true, comm: "ls".into(), time: 3 });
+        assert_eq!(a.resolve(6, 0x1100, CpuMode::User).binary, BIN_UNMAPPED);
+        assert_eq!(a.binary(a.resolve(5, 0x1100, CpuMode::User).binary).path, "/bin/sh");
+        assert_eq!(a.comm(6), Some("ls"));
+        assert_eq!(a.comm(5), Some("sh"));
+    }
+
+    #[test]
+    fn kernel_addresses() {
+        let mut a = AddressSpaces::new();
+        assert_eq!(a.resolve(1, 0xffff_ffff_8100_0000, CpuMode::Kernel).binary, BIN_KERNEL);
+        assert_eq!(a.resolve(1, 0xffff_ffff_8100_0000, CpuMode::Unknown).binary, BIN_KERNEL);
+        a.handle_mmap(&Mmap {
+            pid: KERNEL_PID,
+            start: 0xffff_ffff_c000_0000,
+            len: 0x1000,
+            cpumode: CpuMode::Kernel,
+            path: "/lib/modules/x/ext4.ko".into(),
+            ..Default::default()
+        });
+        let l = a.resolve(3, 0xffff_ffff_c000_0010, CpuMode::Kernel);
+        assert_eq!(a.binary(l.binary).kind, BinaryKind::KernelModule);
+        assert_eq!(l.offset, 0xffff_ffff_c000_0010);
+        assert_eq!(a.resolve(3, 0x1000, CpuMode::GuestUser).binary, BIN_GUEST);
+    }
+
+    #[test]
+    fn classify_paths() {
+        assert_eq!(classify("//anon", false), BinaryKind::Anon);
+        assert_eq!(classify("[vdso]", false), BinaryKind::Vdso);
+        assert_eq!(classify("/usr/lib/libc.so.6", false), BinaryKind::File);
+        assert_eq!(classify("[kernel.kallsyms]_text", true), BinaryKind::Kernel);
+        assert_eq!(short_name("/usr/lib/libc.so.6"), "libc.so.6");
+        assert_eq!(short_name("[vdso]"), "[vdso]");
+    }
+}

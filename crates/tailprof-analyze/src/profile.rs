@@ -1,0 +1,560 @@
+//! Flat profiles: samples per function, per binary or per thread.
+//!
+//! [`ProfileBuilder`] is a [`Sink`]. Its per-sample work is deliberately tiny:
+//!
+//! - by function / by binary: one FxHashMap lookup on `(pid, ip)` (kernel samples use
+//!   [`KERNEL_PID`] so all processes share kernel addresses). The slot remembers the
+//!   address-space generation it was resolved under; only when the pid's mappings
+//!   changed since (exec, fork, mmap) is the IP resolved again (a binary search in the
+//!   pid's mappings). The slot points at a unique [`Location`] (binary, file offset)
+//!   whose counters are incremented.
+//! - by thread: the thread's current name id, then one lookup on (pid, tid, name).
+//!
+//! Symbolization happens in [`ProfileBuilder::finish`], once per unique location and
+//! in one batch per binary; the results are folded into rows.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use tailprof_format::{
+    BuildIdEntry, Comm, CpuMode, FormatError, Lost, LossKind, Mmap, ReadSummary, Sample, Sink, Task,
+    Throttle, TraceHeader,
+};
+
+use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
+use crate::symbolize::{SymResult, Symbolizer, UnknownReason};
+use crate::AnalyzeError;
+
+/// What rows of a flat profile stand for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    #[default]
+    Function,
+    Binary,
+    Thread,
+}
+
+/// Options of [`ProfileBuilder`].
+#[derive(Debug, Clone, Default)]
+pub struct ProfileOptions {
+    pub by: GroupBy,
+    /// Index into `TraceHeader::events` of the event to report (see [`select_event`]);
+    /// `None`: the first event.
+    pub event: Option<u16>,
+}
+
+/// Find an event by name or by index (`"0"`, `"1"`, ...). `None` selects the first.
+pub fn select_event(header: &TraceHeader, spec: Option<&str>) -> Result<u16, AnalyzeError> {
+    let Some(spec) = spec else { return Ok(0) };
+    if let Some(i) = header.events.iter().position(|e| e.name == spec) {
+        return Ok(i as u16);
+    }
+    match spec.parse::<u16>() {
+        Ok(i) if (i as usize) < header.events.len().max(1) => Ok(i),
+        _ => Err(AnalyzeError::NoSuchEvent {
+            spec: spec.to_owned(),
+            available: header.events.iter().map(|e| e.name.clone()).collect(),
+        }),
+    }
+}
+
+/// Samples and summed periods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub samples: u64,
+    pub period: u64,
+}
+
+impl Counts {
+    #[inline]
+    fn add(&mut self, s: &Sample) {
+        self.samples += 1;
+        self.period = self.period.wrapping_add(s.period);
+    }
+    fn merge(&mut self, o: Counts) {
+        self.samples += o.samples;
+        self.period = self.period.wrapping_add(o.period);
+    }
+}
+
+/// Totals of one event of the trace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventTotal {
+    pub index: u16,
+    pub name: String,
+    pub samples: u64,
+    pub period: u64,
+}
+
+/// One row of a flat profile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProfileRow {
+    /// Function name, binary short name, or thread name (by grouping).
+    pub name: String,
+    /// Full path of the binary (function and binary grouping).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    pub samples: u64,
+    /// Of the reported event's samples, 0..=100.
+    pub percent: f64,
+    /// Sum of sample periods (events represented).
+    pub period: u64,
+    /// Why the name is not a symbol, when it is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<String>,
+}
+
+/// Samples whose address could not be named, per binary and reason.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UnknownSummary {
+    pub binary: String,
+    pub reason: String,
+    pub samples: u64,
+    pub percent: f64,
+}
+
+/// Bookkeeping about the work done (useful to judge performance).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProfileStats {
+    /// Unique (pid, ip) keys aggregated.
+    pub unique_keys: u64,
+    /// Unique (binary, offset) locations symbolized.
+    pub unique_locations: u64,
+    /// Binaries with at least one sample.
+    pub binaries: u64,
+}
+
+/// A flat profile of one event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlatProfile {
+    pub group_by: GroupBy,
+    /// Name of the reported event.
+    pub event: String,
+    pub event_index: u16,
+    /// Samples of the reported event.
+    pub samples: u64,
+    pub period: u64,
+    /// Every event of the trace with its totals.
+    pub events: Vec<EventTotal>,
+    /// Lost records (ring full) plus samples dropped by the PMU, all events.
+    pub lost: u64,
+    pub lost_records: u64,
+    pub lost_samples: u64,
+    pub throttled: u64,
+    pub unthrottled: u64,
+    /// Sorted by samples, descending (ties by name).
+    pub rows: Vec<ProfileRow>,
+    /// Samples that could not be named, by binary and reason, largest first.
+    pub unknown: Vec<UnknownSummary>,
+    /// Kernel symbol source, or why kernel addresses are not named (only when the
+    /// profile has kernel samples and is grouped by function).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_symbols: Option<String>,
+    /// What the reader reported, when the caller passed it on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read: Option<ReadSummary>,
+    pub stats: ProfileStats,
+}
+
+/// Per-(pid, ip) state. Counts accumulate here (one memory access per sample) and are
+/// moved to the location's counters when the slot is re-resolved and at the end.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    gen: u32,
+    loc: u32,
+    counts: Counts,
+}
+
+/// Pid key for guest/hypervisor samples (their addresses mean nothing to us).
+const GUEST_PID: u32 = u32::MAX - 1;
+/// "Never resolved" generation for a fresh slot.
+const NO_GEN: u32 = u32::MAX;
+const NO_COMM: u32 = u32::MAX;
+
+/// A [`Sink`] that builds a [`FlatProfile`]; see the module docs.
+#[derive(Debug)]
+pub struct ProfileBuilder {
+    header: TraceHeader,
+    by: GroupBy,
+    event: u16,
+    spaces: AddressSpaces,
+    build_ids: FxHashMap<String, Vec<u8>>,
+    keys: FxHashMap<(u32, u64), Slot>,
+    locs: FxHashMap<Location, u32>,
+    loc_list: Vec<Location>,
+    loc_counts: Vec<Counts>,
+    threads: FxHashMap<(u32, u32, u32), Counts>,
+    per_event: Vec<Counts>,
+    lost_records: u64,
+    lost_samples: u64,
+    throttled: u64,
+    unthrottled: u64,
+    read: Option<ReadSummary>,
+    /// One-entry cache of (pid, generation); cleared by every side-band record.
+    last_gen: Option<(u32, u32)>,
+}
+
+impl ProfileBuilder {
+    /// A builder for `header`'s trace. Fails if `opts.event` names no event.
+    pub fn new(header: &TraceHeader, opts: &ProfileOptions) -> Result<Self, AnalyzeError> {
+        let event = opts.event.unwrap_or(0);
+        if !header.events.is_empty() && event as usize >= header.events.len() {
+            return Err(AnalyzeError::NoSuchEvent {
+                spec: event.to_string(),
+                available: header.events.iter().map(|e| e.name.clone()).collect(),
+            });
+        }
+        Ok(ProfileBuilder {
+            header: header.clone(),
+            by: opts.by,
+            event,
+            spaces: AddressSpaces::new(),
+            build_ids: FxHashMap::default(),
+            keys: FxHashMap::default(),
+            locs: FxHashMap::default(),
+            loc_list: Vec::new(),
+            loc_counts: Vec::new(),
+            threads: FxHashMap::default(),
+            per_event: vec![Counts::default(); header.events.len().max(1)],
+            lost_records: 0,
+            lost_samples: 0,
+            throttled: 0,
+            unthrottled: 0,
+            read: None,
+            last_gen: None,
+        })
+    }
+
+    /// Build-ids the trace records per path (used when MMAP records carry none).
+    pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
+        for e in entries {
+            self.build_ids.insert(e.path.clone(), e.build_id.clone());
+        }
+    }
+
+    /// Attach the reader's summary (shown as warnings when the trace was damaged).
+    pub fn set_read_summary(&mut self, read: ReadSummary) {
+        self.read = Some(read);
+    }
+
+    /// The address-space state as of the last record.
+    pub fn address_spaces(&self) -> &AddressSpaces {
+        &self.spaces
+    }
+
+    #[inline]
+    fn generation(&mut self, pid: u32) -> u32 {
+        match self.last_gen {
+            Some((p, g)) if p == pid => g,
+            _ => {
+                let g = self.spaces.generation(pid);
+                self.last_gen = Some((pid, g));
+                g
+            }
+        }
+    }
+
+    fn intern_loc(&mut self, loc: Location) -> u32 {
+        if let Some(&i) = self.locs.get(&loc) {
+            return i;
+        }
+        let i = self.loc_list.len() as u32;
+        self.loc_list.push(loc);
+        self.loc_counts.push(Counts::default());
+        self.locs.insert(loc, i);
+        i
+    }
+
+    #[inline]
+    fn add_by_address(&mut self, s: &Sample) {
+        let pid = match s.cpumode {
+            CpuMode::GuestKernel | CpuMode::GuestUser | CpuMode::Hypervisor => GUEST_PID,
+            m if AddressSpaces::is_kernel_sample(m, s.ip) => KERNEL_PID,
+            _ => s.pid,
+        };
+        let gen = self.generation(pid);
+        let slot = self.keys.entry((pid, s.ip)).or_insert(Slot { gen: NO_GEN, loc: 0, counts: Counts::default() });
+        if slot.gen == gen {
+            slot.counts.add(s);
+            return;
+        }
+        // First sample of this key, or the pid's mappings changed since it was resolved.
+        let old = std::mem::replace(slot, Slot { gen, loc: 0, counts: Counts::default() });
+        if old.gen != NO_GEN {
+            self.loc_counts[old.loc as usize].merge(old.counts);
+        }
+        let l = self.spaces.resolve(pid, s.ip, s.cpumode);
+        let loc = self.intern_loc(l);
+        let slot = self.keys.get_mut(&(pid, s.ip)).expect("inserted above");
+        slot.loc = loc;
+        slot.counts.add(s);
+    }
+
+    /// Move the counts still held by slots to their locations.
+    fn flush_slots(&mut self) {
+        for slot in self.keys.values_mut() {
+            if slot.gen != NO_GEN {
+                self.loc_counts[slot.loc as usize].merge(std::mem::take(&mut slot.counts));
+            }
+        }
+    }
+
+    #[inline]
+    fn add_by_thread(&mut self, s: &Sample) {
+        let comm = self
+            .spaces
+            .comm_id(s.tid)
+            .or_else(|| self.spaces.comm_id(s.pid))
+            .unwrap_or(NO_COMM);
+        self.threads.entry((s.pid, s.tid, comm)).or_default().add(s);
+    }
+
+    /// Symbolize and fold into rows.
+    pub fn finish(mut self, symbolizer: &mut Symbolizer) -> FlatProfile {
+        self.flush_slots();
+        let total = self.per_event.get(self.event as usize).copied().unwrap_or_default();
+        let mut unknown: FxHashMap<(String, String), u64> = FxHashMap::default();
+        let mut kernel_symbols = None;
+        let mut rows: Vec<ProfileRow> = match self.by {
+            GroupBy::Function => {
+                let (names, ks) = self.symbolize_locations(symbolizer);
+                kernel_symbols = ks;
+                let mut folded: FxHashMap<(String, String), (Counts, Option<String>)> = FxHashMap::default();
+                for (i, loc) in self.loc_list.iter().enumerate() {
+                    let b = self.spaces.binary(loc.binary);
+                    let c = self.loc_counts[i];
+                    let (name, reason) = match &names[i] {
+                        Ok(n) => (n.clone(), None),
+                        Err(r) => {
+                            *unknown.entry((b.path.clone(), r.to_string())).or_default() += c.samples;
+                            (unknown_name(b.kind, &b.path, loc.offset), Some(r.to_string()))
+                        }
+                    };
+                    let e = folded.entry((name, b.path.clone())).or_insert((Counts::default(), reason));
+                    e.0.merge(c);
+                }
+                folded
+                    .into_iter()
+                    .map(|((name, binary), (c, reason))| row(name, Some(binary), None, None, c, reason))
+                    .collect()
+            }
+            GroupBy::Binary => {
+                let mut folded: FxHashMap<BinaryId, Counts> = FxHashMap::default();
+                for (i, loc) in self.loc_list.iter().enumerate() {
+                    folded.entry(loc.binary).or_default().merge(self.loc_counts[i]);
+                }
+                folded
+                    .into_iter()
+                    .map(|(id, c)| {
+                        let b = self.spaces.binary(id);
+                        row(short_name(&b.path).to_owned(), Some(b.path.clone()), None, None, c, None)
+                    })
+                    .collect()
+            }
+            GroupBy::Thread => self
+                .threads
+                .iter()
+                .map(|(&(pid, tid, comm), &c)| {
+                    let name = if comm != NO_COMM {
+                        self.spaces.comm_name(comm).to_owned()
+                    } else if tid == 0 {
+                        "swapper".to_owned()
+                    } else {
+                        format!(":{tid}")
+                    };
+                    row(name, None, Some(pid), Some(tid), c, None)
+                })
+                .collect(),
+        };
+        // Fold rows that differ only by build-id (same path) - already keyed by path.
+        let pct = |n: u64| if total.samples == 0 { 0.0 } else { 100.0 * n as f64 / total.samples as f64 };
+        for r in &mut rows {
+            r.percent = pct(r.samples);
+        }
+        rows.sort_by(|a, b| {
+            b.samples
+                .cmp(&a.samples)
+                .then_with(|| a.name.cmp(&b.name))
+                .then_with(|| a.binary.cmp(&b.binary))
+                .then_with(|| a.tid.cmp(&b.tid))
+        });
+        let mut unknown: Vec<UnknownSummary> = unknown
+            .into_iter()
+            .map(|((binary, reason), samples)| UnknownSummary { binary, reason, samples, percent: pct(samples) })
+            .collect();
+        unknown.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.binary.cmp(&b.binary)));
+        let binaries = {
+            let mut seen: Vec<BinaryId> = self.loc_list.iter().map(|l| l.binary).collect();
+            seen.sort_unstable();
+            seen.dedup();
+            seen.len() as u64
+        };
+        let events = self
+            .per_event
+            .iter()
+            .enumerate()
+            .map(|(i, c)| EventTotal {
+                index: i as u16,
+                name: event_name(&self.header, i as u16),
+                samples: c.samples,
+                period: c.period,
+            })
+            .collect();
+        FlatProfile {
+            group_by: self.by,
+            event: event_name(&self.header, self.event),
+            event_index: self.event,
+            samples: total.samples,
+            period: total.period,
+            events,
+            lost: self.lost_records + self.lost_samples,
+            lost_records: self.lost_records,
+            lost_samples: self.lost_samples,
+            throttled: self.throttled,
+            unthrottled: self.unthrottled,
+            rows,
+            unknown,
+            kernel_symbols,
+            read: self.read,
+            stats: ProfileStats {
+                unique_keys: self.keys.len() as u64,
+                unique_locations: self.loc_list.len() as u64,
+                binaries,
+            },
+        }
+    }
+
+    /// One result per entry of `loc_list`, plus the kernel-symbols note.
+    fn symbolize_locations(&self, symbolizer: &mut Symbolizer) -> (Vec<SymResult>, Option<String>) {
+        let mut out: Vec<Option<SymResult>> = vec![None; self.loc_list.len()];
+        let mut per_binary: FxHashMap<BinaryId, Vec<u32>> = FxHashMap::default();
+        let mut kernel: Vec<u32> = Vec::new();
+        for (i, loc) in self.loc_list.iter().enumerate() {
+            match self.spaces.binary(loc.binary).kind {
+                BinaryKind::Kernel | BinaryKind::KernelModule => kernel.push(i as u32),
+                _ => per_binary.entry(loc.binary).or_default().push(i as u32),
+            }
+        }
+        let mut ids: Vec<BinaryId> = per_binary.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let mut idx = per_binary.remove(&id).unwrap_or_default();
+            idx.sort_unstable_by_key(|&i| self.loc_list[i as usize].offset);
+            let offsets: Vec<u64> = idx.iter().map(|&i| self.loc_list[i as usize].offset).collect();
+            let b = self.spaces.binary(id);
+            let trace_bid = b.build_id.as_deref().or_else(|| self.build_ids.get(&b.path).map(Vec::as_slice));
+            for (i, r) in idx.iter().zip(symbolizer.symbolize_binary(b, trace_bid, &offsets)) {
+                out[*i as usize] = Some(r);
+            }
+        }
+        let mut note = None;
+        if !kernel.is_empty() {
+            kernel.sort_unstable_by_key(|&i| self.loc_list[i as usize].offset);
+            let addrs: Vec<u64> = kernel.iter().map(|&i| self.loc_list[i as usize].offset).collect();
+            note = Some(match symbolizer.kernel_symbols_status(&self.header) {
+                Ok(p) => format!("kernel symbols from {}", p.display()),
+                Err(why) => format!("kernel addresses not named: {why}"),
+            });
+            for (i, r) in kernel.iter().zip(symbolizer.symbolize_kernel(&addrs, &self.header)) {
+                out[*i as usize] = Some(r);
+            }
+        }
+        let results = out
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(UnknownReason::Other { why: "not symbolized".into() })))
+            .collect();
+        (results, note)
+    }
+}
+
+fn row(
+    name: String,
+    binary: Option<String>,
+    pid: Option<u32>,
+    tid: Option<u32>,
+    c: Counts,
+    unknown_reason: Option<String>,
+) -> ProfileRow {
+    ProfileRow { name, binary, pid, tid, samples: c.samples, percent: 0.0, period: c.period, unknown_reason }
+}
+
+/// Name shown for an address that has no symbol.
+fn unknown_name(kind: BinaryKind, path: &str, offset: u64) -> String {
+    match kind {
+        BinaryKind::Kernel | BinaryKind::KernelModule => "[kernel]".to_owned(),
+        BinaryKind::File | BinaryKind::Vdso => format!("[unknown] {}+{offset:#x}", short_name(path)),
+        _ => format!("[unknown] {offset:#x}"),
+    }
+}
+
+/// Display name of event `i` of the header (`event N` when the header has none).
+pub fn event_name(header: &TraceHeader, i: u16) -> String {
+    header.events.get(i as usize).map_or_else(|| format!("event {i}"), |e| e.name.clone())
+}
+
+impl Sink for ProfileBuilder {
+    #[inline]
+    fn handle_sample(&mut self, s: &Sample) {
+        let ev = s.event as usize;
+        if ev >= self.per_event.len() {
+            self.per_event.resize(ev + 1, Counts::default());
+        }
+        self.per_event[ev].add(s);
+        if s.event != self.event {
+            return;
+        }
+        match self.by {
+            GroupBy::Function | GroupBy::Binary => self.add_by_address(s),
+            GroupBy::Thread => self.add_by_thread(s),
+        }
+    }
+    fn handle_mmap(&mut self, m: &Mmap) {
+        self.last_gen = None;
+        self.spaces.handle_mmap(m);
+    }
+    fn handle_comm(&mut self, c: &Comm) {
+        self.last_gen = None;
+        self.spaces.handle_comm(c);
+    }
+    fn handle_fork(&mut self, t: &Task) {
+        self.last_gen = None;
+        self.spaces.handle_fork(t);
+    }
+    fn handle_exit(&mut self, t: &Task) {
+        self.spaces.handle_exit(t);
+    }
+    fn handle_lost(&mut self, l: &Lost) {
+        match l.kind {
+            LossKind::RingFull => self.lost_records += l.count,
+            LossKind::Samples => self.lost_samples += l.count,
+            LossKind::Markers => {}
+        }
+    }
+    fn handle_throttle(&mut self, t: &Throttle) {
+        if t.throttled {
+            self.throttled += 1;
+        } else {
+            self.unthrottled += 1;
+        }
+    }
+}
+
+/// Build a flat profile in one go: `read` feeds the trace's records to the given sink
+/// and returns the reader's summary (e.g. `|sink| reader.read_all(sink)`).
+pub fn flat_profile(
+    header: &TraceHeader,
+    build_ids: &[BuildIdEntry],
+    opts: &ProfileOptions,
+    symbolizer: &mut Symbolizer,
+    read: impl FnOnce(&mut dyn Sink) -> Result<ReadSummary, FormatError>,
+) -> Result<FlatProfile, AnalyzeError> {
+    let mut b = ProfileBuilder::new(header, opts)?;
+    b.add_build_ids(build_ids);
+    let summary = read(&mut b)?;
+    b.set_read_summary(summary);
+    Ok(b.finish(symbolizer))
+}

@@ -1,0 +1,440 @@
+//! Symbolization: (binary, file offset) and kernel addresses to function names.
+//!
+//! Built on [blazesym](https://docs.rs/blazesym): user-space addresses are looked up with
+//! `Source::Elf` and `Input::FileOffset` (blazesym maps a file offset to a virtual
+//! offset through the ELF's `PT_LOAD` program headers, which makes PIE, non-PIE
+//! executables and shared objects work alike); blazesym caches one parsed ELF per path.
+//! Callers are expected to pass each binary's *unique* offsets once, in one batch.
+//!
+//! Failing to name an address is data, not an error: every lookup answers either a name
+//! or an [`UnknownReason`]. In particular, when the trace knows the build-id of a binary
+//! and the file on disk has another one, we refuse to name its addresses
+//! ([`UnknownReason::BuildIdMismatch`]) instead of printing wrong names.
+//!
+//! Kernel addresses are named from a kallsyms file (`/proc/kallsyms` by default) only
+//! when it shows real addresses and the trace plausibly comes from the running kernel
+//! (same release, same host, same boot id when the trace records one in
+//! `TraceHeader::extra["boot_id"]`).
+
+use std::fmt;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{Input, Reason, Symbolized};
+use blazesym::MaybeDefault;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use tailprof_format::TraceHeader;
+
+use crate::maps::{Binary, BinaryKind};
+
+/// Which kernel symbols to use.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KernelSymbols {
+    /// `/proc/kallsyms` when readable with real addresses and the trace comes from the
+    /// running kernel.
+    #[default]
+    Auto,
+    /// Never name kernel addresses (they all fold into `[kernel]`).
+    Off,
+    /// This kallsyms file (e.g. saved on the traced machine), used without the
+    /// same-kernel checks.
+    Kallsyms(PathBuf),
+}
+
+/// Symbolizer configuration.
+#[derive(Debug, Clone)]
+pub struct SymbolizerOptions {
+    pub kernel: KernelSymbols,
+    /// Consult DWARF (embedded, `.dwp`, or via debug link) besides ELF symbols.
+    pub debug_syms: bool,
+    /// Extra directories to look for split debug info in; `None`: blazesym's defaults
+    /// (`/usr/lib/debug`, `/lib/debug`).
+    pub debug_dirs: Option<Vec<PathBuf>>,
+    /// Demangle C++ and Rust names.
+    pub demangle: bool,
+    /// Compare build-ids of files on disk with those in the trace.
+    pub check_build_id: bool,
+}
+
+impl Default for SymbolizerOptions {
+    fn default() -> Self {
+        SymbolizerOptions {
+            kernel: KernelSymbols::Auto,
+            debug_syms: true,
+            debug_dirs: None,
+            demangle: true,
+            check_build_id: true,
+        }
+    }
+}
+
+/// Why an address has no name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UnknownReason {
+    /// No mapping of the process covered the address at the sample's time.
+    Unmapped,
+    /// Anonymous memory (JIT code, typically).
+    Anonymous,
+    /// A kernel-provided image such as `[vdso]` that is not on disk.
+    NotOnDisk,
+    /// Guest or hypervisor code.
+    Guest,
+    /// The binary was not found on disk.
+    BinaryMissing,
+    /// The binary was deleted while mapped (`(deleted)` mapping).
+    BinaryDeleted,
+    /// The binary could not be read or parsed.
+    Unreadable { error: String },
+    /// The file on disk is not the one that was traced.
+    BuildIdMismatch { trace: String, disk: Option<String> },
+    /// The binary has no symbols (stripped) and no debug info was found.
+    NoSymbols,
+    /// The offset is not inside any loadable segment of the file.
+    InvalidOffset,
+    /// The binary has symbols, but none covers the address.
+    NotInSymbols,
+    /// Kernel addresses are not named; the string says why.
+    KernelSymbolsUnavailable { why: String },
+    /// Another reason reported by the symbolizer.
+    Other { why: String },
+}
+
+impl fmt::Display for UnknownReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnknownReason::Unmapped => f.write_str("no mapping covers the address"),
+            UnknownReason::Anonymous => f.write_str("anonymous memory (JIT code?)"),
+            UnknownReason::NotOnDisk => f.write_str("kernel-provided image, not on disk"),
+            UnknownReason::Guest => f.write_str("guest or hypervisor code"),
+            UnknownReason::BinaryMissing => f.write_str("binary not found on disk"),
+            UnknownReason::BinaryDeleted => f.write_str("binary was deleted while mapped"),
+            UnknownReason::Unreadable { error } => write!(f, "cannot read binary: {error}"),
+            UnknownReason::BuildIdMismatch { trace, disk: Some(disk) } => {
+                write!(f, "build-id mismatch: trace has {trace}, file on disk has {disk}")
+            }
+            UnknownReason::BuildIdMismatch { trace, disk: None } => {
+                write!(f, "build-id mismatch: trace has {trace}, file on disk has none")
+            }
+            UnknownReason::NoSymbols => f.write_str("stripped: no symbols or debug info"),
+            UnknownReason::InvalidOffset => f.write_str("offset outside the file's loadable segments"),
+            UnknownReason::NotInSymbols => f.write_str("no symbol covers the address"),
+            UnknownReason::KernelSymbolsUnavailable { why } => write!(f, "no kernel symbols: {why}"),
+            UnknownReason::Other { why } => f.write_str(why),
+        }
+    }
+}
+
+/// The answer for one address.
+pub type SymResult = Result<String, UnknownReason>;
+
+/// Hex spelling of a build-id.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[derive(Debug, Clone)]
+enum KernelState {
+    Usable(PathBuf),
+    Unusable(String),
+}
+
+/// Names addresses; keeps blazesym's per-file caches and our per-file checks.
+pub struct Symbolizer {
+    inner: blazesym::symbolize::Symbolizer,
+    opts: SymbolizerOptions,
+    /// Per (path, trace build-id): `None` if the file may be symbolized, else why not.
+    file_checks: FxHashMap<(String, Option<Vec<u8>>), Option<UnknownReason>>,
+    kernel: Option<KernelState>,
+}
+
+impl fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Symbolizer").field("opts", &self.opts).field("kernel", &self.kernel).finish()
+    }
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new(SymbolizerOptions::default())
+    }
+}
+
+impl Symbolizer {
+    pub fn new(opts: SymbolizerOptions) -> Self {
+        let mut b = blazesym::symbolize::Symbolizer::builder()
+            .enable_code_info(false)
+            .enable_inlined_fns(false)
+            .enable_demangling(opts.demangle);
+        if let Some(dirs) = &opts.debug_dirs {
+            b = b.set_debug_dirs(Some(dirs.as_slice()));
+        }
+        Symbolizer { inner: b.build(), opts, file_checks: FxHashMap::default(), kernel: None }
+    }
+
+    pub fn options(&self) -> &SymbolizerOptions {
+        &self.opts
+    }
+
+    /// Whether the file behind `binary` may be symbolized; `Some(reason)` if not.
+    fn check_file(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> Option<UnknownReason> {
+        let key = (path.to_owned(), trace_build_id.map(<[u8]>::to_vec));
+        if let Some(r) = self.file_checks.get(&key) {
+            return r.clone();
+        }
+        let r = self.check_file_uncached(path, trace_build_id);
+        self.file_checks.insert(key, r.clone());
+        r
+    }
+
+    fn check_file_uncached(&self, path: &str, trace_build_id: Option<&[u8]>) -> Option<UnknownReason> {
+        match fs::metadata(path) {
+            Ok(md) if md.is_file() => {}
+            Ok(_) => return Some(UnknownReason::Unreadable { error: "not a regular file".into() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Some(if path.ends_with(" (deleted)") {
+                    UnknownReason::BinaryDeleted
+                } else {
+                    UnknownReason::BinaryMissing
+                })
+            }
+            Err(e) => return Some(UnknownReason::Unreadable { error: e.to_string() }),
+        }
+        if let (true, Some(expected)) = (self.opts.check_build_id, trace_build_id) {
+            match blazesym::helper::read_elf_build_id(Path::new(path)) {
+                Ok(Some(found)) if found.as_ref() == expected => {}
+                Ok(found) => {
+                    return Some(UnknownReason::BuildIdMismatch {
+                        trace: hex(expected),
+                        disk: found.map(|b| hex(&b)),
+                    })
+                }
+                Err(e) => return Some(UnknownReason::Unreadable { error: e.to_string() }),
+            }
+        }
+        None
+    }
+
+    /// Name the file offsets `offsets` of `binary` (one result per offset, same order).
+    /// `trace_build_id` is the build-id the trace recorded for it, if any (the
+    /// binary's own, or one from the trace's build-id table).
+    pub fn symbolize_binary(
+        &mut self,
+        binary: &Binary,
+        trace_build_id: Option<&[u8]>,
+        offsets: &[u64],
+    ) -> Vec<SymResult> {
+        let all = |r: UnknownReason| offsets.iter().map(|_| Err(r.clone())).collect();
+        match binary.kind {
+            BinaryKind::File => {}
+            BinaryKind::Anon => return all(UnknownReason::Anonymous),
+            BinaryKind::Vdso => return all(UnknownReason::NotOnDisk),
+            BinaryKind::Unmapped => return all(UnknownReason::Unmapped),
+            BinaryKind::Guest => return all(UnknownReason::Guest),
+            BinaryKind::Kernel | BinaryKind::KernelModule => {
+                return all(UnknownReason::Other { why: "kernel address passed as file offset".into() })
+            }
+        }
+        if let Some(r) = self.check_file(&binary.path, trace_build_id) {
+            return all(r);
+        }
+        let src = Source::Elf(Elf { debug_syms: self.opts.debug_syms, ..Elf::new(&binary.path) });
+        match self.inner.symbolize(&src, Input::FileOffset(offsets)) {
+            Ok(syms) => syms.into_iter().map(convert).collect(),
+            Err(e) => all(UnknownReason::Unreadable { error: e.to_string() }),
+        }
+    }
+
+    /// Name kernel addresses (one result per address, same order). `header` is the
+    /// trace's header, used to decide whether the running kernel's symbols apply.
+    pub fn symbolize_kernel(&mut self, addrs: &[u64], header: &TraceHeader) -> Vec<SymResult> {
+        let state = self.kernel_state(header).clone();
+        let path = match state {
+            KernelState::Usable(p) => p,
+            KernelState::Unusable(why) => {
+                return addrs
+                    .iter()
+                    .map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() }))
+                    .collect()
+            }
+        };
+        let src = Source::Kernel(Kernel {
+            kallsyms: MaybeDefault::Some(path),
+            vmlinux: MaybeDefault::None,
+            kaslr_offset: Some(0),
+            debug_syms: false,
+            ..Default::default()
+        });
+        match self.inner.symbolize(&src, Input::AbsAddr(addrs)) {
+            Ok(syms) => syms.into_iter().map(convert).collect(),
+            Err(e) => {
+                let why = format!("kallsyms: {e}");
+                addrs.iter().map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() })).collect()
+            }
+        }
+    }
+
+    /// `Ok(path)` of the kallsyms file that will be used, or why kernel addresses will
+    /// not be named.
+    pub fn kernel_symbols_status(&mut self, header: &TraceHeader) -> Result<PathBuf, String> {
+        match self.kernel_state(header) {
+            KernelState::Usable(p) => Ok(p.clone()),
+            KernelState::Unusable(w) => Err(w.clone()),
+        }
+    }
+
+    fn kernel_state(&mut self, header: &TraceHeader) -> &KernelState {
+        if self.kernel.is_none() {
+            let st = match &self.opts.kernel {
+                KernelSymbols::Off => KernelState::Unusable("disabled".into()),
+                KernelSymbols::Kallsyms(p) => match check_kallsyms(p) {
+                    Ok(()) => KernelState::Usable(p.clone()),
+                    Err(w) => KernelState::Unusable(w),
+                },
+                KernelSymbols::Auto => {
+                    let p = PathBuf::from("/proc/kallsyms");
+                    match same_kernel(header).and_then(|()| check_kallsyms(&p)) {
+                        Ok(()) => KernelState::Usable(p),
+                        Err(w) => KernelState::Unusable(w),
+                    }
+                }
+            };
+            self.kernel = Some(st);
+        }
+        self.kernel.as_ref().expect("set above")
+    }
+}
+
+fn convert(s: Symbolized<'_>) -> SymResult {
+    match s {
+        Symbolized::Sym(sym) if !sym.name.is_empty() => Ok(sym.name.into_owned()),
+        Symbolized::Sym(_) => Err(UnknownReason::NotInSymbols),
+        Symbolized::Unknown(r) => Err(match r {
+            Reason::MissingSyms => UnknownReason::NoSymbols,
+            Reason::InvalidFileOffset => UnknownReason::InvalidOffset,
+            Reason::UnknownAddr => UnknownReason::NotInSymbols,
+            Reason::Unmapped => UnknownReason::Unmapped,
+            other => UnknownReason::Other { why: other.to_string() },
+        }),
+    }
+}
+
+fn read_trimmed(path: &str) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+/// `Ok` unless the trace demonstrably comes from another kernel, host or boot.
+fn same_kernel(header: &TraceHeader) -> Result<(), String> {
+    if let (Some(t), Some(here)) = (&header.os_release, read_trimmed("/proc/sys/kernel/osrelease")) {
+        // os_release may be a full `uname -a`-like string; the release must appear in it.
+        if !t.split_whitespace().any(|w| w == here) && t.trim() != here {
+            return Err(format!("trace is from kernel {t:?}, running kernel is {here:?}"));
+        }
+    }
+    if let (Some(t), Some(here)) = (&header.hostname, read_trimmed("/proc/sys/kernel/hostname")) {
+        if t != &here {
+            return Err(format!("trace is from host {t:?}, this is {here:?}"));
+        }
+    }
+    if let (Some(t), Some(here)) = (header.extra.get("boot_id"), read_trimmed("/proc/sys/kernel/random/boot_id")) {
+        if t.trim() != here {
+            return Err("trace is from an earlier boot (kernel addresses moved)".into());
+        }
+    }
+    Ok(())
+}
+
+/// `Ok` if `path` is a readable kallsyms file showing real (non-zero) addresses.
+fn check_kallsyms(path: &Path) -> Result<(), String> {
+    let f = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut saw_line = false;
+    for line in BufReader::new(f).lines().take(64) {
+        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
+        let Some(addr) = line.split_whitespace().next() else { continue };
+        saw_line = true;
+        if u64::from_str_radix(addr, 16).is_ok_and(|a| a != 0) {
+            return Ok(());
+        }
+    }
+    if saw_line {
+        Err(format!(
+            "{} shows zero addresses (kernel.kptr_restrict, or not root)",
+            path.display()
+        ))
+    } else {
+        Err(format!("{} is empty", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn kallsyms_file_with_zero_addresses_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kallsyms");
+        let mut f = fs::File::create(&p).unwrap();
+        writeln!(f, "0000000000000000 T _text\n0000000000000000 T foo").unwrap();
+        let mut s = Symbolizer::new(SymbolizerOptions {
+            kernel: KernelSymbols::Kallsyms(p.clone()),
+            ..Default::default()
+        });
+        let r = s.symbolize_kernel(&[0xffff_ffff_8100_0010], &TraceHeader::default());
+        assert!(matches!(&r[0], Err(UnknownReason::KernelSymbolsUnavailable { why }) if why.contains("zero")));
+    }
+
+    #[test]
+    fn kallsyms_file_names_kernel_addresses() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kallsyms");
+        let mut f = fs::File::create(&p).unwrap();
+        writeln!(
+            f,
+            "ffffffff81000000 T _text\nffffffff81000100 T do_work\nffffffff81000200 t helper\nffffffff81000300 T _etext"
+        )
+        .unwrap();
+        let mut s = Symbolizer::new(SymbolizerOptions {
+            kernel: KernelSymbols::Kallsyms(p.clone()),
+            ..Default::default()
+        });
+        let r = s.symbolize_kernel(&[0xffff_ffff_8100_0110, 0xffff_ffff_8100_0204], &TraceHeader::default());
+        assert_eq!(r[0].as_deref(), Ok("do_work"));
+        assert_eq!(r[1].as_deref(), Ok("helper"));
+    }
+
+    #[test]
+    fn other_kernel_release_is_refused() {
+        let header = TraceHeader { os_release: Some("0.0.1-not-this-one".into()), ..Default::default() };
+        let mut s = Symbolizer::default();
+        let st = s.kernel_symbols_status(&header);
+        assert!(st.unwrap_err().contains("0.0.1-not-this-one"));
+    }
+
+    #[test]
+    fn missing_binary_is_a_reason() {
+        let mut s = Symbolizer::default();
+        let b = Binary { path: "/nonexistent/bin".into(), build_id: None, kind: BinaryKind::File };
+        let r = s.symbolize_binary(&b, None, &[0x10, 0x20]);
+        assert_eq!(r, vec![Err(UnknownReason::BinaryMissing), Err(UnknownReason::BinaryMissing)]);
+        let b = Binary { path: "//anon".into(), build_id: None, kind: BinaryKind::Anon };
+        assert_eq!(s.symbolize_binary(&b, None, &[1]), vec![Err(UnknownReason::Anonymous)]);
+    }
+
+    #[test]
+    fn not_an_elf_is_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("notelf");
+        fs::write(&p, b"hello, this is not an ELF file at all").unwrap();
+        let mut s = Symbolizer::default();
+        let b = Binary { path: p.to_str().unwrap().into(), build_id: None, kind: BinaryKind::File };
+        let r = s.symbolize_binary(&b, None, &[0x10]);
+        assert!(matches!(&r[0], Err(UnknownReason::Unreadable { .. })), "{r:?}");
+    }
+}

@@ -1,0 +1,56 @@
+//! `tailprof info`: what a trace holds and how healthy it is.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tailprof_analyze::{RecordCounter, TraceInfo};
+use tailprof_format::TraceReader;
+use tailprof_present::{json, table};
+
+/// Describe a trace: events and periods, clock, duration, samples, lost and throttled
+/// records, chunks, bytes, bytes per sample, and damaged or cut-off data.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  tailprof info run.trace\n  tailprof info run.trace --json")]
+pub struct InfoArgs {
+    /// The trace file.
+    #[arg(value_name = "TRACE")]
+    trace: PathBuf,
+
+    /// Also decode every record (per-event sample counts, processes and threads seen).
+    #[arg(long)]
+    full: bool,
+
+    /// Print JSON (keys include samples, lost, duration_ns, bytes, bytes_per_sample,
+    /// truncated_bytes).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: InfoArgs) -> Result<ExitCode> {
+    let ctx = || format!("cannot read {}", args.trace.display());
+    let mut reader = TraceReader::open(&args.trace).with_context(ctx)?;
+    let (summary, stats, duration) = reader.summarize().with_context(ctx)?;
+    let counts = if args.full {
+        let mut c = RecordCounter::default();
+        TraceReader::open(&args.trace).with_context(ctx)?.read_all(&mut c).with_context(ctx)?;
+        Some(c)
+    } else {
+        None
+    };
+    let header = reader.header().clone();
+    let info = TraceInfo::new(&header, &summary, &stats, duration, reader.build_ids(), counts.as_ref());
+    let out = if args.json {
+        let mut s = json::info_json_string(&info)?;
+        s.push('\n');
+        s
+    } else {
+        table::render_info(&info)
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,83 @@
+//! `tailprof report`: a flat profile of a trace, by function, binary or thread.
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tailprof_analyze::{select_event, ProfileBuilder, GroupBy, ProfileOptions, Symbolizer, SymbolizerOptions};
+use tailprof_format::TraceReader;
+use tailprof_present::{json, table};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum By {
+    Function,
+    Binary,
+    Thread,
+}
+
+/// Print a flat profile: samples and percentages per function (default), binary or thread.
+///
+/// Symbols come from the binaries' ELF symbol tables and DWARF where present (C++ and Rust
+/// names demangled); binaries are found by the paths recorded in the trace, checked
+/// against their build-ids. Kernel samples show as `[kernel]` unless /proc/kallsyms is
+/// readable. Lost, throttled and truncated data are reported above the table.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  tailprof report run.trace\n  tailprof report run.trace --by binary --top 10\n  tailprof report run.trace --json | jq '.functions[0]'")]
+pub struct ReportArgs {
+    /// The trace file (from `tailprof record` or `tailprof import`).
+    #[arg(value_name = "TRACE")]
+    trace: PathBuf,
+
+    /// What each row stands for.
+    #[arg(long, value_enum, default_value = "function")]
+    by: By,
+
+    /// Show only the N largest rows (0: all).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    top: usize,
+
+    /// Event to report, by name or index, when the trace has several (default: the first).
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    event: Option<String>,
+
+    /// Print JSON: {"samples": N, "functions": [{"name", "binary", "samples", "percent"}, ...]}
+    /// (`binaries` / `threads` with --by binary / thread).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: ReportArgs) -> Result<ExitCode> {
+    let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let header = reader.header().clone();
+    let event = select_event(&header, args.event.as_deref())?;
+    let opts = ProfileOptions {
+        by: match args.by {
+            By::Function => GroupBy::Function,
+            By::Binary => GroupBy::Binary,
+            By::Thread => GroupBy::Thread,
+        },
+        event: Some(event),
+    };
+    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    // Build-ids may sit in the trailer, so the reader knows them all only once it has read
+    // the file; symbolization happens after that, in `finish`.
+    let mut builder = ProfileBuilder::new(&header, &opts)?;
+    let summary = reader.read_all(&mut builder).with_context(|| format!("cannot read {}", args.trace.display()))?;
+    builder.add_build_ids(reader.build_ids());
+    builder.set_read_summary(summary);
+    let profile = builder.finish(&mut symbolizer);
+    let top = if args.top == 0 { None } else { Some(args.top) };
+    let out = if args.json {
+        let mut s = json::profile_json_string(&profile, top)?;
+        s.push('\n');
+        s
+    } else {
+        table::render_profile(&profile, &table::TableOptions { top, ..Default::default() })
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,284 @@
+//! The records-chunk decoder: turns one intact records chunk back into records
+//! (FORMAT.md §5).
+//!
+//! Owns validation of a chunk body. A chunk is decoded completely into reusable column
+//! buffers *before* any record is handed out, so a chunk whose checksum is right but whose
+//! contents are inconsistent (a crafted file, a writer bug) is rejected as a whole and
+//! never delivers half its records. Every count is checked against the bytes that back
+//! it before anything is allocated.
+
+use crate::chunk::{RawChunk, FLAG_ZSTD, MAX_RAW_BODY};
+use crate::columns::{Col, OptCol};
+use crate::meta::{RecordsMeta, MAX_CHUNK_RECORDS};
+use crate::record::{CpuMode, Record, Sample, Sink};
+use crate::sideband::get_sideband;
+use crate::timecode::TimeCodec;
+use crate::varint::{unzigzag, ByteReader};
+
+/// Reusable state for decoding records chunks.
+pub struct ChunkDecoder {
+    dctx: Option<zstd::bulk::Decompressor<'static>>,
+    raw: Vec<u8>,
+    n: usize,
+    times: Vec<u64>,
+    events: Col,
+    threads: Vec<(u32, u32)>,
+    thread_idx: Col,
+    cpus: Col,
+    periods: Col,
+    cpumodes: Col,
+    ip_table: Vec<u64>,
+    ips: Vec<u64>,
+    ip_idx: Col,
+    addr: OptCol,
+    weight: OptCol,
+    data_src: OptCol,
+    regs_count: Col,
+    regs: Vec<u64>,
+    sideband: Vec<(u32, Record)>,
+    /// The record handed to sinks; reused so samples cost no allocation.
+    rec: Record,
+}
+
+impl Default for ChunkDecoder {
+    fn default() -> Self {
+        ChunkDecoder {
+            dctx: None,
+            raw: Vec::new(),
+            n: 0,
+            times: Vec::new(),
+            events: Col::default(),
+            threads: Vec::new(),
+            thread_idx: Col::default(),
+            cpus: Col::default(),
+            periods: Col::default(),
+            cpumodes: Col::default(),
+            ip_table: Vec::new(),
+            ips: Vec::new(),
+            ip_idx: Col::default(),
+            addr: OptCol::default(),
+            weight: OptCol::default(),
+            data_src: OptCol::default(),
+            regs_count: Col::default(),
+            regs: Vec::new(),
+            sideband: Vec::new(),
+            rec: Record::Sample(Sample::default()),
+        }
+    }
+}
+
+/// Returns the decompressed (or stored) body of an intact chunk into `raw`.
+/// `None` when the declared or actual sizes are wrong.
+pub fn chunk_body<'a>(
+    c: &RawChunk<'a>,
+    dctx: &mut Option<zstd::bulk::Decompressor<'static>>,
+    raw: &'a mut Vec<u8>,
+) -> Option<&'a [u8]> {
+    let want = c.header.raw_body_len as usize;
+    if want > MAX_RAW_BODY {
+        return None;
+    }
+    if c.header.flags & FLAG_ZSTD == 0 {
+        return (c.body.len() == want).then_some(c.body);
+    }
+    if dctx.is_none() {
+        *dctx = Some(zstd::bulk::Decompressor::new().ok()?);
+    }
+    let d = dctx.as_mut()?;
+    raw.clear();
+    // Exactly `want` bytes of room: a frame that decodes to more fails instead of growing.
+    raw.reserve_exact(want);
+    let res = d.decompress_to_buffer(c.body, &mut *raw);
+    let raw: &'a Vec<u8> = raw;
+    match res {
+        Ok(got) if got == want && raw.len() == want => Some(&raw[..]),
+        _ => None,
+    }
+}
+
+impl ChunkDecoder {
+    /// Decodes an intact records chunk into the internal buffers. `None` on damage.
+    pub fn decode(&mut self, c: &RawChunk<'_>) -> Option<RecordsMeta> {
+        let meta = RecordsMeta::parse(c.meta)?;
+        let mut raw = std::mem::take(&mut self.raw);
+        let res = match chunk_body(c, &mut self.dctx, &mut raw) {
+            Some(body) => self.decode_body(body, &meta),
+            None => None,
+        };
+        self.raw = raw;
+        res.map(|()| meta)
+    }
+
+    fn decode_body(&mut self, body: &[u8], meta: &RecordsMeta) -> Option<()> {
+        let r = &mut ByteReader::new(body);
+        let n = r.len_at_most(MAX_CHUNK_RECORDS)?;
+        if n != meta.samples as usize {
+            return None;
+        }
+        self.n = n;
+        self.times.clear();
+        self.ips.clear();
+        self.regs.clear();
+        self.sideband.clear();
+        let mut base = 0;
+        if n > 0 {
+            base = self.decode_samples(r, n)?;
+        }
+        let nsb = r.len_at_most(MAX_CHUNK_RECORDS)?;
+        if n + nsb != meta.records as usize || nsb > r.remaining() {
+            return None;
+        }
+        let mut pos = 0u32;
+        let mut prev_time = base;
+        for _ in 0..nsb {
+            let (delta, rec) = get_sideband(r, &mut prev_time)?;
+            pos = pos.checked_add(delta)?;
+            if pos as usize > n {
+                return None;
+            }
+            if let Some(rec) = rec {
+                self.sideband.push((pos, rec));
+            }
+        }
+        r.is_empty().then_some(())
+    }
+
+    /// Decodes the sample columns; returns the base time.
+    fn decode_samples(&mut self, r: &mut ByteReader<'_>, n: usize) -> Option<u64> {
+        let base = r.u64()?;
+        let codec = TimeCodec::from_u8(r.u8()?)?;
+        let tlen = r.u32()? as usize;
+        let tb = r.take(tlen)?;
+        if n > tb.len() / codec.min_len() {
+            return None;
+        }
+        self.times.reserve(n);
+        let mut tr = ByteReader::new(tb);
+        let mut t = base;
+        for _ in 0..n {
+            t = t.checked_add(codec.get(&mut tr)?)?;
+            self.times.push(t);
+        }
+        if !tr.is_empty() {
+            return None;
+        }
+        self.events.read(r, n)?;
+        if self.events.max() > u16::MAX as u64 {
+            return None;
+        }
+        let nthreads = r.len_at_most(r.remaining() / 2)?;
+        self.threads.clear();
+        for _ in 0..nthreads {
+            self.threads.push((r.uleb_u32()?, r.uleb_u32()?));
+        }
+        self.thread_idx.read(r, n)?;
+        if self.thread_idx.max() >= nthreads as u64 {
+            return None;
+        }
+        self.cpus.read(r, n)?;
+        if self.cpus.max() > u32::MAX as u64 {
+            return None;
+        }
+        self.periods.read(r, n)?;
+        self.cpumodes.read(r, n)?;
+        if self.cpumodes.max() > u8::MAX as u64 {
+            return None;
+        }
+        let nips = r.len_at_most(r.remaining())?;
+        self.ip_table.clear();
+        let mut ip = 0u64;
+        for _ in 0..nips {
+            ip = ip.wrapping_add(unzigzag(r.uleb()?) as u64);
+            self.ip_table.push(ip);
+        }
+        self.ip_idx.read(r, n)?;
+        if self.ip_idx.max() >= nips as u64 {
+            return None;
+        }
+        self.ips.reserve(n);
+        for i in 0..n {
+            self.ips.push(self.ip_table[self.ip_idx.get(i) as usize]);
+        }
+        self.addr.read(r, n, true)?;
+        self.weight.read(r, n, false)?;
+        self.data_src.read(r, n, false)?;
+        self.regs_count.read(r, n)?;
+        let rlen = r.u32()? as usize;
+        let rb = r.take(rlen)?;
+        let total = if self.regs_count.konst {
+            self.regs_count.c.checked_mul(n as u64)?
+        } else {
+            self.regs_count.v.iter().try_fold(0u64, |a, &c| a.checked_add(c))?
+        };
+        if total > rb.len() as u64 {
+            return None;
+        }
+        self.regs.reserve(total as usize);
+        let mut rr = ByteReader::new(rb);
+        for _ in 0..total {
+            self.regs.push(rr.uleb()?);
+        }
+        rr.is_empty().then_some(base)
+    }
+
+    /// Fills `s` with sample `i` of the decoded chunk. `k` holds the running indices of
+    /// the optional columns and of the register array.
+    #[inline]
+    fn fill(&self, s: &mut Sample, i: usize, k: &mut [usize; 4]) {
+        s.time = self.times[i];
+        s.event = self.events.get(i) as u16;
+        let (pid, tid) = self.threads[self.thread_idx.get(i) as usize];
+        s.pid = pid;
+        s.tid = tid;
+        s.cpu = self.cpus.get(i) as u32;
+        s.period = self.periods.get(i);
+        s.cpumode = CpuMode::from_u8(self.cpumodes.get(i) as u8);
+        s.ip = self.ips[i];
+        s.addr = self.addr.get(i, &mut k[0]);
+        s.weight = self.weight.get(i, &mut k[1]);
+        s.data_src = self.data_src.get(i, &mut k[2]);
+        let nr = self.regs_count.get(i) as usize;
+        s.regs.clear();
+        if nr != 0 {
+            s.regs.extend_from_slice(&self.regs[k[3]..k[3] + nr]);
+            k[3] += nr;
+        }
+    }
+
+    /// Hands every record of the decoded chunk to `sink`, in the original order.
+    pub fn emit(&mut self, sink: &mut dyn Sink) {
+        let mut rec = std::mem::replace(&mut self.rec, Record::Sample(Sample::default()));
+        let mut k = [0usize; 4];
+        let mut sb = 0;
+        for i in 0..self.n {
+            while let Some((pos, r)) = self.sideband.get(sb) {
+                if *pos as usize != i {
+                    break;
+                }
+                sink.handle_record(r);
+                sb += 1;
+            }
+            if let Record::Sample(s) = &mut rec {
+                self.fill(s, i, &mut k);
+            }
+            sink.handle_record(&rec);
+        }
+        for (_, r) in &self.sideband[sb..] {
+            sink.handle_record(r);
+        }
+        self.rec = rec;
+    }
+
+    /// Hands every sample of the decoded chunk to `f`, in order.
+    pub fn emit_samples(&mut self, f: &mut dyn FnMut(&Sample)) {
+        let mut rec = std::mem::replace(&mut self.rec, Record::Sample(Sample::default()));
+        if let Record::Sample(s) = &mut rec {
+            let mut k = [0usize; 4];
+            for i in 0..self.n {
+                self.fill(s, i, &mut k);
+                f(s);
+            }
+        }
+        self.rec = rec;
+    }
+}

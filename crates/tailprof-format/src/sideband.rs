@@ -1,0 +1,174 @@
+//! Side-band records (everything but samples) inside a records chunk.
+//!
+//! Owns the row encoding of `Mmap`, `Comm`, `Fork`, `Exit`, `Lost` and `Throttle`
+//! (FORMAT.md §5.4). Side-band records are rare next to samples, so they are stored
+//! row-wise, each one tagged with its position among the chunk's samples; that position
+//! is what puts them back in their exact original order. Each row is length-prefixed so
+//! a reader can skip kinds it does not know.
+
+use crate::record::*;
+use crate::varint::{put_bytes, put_uleb, unzigzag, zigzag, ByteReader};
+
+/// Side-band kind tags.
+pub const SB_MMAP: u8 = 1;
+pub const SB_COMM: u8 = 2;
+pub const SB_FORK: u8 = 3;
+pub const SB_EXIT: u8 = 4;
+pub const SB_LOST: u8 = 5;
+pub const SB_THROTTLE: u8 = 6;
+
+fn put_opt_u16(out: &mut Vec<u8>, v: Option<u16>) {
+    put_uleb(out, v.map_or(0, |e| e as u64 + 1));
+}
+
+fn get_opt_u16(r: &mut ByteReader<'_>) -> Option<Option<u16>> {
+    match r.uleb()? {
+        0 => Some(None),
+        v => Some(Some(u16::try_from(v - 1).ok()?)),
+    }
+}
+
+fn put_task(out: &mut Vec<u8>, t: &Task) {
+    for v in [t.pid, t.ppid, t.tid, t.ptid] {
+        put_uleb(out, v as u64);
+    }
+}
+
+fn get_task(r: &mut ByteReader<'_>, time: u64) -> Option<Task> {
+    Some(Task { time, pid: r.uleb_u32()?, ppid: r.uleb_u32()?, tid: r.uleb_u32()?, ptid: r.uleb_u32()? })
+}
+
+/// Appends one side-band row: kind, position delta, time delta, length-prefixed fields.
+/// `prev_time` is the time of the previous side-band row in the chunk (or the chunk's
+/// base time) and is updated. `scratch` is reused between calls.
+///
+/// Returns `false` for `Record::Sample`, which does not belong here.
+pub fn put_sideband(
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+    pos_delta: u32,
+    prev_time: &mut u64,
+    r: &Record,
+) -> bool {
+    scratch.clear();
+    let s = scratch;
+    let kind = match r {
+        Record::Sample(_) => return false,
+        Record::Mmap(m) => {
+            for v in [m.pid as u64, m.tid as u64, m.start, m.len, m.pgoff, m.prot as u64] {
+                put_uleb(s, v);
+            }
+            s.push(m.cpumode as u8);
+            put_bytes(s, m.path.as_bytes());
+            match &m.build_id {
+                None => put_uleb(s, 0),
+                Some(b) => {
+                    put_uleb(s, b.len() as u64 + 1);
+                    s.extend_from_slice(b);
+                }
+            }
+            SB_MMAP
+        }
+        Record::Comm(c) => {
+            put_uleb(s, c.pid as u64);
+            put_uleb(s, c.tid as u64);
+            s.push(c.exec as u8);
+            put_bytes(s, c.comm.as_bytes());
+            SB_COMM
+        }
+        Record::Fork(t) => {
+            put_task(s, t);
+            SB_FORK
+        }
+        Record::Exit(t) => {
+            put_task(s, t);
+            SB_EXIT
+        }
+        Record::Lost(l) => {
+            put_uleb(s, l.cpu as u64);
+            put_opt_u16(s, l.event);
+            s.push(l.kind as u8);
+            put_uleb(s, l.count);
+            SB_LOST
+        }
+        Record::Throttle(t) => {
+            put_uleb(s, t.cpu as u64);
+            put_opt_u16(s, t.event);
+            s.push(t.throttled as u8);
+            SB_THROTTLE
+        }
+    };
+    let time = r.time();
+    out.push(kind);
+    put_uleb(out, pos_delta as u64);
+    put_uleb(out, zigzag(time.wrapping_sub(*prev_time) as i64));
+    *prev_time = time;
+    put_bytes(out, s);
+    true
+}
+
+/// Reads one side-band row. Returns `(pos_delta, Some(record))`, or `(pos_delta, None)`
+/// for a kind this build does not know (the row is skipped). `None` means damage.
+pub fn get_sideband(r: &mut ByteReader<'_>, prev_time: &mut u64) -> Option<(u32, Option<Record>)> {
+    let kind = r.u8()?;
+    let pos_delta = r.uleb_u32()?;
+    let time = prev_time.wrapping_add(unzigzag(r.uleb()?) as u64);
+    *prev_time = time;
+    let fields = r.bytes()?;
+    let f = &mut ByteReader::new(fields);
+    let rec = match kind {
+        SB_MMAP => Record::Mmap(Mmap {
+            time,
+            pid: f.uleb_u32()?,
+            tid: f.uleb_u32()?,
+            start: f.uleb()?,
+            len: f.uleb()?,
+            pgoff: f.uleb()?,
+            prot: f.uleb_u32()?,
+            cpumode: CpuMode::from_u8(f.u8()?),
+            path: f.string()?,
+            build_id: match f.len_at_most(f.remaining() + 1)? {
+                0 => None,
+                n => Some(f.take(n - 1)?.to_vec()),
+            },
+        }),
+        SB_COMM => Record::Comm(Comm {
+            time,
+            pid: f.uleb_u32()?,
+            tid: f.uleb_u32()?,
+            exec: f.u8()? != 0,
+            comm: f.string()?,
+        }),
+        SB_FORK => Record::Fork(get_task(f, time)?),
+        SB_EXIT => Record::Exit(get_task(f, time)?),
+        SB_LOST => Record::Lost(Lost {
+            time,
+            cpu: f.uleb_u32()?,
+            event: get_opt_u16(f)?,
+            kind: match f.u8()? {
+                0 => LossKind::RingFull,
+                1 => LossKind::Samples,
+                2 => LossKind::Markers,
+                _ => return None,
+            },
+            count: f.uleb()?,
+        }),
+        SB_THROTTLE => Record::Throttle(Throttle {
+            time,
+            cpu: f.uleb_u32()?,
+            event: get_opt_u16(f)?,
+            throttled: f.u8()? != 0,
+        }),
+        _ => return Some((pos_delta, None)),
+    };
+    Some((pos_delta, Some(rec)))
+}
+
+/// Upper bound of the bytes [`put_sideband`] appends for `r` (for chunk sizing).
+pub fn sideband_size_hint(r: &Record) -> usize {
+    40 + match r {
+        Record::Mmap(m) => 60 + m.path.len() + m.build_id.as_ref().map_or(0, Vec::len),
+        Record::Comm(c) => 20 + c.comm.len(),
+        _ => 40,
+    }
+}

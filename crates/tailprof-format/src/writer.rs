@@ -1,0 +1,416 @@
+//! [`TraceWriter`]: appends records to a trace, one checksummed chunk at a time.
+//!
+//! Owns chunking policy (when a chunk closes), compression, build-id bookkeeping, running
+//! [`TraceStats`] and the trailer. The file header and header chunk are written and
+//! flushed by the constructor, so even a trace killed immediately afterwards is readable.
+//!
+//! Chunking rules (FORMAT.md §8):
+//! - a sample whose time is below the previous sample's in the open chunk closes the
+//!   chunk first (time deltas are unsigned), so it is never dropped or reordered;
+//! - [`TraceWriter::write`] closes the chunk when it reaches `max_records` records or about
+//!   `max_raw_bytes` of encoded data;
+//! - [`TraceWriter::end_round`] closes it once it holds `round_records` records, or spans
+//!   `round_span_ns` of trace time with at least `min_records` records;
+//! - [`TraceWriter::flush_chunk`] closes it unconditionally and flushes the output.
+//!
+//! ```
+//! use tailprof_format::*;
+//! let header = TraceHeader { source: "record".into(), ..Default::default() };
+//! let mut w = TraceWriter::new(Vec::new(), &header)?;
+//! w.write_sample(&Sample { time: 1_000, ip: 0x401000, period: 1, ..Default::default() })?;
+//! let (bytes, summary) = w.finish_into_inner(Some(5_000))?;
+//! assert_eq!(summary.stats.samples, 1);
+//! let mut r = TraceReader::from_bytes(bytes)?;
+//! let mut sink = VecSink::default();
+//! assert!(r.read_all(&mut sink)?.complete);
+//! assert_eq!(sink.0.len(), 1);
+//! # Ok::<(), FormatError>(())
+//! ```
+
+use crate::chunk::{file_header_bytes, frame_chunk, ChunkKind, FLAG_ZSTD, MAX_PAYLOAD, MAX_RAW_BODY};
+use crate::encode::ChunkBuilder;
+use crate::meta::{encode_build_ids, note_stats_time, BuildIdSet, Trailer, MAX_STRING};
+use crate::record::*;
+use crate::timecode::TimeCodec;
+use crate::FormatError;
+use std::io::Write;
+use std::path::Path;
+
+/// Tuning knobs of a [`TraceWriter`]. The defaults suit the recorder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriterOptions {
+    /// `end_round` closes the chunk once it holds this many records.
+    pub round_records: usize,
+    /// `end_round` also closes a chunk that spans this much trace time...
+    pub round_span_ns: u64,
+    /// ...provided it holds at least this many records.
+    pub min_records: usize,
+    /// `write` closes the chunk at this many records (hard limit, at most 2^20).
+    pub max_records: usize,
+    /// `write` closes the chunk at about this many bytes of encoded (uncompressed) data.
+    pub max_raw_bytes: usize,
+    /// zstd level for chunk bodies; 0 stores bodies uncompressed.
+    pub zstd_level: i32,
+    /// Code for sample time deltas.
+    pub time_codec: TimeCodec,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            round_records: 32 * 1024,
+            round_span_ns: 2_000_000_000,
+            min_records: 1024,
+            max_records: 128 * 1024,
+            max_raw_bytes: 8 << 20,
+            zstd_level: 1,
+            time_codec: TimeCodec::default(),
+        }
+    }
+}
+
+/// What [`TraceWriter::finish`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteSummary {
+    /// Bytes in the file, trailer included.
+    pub bytes: u64,
+    /// Chunks in the file, header and trailer chunks included.
+    pub chunks: u64,
+    pub stats: TraceStats,
+    pub duration_ns: Option<u64>,
+}
+
+/// Writes a trace. See the [module docs](self).
+pub struct TraceWriter<W: Write> {
+    out: Option<W>,
+    path: Option<String>,
+    opts: WriterOptions,
+    builder: ChunkBuilder,
+    compressor: Option<zstd::bulk::Compressor<'static>>,
+    body: Vec<u8>,
+    zbody: Vec<u8>,
+    frame: Vec<u8>,
+    seq: u32,
+    bytes: u64,
+    chunks: u64,
+    records: u64,
+    stats: TraceStats,
+    build_ids: BuildIdSet,
+    build_ids_dirty: bool,
+    finished: bool,
+}
+
+impl TraceWriter<std::io::BufWriter<std::fs::File>> {
+    /// Creates (truncates) `path` and writes the file header and header chunk to it.
+    pub fn create(path: &Path, header: &TraceHeader) -> Result<Self, FormatError> {
+        Self::create_with_options(path, header, WriterOptions::default())
+    }
+
+    /// [`Self::create`] with explicit [`WriterOptions`].
+    pub fn create_with_options(
+        path: &Path,
+        header: &TraceHeader,
+        opts: WriterOptions,
+    ) -> Result<Self, FormatError> {
+        let name = path.display().to_string();
+        let f = std::fs::File::create(path)
+            .map_err(|source| FormatError::Io { path: name.clone(), source })?;
+        let mut w = Self::build(std::io::BufWriter::with_capacity(256 << 10, f), opts, Some(name));
+        w.start(header)?;
+        Ok(w)
+    }
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the file header and header chunk to `out` and flushes it.
+    pub fn new(out: W, header: &TraceHeader) -> Result<Self, FormatError> {
+        Self::with_options(out, header, WriterOptions::default())
+    }
+
+    /// [`Self::new`] with explicit [`WriterOptions`].
+    pub fn with_options(out: W, header: &TraceHeader, opts: WriterOptions) -> Result<Self, FormatError> {
+        let mut w = Self::build(out, opts, None);
+        w.start(header)?;
+        Ok(w)
+    }
+
+    fn build(out: W, mut opts: WriterOptions, path: Option<String>) -> Self {
+        opts.max_records = opts.max_records.clamp(1, crate::meta::MAX_CHUNK_RECORDS);
+        opts.max_raw_bytes = opts.max_raw_bytes.clamp(1, MAX_RAW_BODY / 2);
+        opts.round_records = opts.round_records.max(1);
+        TraceWriter {
+            out: Some(out),
+            path,
+            opts,
+            builder: ChunkBuilder::default(),
+            compressor: None,
+            body: Vec::new(),
+            zbody: Vec::new(),
+            frame: Vec::new(),
+            seq: 0,
+            bytes: 0,
+            chunks: 0,
+            records: 0,
+            stats: TraceStats::default(),
+            build_ids: BuildIdSet::default(),
+            build_ids_dirty: false,
+            finished: false,
+        }
+    }
+
+    fn start(&mut self, header: &TraceHeader) -> Result<(), FormatError> {
+        let json = serde_json::to_vec(header)
+            .map_err(|e| FormatError::BadHeader(format!("cannot serialize trace header: {e}")))?;
+        if json.len() > MAX_PAYLOAD {
+            return Err(FormatError::BadHeader("trace header too large".into()));
+        }
+        self.frame.clear();
+        self.frame.extend_from_slice(&file_header_bytes());
+        frame_chunk(&mut self.frame, ChunkKind::Header, 0, 0, &[], &json, json.len());
+        self.seq = 1;
+        self.chunks = 1;
+        self.emit_frame()?;
+        self.flush_out()
+    }
+
+    fn io_err(&self, e: std::io::Error) -> FormatError {
+        match &self.path {
+            Some(p) => FormatError::Io { path: p.clone(), source: e },
+            None => FormatError::RawIo(e),
+        }
+    }
+
+    fn emit_frame(&mut self) -> Result<(), FormatError> {
+        let res = match self.out.as_mut() {
+            Some(o) => o.write_all(&self.frame),
+            None => Ok(()),
+        };
+        res.map_err(|e| self.io_err(e))?;
+        self.bytes += self.frame.len() as u64;
+        Ok(())
+    }
+
+    fn flush_out(&mut self) -> Result<(), FormatError> {
+        let res = match self.out.as_mut() {
+            Some(o) => o.flush(),
+            None => Ok(()),
+        };
+        res.map_err(|e| self.io_err(e))
+    }
+
+    /// Buffers one record; closes the current chunk when it is full. A sample older than
+    /// the previous sample of the open chunk starts a new chunk.
+    pub fn write(&mut self, r: &Record) -> Result<(), FormatError> {
+        match r {
+            Record::Sample(s) => self.write_sample(s),
+            _ => {
+                check_sideband_size(r)?;
+                self.records += 1;
+                note_stats_time(&mut self.stats, r.time());
+                match r {
+                    Record::Lost(l) => {
+                        let c = match l.kind {
+                            LossKind::RingFull => &mut self.stats.lost_records,
+                            LossKind::Samples => &mut self.stats.lost_samples,
+                            LossKind::Markers => &mut self.stats.lost_markers,
+                        };
+                        *c = c.saturating_add(l.count);
+                    }
+                    Record::Throttle(t) if t.throttled => self.stats.throttle_events += 1,
+                    Record::Throttle(_) => self.stats.unthrottle_events += 1,
+                    _ => {}
+                }
+                self.builder.push_sideband(r);
+                self.close_if_full()
+            }
+        }
+    }
+
+    /// Buffers one sample (same effect as `write(&Record::Sample(..))`, without the
+    /// enum).
+    #[inline]
+    pub fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
+        if let Some(last) = self.builder.last_sample_time() {
+            if s.time < last {
+                self.close_chunk()?;
+            }
+        }
+        self.records += 1;
+        self.stats.samples += 1;
+        note_stats_time(&mut self.stats, s.time);
+        self.builder.push_sample(s);
+        self.close_if_full()
+    }
+
+    #[inline]
+    fn close_if_full(&mut self) -> Result<(), FormatError> {
+        if self.builder.records() >= self.opts.max_records
+            || self.builder.raw_estimate >= self.opts.max_raw_bytes
+        {
+            self.close_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Records (or replaces) the build-id of a path. Stored in a build-id chunk written
+    /// with the next records chunk, by [`Self::flush_chunk`], or by [`Self::finish`].
+    pub fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+        if e.path.len() > MAX_STRING || e.build_id.len() > MAX_STRING {
+            return Err(FormatError::RecordTooLarge("build-id entry"));
+        }
+        if self.build_ids.insert(e) {
+            self.build_ids_dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Marks the end of a merged round; closes the open chunk if it is big enough (see
+    /// the module docs), never making tiny chunks.
+    pub fn end_round(&mut self) -> Result<(), FormatError> {
+        let n = self.builder.records();
+        if n >= self.opts.round_records
+            || (n >= self.opts.min_records && self.builder.time_span() >= self.opts.round_span_ns)
+        {
+            self.close_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Closes the open chunk (if any), writes pending build-ids and flushes the output:
+    /// everything written so far survives the process dying.
+    pub fn flush_chunk(&mut self) -> Result<(), FormatError> {
+        self.close_chunk()?;
+        self.write_build_ids()?;
+        self.flush_out()
+    }
+
+    fn write_build_ids(&mut self) -> Result<(), FormatError> {
+        if !self.build_ids_dirty {
+            return Ok(());
+        }
+        // Every build-id chunk carries the whole set, so the last intact one is complete.
+        let body = encode_build_ids(&self.build_ids.entries);
+        if body.len() > MAX_PAYLOAD {
+            return Err(FormatError::RecordTooLarge("build-id table"));
+        }
+        self.frame.clear();
+        frame_chunk(&mut self.frame, ChunkKind::BuildIds, 0, self.seq, &[], &body, body.len());
+        self.emit_frame()?;
+        self.seq = self.seq.wrapping_add(1);
+        self.chunks += 1;
+        self.build_ids_dirty = false;
+        Ok(())
+    }
+
+    fn close_chunk(&mut self) -> Result<(), FormatError> {
+        if self.builder.is_empty() {
+            return Ok(());
+        }
+        let meta = self.builder.encode(&mut self.body, self.opts.time_codec);
+        if self.body.len() > MAX_RAW_BODY {
+            return Err(FormatError::RecordTooLarge("records chunk"));
+        }
+        let mut flags = 0;
+        let mut stored: &[u8] = &self.body;
+        if self.opts.zstd_level != 0 {
+            if self.compressor.is_none() {
+                let c = zstd::bulk::Compressor::new(self.opts.zstd_level).map_err(FormatError::Compress)?;
+                self.compressor = Some(c);
+            }
+            if let Some(c) = self.compressor.as_mut() {
+                self.zbody.clear();
+                self.zbody.reserve(zstd::zstd_safe::compress_bound(self.body.len()));
+                let n = c.compress_to_buffer(&self.body, &mut self.zbody).map_err(FormatError::Compress)?;
+                if n < self.body.len() {
+                    flags = FLAG_ZSTD;
+                    stored = &self.zbody;
+                }
+            }
+        }
+        self.frame.clear();
+        frame_chunk(
+            &mut self.frame,
+            ChunkKind::Records,
+            flags,
+            self.seq,
+            &meta.to_bytes(),
+            stored,
+            self.body.len(),
+        );
+        self.emit_frame()?;
+        self.seq = self.seq.wrapping_add(1);
+        self.chunks += 1;
+        self.write_build_ids()?;
+        self.flush_out()
+    }
+
+    /// Running counts of what was written (buffered records included).
+    pub fn stats(&self) -> &TraceStats {
+        &self.stats
+    }
+
+    /// Bytes handed to the output so far (the open chunk not included).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Closes the open chunk, writes pending build-ids and the trailer (stats, duration,
+    /// clean-end marker), and flushes.
+    pub fn finish(self, duration_ns: Option<u64>) -> Result<WriteSummary, FormatError> {
+        self.finish_into_inner(duration_ns).map(|(_, s)| s)
+    }
+
+    /// [`Self::finish`], also returning the output (e.g. the `Vec<u8>` of an in-memory
+    /// trace).
+    pub fn finish_into_inner(mut self, duration_ns: Option<u64>) -> Result<(W, WriteSummary), FormatError> {
+        self.finished = true;
+        self.close_chunk()?;
+        self.write_build_ids()?;
+        let trailer = Trailer {
+            clean_end: true,
+            stats: self.stats.clone(),
+            duration_ns,
+            chunks: self.chunks,
+            records: self.records,
+        };
+        let json = serde_json::to_vec(&trailer).map_err(|e| FormatError::BadHeader(e.to_string()))?;
+        self.frame.clear();
+        frame_chunk(&mut self.frame, ChunkKind::Trailer, 0, self.seq, &[], &json, json.len());
+        self.emit_frame()?;
+        self.chunks += 1;
+        self.flush_out()?;
+        let summary = WriteSummary {
+            bytes: self.bytes,
+            chunks: self.chunks,
+            stats: self.stats.clone(),
+            duration_ns,
+        };
+        match self.out.take() {
+            Some(out) => Ok((out, summary)),
+            None => Err(FormatError::RawIo(std::io::Error::other("trace writer has no output"))),
+        }
+    }
+}
+
+fn check_sideband_size(r: &Record) -> Result<(), FormatError> {
+    let too_big = match r {
+        Record::Mmap(m) => m.path.len() > MAX_STRING || m.build_id.as_ref().is_some_and(|b| b.len() > MAX_STRING),
+        Record::Comm(c) => c.comm.len() > MAX_STRING,
+        _ => false,
+    };
+    if too_big {
+        return Err(FormatError::RecordTooLarge("side-band record string"));
+    }
+    Ok(())
+}
+
+impl<W: Write> Drop for TraceWriter<W> {
+    /// A writer dropped without [`TraceWriter::finish`] (an error path, a panic) still
+    /// closes its open chunk, best effort, so buffered records are not lost. No trailer
+    /// is written: readers report the trace as incomplete.
+    fn drop(&mut self) {
+        if !self.finished && self.out.is_some() {
+            let _ = self.flush_chunk();
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! [`PerfDataReader`]: a pull-style converter from perf.data records to [`Record`]s.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use linux_perf_data::linux_perf_event_reader::{
+    constants::{PERF_RECORD_MISC_BUILD_ID_SIZE, PERF_RECORD_MISC_MMAP_BUILD_ID},
+    EventRecord, Mmap2FileId, RawEventRecord, RecordType,
+};
+use linux_perf_data::{Endianness, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter, RawUserRecord, UserRecordType};
+use tailprof_format::{BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, Record, Sample, Task, Throttle, TraceHeader};
+
+use crate::header::{build_header, event_info, header_build_ids, EventInfo};
+use crate::sample::{decode_sample, has_fields_after_data_src};
+use crate::source::{prepare, SourceReader};
+use crate::{ImportError, ImportOptions, ImportSummary, UNKNOWN_CPU};
+
+/// PERF_RECORD_HEADER_BUILD_ID: build-ids in pipe-mode streams.
+const PERF_RECORD_HEADER_BUILD_ID: u32 = 67;
+/// How many individual warnings of one kind to keep before only counting.
+const MAX_DETAILED_WARNINGS: u64 = 5;
+
+/// Reads a perf.data file (file or pipe mode, with or without zstd-compressed records)
+/// and hands out its records as tailprof [`Record`]s, in non-decreasing time order.
+///
+/// Records that carry no time (e.g. MMAP/COMM of recordings without `sample_id_all`)
+/// get the time of the record before them, or 0 at the start, so the order invariant of
+/// the record model holds; they keep their place in the stream.
+///
+/// ```no_run
+/// # fn main() -> Result<(), tailprof_import::ImportError> {
+/// let mut r = tailprof_import::PerfDataReader::open("perf.data".as_ref(), &Default::default())?;
+/// while let Some(rec) = r.next_record()? {
+///     println!("{rec:?}");
+/// }
+/// println!("{:?}", r.finish());
+/// # Ok(()) }
+/// ```
+pub struct PerfDataReader {
+    path: PathBuf,
+    perf_file: PerfFile,
+    iter: PerfRecordIter<SourceReader>,
+    conv: Converter,
+    position: Arc<AtomicU64>,
+    file_len: u64,
+    done: bool,
+}
+
+/// Everything the record conversion needs, apart from the parser (so that a record
+/// borrowed from the parser can be converted while the parser is borrowed).
+struct Converter {
+    events: Vec<EventInfo>,
+    id_to_event: HashMap<u64, u16>,
+    header: TraceHeader,
+    build_ids: Vec<BuildIdEntry>,
+    build_id_paths: HashSet<String>,
+    summary: ImportSummary,
+    last_time: u64,
+    endian: Endianness,
+    malformed: u64,
+    trailing: u64,
+}
+
+impl PerfDataReader {
+    /// Open and check a perf.data file and read its header.
+    pub fn open(path: &Path, opts: &ImportOptions) -> Result<Self, ImportError> {
+        let io_err = |e| ImportError::Io { path: path.to_path_buf(), source: e };
+        let mut file = File::open(path).map_err(io_err)?;
+        let prepared = prepare(path, &mut file, opts.recover_truncated)?;
+        let (source, position) = SourceReader::new(file, prepared.header_patch).map_err(io_err)?;
+        let parsed = catch_unwind(AssertUnwindSafe(|| {
+            if prepared.pipe {
+                PerfFileReader::parse_pipe(source)
+            } else {
+                PerfFileReader::parse_file(source)
+            }
+        }));
+        let pos = position.load(Ordering::Relaxed);
+        let PerfFileReader { perf_file, record_iter } = match parsed {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(map_parse_error(path, e, pos)),
+            Err(_) => return Err(internal(path, "the perf.data parser failed on this file's header")),
+        };
+        let attrs = perf_file.event_attributes();
+        if attrs.len() > usize::from(u16::MAX) {
+            return Err(ImportError::Unsupported {
+                path: path.to_path_buf(),
+                detail: format!("{} events (at most {} are supported)", attrs.len(), u16::MAX),
+            });
+        }
+        let big_endian = perf_file.endian() == Endianness::BigEndian;
+        let mut warnings = prepared.warnings;
+        let header = build_header(&perf_file, prepared.pipe, &mut warnings);
+        let build_ids = header_build_ids(&perf_file, &mut warnings);
+        let mut id_to_event = HashMap::new();
+        for (i, a) in attrs.iter().enumerate() {
+            for id in &a.event_ids {
+                id_to_event.insert(*id, i as u16);
+            }
+        }
+        let summary = ImportSummary { events: attrs.len(), warnings, ..Default::default() };
+        let conv = Converter {
+            events: attrs.iter().map(|a| event_info(a, big_endian)).collect(),
+            id_to_event,
+            build_id_paths: build_ids.iter().map(|b| b.path.clone()).collect(),
+            build_ids,
+            header,
+            summary,
+            last_time: 0,
+            endian: perf_file.endian(),
+            malformed: 0,
+            trailing: 0,
+        };
+        Ok(PerfDataReader {
+            path: path.to_path_buf(),
+            perf_file,
+            iter: record_iter,
+            conv,
+            position,
+            file_len: prepared.file_len,
+            done: false,
+        })
+    }
+
+    /// The trace header made from the perf.data header (events, clock, host facts).
+    pub fn header(&self) -> &TraceHeader {
+        &self.conv.header
+    }
+
+    /// Build-ids known so far: those of the perf.data header, plus any found in the
+    /// stream of a pipe-mode file (complete once [`next_record`](Self::next_record)
+    /// has returned `None`).
+    pub fn build_ids(&self) -> &[BuildIdEntry] {
+        &self.conv.build_ids
+    }
+
+    /// Bytes of the input consumed so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.position.load(Ordering::Relaxed).min(self.file_len)
+    }
+
+    /// Size of the input file.
+    pub fn bytes_total(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Counts so far.
+    pub fn summary(&self) -> &ImportSummary {
+        &self.conv.summary
+    }
+
+    /// The next record, `Ok(None)` at the end. After an error, the reader is finished.
+    pub fn next_record(&mut self) -> Result<Option<Record>, ImportError> {
+        if self.done {
+            return Ok(None);
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| self.next_inner()));
+        let result = result.unwrap_or_else(|_| Err(internal(&self.path, "the perf.data parser failed on a record")));
+        if !matches!(result, Ok(Some(_))) {
+            self.done = true;
+            if result.is_ok() {
+                self.conv.finish_warnings();
+            }
+        }
+        result
+    }
+
+    fn next_inner(&mut self) -> Result<Option<Record>, ImportError> {
+        loop {
+            let rec = match self.iter.next_record(&mut self.perf_file) {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let pos = self.position.load(Ordering::Relaxed);
+                    return Err(map_parse_error(&self.path, e, pos));
+                }
+            };
+            let out = match rec {
+                PerfFileRecord::EventRecord { attr_index, record } => self.conv.event(attr_index, &record),
+                PerfFileRecord::UserRecord(u) => {
+                    self.conv.user(&u);
+                    None
+                }
+            };
+            if out.is_some() {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The final counts (and the header and build-ids, for callers that consumed the
+    /// reader).
+    pub fn finish(self) -> ImportSummary {
+        self.conv.summary
+    }
+
+    pub(crate) fn into_parts(self) -> (TraceHeader, Vec<BuildIdEntry>, ImportSummary) {
+        (self.conv.header, self.conv.build_ids, self.conv.summary)
+    }
+}
+
+impl Iterator for PerfDataReader {
+    type Item = Result<Record, ImportError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_record().transpose()
+    }
+}
+
+fn internal(path: &Path, what: &str) -> ImportError {
+    ImportError::Corrupt { path: path.to_path_buf(), detail: format!("{what} (internal parser panic; please report)") }
+}
+
+/// Turn a `linux-perf-data` error into a one-line [`ImportError`]. `pos` is the reader's
+/// byte position when the error happened.
+fn map_parse_error(path: &Path, e: linux_perf_data::Error, pos: u64) -> ImportError {
+    use linux_perf_data::{Error as E, ReadError};
+    let path_buf = path.to_path_buf();
+    let corrupt = |detail: String| ImportError::Corrupt { path: path_buf.clone(), detail };
+    let truncated = |detail: String| ImportError::Truncated { path: path_buf.clone(), detail };
+    match e {
+        E::InvalidPerfEventSize => {
+            let at = pos.saturating_sub(8);
+            match record_size_at(path, at) {
+                Some(size) => corrupt(format!("the record at byte {at} has size {size}, smaller than its 8-byte header")),
+                None => corrupt(format!("a record near byte {at} has a size smaller than its 8-byte header")),
+            }
+        }
+        E::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            truncated(format!("the file ends inside a record (near byte {pos})"))
+        }
+        E::IoError(io) if io.kind() == std::io::ErrorKind::InvalidData || io.kind() == std::io::ErrorKind::InvalidInput => {
+            corrupt(format!("{io} (near byte {pos})"))
+        }
+        E::IoError(io) => ImportError::Io { path: path_buf.clone(), source: io },
+        E::Read(ReadError::PerfEventData) => {
+            truncated(format!("a record extends past the end of the data (near byte {pos})"))
+        }
+        E::Read(r) => corrupt(format!("{r}")),
+        E::UnrecognizedMagicValue(m) => ImportError::NotPerfData {
+            path: path_buf.clone(),
+            found: format!("magic {:?}", String::from_utf8_lossy(&m)),
+        },
+        E::NoAttributes => corrupt("the file describes no events".into()),
+        E::NoIdentifierDespiteMultiEvent(i) => ImportError::Unsupported {
+            path: path_buf.clone(),
+            detail: format!("several events, but event {i} has no PERF_SAMPLE_IDENTIFIER, so records cannot be attributed to events"),
+        },
+        E::InconsistentSampleIdAllWithMultiEvent(i) => ImportError::Unsupported {
+            path: path_buf.clone(),
+            detail: format!("several events that disagree about sample_id_all (event {i})"),
+        },
+        other => corrupt(other.to_string()),
+    }
+}
+
+/// The `size` field of the record header at `at`, read afresh (for error messages).
+fn record_size_at(path: &Path, at: u64) -> Option<u16> {
+    let mut f = File::open(path).ok()?;
+    f.seek(SeekFrom::Start(at)).ok()?;
+    let mut h = [0u8; 8];
+    f.read_exact(&mut h).ok()?;
+    let size = u16::from_le_bytes([h[6], h[7]]);
+    (size < 8).then_some(size).or_else(|| {
+        let be = u16::from_be_bytes([h[6], h[7]]);
+        (be < 8).then_some(be)
+    })
+}
+
+fn type_name(t: RecordType) -> String {
+    let s = format!("{t:?}");
+    if s.starts_with("Unknown") || s.starts_with("User type") { format!("type {}", t.0) } else { s }
+}
+
+/// perf's names for its user record types (tools/perf/util/event.h).
+fn user_type_name(t: UserRecordType) -> String {
+    const NAMES: [&str; 20] = [
+        "HEADER_ATTR", "HEADER_EVENT_TYPE", "HEADER_TRACING_DATA", "HEADER_BUILD_ID", "FINISHED_ROUND",
+        "ID_INDEX", "AUXTRACE_INFO", "AUXTRACE", "AUXTRACE_ERROR", "THREAD_MAP", "CPU_MAP",
+        "STAT_CONFIG", "STAT", "STAT_ROUND", "EVENT_UPDATE", "TIME_CONV", "HEADER_FEATURE",
+        "COMPRESSED", "FINISHED_INIT", "COMPRESSED2",
+    ];
+    let n = t.record_type().0;
+    match n.checked_sub(64).and_then(|i| NAMES.get(i as usize)) {
+        Some(name) => name.to_string(),
+        None => {
+            let s = format!("{t:?}");
+            if s.starts_with("Unknown") { format!("type {n}") } else { s.trim_matches('"').to_string() }
+        }
+    }
+}
+
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+impl Converter {
+    fn skip(&mut self, name: String) {
+        self.summary.skipped_records += 1;
+        *self.summary.skipped_by_type.entry(name).or_insert(0) += 1;
+    }
+
+    fn malformed(&mut self, what: &str, detail: String) {
+        self.malformed += 1;
+        self.summary.malformed_records += 1;
+        if self.malformed <= MAX_DETAILED_WARNINGS {
+            self.summary.warnings.push(format!("skipped a malformed {what} record: {detail}"));
+        }
+    }
+
+    fn finish_warnings(&mut self) {
+        if self.malformed > MAX_DETAILED_WARNINGS {
+            self.summary
+                .warnings
+                .push(format!("skipped {} malformed records in all (details shown for the first {MAX_DETAILED_WARNINGS})", self.malformed));
+        }
+        if self.trailing > 0 {
+            self.summary.warnings.push(format!(
+                "{} samples had bytes after the fields tailprof decodes that their event's sample_type does not explain",
+                self.trailing
+            ));
+        }
+        if self.summary.time_clamped > 0 {
+            self.summary.warnings.push(format!(
+                "{} records were out of time order even after sorting; their time was raised to the previous record's",
+                self.summary.time_clamped
+            ));
+        }
+    }
+
+    /// The time a record is delivered with: its own (the one it was sorted by) when it
+    /// keeps the order, else the previous record's.
+    fn stamp(&mut self, t: Option<u64>) -> u64 {
+        match t {
+            Some(t) if t >= self.last_time => {
+                self.last_time = t;
+                t
+            }
+            Some(_) => {
+                self.summary.time_clamped += 1;
+                self.last_time
+            }
+            None => self.last_time,
+        }
+    }
+
+    fn event_of_id(&self, id: Option<u64>) -> Option<u16> {
+        match id.and_then(|id| self.id_to_event.get(&id)) {
+            Some(&e) => Some(e),
+            None if self.events.len() == 1 => Some(0),
+            None => None,
+        }
+    }
+
+    fn event(&mut self, attr_index: usize, rec: &RawEventRecord) -> Option<Record> {
+        let t = rec.timestamp();
+        let rtype = rec.record_type;
+        if rtype == RecordType::SAMPLE {
+            return self.sample(attr_index, rec, t);
+        }
+        if rtype == RecordType::MMAP2 && rec.misc & PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
+            // The parser asserts on an oversized build-id length; check it first.
+            if rec.data.get(32..33).map(|b| b.as_slice()[0]).is_some_and(|len| len > 20) {
+                self.malformed("MMAP2", "build-id length over 20 bytes".into());
+                return None;
+            }
+        }
+        let common = rec.common_data().unwrap_or_default();
+        let cpu = common.cpu.unwrap_or(UNKNOWN_CPU);
+        let parsed = match rec.parse() {
+            Ok(p) => p,
+            Err(e) => {
+                self.malformed(&type_name(rtype), e.to_string());
+                return None;
+            }
+        };
+        let r = match parsed {
+            EventRecord::Mmap(m) => Record::Mmap(Mmap {
+                time: self.stamp(t),
+                pid: m.pid as u32,
+                tid: m.tid as u32,
+                start: m.address,
+                len: m.length,
+                pgoff: m.page_offset,
+                prot: 0,
+                cpumode: CpuMode::from_perf_misc(rec.misc),
+                path: lossy(&m.path.as_slice()),
+                build_id: None,
+            }),
+            EventRecord::Mmap2(m) => Record::Mmap(Mmap {
+                time: self.stamp(t),
+                pid: m.pid as u32,
+                tid: m.tid as u32,
+                start: m.address,
+                len: m.length,
+                pgoff: m.page_offset,
+                prot: m.protection,
+                cpumode: CpuMode::from_perf_misc(rec.misc),
+                path: lossy(&m.path.as_slice()),
+                build_id: match m.file_id {
+                    Mmap2FileId::BuildId(b) if !b.is_empty() => Some(b),
+                    _ => None,
+                },
+            }),
+            EventRecord::Comm(c) => Record::Comm(Comm {
+                time: self.stamp(t),
+                pid: c.pid as u32,
+                tid: c.tid as u32,
+                exec: c.is_execve,
+                comm: lossy(&c.name.as_slice()),
+            }),
+            EventRecord::Fork(f) | EventRecord::Exit(f) => {
+                let task = Task { time: self.stamp(t), pid: f.pid as u32, ppid: f.ppid as u32, tid: f.tid as u32, ptid: f.ptid as u32 };
+                if rtype == RecordType::FORK { Record::Fork(task) } else { Record::Exit(task) }
+            }
+            EventRecord::Lost(l) => {
+                self.summary.lost_events += 1;
+                self.summary.lost_records += l.count;
+                Record::Lost(Lost { time: self.stamp(t), cpu, event: self.event_of_id(Some(l.id)), kind: LossKind::RingFull, count: l.count })
+            }
+            EventRecord::Throttle(th) | EventRecord::Unthrottle(th) => {
+                self.summary.throttles += 1;
+                let throttled = rtype == RecordType::THROTTLE;
+                Record::Throttle(Throttle { time: self.stamp(t), cpu, event: self.event_of_id(Some(th.id)), throttled })
+            }
+            EventRecord::Raw(raw) if rtype == RecordType::LOST_SAMPLES => {
+                let body = raw.data.as_slice();
+                let Some(count) = body.get(..8).map(|b| {
+                    let b: [u8; 8] = b.try_into().expect("8 bytes");
+                    if self.endian == Endianness::BigEndian { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) }
+                }) else {
+                    self.malformed("LOST_SAMPLES", "shorter than its count".into());
+                    return None;
+                };
+                self.summary.lost_events += 1;
+                self.summary.lost_samples += count;
+                let event = self.event_of_id(common.id).or(u16::try_from(attr_index).ok());
+                Record::Lost(Lost { time: self.stamp(t), cpu, event, kind: LossKind::Samples, count })
+            }
+            _ => {
+                self.skip(type_name(rtype));
+                return None;
+            }
+        };
+        if !matches!(r, Record::Lost(_) | Record::Throttle(_)) {
+            self.summary.side_band += 1;
+        }
+        Some(r)
+    }
+
+    fn sample(&mut self, attr_index: usize, rec: &RawEventRecord, t: Option<u64>) -> Option<Record> {
+        let Some(info) = self.events.get(attr_index).copied() else {
+            self.malformed("SAMPLE", format!("refers to event {attr_index}, which the file does not describe"));
+            return None;
+        };
+        let body = rec.data.as_slice();
+        let d = match decode_sample(&body, &info.layout) {
+            Ok(d) => d,
+            Err(e) => {
+                self.malformed("SAMPLE", e);
+                return None;
+            }
+        };
+        if d.trailing != 0 && !has_fields_after_data_src(info.layout.sample_type) {
+            self.trailing += 1;
+        }
+        self.summary.samples += 1;
+        Some(Record::Sample(Sample {
+            time: self.stamp(t),
+            event: attr_index as u16,
+            ip: d.ip.unwrap_or(0),
+            pid: d.pid.unwrap_or(u32::MAX),
+            tid: d.tid.unwrap_or(u32::MAX),
+            cpu: d.cpu.unwrap_or(UNKNOWN_CPU),
+            period: d.period.or(info.fixed_period).unwrap_or(1),
+            cpumode: CpuMode::from_perf_misc(rec.misc),
+            addr: d.addr,
+            weight: d.weight,
+            data_src: d.data_src,
+            regs: d.regs,
+        }))
+    }
+
+    fn user(&mut self, u: &RawUserRecord) {
+        let rtype = u.record_type.record_type();
+        if rtype.0 == PERF_RECORD_HEADER_BUILD_ID {
+            if let Some(e) = self.parse_build_id(u) {
+                if self.build_id_paths.insert(e.path.clone()) {
+                    self.build_ids.push(e);
+                }
+            }
+            return;
+        }
+        self.skip(user_type_name(u.record_type));
+    }
+
+    /// `struct build_id_event { header; pid_t pid; u8 build_id[24]; char filename[]; }`
+    fn parse_build_id(&mut self, u: &RawUserRecord) -> Option<BuildIdEntry> {
+        let body = u.data.as_slice();
+        if body.len() < 28 {
+            self.malformed("HEADER_BUILD_ID", "too short".into());
+            return None;
+        }
+        let raw = &body[4..28];
+        let len = if u.misc & PERF_RECORD_MISC_BUILD_ID_SIZE != 0 {
+            usize::from(raw[20].min(20))
+        } else {
+            // Older perf: length unknown; drop trailing all-zero 4-byte groups.
+            let mut n = 20;
+            while n >= 4 && raw[n - 4..n].iter().all(|&b| b == 0) {
+                n -= 4;
+            }
+            n
+        };
+        let name = &body[28..];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        if len == 0 || name.is_empty() {
+            return None;
+        }
+        Some(BuildIdEntry { path: lossy(name), build_id: raw[..len].to_vec() })
+    }
+}
