@@ -9,6 +9,7 @@ use tailprof_analyze::profile::GroupBy;
 use tailprof_analyze::{ProfileBuilder, ProfileOptions, Symbolizer};
 use tailprof_format::{CpuMode, Mmap, Sample, Sink, TraceHeader};
 
+#[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87; MSRV is 1.85
 fn main() {
     let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(5_000_000);
     for by in [GroupBy::Function, GroupBy::Binary, GroupBy::Thread] {

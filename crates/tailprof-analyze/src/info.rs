@@ -8,21 +8,57 @@ use rustc_hash::FxHashSet;
 use serde::Serialize;
 use tailprof_format::{
     BuildIdEntry, ClockInfo, Comm, EventDesc, Mmap, ReadSummary, Sample, Sink, Task, TraceHeader,
-    TraceStats,
+    TraceReader, TraceStats,
 };
 
 use crate::maps::KERNEL_PID;
+use crate::AnalyzeError;
+
+/// Trace info of a whole trace. `summarize()` is cheap (no record decoding); with
+/// `count_records` a second, full pass adds samples per event and process/thread counts.
+pub fn trace_info(reader: &mut TraceReader, count_records: bool) -> Result<TraceInfo, AnalyzeError> {
+    let (summary, stats, duration) = reader.summarize()?;
+    let counts = if count_records {
+        let mut c = RecordCounter::default();
+        reader.read_all(&mut c)?;
+        Some(c)
+    } else {
+        None
+    };
+    let build_ids = reader.build_ids().to_vec();
+    Ok(TraceInfo::new(reader.header(), &summary, &stats, duration, &build_ids, counts.as_ref()))
+}
 
 /// Per-event and per-task counts from a full pass over the records.
 #[derive(Debug, Clone, Default)]
 pub struct RecordCounter {
     /// Samples per event index.
     pub samples_per_event: Vec<u64>,
-    pub sampled_pids: FxHashSet<u32>,
-    pub sampled_tids: FxHashSet<u32>,
-    /// Pids and tids seen in any record (samples and side-band).
-    pub seen_pids: FxHashSet<u32>,
-    pub seen_tids: FxHashSet<u32>,
+    sampled_pids: FxHashSet<u32>,
+    sampled_tids: FxHashSet<u32>,
+    sideband_pids: FxHashSet<u32>,
+    sideband_tids: FxHashSet<u32>,
+    /// (pid, tid) of the previous sample: consecutive samples are mostly one thread's.
+    last: Option<(u32, u32)>,
+}
+
+impl RecordCounter {
+    /// Distinct processes with samples.
+    pub fn processes(&self) -> u64 {
+        self.sampled_pids.len() as u64
+    }
+    /// Distinct threads with samples.
+    pub fn threads(&self) -> u64 {
+        self.sampled_tids.len() as u64
+    }
+    /// Distinct processes in any record (samples, COMM, FORK, user MMAP).
+    pub fn processes_seen(&self) -> u64 {
+        self.sampled_pids.union(&self.sideband_pids).count() as u64
+    }
+    /// Distinct threads in any record (samples, COMM, FORK).
+    pub fn threads_seen(&self) -> u64 {
+        self.sampled_tids.union(&self.sideband_tids).count() as u64
+    }
 }
 
 impl Sink for RecordCounter {
@@ -32,23 +68,24 @@ impl Sink for RecordCounter {
             self.samples_per_event.resize(e + 1, 0);
         }
         self.samples_per_event[e] += 1;
-        self.sampled_pids.insert(s.pid);
-        self.sampled_tids.insert(s.tid);
-        self.seen_pids.insert(s.pid);
-        self.seen_tids.insert(s.tid);
+        if self.last != Some((s.pid, s.tid)) {
+            self.last = Some((s.pid, s.tid));
+            self.sampled_pids.insert(s.pid);
+            self.sampled_tids.insert(s.tid);
+        }
     }
     fn handle_mmap(&mut self, m: &Mmap) {
         if m.pid != KERNEL_PID {
-            self.seen_pids.insert(m.pid);
+            self.sideband_pids.insert(m.pid);
         }
     }
     fn handle_comm(&mut self, c: &Comm) {
-        self.seen_pids.insert(c.pid);
-        self.seen_tids.insert(c.tid);
+        self.sideband_pids.insert(c.pid);
+        self.sideband_tids.insert(c.tid);
     }
     fn handle_fork(&mut self, t: &Task) {
-        self.seen_pids.insert(t.pid);
-        self.seen_tids.insert(t.tid);
+        self.sideband_pids.insert(t.pid);
+        self.sideband_tids.insert(t.tid);
     }
 }
 
@@ -232,10 +269,10 @@ impl TraceInfo {
             truncated_bytes: summary.truncated_bytes,
             complete: summary.complete,
             samples_per_event: per_event,
-            processes: counts.map(|c| c.sampled_pids.len() as u64),
-            threads: counts.map(|c| c.sampled_tids.len() as u64),
-            processes_seen: counts.map(|c| c.seen_pids.len() as u64),
-            threads_seen: counts.map(|c| c.seen_tids.len() as u64),
+            processes: counts.map(RecordCounter::processes),
+            threads: counts.map(RecordCounter::threads),
+            processes_seen: counts.map(RecordCounter::processes_seen),
+            threads_seen: counts.map(RecordCounter::threads_seen),
             build_ids: build_ids.len() as u64,
             source: header.source.clone(),
             cmdline: header.cmdline.clone(),

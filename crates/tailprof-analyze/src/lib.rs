@@ -12,12 +12,16 @@
 //!
 //! Typical use (`tailprof report`):
 //!
-//! ```ignore
-//! let header = reader.header().clone();
-//! let build_ids = reader.build_ids().to_vec();
-//! let opts = ProfileOptions { by: GroupBy::Function, event: Some(select_event(&header, None)?) };
+//! ```no_run
+//! use tailprof_analyze::*;
+//! let mut reader = tailprof_format::TraceReader::open("trace.tprof".as_ref())?;
+//! let event = select_event(reader.header(), None)?; // or Some("cycles") / Some("1")
+//! let opts = ProfileOptions { by: GroupBy::Function, event: Some(event) };
 //! let mut sym = Symbolizer::new(SymbolizerOptions::default());
-//! let profile = flat_profile(&header, &build_ids, &opts, &mut sym, |sink| reader.read_all(sink))?;
+//! let profile: FlatProfile = flat_profile(&mut reader, &opts, &mut sym)?;
+//! // `tailprof info`: cheap summary, plus a full pass for per-event counts.
+//! let info: TraceInfo = trace_info(&mut reader, true)?;
+//! # Ok::<(), AnalyzeError>(())
 //! ```
 
 pub mod info;
@@ -25,7 +29,7 @@ pub mod maps;
 pub mod profile;
 pub mod symbolize;
 
-pub use info::{RecordCounter, TraceInfo};
+pub use info::{trace_info, RecordCounter, TraceInfo};
 pub use maps::AddressSpaces;
 pub use profile::{
     flat_profile, select_event, FlatProfile, GroupBy, ProfileBuilder, ProfileOptions, ProfileRow,

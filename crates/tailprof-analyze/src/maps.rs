@@ -143,6 +143,7 @@ pub struct AddressSpaces {
     comm_index: FxHashMap<String, u32>,
     thread_comm: FxHashMap<u32, u32>,
     next_gen: u32,
+    kernel_text: Option<u64>,
 }
 
 impl Default for AddressSpaces {
@@ -167,6 +168,7 @@ impl AddressSpaces {
             comm_index: FxHashMap::default(),
             thread_comm: FxHashMap::default(),
             next_gen: 2,
+            kernel_text: None,
         };
         assert_eq!(a.intern_binary("[kernel]", None, BinaryKind::Kernel), BIN_KERNEL);
         assert_eq!(a.intern_binary("[unknown]", None, BinaryKind::Unmapped), BIN_UNMAPPED);
@@ -294,6 +296,12 @@ impl AddressSpaces {
         id
     }
 
+    /// Address of the kernel's `_text` when the trace was taken, from its
+    /// `[kernel.kallsyms]` mapping (to detect KASLR relocation since).
+    pub fn kernel_text(&self) -> Option<u64> {
+        self.kernel_text
+    }
+
     /// Number of processes with an address space.
     pub fn process_count(&self) -> usize {
         self.spaces.len()
@@ -333,7 +341,11 @@ impl Sink for AddressSpaces {
         let kernel = m.pid == KERNEL_PID || m.cpumode.is_kernel();
         let kind = classify(&m.path, kernel);
         if kind == BinaryKind::Kernel {
-            // The kernel image itself: resolved by address, no mapping needed.
+            // The kernel image itself: resolved by address, no mapping needed. Its pgoff is
+            // the address of `_text` at record time (perf's and our recorder's convention).
+            if m.path.starts_with("[kernel.kallsyms]") && m.pgoff != 0 {
+                self.kernel_text = Some(m.pgoff);
+            }
             return;
         }
         let binary = self.intern_binary(&m.path, m.build_id.as_deref(), kind);
@@ -440,6 +452,16 @@ mod tests {
             path: "/lib/modules/x/ext4.ko".into(),
             ..Default::default()
         });
+        a.handle_mmap(&Mmap {
+            pid: KERNEL_PID,
+            start: 0xffff_ffff_8100_0000,
+            len: u64::MAX - 0xffff_ffff_8100_0000,
+            pgoff: 0xffff_ffff_8100_0000,
+            cpumode: CpuMode::Kernel,
+            path: "[kernel.kallsyms]".into(),
+            ..Default::default()
+        });
+        assert_eq!(a.kernel_text(), Some(0xffff_ffff_8100_0000));
         let l = a.resolve(3, 0xffff_ffff_c000_0010, CpuMode::Kernel);
         assert_eq!(a.binary(l.binary).kind, BinaryKind::KernelModule);
         assert_eq!(l.offset, 0xffff_ffff_c000_0010);

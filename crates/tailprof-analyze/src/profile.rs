@@ -16,12 +16,12 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    BuildIdEntry, Comm, CpuMode, FormatError, Lost, LossKind, Mmap, ReadSummary, Sample, Sink, Task,
-    Throttle, TraceHeader,
+    BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, ReadSummary, Sample, Sink, Task, Throttle,
+    TraceHeader, TraceReader,
 };
 
 use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
-use crate::symbolize::{SymResult, Symbolizer, UnknownReason};
+use crate::symbolize::{KernelOrigin, SymResult, Symbolizer, UnknownReason};
 use crate::AnalyzeError;
 
 /// What rows of a flat profile stand for.
@@ -160,13 +160,10 @@ pub struct FlatProfile {
     pub stats: ProfileStats,
 }
 
-/// Per-(pid, ip) state. Counts accumulate here (one memory access per sample) and are
-/// moved to the location's counters when the slot is re-resolved and at the end.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     gen: u32,
     loc: u32,
-    counts: Counts,
 }
 
 /// Pid key for guest/hypervisor samples (their addresses mean nothing to us).
@@ -229,7 +226,8 @@ impl ProfileBuilder {
         })
     }
 
-    /// Build-ids the trace records per path (used when MMAP records carry none).
+    /// Build-ids the trace records per path (used when MMAP records carry none). May be
+    /// called any time before [`ProfileBuilder::finish`].
     pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
         for e in entries {
             self.build_ids.insert(e.path.clone(), e.build_id.clone());
@@ -277,30 +275,17 @@ impl ProfileBuilder {
             _ => s.pid,
         };
         let gen = self.generation(pid);
-        let slot = self.keys.entry((pid, s.ip)).or_insert(Slot { gen: NO_GEN, loc: 0, counts: Counts::default() });
-        if slot.gen == gen {
-            slot.counts.add(s);
-            return;
-        }
-        // First sample of this key, or the pid's mappings changed since it was resolved.
-        let old = std::mem::replace(slot, Slot { gen, loc: 0, counts: Counts::default() });
-        if old.gen != NO_GEN {
-            self.loc_counts[old.loc as usize].merge(old.counts);
-        }
-        let l = self.spaces.resolve(pid, s.ip, s.cpumode);
-        let loc = self.intern_loc(l);
-        let slot = self.keys.get_mut(&(pid, s.ip)).expect("inserted above");
-        slot.loc = loc;
-        slot.counts.add(s);
-    }
-
-    /// Move the counts still held by slots to their locations.
-    fn flush_slots(&mut self) {
-        for slot in self.keys.values_mut() {
-            if slot.gen != NO_GEN {
-                self.loc_counts[slot.loc as usize].merge(std::mem::take(&mut slot.counts));
-            }
-        }
+        let slot = *self.keys.entry((pid, s.ip)).or_insert(Slot { gen: NO_GEN, loc: 0 });
+        let loc = if slot.gen == gen {
+            slot.loc
+        } else {
+            // First sample of this key, or the pid's mappings changed since.
+            let l = self.spaces.resolve(pid, s.ip, s.cpumode);
+            let loc = self.intern_loc(l);
+            self.keys.insert((pid, s.ip), Slot { gen, loc });
+            loc
+        };
+        self.loc_counts[loc as usize].add(s);
     }
 
     #[inline]
@@ -314,8 +299,7 @@ impl ProfileBuilder {
     }
 
     /// Symbolize and fold into rows.
-    pub fn finish(mut self, symbolizer: &mut Symbolizer) -> FlatProfile {
-        self.flush_slots();
+    pub fn finish(self, symbolizer: &mut Symbolizer) -> FlatProfile {
         let total = self.per_event.get(self.event as usize).copied().unwrap_or_default();
         let mut unknown: FxHashMap<(String, String), u64> = FxHashMap::default();
         let mut kernel_symbols = None;
@@ -430,6 +414,7 @@ impl ProfileBuilder {
 
     /// One result per entry of `loc_list`, plus the kernel-symbols note.
     fn symbolize_locations(&self, symbolizer: &mut Symbolizer) -> (Vec<SymResult>, Option<String>) {
+        symbolizer.set_origin(KernelOrigin::new(&self.header, self.spaces.kernel_text()));
         let mut out: Vec<Option<SymResult>> = vec![None; self.loc_list.len()];
         let mut per_binary: FxHashMap<BinaryId, Vec<u32>> = FxHashMap::default();
         let mut kernel: Vec<u32> = Vec::new();
@@ -455,11 +440,11 @@ impl ProfileBuilder {
         if !kernel.is_empty() {
             kernel.sort_unstable_by_key(|&i| self.loc_list[i as usize].offset);
             let addrs: Vec<u64> = kernel.iter().map(|&i| self.loc_list[i as usize].offset).collect();
-            note = Some(match symbolizer.kernel_symbols_status(&self.header) {
+            note = Some(match symbolizer.kernel_symbols_status() {
                 Ok(p) => format!("kernel symbols from {}", p.display()),
                 Err(why) => format!("kernel addresses not named: {why}"),
             });
-            for (i, r) in kernel.iter().zip(symbolizer.symbolize_kernel(&addrs, &self.header)) {
+            for (i, r) in kernel.iter().zip(symbolizer.symbolize_kernel(&addrs)) {
                 out[*i as usize] = Some(r);
             }
         }
@@ -543,18 +528,17 @@ impl Sink for ProfileBuilder {
     }
 }
 
-/// Build a flat profile in one go: `read` feeds the trace's records to the given sink
-/// and returns the reader's summary (e.g. `|sink| reader.read_all(sink)`).
+/// Build a flat profile of a whole trace: reads every record once, then symbolizes.
+/// The trace's build-id table is applied after reading (the reader fills it while
+/// reading) and the reader's [`ReadSummary`] is attached to the profile.
 pub fn flat_profile(
-    header: &TraceHeader,
-    build_ids: &[BuildIdEntry],
+    reader: &mut TraceReader,
     opts: &ProfileOptions,
     symbolizer: &mut Symbolizer,
-    read: impl FnOnce(&mut dyn Sink) -> Result<ReadSummary, FormatError>,
 ) -> Result<FlatProfile, AnalyzeError> {
-    let mut b = ProfileBuilder::new(header, opts)?;
-    b.add_build_ids(build_ids);
-    let summary = read(&mut b)?;
+    let mut b = ProfileBuilder::new(reader.header(), opts)?;
+    let summary = reader.read_all(&mut b)?;
+    b.add_build_ids(reader.build_ids());
     b.set_read_summary(summary);
     Ok(b.finish(symbolizer))
 }

@@ -14,7 +14,8 @@
 //! Kernel addresses are named from a kallsyms file (`/proc/kallsyms` by default) only
 //! when it shows real addresses and the trace plausibly comes from the running kernel
 //! (same release, same host, same boot id when the trace records one in
-//! `TraceHeader::extra["boot_id"]`).
+//! `TraceHeader::extra["boot_id"]`, and `_text` at the address the trace's
+//! `[kernel.kallsyms]` mapping recorded: otherwise KASLR moved the kernel since).
 
 use std::fmt;
 use std::fs;
@@ -144,13 +145,39 @@ enum KernelState {
     Unusable(String),
 }
 
+/// What a trace says about the kernel it ran on (to decide whether this machine's
+/// kernel symbols apply).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelOrigin {
+    pub os_release: Option<String>,
+    pub hostname: Option<String>,
+    /// `TraceHeader::extra["boot_id"]`, when the recorder stored it.
+    pub boot_id: Option<String>,
+    /// Address of `_text` at record time (from the `[kernel.kallsyms]` mapping).
+    pub text_addr: Option<u64>,
+}
+
+impl KernelOrigin {
+    pub fn new(header: &TraceHeader, text_addr: Option<u64>) -> Self {
+        KernelOrigin {
+            os_release: header.os_release.clone(),
+            hostname: header.hostname.clone(),
+            boot_id: header.extra.get("boot_id").cloned(),
+            text_addr,
+        }
+    }
+}
+
 /// Names addresses; keeps blazesym's per-file caches and our per-file checks.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     opts: SymbolizerOptions,
     /// Per (path, trace build-id): `None` if the file may be symbolized, else why not.
     file_checks: FxHashMap<(String, Option<Vec<u8>>), Option<UnknownReason>>,
+    origin: KernelOrigin,
     kernel: Option<KernelState>,
+    /// A copy of this process's vDSO image (same kernel, same vDSO), made on first use.
+    vdso: Option<Result<tempfile::NamedTempFile, String>>,
 }
 
 impl fmt::Debug for Symbolizer {
@@ -174,7 +201,24 @@ impl Symbolizer {
         if let Some(dirs) = &opts.debug_dirs {
             b = b.set_debug_dirs(Some(dirs.as_slice()));
         }
-        Symbolizer { inner: b.build(), opts, file_checks: FxHashMap::default(), kernel: None }
+        Symbolizer {
+            inner: b.build(),
+            opts,
+            file_checks: FxHashMap::default(),
+            origin: KernelOrigin::default(),
+            kernel: None,
+            vdso: None,
+        }
+    }
+
+    /// Say where the trace was taken (default: nothing known, i.e. assume this
+    /// machine). Kernel and vDSO symbols of the running kernel are only used when they
+    /// can apply to the trace.
+    pub fn set_origin(&mut self, origin: KernelOrigin) {
+        if origin != self.origin {
+            self.origin = origin;
+            self.kernel = None;
+        }
     }
 
     pub fn options(&self) -> &SymbolizerOptions {
@@ -233,6 +277,7 @@ impl Symbolizer {
         match binary.kind {
             BinaryKind::File => {}
             BinaryKind::Anon => return all(UnknownReason::Anonymous),
+            BinaryKind::Vdso if binary.path == "[vdso]" => return self.symbolize_vdso(offsets),
             BinaryKind::Vdso => return all(UnknownReason::NotOnDisk),
             BinaryKind::Unmapped => return all(UnknownReason::Unmapped),
             BinaryKind::Guest => return all(UnknownReason::Guest),
@@ -250,10 +295,31 @@ impl Symbolizer {
         }
     }
 
-    /// Name kernel addresses (one result per address, same order). `header` is the
-    /// trace's header, used to decide whether the running kernel's symbols apply.
-    pub fn symbolize_kernel(&mut self, addrs: &[u64], header: &TraceHeader) -> Vec<SymResult> {
-        let state = self.kernel_state(header).clone();
+    /// Offsets into the `[vdso]` image, named from this process's vDSO when the trace
+    /// comes from the running kernel.
+    fn symbolize_vdso(&mut self, offsets: &[u64]) -> Vec<SymResult> {
+        if self.vdso.is_none() {
+            let copy = same_kernel(&self.origin).and_then(|()| copy_own_vdso());
+            self.vdso = Some(copy);
+        }
+        let path = match self.vdso.as_ref().expect("set above") {
+            Ok(f) => f.path().to_path_buf(),
+            Err(why) => {
+                let r = UnknownReason::Other { why: format!("vDSO: {why}") };
+                return offsets.iter().map(|_| Err(r.clone())).collect();
+            }
+        };
+        let src = Source::Elf(Elf { debug_syms: false, ..Elf::new(path) });
+        match self.inner.symbolize(&src, Input::FileOffset(offsets)) {
+            Ok(syms) => syms.into_iter().map(convert).collect(),
+            Err(e) => offsets.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),
+        }
+    }
+
+    /// Name kernel addresses (one result per address, same order), if the kallsyms
+    /// file applies to the trace (see [`Symbolizer::set_origin`]).
+    pub fn symbolize_kernel(&mut self, addrs: &[u64]) -> Vec<SymResult> {
+        let state = self.kernel_state().clone();
         let path = match state {
             KernelState::Usable(p) => p,
             KernelState::Unusable(why) => {
@@ -281,24 +347,25 @@ impl Symbolizer {
 
     /// `Ok(path)` of the kallsyms file that will be used, or why kernel addresses will
     /// not be named.
-    pub fn kernel_symbols_status(&mut self, header: &TraceHeader) -> Result<PathBuf, String> {
-        match self.kernel_state(header) {
+    pub fn kernel_symbols_status(&mut self) -> Result<PathBuf, String> {
+        match self.kernel_state() {
             KernelState::Usable(p) => Ok(p.clone()),
             KernelState::Unusable(w) => Err(w.clone()),
         }
     }
 
-    fn kernel_state(&mut self, header: &TraceHeader) -> &KernelState {
+    fn kernel_state(&mut self) -> &KernelState {
+        let origin = &self.origin;
         if self.kernel.is_none() {
             let st = match &self.opts.kernel {
                 KernelSymbols::Off => KernelState::Unusable("disabled".into()),
-                KernelSymbols::Kallsyms(p) => match check_kallsyms(p) {
+                KernelSymbols::Kallsyms(p) => match check_kallsyms(p, origin.text_addr) {
                     Ok(()) => KernelState::Usable(p.clone()),
                     Err(w) => KernelState::Unusable(w),
                 },
                 KernelSymbols::Auto => {
                     let p = PathBuf::from("/proc/kallsyms");
-                    match same_kernel(header).and_then(|()| check_kallsyms(&p)) {
+                    match same_kernel(origin).and_then(|()| check_kallsyms(&p, origin.text_addr)) {
                         Ok(()) => KernelState::Usable(p),
                         Err(w) => KernelState::Unusable(w),
                     }
@@ -329,19 +396,19 @@ fn read_trimmed(path: &str) -> Option<String> {
 }
 
 /// `Ok` unless the trace demonstrably comes from another kernel, host or boot.
-fn same_kernel(header: &TraceHeader) -> Result<(), String> {
-    if let (Some(t), Some(here)) = (&header.os_release, read_trimmed("/proc/sys/kernel/osrelease")) {
-        // os_release may be a full `uname -a`-like string; the release must appear in it.
-        if !t.split_whitespace().any(|w| w == here) && t.trim() != here {
+fn same_kernel(origin: &KernelOrigin) -> Result<(), String> {
+    if let (Some(t), Some(here)) = (&origin.os_release, read_trimmed("/proc/sys/kernel/osrelease")) {
+        // Accept a full `uname -a`-like string too: the release must appear in it.
+        if t.trim() != here && !t.split_whitespace().any(|w| w == here) {
             return Err(format!("trace is from kernel {t:?}, running kernel is {here:?}"));
         }
     }
-    if let (Some(t), Some(here)) = (&header.hostname, read_trimmed("/proc/sys/kernel/hostname")) {
-        if t != &here {
+    if let (Some(t), Some(here)) = (&origin.hostname, read_trimmed("/proc/sys/kernel/hostname")) {
+        if t.trim() != here {
             return Err(format!("trace is from host {t:?}, this is {here:?}"));
         }
     }
-    if let (Some(t), Some(here)) = (header.extra.get("boot_id"), read_trimmed("/proc/sys/kernel/random/boot_id")) {
+    if let (Some(t), Some(here)) = (&origin.boot_id, read_trimmed("/proc/sys/kernel/random/boot_id")) {
         if t.trim() != here {
             return Err("trace is from an earlier boot (kernel addresses moved)".into());
         }
@@ -349,25 +416,69 @@ fn same_kernel(header: &TraceHeader) -> Result<(), String> {
     Ok(())
 }
 
-/// `Ok` if `path` is a readable kallsyms file showing real (non-zero) addresses.
-fn check_kallsyms(path: &Path) -> Result<(), String> {
+/// Copy this process's vDSO image (as mapped: the vDSO is mapped whole, so memory
+/// offsets are file offsets) into a temporary file blazesym can open.
+fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let maps = fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]")).ok_or("this process has no vDSO")?;
+    let range = line.split_whitespace().next().unwrap_or("");
+    let (a, b) = range.split_once('-').ok_or("bad /proc/self/maps line")?;
+    let parse = |x: &str| u64::from_str_radix(x, 16).map_err(|e| format!("bad /proc/self/maps line: {e}"));
+    let (start, end) = (parse(a)?, parse(b)?);
+    let len = usize::try_from(end.saturating_sub(start)).map_err(|e| e.to_string())?;
+    let mut image = vec![0u8; len];
+    let mut mem = fs::File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?;
+    mem.seek(SeekFrom::Start(start)).and_then(|_| mem.read_exact(&mut image)).map_err(|e| format!("reading the vDSO: {e}"))?;
+    if !image.starts_with(b"\x7fELF") {
+        return Err("the vDSO mapping is not an ELF image".into());
+    }
+    let mut f = tempfile::Builder::new().prefix("tailprof-vdso-").suffix(".so").tempfile().map_err(|e| e.to_string())?;
+    f.write_all(&image).map_err(|e| e.to_string())?;
+    Ok(f)
+}
+
+/// `Ok` if `path` is a readable kallsyms file showing real (non-zero) addresses and,
+/// when `text_addr` is known, placing `_text` there (else the kernel was relocated
+/// since the trace was taken: KASLR after a reboot).
+fn check_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<(), String> {
     let f = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut saw_line = false;
-    for line in BufReader::new(f).lines().take(64) {
+    let mut nonzero = false;
+    let mut lines = 0usize;
+    for line in BufReader::new(f).lines() {
         let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
-        let Some(addr) = line.split_whitespace().next() else { continue };
-        saw_line = true;
-        if u64::from_str_radix(addr, 16).is_ok_and(|a| a != 0) {
-            return Ok(());
+        lines += 1;
+        let mut fields = line.split_whitespace();
+        let (Some(addr), Some(_kind), Some(name)) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        let addr = u64::from_str_radix(addr, 16).unwrap_or(0);
+        nonzero |= addr != 0;
+        match text_addr {
+            Some(want) if name == "_text" => {
+                if addr == 0 {
+                    break;
+                }
+                if addr != want {
+                    return Err(format!(
+                        "kernel was relocated since the trace was taken (_text at {want:#x} then, {addr:#x} in {})",
+                        path.display()
+                    ));
+                }
+                return Ok(());
+            }
+            None if nonzero => return Ok(()),
+            _ if lines >= 64 && !nonzero => break,
+            _ => {}
         }
     }
-    if saw_line {
-        Err(format!(
-            "{} shows zero addresses (kernel.kptr_restrict, or not root)",
-            path.display()
-        ))
-    } else {
+    if lines == 0 {
         Err(format!("{} is empty", path.display()))
+    } else if !nonzero {
+        Err(format!("{} shows zero addresses (kernel.kptr_restrict, or not root)", path.display()))
+    } else {
+        // Real addresses but no `_text` to compare with: trust it.
+        Ok(())
     }
 }
 
@@ -386,7 +497,7 @@ mod tests {
             kernel: KernelSymbols::Kallsyms(p.clone()),
             ..Default::default()
         });
-        let r = s.symbolize_kernel(&[0xffff_ffff_8100_0010], &TraceHeader::default());
+        let r = s.symbolize_kernel(&[0xffff_ffff_8100_0010]);
         assert!(matches!(&r[0], Err(UnknownReason::KernelSymbolsUnavailable { why }) if why.contains("zero")));
     }
 
@@ -404,16 +515,24 @@ mod tests {
             kernel: KernelSymbols::Kallsyms(p.clone()),
             ..Default::default()
         });
-        let r = s.symbolize_kernel(&[0xffff_ffff_8100_0110, 0xffff_ffff_8100_0204], &TraceHeader::default());
+        let addrs = [0xffff_ffff_8100_0110, 0xffff_ffff_8100_0204];
+        let r = s.symbolize_kernel(&addrs);
         assert_eq!(r[0].as_deref(), Ok("do_work"));
         assert_eq!(r[1].as_deref(), Ok("helper"));
+        // Same _text as at record time: fine. Another one: relocated, refused.
+        s.set_origin(KernelOrigin { text_addr: Some(0xffff_ffff_8100_0000), ..Default::default() });
+        assert_eq!(s.symbolize_kernel(&addrs)[0].as_deref(), Ok("do_work"));
+        s.set_origin(KernelOrigin { text_addr: Some(0xffff_ffff_a200_0000), ..Default::default() });
+        let r = s.symbolize_kernel(&addrs);
+        assert!(matches!(&r[0], Err(UnknownReason::KernelSymbolsUnavailable { why }) if why.contains("relocated")), "{r:?}");
     }
 
     #[test]
     fn other_kernel_release_is_refused() {
         let header = TraceHeader { os_release: Some("0.0.1-not-this-one".into()), ..Default::default() };
         let mut s = Symbolizer::default();
-        let st = s.kernel_symbols_status(&header);
+        s.set_origin(KernelOrigin::new(&header, None));
+        let st = s.kernel_symbols_status();
         assert!(st.unwrap_err().contains("0.0.1-not-this-one"));
     }
 
@@ -425,6 +544,34 @@ mod tests {
         assert_eq!(r, vec![Err(UnknownReason::BinaryMissing), Err(UnknownReason::BinaryMissing)]);
         let b = Binary { path: "//anon".into(), build_id: None, kind: BinaryKind::Anon };
         assert_eq!(s.symbolize_binary(&b, None, &[1]), vec![Err(UnknownReason::Anonymous)]);
+    }
+
+    #[test]
+    fn vdso_of_the_running_kernel() {
+        let mut s = Symbolizer::default();
+        let Ok(copy) = copy_own_vdso() else { return };
+        // Find an exported function of the vDSO and check its offset names it.
+        let syms = std::process::Command::new("nm").arg("-D").arg(copy.path()).output();
+        let Ok(out) = syms else { return };
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let Some((addr, name)) = text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == "T").then(|| (u64::from_str_radix(f[0], 16).ok(), f[2].to_owned()))
+        }) else {
+            return;
+        };
+        let Some(addr) = addr else { return };
+        let b = Binary { path: "[vdso]".into(), build_id: None, kind: BinaryKind::Vdso };
+        // vDSO images link at 0, so the symbol value is the file offset.
+        let r = s.symbolize_binary(&b, None, &[addr]);
+        let got = r[0].as_deref().unwrap();
+        // `clock_getres` and `__vdso_clock_getres` are aliases: either is right.
+        let base = name.split('@').next().unwrap();
+        assert!(base.ends_with(got) || got.ends_with(base), "{got} vs {name}");
+        // Another kernel: not named.
+        let mut s2 = Symbolizer::default();
+        s2.set_origin(KernelOrigin { os_release: Some("0.0.0-other".into()), ..Default::default() });
+        assert!(s2.symbolize_binary(&b, None, &[addr])[0].is_err());
     }
 
     #[test]

@@ -8,8 +8,7 @@ use std::io::Write;
 use tailprof_analyze::profile::GroupBy;
 use tailprof_analyze::{select_event, KernelSymbols, ProfileOptions, SymbolizerOptions};
 use tailprof_format::{
-    Comm, CpuMode, EventDesc, LossKind, Lost, Mmap, ReadSummary, Record, Sample, Sink, Task, Throttle,
-    TraceHeader,
+    Comm, CpuMode, EventDesc, LossKind, Lost, Mmap, Record, Sample, Sink, Task, Throttle, TraceHeader,
 };
 
 const PROG_A: &str = r#"
@@ -113,14 +112,35 @@ fn kernel_samples() {
     let ks = dir.path().join("kallsyms");
     let mut f = std::fs::File::create(&ks).unwrap();
     writeln!(f, "ffffffff81000000 T _text\nffffffff81000100 T schedule\nffffffff81000200 t tick\nffffffff81000300 T _etext").unwrap();
-    let with = SymbolizerOptions { kernel: KernelSymbols::Kallsyms(ks), ..Default::default() };
-    let p = profile(&recs, &by(GroupBy::Function), with);
+    let with = SymbolizerOptions { kernel: KernelSymbols::Kallsyms(ks.clone()), ..Default::default() };
+    let p = profile(&recs, &by(GroupBy::Function), with.clone());
     assert_eq!(
         rows(&p),
         vec![("schedule".into(), 2), ("[unknown] 0x400000".into(), 1), ("tick".into(), 1)]
     );
     assert_eq!(p.rows[0].binary.as_deref(), Some("[kernel]"));
     assert!(p.kernel_symbols.as_deref().unwrap().contains("kallsyms"));
+
+    // The trace's kernel image mapping says _text was elsewhere: KASLR moved the
+    // kernel since, so the kallsyms names would be wrong.
+    let kmap = |text: u64| {
+        Record::Mmap(Mmap {
+            pid: u32::MAX,
+            tid: u32::MAX,
+            start: text,
+            len: u64::MAX - text,
+            pgoff: text,
+            cpumode: CpuMode::Kernel,
+            path: "[kernel.kallsyms]".into(),
+            ..Default::default()
+        })
+    };
+    let moved: Vec<Record> = std::iter::once(kmap(0xffff_ffff_9000_0000)).chain(recs.iter().cloned()).collect();
+    let p = profile(&moved, &by(GroupBy::Function), with.clone());
+    assert_eq!(p.rows[0].name, "[kernel]");
+    assert!(p.kernel_symbols.as_deref().unwrap().contains("relocated"), "{:?}", p.kernel_symbols);
+    let same: Vec<Record> = std::iter::once(kmap(0xffff_ffff_8100_0000)).chain(recs.iter().cloned()).collect();
+    assert_eq!(profile(&same, &by(GroupBy::Function), with).rows[0].name, "schedule");
 
     let b = profile(&recs, &by(GroupBy::Binary), SymbolizerOptions::default());
     assert_eq!(rows(&b), vec![("[kernel]".into(), 3), ("[unknown]".into(), 1)]);
@@ -221,19 +241,55 @@ fn threads_named_by_comm_at_sample_time() {
 }
 
 #[test]
-fn flat_profile_with_a_reader_closure() {
+fn through_the_trace_format() {
+    // Write a real trace (records + build-id table), read it back, profile and info.
+    use tailprof_format::{BuildIdEntry, TraceReader, TraceWriter};
     let header = two_event_header();
-    let recs = vec![Record::Sample(Sample { event: 0, ip: 0x10, pid: 1, tid: 1, ..Default::default() })];
-    let mut sym = tailprof_analyze::Symbolizer::default();
-    let p = tailprof_analyze::flat_profile(&header, &[], &by(GroupBy::Function), &mut sym, |sink: &mut dyn Sink| {
-        for r in &recs {
-            sink.handle_record(r);
-        }
-        Ok(ReadSummary { chunks: 1, truncated_bytes: 12, ..Default::default() })
-    })
+    let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
+    w.write(&Record::Comm(Comm { time: 0, pid: 1, tid: 1, exec: false, comm: "app".into() })).unwrap();
+    w.write(&Record::Mmap(Mmap {
+        pid: 1,
+        tid: 1,
+        start: 0x1000,
+        len: 0x1000,
+        cpumode: CpuMode::User,
+        path: "/nonexistent/app".into(),
+        ..Default::default()
+    }))
     .unwrap();
-    assert_eq!(p.samples, 1);
-    assert_eq!(p.read.as_ref().unwrap().truncated_bytes, 12);
+    w.add_build_id(BuildIdEntry { path: "/nonexistent/app".into(), build_id: vec![0xab; 20] }).unwrap();
+    for i in 0..1000u64 {
+        let (event, ip) = if i % 4 == 0 { (1, 0x1100) } else { (0, 0x1000 + (i % 3) * 0x10) };
+        w.write_sample(&Sample { time: 100 + i, event, ip, pid: 1, tid: 1, period: 10, cpumode: CpuMode::User, ..Default::default() })
+            .unwrap();
+    }
+    w.write(&Record::Lost(Lost { time: 2000, cpu: 0, event: None, kind: LossKind::RingFull, count: 3 })).unwrap();
+    let (bytes, _) = w.finish_into_inner(Some(5_000)).unwrap();
+
+    let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
+    let mut sym = tailprof_analyze::Symbolizer::default();
+    let p = tailprof_analyze::flat_profile(&mut r, &by(GroupBy::Function), &mut sym).unwrap();
+    assert_eq!((p.samples, p.lost), (750, 3));
+    assert_eq!(p.events[1].samples, 250);
+    assert_eq!(p.rows.len(), 3);
+    assert_eq!(p.rows.iter().map(|r| r.samples).sum::<u64>(), 750);
+    assert!(p.rows[0].name.starts_with("[unknown] app+0x"));
+    assert!(p.read.as_ref().unwrap().complete);
+    assert_eq!(p.unknown[0].samples, 750);
+
+    let info = tailprof_analyze::trace_info(&mut r, true).unwrap();
+    assert_eq!((info.samples, info.lost, info.duration_ns), (1000, 3, Some(5_000)));
+    assert_eq!(info.samples_per_event, Some(vec![750, 250]));
+    assert_eq!(info.build_ids, 1);
+    assert_eq!(info.bytes, bytes.len() as u64);
+    assert_eq!((info.processes, info.threads), (Some(1), Some(1)));
+
+    // A cut-off copy still profiles; the summary says what was lost.
+    let cut = bytes[..bytes.len() - 40].to_vec();
+    let mut r = TraceReader::from_bytes(cut).unwrap();
+    let p = tailprof_analyze::flat_profile(&mut r, &by(GroupBy::Binary), &mut sym).unwrap();
+    let read = p.read.unwrap();
+    assert!(read.truncated_bytes > 0 || read.damaged_chunks > 0 || !read.complete, "{read:?}");
 }
 
 #[test]

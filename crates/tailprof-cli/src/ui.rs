@@ -7,7 +7,15 @@ use std::io::IsTerminal;
 pub fn one_line(err: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in err.chain() {
-        let s = cause.to_string();
+        let mut s = cause.to_string();
+        // "cannot read X" followed by "X: No such file" reads as "cannot read X: No such file".
+        while let Some((head, rest)) = s.split_once(": ") {
+            if out.contains(head) {
+                s = rest.to_string();
+            } else {
+                break;
+            }
+        }
         if s.is_empty() || out.contains(&s) {
             continue;
         }
@@ -88,5 +96,12 @@ mod tests {
     fn one_line_joins_causes_without_repeats() {
         let e = anyhow::anyhow!("root cause").context("while doing x");
         assert_eq!(one_line(&e), "while doing x: root cause");
+    }
+
+    #[test]
+    fn one_line_drops_a_repeated_path_prefix() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(io).context("/t/x: No such file").context("cannot read /t/x");
+        assert_eq!(one_line(&e), "cannot read /t/x: No such file");
     }
 }

@@ -528,7 +528,6 @@ impl Decoder {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::sample_type as st;
@@ -548,6 +547,12 @@ mod tests {
             self.0.extend_from_slice(&x.to_ne_bytes());
             self
         }
+        fn w(mut self, xs: &[u64]) -> B {
+            for x in xs {
+                self.0.extend_from_slice(&x.to_ne_bytes());
+            }
+            self
+        }
         fn u32s(mut self, a: u32, b: u32) -> B {
             self.0.extend_from_slice(&a.to_ne_bytes());
             self.0.extend_from_slice(&b.to_ne_bytes());
@@ -559,10 +564,7 @@ mod tests {
         }
         fn str(mut self, s: &str) -> B {
             self.0.extend_from_slice(s.as_bytes());
-            self.0.push(0);
-            while self.0.len() % 8 != 0 {
-                self.0.push(0);
-            }
+            self.0.resize((self.0.len() + 8) & !7, 0); // NUL, then pad to 8
             self
         }
         fn done(mut self) -> Vec<u8> {
@@ -598,24 +600,14 @@ mod tests {
 
     #[test]
     fn every_field_in_kernel_order() {
-        let t = st::IDENTIFIER
-            | BASIC
-            | st::ADDR
-            | st::ID
-            | st::STREAM_ID
-            | st::READ
-            | st::CALLCHAIN
-            | st::RAW
-            | st::REGS_USER
-            | st::STACK_USER
-            | st::WEIGHT_STRUCT
-            | st::DATA_SRC
-            | st::TRANSACTION;
+        let t = st::IDENTIFIER | BASIC | st::ADDR | st::ID | st::STREAM_ID | st::READ | st::CALLCHAIN | st::RAW;
+        let t = t | st::REGS_USER | st::STACK_USER | st::WEIGHT_STRUCT | st::DATA_SRC | st::TRANSACTION;
+        let rf = read_format::TOTAL_TIME_ENABLED | read_format::ID;
         let mut d = Decoder::new(vec![
             Layout { sample_type: BASIC | st::IDENTIFIER, ..Layout::default() },
             Layout {
                 sample_type: t,
-                read_format: read_format::TOTAL_TIME_ENABLED | read_format::ID,
+                read_format: rf,
                 regs_user_mask: 0b1011,
                 sample_id_all: true,
                 ..Layout::default()
@@ -624,33 +616,17 @@ mod tests {
         d.add_id(77, 1);
         d.add_id(55, 0);
         let rec = B::new(9, 1)
-            .u64(77) // identifier
-            .u64(0xffff_8000_0000_1234) // ip
+            .w(&[77, 0xffff_8000_0000_1234]) // identifier, ip
             .u32s(3, 4)
-            .u64(999) // time
-            .u64(0xdead_0000) // addr
-            .u64(77) // id
-            .u64(78) // stream id
+            .w(&[999, 0xdead_0000, 77, 78]) // time, addr, id, stream id
             .u32s(1, 0) // cpu
-            .u64(1234) // period
-            .u64(1)
-            .u64(2)
-            .u64(3) // read: value, enabled, id
-            .u64(2)
-            .u64(0xa)
-            .u64(0xb) // callchain
+            .w(&[1234, 1, 2, 3]) // period; read: value, enabled, id
+            .w(&[2, 0xa, 0xb]) // callchain
             .bytes(&12u32.to_ne_bytes())
             .bytes(&[9; 12]) // raw: 4 + 12 = 16 bytes
-            .u64(2)
-            .u64(100)
-            .u64(101)
-            .u64(102) // regs_user: abi + 3 regs
-            .u64(16)
-            .bytes(&[0; 16])
-            .u64(16) // stack_user: size, data, dyn_size
-            .u64(0x0005_0004_0000_0123) // weight struct
-            .u64(0x42) // data_src
-            .u64(0x99) // transaction (not kept)
+            .w(&[2, 100, 101, 102]) // regs_user: abi + 3 regs
+            .w(&[16, 0, 0, 16]) // stack_user: size, 16 bytes of data, dyn_size
+            .w(&[0x0005_0004_0000_0123, 0x42, 0x99]) // weight struct, data_src, transaction
             .done();
         let s = sample(&d, &rec);
         assert_eq!(s.event, 1);
@@ -673,15 +649,9 @@ mod tests {
         }]);
         let rec = B::new(9, 2)
             .u32s(1, 2)
-            .u64(5)
-            .u64(2) // nr
-            .u64(0) // running
-            .u64(1)
-            .u64(10)
-            .u64(2)
-            .u64(11) // {value,id} x2
-            .u64(0) // abi none: no regs
-            .u64(77) // weight
+            .w(&[5, 2, 0]) // time; read: nr, running
+            .w(&[1, 10, 2, 11]) // {value, id} x 2
+            .w(&[0, 77]) // regs abi none (no regs follow), weight
             .done();
         let s = sample(&d, &rec);
         assert!(s.regs.is_empty());
@@ -692,13 +662,11 @@ mod tests {
 
     #[test]
     fn sample_reuse_clears_optional_fields() {
-        let d = one(BASIC | st::ADDR | st::REGS_USER);
         let d2 = one(BASIC);
         let mut s = Sample { addr: Some(1), regs: vec![1, 2], weight: Some(3), ..Sample::default() };
         let rec = B::new(9, 2).u64(1).u32s(1, 1).u64(1).u32s(0, 0).u64(1).done();
         d2.decode(&rec, Some(0), 0, &mut s).unwrap();
         assert!(s.addr.is_none() && s.regs.is_empty() && s.weight.is_none());
-        let _ = d;
     }
 
     const TRAILER: u64 = st::TID | st::TIME | st::CPU | st::IDENTIFIER;

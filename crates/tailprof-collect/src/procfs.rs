@@ -14,7 +14,7 @@
 //! `pgoff` = `start`; modules are `[name]` with their load address and size.
 
 use std::fs;
-use std::io;
+use std::io::{self, BufRead};
 use tailprof_format::{Comm, CpuMode, Mmap, Record};
 
 /// The pid used for kernel mappings.
@@ -22,9 +22,8 @@ pub const KERNEL_PID: u32 = u32::MAX;
 
 /// Thread ids of process `pid` (from /proc/PID/task), sorted.
 pub fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
-    let mut v: Vec<u32> = fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut v: Vec<u32> =
+        fs::read_dir(format!("/proc/{pid}/task"))?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     v.sort_unstable();
     Ok(v)
 }
@@ -128,26 +127,31 @@ pub fn synthesize_process(pid: u32, out: &mut Vec<Record>) -> bool {
     any
 }
 
-/// Address of a symbol in /proc/kallsyms text (`addr type name`).
-fn kallsyms_addr(kallsyms: &str, names: &[&str]) -> Option<u64> {
-    for want in names {
-        for line in kallsyms.lines() {
-            let mut it = line.split_ascii_whitespace();
-            let (Some(a), Some(_), Some(n)) = (it.next(), it.next(), it.next()) else { continue };
-            if n == *want {
-                let a = u64::from_str_radix(a, 16).ok()?;
-                return (a != 0).then_some(a); // 0: hidden by kptr_restrict
-            }
+/// Address of `_text` (or else `_stext`) from /proc/kallsyms text (`addr type name`).
+/// Both sit near the start, so reading stops there: formatting all of /proc/kallsyms
+/// costs the kernel tens of milliseconds.
+fn kernel_text_addr(kallsyms: impl BufRead) -> Option<u64> {
+    let mut stext = None;
+    for (i, line) in kallsyms.lines().enumerate() {
+        let Ok(line) = line else { break };
+        let mut it = line.split_ascii_whitespace();
+        let (Some(a), Some(_), Some(n)) = (it.next(), it.next(), it.next()) else { continue };
+        let addr = || u64::from_str_radix(a, 16).ok().filter(|&a| a != 0); // 0: kptr_restrict
+        match n {
+            "_text" => return addr(),
+            "_stext" => stext = addr(),
+            _ if stext.is_some() && i > 10_000 => break,
+            _ => {}
         }
     }
-    None
+    stext
 }
 
 /// Time-0 Mmaps for the kernel image and loaded modules (needs readable kallsyms
 /// addresses, i.e. root or kptr_restrict=0; otherwise nothing is produced).
 pub fn kernel_mmaps(out: &mut Vec<Record>) {
-    let Ok(ksyms) = fs::read_to_string("/proc/kallsyms") else { return };
-    let Some(text) = kallsyms_addr(&ksyms, &["_text", "_stext"]) else { return };
+    let Ok(f) = fs::File::open("/proc/kallsyms") else { return };
+    let Some(text) = kernel_text_addr(io::BufReader::new(f)) else { return };
     out.push(Record::Mmap(Mmap {
         time: 0,
         pid: KERNEL_PID,
@@ -214,9 +218,10 @@ mod tests {
             Some(("virtio_net".into(), 61440, 0xffffffffc0200000))
         );
         assert_eq!(parse_module_line("x 1 0 - Live 0x0000000000000000"), None);
-        let k = "0000000000000000 A fixed_percpu_data\nffffffff81000000 T _text\nffffffff81001000 T _stext\n";
-        assert_eq!(kallsyms_addr(k, &["_text", "_stext"]), Some(0xffffffff81000000));
-        assert_eq!(kallsyms_addr("0000000000000000 T _text\n", &["_text"]), None);
+        let k = "0000000000000000 A fixed_percpu_data\nffffffff81001000 T _stext\nffffffff81000000 T _text\n";
+        assert_eq!(kernel_text_addr(k.as_bytes()), Some(0xffffffff81000000));
+        assert_eq!(kernel_text_addr("ffffffff81001000 T _stext\n".as_bytes()), Some(0xffffffff81001000));
+        assert_eq!(kernel_text_addr("0000000000000000 T _text\n".as_bytes()), None);
     }
 
     #[test]

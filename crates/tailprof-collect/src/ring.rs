@@ -259,7 +259,11 @@ impl RoundQueue {
 
     /// Call `f` for every queued record with `time <= limit` (all of them if `limit` is
     /// `None`) in `(time, arrival)` order; keep the others. Stops at the first error.
-    pub fn emit<E>(&mut self, limit: Option<u64>, mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>) -> Result<(), E> {
+    pub fn emit<E>(
+        &mut self,
+        limit: Option<u64>,
+        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         self.items.sort_unstable_by_key(|p| (p.time, p.seq));
         let split = match limit {
             Some(l) => self.items.partition_point(|p| p.time <= l),
@@ -304,11 +308,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             out,
-            vec![
-                (10, 0, Some(0), b"a0".to_vec()),
-                (10, 1, Some(1), b"a1".to_vec()),
-                (20, 1, None, b"b1".to_vec())
-            ]
+            vec![(10, 0, Some(0), b"a0".to_vec()), (10, 1, Some(1), b"a1".to_vec()), (20, 1, None, b"b1".to_vec())]
         );
         assert_eq!(q.len(), 1);
         q.push(25, Some(0), 1, b"x1");

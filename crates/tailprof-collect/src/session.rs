@@ -28,9 +28,15 @@
 //! and the output is globally time-ordered. Records synthesized from /proc (time 0) are
 //! written before the loop starts. At the end, after the final full drain, everything
 //! left is written, sorted. With the perf default clock, which user space cannot read,
-//! `T_k` is the largest timestamp seen before round `k`'s drain (perf's own rule). A
-//! record that arrives late anyway is still written (never dropped) and counted in
-//! [`RecordSummary::out_of_order`].
+//! `T_k` is the largest timestamp seen before round `k`'s drain (perf's own rule).
+//!
+//! "Far longer" is what makes it hold, and rounds can follow each other closely (an
+//! early wakeup, the target's exit), while a record's timestamp and its publication in
+//! `data_head` are separated by a few microseconds — or by a vCPU preemption in a VM.
+//! So the limit is `min(T_{k-1}, T_k - 20 ms)`: in steady state (100 ms poll timeout)
+//! it is exactly `T_{k-1}`, and a record is never written before it is 20 ms old. A
+//! record that arrives later than that anyway is still written (never dropped) and
+//! counted in [`RecordSummary::out_of_order`].
 //!
 //! The drain path does no allocation per record and no syscall per sample: records
 //! are copied from the ring into a reused arena, decoded into one reused [`Sample`],
@@ -195,8 +201,13 @@ impl RecordOutput for VecOutput {
 
 /// How long one epoll_wait may block: bounds round latency and stop latency.
 const POLL_TIMEOUT_MS: i32 = 100;
-/// After asking the command to stop, how long to wait before SIGKILL.
-const CHILD_STOP_GRACE_MS: i32 = 2000;
+/// After `stop`, how long a launched command may take to exit by itself (it got the
+/// terminal's SIGINT too) before it is sent SIGTERM...
+const CHILD_TERM_AFTER_NS: u64 = 250_000_000;
+/// ...and SIGKILL.
+const CHILD_KILL_AFTER_NS: u64 = 2_250_000_000;
+/// Minimum age of a record before it is written (see the module docs).
+const ROUND_MARGIN_NS: u64 = 20_000_000;
 /// epoll data value of the target's pidfd.
 const PIDFD_TOKEN: u64 = u64::MAX;
 
@@ -278,10 +289,9 @@ impl Emitter {
         let id = match &m.build_id {
             Some(id) => Some(id.clone()),
             None if kernel => buildid::kernel_build_id(),
-            None => buildid::read_build_id(Path::new(&m.path))
-                .ok()
-                .flatten()
-                .or_else(|| buildid::read_build_id(Path::new(&format!("/proc/{}/root{}", m.pid, m.path))).ok().flatten()),
+            None => buildid::read_build_id(Path::new(&m.path)).ok().flatten().or_else(|| {
+                buildid::read_build_id(Path::new(&format!("/proc/{}/root{}", m.pid, m.path))).ok().flatten()
+            }),
         };
         self.build_ids.insert(m.path.clone(), id.clone());
         if let Some(id) = &id {
@@ -466,7 +476,11 @@ impl Recorder {
             (Target::Pid(pid), _) => target::pidfd_open(*pid).ok(),
             _ => None,
         };
-        let pidfd = rec.pidfd.as_ref().map(|f| f.as_raw_fd()).or(rec.child.as_ref().and_then(|c| c.pidfd()).map(|f| f.as_raw_fd()));
+        let pidfd = rec.pidfd.as_ref().map(|f| f.as_raw_fd()).or(rec
+            .child
+            .as_ref()
+            .and_then(|c| c.pidfd())
+            .map(|f| f.as_raw_fd()));
         if let Some(fd) = pidfd {
             rec.epoll.ctl(libc::EPOLL_CTL_ADD, fd, PIDFD_TOKEN).map_err(io_err("epoll_ctl(pidfd)"))?;
         }
@@ -594,8 +608,9 @@ impl Recorder {
         self.synthesize(out)?;
 
         let mut evbuf = [libc::epoll_event { events: 0, u64: 0 }; 64];
-        let mut threshold = 0u64;
-        let mut stopped = false;
+        let mut prev_start = 0u64;
+        let mut stop_seen: Option<u64> = None;
+        let (mut termed, mut killed) = (false, false);
         loop {
             let ready = self.epoll.wait(&mut evbuf, POLL_TIMEOUT_MS).map_err(io_err("epoll_wait"))?;
             let mut exited = false;
@@ -616,8 +631,9 @@ impl Recorder {
             let drain_start = self.round_clock();
             self.drain_all();
             let em = &mut self.em;
-            self.queue.emit(Some(threshold), |p, rec| em.raw(p, rec, out))?;
-            threshold = drain_start;
+            let limit = prev_start.min(drain_start.saturating_sub(ROUND_MARGIN_NS));
+            self.queue.emit(Some(limit), |p, rec| em.raw(p, rec, out))?;
+            prev_start = drain_start;
             out.end_round()?;
             self.em.s.rounds += 1;
             progress(&Progress {
@@ -626,23 +642,27 @@ impl Recorder {
                 lost: self.em.s.lost_records + self.em.s.lost_samples,
                 bytes: out.bytes_written(),
             });
-            if stop.load(Ordering::Relaxed) {
-                stopped = true;
-                break;
-            }
             if exited || self.target_gone() {
                 break;
             }
-        }
-        if let Some(c) = &mut self.child {
-            if stopped && c.try_wait().map_err(io_err("waitpid"))?.is_none() {
-                // Ctrl-C already reached the child through the terminal's process group;
-                // a SIGTERM (like perf) covers `kill` of the recorder and non-terminals.
-                c.signal(libc::SIGTERM);
-                if !wait_readable(c.pidfd().map(|f| f.as_raw_fd()), CHILD_STOP_GRACE_MS) {
+            if stop.load(Ordering::Relaxed) {
+                // -p / -a: stop now. A command: keep draining while it winds down. Ctrl-C
+                // already reached it through the terminal's process group, so it gets a
+                // moment to exit by itself; then SIGTERM (as perf does; this covers a
+                // recorder stopped by SIGTERM or not run from a terminal), then SIGKILL.
+                let Some(c) = &self.child else { break };
+                let now = monotonic_ns();
+                let since = now - *stop_seen.get_or_insert(now);
+                if since >= CHILD_KILL_AFTER_NS && !killed {
                     c.signal(libc::SIGKILL);
+                    killed = true;
+                } else if since >= CHILD_TERM_AFTER_NS && !termed {
+                    c.signal(libc::SIGTERM);
+                    termed = true;
                 }
             }
+        }
+        if let Some(c) = &mut self.child {
             self.em.s.exit_status = Some(c.wait().map_err(io_err("waitpid"))?);
         }
         for fd in &self.fds {
@@ -711,22 +731,6 @@ impl Recorder {
             (Target::Command(_), Some(c)) if c.pidfd().is_none() => matches!(c.try_wait(), Ok(Some(_)) | Err(_)),
             (Target::Pid(pid), _) if self.pidfd.is_none() => !procfs::process_alive(*pid),
             _ => false,
-        }
-    }
-}
-
-/// Wait until `fd` is readable (a pidfd: the process exited), up to `ms`.
-fn wait_readable(fd: Option<i32>, ms: i32) -> bool {
-    let Some(fd) = fd else {
-        std::thread::sleep(std::time::Duration::from_millis(ms as u64 / 10));
-        return false;
-    };
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    loop {
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return n > 0;
         }
     }
 }

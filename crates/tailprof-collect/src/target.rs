@@ -66,10 +66,9 @@ pub fn resolve_command(cmd: &str) -> Result<PathBuf, LaunchError> {
         }
     }
     match non_exec {
-        Some(p) => Err(LaunchError::Exec {
-            cmd: p.display().to_string(),
-            source: io::Error::from_raw_os_error(libc::EACCES),
-        }),
+        Some(p) => {
+            Err(LaunchError::Exec { cmd: p.display().to_string(), source: io::Error::from_raw_os_error(libc::EACCES) })
+        }
         None => Err(LaunchError::NotFound(cmd.into())),
     }
 }

@@ -7,16 +7,36 @@
 //! cargo run --release -p tailprof-format --example format_measure [samples]
 //! ```
 //!
-//! Prints numbers only; nothing here asserts a timing.
+//! Times are on-CPU time of the measuring thread (best of 3). Prints numbers only;
+//! nothing here asserts a timing.
 
 use std::time::Instant;
-use tailprof_format::columns::put_column;
+use tailprof_format::columns::{put_column, Packer};
 use tailprof_format::synth::Workload;
-use tailprof_format::timecode::put_paper16;
 use tailprof_format::varint::{put_uleb, zigzag};
 use tailprof_format::*;
 
 const CHUNK: usize = 16 * 1024;
+
+/// A stopwatch of this thread's on-CPU time (from /proc/thread-self/schedstat), so other
+/// processes competing for the CPU do not inflate the numbers; falls back to wall-clock.
+struct CpuTimer(Option<u64>, Instant);
+
+fn on_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+impl CpuTimer {
+    fn start() -> Self {
+        CpuTimer(on_cpu_ns(), Instant::now())
+    }
+    fn secs(&self) -> f64 {
+        match (self.0, on_cpu_ns()) {
+            (Some(a), Some(b)) => (b - a) as f64 / 1e9,
+            _ => self.1.elapsed().as_secs_f64(),
+        }
+    }
+}
 
 fn zstd_len(b: &[u8], level: i32) -> usize {
     zstd::bulk::compress(b, level).map(|v| v.len()).unwrap_or(usize::MAX)
@@ -39,9 +59,10 @@ fn measure(deltas: &[u64], f: &dyn Fn(&[u64], &mut Vec<u8>)) -> (f64, f64, f64) 
 fn time_codecs(workloads: &[Workload], n: usize) {
     println!("== time-delta codes, bytes per delta ({CHUNK}-delta chunks): raw / zstd-1 / zstd-3");
     type Enc = fn(&[u64], &mut Vec<u8>);
-    let codecs: [(&str, Enc); 5] = [
-        ("paper16", |d, b| d.iter().for_each(|&v| put_paper16(b, v))),
-        ("leb128", |d, b| d.iter().for_each(|&v| put_uleb(b, v))),
+    let codecs: [(&str, Enc); 6] = [
+        ("paper16", |d, b| TimeCodec::Paper16.encode(d, b)),
+        ("leb128", |d, b| TimeCodec::Leb128.encode(d, b)),
+        ("planes (W=1..4 + esc)", |d, b| TimeCodec::Planes.encode(d, b)),
         ("u32-le", |d, b| d.iter().for_each(|&v| b.extend_from_slice(&(v.min(u32::MAX as u64) as u32).to_le_bytes()))),
         ("u32 byte-planes", |d, b| {
             for plane in 0..4 {
@@ -69,17 +90,14 @@ fn time_codecs(workloads: &[Workload], n: usize) {
 }
 
 fn columns(workloads: &[Workload], n: usize) {
-    println!("\n== per-column bytes/sample after zstd-1 ({CHUNK}-sample chunks, each column compressed alone)");
+    println!("\n== per-column bytes/sample after zstd-1 ({CHUNK}-sample chunks, each column compressed alone; time in planes)");
     for w in workloads {
         let s = w.samples(1, n);
         let (mut t, mut ipt, mut ipi, mut th, mut cpu) = (0, 0, 0, 0, 0);
         for c in s.chunks(CHUNK) {
             let mut b = Vec::new();
-            let mut prev = c[0].time;
-            c.iter().for_each(|x| {
-                put_uleb(&mut b, x.time - prev);
-                prev = x.time;
-            });
+            let deltas: Vec<u64> = c.windows(2).map(|p| p[1].time - p[0].time).collect();
+            TimeCodec::Planes.encode(&deltas, &mut b);
             t += zstd_len(&b, 1);
             // IP table in frequency order + indices.
             let mut counts = std::collections::HashMap::new();
@@ -95,13 +113,13 @@ fn columns(workloads: &[Workload], n: usize) {
             });
             ipt += zstd_len(&b, 1);
             let mut b = Vec::new();
-            put_column(&mut b, c.len(), |i| rank[&c[i].ip] as u64);
+            put_column(&mut b, &mut Packer::new(0), c.len(), |i| rank[&c[i].ip] as u64);
             ipi += zstd_len(&b, 1);
             let mut b = Vec::new();
-            put_column(&mut b, c.len(), |i| c[i].tid as u64 - 1000);
+            put_column(&mut b, &mut Packer::new(0), c.len(), |i| c[i].tid as u64 - 1000);
             th += zstd_len(&b, 1);
             let mut b = Vec::new();
-            put_column(&mut b, c.len(), |i| c[i].cpu as u64);
+            put_column(&mut b, &mut Packer::new(0), c.len(), |i| c[i].cpu as u64);
             cpu += zstd_len(&b, 1);
         }
         let f = |x: usize| x as f64 / n as f64;
@@ -113,7 +131,7 @@ fn columns(workloads: &[Workload], n: usize) {
 }
 
 fn write(samples: &[Sample], opts: WriterOptions) -> (Vec<u8>, f64) {
-    let t0 = Instant::now();
+    let t0 = CpuTimer::start();
     let mut w = TraceWriter::with_options(Vec::with_capacity(samples.len() * 4), &TraceHeader::default(), opts).unwrap();
     for (i, s) in samples.iter().enumerate() {
         w.write_sample(s).unwrap();
@@ -122,7 +140,7 @@ fn write(samples: &[Sample], opts: WriterOptions) -> (Vec<u8>, f64) {
         }
     }
     let (bytes, _) = w.finish_into_inner(None).unwrap();
-    (bytes, t0.elapsed().as_nanos() as f64 / samples.len() as f64)
+    (bytes, t0.secs() * 1e9 / samples.len() as f64)
 }
 
 fn whole(workloads: &[Workload], n: usize) {
@@ -130,9 +148,18 @@ fn whole(workloads: &[Workload], n: usize) {
     for w in workloads {
         let s = w.samples(1, n);
         let mut line = format!("-- {:<32}", w.name());
-        for (codec, level) in [(TimeCodec::Paper16, 1), (TimeCodec::Leb128, 1), (TimeCodec::Paper16, 3), (TimeCodec::Leb128, 3)] {
+        for (codec, level) in [
+            (TimeCodec::Paper16, 1),
+            (TimeCodec::Leb128, 1),
+            (TimeCodec::Planes, 1),
+            (TimeCodec::Planes, 3),
+        ] {
             let (b, _) = write(&s, WriterOptions { time_codec: codec, zstd_level: level, ..Default::default() });
             line += &format!("  {}/zstd{level} {:.3}", codec.name(), b.len() as f64 / n as f64);
+        }
+        for span in [1u64, 4, 8] {
+            let (b, _) = write(&s, WriterOptions { round_span_ns: span * 1_000_000_000, ..Default::default() });
+            line += &format!("  {span}s-rounds {:.3}", b.len() as f64 / n as f64);
         }
         let (b, _) = write(&s, WriterOptions { zstd_level: 0, ..Default::default() });
         line += &format!("  uncompressed {:.3}", b.len() as f64 / n as f64);
@@ -166,16 +193,16 @@ fn speed(n: usize) {
         let mut best_sum = f64::MAX;
         for _ in 0..3 {
             let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
-            let t0 = Instant::now();
+            let t0 = CpuTimer::start();
             let mut c = Count::default();
             r.read_all(&mut c).unwrap();
-            best_all = best_all.min(t0.elapsed().as_secs_f64());
+            best_all = best_all.min(t0.secs());
             assert_eq!(c.0, n as u64);
-            let t0 = Instant::now();
+            let t0 = CpuTimer::start();
             let mut k = 0u64;
             r.for_each_sample(&mut |s| k = k.wrapping_add(s.time)).unwrap();
-            best_fe = best_fe.min(t0.elapsed().as_secs_f64());
-            let t0 = Instant::now();
+            best_fe = best_fe.min(t0.secs());
+            let t0 = Instant::now(); // too short for the on-CPU clock's granularity
             let (_, st, _) = r.summarize().unwrap();
             best_sum = best_sum.min(t0.elapsed().as_secs_f64());
             assert_eq!(st.samples, n as u64);
@@ -189,7 +216,10 @@ fn speed(n: usize) {
 }
 
 fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    // Usage: format_measure [samples] [sections...]; sections: codes columns whole speed.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let want = |s: &str| args.iter().skip(1).all(|a| a.parse::<usize>().is_ok()) || args.iter().any(|a| a == s);
     let workloads = [
         Workload::CpuClock { period_ns: 10_000, threads: 4, ips: 3000 },
         Workload::REALISTIC,
@@ -197,8 +227,16 @@ fn main() {
         Workload::Uniform { ips: 3000 },
         Workload::Bursty { ips: 3000 },
     ];
-    time_codecs(&workloads, n);
-    columns(&workloads, n);
-    whole(&workloads, n);
-    speed(5_000_000);
+    if want("codes") {
+        time_codecs(&workloads, n);
+    }
+    if want("columns") {
+        columns(&workloads, n);
+    }
+    if want("whole") {
+        whole(&workloads, n);
+    }
+    if want("speed") {
+        speed(5_000_000);
+    }
 }

@@ -218,6 +218,23 @@ pub fn find_next_chunk(buf: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+/// Recomputes the checksum of every chunk found by walking the file from its first chunk
+/// by declared lengths (stopping at the first non-chunk). For tests and fuzzing: it lets
+/// mutated payloads reach the decoders instead of failing the CRC.
+pub fn fix_checksums(buf: &mut [u8]) {
+    let mut p = FILE_HEADER_LEN;
+    while let Some(h) = buf.get(p..).and_then(ChunkHeader::parse) {
+        let end = p.saturating_add(h.total_len());
+        if h.payload_len as usize > MAX_PAYLOAD || end > buf.len() {
+            return;
+        }
+        let mut crc = crc32c::crc32c(&buf[p..p + CHUNK_HEADER_LEN - 4]);
+        crc = crc32c::crc32c_append(crc, &buf[p + CHUNK_HEADER_LEN..end]);
+        buf[p + CHUNK_HEADER_LEN - 4..p + CHUNK_HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+        p = end;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 //! Design constraint: a constant column costs 2–11 bytes per chunk regardless of row
 //! count, which is what makes constant period/cpu/event/cpumode (the common case) free.
 
-use crate::varint::{put_uleb, unzigzag, zigzag, ByteReader};
+use crate::varint::{put_uleb, uleb_len, unzigzag, zigzag, ByteReader};
 
 pub const COL_CONST: u8 = 0;
 pub const COL_ULEB: u8 = 1;
@@ -16,8 +16,112 @@ pub const OPT_NONE: u8 = 0;
 pub const OPT_ALL: u8 = 1;
 pub const OPT_BITMAP: u8 = 2;
 
+pub const BLOB_STORED: u8 = 0;
+pub const BLOB_ZSTD: u8 = 1;
+
+/// Blobs shorter than this are never compressed (a zstd frame costs ~10 bytes).
+const MIN_COMPRESS: usize = 64;
+
+/// Writes *blobs*: byte strings that are zstd-compressed on their own when that makes
+/// them smaller. Each column compressed alone gets its own entropy tables, which beats
+/// one frame over the whole chunk (FORMAT.md §5.1).
+pub struct Packer {
+    level: i32,
+    cctx: Option<zstd::bulk::Compressor<'static>>,
+    zbuf: Vec<u8>,
+    /// Scratch space for building a blob before it is packed.
+    pub scratch: Vec<u8>,
+}
+
+impl Packer {
+    /// `level` 0 stores every blob uncompressed.
+    pub fn new(level: i32) -> Self {
+        Packer { level, cctx: None, zbuf: Vec::new(), scratch: Vec::new() }
+    }
+
+    /// Appends `[enc u8][ULEB stored_len]([ULEB raw_len] if zstd)[bytes]` for the bytes in
+    /// `self.scratch`, and clears the scratch.
+    pub fn put_scratch(&mut self, out: &mut Vec<u8>) {
+        let raw = std::mem::take(&mut self.scratch);
+        self.put_blob(out, &raw);
+        self.scratch = raw;
+        self.scratch.clear();
+    }
+
+    /// Appends `b` as a blob.
+    pub fn put_blob(&mut self, out: &mut Vec<u8>, b: &[u8]) {
+        if self.level != 0 && b.len() >= MIN_COMPRESS {
+            if self.cctx.is_none() {
+                self.cctx = zstd::bulk::Compressor::new(self.level).ok();
+            }
+            if let Some(c) = self.cctx.as_mut() {
+                self.zbuf.clear();
+                self.zbuf.reserve(zstd::zstd_safe::compress_bound(b.len()));
+                if let Ok(n) = c.compress_to_buffer(b, &mut self.zbuf) {
+                    if n + uleb_len(b.len() as u64) < b.len() {
+                        out.push(BLOB_ZSTD);
+                        put_uleb(out, n as u64);
+                        put_uleb(out, b.len() as u64);
+                        out.extend_from_slice(&self.zbuf);
+                        return;
+                    }
+                }
+            }
+        }
+        out.push(BLOB_STORED);
+        put_uleb(out, b.len() as u64);
+        out.extend_from_slice(b);
+    }
+}
+
+/// Reads blobs, decompressing into a reusable buffer, within a per-chunk budget of
+/// decompressed bytes.
+pub struct Unpacker {
+    dctx: Option<zstd::bulk::Decompressor<'static>>,
+    buf: Vec<u8>,
+    /// Decompressed bytes still allowed in this chunk.
+    pub budget: usize,
+}
+
+impl Default for Unpacker {
+    fn default() -> Self {
+        Unpacker { dctx: None, buf: Vec::new(), budget: 0 }
+    }
+}
+
+impl Unpacker {
+    /// Reads one blob from `r` and returns its bytes (borrowed from `r` or from the
+    /// internal buffer). `None` on damage or when the budget is exceeded.
+    pub fn blob<'s, 'b: 's>(&'s mut self, r: &mut ByteReader<'b>) -> Option<&'s [u8]> {
+        match r.u8()? {
+            BLOB_STORED => {
+                let n = r.len_at_most(r.remaining())?;
+                r.take(n)
+            }
+            BLOB_ZSTD => {
+                let n = r.len_at_most(r.remaining())?;
+                let raw_len = r.len_at_most(self.budget)?;
+                let src = r.take(n)?;
+                self.budget -= raw_len;
+                if self.dctx.is_none() {
+                    self.dctx = zstd::bulk::Decompressor::new().ok();
+                }
+                let d = self.dctx.as_mut()?;
+                self.buf.clear();
+                self.buf.reserve_exact(raw_len);
+                match d.decompress_to_buffer(src, &mut self.buf) {
+                    Ok(got) if got == raw_len && self.buf.len() == raw_len => Some(&self.buf[..]),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Appends a plain column of `n` rows; row `i` is `get(i)`. `n` must be at least 1.
-pub fn put_column(out: &mut Vec<u8>, n: usize, get: impl Fn(usize) -> u64) {
+/// Layout: `COL_CONST, ULEB value` or `COL_ULEB, blob of n ULEB values`.
+pub fn put_column(out: &mut Vec<u8>, pk: &mut Packer, n: usize, get: impl Fn(usize) -> u64) {
     let first = get(0);
     if (1..n).all(|i| get(i) == first) {
         out.push(COL_CONST);
@@ -25,13 +129,11 @@ pub fn put_column(out: &mut Vec<u8>, n: usize, get: impl Fn(usize) -> u64) {
         return;
     }
     out.push(COL_ULEB);
-    let at = out.len();
-    out.extend_from_slice(&[0; 4]);
+    pk.scratch.clear();
     for i in 0..n {
-        put_uleb(out, get(i));
+        put_uleb(&mut pk.scratch, get(i));
     }
-    let len = (out.len() - at - 4) as u32;
-    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    pk.put_scratch(out);
 }
 
 /// Appends an optional column: `present(i)` says whether row `i` has a value, `values`
@@ -39,6 +141,7 @@ pub fn put_column(out: &mut Vec<u8>, n: usize, get: impl Fn(usize) -> u64) {
 /// differences from the previous present value (good for addresses).
 pub fn put_opt_column(
     out: &mut Vec<u8>,
+    pk: &mut Packer,
     n: usize,
     present: impl Fn(usize) -> bool,
     values: &[u64],
@@ -56,15 +159,15 @@ pub fn put_opt_column(
         for (i, b) in (0..n).filter(|&i| present(i)).map(|i| (i, 1u8 << (i % 8))) {
             bits[i / 8] |= b;
         }
-        out.extend_from_slice(&bits);
+        pk.put_blob(out, &bits);
     }
     if delta {
-        put_column(out, values.len(), |i| {
+        put_column(out, pk, values.len(), |i| {
             let prev = if i == 0 { 0 } else { values[i - 1] };
             zigzag(values[i].wrapping_sub(prev) as i64)
         });
     } else {
-        put_column(out, values.len(), |i| values[i]);
+        put_column(out, pk, values.len(), |i| values[i]);
     }
 }
 
@@ -87,38 +190,47 @@ impl Col {
     }
 
     /// Reads a plain column of exactly `n` rows. `None` on damage.
-    pub fn read(&mut self, r: &mut ByteReader<'_>, n: usize) -> Option<()> {
+    pub fn read(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, n: usize) -> Option<()> {
+        self.read_max(r, up, n, u64::MAX)
+    }
+
+    /// Reads a plain column of exactly `n` rows whose values must not exceed `max`.
+    pub fn read_max(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, n: usize, max: u64) -> Option<()> {
         self.v.clear();
         match r.u8()? {
             COL_CONST => {
                 self.konst = true;
                 self.c = r.uleb()?;
-                Some(())
+                (self.c <= max).then_some(())
             }
             COL_ULEB => {
                 self.konst = false;
-                let len = r.u32()? as usize;
-                let bytes = r.take(len)?;
+                let bytes = up.blob(r)?;
                 if n > bytes.len() {
                     return None; // every row takes at least one byte
                 }
                 self.v.reserve(n);
-                let mut cr = ByteReader::new(bytes);
+                let mut i = 0;
                 for _ in 0..n {
-                    self.v.push(cr.uleb()?);
+                    // One-byte values are the common case; longer ones take the checked path.
+                    let b = *bytes.get(i)?;
+                    let v = if b < 0x80 {
+                        i += 1;
+                        b as u64
+                    } else {
+                        let mut cr = ByteReader::new(&bytes[i..]);
+                        let v = cr.uleb()?;
+                        i = bytes.len() - cr.remaining();
+                        v
+                    };
+                    if v > max {
+                        return None;
+                    }
+                    self.v.push(v);
                 }
-                cr.is_empty().then_some(())
+                (i == bytes.len()).then_some(())
             }
             _ => None,
-        }
-    }
-
-    /// Largest value in the column (0 for an empty non-constant column).
-    pub fn max(&self) -> u64 {
-        if self.konst {
-            self.c
-        } else {
-            self.v.iter().copied().max().unwrap_or(0)
         }
     }
 }
@@ -133,13 +245,16 @@ pub struct OptCol {
 
 impl OptCol {
     /// Reads an optional column of `n` rows. `None` on damage.
-    pub fn read(&mut self, r: &mut ByteReader<'_>, n: usize, delta: bool) -> Option<()> {
+    pub fn read(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, n: usize, delta: bool) -> Option<()> {
         self.mode = r.u8()?;
         let count = match self.mode {
             OPT_NONE => return Some(()),
             OPT_ALL => n,
             OPT_BITMAP => {
-                let b = r.take(n.div_ceil(8))?;
+                let b = up.blob(r)?;
+                if b.len() != n.div_ceil(8) {
+                    return None;
+                }
                 self.bits.clear();
                 self.bits.extend_from_slice(b);
                 if n % 8 != 0 && b[b.len() - 1] >> (n % 8) != 0 {
@@ -149,7 +264,7 @@ impl OptCol {
             }
             _ => return None,
         };
-        self.vals.read(r, count)?;
+        self.vals.read(r, up, count)?;
         if delta && !self.vals.konst {
             let mut prev = 0u64;
             for v in self.vals.v.iter_mut() {
@@ -199,10 +314,10 @@ mod tests {
     #[test]
     fn constant_column_is_tiny() {
         let mut b = Vec::new();
-        put_column(&mut b, 100_000, |_| 250_000);
+        put_column(&mut b, &mut Packer::new(1), 100_000, |_| 250_000);
         assert_eq!(b.len(), 1 + 3);
         let mut c = Col::default();
-        c.read(&mut ByteReader::new(&b), 100_000).unwrap();
+        c.read(&mut ByteReader::new(&b), &mut Unpacker::default(), 100_000).unwrap();
         assert!(c.konst);
         assert_eq!(c.get(99_999), 250_000);
     }
@@ -214,10 +329,10 @@ mod tests {
         let vals: Vec<u64> = (0..n).filter(|&i| present(i)).map(|i| 1000 - i as u64 * 7).collect();
         for delta in [false, true] {
             let mut b = Vec::new();
-            put_opt_column(&mut b, n, present, &vals, delta);
+            put_opt_column(&mut b, &mut Packer::new(0), n, present, &vals, delta);
             let mut c = OptCol::default();
             let mut r = ByteReader::new(&b);
-            c.read(&mut r, n, delta).unwrap();
+            c.read(&mut r, &mut Unpacker::default(), n, delta).unwrap();
             assert!(r.is_empty());
             let mut k = 0;
             let got: Vec<Option<u64>> = (0..n).map(|i| c.get(i, &mut k)).collect();
@@ -228,12 +343,30 @@ mod tests {
     }
 
     #[test]
+    fn blobs_compress_and_respect_the_budget() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 7) as u8).collect();
+        let mut out = Vec::new();
+        Packer::new(1).put_blob(&mut out, &data);
+        assert!(out.len() < 200, "{}", out.len());
+        assert_eq!(out[0], BLOB_ZSTD);
+        let mut up = Unpacker { budget: 10_000, ..Default::default() };
+        assert_eq!(up.blob(&mut ByteReader::new(&out)), Some(&data[..]));
+        assert_eq!(up.budget, 0);
+        let mut up = Unpacker { budget: 9_999, ..Default::default() };
+        assert_eq!(up.blob(&mut ByteReader::new(&out)), None);
+        // Small blobs are stored.
+        let mut out = Vec::new();
+        Packer::new(1).put_blob(&mut out, b"abc");
+        assert_eq!(out, [BLOB_STORED, 3, b'a', b'b', b'c']);
+    }
+
+    #[test]
     fn constant_delta_column() {
         let vals = [5u64, 10, 15, 20];
         let mut b = Vec::new();
-        put_opt_column(&mut b, 4, |_| true, &vals, true);
+        put_opt_column(&mut b, &mut Packer::new(0), 4, |_| true, &vals, true);
         let mut c = OptCol::default();
-        c.read(&mut ByteReader::new(&b), 4, true).unwrap();
+        c.read(&mut ByteReader::new(&b), &mut Unpacker::default(), 4, true).unwrap();
         let mut k = 0;
         assert_eq!((0..4).map(|i| c.get(i, &mut k).unwrap()).collect::<Vec<_>>(), vals);
     }

@@ -8,7 +8,7 @@
 //! it before anything is allocated.
 
 use crate::chunk::{RawChunk, FLAG_ZSTD, MAX_RAW_BODY};
-use crate::columns::{Col, OptCol};
+use crate::columns::{Col, OptCol, Unpacker};
 use crate::meta::{RecordsMeta, MAX_CHUNK_RECORDS};
 use crate::record::{CpuMode, Record, Sample, Sink};
 use crate::sideband::get_sideband;
@@ -19,6 +19,7 @@ use crate::varint::{unzigzag, ByteReader};
 pub struct ChunkDecoder {
     dctx: Option<zstd::bulk::Decompressor<'static>>,
     raw: Vec<u8>,
+    up: Unpacker,
     n: usize,
     times: Vec<u64>,
     events: Col,
@@ -45,6 +46,7 @@ impl Default for ChunkDecoder {
         ChunkDecoder {
             dctx: None,
             raw: Vec::new(),
+            up: Unpacker::default(),
             n: 0,
             times: Vec::new(),
             events: Col::default(),
@@ -111,6 +113,14 @@ impl ChunkDecoder {
 
     fn decode_body(&mut self, body: &[u8], meta: &RecordsMeta) -> Option<()> {
         let r = &mut ByteReader::new(body);
+        let mut up = std::mem::take(&mut self.up);
+        up.budget = MAX_RAW_BODY;
+        let res = self.decode_with(r, &mut up, meta);
+        self.up = up;
+        res
+    }
+
+    fn decode_with(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, meta: &RecordsMeta) -> Option<()> {
         let n = r.len_at_most(MAX_CHUNK_RECORDS)?;
         if n != meta.samples as usize {
             return None;
@@ -122,16 +132,21 @@ impl ChunkDecoder {
         self.sideband.clear();
         let mut base = 0;
         if n > 0 {
-            base = self.decode_samples(r, n)?;
+            base = self.decode_samples(r, up, n)?;
         }
         let nsb = r.len_at_most(MAX_CHUNK_RECORDS)?;
-        if n + nsb != meta.records as usize || nsb > r.remaining() {
+        if n + nsb != meta.records as usize {
             return None;
         }
+        let rows = up.blob(r)?;
+        if nsb > rows.len() {
+            return None;
+        }
+        let rr = &mut ByteReader::new(rows);
         let mut pos = 0u32;
         let mut prev_time = base;
         for _ in 0..nsb {
-            let (delta, rec) = get_sideband(r, &mut prev_time)?;
+            let (delta, rec) = get_sideband(rr, &mut prev_time)?;
             pos = pos.checked_add(delta)?;
             if pos as usize > n {
                 return None;
@@ -140,76 +155,63 @@ impl ChunkDecoder {
                 self.sideband.push((pos, rec));
             }
         }
-        r.is_empty().then_some(())
+        (rr.is_empty() && r.is_empty()).then_some(())
     }
 
     /// Decodes the sample columns; returns the base time.
-    fn decode_samples(&mut self, r: &mut ByteReader<'_>, n: usize) -> Option<u64> {
+    fn decode_samples(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, n: usize) -> Option<u64> {
         let base = r.u64()?;
         let codec = TimeCodec::from_u8(r.u8()?)?;
-        let tlen = r.u32()? as usize;
-        let tb = r.take(tlen)?;
-        if n > tb.len() / codec.min_len() {
-            return None;
-        }
-        self.times.reserve(n);
-        let mut tr = ByteReader::new(tb);
-        let mut t = base;
-        for _ in 0..n {
-            t = t.checked_add(codec.get(&mut tr)?)?;
-            self.times.push(t);
-        }
-        if !tr.is_empty() {
-            return None;
-        }
-        self.events.read(r, n)?;
-        if self.events.max() > u16::MAX as u64 {
-            return None;
-        }
+        codec.decode_times(up.blob(r)?, n, base, &mut self.times)?;
+        self.events.read_max(r, up, n, u16::MAX as u64)?;
         let nthreads = r.len_at_most(r.remaining() / 2)?;
         self.threads.clear();
         for _ in 0..nthreads {
             self.threads.push((r.uleb_u32()?, r.uleb_u32()?));
         }
-        self.thread_idx.read(r, n)?;
-        if self.thread_idx.max() >= nthreads as u64 {
+        if nthreads == 0 {
             return None;
         }
-        self.cpus.read(r, n)?;
-        if self.cpus.max() > u32::MAX as u64 {
+        self.thread_idx.read_max(r, up, n, nthreads as u64 - 1)?;
+        self.cpus.read_max(r, up, n, u32::MAX as u64)?;
+        self.periods.read(r, up, n)?;
+        self.cpumodes.read_max(r, up, n, u8::MAX as u64)?;
+        let nips = r.uleb()?;
+        let table = up.blob(r)?;
+        if nips > table.len() as u64 {
             return None;
         }
-        self.periods.read(r, n)?;
-        self.cpumodes.read(r, n)?;
-        if self.cpumodes.max() > u8::MAX as u64 {
-            return None;
-        }
-        let nips = r.len_at_most(r.remaining())?;
         self.ip_table.clear();
+        let tr = &mut ByteReader::new(table);
         let mut ip = 0u64;
         for _ in 0..nips {
-            ip = ip.wrapping_add(unzigzag(r.uleb()?) as u64);
+            ip = ip.wrapping_add(unzigzag(tr.uleb()?) as u64);
             self.ip_table.push(ip);
         }
-        self.ip_idx.read(r, n)?;
-        if self.ip_idx.max() >= nips as u64 {
+        if !tr.is_empty() {
             return None;
         }
-        self.ips.reserve(n);
-        for i in 0..n {
-            self.ips.push(self.ip_table[self.ip_idx.get(i) as usize]);
+        if nips == 0 {
+            return None;
         }
-        self.addr.read(r, n, true)?;
-        self.weight.read(r, n, false)?;
-        self.data_src.read(r, n, false)?;
-        self.regs_count.read(r, n)?;
-        let rlen = r.u32()? as usize;
-        let rb = r.take(rlen)?;
+        self.ip_idx.read_max(r, up, n, nips - 1)?;
+        self.ips.reserve(n);
+        if self.ip_idx.konst {
+            self.ips.resize(n, self.ip_table[self.ip_idx.c as usize]);
+        } else {
+            let t = &self.ip_table;
+            self.ips.extend(self.ip_idx.v.iter().map(|&i| t[i as usize]));
+        }
+        self.addr.read(r, up, n, true)?;
+        self.weight.read(r, up, n, false)?;
+        self.data_src.read(r, up, n, false)?;
+        self.regs_count.read(r, up, n)?;
         let total = if self.regs_count.konst {
             self.regs_count.c.checked_mul(n as u64)?
         } else {
             self.regs_count.v.iter().try_fold(0u64, |a, &c| a.checked_add(c))?
         };
+        let rb = up.blob(r)?;
         if total > rb.len() as u64 {
             return None;
         }

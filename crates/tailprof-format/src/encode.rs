@@ -3,14 +3,15 @@
 //!
 //! Owns the hot per-sample path of the writer, so it only appends to flat vectors and
 //! interns IPs and threads in small hash maps; all encoding work (constant detection,
-//! frequency-ordered IP table, varints, zstd) happens once per chunk in [`ChunkBuilder::encode`].
+//! frequency-ordered IP table, varints, per-column zstd) happens once per chunk in
+//! [`ChunkBuilder::encode`].
 
-use crate::columns::{put_column, put_opt_column};
+use crate::columns::{put_column, put_opt_column, Packer};
 use crate::meta::RecordsMeta;
 use crate::record::{LossKind, Record, Sample};
 use crate::sideband::{put_sideband, sideband_size_hint};
 use crate::timecode::TimeCodec;
-use crate::varint::{put_u32, put_u64, put_uleb, zigzag};
+use crate::varint::{put_u64, put_uleb, zigzag};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -67,7 +68,6 @@ pub struct ChunkBuilder {
     ip_counts: Vec<u32>,
     ip_map: IntMap<u64>,
     opt_mask: Vec<u8>,
-    any_opt: u8,
     addrs: Vec<u64>,
     weights: Vec<u64>,
     data_srcs: Vec<u64>,
@@ -76,6 +76,7 @@ pub struct ChunkBuilder {
     /// Side-band records with the number of samples that precede them in the chunk.
     sideband: Vec<(u32, Record)>,
     scratch: Vec<u8>,
+    deltas: Vec<u64>,
 }
 
 impl ChunkBuilder {
@@ -142,7 +143,6 @@ impl ChunkBuilder {
             mask |= HAS_DATA_SRC;
             self.data_srcs.push(d);
         }
-        self.any_opt |= mask;
         self.opt_mask.push(mask);
         self.regs_count.push(s.regs.len() as u32);
         if !s.regs.is_empty() {
@@ -174,51 +174,55 @@ impl ChunkBuilder {
 
     /// Encodes the buffered records into `body` (cleared first) and resets the builder.
     /// Returns the chunk's meta block.
-    pub fn encode(&mut self, body: &mut Vec<u8>, codec: TimeCodec) -> RecordsMeta {
+    pub fn encode(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec) -> RecordsMeta {
         body.clear();
         let n = self.times.len();
         put_uleb(body, n as u64);
         if n > 0 {
-            self.encode_samples(body, codec);
+            self.encode_samples(body, pk, codec);
         }
         put_uleb(body, self.sideband.len() as u64);
         let mut prev_pos = 0u32;
         let mut prev_time = self.times.first().copied().unwrap_or(0);
+        let mut rows = std::mem::take(&mut pk.scratch);
+        rows.clear();
         for (pos, r) in &self.sideband {
-            put_sideband(body, &mut self.scratch, pos - prev_pos, &mut prev_time, r);
+            put_sideband(&mut rows, &mut self.scratch, pos - prev_pos, &mut prev_time, r);
             prev_pos = *pos;
         }
+        pk.put_blob(body, &rows);
+        pk.scratch = rows;
         let meta = std::mem::take(&mut self.meta);
         self.reset();
         meta
     }
 
-    fn encode_samples(&mut self, body: &mut Vec<u8>, codec: TimeCodec) {
+    fn encode_samples(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec) {
         let n = self.times.len();
         let base = self.times[0];
         put_u64(body, base);
         body.push(codec as u8);
-        let at = body.len();
-        put_u32(body, 0);
+        self.deltas.clear();
         let mut prev = base;
         for &t in &self.times {
-            codec.put(body, t - prev);
+            self.deltas.push(t - prev);
             prev = t;
         }
-        let len = (body.len() - at - 4) as u32;
-        body[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        pk.scratch.clear();
+        codec.encode(&self.deltas, &mut pk.scratch);
+        pk.put_scratch(body);
 
-        put_column(body, n, |i| self.events[i] as u64);
+        put_column(body, pk, n, |i| self.events[i] as u64);
 
         put_uleb(body, self.threads.len() as u64);
         for &(pid, tid) in &self.threads {
             put_uleb(body, pid as u64);
             put_uleb(body, tid as u64);
         }
-        put_column(body, n, |i| self.thread_idx[i] as u64);
-        put_column(body, n, |i| self.cpus[i] as u64);
-        put_column(body, n, |i| self.periods[i]);
-        put_column(body, n, |i| self.cpumodes[i] as u64);
+        put_column(body, pk, n, |i| self.thread_idx[i] as u64);
+        put_column(body, pk, n, |i| self.cpus[i] as u64);
+        put_column(body, pk, n, |i| self.periods[i]);
+        put_column(body, pk, n, |i| self.cpumodes[i] as u64);
 
         // IP table in descending frequency, so hot IPs get one-byte indices.
         let mut order: Vec<u32> = (0..self.ips.len() as u32).collect();
@@ -228,27 +232,27 @@ impl ChunkBuilder {
             rank[i as usize] = r as u32;
         }
         put_uleb(body, order.len() as u64);
+        pk.scratch.clear();
         let mut prev_ip = 0u64;
         for &i in &order {
             let ip = self.ips[i as usize];
-            put_uleb(body, zigzag(ip.wrapping_sub(prev_ip) as i64));
+            put_uleb(&mut pk.scratch, zigzag(ip.wrapping_sub(prev_ip) as i64));
             prev_ip = ip;
         }
-        put_column(body, n, |i| rank[self.ip_idx[i] as usize] as u64);
+        pk.put_scratch(body);
+        put_column(body, pk, n, |i| rank[self.ip_idx[i] as usize] as u64);
 
         let m = &self.opt_mask;
-        put_opt_column(body, n, |i| m[i] & HAS_ADDR != 0, &self.addrs, true);
-        put_opt_column(body, n, |i| m[i] & HAS_WEIGHT != 0, &self.weights, false);
-        put_opt_column(body, n, |i| m[i] & HAS_DATA_SRC != 0, &self.data_srcs, false);
+        put_opt_column(body, pk, n, |i| m[i] & HAS_ADDR != 0, &self.addrs, true);
+        put_opt_column(body, pk, n, |i| m[i] & HAS_WEIGHT != 0, &self.weights, false);
+        put_opt_column(body, pk, n, |i| m[i] & HAS_DATA_SRC != 0, &self.data_srcs, false);
 
-        put_column(body, n, |i| self.regs_count[i] as u64);
-        let at = body.len();
-        put_u32(body, 0);
+        put_column(body, pk, n, |i| self.regs_count[i] as u64);
+        pk.scratch.clear();
         for &r in &self.regs {
-            put_uleb(body, r);
+            put_uleb(&mut pk.scratch, r);
         }
-        let len = (body.len() - at - 4) as u32;
-        body[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        pk.put_scratch(body);
     }
 
     fn reset(&mut self) {
@@ -268,7 +272,6 @@ impl ChunkBuilder {
         self.ip_counts.clear();
         self.ip_map.clear();
         self.opt_mask.clear();
-        self.any_opt = 0;
         self.addrs.clear();
         self.weights.clear();
         self.data_srcs.clear();

@@ -2,7 +2,8 @@
 //!
 //! Owns the **16-bit-word variable-length code** of Larysch, "Fine-grained estimation of
 //! memory bandwidth utilization" (2016), §4.6/§4.8, extended to 64-bit values, and the
-//! alternative codes the format can select per chunk (see [`TimeCodec`]). `docs/FORMAT.md`
+//! the alternative codes the format can select per chunk (see [`TimeCodec`]), among them
+//! the byte-plane code the writer uses by default. `docs/FORMAT.md`
 //! has the byte-level definition and the measurements that chose the writer's default.
 //!
 //! The 16-bit-word code ("paper16"), every word stored little-endian:
@@ -25,8 +26,12 @@ pub enum TimeCodec {
     /// The paper's 16-bit-word code, extended to 64-bit literals.
     Paper16 = 0,
     /// Unsigned LEB128 per delta.
-    #[default]
     Leb128 = 1,
+    /// Byte planes: every delta as a `W`-byte little-endian integer, all first bytes,
+    /// then all second bytes, ...; deltas too large for `W` bytes are escaped. Compresses
+    /// best after zstd (FORMAT.md §5.3), hence the default.
+    #[default]
+    Planes = 2,
 }
 
 impl TimeCodec {
@@ -34,6 +39,7 @@ impl TimeCodec {
         match v {
             0 => Some(TimeCodec::Paper16),
             1 => Some(TimeCodec::Leb128),
+            2 => Some(TimeCodec::Planes),
             _ => None,
         }
     }
@@ -41,31 +47,115 @@ impl TimeCodec {
         match self {
             TimeCodec::Paper16 => "paper16",
             TimeCodec::Leb128 => "leb128",
+            TimeCodec::Planes => "planes",
         }
     }
-    /// Appends one delta.
-    #[inline]
-    pub fn put(self, out: &mut Vec<u8>, v: u64) {
+
+    /// Appends the encoding of `deltas` to `out`.
+    pub fn encode(self, deltas: &[u64], out: &mut Vec<u8>) {
         match self {
-            TimeCodec::Paper16 => put_paper16(out, v),
-            TimeCodec::Leb128 => put_uleb(out, v),
+            TimeCodec::Paper16 => deltas.iter().for_each(|&d| put_paper16(out, d)),
+            TimeCodec::Leb128 => deltas.iter().for_each(|&d| put_uleb(out, d)),
+            TimeCodec::Planes => put_planes(deltas, out),
         }
     }
-    /// Reads one delta.
-    #[inline]
-    pub fn get(self, r: &mut ByteReader<'_>) -> Option<u64> {
-        match self {
-            TimeCodec::Paper16 => get_paper16(r),
-            TimeCodec::Leb128 => r.uleb(),
-        }
-    }
-    /// Smallest number of bytes one delta can take (bounds allocations when decoding).
-    pub fn min_len(self) -> usize {
-        match self {
+
+    /// Decodes exactly `n` deltas from all of `b` and appends the running sum, starting
+    /// at `base`, to `times`. `None` when `b` is not exactly `n` deltas or a time
+    /// overflows.
+    pub fn decode_times(self, b: &[u8], n: usize, base: u64, times: &mut Vec<u64>) -> Option<()> {
+        let min_len = match self {
             TimeCodec::Paper16 => 2,
-            TimeCodec::Leb128 => 1,
+            TimeCodec::Leb128 | TimeCodec::Planes => 1,
+        };
+        if n > b.len() / min_len {
+            return None;
+        }
+        times.reserve(n);
+        let mut t = base;
+        match self {
+            TimeCodec::Planes => return get_planes(b, n, base, times),
+            TimeCodec::Paper16 => {
+                let r = &mut ByteReader::new(b);
+                for _ in 0..n {
+                    t = t.checked_add(get_paper16(r)?)?;
+                    times.push(t);
+                }
+                r.is_empty().then_some(())
+            }
+            TimeCodec::Leb128 => {
+                let r = &mut ByteReader::new(b);
+                for _ in 0..n {
+                    t = t.checked_add(r.uleb()?)?;
+                    times.push(t);
+                }
+                r.is_empty().then_some(())
+            }
         }
     }
+}
+
+/// Byte-plane encoding: one width byte `W` (1..=4), `W` planes of `deltas.len()` bytes
+/// (plane `k` holds byte `k` of every delta, little-endian), then one ULEB128 per delta
+/// that is `>= 2^(8W) - 1`, in order; such deltas store the marker `2^(8W) - 1` in the
+/// planes.
+pub fn put_planes(deltas: &[u64], out: &mut Vec<u8>) {
+    let max = deltas.iter().copied().max().unwrap_or(0);
+    let w = (((64 - max.leading_zeros()) as usize).div_ceil(8)).clamp(1, 4);
+    let marker = (1u64 << (8 * w)) - 1;
+    out.push(w as u8);
+    for k in 0..w {
+        out.extend(deltas.iter().map(|&d| (d.min(marker) >> (8 * k)) as u8));
+    }
+    for &d in deltas {
+        if d >= marker {
+            put_uleb(out, d);
+        }
+    }
+}
+
+fn get_planes(b: &[u8], n: usize, base: u64, times: &mut Vec<u64>) -> Option<()> {
+    let (&w, rest) = b.split_first()?;
+    let w = w as usize;
+    if !(1..=4).contains(&w) || rest.len() < w * n {
+        return None;
+    }
+    let marker = (1u64 << (8 * w)) - 1;
+    let (planes, exc) = rest.split_at(w * n);
+    let exc = &mut ByteReader::new(exc);
+    let mut t = base;
+    let p0 = &planes[..n];
+    macro_rules! run {
+        ($get:expr) => {
+            for i in 0..n {
+                let mut d: u64 = $get(i);
+                if d == marker {
+                    d = exc.uleb()?;
+                    if d < marker {
+                        return None;
+                    }
+                }
+                t = t.checked_add(d)?;
+                times.push(t);
+            }
+        };
+    }
+    match w {
+        1 => run!(|i: usize| p0[i] as u64),
+        2 => {
+            let p1 = &planes[n..2 * n];
+            run!(|i: usize| p0[i] as u64 | (p1[i] as u64) << 8)
+        }
+        3 => {
+            let (p1, p2) = (&planes[n..2 * n], &planes[2 * n..3 * n]);
+            run!(|i: usize| p0[i] as u64 | (p1[i] as u64) << 8 | (p2[i] as u64) << 16)
+        }
+        _ => {
+            let (p1, p2, p3) = (&planes[n..2 * n], &planes[2 * n..3 * n], &planes[3 * n..4 * n]);
+            run!(|i: usize| p0[i] as u64 | (p1[i] as u64) << 8 | (p2[i] as u64) << 16 | (p3[i] as u64) << 24)
+        }
+    }
+    exc.is_empty().then_some(())
 }
 
 /// The escape word pair that announces a 64-bit literal.
@@ -153,21 +243,60 @@ mod tests {
             0u64, 1, 0x7fff, 0x8000, 0xffff, 0x1_0000, 0x7fff_fffe, 0x7fff_ffff, 0x8000_0000,
             u32::MAX as u64, 1 << 32, u64::MAX, u64::MAX - 1,
         ];
-        for codec in [TimeCodec::Paper16, TimeCodec::Leb128] {
-            let mut b = Vec::new();
-            for &v in &vals {
-                let before = b.len();
-                codec.put(&mut b, v);
-                if codec == TimeCodec::Paper16 {
-                    assert_eq!(b.len() - before, paper16_len(v));
-                }
-            }
-            let mut r = ByteReader::new(&b);
-            for &v in &vals {
-                assert_eq!(codec.get(&mut r), Some(v), "{codec:?} {v:#x}");
-            }
-            assert!(r.is_empty());
+        let mut b = Vec::new();
+        for &v in &vals {
+            let before = b.len();
+            put_paper16(&mut b, v);
+            assert_eq!(b.len() - before, paper16_len(v));
         }
+        let mut r = ByteReader::new(&b);
+        for &v in &vals {
+            assert_eq!(get_paper16(&mut r), Some(v), "{v:#x}");
+        }
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn every_codec_round_trips_times() {
+        let sets: [&[u64]; 5] = [
+            &[0, 0, 0],
+            &[5, 255, 254, 3],
+            &[0x7fff, 0x8000, 0xffff_fffe, 0xffff_ffff, 1 << 32, 7],
+            &[1, 2, u64::MAX / 2],
+            &[300, 65_535, 65_536, 16_777_215, 16_777_216],
+        ];
+        for codec in [TimeCodec::Paper16, TimeCodec::Leb128, TimeCodec::Planes] {
+            for deltas in sets {
+                let mut b = Vec::new();
+                codec.encode(deltas, &mut b);
+                let mut times = Vec::new();
+                codec.decode_times(&b, deltas.len(), 10, &mut times).unwrap();
+                let mut t = 10u64;
+                let want: Vec<u64> = deltas.iter().map(|d| { t += d; t }).collect();
+                assert_eq!(times, want, "{codec:?}");
+                // Too few or too many bytes are damage, never a panic.
+                for cut in 0..b.len() {
+                    assert!(codec.decode_times(&b[..cut], deltas.len(), 10, &mut Vec::new()).is_none());
+                }
+                let mut longer = b.clone();
+                longer.push(0);
+                assert!(codec.decode_times(&longer, deltas.len(), 10, &mut Vec::new()).is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn planes_layout() {
+        let mut b = Vec::new();
+        put_planes(&[0x0102, 0x0304, 0x1_0000], &mut b);
+        // width 3; no value reaches the marker 0xff_ffff.
+        assert_eq!(b, [3, 0x02, 0x04, 0x00, 0x01, 0x03, 0x00, 0x00, 0x00, 0x01]);
+        let mut b = Vec::new();
+        put_planes(&[1, 300], &mut b);
+        assert_eq!(b, [2, 1, 0x2c, 0, 0x01]);
+        let mut b = Vec::new();
+        put_planes(&[1, 1 << 40], &mut b);
+        assert_eq!(&b[..9], [4, 1, 0xff, 0, 0xff, 0, 0xff, 0, 0xff]);
     }
 
     #[test]

@@ -27,7 +27,8 @@
 //! # Ok::<(), FormatError>(())
 //! ```
 
-use crate::chunk::{file_header_bytes, frame_chunk, ChunkKind, FLAG_ZSTD, MAX_PAYLOAD, MAX_RAW_BODY};
+use crate::chunk::{file_header_bytes, frame_chunk, ChunkKind, MAX_PAYLOAD, MAX_RAW_BODY};
+use crate::columns::Packer;
 use crate::encode::ChunkBuilder;
 use crate::meta::{encode_build_ids, note_stats_time, BuildIdSet, Trailer, MAX_STRING};
 use crate::record::*;
@@ -49,7 +50,7 @@ pub struct WriterOptions {
     pub max_records: usize,
     /// `write` closes the chunk at about this many bytes of encoded (uncompressed) data.
     pub max_raw_bytes: usize,
-    /// zstd level for chunk bodies; 0 stores bodies uncompressed.
+    /// zstd level for column blobs; 0 stores everything uncompressed.
     pub zstd_level: i32,
     /// Code for sample time deltas.
     pub time_codec: TimeCodec,
@@ -59,7 +60,7 @@ impl Default for WriterOptions {
     fn default() -> Self {
         WriterOptions {
             round_records: 32 * 1024,
-            round_span_ns: 2_000_000_000,
+            round_span_ns: 4_000_000_000,
             min_records: 1024,
             max_records: 128 * 1024,
             max_raw_bytes: 8 << 20,
@@ -86,9 +87,8 @@ pub struct TraceWriter<W: Write> {
     path: Option<String>,
     opts: WriterOptions,
     builder: ChunkBuilder,
-    compressor: Option<zstd::bulk::Compressor<'static>>,
+    packer: Packer,
     body: Vec<u8>,
-    zbody: Vec<u8>,
     frame: Vec<u8>,
     seq: u32,
     bytes: u64,
@@ -138,14 +138,14 @@ impl<W: Write> TraceWriter<W> {
         opts.max_records = opts.max_records.clamp(1, crate::meta::MAX_CHUNK_RECORDS);
         opts.max_raw_bytes = opts.max_raw_bytes.clamp(1, MAX_RAW_BODY / 2);
         opts.round_records = opts.round_records.max(1);
+        let level = opts.zstd_level;
         TraceWriter {
             out: Some(out),
             path,
             opts,
             builder: ChunkBuilder::default(),
-            compressor: None,
+            packer: Packer::new(level),
             body: Vec::new(),
-            zbody: Vec::new(),
             frame: Vec::new(),
             seq: 0,
             bytes: 0,
@@ -230,6 +230,9 @@ impl<W: Write> TraceWriter<W> {
     /// enum).
     #[inline]
     pub fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
+        if s.regs.len() > MAX_REGS {
+            return Err(FormatError::RecordTooLarge("sample register set"));
+        }
         if let Some(last) = self.builder.last_sample_time() {
             if s.time < last {
                 self.close_chunk()?;
@@ -306,37 +309,12 @@ impl<W: Write> TraceWriter<W> {
         if self.builder.is_empty() {
             return Ok(());
         }
-        let meta = self.builder.encode(&mut self.body, self.opts.time_codec);
-        if self.body.len() > MAX_RAW_BODY {
+        let meta = self.builder.encode(&mut self.body, &mut self.packer, self.opts.time_codec);
+        if self.body.len() > MAX_RAW_BODY.min(MAX_PAYLOAD) {
             return Err(FormatError::RecordTooLarge("records chunk"));
         }
-        let mut flags = 0;
-        let mut stored: &[u8] = &self.body;
-        if self.opts.zstd_level != 0 {
-            if self.compressor.is_none() {
-                let c = zstd::bulk::Compressor::new(self.opts.zstd_level).map_err(FormatError::Compress)?;
-                self.compressor = Some(c);
-            }
-            if let Some(c) = self.compressor.as_mut() {
-                self.zbody.clear();
-                self.zbody.reserve(zstd::zstd_safe::compress_bound(self.body.len()));
-                let n = c.compress_to_buffer(&self.body, &mut self.zbody).map_err(FormatError::Compress)?;
-                if n < self.body.len() {
-                    flags = FLAG_ZSTD;
-                    stored = &self.zbody;
-                }
-            }
-        }
         self.frame.clear();
-        frame_chunk(
-            &mut self.frame,
-            ChunkKind::Records,
-            flags,
-            self.seq,
-            &meta.to_bytes(),
-            stored,
-            self.body.len(),
-        );
+        frame_chunk(&mut self.frame, ChunkKind::Records, 0, self.seq, &meta.to_bytes(), &self.body, self.body.len());
         self.emit_frame()?;
         self.seq = self.seq.wrapping_add(1);
         self.chunks += 1;
@@ -391,6 +369,9 @@ impl<W: Write> TraceWriter<W> {
         }
     }
 }
+
+/// Most registers one sample may carry (perf's user register masks have at most 64 bits).
+pub const MAX_REGS: usize = 1024;
 
 fn check_sideband_size(r: &Record) -> Result<(), FormatError> {
     let too_big = match r {

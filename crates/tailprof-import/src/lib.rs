@@ -172,3 +172,13 @@ pub fn import_file(
     progress(total, total);
     Ok(summary)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reader_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<super::PerfDataReader>();
+        send::<super::ImportError>();
+    }
+}

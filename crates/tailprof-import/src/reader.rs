@@ -62,7 +62,7 @@ struct Converter {
     summary: ImportSummary,
     last_time: u64,
     endian: Endianness,
-    malformed: u64,
+    /// Samples with bytes their sample_type does not explain.
     trailing: u64,
 }
 
@@ -72,7 +72,7 @@ impl PerfDataReader {
         let io_err = |e| ImportError::Io { path: path.to_path_buf(), source: e };
         let mut file = File::open(path).map_err(io_err)?;
         let prepared = prepare(path, &mut file, opts.recover_truncated)?;
-        let (source, position) = SourceReader::new(file, prepared.header_patch).map_err(io_err)?;
+        let (source, position) = SourceReader::new(file, prepared.overlay).map_err(io_err)?;
         let parsed = catch_unwind(AssertUnwindSafe(|| {
             if prepared.pipe {
                 PerfFileReader::parse_pipe(source)
@@ -113,7 +113,6 @@ impl PerfDataReader {
             summary,
             last_time: 0,
             endian: perf_file.endian(),
-            malformed: 0,
             trailing: 0,
         };
         Ok(PerfDataReader {
@@ -193,8 +192,8 @@ impl PerfDataReader {
         }
     }
 
-    /// The final counts (and the header and build-ids, for callers that consumed the
-    /// reader).
+    /// The final counts (warnings included once [`next_record`](Self::next_record) has
+    /// returned `None`).
     pub fn finish(self) -> ImportSummary {
         self.conv.summary
     }
@@ -305,18 +304,18 @@ impl Converter {
     }
 
     fn malformed(&mut self, what: &str, detail: String) {
-        self.malformed += 1;
         self.summary.malformed_records += 1;
-        if self.malformed <= MAX_DETAILED_WARNINGS {
+        if self.summary.malformed_records <= MAX_DETAILED_WARNINGS {
             self.summary.warnings.push(format!("skipped a malformed {what} record: {detail}"));
         }
     }
 
     fn finish_warnings(&mut self) {
-        if self.malformed > MAX_DETAILED_WARNINGS {
+        let malformed = self.summary.malformed_records;
+        if malformed > MAX_DETAILED_WARNINGS {
             self.summary
                 .warnings
-                .push(format!("skipped {} malformed records in all (details shown for the first {MAX_DETAILED_WARNINGS})", self.malformed));
+                .push(format!("skipped {malformed} malformed records in all (details shown for the first {MAX_DETAILED_WARNINGS})"));
         }
         if self.trailing > 0 {
             self.summary.warnings.push(format!(

@@ -32,12 +32,20 @@ const FEAT_PMU_MAPPINGS: u32 = 16;
 const PERF_RECORD_HEADER_ATTR: u32 = 64;
 const PERF_RECORD_HEADER_FEATURE: u32 = 80;
 
+/// A corrected view of a perf.data file: a replacement header, the real bytes up to
+/// `tail_at`, then `tail` (a feature table and feature sections) instead of the rest.
+pub(crate) struct Overlay {
+    header: Box<[u8; FILE_HEADER_SIZE as usize]>,
+    tail_at: u64,
+    tail: Vec<u8>,
+}
+
 /// What [`prepare`] found out about a file.
 pub(crate) struct Prepared {
     pub pipe: bool,
     pub file_len: u64,
-    /// A corrected file header to show the parser instead of the real one.
-    pub header_patch: Option<Box<[u8; FILE_HEADER_SIZE as usize]>>,
+    /// A corrected view of the file to show the parser instead of the real one.
+    pub overlay: Option<Overlay>,
     pub warnings: Vec<String>,
 }
 
@@ -85,7 +93,7 @@ fn describe_magic(head: &[u8]) -> String {
     let shown: String = head
         .iter()
         .take(8)
-        .map(|&b| if b.is_ascii_graphic() { (b as char).to_string() } else { format!("\\x{b:02x}") })
+        .map(|&b| if b.is_ascii_graphic() || b == b' ' { (b as char).to_string() } else { format!("\\x{b:02x}") })
         .collect();
     format!("\"{shown}\"")
 }
@@ -137,16 +145,16 @@ pub(crate) fn prepare(path: &Path, file: &mut File, recover: bool) -> Result<Pre
     }
     let hb = Bytes { data: &head[..have], be };
     let header_size = hb.u64(8).unwrap_or(0);
-    let mut prepared = Prepared { pipe: false, file_len, header_patch: None, warnings: Vec::new() };
+    let mut prepared = Prepared { pipe: false, file_len, overlay: None, warnings: Vec::new() };
     if header_size == PIPE_HEADER_SIZE {
         prepared.pipe = true;
         check_pipe_prefix(path, file, be, file_len)?;
         return Ok(prepared);
     }
-    if header_size < FILE_HEADER_SIZE || header_size > file_len {
+    if !(FILE_HEADER_SIZE..=1 << 20).contains(&header_size) {
         return Err(corrupt(path, format!("implausible header size {header_size}")));
     }
-    if (have as u64) < FILE_HEADER_SIZE {
+    if (have as u64) < FILE_HEADER_SIZE || header_size > file_len {
         return Err(ImportError::Truncated { path: path.to_path_buf(), detail: "the file ends inside its header".into() });
     }
     check_file_header(path, file, hb, file_len, recover, &mut prepared)?;
@@ -172,7 +180,6 @@ fn check_file_header(
     let attr_size = hb.u64(16).unwrap_or(0);
     let (attrs_off, attrs_size) = section(hb, 24);
     let (data_off, data_size) = section(hb, 40);
-    let (types_off, types_size) = section(hb, 56);
     let features: [u64; 4] = [72, 80, 88, 96].map(|o| hb.u64(o).unwrap_or(0));
 
     if !(ATTR_SIZE_VER0..=ATTR_SIZE_MAX).contains(&attr_size) {
@@ -183,9 +190,6 @@ fn check_file_header(
             path: path.to_path_buf(),
             detail: "the event attribute section lies beyond the end of the file".into(),
         });
-    }
-    if types_size != 0 && !within(types_off, types_size, file_len) {
-        return Err(corrupt(path, "the event type section lies beyond the end of the file"));
     }
     if data_off < FILE_HEADER_SIZE || data_off > file_len {
         return Err(corrupt(path, format!("implausible data section offset {data_off}")));
@@ -205,21 +209,14 @@ fn check_file_header(
         if !recover {
             return Err(ImportError::Truncated { path: path.to_path_buf(), detail: why });
         }
+        // The feature sections (written last) are gone; keep the complete records and
+        // describe the events from the attribute section.
         let usable = complete_records_len(path, file, hb.be, data_off, file_len)?;
-        let mut patch = Box::new([0u8; FILE_HEADER_SIZE as usize]);
-        patch.copy_from_slice(&hb.data[..FILE_HEADER_SIZE as usize]);
-        let put = |p: &mut [u8], at: usize, v: u64| {
-            let b = if hb.be { v.to_be_bytes() } else { v.to_le_bytes() };
-            p[at..at + 8].copy_from_slice(&b);
-        };
-        put(&mut patch[..], 48, usable);
-        for at in [72, 80, 88, 96] {
-            put(&mut patch[..], at, 0); // the feature sections are gone
-        }
+        let desc = synth_event_desc(path, file, hb.be, attrs_off, attrs_size, attr_size, file_len)?;
+        prepared.overlay = Some(overlay(hb, data_off + usable, vec![(FEAT_EVENT_DESC, desc)]));
         prepared.warnings.push(format!(
             "{why}; imported the {usable} bytes of complete records that are there (header features such as build-ids and event names are missing)"
         ));
-        prepared.header_patch = Some(patch);
         return Ok(());
     }
 
@@ -235,7 +232,7 @@ fn check_file_header(
     let table = read_at(file, path, table_off, n_features * 16)?;
     let tb = Bytes { data: &table, be: hb.be };
     let mut idx = 0u64;
-    let mut has_event_desc = false;
+    let mut sections = Vec::new();
     for bit in 0..256u32 {
         if features[(bit / 64) as usize] & (1u64 << (bit % 64)) == 0 {
             continue;
@@ -249,38 +246,94 @@ fn check_file_header(
             let data = read_at(file, path, off, size)?;
             check_feature(bit, Bytes { data: &data, be: hb.be })
                 .map_err(|d| corrupt(path, format!("header feature {bit}: {d}")))?;
-            has_event_desc |= bit == FEAT_EVENT_DESC;
         }
+        sections.push((bit, off, size));
     }
 
-    // Without EVENT_DESC the parser follows the per-event id lists of the event type section.
-    if !has_event_desc && types_size != 0 {
-        check_id_sections(path, file, hb.be, types_off, types_size, attr_size, file_len)?;
+    if !sections.iter().any(|&(bit, _, _)| bit == FEAT_EVENT_DESC) {
+        // Old perf (before HEADER_EVENT_DESC): the parser would take the event ids from
+        // nowhere and misread the old event-type section as attributes. Describe the
+        // events to it from the attribute section, with their id lists, instead.
+        let mut moved = Vec::new();
+        for &(bit, off, size) in &sections {
+            moved.push((bit, read_at(file, path, off, size)?));
+        }
+        moved.push((FEAT_EVENT_DESC, synth_event_desc(path, file, hb.be, attrs_off, attrs_size, attr_size, file_len)?));
+        moved.sort_by_key(|&(bit, _)| bit);
+        prepared.overlay = Some(overlay(hb, table_off, moved));
     }
     Ok(())
 }
 
-/// Each event-type entry is an attr followed by an (offset, size) pair pointing at its ids.
-fn check_id_sections(
+/// A HEADER_EVENT_DESC section built from the attribute section: each entry of that is a
+/// perf_event_attr followed by the (offset, size) of its id list. Names are left empty.
+fn synth_event_desc(
     path: &Path,
     file: &mut File,
     be: bool,
-    off: u64,
-    size: u64,
+    attrs_off: u64,
+    attrs_size: u64,
     attr_size: u64,
     file_len: u64,
-) -> Result<(), ImportError> {
-    let data = read_at(file, path, off, size)?;
-    let b = Bytes { data: &data, be };
-    let entry = attr_size + 16;
-    for i in 0..(size / entry) {
-        let at = i * entry + attr_size;
-        let (ids_off, ids_size) = (b.u64(at).unwrap_or(0), b.u64(at + 8).unwrap_or(0));
-        if !within(ids_off, ids_size, file_len) {
-            return Err(corrupt(path, format!("the id list of event {i} lies beyond the end of the file")));
-        }
+) -> Result<Vec<u8>, ImportError> {
+    if attr_size < ATTR_SIZE_VER0 + 16 {
+        return Err(corrupt(path, format!("implausible perf_file_attr size {attr_size}")));
     }
-    Ok(())
+    let attrs = read_at(file, path, attrs_off, attrs_size)?;
+    let ab = Bytes { data: &attrs, be };
+    let n = attrs_size / attr_size;
+    let u32b = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+    let mut out = Vec::new();
+    out.extend_from_slice(&u32b(n as u32));
+    out.extend_from_slice(&u32b((attr_size - 16) as u32));
+    for i in 0..n {
+        let at = (i * attr_size) as usize;
+        out.extend_from_slice(&attrs[at..at + (attr_size - 16) as usize]);
+        let ids_at = i * attr_size + attr_size - 16;
+        let (ids_off, ids_size) = (ab.u64(ids_at).unwrap_or(0), ab.u64(ids_at + 8).unwrap_or(0));
+        let ids = if ids_size % 8 == 0 && ids_size <= 8 << 20 && within(ids_off, ids_size, file_len) {
+            read_at(file, path, ids_off, ids_size)?
+        } else {
+            Vec::new()
+        };
+        out.extend_from_slice(&u32b((ids.len() / 8) as u32));
+        out.extend_from_slice(&u32b(0)); // empty name
+        out.extend_from_slice(&ids);
+    }
+    Ok(out)
+}
+
+/// A view of the file with a corrected header whose data section ends at `data_end`,
+/// followed by a new feature table and the given feature sections (by bit).
+fn overlay(hb: Bytes, data_end: u64, sections: Vec<(u32, Vec<u8>)>) -> Overlay {
+    let put = |p: &mut [u8], at: usize, v: u64| {
+        let b = if hb.be { v.to_be_bytes() } else { v.to_le_bytes() };
+        p[at..at + 8].copy_from_slice(&b);
+    };
+    let mut header = Box::new([0u8; FILE_HEADER_SIZE as usize]);
+    header.copy_from_slice(&hb.data[..FILE_HEADER_SIZE as usize]);
+    let data_off = hb.u64(40).unwrap_or(0);
+    put(&mut header[..], 48, data_end - data_off);
+    put(&mut header[..], 56, 0); // no event-type section
+    put(&mut header[..], 64, 0);
+    let mut bits = [0u64; 4];
+    for &(bit, _) in &sections {
+        bits[(bit / 64) as usize] |= 1 << (bit % 64);
+    }
+    for (i, w) in bits.iter().enumerate() {
+        put(&mut header[..], 72 + 8 * i, *w);
+    }
+    let mut tail = vec![0u8; sections.len() * 16];
+    let mut off = data_end + tail.len() as u64;
+    for (i, (_, data)) in sections.iter().enumerate() {
+        put(&mut tail, i * 16, off);
+        put(&mut tail, i * 16 + 8, data.len() as u64);
+        off += data.len() as u64;
+    }
+    for (_, data) in sections {
+        tail.extend_from_slice(&data);
+    }
+    Overlay { header, tail_at: data_end, tail }
 }
 
 /// Walk a perf header string (`u32 len; char s[len]`), returning the offset after it.
@@ -393,20 +446,20 @@ fn check_pipe_prefix(path: &Path, file: &mut File, be: bool, file_len: u64) -> R
     Ok(())
 }
 
-/// The reader handed to `linux-perf-data`: buffered, optionally showing a corrected file
-/// header, and publishing its position for progress reports.
+/// The reader handed to `linux-perf-data`: buffered, optionally showing an [`Overlay`],
+/// and publishing its position for progress reports.
 pub(crate) struct SourceReader {
     inner: BufReader<File>,
     pos: u64,
-    patch: Option<Box<[u8; FILE_HEADER_SIZE as usize]>>,
+    overlay: Option<Overlay>,
     position: Arc<AtomicU64>,
 }
 
 impl SourceReader {
-    pub fn new(mut file: File, patch: Option<Box<[u8; FILE_HEADER_SIZE as usize]>>) -> io::Result<(Self, Arc<AtomicU64>)> {
+    pub fn new(mut file: File, overlay: Option<Overlay>) -> io::Result<(Self, Arc<AtomicU64>)> {
         file.seek(SeekFrom::Start(0))?;
         let position = Arc::new(AtomicU64::new(0));
-        let r = SourceReader { inner: BufReader::with_capacity(1 << 18, file), pos: 0, patch, position: position.clone() };
+        let r = SourceReader { inner: BufReader::with_capacity(1 << 18, file), pos: 0, overlay, position: position.clone() };
         Ok((r, position))
     }
 
@@ -418,17 +471,26 @@ impl SourceReader {
 
 impl Read for SourceReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Some(patch) = &self.patch {
-            if self.pos < FILE_HEADER_SIZE {
-                let start = self.pos as usize;
-                let n = buf.len().min(patch.len() - start);
-                buf[..n].copy_from_slice(&patch[start..start + n]);
+        let mut limit = buf.len();
+        if let Some(ov) = &self.overlay {
+            let synthetic = if self.pos < FILE_HEADER_SIZE {
+                Some(&ov.header[self.pos as usize..])
+            } else if self.pos >= ov.tail_at {
+                let start = usize::try_from(self.pos - ov.tail_at).unwrap_or(usize::MAX);
+                Some(ov.tail.get(start..).unwrap_or(&[]))
+            } else {
+                limit = limit.min(usize::try_from(ov.tail_at - self.pos).unwrap_or(usize::MAX));
+                None
+            };
+            if let Some(src) = synthetic {
+                let n = buf.len().min(src.len());
+                buf[..n].copy_from_slice(&src[..n]);
                 self.advance(n);
                 self.inner.seek(SeekFrom::Start(self.pos))?;
                 return Ok(n);
             }
         }
-        let n = self.inner.read(buf)?;
+        let n = self.inner.read(&mut buf[..limit])?;
         self.advance(n);
         Ok(n)
     }
@@ -436,25 +498,28 @@ impl Read for SourceReader {
 
 impl Seek for SourceReader {
     fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
-        // BufReader keeps its own notion of position; translate relative seeks through ours.
         let target = match to {
             SeekFrom::Start(p) => p,
             SeekFrom::Current(d) => self
                 .pos
                 .checked_add_signed(d)
                 .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the start of the file"))?,
-            SeekFrom::End(_) => {
-                let t = self.inner.seek(to)?;
-                self.pos = t;
-                self.position.store(t, Ordering::Relaxed);
-                return Ok(t);
+            SeekFrom::End(d) => {
+                let end = match &self.overlay {
+                    Some(ov) => ov.tail_at + ov.tail.len() as u64,
+                    None => self.inner.get_ref().metadata()?.len(),
+                };
+                end.checked_add_signed(d)
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the start of the file"))?
             }
         };
+        // BufReader keeps its own position; move it relative to ours to keep its buffer.
         let delta = target as i128 - self.pos as i128;
-        if let Ok(d) = i64::try_from(delta) {
-            self.inner.seek_relative(d)?;
-        } else {
-            self.inner.seek(SeekFrom::Start(target))?;
+        match i64::try_from(delta) {
+            Ok(d) => self.inner.seek_relative(d)?,
+            Err(_) => {
+                self.inner.seek(SeekFrom::Start(target))?;
+            }
         }
         self.pos = target;
         self.position.store(target, Ordering::Relaxed);

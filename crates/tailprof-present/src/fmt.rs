@@ -1,6 +1,7 @@
 //! Formatting of numbers, byte counts, durations and times for text output.
 
 /// `1234567` -> `1,234,567`.
+#[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87; MSRV is 1.85
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);

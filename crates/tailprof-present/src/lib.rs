@@ -8,11 +8,17 @@
 //!
 //! Everything returns strings or values; nothing prints.
 //!
-//! ```ignore
-//! let text = tailprof_present::table::render_profile(&profile, &TableOptions::default());
-//! let json = tailprof_present::json::profile_json_string(&profile, None)?;
-//! let text = tailprof_present::table::render_info(&info);
-//! let json = tailprof_present::json::info_json_string(&info)?;
+//! ```
+//! use tailprof_analyze::{FlatProfile, TraceInfo};
+//! use tailprof_present::{json, table, PresentError, TableOptions};
+//!
+//! fn show(profile: &FlatProfile, info: &TraceInfo) -> Result<(), PresentError> {
+//!     let _text = table::render_profile(profile, &TableOptions { top: Some(20), ..Default::default() });
+//!     let _json = json::profile_json_string(profile, Some(20))?; // `report --json`
+//!     let _text = table::render_info(info);
+//!     let _json = json::info_json_string(info)?; // `info --json`
+//!     Ok(())
+//! }
 //! ```
 
 pub mod fmt;

@@ -52,8 +52,18 @@ enum Align {
 
 /// Render rows of cells under `head`; see the module docs for the layout rules.
 fn render_table(out: &mut String, head: &[(&str, Align)], rows: &[Vec<String>]) {
+    render_rows(out, head, rows, true)
+}
+
+/// [`render_table`] without the heading line (`head` still gives the alignment).
+fn render_table_body(out: &mut String, head: &[(&str, Align)], rows: &[Vec<String>]) {
+    render_rows(out, head, rows, false)
+}
+
+fn render_rows(out: &mut String, head: &[(&str, Align)], rows: &[Vec<String>], with_head: bool) {
     let n = head.len();
-    let mut width: Vec<usize> = head.iter().map(|(h, _)| h.chars().count()).collect();
+    let mut width: Vec<usize> =
+        head.iter().map(|(h, _)| if with_head { h.chars().count() } else { 0 }).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
             let cap = if head[i].1 == Align::Left { MAX_NAME_WIDTH } else { usize::MAX };
@@ -83,7 +93,9 @@ fn render_table(out: &mut String, head: &[(&str, Align)], rows: &[Vec<String>]) 
         out.push_str(s.trim_end());
         out.push('\n');
     };
-    line(&mut head.iter().map(|(h, _)| *h));
+    if with_head {
+        line(&mut head.iter().map(|(h, _)| *h));
+    }
     for r in rows {
         line(&mut r.iter().map(String::as_str));
     }
@@ -225,9 +237,13 @@ pub fn render_info(i: &TraceInfo) -> String {
     kv(&mut out, "Truncated", format!("{} bytes", thousands(i.truncated_bytes)));
     kv(&mut out, "Complete", if i.complete { "yes" } else { "no" });
     if let (Some(p), Some(t)) = (i.processes, i.threads) {
-        let mut s = format!("{} processes, {} threads with samples", thousands(p), thousands(t));
+        let mut s = format!("{}, {} with samples", plural(p, "process", "processes"), plural(t, "thread", "threads"));
         if let (Some(ps), Some(ts)) = (i.processes_seen, i.threads_seen) {
-            s.push_str(&format!(" ({} / {} seen)", thousands(ps), thousands(ts)));
+            s.push_str(&format!(
+                " ({}, {} seen)",
+                plural(ps, "process", "processes"),
+                plural(ts, "thread", "threads")
+            ));
         }
         kv(&mut out, "Tasks", s);
     }
@@ -261,8 +277,14 @@ pub fn render_info(i: &TraceInfo) -> String {
         ("Samples", Align::Right),
     ];
     render_table(&mut out, &head, &rows);
-    for (k, v) in &i.extra {
-        kv(&mut out, k, v);
+    if !i.extra.is_empty() {
+        out.push_str("Extra:\n");
+        let rows: Vec<Vec<String>> = i.extra.iter().map(|(k, v)| vec![format!("  {k}"), v.clone()]).collect();
+        render_table_body(&mut out, &[("", Align::Left), ("", Align::Left)], &rows);
     }
     out
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
 }
