@@ -15,12 +15,25 @@ rotate() {
     done
 }
 
-# perf_stat FILE KIND: a count from `perf report --stats` (KIND: SAMPLE, LOST, LOST_SAMPLES,
-# THROTTLE); 0 when perf prints no line for it. Reads the aggregated block only.
-perf_stat() {
+# perf_counts FILE: "SAMPLES LOST THROTTLES" from one `perf report --stats`. LOST is the number
+# of lost samples (the per-event LOST_SAMPLES total, which covers the kernel's LOST records), not
+# the number of LOST records. Prints "nan nan nan" when perf cannot read the file.
+perf_counts() {
     "$PERF" report -i "$1" --stats 2>/dev/null |
-        awk -v k="$2" '/^Aggregated stats/ {a = 1; next} /stats:$/ {a = 0}
-                       a && $1 == k && $2 == "events:" {n = $3} END {print n + 0}'
+        awk '/^Aggregated stats/ {a = 1; next} /stats:$/ {a = 0; e = 1; next}
+             a && $1 == "SAMPLE" && $2 == "events:" {s = $3; ok = 1}
+             a && $1 == "THROTTLE" && $2 == "events:" {t = $3}
+             a && $1 == "LOST" && $2 == "events:" {lr = $3}
+             e && $1 == "LOST_SAMPLES" && $2 == "events:" {l += $3}
+             END { if (!ok) print "nan nan nan"; else print s, (l > 0 ? l : lr + 0), t + 0 }'
+}
+
+# perf_ok FILE: success when FILE is a finished perf.data (perf rewrites the header's data size
+# at the end; a perf that crashed leaves it at 0).
+perf_ok() {
+    [ -s "$1" ] && python3 -c 'import struct, sys
+d = open(sys.argv[1], "rb").read(56)
+sys.exit(0 if d[:8] == b"PERFILE2" and struct.unpack_from("<Q", d, 48)[0] > 0 else 1)' "$1"
 }
 
 # perf_sample_bytes FILE: size in bytes of one PERF_RECORD_SAMPLE in FILE (8-byte header + 8
@@ -40,9 +53,9 @@ tp_json() {
         "$TAILPROF" info "$1" --json | tr -d ' \n' | sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p"
 }
 
-# median: the median of the numbers on stdin (one per line).
+# median: the median of the numbers on stdin (one per line; "nan" and empty lines skipped).
 median() {
-    sort -g | awk '{a[NR] = $1} END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2];
+    { grep -v -x -e nan -e '' || true; } | sort -g | awk '{a[NR] = $1} END { if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2];
                                       else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 

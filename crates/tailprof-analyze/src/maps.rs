@@ -401,6 +401,10 @@ mod tests {
         assert_eq!(l.offset, 0x2123);
         assert_eq!(a.resolve(10, 0x40_1000, CpuMode::User).binary, BIN_UNMAPPED);
         assert_eq!(a.resolve(11, 0x40_0123, CpuMode::User).binary, BIN_UNMAPPED);
+        // A thread's mmap lands in its process's address space.
+        a.handle_mmap(&Mmap { tid: 12, ..mmap(10, 0x50_0000, 0x1000, 0, "/lib/y.so") });
+        assert_eq!(a.binary(a.resolve(10, 0x50_0010, CpuMode::User).binary).path, "/lib/y.so");
+        assert_eq!(a.resolve(12, 0x50_0010, CpuMode::User).binary, BIN_UNMAPPED);
     }
 
     #[test]

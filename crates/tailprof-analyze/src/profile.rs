@@ -327,16 +327,15 @@ impl ProfileBuilder {
                     .collect()
             }
             GroupBy::Binary => {
-                let mut folded: FxHashMap<BinaryId, Counts> = FxHashMap::default();
+                // By path: a file replaced during the trace (new build-id) is one row.
+                let mut folded: FxHashMap<&str, Counts> = FxHashMap::default();
                 for (i, loc) in self.loc_list.iter().enumerate() {
-                    folded.entry(loc.binary).or_default().merge(self.loc_counts[i]);
+                    let path = self.spaces.binary(loc.binary).path.as_str();
+                    folded.entry(path).or_default().merge(self.loc_counts[i]);
                 }
                 folded
                     .into_iter()
-                    .map(|(id, c)| {
-                        let b = self.spaces.binary(id);
-                        row(short_name(&b.path).to_owned(), Some(b.path.clone()), None, None, c, None)
-                    })
+                    .map(|(path, c)| row(short_name(path).to_owned(), Some(path.to_owned()), None, None, c, None))
                     .collect()
             }
             GroupBy::Thread => self
@@ -354,7 +353,6 @@ impl ProfileBuilder {
                 })
                 .collect(),
         };
-        // Fold rows that differ only by build-id (same path) - already keyed by path.
         let pct = |n: u64| if total.samples == 0 { 0.0 } else { 100.0 * n as f64 / total.samples as f64 };
         for r in &mut rows {
             r.percent = pct(r.samples);

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tailprof_analyze::{RecordCounter, TraceInfo};
+use tailprof_analyze::trace_info;
 use tailprof_format::TraceReader;
 use tailprof_present::{json, table};
 
@@ -32,16 +32,7 @@ pub struct InfoArgs {
 pub fn run(args: InfoArgs) -> Result<ExitCode> {
     let ctx = || format!("cannot read {}", args.trace.display());
     let mut reader = TraceReader::open(&args.trace).with_context(ctx)?;
-    let (summary, stats, duration) = reader.summarize().with_context(ctx)?;
-    let counts = if args.full {
-        let mut c = RecordCounter::default();
-        TraceReader::open(&args.trace).with_context(ctx)?.read_all(&mut c).with_context(ctx)?;
-        Some(c)
-    } else {
-        None
-    };
-    let header = reader.header().clone();
-    let info = TraceInfo::new(&header, &summary, &stats, duration, reader.build_ids(), counts.as_ref());
+    let info = trace_info(&mut reader, args.full).with_context(ctx)?;
     let out = if args.json {
         let mut s = json::info_json_string(&info)?;
         s.push('\n');

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tailprof_analyze::{select_event, ProfileBuilder, GroupBy, ProfileOptions, Symbolizer, SymbolizerOptions};
+use tailprof_analyze::{flat_profile, select_event, GroupBy, ProfileOptions, Symbolizer, SymbolizerOptions};
 use tailprof_format::TraceReader;
 use tailprof_present::{json, table};
 
@@ -50,8 +50,7 @@ pub struct ReportArgs {
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
-    let header = reader.header().clone();
-    let event = select_event(&header, args.event.as_deref())?;
+    let event = select_event(reader.header(), args.event.as_deref())?;
     let opts = ProfileOptions {
         by: match args.by {
             By::Function => GroupBy::Function,
@@ -61,13 +60,8 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         event: Some(event),
     };
     let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
-    // Build-ids may sit in the trailer, so the reader knows them all only once it has read
-    // the file; symbolization happens after that, in `finish`.
-    let mut builder = ProfileBuilder::new(&header, &opts)?;
-    let summary = reader.read_all(&mut builder).with_context(|| format!("cannot read {}", args.trace.display()))?;
-    builder.add_build_ids(reader.build_ids());
-    builder.set_read_summary(summary);
-    let profile = builder.finish(&mut symbolizer);
+    let profile = flat_profile(&mut reader, &opts, &mut symbolizer)
+        .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let top = if args.top == 0 { None } else { Some(args.top) };
     let out = if args.json {
         let mut s = json::profile_json_string(&profile, top)?;

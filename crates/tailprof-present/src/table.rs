@@ -111,13 +111,15 @@ fn push_warnings(out: &mut String, warnings: &[Warning]) {
 pub fn render_profile(p: &FlatProfile, opts: &TableOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Event:   {}", p.event);
-    if p.events.len() > 1 {
-        let others: Vec<String> = p
+    let others: Vec<String> = p
             .events
             .iter()
             .filter(|e| e.index != p.event_index)
+            // perf's side-band-only `dummy` event never has samples: not worth a mention.
+            .filter(|e| e.samples > 0 || !e.name.starts_with("dummy"))
             .map(|e| format!("{} ({} samples)", e.name, thousands(e.samples)))
             .collect();
+    if !others.is_empty() {
         let _ = writeln!(out, "# Other events: {}", others.join(", "));
     }
     let _ = writeln!(out, "# Samples: {}", thousands(p.samples));
