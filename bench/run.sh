@@ -119,6 +119,11 @@ run_workload_args() { # name -> fills WL array
     echo "perf_event_max_sample_rate: $(cat /proc/sys/kernel/perf_event_max_sample_rate)"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "quick: $QUICK, reps: $REPS"
+    # Other recorders on the machine matter: while any event with attr.build_id=1 (e.g. a
+    # `tailprof record -a`) is open, the kernel also flags other recorders' MMAP2 records as
+    # carrying a build-id (see docs/BENCHMARKS.md), and perf 6.1 then aborts.
+    others=$(pgrep -a -f '(tailprof|perf) record' | grep -v -e "^$$ " || true)
+    [ -z "$others" ] || printf 'WARNING: other recorders running at start:\n%s\n' "$others"
 } >"$OUT/env.txt"
 cat "$OUT/env.txt" >&2
 
@@ -247,8 +252,10 @@ IT_SAMPLES=$(tp_json "$IT" samples)
     echo "imported trace: $(stat -c %s "$IT") bytes, $IT_SAMPLES samples; import rusage (user_us sys_us wall_us maxrss_kib status): $(cat "$TMP/imp")"
     echo "native trace: tailprof record -e cpu-clock -c 10000 -a for ${REPORT_SECS}s: $(stat -c %s "$NT") bytes, $NT_SAMPLES samples, lost $(tp_json "$NT" lost), throttled $(tp_json "$NT" throttled)"
     echo "record -a rusage (user_us sys_us wall_us maxrss_kib status): perf $(cat "$TMP/rec.perf"); tailprof $(cat "$TMP/rec.tailprof")"
+    echo "report trace composition (top binaries): $("$TAILPROF" report "$IT" --by binary --top 6 --json 2>/dev/null |
+        python3 -c 'import json, sys; print(", ".join("%s %.1f%%" % (b.get("name", "?"), b.get("percent", 0)) for b in json.load(sys.stdin).get("binaries", [])))' 2>/dev/null || echo '?')"
 } >>"$OUT/env.txt"
-tail -n 4 "$OUT/env.txt" >&2
+tail -n 5 "$OUT/env.txt" >&2
 if [ "$PD_SAMPLES" -lt "$REPORT_MIN_SAMPLES" ]; then
     log "  NOTE: the report trace has $PD_SAMPLES samples (< $REPORT_MIN_SAMPLES)"
 fi

@@ -307,6 +307,28 @@ mod tests {
         let e = c.release().unwrap_err();
         assert!(matches!(e, LaunchError::Exec { .. }), "{e}");
         assert_eq!(c.status(), Some(127));
+        // ENOENT from execve itself (a missing interpreter) also comes back through the pipe.
+        use std::os::unix::fs::PermissionsExt;
+        let script = std::env::temp_dir().join(format!("tailprof-noint-{}", std::process::id()));
+        std::fs::write(&script, "#!/nonexistent/interpreter\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (mut c, mut e);
+        let mut tries = 0;
+        loop {
+            // ETXTBSY while another test's forked child still holds our write fd.
+            c = spawn_stopped(&s(&[script.to_str().unwrap()])).unwrap();
+            e = c.release().unwrap_err();
+            tries += 1;
+            match &e {
+                LaunchError::Exec { source, .. } if source.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                _ => break,
+            }
+        }
+        let _ = std::fs::remove_file(&script);
+        assert_eq!(e.to_string(), format!("command not found: {}", script.display()));
+        assert_eq!(c.status(), Some(127));
     }
 
     #[test]

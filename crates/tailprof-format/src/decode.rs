@@ -37,6 +37,8 @@ pub struct ChunkDecoder {
     regs_count: Col,
     regs: Vec<u64>,
     sideband: Vec<(u32, Record)>,
+    /// Side-band rows of kinds this build does not know, skipped, in the last chunk.
+    pub skipped_rows: u64,
     /// The record handed to sinks; reused so samples cost no allocation.
     rec: Record,
 }
@@ -64,6 +66,7 @@ impl Default for ChunkDecoder {
             regs_count: Col::default(),
             regs: Vec::new(),
             sideband: Vec::new(),
+            skipped_rows: 0,
             rec: Record::Sample(Sample::default()),
         }
     }
@@ -130,6 +133,7 @@ impl ChunkDecoder {
         self.ips.clear();
         self.regs.clear();
         self.sideband.clear();
+        self.skipped_rows = 0;
         let mut base = 0;
         if n > 0 {
             base = self.decode_samples(r, up, n)?;
@@ -151,8 +155,9 @@ impl ChunkDecoder {
             if pos as usize > n {
                 return None;
             }
-            if let Some(rec) = rec {
-                self.sideband.push((pos, rec));
+            match rec {
+                Some(rec) => self.sideband.push((pos, rec)),
+                None => self.skipped_rows += 1,
             }
         }
         (rr.is_empty() && r.is_empty()).then_some(())

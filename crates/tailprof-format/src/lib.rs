@@ -70,8 +70,6 @@ pub enum FormatError {
     /// A record (or table) too large for one chunk; nothing was written for it.
     #[error("{0} too large for the trace format")]
     RecordTooLarge(&'static str),
-    #[error("compression failed: {0}")]
-    Compress(#[source] std::io::Error),
 }
 
 /// What reading a trace found, beside its records.
@@ -93,8 +91,11 @@ pub struct ReadSummary {
     pub complete: bool,
     /// Intact chunks of kinds this build does not know, skipped.
     pub skipped_chunks: u64,
-    /// Records in the chunks read (samples and side-band).
+    /// Records in the chunks read (samples and side-band), as delivered. (`summarize`
+    /// counts them from chunk meta blocks, `skipped_records` included.)
     pub records: u64,
+    /// Side-band records of kinds this build does not know, skipped (a newer writer).
+    pub skipped_records: u64,
     /// Samples in the chunks read.
     pub samples: u64,
 }

@@ -226,7 +226,8 @@ fn handle_chunk(
             Mode::Records(sink) => match decoder.decode(c) {
                 Some(m) => {
                     decoder.emit(&mut **sink);
-                    s.records += m.records as u64;
+                    s.records += m.records as u64 - decoder.skipped_rows;
+                    s.skipped_records += decoder.skipped_rows;
                     s.samples += m.samples as u64;
                     true
                 }
@@ -235,7 +236,8 @@ fn handle_chunk(
             Mode::Samples(f) => match decoder.decode(c) {
                 Some(m) => {
                     decoder.emit_samples(&mut **f);
-                    s.records += m.records as u64;
+                    s.records += m.records as u64 - decoder.skipped_rows;
+                    s.skipped_records += decoder.skipped_rows;
                     s.samples += m.samples as u64;
                     true
                 }

@@ -74,7 +74,7 @@ impl TimeCodec {
         times.reserve(n);
         let mut t = base;
         match self {
-            TimeCodec::Planes => return get_planes(b, n, base, times),
+            TimeCodec::Planes => get_planes(b, n, base, times),
             TimeCodec::Paper16 => {
                 let r = &mut ByteReader::new(b);
                 for _ in 0..n {
