@@ -115,4 +115,15 @@ else
     echo "By binary against \`--sort dso\`: ${sp_bin}x."
 fi
 echo
+if [ -s "$OUT/record_a.tsv" ]; then
+    echo "### Supplementary: the two system-wide recordings behind benchmark 3 (no target)"
+    echo
+    echo "\`record -e cpu-clock -c 10000 -a\` (2 CPUs x 100k samples/s offered), one run each, perf first."
+    echo
+    echo "| recorder | samples written | lost | lost % | user+sys s | wall s | us/sample written | max RSS MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    awk -F'\t' 'NR > 1 { cpu = ($2 + $3) / 1e6; tot = $6 + $7
+        printf "| %s | %d | %d | %.1f%% | %.2f | %.2f | %.2f | %.1f |\n", $1, $6, $7, (tot ? 100 * $7 / tot : 0), cpu, $4 / 1e6, ($6 ? cpu * 1e6 / $6 : 0), $5 / 1024 }' "$OUT/record_a.tsv"
+    echo
+fi
 echo "Overall: **$OVERALL**"

@@ -139,6 +139,66 @@ pub struct Throttle {
     pub throttled: bool,
 }
 
+/// Which boundary of a data item (a request, query, packet) a marker records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum MarkerKind {
+    /// The thread starts working on the item.
+    Begin = 0,
+    /// The thread is done with the item.
+    End = 1,
+}
+
+/// Where a marker came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[repr(u8)]
+pub enum MarkerSource {
+    /// The marker API (C header, Rust crate, Python module) through its shared rings.
+    #[default]
+    Api = 0,
+    /// A uprobe on an unmodified binary (`--item-begin` / `--item-end`).
+    Uprobe = 1,
+}
+
+/// An item boundary on one thread, on the trace clock.
+///
+/// The join attributes each sample to the item open on its thread at the sample's time.
+/// `item` identifies the item; when the end boundary cannot know the id (a uprobe on a
+/// function's return), `item` is [`Marker::UNKNOWN_ITEM`] and the end closes the item
+/// most recently begun on that thread.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Marker {
+    pub time: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub kind: MarkerKind,
+    pub item: u64,
+    /// Class label id (see [`ItemClass`]), 0 for none.
+    pub class: u32,
+    pub source: MarkerSource,
+}
+
+impl Marker {
+    /// `item` value of an end marker that does not know its item's id.
+    pub const UNKNOWN_ITEM: u64 = u64::MAX;
+}
+
+impl Default for MarkerKind {
+    fn default() -> Self {
+        MarkerKind::Begin
+    }
+}
+
+/// Declares the name of a class label used by markers of process `pid`
+/// (e.g. a query type). Written before the first marker that uses `id`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ItemClass {
+    pub time: u64,
+    pub pid: u32,
+    pub id: u32,
+    pub name: String,
+}
+
 /// One record of a trace.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
@@ -149,6 +209,8 @@ pub enum Record {
     Exit(Task),
     Lost(Lost),
     Throttle(Throttle),
+    Marker(Marker),
+    ItemClass(ItemClass),
 }
 
 impl Record {
@@ -160,6 +222,8 @@ impl Record {
             Record::Fork(r) | Record::Exit(r) => r.time,
             Record::Lost(r) => r.time,
             Record::Throttle(r) => r.time,
+            Record::Marker(r) => r.time,
+            Record::ItemClass(r) => r.time,
         }
     }
 }
@@ -175,6 +239,8 @@ pub trait Sink {
     fn handle_exit(&mut self, _t: &Task) {}
     fn handle_lost(&mut self, _l: &Lost) {}
     fn handle_throttle(&mut self, _t: &Throttle) {}
+    fn handle_marker(&mut self, _m: &Marker) {}
+    fn handle_item_class(&mut self, _c: &ItemClass) {}
 
     /// Dispatch one record to the matching `handle_*`.
     fn handle_record(&mut self, r: &Record) {
@@ -186,6 +252,8 @@ pub trait Sink {
             Record::Exit(t) => self.handle_exit(t),
             Record::Lost(l) => self.handle_lost(l),
             Record::Throttle(t) => self.handle_throttle(t),
+            Record::Marker(m) => self.handle_marker(m),
+            Record::ItemClass(c) => self.handle_item_class(c),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Side-band records (everything but samples) inside a records chunk.
 //!
-//! Owns the row encoding of `Mmap`, `Comm`, `Fork`, `Exit`, `Lost` and `Throttle`
+//! Owns the row encoding of `Mmap`, `Comm`, `Fork`, `Exit`, `Lost`, `Throttle`,
+//! `Marker` and `ItemClass`
 //! (FORMAT.md §5.4). Side-band records are rare next to samples, so they are stored
 //! row-wise, each one tagged with its position among the chunk's samples; that position
 //! is what puts them back in their exact original order. Each row is length-prefixed so
@@ -16,6 +17,8 @@ pub const SB_FORK: u8 = 3;
 pub const SB_EXIT: u8 = 4;
 pub const SB_LOST: u8 = 5;
 pub const SB_THROTTLE: u8 = 6;
+pub const SB_MARKER: u8 = 7;
+pub const SB_ITEM_CLASS: u8 = 8;
 
 fn put_opt_u16(out: &mut Vec<u8>, v: Option<u16>) {
     put_uleb(out, v.map_or(0, |e| e as u64 + 1));
@@ -97,6 +100,21 @@ pub fn put_sideband(
             s.push(t.throttled as u8);
             SB_THROTTLE
         }
+        Record::Marker(m) => {
+            put_uleb(s, m.pid as u64);
+            put_uleb(s, m.tid as u64);
+            s.push(m.kind as u8);
+            s.push(m.source as u8);
+            put_uleb(s, m.item);
+            put_uleb(s, m.class as u64);
+            SB_MARKER
+        }
+        Record::ItemClass(c) => {
+            put_uleb(s, c.pid as u64);
+            put_uleb(s, c.id as u64);
+            put_bytes(s, c.name.as_bytes());
+            SB_ITEM_CLASS
+        }
     };
     let time = r.time();
     out.push(kind);
@@ -159,6 +177,24 @@ pub fn get_sideband(r: &mut ByteReader<'_>, prev_time: &mut u64) -> Option<(u32,
             event: get_opt_u16(f)?,
             throttled: f.u8()? != 0,
         }),
+        SB_MARKER => Record::Marker(Marker {
+            time,
+            pid: f.uleb_u32()?,
+            tid: f.uleb_u32()?,
+            kind: match f.u8()? {
+                0 => MarkerKind::Begin,
+                1 => MarkerKind::End,
+                _ => return None,
+            },
+            source: match f.u8()? {
+                0 => MarkerSource::Api,
+                1 => MarkerSource::Uprobe,
+                _ => return None,
+            },
+            item: f.uleb()?,
+            class: f.uleb_u32()?,
+        }),
+        SB_ITEM_CLASS => Record::ItemClass(ItemClass { time, pid: f.uleb_u32()?, id: f.uleb_u32()?, name: f.string()? }),
         _ => return Some((pos_delta, None)),
     };
     Some((pos_delta, Some(rec)))
@@ -169,6 +205,7 @@ pub fn sideband_size_hint(r: &Record) -> usize {
     40 + match r {
         Record::Mmap(m) => 60 + m.path.len() + m.build_id.as_ref().map_or(0, Vec::len),
         Record::Comm(c) => 20 + c.comm.len(),
+        Record::ItemClass(c) => 20 + c.name.len(),
         _ => 40,
     }
 }

@@ -220,6 +220,16 @@ pub fn random_records(rng: &mut Rng, n: usize) -> Vec<Record> {
                 count: wide(rng),
             }),
             5 => Record::Throttle(Throttle { time, cpu: wide(rng) as u32, event: rng.chance(0.5).then(|| wide(rng) as u16), throttled: rng.chance(0.5) }),
+            6 => Record::Marker(Marker {
+                time,
+                pid: wide(rng) as u32,
+                tid: wide(rng) as u32,
+                kind: if rng.chance(0.5) { MarkerKind::Begin } else { MarkerKind::End },
+                item: if rng.chance(0.1) { Marker::UNKNOWN_ITEM } else { wide(rng) },
+                class: wide(rng) as u32,
+                source: if rng.chance(0.5) { MarkerSource::Api } else { MarkerSource::Uprobe },
+            }),
+            7 => Record::ItemClass(ItemClass { time, pid: wide(rng) as u32, id: wide(rng) as u32, name: random_string(rng, 6) }),
             _ => Record::Sample(Sample {
                 time: t,
                 event: if rng.chance(0.8) { 0 } else { wide(rng) as u16 },
