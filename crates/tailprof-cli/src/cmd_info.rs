@@ -38,7 +38,11 @@ pub fn run(args: InfoArgs) -> Result<ExitCode> {
         s.push('\n');
         s
     } else {
-        table::render_info(&info)
+        let mut s = table::render_info(&info);
+        if !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;

@@ -293,3 +293,34 @@ fn random_byte_flips_never_panic() {
         }
     }
 }
+
+#[test]
+fn recorder_killed_with_sigkill_leaves_a_readable_trace() {
+    if !can_record() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build_example(dir.path(), "threads");
+    let trace = dir.path().join("killed.trace");
+    let mut child = tailprof()
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["-c", "100000", "--"])
+        .arg(&bin)
+        .args(["1", "4000"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The recorder makes the trace durable every 2 s; kill it after the first flush.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    // Let the orphaned workload finish so it does not disturb other tests for long.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let info = json(&tailprof().arg("info").arg(&trace).arg("--json").output().unwrap());
+    assert!(info["samples"].as_u64().unwrap() > 0, "a killed recording keeps what it flushed: {info}");
+    let rep = tailprof().arg("report").arg(&trace).arg("--json").output().unwrap();
+    let fns = functions(&json(&rep));
+    assert!(fns.iter().any(|f| f.0 == "busy_thread"), "samples before the kill are symbolized: {fns:?}");
+}

@@ -543,10 +543,6 @@ mod tests {
             v.extend_from_slice(&0u16.to_ne_bytes());
             B(v)
         }
-        fn u64(mut self, x: u64) -> B {
-            self.0.extend_from_slice(&x.to_ne_bytes());
-            self
-        }
         fn w(mut self, xs: &[u64]) -> B {
             for x in xs {
                 self.0.extend_from_slice(&x.to_ne_bytes());
@@ -591,7 +587,7 @@ mod tests {
     #[test]
     fn basic_sample() {
         let d = one(BASIC);
-        let rec = B::new(9, 2).u64(0x401000).u32s(10, 11).u64(5000).u32s(1, 0).u64(100000).done();
+        let rec = B::new(9, 2).w(&[0x401000]).u32s(10, 11).w(&[5000]).u32s(1, 0).w(&[100000]).done();
         let s = sample(&d, &rec);
         assert_eq!((s.ip, s.pid, s.tid, s.time, s.cpu, s.period), (0x401000, 10, 11, 5000, 1, 100000));
         assert_eq!(s.cpumode, CpuMode::User);
@@ -664,7 +660,7 @@ mod tests {
     fn sample_reuse_clears_optional_fields() {
         let d2 = one(BASIC);
         let mut s = Sample { addr: Some(1), regs: vec![1, 2], weight: Some(3), ..Sample::default() };
-        let rec = B::new(9, 2).u64(1).u32s(1, 1).u64(1).u32s(0, 0).u64(1).done();
+        let rec = B::new(9, 2).w(&[1]).u32s(1, 1).w(&[1]).u32s(0, 0).w(&[1]).done();
         d2.decode(&rec, Some(0), 0, &mut s).unwrap();
         assert!(s.addr.is_none() && s.regs.is_empty() && s.weight.is_none());
     }
@@ -680,7 +676,7 @@ mod tests {
     }
 
     fn trailer(b: B, time: u64, cpu: u32, id: u64) -> Vec<u8> {
-        b.u32s(1, 1).u64(time).u32s(cpu, 0).u64(id).done()
+        b.u32s(1, 1).w(&[time]).u32s(cpu, 0).w(&[id]).done()
     }
 
     fn record(d: &Decoder, rec: &[u8]) -> (Peek, Record) {
@@ -704,9 +700,9 @@ mod tests {
         }
         let b = B::new(10, 2 | MISC_MMAP_BUILD_ID)
             .u32s(100, 101)
-            .u64(0x5000)
-            .u64(0x2000)
-            .u64(0x1000)
+            .w(&[0x5000])
+            .w(&[0x2000])
+            .w(&[0x1000])
             .bytes(&u)
             .u32s(5, 2)
             .str("/usr/bin/true");
@@ -719,7 +715,7 @@ mod tests {
         assert_eq!(m.time, 1234);
 
         // maj/min/ino variant: no build-id even though the bytes are non-zero.
-        let b = B::new(10, 2).u32s(1, 1).u64(0).u64(1).u64(0).bytes(&u).u32s(5, 2).str("/lib/x.so");
+        let b = B::new(10, 2).u32s(1, 1).w(&[0]).w(&[1]).w(&[0]).bytes(&u).u32s(5, 2).str("/lib/x.so");
         let (_, r) = record(&d, &trailer(b, 1, 0, 500));
         let Record::Mmap(m) = r else { panic!() };
         assert_eq!(m.build_id, None);
@@ -729,7 +725,7 @@ mod tests {
     #[test]
     fn mmap_comm_fork_exit() {
         let d = sb_decoder();
-        let b = B::new(1, 1).u32s(u32::MAX, 0).u64(0xffff_0000).u64(0x1000).u64(0).str("[kernel.kallsyms]");
+        let b = B::new(1, 1).u32s(u32::MAX, 0).w(&[0xffff_0000]).w(&[0x1000]).w(&[0]).str("[kernel.kallsyms]");
         let (_, r) = record(&d, &trailer(b, 5, 0, 500));
         let Record::Mmap(m) = r else { panic!() };
         assert_eq!((m.pid, m.cpumode, m.path.as_str()), (u32::MAX, CpuMode::Kernel, "[kernel.kallsyms]"));
@@ -738,10 +734,10 @@ mod tests {
         let (_, r) = record(&d, &trailer(b, 6, 0, 500));
         assert_eq!(r, Record::Comm(Comm { time: 6, pid: 42, tid: 43, exec: true, comm: "worker-thread".into() }));
 
-        let b = B::new(7, 0).u32s(50, 42).u32s(51, 43).u64(7);
+        let b = B::new(7, 0).u32s(50, 42).u32s(51, 43).w(&[7]);
         let (_, r) = record(&d, &trailer(b, 7, 0, 500));
         assert_eq!(r, Record::Fork(Task { time: 7, pid: 50, ppid: 42, tid: 51, ptid: 43 }));
-        let b = B::new(4, 0).u32s(50, 42).u32s(51, 43).u64(8);
+        let b = B::new(4, 0).u32s(50, 42).u32s(51, 43).w(&[8]);
         let (_, r) = record(&d, &trailer(b, 8, 0, 500));
         assert!(matches!(r, Record::Exit(Task { pid: 50, .. })));
     }
@@ -749,20 +745,20 @@ mod tests {
     #[test]
     fn lost_and_throttle() {
         let d = sb_decoder();
-        let (_, r) = record(&d, &trailer(B::new(2, 0).u64(501).u64(33), 9, 1, 501));
+        let (_, r) = record(&d, &trailer(B::new(2, 0).w(&[501]).w(&[33]), 9, 1, 501));
         assert_eq!(r, Record::Lost(Lost { time: 9, cpu: 1, event: Some(1), kind: LossKind::RingFull, count: 33 }));
-        let (_, r) = record(&d, &trailer(B::new(13, 0).u64(4), 10, 0, 500));
+        let (_, r) = record(&d, &trailer(B::new(13, 0).w(&[4]), 10, 0, 500));
         assert_eq!(r, Record::Lost(Lost { time: 10, cpu: 0, event: Some(0), kind: LossKind::Samples, count: 4 }));
-        let (_, r) = record(&d, &trailer(B::new(5, 0).u64(11).u64(501).u64(501), 11, 1, 501));
+        let (_, r) = record(&d, &trailer(B::new(5, 0).w(&[11]).w(&[501]).w(&[501]), 11, 1, 501));
         assert_eq!(r, Record::Throttle(Throttle { time: 11, cpu: 1, event: Some(1), throttled: true }));
-        let (_, r) = record(&d, &trailer(B::new(6, 0).u64(12).u64(500).u64(500), 12, 0, 500));
+        let (_, r) = record(&d, &trailer(B::new(6, 0).w(&[12]).w(&[500]).w(&[500]), 12, 0, 500));
         assert!(matches!(r, Record::Throttle(Throttle { throttled: false, .. })));
     }
 
     #[test]
     fn no_sample_id_all_and_ignored_types() {
         let d = Decoder::new(vec![Layout { sample_type: BASIC, ..Layout::default() }]);
-        let rec = B::new(4, 0).u32s(1, 1).u32s(2, 2).u64(321).done();
+        let rec = B::new(4, 0).u32s(1, 1).u32s(2, 2).w(&[321]).done();
         let (p, _) = record(&d, &rec);
         assert_eq!(p.time, 321, "no trailer: the body's time");
         let rec = B::new(3, 0).u32s(1, 1).str("c").done();
@@ -792,7 +788,7 @@ mod tests {
         assert_eq!(d.peek(&r), Err(ParseError::UnknownId(999)));
         // A sample whose callchain claims more entries than the record holds.
         let d = one(st::TID | st::CALLCHAIN);
-        let r = B::new(9, 0).u32s(1, 1).u64(u64::MAX).u64(1).done();
+        let r = B::new(9, 0).u32s(1, 1).w(&[u64::MAX]).w(&[1]).done();
         assert_eq!(d.decode(&r, Some(0), 0, &mut Sample::default()), Err(ParseError::Truncated));
         // Pseudo-random garbage never panics.
         let d = sb_decoder();

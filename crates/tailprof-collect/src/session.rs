@@ -148,6 +148,10 @@ pub trait RecordOutput {
     fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError>;
     fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError>;
     fn end_round(&mut self) -> Result<(), FormatError>;
+    /// Make everything written so far durable (close the open chunk, flush the file).
+    fn flush(&mut self) -> Result<(), FormatError> {
+        Ok(())
+    }
     fn bytes_written(&self) -> u64;
 }
 
@@ -163,6 +167,9 @@ impl<W: Write> RecordOutput for TraceWriter<W> {
     }
     fn end_round(&mut self) -> Result<(), FormatError> {
         TraceWriter::end_round(self)
+    }
+    fn flush(&mut self) -> Result<(), FormatError> {
+        TraceWriter::flush_chunk(self)
     }
     fn bytes_written(&self) -> u64 {
         TraceWriter::bytes_written(self)
@@ -201,6 +208,9 @@ impl RecordOutput for VecOutput {
 
 /// How long one epoll_wait may block: bounds round latency and stop latency.
 const POLL_TIMEOUT_MS: i32 = 100;
+/// How often the recorder makes the trace durable (closes the chunk and flushes the
+/// file), so a recorder killed with SIGKILL loses at most about this much data.
+const FLUSH_EVERY_NS: u64 = 2_000_000_000;
 /// After `stop`, how long a launched command may take to exit by itself (it got the
 /// terminal's SIGINT too) before it is sent SIGTERM...
 const CHILD_TERM_AFTER_NS: u64 = 250_000_000;
@@ -435,6 +445,10 @@ impl Recorder {
         };
         header.extra.insert("start_monotonic_ns".into(), monotonic_ns().to_string());
         header.extra.insert("mmap_pages".into(), opts.mmap_pages.to_string());
+        if let Ok(id) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+            // Lets the symbolizer refuse this boot's kallsyms for a trace of another boot.
+            header.extra.insert("boot_id".into(), id.trim().to_string());
+        }
 
         let mut rec = Recorder {
             target: opts.target.clone(),
@@ -609,6 +623,7 @@ impl Recorder {
 
         let mut evbuf = [libc::epoll_event { events: 0, u64: 0 }; 64];
         let mut prev_start = 0u64;
+        let mut last_flush = monotonic_ns();
         let mut stop_seen: Option<u64> = None;
         let (mut termed, mut killed) = (false, false);
         loop {
@@ -635,6 +650,11 @@ impl Recorder {
             self.queue.emit(Some(limit), |p, rec| em.raw(p, rec, out))?;
             prev_start = drain_start;
             out.end_round()?;
+            if drain_start.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
+                // Bound what a SIGKILL or power loss can take: at most this much recent data.
+                out.flush()?;
+                last_flush = drain_start;
+            }
             self.em.s.rounds += 1;
             progress(&Progress {
                 elapsed_ns: monotonic_ns().saturating_sub(t0),
