@@ -15,6 +15,7 @@ example: build
 
 test:
 	$(CARGO) test --workspace --no-fail-fast
+	python3 -m pytest -q python/tests
 
 bench: build
 	$(MAKE) -s -C examples

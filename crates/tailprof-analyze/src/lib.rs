@@ -6,6 +6,10 @@
 //!   blazesym; unknown addresses come back with a reason, never as an error.
 //! - [`profile`]: flat profiles by function, binary or thread. Per sample only a hash
 //!   map increment; address resolution and symbolization run once per unique key.
+//! - [`resolve`]: (pid, ip) → location → function, once per unique key; shared by
+//!   profiles and the per-item join.
+//! - [`items`]: per-item (request) attribution: markers joined with samples, per-item
+//!   per-function estimates, slow items flagged and explained.
 //! - [`info`]: what `tailprof info` shows.
 //!
 //! The library never prints and never exits; errors are [`AnalyzeError`].
@@ -25,11 +29,18 @@
 //! ```
 
 pub mod info;
+pub mod items;
 pub mod maps;
+pub mod overhead;
 pub mod profile;
+pub mod resolve;
 pub mod symbolize;
 
 pub use info::{trace_info, RecordCounter, TraceInfo};
+pub use items::{
+    explain, items_report, ClassStats, Estimator, Explanation, FunctionDiff, ItemFunction, ItemRow,
+    ItemsOptions, ItemsReport,
+};
 pub use maps::AddressSpaces;
 pub use profile::{
     flat_profile, select_event, FlatProfile, GroupBy, ProfileBuilder, ProfileOptions, ProfileRow,
@@ -42,6 +53,11 @@ pub use symbolize::{KernelSymbols, Symbolizer, SymbolizerOptions, UnknownReason}
 pub enum AnalyzeError {
     #[error("no event {spec:?} in this trace (events: {})", available.join(", "))]
     NoSuchEvent { spec: String, available: Vec<String> },
+    /// The trace has nothing to delimit items with.
+    #[error("no item markers in this trace: record with markers compiled in (tailprof.h / the Rust or Python marker API), with --item-begin/--item-end uprobes, or with --item-reg REG")]
+    NoItems,
+    #[error("no item with id {id} in this trace")]
+    NoSuchItem { id: u64 },
     #[error(transparent)]
     Read(#[from] tailprof_format::FormatError),
 }

@@ -2,26 +2,24 @@
 //!
 //! [`ProfileBuilder`] is a [`Sink`]. Its per-sample work is deliberately tiny:
 //!
-//! - by function / by binary: one FxHashMap lookup on `(pid, ip)` (kernel samples use
-//!   [`KERNEL_PID`] so all processes share kernel addresses). The slot remembers the
-//!   address-space generation it was resolved under; only when the pid's mappings
-//!   changed since (exec, fork, mmap) is the IP resolved again (a binary search in the
-//!   pid's mappings). The slot points at a unique [`Location`] (binary, file offset)
-//!   whose counters are incremented.
+//! - by function / by binary: [`Resolver::loc`] (one FxHashMap lookup on `(pid, ip)`,
+//!   re-resolved only when the pid's mappings changed) gives a dense location id whose
+//!   counters are incremented.
 //! - by thread: the thread's current name id, then one lookup on (pid, tid, name).
 //!
-//! Symbolization happens in [`ProfileBuilder::finish`], once per unique location and
-//! in one batch per binary; the results are folded into rows.
+//! Symbolization happens in [`ProfileBuilder::finish`] ([`Resolver::functions`]), once
+//! per unique location and in one batch per binary; the results are folded into rows.
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, ReadSummary, Sample, Sink, Task, Throttle,
-    TraceHeader, TraceReader,
+    BuildIdEntry, Comm, Lost, LossKind, Mmap, ReadSummary, Sample, Sink, Task, Throttle, TraceHeader,
+    TraceReader,
 };
 
-use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
-use crate::symbolize::{KernelOrigin, SymResult, Symbolizer, UnknownReason};
+use crate::maps::{short_name, AddressSpaces, BinaryId};
+use crate::resolve::Resolver;
+use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
 /// What rows of a flat profile stand for.
@@ -160,16 +158,6 @@ pub struct FlatProfile {
     pub stats: ProfileStats,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    gen: u32,
-    loc: u32,
-}
-
-/// Pid key for guest/hypervisor samples (their addresses mean nothing to us).
-const GUEST_PID: u32 = u32::MAX - 1;
-/// "Never resolved" generation for a fresh slot.
-const NO_GEN: u32 = u32::MAX;
 const NO_COMM: u32 = u32::MAX;
 
 /// A [`Sink`] that builds a [`FlatProfile`]; see the module docs.
@@ -178,11 +166,7 @@ pub struct ProfileBuilder {
     header: TraceHeader,
     by: GroupBy,
     event: u16,
-    spaces: AddressSpaces,
-    build_ids: FxHashMap<String, Vec<u8>>,
-    keys: FxHashMap<(u32, u64), Slot>,
-    locs: FxHashMap<Location, u32>,
-    loc_list: Vec<Location>,
+    resolver: Resolver,
     loc_counts: Vec<Counts>,
     threads: FxHashMap<(u32, u32, u32), Counts>,
     per_event: Vec<Counts>,
@@ -191,8 +175,6 @@ pub struct ProfileBuilder {
     throttled: u64,
     unthrottled: u64,
     read: Option<ReadSummary>,
-    /// One-entry cache of (pid, generation); cleared by every side-band record.
-    last_gen: Option<(u32, u32)>,
 }
 
 impl ProfileBuilder {
@@ -209,11 +191,7 @@ impl ProfileBuilder {
             header: header.clone(),
             by: opts.by,
             event,
-            spaces: AddressSpaces::new(),
-            build_ids: FxHashMap::default(),
-            keys: FxHashMap::default(),
-            locs: FxHashMap::default(),
-            loc_list: Vec::new(),
+            resolver: Resolver::new(header),
             loc_counts: Vec::new(),
             threads: FxHashMap::default(),
             per_event: vec![Counts::default(); header.events.len().max(1)],
@@ -222,16 +200,13 @@ impl ProfileBuilder {
             throttled: 0,
             unthrottled: 0,
             read: None,
-            last_gen: None,
         })
     }
 
     /// Build-ids the trace records per path (used when MMAP records carry none). May be
     /// called any time before [`ProfileBuilder::finish`].
     pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
-        for e in entries {
-            self.build_ids.insert(e.path.clone(), e.build_id.clone());
-        }
+        self.resolver.add_build_ids(entries);
     }
 
     /// Attach the reader's summary (shown as warnings when the trace was damaged).
@@ -241,59 +216,25 @@ impl ProfileBuilder {
 
     /// The address-space state as of the last record.
     pub fn address_spaces(&self) -> &AddressSpaces {
-        &self.spaces
-    }
-
-    #[inline]
-    fn generation(&mut self, pid: u32) -> u32 {
-        match self.last_gen {
-            Some((p, g)) if p == pid => g,
-            _ => {
-                let g = self.spaces.generation(pid);
-                self.last_gen = Some((pid, g));
-                g
-            }
-        }
-    }
-
-    fn intern_loc(&mut self, loc: Location) -> u32 {
-        if let Some(&i) = self.locs.get(&loc) {
-            return i;
-        }
-        let i = self.loc_list.len() as u32;
-        self.loc_list.push(loc);
-        self.loc_counts.push(Counts::default());
-        self.locs.insert(loc, i);
-        i
+        self.resolver.spaces()
     }
 
     #[inline]
     fn add_by_address(&mut self, s: &Sample) {
-        let pid = match s.cpumode {
-            CpuMode::GuestKernel | CpuMode::GuestUser | CpuMode::Hypervisor => GUEST_PID,
-            m if AddressSpaces::is_kernel_sample(m, s.ip) => KERNEL_PID,
-            _ => s.pid,
-        };
-        let gen = self.generation(pid);
-        let slot = *self.keys.entry((pid, s.ip)).or_insert(Slot { gen: NO_GEN, loc: 0 });
-        let loc = if slot.gen == gen {
-            slot.loc
-        } else {
-            // First sample of this key, or the pid's mappings changed since.
-            let l = self.spaces.resolve(pid, s.ip, s.cpumode);
-            let loc = self.intern_loc(l);
-            self.keys.insert((pid, s.ip), Slot { gen, loc });
-            loc
-        };
-        self.loc_counts[loc as usize].add(s);
+        let loc = self.resolver.loc(s) as usize;
+        if loc >= self.loc_counts.len() {
+            self.loc_counts.resize(loc + 1, Counts::default());
+        }
+        self.loc_counts[loc].add(s);
     }
 
     #[inline]
     fn add_by_thread(&mut self, s: &Sample) {
         let comm = self
-            .spaces
+            .resolver
+            .spaces()
             .comm_id(s.tid)
-            .or_else(|| self.spaces.comm_id(s.pid))
+            .or_else(|| self.resolver.spaces().comm_id(s.pid))
             .unwrap_or(NO_COMM);
         self.threads.entry((s.pid, s.tid, comm)).or_default().add(s);
     }
@@ -305,33 +246,30 @@ impl ProfileBuilder {
         let mut kernel_symbols = None;
         let mut rows: Vec<ProfileRow> = match self.by {
             GroupBy::Function => {
-                let (names, ks) = self.symbolize_locations(symbolizer);
-                kernel_symbols = ks;
-                let mut folded: FxHashMap<(String, String), (Counts, Option<String>)> = FxHashMap::default();
-                for (i, loc) in self.loc_list.iter().enumerate() {
-                    let b = self.spaces.binary(loc.binary);
-                    let c = self.loc_counts[i];
-                    let (name, reason) = match &names[i] {
-                        Ok(n) => (n.clone(), None),
-                        Err(r) => {
-                            *unknown.entry((b.path.clone(), r.to_string())).or_default() += c.samples;
-                            (unknown_name(b.kind, &b.path, loc.offset), Some(r.to_string()))
-                        }
-                    };
-                    let e = folded.entry((name, b.path.clone())).or_insert((Counts::default(), reason));
-                    e.0.merge(c);
+                let table = self.resolver.functions(symbolizer);
+                kernel_symbols = table.kernel_note.clone();
+                let mut folded = vec![Counts::default(); table.rows.len()];
+                for (loc, &f) in table.of_loc.iter().enumerate() {
+                    folded[f as usize].merge(self.loc_counts.get(loc).copied().unwrap_or_default());
                 }
-                folded
+                table
+                    .rows
                     .into_iter()
-                    .map(|((name, binary), (c, reason))| row(name, Some(binary), None, None, c, reason))
+                    .zip(folded)
+                    .map(|(f, c)| {
+                        if let Some(r) = &f.unknown_reason {
+                            *unknown.entry((f.binary.clone(), r.clone())).or_default() += c.samples;
+                        }
+                        row(f.name, Some(f.binary), None, None, c, f.unknown_reason)
+                    })
                     .collect()
             }
             GroupBy::Binary => {
                 // By path: a file replaced during the trace (new build-id) is one row.
                 let mut folded: FxHashMap<&str, Counts> = FxHashMap::default();
-                for (i, loc) in self.loc_list.iter().enumerate() {
-                    let path = self.spaces.binary(loc.binary).path.as_str();
-                    folded.entry(path).or_default().merge(self.loc_counts[i]);
+                for (i, loc) in self.resolver.locations().iter().enumerate() {
+                    let path = self.resolver.spaces().binary(loc.binary).path.as_str();
+                    folded.entry(path).or_default().merge(self.loc_counts.get(i).copied().unwrap_or_default());
                 }
                 folded
                     .into_iter()
@@ -343,7 +281,7 @@ impl ProfileBuilder {
                 .iter()
                 .map(|(&(pid, tid, comm), &c)| {
                     let name = if comm != NO_COMM {
-                        self.spaces.comm_name(comm).to_owned()
+                        self.resolver.spaces().comm_name(comm).to_owned()
                     } else if tid == 0 {
                         "swapper".to_owned()
                     } else {
@@ -370,7 +308,7 @@ impl ProfileBuilder {
             .collect();
         unknown.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.binary.cmp(&b.binary)));
         let binaries = {
-            let mut seen: Vec<BinaryId> = self.loc_list.iter().map(|l| l.binary).collect();
+            let mut seen: Vec<BinaryId> = self.resolver.locations().iter().map(|l| l.binary).collect();
             seen.sort_unstable();
             seen.dedup();
             seen.len() as u64
@@ -403,54 +341,11 @@ impl ProfileBuilder {
             kernel_symbols,
             read: self.read,
             stats: ProfileStats {
-                unique_keys: self.keys.len() as u64,
-                unique_locations: self.loc_list.len() as u64,
+                unique_keys: self.resolver.unique_keys() as u64,
+                unique_locations: self.resolver.locations().len() as u64,
                 binaries,
             },
         }
-    }
-
-    /// One result per entry of `loc_list`, plus the kernel-symbols note.
-    fn symbolize_locations(&self, symbolizer: &mut Symbolizer) -> (Vec<SymResult>, Option<String>) {
-        symbolizer.set_origin(KernelOrigin::new(&self.header, self.spaces.kernel_text()));
-        let mut out: Vec<Option<SymResult>> = vec![None; self.loc_list.len()];
-        let mut per_binary: FxHashMap<BinaryId, Vec<u32>> = FxHashMap::default();
-        let mut kernel: Vec<u32> = Vec::new();
-        for (i, loc) in self.loc_list.iter().enumerate() {
-            match self.spaces.binary(loc.binary).kind {
-                BinaryKind::Kernel | BinaryKind::KernelModule => kernel.push(i as u32),
-                _ => per_binary.entry(loc.binary).or_default().push(i as u32),
-            }
-        }
-        let mut ids: Vec<BinaryId> = per_binary.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let mut idx = per_binary.remove(&id).unwrap_or_default();
-            idx.sort_unstable_by_key(|&i| self.loc_list[i as usize].offset);
-            let offsets: Vec<u64> = idx.iter().map(|&i| self.loc_list[i as usize].offset).collect();
-            let b = self.spaces.binary(id);
-            let trace_bid = b.build_id.as_deref().or_else(|| self.build_ids.get(&b.path).map(Vec::as_slice));
-            for (i, r) in idx.iter().zip(symbolizer.symbolize_binary(b, trace_bid, &offsets)) {
-                out[*i as usize] = Some(r);
-            }
-        }
-        let mut note = None;
-        if !kernel.is_empty() {
-            kernel.sort_unstable_by_key(|&i| self.loc_list[i as usize].offset);
-            let addrs: Vec<u64> = kernel.iter().map(|&i| self.loc_list[i as usize].offset).collect();
-            note = Some(match symbolizer.kernel_symbols_status() {
-                Ok(p) => format!("kernel symbols from {}", p.display()),
-                Err(why) => format!("kernel addresses not named: {why}"),
-            });
-            for (i, r) in kernel.iter().zip(symbolizer.symbolize_kernel(&addrs)) {
-                out[*i as usize] = Some(r);
-            }
-        }
-        let results = out
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(UnknownReason::Other { why: "not symbolized".into() })))
-            .collect();
-        (results, note)
     }
 }
 
@@ -463,15 +358,6 @@ fn row(
     unknown_reason: Option<String>,
 ) -> ProfileRow {
     ProfileRow { name, binary, pid, tid, samples: c.samples, percent: 0.0, period: c.period, unknown_reason }
-}
-
-/// Name shown for an address that has no symbol.
-fn unknown_name(kind: BinaryKind, path: &str, offset: u64) -> String {
-    match kind {
-        BinaryKind::Kernel | BinaryKind::KernelModule => "[kernel]".to_owned(),
-        BinaryKind::File | BinaryKind::Vdso => format!("[unknown] {}+{offset:#x}", short_name(path)),
-        _ => format!("[unknown] {offset:#x}"),
-    }
 }
 
 /// Display name of event `i` of the header (`event N` when the header has none).
@@ -496,19 +382,16 @@ impl Sink for ProfileBuilder {
         }
     }
     fn handle_mmap(&mut self, m: &Mmap) {
-        self.last_gen = None;
-        self.spaces.handle_mmap(m);
+        self.resolver.handle_mmap(m);
     }
     fn handle_comm(&mut self, c: &Comm) {
-        self.last_gen = None;
-        self.spaces.handle_comm(c);
+        self.resolver.handle_comm(c);
     }
     fn handle_fork(&mut self, t: &Task) {
-        self.last_gen = None;
-        self.spaces.handle_fork(t);
+        self.resolver.handle_fork(t);
     }
     fn handle_exit(&mut self, t: &Task) {
-        self.spaces.handle_exit(t);
+        self.resolver.handle_exit(t);
     }
     fn handle_lost(&mut self, l: &Lost) {
         match l.kind {

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use tailprof_collect::attr::{parse_regs, ClockChoice, SamplingConfig};
 use tailprof_collect::event::EventSpec;
-use tailprof_collect::session::{Progress, RecordOptions, Recorder, Target};
+use tailprof_collect::session::{ItemOptions, Progress, RecordOptions, Recorder, Target};
+use tailprof_collect::uprobe::{ItemProbes, ProbeSpec};
 use tailprof_format::TraceWriter;
 
 use crate::{signals, ui};
@@ -31,7 +32,10 @@ use crate::{signals, ui};
     tailprof record -o run.trace -- ./server --port 8080\n  \
     tailprof record -e cpu-clock -c 100000 -p 1234      # 10 kHz (period in ns)\n  \
     tailprof record -a -F 999 -o all.trace              # every CPU, 999 Hz\n  \
-    tailprof record --regs r13,rdi -- ./app             # also capture user registers")]
+    tailprof record --regs r13,rdi -- ./app             # also capture user registers\n  \
+    tailprof record -a --item-begin /usr/lib/postgresql/15/bin/postgres:exec_simple_query \\\n      \
+    --item-end /usr/lib/postgresql/15/bin/postgres:exec_simple_query%return   # queries as items, no code change\n  \
+    tailprof record --item-reg r13 -- ./regtag          # item id kept in r13 (user-level threads)")]
 pub struct RecordArgs {
     /// Output trace file.
     #[arg(short, long, value_name = "FILE", default_value = "tailprof.trace")]
@@ -68,6 +72,30 @@ pub struct RecordArgs {
     /// Attach to a running process and all its threads.
     #[arg(short, long, value_name = "PID", conflicts_with = "command")]
     pid: Option<u32>,
+
+    /// Item begin from a uprobe on an unmodified binary: `BIN:SYMBOL` (function entry).
+    /// BIN is a path or a name looked up in PATH; the symbol comes from .symtab/.dynsym.
+    #[arg(long, value_name = "BIN:SYMBOL", requires = "item_end")]
+    item_begin: Option<String>,
+
+    /// Item end from a uprobe: `BIN:SYMBOL%return` (the function's return) or
+    /// `BIN:SYMBOL` (entry of another function). Closes the thread's latest open item.
+    #[arg(long, value_name = "BIN:SYMBOL[%return]", requires = "item_begin")]
+    item_end: Option<String>,
+
+    /// Item id from this argument register at the begin probe (e.g. `rdi`, the first
+    /// argument). Default: a sequence 1, 2, 3, ... in begin order.
+    #[arg(long, value_name = "REG", requires = "item_begin")]
+    item_id_reg: Option<String>,
+
+    /// Class label for the items of --item-begin/--item-end.
+    #[arg(long, value_name = "NAME", requires = "item_begin")]
+    item_class: Option<String>,
+
+    /// Register-tag mode: the item id is in this user register (e.g. `r13`, reserved
+    /// with -ffixed-r13), captured with every sample; 0 means outside any item.
+    #[arg(long, value_name = "REG")]
+    item_reg: Option<String>,
 
     /// Command to launch and profile (after `--`).
     #[arg(last = true, value_name = "CMD")]
@@ -124,7 +152,17 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         target,
         cmdline: std::env::args().collect(),
     };
-    let mut recorder = match Recorder::new(opts) {
+    let probes = match (&args.item_begin, &args.item_end) {
+        (Some(b), Some(e)) => Some(ItemProbes {
+            begin: ProbeSpec::parse(b)?,
+            end: ProbeSpec::parse(e)?,
+            id_reg: args.item_id_reg.clone(),
+            class: args.item_class.clone(),
+        }),
+        _ => None,
+    };
+    let items = ItemOptions { probes, item_reg: args.item_reg.clone() };
+    let mut recorder = match Recorder::with_items(opts, items) {
         Ok(r) => r,
         Err(e) => {
             drop(file);
@@ -147,10 +185,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         if show_progress && last_draw.elapsed() >= Duration::from_millis(500) {
             last_draw = Instant::now();
             eprint!(
-                "\r\x1b[Ktailprof: recording {} | {} samples | {} lost | {}",
+                "\r\x1b[Ktailprof: recording {} | {} samples | {} lost | {} markers{} | {}",
                 ui::duration(p.elapsed_ns),
                 ui::thousands(p.samples),
                 ui::thousands(p.lost),
+                ui::thousands(p.markers),
+                if p.lost_markers > 0 { format!(" ({} dropped)", ui::thousands(p.lost_markers)) } else { String::new() },
                 ui::bytes(p.bytes)
             );
             let _ = std::io::stderr().flush();
@@ -179,6 +219,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ui::thousands(rec.throttled)
     );
     eprintln!(
+        "tailprof: item markers {} | dropped markers {}",
+        ui::thousands(rec.markers),
+        ui::thousands(rec.lost_markers)
+    );
+    eprintln!(
         "tailprof: wrote {} | {} | {:.2} bytes/sample",
         args.output.display(),
         ui::bytes(written.bytes),
@@ -188,6 +233,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         eprintln!(
             "tailprof: warning: {} records were lost; a larger ring (--mmap-pages) or a longer period (-c) helps",
             ui::thousands(lost)
+        );
+    }
+    if rec.lost_markers > 0 {
+        eprintln!(
+            "tailprof: warning: {} item markers were dropped because a marker ring was full; items around them \
+             may be cut short",
+            ui::thousands(rec.lost_markers)
         );
     }
     if signals::STOP.load(Ordering::SeqCst) {

@@ -2,10 +2,16 @@
 //! libraries together, prints, and maps errors to one line and an exit code. All
 //! real work lives in the `tailprof-*` library crates.
 
+mod cmd_demo;
+mod cmd_export;
+mod calibration;
+mod cmd_calibrate;
 mod cmd_import;
 mod cmd_info;
+mod cmd_items;
 mod cmd_record;
 mod cmd_report;
+mod measure;
 mod signals;
 mod ui;
 
@@ -33,6 +39,14 @@ enum Command {
     Report(cmd_report::ReportArgs),
     Info(cmd_info::InfoArgs),
     Import(cmd_import::ImportArgs),
+    Items(cmd_items::ItemsArgs),
+    Demo(cmd_demo::DemoArgs),
+    Export(cmd_export::ExportArgs),
+    Calibrate(cmd_calibrate::CalibrateArgs),
+    #[command(name = "__spin", hide = true)]
+    Spin(cmd_calibrate::SpinArgs),
+    #[command(name = "__timed", hide = true)]
+    Timed(measure::TimedArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +56,12 @@ fn main() -> ExitCode {
         Command::Report(a) => cmd_report::run(a),
         Command::Info(a) => cmd_info::run(a),
         Command::Import(a) => cmd_import::run(a),
+        Command::Items(a) => cmd_items::run(a),
+        Command::Demo(a) => cmd_demo::run(a),
+        Command::Export(a) => cmd_export::run(a),
+        Command::Calibrate(a) => cmd_calibrate::run(a),
+        Command::Spin(a) => cmd_calibrate::run_spin(a),
+        Command::Timed(a) => measure::run_timed(a),
     };
     match result {
         Ok(code) => code,

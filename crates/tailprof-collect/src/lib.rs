@@ -19,8 +19,11 @@ pub mod event;
 pub mod sys;
 
 pub mod buildid;
+pub mod counting;
 pub mod parse;
 pub mod procfs;
 pub mod ring;
 pub mod session;
 pub mod target;
+pub mod markers;
+pub mod uprobe;

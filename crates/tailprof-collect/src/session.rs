@@ -41,6 +41,22 @@
 //! The drain path does no allocation per record and no syscall per sample: records
 //! are copied from the ring into a reused arena, decoded into one reused [`Sample`],
 //! and handed to the writer.
+//!
+//! # Items (markers, uprobes, register tags)
+//! A [`MarkerCollector`] is always created. A launched command gets its environment
+//! variables (through [`Child::release_with_env`]); `-p PID` is attached while the
+//! recorder is set up (before the events are enabled, so no item begin is missed);
+//! `-a` attaches, best effort, to the processes running at start whose mappings define
+//! the marker library's control symbol. Every round the marker rings are drained into a
+//! [`items::RecordQueue`] and merged with the raw records by the same round rule
+//! (marker times are on the samples' clock); at the end the collector is finished and
+//! everything is flushed. Dropped markers arrive as `Lost { kind: Markers }` records.
+//!
+//! Uprobe item boundaries ([`ItemOptions::probes`]) are two more events per CPU and
+//! task, redirected into the same rings; their hits are turned into [`Marker`] records
+//! (source Uprobe) by [`MarkerMaker`] instead of being written as samples. Register-tag
+//! mode ([`ItemOptions::item_reg`]) adds the register to every sampling event's
+//! `sample_regs_user` and names it in `TraceHeader.extra["item_reg"]`.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -57,7 +73,12 @@ use crate::parse::{Decoded, Decoder, Layout};
 use crate::ring::{Pending, Ring, RoundQueue};
 use crate::sys::{self, CollectError};
 use crate::target::{self, Child, LaunchError};
+use crate::uprobe::{MarkerMaker, ProbeRole, UprobeError};
 use crate::{buildid, procfs};
+
+mod items;
+pub use items::{ItemOptions, MARKER_CONTROL_SYMBOL};
+use items::marker_stub::MarkerCollector; // TEMP until crate::markers lands
 
 /// What to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +110,10 @@ pub struct Progress {
     pub samples: u64,
     pub lost: u64,
     pub bytes: u64,
+    /// Item markers written so far (from the marker library and from uprobes).
+    pub markers: u64,
+    /// Markers dropped because a marker ring was full.
+    pub lost_markers: u64,
 }
 
 /// What a recording did.
@@ -114,6 +139,10 @@ pub struct RecordSummary {
     pub out_of_order: u64,
     /// Records of types the recorder does not keep (e.g. PERF_RECORD_SWITCH).
     pub ignored: u64,
+    /// Item markers written (from the marker library and from uprobes).
+    pub markers: u64,
+    /// Markers dropped because a marker ring was full (sum of `Lost { kind: Markers }`).
+    pub lost_markers: u64,
 }
 
 /// Everything that can go wrong while recording.
@@ -134,6 +163,8 @@ pub enum RecordError {
     Io { what: String, source: io::Error },
     #[error("invalid recording options: {0}")]
     Options(String),
+    #[error(transparent)]
+    Uprobe(#[from] UprobeError),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
@@ -241,6 +272,11 @@ struct Emitter {
     last_time: u64,
     /// Paths whose build-id was looked up (and given to the writer when found).
     build_ids: HashMap<String, Option<Vec<u8>>>,
+    /// Events with this index or higher are the uprobe item boundaries (begin, end).
+    probe_base: u16,
+    maker: Option<MarkerMaker>,
+    /// Reused buffer for the records one probe hit becomes.
+    conv: Vec<Record>,
 }
 
 impl Emitter {
@@ -254,6 +290,21 @@ impl Emitter {
     /// Decode and write one raw record.
     fn raw<O: RecordOutput + ?Sized>(&mut self, p: &Pending, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
         match self.decoder.decode(rec, p.event(), p.cpu, &mut self.sample) {
+            Ok(Decoded::Sample) if self.sample.event >= self.probe_base => {
+                let role = if self.sample.event == self.probe_base { ProbeRole::Begin } else { ProbeRole::End };
+                let mut conv = std::mem::take(&mut self.conv);
+                if let Some(m) = &mut self.maker {
+                    m.convert(&self.sample, role, &mut conv);
+                }
+                let mut res = Ok(());
+                for r in conv.drain(..) {
+                    if res.is_ok() {
+                        res = self.record(r, out);
+                    }
+                }
+                self.conv = conv;
+                res
+            }
             Ok(Decoded::Sample) => {
                 self.s.samples += 1;
                 self.note_time(self.sample.time);
@@ -276,8 +327,16 @@ impl Emitter {
         match &mut r {
             Record::Lost(l) if l.kind == LossKind::RingFull => self.s.lost_records += l.count,
             Record::Lost(l) if l.kind == LossKind::Samples => self.s.lost_samples += l.count,
+            Record::Lost(l) if l.kind == LossKind::Markers => self.s.lost_markers += l.count,
+            Record::Marker(_) => self.s.markers += 1,
             Record::Throttle(t) if t.throttled => self.s.throttled += 1,
             Record::Mmap(m) => self.build_id(m, out)?,
+            _ => {}
+        }
+        // Probe events are not in the header's event list.
+        match &mut r {
+            Record::Lost(l) if l.event.is_some_and(|e| e >= self.probe_base) => l.event = None,
+            Record::Throttle(t) if t.event.is_some_and(|e| e >= self.probe_base) => t.event = None,
             _ => {}
         }
         self.note_time(r.time());
@@ -365,6 +424,13 @@ pub struct Recorder {
     /// Largest timestamp drained so far (round clock for the perf default clock).
     max_seen: u64,
     ran: bool,
+    markers: MarkerCollector,
+    /// Drained marker records waiting for their round.
+    mq: items::RecordQueue,
+    /// Environment for the launched command (the marker transport's).
+    child_env: Vec<(String, String)>,
+    probes: Option<items::ProbeSet>,
+    cfg: SamplingConfig,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -395,6 +461,12 @@ impl Recorder {
     /// [`Target::Command`]), open every fd and map every ring. Nothing is recorded until
     /// [`Recorder::run`].
     pub fn new(opts: RecordOptions) -> Result<Recorder, RecordError> {
+        Self::with_items(opts, ItemOptions::default())
+    }
+
+    /// [`Recorder::new`] with item boundaries from uprobes and/or register-tag mode
+    /// (markers from the marker library are always collected).
+    pub fn with_items(opts: RecordOptions, items: ItemOptions) -> Result<Recorder, RecordError> {
         if opts.events.is_empty() {
             return Err(RecordError::Options("no events to record".into()));
         }
@@ -415,6 +487,13 @@ impl Recorder {
         let mut cfg = opts.sampling.clone();
         cfg.clock = clock;
         cfg.disabled = true;
+        let item_reg = match &items.item_reg {
+            Some(r) => Some(items::item_reg_mask(r).map_err(RecordError::Options)?),
+            None => None,
+        };
+        if let Some((mask, _)) = &item_reg {
+            cfg.regs_user |= mask;
+        }
         match &opts.target {
             Target::Command(argv) if argv.is_empty() => return Err(RecordError::Options("empty command".into())),
             Target::Command(_) => (cfg.inherit, cfg.enable_on_exec) = (true, true),
@@ -426,8 +505,15 @@ impl Recorder {
             let c = SamplingConfig { sideband: i == 0, ..cfg.clone() };
             plans.push(build_attr(spec, &c)?);
         }
-        let layouts = plans.iter().map(layout_of).collect();
-        let notes = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
+        let mut layouts: Vec<Layout> = plans.iter().map(layout_of).collect();
+        let notes: Vec<String> = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
+        let probes = match &items.probes {
+            Some(p) => Some(items::ProbeSet { p: p.prepare()?, base: plans.len() as u16 }),
+            None => None,
+        };
+        if let Some(ps) = &probes {
+            layouts.extend(ps.layouts(clock));
+        }
         raise_nofile_limit();
 
         let mut header = TraceHeader {
@@ -449,6 +535,14 @@ impl Recorder {
             // Lets the symbolizer refuse this boot's kallsyms for a trace of another boot.
             header.extra.insert("boot_id".into(), id.trim().to_string());
         }
+        if let Some((_, name)) = &item_reg {
+            header.extra.insert("item_reg".into(), name.clone());
+        }
+        if let Some(ps) = &probes {
+            header.extra.extend(ps.header_extra());
+        }
+        let probe_base = probes.as_ref().map_or(u16::MAX, |p| p.base);
+        let maker = probes.as_ref().map(|p| MarkerMaker::new(p.p.id_reg_mask != 0, p.p.class.clone()));
 
         let mut rec = Recorder {
             target: opts.target.clone(),
@@ -470,9 +564,17 @@ impl Recorder {
                 s: RecordSummary::default(),
                 last_time: 0,
                 build_ids: HashMap::new(),
+                probe_base,
+                maker,
+                conv: Vec::new(),
             },
             max_seen: 0,
             ran: false,
+            markers: MarkerCollector::new(),
+            mq: items::RecordQueue::default(),
+            child_env: Vec::new(),
+            probes,
+            cfg: cfg.clone(),
         };
         let cpus = caps.online_cpus.clone();
         let mut ring_of_cpu: Vec<Option<usize>> = vec![None; cpus.len()];
@@ -482,9 +584,23 @@ impl Recorder {
                 let pid = child.pid() as i32;
                 rec.child = Some(child);
                 rec.open_task(pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
+                rec.child_env = rec.markers.prepare_child(pid as u32)?;
             }
-            Target::SystemWide => rec.open_task(-1, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?,
-            Target::Pid(pid) => rec.open_process(*pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?,
+            Target::SystemWide => {
+                rec.open_task(-1, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
+                rec.attach_marker_processes();
+            }
+            Target::Pid(pid) => {
+                rec.open_process(*pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
+                match rec.markers.attach(*pid) {
+                    Ok(true) => {}
+                    Ok(false) => rec.notes.push(format!(
+                        "process {pid} has no marker library (no '{MARKER_CONTROL_SYMBOL}' symbol): items come only \
+                         from --item-begin/--item-end or --item-reg"
+                    )),
+                    Err(e) => rec.notes.push(format!("cannot attach the marker transport to process {pid}: {e}")),
+                }
+            }
         }
         rec.pidfd = match (&opts.target, &rec.child) {
             (Target::Pid(pid), _) => target::pidfd_open(*pid).ok(),
@@ -537,8 +653,38 @@ impl Recorder {
                 self.em.decoder.add_id(id, e as u16);
                 self.fds.push(fd);
             }
+            if let (Some(ps), Some(r)) = (&self.probes, ring_of_cpu[ci]) {
+                for (k, role) in [ProbeRole::Begin, ProbeRole::End].into_iter().enumerate() {
+                    let c = ps.attr_config(role, self.clock, self.cfg.inherit, self.cfg.enable_on_exec);
+                    let fd = ps.open(role, pid, cpu as i32, c)?;
+                    sys::ioctl_set_output(fd.as_fd(), self.fds[self.owners[r]].as_fd())
+                        .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
+                    let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                    self.em.decoder.add_id(id, ps.base + k as u16);
+                    self.fds.push(fd);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// `-a`: attach the marker transport to every running process whose mappings define
+    /// the marker library's control symbol (best effort; processes started later are
+    /// not attached).
+    fn attach_marker_processes(&mut self) {
+        let (mut ok, mut failed) = (0usize, 0usize);
+        for pid in items::processes_with_marker_library() {
+            match self.markers.attach(pid) {
+                Ok(true) => ok += 1,
+                Ok(false) => {}
+                Err(_) => failed += 1,
+            }
+        }
+        self.notes.push(format!(
+            "markers: attached to {ok} running process(es) with the marker library{}; processes started after \
+             recording began are not attached (best effort)",
+            if failed > 0 { format!(" ({failed} could not be attached)") } else { String::new() }
+        ));
     }
 
     /// Open every thread of `pid`, re-listing threads until no new one shows up (a
@@ -612,7 +758,7 @@ impl Recorder {
         }
         let t0 = monotonic_ns();
         match &mut self.child {
-            Some(c) => c.release()?,
+            Some(c) => c.release_with_env(&self.child_env)?,
             None => {
                 for fd in &self.fds {
                     sys::ioctl_enable(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ENABLE"))?;
@@ -645,9 +791,8 @@ impl Recorder {
             }
             let drain_start = self.round_clock();
             self.drain_all();
-            let em = &mut self.em;
             let limit = prev_start.min(drain_start.saturating_sub(ROUND_MARGIN_NS));
-            self.queue.emit(Some(limit), |p, rec| em.raw(p, rec, out))?;
+            self.emit_round(Some(limit), out)?;
             prev_start = drain_start;
             out.end_round()?;
             if drain_start.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
@@ -661,6 +806,8 @@ impl Recorder {
                 samples: self.em.s.samples,
                 lost: self.em.s.lost_records + self.em.s.lost_samples,
                 bytes: out.bytes_written(),
+                markers: self.em.s.markers,
+                lost_markers: self.em.s.lost_markers,
             });
             if exited || self.target_gone() {
                 break;
@@ -689,8 +836,8 @@ impl Recorder {
             let _ = sys::ioctl_disable(fd.as_fd());
         }
         self.drain_all();
-        let em = &mut self.em;
-        self.queue.emit(None, |p, rec| em.raw(p, rec, out))?;
+        self.markers.finish(&mut self.mq.pending);
+        self.emit_round(None, out)?;
         out.end_round()?;
         self.em.s.rounds += 1;
         self.em.s.duration_ns = monotonic_ns().saturating_sub(t0);
@@ -721,6 +868,20 @@ impl Recorder {
         Ok(())
     }
 
+    /// Write every queued record (raw and marker) stamped at or before `limit` (all
+    /// when `None`), in time order.
+    fn emit_round<O: RecordOutput + ?Sized>(&mut self, limit: Option<u64>, out: &mut O) -> Result<(), FormatError> {
+        let (em, mq) = (&mut self.em, &mut self.mq);
+        mq.sort();
+        let res = self.queue.emit(limit, |p, rec| {
+            mq.emit_upto(p.time, |r| em.record(r, out))?;
+            em.raw(p, rec, out)
+        });
+        let res = res.and_then(|()| mq.emit_upto(limit.unwrap_or(u64::MAX), |r| em.record(r, out)));
+        mq.end_round();
+        res
+    }
+
     /// `T_k` of the round about to drain (see the module docs).
     fn round_clock(&self) -> u64 {
         match self.clock {
@@ -743,6 +904,7 @@ impl Recorder {
             });
             em.s.malformed += st.corrupt as u64;
         }
+        self.markers.drain(&mut self.mq.pending);
     }
 
     /// Whether the target ended in a way the pidfd could not tell us.

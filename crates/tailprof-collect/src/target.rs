@@ -2,7 +2,12 @@
 //!
 //! [`spawn_stopped`] forks; the child blocks reading a "go" pipe, so the parent can
 //! open events on the child's pid (with `enable_on_exec`, counting starts at exec).
-//! [`Child::release`] writes to the go pipe; the child then `execve`s. Exec failure is
+//! [`Child::release`] writes to the go pipe; the child then `execve`s.
+//! [`Child::release_with_env`] also hands the child extra environment variables (the
+//! marker transport's, which name the child's pid and so can only be known after the
+//! fork): the go message is a 4-byte length plus `KEY=VALUE\0...`, read by the child into
+//! a buffer allocated before the fork and replace inherited variables of the same name.
+//! Exec failure is
 //! reported back over a second, close-on-exec pipe: a successful exec closes it (the
 //! parent reads EOF), a failed one writes `errno` into it. So the parent learns the
 //! outcome without guessing and without hanging.
@@ -105,6 +110,11 @@ pub fn decode_wait_status(st: i32) -> i32 {
     }
 }
 
+/// Most bytes of extra environment [`Child::release_with_env`] can pass.
+pub const MAX_EXTRA_ENV_BYTES: usize = 16 * 1024;
+/// Most extra environment variables [`Child::release_with_env`] can pass.
+pub const MAX_EXTRA_ENV_VARS: usize = 64;
+
 /// A forked child waiting to exec (see the module docs).
 #[derive(Debug)]
 pub struct Child {
@@ -129,6 +139,18 @@ pub fn spawn_stopped(argv: &[String]) -> Result<Child, LaunchError> {
     ptrs.push(std::ptr::null());
     let (go_r, go_w) = pipe_cloexec().map_err(io_err)?;
     let (err_r, err_w) = pipe_cloexec().map_err(io_err)?;
+    // Everything the child needs for extra environment variables, allocated now: it may
+    // not allocate between fork and exec.
+    let mut n_env = 0usize;
+    // SAFETY: `environ` is the process's NULL-terminated environment array.
+    unsafe {
+        while !(*environ.add(n_env)).is_null() {
+            n_env += 1;
+        }
+    }
+    let mut blob = vec![0u8; MAX_EXTRA_ENV_BYTES + 1];
+    let mut envp: Vec<*const libc::c_char> = vec![std::ptr::null(); MAX_EXTRA_ENV_VARS + n_env + 64 + 1];
+    let bufs = EnvBufs { blob: blob.as_mut_ptr(), envp: envp.as_mut_ptr(), envp_len: envp.len() };
 
     // SAFETY: after fork the child only calls async-signal-safe functions on data
     // prepared above, then execs or _exits.
@@ -137,34 +159,104 @@ pub fn spawn_stopped(argv: &[String]) -> Result<Child, LaunchError> {
         return Err(io_err(io::Error::last_os_error()));
     }
     if pid == 0 {
-        unsafe { child_after_fork(go_r.as_raw_fd(), go_w.as_raw_fd(), err_w.as_raw_fd(), &cpath, &ptrs) }
+        unsafe { child_after_fork(go_r.as_raw_fd(), go_w.as_raw_fd(), err_w.as_raw_fd(), &cpath, &ptrs, bufs) }
     }
+    drop((blob, envp));
     drop(go_r);
     drop(err_w);
     let pidfd = pidfd_open(pid as u32).ok();
     Ok(Child { pid, cmd, go: Some(go_w), err: Some(err_r), pidfd, status: None })
 }
 
-/// The child's side: wait for "go", exec, or report errno.
-unsafe fn child_after_fork(go_r: i32, go_w: i32, err_w: i32, path: &CString, argv: &[*const libc::c_char]) -> ! {
+/// Buffers for the child's extra environment, allocated before fork.
+#[derive(Clone, Copy)]
+struct EnvBufs {
+    /// MAX_EXTRA_ENV_BYTES + 1 bytes.
+    blob: *mut u8,
+    envp: *mut *const libc::c_char,
+    envp_len: usize,
+}
+
+/// Read exactly `len` bytes (retrying on EINTR); false on EOF or error.
+unsafe fn read_full(fd: i32, buf: *mut u8, len: usize) -> bool {
+    let mut got = 0;
+    while got < len {
+        let n = libc::read(fd, buf.add(got) as *mut libc::c_void, len - got);
+        if n < 0 && *libc::__errno_location() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            return false;
+        }
+        got += n as usize;
+    }
+    true
+}
+
+/// Whether two `KEY=VALUE` strings have the same key (no allocation: runs after fork).
+unsafe fn same_key(a: *const libc::c_char, b: *const libc::c_char) -> bool {
+    let mut i = 0;
+    loop {
+        let (x, y) = (*a.add(i), *b.add(i));
+        if x != y {
+            return false;
+        }
+        if x == b'=' as libc::c_char || x == 0 {
+            return x != 0;
+        }
+        i += 1;
+    }
+}
+
+/// The child's side: wait for "go" (and the extra environment), exec, or report errno.
+unsafe fn child_after_fork(
+    go_r: i32,
+    go_w: i32,
+    err_w: i32,
+    path: &CString,
+    argv: &[*const libc::c_char],
+    bufs: EnvBufs,
+) -> ! {
     libc::close(go_w); // so a dying parent means EOF for us
     let mut set: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut set);
     libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     // Rust ignores SIGPIPE; an ignored disposition would survive exec.
     libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    let mut b = 0u8;
-    loop {
-        let n = libc::read(go_r, &mut b as *mut u8 as *mut libc::c_void, 1);
-        if n == 1 {
-            break;
-        }
-        if n < 0 && *libc::__errno_location() == libc::EINTR {
-            continue;
-        }
+    let mut len = [0u8; 4];
+    if !read_full(go_r, len.as_mut_ptr(), 4) {
         libc::_exit(127); // parent gave up
     }
-    libc::execve(path.as_ptr(), argv.as_ptr(), environ);
+    let len = u32::from_ne_bytes(len) as usize;
+    if len > MAX_EXTRA_ENV_BYTES || !read_full(go_r, bufs.blob, len) {
+        libc::_exit(127);
+    }
+    *bufs.blob.add(len) = 0;
+    // Extra variables first (they win over inherited ones), then the inherited ones.
+    let mut n = 0usize;
+    let mut start = 0usize;
+    for i in 0..len {
+        if *bufs.blob.add(i) == 0 {
+            if i > start && n < MAX_EXTRA_ENV_VARS {
+                *bufs.envp.add(n) = bufs.blob.add(start) as *const libc::c_char;
+                n += 1;
+            }
+            start = i + 1;
+        }
+    }
+    let extra = n;
+    let mut j = 0usize;
+    while n + 1 < bufs.envp_len && !(*environ.add(j)).is_null() {
+        let e = *environ.add(j);
+        j += 1;
+        if (0..extra).any(|k| same_key(*bufs.envp.add(k), e)) {
+            continue; // overridden
+        }
+        *bufs.envp.add(n) = e;
+        n += 1;
+    }
+    *bufs.envp.add(n) = std::ptr::null();
+    libc::execve(path.as_ptr(), argv.as_ptr(), bufs.envp);
     let e: i32 = *libc::__errno_location();
     libc::write(err_w, &e as *const i32 as *const libc::c_void, 4);
     libc::_exit(127);
@@ -182,13 +274,48 @@ impl Child {
 
     /// Let the child exec, and wait until it has (or has failed to).
     pub fn release(&mut self) -> Result<(), LaunchError> {
+        self.release_with_env(&[])
+    }
+
+    /// [`Child::release`], adding `env` to the command's environment (overriding
+    /// inherited variables of the same name). At most [`MAX_EXTRA_ENV_VARS`] variables
+    /// and [`MAX_EXTRA_ENV_BYTES`] bytes.
+    pub fn release_with_env(&mut self, env: &[(String, String)]) -> Result<(), LaunchError> {
+        let mut msg = vec![0u8; 4];
+        for (k, v) in env {
+            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+                return Err(LaunchError::Io {
+                    cmd: self.cmd.clone(),
+                    source: io::Error::new(io::ErrorKind::InvalidInput, format!("bad environment variable '{k}'")),
+                });
+            }
+            msg.extend_from_slice(format!("{k}={v}\0").as_bytes());
+        }
+        if msg.len() - 4 > MAX_EXTRA_ENV_BYTES || env.len() > MAX_EXTRA_ENV_VARS {
+            return Err(LaunchError::Io {
+                cmd: self.cmd.clone(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "extra environment too large"),
+            });
+        }
+        let len = (msg.len() - 4) as u32;
+        msg[..4].copy_from_slice(&len.to_ne_bytes());
         let Some(go) = self.go.take() else { return Ok(()) };
-        let b = 1u8;
-        // SAFETY: writing one byte to our pipe.
-        let w = unsafe { libc::write(go.as_raw_fd(), &b as *const u8 as *const libc::c_void, 1) };
+        let mut sent = 0usize;
+        let mut w = 0isize;
+        while sent < msg.len() {
+            // SAFETY: writing the rest of `msg` to our pipe.
+            w = unsafe { libc::write(go.as_raw_fd(), msg[sent..].as_ptr() as *const libc::c_void, msg.len() - sent) };
+            if w < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            if w <= 0 {
+                break;
+            }
+            sent += w as usize;
+        }
         let werr = io::Error::last_os_error();
         drop(go);
-        if w != 1 {
+        if sent != msg.len() || w <= 0 {
             let _ = self.wait();
             return Err(LaunchError::Io { cmd: self.cmd.clone(), source: werr });
         }
@@ -329,6 +456,22 @@ mod tests {
         let _ = std::fs::remove_file(&script);
         assert_eq!(e.to_string(), format!("command not found: {}", script.display()));
         assert_eq!(c.status(), Some(127));
+    }
+
+    #[test]
+    fn extra_environment_reaches_the_command_and_overrides() {
+        let dir = std::env::temp_dir().join(format!("tailprof-env-{}", std::process::id()));
+        let out = dir.display().to_string();
+        let script = format!("printf '%s|%s' \"$TAILPROF_T1\" \"$HOME\" > {out}");
+        let mut c = spawn_stopped(&s(&["sh", "-c", &script])).unwrap();
+        let env = [("TAILPROF_T1".to_string(), "a b=c".to_string()), ("HOME".to_string(), "/h".to_string())];
+        c.release_with_env(&env).unwrap();
+        assert_eq!(c.wait().unwrap(), 0);
+        let got = std::fs::read_to_string(&dir).unwrap();
+        let _ = std::fs::remove_file(&dir);
+        assert_eq!(got, "a b=c|/h");
+        let mut c = spawn_stopped(&s(&["true"])).unwrap();
+        assert!(c.release_with_env(&[("A=B".into(), "x".into())]).is_err());
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //!   info, with warnings (lost samples, throttling, truncation, unnamed code) on top.
 //! - [`json`]: the same data as JSON (`report --json`, `info --json`).
 //! - [`warnings`]: the warnings both share.
+//! - [`html`]: self-contained HTML report of per-item time by function (inline SVG).
+//! - [`perfetto`]: per-item trace for ui.perfetto.dev (Chrome JSON trace events).
+//! - [`items`]: `tailprof items` tables and JSON, and `--explain`.
 //! - [`fmt`]: number, byte and duration formatting.
 //!
 //! Everything returns strings or values; nothing prints.
@@ -22,7 +25,10 @@
 //! ```
 
 pub mod fmt;
+pub mod html;
+pub mod items;
 pub mod json;
+pub mod perfetto;
 pub mod table;
 pub mod warnings;
 

@@ -1,0 +1,528 @@
+//! The join: markers (or a tagged register) + samples → per-item, per-location counts.
+//!
+//! [`ItemsJoin`] is a [`Sink`]. Marker mode rules, per thread (tid):
+//!
+//! - `Begin` pushes a new open item on the thread's stack (nesting allowed).
+//! - `End` with an id closes the open item with that id on the thread, wherever it is
+//!   in the stack (so interleaved items on one thread work); `End` with
+//!   [`Marker::UNKNOWN_ITEM`] closes the most recent one. An end that matches nothing
+//!   is counted in `unmatched_markers`.
+//! - A sample of the selected event belongs to the innermost open item of its thread,
+//!   otherwise it is counted as outside.
+//! - Items still open when the trace ends are closed at the trace's last timestamp,
+//!   flagged `open_at_end`, and counted in `unmatched_markers`.
+//!
+//! Register mode (`TraceHeader.extra["item_reg"]`): the item id is the value of that
+//! register in the sample's `regs` (its index is the register bit's position among the
+//! set bits of the event's `regs_user_mask`), 0 meaning outside; items are keyed by
+//! (pid, id) and may span threads; wall time is first..last sample.
+//!
+//! Per-sample cost: a one-entry thread cache (else an FxHashMap lookup), the top of the
+//! thread's stack, [`Resolver::loc`], and a bump in the open item's accumulator, a small
+//! FxHashMap from location to slot that is cleared and reused when the item closes.
+
+use rustc_hash::FxHashMap;
+use tailprof_format::{
+    BuildIdEntry, Comm, ItemClass, Lost, LossKind, Marker, MarkerKind, Mmap, Sample, Sink, Task, TraceHeader,
+};
+
+use super::anomaly::flag_anomalies;
+use super::estimate::{period_interval_ns, Acc, IntervalMeter};
+use super::{Estimator, ItemFunction, ItemRow, ItemsOptions, ItemsReport};
+use crate::profile::event_name;
+use crate::resolve::{LocId, Resolver};
+use crate::symbolize::Symbolizer;
+use crate::AnalyzeError;
+
+/// Register names in perf's x86-64 `sample_regs_user` bit order.
+const X86_64_REGS: [&str; 24] = [
+    "ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip", "flags", "cs", "ss", "ds", "es", "fs", "gs", "r8", "r9",
+    "r10", "r11", "r12", "r13", "r14", "r15",
+];
+
+/// perf's `sample_regs_user` bit of an x86-64 register name (`r13`, `rdi`, `di`, ...).
+pub fn reg_bit(name: &str) -> Option<u32> {
+    let n = name.trim().to_ascii_lowercase();
+    let n = n.strip_prefix('%').unwrap_or(&n);
+    if let Some(i) = X86_64_REGS.iter().position(|r| *r == n) {
+        return Some(i as u32);
+    }
+    // rax, rdi, ... spell the 64-bit names of ax, di, ...; rip, rflags likewise.
+    let short = n.strip_prefix('r')?;
+    X86_64_REGS[..16].iter().position(|r| *r == short).map(|i| i as u32)
+}
+
+/// An item being joined.
+#[derive(Debug, Clone)]
+struct ItemState {
+    pid: u32,
+    tid: u32,
+    id: u64,
+    class: u32,
+    begin: u64,
+    end: u64,
+    samples: u64,
+    first_sample: u64,
+    last_sample: u64,
+    open_at_end: bool,
+    /// Range of `closed` holding the item's per-location counts once closed.
+    rows: (u32, u32),
+}
+
+/// Per-location counts of one open item (reused across items). Marker mode indexes
+/// rows by a dense array over location ids (few items are open at once, so few of
+/// these exist); register mode, where every item stays open, by a small hash map.
+#[derive(Debug, Default)]
+struct Live {
+    /// Row + 1 per location id, 0 = none (marker mode).
+    dense: Vec<u32>,
+    index: FxHashMap<LocId, u32>,
+    rows: Vec<(LocId, Acc)>,
+}
+
+/// Size of the direct-mapped tid → thread cache.
+const TID_CACHE: usize = 64;
+
+#[derive(Debug, Default)]
+struct Thread {
+    /// (item index, live accumulator index), innermost last.
+    stack: Vec<(u32, u32)>,
+    last_sample: u64,
+}
+
+/// Register-mode state.
+#[derive(Debug)]
+struct RegMode {
+    name: String,
+    /// Index of the register in `Sample::regs`.
+    index: usize,
+    items: FxHashMap<(u32, u64), (u32, u32)>,
+    last: Option<(u32, u64, u32, u32)>,
+}
+
+/// The join; see the module docs.
+#[derive(Debug)]
+pub struct ItemsJoin {
+    opts: ItemsOptions,
+    event: u16,
+    event_name: String,
+    fixed_interval: Option<f64>,
+    resolver: Resolver,
+    threads: Vec<Thread>,
+    thread_index: FxHashMap<u32, u32>,
+    /// Direct-mapped cache of `thread_index` by `tid % TID_CACHE` (tid, index + 1).
+    tid_cache: [(u32, u32); TID_CACHE],
+    items: Vec<ItemState>,
+    lives: Vec<Live>,
+    free_lives: Vec<u32>,
+    closed: Vec<(LocId, Acc)>,
+    classes: FxHashMap<(u32, u32), String>,
+    reg: Option<RegMode>,
+    meter: IntervalMeter,
+    outside: u64,
+    total: u64,
+    markers: u64,
+    unmatched: u64,
+    lost_markers: u64,
+    last_time: u64,
+}
+
+impl ItemsJoin {
+    /// A join for `header`'s trace. Fails if `opts.event` names no event.
+    pub fn new(header: &TraceHeader, opts: &ItemsOptions) -> Result<Self, AnalyzeError> {
+        let event = opts.event.unwrap_or(0);
+        if !header.events.is_empty() && event as usize >= header.events.len() {
+            return Err(AnalyzeError::NoSuchEvent {
+                spec: event.to_string(),
+                available: header.events.iter().map(|e| e.name.clone()).collect(),
+            });
+        }
+        let ev = header.events.get(event as usize);
+        let reg = header.extra.get("item_reg").and_then(|name| {
+            let bit = reg_bit(name)?;
+            let mask = ev.map_or(0, |e| e.regs_user_mask);
+            (mask & (1 << bit) != 0).then(|| RegMode {
+                name: name.trim().to_owned(),
+                index: (mask & ((1u64 << bit) - 1)).count_ones() as usize,
+                items: FxHashMap::default(),
+                last: None,
+            })
+        });
+        Ok(ItemsJoin {
+            opts: opts.clone(),
+            event,
+            event_name: event_name(header, event),
+            fixed_interval: ev.and_then(period_interval_ns),
+            resolver: Resolver::new(header),
+            threads: Vec::new(),
+            thread_index: FxHashMap::default(),
+            tid_cache: [(0, 0); TID_CACHE],
+            items: Vec::new(),
+            lives: Vec::new(),
+            free_lives: Vec::new(),
+            closed: Vec::new(),
+            classes: FxHashMap::default(),
+            reg,
+            meter: IntervalMeter::default(),
+            outside: 0,
+            total: 0,
+            markers: 0,
+            unmatched: 0,
+            lost_markers: 0,
+            last_time: 0,
+        })
+    }
+
+    /// Build-ids the trace records per path.
+    pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
+        self.resolver.add_build_ids(entries);
+    }
+
+    #[inline]
+    fn thread(&mut self, tid: u32) -> usize {
+        let c = &mut self.tid_cache[tid as usize % TID_CACHE];
+        if c.0 == tid && c.1 != 0 {
+            return c.1 as usize - 1;
+        }
+        let next = self.threads.len() as u32;
+        let i = *self.thread_index.entry(tid).or_insert(next);
+        if i == next {
+            self.threads.push(Thread::default());
+        }
+        *c = (tid, i + 1);
+        i as usize
+    }
+
+    fn take_live(&mut self) -> u32 {
+        if let Some(i) = self.free_lives.pop() {
+            return i;
+        }
+        self.lives.push(Live::default());
+        (self.lives.len() - 1) as u32
+    }
+
+    fn new_item(&mut self, pid: u32, tid: u32, id: u64, class: u32, time: u64) -> u32 {
+        self.items.push(ItemState {
+            pid,
+            tid,
+            id,
+            class,
+            begin: time,
+            end: time,
+            samples: 0,
+            first_sample: 0,
+            last_sample: 0,
+            open_at_end: false,
+            rows: (0, 0),
+        });
+        (self.items.len() - 1) as u32
+    }
+
+    /// Move an item's live counts to `closed` and recycle the accumulator.
+    fn close(&mut self, item: u32, live: u32, time: u64) {
+        let start = self.closed.len() as u32;
+        let l = &mut self.lives[live as usize];
+        for (loc, _) in &l.rows {
+            if let Some(d) = l.dense.get_mut(*loc as usize) {
+                *d = 0;
+            }
+        }
+        self.closed.extend(l.rows.drain(..));
+        l.index.clear();
+        self.free_lives.push(live);
+        let it = &mut self.items[item as usize];
+        it.end = time.max(it.begin);
+        it.rows = (start, self.closed.len() as u32);
+    }
+
+    #[inline]
+    fn count(&mut self, item: u32, live: u32, s: &Sample) {
+        let loc = self.resolver.loc(s);
+        let l = &mut self.lives[live as usize];
+        let next = l.rows.len() as u32;
+        let slot = if self.reg.is_none() {
+            let i = loc as usize;
+            if i >= l.dense.len() {
+                l.dense.resize(i + 1, 0);
+            }
+            if l.dense[i] == 0 {
+                l.dense[i] = next + 1;
+            }
+            l.dense[i] - 1
+        } else {
+            *l.index.entry(loc).or_insert(next)
+        };
+        if slot == next {
+            l.rows.push((loc, Acc::new(s.time)));
+        } else {
+            l.rows[slot as usize].1.add(s.time);
+        }
+        let it = &mut self.items[item as usize];
+        if it.samples == 0 {
+            it.first_sample = s.time;
+        }
+        it.samples += 1;
+        it.last_sample = s.time;
+    }
+
+    #[inline]
+    fn register_sample(&mut self, s: &Sample) {
+        let reg = self.reg.as_mut().expect("register mode");
+        let v = s.regs.get(reg.index).copied().unwrap_or(0);
+        if v == 0 {
+            self.outside += 1;
+            return;
+        }
+        let (item, live) = match reg.last {
+            Some((p, id, item, live)) if p == s.pid && id == v => (item, live),
+            _ => {
+                let found = reg.items.get(&(s.pid, v)).copied();
+                let (item, live) = match found {
+                    Some(x) => x,
+                    None => {
+                        let item = self.new_item(s.pid, s.tid, v, 0, s.time);
+                        let live = self.take_live();
+                        let reg = self.reg.as_mut().expect("register mode");
+                        reg.items.insert((s.pid, v), (item, live));
+                        (item, live)
+                    }
+                };
+                self.reg.as_mut().expect("register mode").last = Some((s.pid, v, item, live));
+                (item, live)
+            }
+        };
+        self.count(item, live, s);
+    }
+
+    /// Close what is still open, symbolize, estimate, flag anomalies.
+    pub fn finish(mut self, symbolizer: &mut Symbolizer) -> Result<ItemsReport, AnalyzeError> {
+        if self.reg.is_none() && self.markers == 0 {
+            return Err(AnalyzeError::NoItems);
+        }
+        let end = self.last_time;
+        if let Some(reg) = self.reg.take() {
+            let mut open: Vec<(u32, u32)> = reg.items.values().copied().collect();
+            open.sort_unstable();
+            for (item, live) in open {
+                self.close(item, live, end);
+                let it = &mut self.items[item as usize];
+                it.begin = it.first_sample;
+                it.end = it.last_sample;
+            }
+            self.reg = Some(reg);
+        } else {
+            let mut open = Vec::new();
+            for t in &mut self.threads {
+                open.append(&mut t.stack);
+            }
+            open.sort_unstable();
+            self.unmatched += open.len() as u64;
+            for (item, live) in open {
+                self.close(item, live, end);
+                self.items[item as usize].open_at_end = true;
+            }
+        }
+        let interval_source = if self.fixed_interval.is_some() { "period" } else { "measured" };
+        let interval = self.fixed_interval.or_else(|| self.meter.median()).unwrap_or(0.0);
+        let table = self.resolver.functions(symbolizer);
+        let min_rel = self.opts.min_reliable_samples;
+        // Fold locations into functions per item, through a reusable dense scratch.
+        let mut scratch: Vec<Option<Acc>> = vec![None; table.rows.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        // Rank of each function by (name, binary): ties in the per-item order compare ints.
+        let mut rank = vec![0u32; table.rows.len()];
+        let mut by_name: Vec<u32> = (0..table.rows.len() as u32).collect();
+        by_name.sort_by(|&a, &b| {
+            let (x, y) = (&table.rows[a as usize], &table.rows[b as usize]);
+            (&x.name, &x.binary).cmp(&(&y.name, &y.binary))
+        });
+        for (r, f) in by_name.into_iter().enumerate() {
+            rank[f as usize] = r as u32;
+        }
+        let mut rows = Vec::with_capacity(self.items.len());
+        for it in &self.items {
+            let class = match it.class {
+                0 => None,
+                c => Some(self.classes.get(&(it.pid, c)).cloned().unwrap_or_else(|| format!("class {c}"))),
+            };
+            if self.opts.class.is_some() && class != self.opts.class {
+                continue;
+            }
+            for (loc, acc) in &self.closed[it.rows.0 as usize..it.rows.1 as usize] {
+                let f = table.of_loc[*loc as usize];
+                match &mut scratch[f as usize] {
+                    Some(a) => a.merge(acc),
+                    slot @ None => {
+                        *slot = Some(*acc);
+                        touched.push(f);
+                    }
+                }
+            }
+            let e = self.opts.estimator;
+            let shown = |a: &Acc| match e {
+                Estimator::Span => a.span() as f64,
+                Estimator::CountTimesInterval => a.count as f64 * interval,
+            };
+            let mut accs: Vec<(u32, Acc)> =
+                touched.drain(..).map(|f| (f, scratch[f as usize].take().expect("touched slot"))).collect();
+            accs.sort_unstable_by(|(fa, a), (fb, b)| {
+                shown(b).total_cmp(&shown(a)).then(b.count.cmp(&a.count)).then(rank[*fa as usize].cmp(&rank[*fb as usize]))
+            });
+            let functions: Vec<ItemFunction> = accs
+                .into_iter()
+                .map(|(f, a)| {
+                    let info = &table.rows[f as usize];
+                    ItemFunction {
+                        name: info.name.clone(),
+                        binary: info.binary.clone(),
+                        samples: a.count,
+                        first_ns: a.first,
+                        last_ns: a.last,
+                        span_ns: a.span(),
+                        est_ns: a.count as f64 * interval,
+                        reliable: a.count >= min_rel,
+                    }
+                })
+                .collect();
+            rows.push(ItemRow {
+                pid: it.pid,
+                tid: it.tid,
+                id: it.id,
+                class,
+                begin_ns: it.begin,
+                end_ns: it.end,
+                duration_ns: it.end.saturating_sub(it.begin),
+                samples: it.samples,
+                anomaly_score: 0.0,
+                anomalous: false,
+                responsible: Vec::new(),
+                open_at_end: it.open_at_end,
+                functions,
+            });
+        }
+        rows.sort_by(|a, b| (a.begin_ns, a.pid, a.tid, a.id).cmp(&(b.begin_ns, b.pid, b.tid, b.id)));
+        let open_at_end = rows.iter().filter(|r| r.open_at_end).count() as u64;
+        let (mode, duration_source) = match &self.reg {
+            Some(r) => (format!("register:{}", r.name), "samples"),
+            None => ("markers".to_owned(), "markers"),
+        };
+        let mut report = ItemsReport {
+            items: rows,
+            outside_samples: self.outside,
+            total_samples: self.total,
+            shown_estimator: self.opts.estimator,
+            mean_interval_ns: interval,
+            interval_source: interval_source.to_owned(),
+            lost_markers: self.lost_markers,
+            unmatched_markers: self.unmatched,
+            open_at_end,
+            markers: self.markers,
+            mode,
+            duration_source: duration_source.to_owned(),
+            event: self.event_name,
+            min_reliable_samples: min_rel,
+            mad_k: self.opts.mad_k,
+            responsible_share: self.opts.responsible_share,
+            classes: Vec::new(),
+        };
+        flag_anomalies(&mut report, &self.opts);
+        Ok(report)
+    }
+}
+
+impl Sink for ItemsJoin {
+    #[inline]
+    fn handle_sample(&mut self, s: &Sample) {
+        self.last_time = self.last_time.max(s.time);
+        if s.event != self.event {
+            return;
+        }
+        self.total += 1;
+        let t = self.thread(s.tid);
+        let th = &mut self.threads[t];
+        if th.last_sample != 0 && self.fixed_interval.is_none() {
+            self.meter.add(s.time.saturating_sub(th.last_sample));
+        }
+        th.last_sample = s.time;
+        if self.reg.is_some() {
+            self.register_sample(s);
+            return;
+        }
+        match th.stack.last() {
+            Some(&(item, live)) => self.count(item, live, s),
+            None => self.outside += 1,
+        }
+    }
+
+    fn handle_marker(&mut self, m: &Marker) {
+        self.markers += 1;
+        self.last_time = self.last_time.max(m.time);
+        if self.reg.is_some() {
+            return;
+        }
+        let t = self.thread(m.tid);
+        match m.kind {
+            MarkerKind::Begin => {
+                let item = self.new_item(m.pid, m.tid, m.item, m.class, m.time);
+                let live = self.take_live();
+                self.threads[t].stack.push((item, live));
+            }
+            MarkerKind::End => {
+                let stack = &self.threads[t].stack;
+                let pos = if m.item == Marker::UNKNOWN_ITEM {
+                    stack.len().checked_sub(1)
+                } else {
+                    let items = &self.items;
+                    stack.iter().rposition(|&(i, _)| items[i as usize].id == m.item)
+                };
+                match pos {
+                    Some(p) => {
+                        let (item, live) = self.threads[t].stack.remove(p);
+                        if m.class != 0 && self.items[item as usize].class == 0 {
+                            self.items[item as usize].class = m.class;
+                        }
+                        self.close(item, live, m.time);
+                    }
+                    None => self.unmatched += 1,
+                }
+            }
+        }
+    }
+
+    fn handle_item_class(&mut self, c: &ItemClass) {
+        self.classes.insert((c.pid, c.id), c.name.clone());
+    }
+    fn handle_lost(&mut self, l: &Lost) {
+        if l.kind == LossKind::Markers {
+            self.lost_markers += l.count;
+        }
+    }
+    fn handle_mmap(&mut self, m: &Mmap) {
+        self.resolver.handle_mmap(m);
+    }
+    fn handle_comm(&mut self, c: &Comm) {
+        self.resolver.handle_comm(c);
+    }
+    fn handle_fork(&mut self, t: &Task) {
+        self.resolver.handle_fork(t);
+    }
+    fn handle_exit(&mut self, t: &Task) {
+        self.resolver.handle_exit(t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reg_bit;
+
+    #[test]
+    fn register_bits() {
+        assert_eq!(reg_bit("r13"), Some(21));
+        assert_eq!(reg_bit("R13"), Some(21));
+        assert_eq!(reg_bit("rdi"), Some(5));
+        assert_eq!(reg_bit("di"), Some(5));
+        assert_eq!(reg_bit("rax"), Some(0));
+        assert_eq!(reg_bit("r8"), Some(16));
+        assert_eq!(reg_bit("xmm0"), None);
+    }
+}

@@ -1,0 +1,236 @@
+//! Per-item attribution: markers + samples → per-item, per-function time, and the
+//! slow items explained (the hybrid approach of Akiyama et al., "Diagnosing Performance
+//! Fluctuations of High-throughput Software for Multi-core CPUs").
+//!
+//! This module owns:
+//!
+//! - [`join`]: the join, a [`tailprof_format::Sink`] ([`ItemsJoin`]). Per thread a stack
+//!   of open items built from `Marker` records; each sample of the selected event belongs
+//!   to the innermost item open on its thread at its time, otherwise it is counted as
+//!   outside. In register mode (`TraceHeader.extra["item_reg"]`, e.g. `r13`, the paper's
+//!   §V.A) the item id is the register's value captured with the sample (0 = outside)
+//!   and an item's wall time is its first..last sample.
+//! - [`estimate`]: per (item, function) both estimators, the paper's first-to-last
+//!   span and sample count × mean sample interval, and how the interval is found.
+//! - [`anomaly`]: per class, median and MAD of item durations; items further than
+//!   `mad_k` robust standard deviations above the median (and at least
+//!   `min_excess_ratio` slower) are flagged.
+//! - [`explain`]: an item's per-function time beside its class median, and the
+//!   functions that account for the difference (shared by flagging and `--explain`).
+//!
+//! Design constraints: the per-sample path does a thread lookup (one-entry cache, then
+//! FxHashMap), takes the top of the thread's item stack, resolves the location with
+//! [`crate::resolve::Resolver::loc`] (one FxHashMap lookup on `(pid, ip)`) and bumps a
+//! counter in the open item's small reusable accumulator: no allocation once warm.
+//! Symbolization runs once per unique location after reading.
+//!
+//! ```no_run
+//! use tailprof_analyze::items::{explain, items_report, ItemsOptions};
+//! use tailprof_analyze::{Symbolizer, SymbolizerOptions};
+//! let mut reader = tailprof_format::TraceReader::open("run.trace".as_ref())?;
+//! let mut sym = Symbolizer::new(SymbolizerOptions::default());
+//! let report = items_report(&mut reader, &ItemsOptions::default(), &mut sym)?;
+//! for item in report.items.iter().filter(|i| i.anomalous) {
+//!     let why = explain(&report, item.id)?;
+//!     let _ = (item.duration_ns, why.responsible);
+//! }
+//! # Ok::<(), tailprof_analyze::AnalyzeError>(())
+//! ```
+
+pub mod anomaly;
+pub mod estimate;
+pub mod explain;
+pub mod join;
+
+use serde::Serialize;
+use tailprof_format::TraceReader;
+
+use crate::symbolize::Symbolizer;
+use crate::AnalyzeError;
+
+pub use explain::{explain, Baseline, BaselineFunction, Explanation, FunctionDiff};
+pub use join::ItemsJoin;
+
+/// Options of [`items_report`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemsOptions {
+    /// Index into `TraceHeader::events` of the sampling event (`None`: the first).
+    pub event: Option<u16>,
+    /// Keep only items of this class (by name).
+    pub class: Option<String>,
+    /// Estimates resting on fewer samples are marked unreliable.
+    pub min_reliable_samples: u64,
+    /// Flag items whose duration is more than this many robust standard deviations
+    /// (1.4826 × MAD) above their class median.
+    pub mad_k: f64,
+    /// ...and at least this much slower than the median (0.2 = 20%).
+    pub min_excess_ratio: f64,
+    /// The estimate shown (and used for explanations).
+    pub estimator: Estimator,
+    /// `responsible` lists the largest per-function excesses until they cover this
+    /// share of the summed positive excess (at most [`MAX_RESPONSIBLE`] functions).
+    pub responsible_share: f64,
+}
+
+impl Default for ItemsOptions {
+    fn default() -> Self {
+        ItemsOptions {
+            event: None,
+            class: None,
+            min_reliable_samples: 5,
+            mad_k: 3.5,
+            min_excess_ratio: 0.2,
+            estimator: Estimator::CountTimesInterval,
+            responsible_share: 0.6,
+        }
+    }
+}
+
+/// At most this many functions are named responsible for one item.
+pub const MAX_RESPONSIBLE: usize = 5;
+
+/// Which per-(item, function) time estimate is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Estimator {
+    /// The paper's estimator: last sample − first sample of the function in the item
+    /// (0 for a single sample; under-estimates by about one interval).
+    Span,
+    /// Samples × mean sample interval.
+    #[default]
+    CountTimesInterval,
+}
+
+impl Estimator {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Estimator::Span => "span (last - first sample of the function in the item)",
+            Estimator::CountTimesInterval => "samples x mean sample interval",
+        }
+    }
+}
+
+/// Everything [`items_report`] found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemsReport {
+    /// Sorted by begin time (then pid, tid, id).
+    pub items: Vec<ItemRow>,
+    /// Samples of the selected event on no open item.
+    pub outside_samples: u64,
+    /// Samples of the selected event.
+    pub total_samples: u64,
+    pub shown_estimator: Estimator,
+    /// The interval `est_ns` multiplies sample counts by.
+    pub mean_interval_ns: f64,
+    /// Where the interval comes from: `"period"` (fixed-period cpu-clock/task-clock)
+    /// or `"measured"` (median spacing of consecutive samples on one thread).
+    pub interval_source: String,
+    /// Markers the target dropped (full marker ring), as recorded in the trace.
+    pub lost_markers: u64,
+    /// End markers that matched no open item plus begin markers never closed.
+    pub unmatched_markers: u64,
+    /// Items still open at the end of the trace (closed at its last timestamp, flagged
+    /// `open_at_end`).
+    pub open_at_end: u64,
+    /// Marker records read.
+    pub markers: u64,
+    /// `"markers"` or `"register:r13"`.
+    pub mode: String,
+    /// What an item's `duration_ns` measures: `"markers"` (end − begin marker) or
+    /// `"samples"` (first..last sample, register mode: no markers exist).
+    pub duration_source: String,
+    /// Name of the sampling event.
+    pub event: String,
+    pub min_reliable_samples: u64,
+    pub mad_k: f64,
+    /// Share of an item's excess its `responsible` functions cover.
+    pub responsible_share: f64,
+    pub classes: Vec<ClassStats>,
+}
+
+/// Duration statistics of one class of items.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassStats {
+    pub class: Option<String>,
+    pub items: usize,
+    pub median_duration_ns: u64,
+    /// Median absolute deviation of durations.
+    pub mad_ns: u64,
+    pub anomalous: usize,
+}
+
+/// One item (request, query, packet).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemRow {
+    pub pid: u32,
+    pub tid: u32,
+    pub id: u64,
+    pub class: Option<String>,
+    pub begin_ns: u64,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    /// Samples of the selected event attributed to the item.
+    pub samples: u64,
+    /// |duration − class median| / (1.4826 × class MAD); see [`anomaly`].
+    pub anomaly_score: f64,
+    pub anomalous: bool,
+    /// For anomalous items: the functions whose time exceeds the class median the most.
+    pub responsible: Vec<String>,
+    /// The item was still open at the end of the trace (its end is the trace's end).
+    pub open_at_end: bool,
+    /// Sorted by the shown estimate, largest first.
+    pub functions: Vec<ItemFunction>,
+}
+
+/// Time of one function within one item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemFunction {
+    pub name: String,
+    pub binary: String,
+    pub samples: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// last − first (the paper's estimator).
+    pub span_ns: u64,
+    /// samples × mean sample interval.
+    pub est_ns: f64,
+    /// `samples >= min_reliable_samples`.
+    pub reliable: bool,
+}
+
+impl ItemFunction {
+    /// The estimate `e` gives for this function.
+    pub fn shown_ns(&self, e: Estimator) -> f64 {
+        match e {
+            Estimator::Span => self.span_ns as f64,
+            Estimator::CountTimesInterval => self.est_ns,
+        }
+    }
+}
+
+impl ItemsReport {
+    /// The first item with this id (ids may repeat across processes).
+    pub fn item(&self, id: u64) -> Option<&ItemRow> {
+        self.items.iter().find(|i| i.id == id)
+    }
+
+    /// Statistics of `class`.
+    pub fn class_stats(&self, class: &Option<String>) -> Option<&ClassStats> {
+        self.classes.iter().find(|c| &c.class == class)
+    }
+}
+
+/// Read a whole trace and join its markers (or tagged registers) with its samples.
+///
+/// Fails with [`AnalyzeError::NoItems`] when the trace has neither markers nor a
+/// register tag, and [`AnalyzeError::NoSuchEvent`] for a bad `opts.event`.
+pub fn items_report(
+    reader: &mut TraceReader,
+    opts: &ItemsOptions,
+    symbolizer: &mut Symbolizer,
+) -> Result<ItemsReport, AnalyzeError> {
+    let mut join = ItemsJoin::new(reader.header(), opts)?;
+    reader.read_all(&mut join)?;
+    join.add_build_ids(reader.build_ids());
+    join.finish(symbolizer)
+}

@@ -1,0 +1,187 @@
+//! `tailprof export`: write a trace's per-item attribution as a self-contained HTML
+//! report (stacked bars by function, the paper's Fig. 8) and/or a Perfetto trace
+//! (Chrome JSON trace events: items as slices on thread tracks, per-function estimates
+//! nested inside, samples as instants).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tailprof_analyze::items::{items_report, ItemsOptions, ItemsReport};
+use tailprof_analyze::resolve::Resolver;
+use tailprof_analyze::{select_event, Symbolizer, SymbolizerOptions};
+use tailprof_format::{Comm, Mmap, Sample, Sink, Task, TraceReader};
+use tailprof_present::html::{render_items_html, HtmlOptions};
+use tailprof_present::perfetto::{perfetto_json, PerfettoOptions, SampleInstant};
+
+/// Export per-item attribution as an HTML report or a Perfetto trace.
+///
+/// The HTML page needs nothing else (open it in any browser). The Perfetto file is in
+/// Chrome JSON trace-event format: open it at https://ui.perfetto.dev.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tailprof export run.trace --html report.html\n  \
+    tailprof export run.trace --perfetto run.perfetto.json --no-samples")]
+pub struct ExportArgs {
+    /// Trace file written by `tailprof record`.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+
+    /// Write the HTML report here.
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<PathBuf>,
+
+    /// Write the Perfetto (Chrome JSON) trace here.
+    #[arg(long, value_name = "OUT.json")]
+    perfetto: Option<PathBuf>,
+
+    /// Sampling event to attribute (name or index). Default: the first.
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    event: Option<String>,
+
+    /// Only items of this class.
+    #[arg(long, value_name = "C")]
+    class: Option<String>,
+
+    /// Leave samples out of the Perfetto trace (smaller file).
+    #[arg(long)]
+    no_samples: bool,
+}
+
+pub fn run(args: ExportArgs) -> Result<ExitCode> {
+    if args.html.is_none() && args.perfetto.is_none() {
+        bail!("nothing to export: give --html OUT.html and/or --perfetto OUT.json");
+    }
+    let report = load_report(&args.file, args.event.as_deref(), args.class.clone())?;
+    if let Some(out) = &args.html {
+        let opts = HtmlOptions { subtitle: Some(format!("trace {}", args.file.display())), ..Default::default() };
+        write_html(out, &report, &opts)?;
+        eprintln!("tailprof: wrote {} ({} items)", out.display(), report.items.len());
+    }
+    if let Some(out) = &args.perfetto {
+        let (samples, names) = if args.no_samples {
+            (Vec::new(), BTreeMap::new())
+        } else {
+            sample_instants(&args.file, &report, args.event.as_deref())?
+        };
+        write_perfetto(out, &report, &samples, names)?;
+        eprintln!(
+            "tailprof: wrote {} ({} items, {} samples); open it at https://ui.perfetto.dev",
+            out.display(),
+            report.items.len(),
+            samples.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Open `file` and join its items with its samples.
+pub fn load_report(file: &Path, event: Option<&str>, class: Option<String>) -> Result<ItemsReport> {
+    let mut reader = TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let event = match event {
+        Some(spec) => Some(select_event(reader.header(), Some(spec))?),
+        None => None,
+    };
+    let opts = ItemsOptions { event, class, ..Default::default() };
+    let mut sym = Symbolizer::new(SymbolizerOptions::default());
+    Ok(items_report(&mut reader, &opts, &mut sym)?)
+}
+
+pub fn write_html(out: &Path, report: &ItemsReport, opts: &HtmlOptions) -> Result<()> {
+    std::fs::write(out, render_items_html(report, opts)).with_context(|| format!("cannot write {}", out.display()))
+}
+
+pub fn write_perfetto(
+    out: &Path,
+    report: &ItemsReport,
+    samples: &[SampleInstant],
+    names: BTreeMap<u32, String>,
+) -> Result<()> {
+    let text = perfetto_json(report, samples, &PerfettoOptions { names })?;
+    std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))
+}
+
+/// Samples shown as instants: only those inside an item (the rest would be noise in
+/// the item view), at most this many.
+const MAX_INSTANTS: usize = 2_000_000;
+
+/// Walks a trace resolving each sample inside an item to its location, and remembers
+/// thread names.
+struct InstantCollector {
+    resolver: Resolver,
+    event: u16,
+    /// Item windows per thread, sorted by begin: (begin, end).
+    windows: BTreeMap<u32, Vec<(u64, u64)>>,
+    picked: Vec<(u32, u32, u64, u32)>,
+    names: BTreeMap<u32, String>,
+}
+
+impl InstantCollector {
+    fn inside(&self, tid: u32, t: u64) -> bool {
+        let Some(w) = self.windows.get(&tid) else { return false };
+        let i = w.partition_point(|&(b, _)| b <= t);
+        i > 0 && t <= w[i - 1].1
+    }
+}
+
+impl Sink for InstantCollector {
+    fn handle_sample(&mut self, s: &Sample) {
+        if s.event != self.event || self.picked.len() >= MAX_INSTANTS || !self.inside(s.tid, s.time) {
+            return;
+        }
+        let loc = self.resolver.loc(s);
+        self.picked.push((s.pid, s.tid, s.time, loc));
+    }
+    fn handle_mmap(&mut self, m: &Mmap) {
+        self.resolver.handle_mmap(m);
+    }
+    fn handle_comm(&mut self, c: &Comm) {
+        self.resolver.handle_comm(c);
+        self.names.insert(c.tid, c.comm.clone());
+    }
+    fn handle_fork(&mut self, t: &Task) {
+        self.resolver.handle_fork(t);
+    }
+    fn handle_exit(&mut self, t: &Task) {
+        self.resolver.handle_exit(t);
+    }
+}
+
+/// The samples inside items, named by function, and thread names (tid → comm).
+pub fn sample_instants(
+    file: &Path,
+    report: &ItemsReport,
+    event: Option<&str>,
+) -> Result<(Vec<SampleInstant>, BTreeMap<u32, String>)> {
+    let mut reader = TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let event = select_event(reader.header(), event)?;
+    let mut windows: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in &report.items {
+        windows.entry(r.tid).or_default().push((r.begin_ns, r.end_ns));
+    }
+    for w in windows.values_mut() {
+        w.sort_unstable();
+    }
+    let mut c = InstantCollector {
+        resolver: Resolver::new(reader.header()),
+        event,
+        windows,
+        picked: Vec::new(),
+        names: BTreeMap::new(),
+    };
+    c.resolver.add_build_ids(reader.build_ids());
+    reader.read_all(&mut c)?;
+    let mut sym = Symbolizer::new(SymbolizerOptions::default());
+    let table = c.resolver.functions(&mut sym);
+    let samples = c
+        .picked
+        .iter()
+        .map(|&(pid, tid, time_ns, loc)| {
+            let row = table.of_loc.get(loc as usize).and_then(|&f| table.rows.get(f as usize));
+            SampleInstant { pid, tid, time_ns, function: row.map(|r| r.name.clone()).unwrap_or_default() }
+        })
+        .collect();
+    Ok((samples, c.names))
+}

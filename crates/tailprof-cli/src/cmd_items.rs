@@ -1,0 +1,137 @@
+//! `tailprof items`: per-item (request) durations and per-function time, slow items
+//! flagged, and `--explain ID`.
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tailprof_analyze::items::{explain, items_report, Estimator, ItemsOptions};
+use tailprof_analyze::{select_event, Symbolizer, SymbolizerOptions};
+use tailprof_format::TraceReader;
+use tailprof_present::items::{self as view, ItemSort, ItemsView};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SortBy {
+    Duration,
+    Anomaly,
+    Id,
+    Begin,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum EstimatorArg {
+    /// samples x mean sample interval
+    Count,
+    /// last - first sample of the function in the item (the paper's estimator)
+    Span,
+}
+
+/// List items (requests, queries, packets) with their duration and top functions.
+///
+/// Items come from markers (tailprof.h / the Rust or Python marker API, or
+/// --item-begin/--item-end uprobes at record time) or, for traces recorded with
+/// --item-reg, from the tagged register captured with each sample. Each sample is
+/// attributed to the item open on its thread at its time. Per (item, function) both
+/// estimates are computed (samples x mean interval, and the first-to-last span); the
+/// table shows one (--estimator) and marks with ~ those resting on fewer than
+/// --min-samples samples. Items much slower than the median of their class (by k x MAD)
+/// are flagged SLOW with the functions responsible; --explain ID shows the detail.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  tailprof items run.trace\n  tailprof items run.trace --sort anomaly --top 10\n  tailprof items run.trace --explain 17\n  tailprof items run.trace --json | jq '.items[] | select(.anomalous) | .id'")]
+pub struct ItemsArgs {
+    /// The trace file (from `tailprof record`).
+    #[arg(value_name = "TRACE")]
+    trace: PathBuf,
+
+    /// Print JSON: {"items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
+    /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}]}],
+    /// "outside_samples": N, ...}
+    #[arg(long)]
+    json: bool,
+
+    /// Show only the first N items after sorting (0: all).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    top: usize,
+
+    /// Order of the items.
+    #[arg(long, value_enum, default_value = "duration")]
+    sort: SortBy,
+
+    /// Only items of this class.
+    #[arg(long, value_name = "CLASS")]
+    class: Option<String>,
+
+    /// Explain one item: its per-function time beside its class's median item.
+    #[arg(long, value_name = "ID")]
+    explain: Option<u64>,
+
+    /// Which per-function estimate to show.
+    #[arg(long, value_enum, default_value = "count")]
+    estimator: EstimatorArg,
+
+    /// Estimates resting on fewer samples are marked unreliable (~).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    min_samples: u64,
+
+    /// Flag items more than K robust standard deviations (1.4826 x MAD) above their class median.
+    #[arg(long, value_name = "K", default_value_t = 3.5)]
+    mad_k: f64,
+
+    /// Sampling event, by name or index, when the trace has several (default: the first).
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    event: Option<String>,
+}
+
+pub fn run(args: ItemsArgs) -> Result<ExitCode> {
+    let name = args.trace.display().to_string();
+    let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {name}"))?;
+    let event = select_event(reader.header(), args.event.as_deref())?;
+    let opts = ItemsOptions {
+        event: Some(event),
+        class: args.class.clone(),
+        min_reliable_samples: args.min_samples,
+        mad_k: args.mad_k,
+        estimator: match args.estimator {
+            EstimatorArg::Count => Estimator::CountTimesInterval,
+            EstimatorArg::Span => Estimator::Span,
+        },
+        ..Default::default()
+    };
+    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| format!("{name}"))?;
+    let mut out = match args.explain {
+        Some(id) => {
+            let x = explain(&report, id).with_context(|| format!("{name}"))?;
+            if args.json {
+                view::explanation_json_string(&x)?
+            } else {
+                view::render_explanation(&x)
+            }
+        }
+        None => {
+            let v = ItemsView {
+                top: (args.top > 0).then_some(args.top),
+                sort: match args.sort {
+                    SortBy::Duration => ItemSort::Duration,
+                    SortBy::Anomaly => ItemSort::Anomaly,
+                    SortBy::Id => ItemSort::Id,
+                    SortBy::Begin => ItemSort::Begin,
+                },
+            };
+            if args.json {
+                view::items_json_string(&report, &v)?
+            } else {
+                view::render_items(&report, &v)
+            }
+        }
+    };
+    if args.json {
+        out.push('\n');
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes())?;
+    stdout.flush()?;
+    Ok(ExitCode::SUCCESS)
+}

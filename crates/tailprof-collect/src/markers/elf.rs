@@ -1,0 +1,126 @@
+//! Find one symbol's runtime address in a running process (for `-p PID` marker attach).
+//!
+//! Why a small reader instead of the `object` crate: we need one symbol
+//! (`tailprof_control`) from each mapped executable/DSO of the target, and `object` parses
+//! an in-memory image, so we would read or map whole binaries while attaching. This reader
+//! `pread`s the ELF header, section headers, the symbol tables and their string tables
+//! (every size capped, every offset bounds-checked by `read_exact_at`), like
+//! `crate::buildid`, and adds no dependency. ELF64 little-endian only (x86-64, aarch64);
+//! anything else is "not found".
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::procfs::{parse_maps_line, MapsEntry};
+
+const SHT_SYMTAB: u32 = 2;
+const SHT_DYNSYM: u32 = 11;
+const PT_LOAD: u32 = 1;
+const MAX_HEADERS: usize = 4096;
+/// Largest symbol or string table we read (a big C++ binary's .symtab is tens of MB).
+const MAX_TABLE: u64 = 256 << 20;
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+fn read_at(f: &File, off: u64, len: u64) -> Option<Vec<u8>> {
+    if len > MAX_TABLE {
+        return None;
+    }
+    let mut buf = vec![0u8; len as usize];
+    f.read_exact_at(&mut buf, off).ok()?;
+    Some(buf)
+}
+
+/// The file offset of the defined symbol `name` in the ELF file `f`, from `.dynsym` or
+/// `.symtab`, converted through the PT_LOAD segment that holds it. `None` when the file is
+/// not ELF64-LE, has no such defined symbol, or the symbol is not backed by file bytes.
+pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
+    let eh = read_at(f, 0, 64)?;
+    if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+        return None;
+    }
+    let (phoff, shoff) = (u64_at(&eh, 32), u64_at(&eh, 40));
+    let (phentsize, phnum) = (u16_at(&eh, 54) as usize, u16_at(&eh, 56) as usize);
+    let (shentsize, shnum) = (u16_at(&eh, 58) as usize, u16_at(&eh, 60) as usize);
+    if shentsize < 64 || phentsize < 56 || shnum > MAX_HEADERS || phnum > MAX_HEADERS {
+        return None;
+    }
+    let sh = read_at(f, shoff, (shentsize * shnum) as u64)?;
+    let sect = |i: usize| -> Option<(u32, u64, u64, u32, u64)> {
+        let b = sh.get(i * shentsize..i * shentsize + 64)?;
+        Some((u32_at(b, 4), u64_at(b, 24), u64_at(b, 32), u32_at(b, 40), u64_at(b, 56)))
+    };
+    let mut vaddr = None;
+    'tables: for want in [SHT_DYNSYM, SHT_SYMTAB] {
+        for i in 0..shnum {
+            let (ty, off, size, link, entsize) = sect(i)?;
+            if ty != want || entsize < 24 {
+                continue;
+            }
+            let Some((_, stroff, strsize, _, _)) = sect(link as usize) else { continue };
+            let (Some(syms), Some(strs)) = (read_at(f, off, size), read_at(f, stroff, strsize)) else {
+                continue;
+            };
+            for s in syms.chunks_exact(entsize as usize) {
+                let (st_name, shndx, value) = (u32_at(s, 0) as usize, u16_at(s, 6), u64_at(s, 8));
+                if shndx == 0 || st_name >= strs.len() {
+                    continue;
+                }
+                let rest = &strs[st_name..];
+                let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+                if &rest[..end] == name.as_bytes() {
+                    vaddr = Some(value);
+                    break 'tables;
+                }
+            }
+        }
+    }
+    let vaddr = vaddr?;
+    let ph = read_at(f, phoff, (phentsize * phnum) as u64)?;
+    for i in 0..phnum {
+        let b = &ph[i * phentsize..i * phentsize + 56];
+        let (ty, off, va, filesz) = (u32_at(b, 0), u64_at(b, 8), u64_at(b, 16), u64_at(b, 32));
+        if ty == PT_LOAD && vaddr >= va && vaddr < va.saturating_add(filesz) {
+            return Some(vaddr - va + off);
+        }
+    }
+    None
+}
+
+/// Runtime addresses of the defined symbol `name` in every ELF file mapped by `pid`
+/// (executable and shared libraries), from /proc/PID/maps and the files' symbol tables.
+pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let entries: Vec<MapsEntry> = maps.lines().filter_map(parse_maps_line).collect();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for e in &entries {
+        if !e.path.starts_with('/') || e.path.starts_with("/dev/") || seen.contains(&e.path.as_str()) {
+            continue;
+        }
+        seen.push(&e.path);
+        let rooted = format!("/proc/{pid}/root{}", e.path);
+        let f = match File::open(&rooted).or_else(|_| File::open(Path::new(&e.path))) {
+            Ok(f) => f,
+            Err(_) => continue,
+        };
+        let Some(foff) = symbol_file_offset(&f, name) else { continue };
+        let holds = |m: &&MapsEntry| m.path == e.path && foff >= m.offset && foff - m.offset < m.end - m.start;
+        // The control block lives in .data: prefer the writable mapping of that page.
+        let writable = entries.iter().filter(holds).find(|m| m.prot & 2 != 0);
+        if let Some(m) = writable.or_else(|| entries.iter().find(holds)) {
+            out.push(m.start + (foff - m.offset));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,304 @@
+//! The recorder's item side (issue 3): options, the queue that merges marker records
+//! into the rounds, opening uprobe item boundaries next to the sampling events, and
+//! finding processes with the marker library for `-a`.
+//!
+//! Marker records (from the marker library's shared-memory rings, drained by
+//! [`crate::markers::MarkerCollector`]) are already decoded [`Record`]s, not raw ring
+//! bytes, so they wait in a [`RecordQueue`] beside the raw [`crate::ring::RoundQueue`]
+//! and are written by the same round rule: sorted by time, and before every raw record
+//! the queued records stamped at or before it go first (see `session`'s module docs).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+
+use tailprof_format::{FormatError, Record};
+
+use crate::attr::{parse_regs, reg_names, ClockChoice};
+use crate::parse::Layout;
+use crate::sys::{self, CollectError};
+use crate::uprobe::{self, ItemProbes, PreparedProbes, ProbeRole, ResolvedProbe, UprobeAttrConfig};
+
+/// What the recorder does about items, besides always collecting the marker library's
+/// markers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ItemOptions {
+    /// Item boundaries from uprobes on an unmodified binary (`--item-begin/--item-end`).
+    pub probes: Option<ItemProbes>,
+    /// Register-tag mode (`--item-reg r13`): capture this user register with every
+    /// sample; its value is the sample's item id (0 = outside any item).
+    pub item_reg: Option<String>,
+}
+
+/// `--item-reg NAME` → (sample_regs_user bit, canonical name).
+pub(super) fn item_reg_mask(name: &str) -> Result<(u64, String), String> {
+    let m = parse_regs(name).map_err(|e| e.to_string())?;
+    if m.count_ones() != 1 {
+        return Err(format!("--item-reg takes exactly one register (got '{name}')"));
+    }
+    Ok((m, reg_names(m).first().map(|s| s.to_string()).unwrap_or_else(|| name.to_string())))
+}
+
+/// Records waiting to be merged into the round (see the module docs).
+#[derive(Debug, Default)]
+pub(super) struct RecordQueue {
+    /// Filled by the marker drain; sorted by [`RecordQueue::sort`].
+    pub pending: Vec<Record>,
+    pos: usize,
+}
+
+impl RecordQueue {
+    /// Sort what was drained (stable: same-time records keep their ring order).
+    pub fn sort(&mut self) {
+        debug_assert_eq!(self.pos, 0);
+        self.pending.sort_by_key(|r| r.time());
+    }
+
+    /// Hand out, in order, every queued record stamped at or before `t`.
+    pub fn emit_upto(
+        &mut self,
+        t: u64,
+        mut f: impl FnMut(Record) -> Result<(), FormatError>,
+    ) -> Result<(), FormatError> {
+        while let Some(r) = self.pending.get(self.pos) {
+            if r.time() > t {
+                break;
+            }
+            let r = r.clone();
+            self.pos += 1;
+            f(r)?;
+        }
+        Ok(())
+    }
+
+    /// Drop what was handed out; keep the rest for the next round.
+    pub fn end_round(&mut self) {
+        self.pending.drain(..self.pos);
+        self.pos = 0;
+    }
+}
+
+/// Uprobe item boundaries, ready to open per (task, CPU).
+#[derive(Debug)]
+pub(super) struct ProbeSet {
+    pub p: PreparedProbes,
+    /// Event index of the begin probe in the decoder (the end probe is `base + 1`).
+    pub base: u16,
+}
+
+impl ProbeSet {
+    pub fn attr_config(&self, role: ProbeRole, clock: ClockChoice, inherit: bool, enable_on_exec: bool) -> UprobeAttrConfig {
+        let r = self.probe(role);
+        UprobeAttrConfig {
+            offset: r.offset,
+            ret: r.spec.ret,
+            regs_user: if role == ProbeRole::Begin { self.p.id_reg_mask } else { 0 },
+            clock,
+            inherit,
+            enable_on_exec,
+        }
+    }
+
+    pub fn probe(&self, role: ProbeRole) -> &ResolvedProbe {
+        match role {
+            ProbeRole::Begin => &self.p.begin,
+            ProbeRole::End => &self.p.end,
+        }
+    }
+
+    /// Decoder layouts of the two probe events.
+    pub fn layouts(&self, clock: ClockChoice) -> Vec<Layout> {
+        [ProbeRole::Begin, ProbeRole::End]
+            .iter()
+            .map(|&role| {
+                let a = uprobe::uprobe_attr(&self.p.pmu, &self.attr_config(role, clock, false, false), 0);
+                Layout {
+                    sample_type: a.sample_type,
+                    regs_user_mask: a.sample_regs_user,
+                    sample_id_all: true,
+                    default_period: 1,
+                    ..Layout::default()
+                }
+            })
+            .collect()
+    }
+
+    /// Open one probe for `pid` on `cpu`.
+    pub fn open(
+        &self,
+        role: ProbeRole,
+        pid: i32,
+        cpu: i32,
+        cfg: UprobeAttrConfig,
+    ) -> Result<std::os::fd::OwnedFd, CollectError> {
+        let path = match role {
+            ProbeRole::Begin => &self.p.begin_path,
+            ProbeRole::End => &self.p.end_path,
+        };
+        // `path` outlives the call; the kernel copies the string.
+        let a = uprobe::uprobe_attr(&self.p.pmu, &cfg, path.as_ptr() as u64);
+        sys::perf_event_open(&a, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC)
+            .map_err(|e| open_error(&e, self.probe(role)))
+    }
+
+    /// `TraceHeader.extra` entries describing the probes.
+    pub fn header_extra(&self) -> Vec<(String, String)> {
+        let mut v = vec![
+            ("item_begin".to_string(), self.p.begin.describe()),
+            ("item_end".to_string(), self.p.end.describe()),
+            (
+                "item_id".to_string(),
+                match &self.p.id_reg {
+                    Some(r) => format!("register:{r}"),
+                    None => "sequence".to_string(),
+                },
+            ),
+        ];
+        if let Some(c) = &self.p.class {
+            v.push(("item_class".to_string(), c.clone()));
+        }
+        v
+    }
+}
+
+fn open_error(e: &io::Error, probe: &ResolvedProbe) -> CollectError {
+    let event = format!("uprobe {}", probe.spec);
+    match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => CollectError::Permission {
+            event,
+            paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+                .ok()
+                .and_then(|s| s.trim().parse().ok()),
+            hint: "uprobes need root (CAP_SYS_ADMIN), or CAP_PERFMON with access to the uprobe PMU".into(),
+            source: io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)),
+        },
+        Some(libc::ENOENT) | Some(libc::EINVAL) => CollectError::Open {
+            event,
+            hint: format!(
+                "the kernel refused the probe at offset {:#x} of {} (is the offset inside an executable segment, \
+                 and does the kernel support uprobes on this file system?)",
+                probe.offset,
+                probe.path.display()
+            ),
+            source: io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)),
+        },
+        _ => CollectError::Open {
+            event,
+            hint: "perf_event_open failed".into(),
+            source: io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)),
+        },
+    }
+}
+
+/// The symbol the marker library exports (its control block).
+pub const MARKER_CONTROL_SYMBOL: &str = "tailprof_control";
+
+/// Processes (other than the recorder) that map an executable file defining
+/// [`MARKER_CONTROL_SYMBOL`]. Best effort: unreadable maps are skipped, and each file
+/// is inspected once.
+pub(super) fn processes_with_marker_library() -> Vec<u32> {
+    let me = std::process::id();
+    let mut cache: HashMap<String, bool> = HashMap::new();
+    let mut out = Vec::new();
+    for pid in crate::procfs::all_pids() {
+        if pid == me {
+            continue;
+        }
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        let hit = maps.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            let perms = f.nth(1).unwrap_or("");
+            let Some(path) = f.nth(3) else { return false };
+            if !perms.contains('x') || !path.starts_with('/') {
+                return false;
+            }
+            *cache.entry(path.to_string()).or_insert_with(|| {
+                let p = format!("/proc/{pid}/root{path}");
+                uprobe::has_symbol(Path::new(&p), MARKER_CONTROL_SYMBOL)
+            })
+        });
+        if hit {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// TEMP: stand-in with engineer A's signatures until `crate::markers` lands.
+pub(super) mod marker_stub {
+    use crate::sys::CollectError;
+    use tailprof_format::Record;
+    #[derive(Debug, Default)]
+    pub struct MarkerCollector;
+    #[derive(Debug, Default)]
+    pub struct DrainStats {
+        pub markers: u64,
+        pub dropped: u64,
+        pub classes: u64,
+    }
+    impl MarkerCollector {
+        pub fn new() -> Self {
+            MarkerCollector
+        }
+        pub fn prepare_child(&mut self, _pid: u32) -> Result<Vec<(String, String)>, CollectError> {
+            Ok(Vec::new())
+        }
+        pub fn attach(&mut self, _pid: u32) -> Result<bool, CollectError> {
+            Ok(false)
+        }
+        pub fn drain(&mut self, _out: &mut Vec<Record>) -> DrainStats {
+            DrainStats::default()
+        }
+        pub fn finish(&mut self, _out: &mut Vec<Record>) -> DrainStats {
+            DrainStats::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailprof_format::{Marker, MarkerKind};
+
+    fn m(time: u64) -> Record {
+        Record::Marker(Marker { time, kind: MarkerKind::Begin, ..Marker::default() })
+    }
+
+    #[test]
+    fn record_queue_merges_by_time_and_holds_back() {
+        let mut q = RecordQueue::default();
+        q.pending.extend([m(30), m(10), m(20)]);
+        q.sort();
+        let mut got = Vec::new();
+        q.emit_upto(15, |r| {
+            got.push(r.time());
+            Ok(())
+        })
+        .unwrap();
+        q.emit_upto(20, |r| {
+            got.push(r.time());
+            Ok(())
+        })
+        .unwrap();
+        q.end_round();
+        assert_eq!(got, [10, 20]);
+        assert_eq!(q.pending.len(), 1);
+        q.pending.push(m(25));
+        q.sort();
+        q.emit_upto(u64::MAX, |r| {
+            got.push(r.time());
+            Ok(())
+        })
+        .unwrap();
+        q.end_round();
+        assert_eq!(got, [10, 20, 25, 30]);
+        assert!(q.pending.is_empty());
+    }
+
+    #[test]
+    fn item_reg_names() {
+        assert_eq!(item_reg_mask("r13").unwrap(), (1 << 21, "r13".to_string()));
+        assert!(item_reg_mask("r13,rdi").is_err());
+        assert!(item_reg_mask("eax").is_err());
+    }
+}

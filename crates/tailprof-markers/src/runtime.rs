@@ -1,0 +1,253 @@
+//! The enabled-side runtime: the exported control block, per-thread ring state, mapping
+//! the region, and the append. Byte layout: docs/MARKERS.md (mirrors include/tailprof.h).
+
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+const VERSION: u32 = 1;
+const STATE_OFF: u64 = 0;
+const STATE_INIT: u64 = 1;
+const STATE_ON: u64 = 2;
+const MAGIC: u64 = 0x314B_524D_4650_5454;
+const CLOCK_MONOTONIC_ID: u32 = 1;
+const SLOT_RING_OFFSET: usize = 1280;
+const RECORD_SIZE: usize = 32;
+
+/// The control block the recorder writes (`tailprof_control`), layout-compatible with
+/// `struct tailprof_control_block` in include/tailprof.h.
+#[repr(C, align(64))]
+pub struct ControlBlock {
+    size: u32,
+    version: u32,
+    state: AtomicU64,
+    generation: AtomicU64,
+    path: UnsafeCell<[u8; 96]>,
+    reserved: u64,
+}
+
+// SAFETY: `path` is written only under PROC's lock (or by the recorder while the state is
+// off / before the generation changes) and read under PROC's lock.
+unsafe impl Sync for ControlBlock {}
+
+/// Exported so the recorder finds it in `.symtab`/`.dynsym` and enables `-p PID`.
+#[no_mangle]
+#[used]
+pub static tailprof_control: ControlBlock = ControlBlock {
+    size: 128,
+    version: VERSION,
+    state: AtomicU64::new(STATE_INIT),
+    generation: AtomicU64::new(0),
+    path: UnsafeCell::new([0; 96]),
+    reserved: 0,
+};
+
+struct Tls {
+    gen: Cell<u64>,
+    slot: Cell<*mut u8>,
+    hdr: Cell<*mut u8>,
+    head: Cell<u64>,
+    cached_tail: Cell<u64>,
+    mask: Cell<u64>,
+}
+
+thread_local! {
+    static TLS: Tls = const {
+        Tls {
+            gen: Cell::new(0),
+            slot: Cell::new(std::ptr::null_mut()),
+            hdr: Cell::new(std::ptr::null_mut()),
+            head: Cell::new(0),
+            cached_tail: Cell::new(0),
+            mask: Cell::new(0),
+        }
+    };
+}
+
+/// Process-wide: (generation, mapped header address).
+static PROC: Mutex<(u64, usize)> = Mutex::new((0, 0));
+
+fn au64(p: *mut u8, off: usize) -> &'static AtomicU64 {
+    // SAFETY: callers pass offsets inside a live, never-unmapped region, 8-aligned.
+    unsafe { AtomicU64::from_ptr(p.add(off) as *mut u64) }
+}
+fn au32(p: *mut u8, off: usize) -> &'static AtomicU32 {
+    // SAFETY: as for `au64`, 4-aligned.
+    unsafe { AtomicU32::from_ptr(p.add(off) as *mut u32) }
+}
+
+#[inline(always)]
+pub(crate) fn mark(id: u64, cls: u64, kind: u32) {
+    if tailprof_control.state.load(Ordering::Relaxed) != STATE_OFF {
+        emit(id, cls, kind);
+    }
+}
+
+#[inline(always)]
+fn emit(id: u64, cls: u64, kind: u32) {
+    let _ = TLS.try_with(|t| {
+        let stale = t.slot.get().is_null() || t.gen.get() != tailprof_control.generation.load(Ordering::Relaxed);
+        if stale && !slow(t) {
+            return;
+        }
+        let slot = t.slot.get();
+        let h = t.head.get();
+        let mask = t.mask.get();
+        if h.wrapping_sub(t.cached_tail.get()) > mask {
+            t.cached_tail.set(au64(slot, 128).load(Ordering::Acquire));
+            if h.wrapping_sub(t.cached_tail.get()) > mask {
+                let d = au64(slot, 8);
+                d.store(d.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        // SAFETY: the record lies inside this thread's ring; only this thread writes it
+        // until the release store of `head` publishes it.
+        unsafe {
+            let r = slot.add(SLOT_RING_OFFSET + ((h & mask) as usize) * RECORD_SIZE) as *mut u64;
+            r.write((ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64);
+            r.add(1).write(id);
+            r.add(2).write(cls);
+            r.add(3).write(kind as u64);
+        }
+        t.head.set(h + 1);
+        au64(slot, 64).store(h + 1, Ordering::Release);
+    });
+}
+
+/// No usable slot: set the thread up for the current generation, or count the marker.
+#[cold]
+#[inline(never)]
+fn slow(t: &Tls) -> bool {
+    if !t.hdr.get().is_null() && t.gen.get() == tailprof_control.generation.load(Ordering::Relaxed) {
+        if !t.slot.get().is_null() {
+            return true;
+        }
+        au64(t.hdr.get(), 64).fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    if !setup(t) {
+        return false;
+    }
+    if t.slot.get().is_null() {
+        au64(t.hdr.get(), 64).fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
+extern "C" fn after_fork_child() {
+    tailprof_control.state.store(STATE_OFF, Ordering::Relaxed);
+    let _ = TLS.try_with(|t| {
+        t.gen.set(0);
+        t.slot.set(std::ptr::null_mut());
+        t.hdr.set(std::ptr::null_mut());
+    });
+}
+
+fn read_header(path: &[u8]) -> Option<(std::fs::File, [u8; 72])> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(std::ffi::OsStr::from_bytes(path)).ok()?;
+    let mut h = [0u8; 72];
+    f.read_exact_at(&mut h, 0).ok()?;
+    let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
+    let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
+    (u64_at(0) == MAGIC && u32_at(8) == VERSION && u32_at(32) == std::process::id() && u32_at(36) == CLOCK_MONOTONIC_ID)
+        .then_some((f, h))
+}
+
+fn map(gen: u64, path: &[u8]) -> *mut u8 {
+    use std::os::unix::io::AsRawFd;
+    let Some((f, h)) = read_header(path) else { return std::ptr::null_mut() };
+    let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
+    let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap()) as u64;
+    let (size, ring, nslots, slot_size, slots_off) = (u64_at(16), u32_at(44), u32_at(40), u32_at(48), u32_at(52));
+    if u64_at(24) != gen
+        || !ring.is_power_of_two()
+        || slot_size < SLOT_RING_OFFSET as u64 + ring * RECORD_SIZE as u64
+        || size < slots_off + nslots * slot_size
+    {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: mapping a file we validated to be at least `size` bytes (per its header).
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p as *mut u8
+    }
+}
+
+fn setup(t: &Tls) -> bool {
+    let mut st = tailprof_control.state.load(Ordering::Acquire);
+    let mut proc_ = PROC.lock().unwrap_or_else(|e| e.into_inner());
+    if st == STATE_INIT {
+        // Launched by the recorder: the region is named in the environment.
+        let env = std::env::var_os("TAILPROF_MARKERS");
+        let ok = env.as_ref().and_then(|p| {
+            use std::os::unix::ffi::OsStrExt;
+            let b = p.as_bytes();
+            (b.len() < 96).then(|| read_header(b).map(|(_, h)| (b.to_vec(), h)))?
+        });
+        if tailprof_control.state.load(Ordering::Relaxed) == STATE_INIT {
+            if let Some((b, h)) = &ok {
+                // SAFETY: under PROC's lock; the recorder does not write while INIT.
+                unsafe { (&mut *tailprof_control.path.get())[..b.len()].copy_from_slice(b) };
+                let gen = u64::from_le_bytes(h[24..32].try_into().unwrap());
+                tailprof_control.generation.store(gen, Ordering::Release);
+            }
+            let new = if ok.is_some() { STATE_ON } else { STATE_OFF };
+            let _ = tailprof_control.state.compare_exchange(STATE_INIT, new, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        st = tailprof_control.state.load(Ordering::Acquire);
+    }
+    if st != STATE_ON {
+        return false;
+    }
+    let gen = tailprof_control.generation.load(Ordering::Acquire);
+    if proc_.0 == 0 {
+        // SAFETY: registering a plain extern "C" handler.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    }
+    if proc_.0 != gen {
+        // SAFETY: reading the NUL-terminated path under the lock.
+        let path = unsafe { *tailprof_control.path.get() };
+        let len = path.iter().position(|&c| c == 0).unwrap_or(path.len());
+        // An older region stays mapped: another thread may still be appending to it.
+        *proc_ = (gen, map(gen, &path[..len]) as usize);
+    }
+    let hdr = proc_.1 as *mut u8;
+    drop(proc_);
+    t.gen.set(gen);
+    t.hdr.set(hdr);
+    t.slot.set(std::ptr::null_mut());
+    if hdr.is_null() {
+        return false;
+    }
+    let nslots = au32(hdr, 40).load(Ordering::Relaxed);
+    let i = au32(hdr, 56).fetch_add(1, Ordering::Relaxed);
+    if i >= nslots {
+        return true; // no slot: counted in noslot_dropped by the caller
+    }
+    let slot_size = au32(hdr, 48).load(Ordering::Relaxed) as usize;
+    let slots_off = au32(hdr, 52).load(Ordering::Relaxed) as usize;
+    // SAFETY: i < nslots, so the slot lies inside the validated region.
+    let slot = unsafe { hdr.add(slots_off + i as usize * slot_size) };
+    t.mask.set(au32(hdr, 44).load(Ordering::Relaxed) as u64 - 1);
+    t.head.set(au64(slot, 64).load(Ordering::Relaxed));
+    t.cached_tail.set(au64(slot, 128).load(Ordering::Relaxed));
+    // SAFETY: gettid has no preconditions.
+    au32(slot, 4).store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
+    au32(slot, 0).store(1, Ordering::Release);
+    t.slot.set(slot);
+    true
+}
+
+#[cfg(test)]
+mod tests;
