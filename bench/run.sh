@@ -37,7 +37,7 @@ if [ "$QUICK" = 1 ]; then
 else
     REPS=${REPS:-5}
     BYTES_WORKLOADS=(split manyfuncs xz python)
-    ATTACH_SECS=6
+    ATTACH_SECS=5
     REPORT_SECS=36       # 2 CPUs x 100k samples/s, less what the VM drops: >= 5M samples
     REPORT_REPS=${REPORT_REPS:-3}
 fi
@@ -93,22 +93,22 @@ RUNSTAT=$OUT/bin/runstat
 EX=$ROOT/examples/build
 PYTHON=$(python3 -c 'import sys; print(sys.executable)')
 
-# xz input: ~0.8 MB of deterministic, moderately compressible text.
-awk 'BEGIN { srand(7); for (i = 0; i < 18000; i++)
+# xz input: ~0.7 MB of deterministic, moderately compressible text.
+awk 'BEGIN { srand(7); for (i = 0; i < 15000; i++)
         printf "%d %s %x line-%d\n", int(rand() * 1e6),
             substr("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod", 1 + int(rand() * 40), 12 + int(rand() * 20)),
             int(rand() * 65536), i }' >"$TMP/xz.in"
 PY_CODE='import json, re, collections
 d = collections.Counter()
-for i in range(70000):
+for i in range(60000):
     s = json.dumps({"k": i, "v": [i, str(i), i * 0.5]})
     d[re.sub(r"\d", "x", s)] += 1
 print(len(d))'
 
 workload_cmd() { # name -> command words
     case $1 in
-    split) echo "$EX/split 150" ;;
-    manyfuncs) echo "$OUT/bin/manyfuncs 1 600" ;;
+    split) echo "$EX/split 120" ;;
+    manyfuncs) echo "$OUT/bin/manyfuncs 1 500" ;;
     xz) echo "xz -9 -T1 -c $TMP/xz.in" ;;
     python) echo "$PYTHON -c" ;; # the code is appended separately (it has spaces)
     esac

@@ -324,7 +324,7 @@ fn print_items(report: &ItemsReport, truth: &BTreeMap<u64, Truth>) {
     );
     println!("{:>4}  {:<6} {:>10} {:>8} {:>7}  {:<5} {:<4}  top functions ({})", "id", "class", "duration", "samples", "score", "flag", "log", report.shown_estimator.describe());
     let mut rows: Vec<_> = report.items.iter().collect();
-    rows.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.duration_ns));
     let shown = rows.iter().filter(|r| r.anomalous).count().max(8) + 4;
     for r in rows.iter().take(shown) {
         let tops: Vec<String> = r

@@ -8,6 +8,7 @@ mod calibration;
 mod cmd_calibrate;
 mod cmd_import;
 mod cmd_info;
+mod cmd_overhead;
 mod cmd_items;
 mod cmd_record;
 mod cmd_report;
@@ -43,6 +44,7 @@ enum Command {
     Demo(cmd_demo::DemoArgs),
     Export(cmd_export::ExportArgs),
     Calibrate(cmd_calibrate::CalibrateArgs),
+    Overhead(cmd_overhead::OverheadArgs),
     #[command(name = "__spin", hide = true)]
     Spin(cmd_calibrate::SpinArgs),
     #[command(name = "__timed", hide = true)]
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Export(a) => cmd_export::run(a),
         Command::Calibrate(a) => cmd_calibrate::run(a),
+        Command::Overhead(a) => cmd_overhead::run(a),
         Command::Spin(a) => cmd_calibrate::run_spin(a),
         Command::Timed(a) => measure::run_timed(a),
     };

@@ -140,7 +140,7 @@ pub fn items_chart_svg(report: &ItemsReport, max_functions: usize) -> String {
     let bar_w = (900.0 / items.len().max(1) as f64).clamp(4.0, 28.0);
     let plot_w = bar_w * items.len().max(1) as f64;
     let plot_h = 320.0;
-    let legend_h = 22.0 * ((names.len() + 1 + 3) / 4) as f64;
+    let legend_h = 22.0 * (names.len() + 1).div_ceil(4) as f64;
     let width = left + plot_w + right;
     let height = top + plot_h + bottom + legend_h;
     let y_of = |ms: f64| top + plot_h - ms / top_ms * plot_h;
@@ -318,11 +318,11 @@ pub fn render_items_html(report: &ItemsReport, opts: &HtmlOptions) -> String {
     if !anomalous.is_empty() {
         h.push_str("<h2>Anomalous items explained</h2>\n");
         let mut worst = anomalous.clone();
-        worst.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+        worst.sort_by_key(|r| std::cmp::Reverse(r.duration_ns));
         for row in worst.into_iter().take(opts.max_explanations) {
-            let _ = write!(
+            let _ = writeln!(
                 h,
-                "<h3>item {} ({}): {}, anomaly score {:.1}</h3>\n",
+                "<h3>item {} ({}): {}, anomaly score {:.1}</h3>",
                 row.id,
                 escape(row.class.as_deref().unwrap_or("no class")),
                 duration(row.duration_ns),
