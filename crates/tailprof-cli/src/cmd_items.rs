@@ -100,10 +100,10 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
-    let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| format!("{name}"))?;
+    let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| name.clone())?;
     let mut out = match args.explain {
         Some(id) => {
-            let x = explain(&report, id).with_context(|| format!("{name}"))?;
+            let x = explain(&report, id).with_context(|| name.clone())?;
             if args.json {
                 view::explanation_json_string(&x)?
             } else {

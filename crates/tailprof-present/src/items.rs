@@ -17,6 +17,7 @@
 //! time beside the class median, the delta, its share of the excess, and the functions
 //! named responsible.
 
+use crate::table::{render_table, Align};
 use std::cmp::Ordering;
 use std::fmt::Write as _;
 
@@ -124,41 +125,11 @@ fn class_name(c: &Option<String>) -> &str {
     c.as_deref().unwrap_or("-")
 }
 
-/// Left/right-aligned columns, two spaces apart; the last column is not padded.
+/// Left/right-aligned columns (`true` = right), rendered by the shared table code.
 fn table(out: &mut String, head: &[(&str, bool)], rows: &[Vec<String>]) {
-    let mut width: Vec<usize> = head.iter().map(|(h, _)| h.chars().count()).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            width[i] = width[i].max(c.chars().count());
-        }
-    }
-    let mut line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        let last = cells.len() - 1;
-        for (i, c) in cells.into_iter().enumerate() {
-            if i > 0 {
-                s.push_str("  ");
-            }
-            let pad = " ".repeat(width[i].saturating_sub(c.chars().count()));
-            match (head[i].1, i == last) {
-                (true, _) => {
-                    s.push_str(&pad);
-                    s.push_str(c);
-                }
-                (false, true) => s.push_str(c),
-                (false, false) => {
-                    s.push_str(c);
-                    s.push_str(&pad);
-                }
-            }
-        }
-        out.push_str(s.trim_end());
-        out.push('\n');
-    };
-    line(head.iter().map(|(h, _)| *h).collect());
-    for r in rows {
-        line(r.iter().map(String::as_str).collect());
-    }
+    let head: Vec<(&str, Align)> =
+        head.iter().map(|&(h, right)| (h, if right { Align::Right } else { Align::Left })).collect();
+    render_table(out, &head, rows);
 }
 
 fn summary(out: &mut String, r: &ItemsReport) {

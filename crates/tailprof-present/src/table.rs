@@ -45,13 +45,13 @@ impl Default for TableOptions {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// Render rows of cells under `head`; see the module docs for the layout rules.
-fn render_table(out: &mut String, head: &[(&str, Align)], rows: &[Vec<String>]) {
+pub(crate) fn render_table(out: &mut String, head: &[(&str, Align)], rows: &[Vec<String>]) {
     render_rows(out, head, rows, true)
 }
 

@@ -227,7 +227,7 @@ impl ItemsJoin {
                 *d = 0;
             }
         }
-        self.closed.extend(l.rows.drain(..));
+        self.closed.append(&mut l.rows);
         l.index.clear();
         self.free_lives.push(live);
         let it = &mut self.items[item as usize];
@@ -400,7 +400,7 @@ impl ItemsJoin {
                 functions,
             });
         }
-        rows.sort_by(|a, b| (a.begin_ns, a.pid, a.tid, a.id).cmp(&(b.begin_ns, b.pid, b.tid, b.id)));
+        rows.sort_by_key(|r| (r.begin_ns, r.pid, r.tid, r.id));
         let open_at_end = rows.iter().filter(|r| r.open_at_end).count() as u64;
         let (mode, duration_source) = match &self.reg {
             Some(r) => (format!("register:{}", r.name), "samples"),
