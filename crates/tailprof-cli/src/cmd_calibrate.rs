@@ -87,6 +87,11 @@ pub struct CalibrateArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+
+    /// Calibrate on this command instead of the busy loop (after `--`): α for that
+    /// workload, including its cache effects. Printed, never saved.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -213,13 +218,15 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     periods.dedup();
     signals::install().context("cannot install the Ctrl-C handler")?;
     let load0 = measure::loadavg();
-    let iters = iterations_for(args.seconds);
-    let spin_cmd = vec![
-        std::env::current_exe()?.to_string_lossy().into_owned(),
-        "__spin".into(),
-        "--iters".into(),
-        iters.to_string(),
-    ];
+    let workload = !args.command.is_empty();
+    let (iters, spin_cmd) = if workload {
+        tailprof_collect::target::resolve_command(&args.command[0])?;
+        (0, args.command.clone())
+    } else {
+        let iters = iterations_for(args.seconds);
+        let exe = std::env::current_exe().context("cannot find the tailprof executable")?;
+        (iters, vec![exe.to_string_lossy().into_owned(), "__spin".into(), "--iters".into(), iters.to_string()])
+    };
     let cpus = measure::online_cpus();
     let (loop_cpu, rec_cpus) = if args.pin && cpus.len() > 1 {
         (Some(*cpus.last().unwrap()), Some(cpus[..cpus.len() - 1].to_vec()))
@@ -318,8 +325,9 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         }
     }
     measure::clear_status();
-    if base.iter().any(|t| t.status != 0) {
-        bail!("the busy loop failed (exit status {})", base.iter().find(|t| t.status != 0).unwrap().status);
+    let statuses = base.iter().map(|t| t.status).chain(designs.iter().flat_map(|d| d.runs.iter().map(|r| r.timed.status)));
+    if let Some(st) = statuses.into_iter().find(|s| *s != 0) {
+        bail!("the {} failed with exit status {st}", if workload { "command" } else { "busy loop" });
     }
 
     let points_in = |b: Basis| -> Vec<Point> {
@@ -375,7 +383,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         loadavg: load0,
         notes: notes.clone(),
     };
-    if verdict.is_ok() && !args.no_save {
+    if verdict.is_ok() && !args.no_save && !workload {
         saved = Some(calibration::save(&key, &cal)?);
     }
 
@@ -408,6 +416,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             "online_cpus": key.online_cpus,
             "loadavg": load0,
             "iterations": iters,
+            "workload": if workload { Some(&args.command) } else { None },
             "repeats": args.repeats,
             "accepted": verdict.is_ok(),
             "reason": verdict.as_ref().err().map(|r| r.reason()),
@@ -433,7 +442,12 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_text(&spec, clock, basis, &key, load0, iters, args.repeats, &rows, &fit, bytes_per_sample, recorder_cpu, &notes);
+        let what = if workload {
+            format!("workload `{}`", args.command.join(" "))
+        } else {
+            format!("busy loop: {} iterations", crate::ui::thousands(iters))
+        };
+        print_text(&spec, clock, basis, &key, load0, &what, args.repeats, &rows, &fit, bytes_per_sample, recorder_cpu, &notes);
         if let Some(f) = &other_fit {
             let (lo, hi) = f.alpha_ci_ns();
             println!(
@@ -447,12 +461,14 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         }
         match (&verdict, &saved) {
             (Ok(()), Some(p)) => println!("saved to {}", p.display()),
+            (Ok(()), None) if workload => println!("not saved (workload calibrations never are; use it with --alpha)"),
             (Ok(()), None) => println!("not saved (--no-save)"),
             _ => {}
         }
     }
     if let Err(r) = verdict {
-        eprintln!("tailprof: error: calibration not saved: {}; {}", r.reason(), r.advice());
+        let alt = if basis == Basis::Wall { " (or --basis cpu)" } else { "" };
+        eprintln!("tailprof: error: calibration not saved: {}; {}{alt}", r.reason(), r.advice());
         return Ok(ExitCode::from(EXIT_REFUSED));
     }
     Ok(ExitCode::SUCCESS)
@@ -465,7 +481,7 @@ fn print_text(
     basis: Basis,
     key: &MachineKey,
     load: Option<f64>,
-    iters: u64,
+    what: &str,
     repeats: usize,
     rows: &[Value],
     fit: &tailprof_analyze::overhead::LineFit,
@@ -481,7 +497,7 @@ fn print_text(
         key.online_cpus,
         load.map(|l| format!(" (load average {l:.2})")).unwrap_or_default()
     );
-    println!("busy loop: {} iterations, {repeats} runs per point, order rotated every repeat\n", crate::ui::thousands(iters));
+    println!("{what}, {repeats} runs per point, order rotated every repeat\n");
     let label = if basis == Basis::Wall { "elapsed" } else { "CPU time" };
     println!("  {:>12}  {:>5}  {:>12}  {:>10}  {:>9}", "period", "runs", "samples", label, "overhead");
     for r in rows {

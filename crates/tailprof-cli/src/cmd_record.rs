@@ -141,10 +141,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         wakeup_events: 0,
     };
 
-    // Open the output first so an unwritable path fails before anything is launched.
-    let file = std::fs::File::create(&args.output)
-        .with_context(|| format!("cannot create output file {}", args.output.display()))?;
-
     let opts = RecordOptions {
         events,
         sampling,
@@ -162,11 +158,21 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         _ => None,
     };
     let items = ItemOptions { probes, item_reg: args.item_reg.clone() };
+
+    // Open the output before launching anything, so an unwritable path fails first. If
+    // the recorder then cannot start, remove the file again -- but only a regular file
+    // that this run created (never `-o /dev/null` or a file that was already there).
+    let existed = args.output.exists();
+    let file = std::fs::File::create(&args.output)
+        .with_context(|| format!("cannot create output file {}", args.output.display()))?;
     let mut recorder = match Recorder::with_items(opts, items) {
         Ok(r) => r,
         Err(e) => {
             drop(file);
-            let _ = std::fs::remove_file(&args.output);
+            let created_here = !existed && std::fs::symlink_metadata(&args.output).is_ok_and(|m| m.is_file());
+            if created_here {
+                let _ = std::fs::remove_file(&args.output);
+            }
             return Err(e.into());
         }
     };
@@ -181,7 +187,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let show_progress = ui::stderr_is_tty();
     let started = Instant::now();
     let mut last_draw = Instant::now();
+    // -p / -a run until Ctrl-C: say when recording has begun (after the first round,
+    // so events are enabled and /proc has been read), so a driver knows when to start load.
+    let mut announce = args.command.is_empty();
     let mut progress = |p: &Progress| {
+        if std::mem::take(&mut announce) {
+            eprintln!("tailprof: recording; press Ctrl-C to stop");
+        }
         if show_progress && last_draw.elapsed() >= Duration::from_millis(500) {
             last_draw = Instant::now();
             eprint!(

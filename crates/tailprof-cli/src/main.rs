@@ -9,9 +9,11 @@ mod cmd_calibrate;
 mod cmd_import;
 mod cmd_info;
 mod cmd_overhead;
+mod cmd_plan;
 mod cmd_items;
 mod cmd_record;
 mod cmd_report;
+mod cmd_stat;
 mod measure;
 mod signals;
 mod ui;
@@ -43,7 +45,9 @@ enum Command {
     Items(cmd_items::ItemsArgs),
     Demo(cmd_demo::DemoArgs),
     Export(cmd_export::ExportArgs),
+    Stat(cmd_stat::StatArgs),
     Calibrate(cmd_calibrate::CalibrateArgs),
+    Plan(cmd_plan::PlanArgs),
     Overhead(cmd_overhead::OverheadArgs),
     #[command(name = "__spin", hide = true)]
     Spin(cmd_calibrate::SpinArgs),
@@ -61,7 +65,9 @@ fn main() -> ExitCode {
         Command::Items(a) => cmd_items::run(a),
         Command::Demo(a) => cmd_demo::run(a),
         Command::Export(a) => cmd_export::run(a),
+        Command::Stat(a) => cmd_stat::run(a),
         Command::Calibrate(a) => cmd_calibrate::run(a),
+        Command::Plan(a) => cmd_plan::run(a),
         Command::Overhead(a) => cmd_overhead::run(a),
         Command::Spin(a) => cmd_calibrate::run_spin(a),
         Command::Timed(a) => measure::run_timed(a),

@@ -324,3 +324,19 @@ fn recorder_killed_with_sigkill_leaves_a_readable_trace() {
     let fns = functions(&json(&rep));
     assert!(fns.iter().any(|f| f.0 == "busy_thread"), "samples before the kill are symbolized: {fns:?}");
 }
+
+/// Regression: a recorder that failed to start used to delete its output path, which
+/// with `-o /dev/null` (as root) deleted the device node.
+#[test]
+fn failed_start_does_not_delete_an_existing_output_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let existing = dir.path().join("keep.trace");
+    std::fs::write(&existing, b"precious").unwrap();
+    let o = tailprof().arg("record").arg("-o").arg(&existing).args(["--", "/no/such/command-xyz"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(existing.exists(), "a path that existed before must not be removed");
+    let fresh = dir.path().join("fresh.trace");
+    let o = tailprof().arg("record").arg("-o").arg(&fresh).args(["--", "/no/such/command-xyz"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(!fresh.exists(), "an empty file this run created is cleaned up");
+}

@@ -64,21 +64,25 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tailprof_format::{BuildIdEntry, FormatError, LossKind, Mmap, Record, Sample, TraceHeader, TraceWriter};
+use tailprof_format::{FormatError, Sample, TraceHeader, TraceWriter};
 
 use crate::attr::{build_attr, AttrPlan, ClockChoice, SamplingConfig};
 use crate::caps::Capabilities;
 use crate::event::{EventError, EventSpec};
-use crate::parse::{Decoded, Decoder, Layout};
-use crate::ring::{Pending, Ring, RoundQueue};
+use crate::parse::{Decoder, Layout};
+use crate::ring::{Ring, RoundQueue};
 use crate::sys::{self, CollectError};
 use crate::target::{self, Child, LaunchError};
 use crate::uprobe::{MarkerMaker, ProbeRole, UprobeError};
-use crate::{buildid, procfs};
+use crate::procfs;
 
+mod emit;
 mod items;
+mod output;
+use emit::Emitter;
+pub use output::{RecordOutput, VecOutput};
 pub use items::{ItemOptions, MARKER_CONTROL_SYMBOL};
-use items::marker_stub::MarkerCollector; // TEMP until crate::markers lands
+use crate::markers::MarkerCollector;
 
 /// What to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,71 +176,6 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
     move |source| RecordError::Io { what, source }
 }
 
-/// Where the recorder puts records. Implemented by [`TraceWriter`] and by
-/// [`VecOutput`] (tests).
-pub trait RecordOutput {
-    fn write_record(&mut self, r: &Record) -> Result<(), FormatError>;
-    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError>;
-    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError>;
-    fn end_round(&mut self) -> Result<(), FormatError>;
-    /// Make everything written so far durable (close the open chunk, flush the file).
-    fn flush(&mut self) -> Result<(), FormatError> {
-        Ok(())
-    }
-    fn bytes_written(&self) -> u64;
-}
-
-impl<W: Write> RecordOutput for TraceWriter<W> {
-    fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
-        self.write(r)
-    }
-    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
-        TraceWriter::write_sample(self, s)
-    }
-    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
-        TraceWriter::add_build_id(self, e)
-    }
-    fn end_round(&mut self) -> Result<(), FormatError> {
-        TraceWriter::end_round(self)
-    }
-    fn flush(&mut self) -> Result<(), FormatError> {
-        TraceWriter::flush_chunk(self)
-    }
-    fn bytes_written(&self) -> u64 {
-        TraceWriter::bytes_written(self)
-    }
-}
-
-/// Keeps everything in memory (for tests and tools).
-#[derive(Debug, Default)]
-pub struct VecOutput {
-    pub records: Vec<Record>,
-    pub build_ids: Vec<BuildIdEntry>,
-    pub rounds: u64,
-}
-
-impl RecordOutput for VecOutput {
-    fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
-        self.records.push(r.clone());
-        Ok(())
-    }
-    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
-        self.records.push(Record::Sample(s.clone()));
-        Ok(())
-    }
-    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
-        self.build_ids.push(e);
-        Ok(())
-    }
-    fn end_round(&mut self) -> Result<(), FormatError> {
-        self.rounds += 1;
-        Ok(())
-    }
-    fn bytes_written(&self) -> u64 {
-        0
-    }
-}
-
 /// How long one epoll_wait may block: bounds round latency and stop latency.
 const POLL_TIMEOUT_MS: i32 = 100;
 /// How often the recorder makes the trace durable (closes the chunk and flushes the
@@ -262,113 +201,6 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// CLOCK_MONOTONIC in ns (the clock of `use_clockid` timestamps).
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// Decoding, counting, build-ids: everything between the queue and the writer.
-struct Emitter {
-    decoder: Decoder,
-    sample: Sample,
-    s: RecordSummary,
-    last_time: u64,
-    /// Paths whose build-id was looked up (and given to the writer when found).
-    build_ids: HashMap<String, Option<Vec<u8>>>,
-    /// Events with this index or higher are the uprobe item boundaries (begin, end).
-    probe_base: u16,
-    maker: Option<MarkerMaker>,
-    /// Reused buffer for the records one probe hit becomes.
-    conv: Vec<Record>,
-}
-
-impl Emitter {
-    fn note_time(&mut self, t: u64) {
-        if t != 0 && t < self.last_time {
-            self.s.out_of_order += 1;
-        }
-        self.last_time = self.last_time.max(t);
-    }
-
-    /// Decode and write one raw record.
-    fn raw<O: RecordOutput + ?Sized>(&mut self, p: &Pending, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
-        match self.decoder.decode(rec, p.event(), p.cpu, &mut self.sample) {
-            Ok(Decoded::Sample) if self.sample.event >= self.probe_base => {
-                let role = if self.sample.event == self.probe_base { ProbeRole::Begin } else { ProbeRole::End };
-                let mut conv = std::mem::take(&mut self.conv);
-                if let Some(m) = &mut self.maker {
-                    m.convert(&self.sample, role, &mut conv);
-                }
-                let mut res = Ok(());
-                for r in conv.drain(..) {
-                    if res.is_ok() {
-                        res = self.record(r, out);
-                    }
-                }
-                self.conv = conv;
-                res
-            }
-            Ok(Decoded::Sample) => {
-                self.s.samples += 1;
-                self.note_time(self.sample.time);
-                out.write_sample(&self.sample)
-            }
-            Ok(Decoded::Record(r)) => self.record(r, out),
-            Ok(Decoded::Ignored(_)) => {
-                self.s.ignored += 1;
-                Ok(())
-            }
-            Err(_) => {
-                self.s.malformed += 1;
-                Ok(())
-            }
-        }
-    }
-
-    /// Count and write one decoded or synthesized record.
-    fn record<O: RecordOutput + ?Sized>(&mut self, mut r: Record, out: &mut O) -> Result<(), FormatError> {
-        match &mut r {
-            Record::Lost(l) if l.kind == LossKind::RingFull => self.s.lost_records += l.count,
-            Record::Lost(l) if l.kind == LossKind::Samples => self.s.lost_samples += l.count,
-            Record::Lost(l) if l.kind == LossKind::Markers => self.s.lost_markers += l.count,
-            Record::Marker(_) => self.s.markers += 1,
-            Record::Throttle(t) if t.throttled => self.s.throttled += 1,
-            Record::Mmap(m) => self.build_id(m, out)?,
-            _ => {}
-        }
-        // Probe events are not in the header's event list.
-        match &mut r {
-            Record::Lost(l) if l.event.is_some_and(|e| e >= self.probe_base) => l.event = None,
-            Record::Throttle(t) if t.event.is_some_and(|e| e >= self.probe_base) => t.event = None,
-            _ => {}
-        }
-        self.note_time(r.time());
-        out.write_record(&r)
-    }
-
-    /// Attach the build-id to a file mapping, giving the writer each path's id once.
-    fn build_id<O: RecordOutput + ?Sized>(&mut self, m: &mut Mmap, out: &mut O) -> Result<(), FormatError> {
-        let kernel = m.path == "[kernel.kallsyms]";
-        if !(m.path.starts_with('/') || kernel) {
-            return Ok(());
-        }
-        if let Some(known) = self.build_ids.get(&m.path) {
-            if m.build_id.is_none() {
-                m.build_id = known.clone();
-            }
-            return Ok(());
-        }
-        let id = match &m.build_id {
-            Some(id) => Some(id.clone()),
-            None if kernel => buildid::kernel_build_id(),
-            None => buildid::read_build_id(Path::new(&m.path)).ok().flatten().or_else(|| {
-                buildid::read_build_id(Path::new(&format!("/proc/{}/root{}", m.pid, m.path))).ok().flatten()
-            }),
-        };
-        self.build_ids.insert(m.path.clone(), id.clone());
-        if let Some(id) = &id {
-            out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
-        }
-        m.build_id = id;
-        Ok(())
-    }
 }
 
 /// A thin epoll wrapper.
@@ -669,11 +501,13 @@ impl Recorder {
     }
 
     /// `-a`: attach the marker transport to every running process whose mappings define
-    /// the marker library's control symbol (best effort; processes started later are
+    /// the marker library's control symbol ([`MarkerCollector::attach`] looks; best
+    /// effort: processes that cannot be read are skipped, processes started later are
     /// not attached).
     fn attach_marker_processes(&mut self) {
         let (mut ok, mut failed) = (0usize, 0usize);
-        for pid in items::processes_with_marker_library() {
+        let me = std::process::id();
+        for pid in procfs::all_pids().into_iter().filter(|&p| p != me) {
             match self.markers.attach(pid) {
                 Ok(true) => ok += 1,
                 Ok(false) => {}

@@ -54,9 +54,17 @@ pub enum UprobeError {
     #[error("{path} is not a 64-bit little-endian ELF file")]
     NotElf { path: String },
     #[error("symbol '{symbol}' not found in {path}{}", suggest(.suggestions))]
-    SymbolNotFound { symbol: String, path: String, suggestions: Vec<String> },
+    SymbolNotFound {
+        symbol: String,
+        path: String,
+        suggestions: Vec<String>,
+    },
     #[error("symbol '{symbol}' in {path} (address {addr:#x}) lies in no loadable segment")]
-    NotLoaded { symbol: String, path: String, addr: u64 },
+    NotLoaded {
+        symbol: String,
+        path: String,
+        addr: u64,
+    },
     #[error("this kernel has no uprobe PMU ({UPROBE_SYSFS} missing or unreadable); it needs CONFIG_UPROBE_EVENTS and Linux 4.17+")]
     PmuMissing,
     #[error("bad item id register: {0}")]
@@ -82,25 +90,40 @@ pub struct ProbeSpec {
 
 impl ProbeSpec {
     pub fn parse(s: &str) -> Result<ProbeSpec, UprobeError> {
-        let bad = |reason: &str| UprobeError::BadSpec { spec: s.to_string(), reason: reason.to_string() };
+        let bad = |reason: &str| UprobeError::BadSpec {
+            spec: s.to_string(),
+            reason: reason.to_string(),
+        };
         let (rest, ret) = match s.strip_suffix("%return") {
             Some(r) => (r, true),
             None => (s, false),
         };
-        let (bin, sym) = rest.rsplit_once(':').ok_or_else(|| bad("no ':' between binary and symbol"))?;
+        let (bin, sym) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| bad("no ':' between binary and symbol"))?;
         if bin.is_empty() {
             return Err(bad("empty binary"));
         }
         if sym.is_empty() || sym.contains(['%', '/', ' ']) {
             return Err(bad("bad symbol name"));
         }
-        Ok(ProbeSpec { binary: bin.to_string(), symbol: sym.to_string(), ret })
+        Ok(ProbeSpec {
+            binary: bin.to_string(),
+            symbol: sym.to_string(),
+            ret,
+        })
     }
 }
 
 impl std::fmt::Display for ProbeSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}{}", self.binary, self.symbol, if self.ret { "%return" } else { "" })
+        write!(
+            f,
+            "{}:{}{}",
+            self.binary,
+            self.symbol,
+            if self.ret { "%return" } else { "" }
+        )
     }
 }
 
@@ -134,29 +157,39 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
     let found = if spec.binary.contains('/') {
         Some(PathBuf::from(&spec.binary)).filter(|p| p.is_file())
     } else {
-        let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-        std::env::split_paths(&path).map(|d| d.join(&spec.binary)).find(|p| p.is_file())
+        let path =
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        std::env::split_paths(&path)
+            .map(|d| d.join(&spec.binary))
+            .find(|p| p.is_file())
     };
     let path = found.ok_or_else(|| UprobeError::BinaryNotFound(spec.binary.clone()))?;
     let path = std::fs::canonicalize(&path).unwrap_or(path);
-    let data =
-        std::fs::read(&path).map_err(|source| UprobeError::Read { path: path.display().to_string(), source })?;
-    let (addr, offset) = symbol_offset(&data, &spec.symbol, false).map_err(|e| match e {
-        Lookup::NotElf => UprobeError::NotElf { path: path.display().to_string() },
-        Lookup::Missing(suggestions) => {
-            UprobeError::SymbolNotFound { symbol: spec.symbol.clone(), path: path.display().to_string(), suggestions }
-        }
-        Lookup::NotLoaded(addr) => {
-            UprobeError::NotLoaded { symbol: spec.symbol.clone(), path: path.display().to_string(), addr }
-        }
+    let data = std::fs::read(&path).map_err(|source| UprobeError::Read {
+        path: path.display().to_string(),
+        source,
     })?;
-    Ok(ResolvedProbe { spec: spec.clone(), path, addr, offset })
-}
-
-/// Whether the ELF file at `path` defines `name` (any symbol type) in `.symtab` or
-/// `.dynsym` and it lies in a loadable segment. Unreadable or non-ELF files: false.
-pub fn has_symbol(path: &Path, name: &str) -> bool {
-    std::fs::read(path).is_ok_and(|d| symbol_offset(&d, name, true).is_ok())
+    let (addr, offset) = symbol_offset(&data, &spec.symbol).map_err(|e| match e {
+        Lookup::NotElf => UprobeError::NotElf {
+            path: path.display().to_string(),
+        },
+        Lookup::Missing(suggestions) => UprobeError::SymbolNotFound {
+            symbol: spec.symbol.clone(),
+            path: path.display().to_string(),
+            suggestions,
+        },
+        Lookup::NotLoaded(addr) => UprobeError::NotLoaded {
+            symbol: spec.symbol.clone(),
+            path: path.display().to_string(),
+            addr,
+        },
+    })?;
+    Ok(ResolvedProbe {
+        spec: spec.clone(),
+        path,
+        addr,
+        offset,
+    })
 }
 
 enum Lookup {
@@ -180,7 +213,7 @@ fn u64_at(d: &[u8], at: u64) -> Option<u64> {
 }
 
 /// `(st_value, file offset)` of a defined function symbol in an ELF64 LE image.
-fn symbol_offset(d: &[u8], name: &str, any_type: bool) -> Result<(u64, u64), Lookup> {
+fn symbol_offset(d: &[u8], name: &str) -> Result<(u64, u64), Lookup> {
     if d.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
         return Err(Lookup::NotElf);
     }
@@ -204,29 +237,39 @@ fn symbol_offset(d: &[u8], name: &str, any_type: bool) -> Result<(u64, u64), Loo
             if u32_at(d, sh + 4) != Some(want) {
                 continue;
             }
-            let (Some(off), Some(size), Some(link), Some(entsize)) =
-                (u64_at(d, sh + 0x18), u64_at(d, sh + 0x20), u32_at(d, sh + 0x28), u64_at(d, sh + 0x38))
-            else {
+            let (Some(off), Some(size), Some(link), Some(entsize)) = (
+                u64_at(d, sh + 0x18),
+                u64_at(d, sh + 0x20),
+                u32_at(d, sh + 0x28),
+                u64_at(d, sh + 0x38),
+            ) else {
                 continue;
             };
             let strsh = shoff + link * shentsize;
-            let Some(stroff) = u64_at(d, strsh + 0x18) else { continue };
+            let Some(stroff) = u64_at(d, strsh + 0x18) else {
+                continue;
+            };
             if entsize < 24 {
                 continue;
             }
             for s in 0..size / entsize {
                 let e = off + s * entsize;
-                let (Some(st_name), Some(info), Some(shndx), Some(value)) =
-                    (u32_at(d, e), rd::<1>(d, e + 4), u16_at(d, e + 6), u64_at(d, e + 8))
-                else {
+                let (Some(st_name), Some(info), Some(shndx), Some(value)) = (
+                    u32_at(d, e),
+                    rd::<1>(d, e + 4),
+                    u16_at(d, e + 6),
+                    u64_at(d, e + 8),
+                ) else {
                     break;
                 };
                 let ty = info[0] & 0xf;
                 // STT_FUNC = 2, STT_GNU_IFUNC = 10; defined (shndx != SHN_UNDEF).
-                if !(any_type || ty == 2 || ty == 10) || shndx == 0 || value == 0 {
+                if !(ty == 2 || ty == 10) || shndx == 0 || value == 0 {
                     continue;
                 }
-                let Some(sname) = cstr_at(d, stroff + st_name) else { continue };
+                let Some(sname) = cstr_at(d, stroff + st_name) else {
+                    continue;
+                };
                 let base = sname.split('@').next().unwrap_or(sname);
                 if base == name {
                     found = Some(value);
@@ -244,7 +287,8 @@ fn symbol_offset(d: &[u8], name: &str, any_type: bool) -> Result<(u64, u64), Loo
         if u32_at(d, ph) != Some(1) {
             continue; // PT_LOAD only
         }
-        let (Some(p_offset), Some(p_vaddr), Some(p_filesz)) = (u64_at(d, ph + 8), u64_at(d, ph + 16), u64_at(d, ph + 32))
+        let (Some(p_offset), Some(p_vaddr), Some(p_filesz)) =
+            (u64_at(d, ph + 8), u64_at(d, ph + 16), u64_at(d, ph + 32))
         else {
             continue;
         };
@@ -290,7 +334,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.iter().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -316,9 +362,16 @@ impl UprobePmu {
         let pmu_type = ty.trim().parse().map_err(|_| UprobeError::PmuMissing)?;
         let retprobe_bit = std::fs::read_to_string(dir.join("format/retprobe"))
             .ok()
-            .and_then(|s| s.trim().strip_prefix("config:").and_then(|b| b.parse().ok()))
+            .and_then(|s| {
+                s.trim()
+                    .strip_prefix("config:")
+                    .and_then(|b| b.parse().ok())
+            })
             .unwrap_or(0);
-        Ok(UprobePmu { pmu_type, retprobe_bit })
+        Ok(UprobePmu {
+            pmu_type,
+            retprobe_bit,
+        })
     }
 }
 
@@ -403,7 +456,9 @@ impl ItemProbes {
             Some(r) => {
                 let m = parse_regs(r).map_err(|e| UprobeError::BadRegister(e.to_string()))?;
                 if m.count_ones() != 1 {
-                    return Err(UprobeError::BadRegister(format!("'{r}': give exactly one register, e.g. rdi")));
+                    return Err(UprobeError::BadRegister(format!(
+                        "'{r}': give exactly one register, e.g. rdi"
+                    )));
                 }
                 m
             }
@@ -411,7 +466,10 @@ impl ItemProbes {
         let begin = resolve(&self.begin)?;
         let end = resolve(&self.end)?;
         let pmu = UprobePmu::probe()?;
-        let cpath = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|_| UprobeError::BinaryNotFound(p.display().to_string()));
+        let cpath = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| UprobeError::BinaryNotFound(p.display().to_string()))
+        };
         Ok(PreparedProbes {
             begin_path: cpath(&begin.path)?,
             end_path: cpath(&end.path)?,
@@ -448,16 +506,29 @@ pub struct MarkerMaker {
 
 impl MarkerMaker {
     pub fn new(id_from_reg: bool, class: Option<String>) -> Self {
-        MarkerMaker { id_from_reg, class, ..Default::default() }
+        MarkerMaker {
+            id_from_reg,
+            class,
+            ..Default::default()
+        }
     }
 
     /// Records for one hit, in order (an [`ItemClass`] before a process's first marker
     /// when a class is set, then the marker).
     pub fn convert(&mut self, s: &Sample, role: ProbeRole, out: &mut Vec<Record>) {
-        let class = if self.class.is_some() { UPROBE_CLASS_ID } else { 0 };
+        let class = if self.class.is_some() {
+            UPROBE_CLASS_ID
+        } else {
+            0
+        };
         if let (Some(name), true) = (&self.class, role == ProbeRole::Begin) {
             if self.classes_declared.insert(s.pid) {
-                out.push(Record::ItemClass(ItemClass { time: s.time, pid: s.pid, id: UPROBE_CLASS_ID, name: name.clone() }));
+                out.push(Record::ItemClass(ItemClass {
+                    time: s.time,
+                    pid: s.pid,
+                    id: UPROBE_CLASS_ID,
+                    name: name.clone(),
+                }));
             }
         }
         let (kind, item) = match role {
@@ -498,7 +569,14 @@ mod tests {
     #[test]
     fn parses_specs() {
         let p = ProbeSpec::parse("/usr/bin/x:handle%return").unwrap();
-        assert_eq!(p, ProbeSpec { binary: "/usr/bin/x".into(), symbol: "handle".into(), ret: true });
+        assert_eq!(
+            p,
+            ProbeSpec {
+                binary: "/usr/bin/x".into(),
+                symbol: "handle".into(),
+                ret: true
+            }
+        );
         assert_eq!(p.to_string(), "/usr/bin/x:handle%return");
         assert!(!ProbeSpec::parse("postgres:exec_simple_query").unwrap().ret);
         assert!(ProbeSpec::parse("nosymbol").is_err());
@@ -510,30 +588,59 @@ mod tests {
     fn resolves_a_symbol_of_our_own_binary_and_suggests_names() {
         // The test binary itself is an ELF with a .symtab.
         let me = std::env::current_exe().unwrap();
-        let spec = ProbeSpec { binary: me.display().to_string(), symbol: "main".into(), ret: false };
+        let spec = ProbeSpec {
+            binary: me.display().to_string(),
+            symbol: "main".into(),
+            ret: false,
+        };
         let r = resolve(&spec).unwrap();
         assert!(r.offset > 0 && r.offset <= r.addr.max(r.offset));
-        let bad = ProbeSpec { symbol: "mian".into(), ..spec };
+        let bad = ProbeSpec {
+            symbol: "mian".into(),
+            ..spec
+        };
         match resolve(&bad).unwrap_err() {
-            UprobeError::SymbolNotFound { suggestions, .. } => assert!(suggestions.contains(&"main".to_string())),
+            UprobeError::SymbolNotFound { suggestions, .. } => {
+                assert!(suggestions.contains(&"main".to_string()))
+            }
             e => panic!("{e}"),
         }
-        let none = ProbeSpec { binary: "/nonexistent/tailprof-x".into(), symbol: "f".into(), ret: false };
-        assert!(matches!(resolve(&none), Err(UprobeError::BinaryNotFound(_))));
-        let not_elf = ProbeSpec { binary: "/proc/self/status".into(), ..bad.clone() };
-        assert!(matches!(resolve(&not_elf), Err(UprobeError::NotElf { .. } | UprobeError::Read { .. })));
+        let none = ProbeSpec {
+            binary: "/nonexistent/tailprof-x".into(),
+            symbol: "f".into(),
+            ret: false,
+        };
+        assert!(matches!(
+            resolve(&none),
+            Err(UprobeError::BinaryNotFound(_))
+        ));
+        let not_elf = ProbeSpec {
+            binary: "/proc/self/status".into(),
+            ..bad.clone()
+        };
+        assert!(matches!(
+            resolve(&not_elf),
+            Err(UprobeError::NotElf { .. } | UprobeError::Read { .. })
+        ));
     }
 
     #[test]
     fn markers_from_hits() {
         let mut m = MarkerMaker::new(false, Some("q".into()));
-        let hit = |tid, time| Sample { time, pid: 1, tid, ..Sample::default() };
+        let hit = |tid, time| Sample {
+            time,
+            pid: 1,
+            tid,
+            ..Sample::default()
+        };
         let mut out = Vec::new();
         m.convert(&hit(1, 10), ProbeRole::Begin, &mut out);
         m.convert(&hit(2, 11), ProbeRole::Begin, &mut out);
         m.convert(&hit(1, 12), ProbeRole::End, &mut out);
         m.convert(&hit(3, 13), ProbeRole::End, &mut out);
-        assert!(matches!(&out[0], Record::ItemClass(c) if c.name == "q" && c.id == UPROBE_CLASS_ID));
+        assert!(
+            matches!(&out[0], Record::ItemClass(c) if c.name == "q" && c.id == UPROBE_CLASS_ID)
+        );
         let ms: Vec<(u32, MarkerKind, u64)> = out
             .iter()
             .filter_map(|r| match r {
@@ -553,7 +660,14 @@ mod tests {
         assert_eq!(m.unmatched_ends, 1);
         let mut r = MarkerMaker::new(true, None);
         let mut out = Vec::new();
-        r.convert(&Sample { regs: vec![77], ..Sample::default() }, ProbeRole::Begin, &mut out);
+        r.convert(
+            &Sample {
+                regs: vec![77],
+                ..Sample::default()
+            },
+            ProbeRole::Begin,
+            &mut out,
+        );
         assert!(matches!(&out[0], Record::Marker(k) if k.item == 77 && k.class == 0));
     }
 }

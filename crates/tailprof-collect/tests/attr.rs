@@ -149,3 +149,52 @@ fn golden_eligibility_summary() {
 fn fixtures_exist() {
     assert!(Path::new(&manifest().join("tests/fixtures/sysfs/cpu/format/ldlat")).is_file());
 }
+
+/// Uprobe item-boundary attrs (`--item-begin BIN:SYM`, `--item-end BIN:SYM%return`),
+/// against the fixture PMU description in `tests/fixtures/sysfs/uprobe` when present,
+/// else type 8 / retprobe bit 0 (this VM's values). `config1` is a pointer to the
+/// binary's path at open time; the golden files show a fixed placeholder
+/// (0x7f0000001000) instead. Same UPDATE_GOLDEN rule; files in `tests/attr/uprobe/`.
+#[test]
+fn golden_uprobe_attrs() {
+    use tailprof_collect::uprobe::{uprobe_attr, UprobeAttrConfig, UprobePmu};
+    let pmu = UprobePmu::probe_at(&manifest().join("tests/fixtures/sysfs/uprobe"))
+        .unwrap_or(UprobePmu { pmu_type: 8, retprobe_bit: 0 });
+    let base = UprobeAttrConfig {
+        offset: 0x4760a0,
+        ret: false,
+        regs_user: 0,
+        clock: ClockChoice::Monotonic,
+        inherit: true,
+        enable_on_exec: true,
+    };
+    let cases: [(&str, &str, UprobeAttrConfig); 4] = [
+        ("uprobe_begin_seq", "begin, command target, sequence ids", base),
+        ("uprobe_begin_id_rdi", "begin, --item-id-reg rdi", UprobeAttrConfig { regs_user: parse_regs("rdi").unwrap(), ..base }),
+        ("uprobe_end_return", "end, %return", UprobeAttrConfig { ret: true, ..base }),
+        (
+            "uprobe_end_return_system_wide",
+            "end, %return, -a (pid -1, no inherit)",
+            UprobeAttrConfig { ret: true, inherit: false, enable_on_exec: false, ..base },
+        ),
+    ];
+    let dir = manifest().join("tests/attr/uprobe");
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v != "0");
+    let mut failures = Vec::new();
+    for (name, what, cfg) in cases {
+        let a = uprobe_attr(&pmu, &cfg, 0x7f00_0000_1000);
+        let actual = format!("# uprobe: {what}\n{}", attr_golden_text(&a));
+        let path = dir.join(format!("{name}.golden"));
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &actual).unwrap();
+            continue;
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(expected) if expected == actual => {}
+            Ok(expected) => failures.push(format!("{}:\n{}", path.display(), diff(&expected, &actual))),
+            Err(e) => failures.push(format!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display())),
+        }
+    }
+    assert!(failures.is_empty(), "golden mismatches (UPDATE_GOLDEN=1 to accept):\n{}", failures.join("\n"));
+}

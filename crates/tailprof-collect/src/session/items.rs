@@ -1,6 +1,5 @@
 //! The recorder's item side (issue 3): options, the queue that merges marker records
-//! into the rounds, opening uprobe item boundaries next to the sampling events, and
-//! finding processes with the marker library for `-a`.
+//! into the rounds, and opening uprobe item boundaries next to the sampling events.
 //!
 //! Marker records (from the marker library's shared-memory rings, drained by
 //! [`crate::markers::MarkerCollector`]) are already decoded [`Record`]s, not raw ring
@@ -8,9 +7,7 @@
 //! and are written by the same round rule: sorted by time, and before every raw record
 //! the queued records stamped at or before it go first (see `session`'s module docs).
 
-use std::collections::HashMap;
 use std::io;
-use std::path::Path;
 
 use tailprof_format::{FormatError, Record};
 
@@ -34,9 +31,17 @@ pub struct ItemOptions {
 pub(super) fn item_reg_mask(name: &str) -> Result<(u64, String), String> {
     let m = parse_regs(name).map_err(|e| e.to_string())?;
     if m.count_ones() != 1 {
-        return Err(format!("--item-reg takes exactly one register (got '{name}')"));
+        return Err(format!(
+            "--item-reg takes exactly one register (got '{name}')"
+        ));
     }
-    Ok((m, reg_names(m).first().map(|s| s.to_string()).unwrap_or_else(|| name.to_string())))
+    Ok((
+        m,
+        reg_names(m)
+            .first()
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| name.to_string()),
+    ))
 }
 
 /// Records waiting to be merged into the round (see the module docs).
@@ -87,12 +92,22 @@ pub(super) struct ProbeSet {
 }
 
 impl ProbeSet {
-    pub fn attr_config(&self, role: ProbeRole, clock: ClockChoice, inherit: bool, enable_on_exec: bool) -> UprobeAttrConfig {
+    pub fn attr_config(
+        &self,
+        role: ProbeRole,
+        clock: ClockChoice,
+        inherit: bool,
+        enable_on_exec: bool,
+    ) -> UprobeAttrConfig {
         let r = self.probe(role);
         UprobeAttrConfig {
             offset: r.offset,
             ret: r.spec.ret,
-            regs_user: if role == ProbeRole::Begin { self.p.id_reg_mask } else { 0 },
+            regs_user: if role == ProbeRole::Begin {
+                self.p.id_reg_mask
+            } else {
+                0
+            },
             clock,
             inherit,
             enable_on_exec,
@@ -111,7 +126,11 @@ impl ProbeSet {
         [ProbeRole::Begin, ProbeRole::End]
             .iter()
             .map(|&role| {
-                let a = uprobe::uprobe_attr(&self.p.pmu, &self.attr_config(role, clock, false, false), 0);
+                let a = uprobe::uprobe_attr(
+                    &self.p.pmu,
+                    &self.attr_config(role, clock, false, false),
+                    0,
+                );
                 Layout {
                     sample_type: a.sample_type,
                     regs_user_mask: a.sample_regs_user,
@@ -191,69 +210,7 @@ fn open_error(e: &io::Error, probe: &ResolvedProbe) -> CollectError {
 }
 
 /// The symbol the marker library exports (its control block).
-pub const MARKER_CONTROL_SYMBOL: &str = "tailprof_control";
-
-/// Processes (other than the recorder) that map an executable file defining
-/// [`MARKER_CONTROL_SYMBOL`]. Best effort: unreadable maps are skipped, and each file
-/// is inspected once.
-pub(super) fn processes_with_marker_library() -> Vec<u32> {
-    let me = std::process::id();
-    let mut cache: HashMap<String, bool> = HashMap::new();
-    let mut out = Vec::new();
-    for pid in crate::procfs::all_pids() {
-        if pid == me {
-            continue;
-        }
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
-        let hit = maps.lines().any(|l| {
-            let mut f = l.split_whitespace();
-            let perms = f.nth(1).unwrap_or("");
-            let Some(path) = f.nth(3) else { return false };
-            if !perms.contains('x') || !path.starts_with('/') {
-                return false;
-            }
-            *cache.entry(path.to_string()).or_insert_with(|| {
-                let p = format!("/proc/{pid}/root{path}");
-                uprobe::has_symbol(Path::new(&p), MARKER_CONTROL_SYMBOL)
-            })
-        });
-        if hit {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// TEMP: stand-in with engineer A's signatures until `crate::markers` lands.
-pub(super) mod marker_stub {
-    use crate::sys::CollectError;
-    use tailprof_format::Record;
-    #[derive(Debug, Default)]
-    pub struct MarkerCollector;
-    #[derive(Debug, Default)]
-    pub struct DrainStats {
-        pub markers: u64,
-        pub dropped: u64,
-        pub classes: u64,
-    }
-    impl MarkerCollector {
-        pub fn new() -> Self {
-            MarkerCollector
-        }
-        pub fn prepare_child(&mut self, _pid: u32) -> Result<Vec<(String, String)>, CollectError> {
-            Ok(Vec::new())
-        }
-        pub fn attach(&mut self, _pid: u32) -> Result<bool, CollectError> {
-            Ok(false)
-        }
-        pub fn drain(&mut self, _out: &mut Vec<Record>) -> DrainStats {
-            DrainStats::default()
-        }
-        pub fn finish(&mut self, _out: &mut Vec<Record>) -> DrainStats {
-            DrainStats::default()
-        }
-    }
-}
+pub const MARKER_CONTROL_SYMBOL: &str = crate::markers::CONTROL_SYMBOL;
 
 #[cfg(test)]
 mod tests {
@@ -261,7 +218,11 @@ mod tests {
     use tailprof_format::{Marker, MarkerKind};
 
     fn m(time: u64) -> Record {
-        Record::Marker(Marker { time, kind: MarkerKind::Begin, ..Marker::default() })
+        Record::Marker(Marker {
+            time,
+            kind: MarkerKind::Begin,
+            ..Marker::default()
+        })
     }
 
     #[test]
