@@ -324,7 +324,8 @@ fn print_items(report: &ItemsReport, truth: &BTreeMap<u64, Truth>) {
     );
     println!("{:>4}  {:<6} {:>10} {:>8} {:>7}  {:<5} {:<4}  top functions ({})", "id", "class", "duration", "samples", "score", "flag", "log", report.shown_estimator.describe());
     let mut rows: Vec<_> = report.items.iter().collect();
-    rows.sort_by_key(|r| std::cmp::Reverse(r.duration_ns));
+    // Flagged queries first, then the slowest.
+    rows.sort_by_key(|r| (std::cmp::Reverse(r.anomalous), std::cmp::Reverse(r.duration_ns)));
     let shown = rows.iter().filter(|r| r.anomalous).count().max(8) + 4;
     for r in rows.iter().take(shown) {
         let tops: Vec<String> = r
@@ -357,26 +358,7 @@ fn print_items(report: &ItemsReport, truth: &BTreeMap<u64, Truth>) {
 
 fn print_explanation(report: &ItemsReport, id: u64) {
     match explain(report, id) {
-        Ok(ex) => {
-            println!(
-                "\nwhy was query {id} ({}) slow? {} vs class median; responsible: {}",
-                ex.item.class.as_deref().unwrap_or("-"),
-                duration(ex.item.duration_ns),
-                ex.responsible.join(", ")
-            );
-            println!("  {:<28} {:>10} {:>12} {:>11} {:>8}", "function", "this query", "class median", "difference", "share");
-            for d in ex.diffs.iter().take(6) {
-                let delta = d.delta_ns;
-                println!(
-                    "  {:<28} {:>10} {:>12} {:>11} {:>7.0}%",
-                    d.name,
-                    duration(d.item_ns as u64),
-                    duration(d.median_ns as u64),
-                    format!("{}{}", if delta < 0.0 { "-" } else { "+" }, duration(delta.abs() as u64)),
-                    d.share_of_excess * 100.0
-                );
-            }
-        }
+        Ok(ex) => println!("\nwhy was query {id} slow?\n{}", tailprof_present::items::render_explanation(&ex)),
         Err(e) => println!("\nno explanation for query {id}: {e}"),
     }
 }
