@@ -12,7 +12,8 @@
 //! - after reading: [`Resolver::functions`] symbolizes every location once, in one
 //!   batch per binary, and folds locations into function rows ([`FunctionTable`]):
 //!   (name, binary path) pairs, unknown addresses named `[unknown] bin+0x..` with their
-//!   reason.
+//!   reason. Names come back as ids of the symbolizer's name table, each distinct raw
+//!   name demangled once, so folding is keyed on integers, not strings.
 //!
 //! Callers keep their own counters indexed by [`LocId`] (or by anything keyed on it) and
 //! fold them through [`FunctionTable::of_loc`] at the end.
@@ -21,7 +22,7 @@ use rustc_hash::FxHashMap;
 use tailprof_format::{BuildIdEntry, Comm, CpuMode, Mmap, Sample, Sink, Task, TraceHeader};
 
 use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
-use crate::symbolize::{KernelOrigin, SymResult, Symbolizer, UnknownReason};
+use crate::symbolize::{KernelOrigin, NameId, SymIdResult, Symbolizer, UnknownReason};
 
 /// Dense id of a unique [`Location`], in order of first sight.
 pub type LocId = u32;
@@ -170,23 +171,34 @@ impl Resolver {
     /// rows keyed by (name, binary path).
     pub fn functions(&self, symbolizer: &mut Symbolizer) -> FunctionTable {
         let (names, kernel_note) = self.symbolize_locations(symbolizer);
-        let mut index: FxHashMap<(String, String), u32> = FxHashMap::default();
+        // Rows by (display-name id, path) for symbols, by (name, path) for unknowns.
+        let mut known: FxHashMap<(NameId, &str), u32> = FxHashMap::default();
+        let mut unknown: FxHashMap<(String, &str), u32> = FxHashMap::default();
         let mut rows = Vec::new();
         let mut of_loc = Vec::with_capacity(self.loc_list.len());
-        for (i, loc) in self.loc_list.iter().enumerate() {
+        for (loc, r) in self.loc_list.iter().zip(&names) {
             let b = self.spaces.binary(loc.binary);
-            let (name, reason) = match &names[i] {
-                Ok(n) => (n.clone(), None),
-                Err(r) => (unknown_name(b.kind, &b.path, loc.offset), Some(r.to_string())),
-            };
-            let key = (name, b.path.clone());
-            let id = match index.get(&key) {
-                Some(&id) => id,
-                None => {
-                    let id = rows.len() as u32;
-                    rows.push(FunctionInfo { name: key.0.clone(), binary: key.1.clone(), unknown_reason: reason });
-                    index.insert(key, id);
-                    id
+            let path = b.path.as_str();
+            let next = rows.len() as u32;
+            let id = match r {
+                Ok(name) => *known.entry((*name, path)).or_insert_with(|| {
+                    rows.push(FunctionInfo {
+                        name: symbolizer.name(*name).to_owned(),
+                        binary: path.to_owned(),
+                        unknown_reason: None,
+                    });
+                    next
+                }),
+                Err(reason) => {
+                    let name = unknown_name(b.kind, path, loc.offset);
+                    *unknown.entry((name, path)).or_insert_with_key(|(name, _)| {
+                        rows.push(FunctionInfo {
+                            name: name.clone(),
+                            binary: path.to_owned(),
+                            unknown_reason: Some(reason.to_string()),
+                        });
+                        next
+                    })
                 }
             };
             of_loc.push(id);
@@ -195,9 +207,9 @@ impl Resolver {
     }
 
     /// One result per location, plus the kernel-symbols note.
-    fn symbolize_locations(&self, symbolizer: &mut Symbolizer) -> (Vec<SymResult>, Option<String>) {
+    fn symbolize_locations(&self, symbolizer: &mut Symbolizer) -> (Vec<SymIdResult>, Option<String>) {
         symbolizer.set_origin(KernelOrigin::new(&self.header, self.spaces.kernel_text()));
-        let mut out: Vec<Option<SymResult>> = vec![None; self.loc_list.len()];
+        let mut out: Vec<Option<SymIdResult>> = vec![None; self.loc_list.len()];
         let mut per_binary: FxHashMap<BinaryId, Vec<u32>> = FxHashMap::default();
         let mut kernel: Vec<u32> = Vec::new();
         for (i, loc) in self.loc_list.iter().enumerate() {
@@ -214,7 +226,7 @@ impl Resolver {
             let offsets: Vec<u64> = idx.iter().map(|&i| self.loc_list[i as usize].offset).collect();
             let b = self.spaces.binary(id);
             let trace_bid = b.build_id.as_deref().or_else(|| self.build_ids.get(&b.path).map(Vec::as_slice));
-            for (i, r) in idx.iter().zip(symbolizer.symbolize_binary(b, trace_bid, &offsets)) {
+            for (i, r) in idx.iter().zip(symbolizer.symbolize_binary_ids(b, trace_bid, &offsets)) {
                 out[*i as usize] = Some(r);
             }
         }
@@ -226,7 +238,7 @@ impl Resolver {
                 Ok(p) => format!("kernel symbols from {}", p.display()),
                 Err(why) => format!("kernel addresses not named: {why}"),
             });
-            for (i, r) in kernel.iter().zip(symbolizer.symbolize_kernel(&addrs)) {
+            for (i, r) in kernel.iter().zip(symbolizer.symbolize_kernel_ids(&addrs)) {
                 out[*i as usize] = Some(r);
             }
         }

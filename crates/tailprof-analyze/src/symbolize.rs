@@ -11,12 +11,19 @@
 //! and the file on disk has another one, we refuse to name its addresses
 //! ([`UnknownReason::BuildIdMismatch`]) instead of printing wrong names.
 //!
+//! Demangling is ours, not blazesym's: blazesym demangles the name of every address it
+//! is asked about, so a function hit at 500 addresses would be demangled 500 times. We
+//! ask for raw names and intern them in a [`NameTable`]: each distinct raw name is
+//! demangled once (same crates and policy as blazesym: Rust first, then C++), and equal
+//! demangled names share one [`NameId`].
+//!
 //! Kernel addresses are named from a kallsyms file (`/proc/kallsyms` by default) only
 //! when it shows real addresses and the trace plausibly comes from the running kernel
 //! (same release, same host, same boot id when the trace records one in
 //! `TraceHeader::extra["boot_id"]`, and `_text` at the address the trace's
 //! `[kernel.kallsyms]` mapping recorded: otherwise KASLR moved the kernel since).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -134,6 +141,80 @@ impl fmt::Display for UnknownReason {
 /// The answer for one address.
 pub type SymResult = Result<String, UnknownReason>;
 
+/// Id of a distinct display (demangled) name in a [`Symbolizer`]'s [`NameTable`].
+pub type NameId = u32;
+
+/// The answer for one address, as an id into the symbolizer's [`NameTable`].
+pub type SymIdResult = Result<NameId, UnknownReason>;
+
+/// Demangle a C++ or Rust symbol name; other names come back unchanged. The policy of
+/// blazesym's demangler for symbols of unknown language: Rust (legacy or v0, printed
+/// without the hash) first, then C++.
+pub fn demangle(name: &str) -> Cow<'_, str> {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return Cow::Owned(format!("{d:#}"));
+    }
+    match cpp_demangle::Symbol::new(name).map(|s| s.demangle()) {
+        Ok(Ok(d)) => Cow::Owned(d),
+        _ => Cow::Borrowed(name),
+    }
+}
+
+/// Interned function names: raw (mangled) name → [`NameId`] of its display name. Each
+/// distinct raw name is demangled once; raw names that demangle alike (C++ complete and
+/// base constructors, Rust names differing only in their hash) share one id.
+#[derive(Debug, Default)]
+pub struct NameTable {
+    demangle: bool,
+    list: Vec<Box<str>>,
+    by_display: FxHashMap<Box<str>, NameId>,
+    by_raw: FxHashMap<Box<str>, NameId>,
+}
+
+impl NameTable {
+    fn new(demangle: bool) -> Self {
+        NameTable { demangle, ..Default::default() }
+    }
+
+    /// The display name of `id`.
+    pub fn get(&self, id: NameId) -> &str {
+        &self.list[id as usize]
+    }
+
+    /// Distinct display names.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Distinct raw names seen (each demangled once).
+    pub fn raw_names(&self) -> usize {
+        self.by_raw.len()
+    }
+
+    /// The id of raw name `raw`, demangling it on first sight.
+    pub fn intern(&mut self, raw: &str) -> NameId {
+        if let Some(&id) = self.by_raw.get(raw) {
+            return id;
+        }
+        let display = if self.demangle { demangle(raw) } else { Cow::Borrowed(raw) };
+        let id = match self.by_display.get(display.as_ref()) {
+            Some(&id) => id,
+            None => {
+                let id = self.list.len() as NameId;
+                self.list.push(display.as_ref().into());
+                self.by_display.insert(display.as_ref().into(), id);
+                id
+            }
+        };
+        self.by_raw.insert(raw.into(), id);
+        id
+    }
+}
+
 /// Hex spelling of a build-id.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -172,6 +253,7 @@ impl KernelOrigin {
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
     opts: SymbolizerOptions,
+    names: NameTable,
     /// Per (path, trace build-id): `None` if the file may be symbolized, else why not.
     file_checks: FxHashMap<(String, Option<Vec<u8>>), Option<UnknownReason>>,
     origin: KernelOrigin,
@@ -197,12 +279,14 @@ impl Symbolizer {
         let mut b = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(false)
             .enable_inlined_fns(false)
-            .enable_demangling(opts.demangle);
+            // We demangle once per distinct name (NameTable), not once per address.
+            .enable_demangling(false);
         if let Some(dirs) = &opts.debug_dirs {
             b = b.set_debug_dirs(Some(dirs.as_slice()));
         }
         Symbolizer {
             inner: b.build(),
+            names: NameTable::new(opts.demangle),
             opts,
             file_checks: FxHashMap::default(),
             origin: KernelOrigin::default(),
@@ -223,6 +307,20 @@ impl Symbolizer {
 
     pub fn options(&self) -> &SymbolizerOptions {
         &self.opts
+    }
+
+    /// The names handed out so far as [`NameId`]s.
+    pub fn names(&self) -> &NameTable {
+        &self.names
+    }
+
+    /// The display name of `id`.
+    pub fn name(&self, id: NameId) -> &str {
+        self.names.get(id)
+    }
+
+    fn to_strings(&self, ids: Vec<SymIdResult>) -> Vec<SymResult> {
+        ids.into_iter().map(|r| r.map(|id| self.names.get(id).to_owned())).collect()
     }
 
     /// Whether the file behind `binary` may be symbolized; `Some(reason)` if not.
@@ -273,6 +371,18 @@ impl Symbolizer {
         trace_build_id: Option<&[u8]>,
         offsets: &[u64],
     ) -> Vec<SymResult> {
+        let ids = self.symbolize_binary_ids(binary, trace_build_id, offsets);
+        self.to_strings(ids)
+    }
+
+    /// Like [`Symbolizer::symbolize_binary`], answering [`NameId`]s (see
+    /// [`Symbolizer::name`]): no string per address.
+    pub fn symbolize_binary_ids(
+        &mut self,
+        binary: &Binary,
+        trace_build_id: Option<&[u8]>,
+        offsets: &[u64],
+    ) -> Vec<SymIdResult> {
         let all = |r: UnknownReason| offsets.iter().map(|_| Err(r.clone())).collect();
         match binary.kind {
             BinaryKind::File => {}
@@ -290,14 +400,14 @@ impl Symbolizer {
         }
         let src = Source::Elf(Elf { debug_syms: self.opts.debug_syms, ..Elf::new(&binary.path) });
         match self.inner.symbolize(&src, Input::FileOffset(offsets)) {
-            Ok(syms) => syms.into_iter().map(convert).collect(),
+            Ok(syms) => intern_all(&mut self.names, &syms),
             Err(e) => all(UnknownReason::Unreadable { error: e.to_string() }),
         }
     }
 
     /// Offsets into the `[vdso]` image, named from this process's vDSO when the trace
     /// comes from the running kernel.
-    fn symbolize_vdso(&mut self, offsets: &[u64]) -> Vec<SymResult> {
+    fn symbolize_vdso(&mut self, offsets: &[u64]) -> Vec<SymIdResult> {
         if self.vdso.is_none() {
             let copy = same_kernel(&self.origin).and_then(|()| copy_own_vdso());
             self.vdso = Some(copy);
@@ -311,7 +421,7 @@ impl Symbolizer {
         };
         let src = Source::Elf(Elf { debug_syms: false, ..Elf::new(path) });
         match self.inner.symbolize(&src, Input::FileOffset(offsets)) {
-            Ok(syms) => syms.into_iter().map(convert).collect(),
+            Ok(syms) => intern_all(&mut self.names, &syms),
             Err(e) => offsets.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),
         }
     }
@@ -319,6 +429,12 @@ impl Symbolizer {
     /// Name kernel addresses (one result per address, same order), if the kallsyms
     /// file applies to the trace (see [`Symbolizer::set_origin`]).
     pub fn symbolize_kernel(&mut self, addrs: &[u64]) -> Vec<SymResult> {
+        let ids = self.symbolize_kernel_ids(addrs);
+        self.to_strings(ids)
+    }
+
+    /// Like [`Symbolizer::symbolize_kernel`], answering [`NameId`]s.
+    pub fn symbolize_kernel_ids(&mut self, addrs: &[u64]) -> Vec<SymIdResult> {
         let state = self.kernel_state().clone();
         let path = match state {
             KernelState::Usable(p) => p,
@@ -337,7 +453,7 @@ impl Symbolizer {
             ..Default::default()
         });
         match self.inner.symbolize(&src, Input::AbsAddr(addrs)) {
-            Ok(syms) => syms.into_iter().map(convert).collect(),
+            Ok(syms) => intern_all(&mut self.names, &syms),
             Err(e) => {
                 let why = format!("kallsyms: {e}");
                 addrs.iter().map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() })).collect()
@@ -377,17 +493,39 @@ impl Symbolizer {
     }
 }
 
-fn convert(s: Symbolized<'_>) -> SymResult {
+/// Intern the names of one batch. Consecutive addresses in the same symbol (same start
+/// address and raw name; batches are sorted by address) reuse the previous id without
+/// a hash lookup.
+fn intern_all(names: &mut NameTable, syms: &[Symbolized<'_>]) -> Vec<SymIdResult> {
+    let mut last: Option<(u64, &str, NameId)> = None;
+    syms.iter()
+        .map(|s| match s {
+            Symbolized::Sym(sym) if !sym.name.is_empty() => {
+                let raw: &str = &sym.name;
+                match last {
+                    Some((addr, name, id)) if addr == sym.addr && name == raw => Ok(id),
+                    _ => {
+                        let id = names.intern(raw);
+                        last = Some((sym.addr, raw, id));
+                        Ok(id)
+                    }
+                }
+            }
+            other => Err(unknown_reason(other)),
+        })
+        .collect()
+}
+
+fn unknown_reason(s: &Symbolized<'_>) -> UnknownReason {
     match s {
-        Symbolized::Sym(sym) if !sym.name.is_empty() => Ok(sym.name.into_owned()),
-        Symbolized::Sym(_) => Err(UnknownReason::NotInSymbols),
-        Symbolized::Unknown(r) => Err(match r {
+        Symbolized::Sym(_) => UnknownReason::NotInSymbols,
+        Symbolized::Unknown(r) => match r {
             Reason::MissingSyms => UnknownReason::NoSymbols,
             Reason::InvalidFileOffset => UnknownReason::InvalidOffset,
             Reason::UnknownAddr => UnknownReason::NotInSymbols,
             Reason::Unmapped => UnknownReason::Unmapped,
             other => UnknownReason::Other { why: other.to_string() },
-        }),
+        },
     }
 }
 
@@ -486,6 +624,38 @@ fn check_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<(), String> {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn demangles_cpp_and_rust_like_blazesym() {
+        assert_eq!(demangle("_ZN2ns7computeEi"), "ns::compute(int)");
+        assert_eq!(demangle("_ZNSt6vectorIiSaIiEE9push_backERKi"), "std::vector<int, std::allocator<int> >::push_back(int const&)");
+        // Rust legacy and v0 manglings, printed without the hash.
+        assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE"), "core::fmt::write");
+        assert_eq!(demangle("_RNvNtCs1234_7mycrate3bar3foo"), "mycrate::bar::foo");
+        // C names and things that only look mangled come back as they are.
+        for plain in ["main", "_int_malloc", "_Z", "__memcpy_avx512_unaligned_erms", ""] {
+            assert!(matches!(demangle(plain), Cow::Borrowed(p) if p == plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn name_table_demangles_each_raw_name_once_and_merges_equal_names() {
+        let mut t = NameTable::new(true);
+        // Complete and base object constructors: two symbols, one display name.
+        let c1 = t.intern("_ZN3FooC1Ev");
+        let c2 = t.intern("_ZN3FooC2Ev");
+        assert_eq!(c1, c2);
+        assert_eq!(t.get(c1), "Foo::Foo()");
+        let f = t.intern("_ZN2ns7computeEi");
+        assert_ne!(f, c1);
+        assert_eq!(t.intern("_ZN2ns7computeEi"), f);
+        assert_eq!(t.get(f), "ns::compute(int)");
+        assert_eq!((t.len(), t.raw_names()), (2, 3));
+        // Demangling off: raw names are the display names.
+        let mut raw = NameTable::new(false);
+        let id = raw.intern("_ZN2ns7computeEi");
+        assert_eq!(raw.get(id), "_ZN2ns7computeEi");
+    }
 
     #[test]
     fn kallsyms_file_with_zero_addresses_is_refused() {

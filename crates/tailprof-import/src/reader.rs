@@ -64,6 +64,8 @@ struct Converter {
     endian: Endianness,
     /// Samples with bytes their sample_type does not explain.
     trailing: u64,
+    /// MMAP2 records flagged as carrying a build-id that held device/inode data.
+    quirk_mmap2: u64,
 }
 
 impl PerfDataReader {
@@ -114,6 +116,7 @@ impl PerfDataReader {
             last_time: 0,
             endian: perf_file.endian(),
             trailing: 0,
+            quirk_mmap2: 0,
         };
         Ok(PerfDataReader {
             path: path.to_path_buf(),
@@ -293,6 +296,22 @@ fn user_type_name(t: UserRecordType) -> String {
     }
 }
 
+/// Whether an MMAP2 record sets `PERF_RECORD_MISC_MMAP_BUILD_ID` but cannot hold a
+/// build-id there: the size byte (offset 32 of the body) is over 20, or the three
+/// reserved bytes after it are not zero. Kernels set the flag in MMAP2 records of every
+/// event that shares the mapping output with an event that has `attr.build_id = 1`,
+/// while those records still hold `u32 maj, min; u64 ino, ino_generation` (little
+/// endian `maj = 254` reads as size 254; big endian, the reserved bytes hold `maj`).
+fn mmap2_build_id_flag_is_bogus(rec: &RawEventRecord) -> bool {
+    if rec.misc & PERF_RECORD_MISC_MMAP_BUILD_ID == 0 {
+        return false;
+    }
+    // A body too short for the union is left to the parser (it reports it), but a size
+    // byte over 20 must never reach it: it asserts.
+    let Some(size) = rec.data.get(32..33).map(|b| b.as_slice()[0]) else { return false };
+    size > 20 || rec.data.get(33..36).is_some_and(|b| b.as_slice().iter().any(|&x| x != 0))
+}
+
 fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -321,6 +340,12 @@ impl Converter {
             self.summary.warnings.push(format!(
                 "{} samples had bytes after the fields tailprof decodes that their event's sample_type does not explain",
                 self.trailing
+            ));
+        }
+        if self.quirk_mmap2 > 0 {
+            self.summary.warnings.push(format!(
+                "{} MMAP2 records had the build-id flag set but carried device/inode data (kernel quirk while another recorder used build_id); read as device/inode",
+                self.quirk_mmap2
             ));
         }
         if self.summary.time_clamped > 0 {
@@ -361,13 +386,16 @@ impl Converter {
         if rtype == RecordType::SAMPLE {
             return self.sample(attr_index, rec, t);
         }
-        if rtype == RecordType::MMAP2 && rec.misc & PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
-            // The parser asserts on an oversized build-id length; check it first.
-            if rec.data.get(32..33).map(|b| b.as_slice()[0]).is_some_and(|len| len > 20) {
-                self.malformed("MMAP2", "build-id length over 20 bytes".into());
-                return None;
-            }
-        }
+        let quirk;
+        let rec = if rtype == RecordType::MMAP2 && mmap2_build_id_flag_is_bogus(rec) {
+            // A kernel quirk: the flag is set, but the union holds maj/min/ino/ino_generation
+            // (the parser would assert on the "length"). Read it as what it is.
+            self.quirk_mmap2 += 1;
+            quirk = RawEventRecord { misc: rec.misc & !PERF_RECORD_MISC_MMAP_BUILD_ID, ..rec.clone() };
+            &quirk
+        } else {
+            rec
+        };
         let common = rec.common_data().unwrap_or_default();
         let cpu = common.cpu.unwrap_or(UNKNOWN_CPU);
         let parsed = match rec.parse() {
@@ -521,5 +549,149 @@ impl Converter {
             return None;
         }
         Some(BuildIdEntry { path: lossy(name), build_id: raw[..len].to_vec() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use linux_perf_data::linux_perf_event_reader::{
+        BranchSampleFormat, RawData, ReadFormat, RecordIdParseInfo, RecordParseInfo, SampleFormat,
+    };
+
+    fn converter() -> Converter {
+        Converter {
+            events: Vec::new(),
+            id_to_event: HashMap::new(),
+            header: TraceHeader::default(),
+            build_ids: Vec::new(),
+            build_id_paths: HashSet::new(),
+            summary: ImportSummary::default(),
+            last_time: 0,
+            endian: Endianness::LittleEndian,
+            trailing: 0,
+            quirk_mmap2: 0,
+        }
+    }
+
+    fn parse_info(endian: Endianness) -> RecordParseInfo {
+        RecordParseInfo {
+            endian,
+            sample_format: SampleFormat::empty(),
+            branch_sample_format: BranchSampleFormat::empty(),
+            read_format: ReadFormat::empty(),
+            common_data_offset_from_end: None,
+            sample_regs_user: 0,
+            user_regs_count: 0,
+            sample_regs_intr: 0,
+            intr_regs_count: 0,
+            id_parse_info: RecordIdParseInfo {
+                nonsample_record_id_offset_from_end: None,
+                sample_record_id_offset_from_start: None,
+            },
+            nonsample_record_time_offset_from_end: None,
+            sample_record_time_offset_from_start: None,
+        }
+    }
+
+    /// The body of an MMAP2 record (no sample_id): pid 42, tid 43, a mapping of
+    /// /usr/bin/prog at 0x5555_0000_0000, with `union` as the 24 bytes at offset 32.
+    fn mmap2_body(union: [u8; 24], big_endian: bool) -> Vec<u8> {
+        let u32b = |x: u32| if big_endian { x.to_be_bytes() } else { x.to_le_bytes() };
+        let u64b = |x: u64| if big_endian { x.to_be_bytes() } else { x.to_le_bytes() };
+        let mut b = Vec::new();
+        b.extend(u32b(42));
+        b.extend(u32b(43));
+        b.extend(u64b(0x5555_0000_0000));
+        b.extend(u64b(0x2000));
+        b.extend(u64b(0x1000));
+        b.extend(union);
+        b.extend(u32b(5)); // prot: PROT_READ | PROT_EXEC
+        b.extend(u32b(2)); // flags: MAP_PRIVATE
+        b.extend(b"/usr/bin/prog\0\0\0");
+        b
+    }
+
+    /// `u32 maj, min; u64 ino, ino_generation` in the given byte order.
+    fn inode_union(maj: u32, big_endian: bool) -> [u8; 24] {
+        let mut u = Vec::new();
+        if big_endian {
+            u.extend(maj.to_be_bytes());
+            u.extend(0u32.to_be_bytes());
+            u.extend(1_234_567u64.to_be_bytes());
+            u.extend(0u64.to_be_bytes());
+        } else {
+            u.extend(maj.to_le_bytes());
+            u.extend(0u32.to_le_bytes());
+            u.extend(1_234_567u64.to_le_bytes());
+            u.extend(0u64.to_le_bytes());
+        }
+        u.try_into().unwrap()
+    }
+
+    fn convert(conv: &mut Converter, body: &[u8], misc: u16, endian: Endianness) -> Option<Record> {
+        let rec = RawEventRecord::new(RecordType::MMAP2, misc, RawData::Single(body), parse_info(endian));
+        conv.event(0, &rec)
+    }
+
+    const USER: u16 = 2; // PERF_RECORD_MISC_USER
+
+    fn assert_prog_mapping(r: Option<Record>, build_id: Option<Vec<u8>>) {
+        let Some(Record::Mmap(m)) = r else { panic!("no mapping: {r:?}") };
+        assert_eq!((m.pid, m.tid, m.start, m.len, m.pgoff, m.prot), (42, 43, 0x5555_0000_0000, 0x2000, 0x1000, 5));
+        assert_eq!(m.path, "/usr/bin/prog");
+        assert_eq!(m.cpumode, CpuMode::User);
+        assert_eq!(m.build_id, build_id);
+    }
+
+    #[test]
+    fn mmap2_with_bogus_build_id_flag_is_read_as_device_inode() {
+        let mut conv = converter();
+        // Little endian, maj = 254 (a virtio disk): the "size" byte reads 254.
+        let body = mmap2_body(inode_union(254, false), false);
+        let r = convert(&mut conv, &body, USER | PERF_RECORD_MISC_MMAP_BUILD_ID, Endianness::LittleEndian);
+        assert_prog_mapping(r, None);
+        // Big endian, maj = 8: size byte 0, but the reserved bytes hold maj.
+        let body = mmap2_body(inode_union(8, true), true);
+        let r = convert(&mut conv, &body, USER | PERF_RECORD_MISC_MMAP_BUILD_ID, Endianness::BigEndian);
+        assert_prog_mapping(r, None);
+        assert_eq!(conv.summary.malformed_records, 0);
+        assert_eq!(conv.summary.side_band, 2);
+        conv.finish_warnings();
+        let w = &conv.summary.warnings;
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("2 MMAP2 records had the build-id flag set but carried device/inode data"), "{w:?}");
+    }
+
+    #[test]
+    fn mmap2_with_real_build_id_and_plain_inode_form() {
+        let mut conv = converter();
+        let id: Vec<u8> = (1..=20).collect();
+        let mut union = [0u8; 24];
+        union[0] = 20;
+        union[4..24].copy_from_slice(&id);
+        let body = mmap2_body(union, false);
+        let r = convert(&mut conv, &body, USER | PERF_RECORD_MISC_MMAP_BUILD_ID, Endianness::LittleEndian);
+        assert_prog_mapping(r, Some(id));
+        // A shorter build-id (e.g. md5, 16 bytes).
+        union[0] = 16;
+        let r = convert(&mut conv, &mmap2_body(union, false), USER | PERF_RECORD_MISC_MMAP_BUILD_ID, Endianness::LittleEndian);
+        assert_prog_mapping(r, Some((1..=16).collect()));
+        // No flag: device/inode, no build-id.
+        let r = convert(&mut conv, &mmap2_body(inode_union(254, false), false), USER, Endianness::LittleEndian);
+        assert_prog_mapping(r, None);
+        conv.finish_warnings();
+        assert!(conv.summary.warnings.is_empty(), "{:?}", conv.summary.warnings);
+        assert_eq!((conv.summary.malformed_records, conv.summary.side_band), (0, 3));
+    }
+
+    #[test]
+    fn short_mmap2_with_oversized_build_id_is_malformed_not_a_panic() {
+        let mut conv = converter();
+        let mut body = mmap2_body(inode_union(254, false), false);
+        body.truncate(40); // ends inside the union
+        let r = convert(&mut conv, &body, USER | PERF_RECORD_MISC_MMAP_BUILD_ID, Endianness::LittleEndian);
+        assert!(r.is_none());
+        assert_eq!(conv.summary.malformed_records, 1);
     }
 }
