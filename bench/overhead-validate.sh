@@ -17,6 +17,8 @@
 # Environment: QUICK=1; RUNS=N interleaved pairs per cell (default 9; QUICK 3);
 # PERIODS="ns ..." (default "1000000 250000 100000"); BASIS=cpu|wall (calibration time
 # basis, default cpu: on a shared machine elapsed time is inflated by other processes);
+# WAIT_IDLE=SECS (before each run or pair, wait up to SECS for other processes to leave
+# the CPUs idle; default 60, 0 = never wait);
 # TAILPROF=path (default: build target/release/tailprof); OUT=dir (default
 # bench/out/overhead); WRITE_DOCS=0|1 (default 1 unless QUICK).
 set -euo pipefail
@@ -29,6 +31,7 @@ QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then RUNS=${RUNS:-3}; CAL_REPEATS=3; else RUNS=${RUNS:-9}; CAL_REPEATS=7; fi
 PERIODS=${PERIODS:-"1000000 250000 100000"}
 BASIS=${BASIS:-cpu}
+WAIT_IDLE=${WAIT_IDLE:-60}
 OUT=${OUT:-$HERE/out/overhead}
 WRITE_DOCS=${WRITE_DOCS:-$([ "$QUICK" = 1 ] && echo 0 || echo 1)}
 DOC=$ROOT/docs/OVERHEAD.md
@@ -116,7 +119,7 @@ run_logged() { # OUTFILE CMD...: run, log the command (with paths shortened), ke
 log "calibrating cpu-clock on the busy loop (basis $BASIS, $CAL_REPEATS repeats; load: $(cut -d' ' -f1-3 /proc/loadavg))"
 ok=0
 for attempt in 1 2 3; do
-    if run_logged "$OUT/json/calibrate.json" "$TP" calibrate --basis "$BASIS" --repeats "$CAL_REPEATS" --json; then
+    if run_logged "$OUT/json/calibrate.json" "$TP" calibrate --basis "$BASIS" --repeats "$CAL_REPEATS" --wait-idle "$WAIT_IDLE" --json; then
         ok=1; break
     fi
     log "calibration refused (attempt $attempt): $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["reason"])' "$OUT/json/calibrate.json")"
@@ -128,7 +131,7 @@ for wl in "${WORKLOADS[@]}"; do
     name=${wl%%|*}; read -r -a cmd <<<"${wl#*|}"
     log "α of $name (its own calibration sweep)"
     run_logged "$OUT/json/alpha-$name.json" "$TP" calibrate --basis "$BASIS" --repeats "$(( CAL_REPEATS > 5 ? 5 : CAL_REPEATS ))" \
-        --periods 1000000,250000,100000,50000 --json -- "${cmd[@]}" || true
+        --periods 1000000,250000,100000,50000 --wait-idle "$WAIT_IDLE" --json -- "${cmd[@]}" || true
 done
 
 # ---------------------------------------------------------------- 3. overhead cells
@@ -136,14 +139,14 @@ for p in $PERIODS; do
     for wl in "${WORKLOADS[@]}"; do
         name=${wl%%|*}; read -r -a cmd <<<"${wl#*|}"
         log "overhead: $name at -c $p ($RUNS pairs; load $(cut -d' ' -f1 /proc/loadavg))"
-        run_logged "$OUT/json/main-$name-$p.json" "$TP" overhead -c "$p" --runs "$RUNS" --json -- "${cmd[@]}"
+        run_logged "$OUT/json/main-$name-$p.json" "$TP" overhead -c "$p" --runs "$RUNS" --wait-idle "$WAIT_IDLE" --json -- "${cmd[@]}"
     done
 done
 P_EXTRA=250000
 log "overhead: xz with 2 threads at -c $P_EXTRA"
-run_logged "$OUT/json/extra-xz-T2-$P_EXTRA.json" "$TP" overhead -c "$P_EXTRA" --runs "$RUNS" --json -- xz -6 -T2 --block-size=512KiB -c "$W/text.txt"
+run_logged "$OUT/json/extra-xz-T2-$P_EXTRA.json" "$TP" overhead -c "$P_EXTRA" --runs "$RUNS" --wait-idle "$WAIT_IDLE" --json -- xz -6 -T2 --block-size=512KiB -c "$W/text.txt"
 log "overhead: 2 pinned python copies at once at -c $P_EXTRA"
-run_logged "$OUT/json/extra-python-2x-$P_EXTRA.json" "$TP" overhead -c "$P_EXTRA" --runs "$RUNS" --instances 2 --pin --json -- "$PY" "$W/interp.py" 3000
+run_logged "$OUT/json/extra-python-2x-$P_EXTRA.json" "$TP" overhead -c "$P_EXTRA" --runs "$RUNS" --instances 2 --pin --wait-idle "$WAIT_IDLE" --json -- "$PY" "$W/interp.py" 3000
 
 # ---------------------------------------------------------------- 4. tables
 log "writing $OUT/validation.md"
@@ -212,7 +215,9 @@ xs, xcs = table(rows("extra-*.json"), "Extra rows: a 2-thread command (per-core 
 alle = es + xs
 print(f"All rows: median |E| (elapsed) = {statistics.median(alle):.2f}% over {len(alle)} rows.\n")
 loads = [J(p).get("loadavg") or 0 for p in glob.glob(f"{out}/json/main-*.json")]
-print(f"Load average at the start of each cell: {min(loads):.1f} to {max(loads):.1f} (2 CPUs shared with other work).")
+busy = [J(p).get("pairs_started_busy") or 0 for p in glob.glob(f"{out}/json/main-*.json") + glob.glob(f"{out}/json/extra-*.json")]
+print(f"Load average at the start of each cell: {min(loads):.1f} to {max(loads):.1f} (2 CPUs shared with other work); "
+      f"{sum(busy)} pairs started while other processes kept the CPUs busy (the rest after an idle half second).")
 EOF
 cat "$OUT/validation.md"
 

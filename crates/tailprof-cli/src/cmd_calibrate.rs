@@ -72,6 +72,11 @@ pub struct CalibrateArgs {
     #[arg(long, value_enum, default_value = "wall")]
     basis: BasisArg,
 
+    /// Before each run, wait up to this many seconds for the machine to be idle (other
+    /// processes using under 15% of the CPUs); 0: do not wait.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    wait_idle: f64,
+
     /// Pin the busy loop to one CPU and the recorder to the others.
     #[arg(long)]
     pin: bool,
@@ -238,7 +243,18 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     let mut base: Vec<measure::Timed> = Vec::new();
     let mut designs: Vec<Design> = Vec::new();
     let mut notes = Vec::new();
+    let busy_runs = std::cell::Cell::new(0usize);
+    let gate = || {
+        if !measure::wait_idle(args.wait_idle) {
+            busy_runs.set(busy_runs.get() + 1);
+        }
+    };
+    let unprofiled = || -> Result<measure::Timed> {
+        gate();
+        measure::run_unprofiled(&scratch, loop_cpu, false, &spin_cmd)
+    };
     let profiled = |p: u64| -> Result<ProfiledRun> {
+        gate();
         measure::run_profiled(
             &setup(p),
             &scratch.file("trace"),
@@ -263,7 +279,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     // before each period, predict its slowdown from α as estimated so far and skip it
     // (and everything shorter) when that exceeds MAX_SLOWDOWN.
     measure::status("calibrate: pilot, unprofiled");
-    base.push(measure::run_unprofiled(&scratch, loop_cpu, false, &spin_cmd)?);
+    base.push(unprofiled()?);
     let t_base = basis_time(&base[0], basis);
     let mut alpha_est: Option<(f64, u64, u64)> = None; // (seconds per sample, samples, period)
     for (i, &p) in periods.iter().enumerate() {
@@ -315,7 +331,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             let idx = (k + rep) % points_per_repeat;
             if idx == designs.len() {
                 measure::status(&format!("calibrate: repeat {}/{}, unprofiled", rep + 1, args.repeats));
-                base.push(measure::run_unprofiled(&scratch, loop_cpu, false, &spin_cmd)?);
+                base.push(unprofiled()?);
             } else {
                 let p = designs[idx].period;
                 measure::status(&format!("calibrate: repeat {}/{}, period {}", rep + 1, args.repeats, period_text(p, clock)));
@@ -344,6 +360,9 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     let other_basis = if basis == Basis::Wall { Basis::Cpu } else { Basis::Wall };
     let other_fit = fit_line(&points_in(other_basis));
     let throttled_runs = designs.iter().flat_map(|d| d.runs.iter()).filter(|r| r.throttled > 0).count();
+    if busy_runs.get() > 0 {
+        notes.push(format!("{} runs started while other processes kept the machine busy", busy_runs.get()));
+    }
     if throttled_runs > 0 {
         notes.push(format!("{throttled_runs} throttled runs left out of the fit"));
     }

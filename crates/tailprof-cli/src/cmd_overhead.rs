@@ -62,6 +62,11 @@ pub struct OverheadArgs {
     #[arg(long)]
     pin: bool,
 
+    /// Before each pair, wait up to this many seconds for the machine to be idle (other
+    /// processes using under 15% of the CPUs); 0: do not wait.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    wait_idle: f64,
+
     /// α in ns per sample, instead of the stored calibration.
     #[arg(long, value_name = "NS")]
     alpha: Option<f64>,
@@ -210,7 +215,14 @@ pub fn run(args: OverheadArgs) -> Result<ExitCode> {
         check("warm-up", w, t.iter().map(|t| t.status).collect())?;
     }
     let mut pairs = Vec::with_capacity(args.runs);
+    let mut busy_pairs = 0usize;
     for i in 0..args.runs {
+        if args.wait_idle > 0.0 {
+            measure::status(&format!("overhead: pair {}/{}, waiting for an idle machine", i + 1, args.runs));
+            if !measure::wait_idle(args.wait_idle) {
+                busy_pairs += 1;
+            }
+        }
         measure::status(&format!("overhead: pair {}/{}", i + 1, args.runs));
         let (base, prof) = if i % 2 == 0 {
             let b = unprofiled()?;
@@ -302,6 +314,8 @@ pub fn run(args: OverheadArgs) -> Result<ExitCode> {
             "profiled_cpu_runs_s": cpu.iter().map(|p| p.1).collect::<Vec<_>>(),
             "samples_runs": samples_runs,
             "loadavg": load0,
+            "wait_idle_s": args.wait_idle,
+            "pairs_started_busy": if args.wait_idle > 0.0 { Some(busy_pairs) } else { None },
             "command": cmd,
         });
         if let Value::Object(m) = extra {
@@ -348,6 +362,9 @@ pub fn run(args: OverheadArgs) -> Result<ExitCode> {
                 calibration::ns(r),
                 f * 1e3
             );
+        }
+        if busy_pairs > 0 {
+            println!("  note: {busy_pairs} of {} pairs started while other processes kept the machine busy (waited {} s)", args.runs, args.wait_idle);
         }
         if load0.is_some_and(|l| l > cpus.len() as f64 * 0.5) {
             println!(

@@ -21,7 +21,8 @@ use crate::{signals, ui};
 ///
 /// Exactly one target: `-- CMD ARGS...` (counting starts at exec; CMD's exit status is
 /// passed through), `-p PID` (all its threads, including ones created later), or `-a`
-/// (every CPU). Ctrl-C stops recording cleanly and keeps everything written.
+/// (every CPU; with `-- CMD`, for as long as CMD runs, its exit status passed through).
+/// Ctrl-C stops recording cleanly and keeps everything written.
 ///
 /// Events: software `cpu-clock` (default) and `task-clock`; hardware `cycles`,
 /// `instructions`, `cache-misses`, `branch-misses`, ...; raw `r01d1` or
@@ -31,7 +32,8 @@ use crate::{signals, ui};
 #[command(after_help = "Examples:\n  \
     tailprof record -o run.trace -- ./server --port 8080\n  \
     tailprof record -e cpu-clock -c 100000 -p 1234      # 10 kHz (period in ns)\n  \
-    tailprof record -a -F 999 -o all.trace              # every CPU, 999 Hz\n  \
+    tailprof record -a -F 999 -o all.trace              # every CPU, 999 Hz, until Ctrl-C\n  \
+    tailprof record -a -o all.trace -- sleep 10         # every CPU, while the command runs\n  \
     tailprof record --regs r13,rdi -- ./app             # also capture user registers\n  \
     tailprof record -a --item-begin /usr/lib/postgresql/15/bin/postgres:exec_simple_query \\\n      \
     --item-end /usr/lib/postgresql/15/bin/postgres:exec_simple_query%return   # queries as items, no code change\n  \
@@ -65,8 +67,9 @@ pub struct RecordArgs {
     #[arg(long, value_name = "LIST")]
     regs: Option<String>,
 
-    /// Record every CPU (system-wide; needs root or CAP_PERFMON).
-    #[arg(short = 'a', long = "all-cpus", conflicts_with_all = ["pid", "command"])]
+    /// Record every CPU (system-wide; needs root or CAP_PERFMON). With `-- CMD`, until
+    /// CMD exits.
+    #[arg(short = 'a', long = "all-cpus", conflicts_with = "pid")]
     all_cpus: bool,
 
     /// Attach to a running process and all its threads.
@@ -103,7 +106,9 @@ pub struct RecordArgs {
 }
 
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
-    let target = if args.all_cpus {
+    let target = if args.all_cpus && !args.command.is_empty() {
+        Target::SystemWideCommand(args.command.clone())
+    } else if args.all_cpus {
         Target::SystemWide
     } else if let Some(pid) = args.pid {
         Target::Pid(pid)

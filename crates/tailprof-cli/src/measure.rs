@@ -227,6 +227,54 @@ pub fn set_thread_affinity(cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Busy fraction of all CPUs over `window` (from /proc/stat: everything but idle and
+/// iowait). `None` when /proc/stat cannot be read.
+pub fn busy_fraction(window: std::time::Duration) -> Option<f64> {
+    fn snap() -> Option<(u64, u64)> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = text.lines().next()?;
+        let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+        if v.len() < 5 {
+            return None;
+        }
+        let total: u64 = v.iter().take(8).sum();
+        Some((total, v[3] + v[4]))
+    }
+    let (t0, i0) = snap()?;
+    std::thread::sleep(window);
+    let (t1, i1) = snap()?;
+    let dt = t1.saturating_sub(t0);
+    if dt == 0 {
+        return Some(0.0);
+    }
+    Some(1.0 - i1.saturating_sub(i0) as f64 / dt as f64)
+}
+
+/// Below this busy fraction (of all CPUs, with our own runs stopped) the machine counts
+/// as idle for [`wait_idle`].
+pub const IDLE_BUSY_FRACTION: f64 = 0.15;
+
+/// Wait up to `max_s` seconds for the machine to be idle (other processes using less than
+/// [`IDLE_BUSY_FRACTION`] of the CPUs over half a second). Returns whether it was idle
+/// when we stopped waiting. `max_s == 0` returns at once (`true`).
+pub fn wait_idle(max_s: f64) -> bool {
+    if max_s <= 0.0 {
+        return true;
+    }
+    let t0 = Instant::now();
+    loop {
+        match busy_fraction(std::time::Duration::from_millis(500)) {
+            Some(b) if b < IDLE_BUSY_FRACTION => return true,
+            None => return true,
+            _ => {}
+        }
+        if t0.elapsed().as_secs_f64() >= max_s {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// 1-minute load average.
 pub fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()

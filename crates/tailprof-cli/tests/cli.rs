@@ -340,3 +340,25 @@ fn failed_start_does_not_delete_an_existing_output_path() {
     assert!(!o.status.success());
     assert!(!fresh.exists(), "an empty file this run created is cleaned up");
 }
+
+/// `record -a -- CMD`: every CPU for as long as CMD runs; CMD's exit status passes
+/// through; the trace reads back. Needs system-wide recording (root or CAP_PERFMON).
+#[test]
+fn all_cpus_with_a_command_records_until_it_exits() {
+    if !can_record() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("a.trace");
+    let o = record(&trace, &["-a", "-c", "100000"], &["sleep", "0.3"]);
+    if !o.status.success() && stderr(&o).contains("perf_event") {
+        eprintln!("SKIP: system-wide recording is not possible here: {}", stderr(&o));
+        return;
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    let info = json(&tailprof().arg("info").arg(&trace).arg("--json").output().unwrap());
+    assert_eq!(info["truncated_bytes"].as_u64(), Some(0), "{info}");
+    assert!(info["samples"].as_u64().unwrap() > 0, "{info}");
+    let o = record(&dir.path().join("b.trace"), &["-a", "-c", "1000000"], &["sh", "-c", "exit 4"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+}

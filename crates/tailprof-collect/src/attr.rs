@@ -17,10 +17,14 @@
 //!   + REGS_USER when `regs_user != 0`; + ADDR | WEIGHT_STRUCT | DATA_SRC when
 //!   `spec.mem` (rule in [`crate::event`]).
 //! * `sample_id_all = 1` on every event (side-band and LOST records carry time, cpu and
-//!   the identifier). Side-band bits (mmap, mmap2, comm, comm_exec, task, build_id) only
-//!   with `SamplingConfig::sideband`, i.e. on the first event per ring. With
-//!   `build_id = 1`, MMAP2 records carry the build-id instead of dev/inode (misc flag
-//!   PERF_RECORD_MISC_MMAP_BUILD_ID); needs Linux 5.12+.
+//!   the identifier). Side-band bits (mmap, mmap2, comm, comm_exec, task) only with
+//!   `SamplingConfig::sideband`, i.e. on the first event per ring. **Never `build_id`**:
+//!   while any event with `build_id = 1` is open, the kernel (`perf_event_mmap_output`)
+//!   sets PERF_RECORD_MISC_MMAP_BUILD_ID in the MMAP2 header it shares with *every*
+//!   event receiving the mapping, including other tools' events that still get
+//!   maj/min/ino, so a concurrent `perf record` aborts and its perf.data is misparsed.
+//!   Our MMAP2 records carry maj/min/ino/ino_generation; the recorder reads build-ids
+//!   from the files itself (once per file, `session::emit`, [`crate::buildid`]).
 //! * **Wakeups.** `SamplingConfig::wakeup_events == 0` (the default) uses watermark mode
 //!   (`watermark = 1`, `wakeup_watermark = 0`): the kernel wakes the reader when the ring
 //!   is half full. This is the only mode compatible with large PEBS. `N > 0` means "wake
@@ -134,7 +138,7 @@ pub struct SamplingConfig {
     pub inherit: bool,
     pub enable_on_exec: bool,
     pub disabled: bool,
-    /// Request mmap/mmap2/comm/comm_exec/task/build_id records (first event per ring).
+    /// Request mmap/mmap2/comm/comm_exec/task records (first event per ring).
     pub sideband: bool,
     /// 0 = watermark wakeup at half the ring (large-PEBS compatible); N = every N samples.
     pub wakeup_events: u32,
@@ -272,7 +276,7 @@ pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, Ev
         a.set_comm(1);
         a.set_comm_exec(1);
         a.set_task(1);
-        a.set_build_id(1);
+        // Not build_id: see the module docs (it breaks concurrent perf tools).
     }
     if cfg.clock == ClockChoice::Monotonic {
         a.set_use_clockid(1);
@@ -610,7 +614,7 @@ mod tests {
         assert_eq!(a.sample_type, BASE_SAMPLE_TYPE);
         assert_eq!((a.sample_period, a.freq()), (DEFAULT_CLOCK_PERIOD_NS, 0));
         assert_eq!((a.use_clockid(), a.clockid), (1, 1));
-        assert_eq!((a.sample_id_all(), a.mmap2(), a.build_id(), a.watermark()), (1, 1, 1, 1));
+        assert_eq!((a.sample_id_all(), a.mmap2(), a.build_id(), a.watermark()), (1, 1, 0, 1));
         assert!(plan.notes.is_empty() && !plan.large_pebs_eligible);
         assert_eq!(plan.desc.sample_period, Some(DEFAULT_CLOCK_PERIOD_NS));
         assert_eq!(plan.desc.sample_type, a.sample_type);

@@ -1,9 +1,9 @@
 //! GNU build-ids (`NT_GNU_BUILD_ID` notes) of ELF files and of the running kernel.
 //!
-//! Kernels >= 5.12 put the build-id into MMAP2 records themselves
-//! (`PERF_RECORD_MISC_MMAP_BUILD_ID`); this module covers the rest: mappings from older
-//! kernels, mappings synthesized from /proc at start, and the kernel image
-//! (`/sys/kernel/notes`).
+//! The recorder does not ask the kernel for build-ids in MMAP2 records (`attr.build_id`
+//! breaks concurrent perf tools, see [`crate::attr`]), so it reads them here: once per
+//! mapped file (keyed by path, device and inode), for mappings from MMAP/MMAP2 records
+//! and from /proc at start, and for the kernel image (`/sys/kernel/notes`).
 //!
 //! Why a small reader instead of the `object` crate: we need exactly one note, and
 //! `object` parses from an in-memory image, so we would read (or map) whole binaries —
@@ -29,6 +29,19 @@ const MAX_HEADERS: u64 = 4096;
 /// ELF or has no build-id note.
 pub fn read_build_id(path: &Path) -> io::Result<Option<Vec<u8>>> {
     let f = File::open(path)?;
+    Ok(from_file(&f))
+}
+
+/// [`read_build_id`], but only if the file at `path` is the one with device `dev` and
+/// inode `ino` (as an MMAP2 record names it): `Ok(None)` when it is another file now
+/// (replaced since it was mapped), so a wrong build-id is never attached.
+pub fn read_build_id_of(path: &Path, dev: u64, ino: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::MetadataExt;
+    let f = File::open(path)?;
+    let m = f.metadata()?;
+    if m.dev() != dev || m.ino() != ino {
+        return Ok(None);
+    }
     Ok(from_file(&f))
 }
 

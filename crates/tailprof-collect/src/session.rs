@@ -3,7 +3,7 @@
 //!
 //! # Setup ([`Recorder::new`])
 //! One ring per online CPU. For every CPU and every task (the launched child, each
-//! thread of `-p PID`, or `pid = -1` for `-a`) each event gets an fd; the first fd
+//! thread of `-p PID`, or `pid = -1` for `-a`, with or without a command) each event gets an fd; the first fd
 //! opened on a CPU owns the ring (`mmap`), every other fd on that CPU is redirected
 //! into it with `PERF_EVENT_IOC_SET_OUTPUT`. Event 0 is the side-band event (mmap2,
 //! comm, task, build-id). Each fd's kernel id (`PERF_EVENT_IOC_ID`) is registered with
@@ -17,9 +17,12 @@
 //!
 //! 1. read the clock (`T_k`, CLOCK_MONOTONIC — the clock of the timestamps), then
 //!    drain every ring completely into the [`RoundQueue`];
-//! 2. sort what is queued by time and write only the records with
+//! 2. merge the per-CPU runs by time (a k-way merge; each ring is already in time
+//!    order, see [`RoundQueue`]) and write only the records with
 //!    `time <= T_{k-1}` — the drain-start time of the *previous* round — keeping later
-//!    ones queued; then `end_round()` on the writer.
+//!    ones queued in place; then `end_round()` on the writer. While a long round is
+//!    written, rings over a quarter full are drained again between batches (those
+//!    records are newer than the limit and wait for the next round).
 //!
 //! **Invariant:** a record stamped `t <= T_{k-1}` was written into its ring before
 //! `T_k` (the kernel writes a record right after taking its timestamp, and a round lasts
@@ -27,7 +30,7 @@
 //! picked it up. Hence nothing drained later can be older than what round `k` writes,
 //! and the output is globally time-ordered. Records synthesized from /proc (time 0) are
 //! written before the loop starts. At the end, after the final full drain, everything
-//! left is written, sorted. With the perf default clock, which user space cannot read,
+//! left is written, merged. With the perf default clock, which user space cannot read,
 //! `T_k` is the largest timestamp seen before round `k`'s drain (perf's own rule).
 //!
 //! "Far longer" is what makes it hold, and rounds can follow each other closely (an
@@ -77,6 +80,8 @@ use crate::uprobe::{MarkerMaker, ProbeRole, UprobeError};
 use crate::procfs;
 
 mod emit;
+mod epoll;
+use epoll::Epoll;
 mod items;
 mod output;
 use emit::Emitter;
@@ -93,6 +98,9 @@ pub enum Target {
     Pid(u32),
     /// Every CPU, every process.
     SystemWide,
+    /// Every CPU, every process, for as long as this command (launched like
+    /// [`Target::Command`], its exit status passed through) runs: `record -a -- CMD`.
+    SystemWideCommand(Vec<String>),
 }
 
 #[derive(Debug, Clone)]
@@ -188,6 +196,10 @@ const CHILD_TERM_AFTER_NS: u64 = 250_000_000;
 const CHILD_KILL_AFTER_NS: u64 = 2_250_000_000;
 /// Minimum age of a record before it is written (see the module docs).
 const ROUND_MARGIN_NS: u64 = 20_000_000;
+/// Records written between two checks for rings filling up during a round.
+const EMIT_BATCH: usize = 4096;
+/// Above this many queued records, mid-round drains stop (see [`Recorder::refill`]).
+const MAX_QUEUED_RECORDS: usize = 256 * 1024;
 /// epoll data value of the target's pidfd.
 const PIDFD_TOKEN: u64 = u64::MAX;
 
@@ -201,39 +213,6 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 /// CLOCK_MONOTONIC in ns (the clock of `use_clockid` timestamps).
 pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// A thin epoll wrapper.
-struct Epoll(OwnedFd);
-
-impl Epoll {
-    fn new() -> io::Result<Epoll> {
-        // SAFETY: plain syscall.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd we own.
-        Ok(Epoll(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
-    }
-    fn ctl(&self, op: i32, fd: i32, token: u64) -> io::Result<()> {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
-        // SAFETY: valid epoll fd and event pointer.
-        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd, &mut ev) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-    /// Ready events; an interrupted wait (a signal) returns none.
-    fn wait<'a>(&self, buf: &'a mut [libc::epoll_event], timeout_ms: i32) -> io::Result<&'a [libc::epoll_event]> {
-        // SAFETY: buf is valid for buf.len() events.
-        let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), buf.as_mut_ptr(), buf.len() as i32, timeout_ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(&buf[..0]) } else { Err(e) };
-        }
-        Ok(&buf[..n as usize])
-    }
 }
 
 /// A recording in progress (see the module docs).
@@ -327,10 +306,12 @@ impl Recorder {
             cfg.regs_user |= mask;
         }
         match &opts.target {
-            Target::Command(argv) if argv.is_empty() => return Err(RecordError::Options("empty command".into())),
+            Target::Command(argv) | Target::SystemWideCommand(argv) if argv.is_empty() => {
+                return Err(RecordError::Options("empty command".into()))
+            }
             Target::Command(_) => (cfg.inherit, cfg.enable_on_exec) = (true, true),
             Target::Pid(_) => (cfg.inherit, cfg.enable_on_exec) = (true, false),
-            Target::SystemWide => (cfg.inherit, cfg.enable_on_exec) = (false, false),
+            Target::SystemWide | Target::SystemWideCommand(_) => (cfg.inherit, cfg.enable_on_exec) = (false, false),
         }
         let mut plans = Vec::new();
         for (i, spec) in opts.events.iter().enumerate() {
@@ -422,6 +403,14 @@ impl Recorder {
                 rec.open_task(-1, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
                 rec.attach_marker_processes();
             }
+            Target::SystemWideCommand(argv) => {
+                let child = target::spawn_stopped(argv)?;
+                let pid = child.pid();
+                rec.child = Some(child);
+                rec.open_task(-1, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
+                rec.attach_marker_processes();
+                rec.child_env = rec.markers.prepare_child(pid)?;
+            }
             Target::Pid(pid) => {
                 rec.open_process(*pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
                 match rec.markers.attach(*pid) {
@@ -507,7 +496,8 @@ impl Recorder {
     fn attach_marker_processes(&mut self) {
         let (mut ok, mut failed) = (0usize, 0usize);
         let me = std::process::id();
-        for pid in procfs::all_pids().into_iter().filter(|&p| p != me) {
+        let child = self.child.as_ref().map(|c| c.pid());
+        for pid in procfs::all_pids().into_iter().filter(|&p| p != me && Some(p) != child) {
             match self.markers.attach(pid) {
                 Ok(true) => ok += 1,
                 Ok(false) => {}
@@ -564,7 +554,7 @@ impl Recorder {
         &self.notes
     }
 
-    /// The launched command's pid (for [`Target::Command`]).
+    /// The launched command's pid (for [`Target::Command`] and [`Target::SystemWideCommand`]).
     pub fn child_pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.pid())
     }
@@ -591,13 +581,15 @@ impl Recorder {
             return Err(RecordError::Options("a Recorder runs only once".into()));
         }
         let t0 = monotonic_ns();
-        match &mut self.child {
-            Some(c) => c.release_with_env(&self.child_env)?,
-            None => {
-                for fd in &self.fds {
-                    sys::ioctl_enable(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ENABLE"))?;
-                }
+        // A launched command's own events enable themselves at its exec; everything
+        // else (including `-a -- CMD`) is enabled now, before the command is released.
+        if !matches!(self.target, Target::Command(_)) {
+            for fd in &self.fds {
+                sys::ioctl_enable(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ENABLE"))?;
             }
+        }
+        if let Some(c) = &mut self.child {
+            c.release_with_env(&self.child_env)?;
         }
         self.synthesize(out)?;
 
@@ -628,6 +620,7 @@ impl Recorder {
             let limit = prev_start.min(drain_start.saturating_sub(ROUND_MARGIN_NS));
             self.emit_round(Some(limit), out)?;
             prev_start = drain_start;
+            self.refill();
             out.end_round()?;
             if drain_start.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
                 // Bound what a SIGKILL or power loss can take: at most this much recent data.
@@ -689,7 +682,7 @@ impl Recorder {
             Target::Pid(pid) => {
                 procfs::synthesize_process(*pid, &mut recs);
             }
-            Target::SystemWide => {
+            Target::SystemWide | Target::SystemWideCommand(_) => {
                 for pid in procfs::all_pids() {
                     procfs::synthesize_process(pid, &mut recs);
                 }
@@ -703,19 +696,45 @@ impl Recorder {
     }
 
     /// Write every queued record (raw and marker) stamped at or before `limit` (all
-    /// when `None`), in time order.
+    /// when `None`), in time order. Written in batches; between batches, rings that are
+    /// filling up are drained again (see [`Recorder::refill`]).
     fn emit_round<O: RecordOutput + ?Sized>(&mut self, limit: Option<u64>, out: &mut O) -> Result<(), FormatError> {
+        self.mq.sort();
+        loop {
+            let (em, mq) = (&mut self.em, &mut self.mq);
+            let more = self.queue.emit_some(limit, EMIT_BATCH, |p, rec| {
+                mq.emit_upto(p.time, |r| em.record(r, out))?;
+                em.raw(p, rec, out)
+            });
+            match more {
+                Ok(true) => self.refill(),
+                Ok(false) => break,
+                Err(e) => {
+                    self.mq.end_round();
+                    return Err(e);
+                }
+            }
+        }
         let (em, mq) = (&mut self.em, &mut self.mq);
-        mq.sort();
-        let res = self.queue.emit(limit, |p, rec| {
-            mq.emit_upto(p.time, |r| em.record(r, out))?;
-            em.raw(p, rec, out)
-        });
-        let res = res.and_then(|()| mq.emit_upto(limit.unwrap_or(u64::MAX), |r| em.record(r, out)));
+        let res = mq.emit_upto(limit.unwrap_or(u64::MAX), |r| em.record(r, out));
         mq.end_round();
         res
     }
 
+    /// Mid-round: drain the rings again if any is over a quarter full, so a long round
+    /// (a big backlog, encoding, compressing, or the recorder being descheduled) does
+    /// not let the kernel drop records. Records drained here are newer than the round's
+    /// limit (module docs), so they simply wait for the next round. Skipped when the
+    /// queue is already very long, so a recorder that cannot keep up lets the kernel
+    /// count the loss instead of growing without bound.
+    fn refill(&mut self) {
+        if self.queue.len() >= MAX_QUEUED_RECORDS {
+            return;
+        }
+        if self.rings.iter().any(|r| r.pending() >= r.data_size() / 4) {
+            self.drain_rings();
+        }
+    }
     /// `T_k` of the round about to drain (see the module docs).
     fn round_clock(&self) -> u64 {
         match self.clock {
@@ -724,8 +743,14 @@ impl Recorder {
         }
     }
 
-    /// Drain every ring into the queue.
+    /// Drain every ring into the queue, and the marker rings.
     fn drain_all(&mut self) {
+        self.drain_rings();
+        self.markers.drain(&mut self.mq.pending);
+    }
+
+    /// Drain every perf ring into the queue.
+    fn drain_rings(&mut self) {
         let (queue, em, max_seen) = (&mut self.queue, &mut self.em, &mut self.max_seen);
         for ring in &mut self.rings {
             let cpu = ring.cpu();
@@ -738,13 +763,12 @@ impl Recorder {
             });
             em.s.malformed += st.corrupt as u64;
         }
-        self.markers.drain(&mut self.mq.pending);
     }
 
     /// Whether the target ended in a way the pidfd could not tell us.
     fn target_gone(&mut self) -> bool {
         match (&self.target, &mut self.child) {
-            (Target::Command(_), Some(c)) if c.pidfd().is_none() => matches!(c.try_wait(), Ok(Some(_)) | Err(_)),
+            (Target::Command(_) | Target::SystemWideCommand(_), Some(c)) if c.pidfd().is_none() => matches!(c.try_wait(), Ok(Some(_)) | Err(_)),
             (Target::Pid(pid), _) if self.pidfd.is_none() => !procfs::process_alive(*pid),
             _ => false,
         }

@@ -293,6 +293,29 @@ fn system_wide_sees_several_processes() {
         .any(|r| matches!(r, Record::Mmap(m) if m.time == 0 && m.pid == bg.id() && m.path == busy_s)));
 }
 
+/// `-a -- CMD`: system-wide until the command exits, its status passed through.
+#[test]
+fn system_wide_with_a_command_ends_when_it_exits() {
+    let dir = TempDir::new("syswidecmd");
+    let Some(busy) = compile(&dir, "busy") else { return };
+    let mut bg = Command::new(&busy).arg("3000").spawn().unwrap();
+    let cmd = argv(&["sh", "-c", "sleep 0.3; exit 5"]);
+    let Some(rec) = recorder(opts(Target::SystemWideCommand(cmd), &["cpu-clock"])) else {
+        let _ = bg.kill();
+        let _ = bg.wait();
+        return;
+    };
+    let out = run(rec, &never(), &mut || {});
+    let _ = bg.kill();
+    let _ = bg.wait();
+    check_invariants(&out.summary, &out.records);
+    assert_eq!(out.summary.exit_status, Some(5));
+    assert!(out.pids().len() > 1, "pids {:?}", out.pids());
+    assert!(out.pids().contains(&bg.id()), "a process other than the command was sampled");
+    // The command's exec was seen (system-wide side-band), not only /proc at start.
+    assert!(out.records.iter().any(|r| matches!(r, Record::Comm(c) if c.exec && c.comm == "sh")));
+}
+
 #[test]
 fn missing_command_is_a_clean_error() {
     let e = Recorder::new(opts(Target::Command(argv(&["tailprof-no-such-cmd-42"])), &["cpu-clock"])).unwrap_err();

@@ -12,14 +12,37 @@ use crate::parse::{Decoded, Decoder};
 use crate::ring::Pending;
 use crate::uprobe::{MarkerMaker, ProbeRole};
 
+/// `(device as st_dev encodes it, inode)` of a mapped file.
+pub(super) type FileKey = (u64, u64);
+type BuildId = Vec<u8>;
+
+/// Offsets in a PERF_RECORD_MMAP2 record (after the 8-byte header: pid, tid, addr,
+/// len, pgoff, then maj, min, ino).
+const MMAP2_MAJ: usize = 40;
+const MMAP2_MIN: usize = 44;
+const MMAP2_INO: usize = 48;
+
+/// The file an MMAP2 record names. Our events never set `attr.build_id`, so the kernel
+/// wrote maj/min/ino even if the header's PERF_RECORD_MISC_MMAP_BUILD_ID flag is set (the
+/// kernel leaks that flag from other tools' events into records it shares).
+fn mmap2_file(rec: &[u8]) -> Option<FileKey> {
+    let u32_at = |o: usize| Some(u32::from_ne_bytes(rec.get(o..o + 4)?.try_into().ok()?));
+    if u32_at(0)? != crate::parse::record_type::MMAP2 {
+        return None;
+    }
+    let ino = u64::from_ne_bytes(rec.get(MMAP2_INO..MMAP2_INO + 8)?.try_into().ok()?);
+    Some((libc::makedev(u32_at(MMAP2_MAJ)?, u32_at(MMAP2_MIN)?), ino))
+}
+
 /// Decoding, counting, build-ids: everything between the queue and the writer.
 pub(super) struct Emitter {
     pub(super) decoder: Decoder,
     pub(super) sample: Sample,
     pub(super) s: RecordSummary,
     pub(super) last_time: u64,
-    /// Paths whose build-id was looked up (and given to the writer when found).
-    pub(super) build_ids: HashMap<String, Option<Vec<u8>>>,
+    /// Build-ids looked up so far, by path and then `(device, inode)` (`(0, 0)` when
+    /// neither the record nor `stat` told): each file is read once.
+    pub(super) build_ids: HashMap<String, Vec<(FileKey, Option<BuildId>)>>,
     /// Events with this index or higher are the uprobe item boundaries (begin, end).
     pub(super) probe_base: u16,
     pub(super) maker: Option<MarkerMaker>,
@@ -67,7 +90,17 @@ impl Emitter {
                 self.note_time(self.sample.time);
                 out.write_sample(&self.sample)
             }
-            Ok(Decoded::Record(r)) => self.record(r, out),
+            Ok(Decoded::Record(mut r)) => {
+                if let Record::Mmap(m) = &mut r {
+                    if let Some(key) = mmap2_file(rec) {
+                        // Not a build-id, whatever the (leaked) misc flag says.
+                        m.build_id = None;
+                        self.build_id(m, Some(key), out)?;
+                        return self.write(r, out);
+                    }
+                }
+                self.record(r, out)
+            }
             Ok(Decoded::Ignored(_)) => {
                 self.s.ignored += 1;
                 Ok(())
@@ -85,13 +118,20 @@ impl Emitter {
         mut r: Record,
         out: &mut O,
     ) -> Result<(), FormatError> {
+        if let Record::Mmap(m) = &mut r {
+            self.build_id(m, None, out)?;
+        }
+        self.write(r, out)
+    }
+
+    /// Count and write a record whose mapping (if any) already has its build-id.
+    fn write<O: RecordOutput + ?Sized>(&mut self, mut r: Record, out: &mut O) -> Result<(), FormatError> {
         match &mut r {
             Record::Lost(l) if l.kind == LossKind::RingFull => self.s.lost_records += l.count,
             Record::Lost(l) if l.kind == LossKind::Samples => self.s.lost_samples += l.count,
             Record::Lost(l) if l.kind == LossKind::Markers => self.s.lost_markers += l.count,
             Record::Marker(_) => self.s.markers += 1,
             Record::Throttle(t) if t.throttled => self.s.throttled += 1,
-            Record::Mmap(m) => self.build_id(m, out)?,
             _ => {}
         }
         // Probe events are not in the header's event list.
@@ -104,40 +144,59 @@ impl Emitter {
         out.write_record(&r)
     }
 
-    /// Attach the build-id to a file mapping, giving the writer each path's id once.
+    /// Attach the build-id to a file mapping. Each file (path, device, inode) is read
+    /// once (ELF headers and notes only); the writer gets each (path, id) once. `key` is
+    /// the file an MMAP2 record names; without it (/proc, MMAP, kernel) the path is
+    /// `stat`ed once.
     fn build_id<O: RecordOutput + ?Sized>(
         &mut self,
         m: &mut Mmap,
+        key: Option<FileKey>,
         out: &mut O,
     ) -> Result<(), FormatError> {
         let kernel = m.path == "[kernel.kallsyms]";
         if !(m.path.starts_with('/') || kernel) {
             return Ok(());
         }
-        if let Some(known) = self.build_ids.get(&m.path) {
+        let in_root = || format!("/proc/{}/root{}", m.pid, m.path);
+        let key = match key {
+            Some(k) => k,
+            None if kernel => (0, 0),
+            None => {
+                // A keyless lookup of a path already seen: reuse its first entry.
+                if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.first()) {
+                    if m.build_id.is_none() {
+                        m.build_id = known.1.clone();
+                    }
+                    return Ok(());
+                }
+                use std::os::unix::fs::MetadataExt;
+                std::fs::metadata(&m.path)
+                    .or_else(|_| std::fs::metadata(in_root()))
+                    .map_or((0, 0), |md| (md.dev(), md.ino()))
+            }
+        };
+        if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.iter().find(|e| e.0 == key)) {
             if m.build_id.is_none() {
-                m.build_id = known.clone();
+                m.build_id = known.1.clone();
             }
             return Ok(());
         }
         let id = match &m.build_id {
             Some(id) => Some(id.clone()),
             None if kernel => buildid::kernel_build_id(),
-            None => buildid::read_build_id(Path::new(&m.path))
+            None if key == (0, 0) => buildid::read_build_id(Path::new(&m.path))
                 .ok()
                 .flatten()
-                .or_else(|| {
-                    buildid::read_build_id(Path::new(&format!("/proc/{}/root{}", m.pid, m.path)))
-                        .ok()
-                        .flatten()
-                }),
+                .or_else(|| buildid::read_build_id(Path::new(&in_root())).ok().flatten()),
+            None => buildid::read_build_id_of(Path::new(&m.path), key.0, key.1)
+                .ok()
+                .flatten()
+                .or_else(|| buildid::read_build_id_of(Path::new(&in_root()), key.0, key.1).ok().flatten()),
         };
-        self.build_ids.insert(m.path.clone(), id.clone());
+        self.build_ids.entry(m.path.clone()).or_default().push((key, id.clone()));
         if let Some(id) = &id {
-            out.add_build_id(BuildIdEntry {
-                path: m.path.clone(),
-                build_id: id.clone(),
-            })?;
+            out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
         }
         m.build_id = id;
         Ok(())
