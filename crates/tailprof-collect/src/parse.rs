@@ -214,6 +214,9 @@ struct Trailer {
 #[derive(Debug, Clone)]
 pub struct Decoder {
     layouts: Vec<Layout>,
+    /// Per event: its samples are exactly `[IDENTIFIER] IP TID TIME CPU PERIOD` (the
+    /// recorder's default), so [`Decoder::decode_sample`] reads them at fixed offsets.
+    fixed: Vec<bool>,
     /// `(kernel event id, event index)`, sorted by id.
     ids: Vec<(u64, u16)>,
 }
@@ -223,7 +226,9 @@ impl Decoder {
     /// PERF_SAMPLE_IDENTIFIER, and [`Decoder::add_id`] must be told each fd's id.
     pub fn new(layouts: Vec<Layout>) -> Self {
         assert!(!layouts.is_empty(), "a decoder needs at least one event");
-        Decoder { layouts, ids: Vec::new() }
+        use sample_type::*;
+        let fixed = layouts.iter().map(|l| l.sample_type & !IDENTIFIER == IP | TID | TIME | CPU | PERIOD).collect();
+        Decoder { layouts, fixed, ids: Vec::new() }
     }
 
     /// Register the id the kernel reports for an fd of event `event` (PERF_EVENT_IOC_ID).
@@ -347,10 +352,27 @@ impl Decoder {
         use sample_type::*;
         let (_, misc) = Self::check(rec)?;
         let l = self.layouts.get(event as usize).ok_or(ParseError::UnknownId(event as u64))?;
-        let mut c = Cur::new(rec, HEADER_LEN);
         s.event = event;
         s.cpumode = CpuMode::from_perf_misc(misc);
         s.regs.clear();
+        if self.fixed[event as usize] {
+            // The common layout: one bounds check, then fixed offsets.
+            let at = HEADER_LEN + if l.has(IDENTIFIER) { 8 } else { 0 };
+            let w: &[u8; 40] = rec.get(at..at + 40).ok_or(ParseError::Truncated)?.try_into().unwrap();
+            let u64_at = |o: usize| u64::from_ne_bytes(w[o..o + 8].try_into().unwrap());
+            let u32_at = |o: usize| u32::from_ne_bytes(w[o..o + 4].try_into().unwrap());
+            s.ip = u64_at(0);
+            s.pid = u32_at(8);
+            s.tid = u32_at(12);
+            s.time = u64_at(16);
+            s.addr = None;
+            s.cpu = u32_at(24);
+            s.period = u64_at(32);
+            s.weight = None;
+            s.data_src = None;
+            return Ok(());
+        }
+        let mut c = Cur::new(rec, HEADER_LEN);
         if l.has(IDENTIFIER) {
             c.u64()?;
         }
@@ -592,6 +614,23 @@ mod tests {
         assert_eq!((s.ip, s.pid, s.tid, s.time, s.cpu, s.period), (0x401000, 10, 11, 5000, 1, 100000));
         assert_eq!(s.cpumode, CpuMode::User);
         assert!(s.regs.is_empty() && s.addr.is_none() && s.weight.is_none());
+    }
+
+    /// The fixed-offset path (the recorder's default layout, with IDENTIFIER) decodes what
+    /// the general path does, and a short record is still an error.
+    #[test]
+    fn default_layout_fixed_offsets() {
+        let d = one(BASIC | st::IDENTIFIER);
+        assert!(d.fixed[0]);
+        let mut s = Sample { addr: Some(1), weight: Some(2), data_src: Some(3), regs: vec![4], ..Sample::default() };
+        let rec = B::new(9, 1).w(&[42, 0xffff_8000_0000_1234]).u32s(3, 4).w(&[999]).u32s(1, 0).w(&[10_000]).done();
+        assert_eq!(d.decode(&rec, Some(0), 7, &mut s).unwrap(), Decoded::Sample);
+        assert_eq!((s.ip, s.pid, s.tid, s.time, s.cpu, s.period), (0xffff_8000_0000_1234, 3, 4, 999, 1, 10_000));
+        assert_eq!(s.cpumode, CpuMode::Kernel);
+        assert!(s.regs.is_empty() && s.addr.is_none() && s.weight.is_none() && s.data_src.is_none());
+        let short = B::new(9, 1).w(&[42, 0x1000]).u32s(3, 4).w(&[999]).done();
+        assert_eq!(d.decode(&short, Some(0), 7, &mut s), Err(ParseError::Truncated));
+        assert!(!one(BASIC | st::ADDR).fixed[0]);
     }
 
     #[test]
