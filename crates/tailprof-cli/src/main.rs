@@ -24,13 +24,21 @@ use std::process::ExitCode;
 /// tailprof: a low-overhead sampling profiler that answers "why was this request slow?"
 ///
 /// Record timestamped samples with perf_event_open into a compact, crash-safe trace,
-/// then report on it. Typical use:
-///
-///   tailprof record -o run.trace -- ./server --flag
-///   tailprof report run.trace
-///   tailprof info run.trace
+/// attribute them to the requests in flight, and explain the slow ones.
 #[derive(Parser)]
-#[command(name = "tailprof", version, about, long_about, propagate_version = true)]
+#[command(
+    name = "tailprof",
+    version,
+    about,
+    long_about,
+    propagate_version = true,
+    after_help = "Start here:\n  \
+        tailprof demo                                 # the paper's example, end to end\n  \
+        tailprof record -o run.trace -- ./server      # record (markers are picked up)\n  \
+        tailprof items run.trace --sort anomaly       # slow requests and why\n  \
+        tailprof report run.trace                     # flat profile\n  \
+        tailprof plan --budget 2 -- ./server          # pick a period for a 2% overhead budget"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
