@@ -18,7 +18,7 @@
 # PERIODS="ns ..." (default "1000000 250000 100000"); BASIS=cpu|wall (calibration time
 # basis, default cpu: on a shared machine elapsed time is inflated by other processes);
 # WAIT_IDLE=SECS (before each run or pair, wait up to SECS for other processes to leave
-# the CPUs idle; default 60, 0 = never wait);
+# the CPUs idle; default 30, 0 = never wait);
 # TAILPROF=path (default: build target/release/tailprof); OUT=dir (default
 # bench/out/overhead); WRITE_DOCS=0|1 (default 1 unless QUICK).
 set -euo pipefail
@@ -31,7 +31,7 @@ QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then RUNS=${RUNS:-3}; CAL_REPEATS=3; else RUNS=${RUNS:-9}; CAL_REPEATS=7; fi
 PERIODS=${PERIODS:-"1000000 250000 100000"}
 BASIS=${BASIS:-cpu}
-WAIT_IDLE=${WAIT_IDLE:-60}
+WAIT_IDLE=${WAIT_IDLE:-30}
 OUT=${OUT:-$HERE/out/overhead}
 WRITE_DOCS=${WRITE_DOCS:-$([ "$QUICK" = 1 ] && echo 0 || echo 1)}
 DOC=$ROOT/docs/OVERHEAD.md
@@ -142,6 +142,13 @@ for p in $PERIODS; do
         run_logged "$OUT/json/main-$name-$p.json" "$TP" overhead -c "$p" --runs "$RUNS" --wait-idle "$WAIT_IDLE" --json -- "${cmd[@]}"
     done
 done
+# A stress period, beyond the main table's: where does the busy loop's α stop predicting?
+P_STRESS=50000
+for wl in "${WORKLOADS[@]}"; do
+    name=${wl%%|*}; read -r -a cmd <<<"${wl#*|}"
+    log "overhead: $name at the stress period -c $P_STRESS"
+    run_logged "$OUT/json/extra-$name-$P_STRESS.json" "$TP" overhead -c "$P_STRESS" --runs "$RUNS" --wait-idle "$WAIT_IDLE" --json -- "${cmd[@]}"
+done
 P_EXTRA=250000
 log "overhead: xz with 2 threads at -c $P_EXTRA"
 run_logged "$OUT/json/extra-xz-T2-$P_EXTRA.json" "$TP" overhead -c "$P_EXTRA" --runs "$RUNS" --wait-idle "$WAIT_IDLE" --json -- xz -6 -T2 --block-size=512KiB -c "$W/text.txt"
@@ -195,8 +202,8 @@ def rows(pattern):
 
 def table(rs, title):
     print(f"**{title}**\n")
-    print("| workload | period | unprofiled (s) | profiled (s) | overhead [95%] | samples | predicted (s) | E elapsed | E CPU time | threads |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| workload | period | unprofiled (s) | profiled (s) | overhead [95%] | samples | predicted (s) | E elapsed | E CPU time | threads | implied α (µs) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     es, ecs = [], []
     for name, period, d in sorted(rs, key=lambda r: (r[0], -r[1])):
         ci = d["overhead_ci_pct"]
@@ -204,14 +211,14 @@ def table(rs, title):
         ecs.append(abs(d["cpu"]["error_pct"]))
         print(f"| {'-'.join(name)} | {period / 1000:g} µs | {d['base_s']:.3f} | {d['profiled_s']:.3f} | "
               f"{d['overhead_pct']:+.1f}% [{ci[0]:+.1f}, {ci[1]:+.1f}] | {d['samples']:.0f} | {d['predicted_s']:.3f} | "
-              f"{d['error_pct']:+.2f}% | {d['cpu']['error_pct']:+.2f}% | {d['threads']:.2f} |")
+              f"{d['error_pct']:+.2f}% | {d['cpu']['error_pct']:+.2f}% | {d['threads']:.2f} | {(d['implied_alpha_ns'] or 0) / 1e3:.1f} |")
     print()
     return es, ecs
 
 es, ecs = table(rows("main-*.json"), "Main table: 3 workloads × 3 periods")
 print(f"**Median |E| (elapsed) = {statistics.median(es):.2f}%** over {len(es)} cells (max {max(es):.2f}%); "
       f"median |E| on CPU time = {statistics.median(ecs):.2f}%.\n")
-xs, xcs = table(rows("extra-*.json"), "Extra rows: a 2-thread command (per-core split, §4.5) and 2 pinned copies at once (the CERN setup)")
+xs, xcs = table(rows("extra-*.json"), "Extra rows: the stress period (50 µs), a 2-thread command (per-core split, §4.5) and 2 pinned copies at once (the CERN setup)")
 alle = es + xs
 print(f"All rows: median |E| (elapsed) = {statistics.median(alle):.2f}% over {len(alle)} rows.\n")
 loads = [J(p).get("loadavg") or 0 for p in glob.glob(f"{out}/json/main-*.json")]

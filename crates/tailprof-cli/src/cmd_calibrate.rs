@@ -27,9 +27,10 @@ use crate::signals;
 const CLOCK_PERIODS: [u64; 7] = [1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000];
 /// Periods swept for counted events: the paper's 128K down to 2K.
 const COUNT_PERIODS: [u64; 7] = [128_000, 64_000, 32_000, 16_000, 8_000, 4_000, 2_000];
-/// Smaller periods are skipped once a run is this many times slower than unprofiled:
-/// beyond that the line only measures the timer fighting the handler.
-const MAX_SLOWDOWN: f64 = 3.0;
+/// Smaller periods are skipped once a run is (or is predicted to be) this many times
+/// slower than unprofiled: closer to α, cpu-clock's timer is overdue after almost every
+/// sample and the runs mostly measure the timer fighting the handler.
+const MAX_SLOWDOWN: f64 = 2.0;
 /// Exit code when the fit is refused.
 pub const EXIT_REFUSED: u8 = 3;
 
@@ -41,7 +42,8 @@ pub const EXIT_REFUSED: u8 = 3;
 /// repeated with the order rotated, and fits elapsed time against the number of samples
 /// with a robust (Theil–Sen) line. The slope is α, reported with a 95% interval and R².
 /// When the noise does not support the fit (too few runs, an interval wider than ±25%
-/// of α, R² below 0.9) nothing is saved and the exit status is 3.
+/// of α, more than 1 run in 5 far off the line, R² below 0.9) nothing is saved and the
+/// exit status is 3. On a shared machine use --basis cpu and --wait-idle.
 ///
 /// Saved to $TAILPROF_HOME/calibration/ (else $XDG_DATA_HOME/tailprof/calibration/,
 /// else ~/.local/share/tailprof/calibration/), one file per CPU model, kernel and event.
@@ -450,6 +452,8 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
                 "r2": other_fit.as_ref().map(|f| f.r2),
             },
             "r2": fit.r2,
+            "r2_all": fit.r2_all,
+            "outliers": fit.outliers,
             "intercept_s": fit.intercept_s,
             "bytes_per_sample": bytes_per_sample,
             "recorder_cpu_ns_per_sample": recorder_cpu,
@@ -539,12 +543,13 @@ fn print_text(
     }
     let (lo, hi) = fit.alpha_ci_ns();
     println!(
-        "\nα = {} of {} time per sample, 95% interval [{}, {}] (Theil–Sen, stratified bootstrap); R² = {:.4}; intercept {:.3} s",
+        "\nα = {} of {} time per sample, 95% interval [{}, {}] (Theil–Sen, stratified bootstrap); R² = {:.4}{}; intercept {:.3} s",
         calibration::ns(fit.alpha_ns()),
         basis.name(),
         calibration::ns(lo),
         calibration::ns(hi),
         fit.r2,
+        if fit.outliers > 0 { format!(" ({} outlier runs left out; {:.4} with them)", fit.outliers, fit.r2_all) } else { String::new() },
         fit.intercept_s
     );
     if let (Some(b), Some(r)) = (bps, rec_ns) {

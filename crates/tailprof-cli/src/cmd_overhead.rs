@@ -272,6 +272,12 @@ pub fn run(args: OverheadArgs) -> Result<ExitCode> {
         let cpu_p = predict_elapsed(est_cpu.base_s, per_instance, a.alpha_ns, 1.0);
         (wall_p, relative_error(est.profiled_s, wall_p), cpu_p, relative_error(est_cpu.profiled_s, cpu_p))
     });
+    // The per-sample cost this measurement implies (compare with the calibrated α: a
+    // larger value means the command suffers more per sample than the busy loop, e.g.
+    // from cache pollution).
+    let implied = |d: f64, t: f64| if per_instance > 0.0 { Some(d * t / per_instance * 1e9) } else { None };
+    let implied_wall = implied(est.profiled_s - est.base_s, threads);
+    let implied_cpu = implied(est_cpu.profiled_s - est_cpu.base_s, 1.0);
     let cal_basis = alpha.as_ref().and_then(|a| a.calibration.as_ref()).map(|c| c.basis.name());
 
     if args.json {
@@ -294,6 +300,8 @@ pub fn run(args: OverheadArgs) -> Result<ExitCode> {
             "alpha_source": alpha.as_ref().map(|a| a.describe()),
             "calibration_basis": cal_basis,
             "predicted_overhead_pct": pred.map(|p| (p.0 / est.base_s - 1.0) * 100.0),
+            "implied_alpha_ns": implied_wall,
+            "implied_alpha_cpu_ns": implied_cpu,
             "cpu": side(&est_cpu, pred.map(|p| (p.2, p.3))),
             "event": spec.name,
             "period": args.period,
@@ -355,6 +363,9 @@ pub fn run(args: OverheadArgs) -> Result<ExitCode> {
                 );
             }
             _ => println!("  predicted -  (no calibration for {}: run `tailprof calibrate -e {}`, or pass --alpha)", spec.name, spec.name),
+        }
+        if let (Some(w), Some(c)) = (implied_wall, implied_cpu) {
+            println!("  implied   {} per sample from the elapsed times, {} from the CPU times", calibration::ns(w), calibration::ns(c));
         }
         if let (Some(b), Some(r), Some(f)) = (bytes_per_sample, recorder_ns, fixed_s) {
             println!(

@@ -44,6 +44,16 @@ pub struct StatArgs {
 /// (Bitzes & Nowak 2014, §4.2: "increasing the penalty by an order of magnitude").
 const MUX_SAMPLING_FACTOR: &str = "about 10×";
 
+/// "138.7/s", "5.65 k/s", "1.23 G/s".
+fn rate_text(v: f64) -> String {
+    match v {
+        v if v >= 1e9 => format!("{:.2} G/s", v / 1e9),
+        v if v >= 1e6 => format!("{:.2} M/s", v / 1e6),
+        v if v >= 1e3 => format!("{:.2} k/s", v / 1e3),
+        v => format!("{v:.1}/s"),
+    }
+}
+
 fn is_time_event(name: &str) -> bool {
     let base = name.split(':').next().unwrap_or(name);
     base == "task-clock" || base == "cpu-clock"
@@ -113,7 +123,7 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
             let (count, per_s) = if is_time_event(&e.name) {
                 (format!("{:.2} ms", e.value as f64 / 1e6), format!("{:.3} CPUs", rate(e).unwrap_or(0.0) / 1e9))
             } else {
-                (ui::thousands(e.value), rate(e).map(|v| format!("{v:.4e}")).unwrap_or_else(|| "-".into()))
+                (ui::thousands(e.value), rate(e).map(rate_text).unwrap_or_else(|| "-".into()))
             };
             println!(
                 "  {count:>18}  {:<22} {per_s:>16}  {:>14}  {:>14}  {:>6.1}%{}",
@@ -151,4 +161,17 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
         eprintln!("tailprof: `{}` exited with status {}", args.command.join(" "), r.exit_status);
     }
     Ok(ExitCode::from(r.exit_status.clamp(0, 255) as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(rate_text(138.7), "138.7/s");
+        assert_eq!(rate_text(5645.1), "5.65 k/s");
+        assert_eq!(rate_text(1.234e9), "1.23 G/s");
+        assert!(is_time_event("task-clock:u") && !is_time_event("page-faults"));
+    }
 }

@@ -140,6 +140,7 @@ pub fn run_unprofiled(scratch: &Scratch, cpu: Option<usize>, show_output: bool, 
 /// `recorder_cpus` when given), CMD optionally pinned to `cpu`. The trace goes to a
 /// scratch file, like a real recording; `barrier` (several instances) is waited on
 /// after setup so all instances start together.
+#[allow(clippy::too_many_arguments)]
 pub fn run_profiled(
     setup: &ProfileSetup,
     scratch_file: &Path,
@@ -195,8 +196,9 @@ pub fn run_profiled(
 
 /// CPU time of the calling thread (user + system).
 pub fn thread_cpu_s() -> f64 {
+    // SAFETY: rusage is plain integers, valid when zeroed; getrusage writes through a
+    // valid pointer.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid rusage pointer.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
@@ -324,6 +326,7 @@ pub fn run_timed(args: TimedArgs) -> Result<ExitCode> {
         .map_err(|e| anyhow!("cannot run {}: {e}", args.command[0]))?;
     let pid = child.id() as libc::pid_t;
     let mut st = 0;
+    // SAFETY: rusage is plain integers, valid when zeroed.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
         // SAFETY: waiting for our own child with valid out-pointers. std's Child is

@@ -119,13 +119,18 @@ fn calibrate_fits_or_refuses_and_saves_only_an_accepted_fit() {
     }
     let home = tempfile::tempdir().unwrap();
     let o = tailprof(home.path())
-        .args(["calibrate", "--basis", "cpu", "--repeats", "3", "--seconds", "0.04", "--periods", "1000000,200000,50000", "--json"])
+        .args(["calibrate", "--basis", "cpu", "--repeats", "3", "--seconds", "0.1", "--periods", "1000000,500000,200000", "--json"])
         .output()
         .unwrap();
     let v = json(&o);
     has_keys(&v, &["event", "accepted", "alpha_ns", "alpha_ci_ns", "r2", "basis", "periods", "points", "saved_to", "bytes_per_sample"]);
     assert_eq!(v["event"], "cpu-clock");
-    assert_eq!(v["points"].as_array().unwrap().len(), 12, "3 repeats × (unprofiled + 3 periods)");
+    // 3 runs of every design point kept (a period the pilot predicts to be too slow
+    // would be skipped; none of these is).
+    let rows = v["periods"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "unprofiled + 3 periods: {v:#}");
+    assert!(rows.iter().all(|r| r["runs"] == 3), "{v:#}");
+    assert_eq!(v["points"].as_array().unwrap().len(), 3 * rows.len());
     let accepted = v["accepted"].as_bool().unwrap();
     let files = std::fs::read_dir(home.path().join("calibration")).map(|d| d.count()).unwrap_or(0);
     if accepted {

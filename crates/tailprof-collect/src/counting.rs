@@ -9,9 +9,9 @@
 //! [`count_command`] forks the command stopped before exec ([`crate::target`]), opens
 //! one counter per event on it (`pid = child`, `cpu = -1`, `inherit = 1` so threads and
 //! children are counted, `enable_on_exec = 1` so counting starts at exec), lets it run
-//! and reads every counter after it has exited. Each counter is its own group leader
-//! (the kernel refuses `PERF_FORMAT_GROUP` together with `inherit`), so the kernel may
-//! rotate hardware counters independently when there are more events than counters.
+//! and reads every counter after it has exited. Each counter is its own group leader, as
+//! in `perf stat` by default: when there are more hardware events than counters the
+//! kernel rotates them independently, instead of scheduling a group all or nothing.
 //!
 //! `read_format = TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING`: when `time_running <
 //! time_enabled` the event was *multiplexed* and the count covers only part of the run;

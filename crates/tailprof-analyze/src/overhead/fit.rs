@@ -19,7 +19,15 @@
 //! gives the same interval. With few runs per period the percentile bootstrap is known
 //! to be somewhat narrow; [`FitPolicy`] therefore also requires a good R².
 //!
-//! R² is `1 − SS_res / SS_tot` of the fitted (Theil–Sen) line.
+//! R² is `1 − SS_res / SS_tot` of the fitted (Theil–Sen) line over the *inliers*: runs
+//! whose residual relative to the fitted time is more than [`OUTLIER_MADS`] robust
+//! standard deviations (1.4826 × the median absolute deviation) and more than 2% from
+//! the median relative residual are counted
+//! as outliers and left out of R² (they never influenced the slope much anyway). On a
+//! shared VM a run now and then takes twice its CPU time (a busy hyperthread sibling on
+//! the host, invisible from inside); one such run at a short period would otherwise
+//! drag R² of an excellent fit below any threshold. [`FitPolicy`] limits how many
+//! outliers a fit may have.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +52,12 @@ pub struct LineFit {
     /// 95% interval of the slope (stratified bootstrap).
     pub slope_ci_s: (f64, f64),
     pub intercept_s: f64,
+    /// R² over the inliers (see the module docs).
     pub r2: f64,
+    /// R² over every point.
+    pub r2_all: f64,
+    /// Points left out of `r2` as outliers.
+    pub outliers: usize,
     pub points: usize,
     /// Distinct design points (periods, and the unprofiled runs).
     pub groups: usize,
@@ -101,6 +114,33 @@ pub fn r_squared(points: &[Point], slope: f64, intercept: f64) -> f64 {
     1.0 - ss_res / ss_tot
 }
 
+/// Relative residuals further than this many robust standard deviations from their
+/// median mark an outlier...
+pub const OUTLIER_MADS: f64 = 5.0;
+/// ...provided they are also more than this far off (2%): run-to-run noise below that
+/// is never an outlier, however quiet the other runs were.
+pub const OUTLIER_MIN_REL: f64 = 0.02;
+
+/// Which points are outliers of the line (see the module docs). Residuals are taken
+/// relative to the fitted time, because run-time noise grows with the run time.
+pub fn outlier_mask(points: &[Point], slope: f64, intercept: f64) -> Vec<bool> {
+    let rel: Vec<f64> = points
+        .iter()
+        .map(|p| {
+            let fit = intercept + slope * p.samples;
+            if fit > 0.0 {
+                (p.time_s - fit) / fit
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let Some(med) = median(&rel) else { return Vec::new() };
+    let dev: Vec<f64> = rel.iter().map(|r| (r - med).abs()).collect();
+    let limit = (OUTLIER_MADS * 1.4826 * median(&dev).unwrap_or(0.0)).max(OUTLIER_MIN_REL);
+    dev.iter().map(|d| *d > limit).collect()
+}
+
 /// Bootstrap replicates used by [`fit_line`].
 pub const BOOTSTRAP_REPLICATES: usize = 1000;
 const SEED: u64 = 0x7a11_9f0f;
@@ -129,11 +169,15 @@ pub fn fit_line(points: &[Point]) -> Option<LineFit> {
         }
     }
     let slope_ci_s = percentile_interval(reps).unwrap_or((slope, slope));
+    let mask = outlier_mask(points, slope, intercept);
+    let inliers: Vec<Point> = points.iter().zip(&mask).filter(|(_, o)| !**o).map(|(p, _)| *p).collect();
     Some(LineFit {
         slope_s: slope,
         slope_ci_s,
         intercept_s: intercept,
-        r2: r_squared(points, slope, intercept),
+        r2: r_squared(&inliers, slope, intercept),
+        r2_all: r_squared(points, slope, intercept),
+        outliers: points.len() - inliers.len(),
         points: points.len(),
         groups: groups.len(),
     })
@@ -147,13 +191,17 @@ pub struct FitPolicy {
     pub min_groups: usize,
     /// Largest acceptable 95%-interval half-width, relative to α.
     pub max_relative_half_width: f64,
+    /// Minimum R² over the inliers.
     pub min_r2: f64,
+    /// Largest share of points that may be outliers.
+    pub max_outlier_fraction: f64,
 }
 
 impl Default for FitPolicy {
-    /// At least 8 runs over 3 design points; α known to ±25% (95%); R² ≥ 0.9.
+    /// At least 8 runs over 3 design points; α known to ±25% (95%); R² ≥ 0.9 over the
+    /// inliers; at most 1 run in 5 an outlier.
     fn default() -> Self {
-        FitPolicy { min_points: 8, min_groups: 3, max_relative_half_width: 0.25, min_r2: 0.9 }
+        FitPolicy { min_points: 8, min_groups: 3, max_relative_half_width: 0.25, min_r2: 0.9, max_outlier_fraction: 0.2 }
     }
 }
 
@@ -167,6 +215,7 @@ pub enum Refusal {
     NoDetectableCost { alpha_ns: f64, ci_ns: (f64, f64) },
     WideInterval { alpha_ns: f64, ci_ns: (f64, f64), relative_half_width: f64, max: f64 },
     PoorFit { r2: f64, min_r2: f64 },
+    TooManyOutliers { outliers: usize, points: usize },
 }
 
 impl Refusal {
@@ -186,8 +235,11 @@ impl Refusal {
                 relative_half_width * 100.0,
                 max * 100.0
             ),
+            Refusal::TooManyOutliers { outliers, points } => format!(
+                "{outliers} of {points} runs are far off the line (more than {OUTLIER_MADS} robust standard deviations): the machine's speed changed during the calibration"
+            ),
             Refusal::PoorFit { r2, min_r2 } => {
-                format!("elapsed time is not linear in the number of samples here: R² = {r2:.3} (need ≥ {min_r2})")
+                format!("run time is not linear in the number of samples here: R² = {r2:.3} (need ≥ {min_r2})")
             }
         }
     }
@@ -195,7 +247,10 @@ impl Refusal {
     pub fn advice(&self) -> &'static str {
         match self {
             Refusal::TooFewPoints { .. } => "run more repeats (--repeats) or allow more periods",
-            Refusal::NoDetectableCost { .. } | Refusal::WideInterval { .. } | Refusal::PoorFit { .. } => {
+            Refusal::NoDetectableCost { .. }
+            | Refusal::WideInterval { .. }
+            | Refusal::PoorFit { .. }
+            | Refusal::TooManyOutliers { .. } => {
                 "run more repeats (--repeats), longer runs (--seconds), pin the loop to a CPU (--pin), or calibrate on a quieter machine (check the load average)"
             }
         }
@@ -223,6 +278,9 @@ pub fn assess(fit: &LineFit, policy: &FitPolicy) -> Result<(), Refusal> {
             relative_half_width: rhw,
             max: policy.max_relative_half_width,
         });
+    }
+    if fit.outliers as f64 > policy.max_outlier_fraction * fit.points as f64 {
+        return Err(Refusal::TooManyOutliers { outliers: fit.outliers, points: fit.points });
     }
     if fit.r2 < policy.min_r2 {
         return Err(Refusal::PoorFit { r2: fit.r2, min_r2: policy.min_r2 });
@@ -279,6 +337,18 @@ mod tests {
         pts[17].time_s *= 1.4;
         let f = fit_line(&pts).unwrap();
         assert!((f.alpha_ns() - 300.0).abs() < 15.0, "{f:?}");
+        // They are named as outliers and left out of R², which stays high.
+        assert_eq!(f.outliers, 2, "{f:?}");
+        assert!(f.r2 > 0.99 && f.r2_all < f.r2, "{f:?}");
+        assert_eq!(assess(&f, &FitPolicy::default()), Ok(()));
+        // Too many disturbed runs: refused.
+        for i in [0, 5, 6, 8, 11] {
+            pts[i].time_s *= 1.5;
+        }
+        let f = fit_line(&pts).unwrap();
+        let r = assess(&f, &FitPolicy::default()).unwrap_err();
+        assert!(matches!(r, Refusal::TooManyOutliers { outliers: 7, points: 25 }), "{r:?}");
+        assert!(r.reason().contains("7 of 25 runs"));
     }
 
     #[test]
@@ -304,7 +374,16 @@ mod tests {
         assert!(r.reason().contains("no per-sample cost"));
         // A good slope but a poor R²: forced through the policy with a lax interval rule.
         let lax = FitPolicy { max_relative_half_width: 100.0, ..policy };
-        let f = LineFit { slope_s: 1e-7, slope_ci_s: (0.9e-7, 1.1e-7), intercept_s: 1.0, r2: 0.5, points: 20, groups: 5 };
+        let f = LineFit {
+            slope_s: 1e-7,
+            slope_ci_s: (0.9e-7, 1.1e-7),
+            intercept_s: 1.0,
+            r2: 0.5,
+            r2_all: 0.5,
+            outliers: 0,
+            points: 20,
+            groups: 5,
+        };
         assert!(matches!(assess(&f, &lax), Err(Refusal::PoorFit { .. })));
         let wide = LineFit { slope_ci_s: (0.2e-7, 1.8e-7), r2: 0.99, ..f };
         let r = assess(&wide, &policy).unwrap_err();

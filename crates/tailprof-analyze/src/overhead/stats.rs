@@ -51,7 +51,7 @@ impl SplitMix64 {
 
     /// Uniform in `0..n` (`n > 0`), by multiply-shift (bias below 2^-32 for our sizes).
     pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 }
 
