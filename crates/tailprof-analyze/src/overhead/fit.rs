@@ -161,7 +161,7 @@ pub fn fit_line(points: &[Point]) -> Option<LineFit> {
         sample.clear();
         for m in &members {
             for _ in 0..m.len() {
-                sample.push(m[rng.below(m.len())]);
+                sample.push(m[rng.below(m.len() as u64) as usize]);
             }
         }
         if let Some((s, _)) = theil_sen(&sample) {

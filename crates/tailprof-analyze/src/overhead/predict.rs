@@ -57,7 +57,7 @@ pub fn overhead_estimate(pairs: &[(f64, f64)]) -> Option<OverheadEstimate> {
         rb.clear();
         rp.clear();
         for _ in 0..pairs.len() {
-            let k = rng.below(pairs.len());
+            let k = rng.below(pairs.len() as u64) as usize;
             rb.push(pairs[k].0);
             rp.push(pairs[k].1);
         }

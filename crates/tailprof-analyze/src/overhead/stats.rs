@@ -31,29 +31,9 @@ pub fn percentile_interval(mut reps: Vec<f64>) -> Option<(f64, f64)> {
     Some((quantile_sorted(&reps, 0.025), quantile_sorted(&reps, 0.975)))
 }
 
-/// SplitMix64 (Steele, Lea & Flood 2014): tiny, fast, good enough to draw bootstrap
-/// indices; seeded so every run of the same data gives the same interval.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`), by multiply-shift (bias below 2^-32 for our sizes).
-    pub fn below(&mut self, n: usize) -> usize {
-        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
-    }
-}
+/// Seeded PRNG for bootstrap indices (SplitMix64, shared with the format crate's
+/// synthetic data), so every run over the same data gives the same interval.
+pub use tailprof_format::synth::Rng as SplitMix64;
 
 #[cfg(test)]
 mod tests {
@@ -81,7 +61,7 @@ mod tests {
         for _ in 0..100_000 {
             let x = a.below(10);
             assert_eq!(x, b.below(10));
-            counts[x] += 1;
+            counts[x as usize] += 1;
         }
         for c in counts {
             assert!((9_000..11_000).contains(&c), "{counts:?}");
