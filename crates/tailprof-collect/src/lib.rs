@@ -14,6 +14,7 @@
 //! This crate never prints and never exits; errors are [`CollectError`]s.
 
 pub mod attr;
+pub mod bandwidth;
 pub mod caps;
 pub mod event;
 pub mod sys;
