@@ -6,12 +6,20 @@
 //! contents are inconsistent (a crafted file, a writer bug) is rejected as a whole and
 //! never delivers half its records. Every count is checked against the bytes that back
 //! it before anything is allocated.
+//!
+//! Stacks (version 2, FORMAT.md §5.5): a chunk's stack section is validated with the rest
+//! of the chunk; only a fully valid chunk's nodes are then interned into the decoder's
+//! one [`StackTable`] for the whole read, and the new nodes are handed to the sink
+//! ([`Sink::handle_stack`]) before the chunk's first record. A damaged chunk therefore adds
+//! nothing, and a later chunk never depends on it.
 
 use crate::chunk::{RawChunk, FLAG_ZSTD, MAX_RAW_BODY};
 use crate::columns::{Col, OptCol, Unpacker};
 use crate::meta::{RecordsMeta, MAX_CHUNK_RECORDS};
-use crate::record::{CpuMode, Record, Sample, Sink};
+use crate::encode::nodes_within_limits;
+use crate::record::{CpuMode, Frame, FrameKind, Record, Sample, Sink, StackDef, StackId, StackStatus};
 use crate::sideband::get_sideband;
+use crate::stack::StackTable;
 use crate::timecode::TimeCodec;
 use crate::varint::{unzigzag, ByteReader};
 
@@ -41,6 +49,23 @@ pub struct ChunkDecoder {
     pub skipped_rows: u64,
     /// The record handed to sinks; reused so samples cost no allocation.
     rec: Record,
+    /// Format version of the trace being read (1: no stacks).
+    pub version: u16,
+    /// Every stack node of the chunks decoded since [`Self::reset_stacks`].
+    pub stacks: StackTable,
+    /// The last chunk's stack section: per local node, (parent local id, frame).
+    local_nodes: Vec<(u32, Frame)>,
+    frame_table: Vec<Frame>,
+    frame_kinds: Col,
+    /// The last chunk's stack list (local node ids), then per reference (index 0 = none)
+    /// the global id.
+    local_slots: Vec<u32>,
+    slot_global: Vec<StackId>,
+    local_to_global: Vec<StackId>,
+    stack_col: Col,
+    status_col: Col,
+    /// Global ids first defined by the last chunk.
+    new_defs: std::ops::Range<u32>,
 }
 
 impl Default for ChunkDecoder {
@@ -68,6 +93,17 @@ impl Default for ChunkDecoder {
             sideband: Vec::new(),
             skipped_rows: 0,
             rec: Record::Sample(Sample::default()),
+            version: crate::chunk::FORMAT_VERSION,
+            stacks: StackTable::new(),
+            local_nodes: Vec::new(),
+            frame_table: Vec::new(),
+            frame_kinds: Col::default(),
+            local_slots: Vec::new(),
+            slot_global: Vec::new(),
+            local_to_global: Vec::new(),
+            stack_col: Col::default(),
+            status_col: Col::default(),
+            new_defs: 0..0,
         }
     }
 }
@@ -102,28 +138,42 @@ pub fn chunk_body<'a>(
 }
 
 impl ChunkDecoder {
+    /// Forgets every stack node (at the start of a read).
+    pub fn reset_stacks(&mut self) {
+        self.stacks.clear();
+        self.new_defs = 0..0;
+    }
+
     /// Decodes an intact records chunk into the internal buffers. `None` on damage.
     pub fn decode(&mut self, c: &RawChunk<'_>) -> Option<RecordsMeta> {
-        let meta = RecordsMeta::parse(c.meta)?;
+        self.new_defs = 0..0;
+        let meta = RecordsMeta::parse(c.meta, self.version)?;
         let mut raw = std::mem::take(&mut self.raw);
         let res = match chunk_body(c, &mut self.dctx, &mut raw) {
-            Some(body) => self.decode_body(body, &meta),
+            Some(body) => self.decode_body(body, &meta, c.header.payload_len as usize),
             None => None,
         };
         self.raw = raw;
-        res.map(|()| meta)
+        res?;
+        self.intern_stacks();
+        Some(meta)
     }
 
-    fn decode_body(&mut self, body: &[u8], meta: &RecordsMeta) -> Option<()> {
+    fn decode_body(&mut self, body: &[u8], meta: &RecordsMeta, payload_len: usize) -> Option<()> {
         let r = &mut ByteReader::new(body);
         let mut up = std::mem::take(&mut self.up);
         up.budget = MAX_RAW_BODY;
-        let res = self.decode_with(r, &mut up, meta);
+        let res = self.decode_with(r, &mut up, meta, payload_len);
         self.up = up;
         res
     }
 
-    fn decode_with(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, meta: &RecordsMeta) -> Option<()> {
+    fn decode_with(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, meta: &RecordsMeta, payload_len: usize) -> Option<()> {
+        self.local_nodes.clear();
+        self.local_slots.clear();
+        if self.version >= 2 {
+            self.decode_stacks(r, up, payload_len)?;
+        }
         let n = r.len_at_most(MAX_CHUNK_RECORDS)?;
         if n != meta.samples as usize {
             return None;
@@ -149,8 +199,9 @@ impl ChunkDecoder {
         let rr = &mut ByteReader::new(rows);
         let mut pos = 0u32;
         let mut prev_time = base;
+        let max_ref = self.local_slots.len() as u64;
         for _ in 0..nsb {
-            let (delta, rec) = get_sideband(rr, &mut prev_time)?;
+            let (delta, rec) = get_sideband(rr, &mut prev_time, self.version, max_ref)?;
             pos = pos.checked_add(delta)?;
             if pos as usize > n {
                 return None;
@@ -161,6 +212,126 @@ impl ChunkDecoder {
             }
         }
         (rr.is_empty() && r.is_empty()).then_some(())
+    }
+
+    /// Reads and validates a stack section (FORMAT.md §5.5) into `local_nodes` and
+    /// `local_slots`.
+    fn decode_stacks(&mut self, r: &mut ByteReader<'_>, up: &mut Unpacker, payload_len: usize) -> Option<()> {
+        let nn = r.uleb()?;
+        if nn == 0 {
+            return Some(());
+        }
+        let nn = usize::try_from(nn).ok()?;
+        if !nodes_within_limits(nn, payload_len) {
+            return None;
+        }
+        let nframes = r.uleb()?;
+        if nframes == 0 || nframes > nn as u64 {
+            return None;
+        }
+        let nframes = nframes as usize;
+        let table = up.blob(r)?;
+        if nframes > table.len() {
+            return None;
+        }
+        self.frame_table.clear();
+        let tr = &mut ByteReader::new(table);
+        let mut ip = 0u64;
+        for _ in 0..nframes {
+            ip = ip.wrapping_add(unzigzag(tr.uleb()?) as u64);
+            self.frame_table.push(Frame { ip, kind: FrameKind::User });
+        }
+        if !tr.is_empty() {
+            return None;
+        }
+        self.frame_kinds.read_max(r, up, nframes, u8::MAX as u64)?;
+        for (i, f) in self.frame_table.iter_mut().enumerate() {
+            f.kind = FrameKind::from_u8(self.frame_kinds.get(i) as u8)?;
+        }
+        // Parent distances.
+        let pb = up.blob(r)?;
+        if nn > pb.len() {
+            return None; // every node takes at least one byte
+        }
+        self.local_nodes.reserve(nn);
+        let pr = &mut ByteReader::new(pb);
+        for i in 0..nn as u64 {
+            let d = pr.uleb()?;
+            if d > i {
+                return None; // a parent must come before its child
+            }
+            let parent = if d == 0 { 0 } else { (i + 1 - d) as u32 };
+            self.local_nodes.push((parent, Frame::default()));
+        }
+        if !pr.is_empty() {
+            return None;
+        }
+        let fb = up.blob(r)?;
+        if nn > fb.len() {
+            return None;
+        }
+        let fr = &mut ByteReader::new(fb);
+        for node in self.local_nodes.iter_mut() {
+            node.1 = *self.frame_table.get(usize::try_from(fr.uleb()?).ok()?)?;
+        }
+        if !fr.is_empty() {
+            return None;
+        }
+        // Stack list.
+        let ns = r.uleb()?;
+        if ns > nn as u64 {
+            return None;
+        }
+        let sb = up.blob(r)?;
+        if ns as usize > sb.len() {
+            return None;
+        }
+        let sr = &mut ByteReader::new(sb);
+        for _ in 0..ns {
+            let id = sr.uleb()?;
+            if id == 0 || id > nn as u64 {
+                return None;
+            }
+            self.local_slots.push(id as u32);
+        }
+        sr.is_empty().then_some(())
+    }
+
+    /// Interns the validated stack section of the last chunk into the global table and
+    /// maps its references; remaps `Switch` stacks.
+    fn intern_stacks(&mut self) {
+        let start = self.stacks.len() as u32 + 1;
+        self.local_to_global.clear();
+        self.local_to_global.push(StackId::NONE);
+        for &(parent, frame) in &self.local_nodes {
+            let p = self.local_to_global[parent as usize];
+            let g = self.stacks.intern(p, frame);
+            self.local_to_global.push(g);
+        }
+        self.new_defs = start..self.stacks.len() as u32 + 1;
+        self.slot_global.clear();
+        self.slot_global.push(StackId::NONE);
+        for &l in &self.local_slots {
+            self.slot_global.push(self.local_to_global[l as usize]);
+        }
+        for (_, r) in self.sideband.iter_mut() {
+            if let Record::Switch(w) = r {
+                w.stack = self.slot_global[w.stack.0 as usize];
+            }
+        }
+        if self.version < 2 || self.n == 0 {
+            self.stack_col = Col { konst: true, c: 0, v: Vec::new() };
+            self.status_col = Col { konst: true, c: 0, v: Vec::new() };
+        }
+    }
+
+    /// Hands the stack nodes first defined by the last chunk to `sink`, callers first.
+    fn emit_defs(&self, sink: &mut dyn Sink) {
+        for id in self.new_defs.clone() {
+            if let Some((parent, frame)) = self.stacks.get(StackId(id)) {
+                sink.handle_stack(&StackDef { id: StackId(id), parent, frame });
+            }
+        }
     }
 
     /// Decodes the sample columns; returns the base time.
@@ -225,7 +396,14 @@ impl ChunkDecoder {
         for _ in 0..total {
             self.regs.push(rr.uleb()?);
         }
-        rr.is_empty().then_some(base)
+        if !rr.is_empty() {
+            return None;
+        }
+        if self.version >= 2 {
+            self.stack_col.read_max(r, up, n, self.local_slots.len() as u64)?;
+            self.status_col.read_max(r, up, n, u8::MAX as u64)?;
+        }
+        Some(base)
     }
 
     /// Fills `s` with sample `i` of the decoded chunk. `k` holds the running indices of
@@ -250,10 +428,13 @@ impl ChunkDecoder {
             s.regs.extend_from_slice(&self.regs[k[3]..k[3] + nr]);
             k[3] += nr;
         }
+        s.stack = self.slot_global[self.stack_col.get(i) as usize];
+        s.stack_status = StackStatus::from_u8(self.status_col.get(i) as u8);
     }
 
     /// Hands every record of the decoded chunk to `sink`, in the original order.
     pub fn emit(&mut self, sink: &mut dyn Sink) {
+        self.emit_defs(sink);
         let mut rec = std::mem::replace(&mut self.rec, Record::Sample(Sample::default()));
         let mut k = [0usize; 4];
         let mut sb = 0;

@@ -5,11 +5,18 @@
 //! interns IPs and threads in small hash maps; all encoding work (constant detection,
 //! frequency-ordered IP table, varints, per-column zstd) happens once per chunk in
 //! [`ChunkBuilder::encode`].
+//!
+//! Stacks (FORMAT.md §5.5): the builder notes which stacks the chunk's records use (a
+//! hash lookup per sample that has one); the first use of a stack in the chunk also marks
+//! its nodes and their ancestors. `encode` writes those nodes, renumbered `1..` in the
+//! order of their writer ids (callers first), as the chunk's own stack section, so a
+//! chunk never depends on another chunk's stacks.
 
 use crate::columns::{put_column, put_opt_column, Packer};
 use crate::meta::RecordsMeta;
-use crate::record::{LossKind, Record, Sample};
+use crate::record::{Frame, LossKind, Record, Sample, StackId, StackStatus};
 use crate::sideband::{put_sideband, sideband_size_hint};
+use crate::stack::StackTable;
 use crate::timecode::TimeCodec;
 use crate::varint::{put_u64, put_uleb, zigzag};
 use std::collections::HashMap;
@@ -77,6 +84,37 @@ pub struct ChunkBuilder {
     sideband: Vec<(u32, Record)>,
     scratch: Vec<u8>,
     deltas: Vec<u64>,
+    /// Per sample: 0 (no stack) or 1 + index into `slots`.
+    stack_slot: Vec<u32>,
+    stack_status: Vec<u8>,
+    /// Stacks (writer ids) the chunk's records use, in first-use order, with use counts.
+    slots: Vec<u32>,
+    slot_counts: Vec<u32>,
+    slot_map: IntMap<u32>,
+    last_slot: Option<(u32, u32)>,
+    /// Per writer node: (chunk generation that marked it, local id while encoding).
+    node_mark: Vec<(u32, u32)>,
+    generation: u32,
+    /// Writer ids of the nodes the chunk needs (the used stacks and their ancestors).
+    nodes: Vec<u32>,
+    /// Stack-section blobs are stored uncompressed (see [`Self::encode`]).
+    pub stacks_stored: bool,
+}
+
+/// Largest number of stack nodes one records chunk may hold (FORMAT.md §12).
+pub const MAX_CHUNK_NODES: usize = 1 << 22;
+/// Deepest stack the writer stores: [`crate::TraceWriter::intern_stack`] keeps the
+/// innermost `MAX_STACK_DEPTH` frames of a deeper stack.
+pub const MAX_STACK_DEPTH: usize = 4096;
+/// A chunk may hold at most `STACK_NODE_SLACK + STACK_NODES_PER_BYTE * payload_len`
+/// stack nodes (FORMAT.md §5.5): this bounds the reader's memory by the file's size.
+pub const STACK_NODE_SLACK: usize = MAX_STACK_DEPTH;
+pub const STACK_NODES_PER_BYTE: usize = 64;
+
+/// Whether a chunk with `nodes` stack nodes and `payload_len` payload bytes is within
+/// the node limits.
+pub fn nodes_within_limits(nodes: usize, payload_len: usize) -> bool {
+    nodes <= MAX_CHUNK_NODES && nodes <= STACK_NODE_SLACK.saturating_add(payload_len.saturating_mul(STACK_NODES_PER_BYTE))
 }
 
 impl ChunkBuilder {
@@ -95,10 +133,61 @@ impl ChunkBuilder {
         self.meta.last_time.saturating_sub(self.meta.first_time)
     }
 
-    /// Buffers a sample. The caller guarantees its time is not below
-    /// [`Self::last_sample_time`].
+    /// Stack nodes the chunk holds so far.
+    pub fn stack_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Notes a use of stack `id` (a node of `table`, or NONE); returns its slot value
+    /// (0 for NONE, else 1 + slot index).
     #[inline]
-    pub fn push_sample(&mut self, s: &Sample) {
+    fn use_stack(&mut self, id: StackId, table: &StackTable) -> u32 {
+        if id.is_none() {
+            return 0;
+        }
+        if let Some((g, slot)) = self.last_slot {
+            if g == id.0 {
+                self.slot_counts[slot as usize] += 1;
+                return slot + 1;
+            }
+        }
+        let next = self.slots.len() as u32;
+        let slot = *self.slot_map.entry(id.0).or_insert(next);
+        if slot == next {
+            self.slots.push(id.0);
+            self.slot_counts.push(0);
+            self.mark_nodes(id, table);
+        }
+        self.slot_counts[slot as usize] += 1;
+        self.last_slot = Some((id.0, slot));
+        slot + 1
+    }
+
+    /// Marks `id` and its ancestors as needed by this chunk.
+    fn mark_nodes(&mut self, id: StackId, table: &StackTable) {
+        if self.node_mark.len() < table.len() + 1 {
+            self.node_mark.resize(table.len() + 1, (0, 0));
+        }
+        if self.generation == 0 {
+            self.generation = 1;
+        }
+        let mut cur = id;
+        while let Some((parent, _)) = table.get(cur) {
+            let m = &mut self.node_mark[cur.0 as usize];
+            if m.0 == self.generation {
+                break;
+            }
+            m.0 = self.generation;
+            self.nodes.push(cur.0);
+            self.raw_estimate += 16;
+            cur = parent;
+        }
+    }
+
+    /// Buffers a sample. The caller guarantees its time is not below
+    /// [`Self::last_sample_time`] and that `s.stack` is NONE or a node of `table`.
+    #[inline]
+    pub fn push_sample(&mut self, s: &Sample, table: &StackTable) {
         debug_assert!(self.last_sample_time().is_none_or(|t| t <= s.time));
         self.meta.records += 1;
         self.meta.samples += 1;
@@ -148,11 +237,18 @@ impl ChunkBuilder {
         if !s.regs.is_empty() {
             self.regs.extend_from_slice(&s.regs);
         }
+        let slot = self.use_stack(s.stack, table);
+        self.stack_slot.push(slot);
+        self.stack_status.push(s.stack_status as u8);
+        if s.stack_status != StackStatus::None {
+            self.meta.sample_status[s.stack_status as usize] += 1;
+        }
         self.raw_estimate += 16 + if mask != 0 { 24 } else { 0 } + 10 * s.regs.len();
     }
 
     /// Buffers a side-band (non-sample) record and updates the chunk's loss counters.
-    pub fn push_sideband(&mut self, r: &Record) {
+    /// The caller guarantees that a `Switch`'s stack is NONE or a node of `table`.
+    pub fn push_sideband(&mut self, r: &Record, table: &StackTable) {
         self.meta.records += 1;
         self.meta.note_time(r.time());
         match r {
@@ -166,20 +262,30 @@ impl ChunkBuilder {
             }
             Record::Throttle(t) if t.throttled => self.meta.throttle_events += 1,
             Record::Throttle(_) => self.meta.unthrottle_events += 1,
+            Record::Switch(w) => {
+                self.meta.switches[w.kind as usize] += 1;
+                if w.stack_status != StackStatus::None {
+                    self.meta.switch_status[w.stack_status as usize] += 1;
+                }
+                self.use_stack(w.stack, table);
+            }
             _ => {}
         }
         self.raw_estimate += sideband_size_hint(r);
         self.sideband.push((self.times.len() as u32, r.clone()));
     }
 
-    /// Encodes the buffered records into `body` (cleared first) and resets the builder.
-    /// Returns the chunk's meta block.
-    pub fn encode(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec) -> RecordsMeta {
+    /// Encodes the buffered records into `body` (cleared first) as a version-2 body.
+    /// Returns the chunk's meta block. The builder keeps its records until
+    /// [`Self::reset`], so a chunk can be encoded again (with `stacks_stored` set, when the
+    /// node limit of FORMAT.md §5.5 needs it).
+    pub fn encode(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec, table: &StackTable) -> RecordsMeta {
         body.clear();
+        let slot_rank = self.encode_stacks(body, pk, table);
         let n = self.times.len();
         put_uleb(body, n as u64);
         if n > 0 {
-            self.encode_samples(body, pk, codec);
+            self.encode_samples(body, pk, codec, &slot_rank);
         }
         put_uleb(body, self.sideband.len() as u64);
         let mut prev_pos = 0u32;
@@ -187,17 +293,107 @@ impl ChunkBuilder {
         let mut rows = std::mem::take(&mut pk.scratch);
         rows.clear();
         for (pos, r) in &self.sideband {
-            put_sideband(&mut rows, &mut self.scratch, pos - prev_pos, &mut prev_time, r);
+            let stack_ref = match r {
+                Record::Switch(w) if !w.stack.is_none() => {
+                    self.slot_map.get(&w.stack.0).map_or(0, |&s| slot_rank[s as usize] as u64 + 1)
+                }
+                _ => 0,
+            };
+            put_sideband(&mut rows, &mut self.scratch, pos - prev_pos, &mut prev_time, r, stack_ref);
             prev_pos = *pos;
         }
         pk.put_blob(body, &rows);
         pk.scratch = rows;
-        let meta = std::mem::take(&mut self.meta);
-        self.reset();
-        meta
+        self.meta.clone()
     }
 
-    fn encode_samples(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec) {
+    /// Writes the stack section (FORMAT.md §5.5); returns, per slot, its position in the
+    /// section's stack list (slots in descending use count, so hot stacks get one-byte
+    /// references).
+    fn encode_stacks(&mut self, body: &mut Vec<u8>, pk: &mut Packer, table: &StackTable) -> Vec<u32> {
+        let nn = self.nodes.len();
+        put_uleb(body, nn as u64);
+        if nn == 0 {
+            return Vec::new();
+        }
+        let stored = self.stacks_stored;
+        let put = |pk: &mut Packer, body: &mut Vec<u8>| {
+            if stored {
+                let raw = std::mem::take(&mut pk.scratch);
+                body.push(crate::columns::BLOB_STORED);
+                put_uleb(body, raw.len() as u64);
+                body.extend_from_slice(&raw);
+                pk.scratch = raw;
+                pk.scratch.clear();
+            } else {
+                pk.put_scratch(body);
+            }
+        };
+        // Callers first: writer ids grow from parent to child.
+        self.nodes.sort_unstable();
+        for (i, &g) in self.nodes.iter().enumerate() {
+            self.node_mark[g as usize].1 = i as u32 + 1;
+        }
+        // Frame table in descending use count among the nodes.
+        let mut frame_map: HashMap<Frame, u32, BuildHasherDefault<IntHasher>> = HashMap::default();
+        let mut frames: Vec<(Frame, u32)> = Vec::new();
+        let mut node_frame: Vec<u32> = Vec::with_capacity(nn);
+        for &g in &self.nodes {
+            let f = table.frame(StackId(g)).unwrap_or_default();
+            let next = frames.len() as u32;
+            let k = *frame_map.entry(f).or_insert(next);
+            if k == next {
+                frames.push((f, 0));
+            }
+            frames[k as usize].1 += 1;
+            node_frame.push(k);
+        }
+        let mut order: Vec<u32> = (0..frames.len() as u32).collect();
+        order.sort_by_key(|&k| std::cmp::Reverse(frames[k as usize].1));
+        let mut frank = vec![0u32; frames.len()];
+        for (r, &k) in order.iter().enumerate() {
+            frank[k as usize] = r as u32;
+        }
+        put_uleb(body, frames.len() as u64);
+        pk.scratch.clear();
+        let mut prev = 0u64;
+        for &k in &order {
+            let ip = frames[k as usize].0.ip;
+            put_uleb(&mut pk.scratch, zigzag(ip.wrapping_sub(prev) as i64));
+            prev = ip;
+        }
+        put(pk, body);
+        put_column(body, pk, frames.len(), |i| frames[order[i] as usize].0.kind as u64);
+        // Nodes: parent distance (0 = outermost frame), frame index.
+        pk.scratch.clear();
+        for (i, &g) in self.nodes.iter().enumerate() {
+            let p = table.parent(StackId(g));
+            let d = if p.is_none() { 0 } else { i as u32 + 1 - self.node_mark[p.0 as usize].1 };
+            put_uleb(&mut pk.scratch, d as u64);
+        }
+        put(pk, body);
+        pk.scratch.clear();
+        for &k in &node_frame {
+            put_uleb(&mut pk.scratch, frank[k as usize] as u64);
+        }
+        put(pk, body);
+        // Stack list: the nodes records refer to, most used first.
+        let mut sorder: Vec<u32> = (0..self.slots.len() as u32).collect();
+        sorder.sort_by_key(|&s| std::cmp::Reverse(self.slot_counts[s as usize]));
+        let mut slot_rank = vec![0u32; self.slots.len()];
+        for (r, &s) in sorder.iter().enumerate() {
+            slot_rank[s as usize] = r as u32;
+        }
+        put_uleb(body, sorder.len() as u64);
+        pk.scratch.clear();
+        for &s in &sorder {
+            put_uleb(&mut pk.scratch, self.node_mark[self.slots[s as usize] as usize].1 as u64);
+        }
+        put(pk, body);
+        slot_rank
+    }
+
+    fn encode_samples(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec, slot_rank: &[u32]) {
         let n = self.times.len();
         let base = self.times[0];
         put_u64(body, base);
@@ -253,9 +449,16 @@ impl ChunkBuilder {
             put_uleb(&mut pk.scratch, r);
         }
         pk.put_scratch(body);
+
+        put_column(body, pk, n, |i| match self.stack_slot[i] {
+            0 => 0,
+            s => slot_rank[s as usize - 1] as u64 + 1,
+        });
+        put_column(body, pk, n, |i| self.stack_status[i] as u64);
     }
 
-    fn reset(&mut self) {
+    /// Forgets the buffered records (after the chunk was written).
+    pub fn reset(&mut self) {
         self.meta = RecordsMeta::default();
         self.raw_estimate = 0;
         self.times.clear();
@@ -278,5 +481,19 @@ impl ChunkBuilder {
         self.regs_count.clear();
         self.regs.clear();
         self.sideband.clear();
+        self.stack_slot.clear();
+        self.stack_status.clear();
+        self.slots.clear();
+        self.slot_counts.clear();
+        self.slot_map.clear();
+        self.last_slot = None;
+        self.nodes.clear();
+        self.stacks_stored = false;
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Marks of 2^32 chunks ago could alias: start over.
+            self.node_mark.iter_mut().for_each(|m| m.0 = 0);
+            self.generation = 1;
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! of the tail were lost and never panics on arbitrary input.
 //!
 //! - [`record`]: the record model shared by every stage.
+//! - [`stack`]: [`StackTable`], the interner of call stacks (frames + parent pointers).
 //! - [`writer`]: [`TraceWriter`], chunking policy, trailer.
 //! - [`reader`]: [`TraceReader`], damage and truncation accounting.
 //! - [`chunk`]: file header, chunk framing, checksums, resynchronisation.
@@ -34,13 +35,16 @@ pub mod meta;
 pub mod reader;
 pub mod record;
 pub mod sideband;
+pub mod stack;
 pub mod synth;
 pub mod timecode;
 pub mod varint;
 pub mod writer;
 
 pub use reader::TraceReader;
+pub use encode::{MAX_CHUNK_NODES, MAX_STACK_DEPTH};
 pub use record::*;
+pub use stack::StackTable;
 pub use timecode::TimeCodec;
 pub use writer::{TraceWriter, WriteSummary, WriterOptions};
 
@@ -70,6 +74,10 @@ pub enum FormatError {
     /// A record (or table) too large for one chunk; nothing was written for it.
     #[error("{0} too large for the trace format")]
     RecordTooLarge(&'static str),
+    /// A record refers to a stack id the writer never handed out
+    /// ([`TraceWriter::intern_stack`]); nothing was written for it.
+    #[error("record refers to stack id {0}, which this trace writer never interned")]
+    UnknownStack(u32),
 }
 
 /// What reading a trace found, beside its records.

@@ -3,7 +3,7 @@
 //!
 //! Owns their byte layouts and the limits a reader enforces on them.
 
-use crate::record::{BuildIdEntry, TraceStats};
+use crate::record::{BuildIdEntry, StackStatus, SwitchKind, TraceStats};
 use crate::varint::{put_bytes, put_uleb, ByteReader};
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +14,10 @@ pub const MAX_STRING: usize = 1 << 20;
 
 /// Length of the version-1 records meta block.
 pub const RECORDS_META_LEN: usize = 64;
+/// Stack-status codes (1..) the version-2 meta block counts (FORMAT.md §5.0).
+pub const META_STATUS_CODES: usize = 7;
+/// Length of the version-2 records meta block as this build writes it.
+pub const RECORDS_META_LEN_V2: usize = RECORDS_META_LEN + 12 + 2 * (1 + 4 * META_STATUS_CODES);
 
 /// Per-chunk counts, stored uncompressed at the start of a records chunk so `summarize`
 /// can rebuild [`TraceStats`] of a cut-off file without decoding records.
@@ -30,11 +34,19 @@ pub struct RecordsMeta {
     pub lost_markers: u64,
     pub throttle_events: u32,
     pub unthrottle_events: u32,
+    /// Version 2: samples per stack-status code (index = code; index 0, no stack, is
+    /// not stored).
+    pub sample_status: [u32; 8],
+    /// Version 2: switch records per [`SwitchKind`] code.
+    pub switches: [u32; 3],
+    /// Version 2: switch records per stack-status code of their stack.
+    pub switch_status: [u32; 8],
 }
 
 impl RecordsMeta {
-    pub fn to_bytes(&self) -> [u8; RECORDS_META_LEN] {
-        let mut b = [0u8; RECORDS_META_LEN];
+    /// The version-2 meta block ([`RECORDS_META_LEN_V2`] bytes).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = vec![0u8; RECORDS_META_LEN];
         b[0..4].copy_from_slice(&self.records.to_le_bytes());
         b[4..8].copy_from_slice(&self.samples.to_le_bytes());
         b[8..16].copy_from_slice(&self.first_time.to_le_bytes());
@@ -44,16 +56,28 @@ impl RecordsMeta {
         b[40..48].copy_from_slice(&self.lost_markers.to_le_bytes());
         b[48..52].copy_from_slice(&self.throttle_events.to_le_bytes());
         b[52..56].copy_from_slice(&self.unthrottle_events.to_le_bytes());
+        for v in self.switches {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for counts in [&self.sample_status, &self.switch_status] {
+            b.push(META_STATUS_CODES as u8);
+            for v in &counts[1..=META_STATUS_CODES] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        debug_assert_eq!(b.len(), RECORDS_META_LEN_V2);
         b
     }
 
-    /// Parses a meta block; longer blocks (a later minor revision) are accepted.
-    pub fn parse(b: &[u8]) -> Option<Self> {
+    /// Parses the meta block of a chunk of a trace of format `version`; longer blocks (a
+    /// later minor revision) are accepted. Version 2 requires the stack/switch counts;
+    /// counts of status codes this build does not know are added to `Unknown`.
+    pub fn parse(b: &[u8], version: u16) -> Option<Self> {
         if b.len() < RECORDS_META_LEN {
             return None;
         }
         let mut r = ByteReader::new(b);
-        let m = RecordsMeta {
+        let mut m = RecordsMeta {
             records: r.u32()?,
             samples: r.u32()?,
             first_time: r.u64()?,
@@ -63,7 +87,28 @@ impl RecordsMeta {
             lost_markers: r.u64()?,
             throttle_events: r.u32()?,
             unthrottle_events: r.u32()?,
+            ..Default::default()
         };
+        if version >= 2 {
+            r.take(8)?; // reserved
+            for v in m.switches.iter_mut() {
+                *v = r.u32()?;
+            }
+            for counts in [&mut m.sample_status, &mut m.switch_status] {
+                let k = r.u8()? as usize;
+                for code in 1..=k {
+                    let v = r.u32()?;
+                    let i = StackStatus::from_u8(code.min(255) as u8) as usize;
+                    counts[i] = counts[i].checked_add(v)?;
+                }
+            }
+            let stacks: u64 = m.sample_status.iter().map(|&v| v as u64).sum();
+            let switches: u64 = m.switches.iter().map(|&v| v as u64).sum();
+            let switch_stacks: u64 = m.switch_status.iter().map(|&v| v as u64).sum();
+            if stacks > m.samples as u64 || switches + m.samples as u64 > m.records as u64 || switch_stacks > switches {
+                return None;
+            }
+        }
         if m.samples > m.records || m.records as usize > MAX_CHUNK_RECORDS {
             return None;
         }
@@ -91,6 +136,13 @@ impl RecordsMeta {
         stats.lost_markers = stats.lost_markers.saturating_add(self.lost_markers);
         stats.throttle_events += self.throttle_events as u64;
         stats.unthrottle_events += self.unthrottle_events as u64;
+        for s in StackStatus::ALL {
+            stats.sample_stacks.add(s, self.sample_status[s as usize] as u64);
+            stats.switch_stacks.add(s, self.switch_status[s as usize] as u64);
+        }
+        for k in [SwitchKind::In, SwitchKind::OutPreempted, SwitchKind::OutBlocked] {
+            stats.switches.add(k, self.switches[k as usize] as u64);
+        }
         if self.first_time != 0 {
             stats.first_time = Some(stats.first_time.map_or(self.first_time, |f| f.min(self.first_time)));
         }

@@ -31,6 +31,7 @@ pub struct TraceReader {
     body_start: usize,
     build_ids: BuildIdSet,
     decoder: ChunkDecoder,
+    version: u16,
 }
 
 /// What the walk should do with each intact chunk.
@@ -53,6 +54,7 @@ impl TraceReader {
     pub fn from_bytes(buf: Vec<u8>) -> Result<Self, FormatError> {
         let body_start;
         let header;
+        let file_version;
         {
             let b = &buf[..];
             if b.is_empty() {
@@ -74,6 +76,7 @@ impl TraceReader {
             if version > FORMAT_VERSION {
                 return Err(FormatError::UnsupportedVersion { found: version, supported: FORMAT_VERSION });
             }
+            file_version = version;
             if version == 0 || hlen < FILE_HEADER_LEN {
                 return Err(FormatError::BadHeader(format!("bad file header (version {version}, length {hlen})")));
             }
@@ -102,7 +105,22 @@ impl TraceReader {
                 .map_err(|e| FormatError::BadHeader(format!("trace header JSON: {e}")))?;
             body_start = hlen + c.header.total_len();
         }
-        Ok(TraceReader { buf, header, body_start, build_ids: BuildIdSet::default(), decoder: ChunkDecoder::default() })
+        let mut decoder = ChunkDecoder::default();
+        decoder.version = file_version;
+        Ok(TraceReader { buf, header, body_start, build_ids: BuildIdSet::default(), decoder, version: file_version })
+    }
+
+    /// The trace's format version (from the file header).
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
+    /// Every stack node of the chunks read by the last [`Self::read_all`] or
+    /// [`Self::for_each_sample`]: resolves the [`StackId`]s of the records it delivered
+    /// (the same nodes [`Sink::handle_stack`] received). Ids are those of this reader,
+    /// not the writer's; they are stable within one read.
+    pub fn stacks(&self) -> &crate::StackTable {
+        &self.decoder.stacks
     }
 
     pub fn header(&self) -> &TraceHeader {
@@ -143,6 +161,9 @@ impl TraceReader {
         let buf = &self.buf[..];
         let mut s = ReadSummary { bytes: buf.len() as u64, chunks: 1, ..Default::default() };
         self.build_ids.clear();
+        if !matches!(mode, Mode::Summarize(_)) {
+            self.decoder.reset_stacks();
+        }
         let mut trailer = None;
         let mut next_seq = 1u32;
         let mut p = self.body_start;
@@ -214,7 +235,7 @@ fn handle_chunk(
     };
     let ok = match kind {
         ChunkKind::Records => match mode {
-            Mode::Summarize(stats) => match RecordsMeta::parse(c.meta) {
+            Mode::Summarize(stats) => match RecordsMeta::parse(c.meta, decoder.version) {
                 Some(m) => {
                     m.add_to(stats);
                     s.records += m.records as u64;

@@ -68,6 +68,12 @@ pub struct Sample {
     /// User registers, in ascending bit order of [`EventDesc::regs_user_mask`].
     /// Empty when the event did not ask for registers.
     pub regs: Vec<u64>,
+    /// The call stack of the sample ([`StackId::NONE`] when none was recorded). Frames
+    /// come from the [`crate::StackTable`] of the writer (producers) or from the
+    /// [`Sink::handle_stack`] definitions the reader delivers (consumers).
+    pub stack: StackId,
+    /// Whether `stack` reached the outermost frame, and if not, why.
+    pub stack_status: StackStatus,
 }
 
 /// A memory mapping (PERF_RECORD_MMAP / MMAP2, or synthesized from /proc/PID/maps).
@@ -199,6 +205,200 @@ pub struct ItemClass {
     pub name: String,
 }
 
+/// Id of an interned call stack: a node of a [`crate::StackTable`], i.e. a frame plus
+/// the id of its caller's node. Ids are only meaningful together with the table that
+/// made them (the writer's while writing; the one fed by [`Sink::handle_stack`] while
+/// reading). [`StackId::NONE`] (0) means "no stack".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct StackId(pub u32);
+
+impl StackId {
+    /// No stack (also the parent of an outermost frame).
+    pub const NONE: StackId = StackId(0);
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// Which address space a frame's `ip` is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum FrameKind {
+    #[default]
+    User = 0,
+    Kernel = 1,
+}
+
+impl FrameKind {
+    /// From the on-disk code (FORMAT.md §5.5); `None` for a code this build does not know.
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(FrameKind::User),
+            1 => Some(FrameKind::Kernel),
+            _ => None,
+        }
+    }
+}
+
+/// One frame of a call stack.
+///
+/// For the leaf (innermost) frame `ip` is the sampled instruction address. For every other
+/// frame it is the **return address** as the kernel or the unwinder reported it, i.e. the
+/// instruction after the call: analyses look up `ip - 1` for non-leaf frames so a call
+/// that ends a function is attributed to the caller's right function and line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct Frame {
+    pub ip: u64,
+    pub kind: FrameKind,
+}
+
+impl Frame {
+    pub fn user(ip: u64) -> Self {
+        Frame { ip, kind: FrameKind::User }
+    }
+    pub fn kernel(ip: u64) -> Self {
+        Frame { ip, kind: FrameKind::Kernel }
+    }
+}
+
+/// Whether a recorded stack reached the outermost frame, and if not, why. Stored as a
+/// `u8` with the stable codes below (FORMAT.md §5.5); a reader maps codes it does not
+/// know to [`StackStatus::Unknown`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum StackStatus {
+    /// No stack was asked for (or the record cannot have one).
+    #[default]
+    None = 0,
+    /// The stack reached the outermost frame.
+    Complete = 1,
+    /// DWARF unwinding ran off the end of the copied user stack (the copy was too small).
+    CopyExhausted = 2,
+    /// A frame's code had no unwind information (`.eh_frame`/`.debug_frame`).
+    NoUnwindInfo = 3,
+    /// Unwinding failed: bad frame, bad CFI, unreadable memory, a loop.
+    UnwindError = 4,
+    /// The kernel's or our depth limit was reached.
+    MaxDepth = 5,
+    /// Only the kernel part is present (no user registers / user chain).
+    UserMissing = 6,
+    /// A stack whose completeness cannot be decided (e.g. frame-pointer chains), or a
+    /// status code this build does not know.
+    Unknown = 7,
+}
+
+impl StackStatus {
+    /// Every status, in code order.
+    pub const ALL: [StackStatus; 8] = [
+        StackStatus::None,
+        StackStatus::Complete,
+        StackStatus::CopyExhausted,
+        StackStatus::NoUnwindInfo,
+        StackStatus::UnwindError,
+        StackStatus::MaxDepth,
+        StackStatus::UserMissing,
+        StackStatus::Unknown,
+    ];
+
+    /// From the on-disk code; codes this build does not know read as `Unknown`.
+    pub fn from_u8(v: u8) -> Self {
+        StackStatus::ALL.get(v as usize).copied().unwrap_or(StackStatus::Unknown)
+    }
+
+    /// A stable short name (also the JSON name), e.g. `copy_exhausted`.
+    pub fn name(self) -> &'static str {
+        match self {
+            StackStatus::None => "none",
+            StackStatus::Complete => "complete",
+            StackStatus::CopyExhausted => "copy_exhausted",
+            StackStatus::NoUnwindInfo => "no_unwind_info",
+            StackStatus::UnwindError => "unwind_error",
+            StackStatus::MaxDepth => "max_depth",
+            StackStatus::UserMissing => "user_missing",
+            StackStatus::Unknown => "unknown",
+        }
+    }
+
+    /// The reason in words, for people (e.g. `copy exhausted`).
+    pub fn reason(self) -> &'static str {
+        match self {
+            StackStatus::None => "no stack",
+            StackStatus::Complete => "complete",
+            StackStatus::CopyExhausted => "copy exhausted",
+            StackStatus::NoUnwindInfo => "no unwind info",
+            StackStatus::UnwindError => "unwind error",
+            StackStatus::MaxDepth => "max depth",
+            StackStatus::UserMissing => "user stack missing",
+            StackStatus::Unknown => "completeness unknown",
+        }
+    }
+
+    /// A stack was recorded (complete or not).
+    pub fn has_stack(self) -> bool {
+        self != StackStatus::None
+    }
+
+    /// Truncated or failed: a stack was asked for and did not reach the outermost frame
+    /// (`Unknown` is not counted as truncated).
+    pub fn is_truncated(self) -> bool {
+        !matches!(self, StackStatus::None | StackStatus::Complete | StackStatus::Unknown)
+    }
+}
+
+/// The definition of one interned stack node, delivered by the reader through
+/// [`Sink::handle_stack`] before the first record that uses `id`, callers (ancestors)
+/// first. `parent` is [`StackId::NONE`] for an outermost frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StackDef {
+    pub id: StackId,
+    pub parent: StackId,
+    pub frame: Frame,
+}
+
+/// What a context switch did to a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum SwitchKind {
+    /// The thread starts running on `cpu`.
+    #[default]
+    In = 0,
+    /// The thread was preempted: it is still runnable, waiting for a CPU.
+    OutPreempted = 1,
+    /// The thread went to sleep in the kernel (blocked on I/O, a lock, a sleep...).
+    OutBlocked = 2,
+}
+
+impl SwitchKind {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(SwitchKind::In),
+            1 => Some(SwitchKind::OutPreempted),
+            2 => Some(SwitchKind::OutBlocked),
+            _ => None,
+        }
+    }
+    pub fn is_out(self) -> bool {
+        self != SwitchKind::In
+    }
+}
+
+/// A thread was switched onto or off a CPU (PERF_RECORD_SWITCH, `sched:sched_switch`).
+/// `stack` is where the thread went off CPU (user and kernel frames), [`StackId::NONE`]
+/// when unknown (always for [`SwitchKind::In`] as recorded today).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Switch {
+    pub time: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    pub kind: SwitchKind,
+    pub stack: StackId,
+    pub stack_status: StackStatus,
+}
+
 /// One record of a trace.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
@@ -211,6 +411,7 @@ pub enum Record {
     Throttle(Throttle),
     Marker(Marker),
     ItemClass(ItemClass),
+    Switch(Switch),
 }
 
 impl Record {
@@ -224,13 +425,16 @@ impl Record {
             Record::Throttle(r) => r.time,
             Record::Marker(r) => r.time,
             Record::ItemClass(r) => r.time,
+            Record::Switch(r) => r.time,
         }
     }
 }
 
 /// Every consumer of a trace has this shape (like perf's `struct perf_tool`): one
 /// callback per record family, each a no-op by default. Readers call these in record
-/// order.
+/// order, and call [`Sink::handle_stack`] for every stack node before the first record
+/// that uses it (a consumer that needs frames keeps a [`crate::StackTable`] and feeds it
+/// with [`crate::StackTable::handle_def`]).
 pub trait Sink {
     fn handle_sample(&mut self, _s: &Sample) {}
     fn handle_mmap(&mut self, _m: &Mmap) {}
@@ -241,6 +445,10 @@ pub trait Sink {
     fn handle_throttle(&mut self, _t: &Throttle) {}
     fn handle_marker(&mut self, _m: &Marker) {}
     fn handle_item_class(&mut self, _c: &ItemClass) {}
+    fn handle_switch(&mut self, _s: &Switch) {}
+    /// A stack node, delivered before the first record that uses it, ancestors first.
+    /// Not a record: [`Sink::handle_record`] does not see it.
+    fn handle_stack(&mut self, _d: &StackDef) {}
 
     /// Dispatch one record to the matching `handle_*`.
     fn handle_record(&mut self, r: &Record) {
@@ -254,17 +462,40 @@ pub trait Sink {
             Record::Throttle(t) => self.handle_throttle(t),
             Record::Marker(m) => self.handle_marker(m),
             Record::ItemClass(c) => self.handle_item_class(c),
+            Record::Switch(s) => self.handle_switch(s),
         }
     }
 }
 
-/// Collects every record into a Vec; handy in tests.
+/// Collects every record into a Vec; handy in tests. Stack definitions are ignored (see
+/// [`StacksSink`]).
 #[derive(Debug, Default)]
 pub struct VecSink(pub Vec<Record>);
 
 impl Sink for VecSink {
     fn handle_record(&mut self, r: &Record) {
         self.0.push(r.clone());
+    }
+}
+
+/// Collects every record and every stack definition: `stacks` resolves the
+/// [`StackId`]s of `records`.
+#[derive(Debug, Default)]
+pub struct StacksSink {
+    pub records: Vec<Record>,
+    pub stacks: crate::StackTable,
+    /// Definitions that did not extend `stacks` in order (never, from a reader).
+    pub bad_defs: u64,
+}
+
+impl Sink for StacksSink {
+    fn handle_record(&mut self, r: &Record) {
+        self.records.push(r.clone());
+    }
+    fn handle_stack(&mut self, d: &StackDef) {
+        if !self.stacks.handle_def(d) {
+            self.bad_defs += 1;
+        }
     }
 }
 
@@ -357,4 +588,104 @@ pub struct TraceStats {
     pub unthrottle_events: u64,
     pub first_time: Option<u64>,
     pub last_time: Option<u64>,
+    /// Samples per [`StackStatus`] (samples without a stack are not counted here:
+    /// `samples - sample_stacks.total()`). Absent in version-1 traces (all zero).
+    #[serde(default)]
+    pub sample_stacks: StackStatusCounts,
+    /// Switch records per kind.
+    #[serde(default)]
+    pub switches: SwitchCounts,
+    /// Switch records per [`StackStatus`] of their off-CPU stack.
+    #[serde(default)]
+    pub switch_stacks: StackStatusCounts,
+}
+
+/// Counts per [`StackStatus`], `None` excluded. Unknown fields in JSON are ignored, so a
+/// newer writer's extra statuses do not break older readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct StackStatusCounts {
+    pub complete: u64,
+    pub copy_exhausted: u64,
+    pub no_unwind_info: u64,
+    pub unwind_error: u64,
+    pub max_depth: u64,
+    pub user_missing: u64,
+    pub unknown: u64,
+}
+
+impl StackStatusCounts {
+    /// The counter of `s`; `None` for [`StackStatus::None`].
+    pub fn get_mut(&mut self, s: StackStatus) -> Option<&mut u64> {
+        Some(match s {
+            StackStatus::None => return None,
+            StackStatus::Complete => &mut self.complete,
+            StackStatus::CopyExhausted => &mut self.copy_exhausted,
+            StackStatus::NoUnwindInfo => &mut self.no_unwind_info,
+            StackStatus::UnwindError => &mut self.unwind_error,
+            StackStatus::MaxDepth => &mut self.max_depth,
+            StackStatus::UserMissing => &mut self.user_missing,
+            StackStatus::Unknown => &mut self.unknown,
+        })
+    }
+    /// The count of `s` (0 for [`StackStatus::None`]).
+    pub fn get(&self, s: StackStatus) -> u64 {
+        let mut c = *self;
+        c.get_mut(s).map_or(0, |v| *v)
+    }
+    /// Adds `n` to the counter of `s` (saturating; `None` is not counted).
+    pub fn add(&mut self, s: StackStatus, n: u64) {
+        if let Some(c) = self.get_mut(s) {
+            *c = c.saturating_add(n);
+        }
+    }
+    /// Adds every counter of `o`.
+    pub fn add_all(&mut self, o: &StackStatusCounts) {
+        for s in StackStatus::ALL {
+            self.add(s, o.get(s));
+        }
+    }
+    /// Stacks counted (every status but `None`).
+    pub fn total(&self) -> u64 {
+        StackStatus::ALL.iter().fold(0u64, |a, &s| a.saturating_add(self.get(s)))
+    }
+    /// Stacks that are truncated or failed ([`StackStatus::is_truncated`]).
+    pub fn truncated(&self) -> u64 {
+        StackStatus::ALL.iter().filter(|s| s.is_truncated()).fold(0u64, |a, &s| a.saturating_add(self.get(s)))
+    }
+    /// `(status, count)` for every status with a non-zero count, in code order.
+    pub fn nonzero(&self) -> Vec<(StackStatus, u64)> {
+        StackStatus::ALL.iter().map(|&s| (s, self.get(s))).filter(|&(_, n)| n > 0).collect()
+    }
+}
+
+/// Switch records per [`SwitchKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct SwitchCounts {
+    /// [`SwitchKind::In`].
+    pub switch_in: u64,
+    pub out_preempted: u64,
+    pub out_blocked: u64,
+}
+
+impl SwitchCounts {
+    pub fn add(&mut self, k: SwitchKind, n: u64) {
+        let c = match k {
+            SwitchKind::In => &mut self.switch_in,
+            SwitchKind::OutPreempted => &mut self.out_preempted,
+            SwitchKind::OutBlocked => &mut self.out_blocked,
+        };
+        *c = c.saturating_add(n);
+    }
+    pub fn get(&self, k: SwitchKind) -> u64 {
+        match k {
+            SwitchKind::In => self.switch_in,
+            SwitchKind::OutPreempted => self.out_preempted,
+            SwitchKind::OutBlocked => self.out_blocked,
+        }
+    }
+    pub fn total(&self) -> u64 {
+        self.switch_in.saturating_add(self.out_preempted).saturating_add(self.out_blocked)
+    }
 }

@@ -1,7 +1,7 @@
 //! Side-band records (everything but samples) inside a records chunk.
 //!
 //! Owns the row encoding of `Mmap`, `Comm`, `Fork`, `Exit`, `Lost`, `Throttle`,
-//! `Marker` and `ItemClass`
+//! `Marker`, `ItemClass` and `Switch`
 //! (FORMAT.md §5.4). Side-band records are rare next to samples, so they are stored
 //! row-wise, each one tagged with its position among the chunk's samples; that position
 //! is what puts them back in their exact original order. Each row is length-prefixed so
@@ -19,6 +19,8 @@ pub const SB_LOST: u8 = 5;
 pub const SB_THROTTLE: u8 = 6;
 pub const SB_MARKER: u8 = 7;
 pub const SB_ITEM_CLASS: u8 = 8;
+/// Version 2.
+pub const SB_SWITCH: u8 = 9;
 
 fn put_opt_u16(out: &mut Vec<u8>, v: Option<u16>) {
     put_uleb(out, v.map_or(0, |e| e as u64 + 1));
@@ -45,6 +47,9 @@ fn get_task(r: &mut ByteReader<'_>, time: u64) -> Option<Task> {
 /// `prev_time` is the time of the previous side-band row in the chunk (or the chunk's
 /// base time) and is updated. `scratch` is reused between calls.
 ///
+/// `stack_ref` is the chunk's reference to a `Switch`'s stack (0 = none, k = entry k-1 of
+/// the chunk's stack list, FORMAT.md §5.5); ignored for other kinds.
+///
 /// Returns `false` for `Record::Sample`, which does not belong here.
 pub fn put_sideband(
     out: &mut Vec<u8>,
@@ -52,6 +57,7 @@ pub fn put_sideband(
     pos_delta: u32,
     prev_time: &mut u64,
     r: &Record,
+    stack_ref: u64,
 ) -> bool {
     scratch.clear();
     let s = scratch;
@@ -115,6 +121,15 @@ pub fn put_sideband(
             put_bytes(s, c.name.as_bytes());
             SB_ITEM_CLASS
         }
+        Record::Switch(w) => {
+            put_uleb(s, w.pid as u64);
+            put_uleb(s, w.tid as u64);
+            put_uleb(s, w.cpu as u64);
+            s.push(w.kind as u8);
+            put_uleb(s, stack_ref);
+            s.push(w.stack_status as u8);
+            SB_SWITCH
+        }
     };
     let time = r.time();
     out.push(kind);
@@ -127,7 +142,16 @@ pub fn put_sideband(
 
 /// Reads one side-band row. Returns `(pos_delta, Some(record))`, or `(pos_delta, None)`
 /// for a kind this build does not know (the row is skipped). `None` means damage.
-pub fn get_sideband(r: &mut ByteReader<'_>, prev_time: &mut u64) -> Option<(u32, Option<Record>)> {
+///
+/// A `Switch`'s `stack` comes back as the chunk-local stack reference (`StackId(k)`),
+/// which the caller checks against `max_stack_ref` and maps to a stack id. Rows of kinds
+/// newer than the trace's format `version` are damage.
+pub fn get_sideband(
+    r: &mut ByteReader<'_>,
+    prev_time: &mut u64,
+    version: u16,
+    max_stack_ref: u64,
+) -> Option<(u32, Option<Record>)> {
     let kind = r.u8()?;
     let pos_delta = r.uleb_u32()?;
     let time = prev_time.wrapping_add(unzigzag(r.uleb()?) as u64);
@@ -195,6 +219,21 @@ pub fn get_sideband(r: &mut ByteReader<'_>, prev_time: &mut u64) -> Option<(u32,
             class: f.uleb_u32()?,
         }),
         SB_ITEM_CLASS => Record::ItemClass(ItemClass { time, pid: f.uleb_u32()?, id: f.uleb_u32()?, name: f.string()? }),
+        SB_SWITCH if version >= 2 => Record::Switch(Switch {
+            time,
+            pid: f.uleb_u32()?,
+            tid: f.uleb_u32()?,
+            cpu: f.uleb_u32()?,
+            kind: SwitchKind::from_u8(f.u8()?)?,
+            stack: {
+                let k = f.uleb()?;
+                if k > max_stack_ref {
+                    return None;
+                }
+                StackId(k as u32)
+            },
+            stack_status: StackStatus::from_u8(f.u8()?),
+        }),
         _ => return Some((pos_delta, None)),
     };
     Some((pos_delta, Some(rec)))

@@ -1,10 +1,13 @@
 //! Deterministic synthetic traces for tests, size measurements and benchmarks.
 //!
 //! Owns a tiny seeded PRNG ([`Rng`], SplitMix64) and generators of sample streams shaped
-//! like real recordings ([`Workload`]), plus [`random_records`] for property tests. Sizes
-//! measured on these streams are deterministic, so tests may assert them.
+//! like real recordings ([`Workload`]), call stacks shaped like a real program's
+//! ([`StackWorkload`]), plus [`random_records`] and [`random_stacked_records`] for
+//! property tests. Sizes measured on these streams are deterministic, so tests may assert
+//! them.
 
 use crate::record::*;
+use crate::stack::StackTable;
 
 /// SplitMix64: small, fast, seedable, good enough for test data.
 #[derive(Debug, Clone)]
@@ -243,6 +246,7 @@ pub fn random_records(rng: &mut Rng, n: usize) -> Vec<Record> {
                 weight: opt(rng, 0.3, wide),
                 data_src: opt(rng, 0.3, wide),
                 regs: if rng.chance(0.3) { (0..rng.below(5)).map(|_| wide(rng)).collect() } else { Vec::new() },
+                ..Default::default()
             }),
         };
         out.push(r);
@@ -258,4 +262,179 @@ pub fn random_build_ids(rng: &mut Rng, n: usize) -> Vec<BuildIdEntry> {
             build_id: (0..rng.below(21)).map(|_| rng.below(256) as u8).collect(),
         })
         .collect()
+}
+
+/// Call stacks shaped like a real program's: a call graph of ~2000 user functions (and
+/// ~300 kernel functions) below `_start → __libc_start_main → main`; each caller calls a
+/// few callees (skewed choice), each call site has its own return address; `paths`
+/// distinct call paths of depth `min_depth..=max_depth` (10 % end in 3–8 kernel frames, as
+/// in a system call), picked with Zipf-like frequency (rank r has weight 1/(r+1)).
+/// The leaf frame is the sampled ip: one per path when `leaf_ips` is 1, else one of
+/// `leaf_ips` addresses of the leaf function (skewed), as real samples land on several
+/// instructions of a hot function.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StackWorkload {
+    pub paths: usize,
+    pub min_depth: usize,
+    pub max_depth: usize,
+    pub leaf_ips: u32,
+}
+
+impl StackWorkload {
+    /// 1000 distinct stacks of depth 10–40 (the leaf ip fixed per path).
+    pub const REALISTIC: StackWorkload = StackWorkload { paths: 1000, min_depth: 10, max_depth: 40, leaf_ips: 1 };
+
+    pub fn name(&self) -> String {
+        format!("{} paths depth {}-{} {} leaf ip(s)", self.paths, self.min_depth, self.max_depth, self.leaf_ips)
+    }
+
+    /// The distinct call paths, innermost frame first (leaf ip = the leaf function's first
+    /// sampled address).
+    pub fn paths(&self, seed: u64) -> Vec<Vec<Frame>> {
+        let mut rng = Rng::new(seed ^ 0x5eed_57ac);
+        const USER_FNS: u64 = 2000;
+        const KERNEL_FNS: u64 = 300;
+        let fn_addr = |f: u64| 0x55d4_2000_0000 + (f.wrapping_mul(0x9e37_79b9) % (4 << 20)) & !0xf;
+        let kfn_addr = |f: u64| 0xffff_ffff_8100_0000 + (f.wrapping_mul(0x7f4a_7c15) % (16 << 20)) & !0xf;
+        // Return address of the call from `caller` to its `k`-th callee.
+        let ret = |addr: u64, k: u64| addr + 0x10 + k * 0x1b + (addr >> 4) % 7;
+        let callees = |f: u64, k: u64| (f.wrapping_mul(2_654_435_761).wrapping_add(k * 40_503)) % USER_FNS;
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::with_capacity(self.paths);
+        while out.len() < self.paths {
+            let depth = rng.range(self.min_depth as u64, self.max_depth as u64) as usize;
+            let kernel = if rng.chance(0.1) { rng.range(3, 8) as usize } else { 0 };
+            let user_depth = depth.saturating_sub(kernel).max(3);
+            // Root first: _start, __libc_start_main, main, then the walk.
+            let mut frames_root_first = Vec::with_capacity(depth);
+            let (start, libc_main, main) = (USER_FNS, USER_FNS + 1, 0u64);
+            frames_root_first.push(Frame::user(ret(fn_addr(start), 0)));
+            frames_root_first.push(Frame::user(ret(fn_addr(libc_main), 0)));
+            let mut f = main;
+            while frames_root_first.len() < user_depth {
+                // Skewed callee choice: low k (the common paths) much more often.
+                let k = ((6f64).powf(rng.unit()) as u64).saturating_sub(1);
+                frames_root_first.push(Frame::user(ret(fn_addr(f), k)));
+                f = callees(f, k);
+            }
+            let mut leaf = Frame::user(fn_addr(f) + 0x40);
+            if kernel > 0 {
+                // The user part ends in a syscall instruction; the kernel part on top.
+                frames_root_first.push(Frame::user(fn_addr(f) + 0x22));
+                let mut kf = rng.below(8); // syscall entry points
+                for _ in 0..kernel - 1 {
+                    frames_root_first.push(Frame::kernel(ret(kfn_addr(kf), 0)));
+                    kf = (kf * 31 + 7 + rng.below(3)) % KERNEL_FNS;
+                }
+                leaf = Frame::kernel(kfn_addr(kf) + 0x30);
+            }
+            frames_root_first.push(leaf);
+            frames_root_first.reverse();
+            if seen.insert(frames_root_first.clone()) {
+                out.push(frames_root_first);
+            }
+        }
+        out
+    }
+
+    /// `n` samples of [`Workload::REALISTIC`] timing, each with one of the paths (Zipf),
+    /// `ip` and `cpumode` set from the leaf, plus the stack of each sample, innermost
+    /// first. 2 % of the stacks are marked truncated (`CopyExhausted`), the rest
+    /// `Complete`. `stack` of the samples is left `NONE` (the caller interns).
+    pub fn samples(&self, seed: u64, n: usize) -> Vec<(Sample, Vec<Frame>)> {
+        let paths = self.paths(seed);
+        let mut rng = Rng::new(seed ^ 0x2a2a);
+        let mut cdf = Vec::with_capacity(paths.len());
+        let mut acc = 0.0;
+        for r in 0..paths.len() {
+            acc += 1.0 / (r as f64 + 1.0);
+            cdf.push(acc);
+        }
+        Workload::REALISTIC
+            .samples(seed, n)
+            .into_iter()
+            .map(|mut s| {
+                let u = rng.unit() * acc;
+                let p = cdf.partition_point(|&c| c < u).min(paths.len() - 1);
+                let mut frames = paths[p].clone();
+                if self.leaf_ips > 1 {
+                    let k = ((self.leaf_ips as f64).powf(rng.unit()) as u64).saturating_sub(1);
+                    frames[0].ip += k * 3;
+                }
+                s.ip = frames[0].ip;
+                s.cpumode = if frames[0].kind == FrameKind::Kernel { CpuMode::Kernel } else { CpuMode::User };
+                s.stack_status = if rng.chance(0.02) { StackStatus::CopyExhausted } else { StackStatus::Complete };
+                (s, frames)
+            })
+            .collect()
+    }
+}
+
+/// Random records like [`random_records`], plus `Switch` records, with random stacks on
+/// about two thirds of the samples and switches, and random stack statuses. The stacks
+/// are interned in the returned table; a writer that interns
+/// `table.frames_leaf_first(id)` for every id in order (see [`intern_all`]) gets the
+/// same ids.
+pub fn random_stacked_records(rng: &mut Rng, n: usize) -> (StackTable, Vec<Record>) {
+    let mut table = StackTable::new();
+    let npool = rng.range(1, 40) as usize;
+    let mut pool = Vec::with_capacity(npool);
+    for _ in 0..npool {
+        let depth = rng.range(1, 30) as usize;
+        // Small frame alphabet so stacks share callers.
+        let frames: Vec<Frame> = (0..depth)
+            .map(|i| {
+                let ip = match rng.below(10) {
+                    0 => rng.next_u64(),
+                    1 => u64::MAX - rng.below(3),
+                    _ => 0x40_0000 + rng.below(12) * 0x10 + i as u64,
+                };
+                Frame { ip, kind: if rng.chance(0.2) { FrameKind::Kernel } else { FrameKind::User } }
+            })
+            .collect();
+        pool.push(table.intern_leaf_first(&frames));
+    }
+    let status = |rng: &mut Rng| StackStatus::ALL[rng.below(StackStatus::ALL.len() as u64) as usize];
+    let mut out = Vec::with_capacity(n + n / 8);
+    for r in random_records(rng, n) {
+        match r {
+            Record::Sample(mut s) => {
+                if rng.chance(0.67) {
+                    s.stack = pool[rng.below(npool as u64) as usize];
+                }
+                s.stack_status = status(rng);
+                out.push(Record::Sample(s));
+            }
+            other => {
+                if rng.chance(0.3) {
+                    let kind = [SwitchKind::In, SwitchKind::OutPreempted, SwitchKind::OutBlocked][rng.below(3) as usize];
+                    let stack = if rng.chance(0.67) { pool[rng.below(npool as u64) as usize] } else { StackId::NONE };
+                    out.push(Record::Switch(Switch {
+                        time: other.time(),
+                        pid: rng.below(1 << 20) as u32,
+                        tid: rng.next_u64() as u32,
+                        cpu: rng.below(4) as u32,
+                        kind,
+                        stack,
+                        stack_status: status(rng),
+                    }));
+                }
+                out.push(other);
+            }
+        }
+    }
+    (table, out)
+}
+
+/// Interns every stack of `table` into `w`, in id order, so `w` hands out the same ids
+/// (for replaying generated records). Returns whether every id matched.
+pub fn intern_all<W: std::io::Write>(w: &mut crate::TraceWriter<W>, table: &StackTable) -> bool {
+    let mut frames = Vec::new();
+    let mut ok = true;
+    for d in table.defs() {
+        frames.clear();
+        frames.extend(table.frames_leaf_first(d.id));
+        ok &= w.intern_stack(&frames) == d.id;
+    }
+    ok
 }

@@ -13,6 +13,11 @@
 //!   `round_span_ns` of trace time with at least `min_records` records;
 //! - [`TraceWriter::flush_chunk`] closes it unconditionally and flushes the output.
 //!
+//! Stacks: the writer owns the trace's [`StackTable`]; producers intern each stack once
+//! with [`TraceWriter::intern_stack`] and put the id in `Sample::stack` /
+//! `Switch::stack`. Each records chunk carries the nodes its records use (FORMAT.md
+//! §5.5).
+//!
 //! ```
 //! use tailprof_format::*;
 //! let header = TraceHeader { source: "record".into(), ..Default::default() };
@@ -29,9 +34,10 @@
 
 use crate::chunk::{file_header_bytes, frame_chunk, ChunkKind, MAX_PAYLOAD, MAX_RAW_BODY};
 use crate::columns::Packer;
-use crate::encode::ChunkBuilder;
+use crate::encode::{nodes_within_limits, ChunkBuilder, MAX_STACK_DEPTH};
 use crate::meta::{encode_build_ids, note_stats_time, BuildIdSet, Trailer, MAX_STRING};
 use crate::record::*;
+use crate::stack::StackTable;
 use crate::timecode::TimeCodec;
 use crate::FormatError;
 use std::io::Write;
@@ -98,6 +104,7 @@ pub struct TraceWriter<W: Write> {
     build_ids: BuildIdSet,
     build_ids_dirty: bool,
     finished: bool,
+    stacks: StackTable,
 }
 
 impl TraceWriter<std::io::BufWriter<std::fs::File>> {
@@ -155,6 +162,7 @@ impl<W: Write> TraceWriter<W> {
             build_ids: BuildIdSet::default(),
             build_ids_dirty: false,
             finished: false,
+            stacks: StackTable::new(),
         }
     }
 
@@ -198,6 +206,28 @@ impl<W: Write> TraceWriter<W> {
         res.map_err(|e| self.io_err(e))
     }
 
+    /// Interns a call stack given innermost frame first, and returns the id to put in
+    /// `Sample::stack` or `Switch::stack` (`NONE` for no frames). A stack deeper than
+    /// [`MAX_STACK_DEPTH`] keeps its innermost `MAX_STACK_DEPTH` frames (the producer
+    /// should then say [`StackStatus::MaxDepth`]).
+    pub fn intern_stack(&mut self, frames_leaf_first: &[Frame]) -> StackId {
+        let n = frames_leaf_first.len().min(MAX_STACK_DEPTH);
+        self.stacks.intern_leaf_first(&frames_leaf_first[..n])
+    }
+
+    /// The stacks interned so far (resolves the ids [`Self::intern_stack`] returned).
+    pub fn stacks(&self) -> &StackTable {
+        &self.stacks
+    }
+
+    fn check_stack(&self, id: StackId) -> Result<(), FormatError> {
+        if id.is_none() || self.stacks.contains(id) {
+            Ok(())
+        } else {
+            Err(FormatError::UnknownStack(id.0))
+        }
+    }
+
     /// Buffers one record; closes the current chunk when it is full. A sample older than
     /// the previous sample of the open chunk starts a new chunk.
     pub fn write(&mut self, r: &Record) -> Result<(), FormatError> {
@@ -205,6 +235,11 @@ impl<W: Write> TraceWriter<W> {
             Record::Sample(s) => self.write_sample(s),
             _ => {
                 check_sideband_size(r)?;
+                if let Record::Switch(w) = r {
+                    self.check_stack(w.stack)?;
+                    self.stats.switches.add(w.kind, 1);
+                    self.stats.switch_stacks.add(w.stack_status, 1);
+                }
                 self.records += 1;
                 note_stats_time(&mut self.stats, r.time());
                 match r {
@@ -220,7 +255,7 @@ impl<W: Write> TraceWriter<W> {
                     Record::Throttle(_) => self.stats.unthrottle_events += 1,
                     _ => {}
                 }
-                self.builder.push_sideband(r);
+                self.builder.push_sideband(r, &self.stacks);
                 self.close_if_full()
             }
         }
@@ -233,6 +268,7 @@ impl<W: Write> TraceWriter<W> {
         if s.regs.len() > MAX_REGS {
             return Err(FormatError::RecordTooLarge("sample register set"));
         }
+        self.check_stack(s.stack)?;
         if let Some(last) = self.builder.last_sample_time() {
             if s.time < last {
                 self.close_chunk()?;
@@ -240,8 +276,9 @@ impl<W: Write> TraceWriter<W> {
         }
         self.records += 1;
         self.stats.samples += 1;
+        self.stats.sample_stacks.add(s.stack_status, 1);
         note_stats_time(&mut self.stats, s.time);
-        self.builder.push_sample(s);
+        self.builder.push_sample(s, &self.stacks);
         self.close_if_full()
     }
 
@@ -309,12 +346,21 @@ impl<W: Write> TraceWriter<W> {
         if self.builder.is_empty() {
             return Ok(());
         }
-        let meta = self.builder.encode(&mut self.body, &mut self.packer, self.opts.time_codec);
+        let mut meta = self.builder.encode(&mut self.body, &mut self.packer, self.opts.time_codec, &self.stacks);
+        let mut meta_bytes = meta.to_bytes();
+        if !nodes_within_limits(self.builder.stack_nodes(), meta_bytes.len() + self.body.len()) {
+            // Stack nodes that compress extremely well (deep recursion of one frame) would
+            // exceed the nodes-per-byte bound readers enforce: store them uncompressed.
+            self.builder.stacks_stored = true;
+            meta = self.builder.encode(&mut self.body, &mut self.packer, self.opts.time_codec, &self.stacks);
+            meta_bytes = meta.to_bytes();
+        }
+        self.builder.reset();
         if self.body.len() > MAX_RAW_BODY.min(MAX_PAYLOAD) {
             return Err(FormatError::RecordTooLarge("records chunk"));
         }
         self.frame.clear();
-        frame_chunk(&mut self.frame, ChunkKind::Records, 0, self.seq, &meta.to_bytes(), &self.body, self.body.len());
+        frame_chunk(&mut self.frame, ChunkKind::Records, 0, self.seq, &meta_bytes, &self.body, self.body.len());
         self.emit_frame()?;
         self.seq = self.seq.wrapping_add(1);
         self.chunks += 1;

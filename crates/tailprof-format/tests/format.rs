@@ -409,7 +409,7 @@ fn newer_version_is_refused() {
     let (mut bytes, _) = write_trace(&[], WriterOptions::default(), &[]);
     bytes[8] = 9;
     let e = TraceReader::from_bytes(bytes).err().unwrap();
-    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 1 }), "{e}");
+    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 2 }), "{e}");
 }
 
 #[test]
@@ -451,7 +451,7 @@ fn unknown_sideband_kinds_are_skipped() {
     let records: Vec<Record> = Workload::REALISTIC.samples(4, 20).into_iter().map(Record::Sample).collect();
     let (bytes, _) = write_trace(&records, WriterOptions::default(), &[]);
     // A records chunk holding one side-band row of a future kind (99) with two field bytes.
-    let mut body = vec![0, 1]; // no samples, one side-band row
+    let mut body = vec![0, 0, 1]; // no stack nodes, no samples, one side-band row
     Packer::new(0).put_blob(&mut body, &[99, 0, 0, 2, 0xab, 0xcd]);
     let meta = RecordsMeta { records: 1, ..Default::default() };
     let mut chunk = Vec::new();

@@ -509,6 +509,7 @@ impl Converter {
             weight: d.weight,
             data_src: d.data_src,
             regs: d.regs,
+            ..Default::default()
         }))
     }
 
