@@ -28,6 +28,7 @@
 //! # Ok::<(), AnalyzeError>(())
 //! ```
 
+pub mod bandwidth;
 pub mod info;
 pub mod items;
 pub mod maps;
