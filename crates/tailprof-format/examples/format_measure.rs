@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 use tailprof_format::columns::{put_column, Packer};
-use tailprof_format::synth::Workload;
+use tailprof_format::synth::{StackWorkload, Workload};
 use tailprof_format::varint::{put_uleb, zigzag};
 use tailprof_format::*;
 
@@ -215,8 +215,172 @@ fn speed(n: usize) {
     }
 }
 
+/// Bytes of `b` after zstd -1 (as a blob would store it: never more than raw + 3).
+fn blob_len(b: &[u8]) -> usize {
+    if b.len() < 64 {
+        b.len() + 2
+    } else {
+        zstd_len(b, 1).min(b.len()) + 4
+    }
+}
+
+fn uleb_blob(vals: impl Iterator<Item = u64>) -> usize {
+    let mut b = Vec::new();
+    vals.for_each(|v| put_uleb(&mut b, v));
+    blob_len(&b)
+}
+
+/// Stack encodings compared on one chunk's nodes: returns bytes of the node section
+/// encoded as (A) frame table by use count, (B) DFS pop count + ip delta from the parent,
+/// (C) id order + ip delta from the parent, (D, as written) frame table by address; then
+/// the stack-ref column as written (stack list by use) and with raw local ids.
+fn stack_chunk(table: &StackTable, ids: &[StackId]) -> [usize; 6] {
+    let mut used = std::collections::BTreeSet::new();
+    let mut counts = std::collections::HashMap::new();
+    for &id in ids {
+        *counts.entry(id).or_insert(0u32) += 1;
+        let mut c = id;
+        while !c.is_none() && used.insert(c) {
+            c = table.parent(c);
+        }
+    }
+    let nodes: Vec<StackId> = used.into_iter().collect();
+    let local: std::collections::HashMap<StackId, u64> = nodes.iter().enumerate().map(|(i, &g)| (g, i as u64 + 1)).collect();
+    let frame = |g: StackId| table.frame(g).unwrap();
+    // A: frame table by use among nodes, parent distance, frame index.
+    let mut fcount: std::collections::HashMap<Frame, u32> = std::collections::HashMap::new();
+    nodes.iter().for_each(|&g| *fcount.entry(frame(g)).or_insert(0) += 1);
+    let mut ft: Vec<(Frame, u32)> = fcount.into_iter().collect();
+    ft.sort_by_key(|&(f, n)| (std::cmp::Reverse(n), f));
+    let frank: std::collections::HashMap<Frame, u64> = ft.iter().enumerate().map(|(i, &(f, _))| (f, i as u64)).collect();
+    let mut prev = 0u64;
+    let a_ft = uleb_blob(ft.iter().map(|&(f, _)| {
+        let d = zigzag(f.ip.wrapping_sub(prev) as i64);
+        prev = f.ip;
+        d
+    })) + 4;
+    let pdist = |i: usize, g: StackId| {
+        let p = table.parent(g);
+        if p.is_none() { 0 } else { i as u64 + 1 - local[&p] }
+    };
+    let a = a_ft
+        + uleb_blob(nodes.iter().enumerate().map(|(i, &g)| pdist(i, g)))
+        + uleb_blob(nodes.iter().map(|&g| frank[&frame(g)]));
+    // B: DFS preorder, pop count, ip as zigzag delta from the parent's ip.
+    let mut children: std::collections::BTreeMap<StackId, Vec<StackId>> = Default::default();
+    nodes.iter().for_each(|&g| children.entry(table.parent(g)).or_default().push(g));
+    let (mut pops, mut ipd) = (Vec::new(), Vec::new());
+    let mut stack: Vec<(StackId, usize)> = vec![(StackId::NONE, 0)];
+    let mut last_depth = 0usize;
+    while let Some((g, depth)) = stack.pop() {
+        if !g.is_none() {
+            pops.push((last_depth + 1 - depth) as u64);
+            let pip = table.frame(table.parent(g)).map_or(0, |f| f.ip);
+            ipd.push(zigzag(frame(g).ip.wrapping_sub(pip) as i64));
+            last_depth = depth;
+        }
+        if let Some(ch) = children.get(&g) {
+            ch.iter().rev().for_each(|&c| stack.push((c, depth + 1)));
+        }
+    }
+    let b = uleb_blob(pops.into_iter()) + uleb_blob(ipd.into_iter()) + 4;
+    // C: id order, parent distance, ip delta from the parent's ip (no frame table).
+    let c = uleb_blob(nodes.iter().enumerate().map(|(i, &g)| pdist(i, g)))
+        + uleb_blob(nodes.iter().map(|&g| {
+            let pip = table.frame(table.parent(g)).map_or(0, |f| f.ip);
+            zigzag(frame(g).ip.wrapping_sub(pip) as i64)
+        }))
+        + 4;
+    // D (as written): frame table sorted by ip (small deltas), index in ip order.
+    let mut fs: Vec<Frame> = ft.iter().map(|&(f, _)| f).collect();
+    fs.sort();
+    let fpos: std::collections::HashMap<Frame, u64> = fs.iter().enumerate().map(|(i, &f)| (f, i as u64)).collect();
+    let mut prev = 0u64;
+    let d = uleb_blob(fs.iter().map(|f| {
+        let d = f.ip.wrapping_sub(prev);
+        prev = f.ip;
+        d
+    })) + 4
+        + uleb_blob(nodes.iter().enumerate().map(|(i, &g)| pdist(i, g)))
+        + uleb_blob(nodes.iter().map(|&g| fpos[&frame(g)]));
+    // Stack list by use count + reference column, vs raw local ids.
+    let mut sl: Vec<(StackId, u32)> = counts.into_iter().collect();
+    sl.sort_by_key(|&(g, n)| (std::cmp::Reverse(n), g));
+    let srank: std::collections::HashMap<StackId, u64> = sl.iter().enumerate().map(|(i, &(g, _))| (g, i as u64 + 1)).collect();
+    let refs = uleb_blob(sl.iter().map(|&(g, _)| local[&g])) + uleb_blob(ids.iter().map(|g| srank[g]));
+    let raw = uleb_blob(ids.iter().map(|g| local[g]));
+    [a, b, c, d, refs, raw]
+}
+
+fn stacks(n: usize) {
+    println!("\n== stacks: {n} samples of {} with call stacks", Workload::REALISTIC.name());
+    for wl in [
+        StackWorkload::REALISTIC,
+        StackWorkload { leaf_ips: 16, ..StackWorkload::REALISTIC },
+        StackWorkload { paths: 10_000, ..StackWorkload::REALISTIC },
+    ] {
+        let data = wl.samples(1, n);
+        let encode = |with_stacks: bool| {
+            let mut w = TraceWriter::new(Vec::new(), &TraceHeader::default()).unwrap();
+            let mut ids = Vec::with_capacity(data.len());
+            for (i, (s, frames)) in data.iter().enumerate() {
+                let mut s = s.clone();
+                if with_stacks {
+                    s.stack = w.intern_stack(frames);
+                } else {
+                    s.stack_status = StackStatus::None;
+                }
+                ids.push(s.stack);
+                w.write_sample(&s).unwrap();
+                if i % 256 == 255 {
+                    w.end_round().unwrap();
+                }
+            }
+            let table = w.stacks().clone();
+            let (bytes, ws) = w.finish_into_inner(None).unwrap();
+            (bytes, ws, table, ids)
+        };
+        let (with, ws, table, ids) = encode(true);
+        let (without, _, _, _) = encode(false);
+        let per = |b: usize| b as f64 / n as f64;
+        let frames: usize = data.iter().map(|(_, f)| f.len()).sum();
+        let depth = frames as f64 / n as f64;
+        let stack_part = per(with.len()) - per(without.len());
+        println!(
+            "-- {} ({} nodes, mean depth {depth:.1}, {} chunks): {:.3} bytes/sample in all, {:.3} without stacks, stacks {stack_part:.3}",
+            wl.name(),
+            table.len(),
+            ws.chunks,
+            per(with.len()),
+            per(without.len())
+        );
+        // perf.data: `-g` stores 8 bytes per frame (the callchain, plus PERF_CONTEXT_USER/
+        // KERNEL markers) on top of a ~48-byte sample; `--call-graph dwarf` stores the
+        // registers and an 8192-byte user stack copy (8 KB + ~200 bytes).
+        let perf_fp = 48.0 + 8.0 * (depth + 2.0);
+        let perf_dwarf = 48.0 + 8192.0 + 8.0 + 17.0 * 8.0 + 8.0;
+        println!(
+            "   vs perf -g ~{perf_fp:.0} bytes/sample: 1/{:.0};  vs perf --call-graph dwarf ~{perf_dwarf:.0}: 1/{:.0}",
+            perf_fp / per(with.len()),
+            perf_dwarf / per(with.len())
+        );
+        // Per-chunk encodings of the same nodes, chunks of the writer's round size.
+        let mut tot = [0usize; 6];
+        for c in ids.chunks(32 * 1024) {
+            let r = stack_chunk(&table, c);
+            tot.iter_mut().zip(r).for_each(|(t, v)| *t += v);
+        }
+        println!(
+            "   node section per 32 Ki-sample chunk, bytes/sample: as written (frame table by address + parent distance + frame index) {:.3}; \
+             frame table by use {:.3}; DFS pop-count + ip delta from parent {:.3}; id order + ip delta from parent {:.3}\n   \
+             stack refs by use {:.3} (raw local ids {:.3})",
+            per(tot[3]), per(tot[0]), per(tot[1]), per(tot[2]), per(tot[4]), per(tot[5])
+        );
+    }
+}
+
 fn main() {
-    // Usage: format_measure [samples] [sections...]; sections: codes columns whole speed.
+    // Usage: format_measure [samples] [sections...]; sections: codes columns whole stacks speed.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     let want = |s: &str| args.iter().skip(1).all(|a| a.parse::<usize>().is_ok()) || args.iter().any(|a| a == s);
@@ -235,6 +399,9 @@ fn main() {
     }
     if want("whole") {
         whole(&workloads, n);
+    }
+    if want("stacks") {
+        stacks(n);
     }
     if want("speed") {
         speed(5_000_000);

@@ -238,7 +238,7 @@ impl ChunkDecoder {
         let tr = &mut ByteReader::new(table);
         let mut ip = 0u64;
         for _ in 0..nframes {
-            ip = ip.wrapping_add(unzigzag(tr.uleb()?) as u64);
+            ip = ip.wrapping_add(tr.uleb()?);
             self.frame_table.push(Frame { ip, kind: FrameKind::User });
         }
         if !tr.is_empty() {
@@ -367,10 +367,16 @@ impl ChunkDecoder {
         if !tr.is_empty() {
             return None;
         }
-        if nips == 0 {
-            return None;
+        if self.version >= 2 && !self.local_nodes.is_empty() {
+            // Index 0: the stack's leaf ip (resolved once the stack column is read).
+            self.ip_table.insert(0, 0);
+            self.ip_idx.read_max(r, up, n, nips)?;
+        } else {
+            if nips == 0 {
+                return None;
+            }
+            self.ip_idx.read_max(r, up, n, nips - 1)?;
         }
-        self.ip_idx.read_max(r, up, n, nips - 1)?;
         self.ips.reserve(n);
         if self.ip_idx.konst {
             self.ips.resize(n, self.ip_table[self.ip_idx.c as usize]);
@@ -402,6 +408,14 @@ impl ChunkDecoder {
         if self.version >= 2 {
             self.stack_col.read_max(r, up, n, self.local_slots.len() as u64)?;
             self.status_col.read_max(r, up, n, u8::MAX as u64)?;
+            // Samples whose ip is their stack's leaf ip.
+            for i in 0..n {
+                if !self.local_nodes.is_empty() && self.ip_idx.get(i) == 0 {
+                    let slot = self.stack_col.get(i) as usize;
+                    let local = *self.local_slots.get(slot.checked_sub(1)?)?;
+                    self.ips[i] = self.local_nodes[local as usize - 1].1.ip;
+                }
+            }
         }
         Some(base)
     }

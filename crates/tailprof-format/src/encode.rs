@@ -101,6 +101,9 @@ pub struct ChunkBuilder {
     pub stacks_stored: bool,
 }
 
+/// `ip_idx` of a sample whose ip is its stack's leaf ip.
+const LEAF_IP: u32 = u32::MAX;
+
 /// Largest number of stack nodes one records chunk may hold (FORMAT.md §12).
 pub const MAX_CHUNK_NODES: usize = 1 << 22;
 /// Deepest stack the writer stores: [`crate::TraceWriter::intern_stack`] keeps the
@@ -211,14 +214,20 @@ impl ChunkBuilder {
         self.cpus.push(s.cpu);
         self.periods.push(s.period);
         self.cpumodes.push(s.cpumode as u8);
-        let next = self.ips.len() as u32;
-        let ii = *self.ip_map.entry(s.ip).or_insert(next);
-        if ii == next {
-            self.ips.push(s.ip);
-            self.ip_counts.push(0);
+        // The ip of a sample whose stack's leaf frame has the same ip is not stored
+        // again (FORMAT.md §5.2: ip index 0).
+        if !s.stack.is_none() && table.frame(s.stack).is_some_and(|f| f.ip == s.ip) {
+            self.ip_idx.push(LEAF_IP);
+        } else {
+            let next = self.ips.len() as u32;
+            let ii = *self.ip_map.entry(s.ip).or_insert(next);
+            if ii == next {
+                self.ips.push(s.ip);
+                self.ip_counts.push(0);
+            }
+            self.ip_counts[ii as usize] += 1;
+            self.ip_idx.push(ii);
         }
-        self.ip_counts[ii as usize] += 1;
-        self.ip_idx.push(ii);
         let mut mask = 0u8;
         if let Some(a) = s.addr {
             mask |= HAS_ADDR;
@@ -334,7 +343,6 @@ impl ChunkBuilder {
         for (i, &g) in self.nodes.iter().enumerate() {
             self.node_mark[g as usize].1 = i as u32 + 1;
         }
-        // Frame table in descending use count among the nodes.
         let mut frame_map: HashMap<Frame, u32, BuildHasherDefault<IntHasher>> = HashMap::default();
         let mut frames: Vec<(Frame, u32)> = Vec::new();
         let mut node_frame: Vec<u32> = Vec::with_capacity(nn);
@@ -348,8 +356,10 @@ impl ChunkBuilder {
             frames[k as usize].1 += 1;
             node_frame.push(k);
         }
+        // Frame table in address order: small deltas (measured smaller than ordering by
+        // use count, FORMAT.md §10.4).
         let mut order: Vec<u32> = (0..frames.len() as u32).collect();
-        order.sort_by_key(|&k| std::cmp::Reverse(frames[k as usize].1));
+        order.sort_unstable_by_key(|&k| frames[k as usize].0);
         let mut frank = vec![0u32; frames.len()];
         for (r, &k) in order.iter().enumerate() {
             frank[k as usize] = r as u32;
@@ -359,7 +369,7 @@ impl ChunkBuilder {
         let mut prev = 0u64;
         for &k in &order {
             let ip = frames[k as usize].0.ip;
-            put_uleb(&mut pk.scratch, zigzag(ip.wrapping_sub(prev) as i64));
+            put_uleb(&mut pk.scratch, ip.wrapping_sub(prev));
             prev = ip;
         }
         put(pk, body);
@@ -436,7 +446,13 @@ impl ChunkBuilder {
             prev_ip = ip;
         }
         pk.put_scratch(body);
-        put_column(body, pk, n, |i| rank[self.ip_idx[i] as usize] as u64);
+        // With stack nodes in the chunk, index 0 is "the stack's leaf ip" and the table is
+        // 1-based; without, indices are 0-based as in version 1.
+        let shift = !self.nodes.is_empty() as u64;
+        put_column(body, pk, n, |i| match self.ip_idx[i] {
+            LEAF_IP => 0,
+            k => rank[k as usize] as u64 + shift,
+        });
 
         let m = &self.opt_mask;
         put_opt_column(body, pk, n, |i| m[i] & HAS_ADDR != 0, &self.addrs, true);

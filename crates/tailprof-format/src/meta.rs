@@ -14,10 +14,11 @@ pub const MAX_STRING: usize = 1 << 20;
 
 /// Length of the version-1 records meta block.
 pub const RECORDS_META_LEN: usize = 64;
-/// Stack-status codes (1..) the version-2 meta block counts (FORMAT.md §5.0).
-pub const META_STATUS_CODES: usize = 7;
-/// Length of the version-2 records meta block as this build writes it.
-pub const RECORDS_META_LEN_V2: usize = RECORDS_META_LEN + 12 + 2 * (1 + 4 * META_STATUS_CODES);
+/// Version-2 meta-block count keys (FORMAT.md §5.0): class in the high nibble, code in
+/// the low nibble.
+pub const META_KEY_SWITCH_KIND: u8 = 0x00;
+pub const META_KEY_SAMPLE_STATUS: u8 = 0x10;
+pub const META_KEY_SWITCH_STATUS: u8 = 0x20;
 
 /// Per-chunk counts, stored uncompressed at the start of a records chunk so `summarize`
 /// can rebuild [`TraceStats`] of a cut-off file without decoding records.
@@ -44,7 +45,8 @@ pub struct RecordsMeta {
 }
 
 impl RecordsMeta {
-    /// The version-2 meta block ([`RECORDS_META_LEN_V2`] bytes).
+    /// The version-2 meta block: the 64 bytes of version 1, then the non-zero stack and
+    /// switch counts.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = vec![0u8; RECORDS_META_LEN];
         b[0..4].copy_from_slice(&self.records.to_le_bytes());
@@ -56,16 +58,16 @@ impl RecordsMeta {
         b[40..48].copy_from_slice(&self.lost_markers.to_le_bytes());
         b[48..52].copy_from_slice(&self.throttle_events.to_le_bytes());
         b[52..56].copy_from_slice(&self.unthrottle_events.to_le_bytes());
-        for v in self.switches {
+        let entries: Vec<(u8, u32)> = (self.switches.iter().enumerate().map(|(c, &v)| (META_KEY_SWITCH_KIND | c as u8, v)))
+            .chain(self.sample_status.iter().enumerate().map(|(c, &v)| (META_KEY_SAMPLE_STATUS | c as u8, v)))
+            .chain(self.switch_status.iter().enumerate().map(|(c, &v)| (META_KEY_SWITCH_STATUS | c as u8, v)))
+            .filter(|&(_, v)| v != 0)
+            .collect();
+        b.push(entries.len() as u8);
+        for (k, v) in entries {
+            b.push(k);
             b.extend_from_slice(&v.to_le_bytes());
         }
-        for counts in [&self.sample_status, &self.switch_status] {
-            b.push(META_STATUS_CODES as u8);
-            for v in &counts[1..=META_STATUS_CODES] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        debug_assert_eq!(b.len(), RECORDS_META_LEN_V2);
         b
     }
 
@@ -91,16 +93,18 @@ impl RecordsMeta {
         };
         if version >= 2 {
             r.take(8)?; // reserved
-            for v in m.switches.iter_mut() {
-                *v = r.u32()?;
-            }
-            for counts in [&mut m.sample_status, &mut m.switch_status] {
-                let k = r.u8()? as usize;
-                for code in 1..=k {
-                    let v = r.u32()?;
-                    let i = StackStatus::from_u8(code.min(255) as u8) as usize;
-                    counts[i] = counts[i].checked_add(v)?;
-                }
+            for _ in 0..r.u8()? {
+                let key = r.u8()?;
+                let v = r.u32()?;
+                let code = key & 0x0f;
+                // Keys this build does not know are ignored (a newer writer's counts).
+                let slot = match (key & 0xf0, SwitchKind::from_u8(code)) {
+                    (META_KEY_SWITCH_KIND, Some(k)) => &mut m.switches[k as usize],
+                    (META_KEY_SAMPLE_STATUS, _) if code != 0 => &mut m.sample_status[StackStatus::from_u8(code) as usize],
+                    (META_KEY_SWITCH_STATUS, _) if code != 0 => &mut m.switch_status[StackStatus::from_u8(code) as usize],
+                    _ => continue,
+                };
+                *slot = slot.checked_add(v)?;
             }
             let stacks: u64 = m.sample_status.iter().map(|&v| v as u64).sum();
             let switches: u64 = m.switches.iter().map(|&v| v as u64).sum();

@@ -294,8 +294,8 @@ impl StackWorkload {
         let mut rng = Rng::new(seed ^ 0x5eed_57ac);
         const USER_FNS: u64 = 2000;
         const KERNEL_FNS: u64 = 300;
-        let fn_addr = |f: u64| 0x55d4_2000_0000 + (f.wrapping_mul(0x9e37_79b9) % (4 << 20)) & !0xf;
-        let kfn_addr = |f: u64| 0xffff_ffff_8100_0000 + (f.wrapping_mul(0x7f4a_7c15) % (16 << 20)) & !0xf;
+        let fn_addr = |f: u64| (0x55d4_2000_0000 + (f.wrapping_mul(0x9e37_79b9) % (4 << 20))) & !0xf;
+        let kfn_addr = |f: u64| (0xffff_ffff_8100_0000 + (f.wrapping_mul(0x7f4a_7c15) % (16 << 20))) & !0xf;
         // Return address of the call from `caller` to its `k`-th callee.
         let ret = |addr: u64, k: u64| addr + 0x10 + k * 0x1b + (addr >> 4) % 7;
         let callees = |f: u64, k: u64| (f.wrapping_mul(2_654_435_761).wrapping_add(k * 40_503)) % USER_FNS;
