@@ -7,8 +7,8 @@
 use rustc_hash::FxHashSet;
 use serde::Serialize;
 use tailprof_format::{
-    BuildIdEntry, ClockInfo, Comm, EventDesc, Mmap, ReadSummary, Sample, Sink, Task, TraceHeader,
-    TraceReader, TraceStats,
+    BuildIdEntry, ClockInfo, Comm, EventDesc, Mmap, ReadSummary, Sample, Sink, StackStatusCounts, SwitchCounts, Task,
+    TraceHeader, TraceReader, TraceStats,
 };
 
 use crate::maps::KERNEL_PID;
@@ -146,6 +146,13 @@ pub struct TraceInfo {
     pub truncated_bytes: u64,
     /// Whether the trace was closed cleanly (has an end-of-trace chunk).
     pub complete: bool,
+    /// Samples per call-stack status (`complete`, `copy_exhausted`, ...); samples without
+    /// a stack are not counted.
+    pub stacks: StackStatusCounts,
+    /// Context-switch records per kind (`switch_in`, `out_preempted`, `out_blocked`).
+    pub switches: SwitchCounts,
+    /// Context-switch records per status of their off-CPU stack.
+    pub switch_stacks: StackStatusCounts,
     /// Samples per event index (only with a [`RecordCounter`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub samples_per_event: Option<Vec<u64>>,
@@ -268,6 +275,9 @@ impl TraceInfo {
             bytes_per_sample: (samples > 0).then(|| summary.bytes as f64 / samples as f64),
             truncated_bytes: summary.truncated_bytes,
             complete: summary.complete,
+            stacks: stats.sample_stacks,
+            switches: stats.switches,
+            switch_stacks: stats.switch_stacks,
             samples_per_event: per_event,
             processes: counts.map(RecordCounter::processes),
             threads: counts.map(RecordCounter::threads),
@@ -326,7 +336,14 @@ mod tests {
         assert_eq!((info.processes, info.threads), (Some(2), Some(3)));
         assert_eq!((info.processes_seen, info.threads_seen), (Some(3), Some(4)));
         assert_eq!(info.clock, "CLOCK_MONOTONIC");
+        assert_eq!((info.stacks.total(), info.switches.total()), (0, 0));
+        let mut stats = stats;
+        stats.sample_stacks.add(tailprof_format::StackStatus::Complete, 3);
+        stats.sample_stacks.add(tailprof_format::StackStatus::MaxDepth, 1);
+        stats.switches.add(tailprof_format::SwitchKind::OutBlocked, 2);
         let with_trailer = TraceInfo::new(&header, &summary, &stats, Some(7), &[], None);
+        assert_eq!((with_trailer.stacks.complete, with_trailer.stacks.truncated()), (3, 1));
+        assert_eq!(with_trailer.switches.out_blocked, 2);
         assert_eq!(with_trailer.duration_ns, Some(7));
         assert_eq!(with_trailer.samples_per_event, None);
     }

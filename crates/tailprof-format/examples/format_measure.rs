@@ -340,8 +340,16 @@ fn stacks(n: usize) {
             let (bytes, ws) = w.finish_into_inner(None).unwrap();
             (bytes, ws, table, ids)
         };
+        let t0 = CpuTimer::start();
         let (with, ws, table, ids) = encode(true);
+        let write_ns = t0.secs() * 1e9 / n as f64;
         let (without, _, _, _) = encode(false);
+        let t0 = CpuTimer::start();
+        let mut sink = StacksSink::default();
+        let mut r = TraceReader::from_bytes(with.clone()).unwrap();
+        r.read_all(&mut sink).unwrap();
+        let read_rate = n as f64 / t0.secs() / 1e6;
+        assert_eq!(sink.stacks.len(), table.len());
         let per = |b: usize| b as f64 / n as f64;
         let frames: usize = data.iter().map(|(_, f)| f.len()).sum();
         let depth = frames as f64 / n as f64;
@@ -363,6 +371,9 @@ fn stacks(n: usize) {
             "   vs perf -g ~{perf_fp:.0} bytes/sample: 1/{:.0};  vs perf --call-graph dwarf ~{perf_dwarf:.0}: 1/{:.0}",
             perf_fp / per(with.len()),
             perf_dwarf / per(with.len())
+        );
+        println!(
+            "   write incl. intern_stack {write_ns:.0} ns/sample (one run); read_all into a StacksSink (records cloned) {read_rate:.1} M samples/s"
         );
         // Per-chunk encodings of the same nodes, chunks of the writer's round size.
         let mut tot = [0usize; 6];

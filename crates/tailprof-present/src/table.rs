@@ -190,6 +190,25 @@ fn kv(out: &mut String, key: &str, value: impl AsRef<str>) {
     let _ = writeln!(out, "{:<14}{}", format!("{key}:"), value.as_ref());
 }
 
+/// "9,812 complete, 188 truncated (copy exhausted 150, max depth 38)", plus stacks whose
+/// completeness is unknown.
+fn stack_counts(c: &tailprof_format::StackStatusCounts) -> String {
+    let mut s = format!("{} complete, {} truncated", thousands(c.complete), thousands(c.truncated()));
+    let reasons: Vec<String> = c
+        .nonzero()
+        .into_iter()
+        .filter(|(st, _)| st.is_truncated())
+        .map(|(st, n)| format!("{} {}", st.reason(), thousands(n)))
+        .collect();
+    if !reasons.is_empty() {
+        s.push_str(&format!(" ({})", reasons.join(", ")));
+    }
+    if c.unknown > 0 {
+        s.push_str(&format!(", {} of unknown completeness", thousands(c.unknown)));
+    }
+    s
+}
+
 /// Render trace info as a key/value block.
 pub fn render_info(i: &TraceInfo) -> String {
     let mut out = String::new();
@@ -238,6 +257,28 @@ pub fn render_info(i: &TraceInfo) -> String {
     );
     kv(&mut out, "Truncated", format!("{} bytes", thousands(i.truncated_bytes)));
     kv(&mut out, "Complete", if i.complete { "yes" } else { "no" });
+    if i.stacks.total() > 0 {
+        let mut v = stack_counts(&i.stacks);
+        let without = i.samples.saturating_sub(i.stacks.total());
+        if without > 0 {
+            v.push_str(&format!(", {} samples without", thousands(without)));
+        }
+        kv(&mut out, "Stacks", v);
+    }
+    if i.switches.total() > 0 {
+        let w = &i.switches;
+        let mut v = format!(
+            "{}: {} in, {} out preempted, {} out blocked",
+            thousands(w.total()),
+            thousands(w.switch_in),
+            thousands(w.out_preempted),
+            thousands(w.out_blocked)
+        );
+        if i.switch_stacks.total() > 0 {
+            v.push_str(&format!("; stacks {}", stack_counts(&i.switch_stacks)));
+        }
+        kv(&mut out, "Switches", v);
+    }
     if let (Some(p), Some(t)) = (i.processes, i.threads) {
         let mut s = format!("{}, {} with samples", plural(p, "process", "processes"), plural(t, "thread", "threads"));
         if let (Some(ps), Some(ts)) = (i.processes_seen, i.threads_seen) {

@@ -239,3 +239,32 @@ fn info_json_keys() {
     assert_eq!(v["complete"], true);
     assert_eq!(v["warnings"][0]["kind"], "lost");
 }
+
+#[test]
+fn info_shows_stack_statuses_and_switches() {
+    use tailprof_format::{StackStatus, SwitchKind};
+    let mut i = info();
+    assert!(!render_info(&i).contains("Stacks:"), "no stacks line without stacks");
+    i.stacks.add(StackStatus::Complete, 9_812);
+    i.stacks.add(StackStatus::CopyExhausted, 150);
+    i.stacks.add(StackStatus::MaxDepth, 38);
+    i.switches.add(SwitchKind::In, 10);
+    i.switches.add(SwitchKind::OutBlocked, 7);
+    i.switches.add(SwitchKind::OutPreempted, 3);
+    i.switch_stacks.add(StackStatus::Complete, 9);
+    i.switch_stacks.add(StackStatus::UnwindError, 1);
+    let got = render_info(&i);
+    assert!(
+        got.contains("Stacks:       9,812 complete, 188 truncated (copy exhausted 150, max depth 38), 2,000 samples without\n"),
+        "{got}"
+    );
+    assert!(
+        got.contains("Switches:     20: 10 in, 3 out preempted, 7 out blocked; stacks 9 complete, 1 truncated (unwind error 1)\n"),
+        "{got}"
+    );
+    let v = info_json(&i).unwrap();
+    assert_eq!(v["stacks"]["complete"], 9_812);
+    assert_eq!(v["stacks"]["copy_exhausted"], 150);
+    assert_eq!(v["switches"]["out_blocked"], 7);
+    assert_eq!(v["switch_stacks"]["unwind_error"], 1);
+}
