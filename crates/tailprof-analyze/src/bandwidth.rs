@@ -76,6 +76,8 @@ pub const EXTRA_DRAM_FILTER: &str = "bandwidth.dram_filter";
 pub const EXTRA_COUNTER: &str = "bandwidth.counter_event";
 
 const S_DATA_SRC: u64 = 1 << 15;
+/// CPUs whose last sample time is kept in a vector.
+const DENSE_CPUS: u32 = 1 << 16;
 
 /// Errors of the bandwidth analysis.
 #[derive(Debug, thiserror::Error)]
@@ -311,6 +313,8 @@ pub struct BandwidthReport {
     pub period_varies: bool,
     pub line_bytes: u64,
     pub bin_ns: u64,
+    /// Bins with fewer samples are below resolution.
+    pub min_samples: u64,
     pub start_ns: u64,
     pub end_ns: u64,
     /// Samples of the event read.
@@ -450,8 +454,10 @@ pub struct BandwidthBuilder {
     period_sum: u64,
     levels: LevelCounts,
     no_src: u64,
-    /// Last sample time per CPU (any event).
-    cpu_last: FxHashMap<u32, u64>,
+    /// Last sample time per CPU (any event): dense for CPU numbers below
+    /// [`DENSE_CPUS`], a map above (e.g. perf's "unknown CPU").
+    cpu_last: Vec<u64>,
+    cpu_last_other: FxHashMap<u32, u64>,
     throttled: FxHashMap<u32, u64>,
     gaps: Vec<Gap>,
     lost_samples: u64,
@@ -514,7 +520,8 @@ impl BandwidthBuilder {
             period_sum: 0,
             levels: LevelCounts::default(),
             no_src: 0,
-            cpu_last: FxHashMap::default(),
+            cpu_last: Vec::new(),
+            cpu_last_other: FxHashMap::default(),
             throttled: FxHashMap::default(),
             gaps: Vec::new(),
             lost_samples: 0,
@@ -922,6 +929,7 @@ impl BandwidthBuilder {
             period_varies,
             line_bytes: line,
             bin_ns: self.bin_ns,
+            min_samples: self.opts.min_samples,
             start_ns: self.t0,
             end_ns: end,
             samples: self.samples,
@@ -974,7 +982,15 @@ impl Sink for BandwidthBuilder {
     fn handle_sample(&mut self, s: &Sample) {
         self.note_time(s.time);
         if s.time != 0 {
-            self.cpu_last.insert(s.cpu, s.time);
+            if s.cpu < DENSE_CPUS {
+                let c = s.cpu as usize;
+                if c >= self.cpu_last.len() {
+                    self.cpu_last.resize(c + 1, 0);
+                }
+                self.cpu_last[c] = s.time;
+            } else {
+                self.cpu_last_other.insert(s.cpu, s.time);
+            }
         }
         if s.event != self.event {
             if Some(s.event) == self.counter_event {
@@ -1056,7 +1072,8 @@ impl Sink for BandwidthBuilder {
             LossKind::RingFull => self.lost_records += l.count,
         }
         self.note_time(l.time);
-        let start = self.cpu_last.get(&l.cpu).copied().unwrap_or(self.t0);
+        let last = if l.cpu < DENSE_CPUS { self.cpu_last.get(l.cpu as usize).copied() } else { self.cpu_last_other.get(&l.cpu).copied() };
+        let start = last.filter(|&t| t != 0).unwrap_or(self.t0);
         let kind = if l.kind == LossKind::Samples { "lost_samples" } else { "lost_records" };
         self.add_gap(start, l.time, l.cpu, kind, l.count);
     }

@@ -24,6 +24,7 @@
 //! }
 //! ```
 
+pub mod bandwidth;
 pub mod fmt;
 pub mod html;
 pub mod items;

@@ -36,6 +36,7 @@ const REMOTE_SHIFT: u32 = 37;
 /// The source of a sampled access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[repr(u8)]
 pub enum MemLevel {
     L1,
     /// Line fill buffer / miss address buffer (a miss already in flight).
@@ -101,8 +102,10 @@ impl MemLevel {
         }
     }
 
+    /// Position in [`MemLevel::ALL`] (the declaration order).
+    #[inline]
     fn index(self) -> usize {
-        Self::ALL.iter().position(|&l| l == self).unwrap_or(Self::ALL.len() - 1)
+        self as usize
     }
 }
 
@@ -210,6 +213,7 @@ mod tests {
         assert_eq!(classify(0x2 | (LVL_REM_RAM1 | LVL_HIT) << 5), MemLevel::RemoteDram);
         assert_eq!(classify(0x2 | (LVL_L3 | LVL_MISS) << 5), MemLevel::BeyondL3);
         assert_eq!(classify(0x2 | (LVL_REM_CCE1 | LVL_HIT) << 5), MemLevel::RemoteCache);
+        assert!(MemLevel::ALL.iter().enumerate().all(|(i, l)| l.index() == i));
         assert!(MemLevel::BeyondL3.is_memory() && MemLevel::Pmem.is_memory());
         assert!(!MemLevel::RemoteCache.is_memory() && !MemLevel::L3.is_memory());
         let mut c = LevelCounts::default();
