@@ -27,7 +27,7 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use perf_event_open_sys::bindings as b;
@@ -344,6 +344,179 @@ fn parse_size(s: &str) -> Option<u64> {
     num.trim().parse::<u64>().ok().map(|n| n * mult)
 }
 
+/// One interval of [`count_command_interval`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntervalTick {
+    /// End of the interval, ns since the command was released (its exec).
+    pub t_ns: u64,
+    /// Length of this interval (the last one, cut by the command's exit, is shorter).
+    pub len_ns: u64,
+    /// Per event, in the order requested: (count, time enabled, time running) during the
+    /// interval.
+    pub deltas: Vec<(u64, u64, u64)>,
+}
+
+/// The CPUs to open an uncore event on (one per socket, from `<pmu>/cpumask`), or `None`
+/// for a core or software event. Uncore PMUs (e.g. `uncore_imc_0`, whose
+/// `cas_count_read`/`cas_count_write` count DRAM transfers) cannot follow a task: they
+/// are counted system-wide.
+pub fn uncore_cpus(spec: &EventSpec, sysfs_root: &Path) -> Option<Vec<u32>> {
+    let pmu = spec.pmu.as_deref()?;
+    if crate::event::CORE_PMUS.contains(&pmu) {
+        return None;
+    }
+    let text = fs::read_to_string(sysfs_root.join(pmu).join("cpumask")).ok()?;
+    crate::caps::parse_cpu_list(&text).filter(|v| !v.is_empty())
+}
+
+/// [`count_command`], reading every counter every `interval_ns` while the command runs
+/// (`tailprof stat --interval`, the paper's periodic-counting baseline): `on_tick` gets
+/// each interval's deltas as it ends; the result holds the totals. Intervals are timed
+/// against absolute deadlines (no drift); if the reader falls behind, the late interval
+/// is simply longer (its `len_ns` says so). Uncore events ([`uncore_cpus`]) are counted
+/// system-wide on their PMU's CPUs and summed.
+pub fn count_command_interval(
+    events: &[EventSpec],
+    argv: &[String],
+    interval_ns: u64,
+    on_tick: &mut dyn FnMut(&IntervalTick),
+) -> Result<CountResult, CountError> {
+    if events.is_empty() {
+        return Err(CountError::Options("no events".into()));
+    }
+    if argv.is_empty() {
+        return Err(CountError::Options("no command".into()));
+    }
+    if interval_ns < 10_000 {
+        return Err(CountError::Options(format!("the interval must be at least 10 µs (got {interval_ns} ns)")));
+    }
+    let caps = Capabilities::probe();
+    let root = Path::new(SYSFS_PMU_ROOT);
+    let mut child = target::spawn_stopped(argv)?;
+    let pid = child.pid() as i32;
+    // Per event, its fds (several for uncore events on several sockets).
+    let mut fds: Vec<Vec<OwnedFd>> = Vec::with_capacity(events.len());
+    let mut enable_now = Vec::new();
+    for spec in events {
+        let mut attr = counting_attr(spec);
+        let open = |attr: &PerfEventAttr, pid: i32, cpu: i32| {
+            sys::perf_event_open(attr, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(|e| sys::explain_open_error(&e, spec, &caps))
+        };
+        match uncore_cpus(spec, root) {
+            Some(cpus) => {
+                attr.set_inherit(0);
+                attr.set_enable_on_exec(0);
+                let mut v = Vec::new();
+                for cpu in cpus {
+                    let fd = open(&attr, -1, cpu as i32)?;
+                    enable_now.push(fds.len());
+                    v.push(fd);
+                }
+                fds.push(v);
+            }
+            None => fds.push(vec![open(&attr, pid, -1)?]),
+        }
+    }
+    for &i in &enable_now {
+        for fd in &fds[i] {
+            sys::ioctl_enable(fd.as_fd()).map_err(|source| CountError::Io { what: "PERF_EVENT_IOC_ENABLE".into(), source })?;
+        }
+    }
+    let read_all = |fds: &[Vec<OwnedFd>]| -> Result<Vec<(u64, u64, u64)>, CountError> {
+        let mut out = Vec::with_capacity(fds.len());
+        for (spec, group) in events.iter().zip(fds) {
+            let mut sum = (0u64, 0u64, 0u64);
+            for fd in group {
+                let (v, e, r) = read_counter(fd)
+                    .map_err(|source| CountError::Io { what: format!("reading counter '{}'", spec.name), source })?;
+                sum = (sum.0 + v, sum.1 + e, sum.2 + r);
+            }
+            out.push(sum);
+        }
+        Ok(out)
+    };
+    let t0 = crate::session::monotonic_ns();
+    child.release()?;
+    let mut prev = vec![(0u64, 0u64, 0u64); events.len()];
+    let mut last_t = 0u64;
+    let mut deadline = t0 + interval_ns;
+    loop {
+        let exited = wait_exit_until(&mut child, deadline)
+            .map_err(|source| CountError::Io { what: "waiting for the command".into(), source })?;
+        let now = crate::session::monotonic_ns();
+        let cur = read_all(&fds)?;
+        let deltas: Vec<(u64, u64, u64)> = cur
+            .iter()
+            .zip(&prev)
+            .map(|(c, p)| (c.0.wrapping_sub(p.0), c.1.wrapping_sub(p.1), c.2.wrapping_sub(p.2)))
+            .collect();
+        let t = now.saturating_sub(t0);
+        on_tick(&IntervalTick { t_ns: t, len_ns: t - last_t, deltas });
+        prev = cur;
+        last_t = t;
+        if exited {
+            break;
+        }
+        deadline += interval_ns;
+        if deadline <= now {
+            deadline = now + interval_ns;
+        }
+    }
+    let status = child.wait().map_err(|source| CountError::Io { what: "waiting for the command".into(), source })?;
+    let elapsed_ns = crate::session::monotonic_ns().saturating_sub(t0);
+    let events = events
+        .iter()
+        .zip(&prev)
+        .map(|(spec, &(value, time_enabled_ns, time_running_ns))| CountedEvent {
+            name: spec.name.clone(),
+            value,
+            time_enabled_ns,
+            time_running_ns,
+        })
+        .collect();
+    Ok(CountResult { events, elapsed_ns, exit_status: status })
+}
+
+/// Wait until the child exits or CLOCK_MONOTONIC reaches `deadline_ns`; true when it
+/// has exited (not yet reaped).
+fn wait_exit_until(child: &mut target::Child, deadline_ns: u64) -> io::Result<bool> {
+    loop {
+        let now = crate::session::monotonic_ns();
+        let left = deadline_ns.saturating_sub(now);
+        match child.pidfd() {
+            Some(fd) => {
+                let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let ts = libc::timespec { tv_sec: (left / 1_000_000_000) as libc::time_t, tv_nsec: (left % 1_000_000_000) as libc::c_long };
+                // SAFETY: one valid pollfd and timespec; no signal mask change.
+                let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+                if r > 0 {
+                    return Ok(true);
+                }
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                    continue;
+                }
+                return Ok(false);
+            }
+            None => {
+                if child.try_wait()?.is_some() {
+                    return Ok(true);
+                }
+                if left == 0 {
+                    return Ok(false);
+                }
+                std::thread::sleep(std::time::Duration::from_nanos(left.min(1_000_000)));
+                if crate::session::monotonic_ns() >= deadline_ns {
+                    return Ok(child.try_wait()?.is_some());
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,5 +643,47 @@ mod tests {
         assert!(matches!(count_command(&spec, &[]), Err(CountError::Options(_))));
         let e = count_command(&spec, &["tailprof-no-such-cmd-xyz".to_string()]).unwrap_err();
         assert_eq!(e.to_string(), "command not found: tailprof-no-such-cmd-xyz");
+    }
+
+    #[test]
+    fn interval_counting_sums_to_the_total() {
+        let events = [EventSpec::parse("task-clock").unwrap()];
+        let argv: Vec<String> = ["sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done"].iter().map(|s| s.to_string()).collect();
+        let mut ticks = Vec::new();
+        let r = match count_command_interval(&events, &argv, 5_000_000, &mut |t| ticks.push(t.clone())) {
+            Ok(r) => r,
+            Err(e) if is_perm(&e) => {
+                eprintln!("skipping: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        assert!(!ticks.is_empty());
+        let sum: u64 = ticks.iter().map(|t| t.deltas[0].0).sum();
+        assert_eq!(sum, r.events[0].value);
+        assert!(r.events[0].value > 0);
+        let t_sum: u64 = ticks.iter().map(|t| t.len_ns).sum();
+        assert_eq!(t_sum, ticks.last().unwrap().t_ns);
+        assert!(ticks.windows(2).all(|w| w[0].t_ns < w[1].t_ns));
+        assert!(count_command_interval(&events, &argv, 1000, &mut |_| {}).is_err());
+    }
+
+    #[test]
+    fn uncore_events_are_recognised_by_cpumask() {
+        let dir = std::env::temp_dir().join(format!("tailprof-uncore-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let imc = dir.join("uncore_imc_0");
+        fs::create_dir_all(imc.join("format")).unwrap();
+        fs::create_dir_all(imc.join("events")).unwrap();
+        fs::write(imc.join("type"), "16\n").unwrap();
+        fs::write(imc.join("cpumask"), "0,18\n").unwrap();
+        fs::write(imc.join("format/event"), "config:0-7\n").unwrap();
+        fs::write(imc.join("format/umask"), "config:8-15\n").unwrap();
+        fs::write(imc.join("events/cas_count_read"), "event=0x04,umask=0x03\n").unwrap();
+        let spec = EventSpec::parse_with_sysfs("uncore_imc_0/cas_count_read/", &dir).unwrap();
+        assert_eq!(spec.config, 0x304);
+        assert_eq!(uncore_cpus(&spec, &dir), Some(vec![0, 18]));
+        assert_eq!(uncore_cpus(&EventSpec::parse("task-clock").unwrap(), &dir), None);
+        let _ = fs::remove_dir_all(&dir);
     }
 }
