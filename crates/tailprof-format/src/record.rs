@@ -8,6 +8,10 @@
 //! Ordering invariant: within a trace, records are delivered in non-decreasing `time`
 //! order, except that records whose time is unknown (`time == 0`, e.g. side-band records
 //! synthesized from /proc at start) come first.
+//!
+//! Call stacks are interned ([`StackId`] names a node of a [`crate::StackTable`]); samples
+//! and [`Switch`] records carry a stack id and a [`StackStatus`]. Readers deliver each
+//! stack node once, through [`Sink::handle_stack`], before the first record that uses it.
 
 use serde::{Deserialize, Serialize};
 

@@ -269,8 +269,13 @@ fn deep_stacks_keep_their_innermost_frames_and_compressible_ones_stay_readable()
     for (i, &stack) in ids.iter().enumerate() {
         w.write_sample(&Sample { time: i as u64, stack, stack_status: StackStatus::MaxDepth, ..Default::default() }).unwrap();
     }
+    w.flush_chunk().unwrap();
     w.write_sample(&Sample { time: 100, stack: id, stack_status: StackStatus::MaxDepth, ..Default::default() }).unwrap();
     let (bytes, _) = w.finish_into_inner(None).unwrap();
+    // The chains' chunk is stored, not compressed: at least two bytes per node.
+    let chunks = records_chunks(&bytes);
+    assert_eq!(chunks.len(), 2);
+    assert!(chunks[0].1 > 2 * 240_000, "{} bytes", chunks[0].1);
     let (sink, s, _) = read(bytes);
     assert_eq!(s.damaged_chunks, 0);
     assert_eq!(sink.records.len(), 61);
@@ -343,5 +348,46 @@ fn realistic_stacks_cost_little_per_sample() {
         for (x, (_, frames)) in sink.records.iter().zip(&data) {
             assert_eq!(&x.1, frames);
         }
+    }
+}
+
+#[test]
+fn chunks_with_more_nodes_than_their_bytes_allow_are_damaged() {
+    use tailprof_format::chunk::frame_chunk;
+    use tailprof_format::columns::Packer;
+    use tailprof_format::meta::RecordsMeta;
+    use tailprof_format::varint::put_uleb;
+    // A stack section claiming many nodes backed by zstd blobs of zeros (all outermost
+    // frames with frame 0): a few hundred bytes that would make a reader allocate a lot.
+    let chunk_with = |nnodes: usize| {
+        let mut body = Vec::new();
+        let mut pk = Packer::new(19);
+        put_uleb(&mut body, nnodes as u64);
+        put_uleb(&mut body, 1); // one frame
+        pk.put_blob(&mut body, &[0x10]);
+        body.extend_from_slice(&[0, 0]); // constant frame kind: user
+        pk.put_blob(&mut body, &vec![0u8; nnodes]); // parents: all outermost
+        pk.put_blob(&mut body, &vec![0u8; nnodes]); // frame 0
+        put_uleb(&mut body, 0); // empty stack list
+        pk.put_blob(&mut body, &[]);
+        body.extend_from_slice(&[0, 0]); // no samples, no side-band rows
+        pk.put_blob(&mut body, &[]);
+        let mut c = Vec::new();
+        frame_chunk(&mut c, ChunkKind::Records, 0, 1, &RecordsMeta::default().to_bytes(), &body, body.len());
+        c
+    };
+    let (empty, _) = TraceWriter::new(Vec::new(), &header()).unwrap().finish_into_inner(None).unwrap();
+    let trailer_at = (0..empty.len()).rev().find(|&i| empty[i..].starts_with(b"TPck")).unwrap();
+    for (nnodes, damaged) in [(5_000, 0), (200_000, 1)] {
+        let c = chunk_with(nnodes);
+        assert!(c.len() < 1000, "{} bytes", c.len());
+        let mut b = empty[..trailer_at].to_vec();
+        b.extend_from_slice(&c);
+        b.extend_from_slice(&empty[trailer_at..]);
+        let (sink, s, r) = read(b);
+        assert_eq!(s.damaged_chunks, damaged, "{nnodes} nodes");
+        assert!(sink.records.is_empty());
+        // All those nodes are one (outermost, frame 0) node.
+        assert_eq!(r.stacks().len(), 1 - damaged as usize, "{nnodes} nodes");
     }
 }
