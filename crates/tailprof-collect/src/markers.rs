@@ -30,14 +30,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tailprof_format::{ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record};
 
 use crate::sys::CollectError;
-use region::{RawRecord, Region};
+use region::{control, RawRecord, Region};
+use tailprof_markers_protocol::{record, REGION_FILE_PREFIX};
 
 pub use elf::{find_symbol_in_process, symbol_file_offset};
 
 /// Environment variable through which a launched command finds its region.
-pub const ENV_VAR: &str = "TAILPROF_MARKERS";
+pub const ENV_VAR: &str = tailprof_markers_protocol::ENV_VAR;
 /// Name of the control block the marker libraries export.
-pub const CONTROL_SYMBOL: &str = "tailprof_control";
+pub const CONTROL_SYMBOL: &str = tailprof_markers_protocol::CONTROL_SYMBOL;
 
 /// Region geometry.
 #[derive(Debug, Clone)]
@@ -125,15 +126,15 @@ fn owner_uid(pid: u32) -> Option<u32> {
     (uid != unsafe { libc::getuid() }).then_some(uid)
 }
 
-fn read_control(pid: u32, addr: u64) -> Option<[u8; region::CONTROL_SIZE]> {
-    let mut b = [0u8; region::CONTROL_SIZE];
+fn read_control(pid: u32, addr: u64) -> Option<[u8; control::SIZE]> {
+    let mut b = [0u8; control::SIZE];
     (region::read_remote(pid, addr, &mut b).ok()? == b.len()).then_some(b)
 }
 
-fn control_ok(b: &[u8; region::CONTROL_SIZE]) -> bool {
-    let size = u32::from_le_bytes(b[region::C_SIZE..region::C_SIZE + 4].try_into().unwrap());
-    let ver = u32::from_le_bytes(b[region::C_VERSION..region::C_VERSION + 4].try_into().unwrap());
-    size as usize >= region::CONTROL_SIZE && ver == region::VERSION
+fn control_ok(b: &[u8; control::SIZE]) -> bool {
+    let size = u32::from_le_bytes(b[control::SIZE_FIELD..control::SIZE_FIELD + 4].try_into().unwrap());
+    let ver = u32::from_le_bytes(b[control::VERSION..control::VERSION + 4].try_into().unwrap());
+    size as usize >= control::SIZE && ver == region::VERSION
 }
 
 impl MarkerCollector {
@@ -155,9 +156,9 @@ impl MarkerCollector {
         let owner = owner_uid(pid);
         let mut last_err = None;
         for n in 0..16u32 {
-            let name = if n == 0 { format!("tailprof.{pid}") } else { format!("tailprof.{pid}.{n}") };
+            let name = if n == 0 { format!("{REGION_FILE_PREFIX}{pid}") } else { format!("{REGION_FILE_PREFIX}{pid}.{n}") };
             let path = self.config.dir.join(name);
-            if path.as_os_str().len() >= region::C_PATH_LEN {
+            if path.as_os_str().len() >= control::PATH_LEN {
                 return Err(CollectError::Other(format!("marker region path too long: {}", path.display())));
             }
             match Region::create(&path, pid, generation, self.config.slots, self.config.ring_records, owner) {
@@ -203,15 +204,15 @@ impl MarkerCollector {
         }
         let i = self.create_region(pid)?;
         let t = &mut self.targets[i];
-        let mut path = [0u8; region::C_PATH_LEN];
+        let mut path = [0u8; control::PATH_LEN];
         let p = t.region.path.as_os_str().as_encoded_bytes();
         path[..p.len()].copy_from_slice(p);
         for &a in &addrs {
             // Path, then generation, then state: a thread that sees the new generation
             // finds the new path.
-            let r = region::write_remote(pid, a + region::C_PATH as u64, &path)
-                .and_then(|_| region::write_remote(pid, a + region::C_GENERATION as u64, &t.generation.to_le_bytes()))
-                .and_then(|_| region::write_remote(pid, a + region::C_STATE as u64, &region::STATE_ON.to_le_bytes()));
+            let r = region::write_remote(pid, a + control::PATH as u64, &path)
+                .and_then(|_| region::write_remote(pid, a + control::GENERATION as u64, &t.generation.to_le_bytes()))
+                .and_then(|_| region::write_remote(pid, a + control::STATE as u64, &control::STATE_ON.to_le_bytes()));
             if let Err(e) = r {
                 let t = self.targets.pop().expect("just pushed");
                 let _ = std::fs::remove_file(&t.region.path);
@@ -249,8 +250,8 @@ impl MarkerCollector {
             t.region.consume(slot, &mut scratch);
             for r in &scratch {
                 let kind = match r.kind {
-                    0 => MarkerKind::Begin,
-                    1 => MarkerKind::End,
+                    record::KIND_BEGIN => MarkerKind::Begin,
+                    record::KIND_END => MarkerKind::End,
                     _ => {
                         lost += 1;
                         continue;
@@ -321,11 +322,11 @@ impl MarkerCollector {
             }
             for &a in &t.controls {
                 let Some(b) = read_control(t.pid, a) else { continue };
-                let g = u64::from_le_bytes(b[region::C_GENERATION..region::C_GENERATION + 8].try_into().unwrap());
+                let g = u64::from_le_bytes(b[control::GENERATION..control::GENERATION + 8].try_into().unwrap());
                 // Only switch off our own session (another recorder may have re-attached).
                 if control_ok(&b) && g == t.generation {
-                    let off = region::STATE_OFF.to_le_bytes();
-                    disabled_any |= region::write_remote(t.pid, a + region::C_STATE as u64, &off).is_ok();
+                    let off = control::STATE_OFF.to_le_bytes();
+                    disabled_any |= region::write_remote(t.pid, a + control::STATE as u64, &off).is_ok();
                 }
             }
         }

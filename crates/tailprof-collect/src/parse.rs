@@ -1,80 +1,33 @@
-//! Decoder for the raw records the kernel writes into a perf mmap ring.
+//! Decoder for the raw records the kernel writes into a perf mmap ring: turns them into
+//! the record model ([`Sample`], [`Record`]) for one recording's events.
 //!
-//! Layouts follow `include/uapi/linux/perf_event.h` (host byte order). A record is
-//! `struct perf_event_header { u32 type; u16 misc; u16 size; }` followed by a body that
-//! depends on `type`. Side-band records (MMAP, COMM, ...) end with the `sample_id`
-//! trailer when `sample_id_all` is set; its fields are the subset of
-//! `TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER` selected by the event's `sample_type`,
-//! in that order, so `IDENTIFIER` is always the *last* u64 of a side-band record and
-//! the *first* u64 after the header of a sample. That is how a recording with several
-//! events (all sharing one ring per CPU) tells them apart.
+//! The perf ABI itself (constants, sample layouts, the sample decoder, the `sample_id`
+//! trailer) lives in `tailprof_perf_abi`, shared with the perf.data importer; this module
+//! owns what is specific to the recorder: telling which event a record belongs to,
+//! peeking at timestamps for the merge, and decoding side-band records (MMAP, MMAP2,
+//! COMM, FORK, EXIT, LOST, LOST_SAMPLES, THROTTLE) in host byte order.
+//!
+//! A record is `struct perf_event_header { u32 type; u16 misc; u16 size; }` followed by a
+//! body that depends on `type`. Side-band records end with the `sample_id` trailer when
+//! `sample_id_all` is set; its fields are the subset of `TID, TIME, ID, STREAM_ID, CPU,
+//! IDENTIFIER` selected by the event's `sample_type`, in that order, so `IDENTIFIER` is
+//! always the *last* u64 of a side-band record and the *first* u64 after the header of a
+//! sample. That is how a recording with several events (all sharing one ring per CPU)
+//! tells them apart.
 //!
 //! Everything is bounds-checked: a malformed record gives a [`ParseError`] (which the
 //! recorder counts), never a panic. The sample path fills a caller-owned [`Sample`]
 //! so decoding a sample allocates nothing once `Sample::regs` has grown.
 
-use tailprof_format::{Comm, CpuMode, LossKind, Lost, Mmap, Record, Sample, Task, Throttle};
+use tailprof_format::{Comm, CpuMode, LossKind, Lost, Mmap, Record, Sample, StackId, StackStatus, Task, Throttle};
+use tailprof_perf_abi::{misc, BasicLayout, Endian, SampleLayout};
 
-/// `PERF_SAMPLE_*` bits of `perf_event_attr.sample_type`.
-pub mod sample_type {
-    pub const IP: u64 = 1 << 0;
-    pub const TID: u64 = 1 << 1;
-    pub const TIME: u64 = 1 << 2;
-    pub const ADDR: u64 = 1 << 3;
-    pub const READ: u64 = 1 << 4;
-    pub const CALLCHAIN: u64 = 1 << 5;
-    pub const ID: u64 = 1 << 6;
-    pub const CPU: u64 = 1 << 7;
-    pub const PERIOD: u64 = 1 << 8;
-    pub const STREAM_ID: u64 = 1 << 9;
-    pub const RAW: u64 = 1 << 10;
-    pub const BRANCH_STACK: u64 = 1 << 11;
-    pub const REGS_USER: u64 = 1 << 12;
-    pub const STACK_USER: u64 = 1 << 13;
-    pub const WEIGHT: u64 = 1 << 14;
-    pub const DATA_SRC: u64 = 1 << 15;
-    pub const IDENTIFIER: u64 = 1 << 16;
-    pub const TRANSACTION: u64 = 1 << 17;
-    pub const REGS_INTR: u64 = 1 << 18;
-    pub const PHYS_ADDR: u64 = 1 << 19;
-    pub const AUX: u64 = 1 << 20;
-    pub const CGROUP: u64 = 1 << 21;
-    pub const DATA_PAGE_SIZE: u64 = 1 << 22;
-    pub const CODE_PAGE_SIZE: u64 = 1 << 23;
-    pub const WEIGHT_STRUCT: u64 = 1 << 24;
-}
-
-/// `PERF_FORMAT_*` bits of `perf_event_attr.read_format`.
-pub mod read_format {
-    pub const TOTAL_TIME_ENABLED: u64 = 1 << 0;
-    pub const TOTAL_TIME_RUNNING: u64 = 1 << 1;
-    pub const ID: u64 = 1 << 2;
-    pub const GROUP: u64 = 1 << 3;
-    pub const LOST: u64 = 1 << 4;
-}
-
-/// `PERF_RECORD_*` record types.
-pub mod record_type {
-    pub const MMAP: u32 = 1;
-    pub const LOST: u32 = 2;
-    pub const COMM: u32 = 3;
-    pub const EXIT: u32 = 4;
-    pub const THROTTLE: u32 = 5;
-    pub const UNTHROTTLE: u32 = 6;
-    pub const FORK: u32 = 7;
-    pub const READ: u32 = 8;
-    pub const SAMPLE: u32 = 9;
-    pub const MMAP2: u32 = 10;
-    pub const LOST_SAMPLES: u32 = 13;
-}
+pub use tailprof_perf_abi::{branch_sample_type, read_format, record_type, sample_type, HEADER_LEN};
 
 /// `misc` bit of a COMM record caused by exec.
-pub const MISC_COMM_EXEC: u16 = 1 << 13;
+pub const MISC_COMM_EXEC: u16 = misc::COMM_EXEC;
 /// `misc` bit of an MMAP2 record that carries a build-id instead of maj/min/ino.
-pub const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
-
-/// Size of `struct perf_event_header`.
-pub const HEADER_LEN: usize = 8;
+pub const MISC_MMAP_BUILD_ID: u16 = misc::MMAP_BUILD_ID;
 
 /// Why a record could not be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -85,6 +38,12 @@ pub enum ParseError {
     BadSize,
     #[error("sample id {0} belongs to no event of this recording")]
     UnknownId(u64),
+}
+
+impl From<tailprof_perf_abi::DecodeError> for ParseError {
+    fn from(_: tailprof_perf_abi::DecodeError) -> ParseError {
+        ParseError::Truncated
+    }
 }
 
 /// What the decoder needs to know about one event (from its `perf_event_attr`).
@@ -104,29 +63,21 @@ pub struct Layout {
 }
 
 impl Layout {
-    fn has(&self, bit: u64) -> bool {
-        self.sample_type & bit != 0
+    /// The ABI's view of this event's records.
+    pub fn sample_layout(&self) -> SampleLayout {
+        let branch = if self.branch_hw_index { branch_sample_type::HW_INDEX } else { 0 }
+            | if self.branch_counters { branch_sample_type::COUNTERS } else { 0 };
+        SampleLayout::new(self.sample_type)
+            .with_read_format(self.read_format)
+            .with_branch_sample_type(branch)
+            .with_regs_user(self.regs_user_mask)
+            .with_regs_intr(self.regs_intr_mask)
+            .with_sample_id_all(self.sample_id_all)
     }
 
     /// Bytes of the `sample_id` trailer of side-band records.
     pub fn trailer_len(&self) -> usize {
-        if !self.sample_id_all {
-            return 0;
-        }
-        use sample_type::*;
-        [TID, TIME, ID, STREAM_ID, CPU, IDENTIFIER].iter().filter(|&&b| self.has(b)).count() * 8
-    }
-
-    /// Bytes of a PERF_SAMPLE_READ block.
-    fn read_len(&self) -> Option<usize> {
-        use read_format::*;
-        let rf = self.read_format;
-        let opt = |b: u64| if rf & b != 0 { 8 } else { 0 };
-        if rf & GROUP != 0 {
-            None // depends on `nr`, read from the record
-        } else {
-            Some(8 + opt(TOTAL_TIME_ENABLED) + opt(TOTAL_TIME_RUNNING) + opt(ID) + opt(LOST))
-        }
+        self.sample_layout().sample_id_len()
     }
 }
 
@@ -150,7 +101,7 @@ pub enum Decoded {
     Ignored(u32),
 }
 
-/// Bounds-checked little reader over one record.
+/// Bounds-checked little reader over one side-band record.
 struct Cur<'a> {
     b: &'a [u8],
     p: usize,
@@ -174,13 +125,6 @@ impl<'a> Cur<'a> {
         let s = self.take(4)?;
         Ok(u32::from_ne_bytes(s.try_into().unwrap()))
     }
-    fn skip(&mut self, n: u64) -> Result<(), ParseError> {
-        let n = usize::try_from(n).map_err(|_| ParseError::Truncated)?;
-        self.take(n).map(|_| ())
-    }
-    fn skip_words(&mut self, n: u64) -> Result<(), ParseError> {
-        self.skip(n.checked_mul(8).ok_or(ParseError::Truncated)?)
-    }
     /// A NUL-terminated string padded to 8 bytes, ending before `end`.
     fn cstr(&mut self, end: usize) -> Result<String, ParseError> {
         let s = self.b.get(self.p..end).ok_or(ParseError::Truncated)?;
@@ -191,32 +135,48 @@ impl<'a> Cur<'a> {
 }
 
 fn rd_u64(b: &[u8], at: usize) -> Result<u64, ParseError> {
-    Cur::new(b, at).u64()
+    Endian::NATIVE.u64_at(b, at).ok_or(ParseError::Truncated)
 }
 
 /// Header fields of a raw record: `(type, misc, size)`.
 pub fn header(rec: &[u8]) -> Result<(u32, u16, u16), ParseError> {
-    let h = rec.get(..HEADER_LEN).ok_or(ParseError::Truncated)?;
-    let kind = u32::from_ne_bytes(h[0..4].try_into().unwrap());
-    let misc = u16::from_ne_bytes(h[4..6].try_into().unwrap());
-    let size = u16::from_ne_bytes(h[6..8].try_into().unwrap());
-    Ok((kind, misc, size))
+    let h = tailprof_perf_abi::RecordHeader::parse(rec, Endian::NATIVE)?;
+    Ok((h.kind, h.misc, h.size))
 }
 
-/// The `sample_id` trailer values of a side-band record.
-#[derive(Debug, Clone, Copy, Default)]
-struct Trailer {
-    time: Option<u64>,
-    cpu: Option<u32>,
+/// What the decoder derives once from an event's [`Layout`].
+#[derive(Debug, Clone)]
+struct EventDecoding {
+    abi: SampleLayout,
+    /// The recorder's default layout `[IDENTIFIER] IP TID TIME CPU PERIOD`, read at fixed
+    /// offsets; `None` for other layouts (decoded by [`SampleLayout::decode`]).
+    basic: Option<BasicLayout>,
+    default_period: u64,
+    /// Record offset of a sample's TIME.
+    sample_time_at: Option<usize>,
+    /// Offset of a side-band record's trailer TIME, from the record's end.
+    sideband_time_from_end: Option<usize>,
+}
+
+impl EventDecoding {
+    fn new(l: &Layout) -> EventDecoding {
+        let abi = l.sample_layout();
+        EventDecoding {
+            abi,
+            basic: abi.basic(),
+            default_period: l.default_period,
+            sample_time_at: abi.sample_time_offset().map(|o| HEADER_LEN + o),
+            sideband_time_from_end: abi.sample_id_time_from_end(),
+        }
+    }
 }
 
 /// Decodes raw records of one recording (one [`Layout`] per event).
 #[derive(Debug, Clone)]
 pub struct Decoder {
     layouts: Vec<Layout>,
-    /// Per event: its samples are exactly `[IDENTIFIER] IP TID TIME CPU PERIOD` (the
-    /// recorder's default), so [`Decoder::decode_sample`] reads them at fixed offsets.
-    fixed: Vec<bool>,
+    /// `layouts[i]`, prepared for decoding.
+    events: Vec<EventDecoding>,
     /// `(kernel event id, event index)`, sorted by id.
     ids: Vec<(u64, u16)>,
 }
@@ -226,9 +186,8 @@ impl Decoder {
     /// PERF_SAMPLE_IDENTIFIER, and [`Decoder::add_id`] must be told each fd's id.
     pub fn new(layouts: Vec<Layout>) -> Self {
         assert!(!layouts.is_empty(), "a decoder needs at least one event");
-        use sample_type::*;
-        let fixed = layouts.iter().map(|l| l.sample_type & !IDENTIFIER == IP | TID | TIME | CPU | PERIOD).collect();
-        Decoder { layouts, fixed, ids: Vec::new() }
+        let events = layouts.iter().map(EventDecoding::new).collect();
+        Decoder { layouts, events, ids: Vec::new() }
     }
 
     /// Register the id the kernel reports for an fd of event `event` (PERF_EVENT_IOC_ID).
@@ -266,19 +225,22 @@ impl Decoder {
         if self.single() {
             return Ok(Some(0));
         }
-        let l0 = &self.layouts[0];
-        if !l0.sample_id_all || !l0.has(sample_type::IDENTIFIER) {
+        let l0 = &self.events[0].abi;
+        if !l0.sample_id_all() || !l0.has(sample_type::IDENTIFIER) {
             return Ok(None);
         }
         let at = rec.len().checked_sub(8).filter(|&a| a >= HEADER_LEN).ok_or(ParseError::Truncated)?;
         self.lookup(rd_u64(rec, at)?).map(Some)
     }
 
-    fn layout_for(&self, event: Option<u16>) -> &Layout {
-        event.and_then(|e| self.layouts.get(e as usize)).unwrap_or(&self.layouts[0])
+    /// How to decode `event`'s records (event 0's when it cannot be told).
+    #[inline(always)]
+    fn event(&self, event: Option<u16>) -> &EventDecoding {
+        event.and_then(|e| self.events.get(e as usize)).unwrap_or(&self.events[0])
     }
 
     /// Check the header's size against the slice and return `(type, misc)`.
+    #[inline(always)]
     fn check(rec: &[u8]) -> Result<(u32, u16), ParseError> {
         let (kind, misc, size) = header(rec)?;
         if (size as usize) < HEADER_LEN || size as usize != rec.len() {
@@ -287,56 +249,21 @@ impl Decoder {
         Ok((kind, misc))
     }
 
-    /// Read the `sample_id` trailer; returns the trailer and where the body ends.
-    fn trailer(&self, rec: &[u8], l: &Layout) -> Result<(Trailer, usize), ParseError> {
-        use sample_type::*;
-        let n = l.trailer_len();
-        let start = rec.len().checked_sub(n).filter(|&s| s >= HEADER_LEN).ok_or(ParseError::Truncated)?;
-        let mut c = Cur::new(rec, start);
-        let mut t = Trailer::default();
-        if n == 0 {
-            return Ok((t, start));
-        }
-        if l.has(TID) {
-            c.u64()?; // pid, tid: the body has them
-        }
-        if l.has(TIME) {
-            t.time = Some(c.u64()?);
-        }
-        if l.has(ID) {
-            c.u64()?;
-        }
-        if l.has(STREAM_ID) {
-            c.u64()?;
-        }
-        if l.has(CPU) {
-            t.cpu = Some(c.u32()?);
-            c.u32()?;
-        }
-        Ok((t, start))
-    }
-
     /// Timestamp and event of a record, without decoding the rest.
     pub fn peek(&self, rec: &[u8]) -> Result<Peek, ParseError> {
-        use sample_type::*;
         let (kind, _) = Self::check(rec)?;
         if kind == record_type::SAMPLE {
             let ev = self.sample_event(rec)?;
-            let l = self.layout_for(Some(ev));
-            let time = if l.has(TIME) {
-                let words = [IDENTIFIER, IP, TID].iter().filter(|&&b| l.has(b)).count();
-                rd_u64(rec, HEADER_LEN + 8 * words)?
-            } else {
-                0
+            let time = match self.event(Some(ev)).sample_time_at {
+                Some(at) => rd_u64(rec, at)?,
+                None => 0,
             };
             return Ok(Peek { kind, time, event: Some(ev) });
         }
         let ev = self.sideband_event(rec)?;
-        let l = self.layout_for(ev);
         let mut time = 0;
-        if l.sample_id_all && l.has(TIME) {
-            let after = [ID, STREAM_ID, CPU, IDENTIFIER].iter().filter(|&&b| l.has(b)).count();
-            let at = rec.len().checked_sub(8 * (after + 1)).filter(|&a| a >= HEADER_LEN);
+        if let Some(from_end) = self.event(ev).sideband_time_from_end {
+            let at = rec.len().checked_sub(from_end).filter(|&a| a >= HEADER_LEN);
             time = rd_u64(rec, at.ok_or(ParseError::Truncated)?)?;
         } else if kind == record_type::FORK || kind == record_type::EXIT {
             time = rd_u64(rec, HEADER_LEN + 16)?;
@@ -348,117 +275,39 @@ impl Decoder {
 
     /// Decode a sample into `s` (every field is overwritten). `ring_cpu` is used when
     /// the sample does not carry PERF_SAMPLE_CPU.
+    #[inline]
     pub fn decode_sample(&self, rec: &[u8], event: u16, ring_cpu: u32, s: &mut Sample) -> Result<(), ParseError> {
-        use sample_type::*;
         let (_, misc) = Self::check(rec)?;
-        let l = self.layouts.get(event as usize).ok_or(ParseError::UnknownId(event as u64))?;
+        let Some(ev) = self.events.get(event as usize) else {
+            return Err(ParseError::UnknownId(event as u64));
+        };
+        let body = &rec[HEADER_LEN..];
         s.event = event;
         s.cpumode = CpuMode::from_perf_misc(misc);
         s.regs.clear();
-        if self.fixed[event as usize] {
+        if let Some(basic) = ev.basic {
             // The common layout: one bounds check, then fixed offsets.
-            let at = HEADER_LEN + if l.has(IDENTIFIER) { 8 } else { 0 };
-            let w: &[u8; 40] = rec.get(at..at + 40).ok_or(ParseError::Truncated)?.try_into().unwrap();
-            let u64_at = |o: usize| u64::from_ne_bytes(w[o..o + 8].try_into().unwrap());
-            let u32_at = |o: usize| u32::from_ne_bytes(w[o..o + 4].try_into().unwrap());
-            s.ip = u64_at(0);
-            s.pid = u32_at(8);
-            s.tid = u32_at(12);
-            s.time = u64_at(16);
-            s.addr = None;
-            s.cpu = u32_at(24);
-            s.period = u64_at(32);
-            s.weight = None;
-            s.data_src = None;
-            return Ok(());
-        }
-        let mut c = Cur::new(rec, HEADER_LEN);
-        if l.has(IDENTIFIER) {
-            c.u64()?;
-        }
-        s.ip = if l.has(IP) { c.u64()? } else { 0 };
-        if l.has(TID) {
-            s.pid = c.u32()?;
-            s.tid = c.u32()?;
+            let b = basic.decode(body, Endian::NATIVE)?;
+            (s.ip, s.pid, s.tid, s.time, s.cpu, s.period) = (b.ip, b.pid, b.tid, b.time, b.cpu, b.period);
+            (s.addr, s.weight, s.data_src) = (None, None, None);
         } else {
-            s.pid = 0;
-            s.tid = 0;
-        }
-        s.time = if l.has(TIME) { c.u64()? } else { 0 };
-        s.addr = if l.has(ADDR) { Some(c.u64()?) } else { None };
-        if l.has(ID) {
-            c.u64()?;
-        }
-        if l.has(STREAM_ID) {
-            c.u64()?;
-        }
-        s.cpu = ring_cpu;
-        if l.has(CPU) {
-            s.cpu = c.u32()?;
-            c.u32()?;
-        }
-        s.period = if l.has(PERIOD) { c.u64()? } else { l.default_period };
-        s.weight = None;
-        s.data_src = None;
-        if l.has(READ) {
-            match l.read_len() {
-                Some(n) => c.skip(n as u64)?,
-                None => {
-                    let nr = c.u64()?;
-                    let rf = l.read_format;
-                    let hdr = [read_format::TOTAL_TIME_ENABLED, read_format::TOTAL_TIME_RUNNING]
-                        .iter()
-                        .filter(|&&b| rf & b != 0)
-                        .count() as u64;
-                    let per = 1 + [read_format::ID, read_format::LOST].iter().filter(|&&b| rf & b != 0).count() as u64;
-                    c.skip_words(hdr)?;
-                    c.skip_words(nr.checked_mul(per).ok_or(ParseError::Truncated)?)?;
+            ev.abi.decode_with(body, Endian::NATIVE, |v| {
+                s.ip = v.ip().unwrap_or(0);
+                s.pid = v.pid().unwrap_or(0);
+                s.tid = v.tid().unwrap_or(0);
+                s.time = v.time().unwrap_or(0);
+                s.addr = v.addr();
+                s.cpu = v.cpu().unwrap_or(ring_cpu);
+                s.period = v.period().unwrap_or(ev.default_period);
+                s.weight = v.weight().map(|w| w.value());
+                s.data_src = v.data_src();
+                if let Some(r) = v.regs_user() {
+                    r.values.append_to(&mut s.regs);
                 }
-            }
+            })?;
         }
-        if l.has(CALLCHAIN) {
-            let nr = c.u64()?;
-            c.skip_words(nr)?;
-        }
-        if l.has(RAW) {
-            let n = c.u32()?;
-            c.skip(n as u64)?;
-        }
-        if l.has(BRANCH_STACK) {
-            let nr = c.u64()?;
-            if l.branch_hw_index {
-                c.u64()?;
-            }
-            c.skip_words(nr.checked_mul(3).ok_or(ParseError::Truncated)?)?;
-            if l.branch_counters {
-                c.skip_words(nr)?;
-            }
-        }
-        if l.has(REGS_USER) {
-            let abi = c.u64()?;
-            if abi != 0 {
-                let n = l.regs_user_mask.count_ones() as usize;
-                let words = c.take(n * 8)?;
-                s.regs.extend(words.chunks_exact(8).map(|w| u64::from_ne_bytes(w.try_into().unwrap())));
-            }
-        }
-        if l.has(STACK_USER) {
-            let size = c.u64()?;
-            c.skip(size)?;
-            if size != 0 {
-                c.u64()?; // dyn_size
-            }
-        }
-        if l.has(WEIGHT) || l.has(WEIGHT_STRUCT) {
-            let w = c.u64()?;
-            // WEIGHT_STRUCT: { u32 var1_dw; u16 var2_w; u16 var3_w } -> the first word.
-            s.weight = Some(if l.has(WEIGHT_STRUCT) { w & 0xffff_ffff } else { w });
-        }
-        if l.has(DATA_SRC) {
-            s.data_src = Some(c.u64()?);
-        }
-        // Later fields (TRANSACTION, REGS_INTR, PHYS_ADDR, AUX, CGROUP, page sizes) are
-        // not kept; the record's size bounds them, so they need not be walked.
+        s.stack = StackId::NONE;
+        s.stack_status = StackStatus::None;
         Ok(())
     }
 
@@ -474,8 +323,9 @@ impl Decoder {
             self.decode_sample(rec, ev, ring_cpu, s)?;
             return Ok(Decoded::Sample);
         }
-        let l = self.layout_for(event);
-        let (t, end) = self.trailer(rec, l)?;
+        let l = &self.event(event).abi;
+        let (body, t) = l.split_sample_id(rec, Endian::NATIVE)?;
+        let end = HEADER_LEN + body.len();
         let time = t.time.unwrap_or(0);
         let cpu = t.cpu.unwrap_or(ring_cpu);
         let mut c = Cur::new(rec, HEADER_LEN);
@@ -621,7 +471,7 @@ mod tests {
     #[test]
     fn default_layout_fixed_offsets() {
         let d = one(BASIC | st::IDENTIFIER);
-        assert!(d.fixed[0]);
+        assert!(d.events[0].basic.is_some());
         let mut s = Sample { addr: Some(1), weight: Some(2), data_src: Some(3), regs: vec![4], ..Sample::default() };
         let rec = B::new(9, 1).w(&[42, 0xffff_8000_0000_1234]).u32s(3, 4).w(&[999]).u32s(1, 0).w(&[10_000]).done();
         assert_eq!(d.decode(&rec, Some(0), 7, &mut s).unwrap(), Decoded::Sample);
@@ -630,7 +480,7 @@ mod tests {
         assert!(s.regs.is_empty() && s.addr.is_none() && s.weight.is_none() && s.data_src.is_none());
         let short = B::new(9, 1).w(&[42, 0x1000]).u32s(3, 4).w(&[999]).done();
         assert_eq!(d.decode(&short, Some(0), 7, &mut s), Err(ParseError::Truncated));
-        assert!(!one(BASIC | st::ADDR).fixed[0]);
+        assert!(one(BASIC | st::ADDR).events[0].basic.is_none());
     }
 
     #[test]

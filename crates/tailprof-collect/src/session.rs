@@ -230,18 +230,22 @@ pub struct Recorder {
     child: Option<Child>,
     pidfd: Option<OwnedFd>,
     epoll: Epoll,
-    queue: RoundQueue,
-    em: Emitter,
+    /// Raw ring records waiting for their round.
+    raw_queue: RoundQueue,
+    /// Decodes, counts and writes what a round emits.
+    emitter: Emitter,
     /// Largest timestamp drained so far (round clock for the perf default clock).
     max_seen: u64,
     ran: bool,
     markers: MarkerCollector,
     /// Drained marker records waiting for their round.
-    mq: items::RecordQueue,
+    marker_queue: items::RecordQueue,
     /// Environment for the launched command (the marker transport's).
     child_env: Vec<(String, String)>,
     probes: Option<items::ProbeSet>,
-    cfg: SamplingConfig,
+    /// The sampling config every event was built with (the probes reuse its inherit and
+    /// enable-on-exec settings).
+    sampling: SamplingConfig,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -276,88 +280,48 @@ impl Recorder {
     }
 
     /// [`Recorder::new`] with item boundaries from uprobes and/or register-tag mode
-    /// (markers from the marker library are always collected).
+    /// (markers from the marker library are always collected). The stages, in order:
+    /// check the options, probe the machine, derive the sampling config, build one attr
+    /// per event, prepare the uprobes, describe every event to the decoder, write the
+    /// trace header, then open the target's events and map the rings, and watch them.
     pub fn with_items(opts: RecordOptions, items: ItemOptions) -> Result<Recorder, RecordError> {
-        if opts.events.is_empty() {
-            return Err(RecordError::Options("no events to record".into()));
-        }
-        if opts.events.len() > u16::MAX as usize - 1 {
-            return Err(RecordError::Options("too many events".into()));
-        }
-        if opts.mmap_pages == 0 || !opts.mmap_pages.is_power_of_two() {
-            return Err(RecordError::Options(format!(
-                "ring size must be a power of two number of pages (got {})",
-                opts.mmap_pages
-            )));
-        }
+        check_options(&opts)?;
         let caps = Capabilities::probe();
         if caps.online_cpus.is_empty() {
             return Err(RecordError::Options("could not determine the online CPUs".into()));
         }
         let clock = caps.clock_choice();
-        let mut cfg = opts.sampling.clone();
-        cfg.clock = clock;
-        cfg.disabled = true;
         let item_reg = match &items.item_reg {
             Some(r) => Some(items::item_reg_mask(r).map_err(RecordError::Options)?),
             None => None,
         };
-        if let Some((mask, _)) = &item_reg {
-            cfg.regs_user |= mask;
-        }
-        match &opts.target {
-            Target::Command(argv) | Target::SystemWideCommand(argv) if argv.is_empty() => {
-                return Err(RecordError::Options("empty command".into()))
-            }
-            Target::Command(_) => (cfg.inherit, cfg.enable_on_exec) = (true, true),
-            Target::Pid(_) => (cfg.inherit, cfg.enable_on_exec) = (true, false),
-            Target::SystemWide | Target::SystemWideCommand(_) => (cfg.inherit, cfg.enable_on_exec) = (false, false),
-        }
-        let mut plans = Vec::new();
-        for (i, spec) in opts.events.iter().enumerate() {
-            let c = SamplingConfig { sideband: i == 0, ..cfg.clone() };
-            plans.push(build_attr(spec, &c)?);
-        }
-        let mut layouts: Vec<Layout> = plans.iter().map(layout_of).collect();
-        let notes: Vec<String> = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
-        let probes = match &items.probes {
-            Some(p) => Some(items::ProbeSet { p: p.prepare()?, base: plans.len() as u16 }),
-            None => None,
-        };
-        if let Some(ps) = &probes {
-            layouts.extend(ps.layouts(clock));
-        }
+        let sampling = sampling_config(&opts, clock, item_reg.as_ref().map_or(0, |(mask, _)| *mask));
+        let plans = build_plans(&opts.events, &sampling)?;
+        let probes = prepare_probes(&items, plans.len())?;
+        let layouts = decoder_layouts(&plans, probes.as_ref(), clock);
         raise_nofile_limit();
+        let header = trace_header(&opts, &caps, clock, &plans, item_reg.as_ref().map(|(_, name)| name.as_str()), probes.as_ref());
+        let mut rec = Recorder::unopened(&opts, plans, clock, header, Decoder::new(layouts), probes, sampling)?;
+        rec.open_target(&opts.target, &caps, opts.mmap_pages)?;
+        rec.watch_target_and_rings()?;
+        Ok(rec)
+    }
 
-        let mut header = TraceHeader {
-            events: plans.iter().map(|p| p.desc.clone()).collect(),
-            clock: Some(caps.clock_info(clock)),
-            source: "record".into(),
-            cmdline: opts.cmdline.clone(),
-            hostname: hostname(),
-            os_release: caps.os_release.clone(),
-            arch: Some(std::env::consts::ARCH.to_string()),
-            cpu_desc: caps.cpu_desc.clone(),
-            nr_cpus: Some(caps.online_cpus.len() as u32),
-            start_realtime_ns: Some(clock_ns(libc::CLOCK_REALTIME)),
-            ..TraceHeader::default()
-        };
-        header.extra.insert("start_monotonic_ns".into(), monotonic_ns().to_string());
-        header.extra.insert("mmap_pages".into(), opts.mmap_pages.to_string());
-        if let Ok(id) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
-            // Lets the symbolizer refuse this boot's kallsyms for a trace of another boot.
-            header.extra.insert("boot_id".into(), id.trim().to_string());
-        }
-        if let Some((_, name)) = &item_reg {
-            header.extra.insert("item_reg".into(), name.clone());
-        }
-        if let Some(ps) = &probes {
-            header.extra.extend(ps.header_extra());
-        }
-        let probe_base = probes.as_ref().map_or(u16::MAX, |p| p.base);
-        let maker = probes.as_ref().map(|p| MarkerMaker::new(p.p.id_reg_mask != 0, p.p.class.clone()));
-
-        let mut rec = Recorder {
+    /// The recorder before any event is open: no fds, no rings, no child yet.
+    fn unopened(
+        opts: &RecordOptions,
+        plans: Vec<AttrPlan>,
+        clock: ClockChoice,
+        header: TraceHeader,
+        decoder: Decoder,
+        probes: Option<items::ProbeSet>,
+        sampling: SamplingConfig,
+    ) -> Result<Recorder, RecordError> {
+        let notes = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
+        let probe_base = probes.as_ref().map_or(u16::MAX, |p| p.begin_event);
+        let probe_markers =
+            probes.as_ref().map(|p| MarkerMaker::new(p.prepared.id_reg_mask != 0, p.prepared.class.clone()));
+        Ok(Recorder {
             target: opts.target.clone(),
             specs: opts.events.clone(),
             plans,
@@ -370,75 +334,83 @@ impl Recorder {
             child: None,
             pidfd: None,
             epoll: Epoll::new().map_err(io_err("epoll_create1"))?,
-            queue: RoundQueue::new(),
-            em: Emitter {
-                decoder: Decoder::new(layouts),
+            raw_queue: RoundQueue::new(),
+            emitter: Emitter {
+                decoder,
                 sample: Sample::default(),
-                s: RecordSummary::default(),
+                summary: RecordSummary::default(),
                 last_time: 0,
                 build_ids: HashMap::new(),
                 probe_base,
-                maker,
-                conv: Vec::new(),
+                probe_markers,
+                probe_records: Vec::new(),
             },
             max_seen: 0,
             ran: false,
             markers: MarkerCollector::new(),
-            mq: items::RecordQueue::default(),
+            marker_queue: items::RecordQueue::default(),
             child_env: Vec::new(),
             probes,
-            cfg: cfg.clone(),
-        };
+            sampling,
+        })
+    }
+
+    /// Launch the command (stopped before exec) or find the process, open every event for
+    /// it on every CPU, map the rings, and set up the marker transport.
+    fn open_target(&mut self, target: &Target, caps: &Capabilities, pages: usize) -> Result<(), RecordError> {
         let cpus = caps.online_cpus.clone();
         let mut ring_of_cpu: Vec<Option<usize>> = vec![None; cpus.len()];
-        match &opts.target {
+        match target {
             Target::Command(argv) => {
                 let child = target::spawn_stopped(argv)?;
                 let pid = child.pid() as i32;
-                rec.child = Some(child);
-                rec.open_task(pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
-                rec.child_env = rec.markers.prepare_child(pid as u32)?;
+                self.child = Some(child);
+                self.open_task(pid, &cpus, &mut ring_of_cpu, pages, caps)?;
+                self.child_env = self.markers.prepare_child(pid as u32)?;
             }
             Target::SystemWide => {
-                rec.open_task(-1, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
-                rec.attach_marker_processes();
+                self.open_task(-1, &cpus, &mut ring_of_cpu, pages, caps)?;
+                self.attach_marker_processes();
             }
             Target::SystemWideCommand(argv) => {
                 let child = target::spawn_stopped(argv)?;
                 let pid = child.pid();
-                rec.child = Some(child);
-                rec.open_task(-1, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
-                rec.attach_marker_processes();
-                rec.child_env = rec.markers.prepare_child(pid)?;
+                self.child = Some(child);
+                self.open_task(-1, &cpus, &mut ring_of_cpu, pages, caps)?;
+                self.attach_marker_processes();
+                self.child_env = self.markers.prepare_child(pid)?;
             }
             Target::Pid(pid) => {
-                rec.open_process(*pid, &cpus, &mut ring_of_cpu, opts.mmap_pages, &caps)?;
-                match rec.markers.attach(*pid) {
+                self.open_process(*pid, &cpus, &mut ring_of_cpu, pages, caps)?;
+                match self.markers.attach(*pid) {
                     Ok(true) => {}
-                    Ok(false) => rec.notes.push(format!(
+                    Ok(false) => self.notes.push(format!(
                         "process {pid} has no marker library (no '{MARKER_CONTROL_SYMBOL}' symbol): items come only \
                          from --item-begin/--item-end or --item-reg"
                     )),
-                    Err(e) => rec.notes.push(format!("cannot attach the marker transport to process {pid}: {e}")),
+                    Err(e) => self.notes.push(format!("cannot attach the marker transport to process {pid}: {e}")),
                 }
+                self.pidfd = target::pidfd_open(*pid).ok();
             }
         }
-        rec.pidfd = match (&opts.target, &rec.child) {
-            (Target::Pid(pid), _) => target::pidfd_open(*pid).ok(),
-            _ => None,
-        };
-        let pidfd = rec.pidfd.as_ref().map(|f| f.as_raw_fd()).or(rec
+        Ok(())
+    }
+
+    /// Register the target's pidfd (its exit ends the recording) and every ring's fd
+    /// with epoll.
+    fn watch_target_and_rings(&mut self) -> Result<(), RecordError> {
+        let pidfd = self.pidfd.as_ref().map(|f| f.as_raw_fd()).or(self
             .child
             .as_ref()
             .and_then(|c| c.pidfd())
             .map(|f| f.as_raw_fd()));
         if let Some(fd) = pidfd {
-            rec.epoll.ctl(libc::EPOLL_CTL_ADD, fd, PIDFD_TOKEN).map_err(io_err("epoll_ctl(pidfd)"))?;
+            self.epoll.ctl(libc::EPOLL_CTL_ADD, fd, PIDFD_TOKEN).map_err(io_err("epoll_ctl(pidfd)"))?;
         }
-        for (i, &o) in rec.owners.iter().enumerate() {
-            rec.epoll.ctl(libc::EPOLL_CTL_ADD, rec.fds[o].as_raw_fd(), i as u64).map_err(io_err("epoll_ctl"))?;
+        for (i, &o) in self.owners.iter().enumerate() {
+            self.epoll.ctl(libc::EPOLL_CTL_ADD, self.fds[o].as_raw_fd(), i as u64).map_err(io_err("epoll_ctl"))?;
         }
-        Ok(rec)
+        Ok(())
     }
 
     /// Open every event for `pid` (a task, or -1) on every CPU.
@@ -471,17 +443,17 @@ impl Recorder {
                         .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT on CPU {cpu}")))?,
                 }
                 let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
-                self.em.decoder.add_id(id, e as u16);
+                self.emitter.decoder.add_id(id, e as u16);
                 self.fds.push(fd);
             }
             if let (Some(ps), Some(r)) = (&self.probes, ring_of_cpu[ci]) {
                 for (k, role) in [ProbeRole::Begin, ProbeRole::End].into_iter().enumerate() {
-                    let c = ps.attr_config(role, self.clock, self.cfg.inherit, self.cfg.enable_on_exec);
+                    let c = ps.attr_config(role, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
                     let fd = ps.open(role, pid, cpu as i32, c)?;
                     sys::ioctl_set_output(fd.as_fd(), self.fds[self.owners[r]].as_fd())
                         .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
                     let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
-                    self.em.decoder.add_id(id, ps.base + k as u16);
+                    self.emitter.decoder.add_id(id, ps.begin_event + k as u16);
                     self.fds.push(fd);
                 }
             }
@@ -602,7 +574,7 @@ impl Recorder {
             let ready = self.epoll.wait(&mut evbuf, POLL_TIMEOUT_MS).map_err(io_err("epoll_wait"))?;
             let mut exited = false;
             if !ready.is_empty() {
-                self.em.s.wakeups += 1;
+                self.emitter.summary.wakeups += 1;
             }
             for ev in ready {
                 let (token, bits) = (ev.u64, ev.events);
@@ -627,14 +599,14 @@ impl Recorder {
                 out.flush()?;
                 last_flush = drain_start;
             }
-            self.em.s.rounds += 1;
+            self.emitter.summary.rounds += 1;
             progress(&Progress {
                 elapsed_ns: monotonic_ns().saturating_sub(t0),
-                samples: self.em.s.samples,
-                lost: self.em.s.lost_records + self.em.s.lost_samples,
+                samples: self.emitter.summary.samples,
+                lost: self.emitter.summary.lost_records + self.emitter.summary.lost_samples,
                 bytes: out.bytes_written(),
-                markers: self.em.s.markers,
-                lost_markers: self.em.s.lost_markers,
+                markers: self.emitter.summary.markers,
+                lost_markers: self.emitter.summary.lost_markers,
             });
             if exited || self.target_gone() {
                 break;
@@ -657,18 +629,18 @@ impl Recorder {
             }
         }
         if let Some(c) = &mut self.child {
-            self.em.s.exit_status = Some(c.wait().map_err(io_err("waitpid"))?);
+            self.emitter.summary.exit_status = Some(c.wait().map_err(io_err("waitpid"))?);
         }
         for fd in &self.fds {
             let _ = sys::ioctl_disable(fd.as_fd());
         }
         self.drain_all();
-        self.markers.finish(&mut self.mq.pending);
+        self.markers.finish(&mut self.marker_queue.pending);
         self.emit_round(None, out)?;
         out.end_round()?;
-        self.em.s.rounds += 1;
-        self.em.s.duration_ns = monotonic_ns().saturating_sub(t0);
-        Ok(self.em.s.clone())
+        self.emitter.summary.rounds += 1;
+        self.emitter.summary.duration_ns = monotonic_ns().saturating_sub(t0);
+        Ok(self.emitter.summary.clone())
     }
 
     /// Time-0 records: kernel image/modules, and processes already running.
@@ -689,7 +661,7 @@ impl Recorder {
             }
         }
         for r in recs {
-            self.em.record(r, out)?;
+            self.emitter.record(r, out)?;
         }
         out.end_round()?;
         Ok(())
@@ -699,25 +671,25 @@ impl Recorder {
     /// when `None`), in time order. Written in batches; between batches, rings that are
     /// filling up are drained again (see [`Recorder::refill`]).
     fn emit_round<O: RecordOutput + ?Sized>(&mut self, limit: Option<u64>, out: &mut O) -> Result<(), FormatError> {
-        self.mq.sort();
+        self.marker_queue.sort();
         loop {
-            let (em, mq) = (&mut self.em, &mut self.mq);
-            let more = self.queue.emit_some(limit, EMIT_BATCH, |p, rec| {
-                mq.emit_upto(p.time, |r| em.record(r, out))?;
-                em.raw(p, rec, out)
+            let (emitter, marker_queue) = (&mut self.emitter, &mut self.marker_queue);
+            let more = self.raw_queue.emit_some(limit, EMIT_BATCH, |p, rec| {
+                marker_queue.emit_upto(p.time, |r| emitter.record(r, out))?;
+                emitter.decode_and_write(p, rec, out)
             });
             match more {
                 Ok(true) => self.refill(),
                 Ok(false) => break,
                 Err(e) => {
-                    self.mq.end_round();
+                    self.marker_queue.end_round();
                     return Err(e);
                 }
             }
         }
-        let (em, mq) = (&mut self.em, &mut self.mq);
-        let res = mq.emit_upto(limit.unwrap_or(u64::MAX), |r| em.record(r, out));
-        mq.end_round();
+        let (emitter, marker_queue) = (&mut self.emitter, &mut self.marker_queue);
+        let res = marker_queue.emit_upto(limit.unwrap_or(u64::MAX), |r| emitter.record(r, out));
+        marker_queue.end_round();
         res
     }
 
@@ -728,7 +700,7 @@ impl Recorder {
     /// queue is already very long, so a recorder that cannot keep up lets the kernel
     /// count the loss instead of growing without bound.
     fn refill(&mut self) {
-        if self.queue.len() >= MAX_QUEUED_RECORDS {
+        if self.raw_queue.len() >= MAX_QUEUED_RECORDS {
             return;
         }
         if self.rings.iter().any(|r| r.pending() >= r.data_size() / 4) {
@@ -746,22 +718,22 @@ impl Recorder {
     /// Drain every ring into the queue, and the marker rings.
     fn drain_all(&mut self) {
         self.drain_rings();
-        self.markers.drain(&mut self.mq.pending);
+        self.markers.drain(&mut self.marker_queue.pending);
     }
 
     /// Drain every perf ring into the queue.
     fn drain_rings(&mut self) {
-        let (queue, em, max_seen) = (&mut self.queue, &mut self.em, &mut self.max_seen);
+        let (raw_queue, emitter, max_seen) = (&mut self.raw_queue, &mut self.emitter, &mut self.max_seen);
         for ring in &mut self.rings {
             let cpu = ring.cpu();
-            let st = ring.drain(|rec| match em.decoder.peek(rec) {
+            let stats = ring.drain(|rec| match emitter.decoder.peek(rec) {
                 Ok(p) => {
                     *max_seen = (*max_seen).max(p.time);
-                    queue.push(p.time, p.event, cpu, rec)
+                    raw_queue.push(p.time, p.event, cpu, rec)
                 }
-                Err(_) => em.s.malformed += 1,
+                Err(_) => emitter.summary.malformed += 1,
             });
-            em.s.malformed += st.corrupt as u64;
+            emitter.summary.malformed += stats.corrupt as u64;
         }
     }
 
@@ -773,6 +745,111 @@ impl Recorder {
             _ => false,
         }
     }
+}
+
+/// Stage 1 of [`Recorder::with_items`]: reject options that cannot work.
+fn check_options(opts: &RecordOptions) -> Result<(), RecordError> {
+    if opts.events.is_empty() {
+        return Err(RecordError::Options("no events to record".into()));
+    }
+    if opts.events.len() > u16::MAX as usize - 1 {
+        return Err(RecordError::Options("too many events".into()));
+    }
+    if opts.mmap_pages == 0 || !opts.mmap_pages.is_power_of_two() {
+        return Err(RecordError::Options(format!(
+            "ring size must be a power of two number of pages (got {})",
+            opts.mmap_pages
+        )));
+    }
+    if let Target::Command(argv) | Target::SystemWideCommand(argv) = &opts.target {
+        if argv.is_empty() {
+            return Err(RecordError::Options("empty command".into()));
+        }
+    }
+    Ok(())
+}
+
+/// The caller's sampling options plus what the recorder decides: the clock, everything
+/// opened disabled, inheritance and enable-on-exec per target, and the item register
+/// (`item_reg_mask`, 0 for none) added to the user registers.
+fn sampling_config(opts: &RecordOptions, clock: ClockChoice, item_reg_mask: u64) -> SamplingConfig {
+    let mut cfg = opts.sampling.clone();
+    cfg.clock = clock;
+    cfg.disabled = true;
+    cfg.regs_user |= item_reg_mask;
+    (cfg.inherit, cfg.enable_on_exec) = match &opts.target {
+        Target::Command(_) => (true, true),
+        Target::Pid(_) => (true, false),
+        Target::SystemWide | Target::SystemWideCommand(_) => (false, false),
+    };
+    cfg
+}
+
+/// One attr per event; event 0 also asks for the side-band records.
+fn build_plans(events: &[EventSpec], sampling: &SamplingConfig) -> Result<Vec<AttrPlan>, RecordError> {
+    let mut plans = Vec::with_capacity(events.len());
+    for (i, spec) in events.iter().enumerate() {
+        let c = SamplingConfig { sideband: i == 0, ..sampling.clone() };
+        plans.push(build_attr(spec, &c)?);
+    }
+    Ok(plans)
+}
+
+/// Resolve the uprobe item boundaries; their events come after the `events` sampling
+/// events in the decoder.
+fn prepare_probes(items: &ItemOptions, events: usize) -> Result<Option<items::ProbeSet>, RecordError> {
+    Ok(match &items.probes {
+        Some(p) => Some(items::ProbeSet { prepared: p.prepare()?, begin_event: events as u16 }),
+        None => None,
+    })
+}
+
+/// What the decoder needs to know about every event: the sampling events, then the
+/// probes' begin and end.
+fn decoder_layouts(plans: &[AttrPlan], probes: Option<&items::ProbeSet>, clock: ClockChoice) -> Vec<Layout> {
+    let mut layouts: Vec<Layout> = plans.iter().map(layout_of).collect();
+    if let Some(ps) = probes {
+        layouts.extend(ps.layouts(clock));
+    }
+    layouts
+}
+
+/// The trace header: events, clock, machine, and how items were marked (`item_reg`
+/// names the register of register-tag mode).
+fn trace_header(
+    opts: &RecordOptions,
+    caps: &Capabilities,
+    clock: ClockChoice,
+    plans: &[AttrPlan],
+    item_reg: Option<&str>,
+    probes: Option<&items::ProbeSet>,
+) -> TraceHeader {
+    let mut header = TraceHeader {
+        events: plans.iter().map(|p| p.desc.clone()).collect(),
+        clock: Some(caps.clock_info(clock)),
+        source: "record".into(),
+        cmdline: opts.cmdline.clone(),
+        hostname: hostname(),
+        os_release: caps.os_release.clone(),
+        arch: Some(std::env::consts::ARCH.to_string()),
+        cpu_desc: caps.cpu_desc.clone(),
+        nr_cpus: Some(caps.online_cpus.len() as u32),
+        start_realtime_ns: Some(clock_ns(libc::CLOCK_REALTIME)),
+        ..TraceHeader::default()
+    };
+    header.extra.insert("start_monotonic_ns".into(), monotonic_ns().to_string());
+    header.extra.insert("mmap_pages".into(), opts.mmap_pages.to_string());
+    if let Ok(id) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        // Lets the symbolizer refuse this boot's kallsyms for a trace of another boot.
+        header.extra.insert("boot_id".into(), id.trim().to_string());
+    }
+    if let Some(name) = item_reg {
+        header.extra.insert("item_reg".into(), name.to_string());
+    }
+    if let Some(ps) = probes {
+        header.extra.extend(ps.header_extra());
+    }
+    header
 }
 
 /// The decoder's view of an attr.

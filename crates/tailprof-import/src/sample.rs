@@ -1,38 +1,21 @@
-//! Decoding the fields tailprof keeps from a PERF_RECORD_SAMPLE body.
+//! The fields tailprof keeps from a PERF_RECORD_SAMPLE body, decoded with the
+//! workspace's one sample decoder (`tailprof_perf_abi`, shared with the recorder).
 //!
 //! `linux-perf-event-reader`'s `SampleRecord` does not expose WEIGHT, WEIGHT_STRUCT or
 //! DATA_SRC (it reads past them), and it reads the PERF_SAMPLE_READ group layout the wrong
-//! way round, which misplaces every later field of such samples. So the sample body is
-//! walked here, field by field in the order of `perf_event_open(2)`, with bounds checks on
-//! every read. Everything else (file layout, record framing, sorting, decompression,
-//! side-band records, attributes) comes from `linux-perf-data`.
+//! way round, which misplaces every later field of such samples; so samples are decoded
+//! by `tailprof_perf_abi`. Everything else (file layout, record framing, sorting,
+//! decompression, side-band records, attributes) comes from `linux-perf-data`.
+//!
+//! Only the fields up to DATA_SRC (in record order) are decoded: tailprof keeps none after
+//! it, and REGS_INTR's size needs `sample_regs_intr`, which the event mapping does not
+//! carry. Their bytes are left over ([`DecodedSample::trailing`]) and expected.
 
-// perf_event_attr.sample_type bits (include/uapi/linux/perf_event.h).
-pub(crate) const S_IP: u64 = 1 << 0;
-pub(crate) const S_TID: u64 = 1 << 1;
-pub(crate) const S_TIME: u64 = 1 << 2;
-pub(crate) const S_ADDR: u64 = 1 << 3;
-pub(crate) const S_READ: u64 = 1 << 4;
-pub(crate) const S_CALLCHAIN: u64 = 1 << 5;
-pub(crate) const S_ID: u64 = 1 << 6;
-pub(crate) const S_CPU: u64 = 1 << 7;
-pub(crate) const S_PERIOD: u64 = 1 << 8;
-pub(crate) const S_STREAM_ID: u64 = 1 << 9;
-pub(crate) const S_RAW: u64 = 1 << 10;
-pub(crate) const S_BRANCH_STACK: u64 = 1 << 11;
-pub(crate) const S_REGS_USER: u64 = 1 << 12;
-pub(crate) const S_STACK_USER: u64 = 1 << 13;
-pub(crate) const S_WEIGHT: u64 = 1 << 14;
-pub(crate) const S_DATA_SRC: u64 = 1 << 15;
-pub(crate) const S_IDENTIFIER: u64 = 1 << 16;
-pub(crate) const S_WEIGHT_STRUCT: u64 = 1 << 24;
+use tailprof_perf_abi::{branch_sample_type, read_format as rf, sample_type as st, Endian};
 
-// read_format bits.
-const F_TOTAL_TIME_ENABLED: u64 = 1 << 0;
-const F_TOTAL_TIME_RUNNING: u64 = 1 << 1;
-const F_ID: u64 = 1 << 2;
-const F_GROUP: u64 = 1 << 3;
-const F_LOST: u64 = 1 << 4;
+/// sample_type bits whose fields come before or at DATA_SRC in a sample (the ones this
+/// module decodes).
+const DECODED_FIELDS: u64 = ((st::DATA_SRC << 1) - 1) | st::IDENTIFIER | st::WEIGHT_STRUCT;
 
 /// What the decoder needs to know about the sample's event.
 #[derive(Debug, Clone, Copy, Default)]
@@ -66,63 +49,13 @@ pub(crate) struct DecodedSample {
     pub trailing: usize,
 }
 
-struct Cur<'a> {
-    d: &'a [u8],
-    at: usize,
-    be: bool,
-}
-
-impl Cur<'_> {
-    fn take(&mut self, n: u64, what: &str) -> Result<&[u8], String> {
-        let n = usize::try_from(n).map_err(|_| format!("{what}: size {n} too large"))?;
-        let end = self.at.checked_add(n).filter(|&e| e <= self.d.len()).ok_or_else(|| {
-            format!("{what} needs {n} bytes at offset {} of a {}-byte sample", self.at, self.d.len())
-        })?;
-        let s = &self.d[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
-        let be = self.be;
-        let b: [u8; 8] = self.take(8, what)?.try_into().expect("8 bytes");
-        Ok(if be { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) })
-    }
-    /// Two u32 packed in one u64 slot (pid/tid, cpu/res), in memory order.
-    fn u32_pair(&mut self, what: &str) -> Result<(u32, u32), String> {
-        let be = self.be;
-        let b = self.take(8, what)?;
-        let f = |x: &[u8]| {
-            let a: [u8; 4] = x.try_into().expect("4 bytes");
-            if be { u32::from_be_bytes(a) } else { u32::from_le_bytes(a) }
-        };
-        Ok((f(&b[..4]), f(&b[4..])))
-    }
-    fn skip_u64s(&mut self, n: u64, what: &str) -> Result<(), String> {
-        let bytes = n.checked_mul(8).ok_or_else(|| format!("{what}: count {n} too large"))?;
-        self.take(bytes, what).map(|_| ())
-    }
-}
-
-/// Size in u64 words of a PERF_SAMPLE_READ block, given its leading `nr` (group case).
-fn read_words(read_format: u64, cur: &mut Cur) -> Result<u64, String> {
-    let extra = u64::from(read_format & F_TOTAL_TIME_ENABLED != 0) + u64::from(read_format & F_TOTAL_TIME_RUNNING != 0);
-    let per_value = 1 + u64::from(read_format & F_ID != 0) + u64::from(read_format & F_LOST != 0);
-    if read_format & F_GROUP != 0 {
-        let nr = cur.u64("read group count")?;
-        let vals = nr.checked_mul(per_value).ok_or("read group count too large")?;
-        Ok(extra + vals) // `nr` itself already consumed
-    } else {
-        Ok(extra + per_value)
-    }
-}
-
 /// Decode a sample body (the record without its 8-byte header).
 pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout) -> Result<DecodedSample, String> {
     let first = decode_with(data, layout, layout.read_format)?;
     // The attr parser drops PERF_FORMAT_LOST; if the READ block would explain the
     // leftover bytes with per-value `lost` counters, the recording had it set.
-    if layout.sample_type & S_READ != 0 && first.trailing != 0 && layout.read_format & F_LOST == 0 {
-        if let Ok(second) = decode_with(data, layout, layout.read_format | F_LOST) {
+    if layout.sample_type & st::READ != 0 && first.trailing != 0 && layout.read_format & rf::LOST == 0 {
+        if let Ok(second) = decode_with(data, layout, layout.read_format | rf::LOST) {
             if second.trailing == 0 {
                 return Ok(second);
             }
@@ -132,106 +65,42 @@ pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout) -> Result<Decode
 }
 
 fn decode_with(data: &[u8], layout: &SampleLayout, read_format: u64) -> Result<DecodedSample, String> {
-    let st = layout.sample_type;
-    let mut c = Cur { d: data, at: 0, be: layout.big_endian };
-    let mut s = DecodedSample::default();
-    let has = |bit: u64| st & bit != 0;
-
-    if has(S_IDENTIFIER) {
-        s.id = Some(c.u64("identifier")?);
-    }
-    if has(S_IP) {
-        s.ip = Some(c.u64("ip")?);
-    }
-    if has(S_TID) {
-        let (pid, tid) = c.u32_pair("pid/tid")?;
-        s.pid = Some(pid);
-        s.tid = Some(tid);
-    }
-    if has(S_TIME) {
-        s.time = Some(c.u64("time")?);
-    }
-    if has(S_ADDR) {
-        s.addr = Some(c.u64("addr")?);
-    }
-    if has(S_ID) {
-        let id = c.u64("id")?;
-        s.id = s.id.or(Some(id));
-    }
-    if has(S_STREAM_ID) {
-        c.u64("stream_id")?;
-    }
-    if has(S_CPU) {
-        s.cpu = Some(c.u32_pair("cpu")?.0);
-    }
-    if has(S_PERIOD) {
-        s.period = Some(c.u64("period")?);
-    }
-    if has(S_READ) {
-        let words = read_words(read_format, &mut c)?;
-        c.skip_u64s(words, "read values")?;
-    }
-    if has(S_CALLCHAIN) {
-        let nr = c.u64("callchain length")?;
-        c.skip_u64s(nr, "callchain")?;
-    }
-    if has(S_RAW) {
-        // u32 size, then `size` bytes; the kernel pads so that the u32 plus the data keep
-        // the record u64-aligned, and `size` includes that padding.
-        let be = c.be;
-        let b: [u8; 4] = c.take(4, "raw size")?.try_into().expect("4 bytes");
-        let size = if be { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) };
-        c.take(u64::from(size), "raw data")?;
-    }
-    if has(S_BRANCH_STACK) {
-        let nr = c.u64("branch stack length")?;
-        if layout.branch_hw_index {
-            c.u64("branch hw_idx")?;
-        }
-        let words = nr.checked_mul(3).ok_or("branch stack length too large")?;
-        c.skip_u64s(words, "branch stack")?;
-    }
-    if has(S_REGS_USER) {
-        let abi = c.u64("user regs abi")?;
-        if abi != 0 {
-            let mask = layout.regs_user_mask;
-            s.regs.reserve(mask.count_ones() as usize);
-            for _ in 0..mask.count_ones() {
-                s.regs.push(c.u64("user regs")?);
-            }
-        }
-    }
-    if has(S_STACK_USER) {
-        let size = c.u64("user stack size")?;
-        c.take(size, "user stack")?;
-        if size != 0 {
-            c.u64("user stack dyn_size")?;
-        }
-    }
-    if has(S_WEIGHT_STRUCT) {
-        // union perf_sample_weight { u64 full; struct { u32 var1_dw; u16 var2_w; u16 var3_w; } }
-        // var1_dw is the first 32 bits in memory order and holds the full (cache) latency.
-        let (var1_dw, _) = c.u32_pair("weight struct")?;
-        s.weight = Some(u64::from(var1_dw));
-    } else if has(S_WEIGHT) {
-        s.weight = Some(c.u64("weight")?);
-    }
-    if has(S_DATA_SRC) {
-        s.data_src = Some(c.u64("data_src")?);
-    }
-    s.trailing = data.len() - c.at;
-    Ok(s)
+    let abi = tailprof_perf_abi::SampleLayout::new(layout.sample_type & DECODED_FIELDS)
+        .with_read_format(read_format)
+        .with_branch_sample_type(if layout.branch_hw_index { branch_sample_type::HW_INDEX } else { 0 })
+        .with_regs_user(layout.regs_user_mask);
+    let endian = if layout.big_endian { Endian::Big } else { Endian::Little };
+    abi.decode_with(data, endian, |v| DecodedSample {
+        ip: v.ip(),
+        pid: v.pid(),
+        tid: v.tid(),
+        time: v.time(),
+        addr: v.addr(),
+        id: v.identifier().or(v.id()),
+        cpu: v.cpu(),
+        period: v.period(),
+        regs: v.regs_user().map(|r| r.values.to_vec()).unwrap_or_default(),
+        weight: v.weight().map(|w| w.value()),
+        data_src: v.data_src(),
+        trailing: v.rest().len(),
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Which sample_type bits lie after DATA_SRC (their bytes legitimately trail).
 pub(crate) fn has_fields_after_data_src(sample_type: u64) -> bool {
-    let known = ((1u64 << 16) - 1) | S_IDENTIFIER | S_WEIGHT_STRUCT;
-    sample_type & !known != 0
+    sample_type & !DECODED_FIELDS != 0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tailprof_perf_abi::read_format::{GROUP as F_GROUP, ID as F_ID};
+    use tailprof_perf_abi::sample_type::{
+        CALLCHAIN as S_CALLCHAIN, CPU as S_CPU, DATA_SRC as S_DATA_SRC, IP as S_IP, RAW as S_RAW, READ as S_READ,
+        REGS_USER as S_REGS_USER, STACK_USER as S_STACK_USER, TID as S_TID, TIME as S_TIME, WEIGHT as S_WEIGHT,
+        WEIGHT_STRUCT as S_WEIGHT_STRUCT, ADDR as S_ADDR,
+    };
 
     fn le(words: &[u64]) -> Vec<u8> {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()

@@ -1,18 +1,19 @@
 //! The enabled-side runtime: the exported control block, per-thread ring state, mapping
-//! the region, and the append. Byte layout: docs/MARKERS.md (mirrors include/tailprof.h).
+//! the region, and the append. Byte layout: docs/MARKERS.md, as constants in
+//! `tailprof-markers-protocol` (shared with the recorder; include/tailprof.h mirrors it).
 
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-const VERSION: u32 = 1;
-const STATE_OFF: u64 = 0;
-const STATE_INIT: u64 = 1;
-const STATE_ON: u64 = 2;
-const MAGIC: u64 = 0x314B_524D_4650_5454;
-const CLOCK_MONOTONIC_ID: u32 = 1;
-const SLOT_RING_OFFSET: usize = 1280;
-const RECORD_SIZE: usize = 32;
+use tailprof_markers_protocol::{self as protocol, control, header, CLOCK_MONOTONIC_ID, ENV_VAR, MAGIC, VERSION};
+use protocol::slot as slot_field;
+
+const STATE_OFF: u64 = control::STATE_OFF;
+const STATE_INIT: u64 = control::STATE_INIT;
+const STATE_ON: u64 = control::STATE_ON;
+const SLOT_RING_OFFSET: usize = slot_field::RING;
+const RECORD_SIZE: usize = protocol::record::SIZE;
 
 /// The control block the recorder writes (`tailprof_control`), layout-compatible with
 /// `struct tailprof_control_block` in include/tailprof.h.
@@ -22,9 +23,21 @@ pub struct ControlBlock {
     version: u32,
     state: AtomicU64,
     generation: AtomicU64,
-    path: UnsafeCell<[u8; 96]>,
+    path: UnsafeCell<[u8; control::PATH_LEN]>,
     reserved: u64,
 }
+
+// The struct is the protocol's control block, field for field.
+const _: () = {
+    assert!(std::mem::size_of::<ControlBlock>() == control::SIZE);
+    assert!(std::mem::align_of::<ControlBlock>() == control::ALIGN);
+    assert!(std::mem::offset_of!(ControlBlock, size) == control::SIZE_FIELD);
+    assert!(std::mem::offset_of!(ControlBlock, version) == control::VERSION);
+    assert!(std::mem::offset_of!(ControlBlock, state) == control::STATE);
+    assert!(std::mem::offset_of!(ControlBlock, generation) == control::GENERATION);
+    assert!(std::mem::offset_of!(ControlBlock, path) == control::PATH);
+    assert!(std::mem::offset_of!(ControlBlock, reserved) == control::RESERVED);
+};
 
 // SAFETY: `path` is written only under PROC's lock (or by the recorder while the state is
 // off / before the generation changes) and read under PROC's lock.
@@ -34,11 +47,11 @@ unsafe impl Sync for ControlBlock {}
 #[no_mangle]
 #[used]
 pub static tailprof_control: ControlBlock = ControlBlock {
-    size: 128,
+    size: control::SIZE as u32,
     version: VERSION,
     state: AtomicU64::new(STATE_INIT),
     generation: AtomicU64::new(0),
-    path: UnsafeCell::new([0; 96]),
+    path: UnsafeCell::new([0; control::PATH_LEN]),
     reserved: 0,
 };
 
@@ -94,9 +107,9 @@ fn emit(id: u64, cls: u64, kind: u32) {
         let h = t.head.get();
         let mask = t.mask.get();
         if h.wrapping_sub(t.cached_tail.get()) > mask {
-            t.cached_tail.set(au64(slot, 128).load(Ordering::Acquire));
+            t.cached_tail.set(au64(slot, slot_field::TAIL).load(Ordering::Acquire));
             if h.wrapping_sub(t.cached_tail.get()) > mask {
-                let d = au64(slot, 8);
+                let d = au64(slot, slot_field::DROPPED);
                 d.store(d.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 return;
             }
@@ -108,13 +121,14 @@ fn emit(id: u64, cls: u64, kind: u32) {
         // until the release store of `head` publishes it.
         unsafe {
             let r = slot.add(SLOT_RING_OFFSET + ((h & mask) as usize) * RECORD_SIZE) as *mut u64;
-            r.write((ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64);
-            r.add(1).write(id);
-            r.add(2).write(cls);
-            r.add(3).write(kind as u64);
+            r.add(protocol::record::TIME / 8).write((ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64);
+            r.add(protocol::record::ITEM / 8).write(id);
+            r.add(protocol::record::CLASS / 8).write(cls);
+            // `u32 kind` and the reserved `u32` after it, little-endian.
+            r.add(protocol::record::KIND / 8).write(kind as u64);
         }
         t.head.set(h + 1);
-        au64(slot, 64).store(h + 1, Ordering::Release);
+        au64(slot, slot_field::HEAD).store(h + 1, Ordering::Release);
     });
 }
 
@@ -126,14 +140,14 @@ fn slow(t: &Tls) -> bool {
         if !t.slot.get().is_null() {
             return true;
         }
-        au64(t.hdr.get(), 64).fetch_add(1, Ordering::Relaxed);
+        au64(t.hdr.get(), header::NOSLOT_DROPPED).fetch_add(1, Ordering::Relaxed);
         return false;
     }
     if !setup(t) {
         return false;
     }
     if t.slot.get().is_null() {
-        au64(t.hdr.get(), 64).fetch_add(1, Ordering::Relaxed);
+        au64(t.hdr.get(), header::NOSLOT_DROPPED).fetch_add(1, Ordering::Relaxed);
         return false;
     }
     true
@@ -148,15 +162,18 @@ extern "C" fn after_fork_child() {
     });
 }
 
-fn read_header(path: &[u8]) -> Option<(std::fs::File, [u8; 72])> {
+fn read_header(path: &[u8]) -> Option<(std::fs::File, [u8; header::FIELDS_LEN])> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new().read(true).write(true).open(std::ffi::OsStr::from_bytes(path)).ok()?;
-    let mut h = [0u8; 72];
+    let mut h = [0u8; header::FIELDS_LEN];
     f.read_exact_at(&mut h, 0).ok()?;
     let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
     let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap());
-    (u64_at(0) == MAGIC && u32_at(8) == VERSION && u32_at(32) == std::process::id() && u32_at(36) == CLOCK_MONOTONIC_ID)
+    (u64_at(header::MAGIC) == MAGIC
+        && u32_at(header::VERSION) == VERSION
+        && u32_at(header::PID) == std::process::id()
+        && u32_at(header::CLOCK) == CLOCK_MONOTONIC_ID)
         .then_some((f, h))
 }
 
@@ -165,8 +182,14 @@ fn map(gen: u64, path: &[u8]) -> *mut u8 {
     let Some((f, h)) = read_header(path) else { return std::ptr::null_mut() };
     let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap());
     let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap()) as u64;
-    let (size, ring, nslots, slot_size, slots_off) = (u64_at(16), u32_at(44), u32_at(40), u32_at(48), u32_at(52));
-    if u64_at(24) != gen
+    let (size, ring, nslots, slot_size, slots_off) = (
+        u64_at(header::REGION_SIZE),
+        u32_at(header::RING_RECORDS),
+        u32_at(header::NSLOTS),
+        u32_at(header::SLOT_SIZE),
+        u32_at(header::SLOTS_OFFSET),
+    );
+    if u64_at(header::GENERATION) != gen
         || !ring.is_power_of_two()
         || slot_size < SLOT_RING_OFFSET as u64 + ring * RECORD_SIZE as u64
         || size < slots_off + nslots * slot_size
@@ -189,17 +212,17 @@ fn setup(t: &Tls) -> bool {
     let mut proc_ = PROC.lock().unwrap_or_else(|e| e.into_inner());
     if st == STATE_INIT {
         // Launched by the recorder: the region is named in the environment.
-        let env = std::env::var_os("TAILPROF_MARKERS");
+        let env = std::env::var_os(ENV_VAR);
         let ok = env.as_ref().and_then(|p| {
             use std::os::unix::ffi::OsStrExt;
             let b = p.as_bytes();
-            (b.len() < 96).then(|| read_header(b).map(|(_, h)| (b.to_vec(), h)))?
+            (b.len() < control::PATH_LEN).then(|| read_header(b).map(|(_, h)| (b.to_vec(), h)))?
         });
         if tailprof_control.state.load(Ordering::Relaxed) == STATE_INIT {
             if let Some((b, h)) = &ok {
                 // SAFETY: under PROC's lock; the recorder does not write while INIT.
                 unsafe { (&mut *tailprof_control.path.get())[..b.len()].copy_from_slice(b) };
-                let gen = u64::from_le_bytes(h[24..32].try_into().unwrap());
+                let gen = u64::from_le_bytes(h[header::GENERATION..header::GENERATION + 8].try_into().unwrap());
                 tailprof_control.generation.store(gen, Ordering::Release);
             }
             let new = if ok.is_some() { STATE_ON } else { STATE_OFF };
@@ -230,21 +253,21 @@ fn setup(t: &Tls) -> bool {
     if hdr.is_null() {
         return false;
     }
-    let nslots = au32(hdr, 40).load(Ordering::Relaxed);
-    let i = au32(hdr, 56).fetch_add(1, Ordering::Relaxed);
+    let nslots = au32(hdr, header::NSLOTS).load(Ordering::Relaxed);
+    let i = au32(hdr, header::NEXT_SLOT).fetch_add(1, Ordering::Relaxed);
     if i >= nslots {
         return true; // no slot: counted in noslot_dropped by the caller
     }
-    let slot_size = au32(hdr, 48).load(Ordering::Relaxed) as usize;
-    let slots_off = au32(hdr, 52).load(Ordering::Relaxed) as usize;
+    let slot_size = au32(hdr, header::SLOT_SIZE).load(Ordering::Relaxed) as usize;
+    let slots_off = au32(hdr, header::SLOTS_OFFSET).load(Ordering::Relaxed) as usize;
     // SAFETY: i < nslots, so the slot lies inside the validated region.
     let slot = unsafe { hdr.add(slots_off + i as usize * slot_size) };
-    t.mask.set(au32(hdr, 44).load(Ordering::Relaxed) as u64 - 1);
-    t.head.set(au64(slot, 64).load(Ordering::Relaxed));
-    t.cached_tail.set(au64(slot, 128).load(Ordering::Relaxed));
+    t.mask.set(au32(hdr, header::RING_RECORDS).load(Ordering::Relaxed) as u64 - 1);
+    t.head.set(au64(slot, slot_field::HEAD).load(Ordering::Relaxed));
+    t.cached_tail.set(au64(slot, slot_field::TAIL).load(Ordering::Relaxed));
     // SAFETY: gettid has no preconditions.
-    au32(slot, 4).store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
-    au32(slot, 0).store(1, Ordering::Release);
+    au32(slot, slot_field::TID).store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
+    au32(slot, slot_field::STATE).store(slot_field::STATE_OWNED, Ordering::Release);
     t.slot.set(slot);
     true
 }

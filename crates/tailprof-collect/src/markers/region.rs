@@ -2,9 +2,10 @@
 //! mapping `/dev/shm/tailprof.<pid>`, reading slots, and reading/writing the target's
 //! `tailprof_control` block with `process_vm_readv`/`process_vm_writev`.
 //!
-//! The layout is specified in docs/MARKERS.md and mirrored by `include/tailprof.h`,
-//! `crates/tailprof-markers` and `python/tailprof_markers.py`; the constants here are the
-//! recorder's copy. All fields are little-endian and naturally aligned.
+//! The layout is specified in docs/MARKERS.md; its constants are defined once, in
+//! `tailprof-markers-protocol`, shared with the Rust marker runtime (`include/tailprof.h`
+//! and `python/tailprof_markers.py` mirror them, checked by that crate's tests). All
+//! fields are little-endian and naturally aligned.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -13,48 +14,8 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub const MAGIC: u64 = 0x314B_524D_4650_5454; // "TTPFMRK1"
-pub const VERSION: u32 = 1;
-pub const HEADER_SIZE: u32 = 4096;
-pub const CLOCK_MONOTONIC_ID: u32 = 1;
-pub const RECORD_SIZE: u32 = 32;
-pub const SLOT_RING_OFFSET: u32 = 1280;
-pub const SLOT_CLASSES: u32 = 16;
-pub const SLOT_CLASS_SIZE: u32 = 64;
-
-// Header field offsets.
-pub const H_MAGIC: usize = 0;
-pub const H_VERSION: usize = 8;
-pub const H_HEADER_SIZE: usize = 12;
-pub const H_REGION_SIZE: usize = 16;
-pub const H_GENERATION: usize = 24;
-pub const H_PID: usize = 32;
-pub const H_CLOCK: usize = 36;
-pub const H_NSLOTS: usize = 40;
-pub const H_RING: usize = 44;
-pub const H_SLOT_SIZE: usize = 48;
-pub const H_SLOTS_OFFSET: usize = 52;
-pub const H_NEXT_SLOT: usize = 56;
-pub const H_NOSLOT_DROPPED: usize = 64;
-
-// Slot field offsets.
-pub const S_STATE: usize = 0;
-pub const S_TID: usize = 4;
-pub const S_DROPPED: usize = 8;
-pub const S_HEAD: usize = 64;
-pub const S_TAIL: usize = 128;
-pub const S_CLASSES: usize = 256;
-
-// Control block (`tailprof_control`) field offsets.
-pub const CONTROL_SIZE: usize = 128;
-pub const C_SIZE: usize = 0;
-pub const C_VERSION: usize = 4;
-pub const C_STATE: usize = 8;
-pub const C_GENERATION: usize = 16;
-pub const C_PATH: usize = 24;
-pub const C_PATH_LEN: usize = 96;
-pub const STATE_OFF: u64 = 0;
-pub const STATE_ON: u64 = 2;
+use tailprof_markers_protocol::{header, record, slot};
+pub use tailprof_markers_protocol::{control, CLOCK_MONOTONIC_ID, MAGIC, VERSION};
 
 /// One record as it sits in a ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,8 +47,9 @@ impl Region {
         if !ring.is_power_of_two() || nslots == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring size must be a power of two, slots > 0"));
         }
-        let slot_size = SLOT_RING_OFFSET + ring * RECORD_SIZE;
-        let len = HEADER_SIZE as u64 + nslots as u64 * slot_size as u64;
+        let slot_size = u32::try_from(slot::size(ring))
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "marker ring too large"))?;
+        let len = header::SIZE as u64 + nslots as u64 * slot_size as u64;
         let f: File = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path)?;
         if let Some(uid) = owner {
             // SAFETY: plain syscall on an fd we own; failure (not root) is harmless.
@@ -104,18 +66,18 @@ impl Region {
             return Err(e);
         }
         let r = Region { path: path.to_path_buf(), base: p as *mut u8, len: len as usize, nslots, ring, slot_size };
-        r.u64(H_REGION_SIZE).store(len, Ordering::Relaxed);
-        r.u64(H_GENERATION).store(generation, Ordering::Relaxed);
-        r.u32(H_VERSION).store(VERSION, Ordering::Relaxed);
-        r.u32(H_HEADER_SIZE).store(HEADER_SIZE, Ordering::Relaxed);
-        r.u32(H_PID).store(pid, Ordering::Relaxed);
-        r.u32(H_CLOCK).store(CLOCK_MONOTONIC_ID, Ordering::Relaxed);
-        r.u32(H_NSLOTS).store(nslots, Ordering::Relaxed);
-        r.u32(H_RING).store(ring, Ordering::Relaxed);
-        r.u32(H_SLOT_SIZE).store(slot_size, Ordering::Relaxed);
-        r.u32(H_SLOTS_OFFSET).store(HEADER_SIZE, Ordering::Relaxed);
+        r.u64(header::REGION_SIZE).store(len, Ordering::Relaxed);
+        r.u64(header::GENERATION).store(generation, Ordering::Relaxed);
+        r.u32(header::VERSION).store(VERSION, Ordering::Relaxed);
+        r.u32(header::HEADER_SIZE).store(header::SIZE as u32, Ordering::Relaxed);
+        r.u32(header::PID).store(pid, Ordering::Relaxed);
+        r.u32(header::CLOCK).store(CLOCK_MONOTONIC_ID, Ordering::Relaxed);
+        r.u32(header::NSLOTS).store(nslots, Ordering::Relaxed);
+        r.u32(header::RING_RECORDS).store(ring, Ordering::Relaxed);
+        r.u32(header::SLOT_SIZE).store(slot_size, Ordering::Relaxed);
+        r.u32(header::SLOTS_OFFSET).store(header::SIZE as u32, Ordering::Relaxed);
         // Magic last: a reader that sees it sees a complete header.
-        r.u64(H_MAGIC).store(MAGIC, Ordering::Release);
+        r.u64(header::MAGIC).store(MAGIC, Ordering::Release);
         Ok(r)
     }
 
@@ -132,56 +94,62 @@ impl Region {
     }
 
     fn slot_off(&self, slot: u32) -> usize {
-        HEADER_SIZE as usize + slot as usize * self.slot_size as usize
+        header::SIZE + slot as usize * self.slot_size as usize
     }
 
     /// Slots handed out so far (may exceed `nslots`: those threads count into noslot).
     pub fn claimed_slots(&self) -> u32 {
-        self.u32(H_NEXT_SLOT).load(Ordering::Acquire).min(self.nslots)
+        self.u32(header::NEXT_SLOT).load(Ordering::Acquire).min(self.nslots)
     }
 
     pub fn noslot_dropped(&self) -> u64 {
-        self.u64(H_NOSLOT_DROPPED).load(Ordering::Relaxed)
+        self.u64(header::NOSLOT_DROPPED).load(Ordering::Relaxed)
     }
 
     /// `Some(tid)` once the slot's owner has published it.
     pub fn slot_tid(&self, slot: u32) -> Option<u32> {
         let o = self.slot_off(slot);
-        (self.u32(o + S_STATE).load(Ordering::Acquire) == 1).then(|| self.u32(o + S_TID).load(Ordering::Relaxed))
+        (self.u32(o + slot::STATE).load(Ordering::Acquire) == slot::STATE_OWNED)
+            .then(|| self.u32(o + slot::TID).load(Ordering::Relaxed))
     }
 
     pub fn slot_dropped(&self, slot: u32) -> u64 {
-        self.u64(self.slot_off(slot) + S_DROPPED).load(Ordering::Relaxed)
+        self.u64(self.slot_off(slot) + slot::DROPPED).load(Ordering::Relaxed)
     }
 
     /// Copy every record written to `slot` and not yet consumed into `out`, then release
     /// them to the producer. Returns how many were copied.
     pub fn consume(&self, slot: u32, out: &mut Vec<RawRecord>) -> u64 {
         let o = self.slot_off(slot);
-        let head = self.u64(o + S_HEAD).load(Ordering::Acquire);
-        let tail = self.u64(o + S_TAIL).load(Ordering::Relaxed);
+        let head = self.u64(o + slot::HEAD).load(Ordering::Acquire);
+        let tail = self.u64(o + slot::TAIL).load(Ordering::Relaxed);
         let n = head.wrapping_sub(tail).min(self.ring as u64);
         let mask = self.ring as u64 - 1;
         for k in 0..n {
-            let at = o + SLOT_RING_OFFSET as usize + (((tail + k) & mask) as usize) * RECORD_SIZE as usize;
+            let at = o + slot::RING + (((tail + k) & mask) as usize) * record::SIZE;
             // SAFETY: in bounds (slot_size covers the ring); the producer published these
             // bytes before its release store of `head`, and will not touch them until our
             // release store of `tail` below.
             let rd = |d: usize| unsafe { std::ptr::read_volatile(self.base.add(at + d) as *const u64) };
-            out.push(RawRecord { time: rd(0), item: rd(8), cls: rd(16), kind: rd(24) as u32 });
+            out.push(RawRecord {
+                time: rd(record::TIME),
+                item: rd(record::ITEM),
+                cls: rd(record::CLASS),
+                kind: rd(record::KIND) as u32,
+            });
         }
-        self.u64(o + S_TAIL).store(tail.wrapping_add(n), Ordering::Release);
+        self.u64(o + slot::TAIL).store(tail.wrapping_add(n), Ordering::Release);
         n
     }
 
     /// Name of slot-local class `idx` (written by the slot's owner before first use).
     pub fn slot_class(&self, slot: u32, idx: u32) -> Option<String> {
-        if idx >= SLOT_CLASSES {
+        if idx as usize >= slot::CLASSES {
             return None;
         }
-        let at = self.slot_off(slot) + S_CLASSES + (idx * SLOT_CLASS_SIZE) as usize;
+        let at = self.slot_off(slot) + slot::CLASS_TABLE + idx as usize * slot::CLASS_SIZE;
         let len = self.u32(at).load(Ordering::Acquire) as usize;
-        if len == 0 || len > SLOT_CLASS_SIZE as usize - 4 {
+        if len == 0 || len > slot::CLASS_SIZE - 4 {
             return None;
         }
         // SAFETY: in bounds; the owner wrote the name before publishing `len`.

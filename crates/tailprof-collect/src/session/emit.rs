@@ -27,7 +27,7 @@ const MMAP2_INO: usize = 48;
 /// kernel leaks that flag from other tools' events into records it shares).
 fn mmap2_file(rec: &[u8]) -> Option<FileKey> {
     let u32_at = |o: usize| Some(u32::from_ne_bytes(rec.get(o..o + 4)?.try_into().ok()?));
-    if u32_at(0)? != crate::parse::record_type::MMAP2 {
+    if u32_at(0)? != tailprof_perf_abi::record_type::MMAP2 {
         return None;
     }
     let ino = u64::from_ne_bytes(rec.get(MMAP2_INO..MMAP2_INO + 8)?.try_into().ok()?);
@@ -37,29 +37,35 @@ fn mmap2_file(rec: &[u8]) -> Option<FileKey> {
 /// Decoding, counting, build-ids: everything between the queue and the writer.
 pub(super) struct Emitter {
     pub(super) decoder: Decoder,
+    /// Reused for every decoded sample.
     pub(super) sample: Sample,
-    pub(super) s: RecordSummary,
+    /// What was written and lost so far; [`super::Recorder::run`] returns it.
+    pub(super) summary: RecordSummary,
+    /// Latest timestamp written (to count records written out of order).
     pub(super) last_time: u64,
     /// Build-ids looked up so far, by path and then `(device, inode)` (`(0, 0)` when
     /// neither the record nor `stat` told): each file is read once.
     pub(super) build_ids: HashMap<String, Vec<(FileKey, Option<BuildId>)>>,
     /// Events with this index or higher are the uprobe item boundaries (begin, end).
     pub(super) probe_base: u16,
-    pub(super) maker: Option<MarkerMaker>,
+    /// Turns uprobe hits into item markers (with uprobe item boundaries only).
+    pub(super) probe_markers: Option<MarkerMaker>,
     /// Reused buffer for the records one probe hit becomes.
-    pub(super) conv: Vec<Record>,
+    pub(super) probe_records: Vec<Record>,
 }
 
 impl Emitter {
     fn note_time(&mut self, t: u64) {
         if t != 0 && t < self.last_time {
-            self.s.out_of_order += 1;
+            self.summary.out_of_order += 1;
         }
         self.last_time = self.last_time.max(t);
     }
 
-    /// Decode and write one raw record.
-    pub(super) fn raw<O: RecordOutput + ?Sized>(
+    /// Decode one raw ring record and write what it becomes: a sample, a side-band
+    /// record (with its mapping's build-id), item markers (a uprobe hit), or only a count
+    /// (a record type the recorder does not keep, or a malformed record).
+    pub(super) fn decode_and_write<O: RecordOutput + ?Sized>(
         &mut self,
         p: &Pending,
         rec: &[u8],
@@ -72,21 +78,21 @@ impl Emitter {
                 } else {
                     ProbeRole::End
                 };
-                let mut conv = std::mem::take(&mut self.conv);
-                if let Some(m) = &mut self.maker {
-                    m.convert(&self.sample, role, &mut conv);
+                let mut markers = std::mem::take(&mut self.probe_records);
+                if let Some(m) = &mut self.probe_markers {
+                    m.convert(&self.sample, role, &mut markers);
                 }
                 let mut res = Ok(());
-                for r in conv.drain(..) {
+                for r in markers.drain(..) {
                     if res.is_ok() {
                         res = self.record(r, out);
                     }
                 }
-                self.conv = conv;
+                self.probe_records = markers;
                 res
             }
             Ok(Decoded::Sample) => {
-                self.s.samples += 1;
+                self.summary.samples += 1;
                 self.note_time(self.sample.time);
                 out.write_sample(&self.sample)
             }
@@ -102,11 +108,11 @@ impl Emitter {
                 self.record(r, out)
             }
             Ok(Decoded::Ignored(_)) => {
-                self.s.ignored += 1;
+                self.summary.ignored += 1;
                 Ok(())
             }
             Err(_) => {
-                self.s.malformed += 1;
+                self.summary.malformed += 1;
                 Ok(())
             }
         }
@@ -127,11 +133,11 @@ impl Emitter {
     /// Count and write a record whose mapping (if any) already has its build-id.
     fn write<O: RecordOutput + ?Sized>(&mut self, mut r: Record, out: &mut O) -> Result<(), FormatError> {
         match &mut r {
-            Record::Lost(l) if l.kind == LossKind::RingFull => self.s.lost_records += l.count,
-            Record::Lost(l) if l.kind == LossKind::Samples => self.s.lost_samples += l.count,
-            Record::Lost(l) if l.kind == LossKind::Markers => self.s.lost_markers += l.count,
-            Record::Marker(_) => self.s.markers += 1,
-            Record::Throttle(t) if t.throttled => self.s.throttled += 1,
+            Record::Lost(l) if l.kind == LossKind::RingFull => self.summary.lost_records += l.count,
+            Record::Lost(l) if l.kind == LossKind::Samples => self.summary.lost_samples += l.count,
+            Record::Lost(l) if l.kind == LossKind::Markers => self.summary.lost_markers += l.count,
+            Record::Marker(_) => self.summary.markers += 1,
+            Record::Throttle(t) if t.throttled => self.summary.throttled += 1,
             _ => {}
         }
         // Probe events are not in the header's event list.

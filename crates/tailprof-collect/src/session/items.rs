@@ -86,9 +86,10 @@ impl RecordQueue {
 /// Uprobe item boundaries, ready to open per (task, CPU).
 #[derive(Debug)]
 pub(super) struct ProbeSet {
-    pub p: PreparedProbes,
-    /// Event index of the begin probe in the decoder (the end probe is `base + 1`).
-    pub base: u16,
+    /// The resolved begin/end probes (binary, offsets, id register, class).
+    pub prepared: PreparedProbes,
+    /// Event index of the begin probe in the decoder (the end probe is the next one).
+    pub begin_event: u16,
 }
 
 impl ProbeSet {
@@ -104,7 +105,7 @@ impl ProbeSet {
             offset: r.offset,
             ret: r.spec.ret,
             regs_user: if role == ProbeRole::Begin {
-                self.p.id_reg_mask
+                self.prepared.id_reg_mask
             } else {
                 0
             },
@@ -116,8 +117,8 @@ impl ProbeSet {
 
     pub fn probe(&self, role: ProbeRole) -> &ResolvedProbe {
         match role {
-            ProbeRole::Begin => &self.p.begin,
-            ProbeRole::End => &self.p.end,
+            ProbeRole::Begin => &self.prepared.begin,
+            ProbeRole::End => &self.prepared.end,
         }
     }
 
@@ -127,7 +128,7 @@ impl ProbeSet {
             .iter()
             .map(|&role| {
                 let a = uprobe::uprobe_attr(
-                    &self.p.pmu,
+                    &self.prepared.pmu,
                     &self.attr_config(role, clock, false, false),
                     0,
                 );
@@ -151,11 +152,11 @@ impl ProbeSet {
         cfg: UprobeAttrConfig,
     ) -> Result<std::os::fd::OwnedFd, CollectError> {
         let path = match role {
-            ProbeRole::Begin => &self.p.begin_path,
-            ProbeRole::End => &self.p.end_path,
+            ProbeRole::Begin => &self.prepared.begin_path,
+            ProbeRole::End => &self.prepared.end_path,
         };
         // `path` outlives the call; the kernel copies the string.
-        let a = uprobe::uprobe_attr(&self.p.pmu, &cfg, path.as_ptr() as u64);
+        let a = uprobe::uprobe_attr(&self.prepared.pmu, &cfg, path.as_ptr() as u64);
         sys::perf_event_open(&a, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC)
             .map_err(|e| open_error(&e, self.probe(role)))
     }
@@ -163,17 +164,17 @@ impl ProbeSet {
     /// `TraceHeader.extra` entries describing the probes.
     pub fn header_extra(&self) -> Vec<(String, String)> {
         let mut v = vec![
-            ("item_begin".to_string(), self.p.begin.describe()),
-            ("item_end".to_string(), self.p.end.describe()),
+            ("item_begin".to_string(), self.prepared.begin.describe()),
+            ("item_end".to_string(), self.prepared.end.describe()),
             (
                 "item_id".to_string(),
-                match &self.p.id_reg {
+                match &self.prepared.id_reg {
                     Some(r) => format!("register:{r}"),
                     None => "sequence".to_string(),
                 },
             ),
         ];
-        if let Some(c) = &self.p.class {
+        if let Some(c) = &self.prepared.class {
             v.push(("item_class".to_string(), c.clone()));
         }
         v

@@ -1,0 +1,36 @@
+//! The perf_event record ABI, once for the workspace: the `PERF_SAMPLE_*`,
+//! `PERF_FORMAT_*`, `PERF_RECORD_*`, `PERF_RECORD_MISC_*` and `PERF_CONTEXT_*` constants,
+//! the layout of a sample as the event's attr decides it ([`SampleLayout`], with
+//! [`sample_record_size`] for estimates), and **one** zero-copy sample decoder for both
+//! byte orders ([`SampleLayout::decode`] → [`SampleView`], and [`BasicLayout::decode`],
+//! the fixed-offset path for the recorder's default layout), plus the side-band framing
+//! every record shares (header, `sample_id` trailer) and the context-switch records.
+//!
+//! Used by the recorder's raw-record decoder (`tailprof_collect::parse`, host byte order,
+//! millions of records per second), by `tailprof_import` for perf.data samples (either
+//! byte order), and by `tailprof plan` for its size estimate. Layouts follow
+//! `include/uapi/linux/perf_event.h` and `perf_event_open(2)`.
+//!
+//! [`encode`] is the inverse (an owned [`encode::SampleData`] written for a layout), for
+//! tests and tools that need raw records.
+//!
+//! Hand-rolled rather than taken from `linux-perf-event-reader`: that crate skips
+//! WEIGHT/WEIGHT_STRUCT/DATA_SRC, reads the PERF_FORMAT_GROUP block the wrong way round
+//! (misplacing every later field), and copies into owned structures, while the recorder
+//! needs a fixed-offset path that costs a bounds check and five loads.
+
+mod consts;
+pub mod encode;
+mod endian;
+mod layout;
+mod record;
+mod sample;
+
+pub use consts::{branch_sample_type, context, misc, read_format, record_type, regs_abi, sample_type, HEADER_LEN};
+pub use endian::{Endian, U64s};
+pub use layout::{sample_record_size, SampleLayout, VariableSizes};
+pub use record::{RecordHeader, SampleId, SwitchDirection, SwitchRecord};
+pub use sample::{
+    BasicLayout, BasicSample, BranchEntry, BranchStack, DecodeError, ReadValue, ReadValues, Regs, SampleView, StackUser,
+    Weight,
+};
