@@ -70,17 +70,10 @@ pub const DEFAULT_PRECISE_PERIOD: u64 = 100_003;
 /// Default fixed period for precise memory (load-latency / store) events.
 pub const DEFAULT_PRECISE_MEM_PERIOD: u64 = 10_007;
 
-const S_IP: u64 = b::PERF_SAMPLE_IP as u64;
-const S_TID: u64 = b::PERF_SAMPLE_TID as u64;
-const S_TIME: u64 = b::PERF_SAMPLE_TIME as u64;
-const S_ADDR: u64 = b::PERF_SAMPLE_ADDR as u64;
-const S_CPU: u64 = b::PERF_SAMPLE_CPU as u64;
-const S_PERIOD: u64 = b::PERF_SAMPLE_PERIOD as u64;
-const S_REGS_USER: u64 = b::PERF_SAMPLE_REGS_USER as u64;
-const S_REGS_INTR: u64 = b::PERF_SAMPLE_REGS_INTR as u64;
-const S_DATA_SRC: u64 = b::PERF_SAMPLE_DATA_SRC as u64;
-const S_IDENTIFIER: u64 = b::PERF_SAMPLE_IDENTIFIER as u64;
-const S_WEIGHT_STRUCT: u64 = b::PERF_SAMPLE_WEIGHT_STRUCT as u64;
+use tailprof_perf_abi::sample_type::{
+    ADDR as S_ADDR, CPU as S_CPU, DATA_SRC as S_DATA_SRC, IDENTIFIER as S_IDENTIFIER, IP as S_IP, PERIOD as S_PERIOD,
+    REGS_INTR as S_REGS_INTR, REGS_USER as S_REGS_USER, TID as S_TID, TIME as S_TIME, WEIGHT_STRUCT as S_WEIGHT_STRUCT,
+};
 
 /// sample_type bits every event gets.
 pub const BASE_SAMPLE_TYPE: u64 = S_IP | S_TID | S_TIME | S_CPU | S_PERIOD | S_IDENTIFIER;

@@ -456,6 +456,100 @@ mod tests {
         s
     }
 
+    /// The ABI crate's constants are the kernel's (`perf-event-open-sys` is bindgen'd
+    /// from include/uapi/linux/perf_event.h).
+    #[test]
+    fn abi_constants_match_the_kernel_header() {
+        use perf_event_open_sys::bindings as b;
+        let sample = [
+            (st::IP, b::PERF_SAMPLE_IP),
+            (st::TID, b::PERF_SAMPLE_TID),
+            (st::TIME, b::PERF_SAMPLE_TIME),
+            (st::ADDR, b::PERF_SAMPLE_ADDR),
+            (st::READ, b::PERF_SAMPLE_READ),
+            (st::CALLCHAIN, b::PERF_SAMPLE_CALLCHAIN),
+            (st::ID, b::PERF_SAMPLE_ID),
+            (st::CPU, b::PERF_SAMPLE_CPU),
+            (st::PERIOD, b::PERF_SAMPLE_PERIOD),
+            (st::STREAM_ID, b::PERF_SAMPLE_STREAM_ID),
+            (st::RAW, b::PERF_SAMPLE_RAW),
+            (st::BRANCH_STACK, b::PERF_SAMPLE_BRANCH_STACK),
+            (st::REGS_USER, b::PERF_SAMPLE_REGS_USER),
+            (st::STACK_USER, b::PERF_SAMPLE_STACK_USER),
+            (st::WEIGHT, b::PERF_SAMPLE_WEIGHT),
+            (st::DATA_SRC, b::PERF_SAMPLE_DATA_SRC),
+            (st::IDENTIFIER, b::PERF_SAMPLE_IDENTIFIER),
+            (st::TRANSACTION, b::PERF_SAMPLE_TRANSACTION),
+            (st::REGS_INTR, b::PERF_SAMPLE_REGS_INTR),
+            (st::PHYS_ADDR, b::PERF_SAMPLE_PHYS_ADDR),
+            (st::AUX, b::PERF_SAMPLE_AUX),
+            (st::CGROUP, b::PERF_SAMPLE_CGROUP),
+            (st::DATA_PAGE_SIZE, b::PERF_SAMPLE_DATA_PAGE_SIZE),
+            (st::CODE_PAGE_SIZE, b::PERF_SAMPLE_CODE_PAGE_SIZE),
+            (st::WEIGHT_STRUCT, b::PERF_SAMPLE_WEIGHT_STRUCT),
+        ];
+        for (ours, kernel) in sample {
+            assert_eq!(ours, kernel as u64);
+        }
+        assert_eq!(st::ALL, b::PERF_SAMPLE_MAX as u64 - 1);
+        let rf = [
+            (read_format::TOTAL_TIME_ENABLED, b::PERF_FORMAT_TOTAL_TIME_ENABLED),
+            (read_format::TOTAL_TIME_RUNNING, b::PERF_FORMAT_TOTAL_TIME_RUNNING),
+            (read_format::ID, b::PERF_FORMAT_ID),
+            (read_format::GROUP, b::PERF_FORMAT_GROUP),
+        ];
+        for (ours, kernel) in rf {
+            assert_eq!(ours, kernel as u64);
+        }
+        assert_eq!(branch_sample_type::HW_INDEX, b::PERF_SAMPLE_BRANCH_HW_INDEX as u64);
+        let rt = [
+            (record_type::MMAP, b::PERF_RECORD_MMAP),
+            (record_type::LOST, b::PERF_RECORD_LOST),
+            (record_type::COMM, b::PERF_RECORD_COMM),
+            (record_type::EXIT, b::PERF_RECORD_EXIT),
+            (record_type::THROTTLE, b::PERF_RECORD_THROTTLE),
+            (record_type::UNTHROTTLE, b::PERF_RECORD_UNTHROTTLE),
+            (record_type::FORK, b::PERF_RECORD_FORK),
+            (record_type::READ, b::PERF_RECORD_READ),
+            (record_type::SAMPLE, b::PERF_RECORD_SAMPLE),
+            (record_type::MMAP2, b::PERF_RECORD_MMAP2),
+            (record_type::AUX, b::PERF_RECORD_AUX),
+            (record_type::ITRACE_START, b::PERF_RECORD_ITRACE_START),
+            (record_type::LOST_SAMPLES, b::PERF_RECORD_LOST_SAMPLES),
+            (record_type::SWITCH, b::PERF_RECORD_SWITCH),
+            (record_type::SWITCH_CPU_WIDE, b::PERF_RECORD_SWITCH_CPU_WIDE),
+            (record_type::NAMESPACES, b::PERF_RECORD_NAMESPACES),
+            (record_type::KSYMBOL, b::PERF_RECORD_KSYMBOL),
+            (record_type::BPF_EVENT, b::PERF_RECORD_BPF_EVENT),
+            (record_type::CGROUP, b::PERF_RECORD_CGROUP),
+            (record_type::TEXT_POKE, b::PERF_RECORD_TEXT_POKE),
+        ];
+        for (ours, kernel) in rt {
+            assert_eq!(ours, kernel);
+        }
+        let m = [
+            (misc::KERNEL, b::PERF_RECORD_MISC_KERNEL),
+            (misc::USER, b::PERF_RECORD_MISC_USER),
+            (misc::HYPERVISOR, b::PERF_RECORD_MISC_HYPERVISOR),
+            (misc::GUEST_KERNEL, b::PERF_RECORD_MISC_GUEST_KERNEL),
+            (misc::GUEST_USER, b::PERF_RECORD_MISC_GUEST_USER),
+            (misc::CPUMODE_MASK, b::PERF_RECORD_MISC_CPUMODE_MASK),
+            (misc::MMAP_DATA, b::PERF_RECORD_MISC_MMAP_DATA),
+            (misc::COMM_EXEC, b::PERF_RECORD_MISC_COMM_EXEC),
+            (misc::SWITCH_OUT, b::PERF_RECORD_MISC_SWITCH_OUT),
+            (misc::EXACT_IP, b::PERF_RECORD_MISC_EXACT_IP),
+            (misc::SWITCH_OUT_PREEMPT, b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT),
+            (misc::MMAP_BUILD_ID, b::PERF_RECORD_MISC_MMAP_BUILD_ID),
+            (misc::EXT_RESERVED, b::PERF_RECORD_MISC_EXT_RESERVED),
+        ];
+        for (ours, kernel) in m {
+            assert_eq!(ours as u32, kernel);
+        }
+        assert_eq!(tailprof_perf_abi::context::KERNEL, b::PERF_CONTEXT_KERNEL as u64);
+        assert_eq!(tailprof_perf_abi::context::USER, b::PERF_CONTEXT_USER as u64);
+        assert_eq!(tailprof_perf_abi::context::MAX, b::PERF_CONTEXT_MAX as u64);
+    }
+
     #[test]
     fn basic_sample() {
         let d = one(BASIC);

@@ -855,8 +855,7 @@ fn trace_header(
 /// The decoder's view of an attr.
 fn layout_of(p: &AttrPlan) -> Layout {
     let a = &p.attr;
-    const HW_INDEX: u64 = 1 << 17; // PERF_SAMPLE_BRANCH_HW_INDEX
-    const COUNTERS: u64 = 1 << 19; // PERF_SAMPLE_BRANCH_COUNTERS
+    use tailprof_perf_abi::branch_sample_type::{COUNTERS, HW_INDEX};
     Layout {
         sample_type: a.sample_type,
         read_format: a.read_format,
