@@ -223,10 +223,10 @@ pub struct Recorder {
     clock: ClockChoice,
     header: TraceHeader,
     notes: Vec<String>,
-    /// Every perf fd; `owners[i]` indexes the one that owns `rings[i]`.
+    /// Every perf fd; `ring_owner_fd[i]` indexes the one that owns `rings[i]`.
     fds: Vec<OwnedFd>,
     rings: Vec<Ring>,
-    owners: Vec<usize>,
+    ring_owner_fd: Vec<usize>,
     child: Option<Child>,
     pidfd: Option<OwnedFd>,
     epoll: Epoll,
@@ -330,7 +330,7 @@ impl Recorder {
             notes,
             fds: Vec::new(),
             rings: Vec::new(),
-            owners: Vec::new(),
+            ring_owner_fd: Vec::new(),
             child: None,
             pidfd: None,
             epoll: Epoll::new().map_err(io_err("epoll_create1"))?,
@@ -407,8 +407,9 @@ impl Recorder {
         if let Some(fd) = pidfd {
             self.epoll.ctl(libc::EPOLL_CTL_ADD, fd, PIDFD_TOKEN).map_err(io_err("epoll_ctl(pidfd)"))?;
         }
-        for (i, &o) in self.owners.iter().enumerate() {
-            self.epoll.ctl(libc::EPOLL_CTL_ADD, self.fds[o].as_raw_fd(), i as u64).map_err(io_err("epoll_ctl"))?;
+        for (ring, &owner) in self.ring_owner_fd.iter().enumerate() {
+            let fd = self.fds[owner].as_raw_fd();
+            self.epoll.ctl(libc::EPOLL_CTL_ADD, fd, ring as u64).map_err(io_err("epoll_ctl"))?;
         }
         Ok(())
     }
@@ -422,11 +423,11 @@ impl Recorder {
         pages: usize,
         caps: &Capabilities,
     ) -> Result<(), RecordError> {
-        for (ci, &cpu) in cpus.iter().enumerate() {
-            for e in 0..self.plans.len() {
-                let fd = sys::perf_event_open(&self.plans[e].attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
-                    .map_err(|err| sys::explain_open_error(&err, &self.specs[e], caps))?;
-                match ring_of_cpu[ci] {
+        for (cpu_index, &cpu) in cpus.iter().enumerate() {
+            for event in 0..self.plans.len() {
+                let fd = sys::perf_event_open(&self.plans[event].attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(|err| sys::explain_open_error(&err, &self.specs[event], caps))?;
+                match ring_of_cpu[cpu_index] {
                     None => {
                         let ring = Ring::map(fd.as_fd(), pages, cpu).map_err(|source| RecordError::Io {
                             what: format!(
@@ -435,25 +436,26 @@ impl Recorder {
                             ),
                             source,
                         })?;
-                        ring_of_cpu[ci] = Some(self.rings.len());
+                        ring_of_cpu[cpu_index] = Some(self.rings.len());
                         self.rings.push(ring);
-                        self.owners.push(self.fds.len());
+                        self.ring_owner_fd.push(self.fds.len());
                     }
-                    Some(r) => sys::ioctl_set_output(fd.as_fd(), self.fds[self.owners[r]].as_fd())
+                    Some(ring) => sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
                         .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT on CPU {cpu}")))?,
                 }
                 let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
-                self.emitter.decoder.add_id(id, e as u16);
+                self.emitter.decoder.add_id(id, event as u16);
                 self.fds.push(fd);
             }
-            if let (Some(ps), Some(r)) = (&self.probes, ring_of_cpu[ci]) {
-                for (k, role) in [ProbeRole::Begin, ProbeRole::End].into_iter().enumerate() {
-                    let c = ps.attr_config(role, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
-                    let fd = ps.open(role, pid, cpu as i32, c)?;
-                    sys::ioctl_set_output(fd.as_fd(), self.fds[self.owners[r]].as_fd())
+            if let (Some(probes), Some(ring)) = (&self.probes, ring_of_cpu[cpu_index]) {
+                for (role_index, role) in [ProbeRole::Begin, ProbeRole::End].into_iter().enumerate() {
+                    let config =
+                        probes.attr_config(role, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
+                    let fd = probes.open(role, pid, cpu as i32, config)?;
+                    sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
                         .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
                     let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
-                    self.emitter.decoder.add_id(id, ps.begin_event + k as u16);
+                    self.emitter.decoder.add_id(id, probes.begin_event + role_index as u16);
                     self.fds.push(fd);
                 }
             }
@@ -583,7 +585,7 @@ impl Recorder {
                 } else if bits & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
                     // The owning task is gone; keep draining the ring every round, but
                     // stop polling an fd that would report HUP forever.
-                    let fd = self.fds[self.owners[token as usize]].as_raw_fd();
+                    let fd = self.fds[self.ring_owner_fd[token as usize]].as_raw_fd();
                     let _ = self.epoll.ctl(libc::EPOLL_CTL_DEL, fd, token);
                 }
             }
@@ -808,8 +810,8 @@ fn prepare_probes(items: &ItemOptions, events: usize) -> Result<Option<items::Pr
 /// probes' begin and end.
 fn decoder_layouts(plans: &[AttrPlan], probes: Option<&items::ProbeSet>, clock: ClockChoice) -> Vec<Layout> {
     let mut layouts: Vec<Layout> = plans.iter().map(layout_of).collect();
-    if let Some(ps) = probes {
-        layouts.extend(ps.layouts(clock));
+    if let Some(probes) = probes {
+        layouts.extend(probes.layouts(clock));
     }
     layouts
 }
@@ -846,8 +848,8 @@ fn trace_header(
     if let Some(name) = item_reg {
         header.extra.insert("item_reg".into(), name.to_string());
     }
-    if let Some(ps) = probes {
-        header.extra.extend(ps.header_extra());
+    if let Some(probes) = probes {
+        header.extra.extend(probes.header_extra());
     }
     header
 }
