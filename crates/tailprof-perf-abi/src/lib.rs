@@ -2,13 +2,14 @@
 //! `PERF_FORMAT_*`, `PERF_RECORD_*`, `PERF_RECORD_MISC_*` and `PERF_CONTEXT_*` constants,
 //! the layout of a sample as the event's attr decides it ([`SampleLayout`], with
 //! [`sample_record_size`] for estimates), and **one** zero-copy sample decoder for both
-//! byte orders ([`SampleLayout::decode`] → [`SampleView`], and [`BasicLayout::decode`],
-//! the fixed-offset path for the recorder's default layout), plus the side-band framing
-//! every record shares (header, `sample_id` trailer) and the context-switch records.
+//! byte orders ([`SampleLayout::decode`] / [`SampleLayout::decode_with`] → [`SampleView`],
+//! and [`BasicLayout::decode`], the fixed-offset path for the recorder's default layout),
+//! plus the side-band framing every record shares (header, `sample_id` trailer) and the
+//! context-switch records.
 //!
 //! Used by the recorder's raw-record decoder (`tailprof_collect::parse`, host byte order,
 //! millions of records per second), by `tailprof_import` for perf.data samples (either
-//! byte order), and by `tailprof plan` for its size estimate. Layouts follow
+//! byte order), and for `tailprof plan`'s size estimate ([`sample_record_size`]). Layouts follow
 //! `include/uapi/linux/perf_event.h` and `perf_event_open(2)`.
 //!
 //! [`encode`] is the inverse (an owned [`encode::SampleData`] written for a layout), for
@@ -18,6 +19,10 @@
 //! WEIGHT/WEIGHT_STRUCT/DATA_SRC, reads the PERF_FORMAT_GROUP block the wrong way round
 //! (misplacing every later field), and copies into owned structures, while the recorder
 //! needs a fixed-offset path that costs a bounds check and five loads.
+//!
+//! Cost (`cargo run --release -p tailprof-collect --example decode_only`, peek + decode
+//! into a `Sample`, callgrind): the default layout ≈ 120 instructions per record, a
+//! layout with ADDR, CALLCHAIN, REGS_USER, WEIGHT, DATA_SRC ≈ 410.
 
 mod consts;
 pub mod encode;
