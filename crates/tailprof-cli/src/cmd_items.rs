@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use tailprof_analyze::bandwidth::item_memory;
 use tailprof_analyze::items::{explain, items_report, Estimator, ItemsOptions};
 use tailprof_analyze::{select_event, Symbolizer, SymbolizerOptions};
 use tailprof_format::TraceReader;
@@ -46,8 +47,8 @@ pub struct ItemsArgs {
     trace: PathBuf,
 
     /// Print JSON: {"items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
-    /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}]}],
-    /// "outside_samples": N, ...}
+    /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}],
+    /// "mem_bytes", "mem_gbps" (traces with an LLC-miss event)}], "outside_samples": N, ...}
     #[arg(long)]
     json: bool,
 
@@ -121,7 +122,13 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
                 },
             };
             if args.json {
-                view::items_json_string(&report, &v)?
+                let mut doc = view::items_json(&report, &v)?;
+                // With a last-level-cache-miss event: each item's memory traffic (issue 8).
+                let mut again = TraceReader::open(&args.trace).with_context(|| format!("cannot read {name}"))?;
+                if let Some(mem) = item_memory(&mut again).with_context(|| name.clone())? {
+                    tailprof_present::bandwidth::merge_item_memory(&mut doc, &mem);
+                }
+                serde_json::to_string_pretty(&doc)?
             } else {
                 view::render_items(&report, &v)
             }

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tailprof_collect::attr::{parse_regs, ClockChoice, SamplingConfig};
+use tailprof_collect::bandwidth::{self, BandwidthRequest, CounterSibling, Mode as BandwidthMode};
 use tailprof_collect::event::EventSpec;
 use tailprof_collect::session::{ItemOptions, Progress, RecordOptions, Recorder, Target};
 use tailprof_collect::uprobe::{ItemProbes, ProbeSpec};
@@ -100,6 +101,24 @@ pub struct RecordArgs {
     #[arg(long, value_name = "REG")]
     item_reg: Option<String>,
 
+    /// Record main-memory bandwidth: sample this CPU's precise last-level-cache-miss
+    /// event (Intel PEBS MEM_LOAD_RETIRED.L3_MISS or its older names, AMD IBS op with
+    /// data source) at a fixed period (-c, default 1009) set up for large PEBS, with data
+    /// address, data source and weight; says which event and why. Analyze with `tailprof
+    /// bandwidth`. Needs a hardware PMU.
+    #[arg(long, conflicts_with_all = ["events", "freq"])]
+    bandwidth: bool,
+
+    /// With --bandwidth: also count the same event without sampling (the paper's PMC1),
+    /// so `tailprof bandwidth` can measure the events lost per PEBS activation.
+    #[arg(long, requires = "bandwidth")]
+    bandwidth_counter: bool,
+
+    /// With --bandwidth: `soft-tsc` samples the event with an interrupt per overflow
+    /// instead of PEBS (the paper's baseline, for comparison).
+    #[arg(long, requires = "bandwidth")]
+    soft_tsc: bool,
+
     /// Command to launch and profile (after `--`).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -124,10 +143,23 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         bail!("the sampling period (-c) and frequency (-F) must be greater than zero");
     }
 
+    // --bandwidth: the machine's LLC-miss event (fails here, before any file is
+    // created, on a machine without a PMU).
+    let bw = if args.bandwidth {
+        let mode = if args.soft_tsc { BandwidthMode::SoftTsc } else { BandwidthMode::Precise };
+        Some(bandwidth::choose_live(&BandwidthRequest { mode, period: args.period, counter: args.bandwidth_counter })?)
+    } else {
+        None
+    };
     let names = if args.events.is_empty() { vec!["cpu-clock".to_string()] } else { args.events.clone() };
     let mut events = Vec::with_capacity(names.len());
-    for name in &names {
-        events.push(EventSpec::parse(name)?);
+    match &bw {
+        Some(c) => events.push(c.spec.clone()),
+        None => {
+            for name in &names {
+                events.push(EventSpec::parse(name)?);
+            }
+        }
     }
     let regs_user = match &args.regs {
         Some(list) => parse_regs(list)?,
@@ -135,7 +167,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     };
     let sampling = SamplingConfig {
         // Neither given: each event gets its default rate (attr::default_rate).
-        period: args.period,
+        period: bw.as_ref().map(|c| c.period).or(args.period),
         freq: args.freq,
         regs_user,
         clock: ClockChoice::Monotonic, // the recorder picks the real clock from the machine's capabilities
@@ -146,6 +178,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         wakeup_events: 0,
     };
 
+    let bw_target = target.clone();
     let opts = RecordOptions {
         events,
         sampling,
@@ -184,7 +217,22 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     for note in recorder.notes() {
         eprintln!("tailprof: note: {note}");
     }
-    let header = recorder.header();
+    let mut header = recorder.header();
+    let mut sibling = None;
+    let mut counter_event = None;
+    if let Some(c) = &bw {
+        eprintln!("tailprof: bandwidth: {} ({}, one sample per {} events): {}", c.event_name, c.method.as_str(), c.period, c.reason);
+        for n in &c.notes {
+            eprintln!("tailprof: note: {n}");
+        }
+        if let Some(spec) = &c.counter {
+            match CounterSibling::open(spec, &bw_target, recorder.child_pid()) {
+                Ok(s) => sibling = Some(s),
+                Err(e) => eprintln!("tailprof: warning: {e}; recording without it"),
+            }
+        }
+        counter_event = bandwidth::annotate_header(&mut header, c, 0, sibling.is_some());
+    }
     let mut writer = TraceWriter::new(std::io::BufWriter::with_capacity(1 << 20, file), &header)
         .with_context(|| format!("cannot write {}", args.output.display()))?;
 
@@ -213,7 +261,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             let _ = std::io::stderr().flush();
         }
     };
+    if let Some(s) = &sibling {
+        s.enable()?;
+    }
     let run_result = recorder.run(&mut writer, &signals::STOP, &mut progress);
+    if let (Some(s), Some(idx)) = (&sibling, counter_event) {
+        match bandwidth::append_counter_readings(&mut writer, s, idx) {
+            Ok(r) => eprintln!("tailprof: counting sibling: {} events", r.iter().map(|x| x.value).sum::<u64>()),
+            Err(e) => eprintln!("tailprof: warning: {e}"),
+        }
+    }
     if show_progress {
         eprint!("\r\x1b[K");
     }

@@ -2,6 +2,7 @@
 //! libraries together, prints, and maps errors to one line and an exit code. All
 //! real work lives in the `tailprof-*` library crates.
 
+mod cmd_bandwidth;
 mod cmd_demo;
 mod cmd_export;
 mod calibration;
@@ -57,6 +58,7 @@ enum Command {
     Calibrate(cmd_calibrate::CalibrateArgs),
     Plan(cmd_plan::PlanArgs),
     Overhead(cmd_overhead::OverheadArgs),
+    Bandwidth(cmd_bandwidth::BandwidthArgs),
     #[command(name = "__spin", hide = true)]
     Spin(cmd_calibrate::SpinArgs),
     #[command(name = "__timed", hide = true)]
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
         Command::Calibrate(a) => cmd_calibrate::run(a),
         Command::Plan(a) => cmd_plan::run(a),
         Command::Overhead(a) => cmd_overhead::run(a),
+        Command::Bandwidth(a) => cmd_bandwidth::run(a),
         Command::Spin(a) => cmd_calibrate::run_spin(a),
         Command::Timed(a) => measure::run_timed(a),
     };

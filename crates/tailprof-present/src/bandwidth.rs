@@ -157,12 +157,19 @@ pub fn render_bandwidth(r: &BandwidthReport, view: &BandwidthView) -> String {
         vec!["total".into(), bytes(r.total_bytes), format!("corrected {}", bytes(r.total_bytes_corrected as u64))],
         vec!["mean".into(), gbps(s.mean_gbps), range(s.mean_gbps_low, s.mean_gbps_high)],
         vec!["mean, loss-corrected".into(), gbps(s.mean_gbps_corrected), String::new()],
-        vec!["peak bin".into(), gbps(s.peak_gbps), format!("at +{} (low {})", duration(s.peak_start_ns.saturating_sub(r.start_ns)), gbps(s.peak_gbps_low))],
+        if s.peak_gbps > 0.0 {
+            vec!["peak bin".into(), gbps(s.peak_gbps), format!("at +{} (low {})", duration(s.peak_start_ns.saturating_sub(r.start_ns)), gbps(s.peak_gbps_low))]
+        } else {
+            vec!["peak bin".into(), "-".into(), "no samples counted".into()]
+        },
         vec!["p50 / p90 / p99".into(), format!("{} / {} / {}", trim_unit(s.p50_gbps), trim_unit(s.p90_gbps), gbps(s.p99_gbps)), String::new()],
         vec!["resolution".into(), gbps(s.resolution_gbps), format!("one sample per bin; {} bins below {} samples", thousands(s.below_resolution_bins), min_samples_text(r))],
         vec!["gaps".into(), format!("{} bins", thousands(s.gap_bins)), format!("lost records {}, lost samples {}, throttled {}x", thousands(r.lost_records), thousands(r.lost_samples), thousands(r.throttles))],
     ];
-    render_table(&mut out, &[("", Align::Left), ("", Align::Right), ("", Align::Left)], &rows);
+    let mut table = String::new();
+    render_table(&mut table, &[("", Align::Left), ("", Align::Right), ("", Align::Left)], &rows);
+    // The heading row is empty: drop it.
+    out.push_str(table.split_once('\n').map_or("", |(_, rest)| rest));
     let _ = writeln!(out, "\nloss model: {}", r.loss.describe());
     if let Some(sat) = &r.saturation {
         let _ = writeln!(
@@ -333,6 +340,12 @@ fn nice_step(max: f64, ticks: f64) -> f64 {
     }
 }
 
+/// A tick label with as many decimals as the step needs.
+fn tick(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 { 0 } else { (-step.log10().floor()) as usize };
+    format!("{v:.decimals$}")
+}
+
 /// The timeline as an inline SVG (see the module docs).
 pub fn bandwidth_svg(r: &BandwidthReport) -> String {
     let cols = columns(r, W as usize);
@@ -365,7 +378,7 @@ pub fn bandwidth_svg(r: &BandwidthReport) -> String {
     let step = nice_step(ymax, 5.0);
     let mut v = 0.0;
     while v <= ymax + 1e-12 {
-        let _ = write!(s, r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##, LEFT + W, y(v), y(v), LEFT - 4.0, y(v) + 4.0, trim_unit(v));
+        let _ = write!(s, r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##, LEFT + W, y(v), y(v), LEFT - 4.0, y(v) + 4.0, tick(v, step));
         v += step;
     }
     let _ = write!(s, r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">GB/s</text>"#, TOP + PLOT_H / 2.0, TOP + PLOT_H / 2.0);
@@ -417,7 +430,7 @@ pub fn bandwidth_svg(r: &BandwidthReport) -> String {
         for (g, label, color) in [(sat.peak_gbps, "machine peak", "#a50f15"), (sat.threshold_gbps, "saturation", "#fb6a4a")] {
             let _ = write!(
                 s,
-                r#"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-dasharray="6 3"/><text x="{}" y="{:.1}" fill="{color}" text-anchor="end">{label} {}</text>"#,
+                r#"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="{color}" stroke-dasharray="6 3"/><text x="{}" y="{:.1}" fill="{color}" text-anchor="end" paint-order="stroke" stroke="white" stroke-width="3">{label} {}</text>"#,
                 LEFT + W,
                 y(g),
                 y(g),
@@ -655,6 +668,7 @@ mod tests {
         let r = report(&cfg, &opts);
         let t = render_bandwidth(&r, &BandwidthView::default());
         assert!(t.contains("memory bandwidth from MEM_LOAD_RETIRED.L3_MISS (pebs; one sample per 1,009 events)"), "{t}");
+        assert!(t.contains("(bins without gaps; 95% intervals from the sample counts)\ntotal "), "{t}");
         assert!(t.contains("bursts: 3 phase(s)"), "{t}");
         assert!(t.contains("loss model: l = 20 events lost per activation assumed"), "{t}");
         assert!(t.contains("by cpu") && t.contains("by item (6 items"), "{t}");
@@ -670,6 +684,7 @@ mod tests {
         let html = render_bandwidth_html(&r, &BandwidthView { subtitle: Some("<cmd>".into()), ..Default::default() });
         assert!(html.contains("&lt;cmd&gt;") && html.contains("<svg") && html.contains("<h2>Items (6"));
         assert_eq!(columns(&r, 10).len(), 10);
+        assert_eq!((tick(10.0, 5.0), tick(2.5, 0.5), tick(0.25, 0.05)), ("10".to_string(), "2.5".to_string(), "0.25".to_string()));
         let merged: u64 = columns(&r, 7).iter().map(|c| c.samples).sum();
         assert_eq!(merged, r.samples_used);
     }

@@ -1,7 +1,8 @@
 //! Bursts: phases of high bandwidth between low ones, found on the binned sample counts.
 //!
 //! 1. Smooth: a centered moving sum over `w` bins, `w` the smallest window holding about
-//!    [`TARGET_SAMPLES`] samples at the mean rate (at most [`MAX_WINDOW`]), so Poisson noise
+//!    [`TARGET_SAMPLES`] samples at the mean rate (at least [`MIN_WINDOW`], at most
+//!    [`MAX_WINDOW`]), so Poisson noise
 //!    of a single bin does not split or invent phases. Gap bins (lost samples, throttling)
 //!    take no part and end a burst.
 //! 2. Split the smoothed values in two levels with Otsu's threshold (the split that
@@ -15,6 +16,8 @@
 
 /// Samples a smoothing window should hold at the mean rate.
 pub const TARGET_SAMPLES: f64 = 30.0;
+/// Smallest smoothing window, in bins (so single noisy bins never make a burst).
+pub const MIN_WINDOW: usize = 3;
 /// Largest smoothing window, in bins.
 pub const MAX_WINDOW: usize = 64;
 /// Minimum level difference, in Poisson standard deviations of one window.
@@ -52,7 +55,7 @@ pub fn find_bursts(counts: &[u64], gap: &[bool]) -> BurstSplit {
     if mean <= 0.0 {
         return empty;
     }
-    let window = ((TARGET_SAMPLES / mean).ceil() as usize).clamp(1, MAX_WINDOW).min(valid.len() / 4).max(1);
+    let window = ((TARGET_SAMPLES / mean).ceil() as usize).clamp(MIN_WINDOW, MAX_WINDOW).min(valid.len() / 4).max(1);
     // Centered moving average over non-gap bins (per bin, samples/bin).
     let n = counts.len();
     let mut prefix = vec![0.0f64; n + 1];
