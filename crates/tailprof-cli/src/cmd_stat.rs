@@ -6,7 +6,7 @@ use serde_json::json;
 use std::process::ExitCode;
 
 use tailprof_collect::caps::Capabilities;
-use tailprof_collect::counting::{count_command, hardware_counters, CountedEvent};
+use tailprof_collect::counting::{count_command, count_command_interval, hardware_counters, CountedEvent, IntervalTick};
 use tailprof_collect::event::EventSpec;
 
 use crate::{signals, ui};
@@ -34,6 +34,14 @@ pub struct StatArgs {
     /// "multiplexed"}], "multiplexed", "counters": {...}}.
     #[arg(long)]
     json: bool,
+
+    /// Also read the counters every DURATION while the command runs (e.g. `1ms`, `100ms`;
+    /// at least 10us) and print each interval's counts: the periodic-counting baseline of
+    /// `tailprof bandwidth`. With --json: "interval_ns" and "intervals": [{"t_ns", "len_ns",
+    /// "values": [...], "enabled_ns": [...], "running_ns": [...]}]. Uncore events (e.g.
+    /// `uncore_imc_0/cas_count_read/`) are counted system-wide on their PMU's CPUs.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cmd_bandwidth::parse_duration)]
+    interval: Option<u64>,
 
     /// The command (after `--`).
     #[arg(last = true, value_name = "CMD")]
@@ -79,7 +87,11 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
     }
     // Ctrl-C reaches CMD through the terminal; we only wait for it and still print.
     signals::install().context("cannot install the Ctrl-C handler")?;
-    let r = count_command(&specs, &args.command)?;
+    let mut intervals = Vec::new();
+    let r = match args.interval {
+        Some(iv) => count_command_interval(&specs, &args.command, iv, &mut |t| interval_tick(t, &specs, args.json, &mut intervals))?,
+        None => count_command(&specs, &args.command)?,
+    };
     let elapsed_s = r.elapsed_ns as f64 / 1e9;
     let counters = hardware_counters(&caps);
     let muxed: Vec<&CountedEvent> = r.events.iter().filter(|e| e.multiplexed()).collect();
@@ -102,7 +114,7 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
                 })
             })
             .collect();
-        let v = json!({
+        let mut v = json!({
             "command": args.command,
             "elapsed_s": elapsed_s,
             "exit_status": r.exit_status,
@@ -115,6 +127,10 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
                 "description": counters.describe(),
             },
         });
+        if let Some(iv) = args.interval {
+            v["interval_ns"] = json!(iv);
+            v["intervals"] = serde_json::Value::Array(intervals);
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("counts for `{}` ({:.3} s elapsed)\n", args.command.join(" "), elapsed_s);
@@ -161,6 +177,23 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
         eprintln!("tailprof: `{}` exited with status {}", args.command.join(" "), r.exit_status);
     }
     Ok(ExitCode::from(r.exit_status.clamp(0, 255) as u8))
+}
+
+/// One `--interval` tick: a line per event (like `perf stat -I`), or a JSON row.
+fn interval_tick(t: &IntervalTick, specs: &[EventSpec], json: bool, rows: &mut Vec<serde_json::Value>) {
+    if json {
+        rows.push(json!({
+            "t_ns": t.t_ns,
+            "len_ns": t.len_ns,
+            "values": t.deltas.iter().map(|d| d.0).collect::<Vec<_>>(),
+            "enabled_ns": t.deltas.iter().map(|d| d.1).collect::<Vec<_>>(),
+            "running_ns": t.deltas.iter().map(|d| d.2).collect::<Vec<_>>(),
+        }));
+        return;
+    }
+    for (spec, d) in specs.iter().zip(&t.deltas) {
+        println!("{:>12.6}  {:>18}  {}", t.t_ns as f64 / 1e9, ui::thousands(d.0), spec.name);
+    }
 }
 
 #[cfg(test)]

@@ -227,3 +227,31 @@ fn probe_gives_a_positive_figure_and_is_used_for_saturation() {
     let text = stdout(&tailprof().env("TAILPROF_HOME", &home).arg("bandwidth").arg(&trace).output().unwrap());
     assert!(text.contains("saturation: machine peak") && text.contains("(probe "), "{text}");
 }
+
+#[test]
+fn stat_interval_is_periodic_counting_that_sums_to_the_total() {
+    let o = tailprof()
+        .args(["stat", "--interval", "2ms", "-e", "task-clock", "--json", "--", "sh", "-c"])
+        .arg("i=0; while [ $i -lt 40000 ]; do i=$((i+1)); done")
+        .output()
+        .unwrap();
+    if !o.status.success() && stderr(&o).contains("perf_event_paranoid") {
+        eprintln!("skipping: {}", stderr(&o));
+        return;
+    }
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["interval_ns"], 2_000_000);
+    let iv = v["intervals"].as_array().unwrap();
+    assert!(!iv.is_empty());
+    let sum: u64 = iv.iter().map(|i| i["values"][0].as_u64().unwrap()).sum();
+    assert_eq!(sum, v["events"][0]["count"].as_u64().unwrap());
+    let t: Vec<u64> = iv.iter().map(|i| i["t_ns"].as_u64().unwrap()).collect();
+    assert!(t.windows(2).all(|w| w[0] < w[1]));
+    // Text mode prints one line per interval and event before the totals.
+    let o = tailprof().args(["stat", "--interval", "1ms", "-e", "task-clock", "--", "sleep", "0.01"]).output().unwrap();
+    let text = stdout(&o);
+    let lines = text.lines().take_while(|l| !l.starts_with("counts for")).filter(|l| l.ends_with("task-clock")).count();
+    assert!(lines >= 2, "{text}");
+    let o = tailprof().args(["stat", "--interval", "1us", "--", "true"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("at least 10 µs"), "{}", stderr(&o));
+}
