@@ -4,6 +4,9 @@
 //! cargo run --release -p tailprof-analyze --example bandwidth_bench [SAMPLES_MILLIONS] [REPS]
 //! ```
 //!
+//! With `BANDWIDTH_BENCH_TRACE=FILE` the trace is also written to FILE, for timing the
+//! `tailprof bandwidth FILE` command itself.
+//!
 //! Generates a synthetic PEBS recording (8 CPUs, period 1009, alternating 5 and 25 GB/s
 //! phases of 100 ms, with a counting sibling and items) of about 10 M samples, then times,
 //! best of REPS on one thread:
@@ -66,6 +69,10 @@ fn main() {
     let t = Instant::now();
     let (bytes, _) = trace_bytes(&cfg).unwrap();
     eprintln!("trace image: {} MB, written in {:.1} s", bytes.len() / 1_000_000, t.elapsed().as_secs_f64());
+    if let Some(path) = std::env::var_os("BANDWIDTH_BENCH_TRACE") {
+        std::fs::write(&path, &bytes).expect("writing BANDWIDTH_BENCH_TRACE");
+        eprintln!("wrote {}", std::path::Path::new(&path).display());
+    }
     let mut best_decode = f64::INFINITY;
     let mut best_e2e = f64::INFINITY;
     let mut best_e2e_plain = f64::INFINITY;
