@@ -397,7 +397,7 @@ impl Sink for ProfileBuilder {
         match l.kind {
             LossKind::RingFull => self.lost_records += l.count,
             LossKind::Samples => self.lost_samples += l.count,
-            LossKind::Markers => {}
+            LossKind::Markers | LossKind::Malformed | LossKind::ItemClasses | LossKind::MarkersRejected => {}
         }
     }
     fn handle_throttle(&mut self, t: &Throttle) {

@@ -262,12 +262,15 @@ impl ChunkBuilder {
         self.meta.note_time(r.time());
         match r {
             Record::Lost(l) => {
-                let c = match l.kind {
-                    LossKind::RingFull => &mut self.meta.lost_records,
-                    LossKind::Samples => &mut self.meta.lost_samples,
-                    LossKind::Markers => &mut self.meta.lost_markers,
-                };
-                *c = c.saturating_add(l.count);
+                match l.kind {
+                    LossKind::RingFull => self.meta.lost_records = self.meta.lost_records.saturating_add(l.count),
+                    LossKind::Samples => self.meta.lost_samples = self.meta.lost_samples.saturating_add(l.count),
+                    LossKind::Markers => self.meta.lost_markers = self.meta.lost_markers.saturating_add(l.count),
+                    k => {
+                        let c = &mut self.meta.losses[k as usize];
+                        *c = c.saturating_add(u32::try_from(l.count).unwrap_or(u32::MAX));
+                    }
+                }
             }
             Record::Throttle(t) if t.throttled => self.meta.throttle_events += 1,
             Record::Throttle(_) => self.meta.unthrottle_events += 1,

@@ -31,6 +31,7 @@ pub mod chunk;
 pub mod columns;
 mod decode;
 mod encode;
+pub mod losses;
 pub mod meta;
 pub mod reader;
 pub mod record;
@@ -106,4 +107,9 @@ pub struct ReadSummary {
     pub skipped_records: u64,
     /// Samples in the chunks read.
     pub samples: u64,
+    /// Intact chunks whose sequence number had already been read (a duplicated region),
+    /// skipped so that no record is delivered or counted twice.
+    pub duplicate_chunks: u64,
+    /// Bytes in those duplicated chunks.
+    pub duplicate_bytes: u64,
 }

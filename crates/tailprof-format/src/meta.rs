@@ -3,7 +3,7 @@
 //!
 //! Owns their byte layouts and the limits a reader enforces on them.
 
-use crate::record::{BuildIdEntry, StackStatus, SwitchKind, TraceStats};
+use crate::record::{BuildIdEntry, LossKind, StackStatus, SwitchKind, TraceStats};
 use crate::varint::{put_bytes, put_uleb, ByteReader};
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,9 @@ pub const RECORDS_META_LEN: usize = 64;
 pub const META_KEY_SWITCH_KIND: u8 = 0x00;
 pub const META_KEY_SAMPLE_STATUS: u8 = 0x10;
 pub const META_KEY_SWITCH_STATUS: u8 = 0x20;
+/// Counts of [`LossKind`]s without a fixed slot in the version-1 block (code ≥ 3),
+/// saturated at `u32::MAX` per chunk.
+pub const META_KEY_LOSS: u8 = 0x30;
 
 /// Per-chunk counts, stored uncompressed at the start of a records chunk so `summarize`
 /// can rebuild [`TraceStats`] of a cut-off file without decoding records.
@@ -42,6 +45,9 @@ pub struct RecordsMeta {
     pub switches: [u32; 3],
     /// Version 2: switch records per stack-status code of their stack.
     pub switch_status: [u32; 8],
+    /// Version 2: `Lost::count` sums per [`LossKind`] code for codes ≥ 3 (index = code;
+    /// codes 0–2 live in the fixed fields above).
+    pub losses: [u32; 16],
 }
 
 impl RecordsMeta {
@@ -61,6 +67,7 @@ impl RecordsMeta {
         let entries: Vec<(u8, u32)> = (self.switches.iter().enumerate().map(|(c, &v)| (META_KEY_SWITCH_KIND | c as u8, v)))
             .chain(self.sample_status.iter().enumerate().map(|(c, &v)| (META_KEY_SAMPLE_STATUS | c as u8, v)))
             .chain(self.switch_status.iter().enumerate().map(|(c, &v)| (META_KEY_SWITCH_STATUS | c as u8, v)))
+            .chain(self.losses.iter().enumerate().skip(3).map(|(c, &v)| (META_KEY_LOSS | c as u8, v)))
             .filter(|&(_, v)| v != 0)
             .collect();
         b.push(entries.len() as u8);
@@ -102,6 +109,7 @@ impl RecordsMeta {
                     (META_KEY_SWITCH_KIND, Some(k)) => &mut m.switches[k as usize],
                     (META_KEY_SAMPLE_STATUS, _) if code != 0 => &mut m.sample_status[StackStatus::from_u8(code) as usize],
                     (META_KEY_SWITCH_STATUS, _) if code != 0 => &mut m.switch_status[StackStatus::from_u8(code) as usize],
+                    (META_KEY_LOSS, _) if code >= 3 => &mut m.losses[code as usize],
                     _ => continue,
                 };
                 *slot = slot.checked_add(v)?;
@@ -146,6 +154,9 @@ impl RecordsMeta {
         }
         for k in [SwitchKind::In, SwitchKind::OutPreempted, SwitchKind::OutBlocked] {
             stats.switches.add(k, self.switches[k as usize] as u64);
+        }
+        for k in LossKind::ALL.into_iter().skip(3) {
+            stats.add_loss(k, self.losses[k as usize] as u64);
         }
         if self.first_time != 0 {
             stats.first_time = Some(stats.first_time.map_or(self.first_time, |f| f.min(self.first_time)));

@@ -166,10 +166,23 @@ impl TraceReader {
         }
         let mut trailer = None;
         let mut next_seq = 1u32;
+        // (sequence number, checksum) of every intact chunk read: a chunk with both equal
+        // to an earlier one is a byte-for-byte duplicate.
+        let mut seen: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
         let mut p = self.body_start;
         while p < buf.len() {
             let (ok, seq, end) = match probe(buf, p) {
+                // A chunk whose sequence number and checksum were already read is a
+                // duplicate (a copied or replayed region): skipped and counted, never
+                // delivered twice.
+                Probe::Chunk(c) if seen.get(&c.header.seq) == Some(&c.header.crc) => {
+                    s.duplicate_chunks += 1;
+                    s.duplicate_bytes += c.header.total_len() as u64;
+                    p += c.header.total_len();
+                    continue;
+                }
                 Probe::Chunk(c) => {
+                    seen.insert(c.header.seq, c.header.crc);
                     let ok = handle_chunk(&c, &mut mode, &mut self.decoder, &mut self.build_ids, &mut trailer, &mut s);
                     (ok, c.header.seq, p + c.header.total_len())
                 }

@@ -127,6 +127,31 @@ pub enum LossKind {
     Samples = 1,
     /// Markers dropped because a marker ring was full (issue 3).
     Markers = 2,
+    /// Records the recorder or importer could not decode (bad size, bad layout,
+    /// impossible values) and skipped.
+    Malformed = 3,
+    /// Item-class labels dropped because a process declared more than the recorder
+    /// keeps per process (a bound against hostile or runaway targets).
+    ItemClasses = 4,
+    /// Markers the recorder rejected as invalid (impossible times, bad kinds) or dropped
+    /// because a per-target bound (pending markers) was reached.
+    MarkersRejected = 5,
+}
+
+impl LossKind {
+    /// Every kind, in code order.
+    pub const ALL: [LossKind; 6] = [
+        LossKind::RingFull,
+        LossKind::Samples,
+        LossKind::Markers,
+        LossKind::Malformed,
+        LossKind::ItemClasses,
+        LossKind::MarkersRejected,
+    ];
+    /// The kind with on-disk code `v`, `None` for codes this build does not know.
+    pub fn from_u8(v: u8) -> Option<LossKind> {
+        LossKind::ALL.get(v as usize).copied()
+    }
 }
 
 /// Lost records, as the kernel (or a marker ring) reported them.
@@ -588,6 +613,15 @@ pub struct TraceStats {
     pub lost_samples: u64,
     /// Sum of dropped markers.
     pub lost_markers: u64,
+    /// Sum of `Lost::count` over [`LossKind::Malformed`] records (version 2).
+    #[serde(default)]
+    pub malformed_records: u64,
+    /// Sum of `Lost::count` over [`LossKind::ItemClasses`] records (version 2).
+    #[serde(default)]
+    pub dropped_item_classes: u64,
+    /// Sum of `Lost::count` over [`LossKind::MarkersRejected`] records (version 2).
+    #[serde(default)]
+    pub rejected_markers: u64,
     pub throttle_events: u64,
     pub unthrottle_events: u64,
     pub first_time: Option<u64>,
@@ -691,5 +725,35 @@ impl SwitchCounts {
     }
     pub fn total(&self) -> u64 {
         self.switch_in.saturating_add(self.out_preempted).saturating_add(self.out_blocked)
+    }
+}
+
+impl TraceStats {
+    /// The counter a [`Lost`] record of `kind` adds to.
+    pub fn loss_counter_mut(&mut self, kind: LossKind) -> &mut u64 {
+        match kind {
+            LossKind::RingFull => &mut self.lost_records,
+            LossKind::Samples => &mut self.lost_samples,
+            LossKind::Markers => &mut self.lost_markers,
+            LossKind::Malformed => &mut self.malformed_records,
+            LossKind::ItemClasses => &mut self.dropped_item_classes,
+            LossKind::MarkersRejected => &mut self.rejected_markers,
+        }
+    }
+    /// The total of `kind`'s counter.
+    pub fn loss_count(&self, kind: LossKind) -> u64 {
+        match kind {
+            LossKind::RingFull => self.lost_records,
+            LossKind::Samples => self.lost_samples,
+            LossKind::Markers => self.lost_markers,
+            LossKind::Malformed => self.malformed_records,
+            LossKind::ItemClasses => self.dropped_item_classes,
+            LossKind::MarkersRejected => self.rejected_markers,
+        }
+    }
+    /// Adds `n` to `kind`'s counter, saturating.
+    pub fn add_loss(&mut self, kind: LossKind, n: u64) {
+        let c = self.loss_counter_mut(kind);
+        *c = c.saturating_add(n);
     }
 }

@@ -187,12 +187,7 @@ pub fn get_sideband(
             time,
             cpu: f.uleb_u32()?,
             event: get_opt_u16(f)?,
-            kind: match f.u8()? {
-                0 => LossKind::RingFull,
-                1 => LossKind::Samples,
-                2 => LossKind::Markers,
-                _ => return None,
-            },
+            kind: LossKind::from_u8(f.u8()?)?,
             count: f.uleb()?,
         }),
         SB_THROTTLE => Record::Throttle(Throttle {

@@ -244,12 +244,7 @@ impl<W: Write> TraceWriter<W> {
                 note_stats_time(&mut self.stats, r.time());
                 match r {
                     Record::Lost(l) => {
-                        let c = match l.kind {
-                            LossKind::RingFull => &mut self.stats.lost_records,
-                            LossKind::Samples => &mut self.stats.lost_samples,
-                            LossKind::Markers => &mut self.stats.lost_markers,
-                        };
-                        *c = c.saturating_add(l.count);
+                        self.stats.add_loss(l.kind, l.count);
                     }
                     Record::Throttle(t) if t.throttled => self.stats.throttle_events += 1,
                     Record::Throttle(_) => self.stats.unthrottle_events += 1,

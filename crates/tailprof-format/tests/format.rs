@@ -99,6 +99,9 @@ fn stats_count_what_was_written() {
                 LossKind::RingFull => want.lost_records = want.lost_records.saturating_add(l.count),
                 LossKind::Samples => want.lost_samples = want.lost_samples.saturating_add(l.count),
                 LossKind::Markers => want.lost_markers = want.lost_markers.saturating_add(l.count),
+                LossKind::Malformed => want.malformed_records = want.malformed_records.saturating_add(l.count),
+                LossKind::ItemClasses => want.dropped_item_classes = want.dropped_item_classes.saturating_add(l.count),
+                LossKind::MarkersRejected => want.rejected_markers = want.rejected_markers.saturating_add(l.count),
             },
             Record::Throttle(t) if t.throttled => want.throttle_events += 1,
             Record::Throttle(_) => want.unthrottle_events += 1,
@@ -517,4 +520,72 @@ fn for_each_sample_matches_read_all() {
     }).collect();
     assert_eq!(got, want);
     assert_eq!(s.samples, want.len() as u64);
+}
+
+/// Every loss kind survives the trip through side-band rows, chunk meta counts (read by
+/// `summarize` on a file without a trailer) and the trailer, and reaches the loss table.
+#[test]
+fn every_loss_kind_is_stored_counted_and_tabled() {
+    use tailprof_format::losses::LossTable;
+    let mut records = Vec::new();
+    for (i, kind) in LossKind::ALL.into_iter().enumerate() {
+        records.push(Record::Lost(Lost { time: 10 + i as u64, cpu: 1, event: None, kind, count: 100 + i as u64 }));
+        records.push(Record::Sample(Sample { time: 11 + i as u64, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }));
+    }
+    let (bytes, ws) = write_trace(&records, small_chunks(), &[]);
+    for (i, kind) in LossKind::ALL.into_iter().enumerate() {
+        assert_eq!(ws.stats.loss_count(kind), 100 + i as u64, "{kind:?}");
+    }
+    // The records come back.
+    let mut sink = VecSink::default();
+    TraceReader::from_bytes(bytes.clone()).unwrap().read_all(&mut sink).unwrap();
+    let lost: Vec<_> = sink.0.iter().filter_map(|r| if let Record::Lost(l) = r { Some(l.kind) } else { None }).collect();
+    assert_eq!(lost, LossKind::ALL.to_vec());
+    // Without the trailer, chunk meta counts rebuild the same stats.
+    let trailer_at = find_last_chunk_start(&bytes);
+    let (_, stats, _) = TraceReader::from_bytes(bytes[..trailer_at].to_vec()).unwrap().summarize().unwrap();
+    for (i, kind) in LossKind::ALL.into_iter().enumerate() {
+        assert_eq!(stats.loss_count(kind), 100 + i as u64, "meta count of {kind:?}");
+    }
+    let table = LossTable::new(&stats, None);
+    assert_eq!(table.rows.len(), LossKind::ALL.len());
+    assert_eq!(table.count("malformed_records"), 103);
+}
+
+/// A chunk copied again later in the file is skipped and counted, not read twice.
+#[test]
+fn duplicated_chunks_are_detected_not_counted_twice() {
+    let records: Vec<Record> = (1..=200u64)
+        .map(|t| Record::Sample(Sample { time: t, ip: 0x1000 + t, pid: 1, tid: 1, period: 1, ..Default::default() }))
+        .collect();
+    let (bytes, _) = write_trace(&records, small_chunks(), &[]);
+    let starts = chunk_starts(&bytes);
+    assert!(starts.len() >= 4, "need several chunks, got {}", starts.len());
+    // Duplicate the second records chunk right after itself.
+    let (a, b) = (starts[1], starts[2]);
+    let mut dup = bytes[..b].to_vec();
+    dup.extend_from_slice(&bytes[a..b]);
+    dup.extend_from_slice(&bytes[b..]);
+    let mut sink = VecSink::default();
+    let summary = TraceReader::from_bytes(dup).unwrap().read_all(&mut sink).unwrap();
+    assert_eq!(summary.duplicate_chunks, 1);
+    assert_eq!(summary.duplicate_bytes, (b - a) as u64);
+    assert_eq!(sink.0.len(), records.len(), "every record exactly once");
+}
+
+/// Start offsets of every chunk after the file header (walks the chunk headers).
+fn chunk_starts(bytes: &[u8]) -> Vec<usize> {
+    use tailprof_format::chunk::{ChunkHeader, CHUNK_HEADER_LEN, CHUNK_MAGIC};
+    let mut out = Vec::new();
+    let mut p = bytes.windows(4).position(|w| w == CHUNK_MAGIC).unwrap();
+    while p + CHUNK_HEADER_LEN <= bytes.len() {
+        let h = ChunkHeader::parse(&bytes[p..]).unwrap();
+        out.push(p);
+        p += h.total_len();
+    }
+    out
+}
+
+fn find_last_chunk_start(bytes: &[u8]) -> usize {
+    *chunk_starts(bytes).last().unwrap()
 }
