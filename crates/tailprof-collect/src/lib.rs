@@ -21,6 +21,7 @@ pub mod sys;
 
 pub mod buildid;
 pub mod counting;
+pub mod datadir;
 pub mod parse;
 pub mod procfs;
 pub mod ring;
@@ -28,3 +29,4 @@ pub mod session;
 pub mod target;
 pub mod markers;
 pub mod uprobe;
+pub mod sqlshape;
