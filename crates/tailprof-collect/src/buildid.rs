@@ -26,23 +26,30 @@ const MAX_NOTES: u64 = 64 * 1024;
 const MAX_HEADERS: u64 = 4096;
 
 /// Read the GNU build-id of the ELF file at `path`. `Ok(None)` when the file is not
-/// ELF or has no build-id note.
+/// ELF or has no build-id note. The path may be chosen by a profiled process, so it is
+/// opened with [`crate::procfs::open_untrusted`]: no final symlink followed, never blocks
+/// (a FIFO at the path is an error at once), regular files only.
 pub fn read_build_id(path: &Path) -> io::Result<Option<Vec<u8>>> {
-    let f = File::open(path)?;
+    let f = crate::procfs::open_untrusted(path)?;
     Ok(from_file(&f))
 }
 
 /// [`read_build_id`], but only if the file at `path` is the one with device `dev` and
 /// inode `ino` (as an MMAP2 record names it): `Ok(None)` when it is another file now
-/// (replaced since it was mapped), so a wrong build-id is never attached.
+/// (replaced since it was mapped), so a wrong build-id is never attached. Opened like
+/// [`read_build_id`], and the device/inode are checked on the open file before reading.
 pub fn read_build_id_of(path: &Path, dev: u64, ino: u64) -> io::Result<Option<Vec<u8>>> {
-    use std::os::unix::fs::MetadataExt;
-    let f = File::open(path)?;
-    let m = f.metadata()?;
-    if m.dev() != dev || m.ino() != ino {
-        return Ok(None);
+    match crate::procfs::open_untrusted_as(path, dev, ino) {
+        Ok(f) => Ok(from_file(&f)),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(from_file(&f))
+}
+
+/// The build-id of an already opened ELF file (e.g. from
+/// [`crate::procfs::open_mapped_file`]); `None` when it is not ELF or has none.
+pub fn read_build_id_from(f: &File) -> Option<Vec<u8>> {
+    from_file(f)
 }
 
 /// The build-id of the running kernel, from `/sys/kernel/notes`.

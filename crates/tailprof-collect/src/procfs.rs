@@ -15,6 +15,8 @@
 
 use std::fs;
 use std::io::{self, BufRead};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
 use tailprof_format::{Comm, CpuMode, Mmap, Record};
 
 /// The pid used for kernel mappings.
@@ -59,6 +61,8 @@ pub struct MapsEntry {
     pub prot: u32,
     pub shared: bool,
     pub offset: u64,
+    /// Device of the mapped file (`libc::makedev(major, minor)`, comparable with `st_dev`).
+    pub dev: u64,
     pub inode: u64,
     /// Path or pseudo-name (`[vdso]`, `[heap]`); empty for anonymous memory. A
     /// ` (deleted)` suffix is removed.
@@ -71,7 +75,7 @@ pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
     let range = it.next()?;
     let perms = it.next()?.as_bytes();
     let offset = u64::from_str_radix(it.next()?, 16).ok()?;
-    let _dev = it.next()?;
+    let dev = parse_dev(it.next()?)?;
     let inode = it.next()?.parse().ok()?;
     let path = it.next().unwrap_or("").trim_start();
     let path = path.strip_suffix(" (deleted)").unwrap_or(path);
@@ -81,7 +85,77 @@ pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
         return None;
     }
     let prot = (perms[0] == b'r') as u32 | ((perms[1] == b'w') as u32) << 1 | ((perms[2] == b'x') as u32) << 2;
-    Some(MapsEntry { start, end, prot, shared: perms[3] == b's', offset, inode, path: path.to_string() })
+    Some(MapsEntry { start, end, prot, shared: perms[3] == b's', offset, dev, inode, path: path.to_string() })
+}
+
+/// `maj:min` in hex (as /proc/PID/maps prints a device) -> `st_dev`.
+fn parse_dev(s: &str) -> Option<u64> {
+    let (maj, min) = s.split_once(':')?;
+    Some(libc::makedev(u32::from_str_radix(maj, 16).ok()?, u32::from_str_radix(min, 16).ok()?))
+}
+
+/// Open a file the way a target-influenced path must be opened: read-only, without
+/// following a final symlink, without blocking (a FIFO or a device at the path returns at
+/// once), close-on-exec. The result is a regular file, or an error; it is never a FIFO,
+/// socket, device or directory. Used for every path a profiled process can influence
+/// (mapped files, their `/proc/PID/root/...` forms); see docs/SECURITY.md.
+pub fn open_untrusted(path: &Path) -> io::Result<fs::File> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    Ok(f)
+}
+
+/// [`open_untrusted`], and the file must be the one with device `dev` and inode `ino`
+/// (a mapped file replaced or unlinked since it was mapped is refused).
+pub fn open_untrusted_as(path: &Path, dev: u64, ino: u64) -> io::Result<fs::File> {
+    let f = open_untrusted(path)?;
+    let m = f.metadata()?;
+    if m.dev() != dev || m.ino() != ino {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not the mapped file any more (device/inode changed)", path.display()),
+        ));
+    }
+    Ok(f)
+}
+
+/// Open the file behind mapping `m` of process `pid`, safely (issue 10, finding 3): first
+/// through `/proc/PID/map_files/START-END` (the kernel's reference to the mapped file
+/// itself, whatever now sits at its path; needs CAP_SYS_ADMIN), else `/proc/PID/root/PATH`
+/// and `PATH` with [`open_untrusted`]. In every case the result is a regular file whose
+/// device and inode equal the mapping's, else an error: a FIFO, socket, device, symlink or
+/// different file put at the mapped path is never opened for reading and never blocks.
+pub fn open_mapped_file(pid: u32, m: &MapsEntry) -> io::Result<fs::File> {
+    if m.inode == 0 || !m.path.starts_with('/') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file mapping"));
+    }
+    // map_files entries are symlinks the kernel resolves to the mapped file (no path
+    // walk); O_NOFOLLOW must not be used on them. O_NONBLOCK still guards the open.
+    let mf = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+    let via_map_files = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(&mf)
+        .and_then(|f| check_same(f, m));
+    if let Ok(f) = via_map_files {
+        return Ok(f);
+    }
+    let rooted = format!("/proc/{pid}/root{}", m.path);
+    open_untrusted_as(Path::new(&rooted), m.dev, m.inode).or_else(|_| open_untrusted_as(Path::new(&m.path), m.dev, m.inode))
+}
+
+fn check_same(f: fs::File, m: &MapsEntry) -> io::Result<fs::File> {
+    let md = f.metadata()?;
+    if md.file_type().is_file() && md.dev() == m.dev && md.ino() == m.inode {
+        Ok(f)
+    } else {
+        Err(io::Error::new(io::ErrorKind::InvalidData, "mapped file does not match the mapping"))
+    }
 }
 
 /// Whether a mapping is worth a synthesized Mmap: executable, and a file or the vdso.
@@ -109,6 +183,9 @@ pub fn synthesize_process(pid: u32, out: &mut Vec<Record>) -> bool {
     // Kernel threads have an empty maps file; that is fine.
     if let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) {
         for m in maps.lines().filter_map(parse_maps_line).filter(is_symbolizable) {
+            // The build-id is read here, through the mapping itself (map_files), so the
+            // recorder never has to open the path a process could have replaced.
+            let build_id = mapped_build_id(pid, &m);
             out.push(Record::Mmap(Mmap {
                 time: 0,
                 pid,
@@ -119,12 +196,44 @@ pub fn synthesize_process(pid: u32, out: &mut Vec<Record>) -> bool {
                 prot: m.prot,
                 cpumode: CpuMode::User,
                 path: m.path,
-                build_id: None,
+                build_id,
             }));
             any = true;
         }
     }
     any
+}
+
+/// Largest number of files whose build-ids [`mapped_build_id`] remembers.
+const BUILD_ID_CACHE_MAX: usize = 1 << 16;
+
+thread_local! {
+    /// Build-ids by (device, inode): `-a` sees libc in every process; read it once.
+    static BUILD_IDS: std::cell::RefCell<std::collections::HashMap<(u64, u64), Option<Vec<u8>>>> =
+        Default::default();
+}
+
+/// The build-id of the file behind mapping `m` of `pid`, opened with
+/// [`open_mapped_file`]; `None` for the vdso, anonymous memory, files without one, and
+/// files that cannot be opened safely.
+fn mapped_build_id(pid: u32, m: &MapsEntry) -> Option<Vec<u8>> {
+    if m.inode == 0 {
+        return None;
+    }
+    let key = (m.dev, m.inode);
+    if let Some(hit) = BUILD_IDS.with(|c| c.borrow().get(&key).cloned()) {
+        return hit;
+    }
+    let f = open_mapped_file(pid, m).ok()?; // not cached: another process may map it readably
+    let id = crate::buildid::read_build_id_from(&f);
+    BUILD_IDS.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= BUILD_ID_CACHE_MAX {
+            c.clear();
+        }
+        c.insert(key, id.clone());
+    });
+    id
 }
 
 /// Address of `_text` (or else `_stext`) from /proc/kallsyms text (`addr type name`).
@@ -197,6 +306,7 @@ mod tests {
     fn maps_lines() {
         let m = parse_maps_line("55d0c0a00000-55d0c0a21000 r-xp 00002000 fd:01 1234      /usr/bin/cat").unwrap();
         assert_eq!((m.start, m.end, m.prot, m.offset, m.inode), (0x55d0c0a00000, 0x55d0c0a21000, 5, 0x2000, 1234));
+        assert_eq!(m.dev, libc::makedev(0xfd, 1));
         assert_eq!(m.path, "/usr/bin/cat");
         assert!(is_symbolizable(&m));
         let m = parse_maps_line("7ffd1000-7ffd3000 r-xp 00000000 00:00 0                          [vdso]").unwrap();
@@ -209,6 +319,43 @@ mod tests {
         assert!(m.shared);
         assert!(parse_maps_line("garbage").is_none());
         assert!(parse_maps_line("2000-1000 r-xp 0 0:0 0 /x").is_none());
+    }
+
+    #[test]
+    fn untrusted_paths_never_block_and_must_match() {
+        let dir = std::env::temp_dir().join(format!("tailprof-procfs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A FIFO without a writer: a blocking open would hang this test forever.
+        assert!(open_untrusted(&fifo).is_err());
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        assert!(open_untrusted(&link).is_err(), "a final symlink is not followed");
+        let file = dir.join("file");
+        fs::write(&file, b"x").unwrap();
+        let md = fs::metadata(&file).unwrap();
+        assert!(open_untrusted(&file).is_ok());
+        assert!(open_untrusted_as(&file, md.dev(), md.ino()).is_ok());
+        assert!(open_untrusted_as(&file, md.dev(), md.ino() + 1).is_err(), "another inode is refused");
+        assert!(open_untrusted(&dir).is_err(), "directories are refused");
+        // A mapping of this process: opened through map_files (root) or the path.
+        let me = std::process::id();
+        let exe = std::env::current_exe().unwrap();
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let m = maps.lines().filter_map(parse_maps_line).find(|m| Path::new(&m.path) == exe).unwrap();
+        let f = open_mapped_file(me, &m).unwrap();
+        assert_eq!(f.metadata().unwrap().ino(), m.inode);
+        // The same mapping, claimed to be the FIFO's path: refused at once (the map_files
+        // entry still names the real file, whose path differs; with a wrong inode, refused).
+        let fake = MapsEntry { inode: m.inode.wrapping_add(1), path: fifo.display().to_string(), ..m.clone() };
+        assert!(open_mapped_file(me, &fake).is_err());
+        let anon = MapsEntry { inode: 0, path: String::new(), ..m };
+        assert!(open_mapped_file(me, &anon).is_err());
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

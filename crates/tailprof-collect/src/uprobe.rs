@@ -165,7 +165,7 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
     };
     let path = found.ok_or_else(|| UprobeError::BinaryNotFound(spec.binary.clone()))?;
     let path = std::fs::canonicalize(&path).unwrap_or(path);
-    let data = std::fs::read(&path).map_err(|source| UprobeError::Read {
+    let data = read_binary(&path).map_err(|source| UprobeError::Read {
         path: path.display().to_string(),
         source,
     })?;
@@ -190,6 +190,27 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
         addr,
         offset,
     })
+}
+
+/// Largest binary [`resolve`] reads into memory.
+const MAX_BINARY: u64 = 1 << 30;
+
+/// Read a probed binary: opened like every path another user may control
+/// ([`crate::procfs::open_untrusted`]: no final symlink, never blocks, regular files only)
+/// and bounded in size before allocating.
+fn read_binary(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = crate::procfs::open_untrusted(path)?;
+    let len = f.metadata()?.len();
+    if len > MAX_BINARY {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{len} bytes is larger than the {MAX_BINARY}-byte limit for a probed binary"),
+        ));
+    }
+    let mut data = Vec::with_capacity(len as usize);
+    f.take(MAX_BINARY).read_to_end(&mut data)?;
+    Ok(data)
 }
 
 enum Lookup {

@@ -11,7 +11,6 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use crate::procfs::{parse_maps_line, MapsEntry};
 
@@ -109,8 +108,9 @@ pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
             continue;
         }
         seen.push(&e.path);
-        let rooted = format!("/proc/{pid}/root{}", e.path);
-        let f = match File::open(&rooted).or_else(|_| File::open(Path::new(&e.path))) {
+        // Through the mapping itself, never blocking, and only the very file mapped
+        // (issue 10, finding 3): a FIFO or another file at the path is skipped.
+        let f = match crate::procfs::open_mapped_file(pid, e) {
             Ok(f) => f,
             Err(_) => continue,
         };
