@@ -1,0 +1,180 @@
+//! The store's tables: row types and their Parquet schemas (version [`SCHEMA_VERSION`]).
+//! `docs/STORE.md` documents every column; change both together and bump the version.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the table schemas below, stored in every file's key-value metadata
+/// (`tailprof.schema_version`). Readers refuse files with a larger major version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Key-value metadata keys.
+pub const KV_VERSION: &str = "tailprof.schema_version";
+pub const KV_META: &str = "tailprof.window";
+
+/// One frame of a stored stack: the ELF's build-id (hex) and the file offset of the
+/// address in it. Kernel frames use build-id `kernel` and the absolute address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StoreFrame {
+    pub build_id: String,
+    pub offset: u64,
+}
+
+/// Build-id used for kernel frames (offset = address).
+pub const KERNEL_BUILD_ID: &str = "kernel";
+/// Prefix of the pseudo build-id of a file that has none: `path:` + FNV hash of path,
+/// size and mtime, so two versions of it stay apart.
+pub const NO_BUILD_ID_PREFIX: &str = "nobuildid-";
+
+/// `samples` table: one row per (window, pid, comm, event, stack) with its count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleRow {
+    pub window_start_us: i64,
+    pub window_end_us: i64,
+    pub pid: u32,
+    pub comm: String,
+    pub event: String,
+    /// Path of the leaf frame's binary as mapped (`[kernel]`, `[unknown]` when unmapped).
+    pub binary: String,
+    /// Stable 64-bit hash of the frames (equal stacks share it across files and hosts).
+    pub stack_id: u64,
+    /// Innermost first; `frames[0]` is the sampled instruction.
+    pub frames: Vec<StoreFrame>,
+    /// Whether the stack stopped before the outermost frame (unwinding failed or depth cap).
+    pub truncated: bool,
+    pub count: u64,
+    /// Sum of the samples' periods (nanoseconds for cpu-clock).
+    pub period: u64,
+}
+
+/// Parquet schema of the `samples` table.
+pub const SAMPLES_SCHEMA: &str = "message tailprof_samples {
+  required int64 window_start (TIMESTAMP(MICROS,true));
+  required int64 window_end (TIMESTAMP(MICROS,true));
+  required int32 pid;
+  required binary comm (STRING);
+  required binary event (STRING);
+  required binary binary_path (STRING);
+  required binary build_id (STRING);
+  required int64 leaf_offset;
+  required int64 stack_id;
+  required group stack_build_ids (LIST) { repeated group list { required binary element (STRING); } }
+  required group stack_offsets (LIST) { repeated group list { required int64 element; } }
+  required boolean truncated;
+  required int64 count;
+  required int64 period;
+}";
+
+/// `symbols` table: the functions of one binary, by file offset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SymbolRow {
+    pub build_id: String,
+    pub binary: String,
+    /// File offset of the function's first byte.
+    pub start: u64,
+    /// Bytes (0 = unknown: the function ends where the next begins).
+    pub size: u64,
+    /// Demangled name.
+    pub name: String,
+}
+
+pub const SYMBOLS_SCHEMA: &str = "message tailprof_symbols {
+  required binary build_id (STRING);
+  required binary binary_path (STRING);
+  required int64 start_offset;
+  required int64 size;
+  required binary name (STRING);
+}";
+
+/// `latency` table: per-window, per-class request latency histogram (log2 buckets).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyRow {
+    pub window_start_us: i64,
+    pub window_end_us: i64,
+    pub class: String,
+    /// Upper bound (inclusive) of the bucket in nanoseconds: 2^k.
+    pub le_ns: u64,
+    pub count: u64,
+}
+
+pub const LATENCY_SCHEMA: &str = "message tailprof_latency {
+  required int64 window_start (TIMESTAMP(MICROS,true));
+  required int64 window_end (TIMESTAMP(MICROS,true));
+  required binary class (STRING);
+  required int64 le_ns;
+  required int64 count;
+}";
+
+/// `items` table: one retained slow request with its explanation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemRow {
+    /// Wall-clock time of the request's begin.
+    pub begin_us: i64,
+    pub duration_ns: u64,
+    pub class: String,
+    pub item_id: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// Why it was kept: `p99` (slower than the class's recent p99) or `threshold`.
+    pub reason: String,
+    /// The latency it was compared with, ns.
+    pub limit_ns: u64,
+    /// On-CPU samples inside the request.
+    pub samples: u64,
+    /// Time not covered by samples (duration - samples × period), ns: off-CPU estimate.
+    pub off_cpu_ns: u64,
+    /// JSON: `{"functions":[{"name","samples"}...], "stacks":[{"frames":[...],"samples"}...]}`.
+    pub explanation: String,
+}
+
+pub const ITEMS_SCHEMA: &str = "message tailprof_items {
+  required int64 begin (TIMESTAMP(MICROS,true));
+  required int64 duration_ns;
+  required binary class (STRING);
+  required int64 item_id;
+  required int32 pid;
+  required int32 tid;
+  required binary comm (STRING);
+  required binary reason (STRING);
+  required int64 limit_ns;
+  required int64 samples;
+  required int64 off_cpu_ns;
+  required binary explanation (STRING);
+}";
+
+/// Per-file facts, stored as JSON in the key-value metadata (`tailprof.window`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WindowMeta {
+    pub schema_version: u32,
+    pub host: String,
+    pub window_start_us: i64,
+    pub window_end_us: i64,
+    /// Samples aggregated in this window.
+    pub samples: u64,
+    /// Samples the kernel dropped in this window (LOST records).
+    pub lost_samples: u64,
+    /// Windows dropped since the previous file (disk full, write errors).
+    pub dropped_windows: u64,
+    /// Rows cut because the window's aggregate table was full.
+    pub dropped_rows: u64,
+    /// Events and their sampling setup, e.g. `cpu-clock F=49`.
+    pub events: Vec<String>,
+    pub agent_version: String,
+}
+
+/// FNV-1a over the frames: the `stack_id` column.
+pub fn stack_id(frames: &[StoreFrame]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: &[u8]| {
+        for &x in b {
+            h ^= x as u64;
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
+    };
+    for f in frames {
+        eat(f.build_id.as_bytes());
+        eat(&[0]);
+        eat(&f.offset.to_le_bytes());
+    }
+    h
+}

@@ -1,0 +1,180 @@
+//! Writing tables: the low-level Parquet column writer (no Arrow), zstd, dictionary
+//! encoding for the string columns, one row group per file, and the atomic rule.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
+use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
+use parquet::format::KeyValue;
+use parquet::schema::parser::parse_message_type;
+
+use crate::atomic::AtomicFile;
+use crate::schema::*;
+use crate::{Result, StoreError};
+
+/// One column's values (and levels, for the list columns), in schema order.
+pub(crate) enum Col {
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    Bool(Vec<bool>),
+    Str(Vec<ByteArray>),
+    ListStr(Vec<ByteArray>, Vec<i16>, Vec<i16>),
+    ListI64(Vec<i64>, Vec<i16>, Vec<i16>),
+}
+
+fn ba(s: &str) -> ByteArray {
+    ByteArray::from(s.as_bytes().to_vec())
+}
+
+fn sat_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Writes one table file atomically. Returns its size in bytes.
+pub(crate) fn write_table(path: &Path, schema: &str, meta: Option<&WindowMeta>, rows: usize, cols: Vec<Col>) -> Result<u64> {
+    let schema = Arc::new(parse_message_type(schema).map_err(|e| StoreError::pq(path, e))?);
+    let mut kv = vec![KeyValue::new(KV_VERSION.to_string(), SCHEMA_VERSION.to_string())];
+    if let Some(m) = meta {
+        kv.push(KeyValue::new(KV_META.to_string(), serde_json::to_string(m).unwrap_or_default()));
+    }
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).map_err(|e| StoreError::pq(path, e))?))
+        .set_created_by(format!("tailprof {}", env!("CARGO_PKG_VERSION")))
+        .set_key_value_metadata(Some(kv))
+        .build();
+    let mut af = AtomicFile::create(path)?;
+    {
+        let mut w = SerializedFileWriter::new(af.file(), schema, Arc::new(props)).map_err(|e| StoreError::pq(path, e))?;
+        if rows > 0 {
+            let mut rg = w.next_row_group().map_err(|e| StoreError::pq(path, e))?;
+            for col in cols {
+                let mut cw = rg
+                    .next_column()
+                    .map_err(|e| StoreError::pq(path, e))?
+                    .ok_or_else(|| StoreError::pq(path, "more columns than the schema"))?;
+                let r = match &col {
+                    Col::I64(v) => cw.typed::<Int64Type>().write_batch(v, None, None),
+                    Col::I32(v) => cw.typed::<Int32Type>().write_batch(v, None, None),
+                    Col::Bool(v) => cw.typed::<BoolType>().write_batch(v, None, None),
+                    Col::Str(v) => cw.typed::<ByteArrayType>().write_batch(v, None, None),
+                    Col::ListStr(v, d, r) => cw.typed::<ByteArrayType>().write_batch(v, Some(d), Some(r)),
+                    Col::ListI64(v, d, r) => cw.typed::<Int64Type>().write_batch(v, Some(d), Some(r)),
+                };
+                r.map_err(|e| StoreError::pq(path, e))?;
+                cw.close().map_err(|e| StoreError::pq(path, e))?;
+            }
+            rg.close().map_err(|e| StoreError::pq(path, e))?;
+        }
+        w.close().map_err(|e| StoreError::pq(path, e))?;
+    }
+    let size = af.file().metadata().map(|m| m.len()).unwrap_or(0);
+    af.commit()?;
+    Ok(size)
+}
+
+/// Writes a `samples` file (one window, or a compacted run of windows). Returns bytes.
+pub fn write_samples(path: &Path, meta: &WindowMeta, rows: &[SampleRow]) -> Result<u64> {
+    let n = rows.len();
+    let mut ws = Vec::with_capacity(n);
+    let mut we = Vec::with_capacity(n);
+    let mut pid = Vec::with_capacity(n);
+    let mut comm = Vec::with_capacity(n);
+    let mut event = Vec::with_capacity(n);
+    let mut bin = Vec::with_capacity(n);
+    let mut bid = Vec::with_capacity(n);
+    let mut leaf = Vec::with_capacity(n);
+    let mut sid = Vec::with_capacity(n);
+    let (mut lb, mut lo, mut def, mut rep) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut trunc = Vec::with_capacity(n);
+    let mut count = Vec::with_capacity(n);
+    let mut period = Vec::with_capacity(n);
+    for r in rows {
+        ws.push(r.window_start_us);
+        we.push(r.window_end_us);
+        pid.push(r.pid as i32);
+        comm.push(ba(&r.comm));
+        event.push(ba(&r.event));
+        bin.push(ba(&r.binary));
+        let first = r.frames.first();
+        bid.push(ba(first.map(|f| f.build_id.as_str()).unwrap_or("")));
+        leaf.push(first.map(|f| sat_i64(f.offset)).unwrap_or(-1));
+        sid.push(r.stack_id as i64);
+        let frames = &r.frames[..r.frames.len().min(crate::MAX_FRAMES)];
+        if frames.is_empty() {
+            def.push(0);
+            rep.push(0);
+        }
+        for (i, f) in frames.iter().enumerate() {
+            lb.push(ba(&f.build_id));
+            lo.push(sat_i64(f.offset));
+            def.push(1);
+            rep.push(if i == 0 { 0 } else { 1 });
+        }
+        trunc.push(r.truncated || r.frames.len() > crate::MAX_FRAMES);
+        count.push(sat_i64(r.count));
+        period.push(sat_i64(r.period));
+    }
+    let cols = vec![
+        Col::I64(ws),
+        Col::I64(we),
+        Col::I32(pid),
+        Col::Str(comm),
+        Col::Str(event),
+        Col::Str(bin),
+        Col::Str(bid),
+        Col::I64(leaf),
+        Col::I64(sid),
+        Col::ListStr(lb, def.clone(), rep.clone()),
+        Col::ListI64(lo, def, rep),
+        Col::Bool(trunc),
+        Col::I64(count),
+        Col::I64(period),
+    ];
+    write_table(path, SAMPLES_SCHEMA, Some(meta), n, cols)
+}
+
+/// Writes the symbol table of one binary. Returns bytes.
+pub fn write_symbols(path: &Path, rows: &[SymbolRow]) -> Result<u64> {
+    let cols = vec![
+        Col::Str(rows.iter().map(|r| ba(&r.build_id)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.binary)).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.start)).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.size)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.name)).collect()),
+    ];
+    write_table(path, SYMBOLS_SCHEMA, None, rows.len(), cols)
+}
+
+/// Writes a `latency` file. Returns bytes.
+pub fn write_latency(path: &Path, meta: &WindowMeta, rows: &[LatencyRow]) -> Result<u64> {
+    let cols = vec![
+        Col::I64(rows.iter().map(|r| r.window_start_us).collect()),
+        Col::I64(rows.iter().map(|r| r.window_end_us).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.class)).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.le_ns)).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.count)).collect()),
+    ];
+    write_table(path, LATENCY_SCHEMA, Some(meta), rows.len(), cols)
+}
+
+/// Writes an `items` file. Returns bytes.
+pub fn write_items(path: &Path, meta: &WindowMeta, rows: &[ItemRow]) -> Result<u64> {
+    let cols = vec![
+        Col::I64(rows.iter().map(|r| r.begin_us).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.duration_ns)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.class)).collect()),
+        Col::I64(rows.iter().map(|r| r.item_id as i64).collect()),
+        Col::I32(rows.iter().map(|r| r.pid as i32).collect()),
+        Col::I32(rows.iter().map(|r| r.tid as i32).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.comm)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.reason)).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.limit_ns)).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.samples)).collect()),
+        Col::I64(rows.iter().map(|r| sat_i64(r.off_cpu_ns)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.explanation)).collect()),
+    ];
+    write_table(path, ITEMS_SCHEMA, Some(meta), rows.len(), cols)
+}
