@@ -6,8 +6,10 @@
 //!   blazesym; unknown addresses come back with a reason, never as an error.
 //! - [`profile`]: flat profiles by function, binary or thread. Per sample only a hash
 //!   map increment; address resolution and symbolization run once per unique key.
-//! - [`resolve`]: (pid, ip) → location → function, once per unique key; shared by
-//!   profiles and the per-item join.
+//! - [`resolve`]: (pid, ip) → location → function, once per unique key, and
+//!   [`Resolved`], the one [`tailprof_format::Sink`] adapter every analysis reads a
+//!   trace through: it keeps the address spaces (and stack table) current and hands the
+//!   analysis (a [`ResolvedSink`]) its samples with the resolver.
 //! - [`items`]: per-item (request) attribution: markers joined with samples, per-item
 //!   per-function estimates, slow items flagged and explained.
 //! - [`info`]: what `tailprof info` shows.
@@ -43,6 +45,7 @@ pub use items::{
     ItemsOptions, ItemsReport,
 };
 pub use maps::AddressSpaces;
+pub use resolve::{LocId, Resolved, ResolvedSink, Resolver};
 pub use profile::{
     flat_profile, select_event, FlatProfile, GroupBy, ProfileBuilder, ProfileOptions, ProfileRow,
 };

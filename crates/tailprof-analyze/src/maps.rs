@@ -27,8 +27,18 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{Comm, CpuMode, Mmap, Sink, Task};
 
-/// Index into [`AddressSpaces::binaries`].
-pub type BinaryId = u32;
+/// Index into [`AddressSpaces::binaries`] (dense, in order of first sight; 0..=2 are
+/// the fixed [`BIN_KERNEL`], [`BIN_UNMAPPED`], [`BIN_GUEST`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct BinaryId(pub u32);
+
+impl BinaryId {
+    /// Position in [`AddressSpaces::binaries`].
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// The pid under which perf (and we) file kernel mappings.
 pub const KERNEL_PID: u32 = u32::MAX;
@@ -153,9 +163,9 @@ impl Default for AddressSpaces {
 }
 
 /// Fixed binary ids.
-pub const BIN_KERNEL: BinaryId = 0;
-pub const BIN_UNMAPPED: BinaryId = 1;
-pub const BIN_GUEST: BinaryId = 2;
+pub const BIN_KERNEL: BinaryId = BinaryId(0);
+pub const BIN_UNMAPPED: BinaryId = BinaryId(1);
+pub const BIN_GUEST: BinaryId = BinaryId(2);
 
 impl AddressSpaces {
     pub fn new() -> Self {
@@ -188,7 +198,7 @@ impl AddressSpaces {
         if let Some(&id) = self.binary_index.get(&key) {
             return id;
         }
-        let id = self.binaries.len() as BinaryId;
+        let id = BinaryId(self.binaries.len() as u32);
         self.binaries.push(Binary { path: key.0.clone(), build_id: key.1.clone(), kind });
         self.binary_index.insert(key, id);
         id
@@ -200,7 +210,7 @@ impl AddressSpaces {
     }
 
     pub fn binary(&self, id: BinaryId) -> &Binary {
-        &self.binaries[id as usize]
+        &self.binaries[id.index()]
     }
 
     /// Changes whenever the mappings of `pid` change (0: no mappings were ever seen).
@@ -249,7 +259,7 @@ impl AddressSpaces {
             return self.resolve_kernel(ip);
         }
         if let Some(m) = self.spaces.get(&pid).and_then(|s| s.find(ip)) {
-            let kind = self.binaries[m.binary as usize].kind;
+            let kind = self.binaries[m.binary.index()].kind;
             let offset = match kind {
                 BinaryKind::File | BinaryKind::Vdso => ip - m.start + m.pgoff,
                 _ => ip,
@@ -265,7 +275,7 @@ impl AddressSpaces {
 
     fn resolve_kernel(&self, ip: u64) -> Location {
         let binary = match self.kernel.find(ip) {
-            Some(m) if self.binaries[m.binary as usize].kind == BinaryKind::KernelModule => m.binary,
+            Some(m) if self.binaries[m.binary.index()].kind == BinaryKind::KernelModule => m.binary,
             _ => BIN_KERNEL,
         };
         Location { binary, offset: ip }

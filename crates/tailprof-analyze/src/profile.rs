@@ -1,6 +1,8 @@
 //! Flat profiles: samples per function, per binary or per thread.
 //!
-//! [`ProfileBuilder`] is a [`Sink`]. Its per-sample work is deliberately tiny:
+//! [`ProfileBuilder`] is a [`Sink`]: the [`Resolved`] adapter around the profile's
+//! counters ([`ProfileCounts`]), which keeps the address spaces current. Its per-sample
+//! work is deliberately tiny:
 //!
 //! - by function / by binary: [`Resolver::loc`] (one FxHashMap lookup on `(pid, ip)`,
 //!   re-resolved only when the pid's mappings changed) gives a dense location id whose
@@ -12,13 +14,10 @@
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use tailprof_format::{
-    BuildIdEntry, Comm, Lost, LossKind, Mmap, ReadSummary, Sample, Sink, Task, Throttle, TraceHeader,
-    TraceReader,
-};
+use tailprof_format::{Lost, LossKind, ReadSummary, Sample, Throttle, TraceHeader, TraceReader};
 
 use crate::maps::{short_name, AddressSpaces, BinaryId};
-use crate::resolve::Resolver;
+use crate::resolve::{Resolved, ResolvedSink, Resolver};
 use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
@@ -160,13 +159,15 @@ pub struct FlatProfile {
 
 const NO_COMM: u32 = u32::MAX;
 
-/// A [`Sink`] that builds a [`FlatProfile`]; see the module docs.
+/// A [`tailprof_format::Sink`] that builds a [`FlatProfile`]; see the module docs.
+pub type ProfileBuilder = Resolved<ProfileCounts>;
+
+/// The counters of a flat profile, fed resolved samples by [`ProfileBuilder`].
 #[derive(Debug)]
-pub struct ProfileBuilder {
+pub struct ProfileCounts {
     header: TraceHeader,
     by: GroupBy,
     event: u16,
-    resolver: Resolver,
     loc_counts: Vec<Counts>,
     threads: FxHashMap<(u32, u32, u32), Counts>,
     per_event: Vec<Counts>,
@@ -177,7 +178,7 @@ pub struct ProfileBuilder {
     read: Option<ReadSummary>,
 }
 
-impl ProfileBuilder {
+impl Resolved<ProfileCounts> {
     /// A builder for `header`'s trace. Fails if `opts.event` names no event.
     pub fn new(header: &TraceHeader, opts: &ProfileOptions) -> Result<Self, AnalyzeError> {
         let event = opts.event.unwrap_or(0);
@@ -187,11 +188,10 @@ impl ProfileBuilder {
                 available: header.events.iter().map(|e| e.name.clone()).collect(),
             });
         }
-        Ok(ProfileBuilder {
+        let counts = ProfileCounts {
             header: header.clone(),
             by: opts.by,
             event,
-            resolver: Resolver::new(header),
             loc_counts: Vec::new(),
             threads: FxHashMap::default(),
             per_event: vec![Counts::default(); header.events.len().max(1)],
@@ -200,28 +200,31 @@ impl ProfileBuilder {
             throttled: 0,
             unthrottled: 0,
             read: None,
-        })
-    }
-
-    /// Build-ids the trace records per path (used when MMAP records carry none). May be
-    /// called any time before [`ProfileBuilder::finish`].
-    pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
-        self.resolver.add_build_ids(entries);
+        };
+        Ok(Resolved::wrap(header, counts))
     }
 
     /// Attach the reader's summary (shown as warnings when the trace was damaged).
     pub fn set_read_summary(&mut self, read: ReadSummary) {
-        self.read = Some(read);
+        self.inner_mut().read = Some(read);
     }
 
     /// The address-space state as of the last record.
     pub fn address_spaces(&self) -> &AddressSpaces {
-        self.resolver.spaces()
+        self.resolver().spaces()
     }
 
+    /// Symbolize and fold into rows.
+    pub fn finish(self, symbolizer: &mut Symbolizer) -> FlatProfile {
+        let (counts, resolver) = self.into_parts();
+        counts.finish(&resolver, symbolizer)
+    }
+}
+
+impl ProfileCounts {
     #[inline]
-    fn add_by_address(&mut self, s: &Sample) {
-        let loc = self.resolver.loc(s) as usize;
+    fn add_by_address(&mut self, s: &Sample, resolver: &mut Resolver) {
+        let loc = resolver.loc(s).index();
         if loc >= self.loc_counts.len() {
             self.loc_counts.resize(loc + 1, Counts::default());
         }
@@ -229,24 +232,19 @@ impl ProfileBuilder {
     }
 
     #[inline]
-    fn add_by_thread(&mut self, s: &Sample) {
-        let comm = self
-            .resolver
-            .spaces()
-            .comm_id(s.tid)
-            .or_else(|| self.resolver.spaces().comm_id(s.pid))
-            .unwrap_or(NO_COMM);
+    fn add_by_thread(&mut self, s: &Sample, resolver: &Resolver) {
+        let spaces = resolver.spaces();
+        let comm = spaces.comm_id(s.tid).or_else(|| spaces.comm_id(s.pid)).unwrap_or(NO_COMM);
         self.threads.entry((s.pid, s.tid, comm)).or_default().add(s);
     }
 
-    /// Symbolize and fold into rows.
-    pub fn finish(self, symbolizer: &mut Symbolizer) -> FlatProfile {
+    fn finish(self, resolver: &Resolver, symbolizer: &mut Symbolizer) -> FlatProfile {
         let total = self.per_event.get(self.event as usize).copied().unwrap_or_default();
         let mut unknown: FxHashMap<(String, String), u64> = FxHashMap::default();
         let mut kernel_symbols = None;
         let mut rows: Vec<ProfileRow> = match self.by {
             GroupBy::Function => {
-                let table = self.resolver.functions(symbolizer);
+                let table = resolver.functions(symbolizer);
                 kernel_symbols = table.kernel_note.clone();
                 let mut folded = vec![Counts::default(); table.rows.len()];
                 for (loc, &f) in table.of_loc.iter().enumerate() {
@@ -267,8 +265,8 @@ impl ProfileBuilder {
             GroupBy::Binary => {
                 // By path: a file replaced during the trace (new build-id) is one row.
                 let mut folded: FxHashMap<&str, Counts> = FxHashMap::default();
-                for (i, loc) in self.resolver.locations().iter().enumerate() {
-                    let path = self.resolver.spaces().binary(loc.binary).path.as_str();
+                for (i, loc) in resolver.locations().iter().enumerate() {
+                    let path = resolver.spaces().binary(loc.binary).path.as_str();
                     folded.entry(path).or_default().merge(self.loc_counts.get(i).copied().unwrap_or_default());
                 }
                 folded
@@ -281,7 +279,7 @@ impl ProfileBuilder {
                 .iter()
                 .map(|(&(pid, tid, comm), &c)| {
                     let name = if comm != NO_COMM {
-                        self.resolver.spaces().comm_name(comm).to_owned()
+                        resolver.spaces().comm_name(comm).to_owned()
                     } else if tid == 0 {
                         "swapper".to_owned()
                     } else {
@@ -308,7 +306,7 @@ impl ProfileBuilder {
             .collect();
         unknown.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.binary.cmp(&b.binary)));
         let binaries = {
-            let mut seen: Vec<BinaryId> = self.resolver.locations().iter().map(|l| l.binary).collect();
+            let mut seen: Vec<BinaryId> = resolver.locations().iter().map(|l| l.binary).collect();
             seen.sort_unstable();
             seen.dedup();
             seen.len() as u64
@@ -341,8 +339,8 @@ impl ProfileBuilder {
             kernel_symbols,
             read: self.read,
             stats: ProfileStats {
-                unique_keys: self.resolver.unique_keys() as u64,
-                unique_locations: self.resolver.locations().len() as u64,
+                unique_keys: resolver.unique_keys() as u64,
+                unique_locations: resolver.locations().len() as u64,
                 binaries,
             },
         }
@@ -365,9 +363,9 @@ pub fn event_name(header: &TraceHeader, i: u16) -> String {
     header.events.get(i as usize).map_or_else(|| format!("event {i}"), |e| e.name.clone())
 }
 
-impl Sink for ProfileBuilder {
+impl ResolvedSink for ProfileCounts {
     #[inline]
-    fn handle_sample(&mut self, s: &Sample) {
+    fn handle_sample(&mut self, s: &Sample, resolver: &mut Resolver) {
         let ev = s.event as usize;
         if ev >= self.per_event.len() {
             self.per_event.resize(ev + 1, Counts::default());
@@ -377,21 +375,9 @@ impl Sink for ProfileBuilder {
             return;
         }
         match self.by {
-            GroupBy::Function | GroupBy::Binary => self.add_by_address(s),
-            GroupBy::Thread => self.add_by_thread(s),
+            GroupBy::Function | GroupBy::Binary => self.add_by_address(s, resolver),
+            GroupBy::Thread => self.add_by_thread(s, resolver),
         }
-    }
-    fn handle_mmap(&mut self, m: &Mmap) {
-        self.resolver.handle_mmap(m);
-    }
-    fn handle_comm(&mut self, c: &Comm) {
-        self.resolver.handle_comm(c);
-    }
-    fn handle_fork(&mut self, t: &Task) {
-        self.resolver.handle_fork(t);
-    }
-    fn handle_exit(&mut self, t: &Task) {
-        self.resolver.handle_exit(t);
     }
     fn handle_lost(&mut self, l: &Lost) {
         match l.kind {

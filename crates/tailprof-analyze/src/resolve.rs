@@ -1,31 +1,72 @@
-//! Sample address → function, resolved once per unique key.
+//! Sample address → function, resolved once per unique key, and the [`Resolved`]
+//! adapter every per-function analysis reads a trace through.
 //!
 //! [`Resolver`] owns the part every per-function analysis shares (the flat profile in
-//! [`crate::profile`], the per-item join in [`crate::items`]):
+//! [`crate::profile`], the per-item join in [`crate::items`], the export's sample
+//! instants, the stack and off-CPU analyses):
 //!
 //! - while reading: it follows the side-band records ([`AddressSpaces`]) and maps each
 //!   sample to a dense [`LocId`] with one FxHashMap lookup on `(pid, ip)`. The slot
 //!   remembers the address-space generation it was resolved under; only when the pid's
 //!   mappings changed since (exec, fork, mmap) is the IP resolved again. Kernel samples
 //!   use [`KERNEL_PID`] (all processes share kernel addresses), guest samples their own
-//!   key. A [`LocId`] stands for a unique [`Location`] (binary, file offset).
+//!   key. A [`LocId`] stands for a unique [`Location`] (binary, file offset). When the
+//!   analysis asks for it ([`ResolvedSink::KEEP_STACKS`]) it also keeps the trace's
+//!   [`StackTable`], so stack ids of samples and switches resolve to frames.
 //! - after reading: [`Resolver::functions`] symbolizes every location once, in one
 //!   batch per binary, and folds locations into function rows ([`FunctionTable`]):
 //!   (name, binary path) pairs, unknown addresses named `[unknown] bin+0x..` with their
 //!   reason. Names come back as ids of the symbolizer's name table, each distinct raw
 //!   name demangled once, so folding is keyed on integers, not strings.
 //!
+//! [`Resolved<S>`] is the one [`Sink`] that feeds a [`Resolver`]: it applies every
+//! MMAP/COMM/FORK/EXIT (and stack definition) to the resolver *before* handing the
+//! record on, and gives the inner analysis (a [`ResolvedSink`]) each sample and switch
+//! together with the resolver, whose [`Resolver::loc`] resolves the sample lazily (an
+//! analysis that skips a sample pays nothing for it). Every other record is forwarded
+//! unchanged. Analyses therefore never forward side-band records by hand:
+//!
+//! ```
+//! use tailprof_analyze::resolve::{LocId, Resolved, ResolvedSink, Resolver};
+//! use tailprof_format::{Sample, Sink, TraceHeader};
+//! #[derive(Default)]
+//! struct Count(Vec<(u32, LocId)>);
+//! impl ResolvedSink for Count {
+//!     fn handle_sample(&mut self, s: &Sample, r: &mut Resolver) {
+//!         self.0.push((s.tid, r.loc(s)));
+//!     }
+//! }
+//! let mut sink = Resolved::wrap(&TraceHeader::default(), Count::default());
+//! sink.handle_sample(&Sample { ip: 0x1000, ..Default::default() });
+//! let (count, resolver) = sink.into_parts();
+//! assert_eq!(resolver.locations().len(), count.0.len());
+//! ```
+//!
 //! Callers keep their own counters indexed by [`LocId`] (or by anything keyed on it) and
-//! fold them through [`FunctionTable::of_loc`] at the end.
+//! fold them through [`FunctionTable::function_of`] at the end.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{BuildIdEntry, Comm, CpuMode, Mmap, Sample, Sink, Task, TraceHeader};
+use serde::Serialize;
+use tailprof_format::{
+    BuildIdEntry, Comm, CpuMode, ItemClass, Lost, Marker, Mmap, Sample, Sink, StackDef, StackTable, Switch, Task,
+    Throttle, TraceHeader,
+};
 
 use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
 use crate::symbolize::{KernelOrigin, NameId, SymIdResult, Symbolizer, UnknownReason};
 
-/// Dense id of a unique [`Location`], in order of first sight.
-pub type LocId = u32;
+/// Dense id of a unique [`Location`], in order of first sight: index into
+/// [`Resolver::locations`] and [`FunctionTable::of_loc`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize)]
+pub struct LocId(pub u32);
+
+impl LocId {
+    /// Position in [`Resolver::locations`] (and in callers' dense per-location tables).
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// Pid key for guest/hypervisor samples (their addresses mean nothing to us).
 const GUEST_PID: u32 = u32::MAX - 1;
@@ -49,10 +90,15 @@ pub struct Resolver {
     loc_list: Vec<Location>,
     /// One-entry cache of (pid, generation); cleared by every side-band record.
     last_gen: Option<(u32, u32)>,
+    /// The trace's stack nodes, when kept ([`Resolver::keep_stacks`]).
+    stacks: StackTable,
+    keep_stacks: bool,
+    /// Stack definitions that did not extend `stacks` in order (never, from a reader).
+    bad_stack_defs: u64,
 }
 
 /// One function row: a name within a binary.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FunctionInfo {
     pub name: String,
     /// Full path of the binary.
@@ -64,13 +110,26 @@ pub struct FunctionInfo {
 /// Locations folded into functions by [`Resolver::functions`].
 #[derive(Debug, Clone, Default)]
 pub struct FunctionTable {
-    /// Function row of each [`LocId`].
+    /// Function row of each [`LocId`] (see [`FunctionTable::function_of`]).
     pub of_loc: Vec<u32>,
     /// Function rows, in order of first location.
     pub rows: Vec<FunctionInfo>,
     /// Kernel symbol source, or why kernel addresses are not named (only when some
     /// location is in the kernel).
     pub kernel_note: Option<String>,
+}
+
+impl FunctionTable {
+    /// Index into [`FunctionTable::rows`] of the function of `loc`.
+    #[inline]
+    pub fn function_of(&self, loc: LocId) -> u32 {
+        self.of_loc[loc.index()]
+    }
+
+    /// The function row of `loc`, if `loc` came from the resolver this table was built by.
+    pub fn row_of(&self, loc: LocId) -> Option<&FunctionInfo> {
+        self.of_loc.get(loc.index()).and_then(|&f| self.rows.get(f as usize))
+    }
 }
 
 impl Resolver {
@@ -83,7 +142,26 @@ impl Resolver {
             locs: FxHashMap::default(),
             loc_list: Vec::new(),
             last_gen: None,
+            stacks: StackTable::new(),
+            keep_stacks: false,
+            bad_stack_defs: 0,
         }
+    }
+
+    /// Keep the stack definitions handed to [`Resolver::handle_stack`] (off by default:
+    /// flat analyses do not need them).
+    pub fn keep_stacks(&mut self, keep: bool) {
+        self.keep_stacks = keep;
+    }
+
+    /// The trace's stack nodes seen so far (empty unless kept).
+    pub fn stacks(&self) -> &StackTable {
+        &self.stacks
+    }
+
+    /// Stack definitions refused because they did not continue the table in order.
+    pub fn bad_stack_defs(&self) -> u64 {
+        self.bad_stack_defs
     }
 
     /// Build-ids the trace records per path (used when MMAP records carry none).
@@ -124,7 +202,7 @@ impl Resolver {
         if let Some(&i) = self.locs.get(&loc) {
             return i;
         }
-        let i = self.loc_list.len() as LocId;
+        let i = LocId(self.loc_list.len() as u32);
         self.loc_list.push(loc);
         self.locs.insert(loc, i);
         i
@@ -134,21 +212,36 @@ impl Resolver {
     /// arrive in time order).
     #[inline]
     pub fn loc(&mut self, s: &Sample) -> LocId {
-        let pid = match s.cpumode {
-            CpuMode::GuestKernel | CpuMode::GuestUser | CpuMode::Hypervisor => GUEST_PID,
-            m if AddressSpaces::is_kernel_sample(m, s.ip) => KERNEL_PID,
-            _ => s.pid,
-        };
-        let gen = self.generation(pid);
-        let slot = self.keys.entry((pid, s.ip)).or_insert(Slot { gen: NO_GEN, loc: 0 });
+        self.loc_of(s.pid, s.ip, s.cpumode)
+    }
+
+    /// The location of address `ip` in process `pid` as of now, `cpumode` telling user,
+    /// kernel and guest addresses apart (as a sample's would); e.g. a stack frame's
+    /// address.
+    #[inline]
+    pub fn loc_of(&mut self, pid: u32, ip: u64, cpumode: CpuMode) -> LocId {
+        let key_pid = Self::key_pid(pid, ip, cpumode);
+        let gen = self.generation(key_pid);
+        let slot = self.keys.entry((key_pid, ip)).or_insert(Slot { gen: NO_GEN, loc: LocId(0) });
         if slot.gen == gen {
             return slot.loc;
         }
         // First sample of this key, or the pid's mappings changed since.
-        let l = self.spaces.resolve(pid, s.ip, s.cpumode);
+        let l = self.spaces.resolve(key_pid, ip, cpumode);
         let loc = self.intern_loc(l);
-        self.keys.insert((pid, s.ip), Slot { gen, loc });
+        self.keys.insert((key_pid, ip), Slot { gen, loc });
         loc
+    }
+
+    /// The pid under which `(pid, ip, cpumode)` is keyed: kernel addresses are shared
+    /// by all processes, guest addresses mean nothing to us.
+    #[inline]
+    pub fn key_pid(pid: u32, ip: u64, cpumode: CpuMode) -> u32 {
+        match cpumode {
+            CpuMode::GuestKernel | CpuMode::GuestUser | CpuMode::Hypervisor => GUEST_PID,
+            m if AddressSpaces::is_kernel_sample(m, ip) => KERNEL_PID,
+            _ => pid,
+        }
     }
 
     pub fn handle_mmap(&mut self, m: &Mmap) {
@@ -165,6 +258,12 @@ impl Resolver {
     }
     pub fn handle_exit(&mut self, t: &Task) {
         self.spaces.handle_exit(t);
+    }
+    /// A stack node; kept only when [`Resolver::keep_stacks`] is on.
+    pub fn handle_stack(&mut self, d: &StackDef) {
+        if self.keep_stacks && !self.stacks.handle_def(d) {
+            self.bad_stack_defs += 1;
+        }
     }
 
     /// Symbolize every location (one batch per binary) and fold them into function
@@ -256,5 +355,109 @@ pub fn unknown_name(kind: BinaryKind, path: &str, offset: u64) -> String {
         BinaryKind::Kernel | BinaryKind::KernelModule => "[kernel]".to_owned(),
         BinaryKind::File | BinaryKind::Vdso => format!("[unknown] {}+{offset:#x}", short_name(path)),
         _ => format!("[unknown] {offset:#x}"),
+    }
+}
+
+/// An analysis that reads a trace through [`Resolved`]: the address spaces (and, when
+/// kept, the stack table) are current when each method is called. Samples and switches
+/// come with the [`Resolver`]: call [`Resolver::loc`] for the samples whose location
+/// matters. Side-band methods are called after the resolver applied the record.
+pub trait ResolvedSink {
+    /// Whether the resolver keeps the trace's [`StackTable`] ([`Resolver::stacks`]).
+    const KEEP_STACKS: bool = false;
+
+    fn handle_sample(&mut self, s: &Sample, resolver: &mut Resolver);
+    fn handle_switch(&mut self, _s: &Switch, _resolver: &mut Resolver) {}
+    /// A stack node, after the resolver added it to its table (when kept).
+    fn handle_stack(&mut self, _d: &StackDef) {}
+    fn handle_mmap(&mut self, _m: &Mmap) {}
+    fn handle_comm(&mut self, _c: &Comm) {}
+    fn handle_fork(&mut self, _t: &Task) {}
+    fn handle_exit(&mut self, _t: &Task) {}
+    fn handle_lost(&mut self, _l: &Lost) {}
+    fn handle_throttle(&mut self, _t: &Throttle) {}
+    fn handle_marker(&mut self, _m: &Marker) {}
+    fn handle_item_class(&mut self, _c: &ItemClass) {}
+}
+
+/// The [`Sink`] adapter that keeps a [`Resolver`] current and hands every record on to
+/// an inner [`ResolvedSink`]; see the module docs.
+#[derive(Debug)]
+pub struct Resolved<S> {
+    resolver: Resolver,
+    inner: S,
+}
+
+impl<S: ResolvedSink> Resolved<S> {
+    /// Read `header`'s trace into `inner`.
+    pub fn wrap(header: &TraceHeader, inner: S) -> Self {
+        let mut resolver = Resolver::new(header);
+        resolver.keep_stacks(S::KEEP_STACKS);
+        Resolved { resolver, inner }
+    }
+
+    /// Build-ids the trace records per path (used when MMAP records carry none). May be
+    /// called any time before symbolizing.
+    pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
+        self.resolver.add_build_ids(entries);
+    }
+
+    pub fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    pub fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The analysis and the resolver, e.g. to symbolize after reading.
+    pub fn into_parts(self) -> (S, Resolver) {
+        (self.inner, self.resolver)
+    }
+}
+
+impl<S: ResolvedSink> Sink for Resolved<S> {
+    #[inline]
+    fn handle_sample(&mut self, s: &Sample) {
+        self.inner.handle_sample(s, &mut self.resolver);
+    }
+    fn handle_switch(&mut self, s: &Switch) {
+        self.inner.handle_switch(s, &mut self.resolver);
+    }
+    fn handle_stack(&mut self, d: &StackDef) {
+        self.resolver.handle_stack(d);
+        self.inner.handle_stack(d);
+    }
+    fn handle_mmap(&mut self, m: &Mmap) {
+        self.resolver.handle_mmap(m);
+        self.inner.handle_mmap(m);
+    }
+    fn handle_comm(&mut self, c: &Comm) {
+        self.resolver.handle_comm(c);
+        self.inner.handle_comm(c);
+    }
+    fn handle_fork(&mut self, t: &Task) {
+        self.resolver.handle_fork(t);
+        self.inner.handle_fork(t);
+    }
+    fn handle_exit(&mut self, t: &Task) {
+        self.resolver.handle_exit(t);
+        self.inner.handle_exit(t);
+    }
+    fn handle_lost(&mut self, l: &Lost) {
+        self.inner.handle_lost(l);
+    }
+    fn handle_throttle(&mut self, t: &Throttle) {
+        self.inner.handle_throttle(t);
+    }
+    fn handle_marker(&mut self, m: &Marker) {
+        self.inner.handle_marker(m);
+    }
+    fn handle_item_class(&mut self, c: &ItemClass) {
+        self.inner.handle_item_class(c);
     }
 }

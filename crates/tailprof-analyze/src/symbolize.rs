@@ -141,8 +141,10 @@ impl fmt::Display for UnknownReason {
 /// The answer for one address.
 pub type SymResult = Result<String, UnknownReason>;
 
-/// Id of a distinct display (demangled) name in a [`Symbolizer`]'s [`NameTable`].
-pub type NameId = u32;
+/// Id of a distinct display (demangled) name in a [`Symbolizer`]'s [`NameTable`]
+/// (dense, in order of first sight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NameId(pub u32);
 
 /// The answer for one address, as an id into the symbolizer's [`NameTable`].
 pub type SymIdResult = Result<NameId, UnknownReason>;
@@ -178,7 +180,7 @@ impl NameTable {
 
     /// The display name of `id`.
     pub fn get(&self, id: NameId) -> &str {
-        &self.list[id as usize]
+        &self.list[id.0 as usize]
     }
 
     /// Distinct display names.
@@ -204,7 +206,7 @@ impl NameTable {
         let id = match self.by_display.get(display.as_ref()) {
             Some(&id) => id,
             None => {
-                let id = self.list.len() as NameId;
+                let id = NameId(self.list.len() as u32);
                 self.list.push(display.as_ref().into());
                 self.by_display.insert(display.as_ref().into(), id);
                 id

@@ -232,7 +232,7 @@ pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
     let v = BandwidthView { top: args.top, subtitle: Some(name.clone()), ..Default::default() };
     if let Some(path) = &args.html {
         let page = view::render_bandwidth_html(&report, &v);
-        std::fs::write(path, page).with_context(|| format!("cannot write {}", path.display()))?;
+        tailprof_format::atomic::write_file(path, page).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("tailprof: wrote {}", path.display());
     }
     let out = if args.json { view::bandwidth_json_string(&report)? + "\n" } else { view::render_bandwidth(&report, &v) };

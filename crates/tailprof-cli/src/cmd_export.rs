@@ -9,10 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tailprof_analyze::items::{items_report, ItemsOptions, ItemsReport};
-use tailprof_analyze::resolve::Resolver;
+use tailprof_analyze::items::{item_samples, items_report, ItemsOptions, ItemsReport};
 use tailprof_analyze::{select_event, Symbolizer, SymbolizerOptions};
-use tailprof_format::{Comm, Mmap, Sample, Sink, Task, TraceReader};
+use tailprof_format::TraceReader;
 use tailprof_present::html::{render_items_html, HtmlOptions};
 use tailprof_present::perfetto::{perfetto_json, PerfettoOptions, SampleInstant};
 
@@ -90,7 +89,7 @@ pub fn load_report(file: &Path, event: Option<&str>, class: Option<String>) -> R
 }
 
 pub fn write_html(out: &Path, report: &ItemsReport, opts: &HtmlOptions) -> Result<()> {
-    std::fs::write(out, render_items_html(report, opts)).with_context(|| format!("cannot write {}", out.display()))
+    tailprof_format::atomic::write_file(out, render_items_html(report, opts)).with_context(|| format!("cannot write {}", out.display()))
 }
 
 pub fn write_perfetto(
@@ -100,56 +99,10 @@ pub fn write_perfetto(
     names: BTreeMap<u32, String>,
 ) -> Result<()> {
     let text = perfetto_json(report, samples, &PerfettoOptions { names })?;
-    std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))
+    tailprof_format::atomic::write_file(out, text).with_context(|| format!("cannot write {}", out.display()))
 }
 
-/// Samples shown as instants: only those inside an item (the rest would be noise in
-/// the item view), at most this many.
-const MAX_INSTANTS: usize = 2_000_000;
-
-/// Walks a trace resolving each sample inside an item to its location, and remembers
-/// thread names.
-struct InstantCollector {
-    resolver: Resolver,
-    event: u16,
-    /// Item windows per thread, sorted by begin: (begin, end).
-    windows: BTreeMap<u32, Vec<(u64, u64)>>,
-    picked: Vec<(u32, u32, u64, u32)>,
-    names: BTreeMap<u32, String>,
-}
-
-impl InstantCollector {
-    fn inside(&self, tid: u32, t: u64) -> bool {
-        let Some(w) = self.windows.get(&tid) else { return false };
-        let i = w.partition_point(|&(b, _)| b <= t);
-        i > 0 && t <= w[i - 1].1
-    }
-}
-
-impl Sink for InstantCollector {
-    fn handle_sample(&mut self, s: &Sample) {
-        if s.event != self.event || self.picked.len() >= MAX_INSTANTS || !self.inside(s.tid, s.time) {
-            return;
-        }
-        let loc = self.resolver.loc(s);
-        self.picked.push((s.pid, s.tid, s.time, loc));
-    }
-    fn handle_mmap(&mut self, m: &Mmap) {
-        self.resolver.handle_mmap(m);
-    }
-    fn handle_comm(&mut self, c: &Comm) {
-        self.resolver.handle_comm(c);
-        self.names.insert(c.tid, c.comm.clone());
-    }
-    fn handle_fork(&mut self, t: &Task) {
-        self.resolver.handle_fork(t);
-    }
-    fn handle_exit(&mut self, t: &Task) {
-        self.resolver.handle_exit(t);
-    }
-}
-
-/// The samples inside items, named by function, and thread names (tid → comm).
+/// The samples inside items as instants, named by function, and thread names (tid → comm).
 pub fn sample_instants(
     file: &Path,
     report: &ItemsReport,
@@ -157,31 +110,12 @@ pub fn sample_instants(
 ) -> Result<(Vec<SampleInstant>, BTreeMap<u32, String>)> {
     let mut reader = TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     let event = select_event(reader.header(), event)?;
-    let mut windows: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
-    for r in &report.items {
-        windows.entry(r.tid).or_default().push((r.begin_ns, r.end_ns));
-    }
-    for w in windows.values_mut() {
-        w.sort_unstable();
-    }
-    let mut c = InstantCollector {
-        resolver: Resolver::new(reader.header()),
-        event,
-        windows,
-        picked: Vec::new(),
-        names: BTreeMap::new(),
-    };
-    c.resolver.add_build_ids(reader.build_ids());
-    reader.read_all(&mut c)?;
     let mut sym = Symbolizer::new(SymbolizerOptions::default());
-    let table = c.resolver.functions(&mut sym);
-    let samples = c
-        .picked
-        .iter()
-        .map(|&(pid, tid, time_ns, loc)| {
-            let row = table.of_loc.get(loc as usize).and_then(|&f| table.rows.get(f as usize));
-            SampleInstant { pid, tid, time_ns, function: row.map(|r| r.name.clone()).unwrap_or_default() }
-        })
+    let found = item_samples(&mut reader, report, event, &mut sym)?;
+    let samples = found
+        .samples
+        .into_iter()
+        .map(|s| SampleInstant { pid: s.pid, tid: s.tid, time_ns: s.time_ns, function: s.function })
         .collect();
-    Ok((samples, c.names))
+    Ok((samples, found.names))
 }

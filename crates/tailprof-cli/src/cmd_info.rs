@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use tailprof_analyze::trace_info;
 use tailprof_format::TraceReader;
-use tailprof_present::{json, table};
+use tailprof_present::{json, losses as present_losses, table};
+
+use crate::cmd_report::{append_losses, trace_losses};
 
 /// Describe a trace: events and periods, clock, duration, samples, lost and throttled
 /// records, chunks, bytes, bytes per sample, and damaged or cut-off data.
@@ -33,8 +35,9 @@ pub fn run(args: InfoArgs) -> Result<ExitCode> {
     let ctx = || format!("cannot read {}", args.trace.display());
     let mut reader = TraceReader::open(&args.trace).with_context(ctx)?;
     let info = trace_info(&mut reader, args.full).with_context(ctx)?;
+    let losses = trace_losses(&mut reader).with_context(ctx)?;
     let out = if args.json {
-        let mut s = json::info_json_string(&info)?;
+        let mut s = present_losses::with_losses_json(&json::info_json_string(&info)?, &losses)?;
         s.push('\n');
         s
     } else {
@@ -42,6 +45,7 @@ pub fn run(args: InfoArgs) -> Result<ExitCode> {
         if !s.ends_with('\n') {
             s.push('\n');
         }
+        append_losses(&mut s, &losses);
         s
     };
     let mut stdout = std::io::stdout().lock();

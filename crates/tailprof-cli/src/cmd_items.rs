@@ -102,6 +102,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
     };
     let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
     let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| name.clone())?;
+    let losses = crate::cmd_report::trace_losses(&mut reader).with_context(|| name.clone())?;
     let mut out = match args.explain {
         Some(id) => {
             let x = explain(&report, id).with_context(|| name.clone())?;
@@ -135,7 +136,10 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         }
     };
     if args.json {
+        out = tailprof_present::losses::with_losses_json(&out, &losses)?;
         out.push('\n');
+    } else {
+        crate::cmd_report::append_losses(&mut out, &losses);
     }
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;

@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use tailprof_collect::attr::{parse_regs, ClockChoice, SamplingConfig};
 use tailprof_collect::bandwidth::{self, BandwidthRequest, CounterSibling, Mode as BandwidthMode};
 use tailprof_collect::event::EventSpec;
-use tailprof_collect::session::{ItemOptions, Progress, RecordOptions, Recorder, Target};
+use tailprof_collect::session::{finish_trace_file, ItemOptions, Progress, RecordOptions, Recorder, Target, TraceFile};
 use tailprof_collect::uprobe::{ItemProbes, ProbeSpec};
-use tailprof_format::TraceWriter;
 
 use crate::{signals, ui};
 
@@ -197,20 +196,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     };
     let items = ItemOptions { probes, item_reg: args.item_reg.clone() };
 
-    // Open the output before launching anything, so an unwritable path fails first. If
-    // the recorder then cannot start, remove the file again -- but only a regular file
-    // that this run created (never `-o /dev/null` or a file that was already there).
-    let existed = args.output.exists();
-    let file = std::fs::File::create(&args.output)
+    // Open the output before launching anything, so an unwritable path fails first. It is
+    // a new temporary file (0600, never following a symlink) next to the final name; if
+    // the recorder cannot start, dropping it removes it and an existing trace of that name
+    // is untouched (docs/SECURITY.md, "Output files").
+    let file = TraceFile::create(&args.output)
         .with_context(|| format!("cannot create output file {}", args.output.display()))?;
     let mut recorder = match Recorder::with_items(opts, items) {
         Ok(r) => r,
         Err(e) => {
             drop(file);
-            let created_here = !existed && std::fs::symlink_metadata(&args.output).is_ok_and(|m| m.is_file());
-            if created_here {
-                let _ = std::fs::remove_file(&args.output);
-            }
             return Err(e.into());
         }
     };
@@ -233,8 +228,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
         counter_event = bandwidth::annotate_header(&mut header, c, 0, sibling.is_some());
     }
-    let mut writer = TraceWriter::new(std::io::BufWriter::with_capacity(1 << 20, file), &header)
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    let mut writer = file.start(&header).with_context(|| format!("cannot write {}", args.output.display()))?;
 
     signals::install().context("cannot install the Ctrl-C handler")?;
     let show_progress = ui::stderr_is_tty();
@@ -280,7 +274,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         Ok(s) => Some(s.duration_ns),
         Err(_) => Some(wall_ns),
     };
-    let written = writer.finish(summary).with_context(|| format!("cannot finish {}", args.output.display()))?;
+    let written = finish_trace_file(writer, summary).with_context(|| format!("cannot finish {}", args.output.display()))?;
     let rec = run_result?;
 
     let lost = rec.lost_records + rec.lost_samples;
@@ -303,19 +297,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ui::bytes(written.bytes),
         bps
     );
-    if lost > 0 {
-        eprintln!(
-            "tailprof: warning: {} records were lost; a larger ring (--mmap-pages) or a longer period (-c) helps",
-            ui::thousands(lost)
-        );
-    }
-    if rec.lost_markers > 0 {
-        eprintln!(
-            "tailprof: warning: {} item markers were dropped because a marker ring was full; items around them \
-             may be cut short",
-            ui::thousands(rec.lost_markers)
-        );
-    }
+    // The loss table stored in the trace, printed as `info`, `report` and `items` print it.
+    let losses = tailprof_present::losses::render_losses(&tailprof_format::losses::LossTable::new(&written.stats, None));
+    eprint!("{losses}");
     if signals::STOP.load(Ordering::SeqCst) {
         eprintln!("tailprof: stopped by signal; the trace is complete up to that point");
     }

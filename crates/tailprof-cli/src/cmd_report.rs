@@ -8,7 +8,29 @@ use std::process::ExitCode;
 
 use tailprof_analyze::{flat_profile, select_event, GroupBy, ProfileOptions, Symbolizer, SymbolizerOptions};
 use tailprof_format::TraceReader;
-use tailprof_present::{json, table};
+use tailprof_format::losses::LossTable;
+use tailprof_present::{json, losses as present_losses, table};
+
+/// The loss table of a trace (what `record` stored, plus what reading the file found):
+/// the same rows for `info`, `report` and `items`.
+pub(crate) fn trace_losses(reader: &mut TraceReader) -> Result<LossTable> {
+    let (read, stats, _) = reader.summarize()?;
+    Ok(LossTable::new(&stats, Some(&read)))
+}
+
+/// Append the loss block (after a blank line) to text output, when there is one.
+pub(crate) fn append_losses(out: &mut String, losses: &LossTable) {
+    let block = present_losses::render_losses(losses);
+    if !block.is_empty() {
+        if !out.is_empty() && !out.ends_with("\n\n") {
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push('\n');
+        }
+        out.push_str(&block);
+    }
+}
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum By {
@@ -63,12 +85,15 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let profile = flat_profile(&mut reader, &opts, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let top = if args.top == 0 { None } else { Some(args.top) };
+    let losses = trace_losses(&mut reader).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let out = if args.json {
-        let mut s = json::profile_json_string(&profile, top)?;
+        let mut s = present_losses::with_losses_json(&json::profile_json_string(&profile, top)?, &losses)?;
         s.push('\n');
         s
     } else {
-        table::render_profile(&profile, &table::TableOptions { top, ..Default::default() })
+        let mut s = table::render_profile(&profile, &table::TableOptions { top, ..Default::default() });
+        append_losses(&mut s, &losses);
+        s
     };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;

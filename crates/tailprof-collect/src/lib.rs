@@ -30,3 +30,4 @@ pub mod target;
 pub mod markers;
 pub mod uprobe;
 pub mod sqlshape;
+pub mod classprobe;

@@ -85,7 +85,7 @@ use epoll::Epoll;
 mod items;
 mod output;
 use emit::Emitter;
-pub use output::{RecordOutput, VecOutput};
+pub use output::{finish as finish_trace_file, FileTraceWriter, RecordOutput, TraceFile, VecOutput};
 pub use items::{ItemOptions, MARKER_CONTROL_SYMBOL};
 use crate::markers::MarkerCollector;
 

@@ -27,6 +27,7 @@
 //! # Ok::<(), FormatError>(())
 //! ```
 
+pub mod atomic;
 pub mod chunk;
 pub mod columns;
 mod decode;

@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use reader::PerfDataReader;
+use tailprof_format::atomic::AtomicFile;
 use tailprof_format::{BuildIdEntry, FormatError, Sink, TraceHeader, TraceWriter};
 
 /// The CPU number of samples and records whose perf event did not record the CPU
@@ -133,7 +134,9 @@ pub fn import_to_sink(path: &Path, opts: &ImportOptions, sink: &mut dyn Sink) ->
 /// Convert the perf.data file `input` into the tailprof trace `output`. `progress` is
 /// called now and then with (bytes of `input` read, size of `input`).
 ///
-/// On error, `output` may hold a partial trace (readable up to its last chunk).
+/// `output` is written through [`tailprof_format::atomic::AtomicFile`]: a new 0600 file
+/// renamed over the final name on success (a symlink there is replaced, never
+/// followed). On error nothing is written and an existing `output` is untouched.
 pub fn import_file(
     input: &Path,
     output: &Path,
@@ -142,7 +145,8 @@ pub fn import_file(
 ) -> Result<ImportSummary, ImportError> {
     let mut reader = PerfDataReader::open(input, opts)?;
     let werr = |source| ImportError::Write { path: output.to_path_buf(), source };
-    let mut writer = TraceWriter::create(output, reader.header()).map_err(werr)?;
+    let file = AtomicFile::create(output).map_err(|e| werr(FormatError::Io { path: output.display().to_string(), source: e }))?;
+    let mut writer = TraceWriter::new(std::io::BufWriter::with_capacity(256 << 10, file), reader.header()).map_err(werr)?;
     for e in reader.build_ids() {
         writer.add_build_id(e.clone()).map_err(werr)?;
     }
@@ -168,7 +172,9 @@ pub fn import_file(
         writer.add_build_id(e).map_err(werr)?;
     }
     let duration = first.zip(last).map(|(f, l)| l - f);
-    writer.finish(duration).map_err(werr)?;
+    let (out, _) = writer.finish_into_inner(duration).map_err(werr)?;
+    let file = out.into_inner().map_err(|e| werr(FormatError::RawIo(e.into_error())))?;
+    file.commit().map_err(|e| werr(FormatError::Io { path: output.display().to_string(), source: e }))?;
     progress(total, total);
     Ok(summary)
 }

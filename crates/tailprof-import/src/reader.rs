@@ -17,7 +17,7 @@ use tailprof_format::{BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, Record,
 
 use crate::header::{build_header, event_info, header_build_ids, EventInfo};
 use crate::sample::{decode_sample, has_fields_after_data_src};
-use crate::source::{prepare, SourceReader};
+use crate::source::{prepare, SourceReader, StreamWarnings};
 use crate::{ImportError, ImportOptions, ImportSummary, UNKNOWN_CPU};
 
 /// PERF_RECORD_HEADER_BUILD_ID: build-ids in pipe-mode streams.
@@ -49,6 +49,8 @@ pub struct PerfDataReader {
     position: Arc<AtomicU64>,
     file_len: u64,
     done: bool,
+    /// Warnings of the framing guard (a clamped AUXTRACE size, ...).
+    stream_warnings: StreamWarnings,
 }
 
 /// Everything the record conversion needs, apart from the parser (so that a record
@@ -74,7 +76,8 @@ impl PerfDataReader {
         let io_err = |e| ImportError::Io { path: path.to_path_buf(), source: e };
         let mut file = File::open(path).map_err(io_err)?;
         let prepared = prepare(path, &mut file, opts.recover_truncated)?;
-        let (source, position) = SourceReader::new(file, prepared.overlay).map_err(io_err)?;
+        let (source, position, stream_warnings) =
+            SourceReader::new(file, prepared.overlay, prepared.records, prepared.big_endian).map_err(io_err)?;
         let parsed = catch_unwind(AssertUnwindSafe(|| {
             if prepared.pipe {
                 PerfFileReader::parse_pipe(source)
@@ -126,6 +129,7 @@ impl PerfDataReader {
             position,
             file_len: prepared.file_len,
             done: false,
+            stream_warnings,
         })
     }
 
@@ -165,6 +169,9 @@ impl PerfDataReader {
         let result = result.unwrap_or_else(|_| Err(internal(&self.path, "the perf.data parser failed on a record")));
         if !matches!(result, Ok(Some(_))) {
             self.done = true;
+            if let Ok(mut w) = self.stream_warnings.lock() {
+                self.conv.summary.warnings.append(&mut w);
+            }
             if result.is_ok() {
                 self.conv.finish_warnings();
             }

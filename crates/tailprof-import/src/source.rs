@@ -11,8 +11,9 @@
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::ImportError;
 
@@ -44,6 +45,10 @@ pub(crate) struct Overlay {
 pub(crate) struct Prepared {
     pub pipe: bool,
     pub file_len: u64,
+    /// Where the records are: `[start, end)` of the (corrected) file. Pipe mode: from
+    /// the pipe header to the end of the file.
+    pub records: (u64, u64),
+    pub big_endian: bool,
     /// A corrected view of the file to show the parser instead of the real one.
     pub overlay: Option<Overlay>,
     pub warnings: Vec<String>,
@@ -145,7 +150,8 @@ pub(crate) fn prepare(path: &Path, file: &mut File, recover: bool) -> Result<Pre
     }
     let hb = Bytes { data: &head[..have], be };
     let header_size = hb.u64(8).unwrap_or(0);
-    let mut prepared = Prepared { pipe: false, file_len, overlay: None, warnings: Vec::new() };
+    let mut prepared =
+        Prepared { pipe: false, file_len, records: (PIPE_HEADER_SIZE, file_len), big_endian: be, overlay: None, warnings: Vec::new() };
     if header_size == PIPE_HEADER_SIZE {
         prepared.pipe = true;
         check_pipe_prefix(path, file, be, file_len)?;
@@ -212,6 +218,7 @@ fn check_file_header(
         // The feature sections (written last) are gone; keep the complete records and
         // describe the events from the attribute section.
         let usable = complete_records_len(path, file, hb.be, data_off, file_len)?;
+        prepared.records = (data_off, data_off + usable);
         let desc = synth_event_desc(path, file, hb.be, attrs_off, attrs_size, attr_size, file_len)?;
         prepared.overlay = Some(overlay(hb, data_off + usable, vec![(FEAT_EVENT_DESC, desc)]));
         prepared.warnings.push(format!(
@@ -220,6 +227,7 @@ fn check_file_header(
         return Ok(());
     }
 
+    prepared.records = (data_off, data_off + data_size);
     // Feature section table: one (offset, size) pair per set bit, right after the data.
     let n_features: u64 = features.iter().map(|w| u64::from(w.count_ones())).sum();
     let table_off = data_off + data_size;
@@ -446,21 +454,138 @@ fn check_pipe_prefix(path: &Path, file: &mut File, be: bool, file_len: u64) -> R
     Ok(())
 }
 
+/// PERF_RECORD_AUXTRACE: its body starts with the size of the AUX data that follows the
+/// record (outside the record's own 16-bit size).
+const PERF_RECORD_AUXTRACE: u32 = 71;
+
+/// Walks the record framing of the data section alongside the parser and bounds every
+/// size the parser would allocate from that is not already bounded by the 16-bit record
+/// size: today the AUX data size of PERF_RECORD_AUXTRACE, which `linux-perf-data` 0.13
+/// allocates as declared (a damaged 24 KB file declaring 94 TB aborted the process). A
+/// declared size larger than what remains of the data section is rewritten, in the bytes
+/// handed to the parser, to what remains; the parser then reads those bytes, skips the
+/// record, and reaches the end of the data. One warning says so.
+struct FramingGuard {
+    be: bool,
+    /// Start of the next record not yet examined.
+    next: u64,
+    start: u64,
+    end: u64,
+    /// (file position, replacement bytes) of the AUX size field that was clamped.
+    patch: Option<(u64, [u8; 8])>,
+    warnings: Arc<Mutex<Vec<String>>>,
+}
+
+/// Warnings found while the parser reads (shared with [`SourceReader`]).
+pub(crate) type StreamWarnings = Arc<Mutex<Vec<String>>>;
+
 /// The reader handed to `linux-perf-data`: buffered, optionally showing an [`Overlay`],
-/// and publishing its position for progress reports.
+/// bounding AUX sizes ([`FramingGuard`]), and publishing its position for progress
+/// reports.
 pub(crate) struct SourceReader {
     inner: BufReader<File>,
     pos: u64,
     overlay: Option<Overlay>,
     position: Arc<AtomicU64>,
+    guard: FramingGuard,
 }
 
 impl SourceReader {
-    pub fn new(mut file: File, overlay: Option<Overlay>) -> io::Result<(Self, Arc<AtomicU64>)> {
+    pub fn new(
+        mut file: File,
+        overlay: Option<Overlay>,
+        records: (u64, u64),
+        big_endian: bool,
+    ) -> io::Result<(Self, Arc<AtomicU64>, StreamWarnings)> {
         file.seek(SeekFrom::Start(0))?;
         let position = Arc::new(AtomicU64::new(0));
-        let r = SourceReader { inner: BufReader::with_capacity(1 << 18, file), pos: 0, overlay, position: position.clone() };
-        Ok((r, position))
+        let warnings: StreamWarnings = Arc::default();
+        let guard = FramingGuard {
+            be: big_endian,
+            next: records.0,
+            start: records.0,
+            end: records.1,
+            patch: None,
+            warnings: warnings.clone(),
+        };
+        let r = SourceReader {
+            inner: BufReader::with_capacity(1 << 18, file),
+            pos: 0,
+            overlay,
+            position: position.clone(),
+            guard,
+        };
+        Ok((r, position, warnings))
+    }
+
+    /// `len` bytes of the real file at `at`: from `buf` (holding the bytes at `p0`) when
+    /// there, else read directly (positional, so the stream position is untouched).
+    fn fetch(&self, at: u64, len: usize, p0: u64, buf: &[u8]) -> Option<[u8; 8]> {
+        let mut out = [0u8; 8];
+        let out = &mut out[..len];
+        let in_buf = at.checked_sub(p0).and_then(|o| usize::try_from(o).ok()).and_then(|o| buf.get(o..o.checked_add(len)?));
+        match in_buf {
+            Some(b) => out.copy_from_slice(b),
+            None => self.inner.get_ref().read_exact_at(out, at).ok()?,
+        }
+        let mut r = [0u8; 8];
+        r[..len].copy_from_slice(out);
+        Some(r)
+    }
+
+    /// Examine the record headers that `buf` (the bytes at `p0` just read) reaches, then
+    /// apply the patch, if any, to `buf`.
+    fn guard(&mut self, p0: u64, buf: &mut [u8]) {
+        let end_read = p0.saturating_add(buf.len() as u64);
+        let g = &self.guard;
+        // Only reads that touch the data section walk it (the parser reads the header and
+        // feature sections first, with seeks).
+        if end_read > g.start && p0 < g.end {
+            loop {
+                let (next, end, be) = (self.guard.next, self.guard.end, self.guard.be);
+                if next >= end_read || next >= end || next.saturating_add(8) > end {
+                    break;
+                }
+                let Some(h) = self.fetch(next, 8, p0, buf) else { break };
+                let ty = if be { u32::from_be_bytes([h[0], h[1], h[2], h[3]]) } else { u32::from_le_bytes([h[0], h[1], h[2], h[3]]) };
+                let size = u64::from(if be { u16::from_be_bytes([h[6], h[7]]) } else { u16::from_le_bytes([h[6], h[7]]) });
+                if size < 8 {
+                    // The parser reports this record; nothing after it is framed.
+                    self.guard.next = u64::MAX;
+                    break;
+                }
+                let rec_end = next + size;
+                if ty != PERF_RECORD_AUXTRACE || size < 16 {
+                    self.guard.next = rec_end;
+                    continue;
+                }
+                let Some(a) = self.fetch(next + 8, 8, p0, buf) else { break };
+                let aux = if be { u64::from_be_bytes(a) } else { u64::from_le_bytes(a) };
+                let remaining = end.saturating_sub(rec_end);
+                if aux <= remaining {
+                    self.guard.next = rec_end + aux;
+                    continue;
+                }
+                let bytes = if be { remaining.to_be_bytes() } else { remaining.to_le_bytes() };
+                self.guard.patch = Some((next + 8, bytes));
+                self.guard.next = end;
+                if let Ok(mut w) = self.guard.warnings.lock() {
+                    w.push(format!(
+                        "damaged AUXTRACE record at byte {next}: it declares {aux} bytes of AUX data but only {remaining} bytes \
+                         of the data section remain; read those as its data and stopped there (the records after it, if any, \
+                         are lost)"
+                    ));
+                }
+            }
+        }
+        if let Some((at, bytes)) = self.guard.patch {
+            for (i, b) in bytes.iter().enumerate() {
+                let q = at + i as u64;
+                if q >= p0 && q < end_read {
+                    buf[(q - p0) as usize] = *b;
+                }
+            }
+        }
     }
 
     fn advance(&mut self, n: usize) {
@@ -490,7 +615,9 @@ impl Read for SourceReader {
                 return Ok(n);
             }
         }
+        let p0 = self.pos;
         let n = self.inner.read(&mut buf[..limit])?;
+        self.guard(p0, &mut buf[..n]);
         self.advance(n);
         Ok(n)
     }

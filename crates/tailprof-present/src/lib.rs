@@ -4,6 +4,7 @@
 //!   info, with warnings (lost samples, throttling, truncation, unnamed code) on top.
 //! - [`json`]: the same data as JSON (`report --json`, `info --json`).
 //! - [`warnings`]: the warnings both share.
+//! - [`losses`]: the one loss table, text and JSON, for `record`, `info`, `report`, `items`.
 //! - [`html`]: self-contained HTML report of per-item time by function (inline SVG).
 //! - [`perfetto`]: per-item trace for ui.perfetto.dev (Chrome JSON trace events).
 //! - [`items`]: `tailprof items` tables and JSON, and `--explain`.
@@ -29,6 +30,7 @@ pub mod fmt;
 pub mod html;
 pub mod items;
 pub mod json;
+pub mod losses;
 pub mod perfetto;
 pub mod table;
 pub mod warnings;

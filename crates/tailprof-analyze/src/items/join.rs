@@ -20,17 +20,18 @@
 //! Per-sample cost: a one-entry thread cache (else an FxHashMap lookup), the top of the
 //! thread's stack, [`Resolver::loc`], and a bump in the open item's accumulator, a small
 //! FxHashMap from location to slot that is cleared and reused when the item closes.
+//!
+//! [`ItemsJoin`] is the [`Resolved`] adapter around the join's state ([`JoinState`]):
+//! the adapter keeps the address spaces current, the join only counts.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{
-    BuildIdEntry, Comm, ItemClass, Lost, LossKind, Marker, MarkerKind, Mmap, Sample, Sink, Task, TraceHeader,
-};
+use tailprof_format::{ItemClass, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
 
 use super::anomaly::flag_anomalies;
 use super::estimate::{period_interval_ns, Acc, IntervalMeter};
 use super::{Estimator, ItemFunction, ItemRow, ItemsOptions, ItemsReport};
 use crate::profile::event_name;
-use crate::resolve::{LocId, Resolver};
+use crate::resolve::{LocId, Resolved, ResolvedSink, Resolver};
 use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
@@ -100,14 +101,16 @@ struct RegMode {
     last: Option<(u32, u64, u32, u32)>,
 }
 
-/// The join; see the module docs.
+/// The join, a [`tailprof_format::Sink`]; see the module docs.
+pub type ItemsJoin = Resolved<JoinState>;
+
+/// The join's state, fed resolved samples by [`ItemsJoin`].
 #[derive(Debug)]
-pub struct ItemsJoin {
+pub struct JoinState {
     opts: ItemsOptions,
     event: u16,
     event_name: String,
     fixed_interval: Option<f64>,
-    resolver: Resolver,
     threads: Vec<Thread>,
     thread_index: FxHashMap<u32, u32>,
     /// Direct-mapped cache of `thread_index` by `tid % TID_CACHE` (tid, index + 1).
@@ -127,7 +130,7 @@ pub struct ItemsJoin {
     last_time: u64,
 }
 
-impl ItemsJoin {
+impl Resolved<JoinState> {
     /// A join for `header`'s trace. Fails if `opts.event` names no event.
     pub fn new(header: &TraceHeader, opts: &ItemsOptions) -> Result<Self, AnalyzeError> {
         let event = opts.event.unwrap_or(0);
@@ -148,12 +151,11 @@ impl ItemsJoin {
                 last: None,
             })
         });
-        Ok(ItemsJoin {
+        let state = JoinState {
             opts: opts.clone(),
             event,
             event_name: event_name(header, event),
             fixed_interval: ev.and_then(period_interval_ns),
-            resolver: Resolver::new(header),
             threads: Vec::new(),
             thread_index: FxHashMap::default(),
             tid_cache: [(0, 0); TID_CACHE],
@@ -170,14 +172,18 @@ impl ItemsJoin {
             unmatched: 0,
             lost_markers: 0,
             last_time: 0,
-        })
+        };
+        Ok(Resolved::wrap(header, state))
     }
 
-    /// Build-ids the trace records per path.
-    pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
-        self.resolver.add_build_ids(entries);
+    /// Close what is still open, symbolize, estimate, flag anomalies.
+    pub fn finish(self, symbolizer: &mut Symbolizer) -> Result<ItemsReport, AnalyzeError> {
+        let (state, resolver) = self.into_parts();
+        state.finish(&resolver, symbolizer)
     }
+}
 
+impl JoinState {
     #[inline]
     fn thread(&mut self, tid: u32) -> usize {
         let c = &mut self.tid_cache[tid as usize % TID_CACHE];
@@ -223,7 +229,7 @@ impl ItemsJoin {
         let start = self.closed.len() as u32;
         let l = &mut self.lives[live as usize];
         for (loc, _) in &l.rows {
-            if let Some(d) = l.dense.get_mut(*loc as usize) {
+            if let Some(d) = l.dense.get_mut(loc.index()) {
                 *d = 0;
             }
         }
@@ -236,12 +242,12 @@ impl ItemsJoin {
     }
 
     #[inline]
-    fn count(&mut self, item: u32, live: u32, s: &Sample) {
-        let loc = self.resolver.loc(s);
+    fn count(&mut self, item: u32, live: u32, s: &Sample, resolver: &mut Resolver) {
+        let loc = resolver.loc(s);
         let l = &mut self.lives[live as usize];
         let next = l.rows.len() as u32;
         let slot = if self.reg.is_none() {
-            let i = loc as usize;
+            let i = loc.index();
             if i >= l.dense.len() {
                 l.dense.resize(i + 1, 0);
             }
@@ -266,7 +272,7 @@ impl ItemsJoin {
     }
 
     #[inline]
-    fn register_sample(&mut self, s: &Sample) {
+    fn register_sample(&mut self, s: &Sample, resolver: &mut Resolver) {
         let reg = self.reg.as_mut().expect("register mode");
         let v = s.regs.get(reg.index).copied().unwrap_or(0);
         if v == 0 {
@@ -291,11 +297,10 @@ impl ItemsJoin {
                 (item, live)
             }
         };
-        self.count(item, live, s);
+        self.count(item, live, s, resolver);
     }
 
-    /// Close what is still open, symbolize, estimate, flag anomalies.
-    pub fn finish(mut self, symbolizer: &mut Symbolizer) -> Result<ItemsReport, AnalyzeError> {
+    fn finish(mut self, resolver: &Resolver, symbolizer: &mut Symbolizer) -> Result<ItemsReport, AnalyzeError> {
         if self.reg.is_none() && self.markers == 0 {
             return Err(AnalyzeError::NoItems);
         }
@@ -324,7 +329,7 @@ impl ItemsJoin {
         }
         let interval_source = if self.fixed_interval.is_some() { "period" } else { "measured" };
         let interval = self.fixed_interval.or_else(|| self.meter.median()).unwrap_or(0.0);
-        let table = self.resolver.functions(symbolizer);
+        let table = resolver.functions(symbolizer);
         let min_rel = self.opts.min_reliable_samples;
         // Fold locations into functions per item, through a reusable dense scratch.
         let mut scratch: Vec<Option<Acc>> = vec![None; table.rows.len()];
@@ -349,7 +354,7 @@ impl ItemsJoin {
                 continue;
             }
             for (loc, acc) in &self.closed[it.rows.0 as usize..it.rows.1 as usize] {
-                let f = table.of_loc[*loc as usize];
+                let f = table.function_of(*loc);
                 match &mut scratch[f as usize] {
                     Some(a) => a.merge(acc),
                     slot @ None => {
@@ -430,9 +435,9 @@ impl ItemsJoin {
     }
 }
 
-impl Sink for ItemsJoin {
+impl ResolvedSink for JoinState {
     #[inline]
-    fn handle_sample(&mut self, s: &Sample) {
+    fn handle_sample(&mut self, s: &Sample, resolver: &mut Resolver) {
         self.last_time = self.last_time.max(s.time);
         if s.event != self.event {
             return;
@@ -445,11 +450,11 @@ impl Sink for ItemsJoin {
         }
         th.last_sample = s.time;
         if self.reg.is_some() {
-            self.register_sample(s);
+            self.register_sample(s, resolver);
             return;
         }
         match th.stack.last() {
-            Some(&(item, live)) => self.count(item, live, s),
+            Some(&(item, live)) => self.count(item, live, s, resolver),
             None => self.outside += 1,
         }
     }
@@ -496,18 +501,6 @@ impl Sink for ItemsJoin {
         if l.kind == LossKind::Markers {
             self.lost_markers += l.count;
         }
-    }
-    fn handle_mmap(&mut self, m: &Mmap) {
-        self.resolver.handle_mmap(m);
-    }
-    fn handle_comm(&mut self, c: &Comm) {
-        self.resolver.handle_comm(c);
-    }
-    fn handle_fork(&mut self, t: &Task) {
-        self.resolver.handle_fork(t);
-    }
-    fn handle_exit(&mut self, t: &Task) {
-        self.resolver.handle_exit(t);
     }
 }
 

@@ -17,6 +17,8 @@
 //!   `min_excess_ratio` slower) are flagged.
 //! - [`explain`]: an item's per-function time beside its class median, and the
 //!   functions that account for the difference (shared by flagging and `--explain`).
+//! - [`samples`]: the samples inside items one by one, named by function (the
+//!   export's instants).
 //!
 //! Design constraints: the per-sample path does a thread lookup (one-entry cache, then
 //! FxHashMap), takes the top of the thread's item stack, resolves the location with
@@ -41,6 +43,7 @@ pub mod anomaly;
 pub mod estimate;
 pub mod explain;
 pub mod join;
+pub mod samples;
 
 use serde::Serialize;
 use tailprof_format::TraceReader;
@@ -49,7 +52,8 @@ use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
 pub use explain::{explain, Baseline, BaselineFunction, Explanation, FunctionDiff};
-pub use join::ItemsJoin;
+pub use join::{ItemsJoin, JoinState};
+pub use samples::{item_samples, ItemSample, ItemSamples};
 
 /// Options of [`items_report`].
 #[derive(Debug, Clone, PartialEq)]

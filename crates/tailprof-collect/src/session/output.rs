@@ -1,9 +1,62 @@
 //! Where the recorder writes: the [`RecordOutput`] trait, implemented by the trace
-//! writer and by [`VecOutput`] (in memory, for tests and tools).
+//! writer and by [`VecOutput`] (in memory, for tests and tools), and [`TraceFile`], the
+//! trace file on disk (created safely, see `tailprof_format::atomic`).
 
-use std::io::Write;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
-use tailprof_format::{BuildIdEntry, FormatError, Record, Sample, TraceWriter};
+use tailprof_format::atomic::AtomicFile;
+use tailprof_format::{BuildIdEntry, FormatError, Record, Sample, TraceHeader, TraceWriter, WriteSummary};
+
+/// The writer of a trace file made by [`TraceFile`].
+pub type FileTraceWriter = TraceWriter<BufWriter<AtomicFile>>;
+
+/// A trace file being created. The life of a recording's output:
+///
+/// 1. [`TraceFile::create`] before anything is launched or attached: a new temporary
+///    file (mode 0600, `O_EXCL|O_NOFOLLOW`) next to the final name, so an unwritable
+///    directory fails first. Dropping it (the recorder could not start: no such pid, no
+///    such command) removes it and leaves an existing file of the final name untouched.
+/// 2. [`TraceFile::start`] once recording has started: renames the file to its final
+///    name (replacing whatever was there, a symlink *itself*, never its target) and
+///    writes the trace header. From here on a killed recorder leaves a readable trace.
+/// 3. [`finish`]: trailer, flush, fsync.
+#[derive(Debug)]
+pub struct TraceFile {
+    file: AtomicFile,
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> FormatError {
+    FormatError::Io { path: path.display().to_string(), source }
+}
+
+impl TraceFile {
+    pub fn create(path: &Path) -> Result<TraceFile, FormatError> {
+        let file = AtomicFile::create(path).map_err(|e| io_error(path, e))?;
+        Ok(TraceFile { file })
+    }
+
+    /// The path asked for.
+    pub fn path(&self) -> PathBuf {
+        self.file.path().to_path_buf()
+    }
+
+    /// Publish the file under its final name and write the header.
+    pub fn start(mut self, header: &TraceHeader) -> Result<FileTraceWriter, FormatError> {
+        let path = self.path();
+        self.file.publish().map_err(|e| io_error(&path, e))?;
+        TraceWriter::new(BufWriter::with_capacity(1 << 20, self.file), header)
+    }
+}
+
+/// Finish a trace written through [`TraceFile`]: trailer, flush, fsync.
+pub fn finish(writer: FileTraceWriter, duration_ns: Option<u64>) -> Result<WriteSummary, FormatError> {
+    let (out, summary) = writer.finish_into_inner(duration_ns)?;
+    let file = out.into_inner().map_err(|e| FormatError::RawIo(e.into_error()))?;
+    let path = file.path().to_path_buf();
+    file.commit().map_err(|e| io_error(&path, e))?;
+    Ok(summary)
+}
 
 /// Where the recorder puts records. Implemented by [`TraceWriter`] and by
 /// [`VecOutput`] (tests).
@@ -17,6 +70,10 @@ pub trait RecordOutput {
         Ok(())
     }
     fn bytes_written(&self) -> u64;
+    /// Intern a call stack (innermost frame first) for `Sample::stack`/`Switch::stack`.
+    fn intern_stack(&mut self, _frames_leaf_first: &[tailprof_format::Frame]) -> tailprof_format::StackId {
+        tailprof_format::StackId::NONE
+    }
 }
 
 impl<W: Write> RecordOutput for TraceWriter<W> {
@@ -38,6 +95,9 @@ impl<W: Write> RecordOutput for TraceWriter<W> {
     fn bytes_written(&self) -> u64 {
         TraceWriter::bytes_written(self)
     }
+    fn intern_stack(&mut self, frames_leaf_first: &[tailprof_format::Frame]) -> tailprof_format::StackId {
+        TraceWriter::intern_stack(self, frames_leaf_first)
+    }
 }
 
 /// Keeps everything in memory (for tests and tools).
@@ -46,6 +106,8 @@ pub struct VecOutput {
     pub records: Vec<Record>,
     pub build_ids: Vec<BuildIdEntry>,
     pub rounds: u64,
+    /// Stacks the records' `stack` ids refer to.
+    pub stacks: tailprof_format::StackTable,
 }
 
 impl RecordOutput for VecOutput {
@@ -67,5 +129,8 @@ impl RecordOutput for VecOutput {
     }
     fn bytes_written(&self) -> u64 {
         0
+    }
+    fn intern_stack(&mut self, frames_leaf_first: &[tailprof_format::Frame]) -> tailprof_format::StackId {
+        self.stacks.intern_leaf_first(frames_leaf_first)
     }
 }
