@@ -118,6 +118,28 @@ pub struct RecordArgs {
     #[arg(long, requires = "bandwidth")]
     soft_tsc: bool,
 
+    /// Record call stacks: `fp` (kernel frame-pointer callchains, kernel and user),
+    /// `dwarf[,BYTES]` (user registers and BYTES of user stack per sample, default 16384,
+    /// unwound with .eh_frame/.debug_frame while recording; only frames are stored), or
+    /// `lbr` (the LBR call stack, Intel PMUs only). Every stack's status (complete,
+    /// copy_exhausted, no_unwind_info, ...) is stored; see `tailprof info`.
+    #[arg(long = "call-graph", value_name = "fp|dwarf[,BYTES]|lbr")]
+    call_graph: Option<String>,
+
+    /// Record call stacks with frame pointers (= `--call-graph fp`).
+    #[arg(short = 'g', conflicts_with = "call_graph")]
+    call_graph_fp: bool,
+
+    /// Record context switches (on CPU / runnable / blocked) and the kernel+user stack
+    /// where each thread went off the CPU (a sched:sched_switch event; tracefs is mounted
+    /// at /sys/kernel/tracing when absent). On by default with --item-begin or --item-reg.
+    #[arg(long = "off-cpu", conflicts_with = "no_off_cpu")]
+    off_cpu: bool,
+
+    /// Do not record context switches, even with items.
+    #[arg(long = "no-off-cpu")]
+    no_off_cpu: bool,
+
     /// Command to launch and profile (after `--`).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -202,7 +224,17 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // is untouched (docs/SECURITY.md, "Output files").
     let file = TraceFile::create(&args.output)
         .with_context(|| format!("cannot create output file {}", args.output.display()))?;
-    let mut recorder = match Recorder::with_items(opts, items) {
+    let call_graph = match (&args.call_graph, args.call_graph_fp) {
+        (Some(s), _) => Some(tailprof_collect::session::CallGraph::parse(s).map_err(anyhow::Error::msg)?),
+        (None, true) => Some(tailprof_collect::session::CallGraph::Fp),
+        (None, false) => None,
+    };
+    let items_recorded = items.probes.is_some() || items.item_reg.is_some();
+    let stack_opts = tailprof_collect::session::StackOptions {
+        call_graph,
+        off_cpu: !args.no_off_cpu && (args.off_cpu || items_recorded),
+    };
+    let mut recorder = match Recorder::with_stacks(opts, items, stack_opts) {
         Ok(r) => r,
         Err(e) => {
             drop(file);

@@ -327,6 +327,66 @@ pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, Ev
     Ok(AttrPlan { attr: a, desc, notes, large_pebs_eligible })
 }
 
+/// Add call stacks to a sampling event's attr (`record -g` / `--call-graph`):
+/// * `fp`: `PERF_SAMPLE_CALLCHAIN` (kernel and user frame-pointer chain);
+/// * `dwarf,N`: `CALLCHAIN` with `exclude_callchain_user` (the kernel part), plus
+///   `REGS_USER` (the registers the unwinder needs, [`tailprof_unwind::UNWIND_REGS_MASK`],
+///   added to the caller's) and `STACK_USER` of `N` bytes;
+/// * `lbr`: `CALLCHAIN` (kernel part) plus `BRANCH_STACK` in LBR call-stack mode
+///   (`USER|CALL_STACK|NO_FLAGS|NO_CYCLES`, as perf's `--call-graph lbr`).
+///
+/// The header's `EventDesc` gets CALLCHAIN/BRANCH_STACK in `sample_type` but keeps the
+/// caller's register mask: registers sampled only for unwinding are not stored.
+pub fn apply_call_graph(plan: &mut AttrPlan, cg: &crate::stacks::CallGraph) {
+    use crate::stacks::CallGraph;
+    use tailprof_perf_abi::branch_sample_type as bst;
+    use tailprof_perf_abi::sample_type::{BRANCH_STACK, CALLCHAIN, STACK_USER};
+    let a = &mut plan.attr;
+    a.sample_type |= CALLCHAIN;
+    plan.desc.sample_type |= CALLCHAIN;
+    match *cg {
+        CallGraph::Fp => {}
+        CallGraph::Dwarf { stack_size } => {
+            a.sample_type |= S_REGS_USER | STACK_USER;
+            a.sample_regs_user |= tailprof_unwind::UNWIND_REGS_MASK;
+            a.sample_stack_user = stack_size;
+            a.set_exclude_callchain_user(1);
+        }
+        CallGraph::Lbr => {
+            a.sample_type |= BRANCH_STACK;
+            a.branch_sample_type = bst::USER | bst::CALL_STACK | bst::NO_FLAGS | bst::NO_CYCLES;
+            a.set_exclude_callchain_user(1);
+            plan.desc.sample_type |= BRANCH_STACK;
+        }
+    }
+    if a.precise_ip() > 0 {
+        plan.large_pebs_eligible = false;
+        plan.notes.push("large PEBS disabled: call stacks (PERF_SAMPLE_CALLCHAIN) need a PMI per sample".into());
+    }
+}
+
+/// Ask for context-switch records (`PERF_RECORD_SWITCH`, or `SWITCH_CPU_WIDE` for per-CPU
+/// events) on the side-band event.
+pub fn apply_context_switch(plan: &mut AttrPlan) {
+    plan.attr.set_context_switch(1);
+}
+
+/// The attr of the off-CPU stack event: the `sched:sched_switch` tracepoint `spec`
+/// sampled on every hit, with a callchain (kernel + user frame pointers; in dwarf mode the
+/// kernel part plus user registers and stack), no side-band, the recording's clock and
+/// inheritance.
+pub fn off_cpu_attr(spec: &EventSpec, cfg: &SamplingConfig, cg: Option<&crate::stacks::CallGraph>) -> Result<AttrPlan, EventError> {
+    use crate::stacks::CallGraph;
+    let c = SamplingConfig { period: Some(1), freq: None, regs_user: 0, sideband: false, wakeup_events: 0, ..cfg.clone() };
+    let mut plan = build_attr(spec, &c)?;
+    let cg = match cg {
+        Some(CallGraph::Dwarf { stack_size }) => CallGraph::Dwarf { stack_size: *stack_size },
+        _ => CallGraph::Fp,
+    };
+    apply_call_graph(&mut plan, &cg);
+    Ok(plan)
+}
+
 /// Why the kernel would not use large (multi-record) PEBS for this precise attr; empty
 /// when it qualifies. Mirrors `intel_pmu_hw_config`/`intel_pmu_large_pebs_flags`.
 pub fn large_pebs_blockers(a: &PerfEventAttr) -> Vec<String> {

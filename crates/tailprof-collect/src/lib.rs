@@ -26,6 +26,8 @@ pub mod parse;
 pub mod procfs;
 pub mod ring;
 pub mod session;
+pub mod stacks;
+pub mod tracefs;
 pub mod target;
 pub mod markers;
 pub mod uprobe;

@@ -69,7 +69,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tailprof_format::{FormatError, Sample, TraceHeader, TraceWriter};
 
-use crate::attr::{build_attr, AttrPlan, ClockChoice, SamplingConfig};
+use crate::attr::{apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, AttrPlan, ClockChoice, SamplingConfig};
+use crate::stacks::StackMaker;
+pub use crate::stacks::{CallGraph, StackOptions};
 use crate::caps::Capabilities;
 use crate::event::{EventError, EventSpec};
 use crate::parse::{Decoder, Layout};
@@ -246,6 +248,9 @@ pub struct Recorder {
     /// The sampling config every event was built with (the probes reuse its inherit and
     /// enable-on-exec settings).
     sampling: SamplingConfig,
+    /// The off-CPU stack event (`sched:sched_switch`), opened per CPU and task after the
+    /// probes; its decoder index is the emitter's `StackMaker::off_cpu_event`.
+    off_cpu: Option<AttrPlan>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -285,6 +290,14 @@ impl Recorder {
     /// per event, prepare the uprobes, describe every event to the decoder, write the
     /// trace header, then open the target's events and map the rings, and watch them.
     pub fn with_items(opts: RecordOptions, items: ItemOptions) -> Result<Recorder, RecordError> {
+        Self::with_stacks(opts, items, StackOptions::default())
+    }
+
+    /// [`Recorder::with_items`] with call stacks and/or off-CPU recording
+    /// ([`crate::stacks`]): every sampling event gets the call-graph fields, the side-band
+    /// event `context_switch`, and a `sched:sched_switch` event (after the probes) gives the
+    /// off-CPU stacks (tracefs is mounted when absent, with a note).
+    pub fn with_stacks(opts: RecordOptions, items: ItemOptions, stack_opts: StackOptions) -> Result<Recorder, RecordError> {
         check_options(&opts)?;
         let caps = Capabilities::probe();
         if caps.online_cpus.is_empty() {
@@ -296,12 +309,41 @@ impl Recorder {
             None => None,
         };
         let sampling = sampling_config(&opts, clock, item_reg.as_ref().map_or(0, |(mask, _)| *mask));
-        let plans = build_plans(&opts.events, &sampling)?;
+        let mut plans = build_plans(&opts.events, &sampling)?;
         let probes = prepare_probes(&items, plans.len())?;
-        let layouts = decoder_layouts(&plans, probes.as_ref(), clock);
+        let mut stack_notes = Vec::new();
+        let off_cpu = stack_plans(&stack_opts, &mut plans, &sampling, &mut stack_notes)?;
+        let mut layouts = decoder_layouts(&plans, probes.as_ref(), clock);
+        let off_cpu_event = match &off_cpu {
+            Some(p) => {
+                layouts.push(layout_of(p));
+                (layouts.len() - 1) as u16
+            }
+            None => u16::MAX,
+        };
         raise_nofile_limit();
-        let header = trace_header(&opts, &caps, clock, &plans, item_reg.as_ref().map(|(_, name)| name.as_str()), probes.as_ref());
+        let mut header = trace_header(&opts, &caps, clock, &plans, item_reg.as_ref().map(|(_, name)| name.as_str()), probes.as_ref());
+        if let Some(cg) = &stack_opts.call_graph {
+            header.extra.insert("call_graph".into(), cg.name());
+        }
+        if stack_opts.off_cpu {
+            header.extra.insert("off_cpu".into(), if off_cpu.is_some() { "switch+sched_switch" } else { "switch" }.into());
+        }
+        let stack_maker = (stack_opts.call_graph.is_some() || stack_opts.off_cpu).then(|| {
+            let mut ev: Vec<_> = plans
+                .iter()
+                .map(|p| (layout_of(p).sample_layout(), p.attr.sample_regs_user, p.desc.regs_user_mask))
+                .collect();
+            // Probe events: no stacks; keep their registers as they are.
+            for l in &layouts[plans.len()..] {
+                ev.push((l.sample_layout(), l.regs_user_mask, l.regs_user_mask));
+            }
+            StackMaker::new(stack_opts.call_graph, ev, off_cpu_event)
+        });
         let mut rec = Recorder::unopened(&opts, plans, clock, header, Decoder::new(layouts), probes, sampling)?;
+        rec.notes.extend(stack_notes);
+        rec.emitter.stacks = stack_maker;
+        rec.off_cpu = off_cpu;
         rec.open_target(&opts.target, &caps, opts.mmap_pages)?;
         rec.watch_target_and_rings()?;
         Ok(rec)
@@ -344,6 +386,7 @@ impl Recorder {
                 probe_base,
                 probe_markers,
                 probe_records: Vec::new(),
+                stacks: None,
             },
             max_seen: 0,
             ran: false,
@@ -352,6 +395,7 @@ impl Recorder {
             child_env: Vec::new(),
             probes,
             sampling,
+            off_cpu: None,
         })
     }
 
@@ -458,6 +502,16 @@ impl Recorder {
                     self.emitter.decoder.add_id(id, probes.begin_event + role_index as u16);
                     self.fds.push(fd);
                 }
+            }
+            if let (Some(plan), Some(ring), Some(sm)) = (&self.off_cpu, ring_of_cpu[cpu_index], &self.emitter.stacks) {
+                let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(io_err(
+                    format!("cannot open sched:sched_switch (off-CPU stacks) on CPU {cpu}"),
+                ))?;
+                sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                    .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (sched_switch) on CPU {cpu}")))?;
+                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                self.emitter.decoder.add_id(id, sm.off_cpu_event);
+                self.fds.push(fd);
             }
         }
         Ok(())
@@ -795,6 +849,40 @@ fn build_plans(events: &[EventSpec], sampling: &SamplingConfig) -> Result<Vec<At
         plans.push(build_attr(spec, &c)?);
     }
     Ok(plans)
+}
+
+/// Stack options → attrs: the call graph on every sampling event, `context_switch` on
+/// the side-band event, and the off-CPU stack event (returned). Mounting tracefs is noted.
+fn stack_plans(
+    o: &StackOptions,
+    plans: &mut [AttrPlan],
+    sampling: &SamplingConfig,
+    notes: &mut Vec<String>,
+) -> Result<Option<AttrPlan>, RecordError> {
+    if let Some(cg) = &o.call_graph {
+        for p in plans.iter_mut() {
+            apply_call_graph(p, cg);
+        }
+    }
+    if !o.off_cpu {
+        return Ok(None);
+    }
+    if let Some(p) = plans.first_mut() {
+        apply_context_switch(p);
+    }
+    match crate::tracefs::ensure_mounted() {
+        Ok((root, mounted)) => {
+            if mounted {
+                notes.push(format!("tracefs was not mounted: mounted it at {} (for sched:sched_switch)", root.display()));
+            }
+            let spec = EventSpec::parse("sched:sched_switch")?;
+            Ok(Some(off_cpu_attr(&spec, sampling, o.call_graph.as_ref())?))
+        }
+        Err(e) => {
+            notes.push(format!("off-CPU stacks unavailable ({e}); context switches are recorded without stacks"));
+            Ok(None)
+        }
+    }
 }
 
 /// Resolve the uprobe item boundaries; their events come after the `events` sampling

@@ -51,6 +51,11 @@ pub mod branch_sample_type {
     pub const HW_INDEX: u64 = 1 << 17;
     /// The branch entries are followed by one `u64` of counters per entry.
     pub const COUNTERS: u64 = 1 << 19;
+    /// Filter bits (no layout change) used for LBR call stacks.
+    pub const USER: u64 = 1 << 0;
+    pub const CALL_STACK: u64 = 1 << 11;
+    pub const NO_FLAGS: u64 = 1 << 14;
+    pub const NO_CYCLES: u64 = 1 << 15;
 }
 
 /// `PERF_RECORD_*` record types (`perf_event_header.type`) the kernel writes.

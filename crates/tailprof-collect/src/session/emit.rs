@@ -10,6 +10,7 @@ use super::{RecordOutput, RecordSummary};
 use crate::buildid;
 use crate::parse::{Decoded, Decoder};
 use crate::ring::Pending;
+use crate::stacks::StackMaker;
 use crate::uprobe::{MarkerMaker, ProbeRole};
 
 /// `(device as st_dev encodes it, inode)` of a mapped file.
@@ -52,6 +53,8 @@ pub(super) struct Emitter {
     pub(super) probe_markers: Option<MarkerMaker>,
     /// Reused buffer for the records one probe hit becomes.
     pub(super) probe_records: Vec<Record>,
+    /// Call stacks, context switches and off-CPU stacks (`None`: not recorded).
+    pub(super) stacks: Option<StackMaker>,
 }
 
 impl Emitter {
@@ -72,6 +75,13 @@ impl Emitter {
         out: &mut O,
     ) -> Result<(), FormatError> {
         match self.decoder.decode(rec, p.event(), p.cpu, &mut self.sample) {
+            Ok(Decoded::Sample) if self.stacks.as_ref().is_some_and(|s| s.off_cpu_event == self.sample.event) => {
+                // The stack where a thread goes off the CPU: kept for its switch-out record.
+                if let Some(sm) = &mut self.stacks {
+                    sm.off_cpu_sample(rec, &self.sample, out);
+                }
+                Ok(())
+            }
             Ok(Decoded::Sample) if self.sample.event >= self.probe_base => {
                 let role = if self.sample.event == self.probe_base {
                     ProbeRole::Begin
@@ -92,6 +102,9 @@ impl Emitter {
                 res
             }
             Ok(Decoded::Sample) => {
+                if let Some(sm) = &mut self.stacks {
+                    sm.sample(rec, &mut self.sample, out);
+                }
                 self.summary.samples += 1;
                 self.note_time(self.sample.time);
                 out.write_sample(&self.sample)
@@ -102,10 +115,27 @@ impl Emitter {
                         // Not a build-id, whatever the (leaked) misc flag says.
                         m.build_id = None;
                         self.build_id(m, Some(key), out)?;
+                        if let Some(sm) = &mut self.stacks {
+                            sm.observe(&r, Some(key));
+                        }
                         return self.write(r, out);
                     }
                 }
                 self.record(r, out)
+            }
+            Ok(Decoded::Ignored(kind))
+                if self.stacks.is_some()
+                    && (kind == tailprof_perf_abi::record_type::SWITCH
+                        || kind == tailprof_perf_abi::record_type::SWITCH_CPU_WIDE) =>
+            {
+                match self.stacks.as_mut().and_then(|sm| sm.switch(rec, p.event(), p.cpu)) {
+                    Some(r) => self.write(r, out),
+                    // The idle task's switches (system-wide) are not kept.
+                    None => {
+                        self.summary.ignored += 1;
+                        Ok(())
+                    }
+                }
             }
             Ok(Decoded::Ignored(_)) => {
                 self.summary.ignored += 1;
@@ -124,8 +154,12 @@ impl Emitter {
         mut r: Record,
         out: &mut O,
     ) -> Result<(), FormatError> {
+        let mut key = None;
         if let Record::Mmap(m) = &mut r {
-            self.build_id(m, None, out)?;
+            key = self.build_id(m, None, out)?;
+        }
+        if let Some(sm) = &mut self.stacks {
+            sm.observe(&r, key);
         }
         self.write(r, out)
     }
@@ -159,10 +193,10 @@ impl Emitter {
         m: &mut Mmap,
         key: Option<FileKey>,
         out: &mut O,
-    ) -> Result<(), FormatError> {
+    ) -> Result<Option<FileKey>, FormatError> {
         let kernel = m.path == "[kernel.kallsyms]";
         if !(m.path.starts_with('/') || kernel) {
-            return Ok(());
+            return Ok(None);
         }
         let in_root = || format!("/proc/{}/root{}", m.pid, m.path);
         let key = match key {
@@ -174,7 +208,7 @@ impl Emitter {
                     if m.build_id.is_none() {
                         m.build_id = known.1.clone();
                     }
-                    return Ok(());
+                    return Ok(Some(known.0));
                 }
                 use std::os::unix::fs::MetadataExt;
                 std::fs::metadata(&m.path)
@@ -186,7 +220,7 @@ impl Emitter {
             if m.build_id.is_none() {
                 m.build_id = known.1.clone();
             }
-            return Ok(());
+            return Ok(Some(key));
         }
         let id = match &m.build_id {
             Some(id) => Some(id.clone()),
@@ -205,6 +239,6 @@ impl Emitter {
             out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
         }
         m.build_id = id;
-        Ok(())
+        Ok(Some(key))
     }
 }

@@ -1,0 +1,709 @@
+//! User-stack unwinding for tailprof: turn a sample's user registers and its copy of the
+//! user stack (PERF_SAMPLE_REGS_USER + PERF_SAMPLE_STACK_USER) into frames, with the DWARF
+//! call-frame information (`.eh_frame`, `.eh_frame_hdr`, `.debug_frame`) of the mapped
+//! files, through [framehop](https://docs.rs/framehop). Also the two stack sources that need
+//! no unwinding: kernel callchains ([`callchain_frames`]) and LBR branch stacks
+//! ([`lbr_frames`]).
+//!
+//! Used while recording (the recorder unwinds each sample as it drains the rings and keeps
+//! only the frames) and by `import` (perf.data files recorded with `--call-graph dwarf`).
+//!
+//! # Address spaces and modules
+//! [`Unwinder`] keeps one address space per process: the file mappings the recorder's
+//! side-band told it about ([`Unwinder::add_mapping`], [`Unwinder::fork`],
+//! [`Unwinder::exec`], [`Unwinder::exit`]). A mapping's unwind sections are read the first
+//! time a sample of that process is unwound, through the caller's [`FileOpener`] (the
+//! recorder opens `/proc/PID/map_files/…` or the path with `O_NOFOLLOW|O_NONBLOCK` and
+//! checks device and inode: files are the target's, hence untrusted). A file's sections are
+//! read once and shared by every process that maps it ([`ModuleCache`], keyed by device +
+//! inode or by path and size, bounded in bytes). Only ELF headers and the unwind sections
+//! (plus `.text` for prologue/epilogue analysis, when small enough) are read, with every
+//! size checked against the file and the limits in [`Limits`].
+//!
+//! # Bounded work per sample
+//! At most [`Limits::max_frames`] frames; every stack read is a bounds-checked lookup in the
+//! copy; no file is read while unwinding except a mapping seen for the first time.
+//!
+//! # Status
+//! Every unwound stack gets a [`StackStatus`]: `Complete` when framehop reached the
+//! outermost frame (CFI says the return address is undefined, as in `_start` and
+//! `clone3`, or a null return address/frame pointer) through code with unwind information;
+//! `CopyExhausted` when a read fell beyond the end of the copied stack; `NoUnwindInfo` when
+//! the walk failed in code that has no CFI (an unknown mapping, JIT code, a file that
+//! could not be read); `UnwindError` for other failures; `MaxDepth` at the frame limit;
+//! `UserMissing` without registers or a stack copy (a kernel thread). A walk that ends
+//! normally but used the frame-pointer fallback in code without CFI is `Unknown`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
+use object::read::elf::{ElfFile64, ProgramHeader};
+use object::{Object, ObjectSection, ReadCache};
+use tailprof_format::{Frame, StackStatus};
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    pub type NativeUnwinder<D> = framehop::aarch64::UnwinderAarch64<D>;
+    pub type NativeCache = framehop::aarch64::CacheAarch64;
+    /// perf register numbers (arch/arm64/include/uapi/asm/perf_regs.h): x29, lr, sp, pc.
+    pub const REG_FP: u32 = 29;
+    pub const REG_LR: u32 = 30;
+    pub const REG_SP: u32 = 31;
+    pub const REG_IP: u32 = 32;
+    pub const REGS_MASK: u64 = 1 << REG_FP | 1 << REG_LR | 1 << REG_SP | 1 << REG_IP;
+    pub fn regs(r: &super::UserRegs) -> framehop::aarch64::UnwindRegsAarch64 {
+        framehop::aarch64::UnwindRegsAarch64::new(r.lr, r.sp, r.fp)
+    }
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+mod arch {
+    pub type NativeUnwinder<D> = framehop::x86_64::UnwinderX86_64<D>;
+    pub type NativeCache = framehop::x86_64::CacheX86_64;
+    /// perf register numbers (arch/x86/include/uapi/asm/perf_regs.h): bp, sp, ip.
+    pub const REG_FP: u32 = 6;
+    pub const REG_SP: u32 = 7;
+    pub const REG_IP: u32 = 8;
+    pub const REG_LR: u32 = u32::MAX;
+    pub const REGS_MASK: u64 = 1 << REG_FP | 1 << REG_SP | 1 << REG_IP;
+    pub fn regs(r: &super::UserRegs) -> framehop::x86_64::UnwindRegsX86_64 {
+        framehop::x86_64::UnwindRegsX86_64::new(r.ip, r.sp, r.fp)
+    }
+}
+
+/// `sample_regs_user` bits this architecture's unwinder needs (x86_64: bp, sp, ip;
+/// aarch64: x29, lr, sp, pc).
+pub const UNWIND_REGS_MASK: u64 = arch::REGS_MASK;
+
+/// The user registers an unwind starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    /// Frame pointer (rbp / x29).
+    pub fp: u64,
+    /// Link register (aarch64 only; 0 elsewhere).
+    pub lr: u64,
+}
+
+impl UserRegs {
+    /// From a REGS_USER block: `mask` is the attr's `sample_regs_user`, `value(i)` the
+    /// i-th word of the block. `None` if a needed register is missing.
+    pub fn from_perf(mask: u64, value: impl Fn(usize) -> Option<u64>) -> Option<UserRegs> {
+        let get = |reg: u32| -> Option<u64> {
+            if reg >= 64 || mask & (1 << reg) == 0 {
+                return None;
+            }
+            value((mask & ((1u64 << reg) - 1)).count_ones() as usize)
+        };
+        Some(UserRegs {
+            ip: get(arch::REG_IP)?,
+            sp: get(arch::REG_SP)?,
+            fp: get(arch::REG_FP)?,
+            lr: if arch::REG_LR == u32::MAX { 0 } else { get(arch::REG_LR)? },
+        })
+    }
+}
+
+/// Limits on what the unwinder reads and keeps (every size comes from an untrusted file).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Frames per stack (then [`StackStatus::MaxDepth`]).
+    pub max_frames: usize,
+    /// Processes tracked at once; the least recently used is forgotten beyond it.
+    pub max_processes: usize,
+    /// Mappings per process.
+    pub max_mappings: usize,
+    /// Bytes of one unwind section (`.eh_frame`, `.eh_frame_hdr`, `.debug_frame`).
+    pub max_section: u64,
+    /// `.text` is kept for prologue/epilogue analysis only up to this size.
+    pub max_text: u64,
+    /// Bytes of all cached module sections together.
+    pub max_cache_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frames: 1024,
+            max_processes: 4096,
+            max_mappings: 8192,
+            max_section: 256 << 20,
+            max_text: 64 << 20,
+            max_cache_bytes: 1 << 30,
+        }
+    }
+}
+
+/// A file mapping of a process (from MMAP/MMAP2 side-band or /proc/PID/maps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// `(st_dev, st_ino)` of the mapped file when known.
+    pub file: Option<(u64, u64)>,
+    pub path: Arc<str>,
+}
+
+/// Opens the file behind a mapping (the recorder: safely, from the target's view; import:
+/// on the host).
+pub trait FileOpener {
+    fn open(&mut self, pid: u32, m: &Mapping) -> io::Result<File>;
+}
+
+impl<F: FnMut(u32, &Mapping) -> io::Result<File>> FileOpener for F {
+    fn open(&mut self, pid: u32, m: &Mapping) -> io::Result<File> {
+        self(pid, m)
+    }
+}
+
+/// Open a host path the way an untrusted path must be opened: read-only, no final
+/// symlink, non-blocking, close-on-exec; a regular file (and the given device/inode, when
+/// known) or an error.
+pub fn open_untrusted(path: &std::path::Path, file: Option<(u64, u64)>) -> io::Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    let md = f.metadata()?;
+    if !md.file_type().is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    if let Some((dev, ino)) = file {
+        if md.dev() != dev || md.ino() != ino {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} is not the mapped file", path.display())));
+        }
+    }
+    Ok(f)
+}
+
+/// Shared, immutable section bytes (cheap to clone into every process's module).
+#[derive(Clone, Debug, Default)]
+pub struct Bytes(Arc<Vec<u8>>);
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// What one file contributes: its unwind sections and where its code segments are.
+#[derive(Debug)]
+struct ModuleData {
+    sections: ExplicitModuleSectionInfo<Bytes>,
+    /// Executable PT_LOAD segments: (p_offset, p_vaddr, p_filesz).
+    exec_segments: Vec<(u64, u64, u64)>,
+    has_cfi: bool,
+    bytes: usize,
+}
+
+/// Key of a file in the [`ModuleCache`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum FileKey {
+    DevIno(u64, u64),
+    Path(Arc<str>),
+}
+
+/// Files read so far, shared by all processes; bounded by [`Limits::max_cache_bytes`]
+/// (the least recently used files are dropped; processes that still use them keep their
+/// copy until they exit).
+#[derive(Debug, Default)]
+pub struct ModuleCache {
+    files: HashMap<FileKey, (Option<Arc<ModuleData>>, u64)>,
+    bytes: usize,
+    tick: u64,
+}
+
+impl ModuleCache {
+    fn get(&mut self, key: &FileKey) -> Option<Option<Arc<ModuleData>>> {
+        self.tick += 1;
+        let t = self.tick;
+        self.files.get_mut(key).map(|e| {
+            e.1 = t;
+            e.0.clone()
+        })
+    }
+
+    fn insert(&mut self, key: FileKey, data: Option<Arc<ModuleData>>, limit: usize) {
+        self.tick += 1;
+        let add = data.as_ref().map_or(0, |d| d.bytes);
+        while self.bytes + add > limit && !self.files.is_empty() {
+            let Some(oldest) = self.files.iter().min_by_key(|e| e.1 .1).map(|e| e.0.clone()) else { break };
+            if let Some((Some(d), _)) = self.files.remove(&oldest) {
+                self.bytes = self.bytes.saturating_sub(d.bytes);
+            }
+        }
+        self.bytes += add;
+        self.files.insert(key, (data, self.tick));
+    }
+
+    /// Bytes of section data cached.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+struct Loaded {
+    mapping: Mapping,
+    /// `None` until the first unwind in this process; `Some(false)` when the file could
+    /// not be used (then code there has no unwind information).
+    state: Option<bool>,
+}
+
+struct Process {
+    unwinder: arch::NativeUnwinder<Bytes>,
+    cache: arch::NativeCache,
+    maps: Vec<Loaded>,
+    /// Some mapping was added since the last unwind.
+    dirty: bool,
+    last_use: u64,
+}
+
+impl Process {
+    fn new() -> Process {
+        Process { unwinder: arch::NativeUnwinder::new(), cache: arch::NativeCache::new(), maps: Vec::new(), dirty: false, last_use: 0 }
+    }
+}
+
+/// Whether `addr` lies in a mapping whose unwind information was loaded.
+fn has_cfi(maps: &[Loaded], addr: u64) -> bool {
+    maps.iter().any(|l| l.state == Some(true) && (l.mapping.start..l.mapping.end).contains(&addr))
+}
+
+/// Counters of what the unwinder did (for summaries and benchmarks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnwindStats {
+    pub stacks: u64,
+    pub frames: u64,
+    pub files_read: u64,
+    pub files_failed: u64,
+    pub processes_evicted: u64,
+}
+
+/// Per-process address spaces plus the shared module cache. See the module docs.
+pub struct Unwinder {
+    procs: HashMap<u32, Process>,
+    modules: ModuleCache,
+    limits: Limits,
+    opener: Box<dyn FileOpener + Send>,
+    tick: u64,
+    stats: UnwindStats,
+}
+
+impl std::fmt::Debug for Unwinder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwinder").field("processes", &self.procs.len()).field("stats", &self.stats).finish()
+    }
+}
+
+impl Unwinder {
+    pub fn new(opener: Box<dyn FileOpener + Send>, limits: Limits) -> Unwinder {
+        Unwinder { procs: HashMap::new(), modules: ModuleCache::default(), limits, opener, tick: 0, stats: UnwindStats::default() }
+    }
+
+    pub fn stats(&self) -> UnwindStats {
+        self.stats
+    }
+
+    pub fn module_cache(&self) -> &ModuleCache {
+        &self.modules
+    }
+
+    fn process(&mut self, pid: u32) -> &mut Process {
+        if !self.procs.contains_key(&pid) && self.procs.len() >= self.limits.max_processes {
+            if let Some(&old) = self.procs.iter().min_by_key(|p| p.1.last_use).map(|p| p.0) {
+                self.procs.remove(&old);
+                self.stats.processes_evicted += 1;
+            }
+        }
+        self.tick += 1;
+        let t = self.tick;
+        let p = self.procs.entry(pid).or_insert_with(Process::new);
+        p.last_use = t;
+        p
+    }
+
+    /// A file mapping of `pid` (an executable mapping: only code needs unwind info).
+    /// Replaces mappings it overlaps.
+    pub fn add_mapping(&mut self, pid: u32, m: Mapping) {
+        if m.end <= m.start || !m.path.starts_with('/') {
+            return;
+        }
+        let max = self.limits.max_mappings;
+        let p = self.process(pid);
+        let overlapping: Vec<u64> = p
+            .maps
+            .iter()
+            .filter(|l| l.mapping.start < m.end && m.start < l.mapping.end)
+            .map(|l| l.mapping.start)
+            .collect();
+        for s in overlapping {
+            p.unwinder.remove_module(s);
+            p.maps.retain(|l| l.mapping.start != s);
+        }
+        if p.maps.len() >= max {
+            return;
+        }
+        p.maps.push(Loaded { mapping: m, state: None });
+        p.dirty = true;
+    }
+
+    /// A new process `child` forked from `parent`: same mappings.
+    pub fn fork(&mut self, parent: u32, child: u32) {
+        if parent == child {
+            return;
+        }
+        let Some(maps) = self.procs.get(&parent).map(|p| p.maps.iter().map(|l| l.mapping.clone()).collect::<Vec<_>>()) else {
+            return;
+        };
+        self.procs.remove(&child);
+        for m in maps {
+            self.add_mapping(child, m);
+        }
+    }
+
+    /// `pid` exec'd: a new address space (its mappings follow as side-band).
+    pub fn exec(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    /// `pid` exited.
+    pub fn exit(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    /// Read the unwind sections of the mappings added since the last unwind.
+    fn load_pending(&mut self, pid: u32) {
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        if !p.dirty {
+            return;
+        }
+        p.dirty = false;
+        let pending: Vec<usize> = (0..p.maps.len()).filter(|&i| p.maps[i].state.is_none()).collect();
+        for i in pending {
+            let m = self.procs[&pid].maps[i].mapping.clone();
+            let key = match m.file {
+                Some((d, i)) => FileKey::DevIno(d, i),
+                None => FileKey::Path(m.path.clone()),
+            };
+            let data = match self.modules.get(&key) {
+                Some(d) => d,
+                None => {
+                    let d = match self.opener.open(pid, &m).and_then(|f| read_module(f, &self.limits)) {
+                        Ok(d) => {
+                            self.stats.files_read += 1;
+                            Some(Arc::new(d))
+                        }
+                        Err(_) => {
+                            self.stats.files_failed += 1;
+                            None
+                        }
+                    };
+                    self.modules.insert(key, d.clone(), self.limits.max_cache_bytes);
+                    d
+                }
+            };
+            let p = self.procs.get_mut(&pid).expect("present");
+            let ok = match data.as_ref().and_then(|d| module_for(&m, d)) {
+                Some(module) => {
+                    p.unwinder.add_module(module);
+                    data.as_ref().is_some_and(|d| d.has_cfi)
+                }
+                None => false,
+            };
+            p.maps[i].state = Some(ok);
+        }
+    }
+
+    /// Unwind one user stack: `regs` at the sample, `stack` the bytes copied from `regs.sp`
+    /// up. Appends user frames, leaf first (leaf = `regs.ip`, then return addresses), to
+    /// `out` and returns the status.
+    pub fn unwind(&mut self, pid: u32, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>) -> StackStatus {
+        self.stats.stacks += 1;
+        if !self.procs.contains_key(&pid) {
+            // No mapping known: code has no unwind info; still keep the leaf.
+            out.push(Frame::user(regs.ip));
+            self.stats.frames += 1;
+            return StackStatus::NoUnwindInfo;
+        }
+        self.load_pending(pid);
+        self.tick += 1;
+        let max_frames = self.limits.max_frames;
+        let p = self.procs.get_mut(&pid).expect("present");
+        p.last_use = self.tick;
+        let sp = regs.sp;
+        let end = sp.saturating_add(stack.len() as u64);
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            if addr < sp || addr.checked_add(8).is_none_or(|e| e > end) {
+                return Err(());
+            }
+            let o = (addr - sp) as usize;
+            Ok(u64::from_ne_bytes(stack[o..o + 8].try_into().map_err(|_| ())?))
+        };
+        let start_len = out.len();
+        let mut no_cfi_seen = false;
+        let maps = &p.maps;
+        let mut iter = p.unwinder.iter_frames(regs.ip, arch::regs(regs), &mut p.cache, &mut read);
+        let mut last_addr = regs.ip;
+        let status = loop {
+            if out.len() - start_len >= max_frames {
+                break StackStatus::MaxDepth;
+            }
+            match iter.next() {
+                Ok(Some(fa)) => {
+                    let ip = match fa {
+                        FrameAddress::InstructionPointer(ip) => ip,
+                        FrameAddress::ReturnAddress(ra) => ra.get(),
+                    };
+                    last_addr = fa.address_for_lookup();
+                    out.push(Frame::user(ip));
+                    if !has_cfi(maps, last_addr) {
+                        no_cfi_seen = true;
+                    }
+                }
+                Ok(None) => break if no_cfi_seen { StackStatus::Unknown } else { StackStatus::Complete },
+                Err(framehop::Error::CouldNotReadStack(a)) if a >= end => break StackStatus::CopyExhausted,
+                Err(_) if !has_cfi(maps, last_addr) => break StackStatus::NoUnwindInfo,
+                Err(_) => break StackStatus::UnwindError,
+            }
+        };
+        self.stats.frames += (out.len() - start_len) as u64;
+        status
+    }
+}
+
+/// The framehop module for mapping `m` of file `d`, or `None` if no executable segment
+/// of the file contains the mapping's offset.
+fn module_for(m: &Mapping, d: &ModuleData) -> Option<Module<Bytes>> {
+    let page = |x: u64| x & !0xfff;
+    let &(off, vaddr, _) = d.exec_segments.iter().find(|&&(off, _, filesz)| {
+        let (lo, hi) = (page(off), off.saturating_add(filesz));
+        (lo..hi.max(lo + 1)).contains(&m.pgoff)
+    })?;
+    // svma of the mapping's first byte; bias = avma - svma.
+    let svma = vaddr.wrapping_sub(off).wrapping_add(m.pgoff);
+    let bias = m.start.wrapping_sub(svma);
+    Some(Module::new(m.path.to_string(), m.start..m.end, bias, d.sections.clone()))
+}
+
+/// Read the ELF headers and unwind sections of `f`, within `limits`.
+fn read_module(f: File, limits: &Limits) -> io::Result<ModuleData> {
+    let bad = |e: object::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+    let len = f.metadata()?.len();
+    let cache = ReadCache::new(f);
+    let elf = ElfFile64::<object::Endianness, _>::parse(&cache).map_err(bad)?;
+    let endian = elf.endian();
+    let mut exec_segments = Vec::new();
+    for ph in elf.elf_program_headers() {
+        if ph.p_type(endian) == object::elf::PT_LOAD && ph.p_flags(endian) & object::elf::PF_X != 0 {
+            exec_segments.push((ph.p_offset(endian), ph.p_vaddr(endian), ph.p_filesz(endian)));
+        }
+    }
+    let mut bytes = 0usize;
+    let mut section = |name: &str, max: u64| -> Option<(Range<u64>, Bytes)> {
+        let s = elf.section_by_name(name)?;
+        let size = s.size();
+        if size == 0 || size > max || size > len || s.kind() == object::SectionKind::UninitializedData {
+            return None;
+        }
+        let data = s.data().ok()?;
+        bytes += data.len();
+        Some((s.address()..s.address().saturating_add(size), Bytes(Arc::new(data.to_vec()))))
+    };
+    let eh_frame = section(".eh_frame", limits.max_section);
+    let eh_frame_hdr = section(".eh_frame_hdr", limits.max_section);
+    let debug_frame = section(".debug_frame", limits.max_section);
+    let text = section(".text", limits.max_text);
+    let got = elf.section_by_name(".got").map(|s| s.address()..s.address().saturating_add(s.size()));
+    let has_cfi = eh_frame.is_some() || debug_frame.is_some();
+    let text_svma = text.as_ref().map(|t| t.0.clone()).or_else(|| {
+        elf.section_by_name(".text").map(|s| s.address()..s.address().saturating_add(s.size()))
+    });
+    let sections = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma,
+        text: text.map(|t| t.1),
+        got_svma: got,
+        eh_frame_svma: eh_frame.as_ref().map(|e| e.0.clone()),
+        eh_frame: eh_frame.map(|e| e.1),
+        eh_frame_hdr_svma: eh_frame_hdr.as_ref().map(|e| e.0.clone()),
+        eh_frame_hdr: eh_frame_hdr.map(|e| e.1),
+        debug_frame: debug_frame.map(|e| e.1),
+        ..Default::default()
+    };
+    Ok(ModuleData { sections, exec_segments, has_cfi, bytes })
+}
+
+/// What [`callchain_frames`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Callchain {
+    pub kernel_frames: usize,
+    pub user_frames: usize,
+    /// The chain has the kernel's `PERF_CONTEXT_USER` marker (a user part was walked).
+    pub has_user_context: bool,
+}
+
+const CONTEXT_MAX: u64 = -4095i64 as u64;
+const CONTEXT_KERNEL: u64 = -128i64 as u64;
+const CONTEXT_USER: u64 = -512i64 as u64;
+
+/// Kernel callchain (PERF_SAMPLE_CALLCHAIN entries, leaf first, with `PERF_CONTEXT_*`
+/// markers) → frames, leaf first. `sample_ip` is the sample's ip: the kernel's first
+/// entry normally repeats it. Guest and hypervisor parts are skipped.
+pub fn callchain_frames(chain: impl IntoIterator<Item = u64>, out: &mut Vec<Frame>) -> Callchain {
+    let mut ctx = CONTEXT_KERNEL;
+    let mut c = Callchain::default();
+    for ip in chain {
+        if ip >= CONTEXT_MAX {
+            ctx = ip;
+            if ip == CONTEXT_USER {
+                c.has_user_context = true;
+            }
+            continue;
+        }
+        match ctx {
+            CONTEXT_KERNEL => {
+                out.push(Frame::kernel(ip));
+                c.kernel_frames += 1;
+            }
+            CONTEXT_USER => {
+                out.push(Frame::user(ip));
+                c.user_frames += 1;
+            }
+            _ => {}
+        }
+    }
+    c
+}
+
+/// Status of a frame-pointer callchain: `MaxDepth` when it has `max_stack` or more entries
+/// (the kernel's `kernel.perf_event_max_stack`), `UserMissing` when a user-mode sample has
+/// no user part, else `Unknown` (a frame-pointer walk cannot tell whether it reached the
+/// outermost frame).
+pub fn callchain_status(c: &Callchain, entries: usize, user_sample: bool, max_stack: usize) -> StackStatus {
+    if entries >= max_stack {
+        StackStatus::MaxDepth
+    } else if user_sample && c.user_frames == 0 {
+        StackStatus::UserMissing
+    } else if c.user_frames == 0 && c.kernel_frames == 0 {
+        StackStatus::UserMissing
+    } else {
+        StackStatus::Unknown
+    }
+}
+
+/// LBR branch stack → frames, most recent first: the sample ip, then the `to` and `from`
+/// of each taken branch (the path that led to the sample, not a call stack; status
+/// `Unknown`).
+pub fn lbr_frames(ip: u64, user: bool, branches: impl IntoIterator<Item = (u64, u64)>, out: &mut Vec<Frame>) {
+    let mk = |a: u64| if user { Frame::user(a) } else { Frame::kernel(a) };
+    out.push(mk(ip));
+    for (from, _to) in branches {
+        out.push(mk(from));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn callchain_split_by_context() {
+        let mut out = Vec::new();
+        let c = callchain_frames([CONTEXT_KERNEL, 0xffff1, 0xffff2, CONTEXT_USER, 0x401000, 0x402000], &mut out);
+        assert_eq!(c.kernel_frames, 2);
+        assert_eq!(c.user_frames, 2);
+        assert_eq!(out[0], Frame::kernel(0xffff1));
+        assert_eq!(out[3], Frame::user(0x402000));
+        assert_eq!(callchain_status(&c, 6, false, 127), StackStatus::Unknown);
+        assert_eq!(callchain_status(&c, 127, false, 127), StackStatus::MaxDepth);
+    }
+
+    #[test]
+    fn regs_from_perf_mask() {
+        let mask = UNWIND_REGS_MASK | 1; // plus ax
+        let vals = [7u64, 10, 20, 30, 40];
+        let r = UserRegs::from_perf(mask, |i| vals.get(i).copied()).unwrap();
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!((r.fp, r.sp, r.ip), (10, 20, 30));
+        assert!(UserRegs::from_perf(1, |i| vals.get(i).copied()).is_none());
+    }
+
+    /// Unwind our own stack: the test binary has .eh_frame, so the walk from here must
+    /// reach the outermost frame (the test harness thread's start) or at least go deep.
+    #[test]
+    fn unwinds_own_stack() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let mut u = Unwinder::new(Box::new(|_pid: u32, m: &Mapping| open_untrusted(std::path::Path::new(&*m.path), m.file)), Limits::default());
+        let pid = std::process::id();
+        for line in maps.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 6 || !f[1].contains('x') || !f[5].starts_with('/') {
+                continue;
+            }
+            let (s, e) = f[0].split_once('-').unwrap();
+            u.add_mapping(
+                pid,
+                Mapping {
+                    start: u64::from_str_radix(s, 16).unwrap(),
+                    end: u64::from_str_radix(e, 16).unwrap(),
+                    pgoff: u64::from_str_radix(f[2], 16).unwrap(),
+                    file: None,
+                    path: f[5].into(),
+                },
+            );
+        }
+        let (frames, status) = capture(&mut u, pid);
+        assert!(frames.len() >= 5, "{} frames, {status:?}", frames.len());
+        assert!(matches!(status, StackStatus::Complete | StackStatus::CopyExhausted), "{status:?}");
+        assert!(u.stats().files_read >= 1);
+    }
+
+    #[inline(never)]
+    fn capture(u: &mut Unwinder, pid: u32) -> (Vec<Frame>, StackStatus) {
+        let (ip, sp, bp): (u64, u64, u64);
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            std::arch::asm!("lea {0}, [rip]", "mov {1}, rsp", "mov {2}, rbp", out(reg) ip, out(reg) sp, out(reg) bp);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            (ip, sp, bp) = (0, 0, 0);
+        }
+        // Copy 256 KiB of our stack (or up to its end).
+        let mut copy = vec![0u8; 256 << 10];
+        let mut n = 0;
+        // SAFETY: reading our own stack above sp, stopping at the first unmapped page via
+        // process_vm_readv semantics is overkill here; read within the main test thread's
+        // stack, bounded by /proc/self/maps' [stack]-less thread stacks: use process_vm_readv.
+        let local = libc::iovec { iov_base: copy.as_mut_ptr().cast(), iov_len: copy.len() };
+        let remote = libc::iovec { iov_base: sp as *mut _, iov_len: copy.len() };
+        let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if r > 0 {
+            n = r as usize;
+        }
+        if n == 0 {
+            // Partial reads stop at an unmapped page; try smaller.
+            for size in [64 << 10, 16 << 10, 4 << 10] {
+                let local = libc::iovec { iov_base: copy.as_mut_ptr().cast(), iov_len: size };
+                let remote = libc::iovec { iov_base: sp as *mut _, iov_len: size };
+                let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+                if r > 0 {
+                    n = r as usize;
+                    break;
+                }
+            }
+        }
+        let mut out = Vec::new();
+        let st = u.unwind(pid, &UserRegs { ip, sp, fp: bp, lr: 0 }, &copy[..n], &mut out);
+        (out, st)
+    }
+}
