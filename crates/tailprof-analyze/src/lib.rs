@@ -34,9 +34,12 @@ pub mod bandwidth;
 pub mod info;
 pub mod items;
 pub mod maps;
+pub mod offcpu;
 pub mod overhead;
 pub mod profile;
 pub mod resolve;
+pub mod stack_explain;
+pub mod stacks;
 pub mod symbolize;
 
 pub use info::{trace_info, RecordCounter, TraceInfo};

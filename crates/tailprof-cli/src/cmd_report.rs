@@ -37,6 +37,8 @@ enum By {
     Function,
     Binary,
     Thread,
+    /// Whole call stacks (traces recorded with -g / --call-graph)
+    Stack,
 }
 
 /// Print a flat profile: samples and percentages per function (default), binary or thread.
@@ -46,7 +48,7 @@ enum By {
 /// against their build-ids. Kernel samples show as `[kernel]` unless /proc/kallsyms is
 /// readable. Lost, throttled and truncated data are reported above the table.
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  tailprof report run.trace\n  tailprof report run.trace --by binary --top 10\n  tailprof report run.trace --json | jq '.functions[0]'")]
+#[command(after_help = "Examples:\n  tailprof report run.trace\n  tailprof report run.trace --by binary --top 10\n  tailprof report run.trace --json | jq '.functions[0]'\n  tailprof report run.trace --by stack --slow\n  tailprof report run.trace --folded | inferno-flamegraph > flame.svg\n  tailprof report run.trace --off-cpu --item 17")]
 pub struct ReportArgs {
     /// The trace file (from `tailprof record` or `tailprof import`).
     #[arg(value_name = "TRACE")]
@@ -65,19 +67,84 @@ pub struct ReportArgs {
     event: Option<String>,
 
     /// Print JSON: {"samples": N, "functions": [{"name", "binary", "samples", "percent"}, ...]}
-    /// (`binaries` / `threads` with --by binary / thread).
+    /// (`binaries` / `threads` with --by binary / thread; with --by stack:
+    /// {"samples": N, "stacks": [{"frames": ["root", ..., "leaf"], "samples": N, "complete": true}],
+    /// "statuses": {"complete": N, ...}}).
     #[arg(long)]
     json: bool,
+
+    /// Print folded stacks ("root;caller;leaf COUNT" per line), the input of flamegraph.pl,
+    /// inferno-flamegraph and speedscope. With --off-cpu: off-CPU nanoseconds, the state
+    /// ([blocked] / [runnable]) as the root frame.
+    #[arg(long, conflicts_with = "json")]
+    folded: bool,
+
+    /// Off-CPU time of the trace from its context switches: blocked (asleep in the kernel)
+    /// and runnable (preempted), by the function threads waited in and by stack.
+    #[arg(long)]
+    off_cpu: bool,
+
+    /// Only samples (and off-CPU time) inside this item; repeatable.
+    #[arg(long = "item", value_name = "ID")]
+    items: Vec<u64>,
+
+    /// Only samples inside items of this class.
+    #[arg(long, value_name = "CLASS")]
+    class: Option<String>,
+
+    /// Only samples inside some item.
+    #[arg(long)]
+    in_items: bool,
+
+    /// Only samples inside items flagged slow (see `tailprof items`).
+    #[arg(long)]
+    slow: bool,
+}
+
+/// Stack, off-CPU, folded and filtered views: one stack profile (after an items pass
+/// when a filter needs items).
+fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Option<usize>) -> Result<String> {
+    use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
+    use tailprof_present::stacks as view;
+    let filter = StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow };
+    let opts = StackOptions { event: Some(event), filter };
+    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let (_, p) = stack_report(&mut reader, &opts, false, &mut symbolizer)
+        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let json = |v: serde_json::Value| -> Result<String> { Ok(serde_json::to_string_pretty(&v)? + "\n") };
+    Ok(match (args.off_cpu, args.folded, args.json) {
+        (true, true, _) => view::folded_off_cpu(&p),
+        (true, _, true) => json(view::off_cpu_json(&p, top))?,
+        (true, _, _) => view::render_off_cpu(&p, top),
+        (_, true, _) => view::folded(&p),
+        _ if matches!(args.by, By::Stack) && args.json => json(view::stacks_json(&p, top))?,
+        _ if matches!(args.by, By::Stack) => view::render_stacks(&p, top),
+        _ if args.json => json(view::flat_json(&p, top))?,
+        _ => view::render_flat(&p, top),
+    })
 }
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
+    let filtered = !args.items.is_empty() || args.class.is_some() || args.in_items || args.slow;
+    if matches!(args.by, By::Stack) || args.folded || args.off_cpu || filtered {
+        if filtered && matches!(args.by, By::Binary | By::Thread) {
+            anyhow::bail!("--item/--class/--in-items/--slow work with --by function or --by stack, not --by binary/thread");
+        }
+        let top = if args.top == 0 { None } else { Some(args.top) };
+        let out = run_stacks(&args, reader, event, top)?;
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(out.as_bytes())?;
+        stdout.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let opts = ProfileOptions {
         by: match args.by {
             By::Function => GroupBy::Function,
             By::Binary => GroupBy::Binary,
             By::Thread => GroupBy::Thread,
+            By::Stack => GroupBy::Function, // handled by run_stacks above
         },
         event: Some(event),
     };

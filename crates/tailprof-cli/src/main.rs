@@ -2,6 +2,7 @@
 //! libraries together, prints, and maps errors to one line and an exit code. All
 //! real work lives in the `tailprof-*` library crates.
 
+mod cmd_agent;
 mod cmd_bandwidth;
 mod cmd_demo;
 mod cmd_export;
@@ -59,6 +60,7 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     Overhead(cmd_overhead::OverheadArgs),
     Bandwidth(cmd_bandwidth::BandwidthArgs),
+    Agent(cmd_agent::AgentArgs),
     #[command(name = "__spin", hide = true)]
     Spin(cmd_calibrate::SpinArgs),
     #[command(name = "__timed", hide = true)]
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmd_plan::run(a),
         Command::Overhead(a) => cmd_overhead::run(a),
         Command::Bandwidth(a) => cmd_bandwidth::run(a),
+        Command::Agent(a) => cmd_agent::run(a),
         Command::Spin(a) => cmd_calibrate::run_spin(a),
         Command::Timed(a) => measure::run_timed(a),
     };

@@ -26,12 +26,15 @@
 //! ```
 
 pub mod bandwidth;
+pub mod flamegraph;
 pub mod fmt;
 pub mod html;
 pub mod items;
 pub mod json;
 pub mod losses;
 pub mod perfetto;
+pub mod pprof;
+pub mod stacks;
 pub mod table;
 pub mod warnings;
 

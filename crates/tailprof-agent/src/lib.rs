@@ -1,0 +1,143 @@
+//! The continuous-profiling agent (`tailprof agent`): system-wide sampling with call
+//! stacks, aggregated per window in the recorder's drain loop (DCPI-style, no per-sample
+//! storage), written to the Parquet store (`tailprof-store`, `docs/STORE.md`).
+//!
+//! ```text
+//!  Recorder (collect, Target::SystemWide, fp callchains)
+//!     │ records, in time order, once per round
+//!     ▼
+//!  Aggregator (RecordOutput) ── per window: (pid, comm, event, [(build-id, offset)]) → count
+//!     │ window table, new binaries (opened file), retained requests, histograms
+//!     ▼  mpsc channel
+//!  writer thread ── samples/latency/items Parquet files (atomic), symbol table per build-id,
+//!                   compaction, retention, push
+//! ```
+//!
+//! Design constraints: the drain loop never blocks on disk or symbolization; a window
+//! is handed over whole; a SIGKILL loses at most the current window (files appear
+//! atomically); a full disk drops and counts windows. Libraries never print: the
+//! caller gets an [`AgentSummary`].
+
+pub mod aggregate;
+pub mod config;
+pub mod push;
+pub mod symtab;
+pub mod tail;
+pub mod writer;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc, Mutex};
+
+use serde::Serialize;
+use tailprof_collect::attr::{ClockChoice, SamplingConfig};
+use tailprof_collect::event::EventSpec;
+use tailprof_collect::session::{ItemOptions, Progress, RecordOptions, Recorder, StackOptions, Target};
+
+pub use config::AgentConfig;
+pub use writer::WriterStats;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    #[error("config: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Store(#[from] tailprof_store::StoreError),
+    #[error(transparent)]
+    Record(#[from] tailprof_collect::session::RecordError),
+    #[error(transparent)]
+    Event(#[from] tailprof_collect::event::EventError),
+    #[error(transparent)]
+    Uprobe(#[from] tailprof_collect::uprobe::UprobeError),
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentSummary {
+    pub store: String,
+    pub host: String,
+    pub duration_ns: u64,
+    pub aggregation: aggregate::AggStats,
+    pub writer: WriterStats,
+    pub requests: tail::TailStats,
+    pub stale_temp_files_removed: u64,
+    /// Kernel-side losses reported by the recorder.
+    pub lost_records: u64,
+    pub throttled: u64,
+}
+
+/// Runs the agent until `stop` is set (or `cfg.duration_us` passes: the caller sets
+/// `stop`), then flushes the current window and waits for the writer.
+pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool, on_window: &mut dyn FnMut(&Progress)) -> Result<AgentSummary, AgentError> {
+    cfg.validate()?;
+    let (store, removed) = tailprof_store::Store::open(&cfg.store)?;
+    let spec = EventSpec::parse(&cfg.event)?;
+    let sampling = SamplingConfig {
+        period: cfg.period,
+        freq: if cfg.period.is_some() { None } else { Some(cfg.frequency) },
+        clock: ClockChoice::Monotonic,
+        inherit: true,
+        disabled: true,
+        sideband: true,
+        ..SamplingConfig::default()
+    };
+    let opts = RecordOptions {
+        events: vec![spec],
+        sampling,
+        mmap_pages: cfg.mmap_pages,
+        target: Target::SystemWide,
+        cmdline: vec!["tailprof".into(), "agent".into()],
+    };
+    let probes = match (&cfg.item_begin, &cfg.item_end) {
+        (Some(b), Some(e)) => Some(tailprof_collect::uprobe::ItemProbes {
+            begin: tailprof_collect::uprobe::ProbeSpec::parse(b)?,
+            end: tailprof_collect::uprobe::ProbeSpec::parse(e)?,
+            id_reg: None,
+            class: None,
+        }),
+        _ => None,
+    };
+    let items = ItemOptions { probes, ..ItemOptions::default() };
+    let stacks = StackOptions {
+        call_graph: cfg.stacks.then_some(tailprof_collect::session::CallGraph::Fp),
+        off_cpu: false,
+    };
+    let mut recorder = Recorder::with_stacks(opts, items, stacks)?;
+    let events: Vec<String> = recorder.header().events.iter().map(|e| e.name.clone()).collect();
+
+    let (tx, rx) = mpsc::channel();
+    let wstats = Arc::new(Mutex::new(WriterStats::default()));
+    let wcfg = writer::WriterConfig {
+        store: store.clone(),
+        retain: tailprof_store::RetainPolicy { max_age_us: cfg.retain_age_us, max_bytes: cfg.retain_bytes },
+        compact: cfg.compact,
+        push: cfg.push.clone(),
+    };
+    let ws = wstats.clone();
+    let handle = std::thread::Builder::new()
+        .name("tailprof-writer".into())
+        .spawn(move || writer::run_writer(wcfg, rx, ws))
+        .map_err(|e| tailprof_store::StoreError::Options(format!("cannot start the writer thread: {e}")))?;
+
+    let tail = Some(tail::TailRetainer::new(cfg.slow_threshold_ns, cfg.slow_percentile));
+    let mut agg = aggregate::Aggregator::new(events, cfg.window_us, cfg.host.clone(), tx, tail);
+    let res = recorder.run_to(&mut agg, stop, on_window);
+    agg.maybe_flush(true);
+    let agg_stats = agg.stats;
+    let tail_stats = agg.tail_stats();
+    drop(agg); // closes the channel: the writer finishes the queued jobs and returns
+    let _ = handle.join();
+    let summary = res?;
+    let writer = wstats.lock().map(|s| s.clone()).unwrap_or_default();
+    Ok(AgentSummary {
+        store: cfg.store.display().to_string(),
+        host: cfg.host.clone(),
+        duration_ns: summary.duration_ns,
+        aggregation: agg_stats,
+        writer,
+        requests: tail_stats,
+        stale_temp_files_removed: removed,
+        lost_records: summary.lost_records,
+        throttled: summary.throttled,
+    })
+}

@@ -1,0 +1,628 @@
+//! Call-stack profiles and off-CPU time: samples per stack, per item, and where threads
+//! waited.
+//!
+//! [`StackBuilder`] is a [`ResolvedSink`] (read through [`Resolved`], which keeps the
+//! address spaces and the trace's [`tailprof_format::StackTable`] current) and, per
+//! sample of the selected event:
+//!
+//! 1. finds the innermost item open on the sample's thread at its time ([`ItemSpan`]s
+//!    from an items report; a binary search in the thread's spans);
+//! 2. maps `(pid, address-space generation, stack id)` to a resolved path (one
+//!    FxHashMap lookup; the frames are resolved to locations once per key, the leaf at
+//!    its `ip`, every caller at `ip - 1` since callers' ips are return addresses,
+//!    FORMAT.md §5.5). A sample without a stack is a one-frame path of its `ip`;
+//! 3. bumps the counter of `(item, path, complete)`.
+//!
+//! `Switch` records go through [`crate::offcpu::Timelines`]; every closed off-CPU
+//! interval is added, clipped, to each item of its thread it overlaps, and whole to the
+//! trace's off-CPU view, keyed by the stack where the thread went off CPU.
+//!
+//! [`StackBuilder::finish`] symbolizes every location once ([`Resolver::functions`]) and
+//! folds paths of locations into paths of functions, so two call sites of one caller
+//! are one frame. Filters ([`StackFilter`]) select what the whole-trace views
+//! ([`StackProfile::stacks`], [`StackProfile::off_cpu`]) count; per-item views are kept for
+//! every item (explanations compare an item with its whole class).
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use tailprof_format::{
+    CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch, Task, TraceHeader,
+    TraceReader,
+};
+
+use crate::items::ItemRow;
+use crate::offcpu::{OffInterval, OffState, Timelines};
+use crate::profile::event_name;
+use crate::resolve::{FunctionInfo, LocId, Resolved, ResolvedSink, Resolver};
+use crate::symbolize::Symbolizer;
+use crate::AnalyzeError;
+
+/// Item index meaning "on no item" / "the whole trace".
+const NO_ITEM: u32 = u32::MAX;
+
+/// The time window of one item on its thread (from [`crate::items::ItemsReport`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ItemSpan {
+    pub id: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub class: Option<String>,
+    pub begin_ns: u64,
+    pub end_ns: u64,
+    /// Flagged slow by the items analysis.
+    pub anomalous: bool,
+}
+
+impl ItemSpan {
+    /// The spans of an items report's rows, in the same order.
+    pub fn from_rows(rows: &[ItemRow]) -> Vec<ItemSpan> {
+        rows.iter()
+            .map(|r| ItemSpan {
+                id: r.id,
+                pid: r.pid,
+                tid: r.tid,
+                class: r.class.clone(),
+                begin_ns: r.begin_ns,
+                end_ns: r.end_ns.max(r.begin_ns),
+                anomalous: r.anomalous,
+            })
+            .collect()
+    }
+}
+
+/// What the whole-trace views count. All given conditions must hold; with none, every
+/// sample counts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StackFilter {
+    /// Only samples inside these items (`--item ID`, repeatable).
+    pub items: Vec<u64>,
+    /// Only samples inside items of this class.
+    pub class: Option<String>,
+    /// Only samples inside some item.
+    pub in_items: bool,
+    /// Only samples inside flagged (slow) items.
+    pub slow: bool,
+}
+
+impl StackFilter {
+    /// Whether any condition is set (so only samples inside items count).
+    pub fn is_active(&self) -> bool {
+        self.in_items || self.slow || self.class.is_some() || !self.items.is_empty()
+    }
+
+    /// Whether an item passes the filter.
+    pub fn keeps(&self, s: &ItemSpan) -> bool {
+        (self.items.is_empty() || self.items.contains(&s.id))
+            && self.class.as_ref().is_none_or(|c| s.class.as_deref() == Some(c.as_str()))
+            && (!self.slow || s.anomalous)
+    }
+
+    /// Words for a header line, e.g. `items 3, 7; class SELECT; slow items`.
+    pub fn describe(&self) -> Option<String> {
+        if !self.is_active() {
+            return None;
+        }
+        let mut p = Vec::new();
+        if !self.items.is_empty() {
+            p.push(format!("items {}", self.items.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")));
+        }
+        if let Some(c) = &self.class {
+            p.push(format!("class {c}"));
+        }
+        if self.slow {
+            p.push("slow items".into());
+        }
+        if p.is_empty() {
+            p.push("inside items".into());
+        }
+        Some(p.join("; "))
+    }
+}
+
+/// Options of [`stack_profile`].
+#[derive(Debug, Clone, Default)]
+pub struct StackOptions {
+    /// Index into `TraceHeader::events` of the sampling event (`None`: the first).
+    pub event: Option<u16>,
+    pub filter: StackFilter,
+}
+
+/// Samples of one stack (a path of function rows, root first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StackRow {
+    /// Index into [`StackProfile::paths`].
+    pub path: u32,
+    pub samples: u64,
+    pub period: u64,
+    /// The stack reached the outermost frame.
+    pub complete: bool,
+}
+
+/// Off-CPU time spent with one stack in one state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OffRow {
+    /// Index into [`StackProfile::paths`] (where the thread went off CPU).
+    pub path: u32,
+    pub state: OffState,
+    pub ns: u64,
+}
+
+/// Stacks and off-CPU time of one item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemStacks {
+    pub id: u64,
+    /// Samples by stack, most first.
+    pub stacks: Vec<StackRow>,
+    /// Off-CPU time by state and stack, most first.
+    pub off_cpu: Vec<OffRow>,
+    pub runnable_ns: u64,
+    pub blocked_ns: u64,
+}
+
+impl ItemStacks {
+    pub fn off_cpu_ns(&self) -> u64 {
+        self.runnable_ns.saturating_add(self.blocked_ns)
+    }
+}
+
+/// Samples of one stack status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusCount {
+    /// Stable name ([`StackStatus::name`]).
+    pub status: &'static str,
+    /// In words ([`StackStatus::reason`]).
+    pub reason: &'static str,
+    pub samples: u64,
+}
+
+/// Everything [`stack_profile`] found; see the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StackProfile {
+    pub event: String,
+    /// Samples of the selected event in the trace.
+    pub total_samples: u64,
+    /// Samples the filter kept (with or without a stack).
+    pub samples: u64,
+    pub period: u64,
+    /// Kept samples per stack status (statuses with samples only, in code order).
+    pub statuses: Vec<StatusCount>,
+    /// Function rows the paths refer to.
+    pub functions: Vec<FunctionInfo>,
+    /// Function paths, root first; indices into `functions`.
+    pub paths: Vec<Vec<u32>>,
+    /// Kept samples by stack, most first.
+    pub stacks: Vec<StackRow>,
+    /// Off-CPU time by state and stack (kept items' part with a filter), most first.
+    pub off_cpu: Vec<OffRow>,
+    pub runnable_ns: u64,
+    pub blocked_ns: u64,
+    /// Per item, in the order of the spans given.
+    pub items: Vec<ItemStacks>,
+    /// Switch records read (0: the trace has no off-CPU data).
+    pub switches: u64,
+    /// Off-CPU intervals still open at the end of the trace (closed there).
+    pub off_open_at_end: u64,
+    /// Switch-outs that followed a switch-out (a lost switch-in).
+    pub off_double_outs: u64,
+    pub filter: StackFilter,
+    pub kernel_symbols: Option<String>,
+    pub read: Option<ReadSummary>,
+}
+
+impl StackProfile {
+    /// The names of path `p`, root first.
+    pub fn frames(&self, p: u32) -> Vec<&str> {
+        self.paths
+            .get(p as usize)
+            .map(|v| v.iter().map(|&f| self.functions[f as usize].name.as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The stacks of item `id` (`None`: no such item among the spans).
+    pub fn item(&self, id: u64) -> Option<&ItemStacks> {
+        self.items.iter().find(|i| i.id == id)
+    }
+
+    pub fn off_cpu_ns(&self) -> u64 {
+        self.runnable_ns.saturating_add(self.blocked_ns)
+    }
+
+    /// Kept samples with a recorded stack (any status but `none`).
+    pub fn samples_with_stacks(&self) -> u64 {
+        self.statuses.iter().filter(|s| s.status != StackStatus::None.name()).map(|s| s.samples).sum()
+    }
+
+    /// Flat view of the stack rows: per leaf function (self) and per function anywhere on
+    /// the stack (total), most self first. Values are samples or ns, as `rows` count.
+    pub fn flat<'a>(&'a self, rows: impl Iterator<Item = (u32, u64)>) -> Vec<FlatRow<'a>> {
+        let mut acc: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
+        let mut seen: Vec<u32> = Vec::new();
+        for (p, n) in rows {
+            let Some(path) = self.paths.get(p as usize) else { continue };
+            if let Some(&leaf) = path.last() {
+                acc.entry(leaf).or_default().0 += n;
+            }
+            seen.clear();
+            for &f in path {
+                if !seen.contains(&f) {
+                    seen.push(f);
+                    acc.entry(f).or_default().1 += n;
+                }
+            }
+        }
+        let mut v: Vec<FlatRow> = acc
+            .into_iter()
+            .map(|(f, (s, t))| FlatRow { name: &self.functions[f as usize].name, self_value: s, total_value: t })
+            .collect();
+        v.sort_by(|a, b| b.self_value.cmp(&a.self_value).then(b.total_value.cmp(&a.total_value)).then(a.name.cmp(b.name)));
+        v
+    }
+}
+
+/// One function of [`StackProfile::flat`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlatRow<'a> {
+    pub name: &'a str,
+    /// As the leaf (innermost) frame.
+    pub self_value: u64,
+    /// Anywhere on the stack (recursion counted once).
+    pub total_value: u64,
+}
+
+/// Key of a resolved path: (pid key, generation, stack id or location, is a location).
+type PathKey = (u32, u32, u32, bool);
+
+/// A [`ResolvedSink`] building a [`StackProfile`]; see the module docs.
+#[derive(Debug)]
+pub struct StackBuilder {
+    event: u16,
+    event_name: String,
+    filter: StackFilter,
+    spans: Vec<ItemSpan>,
+    keep: Vec<bool>,
+    by_tid: FxHashMap<u32, Vec<(u64, u64, u32)>>,
+    path_keys: FxHashMap<PathKey, u32>,
+    /// Resolved paths, root first.
+    loc_paths: Vec<Vec<LocId>>,
+    samples: FxHashMap<(u32, u32, bool), (u64, u64)>,
+    off: FxHashMap<(u32, u32, OffState), u64>,
+    timelines: Timelines,
+    statuses: [u64; 8],
+    total: u64,
+    last_time: u64,
+    scratch: Vec<Frame>,
+    read: Option<ReadSummary>,
+}
+
+impl StackBuilder {
+    /// A builder for `header`'s trace; `spans` are the items samples and off-CPU time
+    /// are attributed to (empty: none). Fails if `opts.event` names no event.
+    pub fn new(header: &TraceHeader, opts: &StackOptions, spans: Vec<ItemSpan>) -> Result<Self, AnalyzeError> {
+        let event = opts.event.unwrap_or(0);
+        if !header.events.is_empty() && event as usize >= header.events.len() {
+            return Err(AnalyzeError::NoSuchEvent {
+                spec: event.to_string(),
+                available: header.events.iter().map(|e| e.name.clone()).collect(),
+            });
+        }
+        let mut by_tid: FxHashMap<u32, Vec<(u64, u64, u32)>> = FxHashMap::default();
+        for (i, s) in spans.iter().enumerate() {
+            by_tid.entry(s.tid).or_default().push((s.begin_ns, s.end_ns, i as u32));
+        }
+        for v in by_tid.values_mut() {
+            v.sort_unstable();
+        }
+        let keep = spans.iter().map(|s| opts.filter.keeps(s)).collect();
+        Ok(StackBuilder {
+            event,
+            event_name: event_name(header, event),
+            filter: opts.filter.clone(),
+            spans,
+            keep,
+            by_tid,
+            path_keys: FxHashMap::default(),
+            loc_paths: Vec::new(),
+            samples: FxHashMap::default(),
+            off: FxHashMap::default(),
+            timelines: Timelines::new(),
+            statuses: [0; 8],
+            total: 0,
+            last_time: 0,
+            scratch: Vec::new(),
+            read: None,
+        })
+    }
+
+    /// Attach the reader's summary (shown as warnings when the trace was damaged).
+    pub fn set_read_summary(&mut self, read: ReadSummary) {
+        self.read = Some(read);
+    }
+
+    /// The innermost item open on `tid` at `t`.
+    #[inline]
+    fn item_at(&self, tid: u32, t: u64) -> u32 {
+        let Some(v) = self.by_tid.get(&tid) else { return NO_ITEM };
+        let i = v.partition_point(|s| s.0 <= t);
+        // Latest begin first: the innermost of nested items. Items of one thread rarely
+        // nest deeply; look back a bounded number of spans.
+        for &(_, end, idx) in v[..i].iter().rev().take(16) {
+            if t <= end {
+                return idx;
+            }
+        }
+        NO_ITEM
+    }
+
+    /// The resolved path of `stack` (or of the lone `ip` when it has none; an empty path
+    /// without `ip`) for `pid`.
+    fn path_of(&mut self, r: &mut Resolver, pid: u32, stack: StackId, ip: Option<u64>, mode: CpuMode) -> u32 {
+        let gen = r.spaces().generation(pid);
+        let key: PathKey = if r.stacks().contains(stack) {
+            (pid, gen, stack.0, false)
+        } else if let Some(ip) = ip {
+            (pid, gen, r.loc_of(pid, ip, mode).0, true)
+        } else {
+            (0, 0, 0, false)
+        };
+        if let Some(&p) = self.path_keys.get(&key) {
+            return p;
+        }
+        let locs = if key.3 {
+            vec![LocId(key.2)]
+        } else {
+            self.scratch.clear();
+            self.scratch.extend(r.stacks().frames_leaf_first(stack));
+            let mut locs = Vec::with_capacity(self.scratch.len());
+            for (i, f) in self.scratch.iter().enumerate().rev() {
+                // Callers' ips are return addresses: look up the call instruction.
+                let ip = if i == 0 { f.ip } else { f.ip.saturating_sub(1) };
+                let cpumode = if f.kind == FrameKind::Kernel { CpuMode::Kernel } else { CpuMode::User };
+                locs.push(r.loc_of(pid, ip, cpumode));
+            }
+            locs
+        };
+        let p = self.loc_paths.len() as u32;
+        self.loc_paths.push(locs);
+        self.path_keys.insert(key, p);
+        p
+    }
+
+    fn add_interval(&mut self, r: &mut Resolver, iv: &OffInterval) {
+        let len = iv.len_ns();
+        if len == 0 {
+            return;
+        }
+        let path = self.path_of(r, iv.pid, iv.stack, None, CpuMode::Unknown);
+        *self.off.entry((NO_ITEM, path, iv.state)).or_default() += len;
+        let Some(v) = self.by_tid.get(&iv.tid) else { return };
+        let i = v.partition_point(|s| s.0 < iv.end_ns);
+        let mut misses = 0;
+        let mut hits: Vec<(u32, u64)> = Vec::new();
+        for &(b, e, idx) in v[..i].iter().rev() {
+            let o = iv.overlap_ns(b, e);
+            if o > 0 {
+                hits.push((idx, o));
+                misses = 0;
+            } else {
+                misses += 1;
+                if misses > 16 {
+                    break;
+                }
+            }
+        }
+        for (idx, o) in hits {
+            *self.off.entry((idx, path, iv.state)).or_default() += o;
+        }
+    }
+
+    /// Close open off-CPU intervals, symbolize and fold into a [`StackProfile`].
+    /// Call after the last record with the resolver it was read with.
+    pub fn finish(mut self, resolver: &mut Resolver, symbolizer: &mut Symbolizer) -> StackProfile {
+        for iv in self.timelines.finish(self.last_time) {
+            self.add_interval(resolver, &iv);
+        }
+        let table = resolver.functions(symbolizer);
+        // Location paths → function paths, interned.
+        let mut fpath_ids: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
+        let mut paths: Vec<Vec<u32>> = Vec::new();
+        let of_path: Vec<u32> = self
+            .loc_paths
+            .iter()
+            .map(|locs| {
+                let fp: Vec<u32> = locs.iter().map(|&l| table.of_loc.get(l.index()).copied().unwrap_or(0)).collect();
+                let next = paths.len() as u32;
+                *fpath_ids.entry(fp).or_insert_with_key(|k| {
+                    paths.push(k.clone());
+                    next
+                })
+            })
+            .collect();
+        let active = self.filter.is_active();
+        let kept = |item: u32, keep: &[bool]| {
+            if active {
+                item != NO_ITEM && keep.get(item as usize).copied().unwrap_or(false)
+            } else {
+                true
+            }
+        };
+        let n_items = self.spans.len();
+        let mut whole: FxHashMap<(u32, bool), (u64, u64)> = FxHashMap::default();
+        let mut per_item: Vec<FxHashMap<(u32, bool), (u64, u64)>> = vec![FxHashMap::default(); n_items];
+        let (mut samples, mut period) = (0u64, 0u64);
+        for (&(item, p, complete), &(n, per)) in &self.samples {
+            let fp = of_path[p as usize];
+            if kept(item, &self.keep) {
+                let e = whole.entry((fp, complete)).or_default();
+                e.0 += n;
+                e.1 = e.1.saturating_add(per);
+                samples += n;
+                period = period.saturating_add(per);
+            }
+            if let Some(m) = per_item.get_mut(item as usize) {
+                let e = m.entry((fp, complete)).or_default();
+                e.0 += n;
+                e.1 = e.1.saturating_add(per);
+            }
+        }
+        let mut off_whole: FxHashMap<(u32, OffState), u64> = FxHashMap::default();
+        let mut off_item: Vec<FxHashMap<(u32, OffState), u64>> = vec![FxHashMap::default(); n_items];
+        for (&(item, p, state), &ns) in &self.off {
+            let fp = of_path[p as usize];
+            if item == NO_ITEM {
+                if !active {
+                    *off_whole.entry((fp, state)).or_default() += ns;
+                }
+                continue;
+            }
+            if active && kept(item, &self.keep) {
+                *off_whole.entry((fp, state)).or_default() += ns;
+            }
+            if let Some(m) = off_item.get_mut(item as usize) {
+                *m.entry((fp, state)).or_default() += ns;
+            }
+        }
+        let stacks = stack_rows(whole);
+        let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole);
+        let items = self
+            .spans
+            .iter()
+            .zip(per_item.into_iter().zip(off_item))
+            .map(|(s, (st, off))| {
+                let (off_cpu, runnable_ns, blocked_ns) = off_rows(off);
+                ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns }
+            })
+            .collect();
+        let statuses = StackStatus::ALL
+            .iter()
+            .zip(self.statuses)
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| StatusCount { status: s.name(), reason: s.reason(), samples: n })
+            .collect();
+        StackProfile {
+            event: self.event_name,
+            total_samples: self.total,
+            samples,
+            period,
+            statuses,
+            functions: table.rows,
+            paths,
+            stacks,
+            off_cpu,
+            runnable_ns,
+            blocked_ns,
+            items,
+            switches: self.timelines.switches,
+            off_open_at_end: self.timelines.open_at_end,
+            off_double_outs: self.timelines.double_outs,
+            filter: self.filter,
+            kernel_symbols: table.kernel_note,
+            read: self.read,
+        }
+    }
+}
+
+fn stack_rows(m: FxHashMap<(u32, bool), (u64, u64)>) -> Vec<StackRow> {
+    let mut v: Vec<StackRow> =
+        m.into_iter().map(|((path, complete), (samples, period))| StackRow { path, samples, period, complete }).collect();
+    v.sort_unstable_by(|a, b| b.samples.cmp(&a.samples).then(a.path.cmp(&b.path)).then(b.complete.cmp(&a.complete)));
+    v
+}
+
+fn off_rows(m: FxHashMap<(u32, OffState), u64>) -> (Vec<OffRow>, u64, u64) {
+    let (mut r, mut b) = (0u64, 0u64);
+    let mut v: Vec<OffRow> = m
+        .into_iter()
+        .map(|((path, state), ns)| {
+            match state {
+                OffState::Runnable => r = r.saturating_add(ns),
+                OffState::Blocked => b = b.saturating_add(ns),
+            }
+            OffRow { path, state, ns }
+        })
+        .collect();
+    v.sort_unstable_by(|a, b| b.ns.cmp(&a.ns).then(a.path.cmp(&b.path)).then(a.state.cmp(&b.state)));
+    (v, r, b)
+}
+
+impl ResolvedSink for StackBuilder {
+    const KEEP_STACKS: bool = true;
+
+    #[inline]
+    fn handle_sample(&mut self, s: &Sample, r: &mut Resolver) {
+        self.last_time = self.last_time.max(s.time);
+        if s.event != self.event {
+            return;
+        }
+        self.total += 1;
+        let item = if self.by_tid.is_empty() { NO_ITEM } else { self.item_at(s.tid, s.time) };
+        let kept = !self.filter.is_active() || (item != NO_ITEM && self.keep[item as usize]);
+        if kept {
+            self.statuses[s.stack_status as usize] += 1;
+        } else if item == NO_ITEM {
+            // Counted nowhere: not in the whole-trace view, in no item.
+            return;
+        }
+        let path = self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode);
+        let e = self.samples.entry((item, path, s.stack_status == StackStatus::Complete)).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(s.period);
+    }
+    fn handle_switch(&mut self, s: &Switch, r: &mut Resolver) {
+        self.last_time = self.last_time.max(s.time);
+        if let Some(iv) = self.timelines.handle(s) {
+            self.add_interval(r, &iv);
+        }
+    }
+    fn handle_mmap(&mut self, m: &Mmap) {
+        self.last_time = self.last_time.max(m.time);
+    }
+    fn handle_exit(&mut self, t: &Task) {
+        self.last_time = self.last_time.max(t.time);
+    }
+}
+
+/// Build a [`StackProfile`] of a whole trace: reads every record once, then symbolizes.
+/// `spans` (from [`ItemSpan::from_rows`]) are needed for per-item views and for any
+/// filter; pass an empty vector otherwise.
+pub fn stack_profile(
+    reader: &mut TraceReader,
+    opts: &StackOptions,
+    spans: Vec<ItemSpan>,
+    symbolizer: &mut Symbolizer,
+) -> Result<StackProfile, AnalyzeError> {
+    let b = StackBuilder::new(reader.header(), opts, spans)?;
+    let mut sink = Resolved::wrap(reader.header(), b);
+    let summary = reader.read_all(&mut sink)?;
+    sink.add_build_ids(reader.build_ids());
+    let (mut b, mut resolver) = sink.into_parts();
+    b.set_read_summary(summary);
+    Ok(b.finish(&mut resolver, symbolizer))
+}
+
+/// Everything `tailprof report` needs for its stack, off-CPU and filtered views: the
+/// items (only when `need_items` or a filter needs them; one pass of the items join) and
+/// the stack profile (a second pass). Fails with [`AnalyzeError::NoItems`] when items are
+/// needed and the trace has none.
+pub fn stack_report(
+    reader: &mut TraceReader,
+    opts: &StackOptions,
+    need_items: bool,
+    symbolizer: &mut Symbolizer,
+) -> Result<(Option<crate::items::ItemsReport>, StackProfile), AnalyzeError> {
+    let items = if need_items || opts.filter.is_active() {
+        let io = crate::items::ItemsOptions { event: opts.event, ..Default::default() };
+        Some(crate::items::items_report(reader, &io, symbolizer)?)
+    } else {
+        None
+    };
+    let spans = items.as_ref().map(|r| ItemSpan::from_rows(&r.items)).unwrap_or_default();
+    if opts.filter.is_active() {
+        for id in &opts.filter.items {
+            if !spans.iter().any(|s| s.id == *id) {
+                return Err(AnalyzeError::NoSuchItem { id: *id });
+            }
+        }
+    }
+    let p = stack_profile(reader, opts, spans, symbolizer)?;
+    Ok((items, p))
+}

@@ -1,0 +1,159 @@
+//! `tailprof agent`: the continuous-profiling daemon (foreground). Parses options and
+//! the config file, installs the signal handlers, runs `tailprof_agent::run_agent`,
+//! prints the summary.
+
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use tailprof_agent::AgentConfig;
+
+use crate::signals;
+
+/// Profile the whole machine continuously into the Parquet store.
+///
+/// Samples every CPU (cpu-clock, 49 Hz per CPU by default) with frame-pointer call
+/// stacks, aggregates the samples per window (10 s by default) into counts per
+/// (process, binary build-id, stack, event), and writes one Parquet file per window
+/// under STORE/samples/host=H/date=YYYY-MM-DD/hour=HH/ (docs/STORE.md). Each binary is
+/// symbolized once, by build-id, into STORE/symbols/, so upgraded or deleted binaries
+/// still have names. Runs in the foreground until SIGTERM or SIGINT, then writes the
+/// current window and exits; a SIGKILL loses at most the current window.
+///
+/// DuckDB, Spark, Trino read the store directly; `tailprof top`, `tailprof diff` and
+/// `tailprof export-store` query it. Needs root (or perf_event_paranoid <= 0) for
+/// system-wide sampling. See dist/tailprof-agent.service for systemd.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    tailprof agent                                 # defaults: /var/lib/tailprof (root), 10 s windows, 49 Hz\n  \
+    tailprof agent --config /etc/tailprof/agent.conf\n  \
+    tailprof agent --store /tmp/store --window 5s --duration 30s\n  \
+    tailprof top --store /tmp/store --since 1h")]
+pub struct AgentArgs {
+    /// Config file of `key = value` lines (keys: store, window, frequency, period, event,
+    /// stacks, host, retain_age, retain_size, compact, mmap_pages, push, slow_threshold,
+    /// slow_percentile, item_begin, item_end; see docs/STORE.md). Options given here
+    /// override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Store directory [default: /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof].
+    #[arg(long, value_name = "DIR")]
+    store: Option<PathBuf>,
+
+    /// Aggregation window, e.g. 10s (1s to 1h).
+    #[arg(long, value_name = "DURATION")]
+    window: Option<String>,
+
+    /// Samples per second per CPU.
+    #[arg(short = 'F', long, value_name = "HZ")]
+    frequency: Option<u64>,
+
+    /// Fixed sampling period in events (nanoseconds for cpu-clock), instead of -F.
+    #[arg(short = 'c', long, value_name = "N")]
+    period: Option<u64>,
+
+    /// Stop after this long (tests, benchmarks), e.g. 30s.
+    #[arg(long, value_name = "DURATION")]
+    duration: Option<String>,
+
+    /// Host name used in the partition path.
+    #[arg(long, value_name = "NAME")]
+    host: Option<String>,
+
+    /// Push each window as pprof to a Pyroscope-compatible endpoint (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    push: Option<String>,
+
+    /// Keep the explanation of every request slower than this (e.g. 50ms), in addition
+    /// to those slower than their class's recent p99.
+    #[arg(long, value_name = "DURATION")]
+    slow_threshold: Option<String>,
+
+    /// Item begin uprobe, BINARY:SYMBOL (as in `record --item-begin`).
+    #[arg(long, value_name = "PROBE", requires = "item_end")]
+    item_begin: Option<String>,
+
+    /// Item end uprobe, BINARY:SYMBOL.
+    #[arg(long, value_name = "PROBE", requires = "item_begin")]
+    item_end: Option<String>,
+
+    /// Print the summary as JSON at exit.
+    #[arg(long)]
+    json: bool,
+}
+
+fn config_from(a: &AgentArgs) -> Result<AgentConfig, String> {
+    let mut c = match &a.config {
+        Some(p) => AgentConfig::load(p).map_err(|e| e.to_string())?,
+        None => AgentConfig::default(),
+    };
+    let mut set = |k: &str, v: Option<String>| -> Result<(), String> {
+        match v {
+            Some(v) => c.set(k, &v).map_err(|e| format!("--{}: {e}", k.replace('_', "-"))),
+            None => Ok(()),
+        }
+    };
+    set("store", a.store.as_ref().map(|p| p.display().to_string()))?;
+    set("window", a.window.clone())?;
+    set("frequency", a.frequency.map(|v| v.to_string()))?;
+    set("period", a.period.map(|v| v.to_string()))?;
+    set("duration", a.duration.clone())?;
+    set("host", a.host.clone())?;
+    set("push", a.push.clone())?;
+    set("slow_threshold", a.slow_threshold.clone())?;
+    set("item_begin", a.item_begin.clone())?;
+    set("item_end", a.item_end.clone())?;
+    Ok(c)
+}
+
+pub fn run(a: AgentArgs) -> Result<ExitCode> {
+    let cfg = config_from(&a).map_err(anyhow::Error::msg)?;
+    signals::install()?;
+    if let Some(d) = cfg.duration_us {
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_micros(d as u64));
+            signals::STOP.store(true, Ordering::SeqCst);
+        });
+    }
+    eprintln!(
+        "tailprof: agent: store {}, host {}, window {} s, {}; stop with SIGTERM/Ctrl-C",
+        cfg.store.display(),
+        cfg.host,
+        cfg.window_us as f64 / 1e6,
+        match cfg.period {
+            Some(p) => format!("period {p}"),
+            None => format!("{} Hz per CPU", cfg.frequency),
+        }
+    );
+    let s = tailprof_agent::run_agent(&cfg, &signals::STOP, &mut |_| {})?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        let w = &s.writer;
+        eprintln!(
+            "tailprof: agent: {} samples in {} windows ({} written, {} dropped, {} bytes), {} binaries symbolized ({} failed), {} requests retained of {}",
+            s.aggregation.samples,
+            s.aggregation.windows,
+            w.windows_written,
+            w.windows_dropped,
+            w.bytes_written,
+            w.symbol_tables,
+            w.symbol_tables_failed,
+            s.requests.retained,
+            s.requests.requests
+        );
+        if s.aggregation.lost_samples + s.lost_records + s.aggregation.dropped_rows > 0 {
+            eprintln!(
+                "tailprof: warning: lost {} samples in the kernel ({} LOST records), {} dropped (window table full)",
+                s.aggregation.lost_samples, s.lost_records, s.aggregation.dropped_rows
+            );
+        }
+        if let Some(e) = &w.last_error {
+            eprintln!("tailprof: warning: last write error: {e}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
