@@ -2,13 +2,28 @@
 //! marker library in the target, drains the per-thread rings into [`Record::Marker`],
 //! [`Record::ItemClass`] and [`Record::Lost`] (`LossKind::Markers`), and tears down.
 //!
-//! Owns the protocol's recorder half (docs/MARKERS.md): `/dev/shm/tailprof.<pid>`,
-//! enabling a launched command through `TAILPROF_MARKERS` in its environment
+//! Owns the protocol's recorder half (docs/MARKERS.md): the regions (a sealed memfd for a
+//! launched command, `/dev/shm/tailprof.<pid>.<random>` for a running one), enabling a
+//! launched command through `TAILPROF_MARKERS` in its environment
 //! ([`MarkerCollector::prepare_child`]) or a running process by writing its exported
 //! `tailprof_control` block ([`MarkerCollector::attach`]), and disabling it again
 //! ([`MarkerCollector::finish`]). Never blocks: [`MarkerCollector::drain`] copies what is
 //! in the rings and returns. Nothing is dropped silently: ring-full drops, markers of
 //! threads that found no free slot, and undecodable records all become `Lost` records.
+//!
+//! # The target is not trusted (issue 10, docs/SECURITY.md)
+//! Everything in a region can be written by the profiled process at any time. So: every
+//! count read from it is clamped (at most a ring per slot per drain, drop counters may only
+//! grow, by at most one per nanosecond since the last drain) and summed saturating; a
+//! marker's time must lie between the region's creation (minus [`PAST_SLACK_NS`]) and now
+//! (plus [`FUTURE_SLACK_NS`]), its kind must be begin or end, else it is dropped and
+//! counted (`LossKind::MarkersRejected`); at most [`MAX_CLASSES_PER_TARGET`] class labels
+//! are kept per process, further or invalid class references are counted
+//! (`LossKind::ItemClasses`) and the marker keeps class 0. A region the target truncates
+//! becomes empty instead of killing the recorder (`region` maps it under a SIGBUS guard).
+//! `attach` only writes into a control block it found in the very file that is mapped
+//! (through `/proc/PID/map_files`), in a writable mapping of that file, and whose contents
+//! are a valid control block; otherwise it refuses.
 //!
 //! ```no_run
 //! use tailprof_collect::markers::MarkerCollector;
@@ -21,6 +36,7 @@
 //! ```
 
 mod elf;
+mod guard;
 mod region;
 
 use std::collections::HashMap;
@@ -31,7 +47,7 @@ use tailprof_format::{ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSourc
 
 use crate::sys::CollectError;
 use region::{control, RawRecord, Region};
-use tailprof_markers_protocol::{record, REGION_FILE_PREFIX};
+use tailprof_markers_protocol::{record, slot};
 
 pub use elf::{find_symbol_in_process, symbol_file_offset};
 
@@ -39,6 +55,13 @@ pub use elf::{find_symbol_in_process, symbol_file_offset};
 pub const ENV_VAR: &str = tailprof_markers_protocol::ENV_VAR;
 /// Name of the control block the marker libraries export.
 pub const CONTROL_SYMBOL: &str = tailprof_markers_protocol::CONTROL_SYMBOL;
+
+/// Most class labels kept per process; more are counted as `LossKind::ItemClasses`.
+pub const MAX_CLASSES_PER_TARGET: usize = 4096;
+/// How far in the future (past the drain) a marker's time may be.
+pub const FUTURE_SLACK_NS: u64 = 1_000_000_000;
+/// How far before its region's creation a marker's time may be.
+pub const PAST_SLACK_NS: u64 = 1_000_000_000;
 
 /// Region geometry.
 #[derive(Debug, Clone)]
@@ -66,13 +89,21 @@ pub struct DrainStats {
     pub dropped: u64,
     /// `ItemClass` records emitted.
     pub classes: u64,
+    /// Markers rejected as invalid (bad kind, impossible time), as
+    /// `Lost { kind: MarkersRejected }` records.
+    pub rejected: u64,
+    /// Class references dropped (table full, invalid reference), as
+    /// `Lost { kind: ItemClasses }` records.
+    pub classes_dropped: u64,
 }
 
 impl std::ops::AddAssign for DrainStats {
     fn add_assign(&mut self, o: DrainStats) {
-        self.markers += o.markers;
-        self.dropped += o.dropped;
-        self.classes += o.classes;
+        self.markers = self.markers.saturating_add(o.markers);
+        self.dropped = self.dropped.saturating_add(o.dropped);
+        self.classes = self.classes.saturating_add(o.classes);
+        self.rejected = self.rejected.saturating_add(o.rejected);
+        self.classes_dropped = self.classes_dropped.saturating_add(o.classes_dropped);
     }
 }
 
@@ -85,8 +116,14 @@ struct Target {
     controls: Vec<u64>,
     seen_dropped: Vec<u64>,
     seen_noslot: u64,
-    /// (slot or u32::MAX for descriptor addresses, raw cls) -> class id.
+    /// (slot or u32::MAX for descriptor addresses, raw cls) -> class id; at most
+    /// [`MAX_CLASSES_PER_TARGET`] entries.
     classes: HashMap<(u32, u64), u32>,
+    /// CLOCK_MONOTONIC when the region was created, and at the last drain.
+    created_ns: u64,
+    last_drain_ns: u64,
+    /// The truncation was reported.
+    truncation_noted: bool,
 }
 
 /// Collects markers from every process it prepared or attached to.
@@ -95,6 +132,8 @@ pub struct MarkerCollector {
     targets: Vec<Target>,
     next_class: u32,
     scratch: Vec<RawRecord>,
+    /// One-line notices for the user (region truncated by its process, ...).
+    warnings: Vec<String>,
 }
 
 impl Default for MarkerCollector {
@@ -131,10 +170,28 @@ fn read_control(pid: u32, addr: u64) -> Option<[u8; control::SIZE]> {
     (region::read_remote(pid, addr, &mut b).ok()? == b.len()).then_some(b)
 }
 
+/// Whether `b` is a valid control block: the runtimes' `size` and `version` (the cookie),
+/// a known state, a NUL-terminated path and a zero reserved word. Anything else (e.g. an
+/// unrelated variable at the address a replaced binary names) is never written to.
 fn control_ok(b: &[u8; control::SIZE]) -> bool {
-    let size = u32::from_le_bytes(b[control::SIZE_FIELD..control::SIZE_FIELD + 4].try_into().unwrap());
-    let ver = u32::from_le_bytes(b[control::VERSION..control::VERSION + 4].try_into().unwrap());
-    size as usize >= control::SIZE && ver == region::VERSION
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let size = u32_at(control::SIZE_FIELD) as usize;
+    (control::SIZE..=4096).contains(&size)
+        && u32_at(control::VERSION) == region::VERSION
+        && u64_at(control::STATE) <= control::STATE_ON
+        && b[control::PATH..control::PATH + control::PATH_LEN].contains(&0)
+        && u64_at(control::RESERVED) == 0
+}
+
+/// Add a count read from a target's counter: it may only grow, by at most `max` since it
+/// was last seen; a counter that went back (or jumped by more) is re-based, not trusted.
+fn counter_delta(seen: &mut u64, now: u64, max: u64) -> u64 {
+    let before = std::mem::replace(seen, now);
+    match now.checked_sub(before) {
+        Some(d) => d.min(max),
+        None => 0, // went back: not a count of anything
+    }
 }
 
 impl MarkerCollector {
@@ -143,7 +200,13 @@ impl MarkerCollector {
     }
 
     pub fn with_config(config: MarkerConfig) -> Self {
-        MarkerCollector { config, targets: Vec::new(), next_class: 1, scratch: Vec::new() }
+        MarkerCollector { config, targets: Vec::new(), next_class: 1, scratch: Vec::new(), warnings: Vec::new() }
+    }
+
+    /// One-line notices gathered since the last call (e.g. a process truncated its
+    /// region); the caller prints them.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Processes with a region (prepared or attached, not yet finished).
@@ -151,75 +214,86 @@ impl MarkerCollector {
         self.targets.iter().map(|t| t.pid).collect()
     }
 
-    fn create_region(&mut self, pid: u32) -> Result<usize, CollectError> {
+    fn create_region(&mut self, pid: u32, sealed: bool) -> Result<usize, CollectError> {
         let generation = new_generation();
-        let owner = owner_uid(pid);
-        let mut last_err = None;
-        for n in 0..16u32 {
-            let name = if n == 0 { format!("{REGION_FILE_PREFIX}{pid}") } else { format!("{REGION_FILE_PREFIX}{pid}.{n}") };
-            let path = self.config.dir.join(name);
-            if path.as_os_str().len() >= control::PATH_LEN {
-                return Err(CollectError::Other(format!("marker region path too long: {}", path.display())));
-            }
-            match Region::create(&path, pid, generation, self.config.slots, self.config.ring_records, owner) {
-                Ok(region) => {
-                    let nslots = region.nslots as usize;
-                    self.targets.push(Target {
-                        pid,
-                        region,
-                        generation,
-                        controls: Vec::new(),
-                        seen_dropped: vec![0; nslots],
-                        seen_noslot: 0,
-                        classes: HashMap::new(),
-                    });
-                    return Ok(self.targets.len() - 1);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last_err = Some(e),
-                Err(e) => return Err(CollectError::io(format!("cannot create marker region {}", path.display()), e)),
-            }
-        }
-        Err(CollectError::io(
-            format!("cannot create marker region in {}", self.config.dir.display()),
-            last_err.unwrap_or_else(|| std::io::Error::other("no free name")),
-        ))
+        let (slots, ring) = (self.config.slots, self.config.ring_records);
+        let region = if sealed {
+            Region::create_sealed(pid, generation, slots, ring)
+                .map_err(|e| CollectError::io("cannot create a sealed marker region (memfd_create)".to_string(), e))?
+        } else {
+            Region::create_file(&self.config.dir, pid, generation, slots, ring, owner_uid(pid)).map_err(|e| {
+                CollectError::io(format!("cannot create a marker region in {}", self.config.dir.display()), e)
+            })?
+        };
+        let nslots = region.nslots as usize;
+        let now = monotonic_ns();
+        self.targets.push(Target {
+            pid,
+            region,
+            generation,
+            controls: Vec::new(),
+            seen_dropped: vec![0; nslots],
+            seen_noslot: 0,
+            classes: HashMap::new(),
+            created_ns: now,
+            last_drain_ns: now,
+            truncation_noted: false,
+        });
+        Ok(self.targets.len() - 1)
     }
 
     /// Create the region for a process that is about to exec (launched command); returns
     /// the environment variables to add to the child's environment.
     pub fn prepare_child(&mut self, pid: u32) -> Result<Vec<(String, String)>, CollectError> {
-        let i = self.create_region(pid)?;
+        let i = self.create_region(pid, true)?;
         Ok(vec![(ENV_VAR.to_string(), self.targets[i].region.path.display().to_string())])
     }
 
     /// Enable markers in a running process; `Ok(false)` when it has no marker library
-    /// (no `tailprof_control` symbol in any mapped ELF file), which is not an error.
+    /// (no `tailprof_control` symbol in any mapped ELF file), which is not an error. An
+    /// error (one line) when the symbol is there but does not hold a valid control block
+    /// in a writable mapping of that very file: nothing is written then.
     pub fn attach(&mut self, pid: u32) -> Result<bool, CollectError> {
-        let addrs = find_symbol_in_process(pid, CONTROL_SYMBOL)
+        let found = find_symbol_in_process(pid, CONTROL_SYMBOL)
             .map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
         let addrs: Vec<u64> =
-            addrs.into_iter().filter(|&a| read_control(pid, a).is_some_and(|b| control_ok(&b))).collect();
+            found.iter().copied().filter(|&a| read_control(pid, a).is_some_and(|b| control_ok(&b))).collect();
         if addrs.is_empty() {
-            return Ok(false);
+            return match found.first() {
+                None => Ok(false),
+                Some(a) => Err(CollectError::Other(format!(
+                    "process {pid}: '{CONTROL_SYMBOL}' at {a:#x} is not a valid marker control block (size, version, \
+                     state or reserved word wrong); markers not enabled, nothing written"
+                ))),
+            };
         }
-        let i = self.create_region(pid)?;
+        let i = self.create_region(pid, false)?;
         let t = &mut self.targets[i];
         let mut path = [0u8; control::PATH_LEN];
         let p = t.region.path.as_os_str().as_encoded_bytes();
         path[..p.len()].copy_from_slice(p);
         for &a in &addrs {
+            // Check again right before writing (the block is the target's to change).
+            if !read_control(pid, a).is_some_and(|b| control_ok(&b)) {
+                continue;
+            }
             // Path, then generation, then state: a thread that sees the new generation
             // finds the new path.
             let r = region::write_remote(pid, a + control::PATH as u64, &path)
                 .and_then(|_| region::write_remote(pid, a + control::GENERATION as u64, &t.generation.to_le_bytes()))
                 .and_then(|_| region::write_remote(pid, a + control::STATE as u64, &control::STATE_ON.to_le_bytes()));
             if let Err(e) = r {
-                let t = self.targets.pop().expect("just pushed");
-                let _ = std::fs::remove_file(&t.region.path);
+                self.targets.pop(); // dropping the region removes its file
                 return Err(CollectError::io(format!("cannot enable markers in process {pid} (process_vm_writev)"), e));
             }
+            t.controls.push(a);
         }
-        t.controls = addrs;
+        if t.controls.is_empty() {
+            self.targets.pop();
+            return Err(CollectError::Other(format!(
+                "process {pid}: its marker control block changed while attaching; markers not enabled"
+            )));
+        }
         Ok(true)
     }
 
@@ -243,7 +317,26 @@ impl MarkerCollector {
         let mut scratch = std::mem::take(&mut self.scratch);
         let t = &mut self.targets[ti];
         let pid = t.pid;
-        let mut lost = 0u64;
+        if t.region.truncated() {
+            if !t.truncation_noted {
+                t.truncation_noted = true;
+                t.region.unlink();
+                self.warnings.push(format!(
+                    "process {pid} truncated its marker region: its markers from then on are lost (the recording goes on)"
+                ));
+            }
+            self.scratch = scratch;
+            return stats;
+        }
+        if t.region.in_use() {
+            // The target has mapped it: the name is no longer needed.
+            t.region.unlink();
+        }
+        // A drop counter can grow by at most about one per nanosecond.
+        let max_drops = now.saturating_sub(t.last_drain_ns).max(1_000_000);
+        t.last_drain_ns = now;
+        let (earliest, latest) = (t.created_ns.saturating_sub(PAST_SLACK_NS), now.saturating_add(FUTURE_SLACK_NS));
+        let (mut lost, mut rejected, mut classes_dropped) = (0u64, 0u64, 0u64);
         for slot in 0..t.region.claimed_slots() {
             let Some(tid) = t.region.slot_tid(slot) else { continue };
             scratch.clear();
@@ -253,18 +346,28 @@ impl MarkerCollector {
                     record::KIND_BEGIN => MarkerKind::Begin,
                     record::KIND_END => MarkerKind::End,
                     _ => {
-                        lost += 1;
+                        rejected += 1;
                         continue;
                     }
                 };
+                if r.time < earliest || r.time > latest {
+                    rejected += 1;
+                    continue;
+                }
                 let class = if r.cls == 0 {
                     0
                 } else {
-                    let key = if r.cls & 1 == 1 { (slot, r.cls) } else { (u32::MAX, r.cls) };
+                    let local = r.cls & 1 == 1;
+                    let key = if local { (slot, r.cls) } else { (u32::MAX, r.cls) };
+                    let valid = if local { r.cls >> 1 < slot::CLASSES as u64 } else { r.cls & 7 == 0 };
                     match t.classes.get(&key) {
                         Some(&id) => id,
+                        None if !valid || t.classes.len() >= MAX_CLASSES_PER_TARGET => {
+                            classes_dropped += 1;
+                            0
+                        }
                         None => {
-                            let name = if r.cls & 1 == 1 {
+                            let name = if local {
                                 t.region.slot_class(slot, (r.cls >> 1) as u32)
                             } else {
                                 let mut p = [0u8; 8];
@@ -275,7 +378,7 @@ impl MarkerCollector {
                             };
                             let name = name.unwrap_or_else(|| format!("class@{:#x}", r.cls));
                             let id = self.next_class;
-                            self.next_class += 1;
+                            self.next_class = self.next_class.saturating_add(1);
                             t.classes.insert(key, id);
                             out.push(Record::ItemClass(ItemClass { time: r.time, pid, id, name }));
                             stats.classes += 1;
@@ -295,16 +398,20 @@ impl MarkerCollector {
                 stats.markers += 1;
             }
             let d = t.region.slot_dropped(slot);
-            lost += d.wrapping_sub(t.seen_dropped[slot as usize]);
-            t.seen_dropped[slot as usize] = d;
+            lost = lost.saturating_add(counter_delta(&mut t.seen_dropped[slot as usize], d, max_drops));
         }
         let ns = t.region.noslot_dropped();
-        lost += ns.wrapping_sub(t.seen_noslot);
-        t.seen_noslot = ns;
-        if lost > 0 {
-            out.push(Record::Lost(Lost { time: now, cpu: 0, event: None, kind: LossKind::Markers, count: lost }));
-            stats.dropped += lost;
+        lost = lost.saturating_add(counter_delta(&mut t.seen_noslot, ns, max_drops));
+        for (kind, count) in
+            [(LossKind::Markers, lost), (LossKind::MarkersRejected, rejected), (LossKind::ItemClasses, classes_dropped)]
+        {
+            if count > 0 {
+                out.push(Record::Lost(Lost { time: now, cpu: 0, event: None, kind, count }));
+            }
         }
+        stats.dropped = lost;
+        stats.rejected = rejected;
+        stats.classes_dropped = classes_dropped;
         self.scratch = scratch;
         stats
     }
@@ -335,18 +442,8 @@ impl MarkerCollector {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         let stats = self.drain(out);
-        for t in self.targets.drain(..) {
-            let _ = std::fs::remove_file(&t.region.path);
-        }
+        self.targets.clear(); // dropping a region unmaps it and removes its file
         stats
-    }
-}
-
-impl Drop for MarkerCollector {
-    fn drop(&mut self) {
-        for t in &self.targets {
-            let _ = std::fs::remove_file(&t.region.path);
-        }
     }
 }
 
@@ -357,5 +454,66 @@ impl std::fmt::Debug for MarkerCollector {
             .field("pids", &self.pids())
             .field("next_class", &self.next_class)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_counters_only_grow_and_are_clamped() {
+        let mut seen = 0;
+        assert_eq!(counter_delta(&mut seen, 5, 100), 5);
+        // Finding 8: flipped to u64::MAX and back.
+        assert_eq!(counter_delta(&mut seen, u64::MAX, 100), 100);
+        assert_eq!(counter_delta(&mut seen, 0, 100), 0);
+        assert_eq!(counter_delta(&mut seen, u64::MAX, 100), 100);
+        assert_eq!(counter_delta(&mut seen, u64::MAX, 100), 0);
+    }
+
+    #[test]
+    fn control_block_must_be_valid() {
+        let mut b = [0u8; control::SIZE];
+        b[control::SIZE_FIELD..control::SIZE_FIELD + 4].copy_from_slice(&(control::SIZE as u32).to_le_bytes());
+        b[control::VERSION..control::VERSION + 4].copy_from_slice(&region::VERSION.to_le_bytes());
+        b[control::STATE] = control::STATE_INIT as u8;
+        assert!(control_ok(&b));
+        let mut bad = b;
+        bad[control::STATE] = 3;
+        assert!(!control_ok(&bad), "unknown state");
+        let mut bad = b;
+        bad[control::RESERVED] = 1;
+        assert!(!control_ok(&bad), "reserved word set");
+        let mut bad = b;
+        bad[control::PATH..control::PATH + control::PATH_LEN].fill(b'a');
+        assert!(!control_ok(&bad), "path not terminated");
+        let mut bad = b;
+        bad[control::VERSION] = 9;
+        assert!(!control_ok(&bad), "other version");
+        assert!(!control_ok(&[0xaa; control::SIZE]), "unrelated data");
+    }
+
+    #[test]
+    fn region_names_are_unpredictable_and_failures_are_errors() {
+        let dir = std::env::temp_dir().join(format!("tailprof-mc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let me = std::process::id();
+        let a = region::Region::create_file(&dir, me, 1, 1, 8, None).unwrap();
+        let b = region::Region::create_file(&dir, me, 1, 1, 8, None).unwrap();
+        assert_ne!(a.path, b.path);
+        let name = a.path.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(name.starts_with(&format!("tailprof.{me}.")) && name.len() > 40, "{name}");
+        let (pa, pb) = (a.path.clone(), b.path.clone());
+        drop((a, b));
+        assert!(!pa.exists() && !pb.exists(), "dropping a region removes its file");
+        let s = region::Region::create_sealed(me, 1, 1, 8).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&s.path).unwrap();
+        assert!(f.set_len(0).is_err(), "a sealed region cannot shrink");
+        // No directory to create it in: an error, not a panic.
+        let mut mc = MarkerCollector::with_config(MarkerConfig { dir: dir.join("missing"), ..MarkerConfig::default() });
+        assert!(mc.create_region(me, false).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,6 +16,7 @@
 use std::fs;
 use std::io::{self, BufRead};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use tailprof_format::{Comm, CpuMode, Mmap, Record};
 
@@ -50,6 +51,16 @@ pub fn process_alive(pid: u32) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Whether `pid` is a kernel thread (PF_KTHREAD in /proc/PID/stat's flags): it has no
+/// user address space, so `record -p` of it records nothing useful and is refused.
+pub fn is_kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let Ok(s) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // Fields after the comm: state(3) ppid pgrp session tty_nr tpgid flags(9).
+    let flags = s.rsplit_once(')').and_then(|(_, r)| r.split_ascii_whitespace().nth(6)?.parse::<u64>().ok());
+    flags.is_some_and(|f| f & PF_KTHREAD != 0)
 }
 
 /// One line of /proc/PID/maps.
@@ -100,12 +111,24 @@ fn parse_dev(s: &str) -> Option<u64> {
 /// socket, device or directory. Used for every path a profiled process can influence
 /// (mapped files, their `/proc/PID/root/...` forms); see docs/SECURITY.md.
 pub fn open_untrusted(path: &Path) -> io::Result<fs::File> {
+    // First an O_PATH handle: it opens nothing (no FIFO rendezvous, no device open
+    // routine runs), so the type can be checked before the file is really opened.
+    let handle = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let before = handle.metadata()?;
+    if !before.file_type().is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    // Re-open exactly that inode for reading (no second path walk the target could race).
     let f = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)?;
-    if !f.metadata()?.file_type().is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
+    let m = f.metadata()?;
+    if !m.file_type().is_file() || m.dev() != before.dev() || m.ino() != before.ino() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} changed while opening", path.display())));
     }
     Ok(f)
 }
@@ -384,6 +407,10 @@ mod tests {
             "the test binary's text mapping is described"
         );
         assert!(process_alive(me));
+        assert!(!is_kernel_thread(me));
+        if comm_of("/proc/2/comm").as_deref() == Some("kthreadd") {
+            assert!(is_kernel_thread(2), "pid 2 is kthreadd");
+        }
         assert!(!synthesize_process(u32::MAX - 1, &mut out), "vanished process is not an error");
         let mut k = Vec::new();
         kernel_mmaps(&mut k); // contents depend on privileges

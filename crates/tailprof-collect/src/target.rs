@@ -16,7 +16,9 @@
 //! reported before any event is opened) and everything the child needs is prepared
 //! before `fork`: between fork and exec the child only calls async-signal-safe
 //! functions. If the parent drops a [`Child`] that was never released, the child
-//! reads EOF on the go pipe and `_exit(127)`s without running anything.
+//! reads EOF on the go pipe and `_exit(127)`s without running anything. The child gets
+//! `PR_SET_PDEATHSIG(SIGKILL)`: if the recorder dies (even by SIGKILL), so does the
+//! command it launched.
 
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -152,6 +154,8 @@ pub fn spawn_stopped(argv: &[String]) -> Result<Child, LaunchError> {
     let mut envp: Vec<*const libc::c_char> = vec![std::ptr::null(); MAX_EXTRA_ENV_VARS + n_env + 64 + 1];
     let bufs = EnvBufs { blob: blob.as_mut_ptr(), envp: envp.as_mut_ptr(), envp_len: envp.len() };
 
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: after fork the child only calls async-signal-safe functions on data
     // prepared above, then execs or _exits.
     let pid = unsafe { libc::fork() };
@@ -159,7 +163,7 @@ pub fn spawn_stopped(argv: &[String]) -> Result<Child, LaunchError> {
         return Err(io_err(io::Error::last_os_error()));
     }
     if pid == 0 {
-        unsafe { child_after_fork(go_r.as_raw_fd(), go_w.as_raw_fd(), err_w.as_raw_fd(), &cpath, &ptrs, bufs) }
+        unsafe { child_after_fork(parent, go_r.as_raw_fd(), go_w.as_raw_fd(), err_w.as_raw_fd(), &cpath, &ptrs, bufs) }
     }
     drop((blob, envp));
     drop(go_r);
@@ -210,6 +214,7 @@ unsafe fn same_key(a: *const libc::c_char, b: *const libc::c_char) -> bool {
 
 /// The child's side: wait for "go" (and the extra environment), exec, or report errno.
 unsafe fn child_after_fork(
+    parent: libc::pid_t,
     go_r: i32,
     go_w: i32,
     err_w: i32,
@@ -218,6 +223,13 @@ unsafe fn child_after_fork(
     bufs: EnvBufs,
 ) -> ! {
     libc::close(go_w); // so a dying parent means EOF for us
+    // Die with the recorder (issue 10): a recorder killed with SIGKILL must not leave the
+    // command running unobserved. The signal survives exec (not for set-uid programs,
+    // which the kernel exempts). If the parent died before the prctl, exit now.
+    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+    if libc::getppid() != parent {
+        libc::_exit(127);
+    }
     let mut set: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut set);
     libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());

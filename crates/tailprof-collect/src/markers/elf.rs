@@ -19,7 +19,17 @@ const SHT_DYNSYM: u32 = 11;
 const PT_LOAD: u32 = 1;
 const MAX_HEADERS: usize = 4096;
 /// Largest symbol or string table we read (a big C++ binary's .symtab is tens of MB).
-const MAX_TABLE: u64 = 256 << 20;
+const MAX_TABLE: u64 = 128 << 20;
+/// Most distinct files of one process searched for the symbol.
+const MAX_FILES: usize = 1024;
+
+thread_local! {
+    /// Symbol file offsets by (device, inode, size, ctime, name): `-a` sees libc in every
+    /// process.
+    #[allow(clippy::type_complexity)]
+    static OFFSETS: std::cell::RefCell<std::collections::HashMap<(u64, u64, u64, i64, i64, String), Option<u64>>> =
+        Default::default();
+}
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
@@ -97,28 +107,54 @@ pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
 }
 
 /// Runtime addresses of the defined symbol `name` in every ELF file mapped by `pid`
-/// (executable and shared libraries), from /proc/PID/maps and the files' symbol tables.
+/// (executable and shared libraries), from /proc/PID/maps and the files' symbol tables,
+/// each in a writable mapping of the file it was found in. Files are opened with
+/// [`crate::procfs::open_mapped_file`]: the file that is mapped, even when another one
+/// now sits at its path (a package upgrade), never a FIFO or symlink put there.
 pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let entries: Vec<MapsEntry> = maps.lines().filter_map(parse_maps_line).collect();
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: Vec<(u64, u64)> = Vec::new();
     let mut out = Vec::new();
     for e in &entries {
-        if !e.path.starts_with('/') || e.path.starts_with("/dev/") || seen.contains(&e.path.as_str()) {
+        if !e.path.starts_with('/') || e.path.starts_with("/dev/") || e.inode == 0 || seen.contains(&(e.dev, e.inode)) {
             continue;
         }
-        seen.push(&e.path);
+        if seen.len() >= MAX_FILES {
+            break; // a process mapping thousands of files: the rest are not looked at
+        }
+        seen.push((e.dev, e.inode));
         // Through the mapping itself, never blocking, and only the very file mapped
         // (issue 10, finding 3): a FIFO or another file at the path is skipped.
-        let f = match crate::procfs::open_mapped_file(pid, e) {
-            Ok(f) => f,
-            Err(_) => continue,
+        let Ok(f) = crate::procfs::open_mapped_file(pid, e) else { continue };
+        let Ok(md) = f.metadata() else { continue };
+        use std::os::unix::fs::MetadataExt;
+        let key = (md.dev(), md.ino(), md.size(), md.ctime(), md.ctime_nsec(), name.to_string());
+        let foff = match OFFSETS.with(|c| c.borrow().get(&key).copied()) {
+            Some(v) => v,
+            None => {
+                let v = symbol_file_offset(&f, name);
+                OFFSETS.with(|c| {
+                    let mut c = c.borrow_mut();
+                    if c.len() >= MAX_FILES * 16 {
+                        c.clear();
+                    }
+                    c.insert(key, v);
+                });
+                v
+            }
         };
-        let Some(foff) = symbol_file_offset(&f, name) else { continue };
-        let holds = |m: &&MapsEntry| m.path == e.path && foff >= m.offset && foff - m.offset < m.end - m.start;
-        // The control block lives in .data: prefer the writable mapping of that page.
-        let writable = entries.iter().filter(holds).find(|m| m.prot & 2 != 0);
-        if let Some(m) = writable.or_else(|| entries.iter().find(holds)) {
+        let Some(foff) = foff else { continue };
+        // The control block lives in .data: only a writable mapping of the very file the
+        // symbol was read from (same device and inode) holds it.
+        let holds = |m: &&MapsEntry| {
+            m.dev == e.dev
+                && m.inode == e.inode
+                && m.prot & 2 != 0
+                && foff >= m.offset
+                && foff - m.offset < m.end - m.start
+        };
+        if let Some(m) = entries.iter().find(holds) {
             out.push(m.start + (foff - m.offset));
         }
     }

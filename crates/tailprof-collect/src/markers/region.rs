@@ -1,5 +1,6 @@
 //! The marker shared-memory region (recorder side): byte layout constants, creating and
-//! mapping `/dev/shm/tailprof.<pid>`, reading slots, and reading/writing the target's
+//! mapping a region (a sealed memfd for launched commands, `/dev/shm/tailprof.<pid>.<random>`
+//! for running processes), reading slots, and reading/writing the target's
 //! `tailprof_control` block with `process_vm_readv`/`process_vm_writev`.
 //!
 //! The layout is specified in docs/MARKERS.md; its constants are defined once, in
@@ -10,7 +11,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -28,9 +29,17 @@ pub struct RawRecord {
 
 /// A created and mapped region.
 pub struct Region {
+    /// What the target opens: `/proc/<recorder pid>/fd/<n>` for a sealed memfd, or the
+    /// region file's path.
     pub path: PathBuf,
+    /// The memfd or file (keeps a memfd alive).
+    _file: File,
+    /// The file to remove (file-backed regions not yet unlinked).
+    unlink: Option<PathBuf>,
     base: *mut u8,
     len: usize,
+    /// Entry in the SIGBUS guard table.
+    guard: usize,
     pub nslots: u32,
     pub ring: u32,
     pub slot_size: u32,
@@ -40,32 +49,139 @@ pub struct Region {
 // volatile reads of plain data, which is sound to do from any one thread at a time.
 unsafe impl Send for Region {}
 
+/// A random 128-bit name part: region names must not be predictable (issue 10, finding
+/// 6: a user who can guess the name can squat on it).
+fn random_hex() -> io::Result<String> {
+    let mut b = [0u8; 16];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: getrandom writes at most the remaining bytes into our buffer.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+fn geometry(nslots: u32, ring: u32) -> io::Result<(u32, u64)> {
+    if !ring.is_power_of_two() || nslots == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring size must be a power of two, slots > 0"));
+    }
+    let slot_size = u32::try_from(slot::size(ring))
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "marker ring too large"))?;
+    Ok((slot_size, header::SIZE as u64 + nslots as u64 * slot_size as u64))
+}
+
 impl Region {
-    /// Create the file (exclusively; `path` must not exist), size it, map it, write the
-    /// header. `owner` chowns the file to the target's uid when we run as another user.
-    pub fn create(path: &Path, pid: u32, generation: u64, nslots: u32, ring: u32, owner: Option<u32>) -> io::Result<Region> {
-        if !ring.is_power_of_two() || nslots == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring size must be a power of two, slots > 0"));
+    /// A region for a launched command: an anonymous memfd, sized, then sealed against
+    /// shrinking (`F_SEAL_SHRINK | F_SEAL_SEAL`), so the target can never make the
+    /// recorder's accesses fault; it disappears with the recorder (nothing in /dev/shm).
+    /// The target opens it as `/proc/<recorder pid>/fd/<n>` (same user, e.g. root).
+    pub fn create_sealed(pid: u32, generation: u64, nslots: u32, ring: u32) -> io::Result<Region> {
+        let (slot_size, len) = geometry(nslots, ring)?;
+        let name = c"tailprof-markers";
+        // SAFETY: valid C string; returns a new fd or -1.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
         }
-        let slot_size = u32::try_from(slot::size(ring))
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "marker ring too large"))?;
-        let len = header::SIZE as u64 + nslots as u64 * slot_size as u64;
-        let f: File = OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path)?;
-        if let Some(uid) = owner {
-            // SAFETY: plain syscall on an fd we own; failure (not root) is harmless.
-            unsafe { libc::fchown(f.as_raw_fd(), uid, u32::MAX) };
-        }
+        // SAFETY: a fresh fd we own.
+        let f = unsafe { File::from_raw_fd(fd) };
         f.set_len(len)?;
-        // SAFETY: mapping a regular file we just sized to `len` bytes.
+        // SAFETY: fcntl on our fd.
+        if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let path = PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id()));
+        Self::map(f, path, None, len, pid, generation, nslots, ring, slot_size)
+    }
+
+    /// A region for a running process (`-p`, `-a`): a new file `<dir>/tailprof.<pid>.<128
+    /// random bits>`, created exclusively without following symlinks, mode 0600, owned by
+    /// `owner` (the target's uid) when given. The target can truncate such a file; the
+    /// mapping is guarded ([`super::guard`]) so that only empties the region.
+    pub fn create_file(dir: &Path, pid: u32, generation: u64, nslots: u32, ring: u32, owner: Option<u32>) -> io::Result<Region> {
+        let (slot_size, len) = geometry(nslots, ring)?;
+        let mut last = None;
+        for _ in 0..4 {
+            let path = dir.join(format!("{}{pid}.{}", tailprof_markers_protocol::REGION_FILE_PREFIX, random_hex()?));
+            if path.as_os_str().len() >= control::PATH_LEN {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("marker region path too long: {}", path.display()),
+                ));
+            }
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path);
+            let f = match f {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let made = (|| {
+                if let Some(uid) = owner {
+                    // SAFETY: plain syscall on an fd we own; failure (not root) is harmless.
+                    unsafe { libc::fchown(f.as_raw_fd(), uid, u32::MAX) };
+                }
+                f.set_len(len)?;
+                Ok(f)
+            })();
+            return match made {
+                Ok(f) => Self::map(f, path.clone(), Some(path), len, pid, generation, nslots, ring, slot_size),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    Err(e)
+                }
+            };
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no free region name")))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn map(
+        f: File,
+        path: PathBuf,
+        unlink: Option<PathBuf>,
+        len: u64,
+        pid: u32,
+        generation: u64,
+        nslots: u32,
+        ring: u32,
+        slot_size: u32,
+    ) -> io::Result<Region> {
+        let cleanup = |e: io::Error| {
+            if let Some(p) = &unlink {
+                let _ = std::fs::remove_file(p);
+            }
+            e
+        };
+        // SAFETY: mapping a file we just sized to `len` bytes.
         let p = unsafe {
             libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
         };
         if p == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            let _ = std::fs::remove_file(path);
-            return Err(e);
+            return Err(cleanup(io::Error::last_os_error()));
         }
-        let r = Region { path: path.to_path_buf(), base: p as *mut u8, len: len as usize, nslots, ring, slot_size };
+        let Some(guard) = super::guard::register(p as *mut u8, len as usize) else {
+            // SAFETY: our fresh mapping.
+            unsafe { libc::munmap(p, len as usize) };
+            return Err(cleanup(io::Error::other("too many marker regions (SIGBUS guard table full)")));
+        };
+        let r = Region { path, _file: f, unlink, base: p as *mut u8, len: len as usize, guard, nslots, ring, slot_size };
         r.u64(header::REGION_SIZE).store(len, Ordering::Relaxed);
         r.u64(header::GENERATION).store(generation, Ordering::Relaxed);
         r.u32(header::VERSION).store(VERSION, Ordering::Relaxed);
@@ -79,6 +195,24 @@ impl Region {
         // Magic last: a reader that sees it sees a complete header.
         r.u64(header::MAGIC).store(MAGIC, Ordering::Release);
         Ok(r)
+    }
+
+    /// Whether the target truncated the region under us (its pages are zeros since).
+    pub fn truncated(&self) -> bool {
+        super::guard::hit(self.guard)
+    }
+
+    /// Remove the region's file now (file-backed regions; idempotent). Called once the
+    /// target has mapped it, so a recorder killed later leaves nothing in /dev/shm.
+    pub fn unlink(&mut self) {
+        if let Some(p) = self.unlink.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Whether some thread of the target mapped the region and took a slot.
+    pub fn in_use(&self) -> bool {
+        self.u32(header::NEXT_SLOT).load(Ordering::Acquire) > 0
     }
 
     fn u64(&self, off: usize) -> &AtomicU64 {
@@ -160,6 +294,8 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        self.unlink();
+        super::guard::unregister(self.guard);
         // SAFETY: unmapping our own mapping; no references outlive `self`.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
