@@ -17,50 +17,43 @@
 //! demangled once (same crates and policy as blazesym: Rust first, then C++), and equal
 //! demangled names share one [`NameId`].
 //!
-//! Kernel addresses are named from a kallsyms file (`/proc/kallsyms` by default) only
-//! when it shows real addresses and the trace plausibly comes from the running kernel
-//! (same release, same host, same boot id when the trace records one in
-//! `TraceHeader::extra["boot_id"]`, and `_text` at the address the trace's
-//! `[kernel.kallsyms]` mapping recorded: otherwise KASLR moved the kernel since).
+//! Kernel addresses (kallsyms) and the vDSO are handled in [`ksyms`].
 
 use std::borrow::Cow;
 use std::fmt;
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Reason, Symbolized};
-use blazesym::MaybeDefault;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use tailprof_format::TraceHeader;
 
 use crate::maps::{Binary, BinaryKind};
 
-/// Which kernel symbols to use.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum KernelSymbols {
-    /// `/proc/kallsyms` when readable with real addresses and the trace comes from the
-    /// running kernel.
-    #[default]
-    Auto,
-    /// Never name kernel addresses (they all fold into `[kernel]`).
-    Off,
-    /// This kallsyms file (e.g. saved on the traced machine), used without the
-    /// same-kernel checks.
-    Kallsyms(PathBuf),
-}
+pub mod debugdir;
+pub mod debuginfod;
+pub mod ehframe;
+mod elf;
+pub mod inline;
+pub mod ksyms;
+
+pub use debugdir::{DebugFile, FoundBy};
+pub use inline::Frame;
+pub use ksyms::{KernelOrigin, KernelSymbols};
+use ehframe::FdeRanges;
+use elf::ElfFile;
+use ksyms::{copy_own_vdso, same_kernel, KernelState};
 
 /// Symbolizer configuration.
 #[derive(Debug, Clone)]
 pub struct SymbolizerOptions {
     pub kernel: KernelSymbols,
-    /// Consult DWARF (embedded, `.dwp`, or via debug link) besides ELF symbols.
+    /// Consult DWARF and separate debug files (found by build-id or `.gnu_debuglink`,
+    /// see [`debugdir`]) besides the binary's own ELF symbols.
     pub debug_syms: bool,
-    /// Extra directories to look for split debug info in; `None`: blazesym's defaults
-    /// (`/usr/lib/debug`, `/lib/debug`).
+    /// Directories searched for separate debug files before the system ones
+    /// (`/usr/lib/debug`, `/lib/debug`): `--debug-dir`. `None`: only the system ones.
     pub debug_dirs: Option<Vec<PathBuf>>,
     /// Demangle C++ and Rust names.
     pub demangle: bool,
@@ -222,35 +215,6 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-#[derive(Debug, Clone)]
-enum KernelState {
-    Usable(PathBuf),
-    Unusable(String),
-}
-
-/// What a trace says about the kernel it ran on (to decide whether this machine's
-/// kernel symbols apply).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KernelOrigin {
-    pub os_release: Option<String>,
-    pub hostname: Option<String>,
-    /// `TraceHeader::extra["boot_id"]`, when the recorder stored it.
-    pub boot_id: Option<String>,
-    /// Address of `_text` at record time (from the `[kernel.kallsyms]` mapping).
-    pub text_addr: Option<u64>,
-}
-
-impl KernelOrigin {
-    pub fn new(header: &TraceHeader, text_addr: Option<u64>) -> Self {
-        KernelOrigin {
-            os_release: header.os_release.clone(),
-            hostname: header.hostname.clone(),
-            boot_id: header.extra.get("boot_id").cloned(),
-            text_addr,
-        }
-    }
-}
-
 /// Names addresses; keeps blazesym's per-file caches and our per-file checks.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
@@ -262,6 +226,28 @@ pub struct Symbolizer {
     kernel: Option<KernelState>,
     /// A copy of this process's vDSO image (same kernel, same vDSO), made on first use.
     vdso: Option<Result<tempfile::NamedTempFile, String>>,
+    /// Per (path, trace build-id): ELF facts, debug file, `.eh_frame` ranges.
+    binaries: FxHashMap<(String, Option<Vec<u8>>), BinaryFacts>,
+    /// Names made up from `.eh_frame` ranges (`fn_4616a0`), not symbols.
+    range_names: rustc_hash::FxHashSet<NameId>,
+    /// Downloads debug files by build-id (`DEBUGINFOD_URLS`), when enabled.
+    debuginfod: Option<debuginfod::Client>,
+    /// Inline-frame symbolizer and cache ([`inline`]), made on first use.
+    pub(crate) inline: inline::InlineState,
+}
+
+/// What [`Symbolizer`] knows about one binary file.
+#[derive(Debug, Default)]
+struct BinaryFacts {
+    /// `None`: not readable as ELF (then `elf_error` says why).
+    elf: Option<ElfFile>,
+    elf_error: Option<String>,
+    /// Whether the file has DWARF of its own.
+    has_dwarf: bool,
+    /// Its separate debug file, if one was found.
+    debug: Option<DebugFile>,
+    /// `.eh_frame` function ranges, read on first need.
+    fdes: Option<FdeRanges>,
 }
 
 impl fmt::Debug for Symbolizer {
@@ -278,14 +264,14 @@ impl Default for Symbolizer {
 
 impl Symbolizer {
     pub fn new(opts: SymbolizerOptions) -> Self {
-        let mut b = blazesym::symbolize::Symbolizer::builder()
+        let b = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(false)
             .enable_inlined_fns(false)
             // We demangle once per distinct name (NameTable), not once per address.
-            .enable_demangling(false);
-        if let Some(dirs) = &opts.debug_dirs {
-            b = b.set_debug_dirs(Some(dirs.as_slice()));
-        }
+            .enable_demangling(false)
+            // Separate debug files are found by us (debugdir.rs: build-id checked, CRC
+            // checked, --debug-dir first) and handed to blazesym by path.
+            .set_debug_dirs(Some(NO_DIRS));
         Symbolizer {
             inner: b.build(),
             names: NameTable::new(opts.demangle),
@@ -294,7 +280,79 @@ impl Symbolizer {
             origin: KernelOrigin::default(),
             kernel: None,
             vdso: None,
+            binaries: FxHashMap::default(),
+            range_names: Default::default(),
+            debuginfod: None,
+            inline: Default::default(),
         }
+    }
+
+    /// Fetch debug files from the debuginfod servers in `DEBUGINFOD_URLS` (when set)
+    /// for binaries that have no local debug info. Returns whether it is enabled, or why
+    /// not (e.g. only `https://` servers, which this build cannot reach).
+    pub fn enable_debuginfod_from_env(&mut self) -> Result<bool, String> {
+        match debuginfod::Client::from_env()? {
+            Some(c) => {
+                self.debuginfod = Some(c);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Use this debuginfod client (tests, or a caller's own configuration).
+    pub fn set_debuginfod(&mut self, client: Option<debuginfod::Client>) {
+        self.debuginfod = client;
+        self.binaries.clear();
+    }
+
+    /// Whether `id` is a name made up from an `.eh_frame` range (`fn_4616a0`) rather
+    /// than a symbol.
+    pub fn is_range_name(&self, id: NameId) -> bool {
+        self.range_names.contains(&id)
+    }
+
+    /// The separate debug file used for `path`, if one was looked up and found.
+    pub fn debug_file(&self, path: &str) -> Option<&DebugFile> {
+        self.binaries.iter().find(|((p, _), _)| p == path).and_then(|(_, f)| f.debug.as_ref())
+    }
+
+    /// Facts about binary `path` (cached per path and trace build-id).
+    fn facts(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> &mut BinaryFacts {
+        let key = (path.to_owned(), trace_build_id.map(<[u8]>::to_vec));
+        if !self.binaries.contains_key(&key) {
+            let f = self.facts_uncached(path, trace_build_id);
+            self.binaries.insert(key.clone(), f);
+        }
+        self.binaries.get_mut(&key).expect("inserted above")
+    }
+
+    fn facts_uncached(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> BinaryFacts {
+        let elf = match ElfFile::open(Path::new(path)) {
+            Ok(elf) => elf,
+            Err(e) => return BinaryFacts { elf_error: Some(e), ..Default::default() },
+        };
+        let has_dwarf = elf.has_data(".debug_info");
+        let mut facts = BinaryFacts { has_dwarf, ..Default::default() };
+        if self.opts.debug_syms && !has_dwarf {
+            let own_id = elf.build_id();
+            let build_id = trace_build_id.or(own_id.as_deref());
+            let link = elf.debuglink();
+            let w = debugdir::Wanted {
+                binary: path,
+                build_id,
+                debuglink: link.as_ref().map(|(n, c)| (n.as_str(), *c)),
+            };
+            let user = self.opts.debug_dirs.as_deref().unwrap_or(&[]);
+            facts.debug = debugdir::find_local(user, &w);
+            if facts.debug.is_none() {
+                if let (Some(client), Some(id)) = (&mut self.debuginfod, build_id) {
+                    facts.debug = client.fetch(id).ok();
+                }
+            }
+        }
+        facts.elf = Some(elf);
+        facts
     }
 
     /// Say where the trace was taken (default: nothing known, i.e. assume this
@@ -400,11 +458,97 @@ impl Symbolizer {
         if let Some(r) = self.check_file(&binary.path, trace_build_id) {
             return all(r);
         }
-        let src = Source::Elf(Elf { debug_syms: self.opts.debug_syms, ..Elf::new(&binary.path) });
-        match self.inner.symbolize(&src, Input::FileOffset(offsets)) {
-            Ok(syms) => intern_all(&mut self.names, &syms),
-            Err(e) => all(UnknownReason::Unreadable { error: e.to_string() }),
+        let debug_syms = self.opts.debug_syms;
+        let facts = self.facts(&binary.path, trace_build_id);
+        if let Some(e) = &facts.elf_error {
+            return all(UnknownReason::Unreadable { error: e.clone() });
         }
+        let has_dwarf = facts.has_dwarf;
+        // 1. The separate debug file, by virtual address (its file offsets differ).
+        let via_debug = match (&facts.debug, &facts.elf) {
+            (Some(dbg), Some(elf)) => Some((dbg.path.clone(), offsets.iter().map(|&o| elf.vaddr_of(o)).collect::<Vec<_>>())),
+            _ => None,
+        };
+        let mut out: Vec<SymIdResult> = match via_debug {
+            Some((dbg_path, vaddrs)) => self.symbolize_vaddrs(&dbg_path, &vaddrs),
+            None => offsets.iter().map(|_| Err(UnknownReason::NoSymbols)).collect(),
+        };
+        // 2. The binary's own symbols (and DWARF), for what the debug file did not name.
+        let todo: Vec<usize> = (0..offsets.len()).filter(|&i| is_unnamed(&out[i])).collect();
+        if !todo.is_empty() {
+            let offs: Vec<u64> = todo.iter().map(|&i| offsets[i]).collect();
+            let src = Source::Elf(Elf { debug_syms: debug_syms && has_dwarf, ..Elf::new(&binary.path) });
+            let res = match self.inner.symbolize(&src, Input::FileOffset(&offs)) {
+                Ok(syms) => intern_all(&mut self.names, &syms),
+                // E.g. broken DWARF: the ELF symbols alone.
+                Err(_) if debug_syms && has_dwarf => {
+                    let src = Source::Elf(Elf { debug_syms: false, ..Elf::new(&binary.path) });
+                    match self.inner.symbolize(&src, Input::FileOffset(&offs)) {
+                        Ok(syms) => intern_all(&mut self.names, &syms),
+                        Err(e) => offs.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),
+                    }
+                }
+                Err(e) => offs.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),
+            };
+            for (i, r) in todo.into_iter().zip(res) {
+                out[i] = r;
+            }
+        }
+        // 3. Stripped: the `.eh_frame` function range (`fn_4616a0`).
+        if out.iter().any(is_unnamed) {
+            self.name_by_ranges(&binary.path, trace_build_id, offsets, &mut out);
+        }
+        out
+    }
+
+    /// Name unnamed results by the `.eh_frame` range holding their address.
+    fn name_by_ranges(&mut self, path: &str, trace_build_id: Option<&[u8]>, offsets: &[u64], out: &mut [SymIdResult]) {
+        let facts = self.facts(path, trace_build_id);
+        let Some(elf) = &facts.elf else { return };
+        let fdes = facts.fdes.get_or_insert_with(|| FdeRanges::from_elf(elf));
+        if fdes.is_empty() {
+            return;
+        }
+        let mut starts: Vec<(usize, u64)> = Vec::new();
+        for (i, r) in out.iter().enumerate() {
+            if !is_unnamed(r) {
+                continue;
+            }
+            if let Some((start, _)) = elf.vaddr_of(offsets[i]).and_then(|v| fdes.find(v)) {
+                starts.push((i, start));
+            }
+        }
+        let mut last: Option<(u64, NameId)> = None;
+        for (i, start) in starts {
+            let id = match last {
+                Some((s, id)) if s == start => id,
+                _ => {
+                    let id = self.names.intern(&ehframe::range_name(start));
+                    self.range_names.insert(id);
+                    last = Some((start, id));
+                    id
+                }
+            };
+            out[i] = Ok(id);
+        }
+    }
+
+    /// Name virtual addresses of ELF file `path` (a separate debug file).
+    fn symbolize_vaddrs(&mut self, path: &Path, vaddrs: &[Option<u64>]) -> Vec<SymIdResult> {
+        let known: Vec<u64> = vaddrs.iter().flatten().copied().collect();
+        let src = Source::Elf(Elf { debug_syms: self.opts.debug_syms, ..Elf::new(path) });
+        let mut res = match self.inner.symbolize(&src, Input::VirtOffset(&known)) {
+            Ok(syms) => intern_all(&mut self.names, &syms),
+            Err(e) => known.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),
+        }
+        .into_iter();
+        vaddrs
+            .iter()
+            .map(|v| match v {
+                Some(_) => res.next().unwrap_or(Err(UnknownReason::NoSymbols)),
+                None => Err(UnknownReason::InvalidOffset),
+            })
+            .collect()
     }
 
     /// Offsets into the `[vdso]` image, named from this process's vDSO when the trace
@@ -428,77 +572,20 @@ impl Symbolizer {
         }
     }
 
-    /// Name kernel addresses (one result per address, same order), if the kallsyms
-    /// file applies to the trace (see [`Symbolizer::set_origin`]).
-    pub fn symbolize_kernel(&mut self, addrs: &[u64]) -> Vec<SymResult> {
-        let ids = self.symbolize_kernel_ids(addrs);
-        self.to_strings(ids)
-    }
+}
 
-    /// Like [`Symbolizer::symbolize_kernel`], answering [`NameId`]s.
-    pub fn symbolize_kernel_ids(&mut self, addrs: &[u64]) -> Vec<SymIdResult> {
-        let state = self.kernel_state().clone();
-        let path = match state {
-            KernelState::Usable(p) => p,
-            KernelState::Unusable(why) => {
-                return addrs
-                    .iter()
-                    .map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() }))
-                    .collect()
-            }
-        };
-        let src = Source::Kernel(Kernel {
-            kallsyms: MaybeDefault::Some(path),
-            vmlinux: MaybeDefault::None,
-            kaslr_offset: Some(0),
-            debug_syms: false,
-            ..Default::default()
-        });
-        match self.inner.symbolize(&src, Input::AbsAddr(addrs)) {
-            Ok(syms) => intern_all(&mut self.names, &syms),
-            Err(e) => {
-                let why = format!("kallsyms: {e}");
-                addrs.iter().map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() })).collect()
-            }
-        }
-    }
+/// No directories for blazesym's own debug-link search (see [`Symbolizer::new`]).
+const NO_DIRS: &[PathBuf] = &[];
 
-    /// `Ok(path)` of the kallsyms file that will be used, or why kernel addresses will
-    /// not be named.
-    pub fn kernel_symbols_status(&mut self) -> Result<PathBuf, String> {
-        match self.kernel_state() {
-            KernelState::Usable(p) => Ok(p.clone()),
-            KernelState::Unusable(w) => Err(w.clone()),
-        }
-    }
-
-    fn kernel_state(&mut self) -> &KernelState {
-        let origin = &self.origin;
-        if self.kernel.is_none() {
-            let st = match &self.opts.kernel {
-                KernelSymbols::Off => KernelState::Unusable("disabled".into()),
-                KernelSymbols::Kallsyms(p) => match check_kallsyms(p, origin.text_addr) {
-                    Ok(()) => KernelState::Usable(p.clone()),
-                    Err(w) => KernelState::Unusable(w),
-                },
-                KernelSymbols::Auto => {
-                    let p = PathBuf::from("/proc/kallsyms");
-                    match same_kernel(origin).and_then(|()| check_kallsyms(&p, origin.text_addr)) {
-                        Ok(()) => KernelState::Usable(p),
-                        Err(w) => KernelState::Unusable(w),
-                    }
-                }
-            };
-            self.kernel = Some(st);
-        }
-        self.kernel.as_ref().expect("set above")
-    }
+/// Whether a result may still be named by a later source.
+fn is_unnamed(r: &SymIdResult) -> bool {
+    matches!(r, Err(UnknownReason::NoSymbols | UnknownReason::NotInSymbols | UnknownReason::Unreadable { .. }))
 }
 
 /// Intern the names of one batch. Consecutive addresses in the same symbol (same start
 /// address and raw name; batches are sorted by address) reuse the previous id without
 /// a hash lookup.
-fn intern_all(names: &mut NameTable, syms: &[Symbolized<'_>]) -> Vec<SymIdResult> {
+pub(crate) fn intern_all(names: &mut NameTable, syms: &[Symbolized<'_>]) -> Vec<SymIdResult> {
     let mut last: Option<(u64, &str, NameId)> = None;
     syms.iter()
         .map(|s| match s {
@@ -531,101 +618,9 @@ fn unknown_reason(s: &Symbolized<'_>) -> UnknownReason {
     }
 }
 
-fn read_trimmed(path: &str) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
-}
-
-/// `Ok` unless the trace demonstrably comes from another kernel, host or boot.
-fn same_kernel(origin: &KernelOrigin) -> Result<(), String> {
-    if let (Some(t), Some(here)) = (&origin.os_release, read_trimmed("/proc/sys/kernel/osrelease")) {
-        // Accept a full `uname -a`-like string too: the release must appear in it.
-        if t.trim() != here && !t.split_whitespace().any(|w| w == here) {
-            return Err(format!("trace is from kernel {t:?}, running kernel is {here:?}"));
-        }
-    }
-    if let (Some(t), Some(here)) = (&origin.hostname, read_trimmed("/proc/sys/kernel/hostname")) {
-        if t.trim() != here {
-            return Err(format!("trace is from host {t:?}, this is {here:?}"));
-        }
-    }
-    if let (Some(t), Some(here)) = (&origin.boot_id, read_trimmed("/proc/sys/kernel/random/boot_id")) {
-        if t.trim() != here {
-            return Err("trace is from an earlier boot (kernel addresses moved)".into());
-        }
-    }
-    Ok(())
-}
-
-/// Copy this process's vDSO image (as mapped: the vDSO is mapped whole, so memory
-/// offsets are file offsets) into a temporary file blazesym can open.
-fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let maps = fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]")).ok_or("this process has no vDSO")?;
-    let range = line.split_whitespace().next().unwrap_or("");
-    let (a, b) = range.split_once('-').ok_or("bad /proc/self/maps line")?;
-    let parse = |x: &str| u64::from_str_radix(x, 16).map_err(|e| format!("bad /proc/self/maps line: {e}"));
-    let (start, end) = (parse(a)?, parse(b)?);
-    let len = usize::try_from(end.saturating_sub(start)).map_err(|e| e.to_string())?;
-    let mut image = vec![0u8; len];
-    let mut mem = fs::File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?;
-    mem.seek(SeekFrom::Start(start)).and_then(|_| mem.read_exact(&mut image)).map_err(|e| format!("reading the vDSO: {e}"))?;
-    if !image.starts_with(b"\x7fELF") {
-        return Err("the vDSO mapping is not an ELF image".into());
-    }
-    let mut f = tempfile::Builder::new().prefix("tailprof-vdso-").suffix(".so").tempfile().map_err(|e| e.to_string())?;
-    f.write_all(&image).map_err(|e| e.to_string())?;
-    Ok(f)
-}
-
-/// `Ok` if `path` is a readable kallsyms file showing real (non-zero) addresses and,
-/// when `text_addr` is known, placing `_text` there (else the kernel was relocated
-/// since the trace was taken: KASLR after a reboot).
-fn check_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<(), String> {
-    let f = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut nonzero = false;
-    let mut lines = 0usize;
-    for line in BufReader::new(f).lines() {
-        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
-        lines += 1;
-        let mut fields = line.split_whitespace();
-        let (Some(addr), Some(_kind), Some(name)) = (fields.next(), fields.next(), fields.next()) else {
-            continue;
-        };
-        let addr = u64::from_str_radix(addr, 16).unwrap_or(0);
-        nonzero |= addr != 0;
-        match text_addr {
-            Some(want) if name == "_text" => {
-                if addr == 0 {
-                    break;
-                }
-                if addr != want {
-                    return Err(format!(
-                        "kernel was relocated since the trace was taken (_text at {want:#x} then, {addr:#x} in {})",
-                        path.display()
-                    ));
-                }
-                return Ok(());
-            }
-            None if nonzero => return Ok(()),
-            _ if lines >= 64 && !nonzero => break,
-            _ => {}
-        }
-    }
-    if lines == 0 {
-        Err(format!("{} is empty", path.display()))
-    } else if !nonzero {
-        Err(format!("{} shows zero addresses (kernel.kptr_restrict, or not root)", path.display()))
-    } else {
-        // Real addresses but no `_text` to compare with: trust it.
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     #[test]
     fn demangles_cpp_and_rust_like_blazesym() {
@@ -657,55 +652,6 @@ mod tests {
         let mut raw = NameTable::new(false);
         let id = raw.intern("_ZN2ns7computeEi");
         assert_eq!(raw.get(id), "_ZN2ns7computeEi");
-    }
-
-    #[test]
-    fn kallsyms_file_with_zero_addresses_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("kallsyms");
-        let mut f = fs::File::create(&p).unwrap();
-        writeln!(f, "0000000000000000 T _text\n0000000000000000 T foo").unwrap();
-        let mut s = Symbolizer::new(SymbolizerOptions {
-            kernel: KernelSymbols::Kallsyms(p.clone()),
-            ..Default::default()
-        });
-        let r = s.symbolize_kernel(&[0xffff_ffff_8100_0010]);
-        assert!(matches!(&r[0], Err(UnknownReason::KernelSymbolsUnavailable { why }) if why.contains("zero")));
-    }
-
-    #[test]
-    fn kallsyms_file_names_kernel_addresses() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("kallsyms");
-        let mut f = fs::File::create(&p).unwrap();
-        writeln!(
-            f,
-            "ffffffff81000000 T _text\nffffffff81000100 T do_work\nffffffff81000200 t helper\nffffffff81000300 T _etext"
-        )
-        .unwrap();
-        let mut s = Symbolizer::new(SymbolizerOptions {
-            kernel: KernelSymbols::Kallsyms(p.clone()),
-            ..Default::default()
-        });
-        let addrs = [0xffff_ffff_8100_0110, 0xffff_ffff_8100_0204];
-        let r = s.symbolize_kernel(&addrs);
-        assert_eq!(r[0].as_deref(), Ok("do_work"));
-        assert_eq!(r[1].as_deref(), Ok("helper"));
-        // Same _text as at record time: fine. Another one: relocated, refused.
-        s.set_origin(KernelOrigin { text_addr: Some(0xffff_ffff_8100_0000), ..Default::default() });
-        assert_eq!(s.symbolize_kernel(&addrs)[0].as_deref(), Ok("do_work"));
-        s.set_origin(KernelOrigin { text_addr: Some(0xffff_ffff_a200_0000), ..Default::default() });
-        let r = s.symbolize_kernel(&addrs);
-        assert!(matches!(&r[0], Err(UnknownReason::KernelSymbolsUnavailable { why }) if why.contains("relocated")), "{r:?}");
-    }
-
-    #[test]
-    fn other_kernel_release_is_refused() {
-        let header = TraceHeader { os_release: Some("0.0.1-not-this-one".into()), ..Default::default() };
-        let mut s = Symbolizer::default();
-        s.set_origin(KernelOrigin::new(&header, None));
-        let st = s.kernel_symbols_status();
-        assert!(st.unwrap_err().contains("0.0.1-not-this-one"));
     }
 
     #[test]

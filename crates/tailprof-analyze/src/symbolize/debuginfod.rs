@@ -1,0 +1,260 @@
+//! Debug files from debuginfod servers (`DEBUGINFOD_URLS`), by build-id.
+//!
+//! For a binary with no local debug info and a build-id, each server in
+//! `DEBUGINFOD_URLS` (space-separated, like elfutils) is asked for
+//! `URL/buildid/<hex id>/debuginfo`. The answer is streamed into a temporary file in the
+//! cache directory (created 0700, files 0600), kept only if its own build-id note
+//! equals the one asked for, then renamed into place as `<hex id>.debug`.
+//!
+//! Bounds: one download at most [`Client::max_file`] bytes and [`Client::timeout`]
+//! long; the cache at most [`Client::max_cache`] bytes (oldest files removed first).
+//! A build-id that failed on every server is remembered (a `<hex id>.fail` marker,
+//! honoured for a day, and in memory), so a trace full of unknown binaries does not
+//! ask the servers again on each run.
+//!
+//! Plain `http://` only: the HTTP client (ureq) is built without TLS, which would add
+//! rustls and a crypto library (C and assembly code, minutes of build time, a large
+//! attack surface in a tool that runs as root) for a download whose content is verified
+//! by build-id anyway. `https://` servers are skipped with a note; reach them through a
+//! local http proxy or cache (`debuginfod` itself can federate), or fetch with
+//! elfutils' `debuginfod-find debuginfo BUILDID` and pass the result with `--debug-dir`.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::debugdir::{DebugFile, FoundBy};
+use super::elf::ElfFile;
+use super::hex;
+
+/// How long a failed build-id is not asked for again.
+const FAIL_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// A debuginfod client with its cache; see the module docs.
+#[derive(Debug)]
+pub struct Client {
+    /// Server base URLs (`http://host:port[/prefix]`).
+    pub urls: Vec<String>,
+    /// Cache directory.
+    pub cache: PathBuf,
+    /// Time limit of one request, download included.
+    pub timeout: Duration,
+    /// Largest debug file accepted.
+    pub max_file: u64,
+    /// Largest total cache size.
+    pub max_cache: u64,
+    /// `https://` URLs that were left out.
+    pub skipped: Vec<String>,
+    failed: HashSet<Vec<u8>>,
+}
+
+impl Client {
+    /// A client for `urls` caching in `cache` (default limits: 30 s, 2 GiB per file,
+    /// 8 GiB in all).
+    pub fn new(urls: Vec<String>, cache: PathBuf) -> Self {
+        Client {
+            urls,
+            cache,
+            timeout: Duration::from_secs(30),
+            max_file: 2 << 30,
+            max_cache: 8 << 30,
+            skipped: Vec::new(),
+            failed: HashSet::new(),
+        }
+    }
+
+    /// From `DEBUGINFOD_URLS` (and `DEBUGINFOD_CACHE_PATH`, else
+    /// `$XDG_CACHE_HOME/tailprof/debuginfod`, else `~/.cache/tailprof/debuginfod`;
+    /// `DEBUGINFOD_TIMEOUT` in seconds). `Ok(None)` when the variable is unset or empty.
+    pub fn from_env() -> Result<Option<Self>, String> {
+        let Ok(var) = std::env::var("DEBUGINFOD_URLS") else { return Ok(None) };
+        let (urls, skipped) = split_urls(&var);
+        if urls.is_empty() {
+            if skipped.is_empty() {
+                return Ok(None);
+            }
+            return Err(format!(
+                "DEBUGINFOD_URLS has only https:// servers ({}), which this build cannot reach: use an http:// server, or fetch with `debuginfod-find debuginfo BUILDID` and pass --debug-dir",
+                skipped.join(" ")
+            ));
+        }
+        let cache = match std::env::var_os("DEBUGINFOD_CACHE_PATH") {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => match (std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")) {
+                (Some(x), _) if !x.is_empty() => PathBuf::from(x).join("tailprof/debuginfod"),
+                (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join(".cache/tailprof/debuginfod"),
+                _ => return Err("DEBUGINFOD_URLS is set but there is no cache directory: set DEBUGINFOD_CACHE_PATH".into()),
+            },
+        };
+        let mut c = Client::new(urls, cache);
+        c.skipped = skipped;
+        if let Some(t) = std::env::var("DEBUGINFOD_TIMEOUT").ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+            c.timeout = Duration::from_secs(t.clamp(1, 3600));
+        }
+        Ok(Some(c))
+    }
+
+    fn cached_path(&self, id: &str) -> PathBuf {
+        self.cache.join(format!("{id}.debug"))
+    }
+
+    fn fail_marker(&self, id: &str) -> PathBuf {
+        self.cache.join(format!("{id}.fail"))
+    }
+
+    /// The debug file with build-id `build_id`: from the cache, else downloaded.
+    pub fn fetch(&mut self, build_id: &[u8]) -> Result<DebugFile, String> {
+        if build_id.len() < 2 || build_id.len() > 64 {
+            return Err(format!("build-id of {} bytes", build_id.len()));
+        }
+        let id = hex(build_id);
+        let cached = self.cached_path(&id);
+        if cached.is_file() && ElfFile::open(&cached).ok().and_then(|e| e.build_id()).as_deref() == Some(build_id) {
+            return Ok(DebugFile { path: cached, found_by: FoundBy::Debuginfod("cache".into()) });
+        }
+        if self.failed.contains(build_id) {
+            return Err("failed before".into());
+        }
+        let marker = self.fail_marker(&id);
+        if let Ok(md) = fs::symlink_metadata(&marker) {
+            let age = md.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
+            if age.is_some_and(|a| a < FAIL_TTL) {
+                self.failed.insert(build_id.to_vec());
+                return Err(format!("failed within the last day ({})", marker.display()));
+            }
+        }
+        self.ensure_cache_dir()?;
+        let mut errors = Vec::new();
+        for url in self.urls.clone() {
+            match self.download(&url, &id, build_id) {
+                Ok(path) => {
+                    self.evict(&path);
+                    return Ok(DebugFile { path, found_by: FoundBy::Debuginfod(url) });
+                }
+                Err(e) => errors.push(format!("{url}: {e}")),
+            }
+        }
+        self.failed.insert(build_id.to_vec());
+        let _ = create_new_0600(&marker).and_then(|mut f| f.write_all(errors.join("\n").as_bytes()));
+        Err(errors.join("; "))
+    }
+
+    fn ensure_cache_dir(&self) -> Result<(), String> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.cache)
+            .map_err(|e| format!("{}: {e}", self.cache.display()))?;
+        let md = fs::symlink_metadata(&self.cache).map_err(|e| format!("{}: {e}", self.cache.display()))?;
+        if !md.is_dir() {
+            return Err(format!("{} is not a directory", self.cache.display()));
+        }
+        Ok(())
+    }
+
+    fn download(&self, base: &str, id: &str, build_id: &[u8]) -> Result<PathBuf, String> {
+        let url = format!("{}/buildid/{id}/debuginfo", base.trim_end_matches('/'));
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(self.timeout))
+            .timeout_connect(Some(self.timeout.min(Duration::from_secs(10))))
+            .max_redirects(3)
+            .build()
+            .into();
+        let mut resp = agent.get(&url).call().map_err(|e| e.to_string())?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".part-")
+            .permissions(fs::Permissions::from_mode(0o600))
+            .tempfile_in(&self.cache)
+            .map_err(|e| format!("{}: {e}", self.cache.display()))?;
+        let mut body = resp.body_mut().with_config().limit(self.max_file).reader();
+        let n = io::copy(&mut body, tmp.as_file_mut()).map_err(|e| e.to_string())?;
+        if n >= self.max_file {
+            return Err(format!("larger than the {}-byte limit", self.max_file));
+        }
+        tmp.as_file().sync_all().map_err(|e| e.to_string())?;
+        let got = ElfFile::open(tmp.path()).map_err(|e| format!("not an ELF file: {e}"))?.build_id();
+        if got.as_deref() != Some(build_id) {
+            return Err(format!("answer has build-id {}, not {id}", got.map(|g| hex(&g)).unwrap_or_else(|| "none".into())));
+        }
+        let dst = self.cached_path(id);
+        tmp.persist(&dst).map_err(|e| e.to_string())?;
+        Ok(dst)
+    }
+
+    /// Keep the cache under [`Client::max_cache`]: remove the oldest files but `keep`.
+    fn evict(&self, keep: &Path) {
+        let Ok(rd) = fs::read_dir(&self.cache) else { return };
+        let mut files: Vec<(SystemTime, u64, PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let md = e.metadata().ok()?;
+                md.is_file().then(|| (md.modified().unwrap_or(SystemTime::UNIX_EPOCH), md.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).fold(0, u64::saturating_add);
+        files.sort();
+        for (_, len, p) in files {
+            if total <= self.max_cache {
+                break;
+            }
+            if p != keep && fs::remove_file(&p).is_ok() {
+                total = total.saturating_sub(len);
+            }
+        }
+    }
+}
+
+/// (http URLs, https URLs skipped).
+fn split_urls(var: &str) -> (Vec<String>, Vec<String>) {
+    let mut urls = Vec::new();
+    let mut skipped = Vec::new();
+    for u in var.split_whitespace() {
+        if u.starts_with("http://") {
+            urls.push(u.to_owned());
+        } else {
+            skipped.push(u.to_owned());
+        }
+    }
+    (urls, skipped)
+}
+
+fn create_new_0600(path: &Path) -> io::Result<fs::File> {
+    let _ = fs::remove_file(path);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_by_scheme() {
+        let (u, s) = split_urls(" http://a:8002  https://debuginfod.debian.net\nhttp://b/x ");
+        assert_eq!(u, vec!["http://a:8002", "http://b/x"]);
+        assert_eq!(s, vec!["https://debuginfod.debian.net"]);
+    }
+
+    #[test]
+    fn unreachable_server_fails_once_then_is_remembered() {
+        let dir = tempfile::tempdir().unwrap();
+        // Port 9 on localhost: connection refused at once.
+        let mut c = Client::new(vec!["http://127.0.0.1:9".into()], dir.path().join("cache"));
+        c.timeout = Duration::from_secs(5);
+        let id = [0xab; 20];
+        assert!(c.fetch(&id).is_err());
+        assert!(dir.path().join("cache").join(format!("{}.fail", hex(&id))).is_file());
+        let e = c.fetch(&id).unwrap_err();
+        assert!(e.contains("before"), "{e}");
+        // A new client (next run) honours the marker.
+        let mut c2 = Client::new(vec!["http://127.0.0.1:9".into()], dir.path().join("cache"));
+        assert!(c2.fetch(&id).unwrap_err().contains("last day"));
+    }
+}

@@ -1,0 +1,329 @@
+//! The few ELF facts symbolization needs, read with bounded `pread`s from a file opened
+//! without following symlinks: program headers (file offset → virtual address), which
+//! sections exist (`.symtab`, `.debug_info`), the build-id note, the `.gnu_debuglink`
+//! name and CRC, and raw section bytes (`.eh_frame`).
+//!
+//! Every size and count comes from an untrusted file, so each is checked against the
+//! file's length and a fixed cap before anything is allocated; a malformed file is an
+//! error string, never a panic. ELF32 and ELF64, both byte orders.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+/// At most this many program or section headers.
+const MAX_HEADERS: usize = 65_535;
+/// At most this many bytes of one section are read into memory.
+pub(crate) const MAX_SECTION: u64 = 512 << 20;
+/// At most this many bytes of notes are scanned for the build-id.
+const MAX_NOTES: u64 = 1 << 20;
+
+/// Open an untrusted path: no symlink at the last component, no blocking on FIFOs,
+/// regular files only.
+pub(crate) fn open_untrusted(path: &Path) -> Result<File, String> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let md = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+    if !md.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    Ok(f)
+}
+
+/// One `PT_LOAD` segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+}
+
+/// One section header (the fields we use).
+#[derive(Debug, Clone)]
+pub(crate) struct Section {
+    pub name: String,
+    pub kind: u32,
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+}
+
+const SHT_NOBITS: u32 = 8;
+const SHT_NOTE: u32 = 7;
+const PT_LOAD: u32 = 1;
+const NT_GNU_BUILD_ID: u32 = 3;
+
+/// A parsed ELF file (headers only; section data is read on demand).
+#[derive(Debug)]
+pub(crate) struct ElfFile {
+    file: File,
+    len: u64,
+    big_endian: bool,
+    pub segments: Vec<Segment>,
+    pub sections: Vec<Section>,
+}
+
+struct Rd<'a> {
+    b: &'a [u8],
+    be: bool,
+}
+
+impl Rd<'_> {
+    fn u16(&self, at: usize) -> u16 {
+        let a = [self.b[at], self.b[at + 1]];
+        if self.be { u16::from_be_bytes(a) } else { u16::from_le_bytes(a) }
+    }
+    fn u32(&self, at: usize) -> u32 {
+        let a: [u8; 4] = self.b[at..at + 4].try_into().expect("4 bytes");
+        if self.be { u32::from_be_bytes(a) } else { u32::from_le_bytes(a) }
+    }
+    fn u64(&self, at: usize) -> u64 {
+        let a: [u8; 8] = self.b[at..at + 8].try_into().expect("8 bytes");
+        if self.be { u64::from_be_bytes(a) } else { u64::from_le_bytes(a) }
+    }
+}
+
+impl ElfFile {
+    pub fn open(path: &Path) -> Result<Self, String> {
+        let file = open_untrusted(path)?;
+        let len = file.metadata().map_err(|e| e.to_string())?.len();
+        Self::parse(file, len).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn read_at(&self, offset: u64, size: u64) -> Result<Vec<u8>, String> {
+        read_exact_at(&self.file, self.len, offset, size)
+    }
+
+    fn parse(file: File, len: u64) -> Result<Self, String> {
+        let mut ident = [0u8; 64];
+        let n = usize::try_from(len.min(64)).unwrap_or(64);
+        file.read_exact_at(&mut ident[..n], 0).map_err(|e| e.to_string())?;
+        if n < 52 || &ident[..4] != b"\x7fELF" {
+            return Err("not an ELF file".into());
+        }
+        let is64 = match ident[4] {
+            1 => false,
+            2 => true,
+            c => return Err(format!("unknown ELF class {c}")),
+        };
+        if is64 && n < 64 {
+            return Err("truncated ELF header".into());
+        }
+        let be = match ident[5] {
+            1 => false,
+            2 => true,
+            d => return Err(format!("unknown ELF data encoding {d}")),
+        };
+        let r = Rd { b: &ident, be };
+        let (phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx) = if is64 {
+            (r.u64(32), r.u64(40), r.u16(54), r.u16(56), r.u16(58), r.u16(60), r.u16(62))
+        } else {
+            (u64::from(r.u32(28)), u64::from(r.u32(32)), r.u16(42), r.u16(44), r.u16(46), r.u16(48), r.u16(50))
+        };
+        let mut elf = ElfFile { file, len, big_endian: be, segments: Vec::new(), sections: Vec::new() };
+
+        // Program headers.
+        let min_ph = if is64 { 56 } else { 32 };
+        if phnum > 0 && usize::from(phentsize) >= min_ph && usize::from(phnum) <= MAX_HEADERS {
+            let tab = elf.read_at(phoff, u64::from(phentsize) * u64::from(phnum))?;
+            let r = Rd { b: &tab, be };
+            for i in 0..usize::from(phnum) {
+                let at = i * usize::from(phentsize);
+                if r.u32(at) != PT_LOAD {
+                    continue;
+                }
+                let seg = if is64 {
+                    Segment { offset: r.u64(at + 8), vaddr: r.u64(at + 16), filesz: r.u64(at + 32) }
+                } else {
+                    Segment {
+                        offset: u64::from(r.u32(at + 4)),
+                        vaddr: u64::from(r.u32(at + 8)),
+                        filesz: u64::from(r.u32(at + 16)),
+                    }
+                };
+                elf.segments.push(seg);
+            }
+        }
+
+        // Section headers and their names.
+        let min_sh = if is64 { 64 } else { 40 };
+        if shnum > 0 && usize::from(shentsize) >= min_sh && usize::from(shnum) <= MAX_HEADERS {
+            let tab = elf.read_at(shoff, u64::from(shentsize) * u64::from(shnum))?;
+            let r = Rd { b: &tab, be };
+            let mut raw = Vec::with_capacity(usize::from(shnum));
+            for i in 0..usize::from(shnum) {
+                let at = i * usize::from(shentsize);
+                let name = r.u32(at);
+                let kind = r.u32(at + 4);
+                let (addr, offset, size) = if is64 {
+                    (r.u64(at + 16), r.u64(at + 24), r.u64(at + 32))
+                } else {
+                    (u64::from(r.u32(at + 12)), u64::from(r.u32(at + 16)), u64::from(r.u32(at + 20)))
+                };
+                raw.push((name, kind, addr, offset, size));
+            }
+            let names = match raw.get(usize::from(shstrndx)) {
+                Some(&(_, kind, _, off, size)) if kind != SHT_NOBITS && size <= MAX_SECTION => {
+                    elf.read_at(off, size).unwrap_or_default()
+                }
+                _ => Vec::new(),
+            };
+            for (name, kind, addr, offset, size) in raw {
+                let name = usize::try_from(name)
+                    .ok()
+                    .and_then(|s| names.get(s..))
+                    .map(|t| String::from_utf8_lossy(&t[..t.iter().position(|&c| c == 0).unwrap_or(t.len())]).into_owned())
+                    .unwrap_or_default();
+                elf.sections.push(Section { name, kind, addr, offset, size });
+            }
+        }
+        Ok(elf)
+    }
+
+    pub fn big_endian(&self) -> bool {
+        self.big_endian
+    }
+
+    pub fn section(&self, name: &str) -> Option<&Section> {
+        self.sections.iter().find(|s| s.name == name)
+    }
+
+    /// Whether the file has section `name` with contents (not `SHT_NOBITS`, as in the
+    /// stubs that `objcopy --only-keep-debug` leaves).
+    pub fn has_data(&self, name: &str) -> bool {
+        self.section(name).is_some_and(|s| s.kind != SHT_NOBITS && s.size > 0)
+    }
+
+    /// The bytes of section `name` (`None`: absent, empty, `SHT_NOBITS` or too large).
+    pub fn section_data(&self, name: &str) -> Option<Vec<u8>> {
+        let s = self.section(name)?;
+        if s.kind == SHT_NOBITS || s.size == 0 || s.size > MAX_SECTION {
+            return None;
+        }
+        self.read_at(s.offset, s.size).ok()
+    }
+
+    /// Virtual address of file offset `off` (through the `PT_LOAD` segment holding it).
+    pub fn vaddr_of(&self, off: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| off >= s.offset && off - s.offset < s.filesz)
+            .map(|s| s.vaddr.wrapping_add(off - s.offset))
+    }
+
+    /// The GNU build-id note, from any `SHT_NOTE` section.
+    pub fn build_id(&self) -> Option<Vec<u8>> {
+        let be = self.big_endian;
+        for s in self.sections.iter().filter(|s| s.kind == SHT_NOTE && s.size <= MAX_NOTES) {
+            let Ok(data) = self.read_at(s.offset, s.size) else { continue };
+            let r = Rd { b: &data, be };
+            let mut at = 0usize;
+            while at + 12 <= data.len() {
+                let namesz = r.u32(at) as usize;
+                let descsz = r.u32(at + 4) as usize;
+                let kind = r.u32(at + 8);
+                let name_at = at + 12;
+                let desc_at = name_at.saturating_add(namesz.saturating_add(3) & !3);
+                let next = desc_at.saturating_add(descsz.saturating_add(3) & !3);
+                if desc_at.saturating_add(descsz) > data.len() {
+                    break;
+                }
+                if kind == NT_GNU_BUILD_ID && namesz == 4 && &data[name_at..name_at + 4] == b"GNU\0" && descsz > 0 {
+                    return Some(data[desc_at..desc_at + descsz].to_vec());
+                }
+                at = next;
+            }
+        }
+        None
+    }
+
+    /// `.gnu_debuglink`: (file name, CRC-32 of the debug file). The name must be a plain
+    /// file name (no `/`, not `.`/`..`): it comes from an untrusted file.
+    pub fn debuglink(&self) -> Option<(String, u32)> {
+        let data = self.section_data(".gnu_debuglink")?;
+        let end = data.iter().position(|&c| c == 0)?;
+        let name = std::str::from_utf8(&data[..end]).ok()?;
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return None;
+        }
+        let crc_at = (end + 1 + 3) & !3;
+        let b: [u8; 4] = data.get(crc_at..crc_at + 4)?.try_into().ok()?;
+        let crc = if self.big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) };
+        Some((name.to_owned(), crc))
+    }
+}
+
+fn read_exact_at(file: &File, len: u64, offset: u64, size: u64) -> Result<Vec<u8>, String> {
+    let end = offset.checked_add(size).ok_or("offset overflow")?;
+    if end > len {
+        return Err(format!("range {offset:#x}+{size:#x} is past the end of the file ({len} bytes)"));
+    }
+    if size > MAX_SECTION {
+        return Err(format!("{size} bytes is larger than the {MAX_SECTION}-byte limit"));
+    }
+    let mut buf = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
+    file.read_exact_at(&mut buf, offset).map_err(|e| e.to_string())?;
+    Ok(buf)
+}
+
+/// CRC-32 (the one `.gnu_debuglink` uses) of a whole untrusted file, read in chunks.
+pub(crate) fn file_crc32(path: &Path, max_len: u64) -> Result<u32, String> {
+    let mut f = open_untrusted(path)?;
+    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    if len > max_len {
+        return Err(format!("{}: {len} bytes is larger than the {max_len}-byte limit", path.display()));
+    }
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x");
+        for data in [&b""[..], b"\x7fELF", b"\x7fELF\x02\x01\x01", &[0x7f, b'E', b'L', b'F', 2, 1, 1, 0].repeat(16)] {
+            std::fs::write(&p, data).unwrap();
+            let _ = ElfFile::open(&p).map(|e| (e.build_id(), e.debuglink(), e.vaddr_of(0)));
+        }
+        // Huge header counts and offsets past the end of the file.
+        let mut h = vec![0u8; 64];
+        h[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        h[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+        h[40..48].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        h[54..56].copy_from_slice(&56u16.to_le_bytes());
+        h[56..58].copy_from_slice(&u16::MAX.to_le_bytes());
+        h[58..60].copy_from_slice(&64u16.to_le_bytes());
+        h[60..62].copy_from_slice(&u16::MAX.to_le_bytes());
+        std::fs::write(&p, &h).unwrap();
+        assert!(ElfFile::open(&p).is_err());
+    }
+
+    #[test]
+    fn symlinks_and_fifos_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = std::env::current_exe().unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(open_untrusted(&link).is_err());
+        assert!(open_untrusted(dir.path()).is_err());
+        let own = ElfFile::open(&target).unwrap();
+        assert!(!own.segments.is_empty());
+        assert!(own.section(".text").is_some());
+    }
+}
