@@ -68,3 +68,12 @@ pub fn huge_auxtrace_file(declared: u64) -> Vec<u8> {
     perf_data_file(&data)
 }
 
+
+/// A small intact perf.data: 10 samples.
+pub fn small_valid_file() -> Vec<u8> {
+    let mut data = Vec::new();
+    for i in 0..10 {
+        sample(&mut data, 0x1000 + i, 1_000 + i);
+    }
+    perf_data_file(&data)
+}
