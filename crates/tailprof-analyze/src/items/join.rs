@@ -3,10 +3,16 @@
 //! [`ItemsJoin`] is a [`Sink`]. Marker mode rules, per thread (tid):
 //!
 //! - `Begin` pushes a new open item on the thread's stack (nesting allowed).
-//! - `End` with an id closes the open item with that id on the thread, wherever it is
-//!   in the stack (so interleaved items on one thread work); `End` with
+//! - `End` with an id closes the innermost open item with that id on the thread,
+//!   wherever it is in the stack (so interleaved items on one thread work); `End` with
 //!   [`Marker::UNKNOWN_ITEM`] closes the most recent one. An end that matches nothing
 //!   is counted in `unmatched_markers`.
+//!
+//! Matching is linear in the markers, whatever a (hostile) target writes: an item closed
+//! below the top of its thread's stack is only marked closed (popped once everything
+//! above it is closed), the lowest [`SHALLOW`] stack positions are scanned, and items
+//! pushed above them are found through a map from (thread, id) to the innermost such
+//! item, which links to the next one with the same id.
 //! - A sample of the selected event belongs to the innermost open item of its thread,
 //!   otherwise it is counted as outside.
 //! - Items still open when the trace ends are closed at the trace's last timestamp,
@@ -68,7 +74,20 @@ struct ItemState {
     open_at_end: bool,
     /// Range of `closed` holding the item's per-location counts once closed.
     rows: (u32, u32),
+    /// Still on its thread's stack and not ended (marker mode).
+    open: bool,
+    /// Its live accumulator while open.
+    live: u32,
+    /// Pushed at a stack position >= [`SHALLOW`], so indexed in `JoinState::deep_ids`.
+    deep: bool,
+    /// The next deep open item with the same (thread, id) below this one, or [`NO_ITEM`].
+    prev_same_id: u32,
 }
+
+/// Stack positions below this are found by a scan; items pushed above are indexed.
+pub const SHALLOW: usize = 8;
+/// "No item" in `ItemState::prev_same_id`.
+const NO_ITEM: u32 = u32::MAX;
 
 /// Per-location counts of one open item (reused across items). Marker mode indexes
 /// rows by a dense array over location ids (few items are open at once, so few of
@@ -86,7 +105,8 @@ const TID_CACHE: usize = 64;
 
 #[derive(Debug, Default)]
 struct Thread {
-    /// (item index, live accumulator index), innermost last.
+    /// (item index, live accumulator index), innermost last. The top is always open;
+    /// entries below may be closed already (see the module docs).
     stack: Vec<(u32, u32)>,
     last_sample: u64,
 }
@@ -120,6 +140,9 @@ pub struct JoinState {
     free_lives: Vec<u32>,
     closed: Vec<(LocId, Acc)>,
     classes: FxHashMap<(u32, u32), String>,
+    /// (thread index, item id) → innermost open item of that id pushed at a stack
+    /// position >= [`SHALLOW`].
+    deep_ids: FxHashMap<(u32, u64), u32>,
     reg: Option<RegMode>,
     meter: IntervalMeter,
     outside: u64,
@@ -164,6 +187,7 @@ impl Resolved<JoinState> {
             free_lives: Vec::new(),
             closed: Vec::new(),
             classes: FxHashMap::default(),
+            deep_ids: FxHashMap::default(),
             reg,
             meter: IntervalMeter::default(),
             outside: 0,
@@ -220,8 +244,67 @@ impl JoinState {
             last_sample: 0,
             open_at_end: false,
             rows: (0, 0),
+            open: false,
+            live: 0,
+            deep: false,
+            prev_same_id: NO_ITEM,
         });
         (self.items.len() - 1) as u32
+    }
+
+    /// Push a new open item on thread `t`'s stack.
+    fn begin_item(&mut self, t: usize, m: &Marker) {
+        let item = self.new_item(m.pid, m.tid, m.item, m.class, m.time);
+        let live = self.take_live();
+        let deep = self.threads[t].stack.len() >= SHALLOW;
+        let prev_same_id = if deep { self.deep_ids.insert((t as u32, m.item), item).unwrap_or(NO_ITEM) } else { NO_ITEM };
+        let it = &mut self.items[item as usize];
+        it.open = true;
+        it.live = live;
+        it.deep = deep;
+        it.prev_same_id = prev_same_id;
+        self.threads[t].stack.push((item, live));
+    }
+
+    /// The innermost open item of thread `t` an end of `id` closes; O(1) + [`SHALLOW`].
+    fn find_open(&self, t: usize, id: u64) -> Option<u32> {
+        let stack = &self.threads[t].stack;
+        if id == Marker::UNKNOWN_ITEM {
+            return stack.last().map(|&(item, _)| item);
+        }
+        // Deep items are above every shallow one, so a deep match is the innermost.
+        if let Some(&item) = self.deep_ids.get(&(t as u32, id)) {
+            return Some(item);
+        }
+        let items = &self.items;
+        stack[..stack.len().min(SHALLOW)]
+            .iter()
+            .rev()
+            .find(|&&(i, _)| items[i as usize].open && items[i as usize].id == id)
+            .map(|&(item, _)| item)
+    }
+
+    /// Close open item `item` of thread `t` at `time`: unindex it, mark it closed, pop
+    /// the closed entries off the top of the stack.
+    fn end_item(&mut self, t: usize, item: u32, time: u64) {
+        let it = &mut self.items[item as usize];
+        it.open = false;
+        let live = it.live;
+        if it.deep {
+            // The item is the innermost deep open one of its id (found through the map,
+            // or the top of the stack), i.e. the head of its list.
+            let key = (t as u32, it.id);
+            match it.prev_same_id {
+                NO_ITEM => self.deep_ids.remove(&key),
+                prev => self.deep_ids.insert(key, prev),
+            };
+        }
+        self.close(item, live, time);
+        let items = &self.items;
+        let stack = &mut self.threads[t].stack;
+        while stack.last().is_some_and(|&(i, _)| !items[i as usize].open) {
+            stack.pop();
+        }
     }
 
     /// Move an item's live counts to `closed` and recycle the accumulator.
@@ -318,7 +401,7 @@ impl JoinState {
         } else {
             let mut open = Vec::new();
             for t in &mut self.threads {
-                open.append(&mut t.stack);
+                open.extend(t.stack.drain(..).filter(|&(i, _)| self.items[i as usize].open));
             }
             open.sort_unstable();
             self.unmatched += open.len() as u64;
@@ -467,30 +550,16 @@ impl ResolvedSink for JoinState {
         }
         let t = self.thread(m.tid);
         match m.kind {
-            MarkerKind::Begin => {
-                let item = self.new_item(m.pid, m.tid, m.item, m.class, m.time);
-                let live = self.take_live();
-                self.threads[t].stack.push((item, live));
-            }
-            MarkerKind::End => {
-                let stack = &self.threads[t].stack;
-                let pos = if m.item == Marker::UNKNOWN_ITEM {
-                    stack.len().checked_sub(1)
-                } else {
-                    let items = &self.items;
-                    stack.iter().rposition(|&(i, _)| items[i as usize].id == m.item)
-                };
-                match pos {
-                    Some(p) => {
-                        let (item, live) = self.threads[t].stack.remove(p);
-                        if m.class != 0 && self.items[item as usize].class == 0 {
-                            self.items[item as usize].class = m.class;
-                        }
-                        self.close(item, live, m.time);
+            MarkerKind::Begin => self.begin_item(t, m),
+            MarkerKind::End => match self.find_open(t, m.item) {
+                Some(item) => {
+                    if m.class != 0 && self.items[item as usize].class == 0 {
+                        self.items[item as usize].class = m.class;
                     }
-                    None => self.unmatched += 1,
+                    self.end_item(t, item, m.time);
                 }
-            }
+                None => self.unmatched += 1,
+            },
         }
     }
 
