@@ -13,7 +13,8 @@
 //! * [`predict`]: the prediction, the measured overhead with a paired-bootstrap
 //!   interval, the period for a budget (for counted events and for the clock events,
 //!   whose sample count grows with the overhead itself), ring sizing, PEBS guidance.
-//! * [`stats`]: medians, quantiles, a seeded PRNG.
+//! * [`stats`]: the one median and mean (both `None` for empty input), quantiles, and
+//!   the bootstraps' own seeded PRNG.
 //! * [`Calibration`]: what `tailprof calibrate` stores per (CPU model, kernel, event).
 //!
 //! Nothing here measures or prints: callers run the workloads and pass the numbers in.
@@ -39,8 +40,8 @@ use serde::{Deserialize, Serialize};
 
 pub use fit::{assess, fit_line, FitPolicy, LineFit, Point, Refusal};
 pub use predict::{
-    overhead_estimate, predict_elapsed, recommend_period, relative_error, OverheadEstimate, PlanInput, PlanLimit,
-    PlanOutput, RateModel,
+    overhead_at, overhead_estimate, predict_elapsed, recommend_period, relative_error, slowdown_at, OverheadEstimate,
+    PlanInput, PlanLimit, PlanOutput, RateModel,
 };
 
 /// What time a calibration (or an overhead measurement) is based on.

@@ -1,15 +1,18 @@
 //! `tailprof demo`: build the paper's sample application (`examples/queries.c`, embedded
 //! with the marker header), record it, and show which queries were slow and why.
 //!
-//! Steps: write the sources into the output directory, compile them with the system C
-//! compiler, run `tailprof record` on the example (a child process of this same binary,
+//! Steps: make the output directory safe (new and 0700, or one an earlier demo created:
+//! `tailprof_measure::private::prepare_demo_dir`, so no other user can plant a symlink
+//! or swap the compiled binary), write the sources into it (0600, temporary name +
+//! rename), compile them there with the system C compiler, run `tailprof record` on the example (a child process of this same binary,
 //! so the demo records exactly like a user would), join items with samples, print the
 //! items table with the flagged queries and the explanation of the slowest one, and
 //! write `report.html` (stacked bars per item), `trace.perfetto.json`, `items.json` and
 //! `demo.json` (what the demo found, for scripts and tests).
 //!
 //! The example logs the true entry and exit times of its functions, so the demo also
-//! reports how close the per-item estimates come to the truth (the paper's Fig. 9);
+//! reports how close the per-item estimates come to the truth (the paper's Fig. 9,
+//! `tailprof_measure::accuracy`);
 //! `--accuracy-sweep` repeats that across sampling periods and draws the plot used in
 //! `docs/ACCURACY.md`.
 
@@ -20,16 +23,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use tailprof_analyze::items::{explain, ItemsReport};
+use tailprof_measure::accuracy::{accuracy, parse_truth, Accuracy, Truth, MIN_ACCURACY_INTERVALS};
+use tailprof_measure::private::{prepare_demo_dir, read_regular, write_private};
 use tailprof_present::fmt::duration;
 use tailprof_present::html::{accuracy_svg, AccuracyPoint, HtmlOptions};
+use tailprof_present::overhead::{accuracy_line, accuracy_markdown, accuracy_sweep_line};
 
 use crate::cmd_export::{load_report, sample_instants, write_html, write_perfetto};
 
 const QUERIES_C: &str = include_str!("../../../examples/queries.c");
 const TAILPROF_H: &str = include_str!("../../../include/tailprof.h");
-
-/// Items at least this many sample intervals long count for the accuracy check.
-pub const MIN_ACCURACY_INTERVALS: f64 = 20.0;
 
 /// Run the paper's sample application under the profiler and explain its slow queries.
 ///
@@ -43,7 +46,9 @@ pub const MIN_ACCURACY_INTERVALS: f64 = 20.0;
     tailprof demo --out /tmp/d --scale 4  # longer queries: more samples per item\n  \
     tailprof demo --accuracy-sweep 50000,100000,250000,500000,1000000 --scale 8")]
 pub struct DemoArgs {
-    /// Directory for the example, its trace and the reports.
+    /// Directory for the example, its trace and the reports. Created with mode 0700; an
+    /// existing directory is used only if an earlier `tailprof demo` created it (ours,
+    /// private, not a symlink), so other users cannot plant files in it.
     #[arg(long, value_name = "DIR", default_value = "tailprof-demo")]
     out: PathBuf,
 
@@ -65,36 +70,11 @@ pub struct DemoArgs {
     accuracy_sweep: Option<String>,
 }
 
-/// Truth from the example's log for one query.
-#[derive(Debug, Clone, Default)]
-struct Truth {
-    n: u32,
-    cold: bool,
-    funcs: Vec<(String, u64)>,
-}
-
-/// Estimate / truth over the (item, function) pairs at least
-/// [`MIN_ACCURACY_INTERVALS`] sample intervals long.
-#[derive(Debug, Clone)]
-pub struct Accuracy {
-    pub period_ns: u64,
-    pub mean_interval_ns: f64,
-    pub pairs: usize,
-    /// samples x mean interval.
-    pub count_mean_ratio: f64,
-    pub count_sd_ratio: f64,
-    /// last - first sample (the paper's estimator).
-    pub span_mean_ratio: f64,
-    pub span_sd_ratio: f64,
-    pub items_matched: usize,
-}
-
 pub fn run(args: DemoArgs) -> Result<ExitCode> {
     if args.period == 0 || args.scale == 0 || args.queries == 0 {
         bail!("--count, --scale and --queries must be greater than zero");
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
-    let dir = args.out.canonicalize().with_context(|| format!("cannot resolve {}", args.out.display()))?;
+    let dir = prepare_demo_dir(&args.out)?;
     let exe = build_example(&dir)?;
     if let Some(list) = &args.accuracy_sweep {
         return sweep(&args, &dir, &exe, list);
@@ -111,11 +91,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         print_explanation(report, id);
     }
     let acc = accuracy(report, &run.truth, args.period);
-    println!(
-        "\naccuracy vs the example's own clock (functions >= {MIN_ACCURACY_INTERVALS} sample intervals, {} pairs): \
-         samples x interval = {:.3} +- {:.3} of the truth; first-to-last span = {:.3} +- {:.3}",
-        acc.pairs, acc.count_mean_ratio, acc.count_sd_ratio, acc.span_mean_ratio, acc.span_sd_ratio
-    );
+    println!("\n{}", accuracy_line(&acc, MIN_ACCURACY_INTERVALS));
 
     let html = dir.join("report.html");
     let perfetto = dir.join("trace.perfetto.json");
@@ -132,7 +108,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     write_html(&html, report, &opts)?;
     let (samples, names) = sample_instants(&run.trace, report, None)?;
     write_perfetto(&perfetto, report, &samples, names)?;
-    std::fs::write(&items_json, serde_json::to_string_pretty(report)?)
+    write_private(&items_json, serde_json::to_string_pretty(report)?.as_bytes())
         .with_context(|| format!("cannot write {}", items_json.display()))?;
     let responsible: BTreeMap<String, Vec<String>> =
         report.items.iter().filter(|r| r.anomalous).map(|r| (r.id.to_string(), r.responsible.clone())).collect();
@@ -142,13 +118,13 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         "flagged_ids": flagged,
         "responsible": responsible,
         "slowest": slowest,
-        "accuracy": accuracy_json(&acc),
+        "accuracy": acc,
         "report_html": html,
         "perfetto_json": perfetto,
         "items_json": items_json,
         "trace": run.trace,
     });
-    std::fs::write(dir.join("demo.json"), serde_json::to_string_pretty(&summary)?)
+    write_private(&dir.join("demo.json"), serde_json::to_string_pretty(&summary)?.as_bytes())
         .with_context(|| format!("cannot write {}", dir.join("demo.json").display()))?;
 
     let verdict = if flagged == cold { "exactly the cold queries" } else { "NOT exactly the cold queries" };
@@ -158,11 +134,12 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Write the sources into `dir` and compile them; returns the executable's path.
+/// Write the sources into the private `dir` and compile them there; returns the
+/// executable's path.
 fn build_example(dir: &Path) -> Result<PathBuf> {
     let src = dir.join("queries.c");
-    std::fs::write(&src, QUERIES_C).with_context(|| format!("cannot write {}", src.display()))?;
-    std::fs::write(dir.join("tailprof.h"), TAILPROF_H).with_context(|| format!("cannot write {}", dir.display()))?;
+    write_private(&src, QUERIES_C.as_bytes()).with_context(|| format!("cannot write {}", src.display()))?;
+    write_private(&dir.join("tailprof.h"), TAILPROF_H.as_bytes()).with_context(|| format!("cannot write {}", dir.display()))?;
     let cc = find_c_compiler().context(
         "no C compiler found (tried $CC, cc, gcc, clang); install one (e.g. `apt-get install gcc`) or set CC",
     )?;
@@ -224,92 +201,17 @@ fn record_once(dir: &Path, exe: &Path, period: u64, scale: u32, queries: u32, st
             println!("{line}");
         }
     }
-    let truth = parse_truth(&log)?;
+    let truth = read_truth(&log)?;
     let report = load_report(&trace, None, None)?;
     Ok(RunResult { trace, report, truth })
 }
 
 /// Read the example's log (see examples/queries.c for the format).
-fn parse_truth(path: &Path) -> Result<BTreeMap<u64, Truth>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the example's log {}", path.display()))?;
-    let mut out: BTreeMap<u64, Truth> = BTreeMap::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let num = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
-        match f.first() {
-            Some(&"query") => {
-                if let (Some(id), Some(n)) = (num(1), num(2)) {
-                    let t = out.entry(id).or_default();
-                    t.n = n as u32;
-                    t.cold = f.get(3) == Some(&"cold");
-                }
-            }
-            Some(&"func") => {
-                if let (Some(id), Some(name), Some(a), Some(b)) = (num(1), f.get(2), num(3), num(4)) {
-                    out.entry(id).or_default().funcs.push((name.to_string(), b.saturating_sub(a)));
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
-fn mean_sd(v: &[f64]) -> (f64, f64) {
-    if v.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let m = v.iter().sum::<f64>() / v.len() as f64;
-    let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64;
-    (m, var.sqrt())
-}
-
-fn accuracy_json(a: &Accuracy) -> serde_json::Value {
-    serde_json::json!({
-        "period_ns": a.period_ns,
-        "mean_interval_ns": a.mean_interval_ns,
-        "pairs": a.pairs,
-        "count_mean_ratio": a.count_mean_ratio,
-        "count_sd_ratio": a.count_sd_ratio,
-        "span_mean_ratio": a.span_mean_ratio,
-        "span_sd_ratio": a.span_sd_ratio,
-        "items_matched": a.items_matched,
-    })
-}
-
-/// Compare each item's per-function estimates with the logged truth.
-fn accuracy(report: &ItemsReport, truth: &BTreeMap<u64, Truth>, period: u64) -> Accuracy {
-    let min_ns = MIN_ACCURACY_INTERVALS * report.mean_interval_ns;
-    let (mut count, mut span) = (Vec::new(), Vec::new());
-    let mut matched = 0;
-    for row in &report.items {
-        let Some(t) = truth.get(&row.id) else { continue };
-        matched += 1;
-        for (name, true_ns) in &t.funcs {
-            if (*true_ns as f64) < min_ns {
-                continue;
-            }
-            let (mut est, mut sp) = (0.0, 0.0);
-            for f in row.functions.iter().filter(|f| &f.name == name) {
-                est += f.est_ns;
-                sp += f.span_ns as f64;
-            }
-            count.push(est / *true_ns as f64);
-            span.push(sp / *true_ns as f64);
-        }
-    }
-    let (cm, cs) = mean_sd(&count);
-    let (sm, ss) = mean_sd(&span);
-    Accuracy {
-        period_ns: period,
-        mean_interval_ns: report.mean_interval_ns,
-        pairs: count.len(),
-        count_mean_ratio: cm,
-        count_sd_ratio: cs,
-        span_mean_ratio: sm,
-        span_sd_ratio: ss,
-        items_matched: matched,
-    }
+fn read_truth(path: &Path) -> Result<BTreeMap<u64, Truth>> {
+    let bytes = read_regular(path, 256 << 20)
+        .with_context(|| format!("cannot read the example's log {}", path.display()))?
+        .with_context(|| format!("the example left no log at {}", path.display()))?;
+    Ok(parse_truth(&String::from_utf8_lossy(&bytes)))
 }
 
 fn print_items(report: &ItemsReport, truth: &BTreeMap<u64, Truth>) {
@@ -379,15 +281,7 @@ fn sweep(args: &DemoArgs, dir: &Path, exe: &Path, list: &str) -> Result<ExitCode
     for &p in &periods {
         let run = record_once(dir, exe, p, args.scale, args.queries, &format!("sweep-{p}"))?;
         let acc = accuracy(&run.report, &run.truth, p);
-        println!(
-            "period {:>8}: {:>4} pairs, samples x interval {:.3} +- {:.3}, span {:.3} +- {:.3}",
-            duration(p),
-            acc.pairs,
-            acc.count_mean_ratio,
-            acc.count_sd_ratio,
-            acc.span_mean_ratio,
-            acc.span_sd_ratio
-        );
+        println!("{}", accuracy_sweep_line(&acc));
         results.push(acc);
     }
     let point = |a: &Accuracy, count: bool| AccuracyPoint {
@@ -400,23 +294,10 @@ fn sweep(args: &DemoArgs, dir: &Path, exe: &Path, list: &str) -> Result<ExitCode
     let count_pts: Vec<AccuracyPoint> = valid.iter().map(|a| point(a, true)).collect();
     let span_pts: Vec<AccuracyPoint> = valid.iter().map(|a| point(a, false)).collect();
     let svg = accuracy_svg(&[("samples x interval", &count_pts), ("first-to-last span", &span_pts)]);
-    std::fs::write(dir.join("accuracy.svg"), svg).context("cannot write accuracy.svg")?;
-    std::fs::write(dir.join("accuracy.json"), serde_json::to_string_pretty(&results.iter().map(accuracy_json).collect::<Vec<_>>())?).context("cannot write accuracy.json")?;
-    let mut md = String::from(
-        "| period | pairs | samples x interval: mean est/truth | sd | first-to-last span: mean est/truth | sd |\n|---|---|---|---|---|---|\n",
-    );
-    for a in &results {
-        md.push_str(&format!(
-            "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} |\n",
-            duration(a.period_ns),
-            a.pairs,
-            a.count_mean_ratio,
-            a.count_sd_ratio,
-            a.span_mean_ratio,
-            a.span_sd_ratio
-        ));
-    }
-    std::fs::write(dir.join("accuracy.md"), &md).context("cannot write accuracy.md")?;
+    write_private(&dir.join("accuracy.svg"), svg.as_bytes()).context("cannot write accuracy.svg")?;
+    write_private(&dir.join("accuracy.json"), serde_json::to_string_pretty(&results)?.as_bytes()).context("cannot write accuracy.json")?;
+    let md = accuracy_markdown(&results);
+    write_private(&dir.join("accuracy.md"), md.as_bytes()).context("cannot write accuracy.md")?;
     println!("\n{md}\nwrote {0}/accuracy.svg, {0}/accuracy.md, {0}/accuracy.json", dir.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -62,11 +62,6 @@ fn rate_text(v: f64) -> String {
     }
 }
 
-fn is_time_event(name: &str) -> bool {
-    let base = name.split(':').next().unwrap_or(name);
-    base == "task-clock" || base == "cpu-clock"
-}
-
 pub fn run(args: StatArgs) -> Result<ExitCode> {
     if args.command.is_empty() {
         bail!("no command: give the command to count after `--` (see `tailprof stat --help`)");
@@ -135,8 +130,8 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
     } else {
         println!("counts for `{}` ({:.3} s elapsed)\n", args.command.join(" "), elapsed_s);
         println!("  {:>18}  {:<22} {:>16}  {:>14}  {:>14}  {:>7}", "count", "event", "per second", "enabled", "running", "running");
-        for e in &r.events {
-            let (count, per_s) = if is_time_event(&e.name) {
+        for (e, spec) in r.events.iter().zip(&specs) {
+            let (count, per_s) = if spec.is_clock() {
                 (format!("{:.2} ms", e.value as f64 / 1e6), format!("{:.3} CPUs", rate(e).unwrap_or(0.0) / 1e9))
             } else {
                 (ui::thousands(e.value), rate(e).map(rate_text).unwrap_or_else(|| "-".into()))
@@ -205,6 +200,7 @@ mod tests {
         assert_eq!(rate_text(138.7), "138.7/s");
         assert_eq!(rate_text(5645.1), "5.65 k/s");
         assert_eq!(rate_text(1.234e9), "1.23 G/s");
-        assert!(is_time_event("task-clock:u") && !is_time_event("page-faults"));
+        let clock = |s: &str| EventSpec::parse(s).unwrap().is_clock();
+        assert!(clock("task-clock:u") && clock("cpu-clock") && !clock("page-faults"));
     }
 }

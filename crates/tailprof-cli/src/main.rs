@@ -6,7 +6,6 @@ mod cmd_agent;
 mod cmd_bandwidth;
 mod cmd_demo;
 mod cmd_export;
-mod calibration;
 mod cmd_calibrate;
 mod cmd_import;
 mod cmd_info;

@@ -110,3 +110,90 @@ fn per_item_estimates_match_the_truth_at_the_default_period() {
     let ratio = acc["count_mean_ratio"].as_f64().unwrap();
     assert!((ratio - 1.0).abs() <= 0.10, "mean estimate / truth = {ratio} (want within 10%): {acc}");
 }
+
+/// The unprivileged account the attacker tests play (created with useradd when missing).
+const ATTACKER: &str = "tailprof-demo-atk";
+
+/// (uid, gid) of the attacker account, creating it when running as root; `None` (with a
+/// message) when not root.
+fn attacker() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: finding_1_demo_dir_attack needs root to play an unprivileged user");
+        return None;
+    }
+    let id = |flag: &str| -> Option<u32> {
+        let o = Command::new("id").args([flag, ATTACKER]).output().ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+    };
+    if id("-u").is_none() {
+        let o = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER])
+            .output()
+            .expect("run useradd");
+        // Another test may have created it meanwhile (exit 9: already exists).
+        assert!(o.status.success() || o.status.code() == Some(9), "useradd: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    Some((id("-u")?, id("-g")?))
+}
+
+/// Run `argv` as the attacker.
+fn as_attacker(who: (u32, u32), argv: &[&str]) {
+    use std::os::unix::process::CommandExt;
+    let o = Command::new(argv[0]).args(&argv[1..]).uid(who.0).gid(who.1).output().expect("run as the attacker");
+    assert!(o.status.success(), "{argv:?} as {ATTACKER}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Issue 10, finding 1: an unprivileged user pre-creates the directory root gives to
+/// `tailprof demo --out` with `queries.c` a symlink to a root-owned file (and could swap
+/// the compiled binary). The demo must refuse with one line and touch nothing.
+#[test]
+fn finding_1_demo_dir_attack() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(who) = attacker() else { return };
+    let base = tempfile::tempdir().unwrap();
+    // A world-writable sticky directory like /tmp, inside our own temporary directory.
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let public = base.path().join("tmp");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let precious = base.path().join("precious");
+    std::fs::write(&precious, "root's data\n").unwrap();
+    let private_root_dir = base.path().join("rootdir");
+    std::fs::create_dir(&private_root_dir).unwrap();
+    std::fs::set_permissions(&private_root_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let p = |name: &str| public.join(name).to_string_lossy().into_owned();
+    // 1. The reported attack: their directory, queries.c -> a root-owned file.
+    as_attacker(who, &["mkdir", "-m", "0777", &p("d")]);
+    as_attacker(who, &["ln", "-s", &precious.to_string_lossy(), &p("d/queries.c")]);
+    // 2. Their directory, made to look private.
+    as_attacker(who, &["mkdir", "-m", "0700", &p("d2")]);
+    // 3. A symlink to a root-owned directory.
+    as_attacker(who, &["ln", "-s", &private_root_dir.to_string_lossy(), &p("d3")]);
+    // 4. A new directory below one they own (they could swap it later).
+    as_attacker(who, &["mkdir", "-m", "0755", &p("theirs")]);
+
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (out, why) in [
+        (p("d"), "belongs to uid"),
+        (p("d2"), "belongs to uid"),
+        (p("d3"), "symbolic link"),
+        (p("theirs/new"), "belongs to uid"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_tailprof")).args(["demo", "--out", &out]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "demo accepted {out}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "want one error line for {out}, got: {err}");
+        assert!(err.contains("refusing to use") && err.contains(why), "{out}: {err}");
+        assert!(o.stdout.is_empty(), "{out}: {}", String::from_utf8_lossy(&o.stdout));
+    }
+    // Nothing was written: the root-owned file, the planted link and the root directory
+    // are as they were, and no directory appeared below the attacker's.
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "root's data\n");
+    assert!(std::fs::symlink_metadata(public.join("d/queries.c")).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_dir(public.join("d")).unwrap().count(), 1);
+    assert_eq!(std::fs::read_dir(public.join("d2")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(&private_root_dir).unwrap().count(), 0);
+    assert!(!public.join("theirs/new").exists());
+}

@@ -9,8 +9,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use tailprof_analyze::overhead::{calibration_file_name, Basis, Calibration, Point, CALIBRATION_VERSION};
+use tailprof_analyze::overhead::{Basis, Calibration, Point, CALIBRATION_VERSION};
 use tailprof_collect::caps::Capabilities;
+use tailprof_measure::calibration::{dir_in, path_in, save_in, MachineKey};
 
 fn tailprof(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tailprof"));
@@ -55,17 +56,16 @@ fn fails_with_one_line(o: &Output, want: &str) {
     assert!(err.contains(want), "want {want:?} in: {err}");
 }
 
-/// Store a calibration for `event` the way `tailprof calibrate` would, for this machine.
-fn store_calibration(home: &Path, event: &str, alpha_ns: f64) {
-    let caps = Capabilities::probe();
-    let cpu = caps.cpu_desc.clone().unwrap_or_else(|| "unknown CPU".into());
-    let kernel = caps.os_release.clone().unwrap_or_else(|| "unknown kernel".into());
+/// Store a calibration for `event` the way `tailprof calibrate` would, for this machine,
+/// under TAILPROF_HOME=`home`; returns the file.
+fn store_calibration(home: &Path, event: &str, alpha_ns: f64) -> std::path::PathBuf {
+    let key = MachineKey::probe();
     let cal = Calibration {
         version: CALIBRATION_VERSION,
         event: event.into(),
-        cpu_model: cpu.clone(),
-        kernel: kernel.clone(),
-        online_cpus: caps.online_cpus.len() as u32,
+        cpu_model: key.cpu_model.clone(),
+        kernel: key.kernel.clone(),
+        online_cpus: key.online_cpus,
         basis: Basis::Cpu,
         alpha_ns,
         alpha_ci_ns: (alpha_ns * 0.9, alpha_ns * 1.1),
@@ -80,9 +80,7 @@ fn store_calibration(home: &Path, event: &str, alpha_ns: f64) {
         loadavg: None,
         notes: vec![],
     };
-    let dir = home.join("calibration");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(calibration_file_name(&cpu, &kernel, event)), serde_json::to_string(&cal).unwrap()).unwrap();
+    save_in(&dir_in(home), &key, &cal).unwrap()
 }
 
 #[test]
@@ -137,6 +135,7 @@ fn calibrate_fits_or_refuses_and_saves_only_an_accepted_fit() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert_eq!(files, 1);
         let saved = v["saved_to"].as_str().unwrap();
+        assert_eq!(Path::new(saved), path_in(&dir_in(home.path()), &MachineKey::probe(), "cpu-clock"));
         let cal: Calibration = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
         assert_eq!(cal.basis, Basis::Cpu);
         assert!(cal.alpha_ns > 0.0);
@@ -233,6 +232,28 @@ fn plan_recommends_a_period_within_the_budget() {
     assert!(out.contains("-c 260000") && out.contains("tailprof record -e cpu-clock -c 260000"), "{out}");
 }
 
+/// Issue 10: a hand-edited calibration (α = −5, NaN, absurd) is refused on load with one
+/// line naming the file, the value and the fix; `plan` and `overhead` never use it.
+#[test]
+fn hand_edited_calibration_is_refused_with_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    let file = store_calibration(home.path(), "cpu-clock", 12_000.0);
+    let good = std::fs::read_to_string(&file).unwrap();
+    assert!(good.contains("\"alpha_ns\": 12000.0"), "{good}");
+    for bad in ["-5.0", "NaN", "\"x\"", "1e300"] {
+        std::fs::write(&file, good.replace("\"alpha_ns\": 12000.0", &format!("\"alpha_ns\": {bad}"))).unwrap();
+        for args in [&["plan", "--budget", "2", "--", "true"][..], &["overhead", "--runs", "1", "--", "true"][..]] {
+            let o = tailprof(home.path()).args(args).output().unwrap();
+            let err = stderr(&o);
+            fails_with_one_line(&o, &file.display().to_string());
+            assert!(err.contains("tailprof calibrate -e cpu-clock"), "{bad}: {err}");
+            if bad == "-5.0" {
+                assert!(err.contains("alpha_ns = -5"), "{err}");
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_input_gets_one_line_and_a_nonzero_exit() {
     let home = tempfile::tempdir().unwrap();
@@ -240,6 +261,8 @@ fn bad_input_gets_one_line_and_a_nonzero_exit() {
     fails_with_one_line(&run(&["plan", "--budget", "abc", "--", "true"]), "percentage between 0 and 100");
     fails_with_one_line(&run(&["plan", "--budget", "150", "--", "true"]), "percentage between 0 and 100");
     fails_with_one_line(&run(&["plan", "--budget", "2", "--", "true"]), "no calibration for 'cpu-clock'");
+    fails_with_one_line(&run(&["plan", "--budget", "2", "--alpha=-5", "--", "true"]), "--alpha must be a non-negative number");
+    fails_with_one_line(&run(&["plan", "--budget", "2", "--alpha", "1e12", "--", "true"]), "at most 10 ms");
     fails_with_one_line(&run(&["stat", "-e", "no-such-event", "--", "true"]), "unknown event 'no-such-event'");
     fails_with_one_line(&run(&["overhead", "--alpha", "1", "--", "tailprof-no-such-cmd"]), "command not found: tailprof-no-such-cmd");
     fails_with_one_line(&run(&["calibrate", "-e", "page-faults"]), "cannot calibrate 'page-faults'");

@@ -220,6 +220,14 @@ impl EventSpec {
         }
     }
 
+    /// cpu-clock or task-clock (any modifiers): the period is nanoseconds of run time, so
+    /// samples grow with the overhead itself (the time model of `plan` and `calibrate`),
+    /// and counts are nanoseconds (`stat`).
+    pub fn is_clock(&self) -> bool {
+        self.kind == EventKind::Software
+            && (self.config == u64::from(b::PERF_COUNT_SW_CPU_CLOCK) || self.config == u64::from(b::PERF_COUNT_SW_TASK_CLOCK))
+    }
+
     fn new(name: &str, kind: EventKind, attr_type: u32, config: u64) -> EventSpec {
         EventSpec {
             name: name.to_string(),

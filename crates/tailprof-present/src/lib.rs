@@ -8,6 +8,8 @@
 //! - [`html`]: self-contained HTML report of per-item time by function (inline SVG).
 //! - [`perfetto`]: per-item trace for ui.perfetto.dev (Chrome JSON trace events).
 //! - [`items`]: `tailprof items` tables and JSON, and `--explain`.
+//! - [`overhead`]: `calibrate`, `overhead`, `plan` and the demo's accuracy check, from
+//!   `tailprof-measure`'s typed results.
 //! - [`fmt`]: number, byte and duration formatting.
 //!
 //! Everything returns strings or values; nothing prints.
@@ -31,6 +33,7 @@ pub mod fmt;
 pub mod html;
 pub mod items;
 pub mod json;
+pub mod overhead;
 pub mod losses;
 pub mod perfetto;
 pub mod pprof;

@@ -101,6 +101,9 @@ pub struct PlanInput {
     pub parallel: f64,
     /// Smallest period the kernel honours (cpu-clock: 10 µs; counted events: 1).
     pub min_period: u64,
+    /// Longest period worth recommending (a tiny budget or a tiny event rate would
+    /// otherwise ask for an absurd one).
+    pub max_period: u64,
     /// kernel.perf_event_max_sample_rate (samples per second per CPU above which the
     /// kernel throttles), if known.
     pub max_rate_per_cpu: Option<f64>,
@@ -115,6 +118,8 @@ pub enum PlanLimit {
     MinPeriod,
     /// kernel.perf_event_max_sample_rate.
     MaxSampleRate,
+    /// [`PlanInput::max_period`]: the budget allows sampling even less often.
+    MaxPeriod,
 }
 
 /// The recommended period and what it implies.
@@ -131,7 +136,9 @@ pub struct PlanOutput {
     pub limited_by: PlanLimit,
 }
 
-/// The overhead (fraction of elapsed time) that `period` costs.
+/// The overhead (fraction of elapsed time) that `period` costs: the one slowdown model,
+/// used by `plan` ([`recommend_period`]) and by `calibrate`'s pilot pass (via
+/// [`slowdown_at`]).
 pub fn overhead_at(period: u64, alpha_ns: f64, model: RateModel) -> f64 {
     let p = period as f64;
     match model {
@@ -139,6 +146,12 @@ pub fn overhead_at(period: u64, alpha_ns: f64, model: RateModel) -> f64 {
         RateModel::Time if p > alpha_ns => alpha_ns / (p - alpha_ns),
         RateModel::Time => f64::INFINITY,
     }
+}
+
+/// Profiled time over unprofiled time at `period`: `1 + overhead_at(..)` (∞ when a
+/// clock event's period is at or below α).
+pub fn slowdown_at(period: u64, alpha_ns: f64, model: RateModel) -> f64 {
+    1.0 + overhead_at(period, alpha_ns, model)
 }
 
 /// The smallest period, rounded *up* to two significant digits, whose predicted
@@ -161,6 +174,10 @@ pub fn recommend_period(input: &PlanInput) -> PlanOutput {
         RateModel::Count { events_per_cpu_s } => events_per_cpu_s / p as f64,
         RateModel::Time => 1e9 / p as f64,
     };
+    if period > input.max_period.max(input.min_period) {
+        period = input.max_period.max(input.min_period);
+        limited_by = PlanLimit::MaxPeriod;
+    }
     if let Some(max) = input.max_rate_per_cpu.filter(|m| *m > 0.0) {
         if per_thread(period) > max {
             let min_p = match input.model {
@@ -191,7 +208,7 @@ pub fn round_up_2sig(x: u64) -> u64 {
     while x / scale >= 100 {
         scale *= 10;
     }
-    x.div_ceil(scale) * scale
+    x.div_ceil(scale).saturating_mul(scale)
 }
 
 /// Ring pages per CPU so that the ring holds `hold_s` seconds of raw records at
@@ -308,6 +325,7 @@ mod tests {
             model: RateModel::Count { events_per_cpu_s: 1e9 },
             parallel: 2.0,
             min_period: 1,
+            max_period: 1 << 40,
             max_rate_per_cpu: Some(100_000.0),
         };
         let out = recommend_period(&input);
@@ -332,6 +350,7 @@ mod tests {
             model: RateModel::Time,
             parallel: 1.0,
             min_period: 10_000,
+            max_period: 1_000_000_000,
             max_rate_per_cpu: Some(100_000.0),
         };
         let out = recommend_period(&input);
@@ -343,6 +362,13 @@ mod tests {
         let out = recommend_period(&PlanInput { alpha_ns: 100.0, ..input });
         assert_eq!((out.period, out.limited_by), (10_000, PlanLimit::MinPeriod));
         assert_eq!(overhead_at(5_000, 12_000.0, RateModel::Time), f64::INFINITY);
+        assert_eq!(slowdown_at(5_000, 12_000.0, RateModel::Time), f64::INFINITY);
+        assert!((slowdown_at(24_000, 12_000.0, RateModel::Time) - 2.0).abs() < 1e-12);
+        // A tiny budget: capped at the longest sensible period, never an absurd one.
+        let out = recommend_period(&PlanInput { budget: 1e-12, ..input });
+        assert_eq!((out.period, out.limited_by), (1_000_000_000, PlanLimit::MaxPeriod));
+        let out = recommend_period(&PlanInput { alpha_ns: f64::NAN, ..input });
+        assert!(out.period >= 10_000 && out.period <= 1_000_000_000, "{out:?}");
     }
 
     #[test]
@@ -352,6 +378,7 @@ mod tests {
         assert_eq!(round_up_2sig(99), 99);
         assert_eq!(round_up_2sig(101), 110);
         assert_eq!(round_up_2sig(1), 1);
+        assert_eq!(round_up_2sig(u64::MAX), u64::MAX);
         // 10 k samples/s × 56 B × 0.5 s × 2 = 560 kB = 137 pages -> 256.
         assert_eq!(ring_pages(10_000.0, 56, 0.5, 4096, 8), 256);
         assert_eq!(ring_pages(10.0, 56, 0.5, 4096, 8), 8);

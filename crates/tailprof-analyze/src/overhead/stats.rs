@@ -1,5 +1,7 @@
-//! Small robust-statistics helpers: medians, quantiles, and a seeded PRNG for the
-//! bootstraps (results are reproducible run to run: same input, same interval).
+//! The statistics of the overhead model, each written once: [`median`], [`mean`] and
+//! [`mean_sd`] (NaNs ignored; `None` for empty input, the one rule), quantiles, and the
+//! bootstraps' own seeded PRNG ([`SplitMix64`]; results are reproducible run to run:
+//! same input, same interval).
 
 /// Median of `xs` (NaNs ignored); `None` when empty.
 pub fn median(xs: &[f64]) -> Option<f64> {
@@ -31,9 +33,50 @@ pub fn percentile_interval(mut reps: Vec<f64>) -> Option<(f64, f64)> {
     Some((quantile_sorted(&reps, 0.025), quantile_sorted(&reps, 0.975)))
 }
 
-/// Seeded PRNG for bootstrap indices (SplitMix64, shared with the format crate's
-/// synthetic data), so every run over the same data gives the same interval.
-pub use tailprof_format::synth::Rng as SplitMix64;
+/// Mean of `xs` (NaNs ignored); `None` when empty.
+pub fn mean(xs: &[f64]) -> Option<f64> {
+    let (s, n) = xs.iter().filter(|x| !x.is_nan()).fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    (n > 0).then(|| s / n as f64)
+}
+
+/// Mean and population standard deviation of `xs` (NaNs ignored); `None` when empty.
+pub fn mean_sd(xs: &[f64]) -> Option<(f64, f64)> {
+    let m = mean(xs)?;
+    let v: Vec<f64> = xs.iter().copied().filter(|x| !x.is_nan()).collect();
+    let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64;
+    Some((m, var.sqrt()))
+}
+
+/// Seeded PRNG for bootstrap indices (SplitMix64, Steele, Lea & Flood 2014), so every
+/// run over the same data gives the same interval. The bootstraps' own: the test-trace
+/// synthesizer (`tailprof_format::synth`) may change its generator without moving any
+/// published interval.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (multiply-shift; `n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -51,6 +94,24 @@ mod tests {
         assert_eq!(quantile_sorted(&s, 1.0), 5.0);
         assert_eq!(quantile_sorted(&s, 0.25), 2.0);
         assert!((quantile_sorted(&s, 0.1) - 1.4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn means_share_the_empty_rule() {
+        assert_eq!(mean(&[]), None);
+        assert_eq!(mean_sd(&[]), None);
+        assert_eq!(mean(&[f64::NAN]), None);
+        assert_eq!(mean(&[1.0, 2.0, f64::NAN, 3.0]), Some(2.0));
+        assert_eq!(mean_sd(&[1.0, 3.0]), Some((2.0, 1.0)));
+    }
+
+    #[test]
+    fn prng_known_values() {
+        // The reference SplitMix64 sequence for seed 0 (published test vector), so the
+        // bootstrap intervals stay what they were.
+        let mut r = SplitMix64::new(0);
+        assert_eq!(r.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
     }
 
     #[test]

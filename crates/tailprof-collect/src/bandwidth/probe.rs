@@ -16,7 +16,7 @@
 //! Like calibrations: one JSON file per (CPU model, kernel) in the calibration
 //! directory, `$TAILPROF_HOME/calibration/` when `TAILPROF_HOME` is set, else
 //! `$XDG_DATA_HOME/tailprof/calibration/`, else `~/.local/share/tailprof/calibration/`
-//! ([`store_dir`]: a local copy of the CLI's scheme until that moves into a library),
+//! ([`store_dir`], defined once in [`crate::datadir::calibration_dir`]),
 //! named `bandwidth-peak-<cpu>-<kernel>.json`.
 
 use std::path::PathBuf;
@@ -200,19 +200,9 @@ pub fn run_probe(opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
     })
 }
 
-/// The calibration directory (see the module docs).
+/// The calibration directory (see the module docs; defined once in [`crate::datadir`]).
 pub fn store_dir() -> Result<PathBuf, ProbeError> {
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(home) = nonempty("TAILPROF_HOME") {
-        return Ok(home.join("calibration"));
-    }
-    if let Some(data) = nonempty("XDG_DATA_HOME") {
-        return Ok(data.join("tailprof/calibration"));
-    }
-    let home = nonempty("HOME").ok_or_else(|| {
-        ProbeError::Options("cannot find a place for the probe result: set TAILPROF_HOME or HOME".into())
-    })?;
-    Ok(home.join(".local/share/tailprof/calibration"))
+    crate::datadir::calibration_dir().map_err(|e| ProbeError::Options(e.replace("calibration files", "the probe result")))
 }
 
 fn slug(s: &str) -> String {

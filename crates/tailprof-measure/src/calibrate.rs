@@ -1,0 +1,458 @@
+//! The calibration experiment: measure α, the cost of one sample, on this machine.
+//!
+//! A built-in busy loop with no memory traffic ([`spin`], run as `<exe> __spin`) runs
+//! unprofiled and profiled at a sweep of periods. A pilot pass goes from the largest
+//! period down and stops before periods whose slowdown (predicted from α as estimated
+//! so far with [`slowdown_at`], or measured) exceeds [`MAX_SLOWDOWN`], or where the
+//! kernel throttles; then every remaining design point is repeated with the order
+//! rotated each repeat. Time against samples is fitted with a Theil–Sen line
+//! (`tailprof_analyze::overhead::fit`); a fit the noise does not support is refused
+//! ([`CalibrationReport::verdict`]) and only an accepted busy-loop fit is saved.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use serde::Serialize;
+use tailprof_analyze::overhead::stats::median;
+use tailprof_analyze::overhead::{
+    assess, fit_line, slowdown_at, Basis, Calibration, FitPolicy, LineFit, Point, RateModel, Refusal, CALIBRATION_VERSION,
+};
+use tailprof_collect::event::EventSpec;
+
+use crate::calibration::{self, MachineKey};
+use crate::error::{MeasureError, Result};
+use crate::run::{self, Placement, ProfileSetup, ProfiledRun, Scratch, Timed};
+
+/// Periods swept for cpu-clock/task-clock (ns): 1 ms down to the kernel's 10 µs floor.
+pub const CLOCK_PERIODS: [u64; 7] = [1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000];
+/// Periods swept for counted events: the paper's 128K down to 2K.
+pub const COUNT_PERIODS: [u64; 7] = [128_000, 64_000, 32_000, 16_000, 8_000, 4_000, 2_000];
+/// Smaller periods are skipped once a run is (or is predicted to be) this many times
+/// slower than unprofiled: closer to α, cpu-clock's timer is overdue after almost every
+/// sample and the runs mostly measure the timer fighting the handler.
+pub const MAX_SLOWDOWN: f64 = 2.0;
+
+/// How to calibrate.
+#[derive(Debug, Clone)]
+pub struct CalibrateConfig {
+    pub spec: EventSpec,
+    /// Runs per design point (unprofiled and each period), at least 1.
+    pub repeats: usize,
+    /// Unprofiled duration of one busy-loop run, in (0, 600].
+    pub seconds: f64,
+    /// Periods to sweep; empty: [`CLOCK_PERIODS`] or [`COUNT_PERIODS`].
+    pub periods: Vec<u64>,
+    pub basis: Basis,
+    /// Before each run wait up to this long for an idle machine (0: do not wait).
+    pub wait_idle_s: f64,
+    /// Pin the loop to the last CPU and the recorder to the others.
+    pub pin: bool,
+    pub mmap_pages: usize,
+    /// Save an accepted busy-loop calibration.
+    pub save: bool,
+    /// Calibrate on this command instead of the busy loop (never saved).
+    pub command: Vec<String>,
+}
+
+/// One design point's summary (the unprofiled runs have `period: None`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeriodRow {
+    pub period: Option<u64>,
+    pub runs: usize,
+    pub samples_median: Option<f64>,
+    /// Median time in the calibration's basis.
+    pub elapsed_median_s: f64,
+    pub overhead_pct: f64,
+    pub throttled_runs: usize,
+}
+
+/// Everything a calibration found.
+#[derive(Debug, Clone)]
+pub struct CalibrationReport {
+    pub event: String,
+    /// cpu-clock / task-clock (periods are nanoseconds).
+    pub clock: bool,
+    pub machine: MachineKey,
+    pub loadavg: Option<f64>,
+    /// Busy-loop iterations per run (0 for a workload).
+    pub iterations: u64,
+    /// The workload, when not the busy loop.
+    pub workload: Option<Vec<String>>,
+    pub repeats: usize,
+    pub basis: Basis,
+    pub fit: LineFit,
+    /// The same runs fitted in the other basis.
+    pub other_basis: Basis,
+    pub other_fit: Option<LineFit>,
+    pub verdict: std::result::Result<(), Refusal>,
+    pub rows: Vec<PeriodRow>,
+    pub points: Vec<Point>,
+    pub bytes_per_sample: Option<f64>,
+    pub recorder_cpu_ns_per_sample: Option<f64>,
+    /// What would be (or was) stored.
+    pub calibration: Calibration,
+    pub saved_to: Option<std::path::PathBuf>,
+    /// Whether saving was turned off (`--no-save`).
+    pub save_disabled: bool,
+    pub notes: Vec<String>,
+}
+
+/// The busy loop: a multiply-add chain kept in a register (no loads or stores).
+#[inline(never)]
+pub fn spin(iters: u64) -> u64 {
+    let mut x: u64 = 1;
+    for _ in 0..iters {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an empty asm block that only claims to read and write `x`'s register.
+        unsafe {
+            std::arch::asm!("/* {0} */", inout(reg) x, options(nomem, nostack, preserves_flags));
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            x = std::hint::black_box(x);
+        }
+    }
+    x
+}
+
+/// Iterations of [`spin`] that take about `seconds` here.
+pub fn iterations_for(seconds: f64) -> u64 {
+    let chunk = 1u64 << 22;
+    let mut best = f64::INFINITY;
+    let t0 = Instant::now();
+    while t0.elapsed().as_secs_f64() < 0.05 {
+        let t = Instant::now();
+        std::hint::black_box(spin(chunk));
+        best = best.min(t.elapsed().as_secs_f64() / chunk as f64);
+    }
+    ((seconds / best) as u64).max(1000)
+}
+
+/// A period for people: "250 µs" for clock events, "32000" otherwise.
+pub fn period_text(period: u64, clock: bool) -> String {
+    if !clock {
+        return period.to_string();
+    }
+    if period >= 1_000_000 && period % 1_000_000 == 0 {
+        format!("{} ms", period / 1_000_000)
+    } else if period >= 1000 {
+        format!("{} µs", period as f64 / 1000.0)
+    } else {
+        format!("{period} ns")
+    }
+}
+
+/// "850 ns", "12.3 µs".
+pub fn ns_text(v: f64) -> String {
+    if v.abs() >= 1000.0 {
+        format!("{:.2} µs", v / 1000.0)
+    } else {
+        format!("{v:.0} ns")
+    }
+}
+
+/// Check the options before anything runs.
+pub fn check_config(cfg: &CalibrateConfig) -> Result<()> {
+    if cfg.repeats == 0 {
+        return Err(MeasureError::Invalid("--repeats must be at least 1".into()));
+    }
+    if !(cfg.seconds > 0.0 && cfg.seconds <= 600.0) {
+        return Err(MeasureError::Invalid(format!("--seconds must be between 0 and 600 (got {})", cfg.seconds)));
+    }
+    if cfg.periods.contains(&0) {
+        return Err(MeasureError::Invalid("--periods must be greater than zero".into()));
+    }
+    if !cfg.spec.is_clock() && !cfg.spec.needs_hardware_pmu() {
+        return Err(MeasureError::Invalid(format!(
+            "cannot calibrate '{}': the busy loop only causes cpu-clock, task-clock and hardware events (cycles, instructions, ...)",
+            cfg.spec.name
+        )));
+    }
+    Ok(())
+}
+
+struct Design {
+    period: u64,
+    runs: Vec<ProfiledRun>,
+}
+
+/// Run the calibration experiment. `status` gets a short progress line before each run;
+/// `stop` (Ctrl-C) ends it with [`MeasureError::Interrupted`].
+pub fn calibrate(cfg: &CalibrateConfig, stop: &AtomicBool, status: &dyn Fn(&str)) -> Result<CalibrationReport> {
+    check_config(cfg)?;
+    let spec = &cfg.spec;
+    let clock = spec.is_clock();
+    let basis = cfg.basis;
+    let key = MachineKey::probe();
+    let mut periods: Vec<u64> = if !cfg.periods.is_empty() {
+        cfg.periods.clone()
+    } else if clock {
+        CLOCK_PERIODS.to_vec()
+    } else {
+        COUNT_PERIODS.to_vec()
+    };
+    periods.sort_unstable_by(|a, b| b.cmp(a));
+    periods.dedup();
+    let load0 = run::loadavg();
+    let workload = !cfg.command.is_empty();
+    let (iters, spin_cmd) = if workload {
+        tailprof_collect::target::resolve_command(&cfg.command[0])?;
+        (0, cfg.command.clone())
+    } else {
+        let iters = iterations_for(cfg.seconds);
+        (iters, run::spin_argv(iters)?)
+    };
+    let cpus = run::online_cpus();
+    let (loop_cpu, rec_cpus) = if cfg.pin && cpus.len() > 1 {
+        (cpus.last().copied(), Some(cpus[..cpus.len() - 1].to_vec()))
+    } else {
+        (cfg.pin.then(|| cpus[0]), None)
+    };
+    let place = Placement { cpu: loop_cpu, recorder_cpus: rec_cpus.as_deref(), show_output: false };
+    let setup = |p: u64| ProfileSetup { spec: spec.clone(), period: Some(p), mmap_pages: cfg.mmap_pages };
+    let scratch = Scratch::new()?;
+    let mut base: Vec<Timed> = Vec::new();
+    let mut designs: Vec<Design> = Vec::new();
+    let mut notes = Vec::new();
+    let busy_runs = std::cell::Cell::new(0usize);
+    let gate = || {
+        if !run::wait_idle(cfg.wait_idle_s) {
+            busy_runs.set(busy_runs.get() + 1);
+        }
+    };
+    let unprofiled = || -> Result<Timed> {
+        gate();
+        run::run_unprofiled(&scratch, loop_cpu, false, &spin_cmd)
+    };
+    let profiled = |p: u64| -> Result<ProfiledRun> {
+        gate();
+        run::run_profiled(&setup(p), &scratch, place, &spin_cmd, stop, None)
+    };
+    let check_stop = || -> Result<()> {
+        if stop.load(Ordering::SeqCst) {
+            return Err(MeasureError::Interrupted);
+        }
+        Ok(())
+    };
+
+    // Pilot pass, largest period first, to find where the slowdown gets out of hand:
+    // before each period, predict its slowdown from α as estimated so far and skip it
+    // (and everything shorter) when that exceeds MAX_SLOWDOWN.
+    status("calibrate: pilot, unprofiled");
+    base.push(unprofiled()?);
+    let t_base = base[0].time(basis);
+    let mut alpha_est: Option<(f64, RateModel)> = None; // (ns per sample, how samples follow the period)
+    for (i, &p) in periods.iter().enumerate() {
+        check_stop()?;
+        if let Some((a_ns, model)) = alpha_est {
+            let predicted = slowdown_at(p, a_ns, model);
+            if predicted > MAX_SLOWDOWN {
+                notes.push(format!(
+                    "periods from {} down skipped: at α ≈ {} they would slow the loop down {}",
+                    period_text(p, clock),
+                    ns_text(a_ns),
+                    if predicted.is_finite() { format!("{predicted:.1}×") } else { "without bound (period ≤ α)".into() }
+                ));
+                break;
+            }
+        }
+        status(&format!("calibrate: pilot, period {}", period_text(p, clock)));
+        let r = profiled(p)?;
+        if r.throttled > 0 {
+            notes.push(format!(
+                "periods from {} down skipped: the kernel throttled sampling (kernel.perf_event_max_sample_rate)",
+                period_text(p, clock)
+            ));
+            break;
+        }
+        let t = r.timed.time(basis);
+        if r.samples > 0 {
+            let a_s = ((t - t_base) / r.samples as f64).max(0.0);
+            // Counted events: events per second of the unprofiled run, from this run's
+            // samples × period.
+            let model = if clock {
+                RateModel::Time
+            } else {
+                RateModel::Count { events_per_cpu_s: r.samples as f64 * p as f64 / t_base }
+            };
+            alpha_est = Some((a_s * 1e9, model));
+        }
+        designs.push(Design { period: p, runs: vec![r] });
+        if t / t_base > MAX_SLOWDOWN && i + 1 < periods.len() {
+            notes.push(format!(
+                "periods below {} skipped: the busy loop already ran {:.1}× slower there",
+                period_text(p, clock),
+                t / t_base
+            ));
+            break;
+        }
+    }
+    // The remaining repeats: every design point once per repeat, order rotated.
+    let points_per_repeat = designs.len() + 1;
+    for rep in 1..cfg.repeats {
+        for k in 0..points_per_repeat {
+            check_stop()?;
+            let idx = (k + rep) % points_per_repeat;
+            if idx == designs.len() {
+                status(&format!("calibrate: repeat {}/{}, unprofiled", rep + 1, cfg.repeats));
+                base.push(unprofiled()?);
+            } else {
+                let p = designs[idx].period;
+                status(&format!("calibrate: repeat {}/{}, period {}", rep + 1, cfg.repeats, period_text(p, clock)));
+                let r = profiled(p)?;
+                designs[idx].runs.push(r);
+            }
+        }
+    }
+    let statuses = base.iter().map(|t| t.status).chain(designs.iter().flat_map(|d| d.runs.iter().map(|r| r.timed.status)));
+    if let Some(st) = statuses.into_iter().find(|s| *s != 0) {
+        return Err(MeasureError::CommandFailed(format!(
+            "the {} failed with exit status {st}",
+            if workload { "command" } else { "busy loop" }
+        )));
+    }
+
+    let points_in = |b: Basis| -> Vec<Point> {
+        let mut pts: Vec<Point> = base.iter().map(|t| Point { group: 0, samples: 0.0, time_s: t.time(b) }).collect();
+        for d in &designs {
+            for r in d.runs.iter().filter(|r| r.throttled == 0) {
+                pts.push(Point { group: d.period, samples: r.samples as f64, time_s: r.timed.time(b) });
+            }
+        }
+        pts
+    };
+    let points = points_in(basis);
+    let other_basis = if basis == Basis::Wall { Basis::Cpu } else { Basis::Wall };
+    let other_fit = fit_line(&points_in(other_basis));
+    let throttled_runs = designs.iter().flat_map(|d| d.runs.iter()).filter(|r| r.throttled > 0).count();
+    if busy_runs.get() > 0 {
+        notes.push(format!("{} runs started while other processes kept the machine busy", busy_runs.get()));
+    }
+    if throttled_runs > 0 {
+        notes.push(format!("{throttled_runs} throttled runs left out of the fit"));
+    }
+    let all_runs: Vec<&ProfiledRun> = designs.iter().flat_map(|d| d.runs.iter()).collect();
+    let total_samples: u64 = all_runs.iter().map(|r| r.samples).sum();
+    if total_samples == 0 {
+        return Err(MeasureError::Invalid(format!(
+            "the busy loop produced no '{}' samples at any period; nothing to fit",
+            spec.name
+        )));
+    }
+    let bytes_per_sample = Some(all_runs.iter().map(|r| r.bytes).sum::<u64>() as f64 / total_samples as f64);
+    let recorder_cpu = Some(all_runs.iter().map(|r| r.recorder_cpu_s).sum::<f64>() * 1e9 / total_samples as f64);
+    let base_med = median(&base.iter().map(|t| t.time(basis)).collect::<Vec<_>>()).unwrap_or(f64::NAN);
+
+    let fit = fit_line(&points).ok_or_else(|| {
+        MeasureError::Invalid("every run took the same number of samples; nothing to fit (try other --periods)".into())
+    })?;
+    let verdict = assess(&fit, &FitPolicy::default());
+    let calibration = Calibration {
+        version: CALIBRATION_VERSION,
+        event: spec.name.clone(),
+        cpu_model: key.cpu_model.clone(),
+        kernel: key.kernel.clone(),
+        online_cpus: key.online_cpus,
+        basis,
+        alpha_ns: fit.alpha_ns(),
+        alpha_ci_ns: fit.alpha_ci_ns(),
+        r2: fit.r2,
+        intercept_s: fit.intercept_s,
+        bytes_per_sample,
+        recorder_cpu_ns_per_sample: recorder_cpu,
+        periods: designs.iter().map(|d| d.period).collect(),
+        points: points.clone(),
+        created_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        tailprof_version: env!("CARGO_PKG_VERSION").to_string(),
+        loadavg: load0,
+        notes: notes.clone(),
+    };
+    let saved_to = if verdict.is_ok() && cfg.save && !workload { Some(calibration::save(&key, &calibration)?) } else { None };
+
+    let mut rows = vec![PeriodRow {
+        period: None,
+        runs: base.len(),
+        samples_median: Some(0.0),
+        elapsed_median_s: base_med,
+        overhead_pct: 0.0,
+        throttled_runs: 0,
+    }];
+    rows.extend(designs.iter().map(|d| {
+        let el = median(&d.runs.iter().map(|r| r.timed.time(basis)).collect::<Vec<_>>()).unwrap_or(f64::NAN);
+        PeriodRow {
+            period: Some(d.period),
+            runs: d.runs.len(),
+            samples_median: median(&d.runs.iter().map(|r| r.samples as f64).collect::<Vec<_>>()),
+            elapsed_median_s: el,
+            overhead_pct: (el / base_med - 1.0) * 100.0,
+            throttled_runs: d.runs.iter().filter(|r| r.throttled > 0).count(),
+        }
+    }));
+    Ok(CalibrationReport {
+        event: spec.name.clone(),
+        clock,
+        machine: key,
+        loadavg: load0,
+        iterations: iters,
+        workload: workload.then(|| cfg.command.clone()),
+        repeats: cfg.repeats,
+        basis,
+        fit,
+        other_basis,
+        other_fit,
+        verdict,
+        rows,
+        points,
+        bytes_per_sample,
+        recorder_cpu_ns_per_sample: recorder_cpu,
+        calibration,
+        saved_to,
+        save_disabled: !cfg.save,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_for_people() {
+        assert_eq!(period_text(1_000_000, true), "1 ms");
+        assert_eq!(period_text(250_000, true), "250 µs");
+        assert_eq!(period_text(500, true), "500 ns");
+        assert_eq!(period_text(32_000, false), "32000");
+        assert_eq!(ns_text(850.0), "850 ns");
+        assert_eq!(ns_text(12_300.0), "12.30 µs");
+    }
+
+    #[test]
+    fn spin_is_deterministic() {
+        assert_eq!(spin(3), spin(3));
+        assert_ne!(spin(3), spin(4));
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_running() {
+        let cfg = CalibrateConfig {
+            spec: EventSpec::parse("cpu-clock").unwrap(),
+            repeats: 0,
+            seconds: 0.5,
+            periods: vec![],
+            basis: Basis::Wall,
+            wait_idle_s: 0.0,
+            pin: false,
+            mmap_pages: 128,
+            save: false,
+            command: vec![],
+        };
+        assert!(check_config(&cfg).unwrap_err().to_string().contains("--repeats"));
+        let c = CalibrateConfig { repeats: 1, seconds: 0.0, ..cfg.clone() };
+        assert!(check_config(&c).unwrap_err().to_string().contains("--seconds"));
+        let c = CalibrateConfig { repeats: 1, periods: vec![0], ..cfg.clone() };
+        assert!(check_config(&c).unwrap_err().to_string().contains("--periods"));
+        let c = CalibrateConfig { repeats: 1, spec: EventSpec::parse("page-faults").unwrap(), ..cfg };
+        assert!(check_config(&c).unwrap_err().to_string().contains("cannot calibrate 'page-faults'"));
+    }
+}
