@@ -59,7 +59,8 @@ pub struct RecordArgs {
     #[arg(short = 'F', long = "freq", value_name = "HZ")]
     freq: Option<u64>,
 
-    /// Data pages per CPU ring buffer (a power of two).
+    /// Data pages per CPU ring buffer (a power of two). With --call-graph dwarf the
+    /// default 128 becomes 512 (a stack copy per sample fills rings much faster).
     #[arg(long, value_name = "N", default_value_t = 128)]
     mmap_pages: usize,
 
@@ -234,6 +235,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         call_graph,
         off_cpu: !args.no_off_cpu && (args.off_cpu || items_recorded),
     };
+    let mut opts = opts;
+    if matches!(stack_opts.call_graph, Some(tailprof_collect::session::CallGraph::Dwarf { .. })) && opts.mmap_pages == 128 {
+        // A stack copy per sample fills the default ring 40x faster: 2 MiB rings.
+        opts.mmap_pages = 512;
+    }
     let mut recorder = match Recorder::with_stacks(opts, items, stack_opts) {
         Ok(r) => r,
         Err(e) => {

@@ -410,7 +410,7 @@ impl Recorder {
                 let pid = child.pid() as i32;
                 self.child = Some(child);
                 self.open_task(pid, &cpus, &mut ring_of_cpu, pages, caps)?;
-                self.child_env = self.markers.prepare_child(pid as u32)?;
+                self.child_env = self.prepare_child_markers(pid as u32);
             }
             Target::SystemWide => {
                 self.open_task(-1, &cpus, &mut ring_of_cpu, pages, caps)?;
@@ -422,9 +422,14 @@ impl Recorder {
                 self.child = Some(child);
                 self.open_task(-1, &cpus, &mut ring_of_cpu, pages, caps)?;
                 self.attach_marker_processes();
-                self.child_env = self.markers.prepare_child(pid)?;
+                self.child_env = self.prepare_child_markers(pid);
             }
             Target::Pid(pid) => {
+                if procfs::is_kernel_thread(*pid) {
+                    return Err(RecordError::Options(format!(
+                        "process {pid} is a kernel thread (no user space to profile); use -a to sample the kernel"
+                    )));
+                }
                 self.open_process(*pid, &cpus, &mut ring_of_cpu, pages, caps)?;
                 match self.markers.attach(*pid) {
                     Ok(true) => {}
@@ -692,7 +697,11 @@ impl Recorder {
         }
         self.drain_all();
         self.markers.finish(&mut self.marker_queue.pending);
+        self.notes.extend(self.markers.take_warnings());
         self.emit_round(None, out)?;
+        if self.marker_queue.store_malformed(self.emitter.summary.malformed, self.max_seen) {
+            self.emit_round(None, out)?;
+        }
         out.end_round()?;
         self.emitter.summary.rounds += 1;
         self.emitter.summary.duration_ns = monotonic_ns().saturating_sub(t0);
@@ -775,6 +784,19 @@ impl Recorder {
     fn drain_all(&mut self) {
         self.drain_rings();
         self.markers.drain(&mut self.marker_queue.pending);
+        // Malformed ring records are stored as losses, not only counted (issue 10).
+        let t = self.round_clock();
+        self.marker_queue.store_malformed(self.emitter.summary.malformed, t);
+        self.notes.extend(self.markers.take_warnings());
+    }
+
+    /// The marker region for a launched command; if it cannot be created, record without
+    /// markers and say so (issue 10, finding 6).
+    fn prepare_child_markers(&mut self, pid: u32) -> Vec<(String, String)> {
+        self.markers.prepare_child(pid).unwrap_or_else(|e| {
+            self.notes.push(format!("recording without item markers: {e}"));
+            Vec::new()
+        })
     }
 
     /// Drain every perf ring into the queue.
@@ -851,6 +873,9 @@ fn build_plans(events: &[EventSpec], sampling: &SamplingConfig) -> Result<Vec<At
     Ok(plans)
 }
 
+/// Present when the core PMU can record branch stacks.
+const LBR_CAPS: &str = "/sys/bus/event_source/devices/cpu/caps/branches";
+
 /// Stack options → attrs: the call graph on every sampling event, `context_switch` on
 /// the side-band event, and the off-CPU stack event (returned). Mounting tracefs is noted.
 fn stack_plans(
@@ -859,6 +884,12 @@ fn stack_plans(
     sampling: &SamplingConfig,
     notes: &mut Vec<String>,
 ) -> Result<Option<AttrPlan>, RecordError> {
+    if o.call_graph == Some(CallGraph::Lbr) && !std::path::Path::new(LBR_CAPS).exists() {
+        return Err(RecordError::Options(format!(
+            "--call-graph lbr needs a PMU with last-branch records (LBR call-stack mode, Intel Haswell or newer); \
+             this machine has none ({LBR_CAPS} is missing, as on any VM without a hardware PMU): use --call-graph dwarf or fp"
+        )));
+    }
     if let Some(cg) = &o.call_graph {
         for p in plans.iter_mut() {
             apply_call_graph(p, cg);
