@@ -250,6 +250,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     for note in recorder.notes() {
         eprintln!("tailprof: note: {note}");
     }
+    let notes_before = recorder.notes().len();
     let mut header = recorder.header();
     let mut sibling = None;
     let mut counter_event = None;
@@ -314,6 +315,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     };
     let written = finish_trace_file(writer, summary).with_context(|| format!("cannot finish {}", args.output.display()))?;
     let rec = run_result?;
+    // Notices from while recording (e.g. a process truncated its marker region).
+    for note in &recorder.notes()[notes_before..] {
+        eprintln!("tailprof: warning: {note}");
+    }
 
     let lost = rec.lost_records + rec.lost_samples;
     let bps = if written.stats.samples > 0 { written.bytes as f64 / written.stats.samples as f64 } else { 0.0 };

@@ -9,7 +9,7 @@
 
 use std::io;
 
-use tailprof_format::{FormatError, Record};
+use tailprof_format::{FormatError, LossKind, Lost, Record};
 
 use crate::attr::{parse_regs, reg_names, ClockChoice};
 use crate::parse::Layout;
@@ -50,9 +50,25 @@ pub(super) struct RecordQueue {
     /// Filled by the marker drain; sorted by [`RecordQueue::sort`].
     pub pending: Vec<Record>,
     pos: usize,
+    /// Malformed ring records already stored as `Lost { kind: Malformed }`.
+    malformed_stored: u64,
 }
 
 impl RecordQueue {
+    /// Store the malformed ring records counted since the last call (`total` is the
+    /// recorder's running count) as one `Lost { kind: Malformed }` record at `time`, so
+    /// they are in the trace and its loss table, not only in the summary. Returns whether
+    /// a record was queued.
+    pub fn store_malformed(&mut self, total: u64, time: u64) -> bool {
+        let new = total.saturating_sub(self.malformed_stored);
+        self.malformed_stored = self.malformed_stored.max(total);
+        if new == 0 {
+            return false;
+        }
+        self.pending.push(Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::Malformed, count: new }));
+        true
+    }
+
     /// Sort what was drained (stable: same-time records keep their ring order).
     pub fn sort(&mut self) {
         debug_assert_eq!(self.pos, 0);
@@ -255,6 +271,24 @@ mod tests {
         q.end_round();
         assert_eq!(got, [10, 20, 25, 30]);
         assert!(q.pending.is_empty());
+    }
+
+    #[test]
+    fn malformed_counts_are_stored_once() {
+        let mut q = RecordQueue::default();
+        assert!(!q.store_malformed(0, 5));
+        assert!(q.store_malformed(3, 5));
+        assert!(!q.store_malformed(3, 6));
+        assert!(q.store_malformed(10, 7));
+        let counts: Vec<u64> = q
+            .pending
+            .iter()
+            .map(|r| match r {
+                Record::Lost(l) if l.kind == LossKind::Malformed => l.count,
+                _ => panic!("{r:?}"),
+            })
+            .collect();
+        assert_eq!(counts, [3, 7]);
     }
 
     #[test]
