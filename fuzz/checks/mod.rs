@@ -1,0 +1,178 @@
+//! The checks the fuzz targets run, shared with the seed-corpus replay test
+//! (`crates/tailprof-cli/tests/fuzz_corpus.rs`, a plain `cargo test`, no nightly).
+//!
+//! Every check takes arbitrary bytes and must return without panicking, hanging or
+//! allocating beyond the input: bad input is an error or counted damage, never a crash.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tailprof_analyze::items::{items_report, ItemsOptions};
+use tailprof_analyze::{flat_profile, trace_info, GroupBy, KernelSymbols, ProfileOptions, Symbolizer, SymbolizerOptions};
+use tailprof_format::chunk::fix_checksums;
+use tailprof_format::losses::LossTable;
+use tailprof_format::{Record, Sink, StackDef, StackTable, TraceReader, VecSink};
+
+/// Symbolization without the running kernel's symbols (deterministic across machines).
+fn symbolizer() -> Symbolizer {
+    Symbolizer::new(SymbolizerOptions { kernel: KernelSymbols::Off, ..Default::default() })
+}
+
+/// Counts records and checks the stack contract: definitions arrive in id order with
+/// their callers first, and every stack a record uses was defined before it.
+#[derive(Default)]
+struct Count(u64, StackTable);
+
+impl Sink for Count {
+    fn handle_record(&mut self, r: &Record) {
+        self.0 += 1;
+        let _ = r.time();
+        let stack = match r {
+            Record::Sample(s) => s.stack,
+            Record::Switch(w) => w.stack,
+            _ => return,
+        };
+        assert!(stack.is_none() || self.1.contains(stack), "stack used before its definition");
+        assert!(self.1.depth(stack) <= self.1.len());
+    }
+    fn handle_stack(&mut self, d: &StackDef) {
+        assert!(self.1.handle_def(d), "stack definition out of order");
+    }
+}
+
+/// The trace reader (the `read_trace` target).
+pub fn check_read_trace(data: &[u8]) {
+    let Ok(mut r) = TraceReader::from_bytes(data.to_vec()) else { return };
+    let mut sink = Count::default();
+    let s = r.read_all(&mut sink).expect("in-memory reads do not fail");
+    assert_eq!(s.bytes, data.len() as u64);
+    assert!(s.damaged_bytes + s.truncated_bytes <= s.bytes);
+    assert_eq!(s.records, sink.0);
+    let (s2, _, _) = r.summarize().expect("in-memory reads do not fail");
+    assert_eq!(s2.truncated_bytes, s.truncated_bytes);
+    let mut n = 0u64;
+    let s3 = r.for_each_sample(&mut |_| n += 1).expect("in-memory reads do not fail");
+    assert_eq!(s3.samples, n);
+    assert_eq!(r.stacks().len(), sink.1.len());
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A scratch file for the importer (it reads a path), removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(data: &[u8]) -> Scratch {
+        let p = std::env::temp_dir().join(format!(
+            "tailprof-fuzz-{}-{}.data",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut f = std::fs::File::create(&p).expect("scratch file");
+        f.write_all(data).expect("scratch file");
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `tailprof import` (the `import` target): a perf.data file of any content converts
+/// or fails with one line; the records come out in time order; a converted trace reads
+/// back.
+pub fn check_import(data: &[u8]) {
+    let input = Scratch::new(data);
+    let mut sink = VecSink::default();
+    match tailprof_import::import_to_sink(&input.0, &Default::default(), &mut sink) {
+        Ok(imp) => {
+            let times: Vec<u64> = sink.0.iter().map(|r| r.time()).collect();
+            assert!(times.windows(2).all(|w| w[0] <= w[1]), "import delivered records out of time order");
+            assert_eq!(imp.summary.samples, sink.0.iter().filter(|r| matches!(r, Record::Sample(_))).count() as u64);
+            // Into a trace in memory and back.
+            let mut w = tailprof_format::TraceWriter::new(Vec::new(), &imp.header).expect("header");
+            let mut written = 0u64;
+            for r in &sink.0 {
+                if w.write(r).is_ok() {
+                    written += 1;
+                }
+            }
+            let (bytes, _) = w.finish_into_inner(None).expect("in-memory write");
+            let mut back = VecSink::default();
+            TraceReader::from_bytes(bytes).expect("own trace").read_all(&mut back).expect("own trace");
+            assert_eq!(back.0.len() as u64, written);
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(!msg.contains('\n'), "error is one line: {msg}");
+        }
+    }
+}
+
+/// Bytes as a trace: as given, and with every chunk re-checksummed so mutated contents
+/// reach the decoders and the analysis.
+fn traces(data: &[u8]) -> Vec<TraceReader> {
+    let mut fixed = data.to_vec();
+    fix_checksums(&mut fixed);
+    let mut out = Vec::new();
+    if let Ok(r) = TraceReader::from_bytes(data.to_vec()) {
+        out.push(r);
+    }
+    if fixed != data {
+        if let Ok(r) = TraceReader::from_bytes(fixed) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// The loss table and its renderings (every analysis command prints it).
+fn check_losses(r: &mut TraceReader) {
+    let (read, stats, _) = r.summarize().expect("in-memory reads do not fail");
+    let t = LossTable::new(&stats, Some(&read));
+    let text = tailprof_present::losses::render_losses(&t);
+    assert_eq!(text.is_empty(), t.is_empty());
+    let j = tailprof_present::losses::losses_json(&t).expect("json");
+    assert_eq!(j.as_array().map(|a| a.len()), Some(t.rows.len()));
+}
+
+/// `tailprof items` (the `items` target): the item join, its tables and JSON, and the
+/// loss table, on any trace.
+pub fn check_items(data: &[u8]) {
+    for mut r in traces(data) {
+        let mut sym = symbolizer();
+        if let Ok(report) = items_report(&mut r, &ItemsOptions::default(), &mut sym) {
+            let v = tailprof_present::items::ItemsView::default();
+            let _ = tailprof_present::items::render_items(&report, &v);
+            let _ = tailprof_present::items::items_json(&report, &v).expect("json");
+            if let Some(first) = report.items.first() {
+                if let Ok(x) = tailprof_analyze::items::explain(&report, first.id) {
+                    let _ = tailprof_present::items::render_explanation(&x);
+                }
+            }
+        }
+        check_losses(&mut r);
+    }
+}
+
+/// `tailprof report` and `tailprof info` (the `report` target) on any trace.
+pub fn check_report(data: &[u8]) {
+    for mut r in traces(data) {
+        for by in [GroupBy::Function, GroupBy::Binary, GroupBy::Thread] {
+            let mut sym = symbolizer();
+            if let Ok(p) = flat_profile(&mut r, &ProfileOptions { by, event: None }, &mut sym) {
+                let _ = tailprof_present::table::render_profile(&p, &Default::default());
+                let _ = tailprof_present::json::profile_json_string(&p, Some(10)).expect("json");
+            }
+        }
+        if let Ok(i) = trace_info(&mut r, true) {
+            let _ = tailprof_present::table::render_info(&i);
+            let _ = tailprof_present::json::info_json_string(&i).expect("json");
+        }
+        check_losses(&mut r);
+    }
+}
