@@ -236,6 +236,23 @@ pub struct Symbolizer {
     pub(crate) inline: inline::InlineState,
 }
 
+/// Where one binary's names come from; see [`Symbolizer::symbol_source`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SymbolSource {
+    pub binary: String,
+    /// Build-id the trace recorded (hex).
+    pub build_id: Option<String>,
+    /// One line: "own .symtab", "debug file by build-id in DIR", "stripped: …", "none: why".
+    pub source: String,
+    /// The separate debug file used, if any.
+    pub debug_file: Option<String>,
+    /// The binary has a `.symtab` / DWARF of its own.
+    pub symtab: bool,
+    pub dwarf: bool,
+    /// Function ranges in its `.eh_frame` (what names a stripped binary's functions).
+    pub eh_frame_ranges: usize,
+}
+
 /// What [`Symbolizer`] knows about one binary file.
 #[derive(Debug, Default)]
 struct BinaryFacts {
@@ -287,6 +304,25 @@ impl Symbolizer {
         }
     }
 
+    /// The symbolizer of the analysis commands: default options, `debug_dirs`
+    /// (`--debug-dir`) searched first for separate debug files, and debuginfod when
+    /// `DEBUGINFOD_URLS` is set. The string, if any, is a note for the user (e.g.
+    /// debuginfod servers that cannot be used).
+    pub fn with_debug_dirs(debug_dirs: &[PathBuf]) -> (Symbolizer, Option<String>) {
+        let opts = SymbolizerOptions {
+            debug_dirs: (!debug_dirs.is_empty()).then(|| debug_dirs.to_vec()),
+            ..Default::default()
+        };
+        let mut s = Symbolizer::new(opts);
+        let note = match s.enable_debuginfod_from_env() {
+            Ok(_) => s.debuginfod.as_ref().filter(|c| !c.skipped.is_empty()).map(|c| {
+                format!("debuginfod: skipping https:// servers (this build speaks http only): {}", c.skipped.join(" "))
+            }),
+            Err(e) => Some(format!("debuginfod: {e}")),
+        };
+        (s, note)
+    }
+
     /// Fetch debug files from the debuginfod servers in `DEBUGINFOD_URLS` (when set)
     /// for binaries that have no local debug info. Returns whether it is enabled, or why
     /// not (e.g. only `https://` servers, which this build cannot reach).
@@ -315,6 +351,45 @@ impl Symbolizer {
     /// The separate debug file used for `path`, if one was looked up and found.
     pub fn debug_file(&self, path: &str) -> Option<&DebugFile> {
         self.binaries.iter().find(|((p, _), _)| p == path).and_then(|(_, f)| f.debug.as_ref())
+    }
+
+    /// Where the names of binary `path` come from (`tailprof info --symbols`).
+    pub fn symbol_source(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> SymbolSource {
+        let mut out = SymbolSource {
+            binary: path.to_owned(),
+            build_id: trace_build_id.map(hex),
+            ..Default::default()
+        };
+        if let Some(r) = self.check_file(path, trace_build_id) {
+            out.source = format!("none: {r}");
+            return out;
+        }
+        let facts = self.facts(path, trace_build_id);
+        let Some(elf) = &facts.elf else {
+            out.source = format!("none: {}", facts.elf_error.as_deref().unwrap_or("not an ELF file"));
+            return out;
+        };
+        out.symtab = elf.has_data(".symtab");
+        out.dwarf = facts.has_dwarf;
+        let fdes = facts.fdes.get_or_insert_with(|| FdeRanges::from_elf(elf));
+        out.eh_frame_ranges = fdes.len();
+        if let Some(d) = &facts.debug {
+            out.debug_file = Some(d.path.display().to_string());
+            out.source = match &d.found_by {
+                FoundBy::BuildId(dir) => format!("debug file by build-id in {}", dir.display()),
+                FoundBy::DebugLink => "debug file by .gnu_debuglink (CRC checked)".to_owned(),
+                FoundBy::Debuginfod(from) => format!("debug file from debuginfod ({from})"),
+            };
+        } else if out.dwarf {
+            out.source = "own .symtab and DWARF".into();
+        } else if out.symtab {
+            out.source = "own .symtab".into();
+        } else if out.eh_frame_ranges > 0 {
+            out.source = format!("stripped: .dynsym, else one of {} .eh_frame ranges (fn_ADDR)", out.eh_frame_ranges);
+        } else {
+            out.source = "stripped: .dynsym only".into();
+        }
+        out
     }
 
     /// Facts about binary `path` (cached per path and trace build-id).

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tailprof_analyze::items::{item_samples, items_report, ItemsOptions, ItemsReport};
-use tailprof_analyze::{select_event, Symbolizer, SymbolizerOptions};
+use tailprof_analyze::select_event;
 use tailprof_format::TraceReader;
 use tailprof_present::html::{render_items_html, HtmlOptions};
 use tailprof_present::perfetto::{perfetto_json, PerfettoOptions, SampleInstant};
@@ -47,9 +47,16 @@ pub struct ExportArgs {
     /// Leave samples out of the Perfetto trace (smaller file).
     #[arg(long)]
     no_samples: bool,
+
+    /// Directory of separate debug files, searched before /usr/lib/debug: by build-id
+    /// (DIR/.build-id/ab/cdef….debug, DIR/ab/cdef…) and by .gnu_debuglink name;
+    /// repeatable. DEBUGINFOD_URLS (http://) is used when set. See docs/SYMBOLS.md.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
 }
 
 pub fn run(args: ExportArgs) -> Result<ExitCode> {
+    crate::cmd_report::set_debug_dirs(&args.debug_dir);
     if args.html.is_none() && args.perfetto.is_none() {
         bail!("nothing to export: give --html OUT.html and/or --perfetto OUT.json");
     }
@@ -84,7 +91,7 @@ pub fn load_report(file: &Path, event: Option<&str>, class: Option<String>) -> R
         None => None,
     };
     let opts = ItemsOptions { event, class, ..Default::default() };
-    let mut sym = Symbolizer::new(SymbolizerOptions::default());
+    let mut sym = crate::cmd_report::symbolizer();
     Ok(items_report(&mut reader, &opts, &mut sym)?)
 }
 
@@ -110,7 +117,7 @@ pub fn sample_instants(
 ) -> Result<(Vec<SampleInstant>, BTreeMap<u32, String>)> {
     let mut reader = TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     let event = select_event(reader.header(), event)?;
-    let mut sym = Symbolizer::new(SymbolizerOptions::default());
+    let mut sym = crate::cmd_report::symbolizer();
     let found = item_samples(&mut reader, report, event, &mut sym)?;
     let samples = found
         .samples

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use tailprof_analyze::bandwidth::item_memory;
 use tailprof_analyze::items::{explain, items_report, Estimator, ItemsOptions};
-use tailprof_analyze::{select_event, Symbolizer, SymbolizerOptions};
+use tailprof_analyze::select_event;
 use tailprof_format::TraceReader;
 use tailprof_present::items::{self as view, ItemSort, ItemsView};
 
@@ -83,9 +83,16 @@ pub struct ItemsArgs {
     /// Sampling event, by name or index, when the trace has several (default: the first).
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     event: Option<String>,
+
+    /// Directory of separate debug files, searched before /usr/lib/debug: by build-id
+    /// (DIR/.build-id/ab/cdef….debug, DIR/ab/cdef…) and by .gnu_debuglink name;
+    /// repeatable. DEBUGINFOD_URLS (http://) is used when set. See docs/SYMBOLS.md.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
 }
 
 pub fn run(args: ItemsArgs) -> Result<ExitCode> {
+    crate::cmd_report::set_debug_dirs(&args.debug_dir);
     let name = args.trace.display().to_string();
     let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {name}"))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
@@ -100,7 +107,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         },
         ..Default::default()
     };
-    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let mut symbolizer = crate::cmd_report::symbolizer();
     let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| name.clone())?;
     let losses = crate::cmd_report::trace_losses(&mut reader).with_context(|| name.clone())?;
     let mut out = match args.explain {

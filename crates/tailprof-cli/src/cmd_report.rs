@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tailprof_analyze::{flat_profile, select_event, GroupBy, ProfileOptions, Symbolizer, SymbolizerOptions};
+use tailprof_analyze::{flat_profile, select_event, GroupBy, ProfileOptions, Symbolizer};
 use tailprof_format::TraceReader;
 use tailprof_format::losses::LossTable;
 use tailprof_present::{json, losses as present_losses, table};
@@ -99,6 +99,12 @@ pub struct ReportArgs {
     /// Only samples inside items flagged slow (see `tailprof items`).
     #[arg(long)]
     slow: bool,
+
+    /// Directory of separate debug files, searched before /usr/lib/debug: by build-id
+    /// (DIR/.build-id/ab/cdef….debug, DIR/ab/cdef…) and by .gnu_debuglink name;
+    /// repeatable. DEBUGINFOD_URLS (http://) is used when set. See docs/SYMBOLS.md.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
 }
 
 /// Stack, off-CPU, folded and filtered views: one stack profile (after an items pass
@@ -108,7 +114,7 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
     use tailprof_present::stacks as view;
     let filter = StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow };
     let opts = StackOptions { event: Some(event), filter };
-    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let mut symbolizer = symbolizer();
     let (_, p) = stack_report(&mut reader, &opts, false, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let json = |v: serde_json::Value| -> Result<String> { Ok(serde_json::to_string_pretty(&v)? + "\n") };
@@ -124,7 +130,26 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
     })
 }
 
+/// `--debug-dir` of the running command (set once by its `run`).
+static DEBUG_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
+/// Remember the command's `--debug-dir`s for [`symbolizer`].
+pub(crate) fn set_debug_dirs(dirs: &[PathBuf]) {
+    let _ = DEBUG_DIRS.set(dirs.to_vec());
+}
+
+/// The analysis commands' symbolizer: `--debug-dir`s first, then the system debug
+/// directories, then debuginfod when `DEBUGINFOD_URLS` is set (docs/SYMBOLS.md).
+pub(crate) fn symbolizer() -> Symbolizer {
+    let (s, note) = Symbolizer::with_debug_dirs(DEBUG_DIRS.get().map(Vec::as_slice).unwrap_or(&[]));
+    if let Some(n) = note {
+        eprintln!("tailprof: note: {n}");
+    }
+    s
+}
+
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
+    set_debug_dirs(&args.debug_dir);
     let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
     let filtered = !args.items.is_empty() || args.class.is_some() || args.in_items || args.slow;
@@ -148,7 +173,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         },
         event: Some(event),
     };
-    let mut symbolizer = Symbolizer::new(SymbolizerOptions::default());
+    let mut symbolizer = symbolizer();
     let profile = flat_profile(&mut reader, &opts, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let top = if args.top == 0 { None } else { Some(args.top) };
