@@ -15,8 +15,8 @@ const UNKNOWN_WARN_MAX: usize = 5;
 /// One warning.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Warning {
-    /// Stable identifier: `lost`, `throttled`, `truncated`, `damaged`, `incomplete`,
-    /// `unknown_code`.
+    /// Stable identifier: `lost`, `throttled`, `truncated`, `damaged`, `duplicate`,
+    /// `incomplete`, `unknown_code`.
     pub kind: &'static str,
     pub message: String,
 }
@@ -84,7 +84,18 @@ fn file_warnings(truncated: u64, damaged_chunks: u64, damaged_bytes: u64, comple
 }
 
 fn read_warnings(r: &ReadSummary) -> Vec<Warning> {
-    file_warnings(r.truncated_bytes, r.damaged_chunks, r.damaged_bytes, r.complete)
+    let mut out = file_warnings(r.truncated_bytes, r.damaged_chunks, r.damaged_bytes, r.complete);
+    if r.duplicate_chunks > 0 {
+        out.push(w(
+            "duplicate",
+            format!(
+                "skipped {} duplicated chunks ({}): the file repeats data it already holds (copied or replayed region)",
+                thousands(r.duplicate_chunks),
+                bytes(r.duplicate_bytes)
+            ),
+        ));
+    }
+    out
 }
 
 /// Warnings for a flat profile.
