@@ -52,15 +52,17 @@ fn demo_flags_exactly_the_cold_queries_and_names_the_uncached_function() {
     // flagging it is right. So: every run must flag all cold queries (a detection defect
     // misses them), and at least one of three runs must flag exactly the cold ones.
     let mut attempts = Vec::new();
-    let (dir, s, cold) = loop {
-        let dir = tempfile::tempdir().unwrap();
-        let Some(s) = run_demo(dir.path(), &[]) else { return };
+    let (_tmp, dir, s, cold) = loop {
+        let tmp = tempfile::tempdir().unwrap();
+        // A directory that does not exist yet: the demo creates it (0700).
+        let dir = tmp.path().join("demo");
+        let Some(s) = run_demo(&dir, &[]) else { return };
         let cold = ids(&s["cold_ids"]);
         assert_eq!(cold.len(), 4, "one cold query per n: {s}");
         let flagged = ids(&s["flagged_ids"]);
         assert!(cold.iter().all(|c| flagged.contains(c)), "every cold query must be flagged: {s}");
         if flagged == cold {
-            break (dir, s, cold);
+            break (tmp, dir, s, cold);
         }
         attempts.push(flagged);
         assert!(attempts.len() < 3, "flagged items must be exactly the cold queries {cold:?}; three runs flagged {attempts:?}");
@@ -72,14 +74,14 @@ fn demo_flags_exactly_the_cold_queries_and_names_the_uncached_function() {
     }
 
     // The HTML report: one bar per query, the cold ones marked.
-    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     let queries = s["queries"].as_u64().unwrap() as usize;
     assert!(html.contains("<svg"));
     assert_eq!(html.matches("<g class=\"bar").count(), queries);
     assert_eq!(html.matches("<g class=\"bar anomalous\"").count(), cold.len());
 
     // The Perfetto trace parses, items are on the worker's track, functions nest inside.
-    let text = std::fs::read_to_string(dir.path().join("trace.perfetto.json")).unwrap();
+    let text = std::fs::read_to_string(dir.join("trace.perfetto.json")).unwrap();
     let doc: Value = serde_json::from_str(&text).expect("Perfetto JSON parses");
     let events = doc["traceEvents"].as_array().unwrap();
     let span = |e: &Value| {
@@ -99,10 +101,10 @@ fn demo_flags_exactly_the_cold_queries_and_names_the_uncached_function() {
 #[test]
 fn per_item_estimates_match_the_truth_at_the_default_period() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
     // Longer queries (scale 4) so that many (query, function) pairs are at least 20
     // sample intervals (5 ms at the default 250 us period) long.
-    let Some(s) = run_demo(dir.path(), &["--scale", "4"]) else { return };
+    let Some(s) = run_demo(&tmp.path().join("demo"), &["--scale", "4"]) else { return };
     let acc = &s["accuracy"];
     assert_eq!(acc["period_ns"], 250_000);
     let pairs = acc["pairs"].as_u64().unwrap();

@@ -10,6 +10,8 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use tailprof_format::atomic::AtomicFile;
+
 use crate::error::{MeasureError, Result};
 
 /// A fresh directory `parent/prefixXXXXXX`, mode 0700, created by `mkdtemp` (no name
@@ -32,35 +34,14 @@ pub fn create_dir_private_all(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
-/// Write `bytes` to `path` safely: a temporary file created next to it with
-/// O_CREAT|O_EXCL|O_NOFOLLOW and mode 0600, synced, then renamed over `path` (a symlink
-/// at `path` is replaced, never followed). On failure `path` is unchanged.
+/// Write `bytes` to `path` safely, mode 0600, through `tailprof_format::atomic` (the
+/// one home of safe output files): a temporary file created next to it with
+/// O_CREAT|O_EXCL|O_NOFOLLOW, synced, then renamed over `path`, so a symlink an attacker
+/// planted at `path` is replaced, never followed, and on failure `path` is unchanged.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-    for attempt in 0..100u32 {
-        let mut tmp_name = OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".tmp.{}.{attempt}", std::process::id()));
-        let tmp = dir.join(tmp_name);
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp);
-        let mut f = match f {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        };
-        let res = f.write_all(bytes).and_then(|_| f.sync_all()).and_then(|_| std::fs::rename(&tmp, path));
-        if res.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        return res;
-    }
-    Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "cannot find a free temporary name"))
+    let mut f = AtomicFile::create_with_mode(path, 0o600)?;
+    f.write_all(bytes)?;
+    f.commit()
 }
 
 /// Read a regular file of at most `max` bytes without following a symlink at `path` and
@@ -201,6 +182,8 @@ mod tests {
     #[test]
     fn write_private_replaces_a_symlink_instead_of_following_it() {
         let base = tempfile::tempdir().unwrap();
+        // A directory others can write to, like /tmp: a link there is never followed.
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         let victim = base.path().join("victim");
         std::fs::write(&victim, "precious").unwrap();
         let out = base.path().join("out.json");
