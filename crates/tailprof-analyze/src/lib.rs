@@ -40,6 +40,7 @@ pub mod profile;
 pub mod resolve;
 pub mod stack_explain;
 pub mod stacks;
+pub mod store_query;
 pub mod symbolize;
 
 pub use info::{trace_info, RecordCounter, TraceInfo};

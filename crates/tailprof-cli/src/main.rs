@@ -4,6 +4,8 @@
 
 mod cmd_agent;
 mod cmd_bandwidth;
+mod cmd_diff;
+mod cmd_top;
 mod cmd_demo;
 mod cmd_export;
 mod cmd_calibrate;
@@ -60,6 +62,8 @@ enum Command {
     Overhead(cmd_overhead::OverheadArgs),
     Bandwidth(cmd_bandwidth::BandwidthArgs),
     Agent(cmd_agent::AgentArgs),
+    Top(cmd_top::TopArgs),
+    Diff(cmd_diff::DiffArgs),
     #[command(name = "__spin", hide = true)]
     Spin(cmd_calibrate::SpinArgs),
     #[command(name = "__timed", hide = true)]
@@ -82,6 +86,8 @@ fn main() -> ExitCode {
         Command::Overhead(a) => cmd_overhead::run(a),
         Command::Bandwidth(a) => cmd_bandwidth::run(a),
         Command::Agent(a) => cmd_agent::run(a),
+        Command::Top(a) => cmd_top::run(a),
+        Command::Diff(a) => cmd_diff::run(a),
         Command::Spin(a) => cmd_calibrate::run_spin(a),
         Command::Timed(a) => measure::run_timed(a),
     };

@@ -38,6 +38,7 @@ pub mod losses;
 pub mod perfetto;
 pub mod pprof;
 pub mod stacks;
+pub mod store_view;
 pub mod table;
 pub mod warnings;
 

@@ -1,0 +1,313 @@
+//! Queries over the continuous-profiling store (`tailprof-store`): `top` (by function,
+//! binary or stack), `diff` of two time ranges, and folded stacks for exports.
+//!
+//! Frames are (build-id, file offset); names come from the store's symbol table of each
+//! build-id, read once per query ([`StoreSymbols`]). A frame whose build-id has no
+//! table (symbolization failed, stripped binary) is named `[binary+0xOFFSET]`, a kernel
+//! frame `[kernel]`, an unmapped one `[unknown]`. The DuckDB SQL in
+//! `examples/store-duckdb.sql` computes the same numbers (tests compare them).
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+use tailprof_store::schema::{SampleRow, StoreFrame, SymbolRow, KERNEL_BUILD_ID};
+use tailprof_store::{ReadStats, SampleQuery, StoreReader};
+
+/// What `top` groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupBy {
+    /// The sampled function (self) and every function on the stack (total).
+    Function,
+    /// The sampled function's binary.
+    Binary,
+    /// The whole stack (folded, root first).
+    Stack,
+}
+
+/// Names frames from the store's symbol tables, loading each build-id's table once.
+pub struct StoreSymbols<'a> {
+    reader: &'a StoreReader,
+    tables: HashMap<String, Vec<SymbolRow>>,
+    /// build-id → binary path seen in samples (for unnamed frames).
+    binaries: HashMap<String, String>,
+    pub missing_tables: u64,
+}
+
+impl<'a> StoreSymbols<'a> {
+    pub fn new(reader: &'a StoreReader) -> Self {
+        StoreSymbols { reader, tables: HashMap::new(), binaries: HashMap::new(), missing_tables: 0 }
+    }
+
+    /// Remembers the leaf binary path of each build-id in `rows`.
+    pub fn learn_binaries(&mut self, rows: &[SampleRow]) {
+        for r in rows {
+            if let Some(f) = r.frames.first() {
+                if !self.binaries.contains_key(&f.build_id) {
+                    self.binaries.insert(f.build_id.clone(), r.binary.clone());
+                }
+            }
+        }
+    }
+
+    fn table(&mut self, build_id: &str) -> &[SymbolRow] {
+        if !self.tables.contains_key(build_id) {
+            let t = match self.reader.symbols(build_id) {
+                Ok(t) if !t.is_empty() => t,
+                _ => {
+                    self.missing_tables += 1;
+                    Vec::new()
+                }
+            };
+            if let Some(first) = t.first() {
+                self.binaries.entry(build_id.to_string()).or_insert_with(|| first.binary.clone());
+            }
+            self.tables.insert(build_id.to_string(), t);
+        }
+        &self.tables[build_id]
+    }
+
+    /// The binary path of a build-id (as last mapped), or the build-id.
+    pub fn binary(&mut self, build_id: &str) -> String {
+        if build_id == KERNEL_BUILD_ID {
+            return "[kernel]".into();
+        }
+        if build_id.is_empty() {
+            return "[unknown]".into();
+        }
+        if let Some(b) = self.binaries.get(build_id) {
+            return b.clone();
+        }
+        self.table(build_id);
+        self.binaries.get(build_id).cloned().unwrap_or_else(|| build_id.to_string())
+    }
+
+    /// The function name of a frame.
+    pub fn name(&mut self, f: &StoreFrame) -> String {
+        if f.build_id == KERNEL_BUILD_ID {
+            return "[kernel]".into();
+        }
+        if f.build_id.is_empty() {
+            return "[unknown]".into();
+        }
+        if let Some(s) = lookup(self.table(&f.build_id), f.offset) {
+            return s.name.clone();
+        }
+        let bin = self.binary(&f.build_id);
+        let short = bin.rsplit('/').next().unwrap_or(&bin).to_string();
+        format!("[{short}+0x{:x}]", f.offset)
+    }
+}
+
+/// The function of a symbol table (sorted by start) containing `offset`.
+pub fn lookup(rows: &[SymbolRow], offset: u64) -> Option<&SymbolRow> {
+    let i = rows.partition_point(|r| r.start <= offset);
+    let r = rows.get(i.checked_sub(1)?)?;
+    let end = if r.size > 0 { r.start.saturating_add(r.size) } else { rows.get(i).map_or(u64::MAX, |n| n.start) };
+    (offset < end).then_some(r)
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TopRow {
+    pub name: String,
+    /// Samples whose leaf is this function/binary/stack.
+    pub self_samples: u64,
+    pub self_pct: f64,
+    /// Samples with this function anywhere on the stack (`--by function` only).
+    pub total_samples: u64,
+    pub total_pct: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopReport {
+    pub by: GroupBy,
+    pub from_us: i64,
+    pub to_us: i64,
+    pub samples: u64,
+    pub rows: Vec<TopRow>,
+    pub read: ReadStats,
+    /// Build-ids without a symbol table in the store.
+    pub missing_symbol_tables: u64,
+}
+
+fn pct(n: u64, d: u64) -> f64 {
+    if d == 0 {
+        0.0
+    } else {
+        100.0 * n as f64 / d as f64
+    }
+}
+
+/// Folded stack of a row, root first, `;`-separated (flame-graph input), with the
+/// process name as the root frame.
+pub fn folded_stack(sym: &mut StoreSymbols<'_>, r: &SampleRow) -> String {
+    let mut parts: Vec<String> = Vec::with_capacity(r.frames.len() + 1);
+    parts.push(if r.comm.is_empty() { format!("pid {}", r.pid) } else { r.comm.clone() });
+    if r.truncated {
+        parts.push("[truncated]".into());
+    }
+    for f in r.frames.iter().rev() {
+        parts.push(sym.name(f).replace(';', ":"));
+    }
+    parts.join(";")
+}
+
+fn group(sym: &mut StoreSymbols<'_>, rows: &[SampleRow], by: GroupBy) -> (HashMap<String, (u64, u64)>, u64) {
+    let mut m: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut total = 0u64;
+    for r in rows {
+        total += r.count;
+        match by {
+            GroupBy::Function => {
+                let names: Vec<String> = r.frames.iter().map(|f| sym.name(f)).collect();
+                if let Some(leaf) = names.first() {
+                    m.entry(leaf.clone()).or_default().0 += r.count;
+                } else {
+                    m.entry("[no frames]".into()).or_default().0 += r.count;
+                }
+                let mut seen = HashSet::new();
+                for n in names {
+                    if seen.insert(n.clone()) {
+                        m.entry(n).or_default().1 += r.count;
+                    }
+                }
+            }
+            GroupBy::Binary => {
+                let e = m.entry(r.binary.clone()).or_default();
+                e.0 += r.count;
+                e.1 += r.count;
+            }
+            GroupBy::Stack => {
+                let e = m.entry(folded_stack(sym, r)).or_default();
+                e.0 += r.count;
+                e.1 += r.count;
+            }
+        }
+    }
+    (m, total)
+}
+
+/// `tailprof top`.
+pub fn top(reader: &StoreReader, q: &SampleQuery, by: GroupBy, limit: usize) -> TopReport {
+    let (rows, read) = reader.samples(q);
+    let mut sym = StoreSymbols::new(reader);
+    sym.learn_binaries(&rows);
+    let (m, total) = group(&mut sym, &rows, by);
+    let mut out: Vec<TopRow> = m
+        .into_iter()
+        .map(|(name, (s, t))| TopRow { name, self_samples: s, self_pct: pct(s, total), total_samples: t, total_pct: pct(t, total) })
+        .collect();
+    out.sort_by(|a, b| b.self_samples.cmp(&a.self_samples).then(b.total_samples.cmp(&a.total_samples)).then(a.name.cmp(&b.name)));
+    if limit > 0 {
+        out.truncate(limit);
+    }
+    TopReport { by, from_us: q.from_us, to_us: q.to_us, samples: total, rows: out, read, missing_symbol_tables: sym.missing_tables }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DiffRow {
+    pub name: String,
+    pub a_samples: u64,
+    pub b_samples: u64,
+    pub a_pct: f64,
+    pub b_pct: f64,
+    /// `b_pct - a_pct`: positive = grew.
+    pub delta_pct: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    pub by: GroupBy,
+    pub a: (i64, i64),
+    pub b: (i64, i64),
+    pub a_samples: u64,
+    pub b_samples: u64,
+    pub rows: Vec<DiffRow>,
+    pub read_a: ReadStats,
+    pub read_b: ReadStats,
+}
+
+/// `tailprof diff`: share of samples (self) per function/binary/stack in B minus in A,
+/// largest growth first.
+pub fn diff(reader: &StoreReader, qa: &SampleQuery, qb: &SampleQuery, by: GroupBy, limit: usize) -> DiffReport {
+    let (ra, read_a) = reader.samples(qa);
+    let (rb, read_b) = reader.samples(qb);
+    let mut sym = StoreSymbols::new(reader);
+    sym.learn_binaries(&ra);
+    sym.learn_binaries(&rb);
+    let (ma, ta) = group(&mut sym, &ra, by);
+    let (mb, tb) = group(&mut sym, &rb, by);
+    let names: HashSet<&String> = ma.keys().chain(mb.keys()).collect();
+    let mut rows: Vec<DiffRow> = names
+        .into_iter()
+        .map(|n| {
+            let a = ma.get(n).map_or(0, |v| v.0);
+            let b = mb.get(n).map_or(0, |v| v.0);
+            DiffRow { name: n.clone(), a_samples: a, b_samples: b, a_pct: pct(a, ta), b_pct: pct(b, tb), delta_pct: pct(b, tb) - pct(a, ta) }
+        })
+        .filter(|r| r.a_samples + r.b_samples > 0)
+        .collect();
+    rows.sort_by(|x, y| y.delta_pct.total_cmp(&x.delta_pct).then(x.name.cmp(&y.name)));
+    if limit > 0 && rows.len() > limit {
+        // Keep the largest growths and the largest shrinks.
+        let half = limit.div_ceil(2);
+        let tail: Vec<DiffRow> = rows.split_off(rows.len() - (limit - half).min(rows.len() - half));
+        rows.truncate(half);
+        rows.extend(tail);
+    }
+    DiffReport { by, a: (qa.from_us, qa.to_us), b: (qb.from_us, qb.to_us), a_samples: ta, b_samples: tb, rows, read_a, read_b }
+}
+
+/// One exported stack: folded names root first, with binaries, and its counts.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportStack {
+    /// Root first; `frames[0]` is the process name.
+    pub frames: Vec<String>,
+    /// Binary of each frame (same length as `frames`; the process-name frame has "").
+    pub binaries: Vec<String>,
+    pub count: u64,
+    pub period: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StackExport {
+    pub from_us: i64,
+    pub to_us: i64,
+    pub event: String,
+    pub samples: u64,
+    pub stacks: Vec<ExportStack>,
+    pub read: ReadStats,
+}
+
+/// All stacks of a range, merged, for folded / pprof / flame-graph exports.
+pub fn export_stacks(reader: &StoreReader, q: &SampleQuery) -> StackExport {
+    let (rows, read) = reader.samples(q);
+    stacks_of_rows(reader, &rows, q.from_us, q.to_us, read)
+}
+
+/// [`export_stacks`] over rows already read (the agent's push uses a window's rows).
+pub fn stacks_of_rows(reader: &StoreReader, rows: &[SampleRow], from_us: i64, to_us: i64, read: ReadStats) -> StackExport {
+    let mut sym = StoreSymbols::new(reader);
+    sym.learn_binaries(rows);
+    let mut m: HashMap<Vec<String>, (Vec<String>, u64, u64)> = HashMap::new();
+    let mut total = 0;
+    let mut event = String::new();
+    for r in rows {
+        total += r.count;
+        if event.is_empty() {
+            event = r.event.clone();
+        }
+        let mut frames = vec![if r.comm.is_empty() { format!("pid {}", r.pid) } else { r.comm.clone() }];
+        let mut bins = vec![String::new()];
+        for f in r.frames.iter().rev() {
+            frames.push(sym.name(f));
+            bins.push(sym.binary(&f.build_id));
+        }
+        let e = m.entry(frames).or_insert_with(|| (bins, 0, 0));
+        e.1 += r.count;
+        e.2 = e.2.saturating_add(r.period);
+    }
+    let mut stacks: Vec<ExportStack> = m.into_iter().map(|(frames, (binaries, count, period))| ExportStack { frames, binaries, count, period }).collect();
+    stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
+    StackExport { from_us, to_us, event, samples: total, stacks, read }
+}
