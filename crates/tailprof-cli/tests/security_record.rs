@@ -32,7 +32,7 @@ const ATTACKER: &str = "tailprof-atk";
 /// A recorder still running after this long is hung (the targets run a few seconds).
 const HANG: Duration = Duration::from_secs(120);
 /// Peak resident memory a recorder may reach against a hostile target (KiB).
-const MAX_RSS_KB: i64 = 160 * 1024;
+const MAX_RSS_KB: i64 = 128 * 1024;
 
 const HOSTILE_C: &str = r#"
 #define _GNU_SOURCE
@@ -396,8 +396,20 @@ fn assert_safe(r: &Recorded, trace: &Path, scene: &Scene, target_pid: u32) -> se
         let n = e.unwrap().file_name().into_string().unwrap();
         assert!(n.ends_with(".trace") || n.starts_with("stderr."), "unexpected file {n} in the output directory");
     }
-    assert!(regions_of(target_pid).is_empty(), "marker regions left in /dev/shm: {:?}", regions_of(target_pid));
+    assert_no_regions(target_pid);
+    eprintln!("recorder peak RSS {} KiB, trace {} bytes", r.maxrss_kb, std::fs::metadata(trace).unwrap().len());
     i
+}
+
+/// No region of `pid` stays in /dev/shm. Another test's `record -a` running at the same
+/// time may have attached to `pid` too and still hold one; it removes it when it ends, so
+/// this waits (bounded) instead of failing on such a file at once.
+fn assert_no_regions(pid: u32) {
+    let start = Instant::now();
+    while !regions_of(pid).is_empty() {
+        assert!(start.elapsed() < HANG, "marker regions left in /dev/shm: {:?}", regions_of(pid));
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The number after `what` in record's summary (`item markers 1,234 | dropped markers 0`).
@@ -519,7 +531,7 @@ fn finding_4_replaced_binary_and_fake_control_block() {
     assert!(r.ok, "{}", r.stderr);
     let refusal: Vec<&str> = r.stderr.lines().filter(|l| l.contains("not a valid marker control block")).collect();
     assert_eq!(refusal.len(), 1, "one line says why markers were not enabled: {}", r.stderr);
-    assert!(regions_of(pid).is_empty());
+    assert_no_regions(pid);
 }
 
 #[test]
@@ -620,7 +632,7 @@ fn launched_command_dies_with_the_recorder() {
         assert!(start.elapsed() < HANG, "the launched command outlived the recorder");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(regions_of(child).is_empty(), "region left in /dev/shm");
+    assert_no_regions(child);
 }
 
 #[test]
