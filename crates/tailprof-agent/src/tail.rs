@@ -117,6 +117,8 @@ impl TailRetainer {
                 }
                 self.open.insert((m.tid, m.item), Open { begin: m.time, pid: m.pid, class: m.class, comm: comm.to_string() });
             }
+            // Class labels (`--item-class-from`) are applied by the items join.
+            MarkerKind::Label => {}
             MarkerKind::End => {
                 let key = if m.item == Marker::UNKNOWN_ITEM {
                     self.open.keys().find(|k| k.0 == m.tid).copied()

@@ -201,3 +201,50 @@ fn items_errors_are_one_clear_line() {
     assert!(!o.status.success());
     assert_eq!(stderr(&o).lines().count(), 1);
 }
+
+/// `Label` markers (what `--item-class-from` records) class the item open on the thread,
+/// or, when none is open, the next one the thread begins; an item's own class wins.
+#[test]
+fn label_markers_class_open_and_next_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels.trace");
+    let header = TraceHeader {
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
+        source: "record".into(),
+        ..Default::default()
+    };
+    let label = |time, class| Record::Marker(Marker { time, pid: PID, tid: TID, kind: MarkerKind::Label, item: Marker::UNKNOWN_ITEM, class, source: MarkerSource::Uprobe });
+    let (sel, upd) = (0x4000_0000, 0x4000_0001);
+    let mut w = TraceWriter::create(&path, &header).unwrap();
+    w.write(&Record::ItemClass(ItemClass { time: 0, pid: PID, id: 7, name: "own".into() })).unwrap();
+    w.write(&Record::ItemClass(ItemClass { time: 0, pid: PID, id: sel, name: "select ? from t".into() })).unwrap();
+    w.write(&Record::ItemClass(ItemClass { time: 0, pid: PID, id: upd, name: "update t set v = ?".into() })).unwrap();
+    // 1: labelled before it begins (PostgreSQL parses, then runs the portal).
+    w.write(&label(1_000, sel)).unwrap();
+    w.write(&marker(2_000, MarkerKind::Begin, 1, 0)).unwrap();
+    w.write(&marker(3_000, MarkerKind::End, 1, 0)).unwrap();
+    // 2: labelled while open.
+    w.write(&marker(4_000, MarkerKind::Begin, 2, 0)).unwrap();
+    w.write(&label(5_000, upd)).unwrap();
+    w.write(&marker(6_000, MarkerKind::End, 2, 0)).unwrap();
+    // 3: its own class wins over a label; 4: a pending label is used once only.
+    w.write(&marker(7_000, MarkerKind::Begin, 3, 7)).unwrap();
+    w.write(&label(7_500, sel)).unwrap();
+    w.write(&marker(8_000, MarkerKind::End, 3, 0)).unwrap();
+    w.write(&marker(9_000, MarkerKind::Begin, 4, 0)).unwrap();
+    w.write(&marker(10_000, MarkerKind::End, 4, 0)).unwrap();
+    w.finish(None).unwrap();
+    let o = tailprof().arg("items").arg(&path).args(["--json", "--sort", "id"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let mut got: Vec<(u64, String)> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["id"].as_u64().unwrap(), i["class"].as_str().unwrap_or("").to_string()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(1, "select ? from t".into()), (2, "update t set v = ?".into()), (3, "own".into()), (4, String::new())]
+    );
+}

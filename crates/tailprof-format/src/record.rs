@@ -182,6 +182,10 @@ pub enum MarkerKind {
     Begin = 0,
     /// The thread is done with the item.
     End = 1,
+    /// Labels an item of this thread with `class` (version 2; `--item-class-from`): the
+    /// innermost open item if it has no class yet, else, when none is open, the next
+    /// item the thread begins. `item` is [`Marker::UNKNOWN_ITEM`].
+    Label = 2,
 }
 
 /// Where a marker came from.

@@ -203,6 +203,7 @@ pub fn get_sideband(
             kind: match f.u8()? {
                 0 => MarkerKind::Begin,
                 1 => MarkerKind::End,
+                2 => MarkerKind::Label,
                 _ => return None,
             },
             source: match f.u8()? {

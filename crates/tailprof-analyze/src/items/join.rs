@@ -109,6 +109,9 @@ struct Thread {
     /// entries below may be closed already (see the module docs).
     stack: Vec<(u32, u32)>,
     last_sample: u64,
+    /// A class from a [`MarkerKind::Label`] seen while no item was open: it labels the
+    /// next item this thread begins.
+    pending_class: u32,
 }
 
 /// Register-mode state.
@@ -550,7 +553,23 @@ impl ResolvedSink for JoinState {
         }
         let t = self.thread(m.tid);
         match m.kind {
-            MarkerKind::Begin => self.begin_item(t, m),
+            MarkerKind::Begin => {
+                let pending = std::mem::take(&mut self.threads[t].pending_class);
+                if m.class == 0 && pending != 0 {
+                    self.begin_item(t, &Marker { class: pending, ..m.clone() });
+                } else {
+                    self.begin_item(t, m);
+                }
+            }
+            MarkerKind::Label => match self.threads[t].stack.last() {
+                Some(&(item, _)) => {
+                    let it = &mut self.items[item as usize];
+                    if it.class == 0 {
+                        it.class = m.class;
+                    }
+                }
+                None => self.threads[t].pending_class = m.class,
+            },
             MarkerKind::End => match self.find_open(t, m.item) {
                 Some(item) => {
                     if m.class != 0 && self.items[item as usize].class == 0 {
