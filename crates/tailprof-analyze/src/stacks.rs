@@ -125,6 +125,38 @@ pub struct StackOptions {
     /// Index into `TraceHeader::events` of the sampling event (`None`: the first).
     pub event: Option<u16>,
     pub filter: StackFilter,
+    /// Keep every kept sample and off-CPU interval in time order
+    /// ([`StackProfile::timeline`]) for the timeline exports (Perfetto, Firefox Profiler).
+    pub timeline: bool,
+}
+
+/// One sample in time (a [`Timeline`] entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TimedSample {
+    pub time_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    /// Index into [`StackProfile::paths`].
+    pub path: u32,
+}
+
+/// One off-CPU interval of one thread (a [`Timeline`] entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OffSlice {
+    pub pid: u32,
+    pub tid: u32,
+    pub begin_ns: u64,
+    pub end_ns: u64,
+    pub state: OffState,
+    /// Where the thread went off CPU: index into [`StackProfile::paths`].
+    pub path: u32,
+}
+
+/// The kept samples and off-CPU intervals in time order (with [`StackOptions::timeline`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Timeline {
+    pub samples: Vec<TimedSample>,
+    pub off_cpu: Vec<OffSlice>,
 }
 
 /// Samples of one stack (a path of function rows, root first).
@@ -207,6 +239,8 @@ pub struct StackProfile {
     pub filter: StackFilter,
     pub kernel_symbols: Option<String>,
     pub read: Option<ReadSummary>,
+    /// With [`StackOptions::timeline`].
+    pub timeline: Option<Timeline>,
 }
 
 impl StackProfile {
@@ -292,6 +326,8 @@ pub struct StackBuilder {
     last_time: u64,
     scratch: Vec<Frame>,
     read: Option<ReadSummary>,
+    /// With a timeline: kept samples and intervals, paths still location paths.
+    timeline: Option<Timeline>,
 }
 
 impl StackBuilder {
@@ -330,6 +366,7 @@ impl StackBuilder {
             last_time: 0,
             scratch: Vec::new(),
             read: None,
+            timeline: opts.timeline.then(Timeline::default),
         })
     }
 
@@ -394,6 +431,13 @@ impl StackBuilder {
         }
         let path = self.path_of(r, iv.pid, iv.stack, None, CpuMode::Unknown);
         *self.off.entry((NO_ITEM, path, iv.state)).or_default() += len;
+        let slice = OffSlice { pid: iv.pid, tid: iv.tid, begin_ns: iv.begin_ns, end_ns: iv.end_ns, state: iv.state, path };
+        let active = self.filter.is_active();
+        if !active {
+            if let Some(t) = &mut self.timeline {
+                t.off_cpu.push(slice);
+            }
+        }
         let Some(v) = self.by_tid.get(&iv.tid) else { return };
         let i = v.partition_point(|s| s.0 < iv.end_ns);
         let mut misses = 0;
@@ -412,6 +456,13 @@ impl StackBuilder {
         }
         for (idx, o) in hits {
             *self.off.entry((idx, path, iv.state)).or_default() += o;
+            if active && self.keep[idx as usize] {
+                if let Some(t) = &mut self.timeline {
+                    let sp = &self.spans[idx as usize];
+                    let (b, e) = (iv.begin_ns.max(sp.begin_ns), iv.end_ns.min(sp.end_ns));
+                    t.off_cpu.push(OffSlice { begin_ns: b, end_ns: e, ..slice });
+                }
+            }
         }
     }
 
@@ -481,6 +532,16 @@ impl StackBuilder {
                 *m.entry((fp, state)).or_default() += ns;
             }
         }
+        let timeline = self.timeline.take().map(|mut t| {
+            for s in &mut t.samples {
+                s.path = of_path[s.path as usize];
+            }
+            for o in &mut t.off_cpu {
+                o.path = of_path[o.path as usize];
+            }
+            t.off_cpu.sort_by_key(|o| (o.begin_ns, o.tid));
+            t
+        });
         let stacks = stack_rows(whole);
         let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole);
         let items = self
@@ -517,6 +578,7 @@ impl StackBuilder {
             filter: self.filter,
             kernel_symbols: table.kernel_note,
             read: self.read,
+            timeline,
         }
     }
 }
@@ -566,6 +628,11 @@ impl ResolvedSink for StackBuilder {
         let e = self.samples.entry((item, path, s.stack_status == StackStatus::Complete)).or_default();
         e.0 += 1;
         e.1 = e.1.saturating_add(s.period);
+        if kept {
+            if let Some(t) = &mut self.timeline {
+                t.samples.push(TimedSample { time_ns: s.time, pid: s.pid, tid: s.tid, path });
+            }
+        }
     }
     fn handle_switch(&mut self, s: &Switch, r: &mut Resolver) {
         self.last_time = self.last_time.max(s.time);
@@ -625,4 +692,16 @@ pub fn stack_report(
     }
     let p = stack_profile(reader, opts, spans, symbolizer)?;
     Ok((items, p))
+}
+
+/// Stacks and off-CPU time of every item of `items` (a second pass over the trace), for
+/// `tailprof items` and `--explain`; no filter.
+pub fn item_stacks(
+    reader: &mut TraceReader,
+    items: &crate::items::ItemsReport,
+    event: Option<u16>,
+    symbolizer: &mut Symbolizer,
+) -> Result<StackProfile, AnalyzeError> {
+    let opts = StackOptions { event, filter: StackFilter::default(), timeline: false };
+    stack_profile(reader, &opts, ItemSpan::from_rows(&items.items), symbolizer)
 }

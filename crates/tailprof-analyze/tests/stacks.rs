@@ -125,7 +125,7 @@ fn profile(bytes: &[u8], filter: StackFilter) -> (tailprof_analyze::ItemsReport,
     let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
     let mut r = TraceReader::from_bytes(bytes.to_vec()).unwrap();
     let spans = ItemSpan::from_rows(&items.items);
-    let p = stack_profile(&mut r, &StackOptions { event: None, filter }, spans, &mut sym).unwrap();
+    let p = stack_profile(&mut r, &StackOptions { event: None, filter, timeline: true }, spans, &mut sym).unwrap();
     (items, p)
 }
 
@@ -185,6 +185,11 @@ fn off_cpu_time_adds_up_to_wall_time() {
     assert_eq!(prof.switches, 22);
     assert_eq!(prof.runnable_ns, 10 * PERIOD);
     assert_eq!(prof.blocked_ns, 20 * PERIOD);
+    let tl = prof.timeline.as_ref().unwrap();
+    assert_eq!(tl.samples.len(), 100);
+    assert!(tl.samples.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    assert_eq!(tl.off_cpu.len(), 11);
+    assert_eq!(tl.off_cpu.iter().filter(|o| o.state == OffState::Blocked).map(|o| o.end_ns - o.begin_ns).sum::<u64>(), 20 * PERIOD);
     let blocked = prof.off_cpu.iter().find(|r| r.state == OffState::Blocked).unwrap();
     assert_eq!(prof.frames(blocked.path), vec!["main", "wait_here"]);
     for (row, st) in items.items.iter().zip(&prof.items) {

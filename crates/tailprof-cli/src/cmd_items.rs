@@ -89,6 +89,14 @@ pub struct ItemsArgs {
     /// repeatable. DEBUGINFOD_URLS (http://) is used when set. See docs/SYMBOLS.md.
     #[arg(long = "debug-dir", value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
+
+    /// Only items flagged slow.
+    #[arg(long)]
+    slow: bool,
+
+    /// Only this item; repeatable.
+    #[arg(long = "item", value_name = "ID")]
+    items: Vec<u64>,
 }
 
 pub fn run(args: ItemsArgs) -> Result<ExitCode> {
@@ -110,13 +118,19 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
     let mut symbolizer = crate::cmd_report::symbolizer();
     let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| name.clone())?;
     let losses = crate::cmd_report::trace_losses(&mut reader).with_context(|| name.clone())?;
+    // Call stacks and off-CPU time per item (a second pass over the trace).
+    let stacks = tailprof_analyze::stacks::item_stacks(&mut reader, &report, Some(event), &mut symbolizer)
+        .with_context(|| name.clone())?;
     let mut out = match args.explain {
         Some(id) => {
             let x = explain(&report, id).with_context(|| name.clone())?;
+            let sx = tailprof_analyze::stack_explain::explain_stacks(&report, &stacks, id).with_context(|| name.clone())?;
             if args.json {
-                view::explanation_json_string(&x)?
+                let mut doc = view::explanation_json(&x)?;
+                view::merge_stack_explanation(&mut doc, &sx);
+                serde_json::to_string_pretty(&doc)?
             } else {
-                view::render_explanation(&x)
+                view::render_explanation(&x) + &view::render_stack_explanation(&sx, 15)
             }
         }
         None => {
@@ -128,9 +142,12 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
                     SortBy::Id => ItemSort::Id,
                     SortBy::Begin => ItemSort::Begin,
                 },
+                slow_only: args.slow,
+                only: args.items.clone(),
             };
             if args.json {
                 let mut doc = view::items_json(&report, &v)?;
+                view::merge_item_stacks(&mut doc, &report, &stacks);
                 // With a last-level-cache-miss event: each item's memory traffic (issue 8).
                 let mut again = TraceReader::open(&args.trace).with_context(|| format!("cannot read {name}"))?;
                 if let Some(mem) = item_memory(&mut again).with_context(|| name.clone())? {
@@ -138,7 +155,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
                 }
                 serde_json::to_string_pretty(&doc)?
             } else {
-                view::render_items(&report, &v)
+                view::render_items(&report, &v) + &view::render_items_off_cpu(&report, &v, &stacks)
             }
         }
     };

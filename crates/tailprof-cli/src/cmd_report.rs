@@ -113,7 +113,7 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
     use tailprof_present::stacks as view;
     let filter = StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow };
-    let opts = StackOptions { event: Some(event), filter };
+    let opts = StackOptions { event: Some(event), filter, timeline: false };
     let mut symbolizer = symbolizer();
     let (_, p) = stack_report(&mut reader, &opts, false, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;

@@ -22,10 +22,13 @@ use std::cmp::Ordering;
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tailprof_analyze::items::{Explanation, ItemRow, ItemsReport};
+use tailprof_analyze::stack_explain::{time_split, StackExplanation};
+use tailprof_analyze::stacks::StackProfile;
 
 use crate::fmt::{duration, share, thousands};
+use crate::stacks::{off_row_line, stack_line, LINE_FRAMES};
 use crate::PresentError;
 
 /// Order of the item rows.
@@ -47,6 +50,10 @@ pub struct ItemsView {
     /// Show only the first N items after sorting; `None`: all.
     pub top: Option<usize>,
     pub sort: ItemSort,
+    /// Only items flagged slow (`--slow`).
+    pub slow_only: bool,
+    /// Only these items (`--item ID`); empty: all.
+    pub only: Vec<u64>,
 }
 
 /// One warning about an items report.
@@ -93,7 +100,8 @@ pub fn items_warnings(r: &ItemsReport) -> Vec<ItemsWarning> {
 
 /// Item rows in the requested order, limited to `top`.
 pub fn sorted_items<'a>(r: &'a ItemsReport, view: &ItemsView) -> Vec<&'a ItemRow> {
-    let mut v: Vec<&ItemRow> = r.items.iter().collect();
+    let mut v: Vec<&ItemRow> =
+        r.items.iter().filter(|i| (!view.slow_only || i.anomalous) && (view.only.is_empty() || view.only.contains(&i.id))).collect();
     let key = |a: &&ItemRow, b: &&ItemRow| -> Ordering {
         match view.sort {
             ItemSort::Duration => b.duration_ns.cmp(&a.duration_ns),
@@ -211,8 +219,9 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
         ],
         &rows,
     );
-    if shown.len() < r.items.len() {
-        let _ = writeln!(out, "({} more items; --top 0 shows all)", thousands((r.items.len() - shown.len()) as u64));
+    let matching = sorted_items(r, &ItemsView { top: None, ..view.clone() }).len();
+    if shown.len() < matching {
+        let _ = writeln!(out, "({} more items; --top 0 shows all)", thousands((matching - shown.len()) as u64));
     }
     out.push('\n');
     let rows: Vec<Vec<String>> = r
@@ -255,8 +264,9 @@ pub fn items_json(r: &ItemsReport, view: &ItemsView) -> Result<Value, PresentErr
     let obj = v.as_object_mut().expect("ItemsReport serializes to an object");
     let shown = sorted_items(r, view);
     obj.insert("items".into(), serde_json::to_value(&shown)?);
-    if shown.len() < r.items.len() {
-        obj.insert("more_items".into(), Value::from(r.items.len() - shown.len()));
+    let matching = sorted_items(r, &ItemsView { top: None, ..view.clone() }).len();
+    if shown.len() < matching {
+        obj.insert("more_items".into(), Value::from(matching - shown.len()));
     }
     obj.insert("warnings".into(), serde_json::to_value(items_warnings(r))?);
     Ok(v)
@@ -337,4 +347,178 @@ pub fn explanation_json(x: &Explanation) -> Result<Value, PresentError> {
 /// [`explanation_json`], pretty-printed.
 pub fn explanation_json_string(x: &Explanation) -> Result<String, PresentError> {
     Ok(serde_json::to_string_pretty(&explanation_json(x)?)?)
+}
+
+/// Off-CPU stacks listed per item in JSON and text.
+pub const ITEM_OFF_CPU_STACKS: usize = 5;
+
+/// Adds to each item object of an [`items_json`] document (matched by `id`) where its
+/// wall time went: `cpu_ns`, `off_cpu_ns`, `runnable_ns`, `blocked_ns` (`null` when
+/// the trace has no context switches) and `off_cpu: [{"state", "ns", "frames": [root,
+/// …, leaf]}]` (the top [`ITEM_OFF_CPU_STACKS`] stacks). `profile` must have been built
+/// with the spans of `r.items`. Returns how many items were extended.
+pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfile) -> usize {
+    let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else { return 0 };
+    let by_id: std::collections::HashMap<u64, usize> = r.items.iter().enumerate().map(|(i, it)| (it.id, i)).collect();
+    let switches = profile.switches > 0;
+    let mut n = 0;
+    for v in items {
+        let Some(i) = v.get("id").and_then(Value::as_u64).and_then(|id| by_id.get(&id).copied()) else { continue };
+        let (row, st) = (&r.items[i], profile.items.get(i));
+        let split = time_split(row.duration_ns, row.samples, r.mean_interval_ns, st, switches);
+        let Some(obj) = v.as_object_mut() else { continue };
+        obj.insert("cpu_ns".into(), json!(split.cpu_ns));
+        obj.insert("off_cpu_ns".into(), json!(split.off_cpu_ns));
+        obj.insert("runnable_ns".into(), json!(split.runnable_ns));
+        obj.insert("blocked_ns".into(), json!(split.blocked_ns));
+        let off: Vec<Value> = st
+            .map(|s| {
+                s.off_cpu
+                    .iter()
+                    .take(ITEM_OFF_CPU_STACKS)
+                    .map(|o| json!({"state": o.state.name(), "ns": o.ns, "frames": profile.frames(o.path)}))
+                    .collect()
+            })
+            .unwrap_or_default();
+        obj.insert("off_cpu".into(), Value::Array(off));
+        n += 1;
+    }
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("switches".into(), json!(profile.switches));
+        obj.insert("stack_statuses".into(), json!(profile.statuses));
+    }
+    n
+}
+
+/// The text lines that say where the shown items' wall time went: for each item with
+/// off-CPU time, `wall = cpu + blocked + runnable` and its top off-CPU stacks
+/// ("blocked 18.2 ms in XactLockTableWait ← heap_update ← …").
+pub fn render_items_off_cpu(r: &ItemsReport, view: &ItemsView, profile: &StackProfile) -> String {
+    let mut out = String::new();
+    if profile.switches == 0 {
+        out.push_str("\nOff-CPU: no context switches in this trace (record with --off-cpu to see blocked and runnable time)\n");
+        return out;
+    }
+    let by_id: std::collections::HashMap<u64, usize> = r.items.iter().enumerate().map(|(i, it)| (it.id, i)).collect();
+    let mut lines = String::new();
+    for it in sorted_items(r, view) {
+        let Some(&i) = by_id.get(&it.id) else { continue };
+        let Some(st) = profile.items.get(i) else { continue };
+        if st.off_cpu_ns() == 0 {
+            continue;
+        }
+        let s = time_split(it.duration_ns, it.samples, r.mean_interval_ns, Some(st), true);
+        let _ = writeln!(
+            lines,
+            "  item {}: {} = cpu {} + blocked {} + runnable {}",
+            it.id,
+            duration(it.duration_ns),
+            duration(s.cpu_ns),
+            duration(st.blocked_ns),
+            duration(st.runnable_ns)
+        );
+        for o in st.off_cpu.iter().take(3) {
+            let _ = writeln!(lines, "      {}", off_row_line(profile, o));
+        }
+    }
+    if lines.is_empty() {
+        out.push_str("\nOff-CPU: the shown items never left the CPU\n");
+    } else {
+        let _ = write!(out, "\nOff-CPU time of the items (from context switches):\n{lines}");
+    }
+    out
+}
+
+/// `tailprof items --explain ID`, by stack: the wall-time split, the off-CPU stacks and
+/// the item's stacks beside the class median, plus the sampling-resolution note.
+pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
+    let mut out = String::new();
+    let s = &x.split;
+    match (s.off_cpu_ns, s.blocked_ns, s.runnable_ns) {
+        (Some(_), Some(b), Some(rn)) => {
+            let _ = writeln!(
+                out,
+                "\n# Wall time {} = on CPU {} + blocked {} + runnable {}",
+                duration(x.duration_ns),
+                duration(s.cpu_ns),
+                duration(b),
+                duration(rn)
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "\n# Wall time {}; on CPU about {} (samples x interval); off-CPU time unknown (no context switches recorded: record with --off-cpu)",
+                duration(x.duration_ns),
+                duration(s.cpu_ns)
+            );
+        }
+    }
+    if !x.off_cpu.is_empty() {
+        out.push_str("# Off CPU, against the class median (measured from context switches):\n");
+        for o in x.off_cpu.iter().take(top) {
+            let frames: Vec<&str> = o.frames.iter().map(String::as_str).collect();
+            let _ = writeln!(
+                out,
+                "  {}  (median {}, {})",
+                crate::stacks::off_cpu_line(o.state, o.ns, &frames, &vec![false; frames.len()]),
+                duration(o.median_ns.round() as u64),
+                signed(o.delta_ns)
+            );
+        }
+    }
+    let _ = writeln!(out, "\n# On CPU by stack (leaf ← callers), item vs class median ({} items):", x.class_items);
+    let rows: Vec<Vec<String>> = x
+        .stacks
+        .iter()
+        .take(top)
+        .map(|d| {
+            let frames: Vec<&str> = d.frames.iter().map(String::as_str).collect();
+            vec![
+                thousands(d.samples),
+                duration(d.est_ns.round() as u64),
+                duration(d.median_ns.round() as u64),
+                signed(d.delta_ns),
+                stack_line(&frames, LINE_FRAMES),
+            ]
+        })
+        .collect();
+    table(&mut out, &[("Samples", true), ("Item", true), ("Median", true), ("Delta", true), ("Stack", false)], &rows);
+    if x.stacks.len() > top {
+        let _ = writeln!(out, "({} more stacks)", x.stacks.len() - top);
+    }
+    if x.incomplete_samples > 0 {
+        let _ = writeln!(out, "note: {} of the item's samples have truncated stacks", thousands(x.incomplete_samples));
+    }
+    if let Some(n) = &x.note {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// Adds the stack explanation to an [`explanation_json`] object: `stacks: [{"frames",
+/// "samples", "est_ns", "median_ns", "delta_ns"}]`, `off_cpu: [{"state", "ns", "frames",
+/// "median_ns", "delta_ns"}]`, `cpu_ns`, `off_cpu_ns`, `runnable_ns`, `blocked_ns`,
+/// `resolvable`, `resolution_ns` and `resolution_note`.
+pub fn merge_stack_explanation(doc: &mut Value, x: &StackExplanation) {
+    let Some(obj) = doc.as_object_mut() else { return };
+    let stacks: Vec<Value> = x
+        .stacks
+        .iter()
+        .map(|d| json!({"frames": d.frames, "samples": d.samples, "est_ns": d.est_ns, "median_ns": d.median_ns, "delta_ns": d.delta_ns}))
+        .collect();
+    obj.insert("stacks".into(), Value::Array(stacks));
+    let off: Vec<Value> = x
+        .off_cpu
+        .iter()
+        .map(|o| json!({"state": o.state.name(), "ns": o.ns, "frames": o.frames, "median_ns": o.median_ns, "delta_ns": o.delta_ns}))
+        .collect();
+    obj.insert("off_cpu".into(), Value::Array(off));
+    obj.insert("cpu_ns".into(), json!(x.split.cpu_ns));
+    obj.insert("off_cpu_ns".into(), json!(x.split.off_cpu_ns));
+    obj.insert("runnable_ns".into(), json!(x.split.runnable_ns));
+    obj.insert("blocked_ns".into(), json!(x.split.blocked_ns));
+    obj.insert("resolvable".into(), json!(x.resolvable));
+    obj.insert("resolution_ns".into(), json!(x.resolution_ns));
+    obj.insert("resolution_note".into(), json!(x.note));
 }

@@ -29,6 +29,7 @@
 
 pub mod bandwidth;
 pub mod flamegraph;
+pub mod firefox;
 pub mod fmt;
 pub mod html;
 pub mod items;

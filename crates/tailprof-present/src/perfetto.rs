@@ -12,6 +12,9 @@
 //! - optionally one instant event (`"ph": "i"`, thread scope) per sample, named by the
 //!   sample's function.
 //!
+//! With call stacks ([`add_stack_timeline`]): samples as instants pointing into a
+//! `stackFrames` tree, and off-CPU intervals as async slices with their stacks.
+//!
 //! Times are trace-clock nanoseconds written as microseconds with three decimals, so
 //! nothing is rounded away.
 
@@ -19,6 +22,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 use tailprof_analyze::items::ItemsReport;
+use tailprof_analyze::stacks::StackProfile;
 
 use crate::html::shown_ns;
 use crate::PresentError;
@@ -152,6 +156,76 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
             "lost_markers": report.lost_markers,
         }
     })
+}
+
+/// Adds a stack profile's timeline ([`StackProfile::timeline`]) to a trace-event
+/// document made by [`perfetto_value`]:
+///
+/// - every sample as a thread-scoped instant (`cat` `"stack"`) named by its leaf
+///   function, with `"sf"` pointing into the document's `stackFrames` tree (one node per
+///   distinct call path prefix, `parent` = the caller) and the stack in `args.stack`
+///   (`leaf ← caller ← …`);
+/// - every off-CPU interval as an async slice (`"b"`/`"e"`, `cat` `"off-cpu"`, named
+///   `blocked` or `runnable`, one track per process and state, so it never breaks the
+///   nesting of the item slices on the thread track) with the stack where the thread
+///   went off CPU in `args.stack`.
+///
+/// Returns (samples, off-CPU slices) added.
+pub fn add_stack_timeline(doc: &mut Value, p: &StackProfile) -> (usize, usize) {
+    let Some(t) = &p.timeline else { return (0, 0) };
+    let mut frames = serde_json::Map::new();
+    // (parent node, function row) -> node id; node ids start at 1.
+    let mut nodes: std::collections::HashMap<(u64, u32), u64> = std::collections::HashMap::new();
+    let mut leaf_node: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    let mut node_of = |path: u32, frames: &mut serde_json::Map<String, Value>| -> u64 {
+        if let Some(&n) = leaf_node.get(&path) {
+            return n;
+        }
+        let mut parent = 0u64;
+        for &f in p.paths.get(path as usize).map(Vec::as_slice).unwrap_or(&[]) {
+            let next = nodes.len() as u64 + 1;
+            let id = *nodes.entry((parent, f)).or_insert_with(|| {
+                let mut o = json!({"name": p.functions[f as usize].name, "category": crate::stacks::short_binary(&p.functions[f as usize].binary)});
+                if parent != 0 {
+                    o["parent"] = json!(parent.to_string());
+                }
+                frames.insert(next.to_string(), o);
+                next
+            });
+            parent = id;
+        }
+        leaf_node.insert(path, parent);
+        parent
+    };
+    let mut events: Vec<Value> = Vec::with_capacity(t.samples.len() + 2 * t.off_cpu.len());
+    for s in &t.samples {
+        let names = p.frames(s.path);
+        let sf = node_of(s.path, &mut frames);
+        let mut e = json!({
+            "ph": "i", "s": "t", "cat": "stack", "name": names.last().copied().unwrap_or("[no stack]"),
+            "pid": s.pid, "tid": s.tid, "ts": us(s.time_ns),
+            "args": {"stack": crate::stacks::stack_line(&names, 64)},
+        });
+        if sf != 0 {
+            e["sf"] = json!(sf.to_string());
+        }
+        events.push(e);
+    }
+    for (i, o) in t.off_cpu.iter().enumerate() {
+        let names = p.frames(o.path);
+        let id = format!("0x{:x}", i + 1);
+        let args = json!({"tid": o.tid, "stack": crate::stacks::stack_line(&names, 64), "duration_ns": o.end_ns - o.begin_ns});
+        events.push(json!({"ph": "b", "cat": "off-cpu", "name": o.state.name(), "id": id, "pid": o.pid, "tid": o.tid, "ts": us(o.begin_ns), "args": args}));
+        events.push(json!({"ph": "e", "cat": "off-cpu", "name": o.state.name(), "id": id, "pid": o.pid, "tid": o.tid, "ts": us(o.end_ns)}));
+    }
+    let n = (t.samples.len(), t.off_cpu.len());
+    if let Some(obj) = doc.as_object_mut() {
+        if let Some(Value::Array(a)) = obj.get_mut("traceEvents") {
+            a.extend(events);
+        }
+        obj.insert("stackFrames".into(), Value::Object(frames));
+    }
+    n
 }
 
 /// The trace-event document as a string (what `tailprof export --perfetto` writes).

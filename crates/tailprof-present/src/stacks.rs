@@ -198,7 +198,8 @@ pub fn kernel_frames(p: &StackProfile, path: u32) -> Vec<bool> {
         .unwrap_or_default()
 }
 
-fn is_kernel_binary(b: &str) -> bool {
+/// Whether a function row's binary is the kernel or a kernel module.
+pub fn is_kernel_binary(b: &str) -> bool {
     b.starts_with("[kernel") || b.ends_with(".ko") || b.contains(".ko.") || b == "[guest]"
 }
 
@@ -326,4 +327,9 @@ pub fn flat_json(p: &StackProfile, top: Option<usize>) -> Value {
         .collect();
     m.insert("functions".into(), Value::Array(rows));
     Value::Object(m)
+}
+
+/// The file name of a binary path (`/usr/lib/x/libc.so.6` → `libc.so.6`).
+pub fn short_binary(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
