@@ -3,9 +3,9 @@
 //!
 //! Steps: make the output directory safe (new and 0700, or one an earlier demo created:
 //! `tailprof_measure::private::prepare_demo_dir`, so no other user can plant a symlink
-//! or swap the compiled binary), write the sources into it (0600, temporary name +
-//! rename), compile them there with the system C compiler, run `tailprof record` on the example (a child process of this same binary,
-//! so the demo records exactly like a user would), join items with samples, print the
+//! or swap the compiled binary), build the example there and record it with `tailprof
+//! record` (`tailprof_measure::demo`: a child process of this same binary, so the demo
+//! records exactly like a user would), join items with samples, print the
 //! items table with the flagged queries and the explanation of the slowest one, and
 //! write `report.html` (stacked bars per item), `trace.perfetto.json`, `items.json` and
 //! `demo.json` (what the demo found, for scripts and tests).
@@ -20,19 +20,18 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use tailprof_analyze::items::{explain, ItemsReport};
-use tailprof_measure::accuracy::{accuracy, parse_truth, Accuracy, Truth, MIN_ACCURACY_INTERVALS};
-use tailprof_measure::private::{prepare_demo_dir, read_regular, write_private};
+use tailprof_measure::accuracy::{accuracy, Accuracy, Truth, MIN_ACCURACY_INTERVALS};
+use tailprof_measure::demo::{build_example, record_example};
+use tailprof_measure::private::{prepare_demo_dir, write_private};
 use tailprof_present::fmt::duration;
 use tailprof_present::html::{accuracy_svg, AccuracyPoint, HtmlOptions};
-use tailprof_present::overhead::{accuracy_line, accuracy_markdown, accuracy_sweep_line};
+use tailprof_present::overhead::{accuracy_line, accuracy_markdown, accuracy_sweep_line, demo_items_text};
 
 use crate::cmd_export::{load_report, sample_instants, write_html, write_perfetto};
 
-const QUERIES_C: &str = include_str!("../../../examples/queries.c");
-const TAILPROF_H: &str = include_str!("../../../include/tailprof.h");
 
 /// Run the paper's sample application under the profiler and explain its slow queries.
 ///
@@ -84,7 +83,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let report = &run.report;
     let cold: Vec<u64> = run.truth.iter().filter(|(_, t)| t.cold).map(|(&id, _)| id).collect();
     let flagged: Vec<u64> = report.items.iter().filter(|r| r.anomalous).map(|r| r.id).collect();
-    print_items(report, &run.truth);
+    print!("{}", demo_items_text(report, &run.truth));
 
     let slowest = report.items.iter().max_by_key(|r| r.duration_ns).map(|r| r.id);
     if let Some(id) = slowest {
@@ -134,128 +133,20 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Write the sources into the private `dir` and compile them there; returns the
-/// executable's path.
-fn build_example(dir: &Path) -> Result<PathBuf> {
-    let src = dir.join("queries.c");
-    write_private(&src, QUERIES_C.as_bytes()).with_context(|| format!("cannot write {}", src.display()))?;
-    write_private(&dir.join("tailprof.h"), TAILPROF_H.as_bytes()).with_context(|| format!("cannot write {}", dir.display()))?;
-    let cc = find_c_compiler().context(
-        "no C compiler found (tried $CC, cc, gcc, clang); install one (e.g. `apt-get install gcc`) or set CC",
-    )?;
-    let exe = dir.join("queries");
-    let out = Command::new(&cc)
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-I"])
-        .arg(dir)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .with_context(|| format!("cannot run the C compiler {cc}"))?;
-    if !out.status.success() {
-        bail!("compiling {} with {cc} failed:\n{}", src.display(), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(exe)
-}
-
-fn find_c_compiler() -> Option<String> {
-    let mut candidates: Vec<String> = Vec::new();
-    if let Ok(cc) = std::env::var("CC") {
-        if !cc.trim().is_empty() {
-            candidates.push(cc.trim().to_string());
-        }
-    }
-    candidates.extend(["cc", "gcc", "clang"].map(String::from));
-    candidates.into_iter().find(|cc| {
-        Command::new(cc).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
-    })
-}
-
 struct RunResult {
     trace: PathBuf,
     report: ItemsReport,
     truth: BTreeMap<u64, Truth>,
 }
 
-/// Record the example once with `tailprof record` (this binary) and analyze it.
+/// Record the example once (`tailprof_measure::demo`) and analyze it.
 fn record_once(dir: &Path, exe: &Path, period: u64, scale: u32, queries: u32, stem: &str) -> Result<RunResult> {
-    let trace = dir.join(format!("{stem}.trace"));
-    let log = dir.join(format!("{stem}.truth.log"));
-    let me = std::env::current_exe().context("cannot find the tailprof executable")?;
-    let out = Command::new(me)
-        .arg("record")
-        .arg("-o")
-        .arg(&trace)
-        .args(["-c", &period.to_string(), "--"])
-        .arg(exe)
-        .args(["--scale", &scale.to_string(), "--queries", &queries.to_string(), "--log"])
-        .arg(&log)
-        .output()
-        .context("cannot run `tailprof record`")?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        bail!("`tailprof record` of the example failed: {}", stderr.trim());
+    let run = record_example(dir, exe, period, scale, queries, stem)?;
+    for line in &run.messages {
+        println!("{line}");
     }
-    for line in String::from_utf8_lossy(&out.stdout).lines().chain(stderr.lines()) {
-        if line.contains("warning") || line.starts_with("queries:") {
-            println!("{line}");
-        }
-    }
-    let truth = read_truth(&log)?;
-    let report = load_report(&trace, None, None)?;
-    Ok(RunResult { trace, report, truth })
-}
-
-/// Read the example's log (see examples/queries.c for the format).
-fn read_truth(path: &Path) -> Result<BTreeMap<u64, Truth>> {
-    let bytes = read_regular(path, 256 << 20)
-        .with_context(|| format!("cannot read the example's log {}", path.display()))?
-        .with_context(|| format!("the example left no log at {}", path.display()))?;
-    Ok(parse_truth(&String::from_utf8_lossy(&bytes)))
-}
-
-fn print_items(report: &ItemsReport, truth: &BTreeMap<u64, Truth>) {
-    let flagged = report.items.iter().filter(|r| r.anomalous).count();
-    println!(
-        "\n{} queries recorded ({} samples, {} outside any query); {} flagged as anomalous (class = n, threshold {} x MAD):\n",
-        report.items.len(),
-        report.total_samples,
-        report.outside_samples,
-        flagged,
-        report.mad_k
-    );
-    println!("{:>4}  {:<6} {:>10} {:>8} {:>7}  {:<5} {:<4}  top functions ({})", "id", "class", "duration", "samples", "score", "flag", "log", report.shown_estimator.describe());
-    let mut rows: Vec<_> = report.items.iter().collect();
-    // Flagged queries first, then the slowest.
-    rows.sort_by_key(|r| (std::cmp::Reverse(r.anomalous), std::cmp::Reverse(r.duration_ns)));
-    let shown = rows.iter().filter(|r| r.anomalous).count().max(8) + 4;
-    for r in rows.iter().take(shown) {
-        let tops: Vec<String> = r
-            .functions
-            .iter()
-            .take(3)
-            .map(|f| format!("{} {}", f.name, duration(f.shown_ns(report.shown_estimator) as u64)))
-            .collect();
-        let log = match truth.get(&r.id) {
-            Some(t) if t.cold => "cold",
-            Some(_) => "warm",
-            None => "-",
-        };
-        println!(
-            "{:>4}  {:<6} {:>10} {:>8} {:>7.1}  {:<5} {:<4}  {}",
-            r.id,
-            r.class.as_deref().unwrap_or("-"),
-            duration(r.duration_ns),
-            r.samples,
-            r.anomaly_score,
-            if r.anomalous { "SLOW" } else { "" },
-            log,
-            tops.join(", ")
-        );
-    }
-    if rows.len() > shown {
-        println!("   ... {} more (all in report.html and items.json)", rows.len() - shown);
-    }
+    let report = load_report(&run.trace, None, None)?;
+    Ok(RunResult { trace: run.trace, report, truth: run.truth })
 }
 
 fn print_explanation(report: &ItemsReport, id: u64) {

@@ -13,6 +13,7 @@
 //! * [`overhead`]: interleaved unprofiled/profiled runs, several instances on worker
 //!   threads → [`overhead::OverheadReport`].
 //! * [`plan`]: count once, recommend a period → [`plan::PlanReport`].
+//! * [`demo`]: the paper's example, built and recorded in a private directory.
 //! * [`accuracy`]: the demo's check of per-item estimates against the example's log.
 //! * [`private`]: private scratch directories, 0600 files via temp + rename, the demo's
 //!   output directory rules.
@@ -36,6 +37,7 @@
 pub mod accuracy;
 pub mod calibrate;
 pub mod calibration;
+pub mod demo;
 mod error;
 pub mod overhead;
 pub mod plan;

@@ -1,10 +1,14 @@
 //! Text and JSON for the measurement commands (`tailprof calibrate`, `overhead`,
-//! `plan`) and the demo's accuracy check, from the typed results of `tailprof-measure`.
+//! `plan`) and the demo's items table and accuracy check, from the typed results of
+//! `tailprof-measure`.
 
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
-use tailprof_measure::accuracy::Accuracy;
+use std::collections::BTreeMap;
+
+use tailprof_analyze::items::ItemsReport;
+use tailprof_measure::accuracy::{Accuracy, Truth};
 use tailprof_measure::calibrate::{ns_text as ns, period_text, CalibrationReport};
 use tailprof_measure::calibration::AlphaSource;
 use tailprof_measure::overhead::{OverheadReport, Prediction};
@@ -372,6 +376,56 @@ pub fn plan_text(r: &PlanReport) -> String {
     s
 }
 
+/// The demo's items table: flagged queries first, then the slowest, with the example's
+/// own cold/warm label from its log.
+pub fn demo_items_text(report: &ItemsReport, truth: &BTreeMap<u64, Truth>) -> String {
+    let mut s = String::new();
+    let flagged = report.items.iter().filter(|r| r.anomalous).count();
+    let _ = writeln!(
+        s,
+        "\n{} queries recorded ({} samples, {} outside any query); {} flagged as anomalous (class = n, threshold {} x MAD):\n",
+        report.items.len(),
+        report.total_samples,
+        report.outside_samples,
+        flagged,
+        report.mad_k
+    );
+    let _ = writeln!(s, "{:>4}  {:<6} {:>10} {:>8} {:>7}  {:<5} {:<4}  top functions ({})", "id", "class", "duration", "samples", "score", "flag", "log", report.shown_estimator.describe());
+    let mut rows: Vec<_> = report.items.iter().collect();
+    // Flagged queries first, then the slowest.
+    rows.sort_by_key(|r| (std::cmp::Reverse(r.anomalous), std::cmp::Reverse(r.duration_ns)));
+    let shown = rows.iter().filter(|r| r.anomalous).count().max(8) + 4;
+    for r in rows.iter().take(shown) {
+        let tops: Vec<String> = r
+            .functions
+            .iter()
+            .take(3)
+            .map(|f| format!("{} {}", f.name, duration(f.shown_ns(report.shown_estimator) as u64)))
+            .collect();
+        let log = match truth.get(&r.id) {
+            Some(t) if t.cold => "cold",
+            Some(_) => "warm",
+            None => "-",
+        };
+        let _ = writeln!(
+            s,
+            "{:>4}  {:<6} {:>10} {:>8} {:>7.1}  {:<5} {:<4}  {}",
+            r.id,
+            r.class.as_deref().unwrap_or("-"),
+            duration(r.duration_ns),
+            r.samples,
+            r.anomaly_score,
+            if r.anomalous { "SLOW" } else { "" },
+            log,
+            tops.join(", ")
+        );
+    }
+    if rows.len() > shown {
+        let _ = writeln!(s, "   ... {} more (all in report.html and items.json)", rows.len() - shown);
+    }
+    s
+}
+
 /// The demo's accuracy line.
 pub fn accuracy_line(a: &Accuracy, min_intervals: f64) -> String {
     format!(
@@ -438,7 +492,7 @@ mod tests {
             span_sd_ratio: 0.1,
             items_matched: 4,
         };
-        let md = accuracy_markdown(&[a.clone()]);
+        let md = accuracy_markdown(std::slice::from_ref(&a));
         assert_eq!(md.lines().count(), 3);
         assert!(md.lines().nth(2).unwrap().ends_with("| 3 | 1.000 | 0.050 | 0.900 | 0.100 |"), "{md}");
         let v = serde_json::to_value(&a).unwrap();
