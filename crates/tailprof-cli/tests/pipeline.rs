@@ -1,0 +1,314 @@
+//! Whole-pipeline expected-output tests (issue 11 item 6): `report`, `info --full`,
+//! `items`, `items --explain` and `export` run over small committed traces, and their
+//! output is compared with reviewed snapshots (insta), so a change in any stage —
+//! reader, address spaces, symbolizer, join, estimators, presentation — shows up as a
+//! diff in `tests/snapshots/pipeline__*.snap`.
+//!
+//! The traces in `tests/data/` were recorded from the bundled examples (`examples/*.c`)
+//! by [`regenerate_test_data`] (run it with `cargo test -p tailprof --test pipeline --
+//! --ignored regenerate_test_data`; it needs perf_event_open and a C compiler). To make the
+//! output the same on every machine, it records user time only (`cpu-clock:u`) and
+//! rewrites every mapped file's path to `/nonexistent/…`, so nothing is read from the
+//! machine's own files: the examples' binaries are found by build-id in the committed
+//! `tests/data/.build-id/` (`--debug-dir tests/data`), system libraries stay unnamed
+//! (`[unknown] libc.so.6+0x…`, the same everywhere).
+//!
+//! When an output changes on purpose: `INSTA_UPDATE=always cargo test -p tailprof --test
+//! pipeline`, then review `git diff crates/tailprof-cli/tests/snapshots` and commit it.
+//!
+//! Real perf.data recordings are read in place from `../shared/testdata/perf` (never
+//! copied: see that folder's README). Tests print how many they skipped because a file is
+//! absent; with `TAILPROF_REQUIRE_TESTDATA=1` (set by `.ci/run`) a skip fails the test
+//! when the folder is present.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+/// Run tailprof in `tests/data` (relative paths keep the checkout's location out of the
+/// output), without a debuginfod server (outputs must not depend on the network).
+fn tailprof_in(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DEBUGINFOD_URLS")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run tailprof");
+    assert!(
+        out.status.success(),
+        "tailprof {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn tailprof(args: &[&str]) -> String {
+    tailprof_in(&data_dir(), args)
+}
+
+/// JSON output, pretty-printed (one value per line: reviewable diffs).
+fn pretty(json: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}):\n{json}"));
+    serde_json::to_string_pretty(&v).unwrap() + "\n"
+}
+
+fn json(args: &[&str]) -> String {
+    pretty(&tailprof(args))
+}
+
+macro_rules! snap {
+    ($name:expr, $text:expr) => {
+        insta::with_settings!({ prepend_module_to_snapshot => true, omit_expression => true }, {
+            insta::assert_snapshot!($name, $text);
+        })
+    };
+}
+
+// ---- traces recorded from the bundled examples -------------------------------------
+
+#[test]
+fn queries_without_symbols() {
+    // What does not need the binaries: the trace itself, and the join by location.
+    snap!("queries_info_full", json(&["info", "--full", "--json", "queries.trace"]));
+    snap!("queries_report_by_binary", json(&["report", "--by", "binary", "--json", "queries.trace"]));
+    snap!("queries_report_by_thread", json(&["report", "--by", "thread", "--json", "queries.trace"]));
+}
+
+/// The items pipeline: join, estimators, anomaly flags, explanation, export. Until the
+/// binaries are found through `--debug-dir`, functions are named by address
+/// (`[unknown] queries+0x…`), which is still the same on every machine.
+#[test]
+fn queries_items_explain_export() {
+    let items = json(&["items", "--json", "queries.trace"]);
+    snap!("queries_items", &items);
+    snap!("queries_items_text", tailprof(&["items", "queries.trace"]));
+    // Explain the slowest flagged item.
+    let v: serde_json::Value = serde_json::from_str(&items).unwrap();
+    let rows = v["items"].as_array().expect("items array");
+    let slow = rows
+        .iter()
+        .filter(|r| r["anomalous"] == true)
+        .max_by_key(|r| r["duration_ns"].as_u64())
+        .expect("queries.trace has a slow (cold) item");
+    let id = slow["id"].as_u64().unwrap().to_string();
+    snap!("queries_items_explain", json(&["items", "--explain", &id, "--json", "queries.trace"]));
+    // Export: the Perfetto (Chrome JSON) trace, items and estimates in full; the sample
+    // instants (one event per sample) as a digest: how many per function, first, last.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("items.json");
+    tailprof(&["export", "queries.trace", "--no-samples", "--perfetto", out.to_str().unwrap()]);
+    snap!("queries_export_perfetto_items", pretty(&std::fs::read_to_string(&out).unwrap()));
+    let out = tmp.path().join("samples.json");
+    tailprof(&["export", "queries.trace", "--perfetto", out.to_str().unwrap()]);
+    snap!("queries_export_perfetto_instants", instants_digest(&std::fs::read_to_string(&out).unwrap()));
+}
+
+/// Instant events of a Perfetto export: count per name, and the first and last one.
+fn instants_digest(perfetto: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(perfetto).unwrap();
+    let instants: Vec<&serde_json::Value> =
+        v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "i").collect();
+    let mut per_name = std::collections::BTreeMap::<String, u64>::new();
+    for e in &instants {
+        *per_name.entry(e["name"].as_str().unwrap_or("").to_owned()).or_default() += 1;
+    }
+    let digest = serde_json::json!({
+        "instants": instants.len(),
+        "per_name": per_name,
+        "first": instants.first(),
+        "last": instants.last(),
+    });
+    serde_json::to_string_pretty(&digest).unwrap() + "\n"
+}
+
+#[test]
+fn regtag_items() {
+    snap!("regtag_items", json(&["items", "--json", "regtag.trace"]));
+}
+
+#[test]
+fn split_without_symbols() {
+    snap!("split_info_full", json(&["info", "--full", "--json", "split.trace"]));
+    snap!("split_report_by_binary", json(&["report", "--by", "binary", "--json", "split.trace"]));
+}
+
+#[test]
+fn threads_and_forkexec_without_symbols() {
+    snap!("threads_report_by_thread", json(&["report", "--by", "thread", "--json", "threads.trace"]));
+    snap!("forkexec_info_full", json(&["info", "--full", "--json", "forkexec.trace"]));
+    snap!("forkexec_report_by_thread", json(&["report", "--by", "thread", "--json", "forkexec.trace"]));
+}
+
+// ---- real perf.data recordings, read in place --------------------------------------
+
+/// `../shared/testdata/perf` seen from the workspace root.
+fn shared_perf_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/perf")
+}
+
+/// Small recordings from the shared corpus whose import needs no symbols.
+const REAL: &[(&str, &str)] = &[
+    ("perf_data_converter__perf.data.singleprocess-3.8", "singleprocess"),
+    ("perf_data_converter__perf.data.lost_samples-4.4", "lost_samples"),
+    ("perf_data_converter__perf.data.throttle-3.8", "throttle"),
+    ("ubench__perf-mem-9973", "perf_mem_9973"),
+];
+
+#[test]
+fn real_perf_data_import_info_report() {
+    let dir = shared_perf_dir();
+    let require = std::env::var_os("TAILPROF_REQUIRE_TESTDATA").is_some_and(|v| v == "1");
+    let present = dir.is_dir();
+    let (mut checked, mut skipped) = (0, 0);
+    let tmp = tempfile::tempdir().unwrap();
+    for (file, name) in REAL {
+        let src = dir.join(file);
+        if !src.is_file() {
+            skipped += 1;
+            eprintln!("pipeline: skipped {file}: not in {}", dir.display());
+            continue;
+        }
+        let trace = tmp.path().join(format!("{name}.trace"));
+        let out = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+            .arg("import")
+            .arg(&src)
+            .arg("-o")
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "import {file}: {}", String::from_utf8_lossy(&out.stderr));
+        let trace_name = format!("{name}.trace");
+        let run = |args: &[&str]| pretty(&tailprof_in(tmp.path(), args));
+        snap!(format!("real_{name}_info_full"), run(&["info", "--full", "--json", &trace_name]));
+        snap!(format!("real_{name}_report_by_binary"), run(&["report", "--by", "binary", "--json", &trace_name]));
+        checked += 1;
+    }
+    println!("pipeline: real perf.data: {checked} checked, {skipped} skipped (folder {})", dir.display());
+    eprintln!("pipeline: real perf.data: {checked} checked, {skipped} skipped (folder {})", dir.display());
+    if require && present {
+        assert_eq!(skipped, 0, "TAILPROF_REQUIRE_TESTDATA=1 and {} is present, but files were missing", dir.display());
+    }
+}
+
+// ---- how the committed traces were made ---------------------------------------------
+
+/// Where the examples are built and recorded. A fixed name, so the rewritten paths in
+/// the traces are the same on every regeneration; removed afterwards.
+const WORK: &str = "/tmp/tailprof-pipeline-data";
+
+/// (example, extra cc flags, record options, program arguments)
+const EXAMPLES: &[(&str, &[&str], &[&str], &[&str])] = &[
+    ("queries", &["-pthread", "-I", "../include"], &[], &["--no-realtime", "--quiet", "--queries", "32"]),
+    ("split", &[], &[], &[]),
+    ("threads", &["-pthread"], &[], &["3", "150"]),
+    ("forkexec", &[], &[], &[]),
+    ("regtag", &["-ffixed-r13"], &["--item-reg", "r13"], &["6", "40"]),
+];
+
+/// Paths of mapped files as seen by the pipeline: rewritten so that no machine has them.
+fn rewrite_path(p: &str) -> String {
+    if p == "[vdso]" || (p.starts_with('/') && !p.starts_with("//")) {
+        format!("/nonexistent{}{p}", if p.starts_with('/') { "" } else { "/" })
+    } else {
+        p.to_owned()
+    }
+}
+
+#[test]
+#[ignore = "regenerates tests/data (records the examples; needs perf_event_open and cc)"]
+fn regenerate_test_data() {
+    use tailprof_format::{Record, StackId, StacksSink, TraceReader, TraceWriter};
+
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let data = data_dir();
+    let work = Path::new(WORK);
+    let _ = std::fs::remove_dir_all(work);
+    std::fs::create_dir_all(work).unwrap();
+    let _ = std::fs::remove_dir_all(data.join(".build-id"));
+    std::fs::create_dir_all(&data).unwrap();
+    for (name, cflags, record_opts, args) in EXAMPLES {
+        let exe = work.join(name);
+        let st = Command::new("cc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer"])
+            .args(*cflags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(examples.join(format!("{name}.c")))
+            .current_dir(&examples)
+            .status()
+            .unwrap();
+        assert!(st.success(), "cc {name}");
+        let raw = work.join(format!("{name}.raw.trace"));
+        let st = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+            .args(["record", "-e", "cpu-clock:u", "-c", "200000", "-o"])
+            .arg(&raw)
+            .args(*record_opts)
+            .arg("--")
+            .arg(&exe)
+            .args(*args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "record {name}");
+
+        let mut reader = TraceReader::open(&raw).unwrap();
+        let mut sink = StacksSink::default();
+        reader.read_all(&mut sink).unwrap();
+        let build_ids = reader.build_ids().to_vec();
+        let header = reader.header().clone();
+        let out = data.join(format!("{name}.trace"));
+        let mut w = TraceWriter::create(&out, &header).unwrap();
+        // Stack ids are the reader's; the writer interns its own.
+        let mut stack_ids = std::collections::HashMap::new();
+        let mut restack = |w: &mut TraceWriter<_>, id: StackId| {
+            if id == StackId::NONE {
+                return id;
+            }
+            *stack_ids.entry(id).or_insert_with(|| {
+                let frames: Vec<_> = sink.stacks.frames_leaf_first(id).collect();
+                w.intern_stack(&frames)
+            })
+        };
+        for r in &sink.records {
+            match r {
+                Record::Mmap(m) => {
+                    let mut m = m.clone();
+                    m.path = rewrite_path(&m.path);
+                    w.write(&Record::Mmap(m)).unwrap();
+                }
+                Record::Sample(s) => {
+                    let mut s = s.clone();
+                    s.stack = restack(&mut w, s.stack);
+                    w.write(&Record::Sample(s)).unwrap();
+                }
+                Record::Switch(s) => {
+                    let mut s = s.clone();
+                    s.stack = restack(&mut w, s.stack);
+                    w.write(&Record::Switch(s)).unwrap();
+                }
+                r => w.write(r).unwrap(),
+            }
+        }
+        let exe_path = exe.to_str().unwrap();
+        let mut exe_build_id = None;
+        for mut e in build_ids {
+            if e.path == exe_path {
+                exe_build_id = Some(e.build_id.clone());
+            }
+            e.path = rewrite_path(&e.path);
+            w.add_build_id(e).unwrap();
+        }
+        w.finish(reader.summarize().ok().and_then(|(_, _, d)| d)).unwrap();
+        // The example's binary, where `--debug-dir tests/data` finds it by build-id.
+        let id = exe_build_id.unwrap_or_else(|| panic!("no build-id for {exe_path} in the trace"));
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let dst = data.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
+        std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+        std::fs::copy(&exe, &dst).unwrap();
+    }
+    std::fs::remove_dir_all(work).unwrap();
+}
