@@ -171,6 +171,11 @@ impl Resolver {
         }
     }
 
+    /// The build-id the trace recorded for `b` (its own, or from the build-id table).
+    pub fn trace_build_id<'a>(&'a self, b: &'a crate::maps::Binary) -> Option<&'a [u8]> {
+        b.build_id.as_deref().or_else(|| self.build_ids.get(&b.path).map(Vec::as_slice))
+    }
+
     /// The address-space state as of the last record.
     pub fn spaces(&self) -> &AddressSpaces {
         &self.spaces
@@ -284,7 +289,8 @@ impl Resolver {
                     rows.push(FunctionInfo {
                         name: symbolizer.name(*name).to_owned(),
                         binary: path.to_owned(),
-                        unknown_reason: None,
+                        // `fn_4616a0`: a stripped binary's function, named by its .eh_frame range.
+                        unknown_reason: symbolizer.is_range_name(*name).then(|| crate::symbolize::RANGE_NAME_REASON.to_owned()),
                     });
                     next
                 }),

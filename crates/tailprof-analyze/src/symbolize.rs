@@ -649,6 +649,9 @@ impl Symbolizer {
 
 }
 
+/// `unknown_reason` of a function row named by its `.eh_frame` range (`fn_4616a0`).
+pub const RANGE_NAME_REASON: &str = "stripped: no symbol, named by its .eh_frame function range";
+
 /// No directories for blazesym's own debug-link search (see [`Symbolizer::new`]).
 const NO_DIRS: &[PathBuf] = &[];
 

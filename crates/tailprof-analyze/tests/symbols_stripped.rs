@@ -307,3 +307,62 @@ fn debian_postgres_when_installed() {
     eprintln!("{}: {} ({} .eh_frame ranges)", pg.display(), src.source, src.eh_frame_ranges);
     assert!(src.eh_frame_ranges > 10_000, "{src:?}");
 }
+
+/// The MMAP record of `bin`'s executable segment at `base` (PIE), as the kernel reports it.
+fn exec_mmap(pid: u32, bin: &Path, base: u64) -> tailprof_format::Mmap {
+    let out = run(Command::new("readelf").arg("-lW").arg(bin));
+    let l = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("LOAD") && l.contains(" R E "))
+        .expect("executable PT_LOAD");
+    let f: Vec<u64> = l.split_whitespace().skip(1).take(5).map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
+    let (off, vaddr, memsz) = (f[0], f[1], f[4]);
+    let start = base + (vaddr & !0xfff);
+    let end = (base + vaddr + memsz + 0xfff) & !0xfff;
+    tailprof_format::Mmap {
+        time: 0,
+        pid,
+        tid: pid,
+        start,
+        len: end - start,
+        pgoff: off & !0xfff,
+        prot: 5,
+        cpumode: tailprof_format::CpuMode::User,
+        path: bin.to_str().unwrap().to_owned(),
+        build_id: None,
+    }
+}
+
+#[test]
+fn resolver_rows_expand_inlined_functions_and_name_stripped_ranges() {
+    use tailprof_analyze::resolve::Resolver;
+    use tailprof_analyze::symbolize::inline::inline_rows;
+    use tailprof_format::{CpuMode, Sample, TraceHeader};
+    let f = fixture(8);
+    let base = 0x5555_5555_4000u64;
+    let (work, size) = sym(&f.full, "work");
+    let sample = |ip: u64| Sample { time: 1, pid: 7, tid: 7, ip, period: 1, cpumode: CpuMode::User, ..Default::default() };
+    for (bin, stripped) in [(&f.full, false), (&f.stripped, true)] {
+        let mut r = Resolver::new(&TraceHeader::default());
+        r.handle_mmap(&exec_mmap(7, bin, base));
+        // Every byte of `work` (PIE: vaddr + base is the runtime address).
+        for v in work..work + size {
+            r.loc(&sample(base + v));
+        }
+        let mut s = Symbolizer::default();
+        let mut table = r.functions(&mut s);
+        let rows = inline_rows(&r, &mut table, &mut s);
+        assert_eq!(rows.len(), r.locations().len());
+        let named: Vec<Vec<&str>> = rows.iter().map(|v| v.iter().map(|&i| table.rows[i as usize].name.as_str()).collect()).collect();
+        if stripped {
+            // No DWARF: one frame per address, all in one `.eh_frame` row.
+            let want = format!("fn_{work:x}");
+            assert!(named.iter().all(|v| v == &[want.as_str()]), "{named:?}");
+            let row = table.rows.iter().find(|x| x.name == want).unwrap();
+            assert!(row.unknown_reason.as_deref().unwrap().contains(".eh_frame"), "{row:?}");
+        } else {
+            assert!(named.iter().any(|v| v == &["mix_step", "work"]), "{named:?}");
+            assert!(named.iter().all(|v| v.last() == Some(&"work")), "{named:?}");
+        }
+    }
+}
