@@ -29,6 +29,13 @@ pub fn corpus_file(name: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
+        // CI (.ci/run) sets TAILPROF_REQUIRE_TESTDATA=1: with the corpus present, a missing
+        // file is a failure, not a skip.
+        assert!(
+            std::env::var_os("TAILPROF_REQUIRE_TESTDATA").is_none_or(|v| v != "1"),
+            "corpus file {} not found and TAILPROF_REQUIRE_TESTDATA=1",
+            p.display()
+        );
         eprintln!("SKIP: corpus file {} not found (test skipped)", p.display());
         None
     }
