@@ -8,9 +8,10 @@
 //!
 //! Bounds: one download at most [`Client::max_file`] bytes and [`Client::timeout`]
 //! long; the cache at most [`Client::max_cache`] bytes (oldest files removed first).
-//! A build-id that failed on every server is remembered (a `<hex id>.fail` marker,
-//! honoured for a day, and in memory), so a trace full of unknown binaries does not
-//! ask the servers again on each run.
+//! A build-id no server has (they answered, e.g. 404) is remembered (a `<hex id>.fail`
+//! marker, honoured for a day, and in memory), so a trace full of unknown binaries does
+//! not ask the servers again on each run. A server that does not answer (refused,
+//! timeout) is skipped for the rest of the run: a dead server costs one timeout.
 //!
 //! Plain `http://` only: the HTTP client (ureq) is built without TLS, which would add
 //! rustls and a crypto library (C and assembly code, minutes of build time, a large
@@ -49,6 +50,9 @@ pub struct Client {
     /// `https://` URLs that were left out.
     pub skipped: Vec<String>,
     failed: HashSet<Vec<u8>>,
+    /// Servers that did not answer (connection refused, timeout): not asked again in
+    /// this run, so a dead server costs one timeout, not one per binary.
+    dead: HashSet<String>,
 }
 
 impl Client {
@@ -63,6 +67,7 @@ impl Client {
             max_cache: 8 << 30,
             skipped: Vec::new(),
             failed: HashSet::new(),
+            dead: HashSet::new(),
         }
     }
 
@@ -128,16 +133,31 @@ impl Client {
         }
         self.ensure_cache_dir()?;
         let mut errors = Vec::new();
+        let mut answered = false;
         for url in self.urls.clone() {
+            if self.dead.contains(&url) {
+                continue;
+            }
             match self.download(&url, &id, build_id) {
                 Ok(path) => {
                     self.evict(&path);
                     return Ok(DebugFile { path, found_by: FoundBy::Debuginfod(url) });
                 }
-                Err(e) => errors.push(format!("{url}: {e}")),
+                Err(Failure::Server(e)) => {
+                    self.dead.insert(url.clone());
+                    errors.push(format!("{url}: {e}"));
+                }
+                Err(Failure::Answer(e)) => {
+                    answered = true;
+                    errors.push(format!("{url}: {e}"));
+                }
             }
         }
         self.failed.insert(build_id.to_vec());
+        if !answered {
+            // No server answered at all: not the build-id's fault, no marker on disk.
+            return Err(if errors.is_empty() { "no debuginfod server reachable".into() } else { errors.join("; ") });
+        }
         let _ = create_new_0600(&marker).and_then(|mut f| f.write_all(errors.join("\n").as_bytes()));
         Err(errors.join("; "))
     }
@@ -155,7 +175,8 @@ impl Client {
         Ok(())
     }
 
-    fn download(&self, base: &str, id: &str, build_id: &[u8]) -> Result<PathBuf, String> {
+    fn download(&self, base: &str, id: &str, build_id: &[u8]) -> Result<PathBuf, Failure> {
+        use Failure::Answer;
         let url = format!("{}/buildid/{id}/debuginfo", base.trim_end_matches('/'));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(self.timeout))
@@ -163,24 +184,28 @@ impl Client {
             .max_redirects(3)
             .build()
             .into();
-        let mut resp = agent.get(&url).call().map_err(|e| e.to_string())?;
+        let mut resp = match agent.get(&url).call() {
+            Ok(r) => r,
+            Err(e @ ureq::Error::StatusCode(_)) => return Err(Answer(e.to_string())),
+            Err(e) => return Err(Failure::Server(e.to_string())),
+        };
         let mut tmp = tempfile::Builder::new()
             .prefix(".part-")
             .permissions(fs::Permissions::from_mode(0o600))
             .tempfile_in(&self.cache)
-            .map_err(|e| format!("{}: {e}", self.cache.display()))?;
+            .map_err(|e| Answer(format!("{}: {e}", self.cache.display())))?;
         let mut body = resp.body_mut().with_config().limit(self.max_file).reader();
-        let n = io::copy(&mut body, tmp.as_file_mut()).map_err(|e| e.to_string())?;
+        let n = io::copy(&mut body, tmp.as_file_mut()).map_err(|e| Answer(e.to_string()))?;
         if n >= self.max_file {
-            return Err(format!("larger than the {}-byte limit", self.max_file));
+            return Err(Answer(format!("larger than the {}-byte limit", self.max_file)));
         }
-        tmp.as_file().sync_all().map_err(|e| e.to_string())?;
-        let got = ElfFile::open(tmp.path()).map_err(|e| format!("not an ELF file: {e}"))?.build_id();
+        tmp.as_file().sync_all().map_err(|e| Answer(e.to_string()))?;
+        let got = ElfFile::open(tmp.path()).map_err(|e| Answer(format!("not an ELF file: {e}")))?.build_id();
         if got.as_deref() != Some(build_id) {
-            return Err(format!("answer has build-id {}, not {id}", got.map(|g| hex(&g)).unwrap_or_else(|| "none".into())));
+            return Err(Answer(format!("answer has build-id {}, not {id}", got.map(|g| hex(&g)).unwrap_or_else(|| "none".into()))));
         }
         let dst = self.cached_path(id);
-        tmp.persist(&dst).map_err(|e| e.to_string())?;
+        tmp.persist(&dst).map_err(|e| Answer(e.to_string()))?;
         Ok(dst)
     }
 
@@ -205,6 +230,14 @@ impl Client {
             }
         }
     }
+}
+
+/// Why one server gave no debug file.
+enum Failure {
+    /// The server did not answer (refused, timeout, DNS): skip it for the rest of the run.
+    Server(String),
+    /// It answered, but not with the file (404, wrong build-id, too large).
+    Answer(String),
 }
 
 /// (http URLs, https URLs skipped).
@@ -243,18 +276,22 @@ mod tests {
     }
 
     #[test]
-    fn unreachable_server_fails_once_then_is_remembered() {
+    fn unreachable_server_is_asked_once_per_run_and_leaves_no_marker() {
         let dir = tempfile::tempdir().unwrap();
         // Port 9 on localhost: connection refused at once.
         let mut c = Client::new(vec!["http://127.0.0.1:9".into()], dir.path().join("cache"));
         c.timeout = Duration::from_secs(5);
         let id = [0xab; 20];
         assert!(c.fetch(&id).is_err());
-        assert!(dir.path().join("cache").join(format!("{}.fail", hex(&id))).is_file());
-        let e = c.fetch(&id).unwrap_err();
-        assert!(e.contains("before"), "{e}");
-        // A new client (next run) honours the marker.
+        assert!(c.dead.contains("http://127.0.0.1:9"));
+        // The server is down, the build-id may well exist: no marker for later runs.
+        assert!(!dir.path().join("cache").join(format!("{}.fail", hex(&id))).exists());
+        let e = c.fetch(&[0xcd; 20]).unwrap_err();
+        assert!(e.contains("no debuginfod server reachable"), "{e}");
+        assert!(c.fetch(&id).unwrap_err().contains("before"));
+        // A stale marker from another run is honoured.
+        std::fs::write(dir.path().join("cache").join(format!("{}.fail", hex(&[0xef; 20]))), b"x").unwrap();
         let mut c2 = Client::new(vec!["http://127.0.0.1:9".into()], dir.path().join("cache"));
-        assert!(c2.fetch(&id).unwrap_err().contains("last day"));
+        assert!(c2.fetch(&[0xef; 20]).unwrap_err().contains("last day"));
     }
 }
