@@ -286,14 +286,11 @@ impl StackMaker {
                 }
             }
             (Some(CallGraph::Lbr), _, _) if v.branch_stack().is_some() => {
+                // As perf resolves LBR call graphs: the kernel part of the callchain, the
+                // most recent call's target, then each entry's source (the call sites).
                 let b = v.branch_stack().expect("checked");
-                let user_ip = v.ip().unwrap_or(0);
-                if !kernel_sample {
-                    self.frames.clear();
-                    tailprof_unwind::lbr_frames(user_ip, true, b.iter().map(|e| (e.from, e.to)), &mut self.frames);
-                } else {
-                    self.frames.extend(b.iter().map(|e| Frame::user(e.from)));
-                }
+                self.frames.retain(|f| f.kind == tailprof_format::FrameKind::Kernel);
+                tailprof_unwind::lbr_frames(b.iter().map(|e| (e.from, e.to)), &mut self.frames);
                 StackStatus::Unknown
             }
             _ => match chain {
@@ -326,6 +323,7 @@ fn observe_mmap(u: &mut Unwinder, m: &Mmap, file: Option<(u64, u64)>) {
             pgoff: m.pgoff,
             file: file.filter(|&k| k != (0, 0)),
             path: Arc::from(m.path.as_str()),
+            build_id: None,
         },
     );
 }

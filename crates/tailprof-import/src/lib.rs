@@ -29,6 +29,7 @@ mod header;
 mod reader;
 mod sample;
 mod source;
+pub mod stacks;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -124,7 +125,15 @@ pub struct Imported {
 /// Convert a perf.data file into records handed to `sink`, in time order.
 pub fn import_to_sink(path: &Path, opts: &ImportOptions, sink: &mut dyn Sink) -> Result<Imported, ImportError> {
     let mut reader = PerfDataReader::open(path, opts)?;
-    while let Some(r) = reader.next_record()? {
+    // Stacks as `import_file` stores them: same ids, nodes delivered before first use.
+    let mut stacks = stacks::ImportStacks::new();
+    let mut table = tailprof_format::StackTable::new();
+    while let Some(mut r) = reader.next_record()? {
+        let known = table.len();
+        stacks.process_with(&mut r, &mut |f| table.intern_leaf_first(&f[..f.len().min(tailprof_format::MAX_STACK_DEPTH)]));
+        for d in table.defs().skip(known) {
+            sink.handle_stack(&d);
+        }
         sink.handle_record(&r);
     }
     let (header, build_ids, summary) = reader.into_parts();
@@ -154,12 +163,14 @@ pub fn import_file(
     progress(0, total);
     let (mut first, mut last) = (None, None);
     let mut n: u64 = 0;
-    while let Some(r) = reader.next_record()? {
+    let mut stacks = stacks::ImportStacks::new();
+    while let Some(mut r) = reader.next_record()? {
         let t = r.time();
         if t != 0 {
             first.get_or_insert(t);
             last = Some(t);
         }
+        stacks.process(&mut r, &mut writer);
         writer.write(&r).map_err(werr)?;
         n += 1;
         if n % 4096 == 0 {

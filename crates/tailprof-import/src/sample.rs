@@ -70,7 +70,9 @@ fn decode_with(data: &[u8], layout: &SampleLayout, read_format: u64) -> Result<D
         .with_branch_sample_type(if layout.branch_hw_index { branch_sample_type::HW_INDEX } else { 0 })
         .with_regs_user(layout.regs_user_mask);
     let endian = if layout.big_endian { Endian::Big } else { Endian::Little };
-    abi.decode_with(data, endian, |v| DecodedSample {
+    abi.decode_with(data, endian, |v| {
+        crate::stacks::capture(&v);
+        DecodedSample {
         ip: v.ip(),
         pid: v.pid(),
         tid: v.tid(),
@@ -83,6 +85,7 @@ fn decode_with(data: &[u8], layout: &SampleLayout, read_format: u64) -> Result<D
         weight: v.weight().map(|w| w.value()),
         data_src: v.data_src(),
         trailing: v.rest().len(),
+        }
     })
     .map_err(|e| e.to_string())
 }

@@ -149,6 +149,9 @@ pub struct Mapping {
     /// `(st_dev, st_ino)` of the mapped file when known.
     pub file: Option<(u64, u64)>,
     pub path: Arc<str>,
+    /// GNU build-id the file must have (when known): a different file at the path (e.g. a
+    /// rebuilt binary when importing an old recording) is not used.
+    pub build_id: Option<Arc<[u8]>>,
 }
 
 /// Opens the file behind a mapping (the recorder: safely, from the target's view; import:
@@ -209,7 +212,7 @@ struct ModuleData {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum FileKey {
     DevIno(u64, u64),
-    Path(Arc<str>),
+    Path(Arc<str>, Option<Arc<[u8]>>),
 }
 
 /// Files read so far, shared by all processes; bounded by [`Limits::max_cache_bytes`]
@@ -392,12 +395,12 @@ impl Unwinder {
             let m = self.procs[&pid].maps[i].mapping.clone();
             let key = match m.file {
                 Some((d, i)) => FileKey::DevIno(d, i),
-                None => FileKey::Path(m.path.clone()),
+                None => FileKey::Path(m.path.clone(), m.build_id.clone()),
             };
             let data = match self.modules.get(&key) {
                 Some(d) => d,
                 None => {
-                    let d = match self.opener.open(pid, &m).and_then(|f| read_module(f, &self.limits)) {
+                    let d = match self.opener.open(pid, &m).and_then(|f| read_module(f, &self.limits, m.build_id.as_deref())) {
                         Ok(d) => {
                             self.stats.files_read += 1;
                             Some(Arc::new(d))
@@ -495,11 +498,16 @@ fn module_for(m: &Mapping, d: &ModuleData) -> Option<Module<Bytes>> {
 }
 
 /// Read the ELF headers and unwind sections of `f`, within `limits`.
-fn read_module(f: File, limits: &Limits) -> io::Result<ModuleData> {
+fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<ModuleData> {
     let bad = |e: object::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
     let len = f.metadata()?.len();
     let cache = ReadCache::new(f);
     let elf = ElfFile64::<object::Endianness, _>::parse(&cache).map_err(bad)?;
+    if let Some(want) = build_id.filter(|b| !b.is_empty()) {
+        if elf.build_id().ok().flatten() != Some(want) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "the file's build-id differs from the recorded one"));
+        }
+    }
     let endian = elf.endian();
     let mut exec_segments = Vec::new();
     for ph in elf.elf_program_headers() {
@@ -600,14 +608,17 @@ pub fn callchain_status(c: &Callchain, entries: usize, user_sample: bool, max_st
     }
 }
 
-/// LBR branch stack → frames, most recent first: the sample ip, then the `to` and `from`
-/// of each taken branch (the path that led to the sample, not a call stack; status
-/// `Unknown`).
-pub fn lbr_frames(ip: u64, user: bool, branches: impl IntoIterator<Item = (u64, u64)>, out: &mut Vec<Frame>) {
-    let mk = |a: u64| if user { Frame::user(a) } else { Frame::kernel(a) };
-    out.push(mk(ip));
-    for (from, _to) in branches {
-        out.push(mk(from));
+/// LBR call stack (PERF_SAMPLE_BRANCH_CALL_STACK entries `(from, to)`, most recent first)
+/// → user frames, appended as perf resolves them (`resolve_lbr_callchain_sample`, callee
+/// order): the most recent entry's `to` (the current function), then every entry's `from`
+/// (the call sites, innermost first). Nothing for an empty stack.
+pub fn lbr_frames(branches: impl IntoIterator<Item = (u64, u64)>, out: &mut Vec<Frame>) {
+    let mut first = true;
+    for (from, to) in branches {
+        if std::mem::take(&mut first) {
+            out.push(Frame::user(to));
+        }
+        out.push(Frame::user(from));
     }
 }
 
@@ -658,6 +669,7 @@ mod tests {
                     pgoff: u64::from_str_radix(f[2], 16).unwrap(),
                     file: None,
                     path: f[5].into(),
+                    build_id: None,
                 },
             );
         }
