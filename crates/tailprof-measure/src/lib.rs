@@ -19,7 +19,6 @@
 //!   output directory rules.
 //!
 //! ```no_run
-//! use std::sync::atomic::AtomicBool;
 //! use tailprof_collect::event::EventSpec;
 //! use tailprof_measure::plan::{plan, PlanConfig};
 //!
@@ -29,7 +28,7 @@
 //!     alpha_ns: Some(12_000.0),
 //!     command: vec!["./server".into(), "--selftest".into()],
 //! };
-//! let report = plan(&cfg, &AtomicBool::new(false))?;
+//! let report = plan(&cfg)?;
 //! assert!(report.out.predicted_overhead_pct <= 2.0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -6,7 +6,6 @@
 //! attribute `record` would use (`tailprof_perf_abi::sample_record_size`).
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 
 use tailprof_analyze::overhead::predict::{parallelism, pebs_guidance, ring_pages, PebsGuidance};
 use tailprof_analyze::overhead::{recommend_period, PlanInput, PlanLimit, PlanOutput, RateModel};
@@ -90,7 +89,7 @@ pub fn raw_sample_bytes(sample_type: u64, regs_user_mask: u64) -> u64 {
 }
 
 /// Count the command, then plan.
-pub fn plan(cfg: &PlanConfig, _stop: &AtomicBool) -> Result<PlanReport> {
+pub fn plan(cfg: &PlanConfig) -> Result<PlanReport> {
     if !(cfg.budget > 0.0 && cfg.budget < 1.0) {
         return Err(MeasureError::Invalid(format!("the budget must be between 0 and 100% (got {}%)", cfg.budget * 100.0)));
     }
