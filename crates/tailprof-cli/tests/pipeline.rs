@@ -80,14 +80,17 @@ fn queries_without_symbols() {
     snap!("queries_report_by_thread", json(&["report", "--by", "thread", "--json", "queries.trace"]));
 }
 
-/// The items pipeline: join, estimators, anomaly flags, explanation, export. Until the
-/// binaries are found through `--debug-dir`, functions are named by address
-/// (`[unknown] queries+0x…`), which is still the same on every machine.
+/// The examples' binaries, by build-id (`.build-id/ab/cdef….debug`), relative to
+/// `tests/data`.
+const DEBUG_DIR: &str = ".";
+
+/// The items pipeline: join, estimators, anomaly flags, explanation, export, with the
+/// example's functions named through `--debug-dir`.
 #[test]
 fn queries_items_explain_export() {
-    let items = json(&["items", "--json", "queries.trace"]);
+    let items = json(&["items", "--json", "--debug-dir", DEBUG_DIR, "queries.trace"]);
     snap!("queries_items", &items);
-    snap!("queries_items_text", tailprof(&["items", "queries.trace"]));
+    snap!("queries_items_text", tailprof(&["items", "--debug-dir", DEBUG_DIR, "queries.trace"]));
     // Explain the slowest flagged item.
     let v: serde_json::Value = serde_json::from_str(&items).unwrap();
     let rows = v["items"].as_array().expect("items array");
@@ -97,15 +100,15 @@ fn queries_items_explain_export() {
         .max_by_key(|r| r["duration_ns"].as_u64())
         .expect("queries.trace has a slow (cold) item");
     let id = slow["id"].as_u64().unwrap().to_string();
-    snap!("queries_items_explain", json(&["items", "--explain", &id, "--json", "queries.trace"]));
+    snap!("queries_items_explain", json(&["items", "--explain", &id, "--json", "--debug-dir", DEBUG_DIR, "queries.trace"]));
     // Export: the Perfetto (Chrome JSON) trace, items and estimates in full; the sample
     // instants (one event per sample) as a digest: how many per function, first, last.
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("items.json");
-    tailprof(&["export", "queries.trace", "--no-samples", "--perfetto", out.to_str().unwrap()]);
+    tailprof(&["export", "queries.trace", "--debug-dir", DEBUG_DIR, "--no-samples", "--perfetto", out.to_str().unwrap()]);
     snap!("queries_export_perfetto_items", pretty(&std::fs::read_to_string(&out).unwrap()));
     let out = tmp.path().join("samples.json");
-    tailprof(&["export", "queries.trace", "--perfetto", out.to_str().unwrap()]);
+    tailprof(&["export", "queries.trace", "--debug-dir", DEBUG_DIR, "--perfetto", out.to_str().unwrap()]);
     snap!("queries_export_perfetto_instants", instants_digest(&std::fs::read_to_string(&out).unwrap()));
 }
 
@@ -129,7 +132,18 @@ fn instants_digest(perfetto: &str) -> String {
 
 #[test]
 fn regtag_items() {
-    snap!("regtag_items", json(&["items", "--json", "regtag.trace"]));
+    snap!("regtag_items", json(&["items", "--json", "--debug-dir", DEBUG_DIR, "regtag.trace"]));
+}
+
+/// Flat profiles by function: the symbolizer over the committed binaries, system
+/// libraries unnamed with their reason.
+#[test]
+fn reports_by_function() {
+    snap!("queries_report_text", tailprof(&["report", "--debug-dir", DEBUG_DIR, "queries.trace"]));
+    for name in ["queries", "split", "threads", "forkexec"] {
+        let trace = format!("{name}.trace");
+        snap!(format!("{name}_report"), json(&["report", "--json", "--debug-dir", DEBUG_DIR, &trace]));
+    }
 }
 
 #[test]
