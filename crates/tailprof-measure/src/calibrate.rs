@@ -313,9 +313,33 @@ pub fn calibrate(cfg: &CalibrateConfig, stop: &AtomicBool, status: &dyn Fn(&str)
         )));
     }
 
+    if busy_runs.get() > 0 {
+        notes.push(format!("{} runs started while other processes kept the machine busy", busy_runs.get()));
+    }
+    let mut report = summarize(cfg, key, load0, iters, &base, &designs, notes)?;
+    if report.verdict.is_ok() && cfg.save && !workload {
+        report.saved_to = Some(calibration::save(&report.machine, &report.calibration)?);
+    }
+    Ok(report)
+}
+
+/// The fit, the table and what would be stored, from the runs.
+fn summarize(
+    cfg: &CalibrateConfig,
+    key: MachineKey,
+    load0: Option<f64>,
+    iters: u64,
+    base: &[Timed],
+    designs: &[Design],
+    mut notes: Vec<String>,
+) -> Result<CalibrationReport> {
+    let spec = &cfg.spec;
+    let clock = spec.is_clock();
+    let basis = cfg.basis;
+    let workload = !cfg.command.is_empty();
     let points_in = |b: Basis| -> Vec<Point> {
         let mut pts: Vec<Point> = base.iter().map(|t| Point { group: 0, samples: 0.0, time_s: t.time(b) }).collect();
-        for d in &designs {
+        for d in designs {
             for r in d.runs.iter().filter(|r| r.throttled == 0) {
                 pts.push(Point { group: d.period, samples: r.samples as f64, time_s: r.timed.time(b) });
             }
@@ -326,9 +350,6 @@ pub fn calibrate(cfg: &CalibrateConfig, stop: &AtomicBool, status: &dyn Fn(&str)
     let other_basis = if basis == Basis::Wall { Basis::Cpu } else { Basis::Wall };
     let other_fit = fit_line(&points_in(other_basis));
     let throttled_runs = designs.iter().flat_map(|d| d.runs.iter()).filter(|r| r.throttled > 0).count();
-    if busy_runs.get() > 0 {
-        notes.push(format!("{} runs started while other processes kept the machine busy", busy_runs.get()));
-    }
     if throttled_runs > 0 {
         notes.push(format!("{throttled_runs} throttled runs left out of the fit"));
     }
@@ -368,7 +389,6 @@ pub fn calibrate(cfg: &CalibrateConfig, stop: &AtomicBool, status: &dyn Fn(&str)
         loadavg: load0,
         notes: notes.clone(),
     };
-    let saved_to = if verdict.is_ok() && cfg.save && !workload { Some(calibration::save(&key, &calibration)?) } else { None };
 
     let mut rows = vec![PeriodRow {
         period: None,
@@ -407,7 +427,7 @@ pub fn calibrate(cfg: &CalibrateConfig, stop: &AtomicBool, status: &dyn Fn(&str)
         bytes_per_sample,
         recorder_cpu_ns_per_sample: recorder_cpu,
         calibration,
-        saved_to,
+        saved_to: None,
         save_disabled: !cfg.save,
         notes,
     })
@@ -431,6 +451,80 @@ mod tests {
     fn spin_is_deterministic() {
         assert_eq!(spin(3), spin(3));
         assert_ne!(spin(3), spin(4));
+    }
+
+    fn config() -> CalibrateConfig {
+        CalibrateConfig {
+            spec: EventSpec::parse("cpu-clock").unwrap(),
+            repeats: 3,
+            seconds: 0.5,
+            periods: vec![],
+            basis: Basis::Cpu,
+            wait_idle_s: 0.0,
+            pin: false,
+            mmap_pages: 128,
+            save: true,
+            command: vec![],
+        }
+    }
+
+    fn run(time: f64, samples: u64, throttled: u64) -> ProfiledRun {
+        ProfiledRun {
+            timed: Timed { elapsed_s: time * 2.0, cpu_s: time, status: 0 },
+            samples,
+            lost: 0,
+            throttled,
+            bytes: 3 * samples,
+            recorder_cpu_s: 2e-6 * samples as f64,
+            recorder_wall_s: time,
+        }
+    }
+
+    #[test]
+    fn runs_become_a_fit_a_table_and_a_calibration() {
+        // CPU time = 0.5 s + 10 µs per sample, three repeats with a little noise; one
+        // throttled run, which the fit leaves out.
+        let key = MachineKey { cpu_model: "cpu".into(), kernel: "6.1".into(), online_cpus: 2 };
+        let noise = [0.0, 1e-4, -1e-4];
+        let base: Vec<Timed> = noise.iter().map(|n| Timed { elapsed_s: 1.0, cpu_s: 0.5 + n, status: 0 }).collect();
+        let designs: Vec<Design> = [(1_000_000u64, 500u64), (200_000, 2_500), (50_000, 10_000)]
+            .iter()
+            .map(|&(p, n)| Design { period: p, runs: noise.iter().map(|e| run(0.5 + 10e-6 * n as f64 + e, n, 0)).collect() })
+            .chain(std::iter::once(Design { period: 20_000, runs: vec![run(9.0, 25_000, 1)] }))
+            .collect();
+        let r = summarize(&config(), key.clone(), Some(0.5), 1000, &base, &designs, vec!["pilot".into()]).unwrap();
+        assert!((r.fit.alpha_ns() - 10_000.0).abs() < 100.0, "{:?}", r.fit);
+        assert!(r.verdict.is_ok(), "{:?}", r.verdict);
+        assert_eq!(r.points.len(), 12, "throttled run left out");
+        assert_eq!(r.rows.len(), 5);
+        assert_eq!((r.rows[0].period, r.rows[0].runs, r.rows[0].overhead_pct), (None, 3, 0.0));
+        assert_eq!(r.rows[3].samples_median, Some(10_000.0));
+        assert!((r.rows[3].overhead_pct - 20.0).abs() < 0.1, "{:?}", r.rows[3]);
+        assert_eq!(r.rows[4].throttled_runs, 1);
+        assert_eq!(r.notes, vec!["pilot".to_string(), "1 throttled runs left out of the fit".to_string()]);
+        assert_eq!(r.bytes_per_sample, Some(3.0));
+        assert_eq!(r.other_basis, Basis::Wall);
+        assert_eq!(r.saved_to, None, "summarize never saves");
+        let c = &r.calibration;
+        assert_eq!((c.alpha_ns, c.basis, c.periods.len(), &c.cpu_model), (r.fit.alpha_ns(), Basis::Cpu, 4, &key.cpu_model));
+        assert!(crate::calibration::validate(c, "cpu-clock").is_ok());
+    }
+
+    #[test]
+    fn no_samples_or_one_sample_count_cannot_be_fitted() {
+        let key = MachineKey { cpu_model: "cpu".into(), kernel: "6.1".into(), online_cpus: 2 };
+        let base = vec![Timed { elapsed_s: 1.0, cpu_s: 1.0, status: 0 }];
+        let none = vec![Design { period: 1_000_000, runs: vec![run(1.0, 0, 0)] }];
+        let e = summarize(&config(), key, None, 0, &base, &none, vec![]).unwrap_err().to_string();
+        assert!(e.contains("no 'cpu-clock' samples"), "{e}");
+    }
+
+    #[test]
+    fn pilot_skips_use_the_one_slowdown_model() {
+        // α = 12 µs: 20 µs slows the loop 2.5× (skipped), 50 µs 1.3× (kept).
+        assert!(slowdown_at(20_000, 12_000.0, RateModel::Time) > MAX_SLOWDOWN);
+        assert!(slowdown_at(50_000, 12_000.0, RateModel::Time) < MAX_SLOWDOWN);
+        assert_eq!(slowdown_at(10_000, 12_000.0, RateModel::Time), f64::INFINITY);
     }
 
     #[test]

@@ -212,6 +212,20 @@ pub fn measure_overhead(cfg: &OverheadConfig, stop: &AtomicBool, status: &dyn Fn
         pairs.push((base, prof));
     }
 
+    summarize(cfg, &pairs, cpus.len(), alpha, period_desc, load0, busy_pairs)
+}
+
+/// The report from the measured pairs (unprofiled runs, profiled runs) of all copies.
+fn summarize(
+    cfg: &OverheadConfig,
+    pairs: &[(Vec<Timed>, Vec<ProfiledRun>)],
+    ncpus: usize,
+    alpha: Option<AlphaSource>,
+    period_desc: String,
+    load0: Option<f64>,
+    busy_pairs: usize,
+) -> Result<OverheadReport> {
+    let k = cfg.instances;
     // Per pair: times averaged over the instances (the CERN report sums them; the
     // ratio is the same), samples summed.
     let avg = |v: Vec<f64>| mean(&v).unwrap_or(f64::NAN);
@@ -228,7 +242,7 @@ pub fn measure_overhead(cfg: &OverheadConfig, stop: &AtomicBool, status: &dyn Fn
     let samples = median(&samples_runs).unwrap_or(0.0);
     let per_instance = samples / k as f64;
     let threads = median(
-        &pairs.iter().flat_map(|(b, _)| b.iter().map(|t| parallelism(t.cpu_s, t.elapsed_s, cpus.len()))).collect::<Vec<_>>(),
+        &pairs.iter().flat_map(|(b, _)| b.iter().map(|t| parallelism(t.cpu_s, t.elapsed_s, ncpus))).collect::<Vec<_>>(),
     )
     .unwrap_or(1.0);
     let all: Vec<&ProfiledRun> = pairs.iter().flat_map(|(_, p)| p.iter()).collect();
@@ -251,15 +265,15 @@ pub fn measure_overhead(cfg: &OverheadConfig, stop: &AtomicBool, status: &dyn Fn
     // from cache pollution).
     let implied = |d: f64, t: f64| if per_instance > 0.0 { Some(d * t / per_instance * 1e9) } else { None };
     Ok(OverheadReport {
-        event: spec.name.clone(),
-        clock,
+        event: cfg.spec.name.clone(),
+        clock: cfg.spec.is_clock(),
         period: cfg.period,
         period_desc,
-        command: cmd.clone(),
+        command: cfg.command.clone(),
         runs: cfg.runs,
         instances: k,
         pinned: cfg.pin,
-        cpus: cpus.len(),
+        cpus: ncpus,
         implied_alpha_ns: implied(est.profiled_s - est.base_s, threads),
         implied_alpha_cpu_ns: implied(est_cpu.profiled_s - est_cpu.base_s, 1.0),
         wall: est,
@@ -282,4 +296,74 @@ pub fn measure_overhead(cfg: &OverheadConfig, stop: &AtomicBool, status: &dyn Fn
         wait_idle_s: cfg.wait_idle_s,
         pairs_started_busy: (cfg.wait_idle_s > 0.0).then_some(busy_pairs),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(instances: usize) -> OverheadConfig {
+        OverheadConfig {
+            spec: EventSpec::parse("cpu-clock").unwrap(),
+            period: Some(100_000),
+            runs: 3,
+            warmup: 0,
+            instances,
+            pin: false,
+            wait_idle_s: 0.0,
+            alpha_ns: None,
+            mmap_pages: 128,
+            show_output: false,
+            command: vec!["true".into()],
+        }
+    }
+
+    fn timed(el: f64, cpu: f64) -> Timed {
+        Timed { elapsed_s: el, cpu_s: cpu, status: 0 }
+    }
+
+    fn prof(el: f64, cpu: f64, samples: u64) -> ProfiledRun {
+        ProfiledRun {
+            timed: timed(el, cpu),
+            samples,
+            lost: 1,
+            throttled: 0,
+            bytes: 4 * samples,
+            recorder_cpu_s: 1e-6 * samples as f64,
+            recorder_wall_s: el + 0.01,
+        }
+    }
+
+    #[test]
+    fn prediction_is_base_plus_alpha_per_sample_over_threads() {
+        // Two copies per pair: times averaged, samples summed; one thread each.
+        let pairs: Vec<_> = [1.0, 1.1, 0.9]
+            .iter()
+            .map(|&b| (vec![timed(b, b), timed(b, b)], vec![prof(b * 1.1, b * 1.1, 5_000), prof(b * 1.1, b * 1.1, 5_000)]))
+            .collect();
+        let alpha = AlphaSource { alpha_ns: 10_000.0, ci_ns: None, calibration: None, path: None };
+        let r = summarize(&cfg(2), &pairs, 2, Some(alpha), "100 µs".into(), None, 0).unwrap();
+        assert_eq!((r.wall.base_s, r.samples, r.samples_per_instance, r.threads), (1.0, 10_000.0, 5_000.0, 1.0));
+        assert!((r.wall.overhead_pct - 10.0).abs() < 1e-9, "{:?}", r.wall);
+        let p = r.predicted_wall.unwrap();
+        assert!((p.predicted_s - (1.0 + 10_000e-9 * 5_000.0)).abs() < 1e-12);
+        assert!((p.error - (1.1 - p.predicted_s) / p.predicted_s).abs() < 1e-12);
+        // Implied α: 0.1 s over 5000 samples per copy = 20 µs.
+        assert!((r.implied_alpha_ns.unwrap() - 20_000.0).abs() < 1e-6);
+        assert_eq!(r.lost, 6);
+        assert_eq!(r.bytes_per_sample, Some(4.0));
+        assert_eq!(r.pairs_started_busy, None);
+        assert_eq!(r.wall_pairs.len(), 3);
+        assert!(r.recorder_fixed_s.unwrap() > 0.0);
+    }
+
+    #[test]
+    fn no_alpha_no_prediction_and_no_samples_no_per_sample_costs() {
+        let pairs = vec![(vec![timed(1.0, 2.0)], vec![ProfiledRun { samples: 0, lost: 0, ..prof(1.0, 2.0, 0) }])];
+        let r = summarize(&cfg(1), &pairs, 2, None, "x".into(), None, 0).unwrap();
+        assert_eq!(r.predicted_wall, None);
+        assert_eq!(r.threads, 2.0);
+        assert_eq!((r.implied_alpha_ns, r.bytes_per_sample), (None, None));
+        assert!(summarize(&cfg(1), &[], 2, None, "x".into(), None, 0).is_err());
+    }
 }
