@@ -104,7 +104,19 @@ fn per_item_estimates_match_the_truth_at_the_default_period() {
     let tmp = tempfile::tempdir().unwrap();
     // Longer queries (scale 4) so that many (query, function) pairs are at least 20
     // sample intervals (5 ms at the default 250 us period) long.
-    let Some(s) = run_demo(&tmp.path().join("demo"), &["--scale", "4"]) else { return };
+    let out = tmp.path().join("demo");
+    let Some(s) = run_demo(&out, &["--scale", "4"]) else { return };
+    // Issue 10, finding 1: the demo built and ran its program in a directory only we can
+    // enter, so nobody could swap the binary.
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::symlink_metadata(&out).unwrap();
+    assert!(md.is_dir() && md.mode() & 0o777 == 0o700, "mode {:o}", md.mode());
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(md.uid(), unsafe { libc::geteuid() });
+    for f in ["queries", "queries.c", "demo.json", "items.json"] {
+        let m = std::fs::symlink_metadata(out.join(f)).unwrap();
+        assert!(m.is_file() && m.mode() & 0o022 == 0, "{f}: mode {:o}", m.mode());
+    }
     let acc = &s["accuracy"];
     assert_eq!(acc["period_ns"], 250_000);
     let pairs = acc["pairs"].as_u64().unwrap();
