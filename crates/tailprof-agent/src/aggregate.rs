@@ -18,8 +18,13 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use tailprof_collect::session::RecordOutput;
-use tailprof_format::{BuildIdEntry, CpuMode, Frame, FrameKind, FormatError, LossKind, Record, Sample, StackId, StackStatus, StackTable};
-use tailprof_store::schema::{stack_id, SampleRow, StoreFrame, KERNEL_BUILD_ID, NO_BUILD_ID_PREFIX};
+use tailprof_format::{
+    BuildIdEntry, CpuMode, FormatError, Frame, FrameKind, LossKind, Record, Sample, StackId,
+    StackStatus, StackTable,
+};
+use tailprof_store::schema::{
+    stack_id, SampleRow, StoreFrame, KERNEL_BUILD_ID, NO_BUILD_ID_PREFIX,
+};
 
 use crate::tail::TailRetainer;
 use crate::writer::{Job, SymbolJob, WindowBatch};
@@ -116,7 +121,13 @@ fn is_kernel_ip(ip: u64) -> bool {
 }
 
 impl Aggregator {
-    pub fn new(events: Vec<String>, window_us: i64, host: String, jobs: Sender<Job>, tail: Option<TailRetainer>) -> Self {
+    pub fn new(
+        events: Vec<String>,
+        window_us: i64,
+        host: String,
+        jobs: Sender<Job>,
+        tail: Option<TailRetainer>,
+    ) -> Self {
         let comm_ids = HashMap::from([(String::new(), 0)]);
         Aggregator {
             procs: HashMap::new(),
@@ -174,7 +185,11 @@ impl Aggregator {
         if m.prot != 0 && m.prot & libc::PROT_EXEC as u32 == 0 {
             return;
         }
-        let build_id = m.build_id.as_ref().filter(|b| !b.is_empty()).map(|b| Arc::<str>::from(hex(b)));
+        let build_id = m
+            .build_id
+            .as_ref()
+            .filter(|b| !b.is_empty())
+            .map(|b| Arc::<str>::from(hex(b)));
         let map = Map {
             start: m.start,
             end: m.start.saturating_add(m.len),
@@ -183,7 +198,9 @@ impl Aggregator {
             bin: UNRESOLVED,
             build_id,
         };
-        let Some(p) = self.proc_mut(m.pid) else { return };
+        let Some(p) = self.proc_mut(m.pid) else {
+            return;
+        };
         // A new mapping replaces whatever overlapped it.
         p.maps.retain(|x| x.end <= map.start || x.start >= map.end);
         if p.maps.len() >= MAX_MAPS_PER_PROC {
@@ -207,17 +224,29 @@ impl Aggregator {
         let build_id = given
             .map(|b| b.to_string())
             .or_else(|| self.path_build_ids.get(&*path).cloned())
-            .or_else(|| opened.as_ref().and_then(|f| tailprof_collect::buildid::read_build_id_from(f)).map(|b| hex(&b)))
+            .or_else(|| {
+                opened
+                    .as_ref()
+                    .and_then(|f| tailprof_collect::buildid::read_build_id_from(f))
+                    .map(|b| hex(&b))
+            })
             .unwrap_or_else(|| pseudo_build_id(&path, opened.as_ref()));
         let bin = match self.bin_ids.get(&build_id) {
             Some(&b) => b,
             None => {
                 let b = self.binaries.len() as u32;
-                self.binaries.push(Binary { build_id: build_id.clone(), path: path.clone() });
+                self.binaries.push(Binary {
+                    build_id: build_id.clone(),
+                    path: path.clone(),
+                });
                 self.bin_ids.insert(build_id.clone(), b);
                 self.stats.binaries += 1;
                 if let Some(file) = opened {
-                    let _ = self.jobs.send(Job::Symbols(SymbolJob { build_id, path: path.to_string(), file }));
+                    let _ = self.jobs.send(Job::Symbols(SymbolJob {
+                        build_id,
+                        path: path.to_string(),
+                        file,
+                    }));
                 }
                 b
             }
@@ -232,7 +261,9 @@ impl Aggregator {
         if f.kind == FrameKind::Kernel || is_kernel_ip(f.ip) {
             return (KERNEL_BIN, f.ip);
         }
-        let Some(p) = self.procs.get(&pid) else { return (UNKNOWN_BIN, f.ip) };
+        let Some(p) = self.procs.get(&pid) else {
+            return (UNKNOWN_BIN, f.ip);
+        };
         let i = p.maps.partition_point(|m| m.start <= f.ip);
         if i == 0 || f.ip >= p.maps[i - 1].end {
             return (UNKNOWN_BIN, f.ip);
@@ -248,8 +279,16 @@ impl Aggregator {
         self.window_samples += 1;
         let mut frames = std::mem::take(&mut self.frame_buf);
         frames.clear();
-        let leaf = if s.cpumode == CpuMode::Kernel { Frame::kernel(s.ip) } else { Frame::user(s.ip) };
-        let mut chain: Vec<Frame> = if s.stack.is_none() { Vec::new() } else { self.stacks.frames_leaf_first(s.stack).collect() };
+        let leaf = if s.cpumode == CpuMode::Kernel {
+            Frame::kernel(s.ip)
+        } else {
+            Frame::user(s.ip)
+        };
+        let mut chain: Vec<Frame> = if s.stack.is_none() {
+            Vec::new()
+        } else {
+            self.stacks.frames_leaf_first(s.stack).collect()
+        };
         if chain.first().map(|f| f.ip) != Some(s.ip) {
             chain.insert(0, leaf);
         }
@@ -262,7 +301,13 @@ impl Aggregator {
         if let Some(t) = &mut self.tail {
             t.handle_sample(s, &frames);
         }
-        let key = AggKey { pid: s.pid, comm, event: s.event, truncated, frames: frames.as_slice().into() };
+        let key = AggKey {
+            pid: s.pid,
+            comm,
+            event: s.event,
+            truncated,
+            frames: frames.as_slice().into(),
+        };
         self.frame_buf = frames;
         if let Some(v) = self.table.get_mut(&key) {
             v.0 += 1;
@@ -281,7 +326,10 @@ impl Aggregator {
             UNKNOWN_BIN => String::new(),
             b => self.binaries[b as usize].build_id.clone(),
         };
-        StoreFrame { build_id, offset: f.1 }
+        StoreFrame {
+            build_id,
+            offset: f.1,
+        }
     }
 
     fn binary_path(&self, f: Option<&AggFrame>) -> String {
@@ -300,7 +348,8 @@ impl Aggregator {
     /// Ends the current window if it is due (or `force`), handing it to the writer.
     pub fn maybe_flush(&mut self, force: bool) {
         let now_mono = tailprof_collect::session::monotonic_ns();
-        let due = now_mono.saturating_sub(self.window_start_mono) >= (self.window_us as u64).saturating_mul(1000);
+        let due = now_mono.saturating_sub(self.window_start_mono)
+            >= (self.window_us as u64).saturating_mul(1000);
         if !due && !force {
             return;
         }
@@ -315,7 +364,11 @@ impl Aggregator {
                 window_end_us: end.max(start + 1),
                 pid: k.pid,
                 comm: self.comms.get(k.comm as usize).cloned().unwrap_or_default(),
-                event: self.events.get(k.event as usize).cloned().unwrap_or_else(|| format!("event{}", k.event)),
+                event: self
+                    .events
+                    .get(k.event as usize)
+                    .cloned()
+                    .unwrap_or_else(|| format!("event{}", k.event)),
                 binary: self.binary_path(k.frames.first()),
                 stack_id: stack_id(&frames),
                 frames,
@@ -325,7 +378,9 @@ impl Aggregator {
             });
         }
         let (items, latency) = match &mut self.tail {
-            Some(t) => t.take_window(start, end.max(start + 1), &|bin| self.binaries.get(bin as usize).map(|b| b.build_id.clone())),
+            Some(t) => t.take_window(start, end.max(start + 1), &|bin| {
+                self.binaries.get(bin as usize).map(|b| b.build_id.clone())
+            }),
             None => (Vec::new(), Vec::new()),
         };
         let batch = WindowBatch {
@@ -387,9 +442,16 @@ fn open_mapped(pid: u32, start: u64, end: u64, path: &str) -> Option<File> {
 }
 
 fn pseudo_build_id(path: &str, f: Option<&File>) -> String {
-    let (size, mtime) = f.and_then(|f| f.metadata().ok()).map(|m| (m.size(), m.mtime())).unwrap_or((0, 0));
+    let (size, mtime) = f
+        .and_then(|f| f.metadata().ok())
+        .map(|m| (m.size(), m.mtime()))
+        .unwrap_or((0, 0));
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in path.bytes().chain(size.to_le_bytes()).chain(mtime.to_le_bytes()) {
+    for b in path
+        .bytes()
+        .chain(size.to_le_bytes())
+        .chain(mtime.to_le_bytes())
+    {
         h ^= b as u64;
         h = h.wrapping_mul(0x100_0000_01b3);
     }
@@ -437,7 +499,11 @@ impl RecordOutput for Aggregator {
             }
             Record::Marker(m) => {
                 if let Some(t) = &mut self.tail {
-                    let comm = self.procs.get(&m.pid).map(|p| self.comms[p.comm as usize].clone()).unwrap_or_default();
+                    let comm = self
+                        .procs
+                        .get(&m.pid)
+                        .map(|p| self.comms[p.comm as usize].clone())
+                        .unwrap_or_default();
                     t.handle_marker(m, &comm);
                 }
             }

@@ -191,10 +191,14 @@ impl AgentConfig {
         let cfg_err = |msg: String| AgentError::Config(format!("{}: {msg}", path.display()));
         let md = std::fs::metadata(path).map_err(|e| cfg_err(format!("cannot read it: {e}")))?;
         if !md.is_file() || md.len() > MAX_CONFIG_BYTES {
-            return Err(cfg_err(format!("not a regular file of at most {MAX_CONFIG_BYTES} bytes")));
+            return Err(cfg_err(format!(
+                "not a regular file of at most {MAX_CONFIG_BYTES} bytes"
+            )));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| cfg_err(format!("cannot read it: {e}")))?;
-        self.apply_text(&text).map_err(|(line, msg)| cfg_err(format!("line {line}: {msg}")))
+        let text =
+            std::fs::read_to_string(path).map_err(|e| cfg_err(format!("cannot read it: {e}")))?;
+        self.apply_text(&text)
+            .map_err(|(line, msg)| cfg_err(format!("line {line}: {msg}")))
     }
 
     /// Applies config text; `Err((line, message))`.
@@ -208,7 +212,10 @@ impl AgentConfig {
                 return Err((i + 1, format!("{line:?} is not `key = value`")));
             };
             let v = v.trim();
-            let v = v.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(v);
+            let v = v
+                .strip_prefix('"')
+                .and_then(|x| x.strip_suffix('"'))
+                .unwrap_or(v);
             self.set(k.trim(), v).map_err(|m| (i + 1, m))?;
         }
         Ok(())
@@ -217,7 +224,9 @@ impl AgentConfig {
     /// Checks combinations.
     pub fn validate(&self) -> Result<(), AgentError> {
         if self.item_begin.is_some() != self.item_end.is_some() {
-            return Err(AgentError::Config("item_begin and item_end go together: set both or neither".into()));
+            return Err(AgentError::Config(
+                "item_begin and item_end go together: set both or neither".into(),
+            ));
         }
         Ok(())
     }
@@ -231,7 +240,10 @@ mod tests {
     fn parses_and_rejects() {
         let mut c = AgentConfig::default();
         c.apply_text("# comment\nwindow = 5s\nfrequency=99 # trailing\nstore = \"/tmp/x\"\nretain_size = 1G\n").unwrap();
-        assert_eq!((c.window_us, c.frequency, c.retain_bytes), (5_000_000, 99, Some(1 << 30)));
+        assert_eq!(
+            (c.window_us, c.frequency, c.retain_bytes),
+            (5_000_000, 99, Some(1 << 30))
+        );
         assert_eq!(c.store, PathBuf::from("/tmp/x"));
         let e = c.apply_text("window = 5s\nfrequncy = 9\n").unwrap_err();
         assert_eq!(e.0, 2);

@@ -41,7 +41,9 @@ pub fn symbolize_file(path: &str, build_id: &str, binary: &str) -> Result<Vec<Sy
             }
         })
         .map_err(|e| e.to_string())?;
-    rows.sort_by(|a, b| (a.start, std::cmp::Reverse(a.size)).cmp(&(b.start, std::cmp::Reverse(b.size))));
+    rows.sort_by(|a, b| {
+        (a.start, std::cmp::Reverse(a.size)).cmp(&(b.start, std::cmp::Reverse(b.size)))
+    });
     rows.dedup_by(|b, a| a.start == b.start);
     Ok(rows)
 }
@@ -50,6 +52,10 @@ pub fn symbolize_file(path: &str, build_id: &str, binary: &str) -> Result<Vec<Sy
 pub fn lookup(rows: &[SymbolRow], offset: u64) -> Option<&SymbolRow> {
     let i = rows.partition_point(|r| r.start <= offset);
     let r = rows.get(i.checked_sub(1)?)?;
-    let end = if r.size > 0 { r.start.saturating_add(r.size) } else { rows.get(i).map_or(u64::MAX, |n| n.start) };
+    let end = if r.size > 0 {
+        r.start.saturating_add(r.size)
+    } else {
+        rows.get(i).map_or(u64::MAX, |n| n.start)
+    };
     (offset < end).then_some(r)
 }

@@ -80,7 +80,10 @@ impl TailRetainer {
             hist: HashMap::new(),
             retained: Vec::new(),
             stats: TailStats::default(),
-            mono_to_wall: (tailprof_collect::session::monotonic_ns(), tailprof_store::time::now_us()),
+            mono_to_wall: (
+                tailprof_collect::session::monotonic_ns(),
+                tailprof_store::time::now_us(),
+            ),
         }
     }
 
@@ -97,14 +100,20 @@ impl TailRetainer {
                 break;
             }
         }
-        self.kept.push_back(KeptSample { time: s.time, tid: s.tid, period: s.period, frames: frames.into() });
+        self.kept.push_back(KeptSample {
+            time: s.time,
+            tid: s.tid,
+            period: s.period,
+            frames: frames.into(),
+        });
     }
 
     pub fn handle_lost(&mut self, _l: &Lost) {}
 
     pub fn handle_class(&mut self, c: &ItemClass) {
         if self.classes.len() < 100_000 {
-            self.classes.insert((c.pid, c.id), c.name.chars().take(128).collect());
+            self.classes
+                .insert((c.pid, c.id), c.name.chars().take(128).collect());
         }
     }
 
@@ -115,7 +124,15 @@ impl TailRetainer {
                     self.stats.dropped_open += 1;
                     return;
                 }
-                self.open.insert((m.tid, m.item), Open { begin: m.time, pid: m.pid, class: m.class, comm: comm.to_string() });
+                self.open.insert(
+                    (m.tid, m.item),
+                    Open {
+                        begin: m.time,
+                        pid: m.pid,
+                        class: m.class,
+                        comm: comm.to_string(),
+                    },
+                );
             }
             // Class labels (`--item-class-from`) are applied by the items join.
             MarkerKind::Label => {}
@@ -139,8 +156,21 @@ impl TailRetainer {
     fn finish(&mut self, tid: u32, item: u64, o: &Open, class_id: u32, end: u64) {
         self.stats.requests += 1;
         let dur = end.saturating_sub(o.begin);
-        let class = self.classes.get(&(o.pid, class_id)).cloned().unwrap_or_else(|| if class_id == 0 { "default".into() } else { format!("class{class_id}") });
-        *self.hist.entry((class.clone(), bucket_le(dur))).or_insert(0) += 1;
+        let class = self
+            .classes
+            .get(&(o.pid, class_id))
+            .cloned()
+            .unwrap_or_else(|| {
+                if class_id == 0 {
+                    "default".into()
+                } else {
+                    format!("class{class_id}")
+                }
+            });
+        *self
+            .hist
+            .entry((class.clone(), bucket_le(dur)))
+            .or_insert(0) += 1;
         let h = self.history.entry(class.clone()).or_default();
         let p = if h.len() >= MIN_HISTORY {
             let mut v: Vec<u64> = h.iter().copied().collect();
@@ -164,12 +194,17 @@ impl TailRetainer {
         }
         let mut stacks: HashMap<&[(u32, u64)], u64> = HashMap::new();
         let (mut samples, mut on_cpu) = (0u64, 0u64);
-        for s in self.kept.iter().filter(|s| s.tid == tid && s.time >= o.begin && s.time <= end) {
+        for s in self
+            .kept
+            .iter()
+            .filter(|s| s.tid == tid && s.time >= o.begin && s.time <= end)
+        {
             *stacks.entry(&s.frames).or_insert(0) += 1;
             samples += 1;
             on_cpu = on_cpu.saturating_add(s.period);
         }
-        let stacks: Vec<(u64, Box<[(u32, u64)]>)> = stacks.into_iter().map(|(k, v)| (v, k.into())).collect();
+        let stacks: Vec<(u64, Box<[(u32, u64)]>)> =
+            stacks.into_iter().map(|(k, v)| (v, k.into())).collect();
         self.stats.retained += 1;
         let row = ItemRow {
             begin_us: self.wall_us(o.begin),
@@ -179,7 +214,11 @@ impl TailRetainer {
             pid: o.pid,
             tid,
             comm: o.comm.clone(),
-            reason: if reason == "p99" { format!("p{}", self.percentile) } else { reason.into() },
+            reason: if reason == "p99" {
+                format!("p{}", self.percentile)
+            } else {
+                reason.into()
+            },
             limit_ns: limit,
             samples,
             off_cpu_ns: dur.saturating_sub(on_cpu),
@@ -190,7 +229,12 @@ impl TailRetainer {
 
     /// The window's retained requests (explanations with build-ids filled in) and
     /// latency histogram rows.
-    pub fn take_window(&mut self, start: i64, end: i64, build_id: &dyn Fn(u32) -> Option<String>) -> (Vec<ItemRow>, Vec<LatencyRow>) {
+    pub fn take_window(
+        &mut self,
+        start: i64,
+        end: i64,
+        build_id: &dyn Fn(u32) -> Option<String>,
+    ) -> (Vec<ItemRow>, Vec<LatencyRow>) {
         let mut items = Vec::new();
         for (mut row, mut stacks) in std::mem::take(&mut self.retained) {
             stacks.sort_by(|a, b| b.0.cmp(&a.0));
@@ -218,7 +262,13 @@ impl TailRetainer {
         }
         let mut latency: Vec<LatencyRow> = std::mem::take(&mut self.hist)
             .into_iter()
-            .map(|((class, le), count)| LatencyRow { window_start_us: start, window_end_us: end, class, le_ns: le, count })
+            .map(|((class, le), count)| LatencyRow {
+                window_start_us: start,
+                window_end_us: end,
+                class,
+                le_ns: le,
+                count,
+            })
             .collect();
         latency.sort_by(|a, b| (&a.class, a.le_ns).cmp(&(&b.class, b.le_ns)));
         (items, latency)
@@ -231,7 +281,15 @@ mod tests {
     use tailprof_format::MarkerSource;
 
     fn mk(kind: MarkerKind, t: u64, item: u64) -> Marker {
-        Marker { time: t, pid: 1, tid: 2, kind, item, class: 0, source: MarkerSource::default() }
+        Marker {
+            time: t,
+            pid: 1,
+            tid: 2,
+            kind,
+            item,
+            class: 0,
+            source: MarkerSource::default(),
+        }
     }
 
     #[test]
@@ -242,7 +300,13 @@ mod tests {
             r.handle_marker(&mk(MarkerKind::Begin, t, i), "srv");
             r.handle_marker(&mk(MarkerKind::End, t + 1_000_000, i), "srv");
         }
-        let s = Sample { time: 600_000_000, tid: 2, pid: 1, period: 1_000_000, ..Default::default() };
+        let s = Sample {
+            time: 600_000_000,
+            tid: 2,
+            pid: 1,
+            period: 1_000_000,
+            ..Default::default()
+        };
         r.handle_sample(&s, &[(0, 0x10)]);
         r.handle_marker(&mk(MarkerKind::Begin, 590_000_000, 99), "srv");
         r.handle_marker(&mk(MarkerKind::End, 640_000_000, 99), "srv");

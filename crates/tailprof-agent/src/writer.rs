@@ -67,39 +67,24 @@ pub struct WriterConfig {
 pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<WriterStats>>) {
     let mut dropped_since_last = 0u64;
     let mut last_maintenance_hour = i64::MIN;
-    let mut symbolized = std::collections::HashSet::new();
     let note_err = |stats: &Arc<Mutex<WriterStats>>, e: String| {
         if let Ok(mut s) = stats.lock() {
             s.last_error = Some(e);
         }
     };
+    // Symbolization (seconds for a large library) runs on its own thread so windows are
+    // written on time; at shutdown both drain their queues.
+    let (sym_tx, sym_rx) = std::sync::mpsc::channel::<SymbolJob>();
+    let sym_store = cfg.store.clone();
+    let sym_stats = stats.clone();
+    let sym_thread = std::thread::Builder::new()
+        .name("tailprof-symbols".into())
+        .spawn(move || run_symbolizer(sym_store, sym_rx, sym_stats))
+        .ok();
     for job in jobs {
         match job {
             Job::Symbols(j) => {
-                if !symbolized.insert(j.build_id.clone()) {
-                    continue;
-                }
-                let Some(dest) = cfg.store.symbols_file(&j.build_id) else { continue };
-                if dest.exists() {
-                    continue; // a previous run (or another host on a shared store) did it
-                }
-                let fd_path = format!("/proc/self/fd/{}", j.file.as_raw_fd());
-                let res = symbolize_file(&fd_path, &j.build_id, &j.path).and_then(|rows| {
-                    cfg.store.ensure_dir(&cfg.store.symbols_dir()).map_err(|e| e.to_string())?;
-                    tailprof_store::write_symbols(&dest, &rows).map_err(|e| e.to_string())?;
-                    Ok(rows.len())
-                });
-                let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
-                match res {
-                    Ok(n) => {
-                        s.symbol_tables += 1;
-                        s.symbols += n as u64;
-                    }
-                    Err(e) => {
-                        s.symbol_tables_failed += 1;
-                        s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
-                    }
-                }
+                let _ = sym_tx.send(j);
             }
             Job::Window(w) => {
                 let meta = WindowMeta {
@@ -127,7 +112,11 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                         dropped_since_last += 1;
                         let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                         s.windows_dropped += 1;
-                        s.last_error = Some(if e.is_disk_full() { format!("disk full, window dropped: {e}") } else { e.to_string() });
+                        s.last_error = Some(if e.is_disk_full() {
+                            format!("disk full, window dropped: {e}")
+                        } else {
+                            e.to_string()
+                        });
                     }
                 }
                 if let Some(url) = &cfg.push {
@@ -147,19 +136,69 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                     last_maintenance_hour = hour;
                     if cfg.compact {
                         match tailprof_store::compact(&cfg.store, &w.host, hour * 3_600_000_000) {
-                            Ok(c) => stats.lock().unwrap_or_else(|p| p.into_inner()).compacted_files += c.files_merged,
+                            Ok(c) => {
+                                stats
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .compacted_files += c.files_merged
+                            }
                             Err(e) => note_err(&stats, e.to_string()),
                         }
                     }
                 }
                 if cfg.retain.max_age_us.is_some() || cfg.retain.max_bytes.is_some() {
-                    match tailprof_store::retain(&cfg.store, &cfg.retain, tailprof_store::time::now_us()) {
+                    match tailprof_store::retain(
+                        &cfg.store,
+                        &cfg.retain,
+                        tailprof_store::time::now_us(),
+                    ) {
                         Ok(r) => {
-                            stats.lock().unwrap_or_else(|p| p.into_inner()).retention_removed += r.removed_by_age + r.removed_by_size
+                            stats
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .retention_removed += r.removed_by_age + r.removed_by_size
                         }
                         Err(e) => note_err(&stats, e.to_string()),
                     }
                 }
+            }
+        }
+    }
+    drop(sym_tx);
+    if let Some(t) = sym_thread {
+        let _ = t.join();
+    }
+}
+
+fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>) {
+    let mut symbolized = std::collections::HashSet::new();
+    for j in jobs {
+        if !symbolized.insert(j.build_id.clone()) {
+            continue;
+        }
+        let Some(dest) = store.symbols_file(&j.build_id) else {
+            continue;
+        };
+        if dest.exists() {
+            continue; // a previous run (or another host on a shared store) did it
+        }
+        let fd_path = format!("/proc/self/fd/{}", j.file.as_raw_fd());
+        let res = symbolize_file(&fd_path, &j.build_id, &j.path).and_then(|rows| {
+            store
+                .ensure_dir(&store.symbols_dir())
+                .map_err(|e| e.to_string())?;
+            tailprof_store::write_symbols(&dest, &rows).map_err(|e| e.to_string())?;
+            Ok(rows.len())
+        });
+        let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+        match res {
+            Ok(n) => {
+                s.symbol_tables += 1;
+                s.symbols += n as u64;
+            }
+            Err(e) => {
+                s.symbol_tables_failed += 1;
+                s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
             }
         }
     }
@@ -169,15 +208,27 @@ fn write_window(store: &Store, meta: &WindowMeta, w: &WindowBatch) -> tailprof_s
     let mut bytes = 0;
     if !w.rows.is_empty() || w.lost_samples > 0 || meta.dropped_windows > 0 {
         store.ensure_dir(&store.partition_dir(Table::Samples, &w.host, w.start_us))?;
-        bytes += tailprof_store::write_samples(&store.window_file(Table::Samples, &w.host, w.start_us, w.end_us), meta, &w.rows)?;
+        bytes += tailprof_store::write_samples(
+            &store.window_file(Table::Samples, &w.host, w.start_us, w.end_us),
+            meta,
+            &w.rows,
+        )?;
     }
     if !w.latency.is_empty() {
         store.ensure_dir(&store.partition_dir(Table::Latency, &w.host, w.start_us))?;
-        bytes += tailprof_store::write_latency(&store.window_file(Table::Latency, &w.host, w.start_us, w.end_us), meta, &w.latency)?;
+        bytes += tailprof_store::write_latency(
+            &store.window_file(Table::Latency, &w.host, w.start_us, w.end_us),
+            meta,
+            &w.latency,
+        )?;
     }
     if !w.items.is_empty() {
         store.ensure_dir(&store.partition_dir(Table::Items, &w.host, w.start_us))?;
-        bytes += tailprof_store::write_items(&store.window_file(Table::Items, &w.host, w.start_us, w.end_us), meta, &w.items)?;
+        bytes += tailprof_store::write_items(
+            &store.window_file(Table::Items, &w.host, w.start_us, w.end_us),
+            meta,
+            &w.items,
+        )?;
     }
     Ok(bytes)
 }

@@ -112,12 +112,6 @@ fn config_from(a: &AgentArgs) -> Result<AgentConfig, String> {
 pub fn run(a: AgentArgs) -> Result<ExitCode> {
     let cfg = config_from(&a).map_err(anyhow::Error::msg)?;
     signals::install()?;
-    if let Some(d) = cfg.duration_us {
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_micros(d as u64));
-            signals::STOP.store(true, Ordering::SeqCst);
-        });
-    }
     eprintln!(
         "tailprof: agent: store {}, host {}, window {} s, {}; stop with SIGTERM/Ctrl-C",
         cfg.store.display(),
@@ -128,7 +122,21 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
             None => format!("{} Hz per CPU", cfg.frequency),
         }
     );
-    let s = tailprof_agent::run_agent(&cfg, &signals::STOP, &mut |_| {})?;
+    // Setup (opening every CPU, describing running processes) takes a moment: say when
+    // sampling runs, and count --duration from there.
+    let mut started = false;
+    let duration = cfg.duration_us;
+    let s = tailprof_agent::run_agent(&cfg, &signals::STOP, &mut |_| {
+        if !std::mem::replace(&mut started, true) {
+            eprintln!("tailprof: agent: recording");
+            if let Some(d) = duration {
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_micros(d as u64));
+                    signals::STOP.store(true, Ordering::SeqCst);
+                });
+            }
+        }
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {

@@ -1,0 +1,333 @@
+//! `tailprof agent` and its store end to end: a known workload (a C program that spends
+//! 30% of its CPU in spin_a and 70% in spin_b, by instruction count, not by wall clock,
+//! so a busy machine does not bend the split) runs under the agent for several short
+//! windows; `tailprof top --json` must show the split within ±5 points, and DuckDB's SQL
+//! over the same Parquet files must give the same counts. A binary replaced mid-run
+//! (and deleted before the query) still symbolizes in both windows; a SIGKILLed agent
+//! leaves no partial file visible and a store that reads back; a bad config is one line
+//! and a non-zero exit.
+//!
+//! Skips (with a message) where system-wide perf_event_open is refused or no C compiler
+//! exists; the DuckDB comparison skips with a message when `import duckdb` fails (CI
+//! installs it). No timing is asserted: the checks compare counts and names.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// System-wide sampling of a CPU-bound workload on a 2-core machine: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const WORKLOAD: &str = r#"
+#include <stdlib.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+volatile unsigned long sink;
+#ifdef V2
+#define FA spin_c
+#define FB spin_d
+#define ADD 7UL
+#else
+#define FA spin_a
+#define FB spin_b
+#define ADD 1442695040888963407UL
+#endif
+__attribute__((noinline)) void FA(long n) { unsigned long x = 1; for (long i = 0; i < n; i++) x = x * 6364136223846793005UL + ADD; sink = x; }
+__attribute__((noinline)) void FB(long n) { unsigned long x = 2; for (long i = 0; i < n; i++) x = x * 6364136223846793005UL + ADD; sink = x; }
+int main(int argc, char **argv) {
+    double end = now() + (argc > 1 ? atof(argv[1]) : 3);
+    while (now() < end) { FA(3 * 200000); FB(7 * 200000); }
+    return 0;
+}
+"#;
+
+fn tailprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tailprof"))
+}
+
+fn compile(dir: &Path, name: &str, v2: bool) -> Option<PathBuf> {
+    let src = dir.join("work.c");
+    std::fs::write(&src, WORKLOAD).unwrap();
+    let out = dir.join(name);
+    let mut cc = Command::new("cc");
+    // -O0: GCC 12 drops the frame of leaf functions at -O1 even with
+    // -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer, which hides main from fp stacks.
+    cc.args(["-O0", "-fno-omit-frame-pointer", "-Wl,--build-id", "-o"]).arg(&out).arg(&src);
+    if v2 {
+        cc.arg("-DV2");
+    }
+    match cc.status() {
+        Ok(s) if s.success() => Some(out),
+        _ => {
+            eprintln!("skipping: no working C compiler");
+            None
+        }
+    }
+}
+
+/// A running agent and the stderr lines read so far.
+struct Agent {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+/// Starts an agent and waits until it samples (its "recording" line); None (skip) when
+/// system-wide sampling is not allowed here.
+fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
+    let mut child = tailprof()
+        .args(["agent", "--store"])
+        .arg(store)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tailprof agent");
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut a = Agent { child, lines: rx, log: Vec::new() };
+    loop {
+        match a.lines.recv() {
+            Ok(l) => {
+                let rec = l.contains("agent: recording");
+                a.log.push(l);
+                if rec {
+                    return Some(a);
+                }
+            }
+            Err(_) => {
+                let st = a.child.wait().unwrap();
+                let text = a.log.join("\n");
+                let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
+                if skip.iter().any(|s| text.contains(s)) {
+                    eprintln!("skipping: system-wide sampling is not allowed here: {text}");
+                    return None;
+                }
+                panic!("tailprof agent exited ({st}) before recording:\n{text}");
+            }
+        }
+    }
+}
+
+/// Waits for a `--duration` agent and returns its stderr.
+fn finish_agent(mut a: Agent) -> Option<String> {
+    let st = a.child.wait().unwrap();
+    a.log.extend(a.lines.iter());
+    let stderr = a.log.join("\n");
+    if !st.success() {
+        let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
+        if skip.iter().any(|s| stderr.contains(s)) {
+            eprintln!("skipping: system-wide sampling is not allowed here: {}", stderr.trim());
+            return None;
+        }
+        panic!("tailprof agent failed:\n{stderr}");
+    }
+    Some(stderr)
+}
+
+fn top_json(store: &Path, extra: &[&str]) -> Value {
+    let out = tailprof().args(["top", "--store"]).arg(store).args(["--since", "1d", "--json", "--top", "0"]).args(extra).output().unwrap();
+    assert!(out.status.success(), "tailprof top failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("top --json is JSON")
+}
+
+fn self_samples(v: &Value, name: &str) -> u64 {
+    v["rows"].as_array().unwrap().iter().find(|r| r["name"] == name).map_or(0, |r| r["self_samples"].as_u64().unwrap())
+}
+
+fn run_workload(bin: &Path, secs: &str) {
+    let st = Command::new(bin).arg(secs).status().expect("run workload");
+    assert!(st.success());
+}
+
+/// Runs SQL in DuckDB over the store; None when the duckdb module is missing.
+fn duckdb(sql: &str) -> Option<String> {
+    let script = format!("import duckdb\nfor row in duckdb.sql('''{sql}''').fetchall():\n    print('|'.join(str(x) for x in row))\n");
+    let out = Command::new("python3").arg("-c").arg(&script).output().ok()?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if err.contains("No module named 'duckdb'") {
+            eprintln!("skipping the DuckDB comparison: python3 -m pip install duckdb");
+            return None;
+        }
+        panic!("duckdb failed: {err}");
+    }
+    Some(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// The self samples per function of a comm, computed by DuckDB alone (the same SQL
+/// as examples/store-duckdb.sql).
+fn duckdb_self(store: &Path, comm: &str) -> Option<Vec<(String, u64)>> {
+    let s = store.display();
+    let sql = format!(
+        "SELECT coalesce(y.name, '?') AS fn, sum(s.count) AS n
+         FROM read_parquet('{s}/samples/*/*/*/*.parquet', hive_partitioning = true) s
+         LEFT JOIN read_parquet('{s}/symbols/*.parquet') y
+           ON s.build_id = y.build_id AND s.leaf_offset >= y.start_offset
+          AND s.leaf_offset < y.start_offset + greatest(y.size, 1)
+         WHERE s.comm = '{comm}' GROUP BY 1 ORDER BY 2 DESC"
+    );
+    let out = duckdb(&sql)?;
+    Some(
+        out.lines()
+            .filter_map(|l| l.split_once('|'))
+            .map(|(a, b)| (a.to_string(), b.trim().parse().unwrap()))
+            .collect(),
+    )
+}
+
+#[test]
+fn agent_top_matches_the_workload_split_and_duckdb() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bin) = compile(tmp.path(), "work", false) else { return };
+    let store = tmp.path().join("store");
+    let Some(agent) = start_agent(&store, &["--window", "1s", "-F", "499", "--duration", "5s"]) else { return };
+    run_workload(&bin, "4");
+    let Some(log) = finish_agent(agent) else { return };
+    eprintln!("{log}");
+
+    let v = top_json(&store, &["--binary", "work"]);
+    let (a, b) = (self_samples(&v, "spin_a"), self_samples(&v, "spin_b"));
+    assert!(a + b >= 200, "too few workload samples to check the split: {a} + {b}\n{v:#}");
+    let share = 100.0 * a as f64 / (a + b) as f64;
+    assert!((25.0..=35.0).contains(&share), "spin_a has {share:.1}% of spin_a+spin_b, expected 30 ± 5 ({a}, {b})");
+    assert!(v["read"]["files"].as_u64().unwrap() >= 3, "several windows expected: {}", v["read"]);
+    assert_eq!(v["read"]["bad_files"], 0);
+    // main is on every workload stack (frame-pointer call chains).
+    let main_total = v["rows"].as_array().unwrap().iter().find(|r| r["name"] == "main").map_or(0, |r| r["total_samples"].as_u64().unwrap());
+    assert!(main_total >= a + b, "main should be on the stacks of spin_a and spin_b: {main_total} < {}", a + b);
+
+    // The store is private.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&store).unwrap().permissions().mode() & 0o777, 0o700);
+
+    if let Some(rows) = duckdb_self(&store, "work") {
+        let get = |n: &str| rows.iter().find(|r| r.0 == n).map_or(0, |r| r.1);
+        assert_eq!((get("spin_a"), get("spin_b")), (a, b), "DuckDB disagrees with tailprof top: {rows:?}");
+    }
+
+    // diff: the same range against itself shows no change.
+    let out = tailprof().args(["diff", "--store"]).arg(&store).args(["--a", "1d", "--b", "1d", "--json", "--binary", "work"]).output().unwrap();
+    assert!(out.status.success());
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in d["rows"].as_array().unwrap() {
+        assert!(r["delta_pct"].as_f64().unwrap().abs() < 1e-9);
+    }
+
+    // Exports: folded lines sum to the samples; pprof is gzip.
+    let folded = tmp.path().join("f.txt");
+    let pprof = tmp.path().join("p.pb.gz");
+    let out = tailprof()
+        .args(["top", "--store"])
+        .arg(&store)
+        .args(["--since", "1d", "--binary", "work", "--folded"])
+        .arg(&folded)
+        .arg("--pprof")
+        .arg(&pprof)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let sum: u64 = text.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum();
+    assert_eq!(sum, v["samples"].as_u64().unwrap());
+    assert!(text.lines().any(|l| l.starts_with("work;") && l.contains(";main;spin_b ")), "{text}");
+    assert_eq!(&std::fs::read(&pprof).unwrap()[..2], &[0x1f, 0x8b]);
+}
+
+#[test]
+fn replaced_binary_still_symbolizes_in_both_windows() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(v1) = compile(tmp.path(), "v1", false) else { return };
+    let Some(v2) = compile(tmp.path(), "v2", true) else { return };
+    let path = tmp.path().join("work");
+    std::fs::copy(&v1, &path).unwrap();
+    let store = tmp.path().join("store");
+    let Some(agent) = start_agent(&store, &["--window", "1s", "-F", "499", "--duration", "4s"]) else { return };
+    run_workload(&path, "1.5");
+    // The upgrade: a new file renamed over the old path (what package managers do).
+    let staged = tmp.path().join("work.new");
+    std::fs::copy(&v2, &staged).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    run_workload(&path, "1.5");
+    let Some(_) = finish_agent(agent) else { return };
+    // Neither version exists any more: names must come from the store.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::remove_file(&v1).unwrap();
+    std::fs::remove_file(&v2).unwrap();
+
+    let v = top_json(&store, &["--binary", "work"]);
+    for f in ["spin_a", "spin_b", "spin_c", "spin_d"] {
+        assert!(self_samples(&v, f) > 0, "{f} missing:\n{v:#}");
+    }
+    let unnamed: Vec<&Value> = v["rows"].as_array().unwrap().iter().filter(|r| r["name"].as_str().unwrap().starts_with("[work+")).collect();
+    let unnamed_n: u64 = unnamed.iter().map(|r| r["self_samples"].as_u64().unwrap()).sum();
+    assert!(unnamed_n * 20 <= v["samples"].as_u64().unwrap(), "frames without names: {unnamed:?}");
+    // Two build-ids, two symbol tables.
+    let tables = std::fs::read_dir(store.join("symbols")).unwrap().count();
+    assert!(tables >= 2);
+}
+
+#[test]
+fn sigkill_leaves_no_partial_file_and_the_store_reads_back() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    // Kill at different points of the window cycle; every visible file must read back.
+    for (i, ms) in [1300u64, 2100, 2950].into_iter().enumerate() {
+        let Some(mut agent) = start_agent(&store, &["--window", "1s", "-F", "999"]) else { return };
+        std::thread::sleep(Duration::from_millis(ms));
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(agent.child.id() as i32, libc::SIGKILL) };
+        let _ = agent.child.wait();
+        // Visible files are whole: every *.parquet reads (bad_files == 0).
+        let v = top_json(&store, &[]);
+        assert_eq!(v["read"]["bad_files"], 0, "run {i}: {}", v["read"]);
+        assert!(v["read"]["files"].as_u64().unwrap() >= 1, "run {i}: nothing written before the kill");
+        for e in walk(&store) {
+            let name = e.file_name().unwrap().to_string_lossy().to_string();
+            assert!(name.ends_with(".parquet") || name.starts_with(".tmp-"), "unexpected file {}", e.display());
+        }
+    }
+    let s = store.display();
+    if let Some(n) = duckdb(&format!("SELECT count(*) FROM read_parquet('{s}/samples/*/*/*/*.parquet')")) {
+        assert!(n.trim().parse::<u64>().unwrap() > 0);
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn bad_config_is_one_line_and_nonzero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("agent.conf");
+    std::fs::write(&cfg, "window = 10s\nfrequncy = 49\n").unwrap();
+    let out = tailprof().args(["agent", "--config"]).arg(&cfg).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("line 2") && err.contains("frequncy"), "{err}");
+    let out = tailprof().args(["agent", "--window", "0s", "--store"]).arg(tmp.path().join("s")).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--window"));
+}
