@@ -366,3 +366,15 @@ fn resolver_rows_expand_inlined_functions_and_name_stripped_ranges() {
         }
     }
 }
+
+#[test]
+fn symlinked_binary_path_is_refused() {
+    // A traced process can swap its binary's path for a symlink to another user's file;
+    // the kernel reports resolved paths, so a symlink there is never the traced file.
+    let f = fixture(9);
+    let link = f.dir.join("link");
+    std::os::unix::fs::symlink(&f.full, &link).unwrap();
+    let mut s = Symbolizer::default();
+    let r = s.symbolize_binary(&file(&link), None, &f.offs[..1]);
+    assert!(matches!(&r[0], Err(tailprof_analyze::UnknownReason::Unreadable { .. })), "{r:?}");
+}

@@ -10,7 +10,8 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
 
 /// At most this many program or section headers.
 const MAX_HEADERS: usize = 65_535;
@@ -182,6 +183,27 @@ impl ElfFile {
             }
         }
         Ok(elf)
+    }
+
+    /// A path that opens this very file (`/proc/self/fd/N`), for libraries that take
+    /// paths: what was checked is what they read, whatever happens to the original
+    /// path meanwhile (a symlink swapped in, a file replaced).
+    pub fn fd_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    /// CRC-32 (the `.gnu_debuglink` one) of the whole file.
+    pub fn crc32(&self) -> Result<u32, String> {
+        let mut h = crc32fast::Hasher::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut at = 0u64;
+        while at < self.len {
+            let n = usize::try_from((self.len - at).min(buf.len() as u64)).unwrap_or(buf.len());
+            self.file.read_exact_at(&mut buf[..n], at).map_err(|e| e.to_string())?;
+            h.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok(h.finalize())
     }
 
     pub fn big_endian(&self) -> bool {

@@ -81,12 +81,12 @@ impl Symbolizer {
         }
         // Where the DWARF is: the separate debug file (by virtual address) or the binary.
         let facts = self.facts(&binary.path, trace_build_id);
-        let (path, input): (std::path::PathBuf, Vec<Option<u64>>) = match (&facts.debug, &facts.elf) {
-            (Some(d), Some(elf)) => (d.path.clone(), offsets.iter().map(|&o| elf.vaddr_of(o)).collect()),
-            _ if facts.has_dwarf => (binary.path.clone().into(), offsets.iter().map(|&o| Some(o)).collect()),
+        let (path, input): (std::path::PathBuf, Vec<Option<u64>>) = match (&facts.debug_elf, &facts.elf) {
+            (Some(d), Some(elf)) => (d.fd_path(), offsets.iter().map(|&o| elf.vaddr_of(o)).collect()),
+            (None, Some(elf)) if facts.has_dwarf => (elf.fd_path(), offsets.iter().map(|&o| Some(o)).collect()),
             _ => return base.iter().map(single).collect(),
         };
-        let by_vaddr = facts.debug.is_some();
+        let by_vaddr = facts.debug_elf.is_some();
         let addrs: Vec<u64> = input.iter().flatten().copied().collect();
         let sym = self.inline.sym.get_or_insert_with(|| {
             blazesym::symbolize::Symbolizer::builder()
