@@ -179,8 +179,9 @@ pub fn pprof_profile(p: &StackProfile, opts: &PprofOptions) -> Profile {
     let mut st = Strings::new();
     let with_off = opts.off_cpu && p.switches > 0;
     let (ev_type, ev_unit) = if time_event(&p.event) { ("cpu", "nanoseconds") } else { (p.event.as_str(), "events") };
+    let samples_name = st.id("samples");
     let mut sample_type = vec![
-        ValueType { r#type: st.id("samples"), unit: st.id("count") },
+        ValueType { r#type: samples_name, unit: st.id("count") },
         ValueType { r#type: st.id(ev_type), unit: st.id(ev_unit) },
     ];
     if with_off {
@@ -250,7 +251,7 @@ pub fn pprof_profile(p: &StackProfile, opts: &PprofOptions) -> Profile {
         period_type,
         period: opts.period,
         comment,
-        default_sample_type: 1, // "samples"
+        default_sample_type: samples_name, // a string-table index
     }
 }
 
