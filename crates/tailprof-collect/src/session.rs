@@ -527,20 +527,26 @@ impl Recorder {
     /// effort: processes that cannot be read are skipped, processes started later are
     /// not attached).
     fn attach_marker_processes(&mut self) {
-        let (mut ok, mut failed) = (0usize, 0usize);
+        let (mut ok, mut failed, mut first_err) = (0usize, 0usize, None);
         let me = std::process::id();
         let child = self.child.as_ref().map(|c| c.pid());
         for pid in procfs::all_pids().into_iter().filter(|&p| p != me && Some(p) != child) {
             match self.markers.attach(pid) {
                 Ok(true) => ok += 1,
                 Ok(false) => {}
-                Err(_) => failed += 1,
+                Err(e) => {
+                    failed += 1;
+                    first_err.get_or_insert(e.to_string());
+                }
             }
         }
         self.notes.push(format!(
             "markers: attached to {ok} running process(es) with the marker library{}; processes started after \
              recording began are not attached (best effort)",
-            if failed > 0 { format!(" ({failed} could not be attached)") } else { String::new() }
+            match first_err {
+                Some(e) if failed > 0 => format!(" ({failed} could not be attached, e.g. {e})"),
+                _ => String::new(),
+            }
         ));
     }
 

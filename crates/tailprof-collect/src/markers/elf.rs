@@ -16,6 +16,9 @@ use crate::procfs::{parse_maps_line, MapsEntry};
 
 const SHT_SYMTAB: u32 = 2;
 const SHT_DYNSYM: u32 = 11;
+const SHT_GNU_HASH: u32 = 0x6fff_fff6;
+/// Longest hash chain followed.
+const MAX_CHAIN: usize = 1 << 16;
 const PT_LOAD: u32 = 1;
 const MAX_HEADERS: usize = 4096;
 /// Largest symbol or string table we read (a big C++ binary's .symtab is tens of MB).
@@ -27,7 +30,7 @@ thread_local! {
     /// Symbol file offsets by (device, inode, size, ctime, name): `-a` sees libc in every
     /// process.
     #[allow(clippy::type_complexity)]
-    static OFFSETS: std::cell::RefCell<std::collections::HashMap<(u64, u64, u64, i64, i64, String), Option<u64>>> =
+    static OFFSETS: std::cell::RefCell<std::collections::HashMap<(u64, u64, u64, i64, i64, String, bool), Option<u64>>> =
         Default::default();
 }
 
@@ -54,6 +57,60 @@ fn read_at(f: &File, off: u64, len: u64) -> Option<Vec<u8>> {
 /// `.symtab`, converted through the PT_LOAD segment that holds it. `None` when the file is
 /// not ELF64-LE, has no such defined symbol, or the symbol is not backed by file bytes.
 pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
+    symbol_file_offset_in(f, name, true)
+}
+
+/// GNU hash of a symbol name (`.gnu.hash`).
+fn gnu_hash(name: &[u8]) -> u32 {
+    name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
+}
+
+/// Look `name` up through a `.gnu.hash` section (`hash_off`, `hash_size`) of the dynamic
+/// symbol table at `sym_off` (entries of `entsize`) with names at `str_off`/`str_size`:
+/// a few small reads instead of the whole table (big shared libraries export hundreds of
+/// thousands of symbols). `Some(None)`: looked up, not there; `None`: the section is
+/// unusable (the caller scans instead).
+fn gnu_hash_lookup(f: &File, h: (u64, u64), sym: (u64, u64), strs: (u64, u64), name: &[u8]) -> Option<Option<(u16, u64)>> {
+    let (hash_off, hash_size) = h;
+    let hdr = read_at(f, hash_off, 16)?;
+    let (nbuckets, symoffset, bloom_size) = (u32_at(&hdr, 0) as u64, u32_at(&hdr, 4) as u64, u32_at(&hdr, 8) as u64);
+    let buckets_off = 16u64.checked_add(bloom_size.checked_mul(8)?)?;
+    let chain_off = buckets_off.checked_add(nbuckets.checked_mul(4)?)?;
+    if nbuckets == 0 || chain_off > hash_size {
+        return None;
+    }
+    let hv = gnu_hash(name);
+    let b = read_at(f, hash_off + buckets_off + (hv as u64 % nbuckets) * 4, 4)?;
+    let mut idx = u32_at(&b, 0) as u64;
+    if idx < symoffset {
+        return Some(None);
+    }
+    let want: Vec<u8> = name.iter().copied().chain([0]).collect();
+    for _ in 0..MAX_CHAIN {
+        let c_at = chain_off.checked_add((idx - symoffset).checked_mul(4)?)?;
+        if c_at + 4 > hash_size {
+            return None;
+        }
+        let c = u32_at(&read_at(f, hash_off + c_at, 4)?, 0);
+        if c | 1 == hv | 1 {
+            let e = read_at(f, sym.0.checked_add(idx.checked_mul(sym.1)?)?, 24)?;
+            let st_name = u32_at(&e, 0) as u64;
+            if st_name + want.len() as u64 <= strs.1 && read_at(f, strs.0 + st_name, want.len() as u64)? == want {
+                return Some(Some((u16_at(&e, 6), u64_at(&e, 8))));
+            }
+        }
+        if c & 1 == 1 {
+            return Some(None);
+        }
+        idx += 1;
+    }
+    None
+}
+
+/// [`symbol_file_offset`]; `.symtab` (not loaded, often big) is searched only when
+/// `symtab` is true (the main executable: a shared library exports the symbol in
+/// `.dynsym`).
+fn symbol_file_offset_in(f: &File, name: &str, symtab: bool) -> Option<u64> {
     let eh = read_at(f, 0, 64)?;
     if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
         return None;
@@ -70,7 +127,38 @@ pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
         Some((u32_at(b, 4), u64_at(b, 24), u64_at(b, 32), u32_at(b, 40), u64_at(b, 56)))
     };
     let mut vaddr = None;
-    'tables: for want in [SHT_DYNSYM, SHT_SYMTAB] {
+    // .dynsym through its .gnu.hash first.
+    let mut hashed = false;
+    for i in 0..shnum {
+        let (ty, hoff, hsize, link, _) = sect(i)?;
+        if ty != SHT_GNU_HASH {
+            continue;
+        }
+        let Some((SHT_DYNSYM, soff, _, slink, sent)) = sect(link as usize) else { continue };
+        let Some((_, stroff, strsize, _, _)) = sect(slink as usize) else { continue };
+        if sent < 24 {
+            continue;
+        }
+        if let Some(found) = gnu_hash_lookup(f, (hoff, hsize), (soff, sent), (stroff, strsize), name.as_bytes()) {
+            hashed = true;
+            if let Some((shndx, value)) = found {
+                if shndx != 0 {
+                    vaddr = Some(value);
+                }
+            }
+            break;
+        }
+    }
+    let tables: &[u32] = match (hashed, symtab) {
+        (true, true) => &[SHT_SYMTAB],
+        (true, false) => &[],
+        (false, true) => &[SHT_DYNSYM, SHT_SYMTAB],
+        (false, false) => &[SHT_DYNSYM],
+    };
+    'tables: for &want in tables {
+        if vaddr.is_some() {
+            break;
+        }
         for i in 0..shnum {
             let (ty, off, size, link, entsize) = sect(i)?;
             if ty != want || entsize < 24 {
@@ -80,14 +168,12 @@ pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
             let (Some(syms), Some(strs)) = (read_at(f, off, size), read_at(f, stroff, strsize)) else {
                 continue;
             };
+            // `name` NUL-terminated: one short comparison per symbol (no scan for each
+            // name's end).
+            let want_name: Vec<u8> = name.bytes().chain([0]).collect();
             for s in syms.chunks_exact(entsize as usize) {
                 let (st_name, shndx, value) = (u32_at(s, 0) as usize, u16_at(s, 6), u64_at(s, 8));
-                if shndx == 0 || st_name >= strs.len() {
-                    continue;
-                }
-                let rest = &strs[st_name..];
-                let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-                if &rest[..end] == name.as_bytes() {
+                if shndx != 0 && strs.get(st_name..st_name.saturating_add(want_name.len())) == Some(&want_name[..]) {
                     vaddr = Some(value);
                     break 'tables;
                 }
@@ -114,6 +200,11 @@ pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
 pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let entries: Vec<MapsEntry> = maps.lines().filter_map(parse_maps_line).collect();
+    // The main executable (its .symtab is searched too; libraries export in .dynsym).
+    let exe = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{pid}/exe")).map_or((0, 0), |m| (m.dev(), m.ino()))
+    };
     let mut seen: Vec<(u64, u64)> = Vec::new();
     let mut out = Vec::new();
     for e in &entries {
@@ -129,11 +220,11 @@ pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
         let Ok(f) = crate::procfs::open_mapped_file(pid, e) else { continue };
         let Ok(md) = f.metadata() else { continue };
         use std::os::unix::fs::MetadataExt;
-        let key = (md.dev(), md.ino(), md.size(), md.ctime(), md.ctime_nsec(), name.to_string());
+        let key = (md.dev(), md.ino(), md.size(), md.ctime(), md.ctime_nsec(), name.to_string(), (md.dev(), md.ino()) == exe);
         let foff = match OFFSETS.with(|c| c.borrow().get(&key).copied()) {
             Some(v) => v,
             None => {
-                let v = symbol_file_offset(&f, name);
+                let v = symbol_file_offset_in(&f, name, (md.dev(), md.ino()) == exe);
                 OFFSETS.with(|c| {
                     let mut c = c.borrow_mut();
                     if c.len() >= MAX_FILES * 16 {
@@ -159,4 +250,31 @@ pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shared library's symbols are found through .gnu.hash (a few small reads).
+    #[test]
+    fn gnu_hash_lookup_agrees_with_a_scan() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let Some(libc_path) = maps
+            .lines()
+            .filter_map(parse_maps_line)
+            .map(|m| m.path)
+            .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
+        else {
+            eprintln!("SKIP: no dynamically linked libc");
+            return;
+        };
+        let f = File::open(&libc_path).unwrap();
+        let hashed = symbol_file_offset_in(&f, "malloc", false);
+        assert!(hashed.is_some(), "malloc in {libc_path}");
+        assert_eq!(symbol_file_offset_in(&f, "tailprof_no_such_symbol", false), None);
+        assert_eq!(gnu_hash(b""), 5381);
+        assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
+        assert_eq!(symbol_file_offset(&f, "malloc"), hashed, "the full search agrees");
+    }
 }
