@@ -261,8 +261,9 @@ struct BinaryFacts {
     elf_error: Option<String>,
     /// Whether the file has DWARF of its own.
     has_dwarf: bool,
-    /// Its separate debug file, if one was found.
+    /// Its separate debug file, if one was found, and that file, open.
     debug: Option<DebugFile>,
+    debug_elf: Option<ElfFile>,
     /// `.eh_frame` function ranges, read on first need.
     fdes: Option<FdeRanges>,
 }
@@ -419,10 +420,26 @@ impl Symbolizer {
                 debuglink: link.as_ref().map(|(n, c)| (n.as_str(), *c)),
             };
             let user = self.opts.debug_dirs.as_deref().unwrap_or(&[]);
-            facts.debug = debugdir::find_local(user, &w);
-            if facts.debug.is_none() {
+            let mut found = debugdir::find_local(user, &w);
+            if found.is_none() {
                 if let (Some(client), Some(id)) = (&mut self.debuginfod, build_id) {
-                    facts.debug = client.fetch(id).ok();
+                    found = client.fetch(id).ok();
+                }
+            }
+            // Keep the file open and check it again through that descriptor: blazesym
+            // reads exactly the file that was checked (via /proc/self/fd/N).
+            if let Some(d) = found {
+                if let Ok(dbg) = ElfFile::open(&d.path) {
+                    let ok = match (&d.found_by, build_id, &link) {
+                        (FoundBy::DebugLink, _, Some((_, crc))) => dbg.crc32().is_ok_and(|c| c == *crc),
+                        (FoundBy::DebugLink, _, None) => false,
+                        (_, Some(id), _) => dbg.build_id().as_deref() == Some(id),
+                        (_, None, _) => false,
+                    };
+                    if ok {
+                        facts.debug = Some(d);
+                        facts.debug_elf = Some(dbg);
+                    }
                 }
             }
         }
@@ -483,8 +500,8 @@ impl Symbolizer {
             Err(e) => return Some(UnknownReason::Unreadable { error: e.to_string() }),
         }
         if let (true, Some(expected)) = (self.opts.check_build_id, trace_build_id) {
-            match blazesym::helper::read_elf_build_id(Path::new(path)) {
-                Ok(Some(found)) if found.as_ref() == expected => {}
+            match ElfFile::open(Path::new(path)).map(|e| e.build_id()) {
+                Ok(Some(found)) if found == expected => {}
                 Ok(found) => {
                     return Some(UnknownReason::BuildIdMismatch {
                         trace: hex(expected),
@@ -552,10 +569,12 @@ impl Symbolizer {
         }
         let has_dwarf = facts.has_dwarf;
         // 1. The separate debug file, by virtual address (its file offsets differ).
-        let via_debug = match (&facts.debug, &facts.elf) {
-            (Some(dbg), Some(elf)) => Some((dbg.path.clone(), offsets.iter().map(|&o| elf.vaddr_of(o)).collect::<Vec<_>>())),
+        let via_debug = match (&facts.debug_elf, &facts.elf) {
+            (Some(dbg), Some(elf)) => Some((dbg.fd_path(), offsets.iter().map(|&o| elf.vaddr_of(o)).collect::<Vec<_>>())),
             _ => None,
         };
+        // The binary as checked and opened (no symlink, regular file), not its path again.
+        let own_path = facts.elf.as_ref().map_or_else(|| PathBuf::from(&binary.path), ElfFile::fd_path);
         let mut out: Vec<SymIdResult> = match via_debug {
             Some((dbg_path, vaddrs)) => self.symbolize_vaddrs(&dbg_path, &vaddrs),
             None => offsets.iter().map(|_| Err(UnknownReason::NoSymbols)).collect(),
@@ -564,12 +583,12 @@ impl Symbolizer {
         let todo: Vec<usize> = (0..offsets.len()).filter(|&i| is_unnamed(&out[i])).collect();
         if !todo.is_empty() {
             let offs: Vec<u64> = todo.iter().map(|&i| offsets[i]).collect();
-            let src = Source::Elf(Elf { debug_syms: debug_syms && has_dwarf, ..Elf::new(&binary.path) });
+            let src = Source::Elf(Elf { debug_syms: debug_syms && has_dwarf, ..Elf::new(&own_path) });
             let res = match self.inner.symbolize(&src, Input::FileOffset(&offs)) {
                 Ok(syms) => intern_all(&mut self.names, &syms),
                 // E.g. broken DWARF: the ELF symbols alone.
                 Err(_) if debug_syms && has_dwarf => {
-                    let src = Source::Elf(Elf { debug_syms: false, ..Elf::new(&binary.path) });
+                    let src = Source::Elf(Elf { debug_syms: false, ..Elf::new(&own_path) });
                     match self.inner.symbolize(&src, Input::FileOffset(&offs)) {
                         Ok(syms) => intern_all(&mut self.names, &syms),
                         Err(e) => offs.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),

@@ -1,6 +1,6 @@
 //! Binaries as they ship: stripped binaries named by `.eh_frame` ranges, separate debug
 //! files (build-id, `--debug-dir`, `.gnu_debuglink` with CRC), debuginfod over http,
-//! inlined functions as frames. Builds small C programs with gcc (installed by .ci/run).
+//! inlined functions as frames. Builds small C programs with cc (installed by .ci/run, with binutils).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -41,7 +41,7 @@ fn build(dir: &Path, name: &str, salt: u32) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, PROG).unwrap();
     let out = dir.join(name);
-    run(Command::new("gcc")
+    run(Command::new("cc")
         .args(["-O2", "-g", "-Wl,--build-id", &format!("-DSALT={salt}"), "-o"])
         .arg(&out)
         .arg(&src));

@@ -56,7 +56,7 @@ fn stripped_binary_then_debug_dir() {
     let dir = d.path();
     std::fs::write(dir.join("p.c"), PROG).unwrap();
     let full = dir.join("p.full");
-    ok(Command::new("gcc").args(["-O2", "-g", "-Wl,--build-id", "-o"]).arg(&full).arg(dir.join("p.c")));
+    ok(Command::new("cc").args(["-O2", "-g", "-Wl,--build-id", "-o"]).arg(&full).arg(dir.join("p.c")));
     let bin = dir.join("prog");
     ok(Command::new("strip").arg("-o").arg(&bin).arg(&full));
     // The function's address (what its range name says) and the build-id.
