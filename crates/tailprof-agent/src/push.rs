@@ -1,12 +1,94 @@
 //! `--push URL`: each window as a gzipped pprof profile to a Pyroscope-compatible
-//! ingest endpoint (`POST /ingest?name=…&from=…&until=…&format=pprof`, multipart field
-//! `profile`), over plain HTTP/1.1 with no dependency.
+//! ingest endpoint: `POST URL/ingest?name=tailprof.cpu{host=H}&from=S&until=S&format=pprof`
+//! with the profile in the multipart/form-data field `profile` (what Pyroscope's
+//! `/ingest` and Grafana Alloy's pyroscope receiver take). Plain HTTP/1.1 over a TCP
+//! socket, no dependency; a push that fails is counted by the writer, never retried,
+//! never fatal. Frames are named from the store's symbol tables; a binary whose table
+//! is still being written shows as `[binary+0xOFFSET]` in that push.
 
-use tailprof_store::Store;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use tailprof_analyze::store_query::stacks_of_rows;
+use tailprof_store::{ReadStats, Store, StoreReader};
 
 use crate::writer::WindowBatch;
 
+/// Splits `http://host:port/path` into (host:port, path without trailing slash).
+pub fn parse_url(url: &str) -> Result<(String, String), String> {
+    let rest = url.strip_prefix("http://").ok_or("only http:// URLs are supported")?;
+    let (hostport, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if hostport.is_empty() {
+        return Err("no host in the URL".into());
+    }
+    let hostport = if hostport.contains(':') { hostport.to_string() } else { format!("{hostport}:80") };
+    Ok((hostport, path.to_string()))
+}
+
+fn pct_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
 /// Pushes one window. Errors are counted by the writer, never fatal.
-pub fn push_window(_url: &str, _store: &Store, _w: &WindowBatch) -> Result<(), String> {
-    Err("push is not available in this build".into())
+pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), String> {
+    if w.rows.is_empty() {
+        return Ok(());
+    }
+    let reader = StoreReader::new(store.clone());
+    let export = stacks_of_rows(&reader, &w.rows, w.start_us, w.end_us, ReadStats::default());
+    let profile = tailprof_present::store_view::pprof_gzip(&export).map_err(|e| e.to_string())?;
+    let (hostport, path) = parse_url(url)?;
+    let name = format!("tailprof.cpu{{host={}}}", w.host);
+    let target = format!(
+        "{path}/ingest?name={}&from={}&until={}&format=pprof&spyName=tailprof",
+        pct_encode(&name),
+        w.start_us / 1_000_000,
+        (w.end_us + 999_999) / 1_000_000
+    );
+    let boundary = format!("tailprof{:016x}", w.start_us);
+    let mut body = Vec::with_capacity(profile.len() + 256);
+    body.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
+    );
+    body.extend_from_slice(&profile);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let head = format!(
+        "POST {target} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: tailprof/{}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        env!("CARGO_PKG_VERSION"),
+        body.len()
+    );
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport).map_err(|e| e.to_string())?.next().ok_or("no address")?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(Duration::from_secs(10))).ok();
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    s.write_all(head.as_bytes()).and_then(|_| s.write_all(&body)).map_err(|e| e.to_string())?;
+    let mut resp = [0u8; 512];
+    let n = s.read(&mut resp).map_err(|e| e.to_string())?;
+    let status = String::from_utf8_lossy(&resp[..n]);
+    let line = status.lines().next().unwrap_or("");
+    let code: u32 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    if (200..300).contains(&code) {
+        Ok(())
+    } else {
+        Err(format!("endpoint answered {line:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(parse_url("http://127.0.0.1:4040").unwrap(), ("127.0.0.1:4040".into(), "".into()));
+        assert_eq!(parse_url("http://pyro/x/").unwrap(), ("pyro:80".into(), "/x".into()));
+        assert!(parse_url("https://x").is_err());
+        assert_eq!(pct_encode("a{b=c}"), "a%7Bb%3Dc%7D");
+    }
 }

@@ -331,3 +331,98 @@ fn bad_config_is_one_line_and_nonzero() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--window"));
 }
+
+/// Reads one HTTP request (headers, then Content-Length bytes) and answers 200.
+fn serve_one(mut s: std::net::TcpStream) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 65536];
+    let head_end = loop {
+        let n = s.read(&mut tmp).unwrap();
+        assert!(n > 0, "connection closed before the headers ended");
+        buf.extend_from_slice(&tmp[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+        .expect("Content-Length");
+    while buf.len() < head_end + len {
+        let n = s.read(&mut tmp).unwrap();
+        assert!(n > 0);
+        buf.extend_from_slice(&tmp[..n]);
+    }
+    s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    (head, buf[head_end..head_end + len].to_vec())
+}
+
+/// The `profile` part of a multipart/form-data body.
+fn multipart_profile(head: &str, body: &[u8]) -> Vec<u8> {
+    let boundary = head.split("boundary=").nth(1).unwrap().lines().next().unwrap().trim().to_string();
+    let start = body.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let end_marker = format!("\r\n--{boundary}--");
+    let end = body.windows(end_marker.len()).position(|w| w == end_marker.as_bytes()).unwrap();
+    let part_head = String::from_utf8_lossy(&body[..start]);
+    assert!(part_head.contains("name=\"profile\""), "{part_head}");
+    body[start..end].to_vec()
+}
+
+#[test]
+fn push_delivers_pprof_that_go_tool_pprof_reads() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if Command::new("go").arg("version").output().map(|o| !o.status.success()).unwrap_or(true) {
+        eprintln!("skipping: no Go toolchain for `go tool pprof`");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(bin) = compile(tmp.path(), "work", false) else { return };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        listener.set_nonblocking(false).unwrap();
+        for s in listener.incoming() {
+            let (head, body) = serve_one(s.unwrap());
+            let done = head.contains("X-Test-Stop");
+            got.push((head, body));
+            if done {
+                break;
+            }
+        }
+        got
+    });
+    let store = tmp.path().join("store");
+    let Some(agent) = start_agent(&store, &["--window", "1s", "-F", "499", "--duration", "3s", "--push", &url]) else {
+        let _ = std::net::TcpStream::connect(url.trim_start_matches("http://")).map(|mut s| {
+            use std::io::Write;
+            let _ = s.write_all(b"POST / HTTP/1.1\r\nX-Test-Stop: 1\r\nContent-Length: 0\r\n\r\n");
+        });
+        return;
+    };
+    run_workload(&bin, "2");
+    let log = finish_agent(agent).unwrap();
+    {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+        s.write_all(b"POST /stop HTTP/1.1\r\nX-Test-Stop: 1\r\nContent-Length: 0\r\n\r\n").unwrap();
+    }
+    let got = server.join().unwrap();
+    let pushes: Vec<&(String, Vec<u8>)> = got.iter().filter(|(h, _)| h.starts_with("POST /ingest?")).collect();
+    assert!(pushes.len() >= 2, "expected a push per window, got {} requests\n{log}", pushes.len());
+    let mut names = String::new();
+    for (i, (head, body)) in pushes.iter().enumerate() {
+        assert!(head.contains("format=pprof") && head.contains("name=tailprof.cpu"), "{head}");
+        let prof = multipart_profile(head, body);
+        assert_eq!(&prof[..2], &[0x1f, 0x8b], "gzip");
+        let f = tmp.path().join(format!("push{i}.pb.gz"));
+        std::fs::write(&f, &prof).unwrap();
+        let out = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&f).output().unwrap();
+        assert!(out.status.success(), "go tool pprof cannot read push {i}: {}", String::from_utf8_lossy(&out.stderr));
+        names.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    assert!(names.contains("samples/count"), "{names}");
+    assert!(names.contains("main") || names.contains("[work+"), "the workload is in no push:\n{names}");
+}
