@@ -21,7 +21,8 @@ pub const VERSION: u32 = 1;
 pub const CONTROL_SYMBOL: &str = "tailprof_control";
 /// Environment variable through which a launched command finds its region.
 pub const ENV_VAR: &str = "TAILPROF_MARKERS";
-/// Region files are created as `<dir>/tailprof.<pid>` (then `tailprof.<pid>.<n>`).
+/// Region files for running processes are created as `<dir>/tailprof.<pid>.<random hex>`
+/// (launched commands get a sealed memfd instead; docs/MARKERS.md).
 pub const REGION_FILE_PREFIX: &str = "tailprof.";
 /// The region header's `magic`: "TTPFMRK1" read as a little-endian u64.
 pub const MAGIC: u64 = 0x314B_524D_4650_5454;
