@@ -337,6 +337,29 @@ mod tests {
     }
 
     #[test]
+    fn mutated_headers_never_panic() {
+        // A small real binary; every header byte and every 7th byte of the section
+        // header table set to a few extreme values, then everything we read from it.
+        let Ok(orig) = std::fs::read("/bin/true") else { return };
+        let Ok(elf) = ElfFile::open(Path::new("/bin/true")) else { return };
+        let shoff = orig.len().saturating_sub(64 * elf.sections.len().max(1));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m");
+        let spots = (0..64).chain((shoff..orig.len()).step_by(7));
+        for at in spots {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut m = orig.clone();
+                m[at] = v;
+                std::fs::write(&p, &m).unwrap();
+                if let Ok(e) = ElfFile::open(&p) {
+                    let _ = (e.build_id(), e.debuglink(), e.vaddr_of(0x1000), e.has_data(".symtab"));
+                    let _ = super::super::ehframe::FdeRanges::from_elf(&e).len();
+                }
+            }
+        }
+    }
+
+    #[test]
     fn symlinks_and_fifos_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let target = std::env::current_exe().unwrap();
