@@ -299,7 +299,10 @@ fn debian_postgres_when_installed() {
         return;
     }
     let mut s = Symbolizer::default();
+    let t = std::time::Instant::now();
     let src = s.symbol_source(pg.to_str().unwrap(), None);
+    // Informational only (never asserted): ELF facts + debug lookup + .eh_frame parse.
+    eprintln!("symbol_source(postgres) took {:?}", t.elapsed());
     if src.symtab || src.debug_file.is_some() {
         eprintln!("skipped: postgres has symbols here ({})", src.source);
         return;
