@@ -122,15 +122,7 @@ pub fn open_untrusted(path: &Path) -> io::Result<fs::File> {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
     }
     // Re-open exactly that inode for reading (no second path walk the target could race).
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?;
-    let m = f.metadata()?;
-    if !m.file_type().is_file() || m.dev() != before.dev() || m.ino() != before.ino() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} changed while opening", path.display())));
-    }
-    Ok(f)
+    reopen_checked(&handle, before.dev(), before.ino(), path)
 }
 
 /// [`open_untrusted`], and the file must be the one with device `dev` and inode `ino`
@@ -157,14 +149,17 @@ pub fn open_mapped_file(pid: u32, m: &MapsEntry) -> io::Result<fs::File> {
     if m.inode == 0 || !m.path.starts_with('/') {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file mapping"));
     }
-    // map_files entries are symlinks the kernel resolves to the mapped file (no path
-    // walk); O_NOFOLLOW must not be used on them. O_NONBLOCK still guards the open.
+    // map_files entries are magic links the kernel resolves to the mapped file itself (no
+    // path walk), so no O_NOFOLLOW here; O_PATH: nothing is opened until it is checked.
     let mf = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
-    let via_map_files = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(&mf)
-        .and_then(|f| check_same(f, m));
+    let via_map_files =
+        fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(&mf).and_then(|h| {
+            let md = h.metadata()?;
+            if !(md.file_type().is_file() && md.dev() == m.dev && md.ino() == m.inode) {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "mapped file does not match the mapping"));
+            }
+            reopen_checked(&h, md.dev(), md.ino(), Path::new(&mf))
+        });
     if let Ok(f) = via_map_files {
         return Ok(f);
     }
@@ -172,13 +167,30 @@ pub fn open_mapped_file(pid: u32, m: &MapsEntry) -> io::Result<fs::File> {
     open_untrusted_as(Path::new(&rooted), m.dev, m.inode).or_else(|_| open_untrusted_as(Path::new(&m.path), m.dev, m.inode))
 }
 
-fn check_same(f: fs::File, m: &MapsEntry) -> io::Result<fs::File> {
-    let md = f.metadata()?;
-    if md.file_type().is_file() && md.dev() == m.dev && md.ino() == m.inode {
-        Ok(f)
-    } else {
-        Err(io::Error::new(io::ErrorKind::InvalidData, "mapped file does not match the mapping"))
+/// `FUSE_SUPER_MAGIC`: a file system served by a user-space daemon.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+/// Open the file behind the O_PATH handle `h` for reading (through /proc/self/fd, so no
+/// second path walk), after refusing FUSE (its owner, possibly the profiled user, can make
+/// any open or read block forever); the opened file must still be (`dev`, `ino`).
+fn reopen_checked(h: &fs::File, dev: u64, ino: u64, what: &Path) -> io::Result<fs::File> {
+    // SAFETY: a zeroed statfs is a valid out-parameter; fstatfs on our fd.
+    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(h.as_raw_fd(), &mut sfs) } == 0 && sfs.f_type as i64 == FUSE_SUPER_MAGIC {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is on a FUSE file system (not opened: its daemon could block us)", what.display()),
+        ));
     }
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", h.as_raw_fd()))?;
+    let m = f.metadata()?;
+    if !m.file_type().is_file() || m.dev() != dev || m.ino() != ino {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} changed while opening", what.display())));
+    }
+    Ok(f)
 }
 
 /// Whether a mapping is worth a synthesized Mmap: executable, and a file or the vdso.
