@@ -47,7 +47,7 @@ pub struct AgentConfig {
     pub item_begin: Option<String>,
     pub item_end: Option<String>,
     /// Keep a request when it is slower than this percentile of its class's recent
-    /// requests (`slow_percentile`, default 99).
+    /// requests (`slow_percentile`, default 99; `off` = 0: only `slow_threshold`).
     pub slow_percentile: f64,
 }
 
@@ -162,9 +162,10 @@ impl AgentConfig {
                 Some(d) if d > 0 => self.slow_threshold_ns = Some((d as u64).saturating_mul(1000)),
                 _ => return bad("give a duration, e.g. 50ms"),
             },
+            "slow_percentile" if value == "off" => self.slow_percentile = 0.0,
             "slow_percentile" => match value.parse::<f64>() {
                 Ok(p) if p > 0.0 && p < 100.0 => self.slow_percentile = p,
-                _ => return bad("give a percentile between 0 and 100, e.g. 99"),
+                _ => return bad("give a percentile between 0 and 100, e.g. 99, or off"),
             },
             "item_begin" => self.item_begin = Some(value.to_string()),
             "item_end" => self.item_end = Some(value.to_string()),

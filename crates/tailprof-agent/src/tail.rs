@@ -172,7 +172,7 @@ impl TailRetainer {
             .entry((class.clone(), bucket_le(dur)))
             .or_insert(0) += 1;
         let h = self.history.entry(class.clone()).or_default();
-        let p = if h.len() >= MIN_HISTORY {
+        let p = if self.percentile > 0.0 && h.len() >= MIN_HISTORY {
             let mut v: Vec<u64> = h.iter().copied().collect();
             v.sort_unstable();
             let idx = ((self.percentile / 100.0) * (v.len() - 1) as f64).round() as usize;

@@ -311,3 +311,105 @@ pub fn stacks_of_rows(reader: &StoreReader, rows: &[SampleRow], from_us: i64, to
     stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
     StackExport { from_us, to_us, event, samples: total, stacks, read }
 }
+
+/// One retained slow request, its frames named.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredItem {
+    pub begin_us: i64,
+    pub duration_ns: u64,
+    pub class: String,
+    pub item_id: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub reason: String,
+    pub limit_ns: u64,
+    pub samples: u64,
+    pub off_cpu_ns: u64,
+    /// Samples per function (innermost frame), most first.
+    pub functions: Vec<(String, u64)>,
+    /// Stacks, innermost first, with their samples, most first.
+    pub stacks: Vec<(Vec<String>, u64)>,
+}
+
+/// Latency of a class over the range, from the stored histograms.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassLatency {
+    pub class: String,
+    pub requests: u64,
+    /// Upper bounds of the log2 buckets holding the median and the 99th percentile.
+    pub p50_le_ns: u64,
+    pub p99_le_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredItems {
+    pub from_us: i64,
+    pub to_us: i64,
+    pub items: Vec<StoredItem>,
+    pub classes: Vec<ClassLatency>,
+    pub read: ReadStats,
+}
+
+/// `tailprof items --store`: the retained slow requests of a range (slowest first) and
+/// the per-class latency of all requests from the histograms.
+pub fn stored_items(reader: &StoreReader, host: Option<&str>, from_us: i64, to_us: i64, class: Option<&str>) -> StoredItems {
+    let (rows, read) = reader.items(host, from_us, to_us);
+    let mut sym = StoreSymbols::new(reader);
+    let mut items = Vec::new();
+    for r in rows.into_iter().filter(|r| class.is_none_or(|c| c == r.class)) {
+        let mut functions: HashMap<String, u64> = HashMap::new();
+        let mut stacks = Vec::new();
+        for (n, fr) in tailprof_store::schema::parse_explanation(&r.explanation) {
+            let frames: Vec<String> = fr.iter().map(|f| sym.name(f)).collect();
+            if let Some(leaf) = frames.first() {
+                *functions.entry(leaf.clone()).or_default() += n;
+            }
+            stacks.push((frames, n));
+        }
+        let mut functions: Vec<(String, u64)> = functions.into_iter().collect();
+        functions.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        items.push(StoredItem {
+            begin_us: r.begin_us,
+            duration_ns: r.duration_ns,
+            class: r.class,
+            item_id: r.item_id,
+            pid: r.pid,
+            tid: r.tid,
+            comm: r.comm,
+            reason: r.reason,
+            limit_ns: r.limit_ns,
+            samples: r.samples,
+            off_cpu_ns: r.off_cpu_ns,
+            functions,
+            stacks,
+        });
+    }
+    items.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+    let (lat, _) = reader.latency(host, from_us, to_us);
+    let mut per: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+    for l in lat.into_iter().filter(|l| class.is_none_or(|c| c == l.class)) {
+        per.entry(l.class).or_default().push((l.le_ns, l.count));
+    }
+    let mut classes: Vec<ClassLatency> = per
+        .into_iter()
+        .map(|(class, mut b)| {
+            b.sort();
+            let total: u64 = b.iter().map(|x| x.1).sum();
+            let q = |p: f64| {
+                let want = ((total as f64) * p).ceil().max(1.0) as u64;
+                let mut acc = 0;
+                for &(le, n) in &b {
+                    acc += n;
+                    if acc >= want {
+                        return le;
+                    }
+                }
+                b.last().map_or(0, |x| x.0)
+            };
+            ClassLatency { class, requests: total, p50_le_ns: q(0.5), p99_le_ns: q(0.99) }
+        })
+        .collect();
+    classes.sort_by(|a, b| a.class.cmp(&b.class));
+    StoredItems { from_us, to_us, items, classes, read }
+}

@@ -72,6 +72,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION")]
     slow_threshold: Option<String>,
 
+    /// Keep requests slower than this percentile of their class's last 1000 (default 99;
+    /// `off`: only --slow-threshold).
+    #[arg(long, value_name = "P")]
+    slow_percentile: Option<String>,
+
     /// Item begin uprobe, BINARY:SYMBOL (as in `record --item-begin`).
     #[arg(long, value_name = "PROBE", requires = "item_end")]
     item_begin: Option<String>,
@@ -104,6 +109,7 @@ fn config_from(a: &AgentArgs) -> Result<AgentConfig, String> {
     set("host", a.host.clone())?;
     set("push", a.push.clone())?;
     set("slow_threshold", a.slow_threshold.clone())?;
+    set("slow_percentile", a.slow_percentile.clone())?;
     set("item_begin", a.item_begin.clone())?;
     set("item_end", a.item_end.clone())?;
     Ok(c)

@@ -43,8 +43,13 @@ enum EstimatorArg {
 #[command(after_help = "Examples:\n  tailprof items run.trace\n  tailprof items run.trace --sort anomaly --top 10\n  tailprof items run.trace --explain 17\n  tailprof items run.trace --json | jq '.items[] | select(.anomalous) | .id'")]
 pub struct ItemsArgs {
     /// The trace file (from `tailprof record`).
-    #[arg(value_name = "TRACE")]
-    trace: PathBuf,
+    #[arg(value_name = "TRACE", required_unless_present = "store")]
+    trace: Option<PathBuf>,
+
+    /// Instead of a trace: the slow requests `tailprof agent` retained in its store
+    /// (`tailprof items --store DIR --since 1d`), with each class's latency.
+    #[command(flatten)]
+    store_range: crate::cmd_top::StoreRange,
 
     /// Print JSON: {"items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
     /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}],
@@ -100,9 +105,13 @@ pub struct ItemsArgs {
 }
 
 pub fn run(args: ItemsArgs) -> Result<ExitCode> {
+    if args.store_range.store.is_some() {
+        return crate::cmd_store_items::run(&args.store_range, args.json, args.class.as_deref(), args.top);
+    }
+    let trace_path = args.trace.clone().unwrap_or_default();
     crate::cmd_report::set_debug_dirs(&args.debug_dir);
-    let name = args.trace.display().to_string();
-    let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {name}"))?;
+    let name = trace_path.display().to_string();
+    let mut reader = TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
     let opts = ItemsOptions {
         event: Some(event),
@@ -149,7 +158,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
                 let mut doc = view::items_json(&report, &v)?;
                 view::merge_item_stacks(&mut doc, &report, &stacks);
                 // With a last-level-cache-miss event: each item's memory traffic (issue 8).
-                let mut again = TraceReader::open(&args.trace).with_context(|| format!("cannot read {name}"))?;
+                let mut again = TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
                 if let Some(mem) = item_memory(&mut again).with_context(|| name.clone())? {
                     tailprof_present::bandwidth::merge_item_memory(&mut doc, &mem);
                 }

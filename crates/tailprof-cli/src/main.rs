@@ -17,6 +17,7 @@ mod cmd_items;
 mod cmd_record;
 mod cmd_report;
 mod cmd_stat;
+mod cmd_store_items;
 mod measure;
 mod signals;
 mod ui;

@@ -426,3 +426,65 @@ fn push_delivers_pprof_that_go_tool_pprof_reads() {
     assert!(names.contains("samples/count"), "{names}");
     assert!(names.contains("main") || names.contains("[work+"), "the workload is in no push:\n{names}");
 }
+
+const SERVER: &str = r#"
+#include <stdlib.h>
+volatile unsigned long sink;
+__attribute__((noinline)) void request_begin(long id) { sink += id; }
+__attribute__((noinline)) void request_end(long id) { sink += id; }
+__attribute__((noinline)) void fast_path(long n) { unsigned long x = 1; for (long i = 0; i < n; i++) x = x * 6364136223846793005UL + 1; sink = x; }
+__attribute__((noinline)) void slow_path(long n) { unsigned long x = 3; for (long i = 0; i < n; i++) x = x * 6364136223846793005UL + 1; sink = x; }
+int main(int argc, char **argv) {
+    int slow_at = argc > 1 ? atoi(argv[1]) : 30;
+    for (long id = 0; id < 60; id++) {
+        request_begin(id);
+        fast_path(20000);                        /* well under a millisecond */
+        if (id == slow_at) slow_path(400000000); /* hundreds of milliseconds */
+        request_end(id);
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn slow_request_is_retained_with_its_explanation_fast_ones_are_not() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("srv.c");
+    std::fs::write(&src, SERVER).unwrap();
+    let bin = tmp.path().join("srv");
+    let ok = Command::new("cc").args(["-O0", "-fno-omit-frame-pointer", "-o"]).arg(&bin).arg(&src).status().map(|s| s.success()).unwrap_or(false);
+    if !ok {
+        eprintln!("skipping: no working C compiler");
+        return;
+    }
+    let store = tmp.path().join("store");
+    let begin = format!("{}:request_begin", bin.display());
+    let end = format!("{}:request_end", bin.display());
+    let Some(agent) = start_agent(
+        &store,
+        &["--window", "1s", "-F", "499", "--duration", "4s", "--item-begin", &begin, "--item-end", &end, "--slow-threshold", "100ms", "--slow-percentile", "off"],
+    ) else {
+        return;
+    };
+    let st = Command::new(&bin).arg("30").status().unwrap();
+    assert!(st.success());
+    let log = finish_agent(agent).unwrap();
+    let out = tailprof().args(["items", "--store"]).arg(&store).args(["--since", "1d", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "exactly the slow request is retained:\n{v:#}\n{log}");
+    let it = &items[0];
+    assert_eq!(it["reason"], "threshold");
+    assert!(it["duration_ns"].as_u64().unwrap() > 100_000_000);
+    assert_eq!(it["comm"], "srv");
+    let top_fn = it["functions"][0][0].as_str().unwrap();
+    assert_eq!(top_fn, "slow_path", "the explanation names the slow function:\n{it:#}");
+    // Every request went into the latency histograms.
+    let total: u64 = v["classes"].as_array().unwrap().iter().map(|c| c["requests"].as_u64().unwrap()).sum();
+    assert_eq!(total, 60, "{v:#}");
+    // The text form names it too.
+    let out = tailprof().args(["items", "--store"]).arg(&store).args(["--since", "1d"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("slow_path"));
+}

@@ -212,3 +212,41 @@ pub fn pprof_gzip(e: &StackExport) -> std::io::Result<Vec<u8>> {
     gz.write_all(&raw)?;
     gz.finish()
 }
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
+/// `tailprof items --store` as text.
+pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{} .. {}: {} retained slow requests", format_utc(s.from_us), format_utc(s.to_us), s.items.len());
+    read_notes(&mut out, &s.read);
+    for c in &s.classes {
+        let _ = writeln!(out, "class {}: {} requests, p50 <= {}, p99 <= {}", c.class, c.requests, ms(c.p50_le_ns), ms(c.p99_le_ns));
+    }
+    for it in s.items.iter().take(if top == 0 { usize::MAX } else { top }) {
+        let _ = writeln!(
+            out,
+            "\n{}  {} (pid {} tid {})  class {}  item {}  {}  [{} > {}]  {} samples, off-CPU {}",
+            format_utc(it.begin_us),
+            it.comm,
+            it.pid,
+            it.tid,
+            it.class,
+            it.item_id,
+            ms(it.duration_ns),
+            it.reason,
+            ms(it.limit_ns),
+            it.samples,
+            ms(it.off_cpu_ns)
+        );
+        for (name, n) in it.functions.iter().take(10) {
+            let _ = writeln!(out, "  {:>6} {:>6.1}%  {}", n, 100.0 * *n as f64 / it.samples.max(1) as f64, name);
+        }
+        if let Some((frames, n)) = it.stacks.first() {
+            let _ = writeln!(out, "  hottest stack ({n} samples): {}", frames.iter().rev().cloned().collect::<Vec<_>>().join(" > "));
+        }
+    }
+    out
+}

@@ -178,3 +178,32 @@ pub fn stack_id(frames: &[StoreFrame]) -> u64 {
     }
     h
 }
+
+/// The stacks of an `items.explanation` (`{"stacks":[{"samples":N,"frames":[[build_id,
+/// offset],...]}]}`), bounded: at most 1000 stacks of [`crate::MAX_FRAMES`] frames.
+/// Anything malformed yields fewer stacks, never an error.
+pub fn parse_explanation(s: &str) -> Vec<(u64, Vec<StoreFrame>)> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(s) else { return Vec::new() };
+    let Some(stacks) = v.get("stacks").and_then(|x| x.as_array()) else { return Vec::new() };
+    stacks
+        .iter()
+        .take(1000)
+        .map(|st| {
+            let n = st.get("samples").and_then(|x| x.as_u64()).unwrap_or(0);
+            let frames = st
+                .get("frames")
+                .and_then(|x| x.as_array())
+                .map(|fs| {
+                    fs.iter()
+                        .take(crate::MAX_FRAMES)
+                        .map(|f| StoreFrame {
+                            build_id: f.get(0).and_then(|x| x.as_str()).unwrap_or("").chars().take(80).collect(),
+                            offset: f.get(1).and_then(|x| x.as_u64()).unwrap_or(0),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (n, frames)
+        })
+        .collect()
+}
