@@ -25,6 +25,16 @@ const PIPE_HEADER_SIZE: u64 = 16;
 const ATTR_SIZE_VER0: u64 = 64;
 /// No attr layout comes close to this; anything larger is damage.
 const ATTR_SIZE_MAX: u64 = 4096;
+/// The sizes of `perf_event_attr` versions 0..=7 (PERF_ATTR_SIZE_VER*). `linux-perf-data`
+/// reads whole versions: an attr whose own size lies between two of them is read short,
+/// and everything after it in HEADER_EVENT_DESC is misframed (found by fuzzing: a
+/// 644-byte file made it allocate 18 GB for an id list).
+const ATTR_VERSION_SIZES: [u32; 8] = [64, 72, 80, 96, 104, 112, 120, 128];
+
+/// Whether `linux-perf-data` consumes exactly `own` bytes for an attr of that size.
+fn attr_size_is_a_version(own: u32) -> bool {
+    own > 128 || ATTR_VERSION_SIZES.contains(&own)
+}
 
 const FEAT_CMDLINE: u32 = 11;
 const FEAT_EVENT_DESC: u32 = 12;
@@ -296,7 +306,16 @@ fn synth_event_desc(
     out.extend_from_slice(&u32b((attr_size - 16) as u32));
     for i in 0..n {
         let at = (i * attr_size) as usize;
+        let copy_at = out.len();
         out.extend_from_slice(&attrs[at..at + (attr_size - 16) as usize]);
+        // An attr size between two versions (damage): say the largest version it holds,
+        // so the parser reads whole fields and stays framed.
+        let own = ab.u32(at as u64 + 4).unwrap_or(0);
+        if !attr_size_is_a_version(own) {
+            if let Some(&v) = ATTR_VERSION_SIZES.iter().rev().find(|&&v| v <= own) {
+                out[copy_at + 4..copy_at + 8].copy_from_slice(&u32b(v));
+            }
+        }
         let ids_at = i * attr_size + attr_size - 16;
         let (ids_off, ids_size) = (ab.u64(ids_at).unwrap_or(0), ab.u64(ids_at + 8).unwrap_or(0));
         let ids = if ids_size % 8 == 0 && ids_size <= 8 << 20 && within(ids_off, ids_size, file_len) {
@@ -380,9 +399,13 @@ fn check_feature(bit: u32, b: Bytes) -> Result<(), String> {
             }
             let mut at = 8u64;
             for _ in 0..n {
-                let own = u64::from(b.u32(at + 4).ok_or("attr past the end")?);
+                let own32 = b.u32(at + 4).ok_or("attr past the end")?;
+                let own = u64::from(own32);
                 if own > attr_size || at + attr_size > b.len() {
                     return Err("attr does not fit".into());
+                }
+                if !attr_size_is_a_version(own32) {
+                    return Err(format!("perf_event_attr size {own} is not the size of any attr version"));
                 }
                 at += attr_size;
                 let nr_ids = u64::from(b.u32(at).ok_or("id count past the end")?);
