@@ -15,9 +15,9 @@
 //! Everything in a region can be written by the profiled process at any time. So: every
 //! count read from it is clamped (at most a ring per slot per drain, drop counters may only
 //! grow, by at most one per nanosecond since the last drain) and summed saturating; a
-//! marker's time must lie between the region's creation (minus [`PAST_SLACK_NS`]) and now
-//! (plus [`FUTURE_SLACK_NS`]), its kind must be begin or end, else it is dropped and
-//! counted (`LossKind::MarkersRejected`); at most [`MAX_CLASSES_PER_TARGET`] class labels
+//! marker's time must lie between the region's creation (minus [`PAST_SLACK_NS`]) and the
+//! clock read right after its slot was consumed (plus [`FUTURE_SLACK_NS`]), its kind must be
+//! begin or end, else it is dropped and counted (`LossKind::MarkersRejected`); at most [`MAX_CLASSES_PER_TARGET`] class labels
 //! are kept per process, further or invalid class references are counted
 //! (`LossKind::ItemClasses`) and the marker keeps class 0. A region the target truncates
 //! becomes empty instead of killing the recorder (`region` maps it under a SIGBUS guard).
@@ -58,8 +58,11 @@ pub const CONTROL_SYMBOL: &str = tailprof_markers_protocol::CONTROL_SYMBOL;
 
 /// Most class labels kept per process; more are counted as `LossKind::ItemClasses`.
 pub const MAX_CLASSES_PER_TARGET: usize = 4096;
-/// How far in the future (past the drain) a marker's time may be.
-pub const FUTURE_SLACK_NS: u64 = 1_000_000_000;
+/// How far past the clock read right after its slot was consumed a marker's time may be.
+/// A marker was published before it was read, so a later time is impossible (the slack
+/// only absorbs clock granularity); such a marker would otherwise wait in the recorder's
+/// queue (memory) until its time comes.
+pub const FUTURE_SLACK_NS: u64 = 10_000_000;
 /// How far before its region's creation a marker's time may be.
 pub const PAST_SLACK_NS: u64 = 1_000_000_000;
 
@@ -335,12 +338,14 @@ impl MarkerCollector {
         // A drop counter can grow by at most about one per nanosecond.
         let max_drops = now.saturating_sub(t.last_drain_ns).max(1_000_000);
         t.last_drain_ns = now;
-        let (earliest, latest) = (t.created_ns.saturating_sub(PAST_SLACK_NS), now.saturating_add(FUTURE_SLACK_NS));
+        let earliest = t.created_ns.saturating_sub(PAST_SLACK_NS);
         let (mut lost, mut rejected, mut classes_dropped) = (0u64, 0u64, 0u64);
         for slot in 0..t.region.claimed_slots() {
             let Some(tid) = t.region.slot_tid(slot) else { continue };
             scratch.clear();
             t.region.consume(slot, &mut scratch);
+            // Everything just consumed was published before this clock read.
+            let latest = monotonic_ns().saturating_add(FUTURE_SLACK_NS);
             for r in &scratch {
                 let kind = match r.kind {
                     record::KIND_BEGIN => MarkerKind::Begin,
