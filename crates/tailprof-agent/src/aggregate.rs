@@ -110,6 +110,9 @@ pub struct Aggregator {
     frame_buf: Vec<AggFrame>,
     tail: Option<TailRetainer>,
     host: String,
+    /// The running kernel's text `[_text, _etext)` and its binary index: kernel frames
+    /// there are stored as (kernel build-id, address - _text), which survives KASLR.
+    ktext: Option<(u64, u64, u32)>,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -150,6 +153,22 @@ impl Aggregator {
             frame_buf: Vec::with_capacity(128),
             tail,
             host,
+            ktext: None,
+        }
+    }
+
+    /// Registers the running kernel (build-id and `_text`/`_etext` from /proc/kallsyms,
+    /// which shows real addresses to root) and queues its symbol table once.
+    pub fn register_kernel(&mut self) {
+        let Some(bid) = tailprof_collect::buildid::kernel_build_id() else { return };
+        let Some((text, etext)) = kernel_text_range() else { return };
+        let build_id = hex(&bid);
+        let b = self.binaries.len() as u32;
+        self.binaries.push(Binary { build_id: build_id.clone(), path: Arc::from(KERNEL_PATH) });
+        self.bin_ids.insert(build_id.clone(), b);
+        self.ktext = Some((text, etext, b));
+        if let Ok(file) = File::open("/proc/kallsyms") {
+            let _ = self.jobs.send(Job::Symbols(SymbolJob { build_id, path: KERNEL_PATH.into(), file }));
         }
     }
 
@@ -259,7 +278,10 @@ impl Aggregator {
 
     fn resolve(&mut self, pid: u32, f: Frame) -> AggFrame {
         if f.kind == FrameKind::Kernel || is_kernel_ip(f.ip) {
-            return (KERNEL_BIN, f.ip);
+            return match self.ktext {
+                Some((text, etext, b)) if f.ip >= text && f.ip < etext => (b, f.ip - text),
+                _ => (KERNEL_BIN, f.ip),
+            };
         }
         let Some(p) = self.procs.get(&pid) else {
             return (UNKNOWN_BIN, f.ip);
@@ -415,6 +437,30 @@ impl Aggregator {
             self.stacks.clear();
         }
     }
+}
+
+/// Binary path stored for kernel frames in the kernel's text.
+pub const KERNEL_PATH: &str = "[kernel.kallsyms]";
+
+/// `_text` and `_etext` of the running kernel (None when kallsyms hides addresses).
+fn kernel_text_range() -> Option<(u64, u64)> {
+    use std::io::BufRead;
+    let f = File::open("/proc/kallsyms").ok()?;
+    let (mut text, mut etext) = (None, None);
+    for line in std::io::BufReader::new(f).lines().take(10_000_000).map_while(Result::ok) {
+        let mut it = line.split_whitespace();
+        let (Some(a), Some(_), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
+        match name {
+            "_text" => text = u64::from_str_radix(a, 16).ok(),
+            "_etext" => etext = u64::from_str_radix(a, 16).ok(),
+            _ => continue,
+        }
+        if text.is_some() && etext.is_some() {
+            break;
+        }
+    }
+    let (t, e) = (text?, etext?);
+    (t != 0 && e > t).then_some((t, e))
 }
 
 fn open_mapped(pid: u32, start: u64, end: u64, path: &str) -> Option<File> {

@@ -149,6 +149,7 @@ pub fn run_agent(
         cfg.slow_percentile,
     ));
     let mut agg = aggregate::Aggregator::new(events, cfg.window_us, cfg.host.clone(), tx, tail);
+    agg.register_kernel();
     let res = recorder.run_to(&mut agg, stop, on_window);
     agg.maybe_flush(true);
     let agg_stats = agg.stats;

@@ -183,7 +183,12 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
             continue; // a previous run (or another host on a shared store) did it
         }
         let fd_path = format!("/proc/self/fd/{}", j.file.as_raw_fd());
-        let res = symbolize_file(&fd_path, &j.build_id, &j.path).and_then(|rows| {
+        let rows = if j.path == crate::aggregate::KERNEL_PATH {
+            crate::symtab::kallsyms_rows(j.file, &j.build_id, &j.path)
+        } else {
+            symbolize_file(&fd_path, &j.build_id, &j.path)
+        };
+        let res = rows.and_then(|rows| {
             store
                 .ensure_dir(&store.symbols_dir())
                 .map_err(|e| e.to_string())?;
