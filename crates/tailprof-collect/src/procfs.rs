@@ -244,6 +244,7 @@ const BUILD_ID_CACHE_MAX: usize = 1 << 16;
 
 thread_local! {
     /// Build-ids by (device, inode): `-a` sees libc in every process; read it once.
+    #[allow(clippy::type_complexity)]
     static BUILD_IDS: std::cell::RefCell<std::collections::HashMap<(u64, u64), Option<Vec<u8>>>> =
         Default::default();
 }

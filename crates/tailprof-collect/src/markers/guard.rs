@@ -108,7 +108,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // Not ours: behave as if we were not there.
     // SAFETY: OLD was written before this handler was installed.
     unsafe {
-        let old = (*(&raw const OLD)).assume_init_ref();
+        let old: &libc::sigaction = &*(&raw const OLD).cast::<libc::sigaction>();
         let f = old.sa_sigaction;
         if f == libc::SIG_DFL || f == libc::SIG_IGN {
             // Restore the default and return: the fault repeats and takes its default action.
