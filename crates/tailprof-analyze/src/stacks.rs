@@ -17,9 +17,10 @@
 //! interval is added, clipped, to each item of its thread it overlaps, and whole to the
 //! trace's off-CPU view, keyed by the stack where the thread went off CPU.
 //!
-//! [`StackBuilder::finish`] symbolizes every location once ([`Resolver::functions`]) and
-//! folds paths of locations into paths of functions, so two call sites of one caller
-//! are one frame. Filters ([`StackFilter`]) select what the whole-trace views
+//! [`StackBuilder::finish`] symbolizes every location once ([`Resolver::functions`]),
+//! expands functions inlined at an address into frames of their own
+//! ([`crate::symbolize::inline::inline_rows`], from DWARF inline records) and folds paths
+//! of locations into paths of functions, so two call sites of one caller are one frame. Filters ([`StackFilter`]) select what the whole-trace views
 //! ([`StackProfile::stacks`], [`StackProfile::off_cpu`]) count; per-item views are kept for
 //! every item (explanations compare an item with its whole class).
 
@@ -472,7 +473,11 @@ impl StackBuilder {
         for iv in self.timelines.finish(self.last_time) {
             self.add_interval(resolver, &iv);
         }
-        let table = resolver.functions(symbolizer);
+        let mut table = resolver.functions(symbolizer);
+        // Each location's functions innermost first: functions inlined at the address
+        // (DWARF inline records) become frames of their own, inside the function that
+        // holds the code.
+        let inlined = crate::symbolize::inline::inline_rows(resolver, &mut table, symbolizer);
         // Location paths → function paths, interned.
         let mut fpath_ids: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
         let mut paths: Vec<Vec<u32>> = Vec::new();
@@ -480,7 +485,13 @@ impl StackBuilder {
             .loc_paths
             .iter()
             .map(|locs| {
-                let fp: Vec<u32> = locs.iter().map(|&l| table.of_loc.get(l.index()).copied().unwrap_or(0)).collect();
+                let mut fp: Vec<u32> = Vec::with_capacity(locs.len() + 2);
+                for &l in locs {
+                    match inlined.get(l.index()) {
+                        Some(rows) => fp.extend(rows.iter().rev()),
+                        None => fp.push(table.of_loc.get(l.index()).copied().unwrap_or(0)),
+                    }
+                }
                 let next = paths.len() as u32;
                 *fpath_ids.entry(fp).or_insert_with_key(|k| {
                     paths.push(k.clone());

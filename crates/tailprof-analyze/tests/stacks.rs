@@ -227,3 +227,56 @@ fn explanation_by_stack_names_the_blocked_stack_and_the_caller() {
     assert!(y.note.as_deref().unwrap().contains("sampling"));
     assert!(explain_stacks(&items, &prof, 77).is_err());
 }
+
+const INLINE_PROG: &str = r#"
+static inline __attribute__((always_inline)) unsigned helper(unsigned x) {
+    unsigned s = 0;
+    for (unsigned i = 0; i < x; i++) s += (i * 2654435761u) ^ (s >> 3);
+    return s;
+}
+__attribute__((noinline)) unsigned outer(unsigned x) { return helper(x) + 1; }
+int main(int argc, char **argv) { (void)argv; return (int)outer((unsigned)argc); }
+"#;
+
+/// An inlined function shows as its own frame, inside the function that holds its code.
+#[test]
+fn inlined_functions_are_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = compile("cc", dir.path(), "inl", INLINE_PROG, &["-O2", "-g", "-fPIE", "-pie"]) else { return };
+    // An address of `outer` whose innermost function per addr2line -i is `helper`.
+    let start = nm(&bin, "outer");
+    let Some(off) = (0..0x80u64).find(|o| {
+        let out = std::process::Command::new("addr2line")
+            .args(["-i", "-f", "-e"])
+            .arg(&bin)
+            .arg(format!("{:#x}", start + o))
+            .output()
+            .expect("addr2line");
+        String::from_utf8_lossy(&out.stdout).lines().next() == Some("helper")
+    }) else {
+        eprintln!("skipping: the compiler left no inlined code of helper in outer");
+        return;
+    };
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.write(&Record::Mmap(exec_mmap(PID, &bin, BASE, None))).unwrap();
+    let ip = BASE + start + off;
+    let st = w.intern_stack(&[Frame::user(ip), Frame::user(BASE + nm(&bin, "main") + 5)]);
+    for i in 0..5 {
+        let s = Sample {
+            time: 1000 + i,
+            pid: PID,
+            tid: PID,
+            ip,
+            period: PERIOD,
+            cpumode: CpuMode::User,
+            stack: st,
+            stack_status: StackStatus::Complete,
+            ..Default::default()
+        };
+        w.write(&Record::Sample(s)).unwrap();
+    }
+    let bytes = w.finish_into_inner(None).unwrap().0;
+    let mut r = TraceReader::from_bytes(bytes).unwrap();
+    let p = stack_profile(&mut r, &StackOptions::default(), Vec::new(), &mut Symbolizer::default()).unwrap();
+    assert_eq!(by_frames(&p), vec![(vec!["main".to_owned(), "outer".into(), "helper".into()], 5)]);
+}
