@@ -18,7 +18,9 @@
 //! functions. If the parent drops a [`Child`] that was never released, the child
 //! reads EOF on the go pipe and `_exit(127)`s without running anything. The child gets
 //! `PR_SET_PDEATHSIG(SIGKILL)`: if the recorder dies (even by SIGKILL), so does the
-//! command it launched.
+//! command it launched. The kernel ties this to the *thread* that forked: call
+//! [`spawn_stopped`] (and so `Recorder::new` for a command target) from a thread that
+//! outlives the recording.
 
 use std::ffi::{CString, OsStr};
 use std::io;
