@@ -55,6 +55,8 @@ pub struct WriterStats {
     pub pushes: u64,
     pub push_failures: u64,
     pub last_error: Option<String>,
+    /// The last window write error (e.g. `disk full, window dropped: …`).
+    pub last_window_error: Option<String>,
 }
 
 pub struct WriterConfig {
@@ -112,11 +114,9 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                         dropped_since_last += 1;
                         let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                         s.windows_dropped += 1;
-                        s.last_error = Some(if e.is_disk_full() {
-                            format!("disk full, window dropped: {e}")
-                        } else {
-                            e.to_string()
-                        });
+                        let msg = if e.is_disk_full() { format!("disk full, window dropped: {e}") } else { format!("window dropped: {e}") };
+                        s.last_error = Some(msg.clone());
+                        s.last_window_error = Some(msg);
                     }
                 }
                 if let Some(url) = &cfg.push {

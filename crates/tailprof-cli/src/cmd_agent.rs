@@ -165,6 +165,9 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                 s.aggregation.lost_samples, s.lost_records, s.aggregation.dropped_rows
             );
         }
+        if let Some(e) = &w.last_window_error {
+            eprintln!("tailprof: warning: {} windows dropped; last: {e}", w.windows_dropped);
+        }
         if let Some(e) = &w.last_error {
             eprintln!("tailprof: warning: last write error: {e}");
         }

@@ -81,7 +81,7 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
         .args(["agent", "--store"])
         .arg(store)
         .args(extra)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tailprof agent");
@@ -487,4 +487,44 @@ fn slow_request_is_retained_with_its_explanation_fast_ones_are_not() {
     // The text form names it too.
     let out = tailprof().args(["items", "--store"]).arg(&store).args(["--since", "1d"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("slow_path"));
+}
+
+#[test]
+fn full_disk_drops_and_counts_windows_without_crashing() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    // A 64 KiB file system, filled up: every window write hits ENOSPC.
+    let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
+    if !ok {
+        eprintln!("skipping: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Umount(mnt.clone());
+    let store = mnt.join("store");
+    std::fs::create_dir(&store).unwrap();
+    let _ = std::fs::write(mnt.join("filler"), vec![0u8; 64 * 1024]);
+    let Some(agent) = start_agent(&store, &["--window", "1s", "-F", "499", "--duration", "3s", "--json"]) else { return };
+    let mut a = agent;
+    let mut stdout = a.child.stdout.take().unwrap();
+    let st = a.child.wait().unwrap();
+    let mut out = String::new();
+    use std::io::Read;
+    stdout.read_to_string(&mut out).unwrap();
+    assert!(st.success(), "the agent must survive a full disk: {}", a.log.join("\n"));
+    let v: Value = serde_json::from_str(&out).expect("agent --json summary");
+    assert!(v["writer"]["windows_dropped"].as_u64().unwrap() >= 1, "{v:#}");
+    assert!(v["writer"]["last_window_error"].as_str().unwrap_or("").contains("disk full"), "{v:#}");
+    // Nothing partial is visible on the full file system.
+    for e in walk(&store) {
+        let name = e.file_name().unwrap().to_string_lossy().to_string();
+        assert!(name.ends_with(".parquet") || name.starts_with(".tmp-"), "{}", e.display());
+    }
 }
