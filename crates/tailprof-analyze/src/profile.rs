@@ -311,10 +311,15 @@ impl ProfileCounts {
             seen.dedup();
             seen.len() as u64
         };
+        // Events of the header, plus any other index samples actually carried (a damaged
+        // or hostile trace can name up to 65536 events; listing the empty ones made a
+        // 2.7 KB fuzzed trace print 6.6 MB of JSON).
+        let header_events = self.header.events.len().max(1);
         let events = self
             .per_event
             .iter()
             .enumerate()
+            .filter(|(i, c)| *i < header_events || c.samples > 0)
             .map(|(i, c)| EventTotal {
                 index: i as u16,
                 name: event_name(&self.header, i as u16),

@@ -372,3 +372,16 @@ fn import_seeds_fit_in_a_bounded_address_space() {
     }
     assert!(n >= 5, "seeds in {}", dir.display());
 }
+
+/// Analysis output stays proportional to the input: a 2.7 KB fuzzed trace whose samples
+/// name event 65535 once made `report --json` list 65,536 events (6.6 MB, a second per
+/// rendering).
+#[test]
+fn report_output_is_proportional_to_the_trace() {
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/report/slow-65536-events.tprof");
+    let input = std::fs::metadata(&seed).unwrap().len() as usize;
+    for args in [vec!["report", "--json"], vec!["report"], vec!["report", "--by", "thread", "--json"]] {
+        let o = ok(tailprof().args(&args).arg(&seed));
+        assert!(o.stdout.len() < 20 * input, "{args:?}: {} bytes of output for a {input}-byte trace", o.stdout.len());
+    }
+}
