@@ -116,6 +116,7 @@ impl Client {
             return Err(format!("build-id of {} bytes", build_id.len()));
         }
         let id = hex(build_id);
+        self.ensure_cache_dir()?;
         let cached = self.cached_path(&id);
         if cached.is_file() && ElfFile::open(&cached).ok().and_then(|e| e.build_id()).as_deref() == Some(build_id) {
             return Ok(DebugFile { path: cached, found_by: FoundBy::Debuginfod("cache".into()) });
@@ -131,7 +132,6 @@ impl Client {
                 return Err(format!("failed within the last day ({})", marker.display()));
             }
         }
-        self.ensure_cache_dir()?;
         let mut errors = Vec::new();
         let mut answered = false;
         for url in self.urls.clone() {
@@ -171,6 +171,16 @@ impl Client {
         let md = fs::symlink_metadata(&self.cache).map_err(|e| format!("{}: {e}", self.cache.display()))?;
         if !md.is_dir() {
             return Err(format!("{} is not a directory", self.cache.display()));
+        }
+        // Files in it are trusted as debug info: it must be ours and not writable by others.
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if md.uid() != euid || md.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is not owned by this user or is writable by others: fix its owner/mode or set DEBUGINFOD_CACHE_PATH",
+                self.cache.display()
+            ));
         }
         Ok(())
     }
@@ -267,6 +277,16 @@ fn create_new_0600(path: &Path) -> io::Result<fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_cache_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("c");
+        std::fs::create_dir(&cache).unwrap();
+        std::fs::set_permissions(&cache, fs::Permissions::from_mode(0o777)).unwrap();
+        let mut c = Client::new(vec!["http://127.0.0.1:9".into()], cache);
+        assert!(c.fetch(&[0x11; 20]).unwrap_err().contains("writable by others"));
+    }
 
     #[test]
     fn urls_split_by_scheme() {
