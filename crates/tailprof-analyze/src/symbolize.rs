@@ -17,6 +17,17 @@
 //! demangled once (same crates and policy as blazesym: Rust first, then C++), and equal
 //! demangled names share one [`NameId`].
 //!
+//! One binary's addresses are named from, in order (docs/SYMBOLS.md):
+//! 1. its separate debug file when it has no DWARF of its own ([`debugdir`]: build-id
+//!    in `--debug-dir`s then `/usr/lib/debug`, `.gnu_debuglink` with CRC check;
+//!    [`debuginfod`] when `DEBUGINFOD_URLS` is set), by virtual address;
+//! 2. its own `.symtab`/`.dynsym` (and DWARF), by file offset;
+//! 3. its `.eh_frame` function ranges ([`ehframe`]): `fn_<vaddr>`, one name per
+//!    function of a stripped binary ([`Symbolizer::is_range_name`]).
+//!
+//! Files are opened once by our bounded reader (`elf`: `O_NOFOLLOW`, regular files
+//! only) and handed to blazesym as `/proc/self/fd/N`, so blazesym reads exactly the
+//! file that was checked. [`inline`] gives an address's frames with inlined functions.
 //! Kernel addresses (kallsyms) and the vDSO are handled in [`ksyms`].
 
 use std::borrow::Cow;

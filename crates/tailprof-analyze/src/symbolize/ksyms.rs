@@ -72,7 +72,7 @@ impl Symbolizer {
         self.to_strings(ids)
     }
 
-    /// Like [`Symbolizer::symbolize_kernel`], answering [`NameId`]s.
+    /// Like [`Symbolizer::symbolize_kernel`], answering [`NameId`](super::NameId)s.
     pub fn symbolize_kernel_ids(&mut self, addrs: &[u64]) -> Vec<SymIdResult> {
         let state = self.kernel_state().clone();
         let path = match state {
