@@ -11,7 +11,7 @@
 //!    FxHashMap lookup; the frames are resolved to locations once per key, the leaf at
 //!    its `ip`, every caller at `ip - 1` since callers' ips are return addresses,
 //!    FORMAT.md §5.5). A sample without a stack is a one-frame path of its `ip`;
-//! 3. bumps the counter of `(item, path, complete)`.
+//! 3. bumps the counter of `(item, path, stack status)`.
 //!
 //! `Switch` records go through [`crate::offcpu::Timelines`]; every closed off-CPU
 //! interval is added, clipped, to each item of its thread it overlaps, and whole to the
@@ -169,6 +169,9 @@ pub struct StackRow {
     pub period: u64,
     /// The stack reached the outermost frame.
     pub complete: bool,
+    /// The stack was cut short or unwinding failed ([`StackStatus::is_truncated`]);
+    /// neither this nor `complete` for stacks of unknown completeness (frame pointers).
+    pub truncated: bool,
 }
 
 /// Off-CPU time spent with one stack in one state.
@@ -270,11 +273,24 @@ impl StackProfile {
     /// Flat view of the stack rows: per leaf function (self) and per function anywhere on
     /// the stack (total), most self first. Values are samples or ns, as `rows` count.
     pub fn flat<'a>(&'a self, rows: impl Iterator<Item = (u32, u64)>) -> Vec<FlatRow<'a>> {
+        self.flat_by(rows, false)
+    }
+
+    /// [`Self::flat`] with `self` counted at the innermost **user** frame when the stack
+    /// has one: for off-CPU stacks, whose kernel part ends in the scheduler for every
+    /// sleep, "where did it wait" is the user code that called into the kernel.
+    pub fn flat_user<'a>(&'a self, rows: impl Iterator<Item = (u32, u64)>) -> Vec<FlatRow<'a>> {
+        self.flat_by(rows, true)
+    }
+
+    fn flat_by<'a>(&'a self, rows: impl Iterator<Item = (u32, u64)>, user_leaf: bool) -> Vec<FlatRow<'a>> {
         let mut acc: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
         let mut seen: Vec<u32> = Vec::new();
         for (p, n) in rows {
             let Some(path) = self.paths.get(p as usize) else { continue };
-            if let Some(&leaf) = path.last() {
+            let user = || path.iter().rev().find(|&&f| !is_kernel_binary(&self.functions[f as usize].binary));
+            let leaf = if user_leaf { user().or(path.last()) } else { path.last() };
+            if let Some(&leaf) = leaf {
                 acc.entry(leaf).or_default().0 += n;
             }
             seen.clear();
@@ -292,6 +308,11 @@ impl StackProfile {
         v.sort_by(|a, b| b.self_value.cmp(&a.self_value).then(b.total_value.cmp(&a.total_value)).then(a.name.cmp(b.name)));
         v
     }
+}
+
+/// Whether a function row's binary is the kernel or a kernel module.
+pub fn is_kernel_binary(b: &str) -> bool {
+    b.starts_with("[kernel") || b.ends_with(".ko") || b.contains(".ko.") || b == "[guest]"
 }
 
 /// One function of [`StackProfile::flat`].
@@ -319,7 +340,7 @@ pub struct StackBuilder {
     path_keys: FxHashMap<PathKey, u32>,
     /// Resolved paths, root first.
     loc_paths: Vec<Vec<LocId>>,
-    samples: FxHashMap<(u32, u32, bool), (u64, u64)>,
+    samples: FxHashMap<(u32, u32, StackStatus), (u64, u64)>,
     off: FxHashMap<(u32, u32, OffState), u64>,
     timelines: Timelines,
     statuses: [u64; 8],
@@ -508,20 +529,21 @@ impl StackBuilder {
             }
         };
         let n_items = self.spans.len();
-        let mut whole: FxHashMap<(u32, bool), (u64, u64)> = FxHashMap::default();
-        let mut per_item: Vec<FxHashMap<(u32, bool), (u64, u64)>> = vec![FxHashMap::default(); n_items];
+        let mut whole: FxHashMap<(u32, bool, bool), (u64, u64)> = FxHashMap::default();
+        let mut per_item: Vec<FxHashMap<(u32, bool, bool), (u64, u64)>> = vec![FxHashMap::default(); n_items];
         let (mut samples, mut period) = (0u64, 0u64);
-        for (&(item, p, complete), &(n, per)) in &self.samples {
+        for (&(item, p, status), &(n, per)) in &self.samples {
             let fp = of_path[p as usize];
+            let (complete, truncated) = (status == StackStatus::Complete, status.is_truncated());
             if kept(item, &self.keep) {
-                let e = whole.entry((fp, complete)).or_default();
+                let e = whole.entry((fp, complete, truncated)).or_default();
                 e.0 += n;
                 e.1 = e.1.saturating_add(per);
                 samples += n;
                 period = period.saturating_add(per);
             }
             if let Some(m) = per_item.get_mut(item as usize) {
-                let e = m.entry((fp, complete)).or_default();
+                let e = m.entry((fp, complete, truncated)).or_default();
                 e.0 += n;
                 e.1 = e.1.saturating_add(per);
             }
@@ -594,10 +616,12 @@ impl StackBuilder {
     }
 }
 
-fn stack_rows(m: FxHashMap<(u32, bool), (u64, u64)>) -> Vec<StackRow> {
-    let mut v: Vec<StackRow> =
-        m.into_iter().map(|((path, complete), (samples, period))| StackRow { path, samples, period, complete }).collect();
-    v.sort_unstable_by(|a, b| b.samples.cmp(&a.samples).then(a.path.cmp(&b.path)).then(b.complete.cmp(&a.complete)));
+fn stack_rows(m: FxHashMap<(u32, bool, bool), (u64, u64)>) -> Vec<StackRow> {
+    let mut v: Vec<StackRow> = m
+        .into_iter()
+        .map(|((path, complete, truncated), (samples, period))| StackRow { path, samples, period, complete, truncated })
+        .collect();
+    v.sort_unstable_by(|a, b| b.samples.cmp(&a.samples).then(a.path.cmp(&b.path)).then(b.complete.cmp(&a.complete)).then(a.truncated.cmp(&b.truncated)));
     v
 }
 
@@ -636,7 +660,7 @@ impl ResolvedSink for StackBuilder {
             return;
         }
         let path = self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode);
-        let e = self.samples.entry((item, path, s.stack_status == StackStatus::Complete)).or_default();
+        let e = self.samples.entry((item, path, s.stack_status)).or_default();
         e.0 += 1;
         e.1 = e.1.saturating_add(s.period);
         if kept {

@@ -85,21 +85,22 @@ pub fn differential_svg(p: &StackProfile, before: &[StackRow], after: &[StackRow
     flame_svg(&lines, title, "samples")
 }
 
-/// The rows of every item of `class` (all items when `class` is `None` and
-/// `all_classes`), summed.
+/// The rows of the items `keep` selects (by index), summed.
 fn class_rows(report: &ItemsReport, p: &StackProfile, keep: impl Fn(usize) -> bool) -> Vec<StackRow> {
-    let mut m: HashMap<(u32, bool), (u64, u64)> = HashMap::new();
+    let mut m: HashMap<(u32, bool, bool), (u64, u64)> = HashMap::new();
     for (i, st) in p.items.iter().enumerate() {
         if i >= report.items.len() || !keep(i) {
             continue;
         }
         for r in &st.stacks {
-            let e = m.entry((r.path, r.complete)).or_default();
+            let e = m.entry((r.path, r.complete, r.truncated)).or_default();
             e.0 += r.samples;
             e.1 += r.period;
         }
     }
-    m.into_iter().map(|((path, complete), (samples, period))| StackRow { path, samples, period, complete }).collect()
+    m.into_iter()
+        .map(|((path, complete, truncated), (samples, period))| StackRow { path, samples, period, complete, truncated })
+        .collect()
 }
 
 /// One graph in the page.

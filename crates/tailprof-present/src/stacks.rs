@@ -162,7 +162,7 @@ pub fn render_stacks(p: &StackProfile, top: Option<usize>) -> String {
             vec![
                 share(r.samples, p.samples),
                 thousands(r.samples),
-                if r.complete { String::new() } else { "trunc".into() },
+                if r.truncated { "trunc".into() } else if r.complete { String::new() } else { "?".into() },
                 stack_line(&p.frames(r.path), 12),
             ]
         })
@@ -198,18 +198,15 @@ pub fn kernel_frames(p: &StackProfile, path: u32) -> Vec<bool> {
         .unwrap_or_default()
 }
 
-/// Whether a function row's binary is the kernel or a kernel module.
-pub fn is_kernel_binary(b: &str) -> bool {
-    b.starts_with("[kernel") || b.ends_with(".ko") || b.contains(".ko.") || b == "[guest]"
-}
+pub use tailprof_analyze::stacks::is_kernel_binary;
 
 /// The line of one off-CPU row of the profile.
 pub fn off_row_line(p: &StackProfile, r: &OffRow) -> String {
     off_cpu_line(r.state, r.ns, &p.frames(r.path), &kernel_frames(p, r.path))
 }
 
-/// `report --off-cpu --json`: totals, a flat view (by the innermost user frame, and by
-/// any frame) and the stacks.
+/// `report --off-cpu --json`: totals, a flat view (`self_ns` at the innermost user
+/// frame, `total_ns` anywhere on the stack) and the stacks.
 pub fn off_cpu_json(p: &StackProfile, top: Option<usize>) -> Value {
     let mut m = common_json(p);
     m.insert("switches".into(), json!(p.switches));
@@ -221,7 +218,7 @@ pub fn off_cpu_json(p: &StackProfile, top: Option<usize>) -> Value {
     let n = top.unwrap_or(usize::MAX);
     let mut flat = Vec::new();
     for state in [OffState::Blocked, OffState::Runnable] {
-        let rows = p.flat(p.off_cpu.iter().filter(|r| r.state == state).map(|r| (r.path, r.ns)));
+        let rows = p.flat_user(p.off_cpu.iter().filter(|r| r.state == state).map(|r| (r.path, r.ns)));
         for f in rows.into_iter().take(n) {
             flat.push(json!({"state": state.name(), "function": f.name, "self_ns": f.self_value, "total_ns": f.total_value}));
         }
@@ -267,9 +264,9 @@ pub fn render_off_cpu(p: &StackProfile, top: Option<usize>) -> String {
         if total == 0 {
             continue;
         }
-        let _ = writeln!(out, "\n{} {} by function (innermost frame):", state.name(), duration(total));
+        let _ = writeln!(out, "\n{} {} by function (innermost user frame):", state.name(), duration(total));
         let rows: Vec<Vec<String>> = p
-            .flat(p.off_cpu.iter().filter(|r| r.state == state).map(|r| (r.path, r.ns)))
+            .flat_user(p.off_cpu.iter().filter(|r| r.state == state).map(|r| (r.path, r.ns)))
             .into_iter()
             .take(n)
             .map(|f| vec![share(f.self_value, total), duration(f.self_value), duration(f.total_value), f.name.to_owned()])

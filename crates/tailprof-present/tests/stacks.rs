@@ -29,10 +29,10 @@ fn profile() -> StackProfile {
     ];
     let paths = vec![vec![0, 1, 3], vec![0, 2, 3], vec![0, 4, 5], vec![0, 6]];
     let stacks = vec![
-        StackRow { path: 1, samples: 63, period: 63_000_000, complete: true },
-        StackRow { path: 0, samples: 30, period: 30_000_000, complete: true },
-        StackRow { path: 1, samples: 7, period: 7_000_000, complete: false },
-        StackRow { path: 3, samples: 1, period: 1_000_000, complete: true },
+        StackRow { path: 1, samples: 63, period: 63_000_000, complete: true, truncated: false },
+        StackRow { path: 0, samples: 30, period: 30_000_000, complete: true, truncated: false },
+        StackRow { path: 1, samples: 7, period: 7_000_000, complete: false, truncated: true },
+        StackRow { path: 3, samples: 1, period: 1_000_000, complete: true, truncated: false },
     ];
     let off_cpu = vec![OffRow { path: 2, state: OffState::Blocked, ns: 20_000_000 }];
     let timeline = Timeline {
@@ -56,7 +56,7 @@ fn profile() -> StackProfile {
         blocked_ns: 20_000_000,
         items: vec![ItemStacks {
             id: 1,
-            stacks: vec![StackRow { path: 0, samples: 30, period: 30_000_000, complete: true }],
+            stacks: vec![StackRow { path: 0, samples: 30, period: 30_000_000, complete: true, truncated: false }],
             off_cpu: vec![],
             runnable_ns: 0,
             blocked_ns: 0,
@@ -91,8 +91,8 @@ fn stack_and_off_cpu_json() {
     let o = stacks::off_cpu_json(&p, None);
     assert_eq!(o["blocked_ns"], 20_000_000);
     assert_eq!(o["stacks"][0]["frames"], serde_json::json!(["main", "wait", "schedule"]));
-    // Flat by innermost frame: the kernel's schedule is self.
-    assert_eq!(o["functions"][0]["function"], "schedule");
+    // Flat: self at the innermost user frame, not the kernel's schedule.
+    assert_eq!(o["functions"][0]["function"], "wait"); // the innermost user frame
     let text = stacks::render_off_cpu(&p, None);
     assert!(text.contains("blocked 20.00 ms in wait ← main"), "{text}");
     let text = stacks::render_stacks(&p, None);
