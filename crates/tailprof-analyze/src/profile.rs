@@ -155,6 +155,10 @@ pub struct FlatProfile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub read: Option<ReadSummary>,
     pub stats: ProfileStats,
+    /// Samples of the reported event per stack status (statuses with samples, code
+    /// order; empty when the trace has no stacks).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stack_statuses: Vec<crate::stacks::StatusCount>,
 }
 
 const NO_COMM: u32 = u32::MAX;
@@ -176,6 +180,7 @@ pub struct ProfileCounts {
     throttled: u64,
     unthrottled: u64,
     read: Option<ReadSummary>,
+    statuses: [u64; 8],
 }
 
 impl Resolved<ProfileCounts> {
@@ -200,6 +205,7 @@ impl Resolved<ProfileCounts> {
             throttled: 0,
             unthrottled: 0,
             read: None,
+            statuses: [0; 8],
         };
         Ok(Resolved::wrap(header, counts))
     }
@@ -348,6 +354,11 @@ impl ProfileCounts {
                 unique_locations: resolver.locations().len() as u64,
                 binaries,
             },
+            stack_statuses: if self.statuses[1..].iter().all(|&n| n == 0) {
+                Vec::new()
+            } else {
+                crate::stacks::status_counts(&self.statuses)
+            },
         }
     }
 }
@@ -379,6 +390,7 @@ impl ResolvedSink for ProfileCounts {
         if s.event != self.event {
             return;
         }
+        self.statuses[s.stack_status as usize] += 1;
         match self.by {
             GroupBy::Function | GroupBy::Binary => self.add_by_address(s, resolver),
             GroupBy::Thread => self.add_by_thread(s, resolver),

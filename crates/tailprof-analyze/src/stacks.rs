@@ -201,6 +201,16 @@ impl ItemStacks {
     }
 }
 
+/// Non-zero counts of a per-status array (indexed by the status code), in code order.
+pub fn status_counts(counts: &[u64; 8]) -> Vec<StatusCount> {
+    StackStatus::ALL
+        .iter()
+        .zip(counts)
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, &n)| StatusCount { status: s.name(), reason: s.reason(), samples: n })
+        .collect()
+}
+
 /// Samples of one stack status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusCount {
@@ -586,12 +596,7 @@ impl StackBuilder {
                 ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns }
             })
             .collect();
-        let statuses = StackStatus::ALL
-            .iter()
-            .zip(self.statuses)
-            .filter(|(_, n)| *n > 0)
-            .map(|(s, n)| StatusCount { status: s.name(), reason: s.reason(), samples: n })
-            .collect();
+        let statuses = status_counts(&self.statuses);
         StackProfile {
             event: self.event_name,
             total_samples: self.total,

@@ -256,6 +256,7 @@ fn exports_with_stacks() {
     ]);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("Flame graphs") && page.contains("<iframe"), "no flame graph in the page");
+    assert!(page.contains("blocked 20.00 ms in wait_here ← main"), "no off-CPU line in the page");
     let ffv: Value = serde_json::from_slice(&std::fs::read(&ff).unwrap()).unwrap();
     assert!(!ffv["threads"].as_array().unwrap().is_empty());
     let pfv: Value = serde_json::from_slice(&std::fs::read(&pf).unwrap()).unwrap();

@@ -128,6 +128,14 @@ pub fn render_profile(p: &FlatProfile, opts: &TableOptions) -> String {
     if let Some(k) = &p.kernel_symbols {
         let _ = writeln!(out, "# Note:    {k}");
     }
+    if !p.stack_statuses.is_empty() {
+        let parts: Vec<String> = p
+            .stack_statuses
+            .iter()
+            .map(|s| format!("{} {} ({})", s.reason, share(s.samples, p.samples), thousands(s.samples)))
+            .collect();
+        let _ = writeln!(out, "# Stacks:  {} (--by stack, --folded)", parts.join(", "));
+    }
     push_warnings(&mut out, &profile_warnings(p));
     out.push('\n');
 

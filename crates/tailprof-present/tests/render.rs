@@ -38,6 +38,7 @@ fn profile(by: GroupBy, rows: Vec<ProfileRow>, lost: u64) -> FlatProfile {
         kernel_symbols: None,
         read: None,
         stats: ProfileStats::default(),
+        stack_statuses: vec![],
     }
 }
 
