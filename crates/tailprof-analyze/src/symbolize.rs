@@ -326,13 +326,18 @@ impl Symbolizer {
             ..Default::default()
         };
         let mut s = Symbolizer::new(opts);
-        let note = match s.enable_debuginfod_from_env() {
-            Ok(_) => s.debuginfod.as_ref().filter(|c| !c.skipped.is_empty()).map(|c| {
+        let mut notes: Vec<String> = debug_dirs
+            .iter()
+            .filter(|d| !d.is_dir())
+            .map(|d| format!("--debug-dir {} is not a directory (ignored): check the path", d.display()))
+            .collect();
+        match s.enable_debuginfod_from_env() {
+            Ok(_) => notes.extend(s.debuginfod.as_ref().filter(|c| !c.skipped.is_empty()).map(|c| {
                 format!("debuginfod: skipping https:// servers (this build speaks http only): {}", c.skipped.join(" "))
-            }),
-            Err(e) => Some(format!("debuginfod: {e}")),
-        };
-        (s, note)
+            })),
+            Err(e) => notes.push(format!("debuginfod: {e}")),
+        }
+        (s, (!notes.is_empty()).then(|| notes.join("; ")))
     }
 
     /// Fetch debug files from the debuginfod servers in `DEBUGINFOD_URLS` (when set)
