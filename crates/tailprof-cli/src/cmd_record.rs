@@ -96,6 +96,19 @@ pub struct RecordArgs {
     #[arg(long, value_name = "NAME", requires = "item_begin")]
     item_class: Option<String>,
 
+    /// Item class from an argument of a probed function, without changing the program:
+    /// `BIN:SYMBOL:ARG[:string|u64|s64]`. ARG is a register (`rdi`, `rsi`, ... on x86-64,
+    /// `x0`..`x7` on arm64) or `arg1`..`arg6`; TYPE `string` (default) reads the C string
+    /// the register points to and reduces it to its SQL shape (literals become `?`, as
+    /// pg_stat_statements groups queries), `u64`/`s64` use the register's value. Each call
+    /// labels the thread's open item that has no class yet, or else the next item the
+    /// thread begins (e.g. `postgres:pg_parse_query:rdi` runs before `PortalRun`). Works with
+    /// marker-library items and with --item-begin/--item-end. Needs root and tracefs (mounted
+    /// at /sys/kernel/tracing when absent); at most 1024 classes per process, the rest are
+    /// counted as dropped_item_classes. Repeatable.
+    #[arg(long, value_name = "BIN:SYMBOL:ARG[:TYPE]")]
+    item_class_from: Vec<String>,
+
     /// Register-tag mode: the item id is in this user register (e.g. `r13`, reserved
     /// with -ffixed-r13), captured with every sample; 0 means outside any item.
     #[arg(long, value_name = "REG")]
@@ -217,7 +230,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }),
         _ => None,
     };
-    let items = ItemOptions { probes, item_reg: args.item_reg.clone() };
+    let class_from = args
+        .item_class_from
+        .iter()
+        .map(|s| tailprof_collect::classprobe::ClassSpec::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let items = ItemOptions { probes, item_reg: args.item_reg.clone(), class_from };
 
     // Open the output before launching anything, so an unwritable path fails first. It is
     // a new temporary file (0600, never following a symlink) next to the final name; if
@@ -230,7 +248,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         (None, true) => Some(tailprof_collect::session::CallGraph::Fp),
         (None, false) => None,
     };
-    let items_recorded = items.probes.is_some() || items.item_reg.is_some();
+    let items_recorded = items.probes.is_some() || items.item_reg.is_some() || !items.class_from.is_empty();
     let stack_opts = tailprof_collect::session::StackOptions {
         call_graph,
         off_cpu: !args.no_off_cpu && (args.off_cpu || items_recorded),

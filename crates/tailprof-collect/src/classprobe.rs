@@ -182,22 +182,11 @@ pub fn label_of(v: &ArgValue) -> String {
     }
 }
 
-/// The tracefs directory, mounting it at `/sys/kernel/tracing` when no mount has
-/// `uprobe_events`. The second value says whether we mounted it (callers say so).
+/// The tracefs directory ([`crate::tracefs::ensure_mounted`]: mounted at
+/// `/sys/kernel/tracing` when absent). The second value says whether we mounted it
+/// (callers say so).
 pub fn tracefs_root() -> Result<(PathBuf, bool), UprobeError> {
-    for d in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
-        if Path::new(d).join("uprobe_events").exists() {
-            return Ok((PathBuf::from(d), false));
-        }
-    }
-    let target = c"/sys/kernel/tracing";
-    // SAFETY: constant NUL-terminated strings; mount(2) reads them only.
-    let rc = unsafe { libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null()) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(UprobeError::Read { path: format!("tracefs (mount at /sys/kernel/tracing failed: {e}; run as root, or mount it yourself)"), source: e });
-    }
-    Ok((PathBuf::from("/sys/kernel/tracing"), true))
+    crate::tracefs::ensure_mounted().map_err(|source| UprobeError::Read { path: "tracefs".into(), source })
 }
 
 /// A uprobe event created in tracefs, removed again on drop (after the perf events

@@ -321,8 +321,12 @@ impl Recorder {
             }
             None => u16::MAX,
         };
+        // `--item-class-from` events come last (tracefs uprobe events, as tracepoints).
+        let classes = items::ClassProbes::prepare(&items.class_from, layouts.len())?;
+        layouts.extend(classes.iter().flat_map(|c| c.layouts()));
         raise_nofile_limit();
         let mut header = trace_header(&opts, &caps, clock, &plans, item_reg.as_ref().map(|(_, name)| name.as_str()), probes.as_ref());
+        header.extra.extend(classes.iter().flat_map(|c| c.header_extra()));
         if let Some(cg) = &stack_opts.call_graph {
             header.extra.insert("call_graph".into(), cg.name());
         }
@@ -341,6 +345,11 @@ impl Recorder {
             StackMaker::new(stack_opts.call_graph, ev, off_cpu_event)
         });
         let mut rec = Recorder::unopened(&opts, plans, clock, header, Decoder::new(layouts), probes, sampling)?;
+        if let Some(c) = &classes {
+            rec.notes.extend(c.notes());
+            rec.emitter.probe_base = rec.emitter.probe_base.min(c.base);
+        }
+        rec.emitter.classes = classes;
         rec.notes.extend(stack_notes);
         rec.emitter.stacks = stack_maker;
         rec.off_cpu = off_cpu;
@@ -387,6 +396,7 @@ impl Recorder {
                 probe_markers,
                 probe_records: Vec::new(),
                 stacks: None,
+                classes: None,
             },
             max_seen: 0,
             ran: false,
@@ -505,6 +515,17 @@ impl Recorder {
                         .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
                     let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
                     self.emitter.decoder.add_id(id, probes.begin_event + role_index as u16);
+                    self.fds.push(fd);
+                }
+            }
+            if let (Some(c), Some(ring)) = (&self.emitter.classes, ring_of_cpu[cpu_index]) {
+                for i in 0..c.len() {
+                    let attr = c.attr(i, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
+                    let fd = c.open(i, pid, cpu as i32, &attr)?;
+                    sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                        .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (--item-class-from) on CPU {cpu}")))?;
+                    let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                    self.emitter.decoder.add_id(id, c.base + i as u16);
                     self.fds.push(fd);
                 }
             }

@@ -55,6 +55,8 @@ pub(super) struct Emitter {
     pub(super) probe_records: Vec<Record>,
     /// Call stacks, context switches and off-CPU stacks (`None`: not recorded).
     pub(super) stacks: Option<StackMaker>,
+    /// `--item-class-from` probes: their hits become class labels (`Label` markers).
+    pub(super) classes: Option<super::items::ClassProbes>,
 }
 
 impl Emitter {
@@ -81,6 +83,20 @@ impl Emitter {
                     sm.off_cpu_sample(rec, &self.sample, out);
                 }
                 Ok(())
+            }
+            Ok(Decoded::Sample) if self.classes.as_ref().is_some_and(|c| c.owns(self.sample.event)) => {
+                let mut recs = std::mem::take(&mut self.probe_records);
+                if let Some(c) = &mut self.classes {
+                    c.convert(rec, &self.sample, &mut recs);
+                }
+                let mut res = Ok(());
+                for r in recs.drain(..) {
+                    if res.is_ok() {
+                        res = self.record(r, out);
+                    }
+                }
+                self.probe_records = recs;
+                res
             }
             Ok(Decoded::Sample) if self.sample.event >= self.probe_base => {
                 let role = if self.sample.event == self.probe_base {
