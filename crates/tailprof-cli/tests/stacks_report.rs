@@ -264,7 +264,11 @@ fn exports_with_stacks() {
     assert_eq!(ev.iter().filter(|e| e["cat"] == "stack").count(), 100);
     assert_eq!(ev.iter().filter(|e| e["cat"] == "off-cpu" && e["ph"] == "b").count(), 11);
     // go tool pprof lists the same top functions as report.
-    let Ok(go) = Command::new("go").args(["tool", "pprof", "-top", "-nodecount=10"]).arg(&pb).output() else {
+    let go_bin = ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"]
+        .into_iter()
+        .find(|g| Command::new(g).arg("version").output().is_ok_and(|o| o.status.success()))
+        .unwrap_or("go");
+    let Ok(go) = Command::new(go_bin).args(["tool", "pprof", "-top", "-nodecount=10"]).arg(&pb).output() else {
         eprintln!("skipping the pprof check: go is not installed");
         return;
     };
