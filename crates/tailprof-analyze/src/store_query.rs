@@ -26,9 +26,17 @@ pub enum GroupBy {
 }
 
 /// Names frames from the store's symbol tables, loading each build-id's table once.
+/// Names are interned: [`StoreSymbols::name_id`] answers a small integer (the hot path
+/// of `top` and `diff` allocates nothing for a named frame), [`StoreSymbols::name_of`]
+/// the text.
 pub struct StoreSymbols<'a> {
     reader: &'a StoreReader,
-    tables: HashMap<String, Vec<SymbolRow>>,
+    /// Per loaded build-id: its rows (sorted by start) and each row's name id.
+    tables: Vec<(Vec<SymbolRow>, Vec<u32>)>,
+    table_of: HashMap<String, usize>,
+    last: Option<(String, usize)>,
+    names: Vec<String>,
+    name_ids: HashMap<String, u32>,
     /// build-id → binary path seen in samples (for unnamed frames).
     binaries: HashMap<String, String>,
     pub missing_tables: u64,
@@ -36,7 +44,16 @@ pub struct StoreSymbols<'a> {
 
 impl<'a> StoreSymbols<'a> {
     pub fn new(reader: &'a StoreReader) -> Self {
-        StoreSymbols { reader, tables: HashMap::new(), binaries: HashMap::new(), missing_tables: 0 }
+        StoreSymbols {
+            reader,
+            tables: Vec::new(),
+            table_of: HashMap::new(),
+            last: None,
+            names: Vec::new(),
+            name_ids: HashMap::new(),
+            binaries: HashMap::new(),
+            missing_tables: 0,
+        }
     }
 
     /// Remembers the leaf binary path of each build-id in `rows`.
@@ -50,21 +67,43 @@ impl<'a> StoreSymbols<'a> {
         }
     }
 
-    fn table(&mut self, build_id: &str) -> &[SymbolRow] {
-        if !self.tables.contains_key(build_id) {
-            let t = match self.reader.symbols(build_id) {
-                Ok(t) if !t.is_empty() => t,
-                _ => {
-                    self.missing_tables += 1;
-                    Vec::new()
-                }
-            };
-            if let Some(first) = t.first() {
-                self.binaries.entry(build_id.to_string()).or_insert_with(|| first.binary.clone());
-            }
-            self.tables.insert(build_id.to_string(), t);
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.name_ids.get(name) {
+            return id;
         }
-        &self.tables[build_id]
+        let id = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.name_ids.insert(name.to_string(), id);
+        id
+    }
+
+    fn table(&mut self, build_id: &str) -> usize {
+        if let Some((b, t)) = &self.last {
+            if b == build_id {
+                return *t;
+            }
+        }
+        let t = match self.table_of.get(build_id) {
+            Some(&t) => t,
+            None => {
+                let rows = match self.reader.symbols(build_id) {
+                    Ok(t) if !t.is_empty() => t,
+                    _ => {
+                        self.missing_tables += 1;
+                        Vec::new()
+                    }
+                };
+                if let Some(first) = rows.first() {
+                    self.binaries.entry(build_id.to_string()).or_insert_with(|| first.binary.clone());
+                }
+                let ids: Vec<u32> = rows.iter().map(|r| self.intern(&r.name)).collect();
+                self.tables.push((rows, ids));
+                self.table_of.insert(build_id.to_string(), self.tables.len() - 1);
+                self.tables.len() - 1
+            }
+        };
+        self.last = Some((build_id.to_string(), t));
+        t
     }
 
     /// The binary path of a build-id (as last mapped), or the build-id.
@@ -82,21 +121,40 @@ impl<'a> StoreSymbols<'a> {
         self.binaries.get(build_id).cloned().unwrap_or_else(|| build_id.to_string())
     }
 
-    /// The function name of a frame.
-    pub fn name(&mut self, f: &StoreFrame) -> String {
+    /// The interned name of a frame's function.
+    pub fn name_id(&mut self, f: &StoreFrame) -> u32 {
         if f.build_id == KERNEL_BUILD_ID {
-            return "[kernel]".into();
+            return self.intern("[kernel]");
         }
         if f.build_id.is_empty() {
-            return "[unknown]".into();
+            return self.intern("[unknown]");
         }
-        if let Some(s) = lookup(self.table(&f.build_id), f.offset) {
-            return s.name.clone();
+        let t = self.table(&f.build_id);
+        let (rows, ids) = &self.tables[t];
+        if let Some(i) = lookup_index(rows, f.offset) {
+            return ids[i];
         }
         let bin = self.binary(&f.build_id);
         let short = bin.rsplit('/').next().unwrap_or(&bin).to_string();
-        format!("[{short}+0x{:x}]", f.offset)
+        self.intern(&format!("[{short}+0x{:x}]", f.offset))
     }
+
+    pub fn name_of(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+
+    /// The function name of a frame.
+    pub fn name(&mut self, f: &StoreFrame) -> String {
+        let id = self.name_id(f);
+        self.names[id as usize].clone()
+    }
+}
+
+fn lookup_index(rows: &[SymbolRow], offset: u64) -> Option<usize> {
+    let i = rows.partition_point(|r| r.start <= offset).checked_sub(1)?;
+    let r = &rows[i];
+    let end = if r.size > 0 { r.start.saturating_add(r.size) } else { rows.get(i + 1).map_or(u64::MAX, |n| n.start) };
+    (offset < end).then_some(i)
 }
 
 /// The function of a symbol table (sorted by start) containing `offset`.
@@ -155,21 +213,30 @@ pub fn folded_stack(sym: &mut StoreSymbols<'_>, r: &SampleRow) -> String {
 fn group(sym: &mut StoreSymbols<'_>, rows: &[SampleRow], by: GroupBy) -> (HashMap<String, (u64, u64)>, u64) {
     let mut m: HashMap<String, (u64, u64)> = HashMap::new();
     let mut total = 0u64;
+    let mut by_id: Vec<(u64, u64)> = Vec::new();
+    let mut ids: Vec<u32> = Vec::with_capacity(64);
     for r in rows {
         total += r.count;
         match by {
             GroupBy::Function => {
-                let names: Vec<String> = r.frames.iter().map(|f| sym.name(f)).collect();
-                if let Some(leaf) = names.first() {
-                    m.entry(leaf.clone()).or_default().0 += r.count;
-                } else {
-                    m.entry("[no frames]".into()).or_default().0 += r.count;
-                }
-                let mut seen = HashSet::new();
-                for n in names {
-                    if seen.insert(n.clone()) {
-                        m.entry(n).or_default().1 += r.count;
+                ids.clear();
+                ids.extend(r.frames.iter().map(|f| sym.name_id(f)));
+                match ids.first() {
+                    Some(&leaf) => {
+                        if by_id.len() <= leaf as usize {
+                            by_id.resize(leaf as usize + 1, (0, 0));
+                        }
+                        by_id[leaf as usize].0 += r.count;
                     }
+                    None => m.entry("[no frames]".into()).or_default().0 += r.count,
+                }
+                ids.sort_unstable();
+                ids.dedup();
+                for &id in ids.iter() {
+                    if by_id.len() <= id as usize {
+                        by_id.resize(id as usize + 1, (0, 0));
+                    }
+                    by_id[id as usize].1 += r.count;
                 }
             }
             GroupBy::Binary => {
@@ -182,6 +249,13 @@ fn group(sym: &mut StoreSymbols<'_>, rows: &[SampleRow], by: GroupBy) -> (HashMa
                 e.0 += r.count;
                 e.1 += r.count;
             }
+        }
+    }
+    for (id, &(a, b)) in by_id.iter().enumerate() {
+        if a + b > 0 {
+            let e = m.entry(sym.name_of(id as u32).to_string()).or_default();
+            e.0 += a;
+            e.1 += b;
         }
     }
     (m, total)
