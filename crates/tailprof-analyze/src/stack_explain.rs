@@ -40,6 +40,9 @@ pub struct StackDiff {
 pub struct OffDiff {
     pub path: u32,
     pub frames: Vec<String>,
+    /// Per frame: a kernel function (same order as `frames`).
+    #[serde(skip)]
+    pub kernel: Vec<bool>,
     pub state: OffState,
     pub ns: u64,
     pub median_ns: f64,
@@ -179,7 +182,12 @@ pub fn explain_stacks(report: &ItemsReport, profile: &StackProfile, id: u64) -> 
         if ns == 0 && median_ns == 0.0 {
             continue;
         }
-        off_cpu.push(OffDiff { path: p, frames: names(p), state, ns, median_ns, delta_ns: ns as f64 - median_ns });
+        let kernel = profile
+            .paths
+            .get(p as usize)
+            .map(|v| v.iter().map(|&f| crate::stacks::is_kernel_binary(&profile.functions[f as usize].binary)).collect())
+            .unwrap_or_default();
+        off_cpu.push(OffDiff { path: p, frames: names(p), kernel, state, ns, median_ns, delta_ns: ns as f64 - median_ns });
     }
     off_cpu.sort_by(|a, b| b.delta_ns.total_cmp(&a.delta_ns).then(b.ns.cmp(&a.ns)).then(a.path.cmp(&b.path)));
     let excess_ns = row.duration_ns as i64 - median_duration_ns as i64;

@@ -461,7 +461,7 @@ pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
             let _ = writeln!(
                 out,
                 "  {}  (median {}, {})",
-                crate::stacks::off_cpu_line(o.state, o.ns, &frames, &vec![false; frames.len()]),
+                crate::stacks::off_cpu_line(o.state, o.ns, &frames, &o.kernel),
                 duration(o.median_ns.round() as u64),
                 signed(o.delta_ns)
             );
