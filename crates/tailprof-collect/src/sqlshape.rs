@@ -12,7 +12,9 @@
 //!   not split a class (what pg_stat_statements does since PostgreSQL 18);
 //! - comments (`-- …` and nested `/* … */`) are dropped; tokens are re-spaced by one rule
 //!   (one space between tokens, none inside parentheses, before `,` `;` `)`, around `.`, or
-//!   between a function name and its `(`), so the original white space does not matter;
+//!   between a function name and its `(`, none around the cast `::`), so the
+//!   original white space does not matter; final semicolons are dropped (a client may send
+//!   `q` or `q;`);
 //!   text outside quotes is lower-cased; quoted identifiers `"…"` are kept as they are;
 //!   parameters `$1` stay;
 //! - the result is cut at [`MAX_SHAPE`] bytes (on a character boundary) and marked `…`.
@@ -30,7 +32,7 @@ pub const MAX_SHAPE: usize = 160;
 /// ```
 /// use tailprof_collect::sqlshape::shape;
 /// assert_eq!(shape("SELECT abalance FROM pgbench_accounts WHERE aid = 4711;"),
-///            "select abalance from pgbench_accounts where aid = ?;");
+///            "select abalance from pgbench_accounts where aid = ?");
 /// assert_eq!(shape("update t set v = v + -3 where k in (1, 2, 3) -- hot"),
 ///            "update t set v = v + ? where k in (?)");
 /// ```
@@ -160,8 +162,13 @@ pub fn shape(sql: &str) -> String {
         while i < b.len() && !b[i].is_ascii() && !sql.is_char_boundary(i) {
             i += 1;
         }
+        // A cast `::` binds like `.`: no space around it (`v::text`).
+        let tok = if &sql[start..i] == "::" { Tok::Dot } else { tok };
         prev = emit(&mut out, prev, tok, &sql[start..i]);
     }
+    // Final `;`s do not make a class (`psql -c 'q'` and `psql -f` sending `q;`).
+    let kept = out.trim_end_matches([';', ' ']).len();
+    out.truncate(kept);
     let mut out = collapse_in_lists(&out);
     if out.is_empty() {
         return "?".into();
@@ -318,10 +325,11 @@ mod tests {
         let b = shape("select  abalance\n\tfrom pgbench_accounts where aid=  99887 ;");
         let c = shape("select abalance from pgbench_accounts where aid = 99887; -- comment");
         assert_eq!(shape(&a), a, "a shape is its own shape");
-        assert_eq!(a, "select abalance from pgbench_accounts where aid = ?;");
+        assert_eq!(a, "select abalance from pgbench_accounts where aid = ?");
+        assert_eq!(shape("select 1; select 2 ;; "), "select ?; select ?", "only final semicolons go");
         assert_eq!(c, a);
         assert_eq!(b, a);
-        assert_eq!(shape("select count(*) from t where a<=3 and b::text||'x' = c"), "select count(*) from t where a <= ? and b :: text || ? = c");
+        assert_eq!(shape("select count(*) from t where a<=3 and b::text||'x' = c"), "select count(*) from t where a <= ? and b::text || ? = c");
     }
 
     #[test]

@@ -1,0 +1,416 @@
+//! PostgreSQL validation of issue 7 on an unmodified, stripped `postgres` (its functions
+//! are exported in .dynsym; .symtab is stripped): queries as items through uprobes on
+//! `PortalRun`, classes from `pg_parse_query`'s SQL text (`--item-class-from
+//! postgres:pg_parse_query:rdi`), user stacks unwound with DWARF while recording, and
+//! off-CPU time from context switches.
+//!
+//! - `in_item_samples_unwind_to_portalrun_and_classes_are_query_shapes`: a query loop of
+//!   two shapes; at least 90% of the in-item samples (`report --by stack --in-items
+//!   --json`) have `PortalRun` in their stack, and `items --json` puts every query in the
+//!   class of its shape.
+//! - `row_lock_wait_is_blocked_time_in_xactlocktablewait`: one session holds a row lock
+//!   (`BEGIN; UPDATE …; SELECT pg_sleep(…); COMMIT`) while another updates the same row;
+//!   the waiting UPDATE's item shows blocked off-CPU time whose stack has
+//!   `XactLockTableWait`.
+//!
+//! Each test starts a private cluster (initdb into a temp dir, Unix socket only, run as
+//! the `postgres` user when we are root, like tests/items_record.rs) and SKIPS, saying
+//! why, when PostgreSQL is not installed, when not root (system-wide recording, tracefs)
+//! or when the kernel refuses the events. CI: `.ci/run` installs postgresql. The tests
+//! run one at a time (each records system-wide). No timing assertions: the figures are
+//! ratios, and the measured values are printed.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Mutex};
+use std::time::Duration;
+
+/// The two tests record system-wide: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The newest `/usr/lib/postgresql/N/bin` holding postgres, initdb and pg_ctl.
+fn pg_bindir() -> Option<PathBuf> {
+    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let v = e.file_name().to_str()?.parse().ok()?;
+            Some((v, e.path().join("bin")))
+        })
+        .filter(|(_, d)| {
+            ["postgres", "initdb", "pg_ctl"]
+                .iter()
+                .all(|b| d.join(b).is_file())
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop().map(|(_, d)| d)
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+}
+
+/// A private PostgreSQL server; stopped and removed on drop.
+struct Server {
+    bindir: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    as_user: Option<String>,
+}
+
+impl Server {
+    fn cmd(&self, prog: &str) -> Command {
+        let exe = self.bindir.join(prog);
+        match &self.as_user {
+            Some(u) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", u, "--"]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        }
+    }
+
+    fn start(bindir: PathBuf, tag: u16) -> Result<Server, String> {
+        let root = unsafe { libc::geteuid() } == 0;
+        let as_user = if root {
+            let ok = Command::new("id")
+                .arg("-u")
+                .arg("postgres")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !ok || which("runuser").is_none() {
+                return Err("running as root and there is no 'postgres' user (or no runuser) to run the server".into());
+            }
+            Some("postgres".to_string())
+        } else {
+            None
+        };
+        let dir = std::env::temp_dir().join(format!("tailprof-pgstacks-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        if as_user.is_some() {
+            let o = Command::new("chown")
+                .arg("postgres")
+                .arg(&dir)
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !o.status.success() {
+                return Err(format!(
+                    "chown postgres {}: {}",
+                    dir.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+        }
+        let port = 30000 + (std::process::id() % 10000) as u16 + tag * 10000;
+        let s = Server {
+            bindir,
+            dir,
+            port,
+            as_user,
+        };
+        let data = s.dir.join("data");
+        let o = s
+            .cmd("initdb")
+            .args(["-A", "trust", "-U", "postgres", "-N", "-D"])
+            .arg(&data)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            panic!("initdb failed: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        let opts = format!(
+            "-c listen_addresses='' -k {} -p {} -c fsync=off",
+            s.dir.display(),
+            s.port
+        );
+        let o = s
+            .cmd("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .args(["-o", &opts, "-w", "-l"])
+            .arg(s.dir.join("log"))
+            .arg("start")
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            let log = std::fs::read_to_string(s.dir.join("log")).unwrap_or_default();
+            panic!(
+                "pg_ctl start failed: {}\n{log}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        Ok(s)
+    }
+
+    /// psql on the private socket, quiet, stopping at the first error.
+    fn psql_cmd(&self) -> Command {
+        let psql = self.bindir.join("psql");
+        let psql = if psql.is_file() { psql } else { which("psql").expect("psql") };
+        let mut c = Command::new(psql);
+        c.arg("-h").arg(&self.dir).args(["-p", &self.port.to_string(), "-U", "postgres", "-q", "-X", "-At", "-v", "ON_ERROR_STOP=1"]);
+        c
+    }
+
+    /// Run a file of statements (one query each); panics on failure.
+    fn psql_file(&self, sql_file: &Path) {
+        let o = self.psql_cmd().arg("-f").arg(sql_file).output().expect("psql");
+        assert!(o.status.success(), "psql failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// Run one query string (`-c`: sent as one simple query); its output.
+    fn psql_c(&self, sql: &str) -> String {
+        let o = self.psql_cmd().arg("-c").arg(sql).output().expect("psql");
+        assert!(o.status.success(), "psql -c {sql:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self
+            .cmd("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A started server with table `t(id, v)` of 20,000 rows, or why the test skips.
+fn setup(tag: u16) -> Option<(Server, String)> {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: recording system-wide with uprobes and tracefs needs root");
+        return None;
+    }
+    let Some(bindir) = pg_bindir() else {
+        eprintln!("SKIP: PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres); `apt-get install -y postgresql`");
+        return None;
+    };
+    if !bindir.join("psql").is_file() && which("psql").is_none() {
+        eprintln!("SKIP: psql not found");
+        return None;
+    }
+    let server = match Server::start(bindir.clone(), tag) {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("SKIP: {why}");
+            return None;
+        }
+    };
+    server.psql_c(
+        "CREATE TABLE t(id int PRIMARY KEY, v int NOT NULL); INSERT INTO t SELECT g, g % 97 FROM generate_series(1, 20000) g;",
+    );
+    server.psql_c("VACUUM ANALYZE t");
+    let pg = bindir.join("postgres").display().to_string();
+    Some((server, pg))
+}
+
+/// `tailprof record -a --call-graph dwarf` with queries as items and their classes from
+/// the SQL text; returns once events are enabled (None: the kernel refused, skip).
+fn start_recording(pg: &str, trace: &Path, extra: &[&str]) -> Option<(Child, std::thread::JoinHandle<String>)> {
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        .args(["record", "-a", "-F", "199", "--call-graph", "dwarf,8192", "--mmap-pages", "1024"])
+        .arg("--item-begin")
+        .arg(format!("{pg}:PortalRun"))
+        .arg("--item-end")
+        .arg(format!("{pg}:PortalRun%return"))
+        .arg("--item-class-from")
+        .arg(format!("{pg}:pg_parse_query:rdi"))
+        .args(extra)
+        .arg("-o")
+        .arg(trace)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tailprof");
+    let (tx, rx) = mpsc::channel();
+    let err = rec.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("recording;") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    if rx.recv_timeout(Duration::from_secs(300)).is_err() {
+        let _ = rec.kill();
+        let _ = rec.wait();
+        let out = reader.join().unwrap();
+        if out.contains("ermission denied") || out.contains("no uprobe PMU") || out.contains("needs tracefs") {
+            eprintln!("SKIP: {out}");
+            return None;
+        }
+        panic!("tailprof record did not start:\n{out}");
+    }
+    Some((rec, reader))
+}
+
+fn stop_recording(mut rec: Child, reader: std::thread::JoinHandle<String>) -> String {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let st = rec.wait().unwrap();
+    let out = reader.join().unwrap();
+    assert!(st.success(), "tailprof record failed: {out}");
+    out
+}
+
+fn tailprof_json(args: &[&str]) -> serde_json::Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_tailprof")).args(args).output().expect("run tailprof");
+    assert!(o.status.success(), "tailprof {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("tailprof {args:?}: bad JSON: {e}"))
+}
+
+const SERIES_SHAPE: &str = "select count(*) from generate_series(?, ?) as g where g % ? = ?";
+const AGG_SHAPE: &str = "select md5(string_agg(v::text, ?)) from t where id <= ?";
+const PER_SHAPE: usize = 20;
+
+#[test]
+fn in_item_samples_unwind_to_portalrun_and_classes_are_query_shapes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((server, pg)) = setup(0) else { return };
+    let trace = server.dir.join("q.trace");
+    // Off-CPU stacks are not needed here: without them the debug-built recorder keeps up
+    // with a busy machine's context switches (`-a`) more easily.
+    let Some((rec, reader)) = start_recording(&pg, &trace, &["--no-off-cpu"]) else { return };
+    let sql = server.dir.join("q.sql");
+    let text: String = (0..PER_SHAPE)
+        .map(|i| {
+            format!(
+                "SELECT count(*) FROM generate_series(1, {}) AS g WHERE g % 7 = {};\nSELECT md5(string_agg(v::text, ',')) FROM t WHERE id <= {};\n",
+                300_000 + i * 1000,
+                i % 7,
+                15_000 + i
+            )
+        })
+        .collect();
+    std::fs::write(&sql, text).unwrap();
+    server.psql_file(&sql);
+    let out = stop_recording(rec, reader);
+    let t = trace.to_str().unwrap();
+
+    // Stacks of the samples inside the queries' items (other processes on the machine
+    // may have items of their own: `-a`).
+    let (mut total, mut portal, mut complete) = (0u64, 0u64, 0u64);
+    for class in [SERIES_SHAPE, AGG_SHAPE] {
+        let v = tailprof_json(&["report", t, "--by", "stack", "--class", class, "--json", "--top", "0"]);
+        for s in v["stacks"].as_array().expect("stacks") {
+            let n = s["samples"].as_u64().unwrap_or(0);
+            total += n;
+            let frames = s["frames"].as_array().map(|f| f.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>()).unwrap_or_default();
+            if frames.iter().any(|f| f.contains("PortalRun")) {
+                portal += n;
+            }
+            if s["complete"].as_bool() == Some(true) {
+                complete += n;
+            }
+        }
+    }
+    let share = portal as f64 / total.max(1) as f64;
+    eprintln!(
+        "in-item samples: {total}, with PortalRun in the stack: {portal} ({:.1}%), complete stacks: {complete} ({:.1}%)",
+        100.0 * share,
+        100.0 * complete as f64 / total.max(1) as f64
+    );
+
+    // Classes: the two query shapes, each query in its own, none unlabelled in the
+    // backend that ran them.
+    let v = tailprof_json(&["items", t, "--json", "--top", "0", "--sort", "begin"]);
+    let items = v["items"].as_array().expect("items");
+    let backends: std::collections::BTreeSet<u64> = items
+        .iter()
+        .filter(|it| matches!(it["class"].as_str(), Some(SERIES_SHAPE | AGG_SHAPE)))
+        .filter_map(|it| it["pid"].as_u64())
+        .collect();
+    let mut per_class = std::collections::BTreeMap::<String, usize>::new();
+    for it in items.iter().filter(|it| it["pid"].as_u64().is_some_and(|p| backends.contains(&p))) {
+        *per_class.entry(it["class"].as_str().unwrap_or("(none)").to_string()).or_default() += 1;
+    }
+    eprintln!("backend(s) {backends:?}: items per class: {per_class:?}");
+    assert_eq!(backends.len(), 1, "one backend ran the queries: {backends:?}; record output:\n{out}");
+    assert_eq!(per_class.get(SERIES_SHAPE), Some(&PER_SHAPE), "{per_class:?}; record output:\n{out}");
+    assert_eq!(per_class.get(AGG_SHAPE), Some(&PER_SHAPE), "{per_class:?}; record output:\n{out}");
+    assert_eq!(per_class.len(), 2, "no other class, no unlabelled query: {per_class:?}");
+    assert!(total >= 50, "too few in-item samples to judge ({total}); record output:\n{out}");
+    assert!(share >= 0.90, "only {:.1}% of {total} in-item samples unwind to PortalRun; record output:\n{out}", 100.0 * share);
+}
+
+#[test]
+fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((server, pg)) = setup(1) else { return };
+    let trace = server.dir.join("lock.trace");
+    let Some((rec, reader)) = start_recording(&pg, &trace, &[]) else { return };
+    // Session A takes the row lock and sleeps holding it.
+    let mut holder = server
+        .psql_cmd()
+        .arg("-c")
+        .arg("BEGIN; UPDATE t SET v = v + 1 WHERE id = 1; SELECT pg_sleep(1.5); COMMIT;")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("psql");
+    // Wait (bounded) until A sleeps, so B's UPDATE must wait for A's transaction.
+    let mut sleeping = false;
+    for _ in 0..600 {
+        if server.psql_c("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1" {
+            sleeping = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sleeping, "session A never reached pg_sleep");
+    server.psql_c("UPDATE t SET v = v + 2 WHERE id = 1");
+    assert!(holder.wait().unwrap().success(), "session A failed");
+    let out = stop_recording(rec, reader);
+    let t = trace.to_str().unwrap();
+
+    let v = tailprof_json(&["items", t, "--json", "--top", "0", "--sort", "begin"]);
+    let items = v["items"].as_array().expect("items");
+    let waited: Vec<&serde_json::Value> = items
+        .iter()
+        .filter(|it| it["class"].as_str() == Some("update t set v = v + ? where id = ?"))
+        .filter(|it| {
+            it["off_cpu"].as_array().is_some_and(|o| {
+                o.iter().any(|e| {
+                    e["state"] == "blocked"
+                        && e["frames"].as_array().is_some_and(|f| f.iter().any(|x| x.as_str().is_some_and(|s| s.contains("XactLockTableWait"))))
+                })
+            })
+        })
+        .collect();
+    let summary: Vec<String> = items
+        .iter()
+        .map(|it| {
+            format!(
+                "{} wall {} cpu {} blocked {} runnable {}",
+                it["class"], it["duration_ns"], it["cpu_ns"], it["blocked_ns"], it["runnable_ns"]
+            )
+        })
+        .collect();
+    eprintln!("items:\n{}", summary.join("\n"));
+    assert_eq!(waited.len(), 1, "exactly the waiting UPDATE is blocked in XactLockTableWait; items:\n{}\nrecord output:\n{out}", summary.join("\n"));
+    let it = waited[0];
+    let blocked = it["blocked_ns"].as_u64().unwrap_or(0);
+    let in_wait: u64 = it["off_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["state"] == "blocked" && e["frames"].as_array().is_some_and(|f| f.iter().any(|x| x.as_str().is_some_and(|s| s.contains("XactLockTableWait")))))
+        .map(|e| e["ns"].as_u64().unwrap_or(0))
+        .sum();
+    let wall = it["duration_ns"].as_u64().unwrap_or(0);
+    eprintln!("waiting UPDATE: wall {wall} ns, blocked {blocked} ns, of which in XactLockTableWait {in_wait} ns");
+    assert!(blocked > 0 && in_wait * 2 >= blocked, "most blocked time is the row-lock wait: {it}");
+    assert!(blocked * 2 >= wall, "the wait is most of the UPDATE's wall time: {it}");
+}
