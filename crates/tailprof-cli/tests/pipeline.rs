@@ -6,10 +6,12 @@
 //!
 //! The traces in `tests/data/` were recorded from the bundled examples (`examples/*.c`)
 //! by [`regenerate_test_data`] (run it with `cargo test -p tailprof --test pipeline --
-//! --ignored regenerate_test_data`; it needs perf_event_open and a C compiler). To make the
-//! output the same on every machine, it records user time only (`cpu-clock:u`) and
-//! rewrites every mapped file's path to `/nonexistent/…`, so nothing is read from the
-//! machine's own files: the examples' binaries are found by build-id in the committed
+//! --ignored regenerate_test_data`, with `TAILPROF_REGENERATE=NAME,…` for some traces only;
+//! it needs perf_event_open, tracefs and a C compiler). To make the
+//! output the same on every machine, it records user time only (`cpu-clock:u`), leaves
+//! kernel frames out of call stacks and rewrites every mapped file's path to
+//! `/nonexistent/…`, so nothing is read from the machine's own files (nor its kernel's
+//! symbols): the examples' binaries are found by build-id in the committed
 //! `tests/data/.build-id/` (`--debug-dir tests/data`), system libraries stay unnamed
 //! (`[unknown] libc.so.6+0x…`, the same everywhere).
 //!
@@ -146,6 +148,18 @@ fn reports_by_function() {
     }
 }
 
+/// Call stacks and off-CPU time (`record -g --off-cpu`): whole stacks, folded stacks,
+/// stacks of slow items, off-CPU by function and stack.
+#[test]
+fn queries_stacks_and_off_cpu() {
+    let t = "queries_stacks.trace";
+    snap!("queries_stacks_info_full", json(&["info", "--full", "--json", t]));
+    snap!("queries_stacks_by_stack", json(&["report", "--by", "stack", "--json", "--debug-dir", DEBUG_DIR, t]));
+    snap!("queries_stacks_folded", tailprof(&["report", "--folded", "--debug-dir", DEBUG_DIR, t]));
+    snap!("queries_stacks_slow", json(&["report", "--by", "stack", "--slow", "--json", "--debug-dir", DEBUG_DIR, t]));
+    snap!("queries_stacks_off_cpu", json(&["report", "--off-cpu", "--json", "--debug-dir", DEBUG_DIR, t]));
+}
+
 #[test]
 fn split_without_symbols() {
     snap!("split_info_full", json(&["info", "--full", "--json", "split.trace"]));
@@ -221,13 +235,22 @@ fn real_perf_data_import_info_report() {
 /// the traces are the same on every regeneration; removed afterwards.
 const WORK: &str = "/tmp/tailprof-pipeline-data";
 
-/// (example, extra cc flags, record options, program arguments)
-const EXAMPLES: &[(&str, &[&str], &[&str], &[&str])] = &[
-    ("queries", &["-pthread", "-I", "../include"], &[], &["--no-realtime", "--quiet", "--queries", "32"]),
-    ("split", &[], &[], &[]),
-    ("threads", &["-pthread"], &[], &["3", "150"]),
-    ("forkexec", &[], &[], &[]),
-    ("regtag", &["-ffixed-r13"], &["--item-reg", "r13"], &["6", "40"]),
+/// (trace name, example, extra cc flags, record options, program arguments)
+type Example = (&'static str, &'static str, &'static [&'static str], &'static [&'static str], &'static [&'static str]);
+const EXAMPLES: &[Example] = &[
+    ("queries", "queries", &["-pthread", "-I", "../include"], &[], &["--no-realtime", "--quiet", "--queries", "32"]),
+    ("split", "split", &[], &[], &[]),
+    ("threads", "threads", &["-pthread"], &[], &["3", "150"]),
+    ("forkexec", "forkexec", &[], &[], &[]),
+    ("regtag", "regtag", &["-ffixed-r13"], &["--item-reg", "r13"], &["6", "40"]),
+    // Call stacks (frame pointers) and context switches.
+    (
+        "queries_stacks",
+        "queries",
+        &["-pthread", "-I", "../include"],
+        &["-g", "--off-cpu"],
+        &["--no-realtime", "--quiet", "--queries", "16"],
+    ),
 ];
 
 /// Paths of mapped files as seen by the pipeline: rewritten so that no machine has them.
@@ -239,26 +262,35 @@ fn rewrite_path(p: &str) -> String {
     }
 }
 
+/// `TAILPROF_REGENERATE=name,name` regenerates only those traces (the others keep their
+/// snapshots); unset, all of them.
 #[test]
 #[ignore = "regenerates tests/data (records the examples; needs perf_event_open and cc)"]
 fn regenerate_test_data() {
-    use tailprof_format::{Record, StackId, StacksSink, TraceReader, TraceWriter};
+    use tailprof_format::{FrameKind, Record, StackId, StacksSink, TraceReader, TraceWriter};
 
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let data = data_dir();
     let work = Path::new(WORK);
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work).unwrap();
-    let _ = std::fs::remove_dir_all(data.join(".build-id"));
+    let only = std::env::var("TAILPROF_REGENERATE").ok();
+    let only: Option<Vec<&str>> = only.as_deref().map(|s| s.split(',').collect());
+    if only.is_none() {
+        let _ = std::fs::remove_dir_all(data.join(".build-id"));
+    }
     std::fs::create_dir_all(&data).unwrap();
-    for (name, cflags, record_opts, args) in EXAMPLES {
-        let exe = work.join(name);
+    for (name, source, cflags, record_opts, args) in EXAMPLES {
+        if only.as_ref().is_some_and(|o| !o.contains(name)) {
+            continue;
+        }
+        let exe = work.join(source);
         let st = Command::new("cc")
             .args(["-O1", "-g", "-fno-omit-frame-pointer"])
             .args(*cflags)
             .arg("-o")
             .arg(&exe)
-            .arg(examples.join(format!("{name}.c")))
+            .arg(examples.join(format!("{source}.c")))
             .current_dir(&examples)
             .status()
             .unwrap();
@@ -282,15 +314,20 @@ fn regenerate_test_data() {
         let header = reader.header().clone();
         let out = data.join(format!("{name}.trace"));
         let mut w = TraceWriter::create(&out, &header).unwrap();
-        // Stack ids are the reader's; the writer interns its own.
+        // Stack ids are the reader's; the writer interns its own. Kernel frames are left
+        // out (their names depend on the machine's kernel, e.g. of sched_switch stacks).
         let mut stack_ids = std::collections::HashMap::new();
         let mut restack = |w: &mut TraceWriter<_>, id: StackId| {
             if id == StackId::NONE {
                 return id;
             }
             *stack_ids.entry(id).or_insert_with(|| {
-                let frames: Vec<_> = sink.stacks.frames_leaf_first(id).collect();
-                w.intern_stack(&frames)
+                let frames: Vec<_> = sink.stacks.frames_leaf_first(id).filter(|f| f.kind != FrameKind::Kernel).collect();
+                if frames.is_empty() {
+                    StackId::NONE
+                } else {
+                    w.intern_stack(&frames)
+                }
             })
         };
         for r in &sink.records {
