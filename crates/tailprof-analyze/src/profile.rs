@@ -1,6 +1,6 @@
 //! Flat profiles: samples per function, per binary or per thread.
 //!
-//! [`ProfileBuilder`] is a [`Sink`]: the [`Resolved`] adapter around the profile's
+//! [`ProfileBuilder`] is a [`tailprof_format::Sink`]: the [`Resolved`] adapter around the profile's
 //! counters ([`ProfileCounts`]), which keeps the address spaces current. Its per-sample
 //! work is deliberately tiny:
 //!

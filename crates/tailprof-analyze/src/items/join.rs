@@ -1,6 +1,6 @@
 //! The join: markers (or a tagged register) + samples → per-item, per-location counts.
 //!
-//! [`ItemsJoin`] is a [`Sink`]. Marker mode rules, per thread (tid):
+//! [`ItemsJoin`] is a [`tailprof_format::Sink`]. Marker mode rules, per thread (tid):
 //!
 //! - `Begin` pushes a new open item on the thread's stack (nesting allowed).
 //! - `End` with an id closes the innermost open item with that id on the thread,
