@@ -23,6 +23,9 @@ use std::path::{Path, PathBuf};
 pub const MAX_ARG: usize = 4096;
 /// Distinct classes kept per process (a bound against hostile or runaway targets).
 pub const MAX_CLASSES_PER_PID: usize = 1024;
+/// Labels remembered over all processes; past it the table starts afresh (labels seen
+/// again are declared again under new ids), so exited processes cannot grow it without end.
+pub const MAX_CLASSES_TOTAL: usize = 1 << 16;
 
 /// How the argument is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,6 +277,10 @@ impl ClassTable {
         if let Some(&id) = self.ids.get(&(pid, label.to_string())) {
             return ClassId::Known(id);
         }
+        if self.ids.len() >= MAX_CLASSES_TOTAL {
+            self.ids.clear();
+            self.per_pid.clear();
+        }
         let n = self.per_pid.entry(pid).or_default();
         if *n as usize >= MAX_CLASSES_PER_PID {
             self.dropped = self.dropped.saturating_add(1);
@@ -358,6 +365,15 @@ mod tests {
         assert!(matches!(t.id(2, "a"), ClassId::New(_)), "another process has its own bound");
         t.forget(1);
         assert!(matches!(t.id(1, "b"), ClassId::New(_)));
+        // Many short-lived processes: the table starts afresh instead of growing, and a
+        // label seen again gets a new id (declared again).
+        let mut t = ClassTable::default();
+        let ClassId::New(first) = t.id(7, "q") else { panic!() };
+        for pid in 0..MAX_CLASSES_TOTAL as u32 {
+            t.id(1000 + pid, "q");
+        }
+        assert!(t.ids.len() <= MAX_CLASSES_TOTAL);
+        assert!(matches!(t.id(7, "q"), ClassId::New(id) if id != first));
     }
 
     /// Creates and removes a real tracefs event on the running kernel (root only).

@@ -240,9 +240,8 @@ impl ClassProbes {
         let mut mounted = None;
         for spec in specs {
             let resolved = uprobe::resolve(&spec.probe)?;
-            let (root, we_mounted) = crate::tracefs::ensure_mounted().map_err(|e| {
-                crate::session::RecordError::Options(format!("--item-class-from needs tracefs: {e}"))
-            })?;
+            let (root, we_mounted) = crate::tracefs::ensure_mounted()
+                .map_err(|source| crate::session::RecordError::Io { what: "--item-class-from needs tracefs".into(), source })?;
             if we_mounted {
                 mounted = Some(root.clone());
             }
@@ -336,7 +335,9 @@ impl ClassProbes {
             .and_then(|v| v.raw())
             .and_then(|raw| classprobe::decode_raw(&ev.layout, raw));
         let Some(value) = value else {
+            // Stored as a malformed record: counted and shown like every loss.
             self.undecoded = self.undecoded.saturating_add(1);
+            out.push(Record::Lost(Lost { time: s.time, cpu: s.cpu, event: None, kind: LossKind::Malformed, count: 1 }));
             return;
         };
         let label = classprobe::label_of(&value);
@@ -372,18 +373,13 @@ fn perf_layout() -> tailprof_perf_abi::SampleLayout {
 
 /// A tracefs event that could not be created, with the fix.
 fn create_error(e: crate::uprobe::UprobeError, root: &std::path::Path) -> crate::session::RecordError {
-    let fix = match &e {
-        crate::uprobe::UprobeError::Read { source, .. }
-            if matches!(source.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) =>
-        {
-            format!("run as root (writing {}/uprobe_events needs it)", root.display())
-        }
-        crate::uprobe::UprobeError::Read { source, .. } if source.raw_os_error() == Some(libc::ENOENT) => {
-            "this kernel has no uprobe_events in tracefs (it needs CONFIG_UPROBE_EVENTS)".to_string()
-        }
-        _ => "check that the function's entry lies in an executable segment of the binary".to_string(),
+    let crate::uprobe::UprobeError::Read { path, source } = e else { return e.into() };
+    let fix = match source.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => format!("run as root: writing {}/uprobe_events needs it", root.display()),
+        Some(libc::ENOENT) => "does this kernel have uprobe events (CONFIG_UPROBE_EVENTS)?".to_string(),
+        _ => "is the function's entry inside an executable segment of the binary?".to_string(),
     };
-    crate::session::RecordError::Options(format!("--item-class-from: cannot create the tracefs uprobe event: {e}; {fix}"))
+    crate::session::RecordError::Io { what: format!("--item-class-from: cannot create the tracefs uprobe event ({fix}; {path})"), source }
 }
 
 fn open_error(e: &io::Error, probe: &ResolvedProbe) -> CollectError {
@@ -478,6 +474,70 @@ mod tests {
             })
             .collect();
         assert_eq!(counts, [3, 7]);
+    }
+
+    /// A class-probe hit as the kernel writes it: header, IDENTIFIER, IP, TID, TIME, CPU,
+    /// then RAW (u32 size + the tracepoint record, padded to 8 bytes).
+    fn class_hit(layout: &classprobe::ArgLayout, sql: &[u8]) -> Vec<u8> {
+        let mut raw = vec![0u8; layout.offset + layout.size];
+        let loc = ((sql.len() as u32) << 16) | raw.len() as u32;
+        raw[layout.offset..layout.offset + 4].copy_from_slice(&loc.to_ne_bytes());
+        raw.extend_from_slice(sql);
+        let mut body = Vec::new();
+        for w in [7u64, 0x401000, (11u64 << 32) | 10, 1234, 1] {
+            body.extend_from_slice(&w.to_ne_bytes());
+        }
+        let mut field = (raw.len() as u32).to_ne_bytes().to_vec();
+        field.extend_from_slice(&raw);
+        while field.len() % 8 != 0 {
+            field.push(0);
+        }
+        body.extend_from_slice(&field);
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&tailprof_perf_abi::record_type::SAMPLE.to_ne_bytes());
+        rec.extend_from_slice(&0u16.to_ne_bytes());
+        rec.extend_from_slice(&((body.len() + 8) as u16).to_ne_bytes());
+        rec.extend_from_slice(&body);
+        rec
+    }
+
+    /// Hits → `ItemClass` (first time) + `Label`; a record without the argument → a
+    /// malformed-record loss. Creates a real tracefs event (root only).
+    #[test]
+    fn class_hits_become_declarations_and_labels() {
+        // SAFETY: plain getter.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root for tracefs");
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let spec = ClassSpec::parse(&format!("{}:main:rdi", exe.display())).unwrap();
+        let mut c = ClassProbes::prepare(&[spec], 5).unwrap().unwrap();
+        assert!(c.owns(5) && !c.owns(4) && !c.owns(6));
+        assert!(c.header_extra()[0].1.contains(":main@0x"));
+        let layout = c.events[0].2.layout;
+        let s = Sample { event: 5, pid: 10, tid: 11, time: 1234, cpu: 1, ..Sample::default() };
+        let mut out = Vec::new();
+        c.convert(&class_hit(&layout, b"SELECT 1 FROM t WHERE a = 5\0"), &s, &mut out);
+        c.convert(&class_hit(&layout, b"select 2 from t where a = 77\0"), &s, &mut out);
+        c.convert(&class_hit(&layout, b"x")[..20], &s, &mut out);
+        let id = match &out[0] {
+            Record::ItemClass(ic) => {
+                assert_eq!((ic.pid, ic.name.as_str()), (10, "select ? from t where a = ?"));
+                ic.id
+            }
+            r => panic!("{r:?}"),
+        };
+        for r in [&out[1], &out[2]] {
+            match r {
+                Record::Marker(m) => {
+                    assert_eq!((m.kind, m.class, m.item, m.tid, m.source), (MarkerKind::Label, id, Marker::UNKNOWN_ITEM, 11, MarkerSource::Uprobe))
+                }
+                r => panic!("{r:?}"),
+            }
+        }
+        assert!(matches!(&out[3], Record::Lost(l) if l.kind == LossKind::Malformed && l.count == 1), "{:?}", out.get(3));
+        assert_eq!(out.len(), 4);
     }
 
     #[test]
