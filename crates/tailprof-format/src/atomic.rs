@@ -15,7 +15,9 @@
 //! - a run that fails before committing unlinks its temporary file (on drop): an
 //!   existing file of the final name is untouched;
 //! - a character device at the final name (`/dev/null`, a tty) in a directory only the
-//!   caller can write is written directly; a FIFO, socket or directory is refused.
+//!   caller can write is written directly; a FIFO, socket or directory is refused;
+//! - `/dev/stdout`, `/dev/stderr`, `/dev/fd/N` and `/proc/self/fd/N` name the caller's own
+//!   open files (what the shell redirected) and are written directly.
 //!
 //! The recorder [`publish`](AtomicFile::publish)es its trace as soon as recording has
 //! started, so a recorder killed later still leaves its trace under the final name.
@@ -129,6 +131,20 @@ enum Dest {
     Replace(PathBuf),
     /// Open this character device directly.
     Direct(PathBuf),
+    /// One of the caller's own open files (`/dev/stdout`, `/dev/fd/N`,
+    /// `/proc/self/fd/N`): opened directly, following the kernel's magic link.
+    OwnFd(PathBuf),
+}
+
+/// `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`: names of the caller's own
+/// file descriptors (what the shell redirected), not paths anyone else chose.
+fn is_own_fd(path: &Path) -> bool {
+    let s = path.as_os_str().as_bytes();
+    let num = |rest: &[u8]| !rest.is_empty() && rest.iter().all(u8::is_ascii_digit);
+    s == b"/dev/stdout"
+        || s == b"/dev/stderr"
+        || s.strip_prefix(b"/dev/fd/").is_some_and(num)
+        || s.strip_prefix(b"/proc/self/fd/").is_some_and(num)
 }
 
 fn not_regular(path: &Path, what: &str) -> io::Error {
@@ -140,6 +156,9 @@ fn not_regular(path: &Path, what: &str) -> io::Error {
 
 /// Where to write for a requested `path` (see the module docs for the rules).
 fn resolve(path: &Path) -> io::Result<Dest> {
+    if is_own_fd(path) {
+        return Ok(Dest::OwnFd(path.to_path_buf()));
+    }
     let euid = unsafe { libc::geteuid() };
     let mut path = path.to_path_buf();
     for _ in 0..8 {
@@ -190,25 +209,23 @@ impl AtomicFile {
 
     /// Start writing `path`; a new file gets `mode` (less the umask).
     pub fn create_with_mode(path: &Path, mode: u32) -> io::Result<AtomicFile> {
-        match resolve(path)? {
-            Dest::Direct(dev) => {
-                let c = cstr(dev.as_os_str())?;
-                // SAFETY: c is a valid C string; the returned fd is owned below.
-                let fd = cvt(unsafe {
-                    libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC)
-                })?;
-                let file = unsafe { File::from_raw_fd(fd) };
-                Ok(AtomicFile {
-                    file: Some(file),
-                    dir: None,
-                    tmp_name: CString::default(),
-                    final_name: CString::default(),
-                    dest: path.to_path_buf(),
-                    state: State::Direct,
-                })
-            }
-            Dest::Replace(real) => Self::create_in_dir(path, &real, mode),
-        }
+        let (dev, extra) = match resolve(path)? {
+            Dest::Replace(real) => return Self::create_in_dir(path, &real, mode),
+            Dest::Direct(dev) => (dev, libc::O_NOFOLLOW),
+            Dest::OwnFd(p) => (p, libc::O_TRUNC),
+        };
+        let c = cstr(dev.as_os_str())?;
+        // SAFETY: c is a valid C string; the returned fd is owned below.
+        let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_NOCTTY | libc::O_CLOEXEC | extra) })?;
+        let file = unsafe { File::from_raw_fd(fd) };
+        Ok(AtomicFile {
+            file: Some(file),
+            dir: None,
+            tmp_name: CString::default(),
+            final_name: CString::default(),
+            dest: path.to_path_buf(),
+            state: State::Direct,
+        })
     }
 
     fn create_in_dir(shown: &Path, real: &Path, mode: u32) -> io::Result<AtomicFile> {
@@ -434,6 +451,20 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let e = AtomicFile::create(&fifo).unwrap_err();
         assert!(e.to_string().contains("FIFO"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn own_fds_are_written_directly() {
+        assert!(is_own_fd(Path::new("/dev/stdout")) && is_own_fd(Path::new("/proc/self/fd/1")));
+        assert!(!is_own_fd(Path::new("/dev/fd/")) && !is_own_fd(Path::new("/proc/self/fd/1/x")));
+        let d = tmpdir("fd");
+        let p = d.join("redirected");
+        let f = std::fs::File::create(&p).unwrap();
+        let fdpath = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+        write_file(&fdpath, b"through my own fd").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"through my own fd");
+        drop(f);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
