@@ -5,7 +5,10 @@
 #          (a C program built -O2 -fomit-frame-pointer; leaf called from two callers)
 #   fp:    tailprof record -g                  vs  perf record -g
 #          (the same program built -fno-omit-frame-pointer)
-# Both recorders attach with -p to an already running workload (so the recorder's own CPU
+#   pg-dwarf: --call-graph dwarf, system-wide (-a: perf -p does not follow the backends the
+#          postmaster forks), while pgbench -c 4 runs on PostgreSQL 15; both recorders are
+#          stopped with SIGINT when pgbench ends; NO_PG=1 skips it
+# Both recorders attach with -p to an already running workload (pg-dwarf: -a) (so the recorder's own CPU
 # time is measurable: getrusage of the recorder process only), event cpu-clock, -c 250000
 # (4 kHz). Reported: samples, output bytes per sample, recorder CPU (user+sys) per sample,
 # medians of RUNS runs, and the ratios tailprof/perf. perf's CPU includes its end-of-run
@@ -18,7 +21,22 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TP=${TAILPROF:-$ROOT/target/release/tailprof}
 [ -x "$TP" ] || (cd "$ROOT" && cargo build --release --bin tailprof >/dev/null)
 W=$(mktemp -d /tmp/stacks-bench.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+chmod 755 "$W"
+PGBIN=/usr/lib/postgresql/15/bin
+cleanup() {
+    if [ -f "$W/pg/postmaster.pid" ]; then su postgres -c "$PGBIN/pg_ctl -D $W/pg -m immediate stop" >/dev/null 2>&1 || true; fi
+    rm -rf "$W"
+}
+trap cleanup EXIT
+# PostgreSQL 15 under pgbench (a private cluster, port 5498), when installed.
+PM=""
+if [ -x "$PGBIN/postgres" ] && [ "${NO_PG:-0}" = 0 ]; then
+    mkdir -p "$W/pg" "$W/sock" && chown postgres "$W/pg" "$W/sock"
+    su postgres -c "$PGBIN/initdb -D $W/pg -A trust" >/dev/null
+    su postgres -c "$PGBIN/pg_ctl -D $W/pg -o '-p 5498 -k $W/sock' -l $W/pg/pg.log start -w" >/dev/null
+    su postgres -c "$PGBIN/pgbench -h $W/sock -p 5498 -i -s 5 postgres" >/dev/null 2>&1
+    PM=$(head -1 "$W/pg/postmaster.pid")
+fi
 cat > "$W/split.c" <<'C'
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,7 +54,7 @@ int main(int argc, char **argv) {
 C
 gcc -O2 -fomit-frame-pointer -o "$W/split-nofp" "$W/split.c"
 gcc -O2 -fno-omit-frame-pointer -o "$W/split-fp" "$W/split.c"
-export TP W SECS RUNS
+export TP W SECS RUNS PM PGBIN
 python3 - <<'PY'
 import os, resource, statistics, subprocess, time, json, signal
 TP, W, SECS, RUNS = os.environ["TP"], os.environ["W"], float(os.environ["SECS"]), int(os.environ["RUNS"])
@@ -45,18 +63,33 @@ def cpu_children():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
+PM, PGBIN = os.environ.get("PM", ""), os.environ["PGBIN"]
+
 def run(tool, mode, binary):
     out = f"{W}/{tool}-{mode}.out"
-    work = subprocess.Popen([binary, str(SECS)])
-    time.sleep(0.05)
-    if tool == "tailprof":
-        cg = ["--call-graph", "dwarf"] if mode == "dwarf" else ["-g"]
-        cmd = [TP, "record", "-e", "cpu-clock", "-c", "250000", *cg, "-p", str(work.pid), "-o", out]
+    pg = binary == "pgbench"
+    if pg:
+        work = subprocess.Popen(["su", "postgres", "-c", f"{PGBIN}/pgbench -h {W}/sock -p 5498 -c 4 -T {int(SECS)} postgres"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        target = None
     else:
-        cg = ["--call-graph", "dwarf"] if mode == "dwarf" else ["-g"]
-        cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-c", "250000", *cg, "-p", str(work.pid), "-o", out]
+        work = subprocess.Popen([binary, str(SECS)])
+        target = work.pid
+    time.sleep(0.05)
+    where = ["-a"] if target is None else ["-p", str(target)]
+    if tool == "tailprof":
+        cg = ["--call-graph", "dwarf"] if mode.endswith("dwarf") else ["-g"]
+        cmd = [TP, "record", "-e", "cpu-clock", "-c", "250000", *cg, *where, "-o", out]
+    else:
+        cg = ["--call-graph", "dwarf"] if mode.endswith("dwarf") else ["-g"]
+        cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-c", "250000", *cg, *where, "-o", out]
     c0 = cpu_children()
     rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if pg:
+        # The postmaster keeps running: stop the recorder when pgbench is done.
+        while work.poll() is None:
+            time.sleep(0.05)
+        rec.send_signal(signal.SIGINT)
     rec.wait()                      # the recorder stops when the workload exits
     cpu = cpu_children() - c0       # only the recorder has been waited for so far
     work.wait()
@@ -74,20 +107,23 @@ def run(tool, mode, binary):
     return n, size, cpu, complete
 
 rows = {}
+modes = [("dwarf", f"{W}/split-nofp"), ("fp", f"{W}/split-fp")]
+if PM:
+    modes.append(("pg-dwarf", "pgbench"))
 for r in range(RUNS):
-    for mode, binary in (("dwarf", f"{W}/split-nofp"), ("fp", f"{W}/split-fp")):
+    for mode, binary in modes:
         for tool in ("tailprof", "perf"):
             rows.setdefault((mode, tool), []).append(run(tool, mode, binary))
 med = lambda xs: statistics.median(xs)
 print(f"runs={RUNS} seconds={SECS} event=cpu-clock period=250000ns (4 kHz); medians")
-print(f"{'mode':6} {'tool':9} {'samples':>8} {'bytes/sample':>13} {'CPU us/sample':>14} {'complete':>9}")
+print(f"{'mode':8} {'tool':9} {'samples':>8} {'bytes/sample':>13} {'CPU us/sample':>14} {'complete':>9}")
 res = {}
 for (mode, tool), v in rows.items():
     n = med([x[0] for x in v]); bps = med([x[1] / max(x[0], 1) for x in v]); cps = med([1e6 * x[2] / max(x[0], 1) for x in v])
     comp = med([x[3] for x in v])
     res[(mode, tool)] = (bps, cps)
-    print(f"{mode:6} {tool:9} {n:8.0f} {bps:13.1f} {cps:14.2f} {comp*100 if comp == comp else float('nan'):8.1f}%")
-for mode in ("dwarf", "fp"):
+    print(f"{mode:8} {tool:9} {n:8.0f} {bps:13.1f} {cps:14.2f} {comp*100 if comp == comp else float('nan'):8.1f}%")
+for mode, _ in modes:
     (tb, tc), (pb, pc) = res[(mode, "tailprof")], res[(mode, "perf")]
     print(f"{mode}: bytes/sample tailprof/perf = 1/{pb/tb:.0f}; recorder CPU/sample tailprof/perf = {tc/pc:.2f}")
 PY

@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use tailprof_format::{Frame, Mmap, Record, Sample, StackId, StackStatus, Switch, SwitchKind};
 use tailprof_perf_abi::{regs_abi, Endian, SampleLayout, SwitchDirection};
-use tailprof_unwind::{Limits, Mapping, UnwindStats, Unwinder, UserRegs};
+use tailprof_unwind::{Limits, Mapping, Unwinder, UserRegs};
 
 use crate::procfs;
 
@@ -184,10 +184,6 @@ impl StackMaker {
             pending_off: HashMap::new(),
             switch_out_without_stack: 0,
         }
-    }
-
-    pub(crate) fn unwind_stats(&self) -> Option<UnwindStats> {
-        self.unwinder.as_ref().map(|u| u.stats())
     }
 
     /// Follow the side-band that changes address spaces (dwarf mode only).

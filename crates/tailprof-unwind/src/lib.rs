@@ -383,15 +383,21 @@ impl Unwinder {
         self.procs.remove(&pid);
     }
 
-    /// Read the unwind sections of the mappings added since the last unwind.
-    fn load_pending(&mut self, pid: u32) {
-        let Some(p) = self.procs.get_mut(&pid) else { return };
+    /// Read the unwind sections of the not yet loaded mappings of `pid` that contain one
+    /// of `addrs` (only code a walk actually passes through is ever read). Returns whether
+    /// any mapping was loaded (or found unusable).
+    fn load_mappings(&mut self, pid: u32, addrs: &[u64]) -> bool {
+        let Some(p) = self.procs.get_mut(&pid) else { return false };
         if !p.dirty {
-            return;
+            return false;
         }
-        p.dirty = false;
-        let pending: Vec<usize> = (0..p.maps.len()).filter(|&i| p.maps[i].state.is_none()).collect();
-        for i in pending {
+        let pending: Vec<usize> = (0..p.maps.len())
+            .filter(|&i| {
+                let l = &p.maps[i];
+                l.state.is_none() && addrs.iter().any(|a| (l.mapping.start..l.mapping.end).contains(a))
+            })
+            .collect();
+        for &i in &pending {
             let m = self.procs[&pid].maps[i].mapping.clone();
             let key = match m.file {
                 Some((d, i)) => FileKey::DevIno(d, i),
@@ -424,11 +430,18 @@ impl Unwinder {
             };
             p.maps[i].state = Some(ok);
         }
+        let p = self.procs.get_mut(&pid).expect("present");
+        p.dirty = p.maps.iter().any(|l| l.state.is_none());
+        !pending.is_empty()
     }
 
     /// Unwind one user stack: `regs` at the sample, `stack` the bytes copied from `regs.sp`
     /// up. Appends user frames, leaf first (leaf = `regs.ip`, then return addresses), to
     /// `out` and returns the status.
+    ///
+    /// Mappings are loaded lazily: a walk that passes through a mapping not read yet (the
+    /// frame-pointer fallback got it there) loads it and walks again, at most
+    /// [`MAX_WALKS`] times per stack.
     pub fn unwind(&mut self, pid: u32, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>) -> StackStatus {
         self.stats.stacks += 1;
         if !self.procs.contains_key(&pid) {
@@ -437,49 +450,76 @@ impl Unwinder {
             self.stats.frames += 1;
             return StackStatus::NoUnwindInfo;
         }
-        self.load_pending(pid);
         self.tick += 1;
-        let max_frames = self.limits.max_frames;
-        let p = self.procs.get_mut(&pid).expect("present");
-        p.last_use = self.tick;
-        let sp = regs.sp;
-        let end = sp.saturating_add(stack.len() as u64);
-        let mut read = |addr: u64| -> Result<u64, ()> {
-            if addr < sp || addr.checked_add(8).is_none_or(|e| e > end) {
-                return Err(());
-            }
-            let o = (addr - sp) as usize;
-            Ok(u64::from_ne_bytes(stack[o..o + 8].try_into().map_err(|_| ())?))
-        };
         let start_len = out.len();
-        let mut no_cfi_seen = false;
-        let maps = &p.maps;
-        let mut iter = p.unwinder.iter_frames(regs.ip, arch::regs(regs), &mut p.cache, &mut read);
-        let mut last_addr = regs.ip;
-        let status = loop {
-            if out.len() - start_len >= max_frames {
-                break StackStatus::MaxDepth;
-            }
-            match iter.next() {
-                Ok(Some(fa)) => {
-                    let ip = match fa {
-                        FrameAddress::InstructionPointer(ip) => ip,
-                        FrameAddress::ReturnAddress(ra) => ra.get(),
-                    };
-                    last_addr = fa.address_for_lookup();
-                    out.push(Frame::user(ip));
-                    if !has_cfi(maps, last_addr) {
-                        no_cfi_seen = true;
-                    }
+        let mut unloaded = vec![regs.ip];
+        let mut status = StackStatus::UnwindError;
+        for walk in 0..MAX_WALKS {
+            if !unloaded.is_empty() {
+                let loaded = self.load_mappings(pid, &unloaded);
+                if !loaded && walk > 0 {
+                    break;
                 }
-                Ok(None) => break if no_cfi_seen { StackStatus::Unknown } else { StackStatus::Complete },
-                Err(framehop::Error::CouldNotReadStack(a)) if a >= end => break StackStatus::CopyExhausted,
-                Err(_) if !has_cfi(maps, last_addr) => break StackStatus::NoUnwindInfo,
-                Err(_) => break StackStatus::UnwindError,
             }
-        };
+            out.truncate(start_len);
+            unloaded.clear();
+            let p = self.procs.get_mut(&pid).expect("present");
+            p.last_use = self.tick;
+            status = walk_stack(p, regs, stack, out, self.limits.max_frames, &mut unloaded);
+            if unloaded.is_empty() {
+                break;
+            }
+        }
         self.stats.frames += (out.len() - start_len) as u64;
         status
+    }
+}
+
+/// Walks per stack at most (each one after loading the mappings the previous one found).
+pub const MAX_WALKS: usize = 4;
+
+/// One framehop walk; addresses in mappings whose unwind information is not loaded yet go
+/// to `unloaded`.
+fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>, max_frames: usize, unloaded: &mut Vec<u64>) -> StackStatus {
+    let start_len = out.len();
+    let sp = regs.sp;
+    let end = sp.saturating_add(stack.len() as u64);
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        if addr < sp || addr.checked_add(8).is_none_or(|e| e > end) {
+            return Err(());
+        }
+        let o = (addr - sp) as usize;
+        Ok(u64::from_ne_bytes(stack[o..o + 8].try_into().map_err(|_| ())?))
+    };
+    let maps = &p.maps;
+    let pending = |a: u64| maps.iter().any(|l| l.state.is_none() && (l.mapping.start..l.mapping.end).contains(&a));
+    let mut no_cfi_seen = false;
+    let mut iter = p.unwinder.iter_frames(regs.ip, arch::regs(regs), &mut p.cache, &mut read);
+    let mut last_addr = regs.ip;
+    loop {
+        if out.len() - start_len >= max_frames {
+            return StackStatus::MaxDepth;
+        }
+        match iter.next() {
+            Ok(Some(fa)) => {
+                let ip = match fa {
+                    FrameAddress::InstructionPointer(ip) => ip,
+                    FrameAddress::ReturnAddress(ra) => ra.get(),
+                };
+                last_addr = fa.address_for_lookup();
+                out.push(Frame::user(ip));
+                if !has_cfi(maps, last_addr) {
+                    no_cfi_seen = true;
+                    if pending(last_addr) {
+                        unloaded.push(last_addr);
+                    }
+                }
+            }
+            Ok(None) => return if no_cfi_seen { StackStatus::Unknown } else { StackStatus::Complete },
+            Err(framehop::Error::CouldNotReadStack(a)) if a >= end => return StackStatus::CopyExhausted,
+            Err(_) if !has_cfi(maps, last_addr) => return StackStatus::NoUnwindInfo,
+            Err(_) => return StackStatus::UnwindError,
+        }
     }
 }
 
