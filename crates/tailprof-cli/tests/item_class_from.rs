@@ -2,7 +2,8 @@
 //! SQL text of two shapes with different constants (`parse_query(const char *sql)`)
 //! before each request (`handle_request`, delimited by uprobes on its entry and return).
 //! The fetched strings become two classes named by their shapes, and every item is in
-//! the class of the query parsed just before it. Root only (tracefs uprobe events); the
+//! the class of the query parsed just before it — with uprobe items and with items from
+//! the marker library (include/tailprof.h). Root only (tracefs uprobe events); the
 //! test skips with a message otherwise. No timing assertions.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,9 @@ const PROGRAM: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef MARKED
+#include "tailprof.h"
+#endif
 
 volatile unsigned long sink;
 
@@ -37,7 +41,13 @@ int main(int argc, char **argv) {
         else
             snprintf(sql, sizeof sql, "SELECT name FROM users WHERE id = %d AND note = 'n%d'", 1000 + i, i);
         parse_query(sql);
+#ifdef MARKED
+        tailprof_item_begin(i + 1);
+#endif
         handle_request(kind);
+#ifdef MARKED
+        tailprof_item_end(i + 1);
+#endif
     }
     printf("%d\n", n);
     return 0;
@@ -57,11 +67,17 @@ fn can_record() -> bool {
     root
 }
 
-fn compile(dir: &Path) -> PathBuf {
+fn compile(dir: &Path, marked: bool) -> PathBuf {
     let src = dir.join("classes.c");
     std::fs::write(&src, PROGRAM).unwrap();
     let out = dir.join("classes");
-    let st = Command::new("cc").args(["-O1", "-g", "-o"]).arg(&out).arg(&src).status().expect("cc");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let mut cc = Command::new("cc");
+    cc.args(["-O1", "-g", "-I"]).arg(include);
+    if marked {
+        cc.arg("-DMARKED");
+    }
+    let st = cc.arg("-o").arg(&out).arg(&src).status().expect("cc");
     assert!(st.success(), "cc failed");
     out
 }
@@ -77,22 +93,22 @@ fn tempdir(tag: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn classes_from_a_string_argument_are_query_shapes() {
+/// Requests delimited by uprobes on `handle_request` (`marked` false) or by the marker
+/// library's begin/end around it (`marked` true).
+fn classes_from_a_string_argument(marked: bool) {
     if !can_record() {
         return;
     }
-    let dir = tempdir("shapes");
-    let exe = compile(&dir);
+    let dir = tempdir(if marked { "marked" } else { "uprobes" });
+    let exe = compile(&dir, marked);
     let exe_s = exe.display().to_string();
     let trace = dir.join("t.trace");
-    let o = Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .args(["record", "-F", "999", "-o"])
-        .arg(&trace)
-        .arg("--item-begin")
-        .arg(format!("{exe_s}:handle_request"))
-        .arg("--item-end")
-        .arg(format!("{exe_s}:handle_request%return"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tailprof"));
+    cmd.args(["record", "-F", "999", "-o"]).arg(&trace);
+    if !marked {
+        cmd.arg("--item-begin").arg(format!("{exe_s}:handle_request")).arg("--item-end").arg(format!("{exe_s}:handle_request%return"));
+    }
+    let o = cmd
         .arg("--item-class-from")
         .arg(format!("{exe_s}:parse_query:rdi"))
         .arg("--")
@@ -124,12 +140,22 @@ fn classes_from_a_string_argument_are_query_shapes() {
 }
 
 #[test]
+fn classes_from_a_string_argument_with_uprobe_items() {
+    classes_from_a_string_argument(false);
+}
+
+#[test]
+fn classes_from_a_string_argument_with_marker_items() {
+    classes_from_a_string_argument(true);
+}
+
+#[test]
 fn errors_name_the_fix() {
     if !can_record() {
         return;
     }
     let dir = tempdir("errors");
-    let exe = compile(&dir);
+    let exe = compile(&dir, false);
     let exe_s = exe.display().to_string();
     let trace = dir.join("t.trace");
     let o = tailprof(&["record", "-o", trace.to_str().unwrap(), "--item-class-from", &format!("{exe_s}:parse_qeury:rdi"), "--", &exe_s]);
