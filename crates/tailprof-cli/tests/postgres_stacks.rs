@@ -218,7 +218,7 @@ fn setup(tag: u16) -> Option<(Server, String)> {
 /// the SQL text; returns once events are enabled (None: the kernel refused, skip).
 fn start_recording(pg: &str, trace: &Path, extra: &[&str]) -> Option<(Child, std::thread::JoinHandle<String>)> {
     let mut rec = Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .args(["record", "-a", "-F", "199", "--call-graph", "dwarf,8192", "--mmap-pages", "1024"])
+        .args(["record", "-a", "-F", "199", "--call-graph", "dwarf", "--mmap-pages", "1024"])
         .arg("--item-begin")
         .arg(format!("{pg}:PortalRun"))
         .arg("--item-end")
@@ -314,10 +314,17 @@ fn in_item_samples_unwind_to_portalrun_and_classes_are_query_shapes() {
             }
             if s["complete"].as_bool() == Some(true) {
                 complete += n;
+            } else if std::env::var_os("TAILPROF_TEST_VERBOSE").is_some() {
+                eprintln!("incomplete stack, root first: {:?}", &frames[..frames.len().min(6)]);
             }
         }
     }
     let share = portal as f64 / total.max(1) as f64;
+    // Informational: how the trace's stacks ended (complete, copy_exhausted, ...).
+    let info = Command::new(env!("CARGO_BIN_EXE_tailprof")).arg("info").arg(t).output().expect("info");
+    for line in String::from_utf8_lossy(&info.stdout).lines().filter(|l| l.to_ascii_lowercase().contains("stack")) {
+        eprintln!("info: {line}");
+    }
     eprintln!(
         "in-item samples: {total}, with PortalRun in the stack: {portal} ({:.1}%), complete stacks: {complete} ({:.1}%)",
         100.0 * share,
