@@ -122,7 +122,7 @@ pub fn parse_format(text: &str, name: &str) -> Option<ArgLayout> {
         let Some(rest) = line.strip_prefix("field:") else { continue };
         let mut parts = rest.split(';').map(str::trim);
         let decl = parts.next()?;
-        if decl.rsplit(|c: char| c == ' ' || c == '*').next() != Some(name) {
+        if decl.rsplit([' ', '*']).next() != Some(name) {
             continue;
         }
         let mut offset = None;

@@ -42,7 +42,7 @@ pub fn shape(sql: &str) -> String {
     while !sql.is_char_boundary(end) {
         end -= 1;
     }
-    let b = sql[..end].as_bytes();
+    let b = &sql.as_bytes()[..end];
     let mut out = String::with_capacity(b.len().min(MAX_SHAPE + 8));
     let mut i = 0;
     // The previous token, for spacing and for deciding whether `-` can be a sign.

@@ -264,12 +264,14 @@ impl ClassProbes {
 
     /// The attr of class event `i`.
     pub fn attr(&self, i: usize, clock: ClockChoice, inherit: bool, enable_on_exec: bool) -> PerfEventAttr {
-        let mut a = PerfEventAttr::default();
-        a.type_ = perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT;
-        a.size = ATTR_SIZE;
-        a.config = self.events.get(i).map_or(0, |e| e.2.id);
+        let mut a = PerfEventAttr {
+            type_: perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT,
+            size: ATTR_SIZE,
+            config: self.events.get(i).map_or(0, |e| e.2.id),
+            sample_type: CLASS_SAMPLE_TYPE,
+            ..PerfEventAttr::default()
+        };
         a.sample_period = 1;
-        a.sample_type = CLASS_SAMPLE_TYPE;
         a.set_disabled(1);
         a.set_inherit(inherit as u64);
         a.set_enable_on_exec(enable_on_exec as u64);
@@ -489,7 +491,7 @@ mod tests {
         }
         let mut field = (raw.len() as u32).to_ne_bytes().to_vec();
         field.extend_from_slice(&raw);
-        while field.len() % 8 != 0 {
+        while !field.len().is_multiple_of(8) {
             field.push(0);
         }
         body.extend_from_slice(&field);
