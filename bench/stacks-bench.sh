@@ -5,10 +5,9 @@
 #          (a C program built -O2 -fomit-frame-pointer; leaf called from two callers)
 #   fp:    tailprof record -g                  vs  perf record -g
 #          (the same program built -fno-omit-frame-pointer)
-#   pg-dwarf: --call-graph dwarf, system-wide (-a: perf -p does not follow the backends the
-#          postmaster forks), while pgbench -c 4 runs on PostgreSQL 15; both recorders are
-#          stopped with SIGINT when pgbench ends; NO_PG=1 skips it
-# Both recorders attach with -p to an already running workload (pg-dwarf: -a) (so the recorder's own CPU
+#   pg-dwarf: --call-graph dwarf on the PostgreSQL 15 backend serving pgbench -c 1 (-p on
+#          the backend; the recording ends when pgbench disconnects); NO_PG=1 skips it
+# Both recorders attach with -p to an already running workload (so the recorder's own CPU
 # time is measurable: getrusage of the recorder process only), event cpu-clock, -c 250000
 # (4 kHz). Reported: samples, output bytes per sample, recorder CPU (user+sys) per sample,
 # medians of RUNS runs, and the ratios tailprof/perf. perf's CPU includes its end-of-run
@@ -69,14 +68,22 @@ def run(tool, mode, binary):
     out = f"{W}/{tool}-{mode}.out"
     pg = binary == "pgbench"
     if pg:
-        work = subprocess.Popen(["su", "postgres", "-c", f"{PGBIN}/pgbench -h {W}/sock -p 5498 -c 4 -T {int(SECS)} postgres"],
+        work = subprocess.Popen(["su", "postgres", "-c", f"{PGBIN}/pgbench -h {W}/sock -p 5498 -c 1 -T {int(SECS)} postgres"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Its one backend (forked by the postmaster when pgbench connects).
         target = None
+        for _ in range(100):
+            time.sleep(0.02)
+            r = subprocess.run(["pgrep", "-n", "-P", PM, "-f", "postgres: postgres postgres"], capture_output=True, text=True)
+            if r.stdout.strip():
+                target = int(r.stdout.split()[0])
+                break
+        assert target, "no pgbench backend found"
     else:
         work = subprocess.Popen([binary, str(SECS)])
         target = work.pid
     time.sleep(0.05)
-    where = ["-a"] if target is None else ["-p", str(target)]
+    where = ["-p", str(target)]
     if tool == "tailprof":
         cg = ["--call-graph", "dwarf"] if mode.endswith("dwarf") else ["-g"]
         cmd = [TP, "record", "-e", "cpu-clock", "-c", "250000", *cg, *where, "-o", out]
@@ -85,11 +92,6 @@ def run(tool, mode, binary):
         cmd = ["perf", "record", "-q", "-e", "cpu-clock", "-c", "250000", *cg, *where, "-o", out]
     c0 = cpu_children()
     rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if pg:
-        # The postmaster keeps running: stop the recorder when pgbench is done.
-        while work.poll() is None:
-            time.sleep(0.05)
-        rec.send_signal(signal.SIGINT)
     rec.wait()                      # the recorder stops when the workload exits
     cpu = cpu_children() - c0       # only the recorder has been waited for so far
     work.wait()
@@ -99,6 +101,8 @@ def run(tool, mode, binary):
         n = info["samples"]
         st = info["stacks"]
         complete = st.get("complete", 0) / max(sum(st.values()), 1)
+        if RUNS == 1 or os.environ.get("VERBOSE"):
+            print(mode, {k: v for k, v in st.items() if v}, flush=True)
     else:
         s = subprocess.run(["perf", "report", "--stats", "-i", out], capture_output=True, text=True).stdout
         n = int([l for l in s.splitlines() if "SAMPLE events" in l][0].split()[2])
@@ -113,7 +117,14 @@ if PM:
 for r in range(RUNS):
     for mode, binary in modes:
         for tool in ("tailprof", "perf"):
-            rows.setdefault((mode, tool), []).append(run(tool, mode, binary))
+            for attempt in range(3):
+                try:
+                    rows.setdefault((mode, tool), []).append(run(tool, mode, binary))
+                    break
+                except (FileNotFoundError, AssertionError, IndexError) as e:
+                    # e.g. the backend found went away before the recorder attached
+                    print(f"retrying {mode} {tool}: {e}", flush=True)
+                    time.sleep(1)
 med = lambda xs: statistics.median(xs)
 print(f"runs={RUNS} seconds={SECS} event=cpu-clock period=250000ns (4 kHz); medians")
 print(f"{'mode':8} {'tool':9} {'samples':>8} {'bytes/sample':>13} {'CPU us/sample':>14} {'complete':>9}")
