@@ -287,8 +287,13 @@ impl ClassTable {
             return ClassId::Dropped;
         }
         *n += 1;
-        let id = Self::FIRST_ID + self.next;
+        let mut id = Self::FIRST_ID + self.next;
         self.next = self.next.wrapping_add(1) % (u32::MAX - Self::FIRST_ID);
+        if id == crate::uprobe::UPROBE_CLASS_ID {
+            // `--item-class NAME`'s id: never handed out here.
+            id = Self::FIRST_ID + self.next;
+            self.next = self.next.wrapping_add(1) % (u32::MAX - Self::FIRST_ID);
+        }
         self.ids.insert((pid, label.to_string()), id);
         ClassId::New(id)
     }
