@@ -42,22 +42,49 @@ _, st, ru = os.wait4(p.pid, 0)
 print(ru.ru_utime + ru.ru_stime, ru.ru_maxrss)' "$@"
 }
 
-# run MODE: one repetition; prints "MODE cpu_s rss_kib loops bytes".
+# cpu_ticks PID: utime+stime of PID in clock ticks.
+cpu_ticks() { [ -r "/proc/$1/stat" ] && awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo nan; }
+HZ=$(getconf CLK_TCK)
+WARM=${WARM:-$((SECS / 3))}
+
+# run MODE: one repetition; prints "MODE total_cpu_s maxrss_kib loops bytes steady_cpu_s rss_end_kib sym_bytes".
+# steady_cpu_s: the profiler's CPU from WARM s after start to the end of the run (setup,
+# /proc synthesis and the one-time symbolization of the binaries already running are over).
 run() {
-    local mode=$1 d="$W/$1" pids=() loops=0 out
+    local mode=$1 d="$W/$1" pids=() loops=0 out="0 0" ppid="" t1=nan t2=nan rss=0
     rm -rf "$d"; mkdir -p "$d"
     for ((c = 0; c < NCPU; c++)); do "$W/spin" "$SECS" > "$d/spin$c" & pids+=($!); done
     case $mode in
-        none) out="0 0"; sleep "$SECS" ;;
-        agent) out=$(rusage "$TAILPROF" agent --store "$d/store" --duration "${SECS}s") ;;
-        perf) out=$(rusage "$PERF" record -a -F 49 -g -o "$d/perf.data" -- sleep "$SECS") ;;
+        none) sleep "$SECS" ;;
+        agent) rusage "$TAILPROF" agent --store "$d/store" --duration "${SECS}s" > "$d/ru" & ppid=$! ;;
+        perf) rusage "$PERF" record -a -F 49 -g -o "$d/perf.data" -- sleep "$SECS" > "$d/ru" & ppid=$! ;;
     esac
+    if [ -n "$ppid" ]; then
+        sleep 1
+        # the profiler process under the background subshell and the rusage wrapper
+        local child=$ppid k
+        for k in 1 2 3 4; do
+            case $(cat "/proc/$child/comm" 2>/dev/null) in tailprof*|perf) break ;; esac
+            child=$(pgrep -P "$child" | head -n 1 || true); [ -n "$child" ] || break
+        done
+        sleep "$((WARM - 1))"; t1=$(cpu_ticks "$child")
+        sleep "$((SECS - WARM - 1))"; t2=$(cpu_ticks "$child")
+        rss=$(awk '/^VmRSS/ {print $2}' "/proc/$child/status" 2>/dev/null || echo 0)
+        wait "$ppid"; out=$(cat "$d/ru")
+    fi
     wait "${pids[@]}"
     for ((c = 0; c < NCPU; c++)); do loops=$((loops + $(cat "$d/spin$c"))); done
-    local bytes=0
-    [ -d "$d/store" ] && bytes=$(du -sb "$d/store" | cut -f1)
+    local bytes=0 sym=0
+    if [ -d "$d/store" ]; then
+        bytes=$(du -sb --exclude=symbols "$d/store" | cut -f1)
+        sym=$(du -sb "$d/store/symbols" 2>/dev/null | cut -f1 || echo 0)
+    fi
     [ -f "$d/perf.data" ] && bytes=$(stat -c %s "$d/perf.data")
-    echo "$mode $out $loops $bytes"
+    local steady=nan
+    steady=$(python3 -c 'import sys
+try: print((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]))
+except ValueError: print("nan")' "${t1:-nan}" "${t2:-nan}" "$HZ")
+    echo "$mode $out $loops $bytes $steady $rss $sym"
 }
 
 for ((r = 0; r < REPS; r++)); do
@@ -67,22 +94,26 @@ for ((r = 0; r < REPS; r++)); do
     done
 done
 
-python3 - "$W/results" "$SECS" "$NCPU" <<'PY'
+python3 - "$W/results" "$SECS" "$NCPU" "$WARM" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-secs, ncpu = float(sys.argv[2]), int(sys.argv[3])
+secs, ncpu, warm = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 by = {}
-for m, cpu, rss, loops, b in rows:
-    by.setdefault(m, []).append((float(cpu), int(rss), int(loops), int(b)))
-base = statistics.median(x[2] for x in by["none"])
-print(f"{ncpu} CPUs busy (one spinner each), {secs:.0f} s per run, medians of {len(by['none'])} runs")
-print("| profiler | CPU (% of one core) | peak RSS | workload throughput vs none | disk per day |")
-print("|---|---|---|---|---|")
+for m, cpu, rss, loops, b, steady, rss_end, sym in rows:
+    by.setdefault(m, []).append((float(cpu), int(rss), int(loops), int(b), float(steady), int(rss_end), int(sym)))
+med = lambda xs: statistics.median(xs)
+base = med(x[2] for x in by["none"])
+print(f"{ncpu} CPUs busy (one spinner each), {secs:.0f} s per run, steady state from {warm:.0f} s on, medians of {len(by['none'])} runs")
+print("| profiler | CPU, whole run (% of one core) | CPU, steady state | RSS at end (peak) | workload throughput vs none | data per day | symbol tables (once per binary) |")
+print("|---|---|---|---|---|---|---|")
 for m, name in [("agent", "tailprof agent (defaults)"), ("perf", "perf record -a -F 49 -g")]:
     v = by[m]
-    cpu = statistics.median(x[0] for x in v) / secs * 100
-    rss = statistics.median(x[1] for x in v) / 1024
-    thr = statistics.median(x[2] for x in v) / base
-    day = statistics.median(x[3] for x in v) * 86400 / secs / 2**20
-    print(f"| {name} | {cpu:.2f}% | {rss:.0f} MiB | {100 * (thr - 1):+.2f}% | {day:.0f} MiB |")
+    cpu = med(x[0] for x in v) / secs * 100
+    steady = med(x[4] for x in v if x[4] == x[4]) / (secs - warm - 1) * 100
+    rss = med(x[1] for x in v) / 1024
+    rss_end = med(x[5] for x in v) / 1024
+    thr = med(x[2] for x in v) / base
+    day = med(x[3] for x in v) * 86400 / secs / 2**20
+    sym = med(x[6] for x in v) / 2**20
+    print(f"| {name} | {cpu:.2f}% | {steady:.2f}% | {rss_end:.0f} MiB ({rss:.0f} MiB) | {100 * (thr - 1):+.1f}% | {day:.0f} MiB | {sym:.1f} MiB |")
 PY

@@ -206,6 +206,14 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
                 s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
             }
         }
+        drop(s);
+        // A large library's table (and blazesym's parse of it) is freed now; give the
+        // memory back instead of keeping it in this thread's malloc arena (resident size).
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free heap memory.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 }
 
