@@ -205,6 +205,8 @@ struct ModuleData {
     /// Executable PT_LOAD segments: (p_offset, p_vaddr, p_filesz).
     exec_segments: Vec<(u64, u64, u64)>,
     has_cfi: bool,
+    /// ELF entry point (svma), 0 if none.
+    entry: u64,
     bytes: usize,
 }
 
@@ -256,6 +258,8 @@ impl ModuleCache {
 
 struct Loaded {
     mapping: Mapping,
+    /// Where the file's entry point (`_start`) is mapped, when it is in this mapping.
+    entry_avma: Option<u64>,
     /// `None` until the first unwind in this process; `Some(false)` when the file could
     /// not be used (then code there has no unwind information).
     state: Option<bool>,
@@ -275,6 +279,15 @@ impl Process {
         Process { unwinder: arch::NativeUnwinder::new(), cache: arch::NativeCache::new(), maps: Vec::new(), dirty: false, last_use: 0 }
     }
 }
+
+/// Whether `addr` (a lookup address) lies in the first bytes of a file's entry point, i.e.
+/// in `_start`'s call of the loader's or libc's start routine.
+fn at_entry(maps: &[Loaded], addr: u64) -> bool {
+    maps.iter().any(|l| l.entry_avma.is_some_and(|e| (e..e.saturating_add(ENTRY_CALL_WINDOW)).contains(&addr)))
+}
+
+/// Bytes after an entry point within which its first call lies (`_start` calls at once).
+const ENTRY_CALL_WINDOW: u64 = 48;
 
 /// Whether `addr` lies in a mapping whose unwind information was loaded.
 fn has_cfi(maps: &[Loaded], addr: u64) -> bool {
@@ -355,7 +368,7 @@ impl Unwinder {
         if p.maps.len() >= max {
             return;
         }
-        p.maps.push(Loaded { mapping: m, state: None });
+        p.maps.push(Loaded { mapping: m, state: None, entry_avma: None });
         p.dirty = true;
     }
 
@@ -422,8 +435,12 @@ impl Unwinder {
             };
             let p = self.procs.get_mut(&pid).expect("present");
             let ok = match data.as_ref().and_then(|d| module_for(&m, d)) {
-                Some(module) => {
+                Some((module, bias)) => {
                     p.unwinder.add_module(module);
+                    let entry = data.as_ref().map_or(0, |d| d.entry).wrapping_add(bias);
+                    if entry != bias && (m.start..m.end).contains(&entry) {
+                        p.maps[i].entry_avma = Some(entry);
+                    }
                     data.as_ref().is_some_and(|d| d.has_cfi)
                 }
                 None => false,
@@ -516,6 +533,10 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
                 }
             }
             Ok(None) => return if no_cfi_seen { StackStatus::Unknown } else { StackStatus::Complete },
+            // The process's first frame: a return into an entry point (`_start` of the
+            // executable or of the dynamic loader, whose CFI does not always end the
+            // stack) is the outermost frame, whatever a further step says.
+            Err(_) if at_entry(maps, last_addr) => return StackStatus::Complete,
             Err(framehop::Error::CouldNotReadStack(a)) if a >= end => return StackStatus::CopyExhausted,
             Err(_) if !has_cfi(maps, last_addr) => return StackStatus::NoUnwindInfo,
             Err(_) => return StackStatus::UnwindError,
@@ -523,9 +544,9 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
     }
 }
 
-/// The framehop module for mapping `m` of file `d`, or `None` if no executable segment
-/// of the file contains the mapping's offset.
-fn module_for(m: &Mapping, d: &ModuleData) -> Option<Module<Bytes>> {
+/// The framehop module for mapping `m` of file `d` and the mapping's bias (avma - svma),
+/// or `None` if no executable segment of the file contains the mapping's offset.
+fn module_for(m: &Mapping, d: &ModuleData) -> Option<(Module<Bytes>, u64)> {
     let page = |x: u64| x & !0xfff;
     let &(off, vaddr, _) = d.exec_segments.iter().find(|&&(off, _, filesz)| {
         let (lo, hi) = (page(off), off.saturating_add(filesz));
@@ -534,7 +555,7 @@ fn module_for(m: &Mapping, d: &ModuleData) -> Option<Module<Bytes>> {
     // svma of the mapping's first byte; bias = avma - svma.
     let svma = vaddr.wrapping_sub(off).wrapping_add(m.pgoff);
     let bias = m.start.wrapping_sub(svma);
-    Some(Module::new(m.path.to_string(), m.start..m.end, bias, d.sections.clone()))
+    Some((Module::new(m.path.to_string(), m.start..m.end, bias, d.sections.clone()), bias))
 }
 
 /// Read the ELF headers and unwind sections of `f`, within `limits`.
@@ -587,7 +608,7 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
         debug_frame: debug_frame.map(|e| e.1),
         ..Default::default()
     };
-    Ok(ModuleData { sections, exec_segments, has_cfi, bytes })
+    Ok(ModuleData { sections, exec_segments, has_cfi, entry: elf.entry(), bytes })
 }
 
 /// What [`callchain_frames`] found.
