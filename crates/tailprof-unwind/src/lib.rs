@@ -740,6 +740,45 @@ mod tests {
         assert!(u.stats().files_read >= 1);
     }
 
+    /// Garbage, truncated and non-regular files as mapped "binaries": no panic, the stack
+    /// keeps its leaf and says there was no unwind information; the cache stays bounded.
+    #[test]
+    fn hostile_files_are_refused() {
+        let dir = std::env::temp_dir().join(format!("tailprof-unwind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let garbage = dir.join("garbage");
+        std::fs::write(&garbage, vec![0x7f; 4096]).unwrap();
+        let truncated = dir.join("truncated");
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        std::fs::write(&truncated, &exe[..300.min(exe.len())]).unwrap();
+        let link = dir.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/proc/self/exe", &link).unwrap();
+        let limits = Limits { max_cache_bytes: 1 << 20, ..Limits::default() };
+        let mut u = Unwinder::new(Box::new(|_pid: u32, m: &Mapping| open_untrusted(std::path::Path::new(&*m.path), m.file)), limits);
+        for (i, p) in [&garbage, &truncated, &link, &dir].iter().enumerate() {
+            let base = 0x10000 * (i as u64 + 1);
+            u.add_mapping(7, Mapping { start: base, end: base + 0x1000, pgoff: 0, file: None, path: p.to_str().unwrap().into(), build_id: None });
+            let mut out = Vec::new();
+            let regs = UserRegs { ip: base + 0x10, sp: 0x7000, fp: 0, lr: 0 };
+            let st = u.unwind(7, &regs, &[0u8; 64], &mut out);
+            assert_eq!(out.first(), Some(&Frame::user(base + 0x10)), "{}", p.display());
+            assert_ne!(st, StackStatus::Complete, "{}: {st:?}", p.display());
+        }
+        assert_eq!(u.stats().files_read, 0, "no hostile file may be accepted");
+        assert!(u.module_cache().bytes() <= 1 << 20);
+        // A build-id that does not match refuses even a good file, which loads without one.
+        let exe = std::env::current_exe().unwrap();
+        for (id, read) in [(None, 1), (Some(Arc::from(&[1u8, 2, 3][..])), 0)] {
+            let mut u = Unwinder::new(Box::new(|_pid: u32, m: &Mapping| open_untrusted(std::path::Path::new(&*m.path), m.file)), Limits::default());
+            u.add_mapping(8, Mapping { start: 0x1000, end: 0x2000, pgoff: 0x1000, file: None, path: exe.to_str().unwrap().into(), build_id: id });
+            let mut out = Vec::new();
+            u.unwind(8, &UserRegs { ip: 0x1010, sp: 0x7000, fp: 0, lr: 0 }, &[0u8; 64], &mut out);
+            assert_eq!((u.stats().files_read, u.stats().files_failed), (read, 1 - read));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[inline(never)]
     fn capture(u: &mut Unwinder, pid: u32) -> (Vec<Frame>, StackStatus) {
         let (ip, sp, bp): (u64, u64, u64);
