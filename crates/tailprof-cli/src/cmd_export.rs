@@ -109,7 +109,7 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
     if let Some(out) = &args.html {
         let opts = HtmlOptions { subtitle: Some(format!("trace {}", args.file.display())), ..Default::default() };
         let flames = tailprof_present::html::off_cpu_section_html(&report, &stacks, 20)
-            + &flame_section_html(&stacks, Some(&report), &FlameOptions::default());
+            + &flame_section_html(&stacks, Some(&report), &FlameOptions { items: args.items.clone(), ..Default::default() });
         tailprof_format::atomic::write_file(out, render_items_html_with(&report, &opts, &flames))
             .with_context(|| format!("cannot write {}", out.display()))?;
         eprintln!("tailprof: wrote {} ({} items)", out.display(), report.items.len());

@@ -254,6 +254,11 @@ fn exports_with_stacks() {
         "--html",
         html.to_str().unwrap(),
     ]);
+    // --item: that item's flame graph too (item 3 is flagged slow; item 2 is not).
+    let html2 = d.join("r2.html");
+    run(&["export", &fx.trace, "--html", html2.to_str().unwrap(), "--item", "2"]);
+    let page2 = std::fs::read_to_string(&html2).unwrap();
+    assert!(page2.contains("Item 2 (selected)"), "no graph for the selected item");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("Flame graphs") && page.contains("<iframe"), "no flame graph in the page");
     assert!(page.contains("blocked 20.00 ms in wait_here ← main"), "no off-CPU line in the page");

@@ -119,23 +119,31 @@ fn frame(h: &mut String, heading: &str, svg: Option<String>) {
 pub struct FlameOptions {
     /// Per-item graphs (and differentials) for at most this many slow items.
     pub max_items: usize,
+    /// Items that get their own graphs (and differentials) too, slow or not (e.g.
+    /// `export --html --item ID`).
+    pub items: Vec<u64>,
 }
 
 impl Default for FlameOptions {
     fn default() -> Self {
-        FlameOptions { max_items: 5 }
+        FlameOptions { max_items: 5, items: Vec::new() }
     }
 }
 
 /// The flame-graph section of the HTML report: the whole trace, each class, the slow
-/// items and each against its class, and all slow items against their classes.
+/// items (and [`FlameOptions::items`]) and each against its class, and all slow items
+/// against their classes.
 /// `report` may be `None` (a trace without items): then only the trace's graph.
 pub fn flame_section_html(p: &StackProfile, report: Option<&ItemsReport>, opts: &FlameOptions) -> String {
     let mut h = String::from("<h2>Flame graphs</h2>\n");
     if p.samples_with_stacks() == 0 {
         h.push_str("<p class=\"sub\">No call stacks in this trace (record with -g / --call-graph): the graphs show sampled functions only.</p>\n");
     }
-    frame(&mut h, "Whole trace", flame_svg(&folded_rows(p, &p.stacks), "whole trace", "samples"));
+    let whole = match p.filter.describe() {
+        Some(f) => format!("Samples of {f}"),
+        None => "Whole trace".to_owned(),
+    };
+    frame(&mut h, &whole, flame_svg(&folded_rows(p, &p.stacks), &whole.to_lowercase(), "samples"));
     let Some(report) = report else { return h };
     if report.items.len() != p.items.len() {
         return h;
@@ -161,10 +169,19 @@ pub fn flame_section_html(p: &StackProfile, report: Option<&ItemsReport>, opts: 
             differential_svg(p, &base, &slow_rows, "slow items vs their classes"),
         );
     }
-    for &i in slow.iter().take(opts.max_items) {
+    let mut shown: Vec<usize> = slow.iter().take(opts.max_items).copied().collect();
+    for id in &opts.items {
+        if let Some(i) = report.items.iter().position(|r| r.id == *id) {
+            if !shown.contains(&i) {
+                shown.push(i);
+            }
+        }
+    }
+    for i in shown {
         let it = &report.items[i];
         let rows = &p.items[i].stacks;
-        frame(&mut h, &format!("Item {} (slow)", it.id), flame_svg(&folded_rows(p, rows), &format!("item {}", it.id), "samples"));
+        let what = if it.anomalous { "slow" } else { "selected" };
+        frame(&mut h, &format!("Item {} ({what})", it.id), flame_svg(&folded_rows(p, rows), &format!("item {}", it.id), "samples"));
         let base = class_rows(report, p, |j| j != i && report.items[j].class == it.class && !report.items[j].anomalous);
         frame(
             &mut h,
