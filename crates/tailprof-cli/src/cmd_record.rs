@@ -358,6 +358,28 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ui::bytes(written.bytes),
         bps
     );
+    let st = &written.stats.sample_stacks;
+    let with_stack = tailprof_format::StackStatus::ALL.iter().map(|&x| st.get(x)).sum::<u64>();
+    if with_stack > 0 {
+        let truncated = st.copy_exhausted + st.no_unwind_info + st.unwind_error + st.max_depth + st.user_missing;
+        eprintln!(
+            "tailprof: stacks {} complete, {} truncated (copy exhausted {}, no unwind info {}, unwind error {}, max depth {}, no user part {}), {} of unknown completeness",
+            ui::thousands(st.complete),
+            ui::thousands(truncated),
+            ui::thousands(st.copy_exhausted),
+            ui::thousands(st.no_unwind_info),
+            ui::thousands(st.unwind_error),
+            ui::thousands(st.max_depth),
+            ui::thousands(st.user_missing),
+            ui::thousands(st.unknown)
+        );
+        if st.copy_exhausted * 100 > with_stack {
+            eprintln!(
+                "tailprof: hint: {:.1} % of the stacks were deeper than the copied user stack; a larger copy helps (--call-graph dwarf,32768)",
+                100.0 * st.copy_exhausted as f64 / with_stack as f64
+            );
+        }
+    }
     // The loss table stored in the trace, printed as `info`, `report` and `items` print it.
     let losses = tailprof_present::losses::render_losses(&tailprof_format::losses::LossTable::new(&written.stats, None));
     eprint!("{losses}");
