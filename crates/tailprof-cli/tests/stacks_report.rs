@@ -217,6 +217,8 @@ fn items_show_off_cpu_time_and_explain_by_stack() {
     }
     let i3 = v["items"].as_array().unwrap().iter().find(|i| i["id"] == 3).unwrap();
     assert_eq!(i3["blocked_ns"], 20 * PERIOD);
+    assert_eq!(i3["anomalous"], true, "{i3}");
+    assert_eq!(i3["excess_resolvable"], true, "{i3}");
     assert_eq!(i3["off_cpu"][0]["state"], "blocked");
     assert_eq!(i3["off_cpu"][0]["frames"], serde_json::json!(["main", "wait_here"]));
     let text = run(&["items", &fx.trace]);

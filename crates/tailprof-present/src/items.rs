@@ -253,9 +253,27 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
                 it.anomaly_score,
                 if it.responsible.is_empty() { "-".into() } else { it.responsible.join(", ") }
             );
+            let excess = it.duration_ns.saturating_sub(median);
+            let resolution = resolution_ns(r);
+            if (excess as f64) < resolution {
+                let _ = writeln!(
+                    out,
+                    "    (its excess {} is below what sampling resolves, {} = {} samples x {}: the split by function is noise)",
+                    duration(excess),
+                    duration(resolution as u64),
+                    r.min_reliable_samples.max(1),
+                    duration(r.mean_interval_ns as u64)
+                );
+            }
         }
     }
     out
+}
+
+/// The smallest excess over the class median the sampling resolves:
+/// `min_reliable_samples` sample intervals (as [`tailprof_analyze::stack_explain`]).
+pub fn resolution_ns(r: &ItemsReport) -> f64 {
+    r.min_reliable_samples.max(1) as f64 * r.mean_interval_ns
 }
 
 /// `tailprof items --json`.
@@ -355,7 +373,9 @@ pub const ITEM_OFF_CPU_STACKS: usize = 5;
 /// Adds to each item object of an [`items_json`] document (matched by `id`) where its
 /// wall time went: `cpu_ns`, `off_cpu_ns`, `runnable_ns`, `blocked_ns` (`null` when
 /// the trace has no context switches) and `off_cpu: [{"state", "ns", "frames": [root,
-/// …, leaf]}]` (the top [`ITEM_OFF_CPU_STACKS`] stacks). `profile` must have been built
+/// …, leaf]}]` (the top [`ITEM_OFF_CPU_STACKS`] stacks); flagged items also get
+/// `excess_resolvable` (false: the excess over the class median is below
+/// [`resolution_ns`], so sampling cannot say which code took it). `profile` must have been built
 /// with the spans of `r.items`. Returns how many items were extended.
 pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfile) -> usize {
     let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else { return 0 };
@@ -381,6 +401,12 @@ pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfil
             })
             .unwrap_or_default();
         obj.insert("off_cpu".into(), Value::Array(off));
+        if row.anomalous {
+            // Flagged, but is the excess large enough for sampling to explain?
+            let median = r.class_stats(&row.class).map_or(0, |c| c.median_duration_ns);
+            let resolvable = row.duration_ns.saturating_sub(median) as f64 >= resolution_ns(r);
+            obj.insert("excess_resolvable".into(), json!(resolvable));
+        }
         n += 1;
     }
     if let Some(obj) = doc.as_object_mut() {
