@@ -12,6 +12,9 @@
 //!   analysis (a [`ResolvedSink`]) its samples with the resolver.
 //! - [`items`]: per-item (request) attribution: markers joined with samples, per-item
 //!   per-function estimates, slow items flagged and explained.
+//! - [`stacks`]: samples per call stack (per item, filtered), off-CPU time by stack, the
+//!   timeline for exports; [`offcpu`]: per-thread on/off-CPU timelines from switches;
+//!   [`stack_explain`]: an item against its class median by stack.
 //! - [`info`]: what `tailprof info` shows.
 //!
 //! The library never prints and never exits; errors are [`AnalyzeError`].

@@ -6,7 +6,12 @@
 //! - [`warnings`]: the warnings both share.
 //! - [`losses`]: the one loss table, text and JSON, for `record`, `info`, `report`, `items`.
 //! - [`html`]: self-contained HTML report of per-item time by function (inline SVG).
-//! - [`perfetto`]: per-item trace for ui.perfetto.dev (Chrome JSON trace events).
+//! - [`perfetto`]: per-item trace for ui.perfetto.dev (Chrome JSON trace events), with
+//!   stack samples and off-CPU slices.
+//! - [`stacks`]: call-stack and off-CPU views: folded stacks, `report --by stack` and
+//!   `report --off-cpu` text and JSON.
+//! - [`pprof`], [`firefox`]: pprof (profile.proto, gzipped) and Firefox Profiler exports.
+//! - [`flamegraph`]: SVG flame graphs (inferno) for the HTML report, differential too.
 //! - [`items`]: `tailprof items` tables and JSON, and `--explain`.
 //! - [`overhead`]: `calibrate`, `overhead`, `plan` and the demo's accuracy check, from
 //!   `tailprof-measure`'s typed results.

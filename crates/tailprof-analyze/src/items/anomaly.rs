@@ -13,7 +13,7 @@
 //! - and its class has at least [`MIN_CLASS_ITEMS`] items.
 //!
 //! Each anomalous item gets `responsible`: the functions accounting for most of its
-//! excess over the class median ([`super::explain`]).
+//! excess over the class median ([`super::explain`](mod@super::explain)).
 
 use std::collections::BTreeMap;
 

@@ -15,7 +15,7 @@
 //! - [`anomaly`]: per class, median and MAD of item durations; items further than
 //!   `mad_k` robust standard deviations above the median (and at least
 //!   `min_excess_ratio` slower) are flagged.
-//! - [`explain`]: an item's per-function time beside its class median, and the
+//! - [`explain`](mod@explain): an item's per-function time beside its class median, and the
 //!   functions that account for the difference (shared by flagging and `--explain`).
 //! - [`samples`]: the samples inside items one by one, named by function (the
 //!   export's instants).
