@@ -443,6 +443,11 @@ impl StackBuilder {
             self.scratch.extend(r.stacks().frames_leaf_first(stack));
             let mut locs = Vec::with_capacity(self.scratch.len());
             for (i, f) in self.scratch.iter().enumerate().rev() {
+                // A caller in the null page is not code (the end of a frame-pointer
+                // chain in code built without frame pointers): not a frame.
+                if i != 0 && f.ip < 0x1000 {
+                    continue;
+                }
                 // Callers' ips are return addresses: look up the call instruction.
                 let ip = if i == 0 { f.ip } else { f.ip.saturating_sub(1) };
                 let cpumode = if f.kind == FrameKind::Kernel { CpuMode::Kernel } else { CpuMode::User };
