@@ -210,63 +210,86 @@ pub fn folded_stack(sym: &mut StoreSymbols<'_>, r: &SampleRow) -> String {
     parts.join(";")
 }
 
-fn group(sym: &mut StoreSymbols<'_>, rows: &[SampleRow], by: GroupBy) -> (HashMap<String, (u64, u64)>, u64) {
-    let mut m: HashMap<String, (u64, u64)> = HashMap::new();
-    let mut total = 0u64;
-    let mut by_id: Vec<(u64, u64)> = Vec::new();
-    let mut ids: Vec<u32> = Vec::with_capacity(64);
-    for r in rows {
-        total += r.count;
-        match by {
-            GroupBy::Function => {
-                ids.clear();
-                ids.extend(r.frames.iter().map(|f| sym.name_id(f)));
-                match ids.first() {
-                    Some(&leaf) => {
-                        if by_id.len() <= leaf as usize {
-                            by_id.resize(leaf as usize + 1, (0, 0));
+/// Counts per function / binary / stack, fed one file's rows at a time.
+struct Grouper {
+    by: GroupBy,
+    m: HashMap<String, (u64, u64)>,
+    by_id: Vec<(u64, u64)>,
+    ids: Vec<u32>,
+    total: u64,
+}
+
+impl Grouper {
+    fn new(by: GroupBy) -> Self {
+        Grouper { by, m: HashMap::new(), by_id: Vec::new(), ids: Vec::with_capacity(64), total: 0 }
+    }
+
+    fn add(&mut self, sym: &mut StoreSymbols<'_>, rows: &[SampleRow]) {
+        let (m, by_id, ids) = (&mut self.m, &mut self.by_id, &mut self.ids);
+        for r in rows {
+            self.total += r.count;
+            match self.by {
+                GroupBy::Function => {
+                    ids.clear();
+                    ids.extend(r.frames.iter().map(|f| sym.name_id(f)));
+                    match ids.first() {
+                        Some(&leaf) => {
+                            if by_id.len() <= leaf as usize {
+                                by_id.resize(leaf as usize + 1, (0, 0));
+                            }
+                            by_id[leaf as usize].0 += r.count;
                         }
-                        by_id[leaf as usize].0 += r.count;
+                        None => m.entry("[no frames]".into()).or_default().0 += r.count,
                     }
-                    None => m.entry("[no frames]".into()).or_default().0 += r.count,
-                }
-                ids.sort_unstable();
-                ids.dedup();
-                for &id in ids.iter() {
-                    if by_id.len() <= id as usize {
-                        by_id.resize(id as usize + 1, (0, 0));
+                    ids.sort_unstable();
+                    ids.dedup();
+                    for &id in ids.iter() {
+                        if by_id.len() <= id as usize {
+                            by_id.resize(id as usize + 1, (0, 0));
+                        }
+                        by_id[id as usize].1 += r.count;
                     }
-                    by_id[id as usize].1 += r.count;
                 }
-            }
-            GroupBy::Binary => {
-                let e = m.entry(r.binary.clone()).or_default();
-                e.0 += r.count;
-                e.1 += r.count;
-            }
-            GroupBy::Stack => {
-                let e = m.entry(folded_stack(sym, r)).or_default();
-                e.0 += r.count;
-                e.1 += r.count;
+                GroupBy::Binary => {
+                    let e = m.entry(r.binary.clone()).or_default();
+                    e.0 += r.count;
+                    e.1 += r.count;
+                }
+                GroupBy::Stack => {
+                    let e = m.entry(folded_stack(sym, r)).or_default();
+                    e.0 += r.count;
+                    e.1 += r.count;
+                }
             }
         }
     }
-    for (id, &(a, b)) in by_id.iter().enumerate() {
-        if a + b > 0 {
-            let e = m.entry(sym.name_of(id as u32).to_string()).or_default();
-            e.0 += a;
-            e.1 += b;
+
+    fn finish(mut self, sym: &StoreSymbols<'_>) -> (HashMap<String, (u64, u64)>, u64) {
+        for (id, &(a, b)) in self.by_id.iter().enumerate() {
+            if a + b > 0 {
+                let e = self.m.entry(sym.name_of(id as u32).to_string()).or_default();
+                e.0 += a;
+                e.1 += b;
+            }
         }
+        (self.m, self.total)
     }
-    (m, total)
+}
+
+fn group_range(reader: &StoreReader, sym: &mut StoreSymbols<'_>, q: &SampleQuery, by: GroupBy) -> (HashMap<String, (u64, u64)>, u64, ReadStats) {
+    let mut g = Grouper::new(by);
+    let read = reader.samples_each(q, &mut |rows| {
+        sym.learn_binaries(rows);
+        g.add(sym, rows);
+    });
+    let (m, total) = g.finish(sym);
+    (m, total, read)
 }
 
 /// `tailprof top`.
 pub fn top(reader: &StoreReader, q: &SampleQuery, by: GroupBy, limit: usize) -> TopReport {
-    let (rows, read) = reader.samples(q);
     let mut sym = StoreSymbols::new(reader);
-    sym.learn_binaries(&rows);
-    let (m, total) = group(&mut sym, &rows, by);
+    let (m, total, read) = group_range(reader, &mut sym, q, by);
     let mut out: Vec<TopRow> = m
         .into_iter()
         .map(|(name, (s, t))| TopRow { name, self_samples: s, self_pct: pct(s, total), total_samples: t, total_pct: pct(t, total) })
@@ -304,13 +327,9 @@ pub struct DiffReport {
 /// `tailprof diff`: share of samples (self) per function/binary/stack in B minus in A,
 /// largest growth first.
 pub fn diff(reader: &StoreReader, qa: &SampleQuery, qb: &SampleQuery, by: GroupBy, limit: usize) -> DiffReport {
-    let (ra, read_a) = reader.samples(qa);
-    let (rb, read_b) = reader.samples(qb);
     let mut sym = StoreSymbols::new(reader);
-    sym.learn_binaries(&ra);
-    sym.learn_binaries(&rb);
-    let (ma, ta) = group(&mut sym, &ra, by);
-    let (mb, tb) = group(&mut sym, &rb, by);
+    let (ma, ta, read_a) = group_range(reader, &mut sym, qa, by);
+    let (mb, tb, read_b) = group_range(reader, &mut sym, qb, by);
     let names: HashSet<&String> = ma.keys().chain(mb.keys()).collect();
     let mut rows: Vec<DiffRow> = names
         .into_iter()

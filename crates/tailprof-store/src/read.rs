@@ -225,21 +225,30 @@ impl StoreReader {
 
     /// Reads the sample rows matching `q`.
     pub fn samples(&self, q: &SampleQuery) -> (Vec<SampleRow>, ReadStats) {
-        let mut st = ReadStats::default();
         let mut out = Vec::new();
-        for f in self.files(Table::Samples, q.host.as_deref(), q.from_us, q.to_us) {
-            match read_samples_file(&f.path) {
+        let st = self.samples_each(q, &mut |rows| out.extend_from_slice(rows));
+        (out, st)
+    }
+
+    /// Streams the sample rows matching `q`, one file at a time (memory stays at one
+    /// file's rows however long the range).
+    pub fn samples_each(&self, q: &SampleQuery, f: &mut dyn FnMut(&[SampleRow])) -> ReadStats {
+        let mut st = ReadStats::default();
+        let mut keep = Vec::new();
+        for file in self.files(Table::Samples, q.host.as_deref(), q.from_us, q.to_us) {
+            match read_samples_file(&file.path) {
                 Ok((meta, rows)) => {
                     st.files += 1;
-                    st.bytes += f.bytes;
+                    st.bytes += file.bytes;
                     if let Some(m) = meta {
                         st.samples += m.samples;
                         st.lost_samples += m.lost_samples;
                         st.dropped_windows += m.dropped_windows;
                         st.dropped_rows += m.dropped_rows;
                     }
-                    st.first_us = Some(st.first_us.map_or(f.start_us, |v| v.min(f.start_us)));
-                    st.last_us = Some(st.last_us.map_or(f.end_us, |v| v.max(f.end_us)));
+                    st.first_us = Some(st.first_us.map_or(file.start_us, |v| v.min(file.start_us)));
+                    st.last_us = Some(st.last_us.map_or(file.end_us, |v| v.max(file.end_us)));
+                    keep.clear();
                     for r in rows {
                         if r.window_end_us <= q.from_us || r.window_start_us >= q.to_us {
                             continue;
@@ -253,13 +262,14 @@ impl StoreReader {
                             }
                         }
                         st.rows += 1;
-                        out.push(r);
+                        keep.push(r);
                     }
+                    f(&keep);
                 }
                 Err(e) => st.bad(e),
             }
         }
-        (out, st)
+        st
     }
 
     /// The symbol table of one build-id (empty when the store has none).
