@@ -13,6 +13,8 @@
 //! * [`overhead`]: interleaved unprofiled/profiled runs, several instances on worker
 //!   threads → [`overhead::OverheadReport`].
 //! * [`plan`]: count once, recommend a period → [`plan::PlanReport`].
+//! * [`stat`]: count events over a command's run (optionally every interval) →
+//!   [`stat::StatReport`].
 //! * [`demo`]: the paper's example, built and recorded in a private directory.
 //! * [`accuracy`]: the demo's check of per-item estimates against the example's log.
 //! * [`private`]: private scratch directories, 0600 files via temp + rename, the demo's
@@ -42,5 +44,6 @@ pub mod overhead;
 pub mod plan;
 pub mod private;
 pub mod run;
+pub mod stat;
 
 pub use error::{MeasureError, Result};

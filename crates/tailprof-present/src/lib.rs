@@ -45,6 +45,7 @@ pub mod perfetto;
 pub mod pprof;
 pub mod stacks;
 pub mod store_view;
+pub mod stat;
 pub mod table;
 pub mod warnings;
 
