@@ -190,7 +190,7 @@ pub enum Rate {
 /// [`DEFAULT_FREQ_HZ`].
 pub fn default_rate(spec: &EventSpec) -> Rate {
     let sw = |id: u32| spec.kind == EventKind::Software && spec.config == id as u64;
-    if sw(b::PERF_COUNT_SW_CPU_CLOCK) || sw(b::PERF_COUNT_SW_TASK_CLOCK) {
+    if spec.is_clock() {
         Rate::Period(DEFAULT_CLOCK_PERIOD_NS)
     } else if sw(b::PERF_COUNT_SW_DUMMY) || spec.kind == EventKind::Tracepoint {
         Rate::Period(1)

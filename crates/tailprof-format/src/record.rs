@@ -576,6 +576,15 @@ pub struct EventDesc {
     pub exclude_user: bool,
 }
 
+impl EventDesc {
+    /// cpu-clock or task-clock (`PERF_TYPE_SOFTWARE` configs 0 and 1): periods and counts
+    /// are nanoseconds of run time. The stored-event twin of the recorder's
+    /// `EventSpec::is_clock`.
+    pub fn is_clock(&self) -> bool {
+        self.attr_type == 1 && (self.config == 0 || self.config == 1)
+    }
+}
+
 /// Everything a trace says about itself besides its records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TraceHeader {

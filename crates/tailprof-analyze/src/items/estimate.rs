@@ -17,17 +17,10 @@
 
 use tailprof_format::EventDesc;
 
-/// perf_event_attr.type of software events, and their cpu-clock / task-clock configs.
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
-
 /// The sample interval in ns an event's fixed period stands for, when it is a time:
 /// cpu-clock / task-clock sampled by period.
 pub fn period_interval_ns(ev: &EventDesc) -> Option<f64> {
-    let clock = ev.attr_type == PERF_TYPE_SOFTWARE
-        && (ev.config == PERF_COUNT_SW_CPU_CLOCK || ev.config == PERF_COUNT_SW_TASK_CLOCK);
-    match (clock, ev.sample_period, ev.sample_freq) {
+    match (ev.is_clock(), ev.sample_period, ev.sample_freq) {
         (true, Some(p), None) if p > 0 => Some(p as f64),
         _ => None,
     }
