@@ -246,7 +246,7 @@ impl Aggregator {
             .or_else(|| {
                 opened
                     .as_ref()
-                    .and_then(|f| tailprof_collect::buildid::read_build_id_from(f))
+                    .and_then(tailprof_collect::buildid::read_build_id_from)
                     .map(|b| hex(&b))
             })
             .unwrap_or_else(|| pseudo_build_id(&path, opened.as_ref()));

@@ -28,6 +28,9 @@ pub const MIN_HISTORY: usize = 20;
 const MAX_OPEN: usize = 100_000;
 const MAX_RETAINED_PER_WINDOW: usize = 1000;
 
+/// A retained request's stacks: (samples, frames innermost first).
+type ItemStacks = Vec<(u64, Box<[(u32, u64)]>)>;
+
 struct KeptSample {
     time: u64,
     tid: u32,
@@ -58,7 +61,7 @@ pub struct TailRetainer {
     classes: HashMap<(u32, u32), String>,
     history: HashMap<String, VecDeque<u64>>,
     hist: HashMap<(String, u64), u64>,
-    retained: Vec<(ItemRow, Vec<(u64, Box<[(u32, u64)]>)>)>,
+    retained: Vec<(ItemRow, ItemStacks)>,
     pub stats: TailStats,
     mono_to_wall: (u64, i64),
 }
@@ -203,7 +206,7 @@ impl TailRetainer {
             samples += 1;
             on_cpu = on_cpu.saturating_add(s.period);
         }
-        let stacks: Vec<(u64, Box<[(u32, u64)]>)> =
+        let stacks: ItemStacks =
             stacks.into_iter().map(|(k, v)| (v, k.into())).collect();
         self.stats.retained += 1;
         let row = ItemRow {
@@ -237,7 +240,7 @@ impl TailRetainer {
     ) -> (Vec<ItemRow>, Vec<LatencyRow>) {
         let mut items = Vec::new();
         for (mut row, mut stacks) in std::mem::take(&mut self.retained) {
-            stacks.sort_by(|a, b| b.0.cmp(&a.0));
+            stacks.sort_by_key(|s| std::cmp::Reverse(s.0));
             let st: Vec<serde_json::Value> = stacks
                 .iter()
                 .take(50)

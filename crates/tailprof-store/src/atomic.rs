@@ -122,10 +122,8 @@ pub fn remove_stale_temps(root: &Path) -> u64 {
             let name = name.to_string_lossy();
             if ft.is_dir() {
                 stack.push(e.path());
-            } else if ft.is_file() && name.starts_with(TMP_PREFIX) {
-                if fs::remove_file(e.path()).is_ok() {
-                    n += 1;
-                }
+            } else if ft.is_file() && name.starts_with(TMP_PREFIX) && fs::remove_file(e.path()).is_ok() {
+                n += 1;
             }
         }
     }

@@ -82,7 +82,7 @@ pub fn parse_duration_us(s: &str) -> Option<i64> {
         _ => return None,
     };
     let r = v * mult;
-    (r.is_finite() && r >= 0.0 && r < 9.0e18).then_some(r as i64)
+    (0.0..9.0e18).contains(&r).then_some(r as i64)
 }
 
 /// Parses a point in time: `2026-11-23T20:41:26Z`, `2026-11-23 20:41`, `2026-11-23`
