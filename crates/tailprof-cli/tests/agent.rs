@@ -302,6 +302,16 @@ fn sigkill_leaves_no_partial_file_and_the_store_reads_back() {
     if let Some(n) = duckdb(&format!("SELECT count(*) FROM read_parquet('{s}/samples/*/*/*/*.parquet')")) {
         assert!(n.trim().parse::<u64>().unwrap() > 0);
     }
+    // A restart resumes on the same store: it removes the killed runs' temporary files,
+    // keeps their windows, and adds its own.
+    let before = top_json(&store, &[])["read"]["files"].as_u64().unwrap();
+    let Some(agent) = start_agent(&store, &["--window", "1s", "--duration", "2s"]) else { return };
+    finish_agent(agent).unwrap();
+    let v = top_json(&store, &[]);
+    assert_eq!(v["read"]["bad_files"], 0);
+    assert!(v["read"]["files"].as_u64().unwrap() > before, "{}", v["read"]);
+    let temps: Vec<PathBuf> = walk(&store).into_iter().filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".tmp-")).collect();
+    assert!(temps.is_empty(), "stale temporary files after a restart: {temps:?}");
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
