@@ -43,6 +43,7 @@ pub mod profile;
 pub mod resolve;
 pub mod stack_explain;
 pub mod stacks;
+pub mod stats;
 pub mod store_query;
 pub mod symbolize;
 

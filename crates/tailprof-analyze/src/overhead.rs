@@ -13,7 +13,7 @@
 //! * [`predict`]: the prediction, the measured overhead with a paired-bootstrap
 //!   interval, the period for a budget (for counted events and for the clock events,
 //!   whose sample count grows with the overhead itself), ring sizing, PEBS guidance.
-//! * [`stats`]: the one median and mean (both `None` for empty input), quantiles, and
+//! * [`stats`] (now [`crate::stats`], shared by every analysis): the one median and mean (both `None` for empty input), quantiles, and
 //!   the bootstraps' own seeded PRNG.
 //! * [`Calibration`]: what `tailprof calibrate` stores per (CPU model, kernel, event).
 //!
@@ -34,7 +34,8 @@
 
 pub mod fit;
 pub mod predict;
-pub mod stats;
+/// The shared statistics ([`crate::stats`]), under the name the overhead code used.
+pub use crate::stats;
 
 use serde::{Deserialize, Serialize};
 

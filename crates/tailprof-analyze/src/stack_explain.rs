@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::items::ItemsReport;
 use crate::offcpu::OffState;
 use crate::stacks::{ItemStacks, StackProfile};
+use crate::stats::median_with_zeros;
 use crate::AnalyzeError;
 
 /// One stack of the item beside the class median.
@@ -108,20 +109,6 @@ pub struct StackExplanation {
     pub incomplete_samples: u64,
 }
 
-fn median_with_zeros(v: &mut [f64], n: usize) -> f64 {
-    // `v` holds the non-zero values of `n` items; the others count 0.
-    if n == 0 {
-        return 0.0;
-    }
-    let zeros = n.saturating_sub(v.len());
-    v.sort_unstable_by(|a, b| a.total_cmp(b));
-    let at = |k: usize| if k < zeros { 0.0 } else { v.get(k - zeros).copied().unwrap_or(0.0) };
-    if n % 2 == 1 {
-        at(n / 2)
-    } else {
-        (at(n / 2 - 1) + at(n / 2)) / 2.0
-    }
-}
 
 /// Explain item `id` of `report` by stack. `profile` must have been built with the spans
 /// of `report.items` ([`crate::stacks::ItemSpan::from_rows`]).
@@ -165,7 +152,7 @@ pub fn explain_stacks(report: &ItemsReport, profile: &StackProfile, id: u64) -> 
     }
     let mut stacks: Vec<StackDiff> = Vec::new();
     for (p, mut v) in per_path {
-        let median_ns = median_with_zeros(&mut v, n);
+        let median_ns = median_with_zeros(&mut v, n).unwrap_or(0.0);
         let samples = mine_by_path.get(&p).copied().unwrap_or(0);
         if samples == 0 && median_ns == 0.0 {
             continue;
@@ -177,7 +164,7 @@ pub fn explain_stacks(report: &ItemsReport, profile: &StackProfile, id: u64) -> 
     let mine_off: FxHashMap<(u32, OffState), u64> = mine.off_cpu.iter().map(|o| ((o.path, o.state), o.ns)).collect();
     let mut off_cpu: Vec<OffDiff> = Vec::new();
     for ((p, state), mut v) in per_off {
-        let median_ns = median_with_zeros(&mut v, n);
+        let median_ns = median_with_zeros(&mut v, n).unwrap_or(0.0);
         let ns = mine_off.get(&(p, state)).copied().unwrap_or(0);
         if ns == 0 && median_ns == 0.0 {
             continue;
@@ -221,16 +208,3 @@ pub fn explain_stacks(report: &ItemsReport, profile: &StackProfile, id: u64) -> 
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_counts_absent_items_as_zero() {
-        assert_eq!(median_with_zeros(&mut [5.0], 3), 0.0);
-        assert_eq!(median_with_zeros(&mut [5.0, 7.0], 3), 5.0);
-        assert_eq!(median_with_zeros(&mut [5.0, 7.0], 2), 6.0);
-        assert_eq!(median_with_zeros(&mut [], 0), 0.0);
-        assert_eq!(median_with_zeros(&mut [1.0, 9.0, 4.0], 4), 2.5);
-    }
-}

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use tailprof_analyze::items::ItemsReport;
-use tailprof_analyze::overhead::stats::mean_sd;
+use tailprof_analyze::stats::mean_sd;
 
 /// Items at least this many sample intervals long count for the accuracy check.
 pub const MIN_ACCURACY_INTERVALS: f64 = 20.0;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
-use tailprof_analyze::overhead::stats::median;
+use tailprof_analyze::stats::median;
 use tailprof_analyze::overhead::{
     assess, fit_line, slowdown_at, Basis, Calibration, FitPolicy, LineFit, Point, RateModel, Refusal, CALIBRATION_VERSION,
 };

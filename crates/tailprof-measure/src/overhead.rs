@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 
 use tailprof_analyze::overhead::predict::{parallelism, relative_error};
-use tailprof_analyze::overhead::stats::{mean, median};
+use tailprof_analyze::stats::{mean, median};
 use tailprof_analyze::overhead::{overhead_estimate, predict_elapsed, OverheadEstimate};
 use tailprof_collect::attr::{default_rate, Rate};
 use tailprof_collect::event::EventSpec;

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use super::estimate::median_u64;
+use crate::stats::median_u64;
 use super::explain::{class_baseline, diffs, pick_responsible};
 use super::{ClassStats, ItemsOptions, ItemsReport};
 
@@ -26,9 +26,10 @@ pub const MIN_CLASS_ITEMS: usize = 3;
 
 /// Median and MAD of `durations` (reordered).
 pub fn median_mad(durations: &mut [u64]) -> (u64, u64) {
-    let median = median_u64(durations);
+    // No durations: nothing to compare, (0, 0).
+    let median = median_u64(durations).unwrap_or(0);
     let mut dev: Vec<u64> = durations.iter().map(|&d| d.abs_diff(median)).collect();
-    (median, median_u64(&mut dev))
+    (median, median_u64(&mut dev).unwrap_or(0))
 }
 
 /// The robust scale scores are divided by (see the module docs).

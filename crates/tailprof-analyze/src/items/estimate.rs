@@ -49,37 +49,8 @@ impl IntervalMeter {
         if self.deltas.is_empty() {
             return None;
         }
-        Some(median_u64(&mut self.deltas) as f64)
+        crate::stats::median_u64(&mut self.deltas).map(|m| m as f64)
     }
-}
-
-/// Median (lower middle for even lengths averaged with the upper one) of `v`,
-/// reordering it; 0 for an empty slice.
-pub fn median_u64(v: &mut [u64]) -> u64 {
-    let n = v.len();
-    if n == 0 {
-        return 0;
-    }
-    let (_, &mut hi, _) = v.select_nth_unstable(n / 2);
-    if n % 2 == 1 {
-        return hi;
-    }
-    let lo = *v[..n / 2].iter().max().expect("non-empty lower half");
-    lo + (hi - lo) / 2
-}
-
-/// Median of `v` (averaging the two middle values), reordering it; 0.0 when empty.
-pub fn median_f64(v: &mut [f64]) -> f64 {
-    let n = v.len();
-    if n == 0 {
-        return 0.0;
-    }
-    let (_, &mut hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
-    if n % 2 == 1 {
-        return hi;
-    }
-    let lo = v[..n / 2].iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo + hi) / 2.0
 }
 
 /// Running count / first / last of one (item, location) or (item, function).
@@ -117,12 +88,6 @@ mod tests {
 
     #[test]
     fn medians() {
-        assert_eq!(median_u64(&mut []), 0);
-        assert_eq!(median_u64(&mut [5]), 5);
-        assert_eq!(median_u64(&mut [9, 1, 5]), 5);
-        assert_eq!(median_u64(&mut [1, 9, 3, 5]), 4);
-        assert_eq!(median_f64(&mut [1.0, 9.0, 3.0, 5.0]), 4.0);
-        assert_eq!(median_f64(&mut [2.0]), 2.0);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::estimate::median_u64;
+use crate::stats::{median_u64, median_with_zeros};
 use super::{Estimator, ItemRow, ItemsReport, MAX_RESPONSIBLE};
 use crate::AnalyzeError;
 
@@ -72,7 +72,7 @@ pub fn class_baseline(items: &[ItemRow], class: &Option<String>, e: Estimator) -
     let members: Vec<&ItemRow> = items.iter().filter(|i| &i.class == class).collect();
     let n = members.len();
     let mut durations: Vec<u64> = members.iter().map(|i| i.duration_ns).collect();
-    let median_duration_ns = median_u64(&mut durations);
+    let median_duration_ns = median_u64(&mut durations).unwrap_or(0);
     let mut per_fn: HashMap<&str, Vec<f64>> = HashMap::new();
     for it in &members {
         for f in &it.functions {
@@ -83,27 +83,12 @@ pub fn class_baseline(items: &[ItemRow], class: &Option<String>, e: Estimator) -
         .into_iter()
         .map(|(name, mut v)| {
             let present_in = v.len();
-            BaselineFunction { name: name.to_owned(), median_ns: median_with_zeros(&mut v, n), present_in }
+            BaselineFunction { name: name.to_owned(), median_ns: median_with_zeros(&mut v, n).unwrap_or(0.0), present_in }
         })
         .filter(|f| f.median_ns > 0.0)
         .collect();
     functions.sort_by(|a, b| b.median_ns.total_cmp(&a.median_ns).then_with(|| a.name.cmp(&b.name)));
     Baseline { class: class.clone(), items: n, median_duration_ns, functions }
-}
-
-/// Median of `present` padded with zeros to `n` values, without materializing zeros.
-fn median_with_zeros(present: &mut [f64], n: usize) -> f64 {
-    if n == 0 {
-        return 0.0;
-    }
-    present.sort_unstable_by(f64::total_cmp);
-    let zeros = n.saturating_sub(present.len());
-    let kth = |k: usize| if k < zeros { 0.0 } else { present[k - zeros] };
-    if n % 2 == 1 {
-        kth(n / 2)
-    } else {
-        (kth(n / 2 - 1) + kth(n / 2)) / 2.0
-    }
 }
 
 /// Per-function differences of `item` against `base`, largest delta first.
@@ -177,16 +162,3 @@ pub fn explain(report: &ItemsReport, id: u64) -> Result<Explanation, AnalyzeErro
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_counts_missing_as_zero() {
-        assert_eq!(median_with_zeros(&mut [5.0], 3), 0.0);
-        assert_eq!(median_with_zeros(&mut [5.0, 7.0], 3), 5.0);
-        assert_eq!(median_with_zeros(&mut [5.0, 7.0, 9.0], 3), 7.0);
-        assert_eq!(median_with_zeros(&mut [4.0, 8.0], 4), 2.0);
-        assert_eq!(median_with_zeros(&mut [], 0), 0.0);
-    }
-}

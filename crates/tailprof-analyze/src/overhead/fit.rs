@@ -31,7 +31,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{median, percentile_interval, SplitMix64};
+use crate::stats::{median, percentile_interval, SplitMix64};
 
 /// One run: the number of samples it took and its time (elapsed or CPU time, per the
 /// calibration's [`super::Basis`]).

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{median, percentile_interval, SplitMix64};
+use crate::stats::{median, percentile_interval, SplitMix64};
 
 /// The paper's prediction (Akiyama & Hirofuchi, ROSS '17, §4.4–4.5): the unprofiled
 /// elapsed time plus α per sample, with the samples spread over the `parallel` threads

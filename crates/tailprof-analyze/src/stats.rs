@@ -1,7 +1,9 @@
-//! The statistics of the overhead model, each written once: [`median`], [`mean`] and
-//! [`mean_sd`] (NaNs ignored; `None` for empty input, the one rule), quantiles, and the
-//! bootstraps' own seeded PRNG ([`SplitMix64`]; results are reproducible run to run:
-//! same input, same interval).
+//! The statistics every analysis shares, each written once: [`median`], [`mean`] and
+//! [`mean_sd`] of samples (NaNs ignored), the in-place [`median_u64`] of durations and
+//! spacings, [`median_with_zeros`] of per-item values where absent items count 0,
+//! quantiles, and the overhead bootstraps' own seeded PRNG ([`SplitMix64`]; results are
+//! reproducible run to run: same input, same interval). The one rule for empty input:
+//! every median and mean returns `None`, and the caller says what nothing means.
 
 /// Median of `xs` (NaNs ignored); `None` when empty.
 pub fn median(xs: &[f64]) -> Option<f64> {
@@ -11,6 +13,34 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     Some(quantile_sorted(&v, 0.5))
+}
+
+/// Median of `v` (the two middle values averaged, rounding down), reordering it in
+/// linear time; `None` when empty.
+pub fn median_u64(v: &mut [u64]) -> Option<u64> {
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    let (_, &mut hi, _) = v.select_nth_unstable(n / 2);
+    if n % 2 == 1 {
+        return Some(hi);
+    }
+    let lo = *v[..n / 2].iter().max().expect("non-empty lower half");
+    Some(lo + (hi - lo) / 2)
+}
+
+/// Median over `n` items of which `present` hold these values and the other
+/// `n - present.len()` count 0, without materializing the zeros (reorders `present`);
+/// `None` when `n == 0`.
+pub fn median_with_zeros(present: &mut [f64], n: usize) -> Option<f64> {
+    if n == 0 {
+        return None;
+    }
+    present.sort_unstable_by(f64::total_cmp);
+    let zeros = n.saturating_sub(present.len());
+    let kth = |k: usize| if k < zeros { 0.0 } else { present.get(k - zeros).copied().unwrap_or(0.0) };
+    Some(if n % 2 == 1 { kth(n / 2) } else { (kth(n / 2 - 1) + kth(n / 2)) / 2.0 })
 }
 
 /// The `q` quantile of sorted, NaN-free data, interpolating linearly between order
@@ -81,6 +111,21 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_and_zero_padded_medians() {
+        assert_eq!(median_u64(&mut []), None);
+        assert_eq!(median_u64(&mut [5]), Some(5));
+        assert_eq!(median_u64(&mut [9, 1, 5]), Some(5));
+        assert_eq!(median_u64(&mut [1, 9, 3, 5]), Some(4));
+        assert_eq!(median_with_zeros(&mut [], 0), None);
+        assert_eq!(median_with_zeros(&mut [5.0], 3), Some(0.0));
+        assert_eq!(median_with_zeros(&mut [5.0, 7.0], 3), Some(5.0));
+        assert_eq!(median_with_zeros(&mut [5.0, 7.0, 9.0], 3), Some(7.0));
+        assert_eq!(median_with_zeros(&mut [5.0, 7.0], 2), Some(6.0));
+        assert_eq!(median_with_zeros(&mut [4.0, 8.0], 4), Some(2.0));
+        assert_eq!(median_with_zeros(&mut [1.0, 9.0, 4.0], 4), Some(2.5));
+    }
 
     #[test]
     fn medians_and_quantiles() {
