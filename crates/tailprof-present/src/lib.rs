@@ -33,6 +33,7 @@
 //! ```
 
 pub mod bandwidth;
+pub mod export;
 pub mod flamegraph;
 pub mod firefox;
 pub mod fmt;
