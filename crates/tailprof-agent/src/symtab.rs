@@ -16,35 +16,42 @@ pub const MAX_SYMBOLS: usize = 2_000_000;
 /// The function table of the ELF file at `path` (any path blazesym can open, e.g.
 /// `/proc/self/fd/N`). `binary` is the name stored with it.
 pub fn symbolize_file(path: &str, build_id: &str, binary: &str) -> Result<Vec<SymbolRow>, String> {
-    let inspector = Inspector::new();
-    let mut elf = Elf::new(path);
-    elf.debug_syms = false;
-    let src = Source::Elf(elf);
-    let mut rows = Vec::new();
-    inspector
-        .for_each(&src, |s| {
-            if s.sym_type == SymType::Function {
-                if let Some(off) = s.file_offset {
-                    rows.push(SymbolRow {
-                        build_id: build_id.to_string(),
-                        binary: binary.to_string(),
-                        start: off,
-                        size: s.size.unwrap_or(0) as u64,
-                        name: tailprof_analyze::symbolize::demangle(&s.name).into_owned(),
-                    });
+    // Collected compactly while blazesym's parse is alive; the store's rows (which
+    // repeat the build-id and path per function) are built after the parse is dropped,
+    // so the two never coexist at the peak.
+    let mut funcs: Vec<(u64, u64, Box<str>)> = Vec::new();
+    {
+        let inspector = Inspector::new();
+        let mut elf = Elf::new(path);
+        elf.debug_syms = false;
+        let src = Source::Elf(elf);
+        inspector
+            .for_each(&src, |s| {
+                if s.sym_type == SymType::Function {
+                    if let Some(off) = s.file_offset {
+                        funcs.push((off, s.size.unwrap_or(0) as u64, Box::from(&*s.name)));
+                    }
                 }
-            }
-            if rows.len() >= MAX_SYMBOLS {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    rows.sort_by(|a, b| {
-        (a.start, std::cmp::Reverse(a.size)).cmp(&(b.start, std::cmp::Reverse(b.size)))
-    });
-    rows.dedup_by(|b, a| a.start == b.start);
+                if funcs.len() >= MAX_SYMBOLS {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    funcs.sort_by(|a, b| (a.0, std::cmp::Reverse(a.1)).cmp(&(b.0, std::cmp::Reverse(b.1))));
+    funcs.dedup_by(|b, a| a.0 == b.0);
+    let mut rows = Vec::with_capacity(funcs.len());
+    for (start, size, name) in funcs {
+        rows.push(SymbolRow {
+            build_id: build_id.to_string(),
+            binary: binary.to_string(),
+            start,
+            size,
+            name: tailprof_analyze::symbolize::demangle(&name).into_owned(),
+        });
+    }
     Ok(rows)
 }
 

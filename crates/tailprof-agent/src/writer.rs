@@ -48,6 +48,12 @@ pub struct WriterStats {
     pub bytes_written: u64,
     pub symbol_tables: u64,
     pub symbol_tables_failed: u64,
+    /// Symbol tables that waited for the symbolizer's CPU budget (done later, in the
+    /// run or at its end).
+    pub symbol_tables_deferred: u64,
+    /// Binaries never symbolized because the deferred queue was full
+    /// ([`MAX_DEFERRED_SYMBOL_JOBS`]); their frames stay unsymbolized in the store.
+    pub symbol_tables_dropped: u64,
     pub symbols: u64,
     pub items_retained: u64,
     pub retention_removed: u64,
@@ -170,50 +176,153 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
     }
 }
 
+/// The symbolizer's steady-state CPU budget, as a share of one core (the agent's whole
+/// budget is 1%; the drain loop needs the rest).
+pub const SYMBOLIZER_CPU_SHARE: f64 = 0.004;
+/// CPU seconds the symbolizer may spend before the budget applies: the binaries already
+/// running at start are symbolized at once.
+pub const SYMBOLIZER_BURST_S: f64 = 10.0;
+/// Binaries waiting for the budget at most (each holds an open file); beyond, dropped
+/// and counted.
+pub const MAX_DEFERRED_SYMBOL_JOBS: usize = 512;
+
+/// This thread's CPU time (user+sys), in seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// A waiting job, smallest file first (cheap tables first: most binaries named per CPU
+/// second).
+struct Pending {
+    size: u64,
+    seq: u64,
+    job: SymbolJob,
+}
+impl PartialEq for Pending {
+    fn eq(&self, o: &Self) -> bool {
+        (self.size, self.seq) == (o.size, o.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // BinaryHeap is a max-heap: reverse for smallest first.
+        (o.size, o.seq).cmp(&(self.size, self.seq))
+    }
+}
+
+/// Symbolizes each new build-id once, within a CPU budget: a token bucket of
+/// [`SYMBOLIZER_BURST_S`] CPU seconds refilled at [`SYMBOLIZER_CPU_SHARE`] of wall time.
+/// Jobs beyond the budget wait (smallest file first); when the agent stops, the waiting
+/// ones are done before the thread returns, so every stored window's binaries are named.
 fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>) {
-    let mut symbolized = std::collections::HashSet::new();
-    for j in jobs {
-        if !symbolized.insert(j.build_id.clone()) {
-            continue;
-        }
-        let Some(dest) = store.symbols_file(&j.build_id) else {
-            continue;
-        };
-        if dest.exists() {
-            continue; // a previous run (or another host on a shared store) did it
-        }
-        let fd_path = format!("/proc/self/fd/{}", j.file.as_raw_fd());
-        let rows = if j.path == crate::aggregate::KERNEL_PATH {
-            crate::symtab::kallsyms_rows(j.file, &j.build_id, &j.path)
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut seen = std::collections::HashSet::new();
+    let mut queue = std::collections::BinaryHeap::new();
+    let mut seq = 0u64;
+    let t0 = std::time::Instant::now();
+    let cpu0 = thread_cpu_s();
+    let mut closed = false;
+    loop {
+        let credit = SYMBOLIZER_BURST_S + SYMBOLIZER_CPU_SHARE * t0.elapsed().as_secs_f64()
+            - (thread_cpu_s() - cpu0);
+        let next = if queue.is_empty() {
+            if closed {
+                break;
+            }
+            jobs.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else if closed {
+            Err(RecvTimeoutError::Timeout)
+        } else if credit > 0.0 {
+            // take the jobs already sent before choosing the smallest
+            jobs.try_recv().map_err(|e| match e {
+                std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                std::sync::mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            })
         } else {
-            symbolize_file(&fd_path, &j.build_id, &j.path)
+            let wait = (-credit / SYMBOLIZER_CPU_SHARE).clamp(0.01, 1.0);
+            jobs.recv_timeout(std::time::Duration::from_secs_f64(wait))
         };
-        let res = rows.and_then(|rows| {
-            store
-                .ensure_dir(&store.symbols_dir())
-                .map_err(|e| e.to_string())?;
-            tailprof_store::write_symbols(&dest, &rows).map_err(|e| e.to_string())?;
-            Ok(rows.len())
-        });
-        let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
-        match res {
-            Ok(n) => {
-                s.symbol_tables += 1;
-                s.symbols += n as u64;
+        match next {
+            Ok(j) => {
+                if !seen.insert(j.build_id.clone()) {
+                    continue;
+                }
+                let Some(dest) = store.symbols_file(&j.build_id) else { continue };
+                if dest.exists() {
+                    continue; // a previous run (or another host on a shared store) did it
+                }
+                if queue.len() >= MAX_DEFERRED_SYMBOL_JOBS {
+                    let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                    s.symbol_tables_dropped += 1;
+                    s.last_error = Some(format!("symbols of {} dropped: {MAX_DEFERRED_SYMBOL_JOBS} binaries already wait for the symbolizer's CPU budget", j.path));
+                    continue;
+                }
+                if credit <= 0.0 {
+                    stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_deferred += 1;
+                }
+                let size = j.file.metadata().map_or(u64::MAX, |m| m.len());
+                seq += 1;
+                queue.push(Pending { size, seq, job: j });
+                continue; // take every job already sent before choosing the smallest
             }
-            Err(e) => {
-                s.symbol_tables_failed += 1;
-                s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
+            Err(RecvTimeoutError::Disconnected) => closed = true,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let credit = SYMBOLIZER_BURST_S + SYMBOLIZER_CPU_SHARE * t0.elapsed().as_secs_f64()
+            - (thread_cpu_s() - cpu0);
+        if credit > 0.0 || closed {
+            if let Some(p) = queue.pop() {
+                symbolize_one(&store, p.job, &stats);
             }
         }
-        drop(s);
-        // A large library's table (and blazesym's parse of it) is freed now; give the
-        // memory back instead of keeping it in this thread's malloc arena (resident size).
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim only releases free heap memory.
-        unsafe {
-            libc::malloc_trim(0);
+    }
+}
+
+fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
+    let Some(dest) = store.symbols_file(&j.build_id) else { return };
+    let fd_path = format!("/proc/self/fd/{}", j.file.as_raw_fd());
+    let rows = if j.path == crate::aggregate::KERNEL_PATH {
+        crate::symtab::kallsyms_rows(j.file, &j.build_id, &j.path)
+    } else {
+        let r = symbolize_file(&fd_path, &j.build_id, &j.path);
+        drop(j.file);
+        r
+    };
+    let res = rows.and_then(|rows| {
+        store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string())?;
+        tailprof_store::write_symbols(&dest, &rows).map_err(|e| e.to_string())?;
+        Ok(rows.len())
+    });
+    let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+    match res {
+        Ok(n) => {
+            s.symbol_tables += 1;
+            s.symbols += n as u64;
         }
+        Err(e) => {
+            s.symbol_tables_failed += 1;
+            s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
+        }
+    }
+    drop(s);
+    // A large library's table (and blazesym's parse of it) is freed now; give the
+    // memory back instead of keeping it in this thread's malloc arena (resident size).
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap memory.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
