@@ -37,7 +37,7 @@ cc -O2 -fno-omit-frame-pointer -o "$W/spin" "$W/spin.c"
 # rusage CMD...: "CPU_SECONDS MAXRSS_KIB" of CMD (wait4).
 rusage() {
     python3 -c 'import os, subprocess, sys
-p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+p = subprocess.Popen(sys.argv[1:], stdout=open(os.environ.get("RU_OUT", os.devnull), "w"), stderr=subprocess.DEVNULL)
 _, st, ru = os.wait4(p.pid, 0)
 print(ru.ru_utime + ru.ru_stime, ru.ru_maxrss)' "$@"
 }
@@ -56,7 +56,7 @@ run() {
     for ((c = 0; c < NCPU; c++)); do "$W/spin" "$SECS" > "$d/spin$c" & pids+=($!); done
     case $mode in
         none) sleep "$SECS" ;;
-        agent) rusage "$TAILPROF" agent --store "$d/store" --duration "${SECS}s" > "$d/ru" & ppid=$! ;;
+        agent) RU_OUT="$d/summary.json" rusage "$TAILPROF" agent --store "$d/store" --duration "${SECS}s" --json > "$d/ru" & ppid=$! ;;
         perf) rusage "$PERF" record -a -F 49 -g -o "$d/perf.data" -- sleep "$SECS" > "$d/ru" & ppid=$! ;;
     esac
     if [ -n "$ppid" ]; then
@@ -84,7 +84,12 @@ run() {
     steady=$(python3 -c 'import sys
 try: print((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]))
 except ValueError: print("nan")' "${t1:-nan}" "${t2:-nan}" "$HZ")
-    echo "$mode $out $loops $bytes $steady $rss $sym"
+    # symbol tables written / deferred by the symbolizer's CPU budget / dropped (agent only)
+    local st="0/0/0"
+    [ -s "$d/summary.json" ] && st=$(python3 -c 'import json, sys
+w = json.load(open(sys.argv[1]))["writer"]
+print("%d/%d/%d" % (w["symbol_tables"], w.get("symbol_tables_deferred", 0), w.get("symbol_tables_dropped", 0)))' "$d/summary.json" 2>/dev/null || echo "0/0/0")
+    echo "$mode $out $loops $bytes $steady $rss $sym $st"
 }
 
 for ((r = 0; r < REPS; r++)); do
@@ -99,13 +104,13 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 secs, ncpu, warm = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 by = {}
-for m, cpu, rss, loops, b, steady, rss_end, sym in rows:
-    by.setdefault(m, []).append((float(cpu), int(rss), int(loops), int(b), float(steady), int(rss_end), int(sym)))
+for m, cpu, rss, loops, b, steady, rss_end, sym, st in rows:
+    by.setdefault(m, []).append((float(cpu), int(rss), int(loops), int(b), float(steady), int(rss_end), int(sym), st))
 med = lambda xs: statistics.median(xs)
 base = med(x[2] for x in by["none"])
 print(f"{ncpu} CPUs busy (one spinner each), {secs:.0f} s per run, steady state from {warm:.0f} s on, medians of {len(by['none'])} runs")
-print("| profiler | CPU, whole run (% of one core) | CPU, steady state | RSS at end (peak) | workload throughput vs none | data per day | symbol tables (once per binary) |")
-print("|---|---|---|---|---|---|---|")
+print("| profiler | CPU, whole run (% of one core) | CPU, steady state | RSS at end (peak) | workload throughput vs none | data per day | symbol tables (once per binary) | tables written/deferred/dropped (per run) |")
+print("|---|---|---|---|---|---|---|---|")
 for m, name in [("agent", "tailprof agent (defaults)"), ("perf", "perf record -a -F 49 -g")]:
     v = by[m]
     cpu = med(x[0] for x in v) / secs * 100
@@ -115,5 +120,5 @@ for m, name in [("agent", "tailprof agent (defaults)"), ("perf", "perf record -a
     thr = med(x[2] for x in v) / base
     day = med(x[3] for x in v) * 86400 / secs / 2**20
     sym = med(x[6] for x in v) / 2**20
-    print(f"| {name} | {cpu:.2f}% | {steady:.2f}% | {rss_end:.0f} MiB ({rss:.0f} MiB) | {100 * (thr - 1):+.1f}% | {day:.0f} MiB | {sym:.1f} MiB |")
+    print(f"| {name} | {cpu:.2f}% | {steady:.2f}% | {rss_end:.0f} MiB ({rss:.0f} MiB) | {100 * (thr - 1):+.1f}% | {day:.0f} MiB | {sym:.1f} MiB | {' '.join(x[7] for x in v) if m == 'agent' else '-'} |")
 PY

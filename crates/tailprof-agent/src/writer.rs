@@ -179,9 +179,38 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
 /// The symbolizer's steady-state CPU budget, as a share of one core (the agent's whole
 /// budget is 1%; the drain loop needs the rest).
 pub const SYMBOLIZER_CPU_SHARE: f64 = 0.004;
-/// CPU seconds the symbolizer may spend before the budget applies: the binaries already
-/// running at start are symbolized at once.
+/// CPU seconds the symbolizer may spend in its first [`SYMBOLIZER_STARTUP_S`] seconds
+/// beyond the budget: the binaries already running at start are symbolized at once.
 pub const SYMBOLIZER_BURST_S: f64 = 10.0;
+/// The startup phase (one default window); afterwards unused burst is forfeited and
+/// saved-up credit is capped at [`SYMBOLIZER_CREDIT_CAP_S`].
+pub const SYMBOLIZER_STARTUP_S: f64 = 10.0;
+pub const SYMBOLIZER_CREDIT_CAP_S: f64 = 0.5;
+
+/// The symbolizer's CPU token bucket (seconds of CPU it may still spend).
+struct Budget {
+    t0: std::time::Instant,
+    last_wall: f64,
+    last_cpu: f64,
+    tokens: f64,
+}
+impl Budget {
+    fn new() -> Self {
+        Budget { t0: std::time::Instant::now(), last_wall: 0.0, last_cpu: thread_cpu_s(), tokens: SYMBOLIZER_BURST_S }
+    }
+    /// The credit now: refilled by wall time, spent by this thread's CPU.
+    fn credit(&mut self) -> f64 {
+        let wall = self.t0.elapsed().as_secs_f64();
+        let cpu = thread_cpu_s();
+        self.tokens += SYMBOLIZER_CPU_SHARE * (wall - self.last_wall) - (cpu - self.last_cpu).max(0.0);
+        self.last_wall = wall;
+        self.last_cpu = cpu;
+        if wall > SYMBOLIZER_STARTUP_S {
+            self.tokens = self.tokens.min(SYMBOLIZER_CREDIT_CAP_S);
+        }
+        self.tokens
+    }
+}
 /// Binaries waiting for the budget at most (each holds an open file); beyond, dropped
 /// and counted.
 pub const MAX_DEFERRED_SYMBOL_JOBS: usize = 512;
@@ -222,8 +251,8 @@ impl Ord for Pending {
     }
 }
 
-/// Symbolizes each new build-id once, within a CPU budget: a token bucket of
-/// [`SYMBOLIZER_BURST_S`] CPU seconds refilled at [`SYMBOLIZER_CPU_SHARE`] of wall time.
+/// Symbolizes each new build-id once, within a CPU budget ([`Budget`]): a burst of
+/// [`SYMBOLIZER_BURST_S`] CPU seconds at startup, then [`SYMBOLIZER_CPU_SHARE`] of wall time.
 /// Jobs beyond the budget wait (smallest file first); when the agent stops, the waiting
 /// ones are done before the thread returns, so every stored window's binaries are named.
 fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>) {
@@ -231,12 +260,10 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
     let mut seen = std::collections::HashSet::new();
     let mut queue = std::collections::BinaryHeap::new();
     let mut seq = 0u64;
-    let t0 = std::time::Instant::now();
-    let cpu0 = thread_cpu_s();
+    let mut budget = Budget::new();
     let mut closed = false;
     loop {
-        let credit = SYMBOLIZER_BURST_S + SYMBOLIZER_CPU_SHARE * t0.elapsed().as_secs_f64()
-            - (thread_cpu_s() - cpu0);
+        let credit = budget.credit();
         let next = if queue.is_empty() {
             if closed {
                 break;
@@ -280,9 +307,7 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
             Err(RecvTimeoutError::Disconnected) => closed = true,
             Err(RecvTimeoutError::Timeout) => {}
         }
-        let credit = SYMBOLIZER_BURST_S + SYMBOLIZER_CPU_SHARE * t0.elapsed().as_secs_f64()
-            - (thread_cpu_s() - cpu0);
-        if credit > 0.0 || closed {
+        if closed || budget.credit() > 0.0 {
             if let Some(p) = queue.pop() {
                 symbolize_one(&store, p.job, &stats);
             }
@@ -353,4 +378,45 @@ fn write_window(store: &Store, meta: &WindowMeta, w: &WindowBatch) -> tailprof_s
         )?;
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(dir: &std::path::Path, name: &str, len: usize) -> Pending {
+        let p = dir.join(name);
+        std::fs::write(&p, vec![0u8; len]).unwrap();
+        let file = File::open(&p).unwrap();
+        let size = file.metadata().unwrap().len();
+        Pending { size, seq: len as u64, job: SymbolJob { build_id: name.into(), path: name.into(), file } }
+    }
+
+    #[test]
+    fn deferred_jobs_smallest_file_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut q = std::collections::BinaryHeap::new();
+        q.push(job(dir.path(), "big", 3000));
+        q.push(job(dir.path(), "small", 10));
+        q.push(job(dir.path(), "mid", 500));
+        let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(|p| p.job.build_id).collect();
+        assert_eq!(order, ["small", "mid", "big"]);
+    }
+
+    #[test]
+    fn budget_is_spent_by_cpu() {
+        let mut b = Budget::new();
+        let c0 = b.credit();
+        assert!(c0 <= SYMBOLIZER_BURST_S + 0.01);
+        // burn CPU in this thread: the credit goes down by at least what was spent
+        let cpu0 = thread_cpu_s();
+        let mut x = 1u64;
+        while thread_cpu_s() - cpu0 < 0.05 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let spent = thread_cpu_s() - cpu0;
+        let c1 = b.credit();
+        // refill is SYMBOLIZER_CPU_SHARE of wall time, which is far below the CPU spent
+        assert!(c1 < c0, "credit {c0} -> {c1} after {spent} s of CPU");
+    }
 }
