@@ -2,7 +2,8 @@
 //! window's files, symbolizes each new build-id once, applies retention and compaction,
 //! and pushes windows to a remote endpoint. A failed write (full disk, I/O error) drops
 //! that window, counts it, and is reported in the next file written; nothing stops the
-//! agent.
+//! agent. Symbolization runs on its own thread within a CPU budget ([`SYMBOLIZER_CPU_SHARE`]
+//! of one core after a startup burst); binaries beyond it wait and are counted.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
