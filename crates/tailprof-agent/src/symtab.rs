@@ -40,7 +40,7 @@ pub fn symbolize_file(path: &str, build_id: &str, binary: &str) -> Result<Vec<Sy
             })
             .map_err(|e| e.to_string())?;
     }
-    funcs.sort_by(|a, b| (a.0, std::cmp::Reverse(a.1)).cmp(&(b.0, std::cmp::Reverse(b.1))));
+    funcs.sort_by_key(|a| (a.0, std::cmp::Reverse(a.1)));
     funcs.dedup_by(|b, a| a.0 == b.0);
     let mut rows = Vec::with_capacity(funcs.len());
     for (start, size, name) in funcs {
