@@ -35,6 +35,17 @@ fn sat_i64(v: u64) -> i64 {
 
 /// Writes one table file atomically. Returns its size in bytes.
 pub(crate) fn write_table(path: &Path, schema: &str, meta: Option<&WindowMeta>, rows: usize, cols: Vec<Col>) -> Result<u64> {
+    write_table_groups(path, schema, meta, std::iter::once((rows, cols)))
+}
+
+/// [`write_table`] with one row group per item of `groups` (`(rows, columns)`), built
+/// one at a time so only one group's columns are in memory.
+pub(crate) fn write_table_groups(
+    path: &Path,
+    schema: &str,
+    meta: Option<&WindowMeta>,
+    groups: impl Iterator<Item = (usize, Vec<Col>)>,
+) -> Result<u64> {
     let schema = Arc::new(parse_message_type(schema).map_err(|e| StoreError::pq(path, e))?);
     let mut kv = vec![KeyValue::new(KV_VERSION.to_string(), SCHEMA_VERSION.to_string())];
     if let Some(m) = meta {
@@ -48,7 +59,10 @@ pub(crate) fn write_table(path: &Path, schema: &str, meta: Option<&WindowMeta>, 
     let mut af = AtomicFile::create(path)?;
     {
         let mut w = SerializedFileWriter::new(af.file(), schema, Arc::new(props)).map_err(|e| StoreError::pq(path, e))?;
-        if rows > 0 {
+        for (rows, cols) in groups {
+            if rows == 0 {
+                continue;
+            }
             let mut rg = w.next_row_group().map_err(|e| StoreError::pq(path, e))?;
             for col in cols {
                 let mut cw = rg
@@ -136,16 +150,24 @@ pub fn write_samples(path: &Path, meta: &WindowMeta, rows: &[SampleRow]) -> Resu
     write_table(path, SAMPLES_SCHEMA, Some(meta), n, cols)
 }
 
-/// Writes the symbol table of one binary. Returns bytes.
+/// Rows per row group of a symbol table: the columns of one group are built at a time,
+/// so writing a huge table (libLLVM: 145k functions) does not copy it whole.
+const SYMBOL_GROUP_ROWS: usize = 8192;
+
+/// Writes the symbol table of one binary, [`SYMBOL_GROUP_ROWS`] rows per row group.
+/// Returns bytes.
 pub fn write_symbols(path: &Path, rows: &[SymbolRow]) -> Result<u64> {
-    let cols = vec![
-        Col::Str(rows.iter().map(|r| ba(&r.build_id)).collect()),
-        Col::Str(rows.iter().map(|r| ba(&r.binary)).collect()),
-        Col::I64(rows.iter().map(|r| sat_i64(r.start)).collect()),
-        Col::I64(rows.iter().map(|r| sat_i64(r.size)).collect()),
-        Col::Str(rows.iter().map(|r| ba(&r.name)).collect()),
-    ];
-    write_table(path, SYMBOLS_SCHEMA, None, rows.len(), cols)
+    let groups = rows.chunks(SYMBOL_GROUP_ROWS).map(|rows| {
+        let cols = vec![
+            Col::Str(rows.iter().map(|r| ba(&r.build_id)).collect()),
+            Col::Str(rows.iter().map(|r| ba(&r.binary)).collect()),
+            Col::I64(rows.iter().map(|r| sat_i64(r.start)).collect()),
+            Col::I64(rows.iter().map(|r| sat_i64(r.size)).collect()),
+            Col::Str(rows.iter().map(|r| ba(&r.name)).collect()),
+        ];
+        (rows.len(), cols)
+    });
+    write_table_groups(path, SYMBOLS_SCHEMA, None, groups)
 }
 
 /// Writes a `latency` file. Returns bytes.

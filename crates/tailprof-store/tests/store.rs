@@ -72,6 +72,20 @@ fn symbols_round_trip() {
     assert_eq!(StoreReader::new(store).symbols("ab12").unwrap(), syms);
 }
 
+/// A table larger than one row group (written a group at a time) reads back whole and in
+/// order.
+#[test]
+fn big_symbol_tables_round_trip_across_row_groups() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(tmp.path()).unwrap();
+    store.ensure_dir(&store.symbols_dir()).unwrap();
+    let syms: Vec<SymbolRow> = (0..20_000u64)
+        .map(|i| SymbolRow { build_id: "cd34".into(), binary: "/usr/lib/libbig.so".into(), start: 0x1000 + 16 * i, size: 16, name: format!("f{i}") })
+        .collect();
+    write_symbols(&store.symbols_file("cd34").unwrap(), &syms).unwrap();
+    assert_eq!(StoreReader::new(store).symbols("cd34").unwrap(), syms);
+}
+
 #[test]
 fn temp_and_damaged_files_are_skipped_and_counted() {
     let tmp = tempfile::tempdir().unwrap();
