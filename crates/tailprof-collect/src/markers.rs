@@ -137,6 +137,8 @@ pub struct MarkerCollector {
     scratch: Vec<RawRecord>,
     /// One-line notices for the user (region truncated by its process, ...).
     warnings: Vec<String>,
+    /// Stale region files were looked for (once, before the first file region).
+    swept: bool,
 }
 
 impl Default for MarkerCollector {
@@ -203,7 +205,7 @@ impl MarkerCollector {
     }
 
     pub fn with_config(config: MarkerConfig) -> Self {
-        MarkerCollector { config, targets: Vec::new(), next_class: 1, scratch: Vec::new(), warnings: Vec::new() }
+        MarkerCollector { config, targets: Vec::new(), next_class: 1, scratch: Vec::new(), warnings: Vec::new(), swept: false }
     }
 
     /// One-line notices gathered since the last call (e.g. a process truncated its
@@ -224,6 +226,17 @@ impl MarkerCollector {
             Region::create_sealed(pid, generation, slots, ring)
                 .map_err(|e| CollectError::io("cannot create a sealed marker region (memfd_create)".to_string(), e))?
         } else {
+            if !self.swept {
+                // Files a SIGKILLed recorder left for targets that are gone.
+                self.swept = true;
+                let n = region::sweep_stale(&self.config.dir);
+                if n > 0 {
+                    self.warnings.push(format!(
+                        "removed {n} stale marker region file(s) of exited processes from {}",
+                        self.config.dir.display()
+                    ));
+                }
+            }
             Region::create_file(&self.config.dir, pid, generation, slots, ring, owner_uid(pid)).map_err(|e| {
                 CollectError::io(format!("cannot create a marker region in {}", self.config.dir.display()), e)
             })?
@@ -497,6 +510,41 @@ mod tests {
         bad[control::VERSION] = 9;
         assert!(!control_ok(&bad), "other version");
         assert!(!control_ok(&[0xaa; control::SIZE]), "unrelated data");
+    }
+
+    #[test]
+    fn stale_region_files_of_exited_processes_are_swept() {
+        let base = std::env::temp_dir().join(format!("tailprof-sweep-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        struct Dir(std::path::PathBuf);
+        impl Dir {
+            fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir = Dir(base);
+        let hex = "0123456789abcdef0123456789abcdef";
+        let dead = 999_999_999u32; // above any pid_max
+        let me = std::process::id();
+        let stale = dir.path().join(format!("tailprof.{dead}.{hex}"));
+        let live = dir.path().join(format!("tailprof.{me}.{hex}"));
+        let odd = dir.path().join(format!("tailprof.{dead}.short"));
+        let other = dir.path().join("unrelated.file");
+        for p in [&stale, &live, &odd, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        let link = dir.path().join(format!("tailprof.{dead}.{}", "f".repeat(32)));
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        assert_eq!(region::sweep_stale(dir.path()), 1);
+        assert!(!stale.exists(), "the stale file is removed");
+        assert!(live.exists() && odd.exists() && other.exists(), "live pids, other names and other files stay");
+        assert!(link.symlink_metadata().is_ok(), "symlinks are left alone");
     }
 
     #[test]

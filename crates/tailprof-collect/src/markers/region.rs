@@ -49,6 +49,41 @@ pub struct Region {
 // volatile reads of plain data, which is sound to do from any one thread at a time.
 unsafe impl Send for Region {}
 
+/// Removes region files in `dir` that killed recorders left behind: names
+/// `tailprof.<pid>.<32 hex digits>` of regular files owned by this user whose target
+/// process no longer exists (a recorder unlinks its files once the target mapped them and
+/// again when it ends, but not when it is SIGKILLed first). Files of other users, of live
+/// pids, symlinks and other names are left alone: in the sticky `/dev/shm` nobody else
+/// can swap a file of ours between the check and the unlink. Returns how many were
+/// removed. Looks at no more than 100,000 entries.
+pub fn sweep_stale(dir: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for e in entries.flatten().take(100_000) {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(tailprof_markers_protocol::REGION_FILE_PREFIX)) else {
+            continue;
+        };
+        let Some((pid, hex)) = rest.split_once('.') else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        // DirEntry::metadata does not follow symlinks.
+        let Ok(md) = e.metadata() else { continue };
+        if !md.file_type().is_file() || md.uid() != me || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// A random 128-bit name part: region names must not be predictable (issue 10, finding
 /// 6: a user who can guess the name can squat on it).
 fn random_hex() -> io::Result<String> {
