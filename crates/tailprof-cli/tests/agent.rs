@@ -295,7 +295,7 @@ fn sigkill_leaves_no_partial_file_and_the_store_reads_back() {
         assert!(v["read"]["files"].as_u64().unwrap() >= 1, "run {i}: nothing written before the kill");
         for e in walk(&store) {
             let name = e.file_name().unwrap().to_string_lossy().to_string();
-            assert!(name.ends_with(".parquet") || name.starts_with(".tmp-"), "unexpected file {}", e.display());
+            assert!(name.ends_with(".parquet") || tailprof_format::atomic::is_temp_name(&name), "unexpected file {}", e.display());
         }
     }
     let s = store.display();
@@ -310,7 +310,7 @@ fn sigkill_leaves_no_partial_file_and_the_store_reads_back() {
     let v = top_json(&store, &[]);
     assert_eq!(v["read"]["bad_files"], 0);
     assert!(v["read"]["files"].as_u64().unwrap() > before, "{}", v["read"]);
-    let temps: Vec<PathBuf> = walk(&store).into_iter().filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".tmp-")).collect();
+    let temps: Vec<PathBuf> = walk(&store).into_iter().filter(|p| tailprof_format::atomic::is_temp_name(&p.file_name().unwrap().to_string_lossy())).collect();
     assert!(temps.is_empty(), "stale temporary files after a restart: {temps:?}");
 }
 
@@ -535,6 +535,6 @@ fn full_disk_drops_and_counts_windows_without_crashing() {
     // Nothing partial is visible on the full file system.
     for e in walk(&store) {
         let name = e.file_name().unwrap().to_string_lossy().to_string();
-        assert!(name.ends_with(".parquet") || name.starts_with(".tmp-"), "{}", e.display());
+        assert!(name.ends_with(".parquet") || tailprof_format::atomic::is_temp_name(&name), "{}", e.display());
     }
 }

@@ -377,6 +377,16 @@ pub fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
     f.commit()
 }
 
+/// Whether `name` is one of [`AtomicFile`]'s temporary names (`.NAME.tailprof-` and 16
+/// hex digits): what a crash between create and rename leaves behind, and what readers of
+/// a directory of outputs (the agent's store) skip and clean up.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.')
+        && name.len() > 26
+        && name.is_char_boundary(name.len() - 26)
+        && name[name.len() - 26..].strip_prefix(".tailprof-").is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// [`write_file`] with an error that names the path (`cannot write PATH: ...`).
 pub fn write_file_named(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
     write_file(path, bytes).map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
@@ -386,6 +396,19 @@ pub fn write_file_named(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> 
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn temp_names_are_recognised() {
+        let d = tmpdir("names");
+        let p = d.join("w-1.parquet");
+        let f = AtomicFile::create_with_mode(&p, 0o600).unwrap();
+        let tmp: Vec<String> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(tmp.len(), 1);
+        assert!(is_temp_name(&tmp[0]), "{tmp:?}");
+        f.commit().unwrap();
+        assert!(!is_temp_name("w-1.parquet") && !is_temp_name(".hidden") && !is_temp_name(".x.tailprof-notahexnumber!"));
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("tailprof-atomic-{tag}-{}-{:x}", std::process::id(), random_u64()));

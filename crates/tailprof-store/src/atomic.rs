@@ -1,17 +1,20 @@
-//! The atomic write rule: temporary file in the target directory (created `O_EXCL`,
-//! `O_NOFOLLOW`, mode 0600), write, `fsync`, `rename` over the final name, `fsync` the
-//! directory. Readers only ever see whole files; a crash leaves a `.tmp-*` file that
-//! readers skip and [`remove_stale_temps`] deletes. Directories are created 0700 and
+//! The atomic write rule (temporary file in the target directory created `O_EXCL`,
+//! `O_NOFOLLOW`, mode 0600; write, `fsync`, `rename` over the final name, `fsync` the
+//! directory) is `tailprof_format::atomic`'s; this module fixes the mode at 0600 and maps
+//! errors. Readers only ever see whole files; a crash leaves a temporary dot-file
+//! (`tailprof_format::atomic::is_temp_name`) that readers skip and [`remove_stale_temps`]
+//! deletes. Directories are created 0700 and
 //! must not be symlinks.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::{Result, StoreError};
 
-/// Prefix of temporary files (readers skip every name starting with a dot).
+/// Prefix of the temporary files of stores written before the store used
+/// `tailprof_format::atomic` (still cleaned up; readers skip every dot-file).
 pub const TMP_PREFIX: &str = ".tmp-";
 
 /// Creates `dir` and its missing parents with mode 0700; refuses a symlink or a
@@ -43,56 +46,31 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A file being written atomically. [`AtomicFile::commit`] makes it visible.
-pub struct AtomicFile {
-    file: Option<File>,
-    tmp: PathBuf,
-    dest: PathBuf,
-}
+/// A file being written atomically, always 0600 ([`tailprof_format::atomic::AtomicFile`],
+/// the one implementation of the rule; `TAILPROF_FILE_MODE` does not apply to the store).
+pub struct AtomicFile(tailprof_format::atomic::AtomicFile);
 
 impl AtomicFile {
     /// Starts writing `dest` (its directory must exist).
     pub fn create(dest: &Path) -> Result<AtomicFile> {
-        let dir = dest.parent().unwrap_or(Path::new("."));
-        let name = dest.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-        let tmp = dir.join(format!("{TMP_PREFIX}{}-{name}", std::process::id()));
-        let _ = fs::remove_file(&tmp); // our own stale temp from an earlier crash with the same pid
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(|e| StoreError::io(&tmp, e))?;
-        Ok(AtomicFile { file: Some(file), tmp, dest: dest.to_path_buf() })
+        tailprof_format::atomic::AtomicFile::create_with_mode(dest, 0o600).map(AtomicFile).map_err(|e| StoreError::io(dest, e))
     }
 
-    pub fn file(&mut self) -> &mut File {
-        self.file.as_mut().expect("AtomicFile used after commit")
+    /// The temporary file being written (`&File` implements `Write`).
+    pub fn file(&self) -> &File {
+        self.0.file()
     }
 
     /// fsync, rename over the destination, fsync the directory.
-    pub fn commit(mut self) -> Result<()> {
-        let file = self.file.take().expect("AtomicFile committed twice");
-        file.sync_all().map_err(|e| StoreError::io(&self.tmp, e))?;
-        drop(file);
-        fs::rename(&self.tmp, &self.dest).map_err(|e| StoreError::io(&self.dest, e))?;
-        sync_dir(self.dest.parent().unwrap_or(Path::new(".")));
-        Ok(())
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if self.file.take().is_some() {
-            let _ = fs::remove_file(&self.tmp);
-        }
+    pub fn commit(self) -> Result<()> {
+        let dest = self.0.path().to_path_buf();
+        self.0.commit().map_err(|e| StoreError::io(&dest, e))
     }
 }
 
 /// Writes `bytes` to `dest` atomically, mode 0600.
 pub fn write_file(dest: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = AtomicFile::create(dest)?;
+    let f = AtomicFile::create(dest)?;
     f.file().write_all(bytes).map_err(|e| StoreError::io(dest, e))?;
     f.commit()
 }
@@ -122,7 +100,9 @@ pub fn remove_stale_temps(root: &Path) -> u64 {
             let name = name.to_string_lossy();
             if ft.is_dir() {
                 stack.push(e.path());
-            } else if ft.is_file() && name.starts_with(TMP_PREFIX) && fs::remove_file(e.path()).is_ok() {
+            } else if ft.is_file()
+                && (tailprof_format::atomic::is_temp_name(&name) || name.starts_with(TMP_PREFIX))
+                && fs::remove_file(e.path()).is_ok() {
                 n += 1;
             }
         }

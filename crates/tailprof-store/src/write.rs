@@ -56,7 +56,7 @@ pub(crate) fn write_table_groups(
         .set_created_by(format!("tailprof {}", env!("CARGO_PKG_VERSION")))
         .set_key_value_metadata(Some(kv))
         .build();
-    let mut af = AtomicFile::create(path)?;
+    let af = AtomicFile::create(path)?;
     {
         let mut w = SerializedFileWriter::new(af.file(), schema, Arc::new(props)).map_err(|e| StoreError::pq(path, e))?;
         for (rows, cols) in groups {
