@@ -1,0 +1,201 @@
+//! Opening the target: launch or find the process, open every event on every CPU,
+//! map the rings, attach the marker transport.
+
+use super::*;
+
+impl Recorder {
+    /// Launch the command (stopped before exec) or find the process, open every event for
+    /// it on every CPU, map the rings, and set up the marker transport.
+    pub(super) fn open_target(&mut self, target: &Target, caps: &Capabilities, pages: usize) -> Result<(), RecordError> {
+        let cpus = caps.online_cpus.clone();
+        let mut ring_of_cpu: Vec<Option<usize>> = vec![None; cpus.len()];
+        match target {
+            Target::Command(argv) => {
+                let child = target::spawn_stopped(argv)?;
+                let pid = child.pid() as i32;
+                self.child = Some(child);
+                self.open_task(pid, &cpus, &mut ring_of_cpu, pages, caps)?;
+                self.child_env = self.prepare_child_markers(pid as u32);
+            }
+            Target::SystemWide => {
+                self.open_task(-1, &cpus, &mut ring_of_cpu, pages, caps)?;
+                self.attach_marker_processes();
+            }
+            Target::SystemWideCommand(argv) => {
+                let child = target::spawn_stopped(argv)?;
+                let pid = child.pid();
+                self.child = Some(child);
+                self.open_task(-1, &cpus, &mut ring_of_cpu, pages, caps)?;
+                self.attach_marker_processes();
+                self.child_env = self.prepare_child_markers(pid);
+            }
+            Target::Pid(pid) => {
+                if procfs::is_kernel_thread(*pid) {
+                    return Err(RecordError::Options(format!(
+                        "process {pid} is a kernel thread (no user space to profile); use -a to sample the kernel"
+                    )));
+                }
+                self.open_process(*pid, &cpus, &mut ring_of_cpu, pages, caps)?;
+                match self.markers.attach(*pid) {
+                    Ok(true) => {}
+                    Ok(false) => self.notes.push(format!(
+                        "process {pid} has no marker library (no '{MARKER_CONTROL_SYMBOL}' symbol): items come only \
+                         from --item-begin/--item-end or --item-reg"
+                    )),
+                    Err(e) => self.notes.push(format!("cannot attach the marker transport to process {pid}: {e}")),
+                }
+                self.pidfd = target::pidfd_open(*pid).ok();
+            }
+        }
+        Ok(())
+    }
+
+    /// Register the target's pidfd (its exit ends the recording) and every ring's fd
+    /// with epoll.
+    pub(super) fn watch_target_and_rings(&mut self) -> Result<(), RecordError> {
+        let pidfd = self.pidfd.as_ref().map(|f| f.as_raw_fd()).or(self
+            .child
+            .as_ref()
+            .and_then(|c| c.pidfd())
+            .map(|f| f.as_raw_fd()));
+        if let Some(fd) = pidfd {
+            self.epoll.ctl(libc::EPOLL_CTL_ADD, fd, PIDFD_TOKEN).map_err(io_err("epoll_ctl(pidfd)"))?;
+        }
+        for (ring, &owner) in self.ring_owner_fd.iter().enumerate() {
+            let fd = self.fds[owner].as_raw_fd();
+            self.epoll.ctl(libc::EPOLL_CTL_ADD, fd, ring as u64).map_err(io_err("epoll_ctl"))?;
+        }
+        Ok(())
+    }
+
+    /// Open every event for `pid` (a task, or -1) on every CPU.
+    fn open_task(
+        &mut self,
+        pid: i32,
+        cpus: &[u32],
+        ring_of_cpu: &mut [Option<usize>],
+        pages: usize,
+        caps: &Capabilities,
+    ) -> Result<(), RecordError> {
+        for (cpu_index, &cpu) in cpus.iter().enumerate() {
+            for event in 0..self.plans.len() {
+                let fd = sys::perf_event_open(&self.plans[event].attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(|err| sys::explain_open_error(&err, &self.specs[event], caps))?;
+                match ring_of_cpu[cpu_index] {
+                    None => {
+                        let ring = Ring::map(fd.as_fd(), pages, cpu).map_err(|source| RecordError::Io {
+                            what: format!(
+                                "cannot map a {pages}-page perf ring buffer for CPU {cpu} (the per-user limit is \
+                                 /proc/sys/kernel/perf_event_mlock_kb; try fewer --mmap-pages)"
+                            ),
+                            source,
+                        })?;
+                        ring_of_cpu[cpu_index] = Some(self.rings.len());
+                        self.rings.push(ring);
+                        self.ring_owner_fd.push(self.fds.len());
+                    }
+                    Some(ring) => sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                        .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT on CPU {cpu}")))?,
+                }
+                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                self.emitter.decoder.add_id(id, event as u16);
+                self.fds.push(fd);
+            }
+            if let (Some(probes), Some(ring)) = (&self.probes, ring_of_cpu[cpu_index]) {
+                for (role_index, role) in [ProbeRole::Begin, ProbeRole::End].into_iter().enumerate() {
+                    let config =
+                        probes.attr_config(role, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
+                    let fd = probes.open(role, pid, cpu as i32, config)?;
+                    sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                        .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
+                    let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                    self.emitter.decoder.add_id(id, probes.begin_event + role_index as u16);
+                    self.fds.push(fd);
+                }
+            }
+            if let (Some(c), Some(ring)) = (&self.emitter.classes, ring_of_cpu[cpu_index]) {
+                for i in 0..c.len() {
+                    let attr = c.attr(i, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
+                    let fd = c.open(i, pid, cpu as i32, &attr)?;
+                    sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                        .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (--item-class-from) on CPU {cpu}")))?;
+                    let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                    self.emitter.decoder.add_id(id, c.base + i as u16);
+                    self.fds.push(fd);
+                }
+            }
+            if let (Some(plan), Some(ring), Some(sm)) = (&self.off_cpu, ring_of_cpu[cpu_index], &self.emitter.stacks) {
+                let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(io_err(
+                    format!("cannot open sched:sched_switch (off-CPU stacks) on CPU {cpu}"),
+                ))?;
+                sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                    .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (sched_switch) on CPU {cpu}")))?;
+                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                self.emitter.decoder.add_id(id, sm.off_cpu_event);
+                self.fds.push(fd);
+            }
+        }
+        Ok(())
+    }
+
+    /// `-a`: attach the marker transport to every running process whose mappings define
+    /// the marker library's control symbol ([`MarkerCollector::attach`] looks; best
+    /// effort: processes that cannot be read are skipped, processes started later are
+    /// not attached).
+    fn attach_marker_processes(&mut self) {
+        let (mut ok, mut failed, mut first_err) = (0usize, 0usize, None);
+        let me = std::process::id();
+        let child = self.child.as_ref().map(|c| c.pid());
+        for pid in procfs::all_pids().into_iter().filter(|&p| p != me && Some(p) != child) {
+            match self.markers.attach(pid) {
+                Ok(true) => ok += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    failed += 1;
+                    first_err.get_or_insert(e.to_string());
+                }
+            }
+        }
+        self.notes.push(format!(
+            "markers: attached to {ok} running process(es) with the marker library{}; processes started after \
+             recording began are not attached (best effort)",
+            match first_err {
+                Some(e) if failed > 0 => format!(" ({failed} could not be attached, e.g. {e})"),
+                _ => String::new(),
+            }
+        ));
+    }
+
+    /// Open every thread of `pid`, re-listing threads until no new one shows up (a
+    /// thread created after its creator's fds are open is covered by `inherit`).
+    fn open_process(
+        &mut self,
+        pid: u32,
+        cpus: &[u32],
+        ring_of_cpu: &mut [Option<usize>],
+        pages: usize,
+        caps: &Capabilities,
+    ) -> Result<(), RecordError> {
+        let mut done: Vec<u32> = Vec::new();
+        for _ in 0..8 {
+            let tids = procfs::thread_ids(pid).map_err(|_| RecordError::NoSuchProcess(pid))?;
+            let new: Vec<u32> = tids.into_iter().filter(|t| !done.contains(t)).collect();
+            if new.is_empty() {
+                break;
+            }
+            for tid in new {
+                match self.open_task(tid as i32, cpus, ring_of_cpu, pages, caps) {
+                    Ok(()) => {}
+                    // The thread exited meanwhile: not an error (its fds so far stay).
+                    Err(_) if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {}
+                    Err(e) => return Err(e),
+                }
+                done.push(tid);
+            }
+        }
+        if self.fds.is_empty() {
+            return Err(RecordError::NoSuchProcess(pid));
+        }
+        Ok(())
+    }
+}

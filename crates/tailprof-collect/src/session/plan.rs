@@ -1,0 +1,168 @@
+//! Planning a recording before anything is opened: option checks, sampling
+//! configuration, attribute plans, decoder layouts and the trace header.
+
+use super::*;
+
+/// Stage 1 of [`Recorder::with_items`]: reject options that cannot work.
+pub(super) fn check_options(opts: &RecordOptions) -> Result<(), RecordError> {
+    if opts.events.is_empty() {
+        return Err(RecordError::Options("no events to record".into()));
+    }
+    if opts.events.len() > u16::MAX as usize - 1 {
+        return Err(RecordError::Options("too many events".into()));
+    }
+    if opts.mmap_pages == 0 || !opts.mmap_pages.is_power_of_two() {
+        return Err(RecordError::Options(format!(
+            "ring size must be a power of two number of pages (got {})",
+            opts.mmap_pages
+        )));
+    }
+    if let Target::Command(argv) | Target::SystemWideCommand(argv) = &opts.target {
+        if argv.is_empty() {
+            return Err(RecordError::Options("empty command".into()));
+        }
+    }
+    Ok(())
+}
+
+/// The caller's sampling options plus what the recorder decides: the clock, everything
+/// opened disabled, inheritance and enable-on-exec per target, and the item register
+/// (`item_reg_mask`, 0 for none) added to the user registers.
+pub(super) fn sampling_config(opts: &RecordOptions, clock: ClockChoice, item_reg_mask: u64) -> SamplingConfig {
+    let mut cfg = opts.sampling.clone();
+    cfg.clock = clock;
+    cfg.disabled = true;
+    cfg.regs_user |= item_reg_mask;
+    (cfg.inherit, cfg.enable_on_exec) = match &opts.target {
+        Target::Command(_) => (true, true),
+        Target::Pid(_) => (true, false),
+        Target::SystemWide | Target::SystemWideCommand(_) => (false, false),
+    };
+    cfg
+}
+
+/// One attr per event; event 0 also asks for the side-band records.
+pub(super) fn build_plans(events: &[EventSpec], sampling: &SamplingConfig) -> Result<Vec<AttrPlan>, RecordError> {
+    let mut plans = Vec::with_capacity(events.len());
+    for (i, spec) in events.iter().enumerate() {
+        let c = SamplingConfig { sideband: i == 0, ..sampling.clone() };
+        plans.push(build_attr(spec, &c)?);
+    }
+    Ok(plans)
+}
+
+/// Present when the core PMU can record branch stacks.
+const LBR_CAPS: &str = "/sys/bus/event_source/devices/cpu/caps/branches";
+
+/// Stack options → attrs: the call graph on every sampling event, `context_switch` on
+/// the side-band event, and the off-CPU stack event (returned). Mounting tracefs is noted.
+pub(super) fn stack_plans(
+    o: &StackOptions,
+    plans: &mut [AttrPlan],
+    sampling: &SamplingConfig,
+    notes: &mut Vec<String>,
+) -> Result<Option<AttrPlan>, RecordError> {
+    if o.call_graph == Some(CallGraph::Lbr) && !std::path::Path::new(LBR_CAPS).exists() {
+        return Err(RecordError::Options(format!(
+            "--call-graph lbr needs a PMU with last-branch records (LBR call-stack mode, Intel Haswell or newer); \
+             this machine has none ({LBR_CAPS} is missing, as on any VM without a hardware PMU): use --call-graph dwarf or fp"
+        )));
+    }
+    if let Some(cg) = &o.call_graph {
+        for p in plans.iter_mut() {
+            apply_call_graph(p, cg);
+        }
+    }
+    if !o.off_cpu {
+        return Ok(None);
+    }
+    if let Some(p) = plans.first_mut() {
+        apply_context_switch(p);
+    }
+    match crate::tracefs::ensure_mounted() {
+        Ok((root, mounted)) => {
+            if mounted {
+                notes.push(format!("tracefs was not mounted: mounted it at {} (for sched:sched_switch)", root.display()));
+            }
+            let spec = EventSpec::parse("sched:sched_switch")?;
+            Ok(Some(off_cpu_attr(&spec, sampling, o.call_graph.as_ref())?))
+        }
+        Err(e) => {
+            notes.push(format!("off-CPU stacks unavailable ({e}); context switches are recorded without stacks"));
+            Ok(None)
+        }
+    }
+}
+
+/// Resolve the uprobe item boundaries; their events come after the `events` sampling
+/// events in the decoder.
+pub(super) fn prepare_probes(items: &ItemOptions, events: usize) -> Result<Option<items::ProbeSet>, RecordError> {
+    Ok(match &items.probes {
+        Some(p) => Some(items::ProbeSet { prepared: p.prepare()?, begin_event: events as u16 }),
+        None => None,
+    })
+}
+
+/// What the decoder needs to know about every event: the sampling events, then the
+/// probes' begin and end.
+pub(super) fn decoder_layouts(plans: &[AttrPlan], probes: Option<&items::ProbeSet>, clock: ClockChoice) -> Vec<Layout> {
+    let mut layouts: Vec<Layout> = plans.iter().map(layout_of).collect();
+    if let Some(probes) = probes {
+        layouts.extend(probes.layouts(clock));
+    }
+    layouts
+}
+
+/// The trace header: events, clock, machine, and how items were marked (`item_reg`
+/// names the register of register-tag mode).
+pub(super) fn trace_header(
+    opts: &RecordOptions,
+    caps: &Capabilities,
+    clock: ClockChoice,
+    plans: &[AttrPlan],
+    item_reg: Option<&str>,
+    probes: Option<&items::ProbeSet>,
+) -> TraceHeader {
+    let mut header = TraceHeader {
+        events: plans.iter().map(|p| p.desc.clone()).collect(),
+        clock: Some(caps.clock_info(clock)),
+        source: "record".into(),
+        cmdline: opts.cmdline.clone(),
+        hostname: hostname(),
+        os_release: caps.os_release.clone(),
+        arch: Some(std::env::consts::ARCH.to_string()),
+        cpu_desc: caps.cpu_desc.clone(),
+        nr_cpus: Some(caps.online_cpus.len() as u32),
+        start_realtime_ns: Some(clock_ns(libc::CLOCK_REALTIME)),
+        ..TraceHeader::default()
+    };
+    header.extra.insert("start_monotonic_ns".into(), monotonic_ns().to_string());
+    header.extra.insert("mmap_pages".into(), opts.mmap_pages.to_string());
+    if let Ok(id) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
+        // Lets the symbolizer refuse this boot's kallsyms for a trace of another boot.
+        header.extra.insert("boot_id".into(), id.trim().to_string());
+    }
+    if let Some(name) = item_reg {
+        header.extra.insert("item_reg".into(), name.to_string());
+    }
+    if let Some(probes) = probes {
+        header.extra.extend(probes.header_extra());
+    }
+    header
+}
+
+/// The decoder's view of an attr.
+pub(super) fn layout_of(p: &AttrPlan) -> Layout {
+    let a = &p.attr;
+    use tailprof_perf_abi::branch_sample_type::{COUNTERS, HW_INDEX};
+    Layout {
+        sample_type: a.sample_type,
+        read_format: a.read_format,
+        regs_user_mask: a.sample_regs_user,
+        regs_intr_mask: a.sample_regs_intr,
+        branch_hw_index: a.branch_sample_type & HW_INDEX != 0,
+        branch_counters: a.branch_sample_type & COUNTERS != 0,
+        sample_id_all: a.sample_id_all() != 0,
+        default_period: p.desc.sample_period.unwrap_or(0),
+    }
+}
