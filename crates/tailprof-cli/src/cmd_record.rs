@@ -146,11 +146,16 @@ pub struct RecordArgs {
 
     /// Record context switches (on CPU / runnable / blocked) and the kernel+user stack
     /// where each thread went off the CPU (a sched:sched_switch event; tracefs is mounted
-    /// at /sys/kernel/tracing when absent). On by default with --item-begin or --item-reg.
+    /// at /sys/kernel/tracing when absent) from the start. On by default with
+    /// --item-begin, --item-reg or --item-class-from. Without any of these, off-CPU
+    /// recording still starts by itself at the first marker from the marker library (the
+    /// events wait disabled until then, at no cost; items that began before that have only
+    /// part of their off-CPU time); with -p/-a it starts at once when a process with the
+    /// marker library is attached.
     #[arg(long = "off-cpu", conflicts_with = "no_off_cpu")]
     off_cpu: bool,
 
-    /// Do not record context switches, even with items.
+    /// Do not record context switches, even with items or markers.
     #[arg(long = "no-off-cpu")]
     no_off_cpu: bool,
 
@@ -235,7 +240,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| tailprof_collect::classprobe::ClassSpec::parse(s))
         .collect::<Result<Vec<_>, _>>()?;
-    let items = ItemOptions { probes, item_reg: args.item_reg.clone(), class_from };
+    let items = ItemOptions {
+        probes,
+        item_reg: args.item_reg.clone(),
+        class_from,
+        // Markers may show up in any target: off-CPU then starts at the first one.
+        off_cpu_on_markers: !args.no_off_cpu,
+    };
 
     // Open the output before launching anything, so an unwritable path fails first. It is
     // a new temporary file (0600, never following a symlink) next to the final name; if
@@ -335,7 +346,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let rec = run_result?;
     // Notices from while recording (e.g. a process truncated its marker region).
     for note in &recorder.notes()[notes_before..] {
-        eprintln!("tailprof: warning: {note}");
+        let what = if note.starts_with("off-CPU recording enabled") || note.starts_with("markers: attached") {
+            "note"
+        } else {
+            "warning"
+        };
+        eprintln!("tailprof: {what}: {note}");
     }
 
     let lost = rec.lost_records + rec.lost_samples;

@@ -49,7 +49,7 @@ use crate::sys::CollectError;
 use region::{control, RawRecord, Region};
 use tailprof_markers_protocol::{record, slot};
 
-pub use elf::{find_symbol_in_process, symbol_file_offset};
+pub use elf::{file_defines, find_symbol_in_process, symbol_file_offset};
 
 /// Environment variable through which a launched command finds its region.
 pub const ENV_VAR: &str = tailprof_markers_protocol::ENV_VAR;
@@ -217,6 +217,40 @@ impl MarkerCollector {
     /// Processes with a region (prepared or attached, not yet finished).
     pub fn pids(&self) -> Vec<u32> {
         self.targets.iter().map(|t| t.pid).collect()
+    }
+
+    /// Whether `pid` has a region (prepared or attached, not yet finished or reaped).
+    pub fn has(&self, pid: u32) -> bool {
+        self.targets.iter().any(|t| t.pid == pid)
+    }
+
+    /// Processes attached through their control block ([`MarkerCollector::attach`]), not
+    /// counting launched commands.
+    pub fn attached(&self) -> usize {
+        self.targets.iter().filter(|t| !t.controls.is_empty()).count()
+    }
+
+    /// Forget the attached processes that exited (a long `-a` recording or the agent
+    /// sees many come and go): drain their rings a last time into `out` (sorted by time),
+    /// then unmap and unlink their regions. Launched commands are kept (their end ends the
+    /// recording). Returns how many were dropped.
+    pub fn reap_exited(&mut self, out: &mut Vec<Record>) -> usize {
+        let start = out.len();
+        let now = monotonic_ns();
+        let mut ti = 0;
+        let mut n = 0;
+        while ti < self.targets.len() {
+            let t = &self.targets[ti];
+            if t.controls.is_empty() || crate::procfs::process_alive(t.pid) {
+                ti += 1;
+                continue;
+            }
+            self.drain_target(ti, now, out);
+            self.targets.remove(ti); // dropping the region removes its file
+            n += 1;
+        }
+        out[start..].sort_by_key(|r| r.time());
+        n
     }
 
     fn create_region(&mut self, pid: u32, sealed: bool) -> Result<usize, CollectError> {

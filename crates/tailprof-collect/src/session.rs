@@ -254,6 +254,8 @@ pub struct Recorder {
     /// The off-CPU stack event (`sched:sched_switch`), opened per CPU and task after the
     /// probes; its decoder index is the emitter's `StackMaker::off_cpu_event`.
     off_cpu: Option<AttrPlan>,
+    /// Off-CPU events waiting for the first marker (issue 7 item 2).
+    off_cpu_later: items::OffCpuLater,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -315,7 +317,8 @@ impl Recorder {
         let mut plans = build_plans(&opts.events, &sampling)?;
         let probes = prepare_probes(&items, plans.len())?;
         let mut stack_notes = Vec::new();
-        let off_cpu = stack_plans(&stack_opts, &mut plans, &sampling, &mut stack_notes)?;
+        let (off_cpu, switch_later) =
+            off_cpu_plans(&stack_opts, items.off_cpu_on_markers, &mut plans, &sampling, &mut stack_notes)?;
         let mut layouts = decoder_layouts(&plans, probes.as_ref(), clock);
         let off_cpu_event = match &off_cpu {
             Some(p) => {
@@ -324,6 +327,11 @@ impl Recorder {
             }
             None => u16::MAX,
         };
+        // The context-switch event of off-CPU-at-the-first-marker (items::OffCpuLater).
+        let switch_later_event = switch_later.as_ref().map_or(u16::MAX, |p| {
+            layouts.push(layout_of(p));
+            (layouts.len() - 1) as u16
+        });
         // `--item-class-from` events come last (tracefs uprobe events, as tracepoints).
         let classes = items::ClassProbes::prepare(&items.class_from, layouts.len())?;
         layouts.extend(classes.iter().flat_map(|c| c.layouts()));
@@ -333,10 +341,10 @@ impl Recorder {
         if let Some(cg) = &stack_opts.call_graph {
             header.extra.insert("call_graph".into(), cg.name());
         }
-        if stack_opts.off_cpu {
+        if stack_opts.off_cpu || switch_later.is_some() {
             header.extra.insert("off_cpu".into(), if off_cpu.is_some() { "switch+sched_switch" } else { "switch" }.into());
         }
-        let stack_maker = (stack_opts.call_graph.is_some() || stack_opts.off_cpu).then(|| {
+        let stack_maker = (stack_opts.call_graph.is_some() || stack_opts.off_cpu || switch_later.is_some()).then(|| {
             let mut ev: Vec<_> = plans
                 .iter()
                 .map(|p| (layout_of(p).sample_layout(), p.attr.sample_regs_user, p.desc.regs_user_mask))
@@ -356,7 +364,16 @@ impl Recorder {
         rec.notes.extend(stack_notes);
         rec.emitter.stacks = stack_maker;
         rec.off_cpu = off_cpu;
+        if switch_later.is_some() {
+            // Lost/throttle records of the switch event name no header event.
+            rec.emitter.probe_base = rec.emitter.probe_base.min(switch_later_event);
+        }
+        rec.off_cpu_later = items::OffCpuLater { plan: switch_later, event: switch_later_event, ..Default::default() };
+        if matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_)) {
+            rec.emitter.follow = Some(items::MarkerFollower::default());
+        }
         rec.open_target(&opts.target, &caps, opts.mmap_pages)?;
+        rec.start_off_cpu_later()?;
         rec.watch_target_and_rings()?;
         Ok(rec)
     }
@@ -400,6 +417,7 @@ impl Recorder {
                 probe_records: Vec::new(),
                 stacks: None,
                 classes: None,
+                follow: None,
             },
             max_seen: 0,
             ran: false,
@@ -409,6 +427,7 @@ impl Recorder {
             probes,
             sampling,
             off_cpu: None,
+            off_cpu_later: items::OffCpuLater::default(),
         })
     }
 
@@ -530,9 +549,11 @@ impl Recorder {
         for fd in &self.fds {
             let _ = sys::ioctl_disable(fd.as_fd());
         }
+        self.off_cpu_later.disable();
         self.drain_all();
         self.markers.finish(&mut self.marker_queue.pending);
         self.notes.extend(self.markers.take_warnings());
+        self.notes.extend(self.follow_note());
         self.emit_round(None, out)?;
         if self.marker_queue.store_malformed(self.emitter.summary.malformed, self.max_seen) {
             self.emit_round(None, out)?;
@@ -618,7 +639,8 @@ impl Recorder {
     /// Drain every ring into the queue, and the marker rings.
     fn drain_all(&mut self) {
         self.drain_rings();
-        self.markers.drain(&mut self.marker_queue.pending);
+        let drained = self.markers.drain(&mut self.marker_queue.pending);
+        self.after_marker_drain(&drained);
         // Malformed ring records are stored as losses, not only counted (issue 10).
         let t = self.round_clock();
         self.marker_queue.store_malformed(self.emitter.summary.malformed, t);
@@ -642,6 +664,10 @@ impl Recorder {
             let stats = ring.drain(|rec| match emitter.decoder.peek(rec) {
                 Ok(p) => {
                     *max_seen = (*max_seen).max(p.time);
+                    let rec = match &mut emitter.stacks {
+                        Some(sm) if p.kind == tailprof_perf_abi::record_type::SAMPLE => sm.trim_stack_copy(rec, p.event),
+                        _ => rec,
+                    };
                     raw_queue.push(p.time, p.event, cpu, rec)
                 }
                 Err(_) => emitter.summary.malformed += 1,

@@ -60,6 +60,12 @@ pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
     symbol_file_offset_in(f, name, true)
 }
 
+/// Whether the ELF file `f` defines `name` (file-backed): `.dynsym`, and `.symtab` too
+/// when `symtab` (executables; libraries export in `.dynsym`).
+pub fn file_defines(f: &File, name: &str, symtab: bool) -> bool {
+    symbol_file_offset_in(f, name, symtab).is_some()
+}
+
 /// GNU hash of a symbol name (`.gnu.hash`).
 fn gnu_hash(name: &[u8]) -> u32 {
     name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))

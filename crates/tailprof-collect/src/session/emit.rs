@@ -57,6 +57,9 @@ pub(super) struct Emitter {
     pub(super) stacks: Option<StackMaker>,
     /// `--item-class-from` probes: their hits become class labels (`Label` markers).
     pub(super) classes: Option<super::items::ClassProbes>,
+    /// `-a`: executable mappings are shown to it, to attach marked processes that start
+    /// while recording (`None`: other targets).
+    pub(super) follow: Option<super::items::MarkerFollower>,
 }
 
 impl Emitter {
@@ -133,6 +136,9 @@ impl Emitter {
                         self.build_id(m, Some(key), out)?;
                         if let Some(sm) = &mut self.stacks {
                             sm.observe(&r, Some(key));
+                        }
+                        if let (Some(f), Record::Mmap(m)) = (&mut self.follow, &r) {
+                            f.saw_mmap(m, key.0, key.1);
                         }
                         return self.write(r, out);
                     }

@@ -30,6 +30,12 @@ pub struct ItemOptions {
     /// hit labels the thread's open item (or the next one it begins) with the value's
     /// class ([`crate::classprobe`]).
     pub class_from: Vec<ClassSpec>,
+    /// Off-CPU time for items from the marker library without `--off-cpu` (issue 7 item
+    /// 2): the context-switch and `sched:sched_switch` events are opened disabled and
+    /// enabled when the first marker shows up (at once when `-p`/`-a` attached a process
+    /// with the marker library while setting up). Ignored with
+    /// [`crate::stacks::StackOptions::off_cpu`] (then they are on from the start).
+    pub off_cpu_on_markers: bool,
 }
 
 /// `--item-reg NAME` → (sample_regs_user bit, canonical name).
@@ -47,6 +53,146 @@ pub(super) fn item_reg_mask(name: &str) -> Result<(u64, String), String> {
             .map(|s| s.to_string())
             .unwrap_or_else(|| name.to_string()),
     ))
+}
+
+/// The off-CPU events of a recording that may get markers but was not asked for
+/// `--off-cpu` ([`ItemOptions::off_cpu_on_markers`]): a dummy software event with
+/// `context_switch` and the `sched:sched_switch` stack event, opened disabled on every
+/// CPU and task like the others (their fds live here, not in the recorder's list, so
+/// starting the recording does not enable them), and enabled all at once by
+/// [`OffCpuLater::enable`] when the first marker is drained. With `inherit` the enable
+/// reaches the copies in threads and children created since (the kernel's
+/// `perf_event_for_each_child`); a test checks it. While disabled they cost nothing:
+/// the kernel skips disabled side-band events and a disabled tracepoint has no hook.
+///
+/// What the trace knows: the header says `off_cpu_from = first_marker` (or `start`),
+/// and a process's context switches are complete from its first `Switch` record on
+/// (that record comes after the enable); an item that began earlier has only part of its
+/// off-CPU time (docs/FORMAT.md, `off_cpu_from`).
+#[derive(Debug, Default)]
+pub(super) struct OffCpuLater {
+    /// The context-switch event's plan (`None`: not in this mode).
+    pub plan: Option<crate::attr::AttrPlan>,
+    /// Its decoder event index.
+    pub event: u16,
+    /// Every fd of the two events.
+    pub fds: Vec<std::os::fd::OwnedFd>,
+    /// CLOCK_MONOTONIC when they were enabled.
+    pub enabled_at: Option<u64>,
+}
+
+impl OffCpuLater {
+    /// Waiting for the first marker.
+    pub fn pending(&self) -> bool {
+        self.plan.is_some() && self.enabled_at.is_none()
+    }
+
+    /// Enable every fd (once). An fd whose task is gone fails with ESRCH: skipped.
+    pub fn enable(&mut self, now: u64) -> io::Result<()> {
+        if !self.pending() {
+            return Ok(());
+        }
+        self.enabled_at = Some(now);
+        let mut first_err = None;
+        for fd in &self.fds {
+            if let Err(e) = sys::ioctl_enable(std::os::fd::AsFd::as_fd(fd)) {
+                if e.raw_os_error() != Some(libc::ESRCH) {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Disable every fd (end of recording).
+    pub fn disable(&self) {
+        for fd in &self.fds {
+            let _ = sys::ioctl_disable(std::os::fd::AsFd::as_fd(fd));
+        }
+    }
+}
+
+/// Most files remembered by [`MarkerFollower`] (whether each defines the control
+/// symbol); when full the memory starts over (files are then looked at again).
+pub const MAX_FOLLOW_FILES: usize = 16384;
+/// Most processes attached after the start (`-a`, the agent) at once; more are counted
+/// and not attached.
+pub const MAX_FOLLOWED_PROCESSES: usize = 1024;
+/// Processes waiting to be attached at most (more: counted as not attached).
+const MAX_FOLLOW_QUEUE: usize = 4096;
+
+/// `-a` and the agent (issue 9 item 4): processes that start after the recording began
+/// and map a file defining the marker control symbol are attached like those running at
+/// start. The emitter shows every executable file mapping (PERF_RECORD_MMAP2) to
+/// [`MarkerFollower::saw_mmap`]; each file (device, inode, build-id) is read once,
+/// through the mapping itself (`/proc/PID/map_files`, [`crate::procfs::open_mapped_file`]:
+/// never a FIFO, symlink or other file put at the path), and only its symbol tables, with
+/// every size bounded ([`crate::markers::symbol_file_offset`]); the answer is remembered
+/// (at most [`MAX_FOLLOW_FILES`] files). A process whose file defines the symbol is
+/// queued; the recorder attaches it between rounds ([`crate::markers::MarkerCollector::attach`],
+/// which validates the control block before writing anything). Markers a process
+/// wrote before it was attached are not recorded (the library writes none while off, and
+/// keeps no count of them): the note says how many processes were attached late.
+#[derive(Debug, Default)]
+pub(crate) struct MarkerFollower {
+    /// (device, inode) → (build-id, defines the control symbol).
+    files: std::collections::HashMap<(u64, u64), (Option<Vec<u8>>, bool)>,
+    /// Processes to attach.
+    pub queue: Vec<u32>,
+    /// Processes attached after the start, attach failures (first error kept), and
+    /// processes not attached because a bound was reached.
+    pub attached: u64,
+    pub failed: u64,
+    pub first_error: Option<String>,
+    pub over_limit: u64,
+    /// When exited processes' regions were last looked for.
+    pub last_reap_ns: u64,
+}
+
+impl MarkerFollower {
+    /// An executable file mapping (MMAP2) was written: queue its process when the file
+    /// defines the marker control symbol.
+    pub fn saw_mmap(&mut self, m: &tailprof_format::Mmap, dev: u64, inode: u64) {
+        if m.prot & libc::PROT_EXEC as u32 == 0 || inode == 0 || !m.path.starts_with('/') || m.pid == 0 {
+            return;
+        }
+        let key = (dev, inode);
+        let marked = match self.files.get(&key) {
+            Some((id, marked)) if *id == m.build_id => *marked,
+            _ => {
+                let e = crate::procfs::MapsEntry {
+                    start: m.start,
+                    end: m.start.saturating_add(m.len),
+                    prot: m.prot,
+                    shared: false,
+                    offset: m.pgoff,
+                    dev,
+                    inode,
+                    path: m.path.clone(),
+                };
+                let Ok(f) = crate::procfs::open_mapped_file(m.pid, &e) else {
+                    // Gone already (or not the file it was): not remembered.
+                    return;
+                };
+                // Libraries export the block in .dynsym; an executable may have it only in
+                // .symtab (not loaded, possibly big: read only for non-libraries).
+                let library = m.path.rsplit('/').next().is_some_and(|n| n.contains(".so"));
+                let marked = crate::markers::file_defines(&f, crate::markers::CONTROL_SYMBOL, !library);
+                if self.files.len() >= MAX_FOLLOW_FILES {
+                    self.files.clear();
+                }
+                self.files.insert(key, (m.build_id.clone(), marked));
+                marked
+            }
+        };
+        if marked && !self.queue.contains(&m.pid) {
+            if self.queue.len() >= MAX_FOLLOW_QUEUE {
+                self.over_limit += 1;
+            } else {
+                self.queue.push(m.pid);
+            }
+        }
+    }
 }
 
 /// Records waiting to be merged into the round (see the module docs).

@@ -132,10 +132,113 @@ impl Recorder {
                     .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (sched_switch) on CPU {cpu}")))?;
                 let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
                 self.emitter.decoder.add_id(id, sm.off_cpu_event);
-                self.fds.push(fd);
+                // Enabled with the first marker when off-CPU waits for one.
+                match self.off_cpu_later.plan.is_some() {
+                    true => self.off_cpu_later.fds.push(fd),
+                    false => self.fds.push(fd),
+                }
+            }
+            if let (Some(plan), Some(ring)) = (&self.off_cpu_later.plan, ring_of_cpu[cpu_index]) {
+                let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(io_err(format!("cannot open the context-switch event (off-CPU) on CPU {cpu}")))?;
+                sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                    .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (context switches) on CPU {cpu}")))?;
+                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                self.emitter.decoder.add_id(id, self.off_cpu_later.event);
+                self.off_cpu_later.fds.push(fd);
             }
         }
         Ok(())
+    }
+
+    /// Off-CPU events waiting for a marker: enable them now when `-p`/`-a` attached a
+    /// process with the marker library while setting up (then every item is covered), and
+    /// say in the header from when the trace has them.
+    pub(super) fn start_off_cpu_later(&mut self) -> Result<(), RecordError> {
+        if !self.off_cpu_later.pending() {
+            return Ok(());
+        }
+        let from = if self.markers.attached() > 0 {
+            self.off_cpu_later.enable(monotonic_ns()).map_err(io_err("PERF_EVENT_IOC_ENABLE (off-CPU events)"))?;
+            "start"
+        } else {
+            "first_marker"
+        };
+        self.header.extra.insert("off_cpu_from".into(), from.into());
+        Ok(())
+    }
+
+    /// Between rounds: enable the off-CPU events at the first marker, attach the marked
+    /// processes that started since (`-a`, the agent), and forget attached processes that
+    /// exited (about once a second). `drained` is what the marker drain just moved.
+    pub(super) fn after_marker_drain(&mut self, drained: &crate::markers::DrainStats) {
+        if self.off_cpu_later.pending() && drained.markers > 0 {
+            let now = monotonic_ns();
+            let at = now.saturating_sub(self.started_ns());
+            let res = self.off_cpu_later.enable(now);
+            self.notes.push(format!(
+                "off-CPU recording enabled {:.1} ms after the start, at the first item marker (CLOCK_MONOTONIC {now} ns); \
+                 items that began before have only part of their off-CPU time (use --off-cpu to record it from the start){}",
+                at as f64 / 1e6,
+                match res {
+                    Ok(()) => String::new(),
+                    Err(e) => format!("; some events could not be enabled: {e}"),
+                }
+            ));
+        }
+        let Some(f) = self.emitter.follow.as_mut() else { return };
+        let queue = std::mem::take(&mut f.queue);
+        let me = std::process::id();
+        let child = self.child.as_ref().map(|c| c.pid());
+        for pid in queue {
+            if pid == me || Some(pid) == child || self.markers.has(pid) {
+                continue;
+            }
+            if self.markers.attached() >= items::MAX_FOLLOWED_PROCESSES {
+                f.over_limit += 1;
+                continue;
+            }
+            match self.markers.attach(pid) {
+                Ok(true) => f.attached += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    f.failed += 1;
+                    f.first_error.get_or_insert(e.to_string());
+                }
+            }
+        }
+        let now = monotonic_ns();
+        if now.saturating_sub(f.last_reap_ns) >= 1_000_000_000 {
+            f.last_reap_ns = now;
+            self.markers.reap_exited(&mut self.marker_queue.pending);
+        }
+    }
+
+    /// CLOCK_MONOTONIC when the recorder was set up (the header's `start_monotonic_ns`).
+    fn started_ns(&self) -> u64 {
+        self.header.extra.get("start_monotonic_ns").and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
+
+    /// The follow note for the end of a recording (`None` when nothing was followed).
+    pub(super) fn follow_note(&self) -> Option<String> {
+        let f = self.emitter.follow.as_ref()?;
+        if f.attached + f.failed + f.over_limit == 0 {
+            return None;
+        }
+        Some(format!(
+            "markers: attached to {} process(es) that started while recording (their markers from before the attach are \
+             not recorded){}{}",
+            f.attached,
+            match &f.first_error {
+                Some(e) if f.failed > 0 => format!("; {} could not be attached, e.g. {e}", f.failed),
+                _ => String::new(),
+            },
+            if f.over_limit > 0 {
+                format!("; {} not attached (more than {} at once)", f.over_limit, items::MAX_FOLLOWED_PROCESSES)
+            } else {
+                String::new()
+            }
+        ))
     }
 
     /// `-a`: attach the marker transport to every running process whose mappings define
@@ -157,8 +260,8 @@ impl Recorder {
             }
         }
         self.notes.push(format!(
-            "markers: attached to {ok} running process(es) with the marker library{}; processes started after \
-             recording began are not attached (best effort)",
+            "markers: attached to {ok} running process(es) with the marker library{}; processes that start later are \
+             attached when they map it",
             match first_err {
                 Some(e) if failed > 0 => format!(" ({failed} could not be attached, e.g. {e})"),
                 _ => String::new(),

@@ -94,6 +94,51 @@ pub(super) fn stack_plans(
     }
 }
 
+/// The off-CPU plans of a recording: with `--off-cpu` ([`StackOptions::off_cpu`]),
+/// [`stack_plans`] (context switches on the side-band event, on from the start). With
+/// `later` (items may come from the marker library, issue 7 item 2) and no `--off-cpu`:
+/// the same records from events of their own, opened disabled and enabled when the first
+/// marker shows up ([`items::OffCpuLater`]): a dummy software event with
+/// `context_switch` (returned second) and the `sched:sched_switch` stack event (first).
+pub(super) fn off_cpu_plans(
+    o: &StackOptions,
+    later: bool,
+    plans: &mut [AttrPlan],
+    sampling: &SamplingConfig,
+    notes: &mut Vec<String>,
+) -> Result<(Option<AttrPlan>, Option<AttrPlan>), RecordError> {
+    if o.off_cpu || !later {
+        return Ok((stack_plans(o, plans, sampling, notes)?, None));
+    }
+    stack_plans(&StackOptions { off_cpu: false, ..o.clone() }, plans, sampling, notes)?;
+    // Opened disabled, enabled by ioctl only (never at exec), no side-band of its own.
+    let c = SamplingConfig {
+        sideband: false,
+        enable_on_exec: false,
+        disabled: true,
+        regs_user: 0,
+        period: None,
+        freq: None,
+        wakeup_events: 0,
+        ..sampling.clone()
+    };
+    let mut switch = build_attr(&EventSpec::parse("dummy")?, &c)?;
+    apply_context_switch(&mut switch);
+    let sched = match crate::tracefs::ensure_mounted() {
+        Ok((root, mounted)) => {
+            if mounted {
+                notes.push(format!("tracefs was not mounted: mounted it at {} (for sched:sched_switch)", root.display()));
+            }
+            Some(off_cpu_attr(&EventSpec::parse("sched:sched_switch")?, &c, o.call_graph.as_ref())?)
+        }
+        Err(e) => {
+            notes.push(format!("off-CPU stacks unavailable ({e}); context switches will be recorded without stacks"));
+            None
+        }
+    };
+    Ok((sched, Some(switch)))
+}
+
 /// Resolve the uprobe item boundaries; their events come after the `events` sampling
 /// events in the decoder.
 pub(super) fn prepare_probes(items: &ItemOptions, events: usize) -> Result<Option<items::ProbeSet>, RecordError> {
