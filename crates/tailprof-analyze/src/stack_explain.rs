@@ -65,7 +65,7 @@ pub struct TimeSplit {
 /// The wall-time split of an item (`samples`, `duration_ns` from its items row).
 pub fn time_split(duration_ns: u64, samples: u64, interval_ns: f64, stacks: Option<&ItemStacks>, switches: bool) -> TimeSplit {
     match stacks {
-        Some(s) if switches => {
+        Some(s) if switches && !s.off_cpu_partial => {
             let off = s.off_cpu_ns().min(duration_ns);
             TimeSplit {
                 cpu_ns: duration_ns - off,

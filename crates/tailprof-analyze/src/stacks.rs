@@ -193,6 +193,10 @@ pub struct ItemStacks {
     pub off_cpu: Vec<OffRow>,
     pub runnable_ns: u64,
     pub blocked_ns: u64,
+    /// Off-CPU recording started during the item (a trace whose header says
+    /// `off_cpu_from = first_marker`, and the item began before its process's first
+    /// `Switch` record): its off-CPU time is only a part, so no wall-time split is claimed.
+    pub off_cpu_partial: bool,
 }
 
 impl ItemStacks {
@@ -360,6 +364,10 @@ pub struct StackBuilder {
     read: Option<ReadSummary>,
     /// With a timeline: kept samples and intervals, paths still location paths.
     timeline: Option<Timeline>,
+    /// Off-CPU recording started at the first marker (header `off_cpu_from`), and the
+    /// first `Switch` record of each process (from then on its switches are complete).
+    off_cpu_late: bool,
+    first_switch: FxHashMap<u32, u64>,
 }
 
 impl StackBuilder {
@@ -381,7 +389,10 @@ impl StackBuilder {
             v.sort_unstable();
         }
         let keep = spans.iter().map(|s| opts.filter.keeps(s)).collect();
+        let off_cpu_late = header.extra.get("off_cpu_from").is_some_and(|v| v == "first_marker");
         Ok(StackBuilder {
+            off_cpu_late,
+            first_switch: FxHashMap::default(),
             event,
             event_name: event_name(header, event),
             filter: opts.filter.clone(),
@@ -598,7 +609,9 @@ impl StackBuilder {
             .zip(per_item.into_iter().zip(off_item))
             .map(|(s, (st, off))| {
                 let (off_cpu, runnable_ns, blocked_ns) = off_rows(off);
-                ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns }
+                let off_cpu_partial =
+                    self.off_cpu_late && self.first_switch.get(&s.pid).is_none_or(|&t| t > s.begin_ns);
+                ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns, off_cpu_partial }
             })
             .collect();
         let statuses = status_counts(&self.statuses);
@@ -681,6 +694,9 @@ impl ResolvedSink for StackBuilder {
     }
     fn handle_switch(&mut self, s: &Switch, r: &mut Resolver) {
         self.last_time = self.last_time.max(s.time);
+        if self.off_cpu_late {
+            self.first_switch.entry(s.pid).or_insert(s.time);
+        }
         if let Some(iv) = self.timelines.handle(s) {
             self.add_interval(r, &iv);
         }

@@ -391,6 +391,10 @@ pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfil
         obj.insert("off_cpu_ns".into(), json!(split.off_cpu_ns));
         obj.insert("runnable_ns".into(), json!(split.runnable_ns));
         obj.insert("blocked_ns".into(), json!(split.blocked_ns));
+        if st.is_some_and(|s| s.off_cpu_partial) {
+            // Off-CPU recording started during the item: what `off_cpu` lists is a part.
+            obj.insert("off_cpu_partial".into(), json!(true));
+        }
         let off: Vec<Value> = st
             .map(|s| {
                 s.off_cpu
@@ -434,15 +438,26 @@ pub fn render_items_off_cpu(r: &ItemsReport, view: &ItemsView, profile: &StackPr
             continue;
         }
         let s = time_split(it.duration_ns, it.samples, r.mean_interval_ns, Some(st), true);
-        let _ = writeln!(
-            lines,
-            "  item {}: {} = cpu {} + blocked {} + runnable {}",
-            it.id,
-            duration(it.duration_ns),
-            duration(s.cpu_ns),
-            duration(st.blocked_ns),
-            duration(st.runnable_ns)
-        );
+        let _ = if st.off_cpu_partial {
+            writeln!(
+                lines,
+                "  item {}: {}, at least blocked {} + runnable {} (off-CPU recording started during this item)",
+                it.id,
+                duration(it.duration_ns),
+                duration(st.blocked_ns),
+                duration(st.runnable_ns)
+            )
+        } else {
+            writeln!(
+                lines,
+                "  item {}: {} = cpu {} + blocked {} + runnable {}",
+                it.id,
+                duration(it.duration_ns),
+                duration(s.cpu_ns),
+                duration(st.blocked_ns),
+                duration(st.runnable_ns)
+            )
+        };
         for o in st.off_cpu.iter().take(3) {
             let _ = writeln!(lines, "      {}", off_row_line(profile, o));
         }

@@ -60,6 +60,7 @@ fn profile() -> StackProfile {
             off_cpu: vec![],
             runnable_ns: 0,
             blocked_ns: 0,
+            off_cpu_partial: false,
         }],
         switches: 2,
         off_open_at_end: 0,
