@@ -533,6 +533,9 @@ impl RecordOutput for Aggregator {
                 if t.pid == t.tid {
                     self.procs.remove(&t.pid);
                 }
+                if let Some(tail) = &mut self.tail {
+                    tail.handle_exit(t.pid, t.tid, t.time);
+                }
             }
             Record::Lost(l) => {
                 if l.kind != LossKind::Markers {

@@ -40,6 +40,9 @@ pub struct AgentConfig {
     pub duration_us: Option<i64>,
     /// Push every window as pprof to this URL (`push`, http://host:port/path).
     pub push: Option<String>,
+    /// Send every window as OTLP profiles to this OTLP/HTTP endpoint (`otlp`,
+    /// http://host:port, `/v1development/profiles` appended unless given).
+    pub otlp: Option<String>,
     /// Requests: tail-based retention (`slow_threshold`, e.g. `50ms`; `item_begin`/`item_end`
     /// uprobes as in `record`). Markers are picked up from processes that link the marker
     /// library without any setting.
@@ -67,6 +70,7 @@ impl Default for AgentConfig {
             mmap_pages: 64,
             duration_us: None,
             push: None,
+            otlp: None,
             slow_threshold_ns: None,
             item_begin: None,
             item_end: None,
@@ -158,6 +162,10 @@ impl AgentConfig {
                 }
                 self.push = Some(value.to_string())
             }
+            "otlp" => match crate::otlp::endpoint(value) {
+                Ok(_) => self.otlp = Some(value.to_string()),
+                Err(e) => return bad(&format!("{e}; give the http:// URL of an OTLP/HTTP receiver, e.g. http://127.0.0.1:4318")),
+            },
             "slow_threshold" => match parse_duration_us(value) {
                 Some(d) if d > 0 => self.slow_threshold_ns = Some((d as u64).saturating_mul(1000)),
                 _ => return bad("give a duration, e.g. 50ms"),
@@ -172,7 +180,7 @@ impl AgentConfig {
             _ => {
                 return Err(format!(
                     "unknown key {key:?} (known: store, window, frequency, period, event, stacks, host, \
-                     retain_age, retain_size, compact, mmap_pages, duration, push, slow_threshold, \
+                     retain_age, retain_size, compact, mmap_pages, duration, push, otlp, slow_threshold, \
                      slow_percentile, item_begin, item_end)"
                 ))
             }

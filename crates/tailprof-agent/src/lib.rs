@@ -10,7 +10,7 @@
 //!     │ window table, new binaries (opened file), retained requests, histograms
 //!     ▼  mpsc channel
 //!  writer thread ── samples/latency/items Parquet files (atomic), symbol table per build-id,
-//!                   compaction, retention, push
+//!                   compaction, retention, push (pprof, OTLP)
 //! ```
 //!
 //! Design constraints: the drain loop never blocks on disk or symbolization; a window
@@ -20,6 +20,7 @@
 
 pub mod aggregate;
 pub mod config;
+pub mod otlp;
 pub mod push;
 pub mod symtab;
 pub mod tail;
@@ -135,6 +136,7 @@ pub fn run_agent(
         },
         compact: cfg.compact,
         push: cfg.push.clone(),
+        otlp: cfg.otlp.clone(),
     };
     let ws = wstats.clone();
     let handle = std::thread::Builder::new()

@@ -58,26 +58,65 @@ pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), Stri
     );
     body.extend_from_slice(&profile);
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let head = format!(
-        "POST {target} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: tailprof/{}\r\nContent-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        env!("CARGO_PKG_VERSION"),
-        body.len()
-    );
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport).map_err(|e| e.to_string())?.next().ok_or("no address")?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(Duration::from_secs(10))).ok();
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    s.write_all(head.as_bytes()).and_then(|_| s.write_all(&body)).map_err(|e| e.to_string())?;
-    let mut resp = [0u8; 512];
-    let n = s.read(&mut resp).map_err(|e| e.to_string())?;
-    let status = String::from_utf8_lossy(&resp[..n]);
-    let line = status.lines().next().unwrap_or("");
-    let code: u32 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let (code, line, _) = http_post(&hostport, &target, &format!("multipart/form-data; boundary={boundary}"), &body, 0)?;
     if (200..300).contains(&code) {
         Ok(())
     } else {
         Err(format!("endpoint answered {line:?}"))
     }
+}
+
+/// Largest response head read.
+const MAX_RESPONSE_HEAD: usize = 16 * 1024;
+
+/// One `POST target` over a new connection (`Connection: close`). Answers the status
+/// code, the status line and the response body (at most `max_body` bytes, as far as
+/// `Content-Length` says; 0: the body is not read).
+pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize) -> Result<(u32, String, Vec<u8>), String> {
+    let head = format!(
+        "POST {target} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: tailprof/{}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        env!("CARGO_PKG_VERSION"),
+        body.len()
+    );
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport).map_err(|e| e.to_string())?.next().ok_or("no address")?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(Duration::from_secs(10))).ok();
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    s.write_all(head.as_bytes()).and_then(|_| s.write_all(body)).map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break Some(i + 4);
+        }
+        if buf.len() > MAX_RESPONSE_HEAD {
+            return Err("response head too long".into());
+        }
+        let n = s.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head_text = String::from_utf8_lossy(&buf[..head_end.unwrap_or(buf.len())]).to_string();
+    let line = head_text.lines().next().unwrap_or("").to_string();
+    let code: u32 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let mut resp = Vec::new();
+    if let (Some(he), true) = (head_end, max_body > 0) {
+        let len = head_text
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()))
+            .unwrap_or(0)
+            .min(max_body);
+        resp.extend_from_slice(&buf[he..buf.len().min(he + len)]);
+        while resp.len() < len {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => resp.extend_from_slice(&chunk[..n.min(len - resp.len())]),
+            }
+        }
+    }
+    Ok((code, line, resp))
 }
 
 #[cfg(test)]

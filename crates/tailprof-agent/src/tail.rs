@@ -2,15 +2,35 @@
 //!
 //! Item boundaries (markers from the marker library, or uprobes) arrive with the samples.
 //! The retainer keeps a short in-memory window of full-resolution samples (the last
-//! [`KEEP_NS`] or [`MAX_KEPT_SAMPLES`], whichever is less) and the open requests. When a
-//! request ends, its duration goes into its class's latency histogram for the window
-//! and into the class's recent history; if it is slower than the configured threshold,
-//! or than the class's recent `slow_percentile` (once [`MIN_HISTORY`] requests were
-//! seen), its explanation (samples on its thread during it, by stack, and the off-CPU
-//! time not covered by samples) is kept for the window's `items` file. Fast requests
-//! leave only their histogram count.
+//! [`KEEP_NS`], at most [`MAX_KEPT_SAMPLES`] samples and [`MAX_KEPT_FRAMES`] frames) and
+//! the open requests. When a request ends, its duration goes into its class's latency
+//! histogram for the window and into the class's recent history; if it is slower than
+//! the configured threshold, or than the class's recent `slow_percentile` (once
+//! [`MIN_HISTORY`] requests were seen), its explanation (samples on its thread during
+//! it, by stack, and the off-CPU time not covered by samples) is kept for the window's
+//! `items` file. Fast requests leave only their histogram count.
+//!
+//! Everything here is fed by untrusted processes, so every structure is bounded and
+//! every bound is counted in [`TailStats`] (shown in the agent's summary):
+//!
+//! | structure | bound | when reached |
+//! |---|---|---|
+//! | open requests of one process | [`MAX_OPEN_PER_PROCESS`] | its oldest is evicted (`evicted_open`) |
+//! | open requests in all | [`MAX_OPEN`] | the oldest is evicted (`evicted_open`) |
+//! | open request of an exited thread, or begun again | — | dropped at the next window (`abandoned_open`) |
+//! | kept samples | [`KEEP_NS`], [`MAX_KEPT_SAMPLES`], [`MAX_KEPT_FRAMES`] | oldest evicted; early ones counted (`kept_samples_evicted`) |
+//! | class names declared | [`MAX_CLASS_LABELS`] | ignored (`class_labels_dropped`; shown as `classN`) |
+//! | distinct classes with history and histogram | [`MAX_CLASSES`] | counted under `[other]` (`requests_in_other_class`) |
+//! | retained requests per window | [`MAX_RETAINED_PER_WINDOW`] | not retained (`slow_not_retained`) |
+//!
+//! Ends are matched through indexes, never by scanning the open requests: an end with
+//! an id finds `(tid, id)` in a hash map; an end without one
+//! ([`Marker::UNKNOWN_ITEM`]) takes the innermost (most recently begun) open request of
+//! its thread, from a per-thread ordered map. [`TailRetainer::match_probes`] counts the
+//! entries examined, so a test can check the matching stays linear.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tailprof_format::{ItemClass, Lost, Marker, MarkerKind, Sample};
@@ -20,13 +40,28 @@ use tailprof_store::schema::{ItemRow, LatencyRow, KERNEL_BUILD_ID};
 pub const KEEP_NS: u64 = 30_000_000_000;
 /// Samples kept at most.
 pub const MAX_KEPT_SAMPLES: usize = 200_000;
+/// Frames of kept samples at most (16 bytes each: 16 MiB).
+pub const MAX_KEPT_FRAMES: usize = 1 << 20;
 /// Requests in a class's history.
 const HISTORY: usize = 1000;
 /// Requests a class must have had before its percentile is trusted.
 pub const MIN_HISTORY: usize = 20;
-/// Open requests tracked at most; retained requests per window at most.
-const MAX_OPEN: usize = 100_000;
-const MAX_RETAINED_PER_WINDOW: usize = 1000;
+/// The class percentile is recomputed from the history every this many requests
+/// (sorting 1000 durations per request would cost the drain loop more than the rest).
+const PERCENTILE_EVERY: u32 = 32;
+/// Open requests tracked at most, in all and per process.
+pub const MAX_OPEN: usize = 100_000;
+pub const MAX_OPEN_PER_PROCESS: usize = 10_000;
+/// Retained requests per window at most.
+pub const MAX_RETAINED_PER_WINDOW: usize = 1000;
+/// Class names (`ItemClass` records) remembered at most.
+pub const MAX_CLASS_LABELS: usize = 100_000;
+/// Distinct class names with a history and a histogram at most (1000 durations each);
+/// requests of further classes go to the class [`OTHER_CLASS`].
+pub const MAX_CLASSES: usize = 1024;
+pub const OTHER_CLASS: &str = "[other]";
+/// Exited threads waiting for the next window to drop their open requests, at most.
+const MAX_PENDING_EXITS: usize = 1 << 18;
 
 /// A retained request's stacks: (samples, frames innermost first).
 type ItemStacks = Vec<(u64, Box<[(u32, u64)]>)>;
@@ -39,30 +74,75 @@ struct KeptSample {
 }
 
 struct Open {
+    /// Begin order (unique): the key of the ordered indexes.
+    seq: u64,
     begin: u64,
     pid: u32,
     class: u32,
-    comm: String,
+    comm: Arc<str>,
+}
+
+/// A class's recent durations and the cached percentile of them.
+#[derive(Default)]
+struct ClassState {
+    history: VecDeque<u64>,
+    percentile: Option<u64>,
+    since: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct TailStats {
+    /// Requests that ended (matched a begin).
     pub requests: u64,
     pub retained: u64,
+    /// Ends with no open request to match.
     pub unmatched_ends: u64,
-    pub dropped_open: u64,
+    /// Open requests evicted (oldest first) at [`MAX_OPEN_PER_PROCESS`] or [`MAX_OPEN`]:
+    /// their end is then unmatched.
+    pub evicted_open: u64,
+    /// Open requests dropped because their thread exited, or their item id was begun
+    /// again on the same thread, before an end.
+    pub abandoned_open: u64,
+    /// Slow requests not retained: [`MAX_RETAINED_PER_WINDOW`] were already kept.
+    pub slow_not_retained: u64,
+    /// Class names ignored at [`MAX_CLASS_LABELS`].
+    pub class_labels_dropped: u64,
+    /// Requests counted under [`OTHER_CLASS`]: their class was beyond [`MAX_CLASSES`].
+    pub requests_in_other_class: u64,
+    /// Samples evicted from the kept window before [`KEEP_NS`] by the count or frame
+    /// bound: requests longer than what is kept are explained only in part.
+    pub kept_samples_evicted: u64,
 }
 
 pub struct TailRetainer {
     threshold_ns: Option<u64>,
     percentile: f64,
     kept: VecDeque<KeptSample>,
+    kept_frames: usize,
+    /// (tid, item) → open request.
     open: HashMap<(u32, u64), Open>,
-    classes: HashMap<(u32, u32), String>,
-    history: HashMap<String, VecDeque<u64>>,
-    hist: HashMap<(String, u64), u64>,
+    /// tid → begin seq → item: the innermost open request of a thread, its exit.
+    by_tid: HashMap<u32, BTreeMap<u64, u64>>,
+    /// pid → begin seq → (tid, item): a process's oldest, its count.
+    by_pid: HashMap<u32, BTreeMap<u64, (u32, u64)>>,
+    /// begin seq → (tid, item): the oldest of all.
+    order: BTreeMap<u64, (u32, u64)>,
+    next_seq: u64,
+    /// Exits seen this window: (pid, tid, time, whole process).
+    exits: Vec<(u32, u32, u64, bool)>,
+    /// pid → class id → name.
+    classes: HashMap<u32, HashMap<u32, String>>,
+    class_labels: usize,
+    class_names: Vec<String>,
+    class_ids: HashMap<String, u32>,
+    class_state: Vec<ClassState>,
+    /// (class index, bucket upper bound) → requests this window.
+    hist: HashMap<(u32, u64), u64>,
     retained: Vec<(ItemRow, ItemStacks)>,
     pub stats: TailStats,
+    /// Open-request entries examined to match ends (a work counter for tests: it grows
+    /// linearly with the ends, however many requests are open).
+    pub match_probes: u64,
     mono_to_wall: (u64, i64),
 }
 
@@ -77,12 +157,22 @@ impl TailRetainer {
             threshold_ns,
             percentile,
             kept: VecDeque::new(),
+            kept_frames: 0,
             open: HashMap::new(),
+            by_tid: HashMap::new(),
+            by_pid: HashMap::new(),
+            order: BTreeMap::new(),
+            next_seq: 0,
+            exits: Vec::new(),
             classes: HashMap::new(),
-            history: HashMap::new(),
+            class_labels: 0,
+            class_names: Vec::new(),
+            class_ids: HashMap::new(),
+            class_state: Vec::new(),
             hist: HashMap::new(),
             retained: Vec::new(),
             stats: TailStats::default(),
+            match_probes: 0,
             mono_to_wall: (
                 tailprof_collect::session::monotonic_ns(),
                 tailprof_store::time::now_us(),
@@ -95,14 +185,27 @@ impl TailRetainer {
         w0 + (mono as i64 - m0 as i64) / 1000
     }
 
+    /// Requests open now.
+    pub fn open_requests(&self) -> usize {
+        self.open.len()
+    }
+
     pub fn handle_sample(&mut self, s: &Sample, frames: &[(u32, u64)]) {
+        let frames = &frames[..frames.len().min(MAX_KEPT_FRAMES)];
         while let Some(f) = self.kept.front() {
-            if self.kept.len() >= MAX_KEPT_SAMPLES || f.time.saturating_add(KEEP_NS) < s.time {
-                self.kept.pop_front();
-            } else {
+            let expired = f.time.saturating_add(KEEP_NS) < s.time;
+            let full = self.kept.len() >= MAX_KEPT_SAMPLES
+                || self.kept_frames + frames.len() > MAX_KEPT_FRAMES;
+            if !expired && !full {
                 break;
             }
+            if !expired {
+                self.stats.kept_samples_evicted += 1;
+            }
+            self.kept_frames -= f.frames.len();
+            self.kept.pop_front();
         }
+        self.kept_frames += frames.len();
         self.kept.push_back(KeptSample {
             time: s.time,
             tid: s.tid,
@@ -114,93 +217,207 @@ impl TailRetainer {
     pub fn handle_lost(&mut self, _l: &Lost) {}
 
     pub fn handle_class(&mut self, c: &ItemClass) {
-        if self.classes.len() < 100_000 {
-            self.classes
-                .insert((c.pid, c.id), c.name.chars().take(128).collect());
+        let name: String = c.name.chars().take(128).collect();
+        let known = self.classes.get(&c.pid).is_some_and(|m| m.contains_key(&c.id));
+        if known {
+            if let Some(m) = self.classes.get_mut(&c.pid) {
+                m.insert(c.id, name);
+            }
+        } else if self.class_labels < MAX_CLASS_LABELS {
+            self.class_labels += 1;
+            self.classes.entry(c.pid).or_default().insert(c.id, name);
+        } else {
+            self.stats.class_labels_dropped += 1;
         }
+    }
+
+    /// A thread (or, `tid == pid`, a process) exited. Its open requests can never end;
+    /// they are dropped (and counted) at the next window, once markers drained late
+    /// had their chance.
+    pub fn handle_exit(&mut self, pid: u32, tid: u32, time: u64) {
+        let process = pid == tid;
+        let relevant = self.by_tid.contains_key(&tid)
+            || (process && (self.by_pid.contains_key(&pid) || self.classes.contains_key(&pid)));
+        if !relevant {
+            return;
+        }
+        if self.exits.len() >= MAX_PENDING_EXITS {
+            self.apply_exits();
+        }
+        self.exits.push((pid, tid, time, process));
+    }
+
+    fn apply_exits(&mut self) {
+        for (pid, tid, time, process) in std::mem::take(&mut self.exits) {
+            let victims: Vec<(u32, u64)> = if process {
+                self.by_pid.get(&pid).map_or_else(Vec::new, |m| m.values().copied().collect())
+            } else {
+                self.by_tid
+                    .get(&tid)
+                    .map_or_else(Vec::new, |m| m.values().map(|&i| (tid, i)).collect())
+            };
+            for k in victims {
+                // A request begun after the exit belongs to a new thread with a reused id.
+                if self.open.get(&k).is_some_and(|o| o.begin <= time) {
+                    self.remove_open(k);
+                    self.stats.abandoned_open += 1;
+                }
+            }
+            if process {
+                if let Some(m) = self.classes.remove(&pid) {
+                    self.class_labels -= m.len();
+                }
+            }
+        }
+    }
+
+    fn remove_open(&mut self, key: (u32, u64)) -> Option<Open> {
+        let o = self.open.remove(&key)?;
+        if let Some(m) = self.by_tid.get_mut(&key.0) {
+            m.remove(&o.seq);
+            if m.is_empty() {
+                self.by_tid.remove(&key.0);
+            }
+        }
+        if let Some(m) = self.by_pid.get_mut(&o.pid) {
+            m.remove(&o.seq);
+            if m.is_empty() {
+                self.by_pid.remove(&o.pid);
+            }
+        }
+        self.order.remove(&o.seq);
+        Some(o)
+    }
+
+    fn begin(&mut self, m: &Marker, comm: &str) {
+        let key = (m.tid, m.item);
+        if self.remove_open(key).is_some() {
+            self.stats.abandoned_open += 1;
+        }
+        let proc_full = self.by_pid.get(&m.pid).is_some_and(|x| x.len() >= MAX_OPEN_PER_PROCESS);
+        let oldest = if proc_full {
+            self.by_pid.get(&m.pid).and_then(|x| x.values().next().copied())
+        } else if self.open.len() >= MAX_OPEN {
+            self.order.values().next().copied()
+        } else {
+            None
+        };
+        if let Some(k) = oldest {
+            self.remove_open(k);
+            self.stats.evicted_open += 1;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.by_tid.entry(m.tid).or_default().insert(seq, m.item);
+        self.by_pid.entry(m.pid).or_default().insert(seq, key);
+        self.order.insert(seq, key);
+        self.open.insert(
+            key,
+            Open {
+                seq,
+                begin: m.time,
+                pid: m.pid,
+                class: m.class,
+                comm: Arc::from(comm),
+            },
+        );
     }
 
     pub fn handle_marker(&mut self, m: &Marker, comm: &str) {
         match m.kind {
-            MarkerKind::Begin => {
-                if self.open.len() >= MAX_OPEN {
-                    self.stats.dropped_open += 1;
-                    return;
-                }
-                self.open.insert(
-                    (m.tid, m.item),
-                    Open {
-                        begin: m.time,
-                        pid: m.pid,
-                        class: m.class,
-                        comm: comm.to_string(),
-                    },
-                );
-            }
+            MarkerKind::Begin => self.begin(m, comm),
             // Class labels (`--item-class-from`) are applied by the items join.
             MarkerKind::Label => {}
             MarkerKind::End => {
                 let key = if m.item == Marker::UNKNOWN_ITEM {
-                    self.open.keys().find(|k| k.0 == m.tid).copied()
+                    // the innermost open request of the thread
+                    self.match_probes += 1;
+                    self.by_tid
+                        .get(&m.tid)
+                        .and_then(|x| x.values().next_back())
+                        .map(|&item| (m.tid, item))
                 } else {
+                    self.match_probes += 1;
                     Some((m.tid, m.item))
                 };
-                let Some(o) = key.and_then(|k| self.open.remove(&k)) else {
+                let Some((key, o)) = key.and_then(|k| Some((k, self.remove_open(k)?))) else {
                     self.stats.unmatched_ends += 1;
                     return;
                 };
-                let item = key.map(|k| k.1).unwrap_or(0);
                 let class_id = if m.class != 0 { m.class } else { o.class };
-                self.finish(m.tid, item, &o, class_id, m.time);
+                self.finish(m.tid, key.1, &o, class_id, m.time);
             }
         }
+    }
+
+    /// The class index of a request (interned; [`OTHER_CLASS`] beyond [`MAX_CLASSES`]).
+    fn class_index(&mut self, pid: u32, class_id: u32) -> u32 {
+        let named = self.classes.get(&pid).and_then(|m| m.get(&class_id));
+        let name: std::borrow::Cow<str> = match named {
+            Some(n) => n.as_str().into(),
+            None if class_id == 0 => "default".into(),
+            None => format!("class{class_id}").into(),
+        };
+        if let Some(&i) = self.class_ids.get(name.as_ref()) {
+            return i;
+        }
+        let name = if self.class_names.len() >= MAX_CLASSES {
+            self.stats.requests_in_other_class += 1;
+            if let Some(&i) = self.class_ids.get(OTHER_CLASS) {
+                return i;
+            }
+            OTHER_CLASS.into()
+        } else {
+            name.into_owned()
+        };
+        let i = self.class_names.len() as u32;
+        self.class_names.push(name.clone());
+        self.class_ids.insert(name, i);
+        self.class_state.push(ClassState::default());
+        i
     }
 
     fn finish(&mut self, tid: u32, item: u64, o: &Open, class_id: u32, end: u64) {
         self.stats.requests += 1;
         let dur = end.saturating_sub(o.begin);
-        let class = self
-            .classes
-            .get(&(o.pid, class_id))
-            .cloned()
-            .unwrap_or_else(|| {
-                if class_id == 0 {
-                    "default".into()
-                } else {
-                    format!("class{class_id}")
-                }
-            });
-        *self
-            .hist
-            .entry((class.clone(), bucket_le(dur)))
-            .or_insert(0) += 1;
-        let h = self.history.entry(class.clone()).or_default();
-        let p = if self.percentile > 0.0 && h.len() >= MIN_HISTORY {
-            let mut v: Vec<u64> = h.iter().copied().collect();
+        let ci = self.class_index(o.pid, class_id);
+        *self.hist.entry((ci, bucket_le(dur))).or_insert(0) += 1;
+        let want = self.percentile;
+        let st = &mut self.class_state[ci as usize];
+        if want > 0.0 && st.history.len() >= MIN_HISTORY && (st.percentile.is_none() || st.since >= PERCENTILE_EVERY) {
+            let mut v: Vec<u64> = st.history.iter().copied().collect();
             v.sort_unstable();
-            let idx = ((self.percentile / 100.0) * (v.len() - 1) as f64).round() as usize;
-            Some(v[idx.min(v.len() - 1)])
-        } else {
-            None
-        };
-        if h.len() >= HISTORY {
-            h.pop_front();
+            let idx = ((want / 100.0) * (v.len() - 1) as f64).round() as usize;
+            st.percentile = Some(v[idx.min(v.len() - 1)]);
+            st.since = 0;
         }
-        h.push_back(dur);
+        let p = st.percentile;
+        st.since = st.since.saturating_add(1);
+        if st.history.len() >= HISTORY {
+            st.history.pop_front();
+        }
+        st.history.push_back(dur);
         let (slow, reason, limit) = match (self.threshold_ns, p) {
             (Some(t), _) if dur > t => (true, "threshold", t),
             (_, Some(p)) if dur > p => (true, "p99", p),
             _ => (false, "", 0),
         };
-        if !slow || self.retained.len() >= MAX_RETAINED_PER_WINDOW {
+        if !slow {
+            return;
+        }
+        if self.retained.len() >= MAX_RETAINED_PER_WINDOW {
+            self.stats.slow_not_retained += 1;
             return;
         }
         let mut stacks: HashMap<&[(u32, u64)], u64> = HashMap::new();
         let (mut samples, mut on_cpu) = (0u64, 0u64);
+        // Kept samples are in time order: start at the request's begin.
+        let first = self.kept.partition_point(|s| s.time < o.begin);
         for s in self
             .kept
-            .iter()
-            .filter(|s| s.tid == tid && s.time >= o.begin && s.time <= end)
+            .range(first..)
+            .take_while(|s| s.time <= end)
+            .filter(|s| s.tid == tid)
         {
             *stacks.entry(&s.frames).or_insert(0) += 1;
             samples += 1;
@@ -212,11 +429,11 @@ impl TailRetainer {
         let row = ItemRow {
             begin_us: self.wall_us(o.begin),
             duration_ns: dur,
-            class,
+            class: self.class_names[ci as usize].clone(),
             item_id: item,
             pid: o.pid,
             tid,
-            comm: o.comm.clone(),
+            comm: o.comm.to_string(),
             reason: if reason == "p99" {
                 format!("p{}", self.percentile)
             } else {
@@ -231,13 +448,14 @@ impl TailRetainer {
     }
 
     /// The window's retained requests (explanations with build-ids filled in) and
-    /// latency histogram rows.
+    /// latency histogram rows. Drops the open requests of threads that exited.
     pub fn take_window(
         &mut self,
         start: i64,
         end: i64,
         build_id: &dyn Fn(u32) -> Option<String>,
     ) -> (Vec<ItemRow>, Vec<LatencyRow>) {
+        self.apply_exits();
         let mut items = Vec::new();
         for (mut row, mut stacks) in std::mem::take(&mut self.retained) {
             stacks.sort_by_key(|s| std::cmp::Reverse(s.0));
@@ -265,10 +483,10 @@ impl TailRetainer {
         }
         let mut latency: Vec<LatencyRow> = std::mem::take(&mut self.hist)
             .into_iter()
-            .map(|((class, le), count)| LatencyRow {
+            .map(|((ci, le), count)| LatencyRow {
                 window_start_us: start,
                 window_end_us: end,
-                class,
+                class: self.class_names[ci as usize].clone(),
                 le_ns: le,
                 count,
             })
@@ -319,5 +537,129 @@ mod tests {
         assert_eq!(items[0].samples, 1);
         assert!(items[0].explanation.contains("\"ab\""));
         assert_eq!(lat.iter().map(|l| l.count).sum::<u64>(), 51);
+    }
+
+    fn marker(kind: MarkerKind, t: u64, pid: u32, tid: u32, item: u64) -> Marker {
+        Marker { time: t, pid, tid, kind, item, class: 0, source: MarkerSource::default() }
+    }
+
+    /// 100k requests open at once (20 processes, 100 threads each, 50 nested requests
+    /// per thread), all ended without their id: every end examines one entry, where a
+    /// scan of the open requests would examine ~n²/2 = 5·10⁹.
+    #[test]
+    fn unknown_item_ends_take_linear_work_with_100k_open() {
+        let mut r = TailRetainer::new(None, 0.0);
+        let n = 100_000u64;
+        for i in 0..n {
+            let (pid, tid) = ((i / 5000) as u32 + 1, (i / 50) as u32 + 1000);
+            r.handle_marker(&marker(MarkerKind::Begin, i, pid, tid, i), "srv");
+        }
+        assert_eq!(r.open_requests(), n as usize);
+        assert_eq!(r.stats.evicted_open, 0);
+        for i in 0..n {
+            let (pid, tid) = ((i / 5000) as u32 + 1, (i / 50) as u32 + 1000);
+            r.handle_marker(&marker(MarkerKind::End, n + i, pid, tid, Marker::UNKNOWN_ITEM), "srv");
+        }
+        assert_eq!((r.stats.requests, r.stats.unmatched_ends), (n, 0));
+        assert_eq!(r.open_requests(), 0);
+        assert!(r.match_probes <= 2 * n, "{} probes for {n} ends", r.match_probes);
+        // and with ids, in an order unrelated to the begins
+        for i in 0..n {
+            r.handle_marker(&marker(MarkerKind::Begin, i, 1 + (i % 7) as u32, 5, i), "srv");
+        }
+        let before = r.match_probes;
+        for i in (0..n).rev().step_by(2).chain((0..n).step_by(2)) {
+            r.handle_marker(&marker(MarkerKind::End, n + i, 1 + (i % 7) as u32, 5, i), "srv");
+        }
+        // 7 processes × 10 000: the per-process bound evicted the oldest of each
+        let evicted = r.stats.evicted_open;
+        assert_eq!(evicted, n - 7 * MAX_OPEN_PER_PROCESS as u64);
+        assert_eq!(r.stats.requests, n + (n - evicted));
+        assert_eq!(r.stats.unmatched_ends, evicted);
+        assert!(r.match_probes - before <= 2 * n);
+    }
+
+    #[test]
+    fn an_end_without_id_ends_the_innermost_request() {
+        let mut r = TailRetainer::new(Some(1), 0.0);
+        r.handle_marker(&marker(MarkerKind::Begin, 10, 1, 2, 100), "srv");
+        r.handle_marker(&marker(MarkerKind::Begin, 20, 1, 2, 200), "srv");
+        r.handle_marker(&marker(MarkerKind::Begin, 25, 1, 3, 300), "srv");
+        r.handle_marker(&marker(MarkerKind::End, 30, 1, 2, Marker::UNKNOWN_ITEM), "srv");
+        r.handle_marker(&marker(MarkerKind::End, 40, 1, 2, Marker::UNKNOWN_ITEM), "srv");
+        r.handle_marker(&marker(MarkerKind::End, 50, 1, 2, Marker::UNKNOWN_ITEM), "srv");
+        let (items, _) = r.take_window(0, 1, &|_| None);
+        let ids: Vec<u64> = items.iter().map(|i| i.item_id).collect();
+        assert_eq!(ids, [200, 100]);
+        assert_eq!(r.stats.unmatched_ends, 1);
+        assert_eq!(r.open_requests(), 1, "thread 3's request is untouched");
+    }
+
+    #[test]
+    fn bounds_evict_and_count() {
+        // per process: the oldest goes
+        let mut r = TailRetainer::new(None, 0.0);
+        let n = MAX_OPEN_PER_PROCESS as u64 + 5;
+        for i in 0..n {
+            r.handle_marker(&marker(MarkerKind::Begin, i, 9, 9, i), "leaky");
+        }
+        assert_eq!((r.open_requests(), r.stats.evicted_open), (MAX_OPEN_PER_PROCESS, 5));
+        r.handle_marker(&marker(MarkerKind::End, n, 9, 9, 0), "leaky");
+        r.handle_marker(&marker(MarkerKind::End, n, 9, 9, 5), "leaky");
+        assert_eq!((r.stats.unmatched_ends, r.stats.requests), (1, 1));
+        // a thread that exits with requests open: dropped at the next window, counted
+        r.handle_marker(&marker(MarkerKind::Begin, n, 9, 10, 1), "leaky");
+        r.handle_exit(9, 10, n + 1);
+        assert_eq!(r.open_requests(), MAX_OPEN_PER_PROCESS);
+        r.take_window(0, 1, &|_| None);
+        assert_eq!((r.stats.abandoned_open, r.open_requests()), (1, MAX_OPEN_PER_PROCESS - 1));
+        // the process exits: all of its requests go
+        r.handle_exit(9, 9, n + 2);
+        r.take_window(1, 2, &|_| None);
+        assert_eq!(r.open_requests(), 0);
+        assert_eq!(r.stats.abandoned_open, MAX_OPEN_PER_PROCESS as u64);
+        // a begin of an item already open replaces it
+        r.handle_marker(&marker(MarkerKind::Begin, 1, 4, 4, 1), "x");
+        r.handle_marker(&marker(MarkerKind::Begin, 2, 4, 4, 1), "x");
+        assert_eq!((r.open_requests(), r.stats.abandoned_open), (1, MAX_OPEN_PER_PROCESS as u64 + 1));
+        // in all: MAX_OPEN over many processes
+        let mut r = TailRetainer::new(None, 0.0);
+        for i in 0..MAX_OPEN as u64 + 3 {
+            r.handle_marker(&marker(MarkerKind::Begin, i, (i / 1000) as u32, i as u32, 1), "x");
+        }
+        assert_eq!((r.open_requests(), r.stats.evicted_open), (MAX_OPEN, 3));
+    }
+
+    #[test]
+    fn classes_beyond_the_bound_are_counted_as_other() {
+        let mut r = TailRetainer::new(None, 0.0);
+        let extra = 10u32;
+        for c in 1..=MAX_CLASSES as u32 + extra {
+            r.handle_class(&ItemClass { time: 0, pid: 1, id: c, name: format!("q{c}") });
+            let mut b = marker(MarkerKind::Begin, 0, 1, 2, c as u64);
+            b.class = c;
+            r.handle_marker(&b, "db");
+            r.handle_marker(&marker(MarkerKind::End, 5, 1, 2, c as u64), "db");
+        }
+        let (_, lat) = r.take_window(0, 1, &|_| None);
+        assert_eq!(r.stats.requests_in_other_class, extra as u64);
+        let other: u64 = lat.iter().filter(|l| l.class == OTHER_CLASS).map(|l| l.count).sum();
+        assert_eq!(other, extra as u64);
+        assert_eq!(lat.iter().map(|l| l.count).sum::<u64>(), (MAX_CLASSES as u32 + extra) as u64);
+        assert_eq!(lat.iter().filter(|l| l.class != OTHER_CLASS).count(), MAX_CLASSES);
+    }
+
+    #[test]
+    fn kept_samples_are_bounded_by_frames() {
+        let mut r = TailRetainer::new(None, 0.0);
+        let frames: Vec<(u32, u64)> = (0..128).map(|i| (0, i)).collect();
+        let n = MAX_KEPT_FRAMES / 128 + 100;
+        for i in 0..n as u64 {
+            let s = Sample { time: i, tid: 1, pid: 1, period: 1, ..Default::default() };
+            r.handle_sample(&s, &frames);
+        }
+        assert!(r.kept_frames <= MAX_KEPT_FRAMES);
+        assert_eq!(r.kept.len(), MAX_KEPT_FRAMES / 128);
+        assert_eq!(r.stats.kept_samples_evicted, 100);
     }
 }

@@ -61,6 +61,9 @@ pub struct WriterStats {
     pub compacted_files: u64,
     pub pushes: u64,
     pub push_failures: u64,
+    /// Windows sent to the `--otlp` endpoint, and sends that failed (see `last_error`).
+    pub otlp_pushes: u64,
+    pub otlp_failures: u64,
     pub last_error: Option<String>,
     /// The last window write error (e.g. `disk full, window dropped: …`).
     pub last_window_error: Option<String>,
@@ -71,6 +74,7 @@ pub struct WriterConfig {
     pub retain: tailprof_store::RetainPolicy,
     pub compact: bool,
     pub push: Option<String>,
+    pub otlp: Option<String>,
 }
 
 pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<WriterStats>>) {
@@ -137,6 +141,7 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                         }
                     }
                 }
+                crate::otlp::send_counted(cfg.otlp.as_deref(), &cfg.store, &w, &stats);
                 // Once per hour: compact the finished hours, then retention.
                 let hour = w.end_us.div_euclid(3_600_000_000);
                 if hour != last_maintenance_hour {

@@ -30,10 +30,11 @@ use crate::signals;
     tailprof agent                                 # defaults: /var/lib/tailprof (root), 10 s windows, 49 Hz\n  \
     tailprof agent --config /etc/tailprof/agent.conf\n  \
     tailprof agent --store /tmp/store --window 5s --duration 30s\n  \
+    tailprof agent --otlp http://127.0.0.1:4318    # also send every window to an OTLP receiver\n  \
     tailprof top --store /tmp/store --since 1h")]
 pub struct AgentArgs {
     /// Config file of `key = value` lines (keys: store, window, frequency, period, event,
-    /// stacks, host, retain_age, retain_size, compact, mmap_pages, push, slow_threshold,
+    /// stacks, host, retain_age, retain_size, compact, mmap_pages, push, otlp, slow_threshold,
     /// slow_percentile, item_begin, item_end; see docs/STORE.md). Options given here
     /// override it.
     #[arg(long, value_name = "FILE")]
@@ -66,6 +67,12 @@ pub struct AgentArgs {
     /// Push each window as pprof to a Pyroscope-compatible endpoint (http://HOST:PORT).
     #[arg(long, value_name = "URL")]
     push: Option<String>,
+
+    /// Send each window as OpenTelemetry profiles (OTLP/HTTP protobuf) to an OTLP
+    /// receiver, e.g. http://127.0.0.1:4318 (POSTs to URL/v1development/profiles unless
+    /// the URL already ends with that path). Can be combined with --push.
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
 
     /// Keep the explanation of every request slower than this (e.g. 50ms), in addition
     /// to those slower than their class's recent p99.
@@ -108,6 +115,7 @@ fn config_from(a: &AgentArgs) -> Result<AgentConfig, String> {
     set("duration", a.duration.clone())?;
     set("host", a.host.clone())?;
     set("push", a.push.clone())?;
+    set("otlp", a.otlp.clone())?;
     set("slow_threshold", a.slow_threshold.clone())?;
     set("slow_percentile", a.slow_percentile.clone())?;
     set("item_begin", a.item_begin.clone())?;
@@ -163,6 +171,23 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
             eprintln!(
                 "tailprof: warning: lost {} samples in the kernel ({} LOST records), {} dropped (window table full)",
                 s.aggregation.lost_samples, s.lost_records, s.aggregation.dropped_rows
+            );
+        }
+        if w.push_failures + w.otlp_failures > 0 {
+            eprintln!(
+                "tailprof: warning: {} pprof pushes and {} OTLP sends failed ({} and {} delivered)",
+                w.push_failures, w.otlp_failures, w.pushes, w.otlp_pushes
+            );
+        }
+        let r = &s.requests;
+        let req_drops = r.unmatched_ends + r.evicted_open + r.abandoned_open + r.slow_not_retained
+            + r.class_labels_dropped + r.requests_in_other_class + r.kept_samples_evicted;
+        if req_drops > 0 {
+            eprintln!(
+                "tailprof: warning: requests: {} ends unmatched, {} open evicted at the bound, {} abandoned (thread exited), \
+                 {} slow not retained (window full), {} class names dropped, {} in class [other], {} kept samples evicted early",
+                r.unmatched_ends, r.evicted_open, r.abandoned_open, r.slow_not_retained,
+                r.class_labels_dropped, r.requests_in_other_class, r.kept_samples_evicted
             );
         }
         if let Some(e) = &w.last_window_error {
