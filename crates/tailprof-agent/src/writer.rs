@@ -6,15 +6,12 @@
 //! of one core after a startup burst); binaries beyond it wait and are counted.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tailprof_store::schema::{ItemRow, LatencyRow, SampleRow, WindowMeta, SCHEMA_VERSION};
 use tailprof_store::{Store, Table};
-
-use crate::symtab::symbolize_file;
 
 pub struct WindowBatch {
     pub host: String,
@@ -56,6 +53,9 @@ pub struct WriterStats {
     /// ([`MAX_DEFERRED_SYMBOL_JOBS`]); their frames stay unsymbolized in the store.
     pub symbol_tables_dropped: u64,
     pub symbols: u64,
+    /// Functions left out of written tables because the file was malformed there
+    /// (`symtab::TableWritten::skipped`).
+    pub symbols_skipped: u64,
     pub items_retained: u64,
     pub retention_removed: u64,
     pub compacted_files: u64,
@@ -323,24 +323,22 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
 
 fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
     let Some(dest) = store.symbols_file(&j.build_id) else { return };
-    let fd_path = format!("/proc/self/fd/{}", j.file.as_raw_fd());
-    let rows = if j.path == crate::aggregate::KERNEL_PATH {
-        crate::symtab::kallsyms_rows(j.file, &j.build_id, &j.path)
-    } else {
-        let r = symbolize_file(&fd_path, &j.build_id, &j.path);
-        drop(j.file);
-        r
-    };
-    let res = rows.and_then(|rows| {
-        store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string())?;
-        tailprof_store::write_symbols(&dest, &rows).map_err(|e| e.to_string())?;
-        Ok(rows.len())
+    let res = store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string()).and_then(|()| {
+        if j.path == crate::aggregate::KERNEL_PATH {
+            crate::symtab::write_kallsyms_table(j.file, &j.build_id, &j.path, &dest)
+        } else {
+            // streamed from the file (read with pread, never mapped), closed right after
+            let r = crate::symtab::write_elf_table(&j.file, &j.build_id, &j.path, &dest);
+            drop(j.file);
+            r
+        }
     });
     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
     match res {
-        Ok(n) => {
+        Ok(t) => {
             s.symbol_tables += 1;
-            s.symbols += n as u64;
+            s.symbols += t.functions;
+            s.symbols_skipped += t.skipped;
         }
         Err(e) => {
             s.symbol_tables_failed += 1;
@@ -348,8 +346,8 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
         }
     }
     drop(s);
-    // A large library's table (and blazesym's parse of it) is freed now; give the
-    // memory back instead of keeping it in this thread's malloc arena (resident size).
+    // A large library's index and last row group are freed now; give the memory back
+    // instead of keeping it in this thread's malloc arena (resident size).
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases free heap memory.
     unsafe {

@@ -1,5 +1,6 @@
 //! Writing tables: the low-level Parquet column writer (no Arrow), zstd, dictionary
-//! encoding for the string columns, one row group per file, and the atomic rule.
+//! encoding for the string columns, one row group per window file (symbol tables: one per
+//! [`SYMBOL_GROUP_ROWS`] functions, streamed), and the atomic rule.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,16 +36,17 @@ fn sat_i64(v: u64) -> i64 {
 
 /// Writes one table file atomically. Returns its size in bytes.
 pub(crate) fn write_table(path: &Path, schema: &str, meta: Option<&WindowMeta>, rows: usize, cols: Vec<Col>) -> Result<u64> {
-    write_table_groups(path, schema, meta, std::iter::once((rows, cols)))
+    write_table_groups(path, schema, meta, std::iter::once(Ok((rows, cols))))
 }
 
 /// [`write_table`] with one row group per item of `groups` (`(rows, columns)`), built
-/// one at a time so only one group's columns are in memory.
+/// one at a time so only one group's columns are in memory. The first `Err` stops the
+/// write and leaves no file (the temporary is removed).
 pub(crate) fn write_table_groups(
     path: &Path,
     schema: &str,
     meta: Option<&WindowMeta>,
-    groups: impl Iterator<Item = (usize, Vec<Col>)>,
+    groups: impl Iterator<Item = Result<(usize, Vec<Col>)>>,
 ) -> Result<u64> {
     let schema = Arc::new(parse_message_type(schema).map_err(|e| StoreError::pq(path, e))?);
     let mut kv = vec![KeyValue::new(KV_VERSION.to_string(), SCHEMA_VERSION.to_string())];
@@ -59,7 +61,8 @@ pub(crate) fn write_table_groups(
     let af = AtomicFile::create(path)?;
     {
         let mut w = SerializedFileWriter::new(af.file(), schema, Arc::new(props)).map_err(|e| StoreError::pq(path, e))?;
-        for (rows, cols) in groups {
+        for group in groups {
+            let (rows, cols) = group?;
             if rows == 0 {
                 continue;
             }
@@ -151,11 +154,63 @@ pub fn write_samples(path: &Path, meta: &WindowMeta, rows: &[SampleRow]) -> Resu
 }
 
 /// Rows per row group of a symbol table: the columns of one group are built at a time,
-/// so writing a huge table (libLLVM: 145k functions) does not copy it whole.
-const SYMBOL_GROUP_ROWS: usize = 8192;
+/// so writing a huge table (libLLVM: 145k functions) never holds it whole.
+pub const SYMBOL_GROUP_ROWS: usize = 8192;
 
-/// Writes the symbol table of one binary, [`SYMBOL_GROUP_ROWS`] rows per row group.
-/// Returns bytes.
+/// One function of a binary, for [`write_symbol_table`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymbolFn {
+    /// File offset of the first byte.
+    pub start: u64,
+    /// Bytes (0 = up to the next function).
+    pub size: u64,
+    /// Demangled name.
+    pub name: String,
+}
+
+/// Writes the symbol table of one binary from an iterator of its functions (in the
+/// order they are to be stored: by start), [`SYMBOL_GROUP_ROWS`] rows per row group.
+/// Only one group's names are in memory at a time, and the build-id and path are stored
+/// once per group (dictionary-encoded), not copied per row. An `Err` item (e.g. the
+/// binary could not be read) stops the write and leaves no file. Returns (bytes, rows).
+pub fn write_symbol_table<I>(path: &Path, build_id: &str, binary: &str, funcs: I) -> Result<(u64, u64)>
+where
+    I: IntoIterator<Item = std::result::Result<SymbolFn, String>>,
+{
+    let (bid, bin) = (ba(build_id), ba(binary));
+    let mut funcs = funcs.into_iter();
+    let mut rows = 0u64;
+    let groups = std::iter::from_fn(|| {
+        let mut start = Vec::with_capacity(SYMBOL_GROUP_ROWS);
+        let mut size = Vec::with_capacity(SYMBOL_GROUP_ROWS);
+        let mut name = Vec::with_capacity(SYMBOL_GROUP_ROWS);
+        for f in funcs.by_ref() {
+            match f {
+                Ok(f) => {
+                    start.push(sat_i64(f.start));
+                    size.push(sat_i64(f.size));
+                    name.push(ByteArray::from(f.name.into_bytes()));
+                }
+                Err(msg) => return Some(Err(StoreError::Invalid { path: path.display().to_string(), msg })),
+            }
+            if start.len() == SYMBOL_GROUP_ROWS {
+                break;
+            }
+        }
+        let n = start.len();
+        if n == 0 {
+            return None;
+        }
+        rows += n as u64;
+        // ByteArray clones share one buffer: the repeated columns cost a pointer per row.
+        Some(Ok((n, vec![Col::Str(vec![bid.clone(); n]), Col::Str(vec![bin.clone(); n]), Col::I64(start), Col::I64(size), Col::Str(name)])))
+    });
+    let bytes = write_table_groups(path, SYMBOLS_SCHEMA, None, groups)?;
+    Ok((bytes, rows))
+}
+
+/// Writes the symbol table of one binary from rows in memory, [`SYMBOL_GROUP_ROWS`] rows
+/// per row group. Returns bytes. (The agent streams with [`write_symbol_table`].)
 pub fn write_symbols(path: &Path, rows: &[SymbolRow]) -> Result<u64> {
     let groups = rows.chunks(SYMBOL_GROUP_ROWS).map(|rows| {
         let cols = vec![
@@ -165,7 +220,7 @@ pub fn write_symbols(path: &Path, rows: &[SymbolRow]) -> Result<u64> {
             Col::I64(rows.iter().map(|r| sat_i64(r.size)).collect()),
             Col::Str(rows.iter().map(|r| ba(&r.name)).collect()),
         ];
-        (rows.len(), cols)
+        Ok((rows.len(), cols))
     });
     write_table_groups(path, SYMBOLS_SCHEMA, None, groups)
 }
