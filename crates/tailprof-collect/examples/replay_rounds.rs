@@ -3,14 +3,14 @@
 //! round as the recorder does, and prints the CPU cost per record. Deterministic, so
 //! it also runs under `valgrind --tool=callgrind`.
 //!
-//!   cargo run --release -p tailprof-collect --example replay_rounds -- [records] [round_ms] [period_ns] [ips]
+//!   cargo run --release -p tailprof-collect --example replay_rounds -- [records] [round_ms] [period_ns] [ips] [zstd_level]
 
 use std::time::Instant;
 use tailprof_collect::attr::BASE_SAMPLE_TYPE;
 use tailprof_collect::parse::{Decoded, Decoder, Layout};
 use tailprof_collect::ring::RoundQueue;
 use tailprof_format::synth::Workload;
-use tailprof_format::{Sample, TraceHeader, TraceWriter};
+use tailprof_format::{Sample, TraceHeader, TraceWriter, WriterOptions};
 
 fn raw(s: &Sample) -> Vec<u8> {
     let mut r = Vec::with_capacity(56);
@@ -29,11 +29,12 @@ fn raw(s: &Sample) -> Vec<u8> {
 }
 
 fn main() {
-    let a: Vec<u64> = std::env::args().skip(1).map(|s| s.parse().unwrap()).collect();
+    let a: Vec<u64> = std::env::args().skip(1).take(4).map(|s| s.parse().unwrap()).collect();
     let n = *a.first().unwrap_or(&1_000_000) as usize;
     let round_ns = a.get(1).copied().unwrap_or(100) * 1_000_000;
     let period = a.get(2).copied().unwrap_or(10_000);
     let ips = a.get(3).copied().unwrap_or(300) as u32;
+    let level = std::env::args().nth(5).map_or(WriterOptions::default().zstd_level, |s| s.parse().unwrap());
     let samples = Workload::CpuClock { period_ns: period, threads: 3, ips }.samples(1, n);
     let recs: Vec<(u64, u32, Vec<u8>)> = samples.iter().map(|s| (s.time, s.cpu, raw(s))).collect();
     let layout = Layout {
@@ -44,7 +45,8 @@ fn main() {
     };
     let mut dec = Decoder::new(vec![layout]);
     dec.add_id(7, 0);
-    let mut w = TraceWriter::new(std::io::sink(), &TraceHeader::default()).unwrap();
+    let opts = WriterOptions { zstd_level: level, ..WriterOptions::default() };
+    let mut w = TraceWriter::with_options(std::io::sink(), &TraceHeader::default(), opts).unwrap();
     let mut q = RoundQueue::new();
     let mut s = Sample::default();
     let t0 = Instant::now();

@@ -21,8 +21,9 @@
 //!    order, see [`RoundQueue`]) and write only the records with
 //!    `time <= T_{k-1}` — the drain-start time of the *previous* round — keeping later
 //!    ones queued in place; then `end_round()` on the writer. While a long round is
-//!    written, rings over a quarter full are drained again between batches (those
-//!    records are newer than the limit and wait for the next round).
+//!    written, rings over a quarter full are drained again between batches and between
+//!    the columns of a chunk being encoded (those records are newer than the limit and
+//!    wait for the next round).
 //!
 //! **Invariant:** a record stamped `t <= T_{k-1}` was written into its ring before
 //! `T_k` (the kernel writes a record right after taking its timestamp, and a round lasts
@@ -508,7 +509,8 @@ impl Recorder {
             self.emit_round(Some(limit), out)?;
             prev_start = drain_start;
             self.refill();
-            out.end_round()?;
+            // Closing a large chunk takes a while: drain filling rings between columns.
+            out.end_round_with(&mut || self.refill())?;
             if drain_start.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
                 // Bound what a SIGKILL or power loss can take: at most this much recent data.
                 out.flush()?;

@@ -292,12 +292,26 @@ impl ChunkBuilder {
     /// [`Self::reset`], so a chunk can be encoded again (with `stacks_stored` set, when the
     /// node limit of FORMAT.md §5.5 needs it).
     pub fn encode(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec, table: &StackTable) -> RecordsMeta {
+        self.encode_with(body, pk, codec, table, &mut || {})
+    }
+
+    /// [`Self::encode`], calling `between` after each sample column is encoded and
+    /// compressed: encoding a large chunk takes milliseconds, and a recorder uses the
+    /// pauses to drain its rings (the output does not depend on `between`).
+    pub fn encode_with(
+        &mut self,
+        body: &mut Vec<u8>,
+        pk: &mut Packer,
+        codec: TimeCodec,
+        table: &StackTable,
+        between: &mut dyn FnMut(),
+    ) -> RecordsMeta {
         body.clear();
         let slot_rank = self.encode_stacks(body, pk, table);
         let n = self.times.len();
         put_uleb(body, n as u64);
         if n > 0 {
-            self.encode_samples(body, pk, codec, &slot_rank);
+            self.encode_samples(body, pk, codec, &slot_rank, between);
         }
         put_uleb(body, self.sideband.len() as u64);
         let mut prev_pos = 0u32;
@@ -406,7 +420,14 @@ impl ChunkBuilder {
         slot_rank
     }
 
-    fn encode_samples(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec, slot_rank: &[u32]) {
+    fn encode_samples(
+        &mut self,
+        body: &mut Vec<u8>,
+        pk: &mut Packer,
+        codec: TimeCodec,
+        slot_rank: &[u32],
+        between: &mut dyn FnMut(),
+    ) {
         let n = self.times.len();
         let base = self.times[0];
         put_u64(body, base);
@@ -420,6 +441,7 @@ impl ChunkBuilder {
         pk.scratch.clear();
         codec.encode(&self.deltas, &mut pk.scratch);
         pk.put_scratch(body);
+        between();
 
         put_column(body, pk, n, |i| self.events[i] as u64);
 
@@ -429,7 +451,9 @@ impl ChunkBuilder {
             put_uleb(body, tid as u64);
         }
         put_column(body, pk, n, |i| self.thread_idx[i] as u64);
+        between();
         put_column(body, pk, n, |i| self.cpus[i] as u64);
+        between();
         put_column(body, pk, n, |i| self.periods[i]);
         put_column(body, pk, n, |i| self.cpumodes[i] as u64);
 
@@ -449,6 +473,7 @@ impl ChunkBuilder {
             prev_ip = ip;
         }
         pk.put_scratch(body);
+        between();
         // With stack nodes in the chunk, index 0 is "the stack's leaf ip" and the table is
         // 1-based; without, indices are 0-based as in version 1.
         let shift = !self.nodes.is_empty() as u64;
@@ -456,6 +481,7 @@ impl ChunkBuilder {
             LEAF_IP => 0,
             k => rank[k as usize] as u64 + shift,
         });
+        between();
 
         let m = &self.opt_mask;
         put_opt_column(body, pk, n, |i| m[i] & HAS_ADDR != 0, &self.addrs, true);

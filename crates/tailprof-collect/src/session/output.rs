@@ -65,6 +65,12 @@ pub trait RecordOutput {
     fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError>;
     fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError>;
     fn end_round(&mut self) -> Result<(), FormatError>;
+    /// [`RecordOutput::end_round`], calling `between` now and then if it has long work
+    /// to do (encoding a chunk), so the recorder can drain its rings meanwhile.
+    fn end_round_with(&mut self, between: &mut dyn FnMut()) -> Result<(), FormatError> {
+        let _ = between;
+        self.end_round()
+    }
     /// Make everything written so far durable (close the open chunk, flush the file).
     fn flush(&mut self) -> Result<(), FormatError> {
         Ok(())
@@ -88,6 +94,9 @@ impl<W: Write> RecordOutput for TraceWriter<W> {
     }
     fn end_round(&mut self) -> Result<(), FormatError> {
         TraceWriter::end_round(self)
+    }
+    fn end_round_with(&mut self, between: &mut dyn FnMut()) -> Result<(), FormatError> {
+        TraceWriter::end_round_with(self, between)
     }
     fn flush(&mut self) -> Result<(), FormatError> {
         TraceWriter::flush_chunk(self)
