@@ -56,6 +56,9 @@ pub const ENV_VAR: &str = tailprof_markers_protocol::ENV_VAR;
 /// Name of the control block the marker libraries export.
 pub const CONTROL_SYMBOL: &str = tailprof_markers_protocol::CONTROL_SYMBOL;
 
+/// Most bytes of a process's environment searched by
+/// [`MarkerCollector::launched_by_other_recorder`].
+pub const MAX_ENVIRON: u64 = 1 << 20;
 /// Most class labels kept per process; more are counted as `LossKind::ItemClasses`.
 pub const MAX_CLASSES_PER_TARGET: usize = 4096;
 /// How far past the clock read right after its slot was consumed a marker's time may be.
@@ -222,6 +225,27 @@ impl MarkerCollector {
     /// Whether `pid` has a region (prepared or attached, not yet finished or reaped).
     pub fn has(&self, pid: u32) -> bool {
         self.targets.iter().any(|t| t.pid == pid)
+    }
+
+    /// Whether `pid` was launched by another recorder that is still running: its
+    /// environment names that recorder's sealed region (`TAILPROF_MARKERS=/proc/RPID/fd/N`,
+    /// RPID alive and not us). Its markers belong to that recorder (the library enables
+    /// itself from the environment at its first marker), so `-a` leaves it alone instead
+    /// of taking them over. The environment is read bounded ([`MAX_ENVIRON`]) and only
+    /// searched.
+    pub fn launched_by_other_recorder(pid: u32) -> bool {
+        use std::io::Read;
+        let Ok(f) = std::fs::File::open(format!("/proc/{pid}/environ")) else { return false };
+        let mut env = Vec::new();
+        if f.take(MAX_ENVIRON).read_to_end(&mut env).is_err() {
+            return false;
+        }
+        let key = format!("{ENV_VAR}=/proc/");
+        env.split(|&b| b == 0).filter_map(|var| var.strip_prefix(key.as_bytes())).any(|rest| {
+            let digits: Vec<u8> = rest.iter().copied().take_while(u8::is_ascii_digit).collect();
+            let rpid = std::str::from_utf8(&digits).ok().and_then(|d| d.parse::<u32>().ok());
+            rpid.is_some_and(|r| r != std::process::id() && r != pid && crate::procfs::process_alive(r))
+        })
     }
 
     /// Processes attached through their control block ([`MarkerCollector::attach`]), not

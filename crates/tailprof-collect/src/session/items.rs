@@ -145,6 +145,8 @@ pub(crate) struct MarkerFollower {
     pub failed: u64,
     pub first_error: Option<String>,
     pub over_limit: u64,
+    /// Processes launched by another running recorder, left to it.
+    pub others: u64,
     /// When exited processes' regions were last looked for.
     pub last_reap_ns: u64,
 }

@@ -194,6 +194,10 @@ impl Recorder {
             if pid == me || Some(pid) == child || self.markers.has(pid) {
                 continue;
             }
+            if MarkerCollector::launched_by_other_recorder(pid) {
+                f.others += 1;
+                continue;
+            }
             if self.markers.attached() >= items::MAX_FOLLOWED_PROCESSES {
                 f.over_limit += 1;
                 continue;
@@ -222,13 +226,14 @@ impl Recorder {
     /// The follow note for the end of a recording (`None` when nothing was followed).
     pub(super) fn follow_note(&self) -> Option<String> {
         let f = self.emitter.follow.as_ref()?;
-        if f.attached + f.failed + f.over_limit == 0 {
+        if f.attached + f.failed + f.over_limit + f.others == 0 {
             return None;
         }
         Some(format!(
             "markers: attached to {} process(es) that started while recording (their markers from before the attach are \
-             not recorded){}{}",
+             not recorded){}{}{}",
             f.attached,
+            if f.others > 0 { format!("; {} left to the recorder that launched them", f.others) } else { String::new() },
             match &f.first_error {
                 Some(e) if f.failed > 0 => format!("; {} could not be attached, e.g. {e}", f.failed),
                 _ => String::new(),
@@ -249,7 +254,12 @@ impl Recorder {
         let (mut ok, mut failed, mut first_err) = (0usize, 0usize, None);
         let me = std::process::id();
         let child = self.child.as_ref().map(|c| c.pid());
+        let mut others = 0usize;
         for pid in procfs::all_pids().into_iter().filter(|&p| p != me && Some(p) != child) {
+            if MarkerCollector::launched_by_other_recorder(pid) {
+                others += 1;
+                continue;
+            }
             match self.markers.attach(pid) {
                 Ok(true) => ok += 1,
                 Ok(false) => {}
@@ -260,12 +270,13 @@ impl Recorder {
             }
         }
         self.notes.push(format!(
-            "markers: attached to {ok} running process(es) with the marker library{}; processes that start later are \
+            "markers: attached to {ok} running process(es) with the marker library{}{}; processes that start later are \
              attached when they map it",
             match first_err {
                 Some(e) if failed > 0 => format!(" ({failed} could not be attached, e.g. {e})"),
                 _ => String::new(),
-            }
+            },
+            if others > 0 { format!(" ({others} left to the recorder that launched them)") } else { String::new() }
         ));
     }
 
