@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use tailprof_store::schema::{SampleRow, StoreFrame, SymbolRow, KERNEL_BUILD_ID};
-use tailprof_store::{ReadStats, SampleQuery, StoreReader};
+use tailprof_store::{ReadStats, SampleBatch, SampleQuery, StoreReader};
 
 /// What `top` groups by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,6 +40,19 @@ pub struct StoreSymbols<'a> {
     /// build-id → binary path seen in samples (for unnamed frames).
     binaries: HashMap<String, String>,
     pub missing_tables: u64,
+    /// Interned `[kernel]` and `[unknown]`.
+    kernel_id: Option<u32>,
+    unknown_id: Option<u32>,
+    buf: String,
+}
+
+/// A build-id resolved once per batch: what its frames are named from.
+#[derive(Debug, Clone, Copy)]
+pub enum FrameTable {
+    Kernel,
+    Unknown,
+    /// Index of the build-id's symbol table (possibly empty) in [`StoreSymbols`].
+    Table(usize),
 }
 
 impl<'a> StoreSymbols<'a> {
@@ -53,7 +66,87 @@ impl<'a> StoreSymbols<'a> {
             name_ids: HashMap::new(),
             binaries: HashMap::new(),
             missing_tables: 0,
+            kernel_id: None,
+            unknown_id: None,
+            buf: String::new(),
         }
+    }
+
+    /// [`StoreSymbols::learn_binaries`] for a column batch.
+    pub fn learn_binaries_batch(&mut self, b: &SampleBatch) {
+        let mut seen = vec![false; b.build_ids.len()];
+        for i in 0..b.len() {
+            let fr = b.frames(i);
+            if fr.is_empty() {
+                continue;
+            }
+            let k = b.frame_build_id[fr.start] as usize;
+            if !seen[k] {
+                seen[k] = true;
+                let bid = &b.build_ids[k];
+                if !self.binaries.contains_key(bid) {
+                    self.binaries.insert(bid.clone(), b.str(b.binary[i]).to_string());
+                }
+            }
+        }
+    }
+
+    /// Resolves a build-id to its symbol table (loaded on first use).
+    pub fn frame_table(&mut self, build_id: &str) -> FrameTable {
+        if build_id == KERNEL_BUILD_ID {
+            FrameTable::Kernel
+        } else if build_id.is_empty() {
+            FrameTable::Unknown
+        } else {
+            FrameTable::Table(self.table(build_id))
+        }
+    }
+
+    /// [`StoreSymbols::name_id`] of a frame whose build-id was resolved by
+    /// [`StoreSymbols::frame_table`].
+    #[inline]
+    pub fn name_id_in(&mut self, t: FrameTable, build_id: &str, offset: u64) -> u32 {
+        match t {
+            FrameTable::Kernel => match self.kernel_id {
+                Some(id) => id,
+                None => {
+                    let id = self.intern("[kernel]");
+                    self.kernel_id = Some(id);
+                    id
+                }
+            },
+            FrameTable::Unknown => match self.unknown_id {
+                Some(id) => id,
+                None => {
+                    let id = self.intern("[unknown]");
+                    self.unknown_id = Some(id);
+                    id
+                }
+            },
+            FrameTable::Table(t) => {
+                let (rows, ids) = &self.tables[t];
+                if let Some(i) = lookup_index(rows, offset) {
+                    return ids[i];
+                }
+                self.unnamed_id(build_id, offset)
+            }
+        }
+    }
+
+    /// `[binary+0xOFFSET]` of a frame its build-id's table does not cover.
+    fn unnamed_id(&mut self, build_id: &str, offset: u64) -> u32 {
+        use std::fmt::Write;
+        if !self.binaries.contains_key(build_id) {
+            self.table(build_id);
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let bin = self.binaries.get(build_id).map_or(build_id, |s| s.as_str());
+        let short = bin.rsplit('/').next().unwrap_or(bin);
+        let _ = write!(buf, "[{short}+0x{offset:x}]");
+        let id = self.intern(&buf);
+        self.buf = buf;
+        id
     }
 
     /// Remembers the leaf binary path of each build-id in `rows`.
@@ -264,6 +357,90 @@ impl Grouper {
         }
     }
 
+    /// [`Grouper::add`] over a column batch: the same counts, without building rows.
+    fn add_batch(&mut self, sym: &mut StoreSymbols<'_>, b: &SampleBatch) {
+        let tabs: Vec<FrameTable> = b.build_ids.iter().map(|id| sym.frame_table(id)).collect();
+        let (m, by_id, ids) = (&mut self.m, &mut self.by_id, &mut self.ids);
+        match self.by {
+            GroupBy::Function => {
+                for i in 0..b.len() {
+                    let count = b.count[i];
+                    self.total += count;
+                    ids.clear();
+                    for k in b.frames(i) {
+                        let t = b.frame_build_id[k] as usize;
+                        ids.push(sym.name_id_in(tabs[t], &b.build_ids[t], b.frame_offset[k]));
+                    }
+                    match ids.first() {
+                        Some(&leaf) => {
+                            if by_id.len() <= leaf as usize {
+                                by_id.resize(leaf as usize + 1, (0, 0));
+                            }
+                            by_id[leaf as usize].0 += count;
+                        }
+                        None => m.entry("[no frames]".into()).or_default().0 += count,
+                    }
+                    ids.sort_unstable();
+                    ids.dedup();
+                    for &id in ids.iter() {
+                        if by_id.len() <= id as usize {
+                            by_id.resize(id as usize + 1, (0, 0));
+                        }
+                        by_id[id as usize].1 += count;
+                    }
+                }
+            }
+            GroupBy::Binary => {
+                let mut per: Vec<Option<u64>> = vec![None; b.strings.len()];
+                for i in 0..b.len() {
+                    self.total += b.count[i];
+                    *per[b.binary[i] as usize].get_or_insert(0) += b.count[i];
+                }
+                for (k, n) in per.iter().enumerate() {
+                    if let Some(n) = *n {
+                        let e = m.entry(b.strings[k].clone()).or_default();
+                        e.0 += n;
+                        e.1 += n;
+                    }
+                }
+            }
+            GroupBy::Stack => {
+                let mut key = String::new();
+                for i in 0..b.len() {
+                    let count = b.count[i];
+                    self.total += count;
+                    key.clear();
+                    let comm = b.str(b.comm[i]);
+                    if comm.is_empty() {
+                        key.push_str(&format!("pid {}", b.pid[i]));
+                    } else {
+                        key.push_str(comm);
+                    }
+                    if b.truncated[i] {
+                        key.push_str(";[truncated]");
+                    }
+                    for k in b.frames(i).rev() {
+                        let t = b.frame_build_id[k] as usize;
+                        let id = sym.name_id_in(tabs[t], &b.build_ids[t], b.frame_offset[k]);
+                        key.push(';');
+                        for c in sym.name_of(id).chars() {
+                            key.push(if c == ';' { ':' } else { c });
+                        }
+                    }
+                    match m.get_mut(key.as_str()) {
+                        Some(e) => {
+                            e.0 += count;
+                            e.1 += count;
+                        }
+                        None => {
+                            m.insert(key.clone(), (count, count));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn finish(mut self, sym: &StoreSymbols<'_>) -> (HashMap<String, (u64, u64)>, u64) {
         for (id, &(a, b)) in self.by_id.iter().enumerate() {
             if a + b > 0 {
@@ -278,18 +455,36 @@ impl Grouper {
 
 fn group_range(reader: &StoreReader, sym: &mut StoreSymbols<'_>, q: &SampleQuery, by: GroupBy) -> (HashMap<String, (u64, u64)>, u64, ReadStats) {
     let mut g = Grouper::new(by);
-    let read = reader.samples_each(q, &mut |rows| {
-        sym.learn_binaries(rows);
-        g.add(sym, rows);
+    let read = reader.sample_batches(q, &mut |_, b| {
+        sym.learn_binaries_batch(b);
+        g.add_batch(sym, b);
     });
     let (m, total) = g.finish(sym);
     (m, total, read)
+}
+
+/// [`group_range`] through rows ([`StoreReader::samples_each`]): the reference the
+/// batch path is tested against.
+#[doc(hidden)]
+pub fn top_by_rows(reader: &StoreReader, q: &SampleQuery, by: GroupBy, limit: usize) -> TopReport {
+    let mut sym = StoreSymbols::new(reader);
+    let mut g = Grouper::new(by);
+    let read = reader.samples_each(q, &mut |rows| {
+        sym.learn_binaries(rows);
+        g.add(&mut sym, rows);
+    });
+    let (m, total) = g.finish(&sym);
+    top_report(m, total, read, q, by, limit, sym.missing_tables)
 }
 
 /// `tailprof top`.
 pub fn top(reader: &StoreReader, q: &SampleQuery, by: GroupBy, limit: usize) -> TopReport {
     let mut sym = StoreSymbols::new(reader);
     let (m, total, read) = group_range(reader, &mut sym, q, by);
+    top_report(m, total, read, q, by, limit, sym.missing_tables)
+}
+
+fn top_report(m: HashMap<String, (u64, u64)>, total: u64, read: ReadStats, q: &SampleQuery, by: GroupBy, limit: usize, missing: u64) -> TopReport {
     let mut out: Vec<TopRow> = m
         .into_iter()
         .map(|(name, (s, t))| TopRow { name, self_samples: s, self_pct: pct(s, total), total_samples: t, total_pct: pct(t, total) })
@@ -298,7 +493,7 @@ pub fn top(reader: &StoreReader, q: &SampleQuery, by: GroupBy, limit: usize) -> 
     if limit > 0 {
         out.truncate(limit);
     }
-    TopReport { by, from_us: q.from_us, to_us: q.to_us, samples: total, rows: out, read, missing_symbol_tables: sym.missing_tables }
+    TopReport { by, from_us: q.from_us, to_us: q.to_us, samples: total, rows: out, read, missing_symbol_tables: missing }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

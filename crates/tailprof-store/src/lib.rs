@@ -25,6 +25,7 @@
 //! This crate never prints and never exits; errors are [`StoreError`]s.
 
 pub mod atomic;
+pub mod batch;
 pub mod layout;
 pub mod read;
 pub mod retain;
@@ -33,6 +34,7 @@ pub mod time;
 pub mod write;
 
 pub use layout::{default_root, Store, Table};
+pub use batch::{RowFilter, SampleBatch};
 pub use read::{FileSummary, ReadStats, SampleQuery, StoreReader};
 pub use retain::{compact, retain, CompactStats, RetainPolicy, RetainStats};
 pub use schema::{

@@ -1,6 +1,7 @@
 //! Reading the store back: find the files of a time range (pruning by partition folder
 //! and file name before opening anything), read rows, and count what could not be read.
 //! A damaged or foreign file is skipped and counted in [`ReadStats`], never fatal.
+//! Sample files are read column by column ([`crate::batch`]) on several threads.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use parquet::record::{ListAccessor, Row, RowAccessor};
 use serde::Serialize;
 
 use crate::atomic::open_for_read;
+use crate::batch::{read_samples_batch, RowFilter, SampleBatch};
 use crate::layout::{parse_window_name, Store, Table};
 use crate::schema::*;
 use crate::time::hour_start_us;
@@ -94,7 +96,7 @@ fn file_name(p: &Path) -> &str {
     p.file_name().and_then(|n| n.to_str()).unwrap_or("")
 }
 
-fn open_reader(path: &Path) -> Result<SerializedFileReader<fs::File>> {
+pub(crate) fn open_reader(path: &Path) -> Result<SerializedFileReader<fs::File>> {
     let (f, _) = open_for_read(path, MAX_FILE_BYTES)?;
     let r = SerializedFileReader::new(f).map_err(|e| StoreError::pq(path, e))?;
     let md = r.metadata().file_metadata();
@@ -116,7 +118,7 @@ fn open_reader(path: &Path) -> Result<SerializedFileReader<fs::File>> {
     }
 }
 
-fn window_meta(r: &SerializedFileReader<fs::File>) -> Option<WindowMeta> {
+pub(crate) fn window_meta(r: &SerializedFileReader<fs::File>) -> Option<WindowMeta> {
     let kv = r.metadata().file_metadata().key_value_metadata()?;
     let v = kv.iter().find(|k| k.key == KV_META)?.value.as_deref()?;
     serde_json::from_str(v).ok()
@@ -233,42 +235,48 @@ impl StoreReader {
     /// Streams the sample rows matching `q`, one file at a time (memory stays at one
     /// file's rows however long the range).
     pub fn samples_each(&self, q: &SampleQuery, f: &mut dyn FnMut(&[SampleRow])) -> ReadStats {
+        self.sample_batches(q, &mut |_, b| f(&b.to_rows()))
+    }
+
+    /// Streams the sample rows matching `q` as column batches ([`SampleBatch`]), one per
+    /// file, in file order (oldest first); `f` also gets the file's index in that order.
+    /// Files are decoded on up to [`READ_THREADS`] threads (at most as many as CPUs) while
+    /// `f` runs on the caller's; at most two decoded files per thread wait for `f`, so
+    /// memory stays at a few files' rows however long the range.
+    pub fn sample_batches(&self, q: &SampleQuery, f: &mut dyn FnMut(usize, &SampleBatch)) -> ReadStats {
+        let files = self.files(Table::Samples, q.host.as_deref(), q.from_us, q.to_us);
+        let filter = RowFilter { from_us: q.from_us, to_us: q.to_us, pid: q.pid, binary: q.binary.clone() };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = cpus.min(READ_THREADS).min(files.len());
         let mut st = ReadStats::default();
-        let mut keep = Vec::new();
-        for file in self.files(Table::Samples, q.host.as_deref(), q.from_us, q.to_us) {
-            match read_samples_file(&file.path) {
-                Ok((meta, rows)) => {
-                    st.files += 1;
-                    st.bytes += file.bytes;
-                    if let Some(m) = meta {
-                        st.samples += m.samples;
-                        st.lost_samples += m.lost_samples;
-                        st.dropped_windows += m.dropped_windows;
-                        st.dropped_rows += m.dropped_rows;
-                    }
-                    st.first_us = Some(st.first_us.map_or(file.start_us, |v| v.min(file.start_us)));
-                    st.last_us = Some(st.last_us.map_or(file.end_us, |v| v.max(file.end_us)));
-                    keep.clear();
-                    for r in rows {
-                        if r.window_end_us <= q.from_us || r.window_start_us >= q.to_us {
-                            continue;
-                        }
-                        if q.pid.is_some_and(|p| p != r.pid) {
-                            continue;
-                        }
-                        if let Some(b) = &q.binary {
-                            if !(r.binary.ends_with(b.as_str()) || &r.comm == b) {
-                                continue;
-                            }
-                        }
-                        st.rows += 1;
-                        keep.push(r);
-                    }
-                    f(&keep);
-                }
-                Err(e) => st.bad(e),
+        if threads <= 1 {
+            for (i, file) in files.iter().enumerate() {
+                let r = decode_guarded(&file.path, &filter);
+                account(&mut st, i, file, r, f);
             }
+            return st;
         }
+        std::thread::scope(|s| {
+            let mut rxs = Vec::with_capacity(threads);
+            for w in 0..threads {
+                let (tx, rx) = std::sync::mpsc::sync_channel(2);
+                let (files, filter) = (&files, &filter);
+                s.spawn(move || {
+                    for file in files.iter().skip(w).step_by(threads) {
+                        if tx.send(decode_guarded(&file.path, filter)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                rxs.push(rx);
+            }
+            for (i, file) in files.iter().enumerate() {
+                let r = rxs[i % threads]
+                    .recv()
+                    .unwrap_or_else(|_| Err(StoreError::Invalid { path: file.path.display().to_string(), msg: "reader thread stopped".into() }));
+                account(&mut st, i, file, r, f);
+            }
+        });
         st
     }
 
@@ -318,8 +326,52 @@ impl StoreReader {
     }
 }
 
+/// Threads decoding sample files at most (the query itself runs on the caller's thread).
+pub const READ_THREADS: usize = 4;
+
+/// [`read_samples_batch`], with a panic inside the parquet crate (a malformed file it
+/// does not check) turned into a bad file instead of a crash.
+fn decode_guarded(path: &Path, filter: &RowFilter) -> Result<(Option<WindowMeta>, SampleBatch)> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_samples_batch(path, filter)))
+        .unwrap_or_else(|_| Err(StoreError::Invalid { path: path.display().to_string(), msg: "malformed Parquet (the reader panicked)".into() }))
+}
+
+fn account(
+    st: &mut ReadStats,
+    i: usize,
+    file: &FileSummary,
+    r: Result<(Option<WindowMeta>, SampleBatch)>,
+    f: &mut dyn FnMut(usize, &SampleBatch),
+) {
+    match r {
+        Ok((meta, batch)) => {
+            st.files += 1;
+            st.bytes += file.bytes;
+            if let Some(m) = meta {
+                st.samples += m.samples;
+                st.lost_samples += m.lost_samples;
+                st.dropped_windows += m.dropped_windows;
+                st.dropped_rows += m.dropped_rows;
+            }
+            st.first_us = Some(st.first_us.map_or(file.start_us, |v| v.min(file.start_us)));
+            st.last_us = Some(st.last_us.map_or(file.end_us, |v| v.max(file.end_us)));
+            st.rows += batch.len() as u64;
+            f(i, &batch);
+        }
+        Err(e) => st.bad(e),
+    }
+}
+
 /// Reads one samples file: its window metadata and rows.
 pub fn read_samples_file(path: &Path) -> Result<(Option<WindowMeta>, Vec<SampleRow>)> {
+    let (meta, b) = read_samples_batch(path, &RowFilter::all())?;
+    Ok((meta, b.to_rows()))
+}
+
+/// [`read_samples_file`] through the parquet crate's record API (a `Row` of `Field`s per
+/// row): the reference the column reader ([`crate::batch`]) is tested against; several
+/// times slower.
+pub fn read_samples_file_records(path: &Path) -> Result<(Option<WindowMeta>, Vec<SampleRow>)> {
     let r = open_reader(path)?;
     let meta = window_meta(&r);
     let mut rows = Vec::with_capacity(r.metadata().file_metadata().num_rows().clamp(0, 1 << 20) as usize);
