@@ -39,7 +39,7 @@ pub const MAX_NAME_BYTES: usize = 1 << 20;
 /// Symbols read per `pread` while scanning a symbol table.
 const SCAN_CHUNK: usize = 4096;
 /// Bytes of the string table read at once (names close together cost one read).
-const NAME_WINDOW: usize = 64 << 10;
+const NAME_WINDOW: usize = 4 << 10;
 
 const SHT_SYMTAB: u32 = 2;
 const SHT_STRTAB: u32 = 3;
