@@ -85,6 +85,13 @@ pub struct AggStats {
     pub windows: u64,
     pub binaries: u64,
     pub processes_seen: u64,
+    /// Records about processes beyond [`MAX_PROCS`] (their samples have unknown frames).
+    pub processes_untracked: u64,
+    /// Executable mappings beyond [`MAX_MAPS_PER_PROC`] in one process (frames in them
+    /// are unknown).
+    pub mappings_dropped: u64,
+    /// Command names beyond the interner's bound (shown as empty).
+    pub comms_dropped: u64,
 }
 
 /// The recorder output that aggregates. See the [module docs](self).
@@ -177,6 +184,7 @@ impl Aggregator {
             return id;
         }
         if self.comms.len() >= 1 << 20 {
+            self.stats.comms_dropped += 1;
             return 0;
         }
         let id = self.comms.len() as u32;
@@ -189,6 +197,7 @@ impl Aggregator {
     fn proc_mut(&mut self, pid: u32) -> Option<&mut Proc> {
         if !self.procs.contains_key(&pid) {
             if self.procs.len() >= MAX_PROCS {
+                self.stats.processes_untracked += 1;
                 return None;
             }
             self.stats.processes_seen += 1;
@@ -222,11 +231,12 @@ impl Aggregator {
         };
         // A new mapping replaces whatever overlapped it.
         p.maps.retain(|x| x.end <= map.start || x.start >= map.end);
-        if p.maps.len() >= MAX_MAPS_PER_PROC {
-            return;
+        if p.maps.len() < MAX_MAPS_PER_PROC {
+            let i = p.maps.partition_point(|x| x.start < map.start);
+            p.maps.insert(i, map);
+        } else {
+            self.stats.mappings_dropped += 1;
         }
-        let i = p.maps.partition_point(|x| x.start < map.start);
-        p.maps.insert(i, map);
     }
 
     /// The binary index of mapping `mi` of `pid`, resolving its build-id on first use.
@@ -526,6 +536,8 @@ impl RecordOutput for Aggregator {
                     if self.procs.len() < MAX_PROCS {
                         self.stats.processes_seen += 1;
                         self.procs.insert(t.pid, parent);
+                    } else {
+                        self.stats.processes_untracked += 1;
                     }
                 }
             }

@@ -173,6 +173,13 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                 s.aggregation.lost_samples, s.lost_records, s.aggregation.dropped_rows
             );
         }
+        let a = &s.aggregation;
+        if a.processes_untracked + a.mappings_dropped + a.comms_dropped > 0 {
+            eprintln!(
+                "tailprof: warning: bounds reached: {} records of untracked processes, {} mappings dropped, {} command names dropped (their frames show as unknown)",
+                a.processes_untracked, a.mappings_dropped, a.comms_dropped
+            );
+        }
         if w.push_failures + w.otlp_failures > 0 {
             eprintln!(
                 "tailprof: warning: {} pprof pushes and {} OTLP sends failed ({} and {} delivered)",
