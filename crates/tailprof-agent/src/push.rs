@@ -68,11 +68,19 @@ pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), Stri
 
 /// Largest response head read.
 const MAX_RESPONSE_HEAD: usize = 16 * 1024;
+/// Time allowed for one exchange after connecting: sending the request and reading the
+/// whole answer.
+const EXCHANGE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// One `POST target` over a new connection (`Connection: close`). Answers the status
 /// code, the status line and the response body (at most `max_body` bytes, as far as
-/// `Content-Length` says; 0: the body is not read).
+/// `Content-Length` says; 0: the body is not read). Connecting may take 5 s, the rest
+/// at most [`EXCHANGE_DEADLINE`] in all.
 pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize) -> Result<(u32, String, Vec<u8>), String> {
+    http_post_within(hostport, target, content_type, body, max_body, EXCHANGE_DEADLINE)
+}
+
+fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize, limit: Duration) -> Result<(u32, String, Vec<u8>), String> {
     let head = format!(
         "POST {target} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: tailprof/{}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         env!("CARGO_PKG_VERSION"),
@@ -80,9 +88,32 @@ pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], 
     );
     let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport).map_err(|e| e.to_string())?.next().ok_or("no address")?;
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(Duration::from_secs(10))).ok();
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    s.write_all(head.as_bytes()).and_then(|_| s.write_all(body)).map_err(|e| e.to_string())?;
+    // One deadline for the whole exchange: a receiver that reads or answers a byte at a
+    // time cannot hold the writer thread (and the windows queued behind it) longer.
+    let deadline = std::time::Instant::now() + limit;
+    let expired = || format!("no complete exchange within {} s", limit.as_secs_f64());
+    let left = || {
+        let l = deadline.saturating_duration_since(std::time::Instant::now());
+        (!l.is_zero()).then_some(l)
+    };
+    for part in [head.as_bytes(), body] {
+        for piece in part.chunks(64 * 1024) {
+            let mut piece = piece;
+            while !piece.is_empty() {
+                s.set_write_timeout(Some(left().ok_or_else(expired)?)).ok();
+                match s.write(piece) {
+                    Ok(0) => return Err("connection closed while sending".into()),
+                    Ok(n) => piece = &piece[n..],
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        }
+    }
+    let mut read = |s: &mut TcpStream, chunk: &mut [u8]| -> Result<usize, String> {
+        s.set_read_timeout(Some(left().ok_or_else(expired)?)).ok();
+        s.read(chunk).map_err(|e| e.to_string())
+    };
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -92,7 +123,7 @@ pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], 
         if buf.len() > MAX_RESPONSE_HEAD {
             return Err("response head too long".into());
         }
-        let n = s.read(&mut chunk).map_err(|e| e.to_string())?;
+        let n = read(&mut s, &mut chunk)?;
         if n == 0 {
             break None;
         }
@@ -110,7 +141,7 @@ pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], 
             .min(max_body);
         resp.extend_from_slice(&buf[he..buf.len().min(he + len)]);
         while resp.len() < len {
-            match s.read(&mut chunk) {
+            match read(&mut s, &mut chunk) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => resp.extend_from_slice(&chunk[..n.min(len - resp.len())]),
             }
@@ -129,5 +160,37 @@ mod tests {
         assert_eq!(parse_url("http://pyro/x/").unwrap(), ("pyro:80".into(), "/x".into()));
         assert!(parse_url("https://x").is_err());
         assert_eq!(pct_encode("a{b=c}"), "a%7Bb%3Dc%7D");
+    }
+
+    /// A receiver that answers one byte at a time, forever, does not hold the sender
+    /// past its deadline; a well-formed answer is read with its body.
+    #[test]
+    fn a_dripping_receiver_is_cut_off_and_answers_are_parsed() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            for (i, c) in l.incoming().take(2).enumerate() {
+                let mut c = c.unwrap();
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.ends_with(b"body") {
+                    let n = c.read(&mut buf).unwrap();
+                    assert!(n > 0);
+                    got.extend_from_slice(&buf[..n]);
+                }
+                if i == 0 {
+                    while c.write_all(b"H").is_ok() {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                } else {
+                    c.write_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 3\r\n\r\nabcdef").unwrap();
+                }
+            }
+        });
+        let e = http_post_within(&addr, "/x", "text/plain", b"body", 100, Duration::from_millis(500)).unwrap_err();
+        assert!(e.contains("no complete exchange"), "{e}");
+        let (code, line, body) = http_post_within(&addr, "/x", "text/plain", b"body", 100, Duration::from_secs(30)).unwrap();
+        assert_eq!((code, line.as_str(), body.as_slice()), (202, "HTTP/1.1 202 Accepted", &b"abc"[..]));
+        server.join().unwrap();
     }
 }
