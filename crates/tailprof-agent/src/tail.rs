@@ -17,7 +17,7 @@
 //! |---|---|---|
 //! | open requests of one process | [`MAX_OPEN_PER_PROCESS`] | its oldest is evicted (`evicted_open`) |
 //! | open requests in all | [`MAX_OPEN`] | the oldest is evicted (`evicted_open`) |
-//! | open request of an exited thread, or begun again | — | dropped at the next window (`abandoned_open`) |
+//! | open request of an exited thread, or begun again | — | dropped a window after the exit, or at once (`abandoned_open`) |
 //! | kept samples | [`KEEP_NS`], [`MAX_KEPT_SAMPLES`], [`MAX_KEPT_FRAMES`] | oldest evicted; early ones counted (`kept_samples_evicted`) |
 //! | class names declared | [`MAX_CLASS_LABELS`] | ignored (`class_labels_dropped`; shown as `classN`) |
 //! | distinct classes with history and histogram | [`MAX_CLASSES`] | counted under `[other]` (`requests_in_other_class`) |
@@ -128,8 +128,9 @@ pub struct TailRetainer {
     /// begin seq → (tid, item): the oldest of all.
     order: BTreeMap<u64, (u32, u64)>,
     next_seq: u64,
-    /// Exits seen this window: (pid, tid, time, whole process).
+    /// Exits seen this window and in the previous one: (pid, tid, time, whole process).
     exits: Vec<(u32, u32, u64, bool)>,
+    exits_prev: Vec<(u32, u32, u64, bool)>,
     /// pid → class id → name.
     classes: HashMap<u32, HashMap<u32, String>>,
     class_labels: usize,
@@ -164,6 +165,7 @@ impl TailRetainer {
             order: BTreeMap::new(),
             next_seq: 0,
             exits: Vec::new(),
+            exits_prev: Vec::new(),
             classes: HashMap::new(),
             class_labels: 0,
             class_names: Vec::new(),
@@ -232,8 +234,8 @@ impl TailRetainer {
     }
 
     /// A thread (or, `tid == pid`, a process) exited. Its open requests can never end;
-    /// they are dropped (and counted) at the next window, once markers drained late
-    /// had their chance.
+    /// they are dropped (and counted) at the end of the next window, so that end markers
+    /// drained after the exit record still match.
     pub fn handle_exit(&mut self, pid: u32, tid: u32, time: u64) {
         let process = pid == tid;
         let relevant = self.by_tid.contains_key(&tid)
@@ -242,13 +244,16 @@ impl TailRetainer {
             return;
         }
         if self.exits.len() >= MAX_PENDING_EXITS {
+            self.apply_exits(); // early, rather than unbounded
             self.apply_exits();
         }
         self.exits.push((pid, tid, time, process));
     }
 
+    /// Applies the exits of the previous window; this window's wait for the next.
     fn apply_exits(&mut self) {
-        for (pid, tid, time, process) in std::mem::take(&mut self.exits) {
+        let due = std::mem::replace(&mut self.exits_prev, std::mem::take(&mut self.exits));
+        for (pid, tid, time, process) in due {
             let victims: Vec<(u32, u64)> = if process {
                 self.by_pid.get(&pid).map_or_else(Vec::new, |m| m.values().copied().collect())
             } else {
@@ -411,7 +416,8 @@ impl TailRetainer {
         }
         let mut stacks: HashMap<&[(u32, u64)], u64> = HashMap::new();
         let (mut samples, mut on_cpu) = (0u64, 0u64);
-        // Kept samples are in time order: start at the request's begin.
+        // Kept samples are in time order (the recorder hands records over sorted by
+        // time): start at the request's begin, stop after its end.
         let first = self.kept.partition_point(|s| s.time < o.begin);
         for s in self
             .kept
@@ -448,7 +454,8 @@ impl TailRetainer {
     }
 
     /// The window's retained requests (explanations with build-ids filled in) and
-    /// latency histogram rows. Drops the open requests of threads that exited.
+    /// latency histogram rows. Drops the open requests of threads that exited in the
+    /// previous window.
     pub fn take_window(
         &mut self,
         start: i64,
@@ -612,10 +619,13 @@ mod tests {
         r.handle_exit(9, 10, n + 1);
         assert_eq!(r.open_requests(), MAX_OPEN_PER_PROCESS);
         r.take_window(0, 1, &|_| None);
+        assert_eq!(r.open_requests(), MAX_OPEN_PER_PROCESS, "kept for one more window");
+        r.take_window(1, 2, &|_| None);
         assert_eq!((r.stats.abandoned_open, r.open_requests()), (1, MAX_OPEN_PER_PROCESS - 1));
         // the process exits: all of its requests go
         r.handle_exit(9, 9, n + 2);
-        r.take_window(1, 2, &|_| None);
+        r.take_window(2, 3, &|_| None);
+        r.take_window(3, 4, &|_| None);
         assert_eq!(r.open_requests(), 0);
         assert_eq!(r.stats.abandoned_open, MAX_OPEN_PER_PROCESS as u64);
         // a begin of an item already open replaces it
