@@ -530,15 +530,13 @@ impl RecordOutput for Aggregator {
                     }
                 }
             }
-            Record::Fork(t) => {
-                if t.pid != t.ppid {
-                    let parent = self.procs.get(&t.ppid).cloned().unwrap_or_default();
-                    if self.procs.len() < MAX_PROCS {
-                        self.stats.processes_seen += 1;
-                        self.procs.insert(t.pid, parent);
-                    } else {
-                        self.stats.processes_untracked += 1;
-                    }
+            Record::Fork(t) if t.pid != t.ppid => {
+                let parent = self.procs.get(&t.ppid).cloned().unwrap_or_default();
+                if self.procs.len() < MAX_PROCS {
+                    self.stats.processes_seen += 1;
+                    self.procs.insert(t.pid, parent);
+                } else {
+                    self.stats.processes_untracked += 1;
                 }
             }
             Record::Exit(t) => {

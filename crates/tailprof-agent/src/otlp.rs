@@ -290,7 +290,7 @@ pub fn window_request(store: &Store, w: &WindowBatch) -> ExportProfilesServiceRe
                     time_unix_nano,
                     duration_nano,
                     period_type: Some(period_type),
-                    period: if count > 0 { (period / count).min(i64::MAX as u64) as i64 } else { 0 },
+                    period: period.checked_div(count).unwrap_or(0).min(i64::MAX as u64) as i64,
                     profile_id: profile_id(&[w.host.as_bytes(), &w.start_us.to_le_bytes(), &pid.to_le_bytes(), comm.as_bytes(), event.as_bytes(), ty.as_bytes()]),
                     ..Default::default()
                 });

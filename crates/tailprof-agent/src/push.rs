@@ -110,7 +110,7 @@ fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8
             }
         }
     }
-    let mut read = |s: &mut TcpStream, chunk: &mut [u8]| -> Result<usize, String> {
+    let read = |s: &mut TcpStream, chunk: &mut [u8]| -> Result<usize, String> {
         s.set_read_timeout(Some(left().ok_or_else(expired)?)).ok();
         s.read(chunk).map_err(|e| e.to_string())
     };
