@@ -228,6 +228,9 @@ const BLOCK: usize = 256 * 1024;
 const MAX_INSERT_DISTANCE: usize = 64;
 /// Spare blocks kept for reuse beyond one per run (the rest is freed after a burst).
 const SPARE_BLOCKS: usize = 8;
+/// Up to this many runs (CPUs), [`RoundQueue::emit_some`] finds the smallest head by a
+/// scan (cheaper than heap traffic when CPUs take turns record by record).
+const LINEAR_MERGE_RUNS: usize = 8;
 
 /// The records of one source (one ring, i.e. one CPU), in `(time, arrival)` order.
 #[derive(Debug, Default)]
@@ -382,10 +385,15 @@ impl RoundQueue {
     ) -> Result<bool, E> {
         let lim = limit.unwrap_or(u64::MAX);
         self.heap.clear();
-        for (i, run) in self.runs.iter_mut().enumerate() {
+        for run in self.runs.iter_mut() {
             if std::mem::take(&mut run.unsorted) {
                 run.idx.make_contiguous().sort_by_key(|p| (p.time, p.seq));
             }
+        }
+        if self.runs.len() <= LINEAR_MERGE_RUNS {
+            return self.emit_linear(lim, max, f);
+        }
+        for (i, run) in self.runs.iter().enumerate() {
             if let Some(p) = run.idx.front().filter(|p| p.time <= lim) {
                 self.heap.push(std::cmp::Reverse((p.time, p.seq, i as u32)));
             }
@@ -424,11 +432,66 @@ impl RoundQueue {
             }
         }
         let more = !self.heap.is_empty();
+        self.recycle();
+        res.map(|()| more)
+    }
+
+    /// The merge of [`RoundQueue::emit_some`] for a few runs (a machine with a few CPUs):
+    /// the smallest head is found by a scan instead of a heap, and records are taken from
+    /// it while it stays below every other head (`lim` as in `emit_some`).
+    fn emit_linear<E>(
+        &mut self,
+        lim: u64,
+        max: usize,
+        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        let mut res = Ok(());
+        let mut budget = max;
+        'merge: while budget > 0 {
+            // The run with the smallest eligible head, and the key it must stay below.
+            let (mut best, mut first, mut second) = (usize::MAX, (u64::MAX, u64::MAX), (u64::MAX, u64::MAX));
+            for (i, run) in self.runs.iter().enumerate() {
+                if let Some(p) = run.idx.front() {
+                    let k = (p.time, p.seq);
+                    if p.time > lim {
+                        continue;
+                    }
+                    if k < first {
+                        (second, first, best) = (first, k, i);
+                    } else if k < second {
+                        second = k;
+                    }
+                }
+            }
+            if best == usize::MAX {
+                break;
+            }
+            let run = &mut self.runs[best];
+            while budget > 0 {
+                let Some(p) = run.idx.pop_front() else { break };
+                self.pending -= 1;
+                budget -= 1;
+                res = f(&p, run.bytes(&p));
+                run.release(&p);
+                if res.is_err() {
+                    break 'merge;
+                }
+                match run.idx.front() {
+                    Some(n) if n.time <= lim && (n.time, n.seq) < second => {}
+                    _ => break,
+                }
+            }
+        }
+        let more = res.is_ok() && self.runs.iter().any(|r| r.idx.front().is_some_and(|p| p.time <= lim));
+        self.recycle();
+        res.map(|()| more)
+    }
+
+    fn recycle(&mut self) {
         let keep = self.runs.len() + SPARE_BLOCKS;
         for run in &mut self.runs {
             run.recycle(&mut self.free, keep);
         }
-        res.map(|()| more)
     }
 }
 
@@ -470,7 +533,14 @@ mod tests {
     /// that hold records back over several rounds, and enough bytes to recycle blocks.
     #[test]
     fn round_queue_matches_sorting_over_many_rounds() {
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        // A scan over the run heads (few CPUs) and the heap (many CPUs).
+        merge_matches_sorting::<3>(0x2545_f491_4f6c_dd1d);
+        merge_matches_sorting::<{ LINEAR_MERGE_RUNS }>(0x9e37_79b9_7f4a_7c15);
+        merge_matches_sorting::<{ LINEAR_MERGE_RUNS + 4 }>(0x2545_f491_4f6c_dd1d);
+    }
+
+    fn merge_matches_sorting<const CPUS: usize>(seed: u64) {
+        let mut rng = seed;
         let mut next = move || {
             rng ^= rng << 13;
             rng ^= rng >> 7;
@@ -481,11 +551,11 @@ mod tests {
         let mut queued: Vec<(u64, u64, u32, Vec<u8>)> = Vec::new(); // (time, arrival, cpu, bytes)
         let mut written: Vec<(u64, u32, Vec<u8>)> = Vec::new();
         let mut expect: Vec<(u64, u32, Vec<u8>)> = Vec::new();
-        let mut clock = [0u64; 3];
+        let mut clock = [0u64; CPUS];
         let mut arrival = 0u64;
         for round in 0..200u64 {
             for (cpu, t) in clock.iter_mut().enumerate() {
-                for _ in 0..(next() % 400) {
+                for _ in 0..(next() % (1200 / CPUS as u64)) {
                     *t += next() % 50;
                     let r = next() % 100;
                     // Mostly in order; some a little late; a few very late.

@@ -469,6 +469,13 @@ impl Recorder {
             return Err(RecordError::Options("a Recorder runs only once".into()));
         }
         let t0 = monotonic_ns();
+        // System-wide: the running processes are described *before* the events are
+        // enabled (as perf does). Reading /proc and every mapped file's build-id takes a
+        // while, much longer under a high sampling rate (the interrupts slow it down), and
+        // nothing drains the rings meanwhile: done after enabling it cost seconds of
+        // samples at `-a -c 10000`. Processes that appear meanwhile are described after.
+        let system_wide = matches!(self.target, Target::SystemWide | Target::SystemWideCommand(_));
+        let described = if system_wide { Some(self.synthesize(out, None)?) } else { None };
         // A launched command's own events enable themselves at its exec; everything
         // else (including `-a -- CMD`) is enabled now, before the command is released.
         if !matches!(self.target, Target::Command(_)) {
@@ -479,7 +486,7 @@ impl Recorder {
         if let Some(c) = &mut self.child {
             c.release_with_env(&self.child_env)?;
         }
-        self.synthesize(out)?;
+        self.synthesize(out, described.as_deref())?;
 
         let mut evbuf = [libc::epoll_event { events: 0, u64: 0 }; 64];
         let mut prev_start = 0u64;
@@ -566,20 +573,27 @@ impl Recorder {
         Ok(self.emitter.summary.clone())
     }
 
-    /// Time-0 records: kernel image/modules, and processes already running.
-    fn synthesize<O: RecordOutput + ?Sized>(&mut self, out: &mut O) -> Result<(), RecordError> {
+    /// Time-0 records: kernel image/modules, and processes already running. Returns the
+    /// pids described (sorted). With `done` (the pids an earlier call described, before
+    /// the events were enabled), only processes not in it are described.
+    fn synthesize<O: RecordOutput + ?Sized>(&mut self, out: &mut O, done: Option<&[u32]>) -> Result<Vec<u32>, RecordError> {
         let mut recs = Vec::new();
-        if self.plans.iter().any(|p| !p.desc.exclude_kernel) {
+        if done.is_none() && self.plans.iter().any(|p| !p.desc.exclude_kernel) {
             procfs::kernel_mmaps(&mut recs);
         }
+        let mut pids = Vec::new();
         match &self.target {
             Target::Command(_) => {}
             Target::Pid(pid) => {
                 procfs::synthesize_process(*pid, &mut recs);
             }
             Target::SystemWide | Target::SystemWideCommand(_) => {
-                for pid in procfs::all_pids() {
-                    procfs::synthesize_process(pid, &mut recs);
+                pids = procfs::all_pids();
+                pids.sort_unstable();
+                for &pid in &pids {
+                    if done.is_none_or(|d| d.binary_search(&pid).is_err()) {
+                        procfs::synthesize_process(pid, &mut recs);
+                    }
                 }
             }
         }
@@ -587,7 +601,7 @@ impl Recorder {
             self.emitter.record(r, out)?;
         }
         out.end_round()?;
-        Ok(())
+        Ok(pids)
     }
 
     /// Write every queued record (raw and marker) stamped at or before `limit` (all
@@ -667,7 +681,7 @@ impl Recorder {
                 Ok(p) => {
                     *max_seen = (*max_seen).max(p.time);
                     let rec = match &mut emitter.stacks {
-                        Some(sm) if p.kind == tailprof_perf_abi::record_type::SAMPLE => sm.trim_stack_copy(rec, p.event),
+                        Some(sm) if p.kind == tailprof_perf_abi::record_type::SAMPLE => sm.prepare(rec, p.event),
                         _ => rec,
                     };
                     raw_queue.push(p.time, p.event, cpu, rec)

@@ -66,7 +66,9 @@ pub struct ChunkBuilder {
     thread_idx: Vec<u32>,
     threads: Vec<(u32, u32)>,
     thread_map: IntMap<(u32, u32)>,
-    last_thread: Option<((u32, u32), u32)>,
+    /// Recently seen threads, direct-mapped by tid (CPUs take turns in a system-wide
+    /// recording, so the last thread alone rarely matches): `(key, index + 1)`, 0 = empty.
+    thread_cache: [((u32, u32), u32); THREAD_CACHE],
     cpus: Vec<u32>,
     periods: Vec<u64>,
     cpumodes: Vec<u8>,
@@ -100,6 +102,9 @@ pub struct ChunkBuilder {
     /// Stack-section blobs are stored uncompressed (see [`Self::encode`]).
     pub stacks_stored: bool,
 }
+
+/// Entries of [`ChunkBuilder`]'s thread cache.
+const THREAD_CACHE: usize = 16;
 
 /// `ip_idx` of a sample whose ip is its stack's leaf ip.
 const LEAF_IP: u32 = u32::MAX;
@@ -198,17 +203,17 @@ impl ChunkBuilder {
         self.times.push(s.time);
         self.events.push(s.event);
         let key = (s.pid, s.tid);
-        let ti = match self.last_thread {
-            Some((k, i)) if k == key => i,
-            _ => {
-                let next = self.threads.len() as u32;
-                let i = *self.thread_map.entry(key).or_insert(next);
-                if i == next {
-                    self.threads.push(key);
-                }
-                self.last_thread = Some((key, i));
-                i
+        let slot = &mut self.thread_cache[s.tid as usize % THREAD_CACHE];
+        let ti = if slot.1 != 0 && slot.0 == key {
+            slot.1 - 1
+        } else {
+            let next = self.threads.len() as u32;
+            let i = *self.thread_map.entry(key).or_insert(next);
+            if i == next {
+                self.threads.push(key);
             }
+            *slot = (key, i + 1);
+            i
         };
         self.thread_idx.push(ti);
         self.cpus.push(s.cpu);
@@ -511,7 +516,7 @@ impl ChunkBuilder {
         self.thread_idx.clear();
         self.threads.clear();
         self.thread_map.clear();
-        self.last_thread = None;
+        self.thread_cache = [((0, 0), 0); THREAD_CACHE];
         self.cpus.clear();
         self.periods.clear();
         self.cpumodes.clear();
