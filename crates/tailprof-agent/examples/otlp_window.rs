@@ -4,7 +4,10 @@
 //! comparison the pprof push's profile (`stacks_of_rows` + gzip). Prints rows, bytes
 //! and the median of 5 runs of each.
 //!
-//! `cargo run --release -p tailprof-agent --example otlp_window -- STORE_COPY`
+//! With OUT_DIR, also writes each window's encoded request there (`<start_us>.otlp.pb`),
+//! e.g. for decoding with another implementation.
+//!
+//! `cargo run --release -p tailprof-agent --example otlp_window -- STORE_COPY [OUT_DIR]`
 
 use std::time::Instant;
 
@@ -18,7 +21,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let dir = std::env::args().nth(1).expect("usage: otlp_window STORE_COPY");
+    let dir = std::env::args().nth(1).expect("usage: otlp_window STORE_COPY [OUT_DIR]");
+    let out = std::env::args().nth(2).map(std::path::PathBuf::from);
     let (store, _) = Store::open(std::path::Path::new(&dir)).expect("a store");
     let reader = StoreReader::new(store.clone());
     println!("window_start_us rows samples otlp_bytes otlp_ms pprof_bytes pprof_ms");
@@ -46,6 +50,9 @@ fn main() {
             let export = tailprof_analyze::store_query::stacks_of_rows(&reader, &w.rows, w.start_us, w.end_us, ReadStats::default());
             pb = tailprof_present::store_view::pprof_gzip(&export).expect("pprof").len();
             pt.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        if let Some(o) = &out {
+            std::fs::write(o.join(format!("{}.otlp.pb", w.start_us)), tailprof_agent::otlp::window_request(&store, &w).encode_to_vec()).expect("write the request");
         }
         println!("{} {} {} {} {:.1} {} {:.1}", w.start_us, rows.len(), w.samples, ob, median(ot), pb, median(pt));
     }

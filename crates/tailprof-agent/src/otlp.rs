@@ -189,7 +189,8 @@ impl<'a> Dict<'a> {
                     Some(&f) => f,
                     None => {
                         let f = self.d.function_table.len() as i32;
-                        self.d.function_table.push(Function { name_strindex: s, system_name_strindex: s, filename_strindex: 0, start_line: 0 });
+                        // system_name (the mangled name) is not in the store: left empty
+                        self.d.function_table.push(Function { name_strindex: s, system_name_strindex: 0, filename_strindex: 0, start_line: 0 });
                         self.functions.insert(s, f);
                         f
                     }
