@@ -42,6 +42,12 @@ pub const MAX_DWARF_STACK_SIZE: u32 = 65528;
 /// A switch-out record takes the thread's sched_switch stack only if it is at most this
 /// much older (the kernel writes the two back to back).
 pub const OFF_CPU_MATCH_NS: u64 = 1_000_000;
+/// `dyn_size` of a sample whose stack [`StackMaker::prepare`] unwound already (its 8 bytes
+/// of "copy" are the token of the frames). The kernel's `dyn_size` never exceeds the size.
+const PRE_UNWOUND: u64 = u64::MAX;
+/// Stacks unwound at drain time and not yet written, at most (beyond it, samples wait
+/// with their copies).
+const MAX_PRE_UNWOUND: usize = 1 << 18;
 /// Pending off-CPU stacks kept at most (one per thread between its sched_switch sample
 /// and its switch-out record).
 const MAX_PENDING_OFF_CPU: usize = 65536;
@@ -129,6 +135,12 @@ pub(crate) struct StackMaker {
     pub(crate) off_cpu_event: u16,
     unwinder: Option<Unwinder>,
     frames: Vec<Frame>,
+    /// Scratch for [`StackMaker::prepare`].
+    trim_buf: Vec<u8>,
+    /// Stacks unwound when their samples were drained: token → user frames (leaf first).
+    pre: HashMap<u64, Vec<Frame>>,
+    pre_next: u64,
+    spare: Vec<Vec<Frame>>,
     max_stack: usize,
     /// tid → (time, stack, status) of its last sched_switch sample.
     pending_off: HashMap<u32, (u64, StackId, StackStatus)>,
@@ -180,10 +192,83 @@ impl StackMaker {
             off_cpu_event,
             unwinder,
             frames: Vec::with_capacity(256),
+            trim_buf: Vec::new(),
+            pre: HashMap::new(),
+            pre_next: 0,
+            spare: Vec::new(),
             max_stack: kernel_max_stack(),
             pending_off: HashMap::new(),
             switch_out_without_stack: 0,
         }
+    }
+
+    /// A dwarf-mode sample as drained from a ring, made small before it waits in the round
+    /// queue for its round to be written (a 16 KiB stack copy would otherwise be copied
+    /// out of the ring whole, the recorder's main cost):
+    ///
+    /// * If the process's address space is known, the stack is unwound now, reading only
+    ///   the words of the copy the walk needs. A walk that reaches the outermost frame
+    ///   through code with CFI ([`StackStatus::Complete`]) is kept here and the record
+    ///   carries a token instead of the copy (size 8, `dyn_size` = [`PRE_UNWOUND`], which
+    ///   the kernel never writes: its `dyn_size` is at most the size). Side-band is applied
+    ///   to the address spaces in time order when rounds are written, so now the spaces may
+    ///   lack a mapping of this round: a walk through such code does not reach the
+    ///   outermost frame through CFI, and is redone then.
+    /// * Otherwise the copy is cut to the bytes the kernel actually copied (`dyn_size`,
+    ///   rounded up to 8), and unwound when written.
+    ///
+    /// Any other record, or one that does not decode, is returned as it is.
+    pub(crate) fn prepare<'a>(&'a mut self, rec: &'a [u8], event: Option<u16>) -> &'a [u8] {
+        if !matches!(self.mode, Some(CallGraph::Dwarf { .. })) {
+            return rec;
+        }
+        let Some(ev) = event.and_then(|e| self.events.get(e as usize)) else { return rec };
+        let Some(body) = rec.get(tailprof_perf_abi::HEADER_LEN..) else { return rec };
+        let Ok(v) = ev.layout.decode(body, Endian::NATIVE) else { return rec };
+        let Some(su) = v.stack_user() else { return rec };
+        let size = su.data.len();
+        let Some(data_at) = (su.data.as_ptr() as usize).checked_sub(rec.as_ptr() as usize) else { return rec };
+        // The size word before the copy, the dyn_size word after it.
+        if size < 8 || data_at < tailprof_perf_abi::HEADER_LEN + 8 || data_at + size + 8 > rec.len() {
+            return rec;
+        }
+        let (Some(u), Some(regs), Some(pid)) = (&mut self.unwinder, v.regs_user(), v.pid()) else { return rec };
+        let ur = (regs.abi != regs_abi::NONE).then(|| UserRegs::from_perf(regs.mask, |i| regs.values.get(i))).flatten();
+        if let Some(ur) = ur.filter(|_| self.pre.len() < MAX_PRE_UNWOUND && u.knows(pid) && !su.valid().is_empty()) {
+            let mut f = self.spare.pop().unwrap_or_default();
+            f.clear();
+            if u.unwind(pid, &ur, su.valid(), &mut f) == StackStatus::Complete {
+                let token = self.pre_next;
+                self.pre_next += 1;
+                self.pre.insert(token, f);
+                let b = &mut self.trim_buf;
+                b.clear();
+                b.extend_from_slice(&rec[..data_at - 8]);
+                for w in [8, token, PRE_UNWOUND] {
+                    b.extend_from_slice(&w.to_ne_bytes());
+                }
+                b.extend_from_slice(&rec[data_at + size + 8..]);
+                let len = b.len() as u16;
+                b[6..8].copy_from_slice(&len.to_ne_bytes());
+                return &self.trim_buf;
+            }
+            if self.spare.len() < 64 {
+                self.spare.push(f);
+            }
+        }
+        let keep = (su.valid().len().div_ceil(8) * 8).max(8);
+        if size < keep + 256 {
+            return rec;
+        }
+        let b = &mut self.trim_buf;
+        b.clear();
+        b.extend_from_slice(&rec[..data_at - 8]);
+        b.extend_from_slice(&(keep as u64).to_ne_bytes());
+        b.extend_from_slice(&rec[data_at..data_at + keep]);
+        b.extend_from_slice(&rec[data_at + size..]);
+        let len = b.len() as u16;
+        b[6..8].copy_from_slice(&len.to_ne_bytes());
+        &self.trim_buf
     }
 
     /// Follow the side-band that changes address spaces (dwarf mode only).
@@ -271,7 +356,14 @@ impl StackMaker {
                     StackStatus::UserMissing
                 } else {
                     let ur = UserRegs::from_perf(regs.mask, |i| regs.values.get(i));
+                    let token = (stack.dyn_size == PRE_UNWOUND && stack.data.len() == 8)
+                        .then(|| u64::from_ne_bytes(stack.data.try_into().unwrap_or_default()));
                     match (ur, &mut self.unwinder) {
+                        (Some(_), _) if token.is_some_and(|t| take_pre_unwound(&mut self.pre, &mut self.spare, &mut self.frames, t)) => StackStatus::Complete,
+                        (Some(ur), _) if token.is_some() => {
+                            self.frames.push(Frame::user(ur.ip));
+                            StackStatus::UnwindError
+                        }
                         (Some(ur), Some(u)) if !stack.valid().is_empty() => u.unwind(pid, &ur, stack.valid(), &mut self.frames),
                         (Some(ur), _) => {
                             self.frames.push(Frame::user(ur.ip));
@@ -299,6 +391,21 @@ impl StackMaker {
         }
         let status = if self.frames.len() > tailprof_format::MAX_STACK_DEPTH { StackStatus::MaxDepth } else { status };
         (out.intern_stack(&self.frames), status)
+    }
+}
+
+/// The user frames [`StackMaker::prepare`] unwound for `token`, appended to `frames`;
+/// `false` if there are none.
+fn take_pre_unwound(pre: &mut HashMap<u64, Vec<Frame>>, spare: &mut Vec<Vec<Frame>>, frames: &mut Vec<Frame>, token: u64) -> bool {
+    match pre.remove(&token) {
+        Some(f) => {
+            frames.extend_from_slice(&f);
+            if spare.len() < 64 {
+                spare.push(f);
+            }
+            true
+        }
+        None => false,
     }
 }
 
@@ -359,6 +466,52 @@ mod tests {
         assert!(CallGraph::parse("dwarf,100").is_err());
         assert!(CallGraph::parse("fp,10").is_err());
         assert!(CallGraph::parse("lbrx").unwrap_err().contains("fp, dwarf"));
+    }
+
+    /// A raw dwarf sample: header, ip, tid, time, regs (abi + 3), stack copy of `size`
+    /// bytes with `dyn_size` valid, then a weight.
+    fn dwarf_sample(size: usize, dyn_size: u64) -> (SampleLayout, Vec<u8>) {
+        use tailprof_perf_abi::sample_type as st;
+        let layout = SampleLayout::new(st::IP | st::TID | st::TIME | st::REGS_USER | st::STACK_USER | st::WEIGHT)
+            .with_regs_user(tailprof_unwind::UNWIND_REGS_MASK);
+        let mut r = vec![0u8; 8];
+        for w in [0x401000u64, 7 << 32 | 5, 123, 2, 0x10, 0x7000, 0x401000, size as u64] {
+            r.extend_from_slice(&w.to_ne_bytes());
+        }
+        r.extend((0..size).map(|i| if (i as u64) < dyn_size { (i % 251) as u8 + 1 } else { 0 }));
+        r.extend_from_slice(&dyn_size.to_ne_bytes());
+        r.extend_from_slice(&99u64.to_ne_bytes());
+        r[0..4].copy_from_slice(&tailprof_perf_abi::record_type::SAMPLE.to_ne_bytes());
+        let n = r.len() as u16;
+        r[6..8].copy_from_slice(&n.to_ne_bytes());
+        (layout, r)
+    }
+
+    #[test]
+    fn trim_keeps_the_copied_bytes_and_every_other_field() {
+        for (size, dyn_size) in [(16384usize, 4424u64), (16384, 0), (16384, 13), (4096, 4096), (4096, 4000)] {
+            let (layout, rec) = dwarf_sample(size, dyn_size);
+            let mut sm = StackMaker::new(Some(CallGraph::Dwarf { stack_size: size as u32 }), vec![(layout, 0, 0)], u16::MAX);
+            let out = sm.prepare(&rec, Some(0)).to_vec();
+            let hdr = u16::from_ne_bytes([out[6], out[7]]) as usize;
+            assert_eq!(hdr, out.len());
+            if size as u64 - dyn_size < 256 + 8 {
+                assert_eq!(out, rec, "nothing worth cutting");
+            } else {
+                assert_eq!(out.len(), rec.len() - size + (dyn_size.div_ceil(8) * 8).max(8) as usize);
+            }
+            let a = layout.decode(&rec[8..], Endian::NATIVE).unwrap();
+            let b = layout.decode(&out[8..], Endian::NATIVE).unwrap();
+            assert_eq!(a.stack_user().unwrap().valid(), b.stack_user().unwrap().valid());
+            assert_eq!(b.stack_user().unwrap().dyn_size, dyn_size);
+            assert_eq!((a.ip(), a.tid(), a.time(), a.weight()), (b.ip(), b.tid(), b.time(), b.weight()));
+            assert_eq!(a.regs_user().unwrap().values.to_vec(), b.regs_user().unwrap().values.to_vec());
+            // Not dwarf mode, unknown event, garbage: untouched.
+            let mut fp = StackMaker::new(Some(CallGraph::Fp), vec![(layout, 0, 0)], u16::MAX);
+            assert_eq!(fp.prepare(&rec, Some(0)), &rec[..]);
+            assert_eq!(sm.prepare(&rec, Some(3)), &rec[..]);
+            assert_eq!(sm.prepare(&rec[..40], Some(0)), &rec[..40]);
+        }
     }
 
     #[test]

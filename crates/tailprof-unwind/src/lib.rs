@@ -386,6 +386,12 @@ impl Unwinder {
         }
     }
 
+    /// Whether an address space of `pid` is known (a mapping was added since it started
+    /// or exec'd).
+    pub fn knows(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
     /// `pid` exec'd: a new address space (its mappings follow as side-band).
     pub fn exec(&mut self, pid: u32) {
         self.procs.remove(&pid);
