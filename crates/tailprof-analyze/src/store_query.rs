@@ -32,7 +32,7 @@ pub enum GroupBy {
 pub struct StoreSymbols<'a> {
     reader: &'a StoreReader,
     /// Per loaded build-id: its rows (sorted by start) and each row's name id.
-    tables: Vec<(Vec<SymbolRow>, Vec<u32>)>,
+    tables: Vec<FnIndex>,
     table_of: HashMap<String, usize>,
     last: Option<(String, usize)>,
     names: Vec<String>,
@@ -124,9 +124,8 @@ impl<'a> StoreSymbols<'a> {
                 }
             },
             FrameTable::Table(t) => {
-                let (rows, ids) = &self.tables[t];
-                if let Some(i) = lookup_index(rows, offset) {
-                    return ids[i];
+                if let Some(id) = self.tables[t].lookup(offset) {
+                    return id;
                 }
                 self.unnamed_id(build_id, offset)
             }
@@ -190,7 +189,7 @@ impl<'a> StoreSymbols<'a> {
                     self.binaries.entry(build_id.to_string()).or_insert_with(|| first.binary.clone());
                 }
                 let ids: Vec<u32> = rows.iter().map(|r| self.intern(&r.name)).collect();
-                self.tables.push((rows, ids));
+                self.tables.push(FnIndex::new(&rows, ids));
                 self.table_of.insert(build_id.to_string(), self.tables.len() - 1);
                 self.tables.len() - 1
             }
@@ -223,9 +222,8 @@ impl<'a> StoreSymbols<'a> {
             return self.intern("[unknown]");
         }
         let t = self.table(&f.build_id);
-        let (rows, ids) = &self.tables[t];
-        if let Some(i) = lookup_index(rows, f.offset) {
-            return ids[i];
+        if let Some(id) = self.tables[t].lookup(f.offset) {
+            return id;
         }
         let bin = self.binary(&f.build_id);
         let short = bin.rsplit('/').next().unwrap_or(&bin).to_string();
@@ -243,11 +241,32 @@ impl<'a> StoreSymbols<'a> {
     }
 }
 
-fn lookup_index(rows: &[SymbolRow], offset: u64) -> Option<usize> {
-    let i = rows.partition_point(|r| r.start <= offset).checked_sub(1)?;
-    let r = &rows[i];
-    let end = if r.size > 0 { r.start.saturating_add(r.size) } else { rows.get(i + 1).map_or(u64::MAX, |n| n.start) };
-    (offset < end).then_some(i)
+/// A symbol table reduced to what naming a frame needs: each function's `[start, end)`
+/// (`end` = the next start when the size is unknown, as in [`lookup`]) and its interned
+/// name, in flat arrays (the rows themselves, names and paths, are dropped).
+struct FnIndex {
+    starts: Vec<u64>,
+    ends: Vec<u64>,
+    ids: Vec<u32>,
+}
+
+impl FnIndex {
+    fn new(rows: &[SymbolRow], ids: Vec<u32>) -> Self {
+        let starts: Vec<u64> = rows.iter().map(|r| r.start).collect();
+        let ends = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| if r.size > 0 { r.start.saturating_add(r.size) } else { rows.get(i + 1).map_or(u64::MAX, |n| n.start) })
+            .collect();
+        FnIndex { starts, ends, ids }
+    }
+
+    /// The name id of the function containing `offset` (what [`lookup`] finds).
+    #[inline]
+    fn lookup(&self, offset: u64) -> Option<u32> {
+        let i = self.starts.partition_point(|&s| s <= offset).checked_sub(1)?;
+        (offset < self.ends[i]).then(|| self.ids[i])
+    }
 }
 
 /// The function of a symbol table (sorted by start) containing `offset`.
@@ -359,7 +378,11 @@ impl Grouper {
 
     /// [`Grouper::add`] over a column batch: the same counts, without building rows.
     fn add_batch(&mut self, sym: &mut StoreSymbols<'_>, b: &SampleBatch) {
-        let tabs: Vec<FrameTable> = b.build_ids.iter().map(|id| sym.frame_table(id)).collect();
+        // `--by binary` names no frame: no symbol table is loaded (as on the row path).
+        let tabs: Vec<FrameTable> = match self.by {
+            GroupBy::Binary => Vec::new(),
+            _ => b.build_ids.iter().map(|id| sym.frame_table(id)).collect(),
+        };
         let (m, by_id, ids) = (&mut self.m, &mut self.by_id, &mut self.ids);
         match self.by {
             GroupBy::Function => {
@@ -463,18 +486,19 @@ fn group_range(reader: &StoreReader, sym: &mut StoreSymbols<'_>, q: &SampleQuery
     (m, total, read)
 }
 
-/// [`group_range`] through rows ([`StoreReader::samples_each`]): the reference the
-/// batch path is tested against.
+/// `top` over rows already read, one `Vec` per file in file order (the row path, as
+/// before the column reader): the reference the tests compare [`top`] with, fed from
+/// the parquet record API (`tailprof_store::read::read_samples_file_records`).
 #[doc(hidden)]
-pub fn top_by_rows(reader: &StoreReader, q: &SampleQuery, by: GroupBy, limit: usize) -> TopReport {
+pub fn top_of_rows(reader: &StoreReader, files: &[Vec<SampleRow>], q: &SampleQuery, by: GroupBy, limit: usize) -> TopReport {
     let mut sym = StoreSymbols::new(reader);
     let mut g = Grouper::new(by);
-    let read = reader.samples_each(q, &mut |rows| {
+    for rows in files {
         sym.learn_binaries(rows);
         g.add(&mut sym, rows);
-    });
+    }
     let (m, total) = g.finish(&sym);
-    top_report(m, total, read, q, by, limit, sym.missing_tables)
+    top_report(m, total, ReadStats::default(), q, by, limit, sym.missing_tables)
 }
 
 /// `tailprof top`.

@@ -15,6 +15,7 @@
 //! the tests compare this reader with.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -23,7 +24,8 @@ use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DataType, Int32Type
 use parquet::file::reader::{FileReader, RowGroupReader, SerializedFileReader};
 use parquet::schema::types::SchemaDescriptor;
 
-use crate::read::{open_reader, window_meta};
+use crate::pages::{supported, ChunkPages};
+use crate::read::{open_reader_file, window_meta};
 use crate::schema::{SampleRow, StoreFrame, WindowMeta, SAMPLES_SCHEMA};
 use crate::{Result, StoreError, MAX_FRAMES};
 
@@ -199,9 +201,19 @@ fn check_schema(path: &Path, got: &SchemaDescriptor) -> Result<()> {
     Ok(())
 }
 
-fn typed<T: DataType>(rg: &dyn RowGroupReader, i: usize, path: &Path) -> Result<ColumnReaderImpl<T>> {
-    let cr = rg.get_column_reader(i).map_err(|e| StoreError::pq(path, e))?;
-    T::get_column_reader(cr).ok_or_else(|| StoreError::Invalid { path: path.display().to_string(), msg: format!("column {i}: unexpected type") })
+/// The typed reader of column `i`, its pages read by [`ChunkPages`] (zstd with a reused
+/// context) or, for other compressions, by the crate's page reader.
+fn typed<T: DataType>(rg: &dyn RowGroupReader, i: usize, file: &File, len: u64, path: &Path) -> Result<ColumnReaderImpl<T>> {
+    let c = rg.metadata().column(i);
+    if c.column_type() != T::get_physical_type() {
+        return Err(StoreError::Invalid { path: path.display().to_string(), msg: format!("column {i}: unexpected type") });
+    }
+    let pages: Box<dyn parquet::column::page::PageReader> = if supported(c) {
+        Box::new(ChunkPages::new(file, len, c).map_err(|e| StoreError::pq(path, e))?)
+    } else {
+        rg.get_column_page_reader(i).map_err(|e| StoreError::pq(path, e))?
+    };
+    Ok(ColumnReaderImpl::<T>::new(c.column_descr_ptr(), pages))
 }
 
 /// Reads up to `n` records of a required column into `out` (cleared first).
@@ -277,7 +289,7 @@ fn binary_match(cache: &mut Vec<u8>, strings: &[String], id: u32, want: &str) ->
 /// Reads one samples file column by column, keeping the rows `filter` selects.
 /// Returns the window metadata, the kept rows and the number of rows in the file.
 pub fn read_samples_batch(path: &Path, filter: &RowFilter) -> Result<(Option<WindowMeta>, SampleBatch)> {
-    let r: SerializedFileReader<std::fs::File> = open_reader(path)?;
+    let (r, file, len): (SerializedFileReader<File>, File, u64) = open_reader_file(path)?;
     let meta = window_meta(&r);
     check_schema(path, r.metadata().file_metadata().schema_descr())?;
     let mut b = SampleBatch::default();
@@ -304,18 +316,18 @@ pub fn read_samples_batch(path: &Path, filter: &RowFilter) -> Result<(Option<Win
             }
         }
         let rg = rg.as_ref();
-        let mut c_ws = typed::<Int64Type>(rg, 0, path)?;
-        let mut c_we = typed::<Int64Type>(rg, 1, path)?;
-        let mut c_pid = typed::<Int32Type>(rg, 2, path)?;
-        let mut c_comm = typed::<ByteArrayType>(rg, 3, path)?;
-        let mut c_event = typed::<ByteArrayType>(rg, 4, path)?;
-        let mut c_bin = typed::<ByteArrayType>(rg, 5, path)?;
-        let mut c_sid = typed::<Int64Type>(rg, 8, path)?;
-        let mut c_lb = typed::<ByteArrayType>(rg, 9, path)?;
-        let mut c_lo = typed::<Int64Type>(rg, 10, path)?;
-        let mut c_tr = typed::<BoolType>(rg, 11, path)?;
-        let mut c_cnt = typed::<Int64Type>(rg, 12, path)?;
-        let mut c_per = typed::<Int64Type>(rg, 13, path)?;
+        let mut c_ws = typed::<Int64Type>(rg, 0, &file, len, path)?;
+        let mut c_we = typed::<Int64Type>(rg, 1, &file, len, path)?;
+        let mut c_pid = typed::<Int32Type>(rg, 2, &file, len, path)?;
+        let mut c_comm = typed::<ByteArrayType>(rg, 3, &file, len, path)?;
+        let mut c_event = typed::<ByteArrayType>(rg, 4, &file, len, path)?;
+        let mut c_bin = typed::<ByteArrayType>(rg, 5, &file, len, path)?;
+        let mut c_sid = typed::<Int64Type>(rg, 8, &file, len, path)?;
+        let mut c_lb = typed::<ByteArrayType>(rg, 9, &file, len, path)?;
+        let mut c_lo = typed::<Int64Type>(rg, 10, &file, len, path)?;
+        let mut c_tr = typed::<BoolType>(rg, 11, &file, len, path)?;
+        let mut c_cnt = typed::<Int64Type>(rg, 12, &file, len, path)?;
+        let mut c_per = typed::<Int64Type>(rg, 13, &file, len, path)?;
         let mut done = 0u64;
         loop {
             let n = scalar(&mut c_ws, CHUNK_ROWS, &mut i64a, path)?;

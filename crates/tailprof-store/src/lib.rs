@@ -27,6 +27,7 @@
 pub mod atomic;
 pub mod batch;
 pub mod layout;
+pub mod pages;
 pub mod read;
 pub mod retain;
 pub mod schema;

@@ -97,7 +97,14 @@ fn file_name(p: &Path) -> &str {
 }
 
 pub(crate) fn open_reader(path: &Path) -> Result<SerializedFileReader<fs::File>> {
-    let (f, _) = open_for_read(path, MAX_FILE_BYTES)?;
+    Ok(open_reader_file(path)?.0)
+}
+
+/// [`open_reader`], also returning a second handle of the file and its length (for
+/// reading column chunks directly, [`crate::pages`]).
+pub(crate) fn open_reader_file(path: &Path) -> Result<(SerializedFileReader<fs::File>, fs::File, u64)> {
+    let (f, len) = open_for_read(path, MAX_FILE_BYTES)?;
+    let f2 = f.try_clone().map_err(|e| StoreError::io(path, e))?;
     let r = SerializedFileReader::new(f).map_err(|e| StoreError::pq(path, e))?;
     let md = r.metadata().file_metadata();
     if md.num_rows() > MAX_ROWS_PER_FILE || md.num_rows() < 0 {
@@ -109,7 +116,7 @@ pub(crate) fn open_reader(path: &Path) -> Result<SerializedFileReader<fs::File>>
         .and_then(|k| k.value.as_deref())
         .and_then(|v| v.parse::<u32>().ok());
     match version {
-        Some(v) if v <= SCHEMA_VERSION => Ok(r),
+        Some(v) if v <= SCHEMA_VERSION => Ok((r, f2, len)),
         Some(v) => Err(StoreError::Invalid {
             path: path.display().to_string(),
             msg: format!("schema version {v} is newer than this tailprof's {SCHEMA_VERSION}; upgrade tailprof"),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parquet::basic::{Compression, Encoding};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, Int32Type, Int64Type};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::format::KeyValue;
 use parquet::schema::parser::parse_message_type;
@@ -69,10 +69,17 @@ fn ba(s: &str) -> ByteArray {
 /// Writes `rows` as a samples file with one row group per `group` rows, pages of at most
 /// `page_rows` values, and dictionary encoding on or off.
 fn write_groups(path: &Path, rows: &[SampleRow], group: usize, page_rows: usize, dictionary: bool) {
+    write_groups_with(path, rows, group, page_rows, dictionary, false, true)
+}
+
+/// [`write_groups`], with v2 data pages (levels stored uncompressed before the values)
+/// and with or without zstd.
+fn write_groups_with(path: &Path, rows: &[SampleRow], group: usize, page_rows: usize, dictionary: bool, v2: bool, zstd: bool) {
     let schema = Arc::new(parse_message_type(SAMPLES_SCHEMA).unwrap());
     let meta = WindowMeta { schema_version: SCHEMA_VERSION, host: "h".into(), samples: 7, lost_samples: 2, ..Default::default() };
     let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(Default::default()))
+        .set_compression(if zstd { Compression::ZSTD(Default::default()) } else { Compression::UNCOMPRESSED })
+        .set_writer_version(if v2 { WriterVersion::PARQUET_2_0 } else { WriterVersion::PARQUET_1_0 })
         .set_dictionary_enabled(dictionary)
         .set_encoding(Encoding::PLAIN)
         .set_data_page_row_count_limit(page_rows)
@@ -139,16 +146,26 @@ fn cut(mut r: SampleRow) -> SampleRow {
 fn column_reader_equals_record_api_across_row_groups_pages_and_encodings() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for (k, &(n, group, page, dict)) in [(1, 1, 1, true), (5000, 700, 64, true), (3000, 999, 7, false), (9000, 9000, 20_000, true)].iter().enumerate() {
+    let cases = [
+        // (rows, rows per group, values per page, dictionary, v2 pages, zstd)
+        (1, 1, 1, true, false, true),
+        (5000, 700, 64, true, false, true),
+        (3000, 999, 7, false, false, true),
+        (9000, 9000, 20_000, true, false, true),
+        (4000, 1500, 50, true, true, true),
+        (2000, 600, 33, false, true, false),
+        (2000, 2000, 100, true, false, false),
+    ];
+    for (k, &(n, group, page, dict, v2, zstd)) in cases.iter().enumerate() {
         let p = tmp.path().join(format!("f{k}.parquet"));
         let want = rows(&mut rng, T0, 360, n);
-        write_groups(&p, &want, group, page, dict);
+        write_groups_with(&p, &want, group, page, dict, v2, zstd);
         let (m1, by_records) = read_samples_file_records(&p).unwrap();
         let (m2, by_columns) = read_samples_file(&p).unwrap();
         assert_eq!(m1, m2);
         assert_eq!(m2.as_ref().map(|m| m.lost_samples), Some(2));
         assert_eq!(by_records.len(), n, "file {k}");
-        assert_eq!(by_columns, by_records, "file {k}: {n} rows, groups of {group}, pages of {page}, dictionary {dict}");
+        assert_eq!(by_columns, by_records, "file {k}: {n} rows, groups of {group}, pages of {page}, dictionary {dict}, v2 {v2}, zstd {zstd}");
         assert_eq!(by_columns, want.into_iter().map(cut).collect::<Vec<_>>(), "file {k}");
     }
 }
