@@ -15,7 +15,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use rustc_hash::FxHashMap;
 
-use super::{NameId, SymIdResult, Symbolizer, UnknownReason, NO_DIRS};
+use super::{NameId, SymIdResult, Symbolizer, UnknownReason};
 use crate::maps::{Binary, BinaryId, BinaryKind};
 use crate::resolve::{FunctionInfo, FunctionTable, Resolver};
 
@@ -33,10 +33,9 @@ pub type Frames = Arc<[Frame]>;
 
 type Key = (String, Option<Vec<u8>>);
 
-/// Inline symbolizer (code info and inlined functions on) and the per-address cache.
+/// The per-address cache of inline frames.
 #[derive(Default)]
 pub(crate) struct InlineState {
-    sym: Option<blazesym::symbolize::Symbolizer>,
     cache: FxHashMap<Key, FxHashMap<u64, Result<Frames, UnknownReason>>>,
 }
 
@@ -88,14 +87,9 @@ impl Symbolizer {
         };
         let by_vaddr = facts.debug_elf.is_some();
         let addrs: Vec<u64> = input.iter().flatten().copied().collect();
-        let sym = self.inline.sym.get_or_insert_with(|| {
-            blazesym::symbolize::Symbolizer::builder()
-                .enable_code_info(true)
-                .enable_inlined_fns(true)
-                .enable_demangling(false)
-                .set_debug_dirs(Some(NO_DIRS))
-                .build()
-        });
+        // The names' instance (code info and inlined functions on): its DWARF of this
+        // file is already loaded.
+        let sym = &self.inner;
         let src = Source::Elf(Elf { debug_syms: true, ..Elf::new(&path) });
         let answers = if by_vaddr {
             sym.symbolize(&src, Input::VirtOffset(&addrs))

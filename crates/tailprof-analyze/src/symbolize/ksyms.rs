@@ -8,17 +8,21 @@
 //! `[kernel.kallsyms]` mapping recorded: otherwise KASLR moved the kernel since).
 //! The same "is this the running kernel" rule decides whether `[vdso]` addresses may be
 //! named from this process's own vDSO image.
+//!
+//! The kallsyms file is read once per [`Symbolizer`], and only when a trace has kernel
+//! addresses to name: one pass both checks it (real addresses, `_text` where the trace
+//! saw it) and builds the table (address, name) the lookups search. Reading
+//! `/proc/kallsyms` is the kernel formatting ~120,000 lines (≈ 45 ms of system time on
+//! our VM); the parse adds a few ms, not blazesym's per-line `String`s and boxed names.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use blazesym::symbolize::source::{Kernel, Source};
-use blazesym::symbolize::Input;
-use blazesym::MaybeDefault;
 use tailprof_format::TraceHeader;
 
-use super::{intern_all, SymIdResult, SymResult, Symbolizer, UnknownReason};
+use super::{NameId, SymIdResult, SymResult, Symbolizer, UnknownReason};
 
 /// Which kernel symbols to use.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -37,9 +41,45 @@ pub enum KernelSymbols {
 
 #[derive(Debug, Clone)]
 pub(crate) enum KernelState {
-    Usable(PathBuf),
+    Usable(PathBuf, Arc<KsymTable>),
     Unusable(String),
 }
+
+/// The symbols of a kallsyms file, sorted by address (equal addresses in file order).
+#[derive(Default)]
+pub(crate) struct KsymTable {
+    /// The file's bytes: names are ranges of it.
+    text: Vec<u8>,
+    /// (address, name start, name end), sorted by address, stable.
+    syms: Vec<(u64, u32, u32)>,
+}
+
+impl std::fmt::Debug for KsymTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KsymTable").field("symbols", &self.syms.len()).finish()
+    }
+}
+
+impl KsymTable {
+    /// Name of the symbol at or before `addr` (the first of several at one address, as
+    /// blazesym's kallsyms resolver answers), `None` below the first symbol.
+    pub(crate) fn lookup(&self, addr: u64) -> Option<&str> {
+        let i = self.syms.partition_point(|s| s.0 <= addr).checked_sub(1)?;
+        let a = self.syms[i].0;
+        let first = self.syms[..i].iter().rposition(|s| s.0 != a).map_or(0, |j| j + 1);
+        let (_, b, e) = self.syms[first];
+        std::str::from_utf8(self.text.get(b as usize..e as usize)?).ok()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.syms.len()
+    }
+}
+
+/// kallsyms files are a few MB (122,000 lines, 5 MB on a 6.x kernel): refuse anything
+/// past this.
+const MAX_KALLSYMS_BYTES: u64 = 256 << 20;
 
 /// What a trace says about the kernel it ran on (to decide whether this machine's
 /// kernel symbols apply).
@@ -74,37 +114,38 @@ impl Symbolizer {
 
     /// Like [`Symbolizer::symbolize_kernel`], answering [`NameId`](super::NameId)s.
     pub fn symbolize_kernel_ids(&mut self, addrs: &[u64]) -> Vec<SymIdResult> {
-        let state = self.kernel_state().clone();
-        let path = match state {
-            KernelState::Usable(p) => p,
+        let table = match self.kernel_state() {
+            KernelState::Usable(_, t) => t.clone(),
             KernelState::Unusable(why) => {
+                let why = why.clone();
                 return addrs
                     .iter()
                     .map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() }))
-                    .collect()
+                    .collect();
             }
         };
-        let src = Source::Kernel(Kernel {
-            kallsyms: MaybeDefault::Some(path),
-            vmlinux: MaybeDefault::None,
-            kaslr_offset: Some(0),
-            debug_syms: false,
-            ..Default::default()
-        });
-        match self.inner.symbolize(&src, Input::AbsAddr(addrs)) {
-            Ok(syms) => intern_all(&mut self.names, &syms),
-            Err(e) => {
-                let why = format!("kallsyms: {e}");
-                addrs.iter().map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() })).collect()
-            }
-        }
+        let mut last: Option<(&str, NameId)> = None;
+        addrs
+            .iter()
+            .map(|&a| match table.lookup(a) {
+                Some(name) => match last {
+                    Some((n, id)) if n == name => Ok(id),
+                    _ => {
+                        let id = self.names.intern(name);
+                        last = Some((name, id));
+                        Ok(id)
+                    }
+                },
+                None => Err(UnknownReason::NotInSymbols),
+            })
+            .collect()
     }
 
     /// `Ok(path)` of the kallsyms file that will be used, or why kernel addresses will
     /// not be named.
     pub fn kernel_symbols_status(&mut self) -> Result<PathBuf, String> {
         match self.kernel_state() {
-            KernelState::Usable(p) => Ok(p.clone()),
+            KernelState::Usable(p, _) => Ok(p.clone()),
             KernelState::Unusable(w) => Err(w.clone()),
         }
     }
@@ -114,14 +155,14 @@ impl Symbolizer {
         if self.kernel.is_none() {
             let st = match &self.opts.kernel {
                 KernelSymbols::Off => KernelState::Unusable("disabled".into()),
-                KernelSymbols::Kallsyms(p) => match check_kallsyms(p, origin.text_addr) {
-                    Ok(()) => KernelState::Usable(p.clone()),
+                KernelSymbols::Kallsyms(p) => match load_kallsyms(p, origin.text_addr) {
+                    Ok(t) => KernelState::Usable(p.clone(), Arc::new(t)),
                     Err(w) => KernelState::Unusable(w),
                 },
                 KernelSymbols::Auto => {
                     let p = PathBuf::from("/proc/kallsyms");
-                    match same_kernel(origin).and_then(|()| check_kallsyms(&p, origin.text_addr)) {
-                        Ok(()) => KernelState::Usable(p),
+                    match same_kernel(origin).and_then(|()| load_kallsyms(&p, origin.text_addr)) {
+                        Ok(t) => KernelState::Usable(p, Arc::new(t)),
                         Err(w) => KernelState::Unusable(w),
                     }
                 }
@@ -179,48 +220,59 @@ pub(crate) fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
     Ok(f)
 }
 
-/// `Ok` if `path` is a readable kallsyms file showing real (non-zero) addresses and,
-/// when `text_addr` is known, placing `_text` there (else the kernel was relocated
-/// since the trace was taken: KASLR after a reboot).
-fn check_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<(), String> {
+/// Read the kallsyms file `path` once: its symbols, if it shows real (non-zero) addresses
+/// and, when `text_addr` is known, places `_text` there (else the kernel was relocated
+/// since the trace was taken: KASLR after a reboot). Lines are `ADDR TYPE NAME [MODULE]`;
+/// other lines and zero addresses are skipped.
+pub(crate) fn load_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<KsymTable, String> {
     let f = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut nonzero = false;
-    let mut lines = 0usize;
-    for line in BufReader::new(f).lines() {
-        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = Vec::with_capacity(8 << 20);
+    // One large buffer: /proc/kallsyms answers each read with as many lines as fit.
+    f.take(MAX_KALLSYMS_BYTES + 1).read_to_end(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_KALLSYMS_BYTES {
+        return Err(format!("{} is larger than {} MiB: not a kallsyms file", path.display(), MAX_KALLSYMS_BYTES >> 20));
+    }
+    if text.len() > u32::MAX as usize {
+        return Err(format!("{} is too large", path.display()));
+    }
+    let mut syms = Vec::with_capacity(text.len() / 40);
+    let (mut lines, mut text_seen) = (0usize, None);
+    let mut at = 0usize;
+    while at < text.len() {
+        let end = text[at..].iter().position(|&b| b == b'\n').map_or(text.len(), |n| at + n);
+        let line = &text[at..end];
+        let line_at = at;
+        at = end + 1;
         lines += 1;
-        let mut fields = line.split_whitespace();
-        let (Some(addr), Some(_kind), Some(name)) = (fields.next(), fields.next(), fields.next()) else {
-            continue;
-        };
-        let addr = u64::from_str_radix(addr, 16).unwrap_or(0);
-        nonzero |= addr != 0;
-        match text_addr {
-            Some(want) if name == "_text" => {
-                if addr == 0 {
-                    break;
-                }
-                if addr != want {
-                    return Err(format!(
-                        "kernel was relocated since the trace was taken (_text at {want:#x} then, {addr:#x} in {})",
-                        path.display()
-                    ));
-                }
-                return Ok(());
-            }
-            None if nonzero => return Ok(()),
-            _ if lines >= 64 && !nonzero => break,
-            _ => {}
+        let mut fields = line.split(|&b| b == b' ' || b == b'\t').filter(|f| !f.is_empty());
+        let (Some(addr), Some(_kind), Some(name)) = (fields.next(), fields.next(), fields.next()) else { continue };
+        let Some(addr) = std::str::from_utf8(addr).ok().and_then(|a| u64::from_str_radix(a, 16).ok()) else { continue };
+        if name == b"_text" && text_seen.is_none() {
+            text_seen = Some(addr);
         }
+        if addr == 0 {
+            continue;
+        }
+        let b = line_at + (name.as_ptr() as usize - line.as_ptr() as usize);
+        syms.push((addr, b as u32, (b + name.len()) as u32));
     }
     if lines == 0 {
-        Err(format!("{} is empty", path.display()))
-    } else if !nonzero {
-        Err(format!("{} shows zero addresses (kernel.kptr_restrict, or not root)", path.display()))
-    } else {
-        // Real addresses but no `_text` to compare with: trust it.
-        Ok(())
+        return Err(format!("{} is empty", path.display()));
     }
+    if syms.is_empty() {
+        return Err(format!("{} shows zero addresses (kernel.kptr_restrict, or not root)", path.display()));
+    }
+    if let (Some(want), Some(have)) = (text_addr, text_seen.filter(|&a| a != 0)) {
+        if have != want {
+            return Err(format!(
+                "kernel was relocated since the trace was taken (_text at {want:#x} then, {have:#x} in {})",
+                path.display()
+            ));
+        }
+    }
+    // Nearly sorted already (the kernel's own symbols are; modules follow): cheap.
+    syms.sort_by_key(|s| s.0);
+    Ok(KsymTable { text, syms })
 }
 
 #[cfg(test)]
@@ -267,6 +319,40 @@ mod tests {
         s.set_origin(KernelOrigin { text_addr: Some(0xffff_ffff_a200_0000), ..Default::default() });
         let r = s.symbolize_kernel(&addrs);
         assert!(matches!(&r[0], Err(UnknownReason::KernelSymbolsUnavailable { why }) if why.contains("relocated")), "{r:?}");
+    }
+
+    #[test]
+    fn kallsyms_table_lookup_matches_blazesyms_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kallsyms");
+        // Out of order (a module below the kernel, as on arm64), aliases at one address,
+        // zero addresses (per-CPU symbols) and junk lines.
+        fs::write(
+            &p,
+            "0000000000000000 A fixed_percpu_data\n\
+             ffffffff81000000 T srso_alias\n\
+             ffffffff81000000 T _stext\n\
+             ffffffff81000000 T _text\n\
+             ffffffff81000100 t do_work\n\
+             junk\n\
+             ffffffffc0001000 t mod_fn\t[some_mod]\n\
+             ffffffff80000000 t below_fn\t[low_mod]\n",
+        )
+        .unwrap();
+        let t = load_kallsyms(&p, Some(0xffff_ffff_8100_0000)).unwrap();
+        assert_eq!(t.len(), 6);
+        assert_eq!(t.lookup(0xffff_ffff_8100_0010), Some("srso_alias"), "first of the aliases");
+        assert_eq!(t.lookup(0xffff_ffff_8100_0100), Some("do_work"));
+        assert_eq!(t.lookup(0xffff_ffff_c000_1008), Some("mod_fn"));
+        assert_eq!(t.lookup(0xffff_ffff_8000_0004), Some("below_fn"));
+        assert_eq!(t.lookup(0x1000), None);
+        assert!(load_kallsyms(&p, Some(0xffff_ffff_9000_0000)).unwrap_err().contains("relocated"));
+        fs::write(&p, "").unwrap();
+        assert!(load_kallsyms(&p, None).unwrap_err().contains("empty"));
+        // The machine's own kallsyms, when readable: one pass, names for its _text.
+        if let Ok(t) = load_kallsyms(Path::new("/proc/kallsyms"), None) {
+            assert!(t.len() > 1000);
+        }
     }
 
     #[test]
