@@ -257,6 +257,9 @@ pub struct Recorder {
     off_cpu: Option<AttrPlan>,
     /// Off-CPU events waiting for the first marker (issue 7 item 2).
     off_cpu_later: items::OffCpuLater,
+    /// `-a -- CMD`: the command exited during a long round and the events were disabled
+    /// there (see [`Recorder::refill`]).
+    sampling_stopped: bool,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -364,12 +367,20 @@ impl Recorder {
         rec.emitter.classes = classes;
         rec.notes.extend(stack_notes);
         rec.emitter.stacks = stack_maker;
+        // Off-CPU at the first marker: the sched_switch event waits with the switch event.
+        let (off_cpu, sched_later) = if switch_later.is_some() { (None, off_cpu) } else { (off_cpu, None) };
         rec.off_cpu = off_cpu;
         if switch_later.is_some() {
             // Lost/throttle records of the switch event name no header event.
             rec.emitter.probe_base = rec.emitter.probe_base.min(switch_later_event);
         }
-        rec.off_cpu_later = items::OffCpuLater { plan: switch_later, event: switch_later_event, ..Default::default() };
+        rec.off_cpu_later = items::OffCpuLater {
+            plan: switch_later,
+            event: switch_later_event,
+            sched: sched_later,
+            sched_event: off_cpu_event,
+            ..Default::default()
+        };
         if matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_)) {
             rec.emitter.follow = Some(items::MarkerFollower::default());
         }
@@ -429,6 +440,7 @@ impl Recorder {
             sampling,
             off_cpu: None,
             off_cpu_later: items::OffCpuLater::default(),
+            sampling_stopped: false,
         })
     }
 
@@ -637,6 +649,7 @@ impl Recorder {
     /// queue is already very long, so a recorder that cannot keep up lets the kernel
     /// count the loss instead of growing without bound.
     fn refill(&mut self) {
+        self.stop_sampling_if_command_exited();
         if self.raw_queue.len() >= MAX_QUEUED_RECORDS {
             return;
         }
@@ -644,6 +657,26 @@ impl Recorder {
             self.drain_rings();
         }
     }
+    /// `-a -- CMD` records until CMD exits. A recorder that falls behind (a high rate on a
+    /// busy machine) can spend seconds in one round; without this check it would notice
+    /// the exit only at the round's end and keep sampling (and losing) meanwhile. So
+    /// between batches the command's pidfd is polled, and once it has exited every event
+    /// is disabled; the loop ends at its next wakeup as usual.
+    fn stop_sampling_if_command_exited(&mut self) {
+        if self.sampling_stopped || !matches!(self.target, Target::SystemWideCommand(_)) {
+            return;
+        }
+        let Some(fd) = self.child.as_ref().and_then(|c| c.pidfd()) else { return };
+        let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no timeout.
+        if unsafe { libc::poll(&mut pfd, 1, 0) } == 1 && pfd.revents != 0 {
+            for fd in &self.fds {
+                let _ = sys::ioctl_disable(fd.as_fd());
+            }
+            self.sampling_stopped = true;
+        }
+    }
+
     /// `T_k` of the round about to drain (see the module docs).
     fn round_clock(&self) -> u64 {
         match self.clock {

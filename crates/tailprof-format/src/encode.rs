@@ -62,7 +62,7 @@ pub struct ChunkBuilder {
     /// Rough size of the encoded body so far (for chunk sizing).
     pub raw_estimate: usize,
     times: Vec<u64>,
-    events: Vec<u16>,
+    events: Lazy<u16>,
     thread_idx: Vec<u32>,
     threads: Vec<(u32, u32)>,
     thread_map: IntMap<(u32, u32)>,
@@ -70,25 +70,25 @@ pub struct ChunkBuilder {
     /// recording, so the last thread alone rarely matches): `(key, index + 1)`, 0 = empty.
     thread_cache: [((u32, u32), u32); THREAD_CACHE],
     cpus: Vec<u32>,
-    periods: Vec<u64>,
-    cpumodes: Vec<u8>,
+    periods: Lazy<u64>,
+    cpumodes: Lazy<u8>,
     ip_idx: Vec<u32>,
     ips: Vec<u64>,
     ip_counts: Vec<u32>,
     ip_map: IntMap<u64>,
-    opt_mask: Vec<u8>,
+    opt_mask: Lazy<u8>,
     addrs: Vec<u64>,
     weights: Vec<u64>,
     data_srcs: Vec<u64>,
-    regs_count: Vec<u32>,
+    regs_count: Lazy<u32>,
     regs: Vec<u64>,
     /// Side-band records with the number of samples that precede them in the chunk.
     sideband: Vec<(u32, Record)>,
     scratch: Vec<u8>,
     deltas: Vec<u64>,
     /// Per sample: 0 (no stack) or 1 + index into `slots`.
-    stack_slot: Vec<u32>,
-    stack_status: Vec<u8>,
+    stack_slot: Lazy<u32>,
+    stack_status: Lazy<u8>,
     /// Stacks (writer ids) the chunk's records use, in first-use order, with use counts.
     slots: Vec<u32>,
     slot_counts: Vec<u32>,
@@ -101,6 +101,59 @@ pub struct ChunkBuilder {
     nodes: Vec<u32>,
     /// Stack-section blobs are stored uncompressed (see [`Self::encode`]).
     pub stacks_stored: bool,
+}
+
+/// A column of one value per sample that is usually the same for every sample of a
+/// chunk (event, period, cpumode, ...): it stays one value until a sample differs, and
+/// only then holds a value per row. Saves a push per sample and a pass at encoding.
+#[derive(Default)]
+struct Lazy<T> {
+    first: T,
+    n: usize,
+    /// Empty while every row is `first`; else one value per row.
+    v: Vec<T>,
+}
+
+impl<T: Copy + PartialEq> Lazy<T> {
+    #[inline]
+    fn push(&mut self, x: T) {
+        if !self.v.is_empty() {
+            self.v.push(x);
+        } else if self.n == 0 {
+            self.first = x;
+        } else if x != self.first {
+            self.v.reserve(self.n + 1);
+            self.v.resize(self.n, self.first);
+            self.v.push(x);
+        }
+        self.n += 1;
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> T {
+        if self.v.is_empty() {
+            self.first
+        } else {
+            self.v[i]
+        }
+    }
+
+    fn clear(&mut self) {
+        self.n = 0;
+        self.v.clear();
+    }
+}
+
+/// [`put_column`] of a [`Lazy`] column mapped by `f`: the same bytes, without a pass
+/// over a constant column.
+fn put_lazy<T: Copy + PartialEq>(out: &mut Vec<u8>, pk: &mut Packer, n: usize, col: &Lazy<T>, f: impl Fn(T) -> u64) {
+    debug_assert_eq!(col.n, n);
+    if col.v.is_empty() {
+        out.push(crate::columns::COL_CONST);
+        put_uleb(out, f(col.first));
+    } else {
+        put_column(out, pk, n, |i| f(col.v[i]));
+    }
 }
 
 /// Entries of [`ChunkBuilder`]'s thread cache.
@@ -448,7 +501,7 @@ impl ChunkBuilder {
         pk.put_scratch(body);
         between();
 
-        put_column(body, pk, n, |i| self.events[i] as u64);
+        put_lazy(body, pk, n, &self.events, |v| v as u64);
 
         put_uleb(body, self.threads.len() as u64);
         for &(pid, tid) in &self.threads {
@@ -459,8 +512,8 @@ impl ChunkBuilder {
         between();
         put_column(body, pk, n, |i| self.cpus[i] as u64);
         between();
-        put_column(body, pk, n, |i| self.periods[i]);
-        put_column(body, pk, n, |i| self.cpumodes[i] as u64);
+        put_lazy(body, pk, n, &self.periods, |v| v);
+        put_lazy(body, pk, n, &self.cpumodes, |v| v as u64);
 
         // IP table in descending frequency, so hot IPs get one-byte indices.
         let mut order: Vec<u32> = (0..self.ips.len() as u32).collect();
@@ -489,22 +542,22 @@ impl ChunkBuilder {
         between();
 
         let m = &self.opt_mask;
-        put_opt_column(body, pk, n, |i| m[i] & HAS_ADDR != 0, &self.addrs, true);
-        put_opt_column(body, pk, n, |i| m[i] & HAS_WEIGHT != 0, &self.weights, false);
-        put_opt_column(body, pk, n, |i| m[i] & HAS_DATA_SRC != 0, &self.data_srcs, false);
+        put_opt_column(body, pk, n, |i| m.get(i) & HAS_ADDR != 0, &self.addrs, true);
+        put_opt_column(body, pk, n, |i| m.get(i) & HAS_WEIGHT != 0, &self.weights, false);
+        put_opt_column(body, pk, n, |i| m.get(i) & HAS_DATA_SRC != 0, &self.data_srcs, false);
 
-        put_column(body, pk, n, |i| self.regs_count[i] as u64);
+        put_lazy(body, pk, n, &self.regs_count, |v| v as u64);
         pk.scratch.clear();
         for &r in &self.regs {
             put_uleb(&mut pk.scratch, r);
         }
         pk.put_scratch(body);
 
-        put_column(body, pk, n, |i| match self.stack_slot[i] {
+        put_lazy(body, pk, n, &self.stack_slot, |v| match v {
             0 => 0,
             s => slot_rank[s as usize - 1] as u64 + 1,
         });
-        put_column(body, pk, n, |i| self.stack_status[i] as u64);
+        put_lazy(body, pk, n, &self.stack_status, |v| v as u64);
     }
 
     /// Forgets the buffered records (after the chunk was written).
@@ -544,6 +597,42 @@ impl ChunkBuilder {
             // Marks of 2^32 chunks ago could alias: start over.
             self.node_mark.iter_mut().for_each(|m| m.0 = 0);
             self.generation = 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A [`Lazy`] column reads back as the plain vector and encodes to the same bytes as
+    /// [`put_column`] over it: constant, varying from the first row, from a later row, and
+    /// varying values that map to one value.
+    #[test]
+    fn lazy_column_matches_plain_column() {
+        let cases: Vec<Vec<u64>> = vec![
+            vec![7; 500],
+            vec![1],
+            (0..300).map(|i| i % 3).collect(),
+            (0..300).map(|i| if i < 299 { 5 } else { 6 }).collect(),
+            (0..300).map(|i| if i == 0 { 9 } else { 4 }).collect(),
+            (0..300).map(|i| 100 + i % 2).collect(),
+        ];
+        for (k, rows) in cases.iter().enumerate() {
+            for f in [(|v: u64| v * 3) as fn(u64) -> u64, |v: u64| v / 100] {
+                let mut lazy = Lazy::default();
+                for &v in rows {
+                    lazy.push(v);
+                }
+                assert!((0..rows.len()).all(|i| lazy.get(i) == rows[i]), "case {k}");
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                put_lazy(&mut a, &mut Packer::new(1), rows.len(), &lazy, f);
+                put_column(&mut b, &mut Packer::new(1), rows.len(), |i| f(rows[i]));
+                assert_eq!(a, b, "case {k}");
+                lazy.clear();
+                lazy.push(3);
+                assert_eq!((lazy.n, lazy.get(0)), (1, 3));
+            }
         }
     }
 }
