@@ -57,13 +57,15 @@ pub(super) fn item_reg_mask(name: &str) -> Result<(u64, String), String> {
 
 /// The off-CPU events of a recording that may get markers but was not asked for
 /// `--off-cpu` ([`ItemOptions::off_cpu_on_markers`]): a dummy software event with
-/// `context_switch` and the `sched:sched_switch` stack event, opened disabled on every
-/// CPU and task like the others (their fds live here, not in the recorder's list, so
-/// starting the recording does not enable them), and enabled all at once by
-/// [`OffCpuLater::enable`] when the first marker is drained. With `inherit` the enable
-/// reaches the copies in threads and children created since (the kernel's
-/// `perf_event_for_each_child`); a test checks it. While disabled they cost nothing:
-/// the kernel skips disabled side-band events and a disabled tracepoint has no hook.
+/// `context_switch` and the `sched:sched_switch` stack event, planned with the others but
+/// opened only when the first marker is drained (`Recorder::open_off_cpu_later`): per
+/// CPU for `-a`, else for every thread of the marked process on every CPU (re-listing
+/// the threads until no new one shows up; threads created later inherit them), each
+/// redirected into its CPU's ring. Until then nothing is open, so a program that never
+/// writes a marker pays nothing. (Opening them disabled at the start and enabling them
+/// later was measured first: even disabled, a context-switch event makes the kernel call
+/// its switch hook and extra task events lengthen every context switch of the target,
+/// +15-25 % on a pipe ping-pong, bench/offcpu-idle.sh.)
 ///
 /// What the trace knows: the header says `off_cpu_from = first_marker` (or `start`),
 /// and a process's context switches are complete from its first `Switch` record on
@@ -75,7 +77,10 @@ pub(super) struct OffCpuLater {
     pub plan: Option<crate::attr::AttrPlan>,
     /// Its decoder event index.
     pub event: u16,
-    /// Every fd of the two events.
+    /// The sched_switch stack event (`None`: tracefs unavailable) and its decoder index.
+    pub sched: Option<crate::attr::AttrPlan>,
+    pub sched_event: u16,
+    /// Every fd of the two events once opened.
     pub fds: Vec<std::os::fd::OwnedFd>,
     /// CLOCK_MONOTONIC when they were enabled.
     pub enabled_at: Option<u64>,
@@ -85,23 +90,6 @@ impl OffCpuLater {
     /// Waiting for the first marker.
     pub fn pending(&self) -> bool {
         self.plan.is_some() && self.enabled_at.is_none()
-    }
-
-    /// Enable every fd (once). An fd whose task is gone fails with ESRCH: skipped.
-    pub fn enable(&mut self, now: u64) -> io::Result<()> {
-        if !self.pending() {
-            return Ok(());
-        }
-        self.enabled_at = Some(now);
-        let mut first_err = None;
-        for fd in &self.fds {
-            if let Err(e) = sys::ioctl_enable(std::os::fd::AsFd::as_fd(fd)) {
-                if e.raw_os_error() != Some(libc::ESRCH) {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        first_err.map_or(Ok(()), Err)
     }
 
     /// Disable every fd (end of recording).

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Most off-CPU event fds opened at the first marker (threads × CPUs × 2); a process with
+/// more threads gets no off-CPU recording (noted; `--off-cpu` opens them at the start).
+pub const MAX_LATER_FDS: usize = 65536;
+
 impl Recorder {
     /// Launch the command (stopped before exec) or find the process, open every event for
     /// it on every CPU, map the rings, and set up the marker transport.
@@ -132,23 +136,85 @@ impl Recorder {
                     .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (sched_switch) on CPU {cpu}")))?;
                 let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
                 self.emitter.decoder.add_id(id, sm.off_cpu_event);
-                // Enabled with the first marker when off-CPU waits for one.
-                match self.off_cpu_later.plan.is_some() {
-                    true => self.off_cpu_later.fds.push(fd),
-                    false => self.fds.push(fd),
-                }
-            }
-            if let (Some(plan), Some(ring)) = (&self.off_cpu_later.plan, ring_of_cpu[cpu_index]) {
-                let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
-                    .map_err(io_err(format!("cannot open the context-switch event (off-CPU) on CPU {cpu}")))?;
-                sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
-                    .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (context switches) on CPU {cpu}")))?;
-                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
-                self.emitter.decoder.add_id(id, self.off_cpu_later.event);
-                self.off_cpu_later.fds.push(fd);
+                self.fds.push(fd);
             }
         }
         Ok(())
+    }
+
+    /// Open the off-CPU events that waited for a marker ([`items::OffCpuLater`]): per CPU
+    /// for `-a`, else for every thread of `pid` on every CPU (with `inherit`: threads they
+    /// create later get copies), each into its CPU's ring, registered with the decoder
+    /// before it is enabled. A thread that exits meanwhile is skipped. The threads are
+    /// listed once: re-listing would open a second event for a thread that an already
+    /// opened one created meanwhile (it inherited a copy), doubling its switches; a thread
+    /// created during the open by a thread not yet opened is missed instead. Returns the
+    /// fds opened, or why it stopped (more than [`MAX_LATER_FDS`] fds, an open error).
+    fn open_off_cpu_later(&mut self, pid: Option<u32>) -> Result<usize, String> {
+        let plans: Vec<(crate::attr::AttrPlan, u16)> = [
+            self.off_cpu_later.plan.clone().map(|p| (p, self.off_cpu_later.event)),
+            self.off_cpu_later.sched.clone().map(|p| (p, self.off_cpu_later.sched_event)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let rings: Vec<(u32, usize)> = self.rings.iter().zip(&self.ring_owner_fd).map(|(r, &o)| (r.cpu(), o)).collect();
+        let tasks: Vec<i32> = match pid {
+            None => vec![-1],
+            Some(p) => procfs::thread_ids(p).unwrap_or_default().into_iter().map(|t| t as i32).collect(),
+        };
+        if tasks.len().saturating_mul(rings.len() * plans.len()) > MAX_LATER_FDS {
+            return Err(format!("more than {MAX_LATER_FDS} events for {} threads on {} CPUs", tasks.len(), rings.len()));
+        }
+        {
+            for task in tasks {
+                for &(cpu, owner) in &rings {
+                    for (plan, event) in &plans {
+                        let fd = match sys::perf_event_open(&plan.attr, task, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC) {
+                            Ok(fd) => fd,
+                            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break, // the thread exited
+                            Err(e) => return Err(format!("perf_event_open on CPU {cpu}: {e}")),
+                        };
+                        let r = sys::ioctl_set_output(fd.as_fd(), self.fds[owner].as_fd())
+                            .and_then(|_| sys::ioctl_id(fd.as_fd()))
+                            .map(|id| self.emitter.decoder.add_id(id, *event))
+                            .and_then(|_| sys::ioctl_enable(fd.as_fd()));
+                        if let Err(e) = r {
+                            return Err(format!("setting up the event on CPU {cpu}: {e}"));
+                        }
+                        self.off_cpu_later.fds.push(fd);
+                    }
+                }
+            }
+        }
+        Ok(self.off_cpu_later.fds.len())
+    }
+
+    /// Open the waiting off-CPU events now (the first marker, or a marked process
+    /// attached at the start); say so, or why not.
+    fn start_off_cpu_now(&mut self, why: &str) {
+        let now = monotonic_ns();
+        self.off_cpu_later.enabled_at = Some(now);
+        let pid = match &self.target {
+            Target::SystemWide | Target::SystemWideCommand(_) => None,
+            Target::Command(_) => self.child.as_ref().map(|c| c.pid()),
+            Target::Pid(p) => Some(*p),
+        };
+        let at = now.saturating_sub(self.started_ns());
+        match self.open_off_cpu_later(pid) {
+            Ok(_) => self.notes.push(format!(
+                "off-CPU recording enabled {:.1} ms after the start, {why} (CLOCK_MONOTONIC {now} ns); items that \
+                 began before have only part of their off-CPU time (use --off-cpu to record it from the start)",
+                at as f64 / 1e6
+            )),
+            Err(e) => {
+                self.off_cpu_later.disable();
+                self.off_cpu_later.fds.clear();
+                self.notes.push(format!(
+                    "off-CPU recording not enabled at the first marker ({e}); use --off-cpu to record it from the start"
+                ));
+            }
+        }
     }
 
     /// Off-CPU events waiting for a marker: enable them now when `-p`/`-a` attached a
@@ -159,7 +225,13 @@ impl Recorder {
             return Ok(());
         }
         let from = if self.markers.attached() > 0 {
-            self.off_cpu_later.enable(monotonic_ns()).map_err(io_err("PERF_EVENT_IOC_ENABLE (off-CPU events)"))?;
+            if let Err(e) = self.open_off_cpu_later(match &self.target {
+                Target::Pid(p) => Some(*p),
+                _ => None,
+            }) {
+                return Err(RecordError::Options(format!("cannot open the off-CPU events: {e}; use --no-off-cpu")));
+            }
+            self.off_cpu_later.enabled_at = Some(monotonic_ns());
             "start"
         } else {
             "first_marker"
@@ -173,18 +245,7 @@ impl Recorder {
     /// exited (about once a second). `drained` is what the marker drain just moved.
     pub(super) fn after_marker_drain(&mut self, drained: &crate::markers::DrainStats) {
         if self.off_cpu_later.pending() && drained.markers > 0 {
-            let now = monotonic_ns();
-            let at = now.saturating_sub(self.started_ns());
-            let res = self.off_cpu_later.enable(now);
-            self.notes.push(format!(
-                "off-CPU recording enabled {:.1} ms after the start, at the first item marker (CLOCK_MONOTONIC {now} ns); \
-                 items that began before have only part of their off-CPU time (use --off-cpu to record it from the start){}",
-                at as f64 / 1e6,
-                match res {
-                    Ok(()) => String::new(),
-                    Err(e) => format!("; some events could not be enabled: {e}"),
-                }
-            ));
+            self.start_off_cpu_now("at the first item marker");
         }
         let Some(f) = self.emitter.follow.as_mut() else { return };
         let queue = std::mem::take(&mut f.queue);
