@@ -21,7 +21,9 @@
 #
 # Usage: bench/record-a.sh [RUNS] [SECS]      (root; TAILPROF=path to use another binary;
 #        TOOLS="tailprof perf perf-B" to choose what runs; EXTRA_TP=binary adds a second
-#        tailprof, e.g. the previous build, as "tailprof-b")
+#        tailprof, e.g. the previous build, as "tailprof-b"; NICE=-10 runs every recorder,
+#        perf and tailprof alike, at that nice value, so that on a machine shared with other
+#        work (builds) the recorders compete with the two spinners rather than with it)
 set -euo pipefail
 RUNS=${1:-5}
 SECS=${2:-5}
@@ -59,7 +61,8 @@ SPIN_PID=$!
 mkdir -p "$ROOT/bench/out"
 OUT=$ROOT/bench/out/record-a.tsv
 log "load before: $(cut -d' ' -f1-3 /proc/loadavg); $NCPU busy threads; $RUNS runs x ${SECS}s per tool"
-export TP W SECS RUNS PERF OUT TOOLS="${TOOLS:-tailprof perf perf-B}" EXTRA_TP="${EXTRA_TP:-}" ROOT
+export TP W SECS RUNS PERF OUT TOOLS="${TOOLS:-tailprof perf perf-B}" EXTRA_TP="${EXTRA_TP:-}" ROOT NICE="${NICE:-}"
+[ -n "${NICE:-}" ] && log "recorders run at nice $NICE"
 python3 - <<'PY'
 import json, os, re, subprocess, statistics
 
@@ -73,6 +76,11 @@ common = ["-a", "-e", "cpu-clock", "-c", "10000"]
 
 
 def cmd(tool, out):
+    nice = ["nice", "-n", os.environ["NICE"]] if os.environ.get("NICE") else []
+    return nice + cmd_of(tool, out)
+
+
+def cmd_of(tool, out):
     if tool == "tailprof":
         return [TP, "record", *common, "-o", out, "--", "sleep", SECS]
     if tool == "tailprof-b":
@@ -136,13 +144,14 @@ with open(OUT, "w") as f:
 
 med = {}
 print()
-print(f"medians of {RUNS} runs, `-a -e cpu-clock -c 10000 -- sleep {SECS}`, {os.cpu_count()} CPUs busy:")
-print(f"{'tool':<12}{'cpu s':>8}{'samples':>11}{'lost':>9}{'lost %':>8}{'us/sample':>11}")
+nice = f", recorders at nice {os.environ['NICE']}" if os.environ.get("NICE") else ""
+print(f"medians of {RUNS} runs, `-a -e cpu-clock -c 10000 -- sleep {SECS}`, {os.cpu_count()} CPUs busy{nice}:")
+print(f"{'tool':<12}{'cpu s':>8}{'samples':>11}{'lost':>11}{'lost %':>8}{'us/sample':>11}")
 for t in tools:
     rs = [x for x in rows if x[0] == t]
     m = tuple(statistics.median(x[i] for x in rs) for i in range(1, 6))
     med[t] = m
-    print(f"{t:<12}{m[0]:>8.2f}{m[1]:>11,.0f}{m[2]:>9,.0f}{m[3]:>8.2f}{m[4]:>11.3f}")
+    print(f"{t:<12}{m[0]:>8.2f}{m[1]:>11,.0f}{m[2]:>11,.0f}{m[3]:>8.2f}{m[4]:>11.3f}")
 if "tailprof" in med and "perf" in med:
     tp, pf = med["tailprof"], med["perf"]
     ratio = tp[4] / pf[4] if pf[4] else float("nan")
