@@ -61,13 +61,19 @@ run() {
     esac
     if [ -n "$ppid" ]; then
         sleep 1
-        # the profiler process under the background subshell and the rusage wrapper
-        local child=$ppid k
-        for k in 1 2 3 4; do
-            case $(cat "/proc/$child/comm" 2>/dev/null) in tailprof*|perf) break ;; esac
-            child=$(pgrep -P "$child" | head -n 1 || true); [ -n "$child" ] || break
+        # the profiler process under the background subshell and the rusage wrapper (on a
+        # loaded machine python may take a while to start it: look again for up to 4 s)
+        local child=$ppid k try
+        for try in 1 2 3 4 5 6 7 8; do
+            child=$ppid
+            for k in 1 2 3 4; do
+                case $(cat "/proc/$child/comm" 2>/dev/null) in tailprof*|perf) break ;; esac
+                child=$(pgrep -P "$child" | head -n 1 || true); [ -n "$child" ] || break
+            done
+            case $(cat "/proc/${child:-0}/comm" 2>/dev/null) in tailprof*|perf) break ;; esac
+            sleep 0.5
         done
-        sleep "$((WARM - 1))"; t1=$(cpu_ticks "$child")
+        sleep "$((WARM - 1 - try / 2))"; t1=$(cpu_ticks "$child")
         sleep "$((SECS - WARM - 1))"; t2=$(cpu_ticks "$child")
         rss=$(awk '/^VmRSS/ {print $2}' "/proc/$child/status" 2>/dev/null || echo 0)
         wait "$ppid"; out=$(cat "$d/ru")
@@ -84,11 +90,13 @@ run() {
     steady=$(python3 -c 'import sys
 try: print((float(sys.argv[2]) - float(sys.argv[1])) / float(sys.argv[3]))
 except ValueError: print("nan")' "${t1:-nan}" "${t2:-nan}" "$HZ")
-    # symbol tables written / deferred by the symbolizer's CPU budget / dropped (agent only)
-    local st="0/0/0"
+    # symbol tables written / deferred by the symbolizer's CPU budget / dropped, and
+    # failed, functions stored, symbolizer CPU s (agent only)
+    local st="0/0/0 0 0 0"
     [ -s "$d/summary.json" ] && st=$(python3 -c 'import json, sys
 w = json.load(open(sys.argv[1]))["writer"]
-print("%d/%d/%d" % (w["symbol_tables"], w.get("symbol_tables_deferred", 0), w.get("symbol_tables_dropped", 0)))' "$d/summary.json" 2>/dev/null || echo "0/0/0")
+print("%d/%d/%d %d %d %.2f" % (w["symbol_tables"], w.get("symbol_tables_deferred", 0), w.get("symbol_tables_dropped", 0),
+      w.get("symbol_tables_failed", 0), w.get("symbols", 0), w.get("symbolizer_cpu_ms", 0) / 1000))' "$d/summary.json" 2>/dev/null || echo "0/0/0 0 0 0")
     echo "$mode $out $loops $bytes $steady $rss $sym $st"
 }
 
@@ -104,8 +112,8 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 secs, ncpu, warm = float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 by = {}
-for m, cpu, rss, loops, b, steady, rss_end, sym, st in rows:
-    by.setdefault(m, []).append((float(cpu), int(rss), int(loops), int(b), float(steady), int(rss_end), int(sym), st))
+for m, cpu, rss, loops, b, steady, rss_end, sym, st, failed, funcs, sym_cpu in rows:
+    by.setdefault(m, []).append((float(cpu), int(rss), int(loops), int(b), float(steady), int(rss_end), int(sym), st, int(failed), int(funcs), float(sym_cpu)))
 med = lambda xs: statistics.median(xs)
 base = med(x[2] for x in by["none"])
 print(f"{ncpu} CPUs busy (one spinner each), {secs:.0f} s per run, steady state from {warm:.0f} s on, medians of {len(by['none'])} runs")
@@ -121,4 +129,7 @@ for m, name in [("agent", "tailprof agent (defaults)"), ("perf", "perf record -a
     day = med(x[3] for x in v) * 86400 / secs / 2**20
     sym = med(x[6] for x in v) / 2**20
     print(f"| {name} | {cpu:.2f}% | {steady:.2f}% | {rss_end:.0f} MiB ({rss:.0f} MiB) | {100 * (thr - 1):+.1f}% | {day:.0f} MiB | {sym:.1f} MiB | {' '.join(x[7] for x in v) if m == 'agent' else '-'} |")
+v = by["agent"]
+print("agent per run (tables failed, functions stored, symbolizer CPU s of the whole-run CPU s, peak RSS MiB): "
+      + "; ".join(f"{x[8]}, {x[9]}, {x[10]:.2f} of {x[0]:.2f}, {x[1] / 1024:.0f}" for x in v))
 PY

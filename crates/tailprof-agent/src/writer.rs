@@ -56,6 +56,8 @@ pub struct WriterStats {
     /// Functions left out of written tables because the file was malformed there
     /// (`symtab::TableWritten::skipped`).
     pub symbols_skipped: u64,
+    /// CPU time the symbolizer thread spent on tables (reading, demangling, writing), ms.
+    pub symbolizer_cpu_ms: u64,
     pub items_retained: u64,
     pub retention_removed: u64,
     pub compacted_files: u64,
@@ -323,6 +325,7 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
 
 fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
     let Some(dest) = store.symbols_file(&j.build_id) else { return };
+    let cpu0 = thread_cpu_s();
     let res = store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string()).and_then(|()| {
         if j.path == crate::aggregate::KERNEL_PATH {
             crate::symtab::write_kallsyms_table(j.file, &j.build_id, &j.path, &dest)
@@ -334,6 +337,7 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
         }
     });
     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+    s.symbolizer_cpu_ms += ((thread_cpu_s() - cpu0).max(0.0) * 1000.0) as u64;
     match res {
         Ok(t) => {
             s.symbol_tables += 1;
