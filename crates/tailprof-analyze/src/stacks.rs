@@ -169,8 +169,10 @@ pub struct StackRow {
     pub period: u64,
     /// The stack reached the outermost frame.
     pub complete: bool,
-    /// The stack was cut short or unwinding failed ([`StackStatus::is_truncated`]);
-    /// neither this nor `complete` for stacks of unknown completeness (frame pointers).
+    /// The stack was cut short or unwinding failed ([`StackStatus::is_truncated`]), or an
+    /// fp/LBR chain was judged [`BROKEN`];
+    /// neither this nor `complete` for stacks whose completeness cannot be told (an
+    /// fp/LBR chain ending in a function without a name).
     pub truncated: bool,
 }
 
@@ -555,12 +557,28 @@ impl StackBuilder {
             }
         };
         let n_items = self.spans.len();
+        // Stacks the recorder could not judge (frame-pointer and LBR chains): judged now
+        // by their outermost frame's name (see [`chain_end`]).
+        let mut ends: FxHashMap<u32, ChainEnd> = FxHashMap::default();
+        let mut moved = [0u64; 3];
+        for (&(item, p, status), &(n, _)) in &self.samples {
+            if status == StackStatus::Unknown {
+                let end = *ends.entry(p).or_insert_with(|| chain_end(&self.loc_paths[p as usize], resolver, &table));
+                if kept(item, &self.keep) {
+                    moved[end as usize] += n;
+                }
+            }
+        }
         let mut whole: FxHashMap<(u32, bool, bool), (u64, u64)> = FxHashMap::default();
         let mut per_item: Vec<FxHashMap<(u32, bool, bool), (u64, u64)>> = vec![FxHashMap::default(); n_items];
         let (mut samples, mut period) = (0u64, 0u64);
         for (&(item, p, status), &(n, per)) in &self.samples {
             let fp = of_path[p as usize];
-            let (complete, truncated) = (status == StackStatus::Complete, status.is_truncated());
+            let (complete, truncated) = match (status, ends.get(&p)) {
+                (StackStatus::Unknown, Some(ChainEnd::Entry)) => (true, false),
+                (StackStatus::Unknown, Some(ChainEnd::Broken)) => (false, true),
+                _ => (status == StackStatus::Complete, status.is_truncated()),
+            };
             if kept(item, &self.keep) {
                 let e = whole.entry((fp, complete, truncated)).or_default();
                 e.0 += n;
@@ -614,7 +632,16 @@ impl StackBuilder {
                 ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns, off_cpu_partial }
             })
             .collect();
-        let statuses = status_counts(&self.statuses);
+        let mut counts = self.statuses;
+        let unknown = StackStatus::Unknown as usize;
+        counts[unknown] = counts[unknown].saturating_sub(moved[ChainEnd::Entry as usize] + moved[ChainEnd::Broken as usize]);
+        counts[StackStatus::Complete as usize] += moved[ChainEnd::Entry as usize];
+        let mut statuses = status_counts(&counts);
+        if moved[ChainEnd::Broken as usize] > 0 {
+            // Before `unknown`, the last code: statuses stay in code order otherwise.
+            let at = statuses.iter().position(|s| s.status == StackStatus::Unknown.name()).unwrap_or(statuses.len());
+            statuses.insert(at, StatusCount { status: BROKEN, reason: BROKEN_REASON, samples: moved[ChainEnd::Broken as usize] });
+        }
         StackProfile {
             event: self.event_name,
             total_samples: self.total,
@@ -636,6 +663,86 @@ impl StackBuilder {
             read: self.read,
             timeline,
         }
+    }
+}
+
+/// Status name of a frame-pointer or LBR chain judged broken at report time (not a stored
+/// status: the recorder stores such chains as `unknown`, see [`chain_end`]).
+pub const BROKEN: &str = "broken";
+const BROKEN_REASON: &str = "broken chain (frame pointers omitted)";
+
+/// Functions a thread's or process's stack starts in: a frame-pointer or LBR chain whose
+/// outermost user frame is one of these reached the outermost frame. From the stacks of
+/// this machine (Debian 12, glibc 2.36: main threads end in `__libc_start_call_main`,
+/// threads in `start_thread`; the dynamic loader's startup in `_start`), plus the other
+/// entry points of glibc, musl and the kernel.
+const ENTRY_FUNCTIONS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone",
+    "__clone",
+    "clone3",
+    "__clone3",
+    "__clone_internal",
+    "_dl_start",
+    "_dl_start_user",
+    // musl
+    "__libc_start_main_stage2",
+    "start",
+    // kernel threads (a chain with no user part)
+    "ret_from_fork",
+    "ret_from_fork_asm",
+    "kthread",
+];
+
+/// Rust threads start in `std::sys::…::thread::Thread::new::thread_start` (the path
+/// changes between releases); Go's in `runtime.goexit`/`runtime.rt0_go`.
+fn is_entry_function(name: &str) -> bool {
+    ENTRY_FUNCTIONS.contains(&name)
+        || name.ends_with("::thread_start")
+        || name.starts_with("runtime.goexit")
+        || name == "runtime.rt0_go"
+        || name == "runtime.mstart"
+}
+
+/// How a chain of unknown completeness ends (judged after symbolization).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChainEnd {
+    /// The outermost user frame (kernel frame, for a kernel thread) is an entry function:
+    /// complete.
+    Entry = 0,
+    /// It is another function, or an address in no file: the chain ended early.
+    Broken = 1,
+    /// Its code has no name (a stripped binary without symbols): cannot tell.
+    Unnamed = 2,
+}
+
+/// `fn_<hex>`: a function of a stripped binary named by its `.eh_frame` range.
+fn is_range_name(name: &str) -> bool {
+    name.strip_prefix("fn_").is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The end of the chain `locs` (root first): its outermost user location, or its
+/// outermost location when it has no user part.
+fn chain_end(locs: &[LocId], resolver: &Resolver, table: &crate::resolve::FunctionTable) -> ChainEnd {
+    use crate::maps::BinaryKind;
+    let kind = |l: &LocId| resolver.locations().get(l.index()).map(|loc| resolver.spaces().binary(loc.binary).kind);
+    let kernel = |k: Option<BinaryKind>| matches!(k, Some(BinaryKind::Kernel | BinaryKind::KernelModule));
+    let Some(root) = locs.iter().find(|l| !kernel(kind(l))).or(locs.first()) else { return ChainEnd::Unnamed };
+    match kind(root) {
+        Some(BinaryKind::Unmapped | BinaryKind::Anon) | None => return ChainEnd::Broken,
+        _ => {}
+    }
+    let Some(f) = table.of_loc.get(root.index()).and_then(|&r| table.rows.get(r as usize)) else { return ChainEnd::Unnamed };
+    if is_entry_function(&f.name) {
+        ChainEnd::Entry
+    } else if f.unknown_reason.is_some() || is_range_name(&f.name) {
+        ChainEnd::Unnamed
+    } else {
+        ChainEnd::Broken
     }
 }
 

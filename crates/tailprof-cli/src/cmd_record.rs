@@ -379,7 +379,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if with_stack > 0 {
         let truncated = st.copy_exhausted + st.no_unwind_info + st.unwind_error + st.max_depth + st.user_missing;
         eprintln!(
-            "tailprof: stacks {} complete, {} truncated (copy exhausted {}, no unwind info {}, unwind error {}, max depth {}, no user part {}), {} of unknown completeness",
+            "tailprof: stacks {} complete, {} truncated (copy exhausted {}, no unwind info {}, unwind error {}, max depth {}, no user part {}), {} judged by `report --by stack` (frame-pointer/LBR chains: complete if they reach a thread or process entry)",
             ui::thousands(st.complete),
             ui::thousands(truncated),
             ui::thousands(st.copy_exhausted),

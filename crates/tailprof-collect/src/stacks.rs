@@ -115,6 +115,15 @@ pub fn kernel_max_stack() -> usize {
         .unwrap_or(127)
 }
 
+/// Entries of the core PMU's LBR (`/sys/bus/event_source/devices/cpu/caps/branches`,
+/// e.g. 32 on Skylake), when it has one.
+pub fn lbr_depth() -> Option<usize> {
+    std::fs::read_to_string("/sys/bus/event_source/devices/cpu/caps/branches")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&n: &usize| n > 0)
+}
+
 /// What the recorder knows about one event's stack fields.
 #[derive(Debug, Clone)]
 struct EventStacks {
@@ -142,6 +151,8 @@ pub(crate) struct StackMaker {
     pre_next: u64,
     spare: Vec<Vec<Frame>>,
     max_stack: usize,
+    /// Entries of the PMU's LBR (`caps/branches`), in `lbr` mode.
+    lbr_depth: Option<usize>,
     /// tid → (time, stack, status) of its last sched_switch sample.
     pending_off: HashMap<u32, (u64, StackId, StackStatus)>,
     /// Switch-out records that found no sched_switch stack.
@@ -197,6 +208,7 @@ impl StackMaker {
             pre_next: 0,
             spare: Vec::new(),
             max_stack: kernel_max_stack(),
+            lbr_depth: matches!(mode, Some(CallGraph::Lbr)).then(lbr_depth).flatten(),
             pending_off: HashMap::new(),
             switch_out_without_stack: 0,
         }
@@ -378,8 +390,16 @@ impl StackMaker {
                 // most recent call's target, then each entry's source (the call sites).
                 let b = v.branch_stack().expect("checked");
                 self.frames.retain(|f| f.kind == tailprof_format::FrameKind::Kernel);
+                let before = self.frames.len();
                 tailprof_unwind::lbr_frames(b.iter().map(|e| (e.from, e.to)), &mut self.frames);
-                StackStatus::Unknown
+                // A full LBR (as many entries as the PMU has) lost the older calls;
+                // otherwise the report judges the chain by its outermost frame.
+                let entries = self.frames.len().saturating_sub(before + 1);
+                if self.lbr_depth.is_some_and(|d| entries >= d) {
+                    StackStatus::MaxDepth
+                } else {
+                    StackStatus::Unknown
+                }
             }
             _ => match chain {
                 Some((c, n)) => tailprof_unwind::callchain_status(&c, n, !kernel_sample, self.max_stack),

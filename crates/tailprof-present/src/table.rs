@@ -212,7 +212,8 @@ fn stack_counts(c: &tailprof_format::StackStatusCounts) -> String {
         s.push_str(&format!(" ({})", reasons.join(", ")));
     }
     if c.unknown > 0 {
-        s.push_str(&format!(", {} of unknown completeness", thousands(c.unknown)));
+        // Frame-pointer/LBR chains: only symbolization can tell (docs/STACKS.md).
+        s.push_str(&format!(", {} judged by `report --by stack` (frame-pointer/LBR chains)", thousands(c.unknown)));
     }
     s
 }
