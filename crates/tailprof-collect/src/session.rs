@@ -51,7 +51,9 @@
 //! variables (through [`Child::release_with_env`]); `-p PID` is attached while the
 //! recorder is set up (before the events are enabled, so no item begin is missed);
 //! `-a` attaches, best effort, to the processes running at start whose mappings define
-//! the marker library's control symbol. Every round the marker rings are drained into a
+//! the marker library's control symbol, and to those that map such a file later
+//! ([`items::MarkerFollower`], fed by the emitter's MMAP2 records; `Recorder::after_marker_drain`).
+//! Off-CPU events not asked for wait for the first marker ([`items::OffCpuLater`]). Every round the marker rings are drained into a
 //! [`items::RecordQueue`] and merged with the raw records by the same round rule
 //! (marker times are on the samples' clock); at the end the collector is finished and
 //! everything is flushed. Dropped markers arrive as `Lost { kind: Markers }` records.

@@ -31,9 +31,9 @@ pub struct ItemOptions {
     /// class ([`crate::classprobe`]).
     pub class_from: Vec<ClassSpec>,
     /// Off-CPU time for items from the marker library without `--off-cpu` (issue 7 item
-    /// 2): the context-switch and `sched:sched_switch` events are opened disabled and
-    /// enabled when the first marker shows up (at once when `-p`/`-a` attached a process
-    /// with the marker library while setting up). Ignored with
+    /// 2): the context-switch and `sched:sched_switch` events are opened when the first
+    /// marker shows up (at once when `-p`/`-a` attached a process with the marker library
+    /// while setting up; [`OffCpuLater`]). Ignored with
     /// [`crate::stacks::StackOptions::off_cpu`] (then they are on from the start).
     pub off_cpu_on_markers: bool,
 }

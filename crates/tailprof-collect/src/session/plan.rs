@@ -97,9 +97,9 @@ pub(super) fn stack_plans(
 /// The off-CPU plans of a recording: with `--off-cpu` ([`StackOptions::off_cpu`]),
 /// [`stack_plans`] (context switches on the side-band event, on from the start). With
 /// `later` (items may come from the marker library, issue 7 item 2) and no `--off-cpu`:
-/// the same records from events of their own, opened disabled and enabled when the first
-/// marker shows up ([`items::OffCpuLater`]): a dummy software event with
-/// `context_switch` (returned second) and the `sched:sched_switch` stack event (first).
+/// the same records from events of their own, opened only when the first marker shows up
+/// ([`items::OffCpuLater`]): a dummy software event with `context_switch` (returned
+/// second) and the `sched:sched_switch` stack event (first).
 pub(super) fn off_cpu_plans(
     o: &StackOptions,
     later: bool,
