@@ -149,9 +149,9 @@ pub struct RecordArgs {
     /// at /sys/kernel/tracing when absent) from the start. On by default with
     /// --item-begin, --item-reg or --item-class-from. Without any of these, off-CPU
     /// recording still starts by itself at the first marker from the marker library (the
-    /// events wait disabled until then, at no cost; items that began before that have only
-    /// part of their off-CPU time); with -p/-a it starts at once when a process with the
-    /// marker library is attached.
+    /// events are opened only then, so a program without markers pays nothing; items that
+    /// began before that have only part of their off-CPU time, marked off_cpu_partial); with
+    /// -p/-a it starts at once when a process with the marker library is attached.
     #[arg(long = "off-cpu", conflicts_with = "no_off_cpu")]
     off_cpu: bool,
 
