@@ -176,31 +176,33 @@ fn store_reads_filter_like_the_record_api() {
     let (store, _) = Store::open(&tmp.path().join("s")).unwrap();
     let mut rng = Rng(42);
     let mut all = Vec::new();
-    // 12 files of one to three hours' windows (so the reader's threads get several each).
-    for f in 0..12i64 {
+    // NF files of an hour's windows each (so that the reader's threads get several runs
+    // of files each).
+    const NF: i64 = 40;
+    for f in 0..NF {
         let start = T0 + f * H;
         let end = start + H;
-        let mut rs = rows(&mut rng, start, 360, 200 + 37 * f as usize);
+        let mut rs = rows(&mut rng, start, 360, 20 + 5 * f as usize);
         rs.sort_by_key(|r| r.window_start_us);
         let dir = store.partition_dir(Table::Samples, "h1", start);
         store.ensure_dir(&dir).unwrap();
         let path = dir.join(format!("c-{:016}-{:016}.parquet", start, end));
-        write_groups(&path, &rs, 1 + 50 * (f as usize % 4), 100, f % 3 != 0);
+        write_groups(&path, &rs, 9 + 50 * (f as usize % 4), 100, f % 3 != 0);
         all.extend(rs.into_iter().map(cut));
     }
     // A damaged file is counted, not fatal, and does not stop the others.
-    let bad = T0 + 12 * H;
+    let bad = T0 + NF * H;
     let bad_dir = store.partition_dir(Table::Samples, "h1", bad);
     store.ensure_dir(&bad_dir).unwrap();
     std::fs::write(store.window_file(Table::Samples, "h1", bad, bad + W), b"PAR1 not parquet").unwrap();
     let reader = StoreReader::new(store);
     let queries = [
-        SampleQuery { from_us: T0, to_us: T0 + 13 * H, ..Default::default() },
+        SampleQuery { from_us: T0, to_us: T0 + (NF + 1) * H, ..Default::default() },
         SampleQuery { from_us: T0 + 3 * H + 17 * W, to_us: T0 + 7 * H - 3 * W, ..Default::default() },
-        SampleQuery { from_us: T0, to_us: T0 + 13 * H, pid: Some(103), ..Default::default() },
-        SampleQuery { from_us: T0, to_us: T0 + 13 * H, binary: Some("libé.so".into()), ..Default::default() },
-        SampleQuery { from_us: T0, to_us: T0 + 13 * H, binary: Some("wörker".into()), ..Default::default() },
-        SampleQuery { from_us: T0 + 2 * H, to_us: T0 + 9 * H, pid: Some(101), binary: Some("/usr/bin/a".into()), ..Default::default() },
+        SampleQuery { from_us: T0, to_us: T0 + (NF + 1) * H, pid: Some(103), ..Default::default() },
+        SampleQuery { from_us: T0, to_us: T0 + (NF + 1) * H, binary: Some("libé.so".into()), ..Default::default() },
+        SampleQuery { from_us: T0, to_us: T0 + (NF + 1) * H, binary: Some("wörker".into()), ..Default::default() },
+        SampleQuery { from_us: T0 + 2 * H, to_us: T0 + 39 * H, pid: Some(101), binary: Some("/usr/bin/a".into()), ..Default::default() },
     ];
     for q in &queries {
         let want: Vec<&SampleRow> = all
@@ -226,7 +228,7 @@ fn store_reads_filter_like_the_record_api() {
         assert_eq!(st.files, batches);
         if q.from_us == T0 {
             assert_eq!(st.bad_files, 1, "{q:?}");
-            assert_eq!(st.lost_samples, 2 * 12);
+            assert_eq!(st.lost_samples, 2 * NF as u64);
         }
     }
 }
