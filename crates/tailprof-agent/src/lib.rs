@@ -20,6 +20,7 @@
 
 pub mod aggregate;
 pub mod config;
+pub mod names;
 pub mod otlp;
 pub mod push;
 pub mod symtab;

@@ -35,8 +35,10 @@ use opentelemetry_proto::tonic::profiles::v1development::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
-use tailprof_store::schema::{SampleRow, SymbolRow, KERNEL_BUILD_ID, NO_BUILD_ID_PREFIX};
-use tailprof_store::{Store, StoreReader};
+use tailprof_store::schema::{SampleRow, KERNEL_BUILD_ID, NO_BUILD_ID_PREFIX};
+use tailprof_store::Store;
+
+use crate::names::NameCache;
 
 use crate::writer::WindowBatch;
 
@@ -79,14 +81,13 @@ struct Dict<'a> {
     functions: HashMap<i32, i32>,
     stacks: HashMap<Vec<i32>, i32>,
     attrs: HashMap<(i32, String), i32>,
-    reader: &'a StoreReader,
-    tables: HashMap<String, Vec<SymbolRow>>,
+    names: &'a mut NameCache,
     /// build-id → binary path seen in the window's rows (leaf frames).
     paths: HashMap<String, String>,
 }
 
 impl<'a> Dict<'a> {
-    fn new(reader: &'a StoreReader) -> Self {
+    fn new(names: &'a mut NameCache) -> Self {
         let d = ProfilesDictionary {
             mapping_table: vec![Mapping::default()],
             location_table: vec![Location::default()],
@@ -104,8 +105,7 @@ impl<'a> Dict<'a> {
             functions: HashMap::new(),
             stacks: HashMap::new(),
             attrs: HashMap::new(),
-            reader,
-            tables: HashMap::new(),
+            names,
             paths: HashMap::new(),
         }
     }
@@ -136,14 +136,6 @@ impl<'a> Dict<'a> {
         ValueType { type_strindex: self.string(ty), unit_strindex: self.string(unit) }
     }
 
-    fn table(&mut self, build_id: &str) -> &[SymbolRow] {
-        if !self.tables.contains_key(build_id) {
-            let rows = self.reader.symbols(build_id).unwrap_or_default();
-            self.tables.insert(build_id.to_string(), rows);
-        }
-        &self.tables[build_id]
-    }
-
     fn mapping(&mut self, build_id: &str) -> i32 {
         if build_id.is_empty() {
             return 0; // unmapped: the null mapping, the address is the raw one
@@ -154,7 +146,7 @@ impl<'a> Dict<'a> {
         let path = match self.paths.get(build_id) {
             Some(p) => p.clone(),
             None if build_id == KERNEL_BUILD_ID => "[kernel]".into(),
-            None => self.table(build_id).first().map(|r| r.binary.clone()).unwrap_or_default(),
+            None => self.names.table(build_id).map(|t| t.binary.clone()).unwrap_or_default(),
         };
         let filename_strindex = self.string(&path);
         let attribute_indices = if is_gnu_build_id(build_id) {
@@ -177,11 +169,7 @@ impl<'a> Dict<'a> {
             let m = &mut self.d.mapping_table[mapping_index as usize];
             m.memory_limit = m.memory_limit.max(offset.saturating_add(1));
         }
-        let name = if build_id.is_empty() {
-            None
-        } else {
-            tailprof_analyze::store_query::lookup(self.table(build_id), offset).map(|r| r.name.clone())
-        };
+        let name = self.names.name(build_id, offset);
         let lines = match name {
             Some(n) => {
                 let s = self.string(&n);
@@ -237,10 +225,17 @@ fn profile_id(parts: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// The OTLP request of one window. See the [module docs](self).
+/// The OTLP request of one window. See the [module docs](self). Names come from this
+/// thread's [`crate::names`] cache.
 pub fn window_request(store: &Store, w: &WindowBatch) -> ExportProfilesServiceRequest {
-    let reader = StoreReader::new(store.clone());
-    let mut dict = Dict::new(&reader);
+    crate::names::with_cache(store, |names| {
+        names.begin_window();
+        request_with(names, w)
+    })
+}
+
+fn request_with(names: &mut NameCache, w: &WindowBatch) -> ExportProfilesServiceRequest {
+    let mut dict = Dict::new(names);
     for r in &w.rows {
         if let Some(f) = r.frames.first() {
             dict.paths.entry(f.build_id.clone()).or_insert_with(|| r.binary.clone());
@@ -356,7 +351,7 @@ pub fn send_counted(url: Option<&str>, store: &Store, w: &WindowBatch, stats: &s
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tailprof_store::schema::StoreFrame;
+    use tailprof_store::schema::{StoreFrame, SymbolRow};
 
     fn row(pid: u32, comm: &str, frames: &[(&str, u64)], count: u64) -> SampleRow {
         let frames: Vec<StoreFrame> = frames.iter().map(|&(b, o)| StoreFrame { build_id: b.into(), offset: o }).collect();

@@ -10,8 +10,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use tailprof_analyze::store_query::stacks_of_rows;
-use tailprof_store::{ReadStats, Store, StoreReader};
+use std::collections::HashMap;
+
+use tailprof_analyze::store_query::{ExportStack, StackExport};
+use tailprof_store::schema::KERNEL_BUILD_ID;
+use tailprof_store::{ReadStats, Store};
 
 use crate::writer::WindowBatch;
 
@@ -35,14 +38,66 @@ fn pct_encode(s: &str) -> String {
         .collect()
 }
 
+/// The window's stacks named as `tailprof_analyze::store_query::stacks_of_rows` names
+/// them (root first, the process name on top; `[binary+0xOFFSET]` when the binary's
+/// table is not written yet), from the writer thread's table cache.
+fn export_of(names: &mut crate::names::NameCache, w: &WindowBatch) -> StackExport {
+    let mut paths: HashMap<&str, &str> = HashMap::new();
+    for r in &w.rows {
+        if let Some(f) = r.frames.first() {
+            paths.entry(f.build_id.as_str()).or_insert(r.binary.as_str());
+        }
+    }
+    let binary = |names: &mut crate::names::NameCache, bid: &str| -> String {
+        match bid {
+            KERNEL_BUILD_ID => "[kernel]".into(),
+            "" => "[unknown]".into(),
+            _ => paths.get(bid).map(|p| p.to_string()).or_else(|| names.table(bid).map(|t| t.binary.clone())).unwrap_or_else(|| bid.to_string()),
+        }
+    };
+    let mut m: HashMap<Vec<String>, (Vec<String>, u64, u64)> = HashMap::new();
+    let (mut total, mut event) = (0u64, String::new());
+    for r in &w.rows {
+        total += r.count;
+        if event.is_empty() {
+            event = r.event.clone();
+        }
+        let mut frames = vec![if r.comm.is_empty() { format!("pid {}", r.pid) } else { r.comm.clone() }];
+        let mut bins = vec![String::new()];
+        for f in r.frames.iter().rev() {
+            let bin = binary(names, &f.build_id);
+            let name = match f.build_id.as_str() {
+                KERNEL_BUILD_ID => "[kernel]".to_string(),
+                "" => "[unknown]".to_string(),
+                b => names.name(b, f.offset).unwrap_or_else(|| format!("[{}+0x{:x}]", bin.rsplit('/').next().unwrap_or(&bin), f.offset)),
+            };
+            frames.push(name);
+            bins.push(bin);
+        }
+        let e = m.entry(frames).or_insert_with(|| (bins, 0, 0));
+        e.1 += r.count;
+        e.2 = e.2.saturating_add(r.period);
+    }
+    let mut stacks: Vec<ExportStack> = m.into_iter().map(|(frames, (binaries, count, period))| ExportStack { frames, binaries, count, period }).collect();
+    stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
+    StackExport { from_us: w.start_us, to_us: w.end_us, event, samples: total, stacks, read: ReadStats::default() }
+}
+
+/// The window as gzipped pprof, named from this thread's [`crate::names`] cache.
+pub fn window_profile(store: &Store, w: &WindowBatch) -> Result<Vec<u8>, String> {
+    let export = crate::names::with_cache(store, |names| {
+        names.begin_window();
+        export_of(names, w)
+    });
+    tailprof_present::store_view::pprof_gzip(&export).map_err(|e| e.to_string())
+}
+
 /// Pushes one window. Errors are counted by the writer, never fatal.
 pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), String> {
     if w.rows.is_empty() {
         return Ok(());
     }
-    let reader = StoreReader::new(store.clone());
-    let export = stacks_of_rows(&reader, &w.rows, w.start_us, w.end_us, ReadStats::default());
-    let profile = tailprof_present::store_view::pprof_gzip(&export).map_err(|e| e.to_string())?;
+    let profile = window_profile(store, w)?;
     let (hostport, path) = parse_url(url)?;
     let name = format!("tailprof.cpu{{host={}}}", w.host);
     let target = format!(
@@ -71,6 +126,11 @@ const MAX_RESPONSE_HEAD: usize = 16 * 1024;
 /// Time allowed for one exchange after connecting: sending the request and reading the
 /// whole answer.
 const EXCHANGE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A socket timeout (EAGAIN or ETIMEDOUT from SO_RCVTIMEO/SO_SNDTIMEO).
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+}
 
 /// One `POST target` over a new connection (`Connection: close`). Answers the status
 /// code, the status line and the response body (at most `max_body` bytes, as far as
@@ -105,6 +165,7 @@ fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8
                     Ok(0) => return Err("connection closed while sending".into()),
                     Ok(n) => piece = &piece[n..],
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if timed_out(&e) => return Err(expired()),
                     Err(e) => return Err(e.to_string()),
                 }
             }
@@ -112,7 +173,7 @@ fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8
     }
     let read = |s: &mut TcpStream, chunk: &mut [u8]| -> Result<usize, String> {
         s.set_read_timeout(Some(left().ok_or_else(expired)?)).ok();
-        s.read(chunk).map_err(|e| e.to_string())
+        s.read(chunk).map_err(|e| if timed_out(&e) { expired() } else { e.to_string() })
     };
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -160,6 +221,38 @@ mod tests {
         assert_eq!(parse_url("http://pyro/x/").unwrap(), ("pyro:80".into(), "/x".into()));
         assert!(parse_url("https://x").is_err());
         assert_eq!(pct_encode("a{b=c}"), "a%7Bb%3Dc%7D");
+    }
+
+    /// The push names stacks from the cache exactly as `stacks_of_rows` names them from
+    /// the store.
+    #[test]
+    fn cached_export_equals_stacks_of_rows() {
+        use tailprof_store::schema::{stack_id, SampleRow, StoreFrame, SymbolRow};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        store.ensure_dir(&store.symbols_dir()).unwrap();
+        let t = |b: &str, s, z, n: &str| SymbolRow { build_id: b.into(), binary: "/x/app".into(), start: s, size: z, name: n.into() };
+        tailprof_store::write_symbols(&store.symbols_file("ab").unwrap(), &[t("ab", 0x10, 0x10, "main"), t("ab", 0x20, 0, "work"), t("ab", 0x40, 0x8, "leaf")]).unwrap();
+        let row = |pid, comm: &str, bin: &str, fr: &[(&str, u64)], count| {
+            let frames: Vec<StoreFrame> = fr.iter().map(|&(b, o)| StoreFrame { build_id: b.into(), offset: o }).collect();
+            SampleRow { window_start_us: 0, window_end_us: 1, pid, comm: comm.into(), event: "cpu-clock".into(), binary: bin.into(), stack_id: stack_id(&frames), frames, truncated: false, count, period: count * 10 }
+        };
+        let rows = vec![
+            row(1, "app", "/x/app", &[("ab", 0x44), ("ab", 0x25), ("ab", 0x12)], 5),
+            row(1, "app", "/x/app", &[("ab", 0x4c), ("ab", 0x12)], 2),
+            row(2, "", "/y/lib", &[("cd", 0x99), ("ab", 0x12)], 3),
+            row(3, "k", "[kernel]", &[(KERNEL_BUILD_ID, 7), ("", 9)], 1),
+        ];
+        let w = WindowBatch { host: "h".into(), start_us: 0, end_us: 1, samples: 11, lost_samples: 0, dropped_rows: 0, events: vec![], rows: rows.clone(), items: vec![], latency: vec![] };
+        let want = tailprof_analyze::store_query::stacks_of_rows(&tailprof_store::StoreReader::new(store.clone()), &rows, 0, 1, ReadStats::default());
+        let got = crate::names::with_cache(&store, |c| {
+            c.begin_window();
+            export_of(c, &w)
+        });
+        let key = |e: &StackExport| e.stacks.iter().map(|s| (s.frames.clone(), s.binaries.clone(), s.count, s.period)).collect::<Vec<_>>();
+        assert_eq!(key(&got), key(&want));
+        assert_eq!((got.samples, got.event.as_str()), (want.samples, want.event.as_str()));
+        assert!(key(&got).iter().any(|s| s.0.contains(&"leaf".to_string())));
     }
 
     /// A receiver that answers one byte at a time, forever, does not hold the sender
