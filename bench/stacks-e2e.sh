@@ -9,12 +9,21 @@
 #             perf script -i P | awk collapser > P.folded
 #             (stackcollapse-perf.pl is not installed; the awk collapser below does the same
 #             job: one "comm;root;...;leaf COUNT" line per distinct stack, offsets stripped)
-# The workload is bench/stacks-bench.sh's C program (leaf called from two callers, 30/70,
-# -O2 -fomit-frame-pointer), run SECS seconds. CPU = user+sys from getrusage of the children:
-# the recorder's minus the workload's own (the workload writes its getrusage(RUSAGE_SELF) at
-# exit, so kernel sampling work charged to the workload is excluded for both tools), plus the
-# whole post-processing step (perf script and the collapser both counted). Samples = the sum
-# of the folded counts. Medians of RUNS repetitions, tools alternating which goes first.
+# Workloads (WORKLOADS="c2 deep pg" by default; each skipped with a message when its tool is
+# missing):
+#   c2:   bench/stacks-bench.sh's C program (leaf called from two callers, 30/70,
+#         -O2 -fomit-frame-pointer): shallow stacks, two paths;
+#   deep: a C program (-O2 -fomit-frame-pointer) whose leaf is reached through 20-40 frames
+#         of four mutually recursive functions, the path chosen by a fixed pseudo-random
+#         sequence (hundreds of distinct stacks);
+#   pg:   the PostgreSQL 15 backend serving `pgbench -c 1 -T SECS` on a private cluster
+#         (both recorders attach with -p to the backend; the recording ends when pgbench
+#         disconnects); needs /usr/lib/postgresql/*/bin.
+# CPU = user+sys from getrusage of the children: the recorder's (c2/deep: minus the
+# workload's own, which it writes at exit, so kernel sampling work charged to the workload is
+# excluded for both tools; pg: the backend is not our child), plus the whole
+# post-processing step (perf script and the collapser both counted). Samples = the sum of the
+# folded counts. Medians of RUNS repetitions, tools alternating which goes first.
 # Usage: bench/stacks-e2e.sh [RUNS] [SECS]     (root)
 set -euo pipefail
 RUNS=${1:-3}
@@ -26,7 +35,11 @@ need gcc
 TP=${TAILPROF:-$ROOT/target/release/tailprof}
 [ -x "$TP" ] || (cd "$ROOT" && cargo build --release -q -p tailprof)
 W=$(mktemp -d /tmp/stacks-e2e.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+cleanup() {
+    if [ -f "$W/pg/postmaster.pid" ]; then su postgres -c "$PGBIN/pg_ctl -D $W/pg -m immediate stop" >/dev/null 2>&1 || true; fi
+    rm -rf "$W"
+}
+trap cleanup EXIT
 cat > "$W/split.c" <<'C'
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +63,55 @@ int main(int argc, char **argv) {
 }
 C
 gcc -O2 -fomit-frame-pointer -o "$W/w" "$W/split.c"
+cat > "$W/deep.c" <<'C'
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <sys/resource.h>
+volatile uint64_t sink;
+static uint32_t rng = 12345;
+static uint32_t next(void) { rng = rng * 1103515245u + 12345u; return rng >> 16; }
+__attribute__((noinline)) void leaf(uint64_t n) { for (uint64_t i = 0; i < n; i++) sink += i * i; }
+__attribute__((noinline)) void f0(int d, uint32_t p);
+__attribute__((noinline)) void f1(int d, uint32_t p);
+__attribute__((noinline)) void f2(int d, uint32_t p);
+__attribute__((noinline)) void f3(int d, uint32_t p);
+typedef void (*fn)(int, uint32_t);
+static fn fns[4] = {f0, f1, f2, f3};
+#define BODY(k) { volatile char pad[32 + 16 * k]; pad[0] = (char)d; if (d == 0) leaf(2000 + 500 * k); else fns[p & 3](d - 1, p >> 2 | p << 30); sink += pad[0]; }
+void f0(int d, uint32_t p) BODY(0)
+void f1(int d, uint32_t p) BODY(1)
+void f2(int d, uint32_t p) BODY(2)
+void f3(int d, uint32_t p) BODY(3)
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+int main(int argc, char **argv) {
+    double end = now() + (argc > 1 ? atof(argv[1]) : 4.0);
+    while (now() < end) { uint32_t p = next() % 64; f0(20 + next() % 21, p * 0x9e3779b9u); }
+    if (argc > 2) {
+        struct rusage r; getrusage(RUSAGE_SELF, &r);
+        FILE *f = fopen(argv[2], "w");
+        if (f) { fprintf(f, "%.6f\n", r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6); fclose(f); }
+    }
+    return 0;
+}
+C
+gcc -O2 -fomit-frame-pointer -fno-optimize-sibling-calls -o "$W/deep" "$W/deep.c"
+WORKLOADS=${WORKLOADS:-c2 deep pg}
+# PostgreSQL: a private cluster on port 5499 with pgbench's tables (scale 5).
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+PM=
+case " $WORKLOADS " in *" pg "*)
+    if [ -n "$PGBIN" ] && [ -x "$PGBIN/postgres" ] && [ -x "$PGBIN/pgbench" ] && id postgres >/dev/null 2>&1; then
+        mkdir -p "$W/pg" "$W/sock" && chown postgres "$W/pg" "$W/sock"
+        su postgres -c "$PGBIN/initdb -D $W/pg -A trust" >/dev/null
+        su postgres -c "$PGBIN/pg_ctl -D $W/pg -o '-p 5499 -k $W/sock' -l $W/pg/pg.log start -w" >/dev/null
+        su postgres -c "$PGBIN/pgbench -h $W/sock -p 5499 -i -s 5 postgres" >/dev/null 2>&1
+        PM=$(head -1 "$W/pg/postmaster.pid")
+    else
+        log "pg: skipped (PostgreSQL with pgbench and a postgres user not installed)"
+    fi;;
+esac
 # The collapser: perf script's default output is a header line per sample, then one
 # "\t ADDR SYM+OFF (DSO)" line per frame (leaf first), then a blank line.
 cat > "$W/collapse.awk" <<'AWK'
@@ -65,32 +127,54 @@ function flush(   s, i) {
 /^$/      { flush() }
 END       { flush(); for (s in c) print s, c[s] }
 AWK
-export TP W SECS RUNS
+export TP W SECS RUNS WORKLOADS PM PGBIN
 python3 - <<'PY'
 import os, resource, statistics, subprocess, time
 TP, W, SECS, RUNS = os.environ["TP"], os.environ["W"], os.environ["SECS"], int(os.environ["RUNS"])
+PM, PGBIN = os.environ.get("PM", ""), os.environ.get("PGBIN", "")
 
 def cpu():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
-def folded_stats(path):
+def folded_stats(path, needle):
     n = a = 0
     with open(path) as f:
         for line in f:
             stack, _, cnt = line.rstrip("\n").rpartition(" ")
             n += int(cnt)
-            if "caller_a" in stack:
+            if needle and needle in stack:
                 a += int(cnt)
     return n, a / max(n, 1)
 
-def run(tool):
+def pg_backend():
+    work = subprocess.Popen(["su", "postgres", "-c", f"{PGBIN}/pgbench -h {W}/sock -p 5499 -c 1 -T {int(float(SECS))} postgres"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        time.sleep(0.02)
+        r = subprocess.run(["pgrep", "-n", "-P", PM, "-f", "postgres: postgres postgres"], capture_output=True, text=True)
+        if r.stdout.strip():
+            return work, int(r.stdout.split()[0])
+    raise SystemExit("pg: no pgbench backend found")
+
+def run(tool, wl):
     data, folded, wcpu = f"{W}/{tool}.data", f"{W}/{tool}.folded", f"{W}/{tool}.wcpu"
-    common = ["-e", "cpu-clock", "-c", "250000", "--call-graph", "dwarf", "-o", data, "--", f"{W}/w", SECS, wcpu]
-    rec = [TP, "record", *common] if tool == "tailprof" else ["perf", "record", "-q", *common]
+    opts = ["-e", "cpu-clock", "-c", "250000", "--call-graph", "dwarf", "-o", data]
+    work = None
+    if wl == "pg":
+        work, pid = pg_backend()
+        time.sleep(0.05)
+        target = ["-p", str(pid)]
+    else:
+        target = ["--", f"{W}/{'w' if wl == 'c2' else 'deep'}", SECS, wcpu]
+    rec = [TP, "record", *opts, *target] if tool == "tailprof" else ["perf", "record", "-q", *opts, *target]
     c0 = cpu()
     subprocess.run(rec, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    rec_cpu = cpu() - c0 - float(open(wcpu).read())
+    rec_cpu = cpu() - c0
+    if work is not None:
+        work.wait()
+    else:
+        rec_cpu -= float(open(wcpu).read())
     c1, t1 = cpu(), time.monotonic()
     with open(folded, "w") as out:
         if tool == "tailprof":
@@ -102,29 +186,35 @@ def run(tool):
             if aw.wait() or ps.wait():
                 raise SystemExit("perf script | collapser failed")
     post_wall, post_cpu = time.monotonic() - t1, cpu() - c1
-    n, share_a = folded_stats(folded)
+    n, share = folded_stats(folded, {"c2": "caller_a", "deep": "f3", "pg": "PortalRun"}[wl])
     size = os.path.getsize(data)
     for p in (data, folded, wcpu):
-        os.remove(p)
-    return dict(samples=n, rec_cpu=rec_cpu, post_cpu=post_cpu, post_wall=post_wall, share_a=share_a, size=size)
+        if os.path.exists(p):
+            os.remove(p)
+    return dict(samples=n, rec_cpu=rec_cpu, post_cpu=post_cpu, post_wall=post_wall, share=share, size=size)
 
-rows = {"tailprof": [], "perf": []}
-for r in range(RUNS):
-    for tool in (("tailprof", "perf") if r % 2 == 0 else ("perf", "tailprof")):
-        rows[tool].append(run(tool))
 med = statistics.median
 print(f"runs={RUNS} seconds={SECS} event=cpu-clock -c 250000 (4 kHz) --call-graph dwarf; medians; "
       f"loadavg {open('/proc/loadavg').read().split()[0:3]}")
-print(f"{'tool':9} {'samples':>8} {'caller_a':>8} {'rec CPU s':>9} {'post CPU s':>10} {'post wall s':>11} "
-      f"{'total CPU us/sample':>19} {'post wall us/sample':>19}")
-res = {}
-for tool, v in rows.items():
-    tot = med([1e6 * (x["rec_cpu"] + x["post_cpu"]) / max(x["samples"], 1) for x in v])
-    pw = med([1e6 * x["post_wall"] / max(x["samples"], 1) for x in v])
-    res[tool] = (tot, pw)
-    print(f"{tool:9} {med([x['samples'] for x in v]):8.0f} {100 * med([x['share_a'] for x in v]):7.1f}% "
-          f"{med([x['rec_cpu'] for x in v]):9.3f} {med([x['post_cpu'] for x in v]):10.3f} "
-          f"{med([x['post_wall'] for x in v]):11.3f} {tot:19.2f} {pw:19.2f}")
-print(f"perf/tailprof: total CPU per sample {res['perf'][0] / res['tailprof'][0]:.1f}x, "
-      f"post-processing wall per sample {res['perf'][1] / res['tailprof'][1]:.1f}x (target >= 10x)")
+print(f"{'workload':8} {'tool':9} {'samples':>8} {'share':>6} {'rec CPU s':>9} {'post CPU s':>10} {'post wall s':>11} "
+      f"{'rec us/smp':>10} {'total CPU us/smp':>16} {'post wall us/smp':>16}")
+for wl in os.environ["WORKLOADS"].split():
+    if wl == "pg" and not PM:
+        continue
+    rows = {"tailprof": [], "perf": []}
+    for r in range(RUNS):
+        for tool in (("tailprof", "perf") if r % 2 == 0 else ("perf", "tailprof")):
+            rows[tool].append(run(tool, wl))
+    res = {}
+    for tool, v in rows.items():
+        tot = med([1e6 * (x["rec_cpu"] + x["post_cpu"]) / max(x["samples"], 1) for x in v])
+        rc = med([1e6 * x["rec_cpu"] / max(x["samples"], 1) for x in v])
+        pw = med([1e6 * x["post_wall"] / max(x["samples"], 1) for x in v])
+        res[tool] = (tot, pw)
+        print(f"{wl:8} {tool:9} {med([x['samples'] for x in v]):8.0f} {100 * med([x['share'] for x in v]):5.1f}% "
+              f"{med([x['rec_cpu'] for x in v]):9.3f} {med([x['post_cpu'] for x in v]):10.3f} "
+              f"{med([x['post_wall'] for x in v]):11.3f} {rc:10.2f} {tot:16.2f} {pw:16.2f}", flush=True)
+    cpu_r, wall_r = res["perf"][0] / res["tailprof"][0], res["perf"][1] / res["tailprof"][1]
+    print(f"{wl:8} perf/tailprof: total CPU per sample {cpu_r:.1f}x, post-processing wall per sample {wall_r:.1f}x "
+          f"-> {'PASS' if cpu_r >= 10 else 'FAIL'} (target >= 10x)", flush=True)
 PY

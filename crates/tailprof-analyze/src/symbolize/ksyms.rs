@@ -238,10 +238,14 @@ pub(crate) fn load_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<KsymT
     let mut syms = Vec::with_capacity(text.len() / 40);
     let (mut lines, mut text_seen) = (0usize, None);
     let mut at = 0usize;
+    // As text: `str::find` looks for the line ends a word at a time (memchr).
+    let Ok(all) = std::str::from_utf8(&text) else {
+        return Err(format!("{} is not text: not a kallsyms file", path.display()));
+    };
     while at < text.len() {
         lines += 1;
         let (line, line_at) = (&text[at..], at);
-        let nl = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+        let nl = all[at..].find('\n').unwrap_or(line.len());
         at += nl + 1;
         if let Some((addr, name)) = kallsyms_line(&line[..nl]) {
             if name == b"_text" && text_seen.is_none() {
