@@ -254,7 +254,8 @@ fn request_with(names: &mut NameCache, w: &WindowBatch) -> ExportProfilesService
     }
     let mut procs: Vec<_> = by_proc.into_iter().collect();
     procs.sort_by(|a, b| a.0.cmp(&b.0));
-    let truncated_attr = dict.attr(TRUNCATED_ATTR, any_value::Value::BoolValue(true));
+    // only when used: a dictionary should hold no orphaned entries
+    let truncated_attr = if w.rows.iter().any(|r| r.truncated) { dict.attr(TRUNCATED_ATTR, any_value::Value::BoolValue(true)) } else { 0 };
     let mut resource_profiles = Vec::with_capacity(procs.len());
     for ((pid, comm), events) in procs {
         let mut events: Vec<_> = events.into_iter().collect();
@@ -263,7 +264,7 @@ fn request_with(names: &mut NameCache, w: &WindowBatch) -> ExportProfilesService
         for (event, stacks) in events {
             let mut stacks: Vec<_> = stacks.into_iter().collect();
             stacks.sort_unstable();
-            let (count, period): (u64, u64) = stacks.iter().fold((0, 0), |a, (_, v)| (a.0 + v.0, a.1.saturating_add(v.1)));
+            let (count, period): (u64, u64) = stacks.iter().fold((0, 0), |a, (_, v)| (a.0.saturating_add(v.0), a.1.saturating_add(v.1)));
             let period_type = if is_time_event(&event) { dict.value_type("cpu", "nanoseconds") } else { dict.value_type(&event, "count") };
             let mut kinds = vec![("samples", "count")];
             if is_time_event(&event) {
