@@ -103,6 +103,7 @@ PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 PM=
 case " $WORKLOADS " in *" pg "*)
     if [ -n "$PGBIN" ] && [ -x "$PGBIN/postgres" ] && [ -x "$PGBIN/pgbench" ] && id postgres >/dev/null 2>&1; then
+        chmod 755 "$W"   # mktemp -d is 0700: the postgres user must reach its cluster
         mkdir -p "$W/pg" "$W/sock" && chown postgres "$W/pg" "$W/sock"
         su postgres -c "$PGBIN/initdb -D $W/pg -A trust" >/dev/null
         su postgres -c "$PGBIN/pg_ctl -D $W/pg -o '-p 5499 -k $W/sock' -l $W/pg/pg.log start -w" >/dev/null
@@ -148,6 +149,11 @@ def folded_stats(path, needle):
     return n, a / max(n, 1)
 
 def pg_backend():
+    # The previous run's backend must be gone first (else pgrep may pick it as it exits).
+    for _ in range(200):
+        if not subprocess.run(["pgrep", "-P", PM, "-f", "postgres: postgres postgres"], capture_output=True).stdout.strip():
+            break
+        time.sleep(0.02)
     work = subprocess.Popen(["su", "postgres", "-c", f"{PGBIN}/pgbench -h {W}/sock -p 5499 -c 1 -T {int(float(SECS))} postgres"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
@@ -169,7 +175,10 @@ def run(tool, wl):
         target = ["--", f"{W}/{'w' if wl == 'c2' else 'deep'}", SECS, wcpu]
     rec = [TP, "record", *opts, *target] if tool == "tailprof" else ["perf", "record", "-q", *opts, *target]
     c0 = cpu()
-    subprocess.run(rec, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    r = subprocess.run(rec, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # perf record -p exits non-zero when its target goes away; the data must be there.
+    if r.returncode != 0 and not (work is not None and os.path.exists(data) and os.path.getsize(data) > 0):
+        raise SystemExit(f"{tool} record failed ({r.returncode}): {r.stderr.strip()[-500:]}")
     rec_cpu = cpu() - c0
     if work is not None:
         work.wait()

@@ -69,9 +69,12 @@ pub struct StackTable {
     /// Node `id` is `nodes[id - 1]`: (parent, frame).
     nodes: Vec<(StackId, Frame)>,
     map: NodeMap<(StackId, Frame), StackId>,
-    /// Whole-stack cache for [`Self::intern_leaf_first`]: hash of the frames → id.
-    /// Verified by walking the parents, so a collision costs time, never correctness.
+    /// Stack cache for [`Self::intern_leaf_first`]: hash of a stack's frames (every
+    /// caller part of an interned stack too) → id. Verified by walking the parents, so a
+    /// collision costs time, never correctness.
     whole: NodeMap<u64, StackId>,
+    /// Scratch of [`Self::intern_leaf_first`].
+    suffix: Vec<u64>,
 }
 
 impl StackTable {
@@ -131,25 +134,42 @@ impl StackTable {
 
     /// Interns a stack given innermost frame first (the order of perf callchains and
     /// unwinders). Returns the leaf's node; `NONE` for an empty slice.
+    ///
+    /// Every interned stack and every caller part of it is cached by a hash of its frames
+    /// (verified by walking the parents, so a collision costs time, never correctness).
+    /// A new stack therefore costs one node lookup per frame *not* shared with a stack
+    /// seen before: usually only the leaf (samples of one caller chain at different
+    /// instructions), not the whole depth.
     pub fn intern_leaf_first(&mut self, frames: &[Frame]) -> StackId {
-        if frames.is_empty() {
+        let n = frames.len();
+        if n == 0 {
             return StackId::NONE;
         }
-        let h = {
-            let mut h = NodeHasher::default();
-            frames.hash(&mut h);
-            h.finish()
-        };
-        if let Some(&id) = self.whole.get(&h) {
-            if self.frames_leaf_first(id).eq(frames.iter().copied()) {
-                return id;
+        // suffix[k] = hash of the outermost k + 1 frames (frames[n - 1 - k..]).
+        let mut suffix = std::mem::take(&mut self.suffix);
+        suffix.clear();
+        let mut h = 0x243f_6a88_85a3_08d3u64;
+        for f in frames.iter().rev() {
+            h = (h.rotate_left(5) ^ f.ip ^ (f.kind as u64).rotate_right(1)).wrapping_mul(0x517c_c1b7_2722_0a95);
+            suffix.push(h);
+        }
+        // The longest part already known, outermost frames first...
+        let mut id = StackId::NONE;
+        let mut known = 0;
+        for len in (1..=n).rev() {
+            if let Some(&c) = self.whole.get(&suffix[len - 1]) {
+                if self.frames_leaf_first(c).eq(frames[n - len..].iter().copied()) {
+                    (id, known) = (c, len);
+                    break;
+                }
             }
         }
-        let mut id = StackId::NONE;
-        for &f in frames.iter().rev() {
-            id = self.intern(id, f);
+        // ...then the rest, each new part cached.
+        for len in known + 1..=n {
+            id = self.intern(id, frames[n - len]);
+            self.whole.insert(suffix[len - 1], id);
         }
-        self.whole.insert(h, id);
+        self.suffix = suffix;
         id
     }
 
