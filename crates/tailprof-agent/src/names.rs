@@ -7,11 +7,15 @@
 //! (20 bytes plus the name). Between windows the cache keeps at most
 //! [`MAX_CACHED_BYTES`] of tables, least recently used ones go first; during a window
 //! the tables that window needs are all kept (as naming without the cache would hold
-//! them too). Tables are immutable once written (one per build-id); a table not written
-//! yet is looked for again in the next window.
+//! them too). In front of the tables, every answer already given is remembered with the
+//! range of offsets it holds for (a function, or a gap between functions), up to
+//! [`MAX_KNOWN`] of them: a window whose functions were all seen before reads no table,
+//! however large the tables. Tables are immutable once written (one per build-id), so
+//! answers never go stale; a table not written yet is looked for again in the next
+//! window.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -20,6 +24,9 @@ use tailprof_store::{Store, StoreReader};
 
 /// Bytes of tables kept between windows at most.
 pub const MAX_CACHED_BYTES: usize = 16 << 20;
+/// Answers (function or gap ranges) remembered at most; beyond, they are forgotten and
+/// learned again.
+pub const MAX_KNOWN: usize = 100_000;
 
 /// One binary's functions, sorted by start.
 pub struct Table {
@@ -66,6 +73,20 @@ impl Table {
         self.starts.is_empty()
     }
 
+    /// [`Table::lookup`]'s answer at `offset` and the range `[lo, hi)` of offsets that
+    /// get the same answer.
+    fn entry(&self, offset: u64) -> (u64, u64, Option<&str>) {
+        let next = self.starts.partition_point(|&s| s <= offset);
+        let hi_start = self.starts.get(next).copied().unwrap_or(u64::MAX);
+        let Some(i) = next.checked_sub(1) else { return (0, hi_start, None) };
+        if offset < self.ends[i] {
+            let name = self.arena.get(self.name_at[i] as usize..self.name_at[i + 1] as usize);
+            (self.starts[i], self.ends[i].min(hi_start), name)
+        } else {
+            (self.ends[i], hi_start, None)
+        }
+    }
+
     /// The function containing `offset`.
     pub fn lookup(&self, offset: u64) -> Option<&str> {
         let i = self.starts.partition_point(|&s| s <= offset).checked_sub(1)?;
@@ -76,6 +97,9 @@ impl Table {
     }
 }
 
+/// Answers of one binary: lo → (hi, function name or None for a gap).
+type KnownRanges = BTreeMap<u64, (u64, Option<Rc<str>>)>;
+
 /// The writer thread's table cache. See the [module docs](self).
 pub struct NameCache {
     reader: StoreReader,
@@ -84,12 +108,24 @@ pub struct NameCache {
     clock: u64,
     /// Build-ids without a table, this window.
     missing: HashSet<String>,
+    /// Answers given: build-id → lo → (hi, function name, None in a gap).
+    known: HashMap<String, KnownRanges>,
+    known_len: usize,
     pub tables_read: u64,
 }
 
 impl NameCache {
     pub fn new(store: Store) -> Self {
-        NameCache { reader: StoreReader::new(store), tables: HashMap::new(), bytes: 0, clock: 0, missing: HashSet::new(), tables_read: 0 }
+        NameCache {
+            reader: StoreReader::new(store),
+            tables: HashMap::new(),
+            bytes: 0,
+            clock: 0,
+            missing: HashSet::new(),
+            known: HashMap::new(),
+            known_len: 0,
+            tables_read: 0,
+        }
     }
 
     /// Starts a window: tables missing in the last one are looked for again, and the
@@ -138,7 +174,21 @@ impl NameCache {
 
     /// The name of the function at (`build_id`, `offset`), if the store's table has it.
     pub fn name(&mut self, build_id: &str, offset: u64) -> Option<String> {
-        self.table(build_id)?.lookup(offset).map(str::to_string)
+        if let Some((_, (hi, name))) = self.known.get(build_id).and_then(|m| m.range(..=offset).next_back()) {
+            if offset < *hi {
+                return name.as_deref().map(str::to_string);
+            }
+        }
+        let t = self.table(build_id)?;
+        let (lo, hi, name) = t.entry(offset);
+        let name: Option<Rc<str>> = name.map(Rc::from);
+        if self.known_len >= MAX_KNOWN {
+            self.known.clear();
+            self.known_len = 0;
+        }
+        self.known.entry(build_id.to_string()).or_default().insert(lo, (hi, name.clone()));
+        self.known_len += 1;
+        name.as_deref().map(str::to_string)
     }
 
     /// Functions and bytes cached now.
@@ -181,6 +231,46 @@ mod tests {
         }
     }
 
+    /// Every offset inside an answer's range gets the same answer from the table.
+    #[test]
+    fn entry_ranges_agree_with_lookup() {
+        let mut r = rows("a", 40);
+        // nested and aliased functions
+        r.push(SymbolRow { build_id: "a".into(), binary: "/b/a".into(), start: 0x1004, size: 0x2, name: "inner".into() });
+        r.push(SymbolRow { build_id: "a".into(), binary: "/b/a".into(), start: 0x1100, size: 0x40, name: "alias".into() });
+        r.sort_by_key(|x| x.start);
+        let t = Table::from_rows(&r);
+        for off in (0..0x1300).chain([u64::MAX - 1]) {
+            let (lo, hi, name) = t.entry(off);
+            assert!(lo <= off && off < hi, "0x{off:x}: [{lo:x}, {hi:x})");
+            assert_eq!(name, t.lookup(off));
+            for x in [lo, hi - 1, lo + (hi - lo) / 2] {
+                assert_eq!(t.lookup(x), name, "0x{x:x} in the range of 0x{off:x}");
+            }
+        }
+    }
+
+    #[test]
+    fn known_answers_need_no_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        store.ensure_dir(&store.symbols_dir()).unwrap();
+        tailprof_store::write_symbols(&store.symbols_file("aa").unwrap(), &rows("aa", 10)).unwrap();
+        let per_row = Table::from_rows(&rows("x", 1000)).bytes() / 1000;
+        tailprof_store::write_symbols(&store.symbols_file("bb").unwrap(), &rows("bb", (MAX_CACHED_BYTES / per_row) as u64 + 10)).unwrap();
+        let mut c = NameCache::new(store);
+        c.begin_window();
+        let first: Vec<_> = [("aa", 0x1010), ("aa", 0x1015), ("bb", 0x1000), ("bb", 0x0fff)].iter().map(|&(b, o)| c.name(b, o)).collect();
+        assert_eq!(c.tables_read, 2);
+        // bb alone is over the bound: trimmed between windows, but its answers stay
+        c.begin_window();
+        c.begin_window();
+        let again: Vec<_> = [("aa", 0x1010), ("aa", 0x1015), ("bb", 0x1000), ("bb", 0x0fff)].iter().map(|&(b, o)| c.name(b, o)).collect();
+        assert_eq!(again, first);
+        assert_eq!(c.tables_read, 2, "answered from the known ranges");
+        assert_eq!(first, [Some("f1".to_string()), Some("f1".to_string()), Some("f0".to_string()), None]);
+    }
+
     #[test]
     fn tables_are_read_once_missing_ones_again_next_window_and_the_cache_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
@@ -215,8 +305,9 @@ mod tests {
         c.begin_window();
         assert!(c.cached().1 <= MAX_CACHED_BYTES, "trimmed between windows: {:?}", c.cached());
         let cached_before = c.tables.values().filter(|t| t.0.len() > 1000).count();
-        c.name("bb", 0x1000);
-        c.name("cc", 0x1000);
+        // (offsets not asked before: known answers would need no table)
+        c.name("bb", 0x1050);
+        c.name("cc", 0x1060);
         // bb was evicted (least recently used, ties by build-id); reading it again pushes
         // cc (of the last window) out, which is read again too: a working set above the
         // bound costs reads
