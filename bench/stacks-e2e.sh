@@ -156,11 +156,16 @@ def pg_backend():
         time.sleep(0.02)
     work = subprocess.Popen(["su", "postgres", "-c", f"{PGBIN}/pgbench -h {W}/sock -p 5499 -c 1 -T {int(float(SECS))} postgres"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # pgbench connects once to prepare (vacuum) and then for the run: take the backend
+    # that is still the newest 0.3 s after it was seen.
+    seen = None
     for _ in range(200):
-        time.sleep(0.02)
+        time.sleep(0.02 if seen is None else 0.3)
         r = subprocess.run(["pgrep", "-n", "-P", PM, "-f", "postgres: postgres postgres"], capture_output=True, text=True)
-        if r.stdout.strip():
-            return work, int(r.stdout.split()[0])
+        pid = int(r.stdout.split()[0]) if r.stdout.strip() else None
+        if pid is not None and pid == seen:
+            return work, pid
+        seen = pid
     raise SystemExit("pg: no pgbench backend found")
 
 def run(tool, wl):
@@ -169,7 +174,6 @@ def run(tool, wl):
     work = None
     if wl == "pg":
         work, pid = pg_backend()
-        time.sleep(0.05)
         target = ["-p", str(pid)]
     else:
         target = ["--", f"{W}/{'w' if wl == 'c2' else 'deep'}", SECS, wcpu]
