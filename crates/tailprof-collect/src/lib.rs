@@ -1,4 +1,6 @@
-//! tailprof collect stage: everything that talks to the kernel's perf_event interface.
+//! tailprof collect stage: recording. The kernel interface (event names, attrs,
+//! capabilities, the syscall, rings, decoding, /proc, targets) is `tailprof-collect-sys`,
+//! re-exported here under the same module names.
 //!
 //! * [`event`]: parse event names (`cpu-clock`, `cycles:pp`, `r01d1`, `cpu/event=..,umask=../`).
 //! * [`attr`]: turn a parsed event plus sampling options into a `perf_event_attr`
@@ -13,22 +15,16 @@
 //!
 //! This crate never prints and never exits; errors are [`CollectError`]s.
 
-pub mod attr;
-pub mod bandwidth;
-pub mod caps;
-pub mod event;
-pub mod sys;
+// The kernel interface lives in `tailprof-collect-sys`; re-exported under the old names.
+pub use tailprof_collect_sys::{attr, buildid, caps, event, parse, procfs, ring, sys, target};
 
-pub mod buildid;
+pub mod bandwidth;
+
 pub mod counting;
 pub mod datadir;
-pub mod parse;
-pub mod procfs;
-pub mod ring;
 pub mod session;
 pub mod stacks;
 pub mod tracefs;
-pub mod target;
 pub mod markers;
 pub mod uprobe;
 pub mod sqlshape;

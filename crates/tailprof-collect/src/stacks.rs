@@ -33,12 +33,7 @@ use tailprof_unwind::{Limits, Mapping, Unwinder, UserRegs};
 
 use crate::procfs;
 
-/// Bytes of user stack copied per sample in dwarf mode unless `dwarf,BYTES` says
-/// otherwise. Measured (docs/STACKS.md): the 99th percentile of what reaching the
-/// outermost frame takes on PostgreSQL 15 under pgbench, python3 and a Rust program.
-pub const DEFAULT_DWARF_STACK_SIZE: u32 = 16384;
-/// The kernel's limit: a sample record must fit in 64 KiB (perf allows at most 65528).
-pub const MAX_DWARF_STACK_SIZE: u32 = 65528;
+pub use crate::attr::{CallGraph, DEFAULT_DWARF_STACK_SIZE, MAX_DWARF_STACK_SIZE};
 /// A switch-out record takes the thread's sched_switch stack only if it is at most this
 /// much older (the kernel writes the two back to back).
 pub const OFF_CPU_MATCH_NS: u64 = 1_000_000;
@@ -51,53 +46,6 @@ const MAX_PRE_UNWOUND: usize = 1 << 18;
 /// Pending off-CPU stacks kept at most (one per thread between its sched_switch sample
 /// and its switch-out record).
 const MAX_PENDING_OFF_CPU: usize = 65536;
-
-/// How call stacks are recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallGraph {
-    /// Kernel callchains through frame pointers (kernel and user).
-    Fp,
-    /// User registers and a copy of `stack_size` bytes of the user stack per sample,
-    /// unwound with DWARF CFI while recording.
-    Dwarf { stack_size: u32 },
-    /// The LBR call stack (needs an Intel PMU with LBR call-stack mode).
-    Lbr,
-}
-
-impl CallGraph {
-    /// `fp`, `dwarf`, `dwarf,BYTES`, `lbr` (perf's syntax).
-    pub fn parse(s: &str) -> Result<CallGraph, String> {
-        let (mode, arg) = match s.split_once(',') {
-            Some((m, a)) => (m.trim(), Some(a.trim())),
-            None => (s.trim(), None),
-        };
-        match (mode, arg) {
-            ("fp", None) => Ok(CallGraph::Fp),
-            ("lbr", None) => Ok(CallGraph::Lbr),
-            ("dwarf", None) => Ok(CallGraph::Dwarf { stack_size: DEFAULT_DWARF_STACK_SIZE }),
-            ("dwarf", Some(n)) => {
-                let n: u32 = n.parse().map_err(|_| format!("--call-graph dwarf,{n}: the stack size must be a number of bytes"))?;
-                if n == 0 || n > MAX_DWARF_STACK_SIZE || n % 8 != 0 {
-                    return Err(format!(
-                        "--call-graph dwarf,{n}: the stack size must be a multiple of 8 between 8 and {MAX_DWARF_STACK_SIZE}"
-                    ));
-                }
-                Ok(CallGraph::Dwarf { stack_size: n })
-            }
-            (m, Some(_)) if m == "fp" || m == "lbr" => Err(format!("--call-graph {s}: only dwarf takes a size")),
-            _ => Err(format!("--call-graph {s}: unknown mode; use fp, dwarf[,BYTES] or lbr")),
-        }
-    }
-
-    /// The name stored in the trace header (`extra["call_graph"]`).
-    pub fn name(&self) -> String {
-        match self {
-            CallGraph::Fp => "fp".into(),
-            CallGraph::Dwarf { stack_size } => format!("dwarf,{stack_size}"),
-            CallGraph::Lbr => "lbr".into(),
-        }
-    }
-}
 
 /// Stack and off-CPU options of a recording.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -25,7 +25,7 @@
 
 use crate::record::{Frame, StackDef, StackId};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// FxHash-style hasher for small integer keys (not attacker-facing: keys come from one
 /// trace, and a bad distribution costs time, never correctness).

@@ -3,7 +3,7 @@
 use super::*;
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tailprof-collect/tests/fixtures/sysfs")
 }
 fn p(s: &str) -> Result<EventSpec, EventError> {
     EventSpec::parse_with_sysfs(s, &fixture())
@@ -149,7 +149,7 @@ fn max_precise_fallback() {
 #[test]
 fn tracepoints_with_fake_tracefs() {
     let root = fixture();
-    let tfs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracefs");
+    let tfs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tailprof-collect/tests/fixtures/tracefs");
     let e = EventSpec::parse_with_roots("sched:sched_switch", &root, Some(&tfs)).unwrap();
     assert_eq!((e.kind, e.attr_type, e.config), (EventKind::Tracepoint, 2, 316));
     let e = EventSpec::parse_with_roots("sched:sched_switch:u", &root, Some(&tfs)).unwrap();

@@ -272,7 +272,7 @@ mod tests {
 
     #[test]
     fn sysfs_detection() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tailprof-collect/tests/fixtures/sysfs");
         let c = Capabilities::probe_sysfs(&root);
         assert!(c.has_cpu_pmu);
         assert_eq!(c.cpu_pmu_name.as_deref(), Some("cpu"));

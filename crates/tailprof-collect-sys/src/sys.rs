@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn explanations() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tailprof-collect/tests/fixtures/sysfs");
         let spec = |s: &str| EventSpec::parse_with_sysfs(s, &root).unwrap();
 
         let e = explain_open_error(&errno(libc::ENOENT), &spec("LLC-load-misses"), &caps_with(false, None, None));
