@@ -37,7 +37,7 @@ pub mod bandwidth;
 pub mod export;
 pub mod info;
 pub mod items;
-pub mod maps;
+pub use tailprof_symbolize::maps;
 pub mod offcpu;
 pub mod overhead;
 pub mod profile;
@@ -46,7 +46,8 @@ pub mod stack_explain;
 pub mod stacks;
 pub mod stats;
 pub mod store_query;
-pub mod symbolize;
+/// Symbolization lives in `tailprof-symbolize` (the seam the agent shares).
+pub use tailprof_symbolize as symbolize;
 
 pub use info::{trace_info, RecordCounter, TraceInfo};
 pub use items::{

@@ -467,3 +467,55 @@ impl<S: ResolvedSink> Sink for Resolved<S> {
         self.inner.handle_item_class(c);
     }
 }
+
+/// Inline expansion of a [`FunctionTable`] for stack views: for each location of
+/// `resolver` (indexed by `LocId`), its function rows innermost first. The last row is
+/// always `table.of_loc[loc]` (the flat profile's function); functions inlined at the
+/// address come before it, as rows appended to `table.rows` (name, binary) when new.
+/// Locations without DWARF inline records are that one row.
+pub fn inline_rows(resolver: &Resolver, table: &mut FunctionTable, symbolizer: &mut Symbolizer) -> Vec<Vec<u32>> {
+    let locs = resolver.locations();
+    let mut out: Vec<Vec<u32>> = locs
+        .iter()
+        .enumerate()
+        .map(|(i, _)| vec![table.of_loc.get(i).copied().unwrap_or(0)])
+        .collect();
+    let mut per_binary: FxHashMap<BinaryId, Vec<usize>> = FxHashMap::default();
+    for (i, loc) in locs.iter().enumerate() {
+        if resolver.spaces().binary(loc.binary).kind == BinaryKind::File {
+            per_binary.entry(loc.binary).or_default().push(i);
+        }
+    }
+    let mut row_index: FxHashMap<(String, String), u32> = FxHashMap::default();
+    let mut ids: Vec<BinaryId> = per_binary.keys().copied().collect();
+    ids.sort_unstable();
+    for id in ids {
+        let idx = &per_binary[&id];
+        let b = resolver.spaces().binary(id);
+        let offsets: Vec<u64> = idx.iter().map(|&i| locs[i].offset).collect();
+        let frames = symbolizer.frames(b, resolver.trace_build_id(b), &offsets);
+        for (&i, fr) in idx.iter().zip(frames) {
+            let Ok(fr) = fr else { continue };
+            if fr.len() < 2 {
+                continue;
+            }
+            if row_index.is_empty() {
+                for (r, f) in table.rows.iter().enumerate() {
+                    row_index.entry((f.name.clone(), f.binary.clone())).or_insert(r as u32);
+                }
+            }
+            let mut rows = Vec::with_capacity(fr.len());
+            for f in &fr[..fr.len() - 1] {
+                let key = (symbolizer.name(f.name).to_owned(), b.path.clone());
+                let r = *row_index.entry(key).or_insert_with_key(|(name, binary)| {
+                    table.rows.push(FunctionInfo { name: name.clone(), binary: binary.clone(), unknown_reason: None });
+                    (table.rows.len() - 1) as u32
+                });
+                rows.push(r);
+            }
+            rows.push(out[i][0]);
+            out[i] = rows;
+        }
+    }
+    out
+}

@@ -19,7 +19,7 @@
 //!
 //! [`StackBuilder::finish`] symbolizes every location once ([`Resolver::functions`]),
 //! expands functions inlined at an address into frames of their own
-//! ([`crate::symbolize::inline::inline_rows`], from DWARF inline records) and folds paths
+//! ([`crate::resolve::inline_rows`], from DWARF inline records) and folds paths
 //! of locations into paths of functions, so two call sites of one caller are one frame. Filters ([`StackFilter`]) select what the whole-trace views
 //! ([`StackProfile::stacks`], [`StackProfile::off_cpu`]) count; per-item views are kept for
 //! every item (explanations compare an item with its whole class).
@@ -526,7 +526,7 @@ impl StackBuilder {
         // Each location's functions innermost first: functions inlined at the address
         // (DWARF inline records) become frames of their own, inside the function that
         // holds the code.
-        let inlined = crate::symbolize::inline::inline_rows(resolver, &mut table, symbolizer);
+        let inlined = crate::resolve::inline_rows(resolver, &mut table, symbolizer);
         // Location paths → function paths, interned.
         let mut fpath_ids: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
         let mut paths: Vec<Vec<u32>> = Vec::new();

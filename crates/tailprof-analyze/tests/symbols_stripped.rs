@@ -339,7 +339,7 @@ fn exec_mmap(pid: u32, bin: &Path, base: u64) -> tailprof_format::Mmap {
 #[test]
 fn resolver_rows_expand_inlined_functions_and_name_stripped_ranges() {
     use tailprof_analyze::resolve::Resolver;
-    use tailprof_analyze::symbolize::inline::inline_rows;
+    use tailprof_analyze::resolve::inline_rows;
     use tailprof_format::{CpuMode, Sample, TraceHeader};
     let f = fixture(8);
     let base = 0x5555_5555_4000u64;

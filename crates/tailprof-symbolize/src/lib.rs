@@ -1,4 +1,7 @@
-//! Symbolization: (binary, file offset) and kernel addresses to function names.
+//! tailprof analyze stage, symbolization (split out of `tailprof-analyze`, which
+//! re-exports it as `tailprof_analyze::symbolize` and `tailprof_analyze::maps`):
+//! (binary, file offset) and kernel addresses to function names, and [`maps`], the
+//! address spaces over time that give a sample's (binary, offset).
 //!
 //! Built on [blazesym](https://docs.rs/blazesym): user-space addresses are looked up with
 //! `Source::Elf` and `Input::FileOffset` (blazesym maps a file offset to a virtual
@@ -42,6 +45,7 @@ use serde::Serialize;
 
 use crate::maps::{Binary, BinaryKind};
 
+pub mod maps;
 pub mod debugdir;
 pub mod debuginfod;
 pub mod ehframe;
