@@ -459,12 +459,11 @@ pub fn kallsyms_functions(f: File) -> Result<Vec<(u64, u64, Box<str>)>, String> 
             Ok(0) | Err(_) => break,
             Ok(_) => lines += 1,
         }
-        let mut it = line.split_whitespace();
-        let (Some(a), Some(t), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
-        if it.next().is_some() || !matches!(t, "t" | "T" | "w" | "W") {
+        let Some(l) = tailprof_analyze::symbolize::ksyms::parse_kallsyms_line(line.trim_end().as_bytes()) else { continue };
+        if l.in_module || !matches!(l.kind, b't' | b'T' | b'w' | b'W') {
             continue; // a module symbol, or not code
         }
-        let Ok(addr) = u64::from_str_radix(a, 16) else { continue };
+        let (addr, Ok(name)) = (l.addr, std::str::from_utf8(l.name)) else { continue };
         if name == "_text" {
             text = Some(addr);
         }

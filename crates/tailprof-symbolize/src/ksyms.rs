@@ -276,10 +276,22 @@ pub(crate) fn load_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<KsymT
     Ok(KsymTable { text, syms })
 }
 
-/// `ADDR TYPE NAME[\t[MODULE]]` → (address, name); `None` for anything else. A tight loop:
-/// it runs for each of ~120,000 lines.
+/// One parsed kallsyms line (`ADDR TYPE NAME[\t[MODULE]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KallsymsLine<'a> {
+    pub addr: u64,
+    /// The symbol type letter (`T`/`t` text, `W`/`w` weak, `D` data, ...).
+    pub kind: u8,
+    pub name: &'a [u8],
+    /// Whether a `[MODULE]` column follows (a loadable module's symbol).
+    pub in_module: bool,
+}
+
+/// Parse one kallsyms line; `None` for anything else. The one kallsyms line parser (the
+/// symbolizer's table here and the agent's kernel symbol table use it). A tight loop: it
+/// runs for each of ~120,000 lines.
 #[inline]
-fn kallsyms_line(line: &[u8]) -> Option<(u64, &[u8])> {
+pub fn parse_kallsyms_line(line: &[u8]) -> Option<KallsymsLine<'_>> {
     let mut addr = 0u64;
     let mut i = 0;
     for &c in line.iter().take(17) {
@@ -296,13 +308,31 @@ fn kallsyms_line(line: &[u8]) -> Option<(u64, &[u8])> {
     if i == 0 || i > 16 || line.get(i) != Some(&b' ') || line.get(i + 2) != Some(&b' ') {
         return None;
     }
+    let kind = line[i + 1];
     let rest = line.get(i + 3..)?;
     let end = rest.iter().position(|&b| b == b'\t' || b == b' ').unwrap_or(rest.len());
-    (end > 0).then(|| (addr, &rest[..end]))
+    let in_module = rest[end..].iter().any(|&b| b == b'[');
+    (end > 0).then(|| KallsymsLine { addr, kind, name: &rest[..end], in_module })
+}
+
+/// (address, name) of a kallsyms line.
+#[inline]
+fn kallsyms_line(line: &[u8]) -> Option<(u64, &[u8])> {
+    parse_kallsyms_line(line).map(|l| (l.addr, l.name))
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kallsyms_lines_give_type_name_and_module() {
+        let l = parse_kallsyms_line(b"ffffffff81000000 T _text").unwrap();
+        assert_eq!((l.addr, l.kind, l.name, l.in_module), (0xffff_ffff_8100_0000, b'T', &b"_text"[..], false));
+        let l = parse_kallsyms_line(b"ffffffffc0002000 t nft_init\t[nf_tables]").unwrap();
+        assert_eq!((l.kind, l.name, l.in_module), (b't', &b"nft_init"[..], true));
+        assert_eq!(parse_kallsyms_line(b"ffffffff81000000 T"), None);
+        assert_eq!(parse_kallsyms_line(b"not a line"), None);
+    }
+
     use super::super::SymbolizerOptions;
     use super::*;
     use std::io::Write;
