@@ -1,0 +1,828 @@
+//! tailprof's one ELF reader for files that belong to someone else: a profiled process's
+//! executable and libraries, debug files, downloads. Used by the marker attach
+//! (`tailprof-collect::markers`), symbolization (`tailprof-symbolize::elf`) and the agent's
+//! symbol tables (`tailprof-agent::symtab`).
+//!
+//! Design constraints:
+//! - **Nothing is mapped.** Everything is read with `pread` ([`ReadAt`]) from an already
+//!   open file (the caller opens it: `O_NOFOLLOW|O_NONBLOCK` or `/proc/PID/map_files`, a
+//!   regular file, see docs/SECURITY.md). A file truncated under a mapping would be a
+//!   SIGBUS; here a short read is an [`Error`].
+//! - **Every size, offset and count from the file is checked** against the file's length
+//!   and a cap before anything is allocated, and added or multiplied saturating or
+//!   checked. A malformed file is an `Err`, never a panic.
+//! - **Memory does not grow with the file** beyond what the caller asks for: the section
+//!   table is bounded (`max_sections`), symbols are streamed in chunks of a fixed size
+//!   ([`Symbols`]), names are read through a small window ([`StringTable`]), and whole
+//!   sections are read only through [`Elf::section_data`] with the caller's cap.
+//! - ELF32 and ELF64, both byte orders.
+//!
+//! ```no_run
+//! use tailprof_elf::{Elf, SHT_SYMTAB};
+//! let f = std::fs::File::open("/bin/true").unwrap();
+//! let elf = Elf::parse(&f).unwrap();
+//! if let Some(table) = elf.symbol_table(SHT_SYMTAB).unwrap() {
+//!     let mut names = elf.strings(&table);
+//!     for sym in elf.symbols(&table) {
+//!         let sym = sym.unwrap();
+//!         if let Some(name) = names.get(sym.name.into()).unwrap() {
+//!             println!("{:#x} {}", sym.value, String::from_utf8_lossy(name));
+//!         }
+//!     }
+//! }
+//! ```
+
+use std::fs::File;
+use std::io;
+
+pub const SHT_NULL: u32 = 0;
+pub const SHT_PROGBITS: u32 = 1;
+pub const SHT_SYMTAB: u32 = 2;
+pub const SHT_STRTAB: u32 = 3;
+pub const SHT_NOTE: u32 = 7;
+pub const SHT_NOBITS: u32 = 8;
+pub const SHT_DYNSYM: u32 = 11;
+pub const SHT_SYMTAB_SHNDX: u32 = 18;
+pub const SHT_GNU_HASH: u32 = 0x6fff_fff6;
+pub const PT_LOAD: u32 = 1;
+pub const STT_OBJECT: u8 = 1;
+pub const STT_FUNC: u8 = 2;
+pub const STT_GNU_IFUNC: u8 = 10;
+pub const SHN_UNDEF: u16 = 0;
+pub const SHN_LORESERVE: u16 = 0xff00;
+pub const SHN_XINDEX: u16 = 0xffff;
+/// `e_phnum` value meaning "the count is in section 0's `sh_info`".
+pub const PN_XNUM: u16 = 0xffff;
+
+/// Section headers read at most by [`Elf::parse`] (more than 0xff00 sections need the
+/// extended count of section 0; real files stay far below).
+pub const MAX_SECTIONS: usize = 200_000;
+/// Longest name a [`StringTable`] returns by default; longer or unterminated names are
+/// `None`.
+pub const MAX_NAME_BYTES: usize = 1 << 20;
+/// Bytes of a string table a [`StringTable`] reads at once by default (names close
+/// together cost one read).
+pub const NAME_WINDOW: usize = 4 << 10;
+/// Entries read per `pread` while streaming a table (symbols, headers)...
+const CHUNK_ENTRIES: usize = 4096;
+/// ... and at most this many bytes.
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// What went wrong reading an ELF file. Each names the problem; the fix is always "the
+/// file is not (or no longer) a well-formed ELF file".
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("not an ELF file")]
+    NotElf,
+    #[error("unsupported ELF class {class} / byte order {data}")]
+    Unsupported { class: u8, data: u8 },
+    #[error("truncated ELF header")]
+    TruncatedHeader,
+    /// A structural problem (sizes, counts, links) described in the message.
+    #[error("{0}")]
+    Malformed(String),
+    #[error("range {offset:#x}+{size:#x} is past the end of the file ({len} bytes)")]
+    PastEnd { offset: u64, size: u64, len: u64 },
+    #[error("{size} bytes is larger than the {max}-byte limit")]
+    TooLarge { size: u64, max: u64 },
+    #[error("file ends inside the data at offset {offset} (truncated while read?)")]
+    Truncated { offset: u64 },
+    #[error("read at offset {offset}: {source}")]
+    Io {
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Positioned reads (`pread`) and the length, from an open file or (tests) bytes.
+pub trait ReadAt {
+    /// Reads up to `buf.len()` bytes at `offset`; 0 at the end.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// The length now (a file's, from `fstat`).
+    fn size(&self) -> io::Result<u64>;
+}
+
+impl ReadAt for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self, buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+}
+
+impl ReadAt for [u8] {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let Some(rest) = usize::try_from(offset).ok().and_then(|o| self.get(o..)) else { return Ok(0) };
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.len() as u64)
+    }
+}
+
+impl ReadAt for Vec<u8> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.as_slice().read_at(buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.len() as u64)
+    }
+}
+
+impl<T: ReadAt + ?Sized> ReadAt for &T {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        (**self).read_at(buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        (**self).size()
+    }
+}
+
+/// Fills `buf` from `offset`; a short file is [`Error::Truncated`].
+pub fn read_exact_at<R: ReadAt + ?Sized>(r: &R, buf: &mut [u8], offset: u64) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let at = offset.saturating_add(done as u64);
+        match r.read_at(&mut buf[done..], at) {
+            Ok(0) => return Err(Error::Truncated { offset }),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(Error::Truncated { offset }),
+            Err(source) => return Err(Error::Io { offset, source }),
+        }
+    }
+    Ok(())
+}
+
+/// Reads a prefix of the file (up to `buf.len()` bytes); returns how many were read.
+fn read_prefix<R: ReadAt + ?Sized>(r: &R, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(Error::Io { offset: n as u64, source }),
+        }
+    }
+    Ok(n)
+}
+
+/// ELF class and byte order, and the field readers that depend on them. The readers take
+/// a field's offset in a buffer; a field beyond the buffer reads as 0 (never a panic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Class {
+    pub is64: bool,
+    pub big_endian: bool,
+}
+
+impl Class {
+    fn bytes<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+        at.checked_add(N).and_then(|end| b.get(at..end)).and_then(|s| s.try_into().ok()).unwrap_or([0; N])
+    }
+    pub fn u16(self, b: &[u8], at: usize) -> u16 {
+        let a = Self::bytes(b, at);
+        if self.big_endian { u16::from_be_bytes(a) } else { u16::from_le_bytes(a) }
+    }
+    pub fn u32(self, b: &[u8], at: usize) -> u32 {
+        let a = Self::bytes(b, at);
+        if self.big_endian { u32::from_be_bytes(a) } else { u32::from_le_bytes(a) }
+    }
+    pub fn u64(self, b: &[u8], at: usize) -> u64 {
+        let a = Self::bytes(b, at);
+        if self.big_endian { u64::from_be_bytes(a) } else { u64::from_le_bytes(a) }
+    }
+    /// An address-sized field (`Addr`, `Off`, `Xword`/`Word`) at the class's offset.
+    pub fn word(self, b: &[u8], at32: usize, at64: usize) -> u64 {
+        if self.is64 { self.u64(b, at64) } else { u64::from(self.u32(b, at32)) }
+    }
+    /// Size of one section header.
+    pub fn section_header_size(self) -> usize {
+        if self.is64 { 64 } else { 40 }
+    }
+    /// Size of one program header.
+    pub fn program_header_size(self) -> usize {
+        if self.is64 { 56 } else { 32 }
+    }
+    /// Size of one symbol.
+    pub fn symbol_size(self) -> usize {
+        if self.is64 { 24 } else { 16 }
+    }
+}
+
+/// The ELF header's fields (as in the file; the section count and string table index are
+/// resolved by [`Elf`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    pub class: Class,
+    pub kind: u16,
+    pub machine: u16,
+    pub entry: u64,
+    pub phoff: u64,
+    pub shoff: u64,
+    pub phentsize: u16,
+    pub phnum: u16,
+    pub shentsize: u16,
+    pub shnum: u16,
+    pub shstrndx: u16,
+}
+
+/// One section header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SectionHeader {
+    /// Offset of the name in the section-name string table.
+    pub name: u32,
+    pub kind: u32,
+    pub flags: u64,
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+    pub link: u32,
+    pub info: u32,
+    pub entsize: u64,
+}
+
+impl SectionHeader {
+    fn parse(c: Class, b: &[u8]) -> Self {
+        SectionHeader {
+            name: c.u32(b, 0),
+            kind: c.u32(b, 4),
+            flags: c.word(b, 8, 8),
+            addr: c.word(b, 12, 16),
+            offset: c.word(b, 16, 24),
+            size: c.word(b, 20, 32),
+            link: c.u32(b, if c.is64 { 40 } else { 24 }),
+            info: c.u32(b, if c.is64 { 44 } else { 28 }),
+            entsize: c.word(b, 36, 56),
+        }
+    }
+
+    /// Whether the section has bytes in the file (not `SHT_NOBITS`, not empty).
+    pub fn has_data(&self) -> bool {
+        self.kind != SHT_NOBITS && self.size > 0
+    }
+}
+
+/// One program header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgramHeader {
+    pub kind: u32,
+    pub flags: u32,
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+}
+
+impl ProgramHeader {
+    fn parse(c: Class, b: &[u8]) -> Self {
+        ProgramHeader {
+            kind: c.u32(b, 0),
+            flags: c.u32(b, if c.is64 { 4 } else { 24 }),
+            offset: c.word(b, 4, 8),
+            vaddr: c.word(b, 8, 16),
+            filesz: c.word(b, 16, 32),
+            memsz: c.word(b, 20, 40),
+        }
+    }
+}
+
+/// One symbol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Symbol {
+    /// Its index in the table.
+    pub index: u64,
+    /// Offset of the name in the table's string table.
+    pub name: u32,
+    pub info: u8,
+    pub other: u8,
+    pub shndx: u16,
+    pub value: u64,
+    pub size: u64,
+    /// The `.symtab_shndx` entry when `shndx` is `SHN_XINDEX` and the table has one.
+    pub xindex: Option<u32>,
+}
+
+/// Which section a symbol is defined in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SymbolSection {
+    /// `SHN_UNDEF`.
+    Undefined,
+    /// `SHN_ABS`, `SHN_COMMON` and the other reserved indexes (no file offset).
+    Reserved(u16),
+    /// A section index (possibly out of bounds: check it).
+    Index(u32),
+    /// `SHN_XINDEX` without an extended index entry.
+    MissingExtended,
+}
+
+impl Symbol {
+    /// `STT_*`.
+    pub fn kind(&self) -> u8 {
+        self.info & 0xf
+    }
+    pub fn section(&self) -> SymbolSection {
+        match self.shndx {
+            SHN_UNDEF => SymbolSection::Undefined,
+            SHN_XINDEX => self.xindex.map_or(SymbolSection::MissingExtended, SymbolSection::Index),
+            s if s >= SHN_LORESERVE => SymbolSection::Reserved(s),
+            s => SymbolSection::Index(u32::from(s)),
+        }
+    }
+    fn parse(c: Class, b: &[u8], index: u64) -> Self {
+        let byte = |at: usize| b.get(at).copied().unwrap_or(0);
+        let (name, info, other, shndx, value, size) = if c.is64 {
+            (c.u32(b, 0), byte(4), byte(5), c.u16(b, 6), c.u64(b, 8), c.u64(b, 16))
+        } else {
+            (c.u32(b, 0), byte(12), byte(13), c.u16(b, 14), u64::from(c.u32(b, 4)), u64::from(c.u32(b, 8)))
+        };
+        Symbol { index, name, info, other, shndx, value, size, xindex: None }
+    }
+}
+
+/// A symbol table (`.symtab` or `.dynsym`) checked to lie within the file, with its string
+/// table and its extended section indexes (`.symtab_shndx`), if any.
+#[derive(Debug, Clone, Copy)]
+pub struct SymbolTable {
+    /// Its section index.
+    pub index: usize,
+    pub header: SectionHeader,
+    /// The linked string table.
+    pub strings: SectionHeader,
+    /// `SHT_SYMTAB_SHNDX` section linked to it (within the file).
+    pub extended: Option<SectionHeader>,
+    stride: u64,
+}
+
+impl SymbolTable {
+    /// Entries in the table (including the null symbol 0).
+    pub fn len(&self) -> u64 {
+        self.header.size / self.stride
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An ELF file: its header and section headers (bounded), the rest read on demand.
+#[derive(Debug)]
+pub struct Elf<R> {
+    r: R,
+    len: u64,
+    header: Header,
+    sections: Vec<SectionHeader>,
+    shstrndx: Option<usize>,
+}
+
+impl<R: ReadAt> Elf<R> {
+    /// Reads the header and up to [`MAX_SECTIONS`] section headers.
+    pub fn parse(r: R) -> Result<Self> {
+        Self::parse_limited(r, MAX_SECTIONS)
+    }
+
+    /// Reads the header and the section headers; more than `max_sections` is an error.
+    pub fn parse_limited(r: R, max_sections: usize) -> Result<Self> {
+        let len = r.size().map_err(|source| Error::Io { offset: 0, source })?;
+        let mut eh = [0u8; 64];
+        let n = read_prefix(&r, &mut eh)?;
+        if n < 52 || &eh[..4] != b"\x7fELF" {
+            return Err(Error::NotElf);
+        }
+        let class = match (eh[4], eh[5]) {
+            (c @ (1 | 2), d @ (1 | 2)) => Class { is64: c == 2, big_endian: d == 2 },
+            (class, data) => return Err(Error::Unsupported { class, data }),
+        };
+        if class.is64 && n < 64 {
+            return Err(Error::TruncatedHeader);
+        }
+        let c = class;
+        let h = if c.is64 { 52 } else { 40 }; // e_ehsize
+        let header = Header {
+            class,
+            kind: c.u16(&eh, 16),
+            machine: c.u16(&eh, 18),
+            entry: c.word(&eh, 24, 24),
+            phoff: c.word(&eh, 28, 32),
+            shoff: c.word(&eh, 32, 40),
+            phentsize: c.u16(&eh, h + 2),
+            phnum: c.u16(&eh, h + 4),
+            shentsize: c.u16(&eh, h + 6),
+            shnum: c.u16(&eh, h + 8),
+            shstrndx: c.u16(&eh, h + 10),
+        };
+        let mut elf = Elf { r, len, header, sections: Vec::new(), shstrndx: None };
+        elf.read_sections(max_sections)?;
+        Ok(elf)
+    }
+
+    fn read_sections(&mut self, max_sections: usize) -> Result<()> {
+        let h = self.header;
+        let c = h.class;
+        if h.shoff == 0 {
+            return Ok(()); // no section table
+        }
+        let esz = c.section_header_size();
+        if usize::from(h.shentsize) < esz {
+            return Err(Error::Malformed(format!("section header size {} is smaller than {esz}", h.shentsize)));
+        }
+        let stride = u64::from(h.shentsize);
+        // e_shnum 0: the real count is in section 0's sh_size (more than 0xff00 sections)
+        let first = if h.shnum == 0 || h.shstrndx == SHN_XINDEX {
+            if h.shoff.saturating_add(esz as u64) > self.len {
+                return Err(Error::Malformed("section header 0 is beyond the end of the file".into()));
+            }
+            let mut b = [0u8; 64];
+            read_exact_at(&self.r, &mut b[..esz], h.shoff)?;
+            Some(SectionHeader::parse(c, &b))
+        } else {
+            None
+        };
+        let count = match (h.shnum, first) {
+            (0, Some(s0)) => s0.size,
+            (n, _) => u64::from(n),
+        };
+        if count > max_sections as u64 {
+            return Err(Error::Malformed(format!("{count} sections, more than the {max_sections} read")));
+        }
+        let total = count.saturating_mul(stride);
+        if h.shoff.checked_add(total).is_none_or(|end| end > self.len) {
+            return Err(Error::Malformed("the section table runs past the end of the file".into()));
+        }
+        let mut chunk = Chunked::new(h.shoff, stride as usize, count);
+        let mut sections = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            sections.push(SectionHeader::parse(c, chunk.entry(&self.r, i)?));
+        }
+        let shstrndx = match (h.shstrndx, sections.first()) {
+            (SHN_XINDEX, Some(s0)) => s0.link as usize,
+            (i, _) => usize::from(i),
+        };
+        self.shstrndx = Some(shstrndx).filter(|&i| i != 0 && i < sections.len());
+        self.sections = sections;
+        Ok(())
+    }
+
+    /// The reader (the open file).
+    pub fn reader(&self) -> &R {
+        &self.r
+    }
+
+    /// The file's length when it was parsed.
+    pub fn file_len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub fn class(&self) -> Class {
+        self.header.class
+    }
+
+    /// All section headers (index 0 is the null section).
+    pub fn sections(&self) -> &[SectionHeader] {
+        &self.sections
+    }
+
+    /// Fills `buf` from `offset`, which must lie within the file.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let size = buf.len() as u64;
+        if offset.checked_add(size).is_none_or(|end| end > self.len) {
+            return Err(Error::PastEnd { offset, size, len: self.len });
+        }
+        read_exact_at(&self.r, buf, offset)
+    }
+
+    /// `size` bytes at `offset` (within the file, at most `max`).
+    pub fn read_vec(&self, offset: u64, size: u64, max: u64) -> Result<Vec<u8>> {
+        if offset.checked_add(size).is_none_or(|end| end > self.len) {
+            return Err(Error::PastEnd { offset, size, len: self.len });
+        }
+        if size > max {
+            return Err(Error::TooLarge { size, max });
+        }
+        let n = usize::try_from(size).map_err(|_| Error::TooLarge { size, max })?;
+        let mut buf = vec![0u8; n];
+        read_exact_at(&self.r, &mut buf, offset)?;
+        Ok(buf)
+    }
+
+    /// A section's bytes (at most `max`); a section without file bytes (`SHT_NOBITS`) is
+    /// empty.
+    pub fn section_data(&self, s: &SectionHeader, max: u64) -> Result<Vec<u8>> {
+        if s.kind == SHT_NOBITS {
+            return Ok(Vec::new());
+        }
+        self.read_vec(s.offset, s.size, max)
+    }
+
+    /// The section-name string table (empty when there is none).
+    pub fn section_names(&self) -> StringTable<'_, R> {
+        match self.shstrndx.map(|i| self.sections[i]) {
+            Some(s) if s.kind != SHT_NOBITS => StringTable::new(&self.r, s.offset, s.size),
+            _ => StringTable::new(&self.r, 0, 0),
+        }
+    }
+
+    /// The first section named `name`.
+    pub fn section_by_name(&self, name: &[u8]) -> Result<Option<(usize, SectionHeader)>> {
+        let mut names = self.section_names();
+        for (i, s) in self.sections.iter().enumerate() {
+            if names.get(s.name.into())? == Some(name) {
+                return Ok(Some((i, *s)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The program headers (none when `e_phoff` or the count is 0), read in chunks.
+    pub fn program_headers(&self) -> Result<ProgramHeaders<'_, R>> {
+        let h = self.header;
+        let count = match (h.phnum, self.sections.first()) {
+            (PN_XNUM, Some(s0)) => u64::from(s0.info),
+            (n, _) => u64::from(n),
+        };
+        let count = if h.phoff == 0 { 0 } else { count };
+        let esz = h.class.program_header_size();
+        if count > 0 && usize::from(h.phentsize) < esz {
+            return Err(Error::Malformed(format!("program header size {} is smaller than {esz}", h.phentsize)));
+        }
+        let total = count.saturating_mul(u64::from(h.phentsize));
+        if h.phoff.checked_add(total).is_none_or(|end| end > self.len) {
+            return Err(Error::Malformed("the program header table runs past the end of the file".into()));
+        }
+        Ok(ProgramHeaders { elf: self, chunk: Chunked::new(h.phoff, usize::from(h.phentsize), count), next: 0, failed: false })
+    }
+
+    /// The first symbol table of `kind` (`SHT_SYMTAB`, `SHT_DYNSYM`); `None` when there is
+    /// none or it is empty.
+    pub fn symbol_table(&self, kind: u32) -> Result<Option<SymbolTable>> {
+        let Some(index) = self.sections.iter().position(|s| s.kind == kind) else { return Ok(None) };
+        if self.sections[index].size == 0 {
+            return Ok(None);
+        }
+        self.symbol_table_at(index).map(Some)
+    }
+
+    /// The symbol table in section `index`: its string table must be an `SHT_STRTAB`
+    /// section, and both must lie within the file.
+    pub fn symbol_table_at(&self, index: usize) -> Result<SymbolTable> {
+        let header = *self.sections.get(index).ok_or_else(|| Error::Malformed(format!("no section {index}")))?;
+        let link = header.link as usize;
+        let strings = self.sections.get(link).filter(|s| s.kind == SHT_STRTAB && link != 0);
+        let strings = *strings.ok_or_else(|| Error::Malformed(format!("symbol table {index} links to section {link}, not a string table")))?;
+        let within = |s: &SectionHeader| s.offset.checked_add(s.size).is_some_and(|end| end <= self.len);
+        if !within(&strings) || !within(&header) {
+            return Err(Error::Malformed(format!("symbol table {index} or its strings run past the end of the file")));
+        }
+        let natural = self.class().symbol_size() as u64;
+        let stride = match header.entsize {
+            0 => natural,
+            e if e < natural => return Err(Error::Malformed(format!("symbol table {index}: entry size {e} is smaller than {natural}"))),
+            e if e > 1 << 16 => return Err(Error::Malformed(format!("symbol table {index}: entry size {e} is implausible"))),
+            e => e,
+        };
+        let extended = self.sections.iter().find(|s| s.kind == SHT_SYMTAB_SHNDX && s.link as usize == index).filter(|s| within(s)).copied();
+        Ok(SymbolTable { index, header, strings, extended, stride })
+    }
+
+    /// The symbols of `table` in order, read 4,096 at a time (fixed memory).
+    /// A failed read is an `Err` item, after which the iterator ends.
+    pub fn symbols<'a>(&'a self, table: &SymbolTable) -> Symbols<'a, R> {
+        Symbols {
+            elf: self,
+            table: *table,
+            chunk: Chunked::new(table.header.offset, table.stride as usize, table.len()),
+            xbuf: Vec::new(),
+            xfor: None,
+            xhave: None,
+            next: 0,
+            failed: false,
+        }
+    }
+
+    /// Symbol `i` of `table` (one small read, two with an extended index).
+    pub fn symbol(&self, table: &SymbolTable, i: u64) -> Result<Symbol> {
+        if i >= table.len() {
+            return Err(Error::Malformed(format!("symbol {i} is beyond the {} of table {}", table.len(), table.index)));
+        }
+        let ssz = self.class().symbol_size();
+        let mut b = [0u8; 24];
+        self.read_exact_at(&mut b[..ssz], table.header.offset + i * table.stride)?;
+        let mut s = Symbol::parse(self.class(), &b[..ssz], i);
+        if s.shndx == SHN_XINDEX {
+            if let Some(x) = table.extended.filter(|x| x.size / 4 > i) {
+                let mut e = [0u8; 4];
+                if self.read_exact_at(&mut e, x.offset + i * 4).is_ok() {
+                    s.xindex = Some(self.class().u32(&e, 0));
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    /// The string table of `table`'s names.
+    pub fn strings(&self, table: &SymbolTable) -> StringTable<'_, R> {
+        StringTable::new(&self.r, table.strings.offset, table.strings.size)
+    }
+}
+
+/// Entries of a fixed-size table read in chunks into one buffer of at most
+/// [`CHUNK_ENTRIES`] entries.
+#[derive(Debug)]
+struct Chunked {
+    offset: u64,
+    stride: usize,
+    count: u64,
+    buf: Vec<u8>,
+    first: u64,
+    n: usize,
+}
+
+impl Chunked {
+    fn new(offset: u64, stride: usize, count: u64) -> Self {
+        Chunked { offset, stride, count, buf: Vec::new(), first: 0, n: 0 }
+    }
+
+    /// Entry `i` (`i < count`), reading the chunk that starts at it when it is not
+    /// buffered.
+    fn entry<R: ReadAt + ?Sized>(&mut self, r: &R, i: u64) -> Result<&[u8]> {
+        if !(i >= self.first && i < self.first + self.n as u64) {
+            let per = CHUNK_ENTRIES.min(CHUNK_BYTES / self.stride.max(1)).max(1);
+            let n = self.count.saturating_sub(i).min(per as u64) as usize;
+            let bytes = n.saturating_mul(self.stride);
+            self.n = 0;
+            self.buf.resize(bytes, 0);
+            let at = self.offset.saturating_add(i.saturating_mul(self.stride as u64));
+            read_exact_at(r, &mut self.buf, at)?;
+            self.first = i;
+            self.n = n;
+        }
+        let at = (i - self.first) as usize * self.stride;
+        Ok(&self.buf[at..at + self.stride])
+    }
+}
+
+/// Program headers, streamed ([`Elf::program_headers`]).
+pub struct ProgramHeaders<'a, R> {
+    elf: &'a Elf<R>,
+    chunk: Chunked,
+    next: u64,
+    failed: bool,
+}
+
+impl<R: ReadAt> Iterator for ProgramHeaders<'_, R> {
+    type Item = Result<ProgramHeader>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.next >= self.chunk.count {
+            return None;
+        }
+        let c = self.elf.class();
+        let r = self.chunk.entry(&self.elf.r, self.next).map(|b| ProgramHeader::parse(c, b));
+        self.next += 1;
+        self.failed = r.is_err();
+        Some(r)
+    }
+}
+
+/// Symbols, streamed ([`Elf::symbols`]).
+pub struct Symbols<'a, R> {
+    elf: &'a Elf<R>,
+    table: SymbolTable,
+    chunk: Chunked,
+    /// The slice of `.symtab_shndx` for the chunk starting at `xfor`: `xhave` entries
+    /// (`None`: absent, short or unreadable).
+    xbuf: Vec<u8>,
+    xfor: Option<u64>,
+    xhave: Option<usize>,
+    next: u64,
+    failed: bool,
+}
+
+impl<R: ReadAt> Symbols<'_, R> {
+    /// The extended index of symbol `i` (in the buffered chunk).
+    fn xindex(&mut self, i: u64) -> Option<u32> {
+        let x = self.table.extended?;
+        let first = self.chunk.first;
+        if self.xfor != Some(first) {
+            // the slice of the extended index table matching the chunk
+            self.xfor = Some(first);
+            let n = self.chunk.n as u64;
+            let buf = &mut self.xbuf;
+            self.xhave = (|| {
+                let off = x.offset.checked_add(first.checked_mul(4)?)?;
+                let have = x.size.checked_sub(first.checked_mul(4)?)?.min(n * 4) as usize;
+                buf.resize(have, 0);
+                read_exact_at(&self.elf.r, buf, off).ok()?;
+                Some(have / 4)
+            })();
+        }
+        let k = (i - first) as usize;
+        match self.xhave {
+            Some(have) if k < have => Some(self.elf.class().u32(&self.xbuf, k * 4)),
+            _ => None,
+        }
+    }
+}
+
+impl<R: ReadAt> Iterator for Symbols<'_, R> {
+    type Item = Result<Symbol>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.next >= self.chunk.count {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        let c = self.elf.class();
+        let s = match self.chunk.entry(&self.elf.r, i) {
+            Ok(b) => Symbol::parse(c, b, i),
+            Err(e) => {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        };
+        let mut s = s;
+        if s.shndx == SHN_XINDEX {
+            s.xindex = self.xindex(i);
+        }
+        Some(Ok(s))
+    }
+}
+
+/// NUL-terminated names of one string table, read through a window of [`NAME_WINDOW`]
+/// bytes that grows (×4) only until it holds a name's terminator, up to the longest name
+/// allowed ([`MAX_NAME_BYTES`]); a window that grew is released after an unusable name.
+#[derive(Debug)]
+pub struct StringTable<'a, R: ?Sized> {
+    r: &'a R,
+    offset: u64,
+    size: u64,
+    window: usize,
+    max_name: usize,
+    /// The window: valid, its offset in the table, its bytes.
+    valid: bool,
+    win_at: u64,
+    win: Vec<u8>,
+}
+
+impl<'a, R: ReadAt + ?Sized> StringTable<'a, R> {
+    /// The table of `size` bytes at `offset` of `r` (reads past the file's end are errors).
+    pub fn new(r: &'a R, offset: u64, size: u64) -> Self {
+        StringTable { r, offset, size, window: NAME_WINDOW, max_name: MAX_NAME_BYTES, valid: false, win_at: 0, win: Vec::new() }
+    }
+
+    /// Another window size and longest name.
+    pub fn with_limits(mut self, window: usize, max_name: usize) -> Self {
+        self.window = window.max(1);
+        self.max_name = max_name;
+        self
+    }
+
+    /// The table's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The name at offset `at`; `None` if it is out of bounds, unterminated or longer than
+    /// the longest allowed. `Err` only when the file cannot be read.
+    pub fn get(&mut self, at: u64) -> Result<Option<&[u8]>> {
+        if at >= self.size {
+            return Ok(None);
+        }
+        if self.valid && at >= self.win_at && at < self.win_at + self.win.len() as u64 {
+            let rel = (at - self.win_at) as usize;
+            if let Some(p) = self.win[rel..].iter().position(|&b| b == 0) {
+                return Ok(Some(&self.win[rel..rel + p]));
+            }
+        }
+        // a new window starting at the name, grown until it holds the terminator
+        let mut want = self.window;
+        loop {
+            let n = (self.size - at).min(want as u64) as usize;
+            self.valid = false;
+            self.win.resize(n, 0);
+            read_exact_at(self.r, &mut self.win, self.offset.saturating_add(at))?;
+            self.valid = true;
+            self.win_at = at;
+            if let Some(p) = self.win.iter().position(|&b| b == 0) {
+                return Ok(Some(&self.win[..p]));
+            }
+            if n as u64 == self.size - at || n > self.max_name {
+                if self.win.len() > self.window {
+                    self.win = Vec::new(); // do not keep a huge window
+                    self.valid = false;
+                }
+                return Ok(None);
+            }
+            want = want.saturating_mul(4).min(self.max_name.saturating_add(1));
+        }
+    }
+}
