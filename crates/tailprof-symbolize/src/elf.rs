@@ -1,7 +1,8 @@
-//! The few ELF facts symbolization needs, read with bounded `pread`s from a file opened
-//! without following symlinks: program headers (file offset → virtual address), which
-//! sections exist (`.symtab`, `.debug_info`), the build-id note, the `.gnu_debuglink`
-//! name and CRC, and raw section bytes (`.eh_frame`).
+//! The few ELF facts symbolization needs, read with bounded `pread`s (through
+//! [`tailprof_elf`], the one bounded ELF reader) from a file opened without following
+//! symlinks: program headers (file offset → virtual address), which sections exist
+//! (`.symtab`, `.debug_info`), the build-id note, the `.gnu_debuglink` name and CRC, and
+//! raw section bytes (`.eh_frame`).
 //!
 //! Every size and count comes from an untrusted file, so each is checked against the
 //! file's length and a fixed cap before anything is allocated; a malformed file is an
@@ -13,8 +14,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-/// At most this many program or section headers.
-const MAX_HEADERS: usize = 65_535;
+use tailprof_elf::{Elf, SectionHeader, PT_LOAD, SHT_NOBITS, SHT_NOTE};
+
 /// At most this many bytes of one section are read into memory.
 pub(crate) const MAX_SECTION: u64 = 512 << 20;
 /// At most this many bytes of notes are scanned for the build-id.
@@ -53,153 +54,61 @@ pub(crate) struct Section {
     pub size: u64,
 }
 
-const SHT_NOBITS: u32 = 8;
-const SHT_NOTE: u32 = 7;
-const PT_LOAD: u32 = 1;
 const NT_GNU_BUILD_ID: u32 = 3;
 
 /// A parsed ELF file (headers only; section data is read on demand).
 #[derive(Debug)]
 pub(crate) struct ElfFile {
-    file: File,
-    len: u64,
-    big_endian: bool,
+    elf: Elf<File>,
     pub segments: Vec<Segment>,
     pub sections: Vec<Section>,
-}
-
-struct Rd<'a> {
-    b: &'a [u8],
-    be: bool,
-}
-
-impl Rd<'_> {
-    fn u16(&self, at: usize) -> u16 {
-        let a = [self.b[at], self.b[at + 1]];
-        if self.be { u16::from_be_bytes(a) } else { u16::from_le_bytes(a) }
-    }
-    fn u32(&self, at: usize) -> u32 {
-        let a: [u8; 4] = self.b[at..at + 4].try_into().expect("4 bytes");
-        if self.be { u32::from_be_bytes(a) } else { u32::from_le_bytes(a) }
-    }
-    fn u64(&self, at: usize) -> u64 {
-        let a: [u8; 8] = self.b[at..at + 8].try_into().expect("8 bytes");
-        if self.be { u64::from_be_bytes(a) } else { u64::from_le_bytes(a) }
-    }
 }
 
 impl ElfFile {
     pub fn open(path: &Path) -> Result<Self, String> {
         let file = open_untrusted(path)?;
-        let len = file.metadata().map_err(|e| e.to_string())?.len();
-        Self::parse(file, len).map_err(|e| format!("{}: {e}", path.display()))
+        Self::parse(file).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     fn read_at(&self, offset: u64, size: u64) -> Result<Vec<u8>, String> {
-        read_exact_at(&self.file, self.len, offset, size)
+        self.elf.read_vec(offset, size, MAX_SECTION).map_err(|e| e.to_string())
     }
 
-    fn parse(file: File, len: u64) -> Result<Self, String> {
-        let mut ident = [0u8; 64];
-        let n = usize::try_from(len.min(64)).unwrap_or(64);
-        file.read_exact_at(&mut ident[..n], 0).map_err(|e| e.to_string())?;
-        if n < 52 || &ident[..4] != b"\x7fELF" {
-            return Err("not an ELF file".into());
-        }
-        let is64 = match ident[4] {
-            1 => false,
-            2 => true,
-            c => return Err(format!("unknown ELF class {c}")),
-        };
-        if is64 && n < 64 {
-            return Err("truncated ELF header".into());
-        }
-        let be = match ident[5] {
-            1 => false,
-            2 => true,
-            d => return Err(format!("unknown ELF data encoding {d}")),
-        };
-        let r = Rd { b: &ident, be };
-        let (phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx) = if is64 {
-            (r.u64(32), r.u64(40), r.u16(54), r.u16(56), r.u16(58), r.u16(60), r.u16(62))
-        } else {
-            (u64::from(r.u32(28)), u64::from(r.u32(32)), r.u16(42), r.u16(44), r.u16(46), r.u16(48), r.u16(50))
-        };
-        let mut elf = ElfFile { file, len, big_endian: be, segments: Vec::new(), sections: Vec::new() };
-
-        // Program headers.
-        let min_ph = if is64 { 56 } else { 32 };
-        if phnum > 0 && usize::from(phentsize) >= min_ph && usize::from(phnum) <= MAX_HEADERS {
-            let tab = elf.read_at(phoff, u64::from(phentsize) * u64::from(phnum))?;
-            let r = Rd { b: &tab, be };
-            for i in 0..usize::from(phnum) {
-                let at = i * usize::from(phentsize);
-                if r.u32(at) != PT_LOAD {
-                    continue;
-                }
-                let seg = if is64 {
-                    Segment { offset: r.u64(at + 8), vaddr: r.u64(at + 16), filesz: r.u64(at + 32) }
-                } else {
-                    Segment {
-                        offset: u64::from(r.u32(at + 4)),
-                        vaddr: u64::from(r.u32(at + 8)),
-                        filesz: u64::from(r.u32(at + 16)),
-                    }
-                };
-                elf.segments.push(seg);
+    fn parse(file: File) -> Result<Self, String> {
+        let elf = Elf::parse(file).map_err(|e| e.to_string())?;
+        let mut segments = Vec::new();
+        for p in elf.program_headers().map_err(|e| e.to_string())? {
+            let p = p.map_err(|e| e.to_string())?;
+            if p.kind == PT_LOAD {
+                segments.push(Segment { offset: p.offset, vaddr: p.vaddr, filesz: p.filesz });
             }
         }
-
-        // Section headers and their names.
-        let min_sh = if is64 { 64 } else { 40 };
-        if shnum > 0 && usize::from(shentsize) >= min_sh && usize::from(shnum) <= MAX_HEADERS {
-            let tab = elf.read_at(shoff, u64::from(shentsize) * u64::from(shnum))?;
-            let r = Rd { b: &tab, be };
-            let mut raw = Vec::with_capacity(usize::from(shnum));
-            for i in 0..usize::from(shnum) {
-                let at = i * usize::from(shentsize);
-                let name = r.u32(at);
-                let kind = r.u32(at + 4);
-                let (addr, offset, size) = if is64 {
-                    (r.u64(at + 16), r.u64(at + 24), r.u64(at + 32))
-                } else {
-                    (u64::from(r.u32(at + 12)), u64::from(r.u32(at + 16)), u64::from(r.u32(at + 20)))
-                };
-                raw.push((name, kind, addr, offset, size));
-            }
-            let names = match raw.get(usize::from(shstrndx)) {
-                Some(&(_, kind, _, off, size)) if kind != SHT_NOBITS && size <= MAX_SECTION => {
-                    elf.read_at(off, size).unwrap_or_default()
-                }
-                _ => Vec::new(),
-            };
-            for (name, kind, addr, offset, size) in raw {
-                let name = usize::try_from(name)
-                    .ok()
-                    .and_then(|s| names.get(s..))
-                    .map(|t| String::from_utf8_lossy(&t[..t.iter().position(|&c| c == 0).unwrap_or(t.len())]).into_owned())
-                    .unwrap_or_default();
-                elf.sections.push(Section { name, kind, addr, offset, size });
-            }
+        let mut names = elf.section_names();
+        let mut sections = Vec::with_capacity(elf.sections().len());
+        for &SectionHeader { name, kind, addr, offset, size, .. } in elf.sections() {
+            // a name that cannot be read (out of bounds, unterminated) is empty
+            let name = names.get(name.into()).ok().flatten().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+            sections.push(Section { name, kind, addr, offset, size });
         }
-        Ok(elf)
+        Ok(ElfFile { elf, segments, sections })
     }
 
     /// A path that opens this very file (`/proc/self/fd/N`), for libraries that take
     /// paths: what was checked is what they read, whatever happens to the original
     /// path meanwhile (a symlink swapped in, a file replaced).
     pub fn fd_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        PathBuf::from(format!("/proc/self/fd/{}", self.elf.reader().as_raw_fd()))
     }
 
     /// CRC-32 (the `.gnu_debuglink` one) of the whole file.
     pub fn crc32(&self) -> Result<u32, String> {
+        let (file, len) = (self.elf.reader(), self.elf.file_len());
         let mut h = crc32fast::Hasher::new();
         let mut buf = vec![0u8; 1 << 16];
         let mut at = 0u64;
-        while at < self.len {
-            let n = usize::try_from((self.len - at).min(buf.len() as u64)).unwrap_or(buf.len());
-            self.file.read_exact_at(&mut buf[..n], at).map_err(|e| e.to_string())?;
+        while at < len {
+            let n = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
+            file.read_exact_at(&mut buf[..n], at).map_err(|e| e.to_string())?;
             h.update(&buf[..n]);
             at += n as u64;
         }
@@ -207,7 +116,7 @@ impl ElfFile {
     }
 
     pub fn big_endian(&self) -> bool {
-        self.big_endian
+        self.elf.class().big_endian
     }
 
     pub fn section(&self, name: &str) -> Option<&Section> {
@@ -239,15 +148,14 @@ impl ElfFile {
 
     /// The GNU build-id note, from any `SHT_NOTE` section.
     pub fn build_id(&self) -> Option<Vec<u8>> {
-        let be = self.big_endian;
+        let c = self.elf.class();
         for s in self.sections.iter().filter(|s| s.kind == SHT_NOTE && s.size <= MAX_NOTES) {
             let Ok(data) = self.read_at(s.offset, s.size) else { continue };
-            let r = Rd { b: &data, be };
             let mut at = 0usize;
             while at + 12 <= data.len() {
-                let namesz = r.u32(at) as usize;
-                let descsz = r.u32(at + 4) as usize;
-                let kind = r.u32(at + 8);
+                let namesz = c.u32(&data, at) as usize;
+                let descsz = c.u32(&data, at + 4) as usize;
+                let kind = c.u32(&data, at + 8);
                 let name_at = at + 12;
                 let desc_at = name_at.saturating_add(namesz.saturating_add(3) & !3);
                 let next = desc_at.saturating_add(descsz.saturating_add(3) & !3);
@@ -274,22 +182,9 @@ impl ElfFile {
         }
         let crc_at = (end + 1 + 3) & !3;
         let b: [u8; 4] = data.get(crc_at..crc_at + 4)?.try_into().ok()?;
-        let crc = if self.big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) };
+        let crc = if self.big_endian() { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) };
         Some((name.to_owned(), crc))
     }
-}
-
-fn read_exact_at(file: &File, len: u64, offset: u64, size: u64) -> Result<Vec<u8>, String> {
-    let end = offset.checked_add(size).ok_or("offset overflow")?;
-    if end > len {
-        return Err(format!("range {offset:#x}+{size:#x} is past the end of the file ({len} bytes)"));
-    }
-    if size > MAX_SECTION {
-        return Err(format!("{size} bytes is larger than the {MAX_SECTION}-byte limit"));
-    }
-    let mut buf = vec![0u8; usize::try_from(size).map_err(|e| e.to_string())?];
-    file.read_exact_at(&mut buf, offset).map_err(|e| e.to_string())?;
-    Ok(buf)
 }
 
 /// CRC-32 (the one `.gnu_debuglink` uses) of a whole untrusted file, read in chunks.
