@@ -582,6 +582,7 @@ impl BandwidthBuilder {
                 debug_dirs: None,
                 demangle: false,
                 check_build_id: false,
+                cache_dir: None,
             });
             match join.finish(&mut sym) {
                 Ok(r) => {

@@ -14,6 +14,15 @@
 //! saw it) and builds the table (address, name) the lookups search. Reading
 //! `/proc/kallsyms` is the kernel formatting ~120,000 lines (≈ 45 ms of system time on
 //! our VM); the parse adds a few ms, not blazesym's per-line `String`s and boxed names.
+//!
+//! So the running kernel's table is also kept in the cache directory ([`super::cache`]):
+//! `kallsyms.bin`, a compact sorted table (addresses, name offsets, names) keyed by the
+//! boot id, kernel release, `kernel.kptr_restrict` and a hash of the module list
+//! (`/proc/modules` names, sizes, states and addresses), so a reboot or a module load or
+//! unload makes it stale. It is read back only after full validation (magic, exact
+//! key, bounded counts, every name range inside the file, addresses sorted, CRC-32 of
+//! the whole); anything else and `/proc/kallsyms` is read again (and the cache
+//! rewritten). A cached table answers exactly what the file would.
 
 use std::fs;
 use std::io::Read;
@@ -52,6 +61,8 @@ pub(crate) struct KsymTable {
     text: Vec<u8>,
     /// (address, name start, name end), sorted by address, stable.
     syms: Vec<(u64, u32, u32)>,
+    /// The address of `_text` in the file, if listed (and not zero).
+    text_addr: Option<u64>,
 }
 
 impl std::fmt::Debug for KsymTable {
@@ -80,6 +91,13 @@ impl KsymTable {
 /// kallsyms files are a few MB (122,000 lines, 5 MB on a 6.x kernel): refuse anything
 /// past this.
 const MAX_KALLSYMS_BYTES: u64 = 256 << 20;
+
+/// The cache file of the running kernel's table, in the cache directory.
+const CACHE_NAME: &str = "kallsyms.bin";
+const CACHE_MAGIC: &[u8; 8] = b"TPKSYM1\n";
+/// At most this many symbols in a cache file (the kernel has ~120,000, ~200,000 with
+/// many modules).
+const MAX_CACHED_SYMS: u64 = 16 << 20;
 
 /// What a trace says about the kernel it ran on (to decide whether this machine's
 /// kernel symbols apply).
@@ -161,7 +179,8 @@ impl Symbolizer {
                 },
                 KernelSymbols::Auto => {
                     let p = PathBuf::from("/proc/kallsyms");
-                    match same_kernel(origin).and_then(|()| load_kallsyms(&p, origin.text_addr)) {
+                    let cache = self.opts.cache_dir.as_deref();
+                    match same_kernel(origin).and_then(|()| load_running_kallsyms(cache, origin.text_addr)) {
                         Ok(t) => KernelState::Usable(p, Arc::new(t)),
                         Err(w) => KernelState::Unusable(w),
                     }
@@ -220,6 +239,155 @@ pub(crate) fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
     Ok(f)
 }
 
+/// The running kernel's table: from the cache directory when a valid cache for this
+/// boot and module list is there, else from `/proc/kallsyms` (then cached).
+pub(crate) fn load_running_kallsyms(cache: Option<&Path>, text_addr: Option<u64>) -> Result<KsymTable, String> {
+    let path = Path::new("/proc/kallsyms");
+    let key = cache.and_then(|_| running_kernel_key());
+    if let (Some(dir), Some(key)) = (cache, &key) {
+        if let Some(t) = read_cached(&dir.join(CACHE_NAME), key) {
+            check_text(&t, text_addr, path)?;
+            return Ok(t);
+        }
+    }
+    let t = load_kallsyms(path, None)?;
+    // Cache it only if the module list did not change while we read.
+    if let (Some(dir), Some(key)) = (cache, key) {
+        if running_kernel_key().as_ref() == Some(&key) {
+            let _ = write_cached(dir, &key, &t);
+        }
+    }
+    check_text(&t, text_addr, path)?;
+    Ok(t)
+}
+
+/// What a cached table of `/proc/kallsyms` is valid for: boot, release,
+/// `kptr_restrict` (what this user may see) and the module list.
+fn running_kernel_key() -> Option<Vec<u8>> {
+    let boot = read_trimmed("/proc/sys/kernel/random/boot_id")?;
+    let release = read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let kptr = read_trimmed("/proc/sys/kernel/kptr_restrict").unwrap_or_default();
+    // No /proc/modules: a kernel without loadable modules.
+    let modules = fs::read("/proc/modules").unwrap_or_default();
+    Some(kernel_key(&boot, &release, &kptr, &modules))
+}
+
+/// The cache key of [`running_kernel_key`] from its parts (`modules`: `/proc/modules`).
+fn kernel_key(boot: &str, release: &str, kptr: &str, modules: &[u8]) -> Vec<u8> {
+    // Name, size, state and address of each module; not the use counts, which change.
+    let mut norm = Vec::with_capacity(modules.len());
+    for line in modules.split(|&b| b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|w| !w.is_empty()).collect();
+        for i in [0usize, 1, 4, 5] {
+            norm.extend_from_slice(f.get(i).copied().unwrap_or_default());
+            norm.push(b' ');
+        }
+        norm.push(b'\n');
+    }
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    format!(
+        "boot_id={boot}\nrelease={release}\nkptr_restrict={kptr}\nuid={uid}\nmodules={:016x}/{}\n",
+        super::cache::fnv64(&norm),
+        norm.len()
+    )
+    .into_bytes()
+}
+
+/// Cache file layout (little-endian): magic, key length (u32) and key, `_text` address
+/// (u64, 0: none), symbol count n (u64), names length m (u64), n × (address u64, name
+/// start u32, name end u32), m bytes of names, CRC-32 of all the preceding bytes (u32).
+fn write_cached(dir: &Path, key: &[u8], t: &KsymTable) -> Result<(), String> {
+    let mut names = Vec::with_capacity(t.syms.len() * 24);
+    let mut syms = Vec::with_capacity(t.syms.len() * 16);
+    for &(a, b, e) in &t.syms {
+        let name = t.text.get(b as usize..e as usize).unwrap_or_default();
+        let start = names.len() as u32;
+        names.extend_from_slice(name);
+        syms.extend_from_slice(&a.to_le_bytes());
+        syms.extend_from_slice(&start.to_le_bytes());
+        syms.extend_from_slice(&(names.len() as u32).to_le_bytes());
+    }
+    let mut head = Vec::with_capacity(64 + key.len());
+    head.extend_from_slice(CACHE_MAGIC);
+    head.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    head.extend_from_slice(key);
+    head.extend_from_slice(&t.text_addr.unwrap_or(0).to_le_bytes());
+    head.extend_from_slice(&(t.syms.len() as u64).to_le_bytes());
+    head.extend_from_slice(&(names.len() as u64).to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head);
+    crc.update(&syms);
+    crc.update(&names);
+    let crc = crc.finalize().to_le_bytes();
+    super::cache::write(dir, CACHE_NAME, &[&head, &syms, &names, &crc])?;
+    Ok(())
+}
+
+/// The table in cache file `path` if it is valid for `key`; `None` for anything else.
+fn read_cached(path: &Path, key: &[u8]) -> Option<KsymTable> {
+    let bytes = super::cache::read(path, MAX_KALLSYMS_BYTES)?;
+    parse_cached(&bytes, key)
+}
+
+fn parse_cached(bytes: &[u8], key: &[u8]) -> Option<KsymTable> {
+    let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return None;
+    }
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = body.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(s)
+    };
+    let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
+    if take(8)? != CACHE_MAGIC {
+        return None;
+    }
+    let klen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+    if take(klen)? != key {
+        return None;
+    }
+    let text = u64_of(take(8)?);
+    let n = u64_of(take(8)?);
+    let m = u64_of(take(8)?);
+    if n > MAX_CACHED_SYMS || m > MAX_KALLSYMS_BYTES || n == 0 {
+        return None;
+    }
+    let raw = take((n as usize).checked_mul(16)?)?;
+    let names = take(m as usize)?.to_vec();
+    if at != body.len() {
+        return None;
+    }
+    let mut syms = Vec::with_capacity(n as usize);
+    let mut prev = 0u64;
+    for r in raw.chunks_exact(16) {
+        let a = u64_of(&r[..8]);
+        let b = u32::from_le_bytes(r[8..12].try_into().ok()?);
+        let e = u32::from_le_bytes(r[12..16].try_into().ok()?);
+        if a < prev || a == 0 || b > e || e as u64 > m {
+            return None;
+        }
+        prev = a;
+        syms.push((a, b, e));
+    }
+    Some(KsymTable { text: names, syms, text_addr: (text != 0).then_some(text) })
+}
+
+/// `Err` if the trace saw `_text` elsewhere than `t` has it: KASLR moved the kernel.
+fn check_text(t: &KsymTable, text_addr: Option<u64>, path: &Path) -> Result<(), String> {
+    if let (Some(want), Some(have)) = (text_addr, t.text_addr) {
+        if have != want {
+            return Err(format!(
+                "kernel was relocated since the trace was taken (_text at {want:#x} then, {have:#x} in {})",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Read the kallsyms file `path` once: its symbols, if it shows real (non-zero) addresses
 /// and, when `text_addr` is known, places `_text` there (else the kernel was relocated
 /// since the trace was taken: KASLR after a reboot). Lines are `ADDR TYPE NAME [MODULE]`;
@@ -263,17 +431,11 @@ pub(crate) fn load_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<KsymT
     if syms.is_empty() {
         return Err(format!("{} shows zero addresses (kernel.kptr_restrict, or not root)", path.display()));
     }
-    if let (Some(want), Some(have)) = (text_addr, text_seen.filter(|&a| a != 0)) {
-        if have != want {
-            return Err(format!(
-                "kernel was relocated since the trace was taken (_text at {want:#x} then, {have:#x} in {})",
-                path.display()
-            ));
-        }
-    }
     // Nearly sorted already (the kernel's own symbols are; modules follow): cheap.
     syms.sort_by_key(|s| s.0);
-    Ok(KsymTable { text, syms })
+    let t = KsymTable { text, syms, text_addr: text_seen.filter(|&a| a != 0) };
+    check_text(&t, text_addr, path)?;
+    Ok(t)
 }
 
 /// One parsed kallsyms line (`ADDR TYPE NAME[\t[MODULE]]`).
@@ -418,5 +580,114 @@ mod tests {
         s.set_origin(KernelOrigin::new(&header, None));
         let st = s.kernel_symbols_status();
         assert!(st.unwrap_err().contains("0.0.1-not-this-one"));
+    }
+
+    /// A table for the cache tests: the machine's own when readable, else a small one.
+    fn some_table(dir: &Path) -> KsymTable {
+        if let Ok(t) = load_kallsyms(Path::new("/proc/kallsyms"), None) {
+            return t;
+        }
+        let p = dir.join("ks");
+        fs::write(&p, "ffffffff81000000 T _text\nffffffff81000100 T do_work\nffffffff81000200 t helper\tm\n").unwrap();
+        load_kallsyms(&p, None).unwrap()
+    }
+
+    fn same_answers(a: &KsymTable, b: &KsymTable) {
+        assert_eq!(a.syms.len(), b.syms.len());
+        assert_eq!(a.text_addr, b.text_addr);
+        let step = (a.syms.len() / 2000).max(1);
+        for s in a.syms.iter().step_by(step) {
+            for addr in [s.0, s.0 + 1, s.0.saturating_sub(1)] {
+                assert_eq!(a.lookup(addr), b.lookup(addr), "{addr:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn kallsyms_cache_round_trips_and_refuses_anything_else() {
+        let d = tempfile::tempdir().unwrap();
+        let t = some_table(d.path());
+        let dir = d.path().join("cache");
+        let key = b"boot_id=x\nmodules=1\n";
+        write_cached(&dir, key, &t).unwrap();
+        let p = dir.join(CACHE_NAME);
+        let back = read_cached(&p, key).expect("valid cache");
+        same_answers(&t, &back);
+        // Another key (boot, module list): not used.
+        assert!(read_cached(&p, b"boot_id=y\nmodules=1\n").is_none());
+        // Truncated anywhere, or any byte changed: not used.
+        let bytes = fs::read(&p).unwrap();
+        let step = (bytes.len() / 300).max(1);
+        for n in (0..bytes.len()).step_by(step) {
+            assert!(parse_cached(&bytes[..n], key).is_none(), "truncated at {n}");
+            let mut bad = bytes.clone();
+            bad[n] ^= 0x40;
+            assert!(parse_cached(&bad, key).is_none(), "byte {n} changed");
+        }
+        // Valid CRC but names out of range or addresses unsorted: not used.
+        let forge = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = bytes[..bytes.len() - 4].to_vec();
+            edit(&mut b);
+            let crc = crc32fast::hash(&b).to_le_bytes();
+            b.extend_from_slice(&crc);
+            b
+        };
+        let first = 8 + 4 + key.len() + 24;
+        assert!(parse_cached(&forge(&|_| ()), key).is_some(), "the forger itself is right");
+        let out_of_range = forge(&|b| b[first + 12..first + 16].copy_from_slice(&u32::MAX.to_le_bytes()));
+        assert!(parse_cached(&out_of_range, key).is_none());
+        if t.syms.len() > 1 {
+            let unsorted = forge(&|b| b[first..first + 8].copy_from_slice(&u64::MAX.to_le_bytes()));
+            assert!(parse_cached(&unsorted, key).is_none());
+        }
+        // A symlink in its place, or a group-readable file: not followed, not used.
+        let real = d.path().join("elsewhere");
+        fs::rename(&p, &real).unwrap();
+        std::os::unix::fs::symlink(&real, &p).unwrap();
+        assert!(read_cached(&p, key).is_none());
+        fs::remove_file(&p).unwrap();
+        fs::rename(&real, &p).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_cached(&p, key).is_none());
+    }
+
+    #[test]
+    fn kallsyms_cache_key_follows_boot_and_module_list_not_use_counts() {
+        let m1 = b"nf_tables 200704 3 nft_chain_nat, Live 0xffffffffc0500000\next4 802816 1 - Live 0xffffffffc0100000\n";
+        let m1_used = b"nf_tables 200704 7 nft_chain_nat,nft_ct, Live 0xffffffffc0500000\next4 802816 1 - Live 0xffffffffc0100000\n";
+        let m2 = b"nf_tables 200704 3 nft_chain_nat, Live 0xffffffffc0500000\next4 802816 1 - Live 0xffffffffc0100000\nfoo 4096 0 - Live 0xffffffffc0900000\n";
+        let reloaded = b"nf_tables 200704 3 nft_chain_nat, Live 0xffffffffc0700000\next4 802816 1 - Live 0xffffffffc0100000\n";
+        let k = |b: &str, m: &[u8]| kernel_key(b, "6.1", "0", m);
+        assert_eq!(k("a", m1), k("a", m1_used));
+        assert_ne!(k("a", m1), k("a", m2), "a module loaded");
+        assert_ne!(k("a", m1), k("a", reloaded), "a module reloaded elsewhere");
+        assert_ne!(k("a", m1), k("b", m1), "another boot");
+        assert_ne!(kernel_key("a", "6.1", "0", m1), kernel_key("a", "6.1", "1", m1), "kptr_restrict changed");
+    }
+
+    #[test]
+    fn running_kernel_table_from_cache_equals_proc_kallsyms() {
+        let Ok(direct) = load_kallsyms(Path::new("/proc/kallsyms"), None) else { return };
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("c");
+        let first = load_running_kallsyms(Some(&dir), None).unwrap();
+        same_answers(&direct, &first);
+        let p = dir.join(CACHE_NAME);
+        let key = running_kernel_key().unwrap();
+        assert!(read_cached(&p, &key).is_some(), "written");
+        same_answers(&direct, &load_running_kallsyms(Some(&dir), None).unwrap());
+        // Corrupted: ignored, the answers unchanged, the cache rewritten.
+        let mut bytes = fs::read(&p).unwrap();
+        let n = bytes.len() / 2;
+        bytes[n] ^= 1;
+        fs::write(&p, &bytes).unwrap();
+        same_answers(&direct, &load_running_kallsyms(Some(&dir), None).unwrap());
+        assert!(read_cached(&p, &key).is_some(), "rewritten");
+        // The _text check applies to a cached table too.
+        if let Some(t) = direct.text_addr {
+            assert!(load_running_kallsyms(Some(&dir), Some(t ^ 0x100_0000)).unwrap_err().contains("relocated"));
+            assert!(load_running_kallsyms(Some(&dir), Some(t)).is_ok());
+        }
     }
 }

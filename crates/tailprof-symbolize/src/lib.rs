@@ -46,6 +46,8 @@ use serde::Serialize;
 use crate::maps::{Binary, BinaryKind};
 
 pub mod maps;
+pub mod cache;
+mod debugcache;
 pub mod debugdir;
 pub mod debuginfod;
 pub mod ehframe;
@@ -74,6 +76,9 @@ pub struct SymbolizerOptions {
     pub demangle: bool,
     /// Compare build-ids of files on disk with those in the trace.
     pub check_build_id: bool,
+    /// Where the running kernel's parsed kallsyms and inflated copies of compressed
+    /// debug files are kept between runs ([`cache`]); `None`: no cache.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for SymbolizerOptions {
@@ -84,6 +89,7 @@ impl Default for SymbolizerOptions {
             debug_dirs: None,
             demangle: true,
             check_build_id: true,
+            cache_dir: cache::default_dir(),
         }
     }
 }
@@ -460,6 +466,12 @@ impl Symbolizer {
                         (_, None, _) => false,
                     };
                     if ok {
+                        // Compressed DWARF: blazesym reads an inflated copy, made once
+                        // (debugcache.rs), instead of inflating it in every run.
+                        let dbg = match &self.opts.cache_dir {
+                            Some(dir) => debugcache::inflated_copy(dir, &dbg).unwrap_or(dbg),
+                            None => dbg,
+                        };
                         facts.debug = Some(d);
                         facts.debug_elf = Some(dbg);
                     }
