@@ -205,9 +205,8 @@ pub struct Pending {
     pub time: u64,
     /// Arrival order; breaks ties so same-time records keep their ring order.
     seq: u64,
-    /// Absolute number of the run block holding the bytes, and the offset in it.
-    block: u64,
-    off: u32,
+    /// Offset of the bytes in the run's arena.
+    off: u64,
     len: u32,
     pub cpu: u32,
     /// Event index, or `u16::MAX` when unknown.
@@ -215,83 +214,130 @@ pub struct Pending {
 }
 
 impl Pending {
+    #[inline]
     pub fn event(&self) -> Option<u16> {
         (self.event != u16::MAX).then_some(self.event)
     }
 }
 
-/// Bytes per arena block of a run. A record never spans two blocks (records are at
-/// most 64 KiB), so a block is recycled once no pending record points into it.
-const BLOCK: usize = 256 * 1024;
 /// How far back [`RoundQueue::push`] looks to insert a slightly late record in place;
 /// a record that would go further back marks its run for a (stable) sort instead.
 const MAX_INSERT_DISTANCE: usize = 64;
-/// Spare blocks kept for reuse beyond one per run (the rest is freed after a burst).
-const SPARE_BLOCKS: usize = 8;
 /// Up to this many runs (CPUs), [`RoundQueue::emit_some`] finds the smallest head by a
-/// scan (cheaper than heap traffic when CPUs take turns record by record).
+/// scan (cheaper than heap traffic when CPUs take turns record by record); with one or
+/// two runs a merge specialised for two heads is used.
 const LINEAR_MERGE_RUNS: usize = 8;
+/// A run's arenas keep their capacity across rounds (no page is freed and faulted in
+/// again every round) unless one is above this and more than 4 times its last use:
+/// then, after a burst, it is shrunk.
+const KEEP_ARENA_BYTES: usize = 4 << 20;
 
 /// The records of one source (one ring, i.e. one CPU), in `(time, arrival)` order.
 #[derive(Debug, Default)]
 struct Run {
-    /// Arena blocks; `blocks[0]` has absolute number `first_block`. Bytes of emitted
-    /// records stay where they are until their whole block is recycled.
-    blocks: std::collections::VecDeque<Vec<u8>>,
-    /// Pending records in each block (parallel to `blocks`).
-    live: std::collections::VecDeque<u32>,
-    first_block: u64,
-    /// Pending records (not yet emitted), sorted by `(time, seq)` unless `unsorted`.
+    /// Record bytes in arrival order, in two arenas: records are appended to
+    /// `arenas[cur]`; at the end of a round, once no pending record is in the other
+    /// arena, that one is emptied and becomes the current one. Records held back past the
+    /// round limit (the newest of each run) so stay where they are, and arenas keep their
+    /// capacity round after round (see [`KEEP_ARENA_BYTES`]).
+    arenas: [Vec<u8>; 2],
+    cur: usize,
+    /// The pending records, sorted by `(time, seq)` unless `unsorted`.
     idx: std::collections::VecDeque<Pending>,
-    /// A record arrived too far out of order for an in-place insert; sort `idx`
-    /// (stably, this run only) before the next merge.
+    /// A record arrived too far out of order for an in-place insert; sort the pending
+    /// records (stably, this run only) before the next merge.
     unsorted: bool,
 }
 
+/// Bit of [`Pending::off`] that says which arena holds the bytes.
+const ARENA_BIT: u32 = 63;
+
 impl Run {
+    #[inline(always)]
     fn bytes(&self, p: &Pending) -> &[u8] {
-        let b = &self.blocks[(p.block - self.first_block) as usize];
-        &b[p.off as usize..p.off as usize + p.len as usize]
+        let a = &self.arenas[(p.off >> ARENA_BIT) as usize];
+        let off = (p.off & !(1 << ARENA_BIT)) as usize;
+        &a[off..off + p.len as usize]
     }
 
-    /// Take record `p` out of its block's live count.
-    fn release(&mut self, p: &Pending) {
-        self.live[(p.block - self.first_block) as usize] -= 1;
-    }
-
-    /// Hand leading blocks no pending record points into back to `free` (the block
-    /// being filled only when nothing is pending).
-    fn recycle(&mut self, free: &mut Vec<Vec<u8>>, keep: usize) {
-        while self.live.front() == Some(&0) && (self.blocks.len() > 1 || self.idx.is_empty()) {
-            self.live.pop_front();
-            let mut b = self.blocks.pop_front().expect("blocks and live are parallel");
-            self.first_block += 1;
-            if free.len() < keep {
-                b.clear();
-                free.push(b);
-            }
+    /// The key of the first pending record if it is due (`time <= lim`), else `NONE`.
+    #[inline(always)]
+    fn head_key(&self, lim: u64) -> (u64, u64) {
+        match self.idx.front() {
+            Some(p) if p.time <= lim => (p.time, p.seq),
+            _ => NONE,
         }
     }
+
+    /// At the end of a round: when no pending record is in the other arena, empty it
+    /// and make it the current one.
+    fn compact(&mut self) {
+        let other = 1 - self.cur;
+        let in_other = self.idx.iter().filter(|p| (p.off >> ARENA_BIT) as usize == other).count();
+        if in_other == 0 {
+            self.empty(other);
+            self.cur = other;
+            if self.idx.is_empty() {
+                self.empty(1 - other);
+            }
+        } else if self.arenas[self.cur].len() > KEEP_ARENA_BYTES && self.arenas[self.cur].len() / 2 > self.idx.len() * 64 {
+            // Records held back for several rounds in both arenas while the current one
+            // fills with emitted bytes: copy the pending ones into a fresh arena.
+            self.repack();
+        }
+    }
+
+    /// Empty arena `a`, shrinking it if it was far larger than its recent use.
+    fn empty(&mut self, a: usize) {
+        let v = &mut self.arenas[a];
+        let used = v.len();
+        v.clear();
+        if v.capacity() > KEEP_ARENA_BYTES && v.capacity() / 4 > used {
+            v.shrink_to(KEEP_ARENA_BYTES.max(2 * used));
+        }
+        if self.idx.capacity() * std::mem::size_of::<Pending>() > KEEP_ARENA_BYTES && self.idx.capacity() / 4 > self.idx.len() {
+            let keep = KEEP_ARENA_BYTES / std::mem::size_of::<Pending>();
+            self.idx.shrink_to(keep.max(2 * self.idx.len()));
+        }
+    }
+
+    /// Move every pending record's bytes into arena 0, and make arena 1 (empty) current.
+    #[cold]
+    fn repack(&mut self) {
+        let mut packed = Vec::with_capacity(self.idx.iter().map(|p| p.len as usize).sum());
+        let mut idx = std::mem::take(&mut self.idx);
+        for p in idx.iter_mut() {
+            let off = packed.len() as u64;
+            packed.extend_from_slice(self.bytes(p));
+            p.off = off;
+        }
+        self.idx = idx;
+        self.arenas = [packed, Vec::new()];
+        self.cur = 1;
+    }
 }
+
+/// The key of "no due record" in the merges.
+const NONE: (u64, u64) = (u64::MAX, u64::MAX);
 
 /// Records drained from all rings and not yet written, for merging CPUs in time order.
 ///
 /// Each ring is (almost) in time order already, so the queue keeps one *run* per ring
-/// and [`RoundQueue::emit`] does a k-way merge over the run heads (a small binary heap
-/// keyed by `(time, arrival)`) instead of sorting. Raw record bytes are copied once,
-/// into per-run arena blocks that are reused round after round (pushing allocates
-/// nothing in steady state); records held back past the round limit stay where they
-/// are, and only their small index entries remain queued. A record that arrives out
-/// of order within its ring (a side-band record whose timestamp was taken before an
-/// interrupting sample's, say) is inserted in place when it is a few records late, or
-/// makes its run be stably re-sorted before the next merge. See `session` for the
-/// invariant that makes the limit safe.
+/// and [`RoundQueue::emit`] merges the run heads (two heads compared directly, a scan of
+/// up to [`LINEAR_MERGE_RUNS`] heads, or a small binary heap keyed by `(time,
+/// arrival)`) instead of sorting. Raw record bytes are copied once, appended to the
+/// run's arena, which keeps its capacity round after round (pushing allocates nothing in
+/// steady state); the records held back past the round limit (the tail of each run) are
+/// moved to the front of the arena when the emitted ones are dropped. A record that
+/// arrives out of order within its ring (a side-band record whose timestamp was taken
+/// before an interrupting sample's, say) is inserted in place when it is a few records
+/// late, or makes its run be stably re-sorted before the next merge. See `session` for
+/// the invariant that makes the limit safe.
 #[derive(Debug, Default)]
 pub struct RoundQueue {
     runs: Vec<Run>,
     /// Run index of each CPU (`u32::MAX`: none yet).
     run_of_cpu: Vec<u32>,
-    free: Vec<Vec<u8>>,
     heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64, u32)>>,
     seq: u64,
     pending: usize,
@@ -302,6 +348,7 @@ impl RoundQueue {
         Self::default()
     }
 
+    #[cold]
     fn run_index(&mut self, cpu: u32) -> usize {
         let c = cpu as usize;
         if c >= self.run_of_cpu.len() {
@@ -316,40 +363,22 @@ impl RoundQueue {
 
     /// Queue one raw record drained from the ring of `cpu` (records of one CPU must be
     /// pushed in ring order).
+    #[inline]
     pub fn push(&mut self, time: u64, event: Option<u16>, cpu: u32, rec: &[u8]) {
-        let r = self.run_index(cpu);
+        let r = match self.run_of_cpu.get(cpu as usize) {
+            Some(&r) if r != u32::MAX => r as usize,
+            _ => self.run_index(cpu),
+        };
         let run = &mut self.runs[r];
-        if run.blocks.back().is_none_or(|b| b.len() + rec.len() > b.capacity().max(BLOCK)) {
-            let mut b = self.free.pop().unwrap_or_default();
-            b.clear();
-            b.reserve_exact(BLOCK.max(rec.len()));
-            run.blocks.push_back(b);
-            run.live.push_back(0);
-        }
-        let block = run.first_block + run.blocks.len() as u64 - 1;
-        *run.live.back_mut().expect("a block was just ensured") += 1;
-        let b = run.blocks.back_mut().expect("a block was just ensured");
-        let off = b.len() as u32;
-        b.extend_from_slice(rec);
+        let arena = &mut run.arenas[run.cur];
+        let off = arena.len() as u64 | (run.cur as u64) << ARENA_BIT;
+        arena.extend_from_slice(rec);
         let event = event.unwrap_or(u16::MAX);
-        let p = Pending { time, seq: self.seq, block, off, len: rec.len() as u32, cpu, event };
+        let p = Pending { time, seq: self.seq, off, len: rec.len() as u32, cpu, event };
         self.seq += 1;
         self.pending += 1;
         match run.idx.back() {
-            Some(last) if time < last.time && !run.unsorted => {
-                // Insert after every record with time <= `time` (stable), if close.
-                let n = run.idx.len();
-                let mut i = n;
-                while i > 0 && n - i < MAX_INSERT_DISTANCE && run.idx[i - 1].time > time {
-                    i -= 1;
-                }
-                if i > 0 && run.idx[i - 1].time > time {
-                    run.unsorted = true;
-                    run.idx.push_back(p);
-                } else {
-                    run.idx.insert(i, p);
-                }
-            }
+            Some(last) if time < last.time && !run.unsorted => run.insert(p),
             _ => run.idx.push_back(p),
         }
     }
@@ -381,24 +410,84 @@ impl RoundQueue {
         &mut self,
         limit: Option<u64>,
         max: usize,
-        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
+        f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
     ) -> Result<bool, E> {
         let lim = limit.unwrap_or(u64::MAX);
-        self.heap.clear();
         for run in self.runs.iter_mut() {
             if std::mem::take(&mut run.unsorted) {
                 run.idx.make_contiguous().sort_by_key(|p| (p.time, p.seq));
             }
         }
-        if self.runs.len() <= LINEAR_MERGE_RUNS {
-            return self.emit_linear(lim, max, f);
-        }
-        for (i, run) in self.runs.iter().enumerate() {
-            if let Some(p) = run.idx.front().filter(|p| p.time <= lim) {
-                self.heap.push(std::cmp::Reverse((p.time, p.seq, i as u32)));
+        let before = self.pending_in_runs();
+        let res = if self.runs.len() <= 2 {
+            self.emit_two(lim, max, f)
+        } else if self.runs.len() <= LINEAR_MERGE_RUNS {
+            self.emit_linear(lim, max, f)
+        } else {
+            self.emit_heap(lim, max, f)
+        };
+        self.pending -= before - self.pending_in_runs();
+        // Switch arenas once the due records are out (the end of a round), not after
+        // every batch of a long round.
+        let done = !matches!(res, Ok(true));
+        for run in &mut self.runs {
+            if done {
+                run.compact();
             }
         }
-        let mut res = Ok(());
+        res
+    }
+
+    fn pending_in_runs(&self) -> usize {
+        self.runs.iter().map(|r| r.idx.len()).sum()
+    }
+
+    /// The merge of [`RoundQueue::emit_some`] for one or two runs (one or two CPUs): the
+    /// two head keys are compared directly, and records are taken from the smaller
+    /// run while they stay below the other head.
+    fn emit_two<E>(
+        &mut self,
+        lim: u64,
+        max: usize,
+        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        let mut spare = Run::default();
+        let n = self.runs.len().min(1);
+        let (x, y) = self.runs.split_at_mut(n);
+        let Some(a) = x.first_mut() else { return Ok(false) };
+        let b = y.first_mut().unwrap_or(&mut spare);
+        let mut budget = max;
+        let (mut ka, mut kb) = (a.head_key(lim), b.head_key(lim));
+        while budget > 0 && (ka != NONE || kb != NONE) {
+            let (run, other) = if ka < kb { (&mut *a, kb) } else { (&mut *b, ka) };
+            loop {
+                let Some(p) = run.idx.pop_front() else { break };
+                budget -= 1;
+                f(&p, run.bytes(&p))?;
+                match run.idx.front() {
+                    Some(n) if n.time <= lim && (n.time, n.seq) < other && budget > 0 => {}
+                    _ => break,
+                }
+            }
+            (ka, kb) = (a.head_key(lim), b.head_key(lim));
+        }
+        Ok(ka != NONE || kb != NONE)
+    }
+
+    /// The merge for more than [`LINEAR_MERGE_RUNS`] runs: a heap of the run heads.
+    fn emit_heap<E>(
+        &mut self,
+        lim: u64,
+        max: usize,
+        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        self.heap.clear();
+        for (i, run) in self.runs.iter().enumerate() {
+            let k = run.head_key(lim);
+            if k != NONE {
+                self.heap.push(std::cmp::Reverse((k.0, k.1, i as u32)));
+            }
+        }
         let mut budget = max;
         while budget > 0 {
             let Some(std::cmp::Reverse((_, _, i))) = self.heap.pop() else { break };
@@ -407,13 +496,8 @@ impl RoundQueue {
             let alone = self.heap.is_empty();
             while budget > 0 {
                 let Some(p) = run.idx.pop_front() else { break };
-                self.pending -= 1;
                 budget -= 1;
-                res = f(&p, run.bytes(&p));
-                run.release(&p);
-                if res.is_err() {
-                    break;
-                }
+                f(&p, run.bytes(&p))?;
                 match run.idx.front() {
                     Some(n) if n.time <= lim => {
                         // Still the smallest? Then keep going without touching the heap.
@@ -427,70 +511,65 @@ impl RoundQueue {
                 }
                 break;
             }
-            if res.is_err() {
-                break;
-            }
         }
-        let more = !self.heap.is_empty();
-        self.recycle();
-        res.map(|()| more)
+        Ok(!self.heap.is_empty())
     }
 
-    /// The merge of [`RoundQueue::emit_some`] for a few runs (a machine with a few CPUs):
-    /// the smallest head is found by a scan instead of a heap, and records are taken from
-    /// it while it stays below every other head (`lim` as in `emit_some`).
+    /// The merge for a few runs (a machine with a few CPUs): the smallest head is found
+    /// by a scan instead of a heap, and records are taken from it while it stays below
+    /// every other head (`lim` as in `emit_some`).
     fn emit_linear<E>(
         &mut self,
         lim: u64,
         max: usize,
         mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
     ) -> Result<bool, E> {
-        let mut res = Ok(());
         let mut budget = max;
-        'merge: while budget > 0 {
+        while budget > 0 {
             // The run with the smallest eligible head, and the key it must stay below.
-            let (mut best, mut first, mut second) = (usize::MAX, (u64::MAX, u64::MAX), (u64::MAX, u64::MAX));
+            let (mut best, mut first, mut second) = (usize::MAX, NONE, NONE);
             for (i, run) in self.runs.iter().enumerate() {
-                if let Some(p) = run.idx.front() {
-                    let k = (p.time, p.seq);
-                    if p.time > lim {
-                        continue;
-                    }
-                    if k < first {
-                        (second, first, best) = (first, k, i);
-                    } else if k < second {
-                        second = k;
-                    }
+                let k = run.head_key(lim);
+                if k < first {
+                    (second, first, best) = (first, k, i);
+                } else if k < second {
+                    second = k;
                 }
             }
             if best == usize::MAX {
-                break;
+                return Ok(false);
             }
             let run = &mut self.runs[best];
-            while budget > 0 {
+            loop {
                 let Some(p) = run.idx.pop_front() else { break };
-                self.pending -= 1;
                 budget -= 1;
-                res = f(&p, run.bytes(&p));
-                run.release(&p);
-                if res.is_err() {
-                    break 'merge;
-                }
+                f(&p, run.bytes(&p))?;
                 match run.idx.front() {
-                    Some(n) if n.time <= lim && (n.time, n.seq) < second => {}
+                    Some(n) if n.time <= lim && (n.time, n.seq) < second && budget > 0 => {}
                     _ => break,
                 }
             }
         }
-        let more = res.is_ok() && self.runs.iter().any(|r| r.idx.front().is_some_and(|p| p.time <= lim));
-        self.recycle();
-        res.map(|()| more)
+        Ok(self.runs.iter().any(|r| r.head_key(lim) != NONE))
     }
+}
 
-    fn recycle(&mut self) {
-        let keep = self.runs.len() + SPARE_BLOCKS;
-        for run in &mut self.runs {
-            run.recycle(&mut self.free, keep);
+impl Run {
+    /// Insert a record that is earlier than the last pending one: after every pending
+    /// record with time <= its time (stable), if that is close to the end; else append
+    /// it and mark the run for sorting.
+    #[cold]
+    fn insert(&mut self, p: Pending) {
+        let n = self.idx.len();
+        let mut i = n;
+        while i > 0 && n - i < MAX_INSERT_DISTANCE && self.idx[i - 1].time > p.time {
+            i -= 1;
+        }
+        if i > 0 && self.idx[i - 1].time > p.time {
+            self.unsorted = true;
+            self.idx.push_back(p);
+        } else {
+            self.idx.insert(i, p);
         }
     }
 }
@@ -530,10 +609,13 @@ mod tests {
 
     /// The merge against a reference (a stable sort by time of everything queued):
     /// several CPUs, records slightly and badly out of order within a ring, limits
-    /// that hold records back over several rounds, and enough bytes to recycle blocks.
+    /// that hold records back over several rounds, and enough bytes to compact the arenas.
     #[test]
     fn round_queue_matches_sorting_over_many_rounds() {
-        // A scan over the run heads (few CPUs) and the heap (many CPUs).
+        // Two heads (one or two CPUs), a scan over the run heads (few CPUs) and the heap
+        // (many CPUs).
+        merge_matches_sorting::<1>(0x1234_5678_9abc_def1);
+        merge_matches_sorting::<2>(0x2545_f491_4f6c_dd1d);
         merge_matches_sorting::<3>(0x2545_f491_4f6c_dd1d);
         merge_matches_sorting::<{ LINEAR_MERGE_RUNS }>(0x9e37_79b9_7f4a_7c15);
         merge_matches_sorting::<{ LINEAR_MERGE_RUNS + 4 }>(0x2545_f491_4f6c_dd1d);
@@ -593,29 +675,130 @@ mod tests {
         assert!(q.is_empty());
         assert!(written.len() > 100_000);
         assert!(written == expect, "merge order differs from a stable sort");
-        // Blocks were recycled, not accumulated.
-        assert!(q.runs.iter().all(|r| r.blocks.is_empty()));
-        assert!(q.free.len() <= q.runs.len() + SPARE_BLOCKS);
+        // Arenas were emptied, not accumulated.
+        assert!(q.runs.iter().all(|r| r.arenas.iter().all(Vec::is_empty) && r.idx.is_empty()));
     }
 
+    /// Held-back records survive the compaction of their run intact, and in steady
+    /// state a run's buffers are reused round after round (no reallocation; the two
+    /// arenas take turns).
     #[test]
-    fn held_back_records_stay_in_place() {
+    fn held_back_records_survive_compaction_and_buffers_are_reused() {
         let mut q = RoundQueue::new();
-        q.push(5, None, 0, b"early");
-        q.push(50, None, 0, b"late");
-        q.emit::<()>(Some(10), |_, _| Ok(())).unwrap();
-        let before = q.runs[0].bytes(q.runs[0].idx.front().unwrap()).as_ptr();
-        q.push(60, None, 0, b"later");
-        q.emit::<()>(Some(10), |_, _| Ok(())).unwrap();
-        let after = q.runs[0].bytes(q.runs[0].idx.front().unwrap()).as_ptr();
-        assert_eq!(before, after, "a held-back record is not copied");
+        let mut ptrs = Vec::new();
+        let mut t = 0u64;
         let mut out = Vec::new();
+        for round in 0..50u64 {
+            for _ in 0..1000 {
+                t += 1;
+                q.push(t, None, 0, &t.to_ne_bytes());
+            }
+            // Hold back the last 300 records of the round.
+            q.emit::<()>(Some(t - 300), |p, b| {
+                out.push((p.time, u64::from_ne_bytes(b.try_into().unwrap())));
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(q.len(), 300);
+            if round >= 2 {
+                let r = &q.runs[0];
+                ptrs.push((r.arenas[r.cur].as_ptr(), r.arenas[1 - r.cur].as_ptr(), r.idx.capacity()));
+            }
+        }
         q.emit::<()>(None, |p, b| {
-            out.push((p.time, b.to_vec()));
+            out.push((p.time, u64::from_ne_bytes(b.try_into().unwrap())));
             Ok(())
         })
         .unwrap();
-        assert_eq!(out, vec![(50, b"late".to_vec()), (60, b"later".to_vec())]);
+        assert!(out.iter().enumerate().all(|(i, &(a, b))| a == i as u64 + 1 && b == a));
+        assert_eq!(out.len(), 50_000);
+        assert!(ptrs.windows(3).all(|w| w[0] == w[2]), "buffers were reallocated");
+    }
+
+    /// After a burst, an arena far larger than what is queued is shrunk.
+    #[test]
+    fn arena_shrinks_after_a_burst() {
+        let mut q = RoundQueue::new();
+        let rec = [7u8; 200];
+        for t in 0..100_000u64 {
+            q.push(t, None, 0, &rec);
+        }
+        q.emit::<()>(None, |_, _| Ok(())).unwrap();
+        let cap = |q: &RoundQueue| q.runs[0].arenas.iter().map(Vec::capacity).max().unwrap();
+        assert!(cap(&q) >= 20_000_000);
+        // Smaller rounds: shrunk, but not below what they use.
+        for _ in 0..3 {
+            for t in 0..1000u64 {
+                q.push(t, None, 0, &rec);
+            }
+            q.emit::<()>(None, |_, _| Ok(())).unwrap();
+        }
+        assert!(cap(&q) <= KEEP_ARENA_BYTES, "{}", cap(&q));
+        assert!(q.runs[0].arenas.iter().all(|a| a.capacity() >= 200_000));
+    }
+
+    /// A record held back for many rounds pins its arena; the other one, filling with
+    /// emitted bytes, is repacked instead of growing without bound.
+    #[test]
+    fn long_held_record_does_not_pin_memory() {
+        let mut q = RoundQueue::new();
+        let mut rec = [0u8; 200];
+        rec[..8].copy_from_slice(&u64::MAX.to_ne_bytes());
+        q.push(1 << 40, None, 0, &rec);
+        let mut t = 0u64;
+        let mut out = Vec::new();
+        for _ in 0..40 {
+            for _ in 0..5000 {
+                t += 1;
+                rec[..8].copy_from_slice(&t.to_ne_bytes());
+                q.push(t, None, 0, &rec);
+            }
+            q.emit::<()>(Some(t), |p, b| {
+                out.push((p.time, u64::from_ne_bytes(b[..8].try_into().unwrap())));
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(q.len(), 1);
+            let used: usize = q.runs[0].arenas.iter().map(Vec::len).sum();
+            assert!(used <= 2 * KEEP_ARENA_BYTES + 2 * 5000 * 200, "{used}");
+        }
+        q.emit::<()>(None, |p, b| {
+            out.push((p.time, u64::from_ne_bytes(b[..8].try_into().unwrap())));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(out.len(), 200_001);
+        assert!(out[..200_000].iter().enumerate().all(|(i, &(a, b))| a == i as u64 + 1 && b == a));
+        assert_eq!(out[200_000], (1 << 40, u64::MAX));
+    }
+
+    /// An error stops the merge; the record it failed on is gone, the rest stay queued
+    /// and come out in order.
+    #[test]
+    fn error_stops_and_keeps_the_rest() {
+        for cpus in [1u32, 2, 5, 12] {
+            let mut q = RoundQueue::new();
+            for t in 0..100u64 {
+                q.push(t, None, (t % cpus as u64) as u32, &t.to_ne_bytes());
+            }
+            let mut seen = Vec::new();
+            let r = q.emit(None, |p, _| {
+                if p.time == 40 {
+                    return Err(p.time);
+                }
+                seen.push(p.time);
+                Ok(())
+            });
+            assert_eq!(r, Err(40));
+            assert_eq!(q.len(), 59, "{cpus} cpus");
+            q.emit::<()>(None, |p, _| {
+                seen.push(p.time);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(seen, (0..100).filter(|&t| t != 40).collect::<Vec<_>>());
+            assert!(q.is_empty());
+        }
     }
 
     const PAGE: usize = 4096;

@@ -46,10 +46,23 @@ fn main() {
     let mut dec = Decoder::new(vec![layout]);
     dec.add_id(7, 0);
     let opts = WriterOptions { zstd_level: level, ..WriterOptions::default() };
+    let t0 = Instant::now();
+    let (written, bytes) = replay(&recs, round_ns, &dec, opts);
+    let dt = t0.elapsed();
+    eprintln!(
+        "{written} records, {bytes} bytes ({:.3} B/record), {:.1} ns/record (round {} ms, period {period} ns)",
+        bytes as f64 / written as f64,
+        dt.as_nanos() as f64 / written as f64,
+        round_ns / 1_000_000
+    );
+}
+
+/// The recorder's part: queue, merge, decode, write. Returns (records, bytes written).
+#[inline(never)]
+fn replay(recs: &[(u64, u32, Vec<u8>)], round_ns: u64, dec: &Decoder, opts: WriterOptions) -> (u64, u64) {
     let mut w = TraceWriter::with_options(std::io::sink(), &TraceHeader::default(), opts).unwrap();
     let mut q = RoundQueue::new();
     let mut s = Sample::default();
-    let t0 = Instant::now();
     let mut i = 0;
     let mut prev_start = 0u64;
     let mut t = recs[0].0;
@@ -80,11 +93,5 @@ fn main() {
         prev_start = t;
     }
     let (_, sum) = w.finish_into_inner(None).unwrap();
-    let dt = t0.elapsed();
-    eprintln!(
-        "{written} records, {} bytes, {:.1} ns/record (round {} ms, period {period} ns)",
-        sum.bytes,
-        dt.as_nanos() as f64 / written as f64,
-        round_ns / 1_000_000
-    );
+    (written, sum.bytes)
 }
