@@ -289,11 +289,6 @@ fn at_entry(maps: &[Loaded], addr: u64) -> bool {
 /// Bytes after an entry point within which its first call lies (`_start` calls at once).
 const ENTRY_CALL_WINDOW: u64 = 48;
 
-/// Whether `addr` lies in a mapping whose unwind information was loaded.
-fn has_cfi(maps: &[Loaded], addr: u64) -> bool {
-    maps.iter().any(|l| l.state == Some(true) && (l.mapping.start..l.mapping.end).contains(&addr))
-}
-
 /// Counters of what the unwinder did (for summaries and benchmarks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UnwindStats {
@@ -312,6 +307,8 @@ pub struct Unwinder {
     opener: Box<dyn FileOpener + Send>,
     tick: u64,
     stats: UnwindStats,
+    /// The addresses in not yet loaded mappings of the current walk (kept: one allocation).
+    unloaded: Vec<u64>,
 }
 
 impl std::fmt::Debug for Unwinder {
@@ -322,7 +319,7 @@ impl std::fmt::Debug for Unwinder {
 
 impl Unwinder {
     pub fn new(opener: Box<dyn FileOpener + Send>, limits: Limits) -> Unwinder {
-        Unwinder { procs: HashMap::new(), modules: ModuleCache::default(), limits, opener, tick: 0, stats: UnwindStats::default() }
+        Unwinder { procs: HashMap::new(), modules: ModuleCache::default(), limits, opener, tick: 0, stats: UnwindStats::default(), unloaded: Vec::new() }
     }
 
     pub fn stats(&self) -> UnwindStats {
@@ -475,7 +472,9 @@ impl Unwinder {
         }
         self.tick += 1;
         let start_len = out.len();
-        let mut unloaded = vec![regs.ip];
+        let mut unloaded = std::mem::take(&mut self.unloaded);
+        unloaded.clear();
+        unloaded.push(regs.ip);
         let mut status = StackStatus::UnwindError;
         for walk in 0..MAX_WALKS {
             if !unloaded.is_empty() {
@@ -493,6 +492,7 @@ impl Unwinder {
                 break;
             }
         }
+        self.unloaded = unloaded;
         self.stats.frames += (out.len() - start_len) as u64;
         status
     }
@@ -516,6 +516,21 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
     };
     let maps = &p.maps;
     let pending = |a: u64| maps.iter().any(|l| l.state.is_none() && (l.mapping.start..l.mapping.end).contains(&a));
+    // `has_cfi` with the last mapping found remembered: a walk's frames are mostly in one
+    // or two files, so most frames cost one range check, not a scan of the mappings.
+    let mut last_cfi: Range<u64> = 0..0;
+    let mut has_cfi = |a: u64| -> bool {
+        if last_cfi.contains(&a) {
+            return true;
+        }
+        match maps.iter().find(|l| l.state == Some(true) && (l.mapping.start..l.mapping.end).contains(&a)) {
+            Some(l) => {
+                last_cfi = l.mapping.start..l.mapping.end;
+                true
+            }
+            None => false,
+        }
+    };
     let mut no_cfi_seen = false;
     let mut iter = p.unwinder.iter_frames(regs.ip, arch::regs(regs), &mut p.cache, &mut read);
     let mut last_addr = regs.ip;
@@ -531,7 +546,7 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
                 };
                 last_addr = fa.address_for_lookup();
                 out.push(Frame::user(ip));
-                if !has_cfi(maps, last_addr) {
+                if !has_cfi(last_addr) {
                     no_cfi_seen = true;
                     if pending(last_addr) {
                         unloaded.push(last_addr);
@@ -544,7 +559,7 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
             // stack) is the outermost frame, whatever a further step says.
             Err(_) if at_entry(maps, last_addr) => return StackStatus::Complete,
             Err(framehop::Error::CouldNotReadStack(a)) if a >= end => return StackStatus::CopyExhausted,
-            Err(_) if !has_cfi(maps, last_addr) => return StackStatus::NoUnwindInfo,
+            Err(_) if !has_cfi(last_addr) => return StackStatus::NoUnwindInfo,
             Err(_) => return StackStatus::UnwindError,
         }
     }
