@@ -179,6 +179,9 @@ pub struct Decoder {
     events: Vec<EventDecoding>,
     /// `(kernel event id, event index)`, sorted by id.
     ids: Vec<(u64, u16)>,
+    /// With one event whose samples carry TIME: its record offset ([`Decoder::peek`]'s
+    /// fast path).
+    single_time_at: Option<usize>,
 }
 
 impl Decoder {
@@ -186,8 +189,9 @@ impl Decoder {
     /// PERF_SAMPLE_IDENTIFIER, and [`Decoder::add_id`] must be told each fd's id.
     pub fn new(layouts: Vec<Layout>) -> Self {
         assert!(!layouts.is_empty(), "a decoder needs at least one event");
-        let events = layouts.iter().map(EventDecoding::new).collect();
-        Decoder { layouts, events, ids: Vec::new() }
+        let events: Vec<EventDecoding> = layouts.iter().map(EventDecoding::new).collect();
+        let single_time_at = if events.len() == 1 { events[0].sample_time_at } else { None };
+        Decoder { layouts, events, ids: Vec::new(), single_time_at }
     }
 
     /// Register the id the kernel reports for an fd of event `event` (PERF_EVENT_IOC_ID).
@@ -250,7 +254,24 @@ impl Decoder {
     }
 
     /// Timestamp and event of a record, without decoding the rest.
+    #[inline]
     pub fn peek(&self, rec: &[u8]) -> Result<Peek, ParseError> {
+        // The common case, a sample of a recording with one event: the same checks as
+        // below, inlined.
+        if let (Some(at), Some(h)) = (self.single_time_at, rec.get(..HEADER_LEN)) {
+            let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+            let size = u16::from_ne_bytes([h[6], h[7]]) as usize;
+            if kind == record_type::SAMPLE && size == rec.len() {
+                if let Some(t) = rec.get(at..at + 8) {
+                    let time = u64::from_ne_bytes(t.try_into().expect("8 bytes"));
+                    return Ok(Peek { kind, time, event: Some(0) });
+                }
+            }
+        }
+        self.peek_any(rec)
+    }
+
+    fn peek_any(&self, rec: &[u8]) -> Result<Peek, ParseError> {
         let (kind, _) = Self::check(rec)?;
         if kind == record_type::SAMPLE {
             let ev = self.sample_event(rec)?;
@@ -278,6 +299,12 @@ impl Decoder {
     #[inline]
     pub fn decode_sample(&self, rec: &[u8], event: u16, ring_cpu: u32, s: &mut Sample) -> Result<(), ParseError> {
         let (_, misc) = Self::check(rec)?;
+        self.fill_sample(rec, misc, event, ring_cpu, s)
+    }
+
+    /// [`Decoder::decode_sample`] of a record whose header was checked.
+    #[inline(always)]
+    fn fill_sample(&self, rec: &[u8], misc: u16, event: u16, ring_cpu: u32, s: &mut Sample) -> Result<(), ParseError> {
         let Some(ev) = self.events.get(event as usize) else {
             return Err(ParseError::UnknownId(event as u64));
         };
@@ -313,6 +340,7 @@ impl Decoder {
 
     /// Decode any record. Samples go into `s` (see [`Decoder::decode_sample`]); other
     /// records are returned. `event` is what [`Decoder::peek`] found.
+    #[inline]
     pub fn decode(&self, rec: &[u8], event: Option<u16>, ring_cpu: u32, s: &mut Sample) -> Result<Decoded, ParseError> {
         let (kind, misc) = Self::check(rec)?;
         if kind == record_type::SAMPLE {
@@ -320,9 +348,14 @@ impl Decoder {
                 Some(e) => e,
                 None => self.sample_event(rec)?,
             };
-            self.decode_sample(rec, ev, ring_cpu, s)?;
+            self.fill_sample(rec, misc, ev, ring_cpu, s)?;
             return Ok(Decoded::Sample);
         }
+        self.decode_sideband(rec, kind, misc, event, ring_cpu)
+    }
+
+    /// [`Decoder::decode`] of a checked record that is not a sample.
+    fn decode_sideband(&self, rec: &[u8], kind: u32, misc: u16, event: Option<u16>, ring_cpu: u32) -> Result<Decoded, ParseError> {
         let l = &self.event(event).abi;
         let (body, t) = l.split_sample_id(rec, Endian::NATIVE)?;
         let end = HEADER_LEN + body.len();

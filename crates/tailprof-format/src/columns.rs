@@ -126,10 +126,28 @@ pub fn put_column(out: &mut Vec<u8>, pk: &mut Packer, n: usize, get: impl Fn(usi
     }
     out.push(COL_ULEB);
     pk.scratch.clear();
-    for i in 0..n {
-        put_uleb(&mut pk.scratch, get(i));
-    }
+    put_ulebs(&mut pk.scratch, n, get);
     pk.put_scratch(out);
+}
+
+/// Appends `get(0) .. get(n - 1)` as ULEB128, as `put_uleb` would, but with one
+/// capacity check for all of them.
+pub fn put_ulebs(buf: &mut Vec<u8>, n: usize, get: impl Fn(usize) -> u64) {
+    buf.reserve(n.saturating_mul(10));
+    let spare = &mut buf.spare_capacity_mut()[..n.saturating_mul(10)];
+    let mut k = 0;
+    for i in 0..n {
+        let mut v = get(i);
+        while v >= 0x80 {
+            spare[k].write(v as u8 | 0x80);
+            k += 1;
+            v >>= 7;
+        }
+        spare[k].write(v as u8);
+        k += 1;
+    }
+    // SAFETY: the first `k` bytes of the spare capacity were initialised above.
+    unsafe { buf.set_len(buf.len() + k) };
 }
 
 /// Appends an optional column: `present(i)` says whether row `i` has a value, `values`
@@ -354,6 +372,18 @@ mod tests {
         let mut out = Vec::new();
         Packer::new(1).put_blob(&mut out, b"abc");
         assert_eq!(out, [BLOB_STORED, 3, b'a', b'b', b'c']);
+    }
+
+    #[test]
+    fn put_ulebs_matches_put_uleb() {
+        let vals: Vec<u64> = (0..2000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 64)).chain([0, 127, 128, u64::MAX]).collect();
+        let mut a = vec![9u8];
+        put_ulebs(&mut a, vals.len(), |i| vals[i]);
+        let mut b = vec![9u8];
+        vals.iter().for_each(|&v| put_uleb(&mut b, v));
+        assert_eq!(a, b);
+        put_ulebs(&mut a, 0, |_| unreachable!());
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -58,6 +58,8 @@ const HAS_DATA_SRC: u8 = 4;
 /// One chunk's worth of buffered records.
 #[derive(Default)]
 pub struct ChunkBuilder {
+    /// Counts of the side-band records (and the samples' stack statuses); the samples'
+    /// count and times are added when the chunk is encoded ([`Self::full_meta`]).
     pub meta: RecordsMeta,
     /// Rough size of the encoded body so far (for chunk sizing).
     pub raw_estimate: usize,
@@ -76,6 +78,12 @@ pub struct ChunkBuilder {
     ips: Vec<u64>,
     ip_counts: Vec<u32>,
     ip_map: IntMap<u64>,
+    /// Recently seen IPs, direct-mapped: `(ip, index + 1)`, 0 = empty.
+    ip_cache: IpCache,
+    /// The last sample's values of the usually constant columns, and how many samples
+    /// in a row had them and are not yet in those columns (see [`Self::push_sample`]).
+    lag_row: Consts,
+    lag_n: usize,
     opt_mask: Lazy<u8>,
     addrs: Vec<u64>,
     weights: Vec<u64>,
@@ -129,6 +137,21 @@ impl<T: Copy + PartialEq> Lazy<T> {
         self.n += 1;
     }
 
+    /// `k` rows of `x`.
+    #[inline]
+    fn push_n(&mut self, x: T, k: usize) {
+        if !self.v.is_empty() {
+            self.v.extend(std::iter::repeat_n(x, k));
+        } else if self.n == 0 {
+            self.first = x;
+        } else if x != self.first {
+            self.v.reserve(self.n + k);
+            self.v.resize(self.n, self.first);
+            self.v.extend(std::iter::repeat_n(x, k));
+        }
+        self.n += k;
+    }
+
     #[inline]
     fn get(&self, i: usize) -> T {
         if self.v.is_empty() {
@@ -158,6 +181,28 @@ fn put_lazy<T: Copy + PartialEq>(out: &mut Vec<u8>, pk: &mut Packer, n: usize, c
 
 /// Entries of [`ChunkBuilder`]'s thread cache.
 const THREAD_CACHE: usize = 16;
+/// Entries of [`ChunkBuilder`]'s IP cache (a power of two).
+const IP_CACHE: usize = 1024;
+
+/// [`ChunkBuilder`]'s IP cache: `IP_CACHE` entries `(ip, index + 1)`, 0 = empty.
+struct IpCache(Box<[(u64, u32)]>);
+
+impl Default for IpCache {
+    fn default() -> Self {
+        IpCache(vec![(0, 0); IP_CACHE].into_boxed_slice())
+    }
+}
+
+/// A sample's values of the columns that are usually the same for a whole chunk.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+struct Consts {
+    period: u64,
+    regs_count: u32,
+    event: u16,
+    cpumode: u8,
+    opt_mask: u8,
+    stack_status: u8,
+}
 
 /// `ip_idx` of a sample whose ip is its stack's leaf ip.
 const LEAF_IP: u32 = u32::MAX;
@@ -180,10 +225,41 @@ pub fn nodes_within_limits(nodes: usize, payload_len: usize) -> bool {
 
 impl ChunkBuilder {
     pub fn is_empty(&self) -> bool {
-        self.meta.records == 0
+        self.meta.records == 0 && self.times.is_empty()
     }
     pub fn records(&self) -> usize {
-        self.meta.records as usize
+        self.meta.records as usize + self.times.len()
+    }
+
+    /// First non-zero and last sample time (0 when none): samples are in time order.
+    fn sample_time_range(&self) -> (u64, u64) {
+        let first = self.times.get(self.times.partition_point(|&t| t == 0)).copied().unwrap_or(0);
+        (first, self.times.last().copied().unwrap_or(0))
+    }
+
+    /// The chunk's meta block: the side-band counts with the samples added.
+    pub fn full_meta(&self) -> RecordsMeta {
+        let mut m = self.meta.clone();
+        m.records += self.times.len() as u32;
+        m.samples = self.times.len() as u32;
+        let (first, last) = self.sample_time_range();
+        m.note_time(first);
+        m.note_time(last);
+        m
+    }
+
+    /// Adds the buffered samples to `stats` (count, stack statuses, times) as writing
+    /// each one with [`crate::meta::note_stats_time`] would; returns their number.
+    pub fn add_samples_to(&self, stats: &mut crate::TraceStats) -> u64 {
+        let n = self.times.len() as u64;
+        stats.samples += n;
+        for st in StackStatus::ALL {
+            stats.sample_stacks.add(st, self.meta.sample_status[st as usize] as u64);
+        }
+        let (first, last) = self.sample_time_range();
+        crate::meta::note_stats_time(stats, first);
+        crate::meta::note_stats_time(stats, last);
+        n
     }
     /// Time of the last sample buffered, if any.
     pub fn last_sample_time(&self) -> Option<u64> {
@@ -191,7 +267,11 @@ impl ChunkBuilder {
     }
     /// Trace-time span of the buffered records (0 if fewer than two timed records).
     pub fn time_span(&self) -> u64 {
-        self.meta.last_time.saturating_sub(self.meta.first_time)
+        let mut m = RecordsMeta { first_time: self.meta.first_time, last_time: self.meta.last_time, ..Default::default() };
+        let (first, last) = self.sample_time_range();
+        m.note_time(first);
+        m.note_time(last);
+        m.last_time.saturating_sub(m.first_time)
     }
 
     /// Stack nodes the chunk holds so far.
@@ -250,11 +330,7 @@ impl ChunkBuilder {
     #[inline]
     pub fn push_sample(&mut self, s: &Sample, table: &StackTable) {
         debug_assert!(self.last_sample_time().is_none_or(|t| t <= s.time));
-        self.meta.records += 1;
-        self.meta.samples += 1;
-        self.meta.note_time(s.time);
         self.times.push(s.time);
-        self.events.push(s.event);
         let key = (s.pid, s.tid);
         let slot = &mut self.thread_cache[s.tid as usize % THREAD_CACHE];
         let ti = if slot.1 != 0 && slot.0 == key {
@@ -270,19 +346,25 @@ impl ChunkBuilder {
         };
         self.thread_idx.push(ti);
         self.cpus.push(s.cpu);
-        self.periods.push(s.period);
-        self.cpumodes.push(s.cpumode as u8);
         // The ip of a sample whose stack's leaf frame has the same ip is not stored
         // again (FORMAT.md §5.2: ip index 0).
         if !s.stack.is_none() && table.frame(s.stack).is_some_and(|f| f.ip == s.ip) {
             self.ip_idx.push(LEAF_IP);
         } else {
-            let next = self.ips.len() as u32;
-            let ii = *self.ip_map.entry(s.ip).or_insert(next);
-            if ii == next {
-                self.ips.push(s.ip);
-                self.ip_counts.push(0);
-            }
+            let h = (s.ip ^ (s.ip >> 10) ^ (s.ip >> 20)) as usize % IP_CACHE;
+            let slot = &mut self.ip_cache.0[h];
+            let ii = if slot.1 != 0 && slot.0 == s.ip {
+                slot.1 - 1
+            } else {
+                let next = self.ips.len() as u32;
+                let ii = *self.ip_map.entry(s.ip).or_insert(next);
+                if ii == next {
+                    self.ips.push(s.ip);
+                    self.ip_counts.push(0);
+                }
+                *slot = (s.ip, ii + 1);
+                ii
+            };
             self.ip_counts[ii as usize] += 1;
             self.ip_idx.push(ii);
         }
@@ -299,18 +381,48 @@ impl ChunkBuilder {
             mask |= HAS_DATA_SRC;
             self.data_srcs.push(d);
         }
-        self.opt_mask.push(mask);
-        self.regs_count.push(s.regs.len() as u32);
         if !s.regs.is_empty() {
             self.regs.extend_from_slice(&s.regs);
         }
+        // Event, period, cpumode, optional fields, register count and stack status are
+        // usually the same sample after sample: compared as one row, and added to their
+        // columns only when they change (or the chunk is encoded).
+        let c = Consts {
+            period: s.period,
+            regs_count: s.regs.len() as u32,
+            event: s.event,
+            cpumode: s.cpumode as u8,
+            opt_mask: mask,
+            stack_status: s.stack_status as u8,
+        };
+        if self.lag_n > 0 && c == self.lag_row {
+            self.lag_n += 1;
+        } else {
+            self.flush_lag();
+            self.lag_row = c;
+            self.lag_n = 1;
+        }
         let slot = self.use_stack(s.stack, table);
         self.stack_slot.push(slot);
-        self.stack_status.push(s.stack_status as u8);
         if s.stack_status != StackStatus::None {
             self.meta.sample_status[s.stack_status as usize] += 1;
         }
         self.raw_estimate += 16 + if mask != 0 { 24 } else { 0 } + 10 * s.regs.len();
+    }
+
+    /// Adds the lagging rows of the usually constant columns to them.
+    #[inline(never)]
+    fn flush_lag(&mut self) {
+        let (c, k) = (self.lag_row, std::mem::take(&mut self.lag_n));
+        if k == 0 {
+            return;
+        }
+        self.events.push_n(c.event, k);
+        self.periods.push_n(c.period, k);
+        self.cpumodes.push_n(c.cpumode, k);
+        self.opt_mask.push_n(c.opt_mask, k);
+        self.regs_count.push_n(c.regs_count, k);
+        self.stack_status.push_n(c.stack_status, k);
     }
 
     /// Buffers a side-band (non-sample) record and updates the chunk's loss counters.
@@ -364,6 +476,7 @@ impl ChunkBuilder {
         table: &StackTable,
         between: &mut dyn FnMut(),
     ) -> RecordsMeta {
+        self.flush_lag();
         body.clear();
         let slot_rank = self.encode_stacks(body, pk, table);
         let n = self.times.len();
@@ -388,7 +501,7 @@ impl ChunkBuilder {
         }
         pk.put_blob(body, &rows);
         pk.scratch = rows;
-        self.meta.clone()
+        self.full_meta()
     }
 
     /// Writes the stack section (FORMAT.md §5.5); returns, per slot, its position in the
@@ -577,6 +690,8 @@ impl ChunkBuilder {
         self.ips.clear();
         self.ip_counts.clear();
         self.ip_map.clear();
+        self.ip_cache.0.fill((0, 0));
+        self.lag_n = 0;
         self.opt_mask.clear();
         self.addrs.clear();
         self.weights.clear();

@@ -104,14 +104,34 @@ pub fn put_planes(deltas: &[u64], out: &mut Vec<u8>) {
     let w = (((64 - max.leading_zeros()) as usize).div_ceil(8)).clamp(1, 4);
     let marker = (1u64 << (8 * w)) - 1;
     out.push(w as u8);
-    for k in 0..w {
-        out.extend(deltas.iter().map(|&d| (d.min(marker) >> (8 * k)) as u8));
+    match w {
+        1 => put_planes_w::<1>(deltas, marker, out),
+        2 => put_planes_w::<2>(deltas, marker, out),
+        3 => put_planes_w::<3>(deltas, marker, out),
+        _ => put_planes_w::<4>(deltas, marker, out),
     }
-    for &d in deltas {
-        if d >= marker {
-            put_uleb(out, d);
+    if max >= marker {
+        for &d in deltas {
+            if d >= marker {
+                put_uleb(out, d);
+            }
         }
     }
+}
+
+/// The `W` planes of [`put_planes`], written in one pass over the deltas.
+fn put_planes_w<const W: usize>(deltas: &[u64], marker: u64, out: &mut Vec<u8>) {
+    let n = deltas.len();
+    out.reserve(W * n);
+    let spare = &mut out.spare_capacity_mut()[..W * n];
+    for (i, &d) in deltas.iter().enumerate() {
+        let d = d.min(marker);
+        for k in 0..W {
+            spare[k * n + i].write((d >> (8 * k)) as u8);
+        }
+    }
+    // SAFETY: the `W * n` bytes after the current length were initialised above.
+    unsafe { out.set_len(out.len() + W * n) };
 }
 
 fn get_planes(b: &[u8], n: usize, base: u64, times: &mut Vec<u64>) -> Option<()> {

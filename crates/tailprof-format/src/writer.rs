@@ -269,10 +269,7 @@ impl<W: Write> TraceWriter<W> {
                 self.close_chunk()?;
             }
         }
-        self.records += 1;
-        self.stats.samples += 1;
-        self.stats.sample_stacks.add(s.stack_status, 1);
-        note_stats_time(&mut self.stats, s.time);
+        // Counted in `records` and `stats` when the chunk closes (see `Self::stats`).
         self.builder.push_sample(s, &self.stacks);
         self.close_if_full()
     }
@@ -362,6 +359,7 @@ impl<W: Write> TraceWriter<W> {
             meta = self.builder.encode(&mut self.body, &mut self.packer, self.opts.time_codec, &self.stacks);
             meta_bytes = meta.to_bytes();
         }
+        self.records += self.builder.add_samples_to(&mut self.stats);
         self.builder.reset();
         if self.body.len() > MAX_RAW_BODY.min(MAX_PAYLOAD) {
             return Err(FormatError::RecordTooLarge("records chunk"));
@@ -376,8 +374,10 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Running counts of what was written (buffered records included).
-    pub fn stats(&self) -> &TraceStats {
-        &self.stats
+    pub fn stats(&self) -> TraceStats {
+        let mut st = self.stats.clone();
+        self.builder.add_samples_to(&mut st);
+        st
     }
 
     /// Bytes handed to the output so far (the open chunk not included).
