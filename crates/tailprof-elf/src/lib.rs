@@ -791,6 +791,42 @@ impl<'a, R: ReadAt + ?Sized> StringTable<'a, R> {
         self.size
     }
 
+    /// Every offset at which the NUL-terminated `name` stands in the table (also inside
+    /// longer names: linkers share tails, `xmalloc` holds `malloc`), ascending: the table
+    /// read once front to back in 64 KiB pieces. For finding one name among many symbols
+    /// without a read per symbol (their names are not in the table's order). More than
+    /// `max_hits` is [`Error::TooLarge`].
+    pub fn find(&self, name: &[u8], max_hits: usize) -> Result<Vec<u64>> {
+        const PIECE: usize = 64 << 10;
+        let len = name.len();
+        let mut hits = Vec::new();
+        let mut buf: Vec<u8> = Vec::new();
+        // `buf` holds the table from `base`: the last `len` bytes of the piece before (a
+        // name across two pieces), then the new piece, whose terminators are checked.
+        let mut at = 0u64;
+        while at < self.size {
+            let keep = buf.len().min(len);
+            buf.drain(..buf.len() - keep);
+            let base = at - keep as u64;
+            let n = (self.size - at).min(PIECE as u64) as usize;
+            buf.resize(keep + n, 0);
+            read_exact_at(self.r, &mut buf[keep..], self.offset.saturating_add(at))?;
+            let mut q = keep;
+            while let Some(p) = buf[q..].iter().position(|&b| b == 0) {
+                let end = q + p;
+                if end >= len && &buf[end - len..end] == name {
+                    if hits.len() >= max_hits {
+                        return Err(Error::TooLarge { size: hits.len() as u64 + 1, max: max_hits as u64 });
+                    }
+                    hits.push(base + (end - len) as u64);
+                }
+                q = end + 1;
+            }
+            at += n as u64;
+        }
+        Ok(hits)
+    }
+
     /// The name at offset `at`; `None` if it is out of bounds, unterminated or longer than
     /// the longest allowed. `Err` only when the file cannot be read.
     pub fn get(&mut self, at: u64) -> Result<Option<&[u8]>> {

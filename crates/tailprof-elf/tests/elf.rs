@@ -507,3 +507,43 @@ fn random_byte_flips_never_panic() {
     // a section table of at most the file's size, chunks of 256 KiB, 64 KiB section reads
     assert!(biggest_seen <= (orig.len() * 2).max(512 << 10), "largest allocation {biggest_seen}");
 }
+
+/// `StringTable::find`: every place of a name, also as the tail of a longer one and across
+/// the 64 KiB pieces the table is read in; too many places is an error.
+#[test]
+fn find_every_place_of_a_name() {
+    let mut t = vec![0u8];
+    let mut want = Vec::new();
+    let mut k = 0;
+    while t.len() < 300_000 {
+        k += 1;
+        if k % 997 == 0 {
+            let tail = k % 2 == 0; // "xmalloc": "malloc" one byte in
+            if tail {
+                t.push(b'x');
+            }
+            want.push(t.len() as u64);
+            t.extend_from_slice(b"malloc\0");
+        } else {
+            t.extend_from_slice(format!("name_{k}_malloc_not\0").as_bytes());
+        }
+        // a name that ends exactly at a piece boundary
+        if t.len() < 65536 && t.len() + 16 > 65536 && !want.contains(&(65536 - 7)) {
+            t.resize(65536 - 8, b'y');
+            t.push(0);
+            want.push(t.len() as u64);
+            t.extend_from_slice(b"malloc\0");
+        }
+    }
+    assert!(want.contains(&(65536 - 7)));
+    let tab = StringTable::new(&t, 0, t.len() as u64);
+    let got = tab.find(b"malloc", 1000).unwrap();
+    assert_eq!(got, want);
+    for &at in &got {
+        assert_eq!(&t[at as usize..at as usize + 7], b"malloc\0");
+    }
+    assert!(tab.find(b"no_such_name", 10).unwrap().is_empty());
+    assert!(matches!(tab.find(b"malloc", 3), Err(Error::TooLarge { .. })));
+    // a table said to be longer than the data
+    assert!(StringTable::new(&t, 0, 1 << 40).find(b"malloc", 1000).is_err());
+}

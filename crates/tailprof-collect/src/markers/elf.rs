@@ -1,28 +1,25 @@
 //! Find one symbol's runtime address in a running process (for `-p PID` marker attach).
 //!
-//! Why a small reader instead of the `object` crate: we need one symbol
-//! (`tailprof_control`) from each mapped executable/DSO of the target, and `object` parses
-//! an in-memory image, so we would read or map whole binaries while attaching. This reader
-//! `pread`s the ELF header, section headers, the symbol tables and their string tables
-//! (every size capped, every offset bounds-checked by `read_exact_at`), like
-//! `crate::buildid`, and adds no dependency. ELF64 little-endian only (x86-64, aarch64);
-//! anything else is "not found".
+//! We need one symbol (`tailprof_control`) from each mapped executable/DSO of the target,
+//! so nothing is mapped or read whole: [`tailprof_elf`] (the one bounded ELF reader)
+//! `pread`s the ELF header and section headers, looks the name up through `.gnu.hash`
+//! (a few small reads), else streams the symbol tables in fixed-size chunks with names
+//! read through a window. ELF64 little-endian only (x86-64, aarch64); anything else is
+//! "not found".
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+
+use tailprof_elf::{Elf, ReadAt, SectionHeader, SymbolTable, PT_LOAD, SHT_DYNSYM, SHT_GNU_HASH, SHT_SYMTAB};
 
 use crate::procfs::{parse_maps_line, MapsEntry};
 
-const SHT_SYMTAB: u32 = 2;
-const SHT_DYNSYM: u32 = 11;
-const SHT_GNU_HASH: u32 = 0x6fff_fff6;
 /// Longest hash chain followed.
 const MAX_CHAIN: usize = 1 << 16;
-const PT_LOAD: u32 = 1;
+/// Most section headers read from one file.
 const MAX_HEADERS: usize = 4096;
-/// Largest symbol or string table we read (a big C++ binary's .symtab is tens of MB).
-const MAX_TABLE: u64 = 128 << 20;
+/// Most places one name may stand in a string table (more: the table is not searched).
+const MAX_NAME_COPIES: usize = 1 << 16;
 /// Most distinct files of one process searched for the symbol.
 const MAX_FILES: usize = 1024;
 
@@ -32,25 +29,6 @@ thread_local! {
     #[allow(clippy::type_complexity)]
     static OFFSETS: std::cell::RefCell<std::collections::HashMap<(u64, u64, u64, i64, i64, String, bool), Option<u64>>> =
         Default::default();
-}
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
-}
-
-fn read_at(f: &File, off: u64, len: u64) -> Option<Vec<u8>> {
-    if len > MAX_TABLE {
-        return None;
-    }
-    let mut buf = vec![0u8; len as usize];
-    f.read_exact_at(&mut buf, off).ok()?;
-    Some(buf)
 }
 
 /// The file offset of the defined symbol `name` in the ELF file `f`, from `.dynsym` or
@@ -71,44 +49,67 @@ fn gnu_hash(name: &[u8]) -> u32 {
     name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
 }
 
-/// Look `name` up through a `.gnu.hash` section (`hash_off`, `hash_size`) of the dynamic
-/// symbol table at `sym_off` (entries of `entsize`) with names at `str_off`/`str_size`:
-/// a few small reads instead of the whole table (big shared libraries export hundreds of
-/// thousands of symbols). `Some(None)`: looked up, not there; `None`: the section is
-/// unusable (the caller scans instead).
-fn gnu_hash_lookup(f: &File, h: (u64, u64), sym: (u64, u64), strs: (u64, u64), name: &[u8]) -> Option<Option<(u16, u64)>> {
-    let (hash_off, hash_size) = h;
-    let hdr = read_at(f, hash_off, 16)?;
-    let (nbuckets, symoffset, bloom_size) = (u32_at(&hdr, 0) as u64, u32_at(&hdr, 4) as u64, u32_at(&hdr, 8) as u64);
-    let buckets_off = 16u64.checked_add(bloom_size.checked_mul(8)?)?;
+/// Look `name` up through the `.gnu.hash` section `hash` of the dynamic symbol table
+/// `dynsym`: a few small reads instead of the whole table (big shared libraries export
+/// hundreds of thousands of symbols). `Some(None)`: looked up, not there; `None`: the
+/// section is unusable (the caller scans instead).
+fn gnu_hash_lookup<R: ReadAt>(elf: &Elf<R>, hash: &SectionHeader, dynsym: &SymbolTable, name: &[u8]) -> Option<Option<(u16, u64)>> {
+    let c = elf.class();
+    let u32_at = |at: u64| -> Option<u32> {
+        let mut b = [0u8; 4];
+        elf.read_exact_at(&mut b, hash.offset.checked_add(at)?).ok()?;
+        Some(c.u32(&b, 0))
+    };
+    let (nbuckets, symoffset, bloom_size) = (u64::from(u32_at(0)?), u64::from(u32_at(4)?), u64::from(u32_at(8)?));
+    let bloom_word = if c.is64 { 8 } else { 4 };
+    let buckets_off = 16u64.checked_add(bloom_size.checked_mul(bloom_word)?)?;
     let chain_off = buckets_off.checked_add(nbuckets.checked_mul(4)?)?;
-    if nbuckets == 0 || chain_off > hash_size {
+    if nbuckets == 0 || chain_off > hash.size {
         return None;
     }
     let hv = gnu_hash(name);
-    let b = read_at(f, hash_off + buckets_off + (hv as u64 % nbuckets) * 4, 4)?;
-    let mut idx = u32_at(&b, 0) as u64;
+    let mut idx = u64::from(u32_at(buckets_off + (u64::from(hv) % nbuckets) * 4)?);
     if idx < symoffset {
         return Some(None);
     }
-    let want: Vec<u8> = name.iter().copied().chain([0]).collect();
+    let mut strs = elf.strings(dynsym);
     for _ in 0..MAX_CHAIN {
         let c_at = chain_off.checked_add((idx - symoffset).checked_mul(4)?)?;
-        if c_at + 4 > hash_size {
+        if c_at.saturating_add(4) > hash.size {
             return None;
         }
-        let c = u32_at(&read_at(f, hash_off + c_at, 4)?, 0);
-        if c | 1 == hv | 1 {
-            let e = read_at(f, sym.0.checked_add(idx.checked_mul(sym.1)?)?, 24)?;
-            let st_name = u32_at(&e, 0) as u64;
-            if st_name + want.len() as u64 <= strs.1 && read_at(f, strs.0 + st_name, want.len() as u64)? == want {
-                return Some(Some((u16_at(&e, 6), u64_at(&e, 8))));
+        let chain = u32_at(c_at)?;
+        if chain | 1 == hv | 1 {
+            let s = elf.symbol(dynsym, idx).ok()?;
+            if strs.get(s.name.into()).ok()? == Some(name) {
+                return Some(Some((s.shndx, s.value)));
             }
         }
-        if c & 1 == 1 {
+        if chain & 1 == 1 {
             return Some(None);
         }
         idx += 1;
+    }
+    None
+}
+
+/// The value of the first defined symbol `name` in the symbol tables of type `kind`
+/// (every such section): the offsets of `name` in the string table first (one pass over
+/// it), then the symbols streamed and matched by name offset (one pass; a read per symbol
+/// would cost a `pread` each, the names are not in the symbols' order).
+fn scan_tables<R: ReadAt>(elf: &Elf<R>, kind: u32, name: &[u8]) -> Option<u64> {
+    for (i, _) in elf.sections().iter().enumerate().filter(|(_, s)| s.kind == kind) {
+        let Ok(table) = elf.symbol_table_at(i) else { continue };
+        let Ok(at) = elf.strings(&table).find(name, MAX_NAME_COPIES) else { continue };
+        if at.is_empty() {
+            continue;
+        }
+        for s in elf.symbols(&table) {
+            let Ok(s) = s else { break }; // unreadable table: the next one
+            if s.shndx != 0 && at.binary_search(&u64::from(s.name)).is_ok() {
+                return Some(s.value);
+            }
+        }
     }
     None
 }
@@ -117,35 +118,21 @@ fn gnu_hash_lookup(f: &File, h: (u64, u64), sym: (u64, u64), strs: (u64, u64), n
 /// `symtab` is true (the main executable: a shared library exports the symbol in
 /// `.dynsym`).
 fn symbol_file_offset_in(f: &File, name: &str, symtab: bool) -> Option<u64> {
-    let eh = read_at(f, 0, 64)?;
-    if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+    let elf = Elf::parse_limited(f, MAX_HEADERS).ok()?;
+    if !elf.class().is64 || elf.class().big_endian {
         return None;
     }
-    let (phoff, shoff) = (u64_at(&eh, 32), u64_at(&eh, 40));
-    let (phentsize, phnum) = (u16_at(&eh, 54) as usize, u16_at(&eh, 56) as usize);
-    let (shentsize, shnum) = (u16_at(&eh, 58) as usize, u16_at(&eh, 60) as usize);
-    if shentsize < 64 || phentsize < 56 || shnum > MAX_HEADERS || phnum > MAX_HEADERS {
-        return None;
-    }
-    let sh = read_at(f, shoff, (shentsize * shnum) as u64)?;
-    let sect = |i: usize| -> Option<(u32, u64, u64, u32, u64)> {
-        let b = sh.get(i * shentsize..i * shentsize + 64)?;
-        Some((u32_at(b, 4), u64_at(b, 24), u64_at(b, 32), u32_at(b, 40), u64_at(b, 56)))
-    };
+    let sections = elf.sections();
     let mut vaddr = None;
     // .dynsym through its .gnu.hash first.
     let mut hashed = false;
-    for i in 0..shnum {
-        let (ty, hoff, hsize, link, _) = sect(i)?;
-        if ty != SHT_GNU_HASH {
+    for hash in sections.iter().filter(|s| s.kind == SHT_GNU_HASH) {
+        let link = hash.link as usize;
+        if sections.get(link).is_none_or(|s| s.kind != SHT_DYNSYM) {
             continue;
         }
-        let Some((SHT_DYNSYM, soff, _, slink, sent)) = sect(link as usize) else { continue };
-        let Some((_, stroff, strsize, _, _)) = sect(slink as usize) else { continue };
-        if sent < 24 {
-            continue;
-        }
-        if let Some(found) = gnu_hash_lookup(f, (hoff, hsize), (soff, sent), (stroff, strsize), name.as_bytes()) {
+        let Ok(dynsym) = elf.symbol_table_at(link) else { continue };
+        if let Some(found) = gnu_hash_lookup(&elf, hash, &dynsym, name.as_bytes()) {
             hashed = true;
             if let Some((shndx, value)) = found {
                 if shndx != 0 {
@@ -161,38 +148,17 @@ fn symbol_file_offset_in(f: &File, name: &str, symtab: bool) -> Option<u64> {
         (false, true) => &[SHT_DYNSYM, SHT_SYMTAB],
         (false, false) => &[SHT_DYNSYM],
     };
-    'tables: for &want in tables {
+    for &kind in tables {
         if vaddr.is_some() {
             break;
         }
-        for i in 0..shnum {
-            let (ty, off, size, link, entsize) = sect(i)?;
-            if ty != want || entsize < 24 {
-                continue;
-            }
-            let Some((_, stroff, strsize, _, _)) = sect(link as usize) else { continue };
-            let (Some(syms), Some(strs)) = (read_at(f, off, size), read_at(f, stroff, strsize)) else {
-                continue;
-            };
-            // `name` NUL-terminated: one short comparison per symbol (no scan for each
-            // name's end).
-            let want_name: Vec<u8> = name.bytes().chain([0]).collect();
-            for s in syms.chunks_exact(entsize as usize) {
-                let (st_name, shndx, value) = (u32_at(s, 0) as usize, u16_at(s, 6), u64_at(s, 8));
-                if shndx != 0 && strs.get(st_name..st_name.saturating_add(want_name.len())) == Some(&want_name[..]) {
-                    vaddr = Some(value);
-                    break 'tables;
-                }
-            }
-        }
+        vaddr = scan_tables(&elf, kind, name.as_bytes());
     }
     let vaddr = vaddr?;
-    let ph = read_at(f, phoff, (phentsize * phnum) as u64)?;
-    for i in 0..phnum {
-        let b = &ph[i * phentsize..i * phentsize + 56];
-        let (ty, off, va, filesz) = (u32_at(b, 0), u64_at(b, 8), u64_at(b, 16), u64_at(b, 32));
-        if ty == PT_LOAD && vaddr >= va && vaddr < va.saturating_add(filesz) {
-            return Some(vaddr - va + off);
+    for p in elf.program_headers().ok()? {
+        let p = p.ok()?;
+        if p.kind == PT_LOAD && vaddr >= p.vaddr && vaddr < p.vaddr.saturating_add(p.filesz) {
+            return (vaddr - p.vaddr).checked_add(p.offset);
         }
     }
     None
@@ -282,5 +248,13 @@ mod tests {
         assert_eq!(gnu_hash(b""), 5381);
         assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
         assert_eq!(symbol_file_offset(&f, "malloc"), hashed, "the full search agrees");
+        // the hash lookup and a scan of .dynsym find the same symbol
+        let elf = Elf::parse(&f).unwrap();
+        let dynsym = elf.symbol_table(SHT_DYNSYM).unwrap().unwrap();
+        let hash = elf.sections().iter().find(|s| s.kind == SHT_GNU_HASH).expect(".gnu.hash");
+        let (_, by_hash) = gnu_hash_lookup(&elf, hash, &dynsym, b"malloc").unwrap().unwrap();
+        assert_eq!(Some(by_hash), scan_tables(&elf, SHT_DYNSYM, b"malloc"));
+        assert_eq!(gnu_hash_lookup(&elf, hash, &dynsym, b"tailprof_no_such_symbol"), Some(None));
+        assert_eq!(scan_tables(&elf, SHT_DYNSYM, b"tailprof_no_such_symbol"), None);
     }
 }
