@@ -363,6 +363,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ui::thousands(lost),
         ui::thousands(rec.throttled)
     );
+    if rec.spooled > 0 {
+        eprintln!(
+            "tailprof: the recorder fell behind at times: its drain thread held {} records for it",
+            ui::thousands(rec.spooled)
+        );
+    }
     eprintln!(
         "tailprof: item markers {} | dropped markers {}",
         ui::thousands(rec.markers),

@@ -87,6 +87,7 @@ use crate::procfs;
 mod emit;
 mod epoll;
 use epoll::Epoll;
+mod spool;
 mod items;
 mod output;
 mod open;
@@ -163,6 +164,9 @@ pub struct RecordSummary {
     pub markers: u64,
     /// Markers dropped because a marker ring was full (sum of `Lost { kind: Markers }`).
     pub lost_markers: u64,
+    /// Records the drain thread copied out of a ring the main thread was late for
+    /// (`session::spool`); they are written like every other record.
+    pub spooled: u64,
 }
 
 /// Everything that can go wrong while recording.
@@ -210,6 +214,8 @@ const EMIT_BATCH: usize = 4096;
 const MAX_QUEUED_RECORDS: usize = 256 * 1024;
 /// epoll data value of the target's pidfd.
 const PIDFD_TOKEN: u64 = u64::MAX;
+/// epoll data value of the drain thread's "a ring reached its watermark" eventfd.
+const KICK_TOKEN: u64 = u64::MAX - 1;
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -231,6 +237,12 @@ pub struct Recorder {
     clock: ClockChoice,
     header: TraceHeader,
     notes: Vec<String>,
+    /// The drain thread, once running: it owns the rings then (`rings` is empty). Declared
+    /// before `fds` so that it stops before they close.
+    spool: Option<spool::Spooler>,
+    /// Whether the rings may be handed to a drain thread (not with DWARF stacks, which
+    /// are unwound while draining: see `spool`).
+    spool_ok: bool,
     /// Every perf fd; `ring_owner_fd[i]` indexes the one that owns `rings[i]`.
     fds: Vec<OwnedFd>,
     rings: Vec<Ring>,
@@ -369,6 +381,7 @@ impl Recorder {
         rec.emitter.classes = classes;
         rec.notes.extend(stack_notes);
         rec.emitter.stacks = stack_maker;
+        rec.spool_ok = !matches!(stack_opts.call_graph, Some(CallGraph::Dwarf { .. }));
         // Off-CPU at the first marker: the sched_switch event waits with the switch event.
         let (off_cpu, sched_later) = if switch_later.is_some() { (None, off_cpu) } else { (off_cpu, None) };
         rec.off_cpu = off_cpu;
@@ -414,6 +427,8 @@ impl Recorder {
             header,
             notes,
             fds: Vec::new(),
+            spool: None,
+            spool_ok: true,
             rings: Vec::new(),
             ring_owner_fd: Vec::new(),
             child: None,
@@ -490,6 +505,7 @@ impl Recorder {
         // samples at `-a -c 10000`. Processes that appear meanwhile are described after.
         let system_wide = matches!(self.target, Target::SystemWide | Target::SystemWideCommand(_));
         let described = if system_wide { Some(self.synthesize(out, None)?) } else { None };
+        self.start_drain_thread();
         // A launched command's own events enable themselves at its exec; everything
         // else (including `-a -- CMD`) is enabled now, before the command is released.
         if !matches!(self.target, Target::Command(_)) {
@@ -517,6 +533,10 @@ impl Recorder {
                 let (token, bits) = (ev.u64, ev.events);
                 if token == PIDFD_TOKEN {
                     exited = true;
+                } else if token == KICK_TOKEN {
+                    if let Some(s) = &self.spool {
+                        s.clear_kick();
+                    }
                 } else if bits & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
                     // The owning task is gone; keep draining the ring every round, but
                     // stop polling an fd that would report HUP forever.
@@ -573,6 +593,9 @@ impl Recorder {
             let _ = sys::ioctl_disable(fd.as_fd());
         }
         self.off_cpu_later.disable();
+        if let Some(s) = &mut self.spool {
+            s.stop();
+        }
         self.drain_all();
         self.markers.finish(&mut self.marker_queue.pending);
         self.notes.extend(self.markers.take_warnings());
@@ -655,7 +678,11 @@ impl Recorder {
         if self.raw_queue.len() >= MAX_QUEUED_RECORDS {
             return;
         }
-        if self.rings.iter().any(|r| r.pending() >= r.data_size() / 4) {
+        let filling = match &self.spool {
+            Some(s) => s.any_filling(),
+            None => self.rings.iter().any(|r| r.pending() >= r.data_size() / 4),
+        };
+        if filling {
             self.drain_rings();
         }
     }
@@ -707,24 +734,68 @@ impl Recorder {
         })
     }
 
-    /// Drain every perf ring into the queue.
+    /// Hand the rings to a drain thread (see `spool`), unless DWARF stacks are unwound
+    /// while draining. If the thread cannot be started, the main thread drains alone.
+    fn start_drain_thread(&mut self) {
+        if !self.spool_ok || self.rings.is_empty() {
+            return;
+        }
+        let owners: Vec<i32> = self.ring_owner_fd.iter().map(|&o| self.fds[o].as_raw_fd()).collect();
+        let rings = std::mem::take(&mut self.rings);
+        match spool::Spooler::start(rings, &owners) {
+            Ok(s) => {
+                // A perf fd's readiness is consumed by the first poll that sees it
+                // (perf_poll swaps it to 0), so two epoll sets on one fd would steal each
+                // other's wakeups: the ring fds are the drain thread's alone now, and it
+                // passes each wakeup on through its kick eventfd.
+                for (token, &fd) in owners.iter().enumerate() {
+                    let _ = self.epoll.ctl(libc::EPOLL_CTL_DEL, fd, token as u64);
+                }
+                if let Err(e) = self.epoll.ctl(libc::EPOLL_CTL_ADD, s.kick_fd(), KICK_TOKEN) {
+                    self.notes.push(format!("drain thread: cannot poll its wakeups ({e}); rounds follow the {POLL_TIMEOUT_MS} ms timeout"));
+                }
+                self.spool = Some(s);
+            }
+            Err((rings, e)) => {
+                self.rings = rings;
+                self.notes.push(format!("draining the rings without a drain thread: {e}"));
+            }
+        }
+    }
+
+    /// The CPU of each ring, in ring order.
+    fn ring_cpus(&self) -> Vec<u32> {
+        match &self.spool {
+            Some(s) => s.cpus(),
+            None => self.rings.iter().map(Ring::cpu).collect(),
+        }
+    }
+
+    /// Drain every perf ring (and what the drain thread spooled) into the queue.
     fn drain_rings(&mut self) {
         let (raw_queue, emitter, max_seen) = (&mut self.raw_queue, &mut self.emitter, &mut self.max_seen);
+        let mut queue = |cpu: u32, rec: &[u8]| match emitter.decoder.peek(rec) {
+            Ok(p) => {
+                *max_seen = (*max_seen).max(p.time);
+                let rec = match &mut emitter.stacks {
+                    Some(sm) if p.kind == tailprof_perf_abi::record_type::SAMPLE => sm.prepare(rec, p.event),
+                    _ => rec,
+                };
+                raw_queue.push(p.time, p.event, cpu, rec)
+            }
+            Err(_) => emitter.summary.malformed += 1,
+        };
+        let mut corrupt = 0u64;
+        if let Some(s) = &mut self.spool {
+            let taken = s.take(&mut queue);
+            corrupt = taken.corrupt;
+            emitter.summary.spooled += taken.spooled;
+        }
         for ring in &mut self.rings {
             let cpu = ring.cpu();
-            let stats = ring.drain(|rec| match emitter.decoder.peek(rec) {
-                Ok(p) => {
-                    *max_seen = (*max_seen).max(p.time);
-                    let rec = match &mut emitter.stacks {
-                        Some(sm) if p.kind == tailprof_perf_abi::record_type::SAMPLE => sm.prepare(rec, p.event),
-                        _ => rec,
-                    };
-                    raw_queue.push(p.time, p.event, cpu, rec)
-                }
-                Err(_) => emitter.summary.malformed += 1,
-            });
-            emitter.summary.malformed += stats.corrupt as u64;
+            corrupt += ring.drain(|rec| queue(cpu, rec)).corrupt as u64;
         }
+        emitter.summary.malformed += corrupt;
     }
 
     /// Whether the target ended in a way the pidfd could not tell us.

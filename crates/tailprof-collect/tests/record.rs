@@ -378,3 +378,59 @@ fn two_events_share_a_ring_and_are_told_apart() {
     let execs = out.records.iter().filter(|r| matches!(r, Record::Comm(c) if c.exec)).count();
     assert_eq!(execs, 1);
 }
+
+/// A trace writer whose rounds take long, as when a big chunk is compressed or the
+/// recorder waits for a CPU: the drain thread must copy the rings the main thread is late
+/// for, and what it copied must come out whole, once, and in order.
+struct SlowRounds(TraceWriter<Vec<u8>>);
+
+impl tailprof_collect::session::RecordOutput for SlowRounds {
+    fn write_record(&mut self, r: &Record) -> Result<(), tailprof_format::FormatError> {
+        self.0.write(r)
+    }
+    fn write_sample(&mut self, s: &Sample) -> Result<(), tailprof_format::FormatError> {
+        self.0.write_sample(s)
+    }
+    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), tailprof_format::FormatError> {
+        self.0.add_build_id(e)
+    }
+    fn end_round(&mut self) -> Result<(), tailprof_format::FormatError> {
+        std::thread::sleep(Duration::from_millis(40));
+        self.0.end_round()
+    }
+    fn bytes_written(&self) -> u64 {
+        self.0.bytes_written()
+    }
+}
+
+#[test]
+fn the_drain_thread_covers_a_late_main_thread() {
+    let dir = TempDir::new("late");
+    let Some(exe) = compile(&dir, "busy") else { return };
+    let mut o = opts(Target::Command(argv(&[exe.to_str().unwrap(), "1500"])), &["cpu-clock"]);
+    // 50,000 samples/s into a 2-page ring: half of it fills in about a millisecond,
+    // far less than one 40 ms round.
+    o.sampling.period = Some(20_000);
+    o.mmap_pages = 2;
+    let Some(mut rec) = recorder(o) else { return };
+    let header = rec.header();
+    let mut out = SlowRounds(TraceWriter::new(Vec::new(), &header).unwrap());
+    let summary = rec.run_to(&mut out, &never(), &mut |_| {}).expect("run");
+    let (bytes, written) = out.0.finish_into_inner(Some(summary.duration_ns)).unwrap();
+    let mut r = TraceReader::from_bytes(bytes).unwrap();
+    let mut sink = VecSink::default();
+    let read = r.read_all(&mut sink).unwrap();
+    assert!(read.complete && read.damaged_chunks == 0, "{read:?}");
+    assert_eq!(written.stats.samples, summary.samples);
+    check_invariants(&summary, &sink.0);
+    assert!(summary.spooled > 0, "the drain thread never copied a ring: {summary:?}");
+    // Copied once: no sample appears twice.
+    let mut seen = BTreeSet::new();
+    for s in sink.0.iter().filter_map(|r| match r {
+        Record::Sample(s) => Some(s),
+        _ => None,
+    }) {
+        assert!(seen.insert((s.time, s.cpu, s.tid)), "sample written twice: {s:?}");
+    }
+    assert_eq!(summary.exit_status, Some(0));
+}

@@ -158,7 +158,7 @@ impl Recorder {
         .into_iter()
         .flatten()
         .collect();
-        let rings: Vec<(u32, usize)> = self.rings.iter().zip(&self.ring_owner_fd).map(|(r, &o)| (r.cpu(), o)).collect();
+        let rings: Vec<(u32, usize)> = self.ring_cpus().into_iter().zip(self.ring_owner_fd.iter().copied()).collect();
         let tasks: Vec<i32> = match pid {
             None => vec![-1],
             Some(p) => procfs::thread_ids(p).unwrap_or_default().into_iter().map(|t| t as i32).collect(),
