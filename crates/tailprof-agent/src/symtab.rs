@@ -120,7 +120,7 @@ impl<'f> ElfFunctions<'f> {
     /// size, then the smallest name; drops `.dynsym` functions inside a `.symtab` one.
     fn sort_and_dedup(&mut self) -> Result<(), String> {
         self.funcs.sort_unstable_by_key(|f| (f.start, f.table, Reverse(f.size), f.name));
-        let mut names = NameReader::new(*self.elf.reader(), self.strings);
+        let mut names = NameReader::new(self.elf.reader(), self.strings);
         let mut out = 0;
         let mut i = 0;
         let n = self.funcs.len();
@@ -185,7 +185,7 @@ impl<'f> ElfFunctions<'f> {
     /// Names that cannot be read are skipped and counted in `skipped`; a failed read of
     /// the file is an `Err` item (the table is then incomplete: the caller stops).
     pub fn functions<'a>(&'a self, skipped: &'a std::cell::Cell<u64>) -> impl Iterator<Item = Result<SymbolFn, String>> + 'a {
-        let mut names = NameReader::new(*self.elf.reader(), self.strings);
+        let mut names = NameReader::new(self.elf.reader(), self.strings);
         self.funcs.iter().filter_map(move |f| match names.get(f.table, f.name) {
             Ok(Some(raw)) => {
                 let raw = String::from_utf8_lossy(raw);

@@ -68,12 +68,12 @@ fn gnu_hash_lookup<R: ReadAt>(elf: &Elf<R>, hash: &SectionHeader, dynsym: &Symbo
         return None;
     }
     let hv = gnu_hash(name);
-    let mut idx = u64::from(u32_at(buckets_off + (u64::from(hv) % nbuckets) * 4)?);
-    if idx < symoffset {
+    let first = u64::from(u32_at(buckets_off + (u64::from(hv) % nbuckets) * 4)?);
+    if first < symoffset {
         return Some(None);
     }
     let mut strs = elf.strings(dynsym);
-    for _ in 0..MAX_CHAIN {
+    for idx in first..first.saturating_add(MAX_CHAIN as u64) {
         let c_at = chain_off.checked_add((idx - symoffset).checked_mul(4)?)?;
         if c_at.saturating_add(4) > hash.size {
             return None;
@@ -88,7 +88,6 @@ fn gnu_hash_lookup<R: ReadAt>(elf: &Elf<R>, hash: &SectionHeader, dynsym: &Symbo
         if chain & 1 == 1 {
             return Some(None);
         }
-        idx += 1;
     }
     None
 }
