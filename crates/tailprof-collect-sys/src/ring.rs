@@ -457,21 +457,26 @@ impl RoundQueue {
         let Some(a) = x.first_mut() else { return Ok(false) };
         let b = y.first_mut().unwrap_or(&mut spare);
         let mut budget = max;
-        let (mut ka, mut kb) = (a.head_key(lim), b.head_key(lim));
-        while budget > 0 && (ka != NONE || kb != NONE) {
-            let (run, other) = if ka < kb { (&mut *a, kb) } else { (&mut *b, ka) };
-            loop {
-                let Some(p) = run.idx.pop_front() else { break };
-                budget -= 1;
-                f(&p, run.bytes(&p))?;
-                match run.idx.front() {
-                    Some(n) if n.time <= lim && (n.time, n.seq) < other && budget > 0 => {}
-                    _ => break,
-                }
+        // Keys as `time << 64 | seq` (unique; `u128::MAX`: no due record).
+        let key = |r: &Run| match r.idx.front() {
+            Some(p) if p.time <= lim => (p.time as u128) << 64 | p.seq as u128,
+            _ => u128::MAX,
+        };
+        let mut keys = [key(a), key(b)];
+        // Take from run `c` while its head stays below the other run's.
+        let mut c = (keys[1] < keys[0]) as usize;
+        while budget > 0 && keys[c] != u128::MAX {
+            let run = if c == 0 { &mut *a } else { &mut *b };
+            let Some(p) = run.idx.pop_front() else { break };
+            budget -= 1;
+            f(&p, run.bytes(&p))?;
+            let k = key(run);
+            keys[c] = k;
+            if k >= keys[1 - c] {
+                c = 1 - c;
             }
-            (ka, kb) = (a.head_key(lim), b.head_key(lim));
         }
-        Ok(ka != NONE || kb != NONE)
+        Ok(keys[0] != u128::MAX || keys[1] != u128::MAX)
     }
 
     /// The merge for more than [`LINEAR_MERGE_RUNS`] runs: a heap of the run heads.
