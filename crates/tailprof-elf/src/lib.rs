@@ -616,12 +616,12 @@ impl<R: ReadAt> Elf<R> {
         }
         let ssz = self.class().symbol_size();
         let mut b = [0u8; 24];
-        self.read_exact_at(&mut b[..ssz], table.header.offset + i * table.stride)?;
+        self.read_exact_at(&mut b[..ssz], table.header.offset.saturating_add(i.saturating_mul(table.stride)))?;
         let mut s = Symbol::parse(self.class(), &b[..ssz], i);
         if s.shndx == SHN_XINDEX {
             if let Some(x) = table.extended.filter(|x| x.size / 4 > i) {
                 let mut e = [0u8; 4];
-                if self.read_exact_at(&mut e, x.offset + i * 4).is_ok() {
+                if self.read_exact_at(&mut e, x.offset.saturating_add(i.saturating_mul(4))).is_ok() {
                     s.xindex = Some(self.class().u32(&e, 0));
                 }
             }
