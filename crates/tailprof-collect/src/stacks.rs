@@ -95,7 +95,7 @@ pub(crate) struct StackMaker {
     /// Scratch for [`StackMaker::prepare`].
     trim_buf: Vec<u8>,
     /// Stacks unwound when their samples were drained: token → user frames (leaf first).
-    pre: HashMap<u64, Vec<Frame>>,
+    pre: TokenMap,
     pre_next: u64,
     spare: Vec<Vec<Frame>>,
     max_stack: usize,
@@ -152,7 +152,7 @@ impl StackMaker {
             unwinder,
             frames: Vec::with_capacity(256),
             trim_buf: Vec::new(),
-            pre: HashMap::new(),
+            pre: TokenMap::default(),
             pre_next: 0,
             spare: Vec::new(),
             max_stack: kernel_max_stack(),
@@ -362,9 +362,32 @@ impl StackMaker {
     }
 }
 
+/// Pre-unwound frames by token. Tokens are our own sequence numbers (one insert and one
+/// removal per sample): a multiplicative hash, not SipHash.
+type TokenMap = HashMap<u64, Vec<Frame>, std::hash::BuildHasherDefault<TokenHasher>>;
+
+#[derive(Default)]
+struct TokenHasher(u64);
+
+impl std::hash::Hasher for TokenHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: sequential tokens spread over all bits (hashbrown uses the
+        // top 7 bits as tags).
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// The user frames [`StackMaker::prepare`] unwound for `token`, appended to `frames`;
 /// `false` if there are none.
-fn take_pre_unwound(pre: &mut HashMap<u64, Vec<Frame>>, spare: &mut Vec<Vec<Frame>>, frames: &mut Vec<Frame>, token: u64) -> bool {
+fn take_pre_unwound(pre: &mut TokenMap, spare: &mut Vec<Vec<Frame>>, frames: &mut Vec<Frame>, token: u64) -> bool {
     match pre.remove(&token) {
         Some(f) => {
             frames.extend_from_slice(&f);

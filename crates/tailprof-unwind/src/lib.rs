@@ -301,7 +301,8 @@ pub struct UnwindStats {
 
 /// Per-process address spaces plus the shared module cache. See the module docs.
 pub struct Unwinder {
-    procs: HashMap<u32, Process>,
+    /// By pid; FxHash: looked up a few times per sample, keys are our own.
+    procs: rustc_hash::FxHashMap<u32, Process>,
     modules: ModuleCache,
     limits: Limits,
     opener: Box<dyn FileOpener + Send>,
@@ -319,7 +320,7 @@ impl std::fmt::Debug for Unwinder {
 
 impl Unwinder {
     pub fn new(opener: Box<dyn FileOpener + Send>, limits: Limits) -> Unwinder {
-        Unwinder { procs: HashMap::new(), modules: ModuleCache::default(), limits, opener, tick: 0, stats: UnwindStats::default(), unloaded: Vec::new() }
+        Unwinder { procs: Default::default(), modules: ModuleCache::default(), limits, opener, tick: 0, stats: UnwindStats::default(), unloaded: Vec::new() }
     }
 
     pub fn stats(&self) -> UnwindStats {
