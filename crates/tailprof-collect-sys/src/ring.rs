@@ -242,8 +242,10 @@ struct Run {
     /// capacity round after round (see [`KEEP_ARENA_BYTES`]).
     arenas: [Vec<u8>; 2],
     cur: usize,
-    /// The pending records, sorted by `(time, seq)` unless `unsorted`.
-    idx: std::collections::VecDeque<Pending>,
+    /// `idx[head..]` are the pending records, sorted by `(time, seq)` unless
+    /// `unsorted`; `idx[..head]` were emitted (dropped at the end of the round).
+    idx: Vec<Pending>,
+    head: usize,
     /// A record arrived too far out of order for an in-place insert; sort the pending
     /// records (stably, this run only) before the next merge.
     unsorted: bool,
@@ -263,18 +265,19 @@ impl Run {
     /// The key of the first pending record if it is due (`time <= lim`), else `NONE`.
     #[inline(always)]
     fn head_key(&self, lim: u64) -> (u64, u64) {
-        match self.idx.front() {
+        match self.idx.get(self.head) {
             Some(p) if p.time <= lim => (p.time, p.seq),
             _ => NONE,
         }
     }
 
-    /// At the end of a round: when no pending record is in the other arena, empty it
-    /// and make it the current one.
+    /// At the end of a round: drop the emitted records' index entries; when no pending
+    /// record is in the other arena, empty it and make it the current one.
     fn compact(&mut self) {
+        self.idx.drain(..self.head);
+        self.head = 0;
         let other = 1 - self.cur;
-        let in_other = self.idx.iter().filter(|p| (p.off >> ARENA_BIT) as usize == other).count();
-        if in_other == 0 {
+        if !self.idx.iter().any(|p| (p.off >> ARENA_BIT) as usize == other) {
             self.empty(other);
             self.cur = other;
             if self.idx.is_empty() {
@@ -306,7 +309,7 @@ impl Run {
     fn repack(&mut self) {
         let mut packed = Vec::with_capacity(self.idx.iter().map(|p| p.len as usize).sum());
         let mut idx = std::mem::take(&mut self.idx);
-        for p in idx.iter_mut() {
+        for p in idx[self.head..].iter_mut() {
             let off = packed.len() as u64;
             packed.extend_from_slice(self.bytes(p));
             p.off = off;
@@ -377,9 +380,9 @@ impl RoundQueue {
         let p = Pending { time, seq: self.seq, off, len: rec.len() as u32, cpu, event };
         self.seq += 1;
         self.pending += 1;
-        match run.idx.back() {
-            Some(last) if time < last.time && !run.unsorted => run.insert(p),
-            _ => run.idx.push_back(p),
+        match run.idx.last() {
+            Some(last) if time < last.time && run.idx.len() > run.head && !run.unsorted => run.insert(p),
+            _ => run.idx.push(p),
         }
     }
 
@@ -415,7 +418,8 @@ impl RoundQueue {
         let lim = limit.unwrap_or(u64::MAX);
         for run in self.runs.iter_mut() {
             if std::mem::take(&mut run.unsorted) {
-                run.idx.make_contiguous().sort_by_key(|p| (p.time, p.seq));
+                let h = run.head;
+                run.idx[h..].sort_by_key(|p| (p.time, p.seq));
             }
         }
         let before = self.pending_in_runs();
@@ -439,7 +443,7 @@ impl RoundQueue {
     }
 
     fn pending_in_runs(&self) -> usize {
-        self.runs.iter().map(|r| r.idx.len()).sum()
+        self.runs.iter().map(|r| r.idx.len() - r.head).sum()
     }
 
     /// The merge of [`RoundQueue::emit_some`] for one or two runs (one or two CPUs): the
@@ -458,7 +462,7 @@ impl RoundQueue {
         let b = y.first_mut().unwrap_or(&mut spare);
         let mut budget = max;
         // Keys as `time << 64 | seq` (unique; `u128::MAX`: no due record).
-        let key = |r: &Run| match r.idx.front() {
+        let key = |r: &Run| match r.idx.get(r.head) {
             Some(p) if p.time <= lim => (p.time as u128) << 64 | p.seq as u128,
             _ => u128::MAX,
         };
@@ -467,7 +471,8 @@ impl RoundQueue {
         let mut c = (keys[1] < keys[0]) as usize;
         while budget > 0 && keys[c] != u128::MAX {
             let run = if c == 0 { &mut *a } else { &mut *b };
-            let Some(p) = run.idx.pop_front() else { break };
+            let Some(&p) = run.idx.get(run.head) else { break };
+            run.head += 1;
             budget -= 1;
             f(&p, run.bytes(&p))?;
             let k = key(run);
@@ -500,10 +505,11 @@ impl RoundQueue {
             // With one candidate run left, no heap traffic: walk it up to the limit.
             let alone = self.heap.is_empty();
             while budget > 0 {
-                let Some(p) = run.idx.pop_front() else { break };
+                let Some(&p) = run.idx.get(run.head) else { break };
+                run.head += 1;
                 budget -= 1;
                 f(&p, run.bytes(&p))?;
-                match run.idx.front() {
+                match run.idx.get(run.head) {
                     Some(n) if n.time <= lim => {
                         // Still the smallest? Then keep going without touching the heap.
                         let top = self.heap.peek().map(|t| (t.0 .0, t.0 .1));
@@ -546,10 +552,11 @@ impl RoundQueue {
             }
             let run = &mut self.runs[best];
             loop {
-                let Some(p) = run.idx.pop_front() else { break };
+                let Some(&p) = run.idx.get(run.head) else { break };
+                run.head += 1;
                 budget -= 1;
                 f(&p, run.bytes(&p))?;
-                match run.idx.front() {
+                match run.idx.get(run.head) {
                     Some(n) if n.time <= lim && (n.time, n.seq) < second && budget > 0 => {}
                     _ => break,
                 }
@@ -567,12 +574,12 @@ impl Run {
     fn insert(&mut self, p: Pending) {
         let n = self.idx.len();
         let mut i = n;
-        while i > 0 && n - i < MAX_INSERT_DISTANCE && self.idx[i - 1].time > p.time {
+        while i > self.head && n - i < MAX_INSERT_DISTANCE && self.idx[i - 1].time > p.time {
             i -= 1;
         }
-        if i > 0 && self.idx[i - 1].time > p.time {
+        if i > self.head && self.idx[i - 1].time > p.time {
             self.unsorted = true;
-            self.idx.push_back(p);
+            self.idx.push(p);
         } else {
             self.idx.insert(i, p);
         }
