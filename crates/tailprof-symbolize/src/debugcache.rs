@@ -17,8 +17,9 @@
 //! ever stands in for the very file it was made from (not for another file claiming the
 //! same build-id). A copy is used only if it is a trusted cache file (ours, 0600, not a
 //! symlink) with the expected build-id note; anything else is rebuilt or, failing that,
-//! the original is used as before. Files over [`MAX_COPY`] are not copied; the
-//! directory is kept under [`MAX_DIR`] (oldest first).
+//! the original is used as before. Files over [`MAX_COPY`] are not copied; a new copy
+//! replaces those of earlier files with its build-id; the directory is kept under
+//! [`MAX_DIR`] (oldest first).
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -66,6 +67,17 @@ pub(crate) fn inflated_copy(dir: &Path, dbg: &ElfFile) -> Option<ElfFile> {
     }
     let parts = inflate(&bytes)?;
     super::cache::write(&sub, &name, &[&parts.0, &bytes[64..], &parts.1]).ok()?;
+    // Copies of earlier files with this build-id (reinstalled: another identity) go.
+    let prefix = format!("{}-", hex(&build_id));
+    if let Ok(rd) = fs::read_dir(&sub) {
+        for e in rd.flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with(&prefix) && n != name.as_str() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
     evict(&sub, &path);
     open_copy(&path, &build_id)
 }
@@ -250,6 +262,16 @@ mod tests {
         assert_eq!(c.build_id(), orig.build_id());
         // Nothing compressed: no copy.
         assert!(inflated_copy(&cache, &c).is_none());
+        // The original replaced (another identity, same build-id): a new copy, the old
+        // one removed.
+        let tmp = d.path().join("t.new");
+        fs::copy(&bin, &tmp).unwrap();
+        fs::rename(&tmp, &bin).unwrap();
+        let orig2 = ElfFile::open(&bin).unwrap();
+        assert!(inflated_copy(&cache, &orig2).is_some());
+        let now: Vec<_> = fs::read_dir(cache.join("debug")).unwrap().flatten().map(|e| e.path()).collect();
+        assert_eq!(now.len(), 1);
+        assert_ne!(now[0], files[0]);
     }
 
     /// Inline frames from a separate debug file with compressed DWARF are the same
