@@ -45,6 +45,9 @@ pub const SHT_DYNSYM: u32 = 11;
 pub const SHT_SYMTAB_SHNDX: u32 = 18;
 pub const SHT_GNU_HASH: u32 = 0x6fff_fff6;
 pub const PT_LOAD: u32 = 1;
+pub const PT_NOTE: u32 = 4;
+/// Note type of the GNU build-id (name `GNU`).
+pub const NT_GNU_BUILD_ID: u32 = 3;
 pub const STT_OBJECT: u8 = 1;
 pub const STT_FUNC: u8 = 2;
 pub const STT_GNU_IFUNC: u8 = 10;
@@ -246,6 +249,7 @@ pub struct SectionHeader {
     pub size: u64,
     pub link: u32,
     pub info: u32,
+    pub addralign: u64,
     pub entsize: u64,
 }
 
@@ -260,6 +264,7 @@ impl SectionHeader {
             size: c.word(b, 20, 32),
             link: c.u32(b, if c.is64 { 40 } else { 24 }),
             info: c.u32(b, if c.is64 { 44 } else { 28 }),
+            addralign: c.word(b, 32, 48),
             entsize: c.word(b, 36, 56),
         }
     }
@@ -279,6 +284,7 @@ pub struct ProgramHeader {
     pub vaddr: u64,
     pub filesz: u64,
     pub memsz: u64,
+    pub align: u64,
 }
 
 impl ProgramHeader {
@@ -290,6 +296,7 @@ impl ProgramHeader {
             vaddr: c.word(b, 8, 16),
             filesz: c.word(b, 16, 32),
             memsz: c.word(b, 20, 40),
+            align: c.word(b, 28, 48),
         }
     }
 }
@@ -389,6 +396,15 @@ impl<R: ReadAt> Elf<R> {
 
     /// Reads the header and the section headers; more than `max_sections` is an error.
     pub fn parse_limited(r: R, max_sections: usize) -> Result<Self> {
+        let mut elf = Self::parse_header(r)?;
+        elf.read_sections(max_sections)?;
+        Ok(elf)
+    }
+
+    /// Reads the ELF header only: no section headers ([`Elf::sections`] is empty), for
+    /// the program headers of a file whose section table is missing or damaged (a
+    /// `PN_XNUM` program header count, kept in section 0, then reads as 0xffff).
+    pub fn parse_header(r: R) -> Result<Self> {
         let len = r.size().map_err(|source| Error::Io { offset: 0, source })?;
         let mut eh = [0u8; 64];
         let n = read_prefix(&r, &mut eh)?;
@@ -417,9 +433,7 @@ impl<R: ReadAt> Elf<R> {
             shnum: c.u16(&eh, h + 8),
             shstrndx: c.u16(&eh, h + 10),
         };
-        let mut elf = Elf { r, len, header, sections: Vec::new(), shstrndx: None };
-        elf.read_sections(max_sections)?;
-        Ok(elf)
+        Ok(Elf { r, len, header, sections: Vec::new(), shstrndx: None })
     }
 
     fn read_sections(&mut self, max_sections: usize) -> Result<()> {
@@ -859,6 +873,69 @@ impl<'a, R: ReadAt + ?Sized> StringTable<'a, R> {
                 return Ok(None);
             }
             want = want.saturating_mul(4).min(self.max_name.saturating_add(1));
+        }
+    }
+}
+
+/// One entry of a note area (`SHT_NOTE` section, `PT_NOTE` segment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Note<'a> {
+    /// The name as stored, `namesz` bytes with its NUL (`b"GNU\0"`).
+    pub name: &'a [u8],
+    pub kind: u32,
+    pub desc: &'a [u8],
+}
+
+/// The notes of a note area already read (e.g. [`Elf::section_data`] of an `SHT_NOTE`
+/// section, `/sys/kernel/notes`): entries `{u32 namesz, descsz, type; name; desc}`, the
+/// desc starting and the next entry starting at a multiple of `align` from the area's
+/// start (8 when the area's alignment is 8, as for `.note.gnu.property`, else 4). An entry
+/// that does not fit the area is one `Err` item, after which the iterator ends; bytes
+/// too few for an entry header at the end are ignored.
+pub fn notes(area: &[u8], big_endian: bool, align: u64) -> Notes<'_> {
+    Notes { area, class: Class { is64: false, big_endian }, align: if align == 8 { 8 } else { 4 }, at: 0 }
+}
+
+/// Notes of an area, in order ([`notes`]).
+#[derive(Debug, Clone)]
+pub struct Notes<'a> {
+    area: &'a [u8],
+    class: Class,
+    align: usize,
+    /// The next entry; past the end after an error.
+    at: usize,
+}
+
+impl<'a> Iterator for Notes<'a> {
+    type Item = Result<Note<'a>>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let p = self.at;
+        if p.checked_add(12).is_none_or(|end| end > self.area.len()) {
+            return None;
+        }
+        let c = self.class;
+        let (namesz, descsz, kind) = (c.u32(self.area, p) as usize, c.u32(self.area, p + 4) as usize, c.u32(self.area, p + 8));
+        let a = self.align;
+        let pad = |n: usize| n.checked_add(a - 1).map(|x| x & !(a - 1));
+        let area = self.area;
+        let slice = |at: usize, n: usize| area.get(at..at.checked_add(n)?);
+        let entry = (|| {
+            // offsets from the entry, which starts aligned: desc after the padded header
+            // and name (with 8-byte alignment the 12-byte header is not padded alone)
+            let name_at = p + 12;
+            let desc_at = p.checked_add(pad(12usize.checked_add(namesz)?)?)?;
+            let end = desc_at.checked_add(pad(descsz)?)?;
+            Some((Note { name: slice(name_at, namesz)?, kind, desc: slice(desc_at, descsz)? }, end))
+        })();
+        match entry {
+            Some((note, end)) => {
+                self.at = end;
+                Some(Ok(note))
+            }
+            None => {
+                self.at = usize::MAX;
+                Some(Err(Error::Malformed(format!("note at offset {p} (name {namesz} bytes, desc {descsz} bytes) runs past its area"))))
+            }
         }
     }
 }

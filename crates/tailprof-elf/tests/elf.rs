@@ -547,3 +547,118 @@ fn find_every_place_of_a_name() {
     // a table said to be longer than the data
     assert!(StringTable::new(&t, 0, 1 << 40).find(b"malloc", 1000).is_err());
 }
+
+// --- notes, alignments, header-only parsing ---------------------------------------------
+
+fn note(be: bool, align: usize, name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
+    let u = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+    let mut v = Vec::new();
+    v.extend(u(name.len() as u32));
+    v.extend(u(desc.len() as u32));
+    v.extend(u(kind));
+    v.extend(name);
+    v.resize(v.len().next_multiple_of(align), 0);
+    v.extend(desc);
+    v.resize(v.len().next_multiple_of(align), 0);
+    v
+}
+
+#[test]
+fn notes_in_order_for_both_alignments_and_byte_orders() {
+    for be in [false, true] {
+        for align in [4usize, 8] {
+            let mut area = note(be, align, b"GNU\0", 5, &[1, 2, 3, 4, 5, 6, 7, 8]);
+            area.extend(note(be, align, b"Xen\0", 3, &[9; 3]));
+            area.extend(note(be, align, b"GNU\0", NT_GNU_BUILD_ID, &[0xab; 20]));
+            let got: Vec<Note> = notes(&area, be, align as u64).map(|n| n.unwrap()).collect();
+            assert_eq!(got.len(), 3, "be {be} align {align}");
+            assert_eq!((got[1].name, got[1].kind, got[1].desc), (&b"Xen\0"[..], 3, &[9u8; 3][..]));
+            assert_eq!((got[2].name, got[2].kind, got[2].desc), (&b"GNU\0"[..], NT_GNU_BUILD_ID, &[0xab; 20][..]));
+            // Every prefix: whole notes, then at most one error; never a panic.
+            for i in 0..area.len() {
+                let items: Vec<_> = notes(&area[..i], be, align as u64).collect();
+                assert!(items.iter().rev().skip(1).all(|n| n.is_ok()));
+            }
+        }
+    }
+    // Any alignment other than 8 is 4.
+    let area = note(false, 4, b"A\0", 1, &[7; 5]);
+    assert_eq!(notes(&area, false, 0).next().unwrap().unwrap().desc, &[7; 5]);
+    assert_eq!(notes(&area, false, 16).next().unwrap().unwrap().desc, &[7; 5]);
+}
+
+#[test]
+fn malformed_notes_are_one_error_then_the_end() {
+    for (namesz, descsz) in [(u32::MAX, 0), (0, u32::MAX), (u32::MAX - 2, u32::MAX - 2), (100, 0), (4, 13)] {
+        let mut area = note(false, 4, b"GNU\0", 1, &[1; 4]);
+        let bad = area.len();
+        area.extend(note(false, 4, b"GNU\0", 3, &[2; 12]));
+        area[bad..bad + 4].copy_from_slice(&namesz.to_le_bytes());
+        area[bad + 4..bad + 8].copy_from_slice(&descsz.to_le_bytes());
+        let (items, biggest) = biggest_alloc(|| notes(&area, false, 4).map(|n| n.is_ok()).collect::<Vec<_>>());
+        assert_eq!(items, [true, false], "namesz {namesz} descsz {descsz}");
+        assert!(biggest < 4096);
+    }
+}
+
+#[test]
+fn build_id_note_by_section_and_by_segment_with_alignments() {
+    let exe = std::env::current_exe().unwrap();
+    let f = std::fs::File::open(&exe).unwrap();
+    let elf = Elf::parse(&f).unwrap();
+    let be = elf.class().big_endian;
+    let Some((_, sec)) = elf.section_by_name(b".note.gnu.build-id").unwrap() else {
+        eprintln!("SKIP: the test executable has no build-id");
+        return;
+    };
+    assert_eq!(sec.kind, SHT_NOTE);
+    assert_eq!(sec.addralign, 4);
+    let data = elf.section_data(&sec, 1 << 12).unwrap();
+    let id = notes(&data, be, sec.addralign).map(|n| n.unwrap()).find(|n| n.kind == NT_GNU_BUILD_ID && n.name == b"GNU\0").unwrap().desc.to_vec();
+    assert!(id.len() >= 8);
+    // The same note through the program headers: a PT_NOTE segment covering the section.
+    let seg = elf.program_headers().unwrap().map(|p| p.unwrap()).find(|p| p.kind == PT_NOTE && p.offset <= sec.offset && sec.offset < p.offset + p.filesz).expect("a PT_NOTE segment");
+    assert!(seg.align == 4 || seg.align == 8);
+    let bytes = elf.read_vec(seg.offset, seg.filesz, 1 << 16).unwrap();
+    assert!(notes(&bytes, be, seg.align).any(|n| n.is_ok_and(|n| n.kind == NT_GNU_BUILD_ID && n.desc == id.as_slice())));
+    // Every note segment (.note.gnu.property is 8-aligned on x86-64) parses to its end.
+    for p in elf.program_headers().unwrap().map(|p| p.unwrap()).filter(|p| p.kind == PT_NOTE) {
+        let bytes = elf.read_vec(p.offset, p.filesz, 1 << 16).unwrap();
+        assert!(notes(&bytes, be, p.align).all(|n| n.is_ok_and(|n| n.name.last() == Some(&0))), "{p:?}");
+    }
+    // Every PT_LOAD is aligned to a power of two (the field is read from the right place).
+    for p in elf.program_headers().unwrap().map(|p| p.unwrap()).filter(|p| p.kind == PT_LOAD) {
+        assert!(p.align.is_power_of_two() && p.align >= 4096, "{p:?}");
+    }
+}
+
+#[test]
+fn section_alignment_of_every_class_and_byte_order() {
+    for is64 in [false, true] {
+        for be in [false, true] {
+            let mut b = tiny(is64, be);
+            let at = section_header_at(&b, is64, be, 1) + if is64 { 48 } else { 32 };
+            set(&mut b, be, (at, if is64 { 8 } else { 4 }), 16);
+            let elf = Elf::parse(b).unwrap();
+            assert_eq!(elf.sections()[1].addralign, 16, "64 {is64} be {be}");
+            assert_eq!(elf.sections()[2].addralign, 0);
+        }
+    }
+}
+
+#[test]
+fn header_only_parse_survives_a_broken_section_table() {
+    for is64 in [false, true] {
+        for be in [false, true] {
+            let mut b = tiny(is64, be);
+            let len = b.len() as u64;
+            set(&mut b, be, field(is64, "shoff"), len - 8);
+            expect_err("section table past the end", Elf::parse(b.clone()));
+            let elf = Elf::parse_header(b.clone()).unwrap();
+            assert!(elf.sections().is_empty());
+            assert_eq!(elf.header().shoff, len - 8);
+            assert_eq!(elf.program_headers().unwrap().count(), 0);
+            assert!(matches!(Elf::parse_header(b[..40].to_vec()), Err(Error::NotElf)));
+        }
+    }
+}
