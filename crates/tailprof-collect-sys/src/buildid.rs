@@ -5,25 +5,23 @@
 //! mapped file (keyed by path, device and inode), for mappings from MMAP/MMAP2 records
 //! and from /proc at start, and for the kernel image (`/sys/kernel/notes`).
 //!
-//! Why a small reader instead of the `object` crate: we need exactly one note, and
-//! `object` parses from an in-memory image, so we would read (or map) whole binaries —
-//! often hundreds of MB — in the middle of a recording. This reader `pread`s the ELF
-//! header, the program headers and the note segments only (a few hundred bytes,
-//! every size capped and every offset bounds-checked), falls back to section headers
-//! when no PT_NOTE carries the id, and adds no dependency.
+//! Read through `tailprof-elf` (not the `object` crate, which parses an in-memory
+//! image, so we would read or map whole binaries — often hundreds of MB — in the middle
+//! of a recording): it `pread`s the ELF header, the program headers and the note
+//! segments only (a few hundred bytes, every size capped and every offset
+//! bounds-checked), and falls back to `SHT_NOTE` sections when no `PT_NOTE` carries the
+//! id (separate debug files, relocatable objects).
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-const NT_GNU_BUILD_ID: u32 = 3;
-const PT_NOTE: u32 = 4;
-const SHT_NOTE: u32 = 7;
+use tailprof_elf::{Elf, NT_GNU_BUILD_ID, PT_NOTE, SHT_NOTE};
+
 /// Largest note area we are willing to read.
 const MAX_NOTES: u64 = 64 * 1024;
 /// Largest number of program/section headers we walk.
-const MAX_HEADERS: u64 = 4096;
+const MAX_HEADERS: usize = 4096;
 
 /// Read the GNU build-id of the ELF file at `path`. `Ok(None)` when the file is not
 /// ELF or has no build-id note. The path may be chosen by a profiled process, so it is
@@ -63,137 +61,38 @@ pub fn to_hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-struct Elf<'a> {
-    f: &'a File,
-    le: bool,
-    is64: bool,
-}
-
-impl Elf<'_> {
-    fn read(&self, off: u64, len: u64) -> Option<Vec<u8>> {
-        if len > MAX_NOTES {
-            return None;
-        }
-        let mut buf = vec![0u8; len as usize];
-        self.f.read_exact_at(&mut buf, off).ok()?;
-        Some(buf)
-    }
-    fn u16(&self, b: &[u8], at: usize) -> Option<u64> {
-        let s: [u8; 2] = b.get(at..at + 2)?.try_into().ok()?;
-        Some(if self.le { u16::from_le_bytes(s) } else { u16::from_be_bytes(s) } as u64)
-    }
-    fn u32(&self, b: &[u8], at: usize) -> Option<u64> {
-        let s: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-        Some(if self.le { u32::from_le_bytes(s) } else { u32::from_be_bytes(s) } as u64)
-    }
-    fn u64(&self, b: &[u8], at: usize) -> Option<u64> {
-        let s: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
-        Some(if self.le { u64::from_le_bytes(s) } else { u64::from_be_bytes(s) })
-    }
-    /// An address-sized field.
-    fn word(&self, b: &[u8], at64: usize, at32: usize) -> Option<u64> {
-        if self.is64 {
-            self.u64(b, at64)
-        } else {
-            self.u32(b, at32)
-        }
-    }
-    /// Walk a header table; `f(entry)` returns `(type, offset, size, align)`.
-    fn table(&self, off: u64, entsize: u64, num: u64, min_ent: u64) -> Option<Vec<u8>> {
-        if num == 0 || num > MAX_HEADERS || entsize < min_ent {
-            return None;
-        }
-        self.read(off, entsize.checked_mul(num)?)
-    }
-}
-
-fn from_file(f: &File) -> Option<Vec<u8>> {
-    let mut ident = [0u8; 64];
-    let n = f.read_at(&mut ident, 0).ok()?;
-    let h = &ident[..n];
-    if h.len() < 52 || &h[..4] != b"\x7fELF" {
-        return None;
-    }
-    let is64 = match h[4] {
-        1 => false,
-        2 => true,
-        _ => return None,
-    };
-    let le = match h[5] {
-        1 => true,
-        2 => false,
-        _ => return None,
-    };
-    if is64 && h.len() < 64 {
-        return None;
-    }
-    let e = Elf { f, le, is64 };
+fn from_file<R: tailprof_elf::ReadAt + ?Sized>(f: &R) -> Option<Vec<u8>> {
+    // A damaged or huge section table must not hide an id in a PT_NOTE segment.
+    let elf = Elf::parse_limited(f, MAX_HEADERS).or_else(|_| Elf::parse_header(f)).ok()?;
+    let le = !elf.class().big_endian;
     // Program headers first: PT_NOTE segments are what the loader sees.
-    let (phoff, phentsize, phnum) = if is64 {
-        (e.u64(h, 32)?, e.u16(h, 54)?, e.u16(h, 56)?)
-    } else {
-        (e.u32(h, 28)?, e.u16(h, 42)?, e.u16(h, 44)?)
-    };
-    if let Some(tab) = e.table(phoff, phentsize, phnum, if is64 { 56 } else { 32 }) {
-        for ent in tab.chunks_exact(phentsize as usize) {
-            if e.u32(ent, 0)? != PT_NOTE as u64 {
+    if let Ok(headers) = elf.program_headers() {
+        for ph in headers.take(MAX_HEADERS) {
+            let Ok(ph) = ph else { break };
+            if ph.kind != PT_NOTE {
                 continue;
             }
-            let (off, size, align) = if is64 {
-                (e.u64(ent, 8)?, e.u64(ent, 32)?, e.u64(ent, 48)?)
-            } else {
-                (e.u32(ent, 4)?, e.u32(ent, 16)?, e.u32(ent, 28)?)
-            };
-            if let Some(id) = e.read(off, size).and_then(|n| find_in_notes(&n, le, align)) {
+            let notes = elf.read_vec(ph.offset, ph.filesz, MAX_NOTES).ok();
+            if let Some(id) = notes.and_then(|n| find_in_notes(&n, le, ph.align)) {
                 return Some(id);
             }
         }
     }
     // Then section headers (e.g. separate debug files, relocatable objects).
-    let (shoff, shentsize, shnum) = if is64 {
-        (e.u64(h, 40)?, e.u16(h, 58)?, e.u16(h, 60)?)
-    } else {
-        (e.u32(h, 32)?, e.u16(h, 46)?, e.u16(h, 48)?)
-    };
-    let tab = e.table(shoff, shentsize, shnum, if is64 { 64 } else { 40 })?;
-    for ent in tab.chunks_exact(shentsize as usize) {
-        if e.u32(ent, 4)? != SHT_NOTE as u64 {
-            continue;
-        }
-        let off = e.word(ent, 24, 16)?;
-        let size = e.word(ent, 32, 20)?;
-        let align = e.word(ent, 48, 32)?;
-        if let Some(id) = e.read(off, size).and_then(|n| find_in_notes(&n, le, align)) {
-            return Some(id);
-        }
-    }
-    None
+    elf.sections().iter().filter(|s| s.kind == SHT_NOTE).find_map(|s| {
+        let notes = elf.section_data(s, MAX_NOTES).ok()?;
+        find_in_notes(&notes, le, s.addralign)
+    })
 }
 
 /// Find the `GNU` / NT_GNU_BUILD_ID note in a note area. Entries are
-/// `{u32 namesz, descsz, type; name; desc}` with name and desc padded to `align`
-/// (4, or 8 for 8-aligned note segments).
+/// `{u32 namesz, descsz, type; name; desc}` padded to `align` (4, or 8 for 8-aligned
+/// note segments; see [`tailprof_elf::notes`]). Stops at the first malformed entry.
 pub fn find_in_notes(notes: &[u8], le: bool, align: u64) -> Option<Vec<u8>> {
-    let a = if align == 8 { 8 } else { 4 };
-    let pad = |n: usize| n.checked_add(a - 1).map(|x| x & !(a - 1));
-    let rd = |at: usize| -> Option<usize> {
-        let s: [u8; 4] = notes.get(at..at + 4)?.try_into().ok()?;
-        Some(if le { u32::from_le_bytes(s) } else { u32::from_be_bytes(s) } as usize)
-    };
-    let mut p = 0usize;
-    while p + 12 <= notes.len() {
-        let (namesz, descsz, kind) = (rd(p)?, rd(p + 4)?, rd(p + 8)?);
-        let name_at = p + 12;
-        let desc_at = name_at.checked_add(pad(namesz)?)?;
-        let end = desc_at.checked_add(pad(descsz)?)?;
-        let name = notes.get(name_at..name_at.checked_add(namesz)?)?;
-        let desc = notes.get(desc_at..desc_at.checked_add(descsz)?)?;
-        if kind == NT_GNU_BUILD_ID as usize && name == b"GNU\0" && !desc.is_empty() && desc.len() <= 64 {
-            return Some(desc.to_vec());
-        }
-        p = end;
-    }
-    None
+    tailprof_elf::notes(notes, !le, align)
+        .map_while(Result::ok)
+        .find(|n| n.kind == NT_GNU_BUILD_ID && n.name == b"GNU\0" && !n.desc.is_empty() && n.desc.len() <= 64)
+        .map(|n| n.desc.to_vec())
 }
 
 #[cfg(test)]
@@ -243,6 +142,68 @@ mod tests {
         assert_eq!(read_build_id(Path::new("/proc/self/status")).unwrap(), None);
         assert!(read_build_id(Path::new("/nonexistent/x")).is_err());
         let _ = kernel_build_id();
+    }
+
+    /// The build-id `readelf -n` prints for `path` (None without readelf or an id).
+    fn readelf_build_id(path: &Path) -> Option<String> {
+        let out = std::process::Command::new("readelf").arg("-n").arg(path).output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+    }
+
+    #[test]
+    fn same_id_as_readelf() {
+        let exe = std::env::current_exe().unwrap();
+        let mut checked = 0;
+        for p in [exe.as_path(), Path::new("/lib/x86_64-linux-gnu/libc.so.6"), Path::new("/usr/bin/ls")] {
+            let Some(want) = readelf_build_id(p) else { continue };
+            assert_eq!(read_build_id(p).unwrap().map(|id| to_hex(&id)), Some(want), "{}", p.display());
+            checked += 1;
+        }
+        if checked == 0 {
+            eprintln!("SKIP: no readelf or no file with a build-id");
+        }
+    }
+
+    #[test]
+    fn segments_first_then_sections_and_damaged_files_never_panic() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let Some(id) = from_file(&exe) else {
+            eprintln!("SKIP: the test executable has no build-id");
+            return;
+        };
+        if &exe[4..6] != b"\x02\x01" {
+            return; // the edits below are for ELF64 little-endian
+        }
+        let u16_at = |b: &[u8], at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap()) as usize;
+        let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap()) as usize;
+        // A section table past the end: the id still comes from the PT_NOTE segment.
+        let mut no_sections = exe.clone();
+        no_sections[40..48].copy_from_slice(&(exe.len() as u64 - 8).to_le_bytes());
+        assert_eq!(from_file(&no_sections), Some(id.clone()));
+        // No PT_NOTE segment: the id comes from the SHT_NOTE section.
+        let mut no_segments = exe.clone();
+        let (phoff, phentsize, phnum) = (u64_at(&exe, 32), u16_at(&exe, 54), u16_at(&exe, 56));
+        for i in 0..phnum {
+            let at = phoff + i * phentsize;
+            if no_segments[at..at + 4] == 4u32.to_le_bytes() {
+                no_segments[at..at + 4].copy_from_slice(&0x6000_0000u32.to_le_bytes());
+            }
+        }
+        assert_eq!(from_file(&no_segments), Some(id.clone()));
+        // Neither: no id.
+        no_segments[40..48].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(from_file(&no_segments), None);
+        // Truncated copies and flipped header bytes: an id or None, never a panic.
+        for n in (0..4096.min(exe.len())).step_by(7) {
+            let _ = from_file(&exe[..n]);
+        }
+        let mut flipped = exe.clone();
+        for at in 0..64usize.max(phoff + phnum * phentsize).min(exe.len()) {
+            flipped[at] ^= 0xff;
+            let _ = from_file(&flipped);
+            flipped[at] ^= 0xff;
+        }
     }
 
     #[test]
