@@ -7,12 +7,19 @@
 //! -d` and `nm` print it), so all samples in one unnamed function fold into one row
 //! instead of one row per address.
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, RunTimeEndian, UnwindSection};
+use std::collections::HashMap;
+
+use gimli::{
+    BaseAddresses, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EhFrameOffset, EndianSlice, RunTimeEndian,
+    UnwindSection,
+};
 
 use super::elf::ElfFile;
 
 /// At most this many FDEs are kept per binary (a 100 MB binary has ~200k).
 const MAX_FDES: usize = 4 << 20;
+
+type Slice<'a> = EndianSlice<'a, RunTimeEndian>;
 
 /// Sorted, non-empty `[start, end)` function ranges.
 #[derive(Debug, Default, Clone)]
@@ -21,10 +28,38 @@ pub struct FdeRanges {
     /// Entries that could not be parsed (the walk stops at the first broken CIE/FDE
     /// chain; the ranges before it are kept).
     pub errors: usize,
+    /// Whether the ranges came from `.eh_frame_hdr`'s table (else from the walk).
+    via_hdr: bool,
+}
+
+/// CIEs parsed once per offset (a binary has a handful; every FDE names one).
+#[derive(Default)]
+struct Cies<'a> {
+    by_offset: HashMap<usize, CommonInformationEntry<Slice<'a>>>,
+}
+
+impl<'a> Cies<'a> {
+    fn get(
+        &mut self,
+        eh: &EhFrame<Slice<'a>>,
+        bases: &BaseAddresses,
+        off: EhFrameOffset<usize>,
+    ) -> gimli::Result<CommonInformationEntry<Slice<'a>>> {
+        if let Some(c) = self.by_offset.get(&off.0) {
+            return Ok(c.clone());
+        }
+        let c = eh.cie_from_offset(bases, off)?;
+        if self.by_offset.len() < 4096 {
+            self.by_offset.insert(off.0, c.clone());
+        }
+        Ok(c)
+    }
 }
 
 impl FdeRanges {
-    /// The ranges of `elf`'s `.eh_frame` (empty when it has none).
+    /// The ranges of `elf`'s `.eh_frame` (empty when it has none): through
+    /// `.eh_frame_hdr`'s sorted table when the binary has a usable one, else by walking
+    /// every CIE and FDE.
     pub(crate) fn from_elf(elf: &ElfFile) -> Self {
         let Some(sec) = elf.section(".eh_frame") else { return Self::default() };
         let Some(data) = elf.section_data(".eh_frame") else { return Self::default() };
@@ -36,18 +71,69 @@ impl FdeRanges {
         if let Some(g) = elf.section(".got") {
             bases = bases.set_got(g.addr);
         }
+        let hdr = elf.section(".eh_frame_hdr").and_then(|h| Some((h.addr, elf.section_data(".eh_frame_hdr")?)));
+        if let Some((addr, hdr)) = hdr {
+            let hbases = bases.clone().set_eh_frame_hdr(addr);
+            if let Some(r) = Self::from_hdr(&data, sec.addr, &hdr, endian, &hbases) {
+                return r;
+            }
+        }
         Self::parse(&data, endian, &bases)
     }
 
+    /// The ranges through `.eh_frame_hdr`'s table (`hdr`): its entries give every FDE's
+    /// start, sorted, and where the FDE is, so only the FDEs are read (each CIE once)
+    /// and nothing is sorted. `None` (the caller walks `.eh_frame` instead) when there
+    /// is no table or anything in it disagrees: a pointer outside `.eh_frame`, an FDE
+    /// that does not parse or starts elsewhere than its entry says, entries out of order.
+    fn from_hdr(data: &[u8], eh_addr: u64, hdr: &[u8], endian: RunTimeEndian, bases: &BaseAddresses) -> Option<Self> {
+        let eh = EhFrame::new(data, endian);
+        let parsed = EhFrameHdr::new(hdr, endian).parse(bases, 8).ok()?;
+        if parsed.eh_frame_ptr().direct().ok()? != eh_addr {
+            return None;
+        }
+        let table = parsed.table()?;
+        let mut it = table.iter(bases);
+        let count = it.size_hint().0;
+        if count > MAX_FDES {
+            return None;
+        }
+        // Each entry takes at least 4 bytes of the section: bounds the reservation.
+        let mut ranges = Vec::with_capacity(count.min(hdr.len() / 4));
+        let mut cies = Cies::default();
+        let mut last = 0u64;
+        while let Some((start, fde)) = it.next().ok()? {
+            let start = start.direct().ok()?;
+            let off = fde.direct().ok()?.checked_sub(eh_addr)?;
+            let off = EhFrameOffset(usize::try_from(off).ok()?);
+            let fde = eh.fde_from_offset(bases, off, |s, b, o| cies.get(s, b, o)).ok()?;
+            if fde.initial_address() != start || start < last {
+                return None;
+            }
+            last = start;
+            if fde.len() > 0 {
+                ranges.push((start, start.saturating_add(fde.len())));
+            }
+        }
+        // Same start twice (rare): the walk's order, by end too, without duplicates.
+        if !ranges.is_sorted() {
+            ranges.sort_unstable();
+        }
+        ranges.dedup();
+        Some(FdeRanges { ranges, errors: 0, via_hdr: true })
+    }
+
+    /// The ranges by walking every CIE and FDE of `.eh_frame` (`data`).
     fn parse(data: &[u8], endian: RunTimeEndian, bases: &BaseAddresses) -> Self {
         let eh = EhFrame::new(data, endian);
         let mut out = FdeRanges::default();
+        let mut cies = Cies::default();
         let mut entries = eh.entries(bases);
         loop {
             match entries.next() {
                 Ok(None) => break,
                 Ok(Some(CieOrFde::Cie(_))) => {}
-                Ok(Some(CieOrFde::Fde(partial))) => match partial.parse(EhFrame::cie_from_offset) {
+                Ok(Some(CieOrFde::Fde(partial))) => match partial.parse(|s, b, o| cies.get(s, b, o)) {
                     Ok(fde) if fde.len() > 0 => {
                         if out.ranges.len() >= MAX_FDES {
                             break;
@@ -64,7 +150,9 @@ impl FdeRanges {
                 }
             }
         }
-        out.ranges.sort_unstable();
+        if !out.ranges.is_sorted() {
+            out.ranges.sort_unstable();
+        }
         out.ranges.dedup();
         out
     }
@@ -97,7 +185,7 @@ mod tests {
 
     #[test]
     fn finds_the_range_or_none() {
-        let r = FdeRanges { ranges: vec![(0x100, 0x180), (0x180, 0x200), (0x300, 0x310)], errors: 0 };
+        let r = FdeRanges { ranges: vec![(0x100, 0x180), (0x180, 0x200), (0x300, 0x310)], ..Default::default() };
         assert_eq!(r.find(0x100), Some((0x100, 0x180)));
         assert_eq!(r.find(0x17f), Some((0x100, 0x180)));
         assert_eq!(r.find(0x180), Some((0x180, 0x200)));
@@ -116,5 +204,102 @@ mod tests {
         // Random bytes: no panic, some error or nothing.
         let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
         let _ = FdeRanges::parse(&junk, RunTimeEndian::Little, &BaseAddresses::default());
+    }
+
+    /// (`.eh_frame` bytes and address, `.eh_frame_hdr` bytes and address, bases, endian)
+    /// of an ELF file, for comparing the two paths.
+    struct Sections {
+        eh: Vec<u8>,
+        eh_addr: u64,
+        hdr: Vec<u8>,
+        bases: BaseAddresses,
+        endian: RunTimeEndian,
+    }
+
+    fn sections(path: &std::path::Path) -> Option<Sections> {
+        let elf = ElfFile::open(path).ok()?;
+        let eh_addr = elf.section(".eh_frame")?.addr;
+        let hdr_addr = elf.section(".eh_frame_hdr")?.addr;
+        let mut bases = BaseAddresses::default().set_eh_frame(eh_addr).set_eh_frame_hdr(hdr_addr);
+        if let Some(t) = elf.section(".text") {
+            bases = bases.set_text(t.addr);
+        }
+        if let Some(g) = elf.section(".got") {
+            bases = bases.set_got(g.addr);
+        }
+        let endian = if elf.big_endian() { RunTimeEndian::Big } else { RunTimeEndian::Little };
+        Some(Sections { eh: elf.section_data(".eh_frame")?, eh_addr, hdr: elf.section_data(".eh_frame_hdr")?, bases, endian })
+    }
+
+    /// Real binaries: the `.eh_frame_hdr` table gives exactly the walk's ranges.
+    #[test]
+    fn eh_frame_hdr_agrees_with_the_walk_on_real_binaries() {
+        let mut checked = 0;
+        let candidates = [
+            "/usr/lib/postgresql/15/bin/postgres",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/aarch64-linux-gnu/libc.so.6",
+            "/bin/true",
+        ];
+        let exe = std::env::current_exe().unwrap();
+        for p in candidates.iter().map(std::path::Path::new).chain([exe.as_path()]) {
+            let Some(s) = sections(p) else { continue };
+            let walk = FdeRanges::parse(&s.eh, s.endian, &s.bases);
+            let hdr = FdeRanges::from_hdr(&s.eh, s.eh_addr, &s.hdr, s.endian, &s.bases).expect("a usable table");
+            assert!(hdr.via_hdr && !walk.via_hdr);
+            assert_eq!(walk.errors, 0, "{}", p.display());
+            assert!(walk.len() > 10, "{}: {}", p.display(), walk.len());
+            assert_eq!(hdr.ranges, walk.ranges, "{}", p.display());
+            // from_elf takes the table.
+            let e = FdeRanges::from_elf(&ElfFile::open(p).unwrap());
+            assert!(e.via_hdr);
+            assert_eq!(e.ranges, walk.ranges);
+            checked += 1;
+        }
+        assert!(checked >= 1, "not even the test binary has .eh_frame_hdr");
+    }
+
+    /// A broken `.eh_frame_hdr` never panics; it falls back to the walk or (a mutation
+    /// that still describes real FDEs, such as a smaller count) gives only real ranges.
+    #[test]
+    fn malformed_eh_frame_hdr_falls_back_to_the_walk() {
+        // A small binary (each mutation parses the table), else the test binary.
+        let exe = std::env::current_exe().unwrap();
+        let Some(s) = sections(std::path::Path::new("/bin/true")).or_else(|| sections(&exe)) else { return };
+        let walk = FdeRanges::parse(&s.eh, s.endian, &s.bases);
+        let via = |hdr: &[u8]| -> FdeRanges {
+            FdeRanges::from_hdr(&s.eh, s.eh_addr, hdr, s.endian, &s.bases).unwrap_or_else(|| walk.clone())
+        };
+        let fell_back = |hdr: &[u8]| FdeRanges::from_hdr(&s.eh, s.eh_addr, hdr, s.endian, &s.bases).is_none();
+        // Another version, no table, the wrong .eh_frame, cut short, empty.
+        let mut m = s.hdr.clone();
+        m[0] = 2;
+        assert!(fell_back(&m));
+        let mut m = s.hdr.clone();
+        m[2] = 0xff; // fde_count omitted: no table
+        assert!(fell_back(&m));
+        let mut m = s.hdr.clone();
+        m[4] ^= 0x10; // eh_frame_ptr
+        assert!(fell_back(&m));
+        assert!(fell_back(&s.hdr[..s.hdr.len() - 3]));
+        assert!(fell_back(&[]));
+        // Two entries swapped: out of order.
+        if s.hdr.len() >= 12 + 16 && s.hdr[3] & 0x0f == 0x0b {
+            let mut m = s.hdr.clone();
+            let (a, b) = (m[12..20].to_vec(), m[20..28].to_vec());
+            m[12..20].copy_from_slice(&b);
+            m[20..28].copy_from_slice(&a);
+            assert!(fell_back(&m));
+        }
+        // Every header byte and a sample of table bytes set to extreme values.
+        let spots = (0..12.min(s.hdr.len())).chain((12..s.hdr.len()).step_by((s.hdr.len() / 40).max(1)));
+        for at in spots {
+            for v in [0u8, 0x7f, 0xff] {
+                let mut m = s.hdr.clone();
+                m[at] = v;
+                let r = via(&m);
+                assert!(r.ranges.iter().all(|x| walk.ranges.binary_search(x).is_ok()), "byte {at} = {v}");
+            }
+        }
     }
 }
