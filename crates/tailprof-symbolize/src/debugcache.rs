@@ -17,23 +17,25 @@
 //! ever stands in for the very file it was made from (not for another file claiming the
 //! same build-id). A copy is used only if it is a trusted cache file (ours, 0600, not a
 //! symlink) with the expected build-id note; anything else is rebuilt or, failing that,
-//! the original is used as before. Files over [`MAX_COPY`] are not copied; a new copy
-//! replaces those of earlier files with its build-id; the directory is kept under
-//! [`MAX_DIR`] (oldest first).
+//! the original is used as before. Copies over [`MAX_COPY`] (512 MiB) are not made; a
+//! new copy replaces those of earlier files with its build-id; the directory is kept
+//! under [`MAX_DIR`] (1 GiB in all, oldest copies removed first).
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use tailprof_elf::{Elf, SHT_NOBITS};
+
 use super::elf::ElfFile;
 use super::hex;
 
-/// Largest copy made (bytes, original plus inflated sections).
-const MAX_COPY: u64 = 1 << 30;
-/// Largest total size of the copies kept.
-const MAX_DIR: u64 = 4 << 30;
+/// Largest copy made (bytes, original plus inflated sections): libc6-dbg's is 12.7 MB,
+/// the largest distro debug files (a browser's, LLVM's) are beyond this and are not copied.
+const MAX_COPY: u64 = 512 << 20;
+/// Largest total size of the copies kept (a profiler's cache on a production host).
+const MAX_DIR: u64 = 1 << 30;
 const SHF_COMPRESSED: u64 = 0x800;
-const SHT_NOBITS: u32 = 8;
 const ELFCOMPRESS_ZLIB: u32 = 1;
 
 /// The inflated copy of debug file `dbg` (open, checked) in cache directory `dir`, made
@@ -78,7 +80,7 @@ pub(crate) fn inflated_copy(dir: &Path, dbg: &ElfFile) -> Option<ElfFile> {
             }
         }
     }
-    evict(&sub, &path);
+    evict(&sub, &path, MAX_DIR);
     open_copy(&path, &build_id)
 }
 
@@ -97,64 +99,44 @@ fn open_copy(path: &Path, build_id: &[u8]) -> Option<ElfFile> {
     (super::cache::trusted_file(&md) && e.build_id().as_deref() == Some(build_id)).then_some(e)
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
 /// (new ELF header, tail: inflated sections then section headers) for ELF64 LE file
 /// `f`, or `None` if it has no zlib-compressed `.debug_*` section or is not understood.
+/// Headers, section names and section bytes are read through [`tailprof_elf`]; only the
+/// new section header table is written here (ELF64 LE layout: flags at 8, offset at 24,
+/// size at 32, alignment at 48).
 fn inflate(f: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-    if f.get(..6)? != b"\x7fELF\x02\x01" {
+    let elf = Elf::parse(f).ok()?;
+    let (h, c) = (*elf.header(), elf.class());
+    if !c.is64 || c.big_endian || h.shentsize != 64 || elf.sections().is_empty() {
         return None;
     }
-    let shoff = usize::try_from(u64_at(f, 0x28)?).ok()?;
-    let (shentsize, shnum, shstrndx) = (u16_at(f, 0x3a)? as usize, u16_at(f, 0x3c)? as usize, u16_at(f, 0x3e)? as usize);
-    if shentsize != 64 || shnum == 0 || shstrndx >= shnum {
-        return None;
-    }
-    let shdrs = f.get(shoff..shoff.checked_add(shnum * 64)?)?;
-    let sh = |i: usize| &shdrs[i * 64..i * 64 + 64];
-    let strtab = {
-        let s = sh(shstrndx);
-        let (o, n) = (usize::try_from(u64_at(s, 24)?).ok()?, usize::try_from(u64_at(s, 32)?).ok()?);
-        f.get(o..o.checked_add(n)?)?
-    };
-    let name_of = |s: &[u8]| -> Option<&[u8]> {
-        let at = u32_at(s, 0)? as usize;
-        let rest = strtab.get(at..)?;
-        Some(&rest[..rest.iter().position(|&b| b == 0)?])
-    };
-    let mut new_shdrs = shdrs.to_vec();
+    let table_len = u64::try_from(elf.sections().len()).ok()?.checked_mul(64)?;
+    let mut new_shdrs = elf.read_vec(h.shoff, table_len, table_len).ok()?;
+    let mut names = elf.section_names();
     let mut tail: Vec<u8> = Vec::new();
     let base = f.len();
     let mut any = false;
-    for i in 0..shnum {
-        let s = sh(i);
-        let flags = u64_at(s, 8)?;
-        if u32_at(s, 4)? == SHT_NOBITS || flags & SHF_COMPRESSED == 0 {
+    for (i, s) in elf.sections().iter().enumerate() {
+        if s.kind == SHT_NOBITS || s.flags & SHF_COMPRESSED == 0 {
             continue;
         }
-        let name = name_of(s)?;
+        let name = names.get(s.name.into()).ok()??;
         if !name.starts_with(b".debug_") {
             continue;
         }
         let out = &mut new_shdrs[i * 64..i * 64 + 64];
-        out[8..16].copy_from_slice(&(flags & !SHF_COMPRESSED).to_le_bytes());
+        out[8..16].copy_from_slice(&(s.flags & !SHF_COMPRESSED).to_le_bytes());
         if name == b".debug_loc" || name == b".debug_loclists" {
             out[32..40].copy_from_slice(&0u64.to_le_bytes());
             continue;
         }
-        let (o, n) = (usize::try_from(u64_at(s, 24)?).ok()?, usize::try_from(u64_at(s, 32)?).ok()?);
-        let data = f.get(o..o.checked_add(n)?)?;
+        let data = elf.section_data(s, MAX_COPY).ok()?;
         // Elf64_Chdr: type, reserved, size, addralign.
-        let (ctype, size, align) = (u32_at(data, 0)?, u64_at(data, 8)?, u64_at(data, 16)?.clamp(1, 4096));
-        if ctype != ELFCOMPRESS_ZLIB || (base + tail.len()) as u64 + size > MAX_COPY {
+        if data.len() < 24 {
+            return None;
+        }
+        let (ctype, size, align) = (c.u32(&data, 0), c.u64(&data, 8), c.u64(&data, 16).clamp(1, 4096));
+        if ctype != ELFCOMPRESS_ZLIB || ((base + tail.len()) as u64).saturating_add(size) > MAX_COPY {
             return None;
         }
         while (base + tail.len()) as u64 % align != 0 {
@@ -164,7 +146,7 @@ fn inflate(f: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
         let start = tail.len();
         tail.resize(start + size as usize, 0);
         let mut z = flate2::Decompress::new(true);
-        let st = z.decompress(data.get(24..)?, &mut tail[start..], flate2::FlushDecompress::Finish).ok()?;
+        let st = z.decompress(&data[24..], &mut tail[start..], flate2::FlushDecompress::Finish).ok()?;
         if st != flate2::Status::StreamEnd || z.total_out() != size {
             return None;
         }
@@ -181,13 +163,13 @@ fn inflate(f: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     }
     let new_shoff = (base + tail.len()) as u64;
     tail.extend_from_slice(&new_shdrs);
-    let mut head = f[..64].to_vec();
+    let mut head = f.get(..64)?.to_vec();
     head[0x28..0x30].copy_from_slice(&new_shoff.to_le_bytes());
     Some((head, tail))
 }
 
-/// Keep `dir` under [`MAX_DIR`]: remove the oldest copies but `keep`.
-fn evict(dir: &Path, keep: &Path) {
+/// Keep `dir` under `max` bytes ([`MAX_DIR`]): remove the oldest copies but `keep`.
+fn evict(dir: &Path, keep: &Path, max: u64) {
     let Ok(rd) = fs::read_dir(dir) else { return };
     let mut files: Vec<(i64, u64, std::path::PathBuf)> = rd
         .flatten()
@@ -199,7 +181,7 @@ fn evict(dir: &Path, keep: &Path) {
     let mut total: u64 = files.iter().map(|f| f.1).fold(0, u64::saturating_add);
     files.sort();
     for (_, len, p) in files {
-        if total <= MAX_DIR {
+        if total <= max {
             break;
         }
         if p != keep && fs::remove_file(&p).is_ok() {
@@ -272,6 +254,50 @@ mod tests {
         let now: Vec<_> = fs::read_dir(cache.join("debug")).unwrap().flatten().map(|e| e.path()).collect();
         assert_eq!(now.len(), 1);
         assert_ne!(now[0], files[0]);
+    }
+
+    #[test]
+    fn eviction_removes_the_oldest_copies_but_the_new_one() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        let now = std::time::SystemTime::now();
+        for (i, name) in ["a", "b", "c", "d"].iter().enumerate() {
+            let p = dir.join(name);
+            fs::write(&p, vec![0u8; 1000]).unwrap();
+            let t = now - std::time::Duration::from_secs(1000 - 100 * i as u64);
+            fs::File::options().write(true).open(&p).unwrap().set_modified(t).unwrap();
+        }
+        // "a" is the oldest but the one just made: kept; then the oldest others go.
+        evict(dir, &dir.join("a"), 2500);
+        let mut left: Vec<_> = fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["a", "d"]);
+        assert!(MAX_COPY <= 512 << 20 && MAX_DIR <= 1 << 30 && MAX_COPY < MAX_DIR);
+    }
+
+    #[test]
+    fn malformed_files_are_not_copied_and_never_panic() {
+        let d = tempfile::tempdir().unwrap();
+        let Some(bin) = compressed_elf(d.path()) else { return };
+        let orig = fs::read(&bin).unwrap();
+        assert!(inflate(&orig).is_some());
+        for n in [0, 4, 6, 63, 64, orig.len() / 2, orig.len() - 1] {
+            let _ = inflate(&orig[..n]);
+        }
+        // Every header byte and a sample of the section table set to extreme values.
+        let shoff = u64::from_le_bytes(orig[0x28..0x30].try_into().unwrap()) as usize;
+        let spots = (0..64).chain((shoff..orig.len()).step_by(5));
+        for at in spots {
+            for v in [0u8, 0x7f, 0xff] {
+                let mut m = orig.clone();
+                m[at] = v;
+                let _ = inflate(&m);
+            }
+        }
+        // Big-endian or 32-bit: not understood, no copy.
+        let mut m = orig.clone();
+        m[5] = 2;
+        assert!(inflate(&m).is_none());
     }
 
     /// Inline frames from a separate debug file with compressed DWARF are the same

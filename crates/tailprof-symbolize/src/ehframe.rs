@@ -166,6 +166,11 @@ impl FdeRanges {
         self.ranges.is_empty()
     }
 
+    /// Whether the ranges came from `.eh_frame_hdr`'s table (else from walking `.eh_frame`).
+    pub fn via_eh_frame_hdr(&self) -> bool {
+        self.via_hdr
+    }
+
     /// The range holding virtual address `vaddr` (the innermost one if ranges nest).
     pub fn find(&self, vaddr: u64) -> Option<(u64, u64)> {
         let i = self.ranges.partition_point(|&(s, _)| s <= vaddr);
@@ -246,7 +251,7 @@ mod tests {
             let Some(s) = sections(p) else { continue };
             let walk = FdeRanges::parse(&s.eh, s.endian, &s.bases);
             let hdr = FdeRanges::from_hdr(&s.eh, s.eh_addr, &s.hdr, s.endian, &s.bases).expect("a usable table");
-            assert!(hdr.via_hdr && !walk.via_hdr);
+            assert!(hdr.via_eh_frame_hdr() && !walk.via_eh_frame_hdr());
             assert_eq!(walk.errors, 0, "{}", p.display());
             assert!(walk.len() > 10, "{}: {}", p.display(), walk.len());
             assert_eq!(hdr.ranges, walk.ranges, "{}", p.display());

@@ -231,9 +231,8 @@ pub(crate) fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
     let mut image = vec![0u8; len];
     let mut mem = fs::File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?;
     mem.seek(SeekFrom::Start(start)).and_then(|_| mem.read_exact(&mut image)).map_err(|e| format!("reading the vDSO: {e}"))?;
-    if !image.starts_with(b"\x7fELF") {
-        return Err("the vDSO mapping is not an ELF image".into());
-    }
+    // Checked with the one ELF reader: an ELF header and a section table inside the image.
+    tailprof_elf::Elf::parse(image.as_slice()).map_err(|e| format!("the vDSO mapping is not an ELF image: {e}"))?;
     let mut f = tempfile::Builder::new().prefix("tailprof-vdso-").suffix(".so").tempfile().map_err(|e| e.to_string())?;
     f.write_all(&image).map_err(|e| e.to_string())?;
     Ok(f)
@@ -498,6 +497,18 @@ mod tests {
     use super::super::SymbolizerOptions;
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn own_vdso_is_copied_and_is_elf() {
+        let has_vdso = fs::read_to_string("/proc/self/maps").unwrap().lines().any(|l| l.ends_with("[vdso]"));
+        if !has_vdso {
+            return;
+        }
+        let copy = copy_own_vdso().expect("the vDSO image passes the ELF reader");
+        let f = fs::File::open(copy.path()).unwrap();
+        let elf = tailprof_elf::Elf::parse(&f).unwrap();
+        assert!(elf.symbol_table(tailprof_elf::SHT_DYNSYM).unwrap().is_some(), "the vDSO exports its functions");
+    }
 
     #[test]
     fn kallsyms_file_with_zero_addresses_is_refused() {
