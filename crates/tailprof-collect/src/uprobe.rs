@@ -6,7 +6,9 @@
 //! * parsing a probe definition ([`ProbeSpec::parse`]);
 //! * resolving `SYMBOL` to a file offset ([`resolve`]): `.symtab` then `.dynsym`
 //!   (defined `FUNC`/`IFUNC` symbols), `st_value` translated to a file offset through
-//!   the `PT_LOAD` program headers; an unknown name is reported with close names;
+//!   the `PT_LOAD` program headers; an unknown name is reported with close names. The
+//!   binary is read with `tailprof-elf` (pread, bounded; symbols streamed, never the
+//!   whole file in memory);
 //! * the uprobe PMU ([`UprobePmu`]: its type from
 //!   `/sys/bus/event_source/devices/uprobe/type`, the `retprobe` bit from its `format/`)
 //!   and the attr of one probe ([`uprobe_attr`], golden-tested in `tests/attr/`):
@@ -31,6 +33,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use perf_event_open_sys::bindings as b;
+use tailprof_elf::{Elf, ReadAt, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC};
 use tailprof_format::{ItemClass, Marker, MarkerKind, MarkerSource, Record, Sample};
 
 use crate::attr::{parse_regs, ClockChoice, PerfEventAttr, ATTR_SIZE};
@@ -53,6 +56,8 @@ pub enum UprobeError {
     Read { path: String, source: io::Error },
     #[error("{path} is not a 64-bit little-endian ELF file")]
     NotElf { path: String },
+    #[error("{path} is a damaged ELF file ({reason}); probe an intact binary")]
+    BadElf { path: String, reason: String },
     #[error("symbol '{symbol}' not found in {path}{}", suggest(.suggestions))]
     SymbolNotFound {
         symbol: String,
@@ -165,14 +170,22 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
     };
     let path = found.ok_or_else(|| UprobeError::BinaryNotFound(spec.binary.clone()))?;
     let path = std::fs::canonicalize(&path).unwrap_or(path);
-    let data = read_binary(&path).map_err(|source| UprobeError::Read {
+    // Another user may control the path: no final symlink, never blocks, regular files
+    // only.
+    let read_err = |source| UprobeError::Read {
         path: path.display().to_string(),
         source,
-    })?;
-    let (addr, offset) = symbol_offset(&data, &spec.symbol).map_err(|e| match e {
+    };
+    let f = crate::procfs::open_untrusted(&path).map_err(read_err)?;
+    let (addr, offset) = symbol_offset(&f, &spec.symbol).map_err(|e| match e {
         Lookup::NotElf => UprobeError::NotElf {
             path: path.display().to_string(),
         },
+        Lookup::Bad(reason) => UprobeError::BadElf {
+            path: path.display().to_string(),
+            reason,
+        },
+        Lookup::Io(source) => read_err(source),
         Lookup::Missing(suggestions) => UprobeError::SymbolNotFound {
             symbol: spec.symbol.clone(),
             path: path.display().to_string(),
@@ -192,161 +205,129 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
     })
 }
 
-/// Largest binary [`resolve`] reads into memory.
-const MAX_BINARY: u64 = 1 << 30;
-
-/// Read a probed binary: opened like every path another user may control
-/// ([`crate::procfs::open_untrusted`]: no final symlink, never blocks, regular files only)
-/// and bounded in size before allocating.
-fn read_binary(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let f = crate::procfs::open_untrusted(path)?;
-    let len = f.metadata()?.len();
-    if len > MAX_BINARY {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{len} bytes is larger than the {MAX_BINARY}-byte limit for a probed binary"),
-        ));
-    }
-    let mut data = Vec::with_capacity(len as usize);
-    f.take(MAX_BINARY).read_to_end(&mut data)?;
-    Ok(data)
-}
-
+#[derive(Debug)]
 enum Lookup {
     NotElf,
+    /// A damaged file (the reader's message).
+    Bad(String),
+    Io(io::Error),
     Missing(Vec<String>),
     NotLoaded(u64),
 }
 
-fn rd<const N: usize>(d: &[u8], at: u64) -> Option<[u8; N]> {
-    let at = usize::try_from(at).ok()?;
-    d.get(at..at.checked_add(N)?)?.try_into().ok()
-}
-fn u16_at(d: &[u8], at: u64) -> Option<u64> {
-    rd::<2>(d, at).map(|b| u16::from_le_bytes(b) as u64)
-}
-fn u32_at(d: &[u8], at: u64) -> Option<u64> {
-    rd::<4>(d, at).map(|b| u32::from_le_bytes(b) as u64)
-}
-fn u64_at(d: &[u8], at: u64) -> Option<u64> {
-    rd::<8>(d, at).map(u64::from_le_bytes)
+impl From<tailprof_elf::Error> for Lookup {
+    fn from(e: tailprof_elf::Error) -> Self {
+        use tailprof_elf::Error as E;
+        match e {
+            E::NotElf | E::Unsupported { .. } | E::TruncatedHeader => Lookup::NotElf,
+            E::Io { source, .. } => Lookup::Io(source),
+            e => Lookup::Bad(e.to_string()),
+        }
+    }
 }
 
-/// `(st_value, file offset)` of a defined function symbol in an ELF64 LE image.
-fn symbol_offset(d: &[u8], name: &str) -> Result<(u64, u64), Lookup> {
-    if d.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
+/// Bytes of a string table read at once per symbol name (names are looked up in symbol
+/// order, scattered over the table; the window grows for a longer name).
+const NAME_WINDOW: usize = 256;
+
+/// `(st_value, file offset)` of a defined function symbol in an ELF64 LE file: the first
+/// `FUNC`/`IFUNC` symbol with a non-zero value named `name` (or `name@VERSION`) in the
+/// `.symtab` tables, then the `.dynsym` ones, translated through the `PT_LOAD` segment
+/// that holds it.
+fn symbol_offset<R: ReadAt + ?Sized>(r: &R, name: &str) -> Result<(u64, u64), Lookup> {
+    let elf = Elf::parse(r)?;
+    if !elf.class().is64 || elf.class().big_endian {
         return Err(Lookup::NotElf);
     }
-    let hdr = || -> Option<_> {
-        Some((
-            u64_at(d, 0x20)?, // e_phoff
-            u64_at(d, 0x28)?, // e_shoff
-            u16_at(d, 0x36)?, // e_phentsize
-            u16_at(d, 0x38)?, // e_phnum
-            u16_at(d, 0x3a)?, // e_shentsize
-            u16_at(d, 0x3c)?, // e_shnum
-        ))
-    };
-    let (phoff, shoff, phentsize, phnum, shentsize, shnum) = hdr().ok_or(Lookup::NotElf)?;
-    let mut all_names: Vec<String> = Vec::new();
+    let mut close = CloseNames::new(name);
     let mut found = None;
-    // .symtab (SHT_SYMTAB = 2) first, then .dynsym (SHT_DYNSYM = 11).
-    'outer: for want in [2u64, 11] {
-        for i in 0..shnum {
-            let sh = shoff + i * shentsize;
-            if u32_at(d, sh + 4) != Some(want) {
-                continue;
-            }
-            let (Some(off), Some(size), Some(link), Some(entsize)) = (
-                u64_at(d, sh + 0x18),
-                u64_at(d, sh + 0x20),
-                u32_at(d, sh + 0x28),
-                u64_at(d, sh + 0x38),
-            ) else {
-                continue;
+    'outer: for want in [SHT_SYMTAB, SHT_DYNSYM] {
+        for (i, _) in elf.sections().iter().enumerate().filter(|(_, s)| s.kind == want) {
+            let Ok(table) = elf.symbol_table_at(i) else {
+                continue; // no string table, or outside the file
             };
-            let strsh = shoff + link * shentsize;
-            let Some(stroff) = u64_at(d, strsh + 0x18) else {
-                continue;
-            };
-            if entsize < 24 {
-                continue;
-            }
-            for s in 0..size / entsize {
-                let e = off + s * entsize;
-                let (Some(st_name), Some(info), Some(shndx), Some(value)) = (
-                    u32_at(d, e),
-                    rd::<1>(d, e + 4),
-                    u16_at(d, e + 6),
-                    u64_at(d, e + 8),
-                ) else {
-                    break;
-                };
-                let ty = info[0] & 0xf;
-                // STT_FUNC = 2, STT_GNU_IFUNC = 10; defined (shndx != SHN_UNDEF).
-                if !(ty == 2 || ty == 10) || shndx == 0 || value == 0 {
+            let mut names = elf
+                .strings(&table)
+                .with_limits(NAME_WINDOW, tailprof_elf::MAX_NAME_BYTES);
+            for sym in elf.symbols(&table) {
+                let sym = sym?;
+                if !matches!(sym.kind(), STT_FUNC | STT_GNU_IFUNC)
+                    || sym.shndx == SHN_UNDEF
+                    || sym.value == 0
+                {
                     continue;
                 }
-                let Some(sname) = cstr_at(d, stroff + st_name) else {
+                let Some(sname) = names.get(sym.name.into())? else {
+                    continue;
+                };
+                let Ok(sname) = std::str::from_utf8(sname) else {
                     continue;
                 };
                 let base = sname.split('@').next().unwrap_or(sname);
                 if base == name {
-                    found = Some(value);
+                    found = Some(sym.value);
                     break 'outer;
                 }
-                all_names.push(base.to_string());
+                close.offer(base);
             }
         }
     }
     let Some(value) = found else {
-        return Err(Lookup::Missing(close_names(name, all_names)));
+        return Err(Lookup::Missing(close.names()));
     };
-    for i in 0..phnum {
-        let ph = phoff + i * phentsize;
-        if u32_at(d, ph) != Some(1) {
-            continue; // PT_LOAD only
-        }
-        let (Some(p_offset), Some(p_vaddr), Some(p_filesz)) =
-            (u64_at(d, ph + 8), u64_at(d, ph + 16), u64_at(d, ph + 32))
-        else {
+    for ph in elf.program_headers()? {
+        let ph = ph?;
+        if ph.kind != PT_LOAD || value < ph.vaddr || value - ph.vaddr >= ph.filesz {
             continue;
-        };
-        if value >= p_vaddr && value < p_vaddr + p_filesz {
-            return Ok((value, value - p_vaddr + p_offset));
+        }
+        if let Some(offset) = (value - ph.vaddr).checked_add(ph.offset) {
+            return Ok((value, offset));
         }
     }
     Err(Lookup::NotLoaded(value))
 }
 
-fn cstr_at(d: &[u8], at: u64) -> Option<&str> {
-    let s = d.get(usize::try_from(at).ok()?..)?;
-    let n = s.iter().position(|&c| c == 0)?;
-    std::str::from_utf8(&s[..n]).ok()
+/// Up to five names that contain `name` (or that it contains), or are a small edit away:
+/// the best five (closest, then by name) of the names offered, kept as they come (fixed
+/// memory however many symbols a binary has).
+struct CloseNames {
+    lname: String,
+    best: std::collections::BTreeSet<(usize, String)>,
 }
 
-/// Up to five names that contain `name` (or that it contains), or are a small edit away.
-fn close_names(name: &str, mut all: Vec<String>) -> Vec<String> {
-    all.sort();
-    all.dedup();
-    let lname = name.to_ascii_lowercase();
-    let mut scored: Vec<(usize, String)> = all
-        .into_iter()
-        .filter_map(|n| {
-            let ln = n.to_ascii_lowercase();
-            let d = if ln.contains(&lname) || (ln.len() >= 4 && lname.contains(&ln)) {
-                Some(ln.len().abs_diff(lname.len()).min(3))
-            } else if ln.len().abs_diff(lname.len()) <= 2 {
-                Some(edit_distance(&ln, &lname)).filter(|&d| d <= 2 + lname.len() / 8)
-            } else {
-                None
-            };
-            d.map(|d| (d, n))
-        })
-        .collect();
-    scored.sort();
-    scored.into_iter().take(5).map(|(_, n)| n).collect()
+impl CloseNames {
+    const MOST: usize = 5;
+
+    fn new(name: &str) -> Self {
+        CloseNames {
+            lname: name.to_ascii_lowercase(),
+            best: Default::default(),
+        }
+    }
+
+    fn offer(&mut self, n: &str) {
+        let lname = &self.lname;
+        let ln = n.to_ascii_lowercase();
+        let d = if ln.contains(lname.as_str()) || (ln.len() >= 4 && lname.contains(&ln)) {
+            Some(ln.len().abs_diff(lname.len()).min(3))
+        } else if ln.len().abs_diff(lname.len()) <= 2 {
+            Some(edit_distance(&ln, lname)).filter(|&d| d <= 2 + lname.len() / 8)
+        } else {
+            None
+        };
+        let Some(d) = d else { return };
+        if self.best.len() == Self::MOST && self.best.last().is_some_and(|w| (d, n) >= (w.0, w.1.as_str())) {
+            return;
+        }
+        self.best.insert((d, n.to_string()));
+        if self.best.len() > Self::MOST {
+            self.best.pop_last();
+        }
+    }
+
+    fn names(self) -> Vec<String> {
+        self.best.into_iter().map(|(_, n)| n).collect()
+    }
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -643,6 +624,97 @@ mod tests {
             resolve(&not_elf),
             Err(UprobeError::NotElf { .. } | UprobeError::Read { .. })
         ));
+    }
+
+    /// A C program with `tailprof_answer` (returns 42) built by gcc in a scratch
+    /// directory; None without gcc.
+    fn c_program() -> Option<(PathBuf, PathBuf)> {
+        let dir = std::env::temp_dir().join(format!("tailprof-uprobe-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let src = dir.join("p.c");
+        std::fs::write(
+            &src,
+            "__attribute__((noinline)) int tailprof_answer(void) { return 42; }\n\
+             int main(void) { return tailprof_answer() - 42; }\n",
+        )
+        .ok()?;
+        let bin = dir.join("p");
+        let ok = std::process::Command::new("gcc")
+            .args(["-O1", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some((dir, bin))
+    }
+
+    #[test]
+    fn the_offset_holds_the_function_code() {
+        let Some((dir, bin)) = c_program() else {
+            eprintln!("SKIP: no gcc");
+            return;
+        };
+        let spec = ProbeSpec {
+            binary: bin.display().to_string(),
+            symbol: "tailprof_answer".into(),
+            ret: false,
+        };
+        let r = resolve(&spec).unwrap();
+        let bytes = std::fs::read(&bin).unwrap();
+        // Same answer from the bytes in memory.
+        assert_eq!(
+            symbol_offset(&bytes, "tailprof_answer").unwrap(),
+            (r.addr, r.offset)
+        );
+        if cfg!(target_arch = "x86_64") {
+            // mov $42, %eax; ret (after an endbr64 when CET is on)
+            let code = &bytes[r.offset as usize..][..12];
+            assert!(
+                code.windows(6).any(|w| w == [0xb8, 42, 0, 0, 0, 0xc3]),
+                "{code:x?}"
+            );
+        }
+        // Damaged copies: an error or an answer, never a panic; cut short: an error.
+        let mut flipped = bytes.clone();
+        for at in (0..4096.min(bytes.len())).chain((bytes.len() - 4096.min(bytes.len()))..bytes.len()) {
+            flipped[at] ^= 0xff;
+            let _ = symbol_offset(&flipped, "tailprof_answer");
+            flipped[at] ^= 0xff;
+        }
+        for n in (0..bytes.len()).step_by(97) {
+            let _ = symbol_offset(&bytes[..n], "tailprof_answer");
+        }
+        assert!(matches!(
+            symbol_offset(&bytes[..bytes.len() - 1], "tailprof_answer"),
+            Err(Lookup::Bad(_))
+        ));
+        // Not ELF64 little-endian.
+        let mut elf32 = bytes.clone();
+        elf32[4] = 1;
+        assert!(matches!(symbol_offset(&elf32, "x"), Err(Lookup::NotElf | Lookup::Bad(_))));
+        assert!(matches!(symbol_offset(&b"#!/bin/sh\n"[..], "x"), Err(Lookup::NotElf)));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn close_names_are_the_best_five_in_any_order() {
+        let names = [
+            "mainloop", "main", "domain", "Main", "maim", "mains", "xmain", "zzz", "mian", "main",
+            "remainder", "amain",
+        ];
+        let run = |order: &mut dyn Iterator<Item = &&str>| {
+            let mut c = CloseNames::new("main");
+            order.for_each(|n| c.offer(n));
+            c.names()
+        };
+        // (distance, name): containing it (by the length difference, at most 3), then
+        // within two edits; ties by name.
+        let best = ["Main", "main", "amain", "maim", "mains"];
+        assert_eq!(run(&mut names.iter()), best);
+        assert_eq!(run(&mut names.iter().rev()), best);
+        let mut few = CloseNames::new("main");
+        ["zzz", "xmain", "domain"].iter().for_each(|n| few.offer(n));
+        assert_eq!(few.names(), ["xmain", "domain"]);
     }
 
     #[test]
