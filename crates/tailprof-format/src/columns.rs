@@ -130,6 +130,26 @@ pub fn put_column(out: &mut Vec<u8>, pk: &mut Packer, n: usize, get: impl Fn(usi
     pk.put_scratch(out);
 }
 
+/// [`put_column`] of `vals` (at least one): the same bytes, but a column whose rows are
+/// all below 128 (thread, CPU and cpumode columns, usually) is copied as bytes in one
+/// pass instead of ULEB-encoded row by row.
+pub fn put_column_of<T: Copy + Into<u64>>(out: &mut Vec<u8>, pk: &mut Packer, vals: &[T]) {
+    let first: u64 = vals[0].into();
+    if vals.iter().all(|&v| v.into() == first) {
+        out.push(COL_CONST);
+        put_uleb(out, first);
+        return;
+    }
+    out.push(COL_ULEB);
+    pk.scratch.clear();
+    if vals.iter().fold(0u64, |a, &v| a | v.into()) < 0x80 {
+        pk.scratch.extend(vals.iter().map(|&v| v.into() as u8));
+    } else {
+        put_ulebs(&mut pk.scratch, vals.len(), |i| vals[i].into());
+    }
+    pk.put_scratch(out);
+}
+
 /// Appends `get(0) .. get(n - 1)` as ULEB128, as `put_uleb` would, but with one
 /// capacity check for all of them.
 pub fn put_ulebs(buf: &mut Vec<u8>, n: usize, get: impl Fn(usize) -> u64) {
@@ -372,6 +392,26 @@ mod tests {
         let mut out = Vec::new();
         Packer::new(1).put_blob(&mut out, b"abc");
         assert_eq!(out, [BLOB_STORED, 3, b'a', b'b', b'c']);
+    }
+
+    #[test]
+    fn put_column_of_matches_put_column() {
+        let cases: Vec<Vec<u32>> = vec![
+            vec![5; 300],
+            vec![0],
+            (0..500).map(|i| i % 3).collect(),
+            (0..500).map(|i| (i * 7) % 127).collect(),
+            (0..500).map(|i| if i == 250 { 128 } else { i % 5 }).collect(),
+            (0..500).map(|i| i * 1000).collect(),
+        ];
+        for (k, v) in cases.iter().enumerate() {
+            for level in [0, 1] {
+                let (mut a, mut b) = (vec![1u8], vec![1u8]);
+                put_column_of(&mut a, &mut Packer::new(level), v);
+                put_column(&mut b, &mut Packer::new(level), v.len(), |i| v[i] as u64);
+                assert_eq!(a, b, "case {k}");
+            }
+        }
     }
 
     #[test]

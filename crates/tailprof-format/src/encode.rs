@@ -12,7 +12,7 @@
 //! order of their writer ids (callers first), as the chunk's own stack section, so a
 //! chunk never depends on another chunk's stacks.
 
-use crate::columns::{put_column, put_opt_column, Packer};
+use crate::columns::{put_column, put_column_of, put_opt_column, Packer};
 use crate::meta::RecordsMeta;
 use crate::record::{Frame, LossKind, Record, Sample, StackId, StackStatus};
 use crate::sideband::{put_sideband, sideband_size_hint};
@@ -78,6 +78,8 @@ pub struct ChunkBuilder {
     ips: Vec<u64>,
     ip_counts: Vec<u32>,
     ip_map: IntMap<u64>,
+    /// The ip index column as written (reused buffer).
+    ip_rows: Vec<u32>,
     /// Recently seen IPs, direct-mapped: `(ip, index + 1)`, 0 = empty.
     ip_cache: IpCache,
     /// The last sample's values of the usually constant columns, and how many samples
@@ -176,6 +178,17 @@ fn put_lazy<T: Copy + PartialEq>(out: &mut Vec<u8>, pk: &mut Packer, n: usize, c
         put_uleb(out, f(col.first));
     } else {
         put_column(out, pk, n, |i| f(col.v[i]));
+    }
+}
+
+/// [`put_lazy`] of a column stored as is (the same bytes).
+fn put_lazy_of<T: Copy + PartialEq + Into<u64>>(out: &mut Vec<u8>, pk: &mut Packer, n: usize, col: &Lazy<T>) {
+    debug_assert_eq!(col.n, n);
+    if col.v.is_empty() {
+        out.push(crate::columns::COL_CONST);
+        put_uleb(out, col.first.into());
+    } else {
+        put_column_of(out, pk, &col.v);
     }
 }
 
@@ -614,19 +627,19 @@ impl ChunkBuilder {
         pk.put_scratch(body);
         between();
 
-        put_lazy(body, pk, n, &self.events, |v| v as u64);
+        put_lazy_of(body, pk, n, &self.events);
 
         put_uleb(body, self.threads.len() as u64);
         for &(pid, tid) in &self.threads {
             put_uleb(body, pid as u64);
             put_uleb(body, tid as u64);
         }
-        put_column(body, pk, n, |i| self.thread_idx[i] as u64);
+        put_column_of(body, pk, &self.thread_idx);
         between();
-        put_column(body, pk, n, |i| self.cpus[i] as u64);
+        put_column_of(body, pk, &self.cpus);
         between();
-        put_lazy(body, pk, n, &self.periods, |v| v);
-        put_lazy(body, pk, n, &self.cpumodes, |v| v as u64);
+        put_lazy_of(body, pk, n, &self.periods);
+        put_lazy_of(body, pk, n, &self.cpumodes);
 
         // IP table in descending frequency, so hot IPs get one-byte indices.
         let mut order: Vec<u32> = (0..self.ips.len() as u32).collect();
@@ -647,11 +660,15 @@ impl ChunkBuilder {
         between();
         // With stack nodes in the chunk, index 0 is "the stack's leaf ip" and the table is
         // 1-based; without, indices are 0-based as in version 1.
-        let shift = !self.nodes.is_empty() as u64;
-        put_column(body, pk, n, |i| match self.ip_idx[i] {
+        let shift = !self.nodes.is_empty() as u32;
+        let mut rows = std::mem::take(&mut self.ip_rows);
+        rows.clear();
+        rows.extend(self.ip_idx.iter().map(|&k| match k {
             LEAF_IP => 0,
-            k => rank[k as usize] as u64 + shift,
-        });
+            k => rank[k as usize] + shift,
+        }));
+        put_column_of(body, pk, &rows);
+        self.ip_rows = rows;
         between();
 
         let m = &self.opt_mask;
@@ -659,7 +676,7 @@ impl ChunkBuilder {
         put_opt_column(body, pk, n, |i| m.get(i) & HAS_WEIGHT != 0, &self.weights, false);
         put_opt_column(body, pk, n, |i| m.get(i) & HAS_DATA_SRC != 0, &self.data_srcs, false);
 
-        put_lazy(body, pk, n, &self.regs_count, |v| v as u64);
+        put_lazy_of(body, pk, n, &self.regs_count);
         pk.scratch.clear();
         for &r in &self.regs {
             put_uleb(&mut pk.scratch, r);
@@ -670,7 +687,7 @@ impl ChunkBuilder {
             0 => 0,
             s => slot_rank[s as usize - 1] as u64 + 1,
         });
-        put_lazy(body, pk, n, &self.stack_status, |v| v as u64);
+        put_lazy_of(body, pk, n, &self.stack_status);
     }
 
     /// Forgets the buffered records (after the chunk was written).

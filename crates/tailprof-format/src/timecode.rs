@@ -124,10 +124,20 @@ fn put_planes_w<const W: usize>(deltas: &[u64], marker: u64, out: &mut Vec<u8>) 
     let n = deltas.len();
     out.reserve(W * n);
     let spare = &mut out.spare_capacity_mut()[..W * n];
-    for (i, &d) in deltas.iter().enumerate() {
+    let (p0, rest) = spare.split_at_mut(n);
+    let (p1, rest) = rest.split_at_mut(if W > 1 { n } else { 0 });
+    let (p2, p3) = rest.split_at_mut(if W > 2 { n } else { 0 });
+    for (i, (&d, b0)) in deltas.iter().zip(p0.iter_mut()).enumerate() {
         let d = d.min(marker);
-        for k in 0..W {
-            spare[k * n + i].write((d >> (8 * k)) as u8);
+        b0.write(d as u8);
+        if W > 1 {
+            p1[i].write((d >> 8) as u8);
+        }
+        if W > 2 {
+            p2[i].write((d >> 16) as u8);
+        }
+        if W > 3 {
+            p3[i].write((d >> 24) as u8);
         }
     }
     // SAFETY: the `W * n` bytes after the current length were initialised above.
