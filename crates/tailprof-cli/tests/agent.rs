@@ -473,12 +473,16 @@ fn slow_request_is_retained_with_its_explanation_fast_ones_are_not() {
     let end = format!("{}:request_end", bin.display());
     let Some(agent) = start_agent(
         &store,
-        &["--window", "1s", "-F", "499", "--duration", "4s", "--item-begin", &begin, "--item-end", &end, "--slow-threshold", "100ms", "--slow-percentile", "off"],
+        &["--window", "1s", "-F", "499", "--duration", "120s", "--item-begin", &begin, "--item-end", &end, "--slow-threshold", "100ms", "--slow-percentile", "off"],
     ) else {
         return;
     };
     let st = Command::new(&bin).arg("30").status().unwrap();
     assert!(st.success());
+    // Stop the agent once the program is done (on a loaded machine it can take longer than
+    // any fixed --duration; the test must not depend on how long it runs).
+    // SAFETY: kill on our own child's pid.
+    unsafe { libc::kill(agent.child.id() as i32, libc::SIGINT) };
     let log = finish_agent(agent).unwrap();
     let out = tailprof().args(["items", "--store"]).arg(&store).args(["--since", "1d", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
