@@ -1,7 +1,8 @@
 //! tailprof's one ELF reader for files that belong to someone else: a profiled process's
 //! executable and libraries, debug files, downloads. Used by the marker attach
-//! (`tailprof-collect::markers`), symbolization (`tailprof-symbolize::elf`) and the agent's
-//! symbol tables (`tailprof-agent::symtab`).
+//! (`tailprof-collect::markers`), uprobe symbol resolution (`tailprof-collect::uprobe`),
+//! build-ids (`tailprof-collect-sys::buildid`, through [`notes`]), symbolization
+//! (`tailprof-symbolize::elf`) and the agent's symbol tables (`tailprof-agent::symtab`).
 //!
 //! Design constraints:
 //! - **Nothing is mapped.** Everything is read with `pread` ([`ReadAt`]) from an already
