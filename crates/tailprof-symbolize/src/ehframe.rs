@@ -7,8 +7,6 @@
 //! -d` and `nm` print it), so all samples in one unnamed function fold into one row
 //! instead of one row per address.
 
-use std::collections::HashMap;
-
 use gimli::{
     BaseAddresses, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EhFrameOffset, EndianSlice, RunTimeEndian,
     UnwindSection,
@@ -35,7 +33,7 @@ pub struct FdeRanges {
 /// CIEs parsed once per offset (a binary has a handful; every FDE names one).
 #[derive(Default)]
 struct Cies<'a> {
-    by_offset: HashMap<usize, CommonInformationEntry<Slice<'a>>>,
+    by_offset: rustc_hash::FxHashMap<usize, CommonInformationEntry<Slice<'a>>>,
 }
 
 impl<'a> Cies<'a> {
@@ -101,18 +99,34 @@ impl FdeRanges {
         // Each entry takes at least 4 bytes of the section: bounds the reservation.
         let mut ranges = Vec::with_capacity(count.min(hdr.len() / 4));
         let mut cies = Cies::default();
+        let mut encodings: Vec<(usize, u8)> = Vec::new();
         let mut last = 0u64;
         while let Some((start, fde)) = it.next().ok()? {
             let start = start.direct().ok()?;
-            let off = fde.direct().ok()?.checked_sub(eh_addr)?;
-            let off = EhFrameOffset(usize::try_from(off).ok()?);
-            let fde = eh.fde_from_offset(bases, off, |s, b, o| cies.get(s, b, o)).ok()?;
-            if fde.initial_address() != start || start < last {
+            let off = usize::try_from(fde.direct().ok()?.checked_sub(eh_addr)?).ok()?;
+            // The common FDE header read here; anything unusual through gimli.
+            let (begin, len) = match fde_header(data, endian, eh_addr, off, |cie| {
+                if let Some(&(_, e)) = encodings.iter().find(|(o, _)| *o == cie) {
+                    return Some(e);
+                }
+                let e = cies.get(&eh, bases, EhFrameOffset(cie)).ok()?.fde_address_encoding().map_or(0, |e| e.0);
+                if encodings.len() < 64 {
+                    encodings.push((cie, e));
+                }
+                Some(e)
+            }) {
+                Some(r) => r,
+                None => {
+                    let f = eh.fde_from_offset(bases, EhFrameOffset(off), |s, b, o| cies.get(s, b, o)).ok()?;
+                    (f.initial_address(), f.len())
+                }
+            };
+            if begin != start || start < last {
                 return None;
             }
             last = start;
-            if fde.len() > 0 {
-                ranges.push((start, start.saturating_add(fde.len())));
+            if len > 0 {
+                ranges.push((start, start.saturating_add(len)));
             }
         }
         // Same start twice (rare): the walk's order, by end too, without duplicates.
@@ -179,6 +193,70 @@ impl FdeRanges {
     }
 }
 
+/// (initial location, address range) of the FDE at offset `off` of `.eh_frame` (`data`,
+/// at address `eh_addr`), read directly when it has the common layout: 32-bit length,
+/// its CIE's FDE pointer encoding (`encoding(cie offset)`, `DW_EH_PE_*`) absolute or
+/// PC-relative with a fixed-size format. `None` for anything else (64-bit entries, LEB128
+/// or other relative encodings, a CIE in its place, bytes past the entry): gimli reads it.
+fn fde_header(
+    data: &[u8],
+    endian: RunTimeEndian,
+    eh_addr: u64,
+    off: usize,
+    encoding: impl FnOnce(usize) -> Option<u8>,
+) -> Option<(u64, u64)> {
+    let big = matches!(endian, RunTimeEndian::Big);
+    let u32_at = |at: usize| -> Option<u32> {
+        let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(if big { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+    };
+    let len = u32_at(off)?;
+    if len == 0 || len >= 0xffff_fff0 {
+        return None;
+    }
+    let end = off.checked_add(4)?.checked_add(len as usize)?;
+    let id_at = off + 4;
+    let id = u32_at(id_at)? as usize;
+    if id == 0 || end > data.len() {
+        return None; // a CIE, or cut short
+    }
+    let enc = encoding(id_at.checked_sub(id)?)?;
+    let size = match enc & 0x0f {
+        0x00 | 0x04 | 0x0c => 8,
+        0x02 | 0x0a => 2,
+        0x03 | 0x0b => 4,
+        _ => return None,
+    };
+    let value = |at: usize| -> Option<u64> {
+        let b = data.get(at..at.checked_add(size)?.min(end).max(at))?;
+        if b.len() != size {
+            return None;
+        }
+        let mut v = [0u8; 8];
+        let raw = if big {
+            v[8 - size..].copy_from_slice(b);
+            u64::from_be_bytes(v)
+        } else {
+            v[..size].copy_from_slice(b);
+            u64::from_le_bytes(v)
+        };
+        // Signed formats are sign-extended, as gimli does.
+        Some(match enc & 0x0f {
+            0x0a => raw as u16 as i16 as u64,
+            0x0b => raw as u32 as i32 as u64,
+            _ => raw,
+        })
+    };
+    let begin_at = id_at + 4;
+    let begin = value(begin_at)?;
+    let begin = match enc & 0xf0 {
+        0x00 => begin,
+        0x10 => eh_addr.wrapping_add(begin_at as u64).wrapping_add(begin),
+        _ => return None,
+    };
+    Some((begin, value(begin_at + size)?))
+}
+
 /// The name of the function range starting at `start`.
 pub fn range_name(start: u64) -> String {
     format!("fn_{start:x}")
@@ -209,6 +287,35 @@ mod tests {
         // Random bytes: no panic, some error or nothing.
         let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
         let _ = FdeRanges::parse(&junk, RunTimeEndian::Little, &BaseAddresses::default());
+    }
+
+    #[test]
+    fn fde_header_reads_the_common_layout_and_leaves_the_rest_to_gimli() {
+        // A CIE stand-in at 0, an FDE at 0x20: length 16, CIE pointer 0x24 (back to 0),
+        // pc_begin -0x10 (PC-relative sdata4), range 0x40, no augmentation.
+        let mut d = vec![0u8; 0x20];
+        d.extend_from_slice(&16u32.to_le_bytes());
+        d.extend_from_slice(&0x24u32.to_le_bytes());
+        d.extend_from_slice(&(-0x10i32).to_le_bytes());
+        d.extend_from_slice(&0x40u32.to_le_bytes());
+        d.extend_from_slice(&[0, 0, 0, 0]);
+        let le = RunTimeEndian::Little;
+        assert_eq!(fde_header(&d, le, 0x1000, 0x20, |c| (c == 0).then_some(0x1b)), Some((0x1000 + 0x28 - 0x10, 0x40)));
+        // Absolute udata8 would need 16 bytes: past the entry.
+        assert_eq!(fde_header(&d, le, 0x1000, 0x20, |_| Some(0x04)), None);
+        // LEB128, data-relative, indirect: gimli's job.
+        for enc in [0x01, 0x3b, 0x9b] {
+            assert_eq!(fde_header(&d, le, 0x1000, 0x20, |_| Some(enc)), None, "{enc:#x}");
+        }
+        // A CIE (id 0), a 64-bit entry, cut short, out of bounds: none.
+        let mut cie = d.clone();
+        cie[0x24..0x28].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(fde_header(&cie, le, 0x1000, 0x20, |_| Some(0x1b)), None);
+        let mut wide = d.clone();
+        wide[0x20..0x24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(fde_header(&wide, le, 0x1000, 0x20, |_| Some(0x1b)), None);
+        assert_eq!(fde_header(&d[..0x30], le, 0x1000, 0x20, |_| Some(0x1b)), None);
+        assert_eq!(fde_header(&d, le, 0x1000, usize::MAX - 2, |_| Some(0x1b)), None);
     }
 
     /// (`.eh_frame` bytes and address, `.eh_frame_hdr` bytes and address, bases, endian)
