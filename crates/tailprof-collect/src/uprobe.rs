@@ -33,7 +33,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use perf_event_open_sys::bindings as b;
-use tailprof_elf::{Elf, ReadAt, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC};
+use tailprof_elf::{
+    Elf, ReadAt, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC,
+};
 use tailprof_format::{ItemClass, Marker, MarkerKind, MarkerSource, Record, Sample};
 
 use crate::attr::{parse_regs, ClockChoice, PerfEventAttr, ATTR_SIZE};
@@ -242,7 +244,12 @@ fn symbol_offset<R: ReadAt + ?Sized>(r: &R, name: &str) -> Result<(u64, u64), Lo
     let mut close = CloseNames::new(name);
     let mut found = None;
     'outer: for want in [SHT_SYMTAB, SHT_DYNSYM] {
-        for (i, _) in elf.sections().iter().enumerate().filter(|(_, s)| s.kind == want) {
+        for (i, _) in elf
+            .sections()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.kind == want)
+        {
             let Ok(table) = elf.symbol_table_at(i) else {
                 continue; // no string table, or outside the file
             };
@@ -316,7 +323,12 @@ impl CloseNames {
             None
         };
         let Some(d) = d else { return };
-        if self.best.len() == Self::MOST && self.best.last().is_some_and(|w| (d, n) >= (w.0, w.1.as_str())) {
+        if self.best.len() == Self::MOST
+            && self
+                .best
+                .last()
+                .is_some_and(|w| (d, n) >= (w.0, w.1.as_str()))
+        {
             return;
         }
         self.best.insert((d, n.to_string()));
@@ -676,7 +688,9 @@ mod tests {
         }
         // Damaged copies: an error or an answer, never a panic; cut short: an error.
         let mut flipped = bytes.clone();
-        for at in (0..4096.min(bytes.len())).chain((bytes.len() - 4096.min(bytes.len()))..bytes.len()) {
+        for at in
+            (0..4096.min(bytes.len())).chain((bytes.len() - 4096.min(bytes.len()))..bytes.len())
+        {
             flipped[at] ^= 0xff;
             let _ = symbol_offset(&flipped, "tailprof_answer");
             flipped[at] ^= 0xff;
@@ -691,16 +705,32 @@ mod tests {
         // Not ELF64 little-endian.
         let mut elf32 = bytes.clone();
         elf32[4] = 1;
-        assert!(matches!(symbol_offset(&elf32, "x"), Err(Lookup::NotElf | Lookup::Bad(_))));
-        assert!(matches!(symbol_offset(&b"#!/bin/sh\n"[..], "x"), Err(Lookup::NotElf)));
+        assert!(matches!(
+            symbol_offset(&elf32, "x"),
+            Err(Lookup::NotElf | Lookup::Bad(_))
+        ));
+        assert!(matches!(
+            symbol_offset(&b"#!/bin/sh\n"[..], "x"),
+            Err(Lookup::NotElf)
+        ));
         let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn close_names_are_the_best_five_in_any_order() {
         let names = [
-            "mainloop", "main", "domain", "Main", "maim", "mains", "xmain", "zzz", "mian", "main",
-            "remainder", "amain",
+            "mainloop",
+            "main",
+            "domain",
+            "Main",
+            "maim",
+            "mains",
+            "xmain",
+            "zzz",
+            "mian",
+            "main",
+            "remainder",
+            "amain",
         ];
         let run = |order: &mut dyn Iterator<Item = &&str>| {
             let mut c = CloseNames::new("main");
