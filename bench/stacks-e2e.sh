@@ -19,11 +19,23 @@
 #   pg:   the PostgreSQL 15 backend serving `pgbench -c 1 -T SECS` on a private cluster
 #         (both recorders attach with -p to the backend; the recording ends when pgbench
 #         disconnects); needs /usr/lib/postgresql/*/bin.
-# CPU = user+sys from getrusage of the children: the recorder's (c2/deep: minus the
-# workload's own, which it writes at exit, so kernel sampling work charged to the workload is
-# excluded for both tools; pg: the backend is not our child), plus the whole
-# post-processing step (perf script and the collapser both counted). Samples = the sum of the
-# folded counts. Medians of RUNS repetitions, tools alternating which goes first.
+# CPU is measured with transient cgroup v2 groups (under the cgroup2 mount, e.g.
+# /sys/fs/cgroup or /sys/fs/cgroup/unified; a group's cpu.stat usage_usec counts every
+# process in it and all its descendants, whether or not anyone waits for them: perf script's
+# addr2line children included, which getrusage(RUSAGE_CHILDREN) misses when perf does not
+# wait for them). Each step's process joins a fresh group before it execs (Popen
+# preexec_fn writes "0" to GROUP/cgroup.procs), the group is read once it is empty, then
+# removed:
+#   record: the recorder in group "rec". c2/deep: the workload (the recorder's child)
+#           moves itself to a sibling group "wl" first thing in main() (E2E_WLCG names its
+#           cgroup.procs), so kernel sampling work charged to the workload is excluded for
+#           both tools (only the fork/exec of the workload before main() stays with the
+#           recorder: well under a millisecond). pg: the backend is in neither group.
+#   post:   tailprof report, or perf script + the awk collapser (+ addr2line), group "post".
+# The old getrusage accounting is printed as a cross-check (children's user+sys; c2/deep
+# minus the workload's own RUSAGE_SELF, which it writes at exit); it is the only one (with a
+# note) when no cgroup2 is mounted or writable. Samples = the sum of the folded counts.
+# Medians of RUNS repetitions, tools alternating which goes first.
 # Usage: bench/stacks-e2e.sh [RUNS] [SECS]     (root)
 set -euo pipefail
 RUNS=${1:-3}
@@ -51,7 +63,13 @@ __attribute__((noinline)) void leaf(uint64_t n) { volatile char f[16]; f[0] = 0;
 __attribute__((noinline)) void caller_a(uint64_t n) { leaf(n); sink++; }
 __attribute__((noinline)) void caller_b(uint64_t n) { leaf(n); sink++; }
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void own_cgroup(void) {   /* out of the recorder's cgroup (see the header) */
+    const char *cg = getenv("E2E_WLCG");
+    FILE *f = cg ? fopen(cg, "w") : NULL;
+    if (f) { fprintf(f, "0\n"); fclose(f); }
+}
 int main(int argc, char **argv) {
+    own_cgroup();
     double end = now() + (argc > 1 ? atof(argv[1]) : 4.0);
     for (long i = 0; now() < end; i++) { if (i % 10 < 3) caller_a(20000); else caller_b(20000); }
     if (argc > 2) {   /* own CPU seconds, so the recorder's share can be separated */
@@ -85,7 +103,13 @@ void f1(int d, uint32_t p) BODY(1)
 void f2(int d, uint32_t p) BODY(2)
 void f3(int d, uint32_t p) BODY(3)
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void own_cgroup(void) {   /* out of the recorder's cgroup (see the header) */
+    const char *cg = getenv("E2E_WLCG");
+    FILE *f = cg ? fopen(cg, "w") : NULL;
+    if (f) { fprintf(f, "0\n"); fclose(f); }
+}
 int main(int argc, char **argv) {
+    own_cgroup();
     double end = now() + (argc > 1 ? atof(argv[1]) : 4.0);
     while (now() < end) { uint32_t p = next() % 64; f0(20 + next() % 21, p * 0x9e3779b9u); }
     if (argc > 2) {
@@ -134,6 +158,57 @@ import os, resource, statistics, subprocess, time
 TP, W, SECS, RUNS = os.environ["TP"], os.environ["W"], os.environ["SECS"], int(os.environ["RUNS"])
 PM, PGBIN = os.environ.get("PM", ""), os.environ.get("PGBIN", "")
 
+def cgroup_root():
+    """A writable cgroup v2 directory for our transient groups, or None."""
+    try:
+        mounts = [l.split() for l in open("/proc/mounts")]
+    except OSError:
+        return None
+    for m in mounts:
+        if len(m) > 2 and m[2] == "cgroup2":
+            d = f"{m[1]}/tailprof-e2e.{os.getpid()}"
+            try:
+                os.mkdir(d)
+                if os.path.exists(f"{d}/cpu.stat"):
+                    return d
+                os.rmdir(d)
+            except OSError:
+                pass
+    return None
+
+CG = cgroup_root()
+
+class Group:
+    """A transient cgroup v2 group: join() in a child before exec, usage() once it is empty."""
+    def __init__(self, name):
+        self.d = f"{CG}/{name}" if CG else None
+        if self.d:
+            os.mkdir(self.d)
+    def join(self):
+        if self.d:
+            with open(f"{self.d}/cgroup.procs", "w") as f:
+                f.write("0")
+    def usage(self):
+        if not self.d:
+            return None
+        for _ in range(500):   # wait for orphans (addr2line) to exit: up to 10 s
+            if not open(f"{self.d}/cgroup.procs").read().strip():
+                break
+            time.sleep(0.02)
+        for line in open(f"{self.d}/cpu.stat"):
+            k, v = line.split()
+            if k == "usage_usec":
+                return int(v) / 1e6
+        return None
+    def remove(self):
+        if self.d:
+            for _ in range(100):
+                try:
+                    os.rmdir(self.d)
+                    return
+                except OSError:
+                    time.sleep(0.05)
+
 def cpu():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -178,56 +253,71 @@ def run(tool, wl):
     else:
         target = ["--", f"{W}/{'w' if wl == 'c2' else 'deep'}", SECS, wcpu]
     rec = [TP, "record", *opts, *target] if tool == "tailprof" else ["perf", "record", "-q", *opts, *target]
+    g_rec, g_wl, g_post = Group("rec"), Group("wl"), Group("post")
+    env = dict(os.environ, **({"E2E_WLCG": f"{g_wl.d}/cgroup.procs"} if g_wl.d else {}))
     c0 = cpu()
-    r = subprocess.run(rec, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(rec, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=g_rec.join, env=env)
     # perf record -p exits non-zero when its target goes away; the data must be there.
     if r.returncode != 0 and not (work is not None and os.path.exists(data) and os.path.getsize(data) > 0):
         raise SystemExit(f"{tool} record failed ({r.returncode}): {r.stderr.strip()[-500:]}")
-    rec_cpu = cpu() - c0
+    rec_ru = cpu() - c0
     if work is not None:
         work.wait()
     else:
-        rec_cpu -= float(open(wcpu).read())
+        rec_ru -= float(open(wcpu).read())
+    rec_cg = g_rec.usage()
     c1, t1 = cpu(), time.monotonic()
     with open(folded, "w") as out:
         if tool == "tailprof":
-            subprocess.run([TP, "report", "--folded", data], stdout=out, stderr=subprocess.DEVNULL, check=True)
+            subprocess.run([TP, "report", "--folded", data], stdout=out, stderr=subprocess.DEVNULL, check=True, preexec_fn=g_post.join)
         else:
-            ps = subprocess.Popen(["perf", "script", "-i", data], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            aw = subprocess.Popen(["awk", "-f", f"{W}/collapse.awk"], stdin=ps.stdout, stdout=out)
+            ps = subprocess.Popen(["perf", "script", "-i", data], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, preexec_fn=g_post.join)
+            aw = subprocess.Popen(["awk", "-f", f"{W}/collapse.awk"], stdin=ps.stdout, stdout=out, preexec_fn=g_post.join)
             ps.stdout.close()
             if aw.wait() or ps.wait():
                 raise SystemExit("perf script | collapser failed")
-    post_wall, post_cpu = time.monotonic() - t1, cpu() - c1
+    post_wall, post_ru = time.monotonic() - t1, cpu() - c1
+    post_cg = g_post.usage()
+    for g in (g_rec, g_wl, g_post):
+        g.remove()
     n, share = folded_stats(folded, {"c2": "caller_a", "deep": "f3", "pg": "PortalRun"}[wl])
     size = os.path.getsize(data)
     for p in (data, folded, wcpu):
         if os.path.exists(p):
             os.remove(p)
-    return dict(samples=n, rec_cpu=rec_cpu, post_cpu=post_cpu, post_wall=post_wall, share=share, size=size)
+    return dict(samples=n, rec_cpu=rec_ru if rec_cg is None else rec_cg, post_cpu=post_ru if post_cg is None else post_cg,
+                rec_ru=rec_ru, post_ru=post_ru, post_wall=post_wall, share=share, size=size)
 
 med = statistics.median
-print(f"runs={RUNS} seconds={SECS} event=cpu-clock -c 250000 (4 kHz) --call-graph dwarf; medians; "
-      f"loadavg {open('/proc/loadavg').read().split()[0:3]}")
-print(f"{'workload':8} {'tool':9} {'samples':>8} {'share':>6} {'rec CPU s':>9} {'post CPU s':>10} {'post wall s':>11} "
-      f"{'rec us/smp':>10} {'total CPU us/smp':>16} {'post wall us/smp':>16}")
-for wl in os.environ["WORKLOADS"].split():
-    if wl == "pg" and not PM:
-        continue
-    rows = {"tailprof": [], "perf": []}
-    for r in range(RUNS):
-        for tool in (("tailprof", "perf") if r % 2 == 0 else ("perf", "tailprof")):
-            rows[tool].append(run(tool, wl))
-    res = {}
-    for tool, v in rows.items():
-        tot = med([1e6 * (x["rec_cpu"] + x["post_cpu"]) / max(x["samples"], 1) for x in v])
-        rc = med([1e6 * x["rec_cpu"] / max(x["samples"], 1) for x in v])
-        pw = med([1e6 * x["post_wall"] / max(x["samples"], 1) for x in v])
-        res[tool] = (tot, pw)
-        print(f"{wl:8} {tool:9} {med([x['samples'] for x in v]):8.0f} {100 * med([x['share'] for x in v]):5.1f}% "
-              f"{med([x['rec_cpu'] for x in v]):9.3f} {med([x['post_cpu'] for x in v]):10.3f} "
-              f"{med([x['post_wall'] for x in v]):11.3f} {rc:10.2f} {tot:16.2f} {pw:16.2f}", flush=True)
-    cpu_r, wall_r = res["perf"][0] / res["tailprof"][0], res["perf"][1] / res["tailprof"][1]
-    print(f"{wl:8} perf/tailprof: total CPU per sample {cpu_r:.1f}x, post-processing wall per sample {wall_r:.1f}x "
-          f"-> {'PASS' if cpu_r >= 10 else 'FAIL'} (target >= 10x)", flush=True)
+try:
+    print(f"runs={RUNS} seconds={SECS} event=cpu-clock -c 250000 (4 kHz) --call-graph dwarf; medians; "
+          f"loadavg {open('/proc/loadavg').read().split()[0:3]}")
+    print(f"CPU: cgroup v2 cpu.stat usage_usec (groups under {os.path.dirname(CG)}); 'rusage' = getrusage cross-check" if CG else
+          "CPU: NOTE no writable cgroup2 mount: getrusage of the children only (perf script's addr2line children may be missed)")
+    print(f"{'workload':8} {'tool':9} {'samples':>8} {'share':>6} {'rec CPU s':>9} {'post CPU s':>10} {'post wall s':>11} "
+          f"{'rec us/smp':>10} {'total CPU us/smp':>16} {'post wall us/smp':>16} {'rusage rec/post s':>17} {'rusage tot us/smp':>17}")
+    for wl in os.environ["WORKLOADS"].split():
+        if wl == "pg" and not PM:
+            continue
+        rows = {"tailprof": [], "perf": []}
+        for r in range(RUNS):
+            for tool in (("tailprof", "perf") if r % 2 == 0 else ("perf", "tailprof")):
+                rows[tool].append(run(tool, wl))
+        res = {}
+        for tool, v in rows.items():
+            tot = med([1e6 * (x["rec_cpu"] + x["post_cpu"]) / max(x["samples"], 1) for x in v])
+            tot_ru = med([1e6 * (x["rec_ru"] + x["post_ru"]) / max(x["samples"], 1) for x in v])
+            rc = med([1e6 * x["rec_cpu"] / max(x["samples"], 1) for x in v])
+            pw = med([1e6 * x["post_wall"] / max(x["samples"], 1) for x in v])
+            res[tool] = (tot, pw, tot_ru)
+            print(f"{wl:8} {tool:9} {med([x['samples'] for x in v]):8.0f} {100 * med([x['share'] for x in v]):5.1f}% "
+                  f"{med([x['rec_cpu'] for x in v]):9.3f} {med([x['post_cpu'] for x in v]):10.3f} "
+                  f"{med([x['post_wall'] for x in v]):11.3f} {rc:10.2f} {tot:16.2f} {pw:16.2f} "
+                  f"{med([x['rec_ru'] for x in v]):8.3f}/{med([x['post_ru'] for x in v]):.3f} {tot_ru:17.2f}", flush=True)
+        cpu_r, wall_r, ru_r = res["perf"][0] / res["tailprof"][0], res["perf"][1] / res["tailprof"][1], res["perf"][2] / res["tailprof"][2]
+        print(f"{wl:8} perf/tailprof: total CPU per sample {cpu_r:.1f}x (rusage {ru_r:.1f}x), post-processing wall per sample {wall_r:.1f}x "
+              f"-> {'PASS' if cpu_r >= 10 else 'FAIL'} (target >= 10x)", flush=True)
+finally:
+    if CG:
+        os.rmdir(CG)
 PY

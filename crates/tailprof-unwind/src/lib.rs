@@ -17,8 +17,7 @@
 //! checks device and inode: files are the target's, hence untrusted). A file's sections are
 //! read once and shared by every process that maps it ([`ModuleCache`], keyed by device +
 //! inode or by path and size, bounded in bytes). Only ELF headers and the unwind sections
-//! (plus `.text` for prologue/epilogue analysis, when small enough) are read, with every
-//! size checked against the file and the limits in [`Limits`].
+//! (`.eh_frame[_hdr]`, `.debug_frame`; never `.text`) are read, with every size checked against the file and the limits in [`Limits`].
 //!
 //! # Bounded work per sample
 //! At most [`Limits::max_frames`] frames; every stack read is a bounds-checked lookup in the
@@ -120,8 +119,6 @@ pub struct Limits {
     pub max_mappings: usize,
     /// Bytes of one unwind section (`.eh_frame`, `.eh_frame_hdr`, `.debug_frame`).
     pub max_section: u64,
-    /// `.text` is kept for prologue/epilogue analysis only up to this size.
-    pub max_text: u64,
     /// Bytes of all cached module sections together.
     pub max_cache_bytes: usize,
 }
@@ -133,7 +130,6 @@ impl Default for Limits {
             max_processes: 4096,
             max_mappings: 8192,
             max_section: 256 << 20,
-            max_text: 64 << 20,
             max_cache_bytes: 1 << 30,
         }
     }
@@ -584,7 +580,9 @@ fn module_for(m: &Mapping, d: &ModuleData) -> Option<(Module<Bytes>, u64)> {
 fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<ModuleData> {
     let bad = |e: object::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
     let len = f.metadata()?.len();
-    let cache = ReadCache::new(f);
+    // Headers through the cache (small reads); section bytes below straight from the file
+    // into their final buffer (the cache would zero a buffer, read into it, and be copied).
+    let cache = ReadCache::new(&f);
     let elf = ElfFile64::<object::Endianness, _>::parse(&cache).map_err(bad)?;
     if let Some(want) = build_id.filter(|b| !b.is_empty()) {
         if elf.build_id().ok().flatten() != Some(want) {
@@ -605,23 +603,27 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
         if size == 0 || size > max || size > len || s.kind() == object::SectionKind::UninitializedData {
             return None;
         }
-        let data = s.data().ok()?;
+        let (off, fsize) = s.file_range()?;
+        if fsize != size || off.checked_add(size).is_none_or(|e| e > len) {
+            return None;
+        }
+        let data = read_exact_at(&f, off, size as usize).ok()?;
         bytes += data.len();
-        Some((s.address()..s.address().saturating_add(size), Bytes(Arc::new(data.to_vec()))))
+        Some((s.address()..s.address().saturating_add(size), Bytes(Arc::new(data))))
     };
     let eh_frame = section(".eh_frame", limits.max_section);
     let eh_frame_hdr = section(".eh_frame_hdr", limits.max_section);
     let debug_frame = section(".debug_frame", limits.max_section);
-    let text = section(".text", limits.max_text);
     let got = elf.section_by_name(".got").map(|s| s.address()..s.address().saturating_add(s.size()));
     let has_cfi = eh_frame.is_some() || debug_frame.is_some();
-    let text_svma = text.as_ref().map(|t| t.0.clone()).or_else(|| {
-        elf.section_by_name(".text").map(|s| s.address()..s.address().saturating_add(s.size()))
-    });
+    // `.text`: its address range only (the base of DW_EH_PE_textrel pointers). Its bytes
+    // are not read: framehop analyses instructions only in Mach-O (`__unwind_info`) and PE
+    // modules (its `macho`/`pe` features, not enabled here); `.eh_frame` covers prologues
+    // and epilogues. Reading them was most of attaching to PostgreSQL (5.4 MB `.text`).
+    let text_svma = elf.section_by_name(".text").map(|s| s.address()..s.address().saturating_add(s.size()));
     let sections = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma,
-        text: text.map(|t| t.1),
         got_svma: got,
         eh_frame_svma: eh_frame.as_ref().map(|e| e.0.clone()),
         eh_frame: eh_frame.map(|e| e.1),
@@ -631,6 +633,20 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
         ..Default::default()
     };
     Ok(ModuleData { sections, exec_segments, has_cfi, entry: elf.entry(), bytes })
+}
+
+/// `len` bytes of `f` from `off` into a new buffer (not zeroed first: `read_to_end` reads
+/// into the spare capacity). A short file is an error.
+fn read_exact_at(mut f: &File, off: u64, len: usize) -> io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    f.seek(SeekFrom::Start(off))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| io::Error::new(io::ErrorKind::OutOfMemory, "section too large"))?;
+    f.take(len as u64).read_to_end(&mut v)?;
+    if v.len() != len {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shorter than its section headers say"));
+    }
+    Ok(v)
 }
 
 /// What [`callchain_frames`] found.
