@@ -85,6 +85,19 @@ impl FdeRanges {
     /// is no table or anything in it disagrees: a pointer outside `.eh_frame`, an FDE
     /// that does not parse or starts elsewhere than its entry says, entries out of order.
     fn from_hdr(data: &[u8], eh_addr: u64, hdr: &[u8], endian: RunTimeEndian, bases: &BaseAddresses) -> Option<Self> {
+        Self::from_hdr_table(data, eh_addr, hdr, endian, bases, true)
+    }
+
+    /// [`Self::from_hdr`], the table read here when `direct_table` and it has the usual
+    /// encodings, else through gimli (tests compare the two).
+    fn from_hdr_table(
+        data: &[u8],
+        eh_addr: u64,
+        hdr: &[u8],
+        endian: RunTimeEndian,
+        bases: &BaseAddresses,
+        direct_table: bool,
+    ) -> Option<Self> {
         let eh = EhFrame::new(data, endian);
         let parsed = EhFrameHdr::new(hdr, endian).parse(bases, 8).ok()?;
         if parsed.eh_frame_ptr().direct().ok()? != eh_addr {
@@ -101,9 +114,35 @@ impl FdeRanges {
         let mut cies = Cies::default();
         let mut encodings: Vec<(usize, u8)> = Vec::new();
         let mut last = 0u64;
-        while let Some((start, fde)) = it.next().ok()? {
-            let start = start.direct().ok()?;
-            let off = usize::try_from(fde.direct().ok()?.checked_sub(eh_addr)?).ok()?;
+        // The table as linkers write it (version 1, `.eh_frame` pointer PC-relative
+        // sdata4, count udata4, entries `.eh_frame_hdr`-relative sdata4) is read here,
+        // any other encoding through gimli.
+        let hdr_addr = bases.eh_frame_hdr.data;
+        let direct = match (hdr.get(..4), hdr_addr) {
+            (Some([1, 0x1b, 0x03, 0x3b]), Some(a)) if direct_table => {
+                let rows = hdr.get(12..)?.get(..count.checked_mul(8)?)?;
+                let i32_at = move |b: &[u8]| -> u64 {
+                    let b: [u8; 4] = b.try_into().unwrap_or_default();
+                    let v = if matches!(endian, RunTimeEndian::Big) { i32::from_be_bytes(b) } else { i32::from_le_bytes(b) };
+                    a.wrapping_add(v as u64)
+                };
+                Some(rows.chunks_exact(8).map(move |r| (i32_at(&r[..4]), i32_at(&r[4..]))))
+            }
+            _ => None,
+        };
+        let mut direct = direct;
+        // Outer `None`: the table is broken (give up); inner `None`: its end.
+        let mut next = || -> Option<Option<(u64, u64)>> {
+            if let Some(d) = direct.as_mut() {
+                return Some(d.next());
+            }
+            match it.next().ok()? {
+                Some((s, f)) => Some(Some((s.direct().ok()?, f.direct().ok()?))),
+                None => Some(None),
+            }
+        };
+        while let Some((start, fde)) = next()? {
+            let off = usize::try_from(fde.checked_sub(eh_addr)?).ok()?;
             // The common FDE header read here; anything unusual through gimli.
             let (begin, len) = match fde_header(data, endian, eh_addr, off, |cie| {
                 if let Some(&(_, e)) = encodings.iter().find(|(o, _)| *o == cie) {
@@ -362,6 +401,8 @@ mod tests {
             assert_eq!(walk.errors, 0, "{}", p.display());
             assert!(walk.len() > 10, "{}: {}", p.display(), walk.len());
             assert_eq!(hdr.ranges, walk.ranges, "{}", p.display());
+            let through_gimli = FdeRanges::from_hdr_table(&s.eh, s.eh_addr, &s.hdr, s.endian, &s.bases, false).unwrap();
+            assert_eq!(through_gimli.ranges, walk.ranges, "{}", p.display());
             // from_elf takes the table.
             let e = FdeRanges::from_elf(&ElfFile::open(p).unwrap());
             assert!(e.via_hdr);
