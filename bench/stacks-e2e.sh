@@ -52,42 +52,44 @@ cleanup() {
     rm -rf "$W"
 }
 trap cleanup EXIT
-cat > "$W/split.c" <<'C'
+# What both C workloads share: the clock, leaving the recorder's cgroup, and writing their
+# own CPU seconds (argv[2]) so the recorder's share can be separated.
+cat > "$W/e2e.h" <<'C'
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sys/resource.h>
 volatile uint64_t sink;
-__attribute__((noinline)) void leaf(uint64_t n) { volatile char f[16]; f[0] = 0; for (uint64_t i = 0; i < n; i++) sink += i * i; }
-__attribute__((noinline)) void caller_a(uint64_t n) { leaf(n); sink++; }
-__attribute__((noinline)) void caller_b(uint64_t n) { leaf(n); sink++; }
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 static void own_cgroup(void) {   /* out of the recorder's cgroup (see the header) */
     const char *cg = getenv("E2E_WLCG");
     FILE *f = cg ? fopen(cg, "w") : NULL;
     if (f) { fprintf(f, "0\n"); fclose(f); }
 }
+static void report_own_cpu(int argc, char **argv) {
+    if (argc <= 2) return;
+    struct rusage r; getrusage(RUSAGE_SELF, &r);
+    FILE *f = fopen(argv[2], "w");
+    if (f) { fprintf(f, "%.6f\n", r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6); fclose(f); }
+}
+C
+cat > "$W/split.c" <<'C'
+#include "e2e.h"
+__attribute__((noinline)) void leaf(uint64_t n) { volatile char f[16]; f[0] = 0; for (uint64_t i = 0; i < n; i++) sink += i * i; }
+__attribute__((noinline)) void caller_a(uint64_t n) { leaf(n); sink++; }
+__attribute__((noinline)) void caller_b(uint64_t n) { leaf(n); sink++; }
 int main(int argc, char **argv) {
     own_cgroup();
     double end = now() + (argc > 1 ? atof(argv[1]) : 4.0);
     for (long i = 0; now() < end; i++) { if (i % 10 < 3) caller_a(20000); else caller_b(20000); }
-    if (argc > 2) {   /* own CPU seconds, so the recorder's share can be separated */
-        struct rusage r; getrusage(RUSAGE_SELF, &r);
-        FILE *f = fopen(argv[2], "w");
-        if (f) { fprintf(f, "%.6f\n", r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6); fclose(f); }
-    }
+    report_own_cpu(argc, argv);
     return 0;
 }
 C
 gcc -O2 -fomit-frame-pointer -o "$W/w" "$W/split.c"
 cat > "$W/deep.c" <<'C'
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-#include <sys/resource.h>
-volatile uint64_t sink;
+#include "e2e.h"
 static uint32_t rng = 12345;
 static uint32_t next(void) { rng = rng * 1103515245u + 12345u; return rng >> 16; }
 __attribute__((noinline)) void leaf(uint64_t n) { for (uint64_t i = 0; i < n; i++) sink += i * i; }
@@ -102,21 +104,11 @@ void f0(int d, uint32_t p) BODY(0)
 void f1(int d, uint32_t p) BODY(1)
 void f2(int d, uint32_t p) BODY(2)
 void f3(int d, uint32_t p) BODY(3)
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
-static void own_cgroup(void) {   /* out of the recorder's cgroup (see the header) */
-    const char *cg = getenv("E2E_WLCG");
-    FILE *f = cg ? fopen(cg, "w") : NULL;
-    if (f) { fprintf(f, "0\n"); fclose(f); }
-}
 int main(int argc, char **argv) {
     own_cgroup();
     double end = now() + (argc > 1 ? atof(argv[1]) : 4.0);
     while (now() < end) { uint32_t p = next() % 64; f0(20 + next() % 21, p * 0x9e3779b9u); }
-    if (argc > 2) {
-        struct rusage r; getrusage(RUSAGE_SELF, &r);
-        FILE *f = fopen(argv[2], "w");
-        if (f) { fprintf(f, "%.6f\n", r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6 + r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6); fclose(f); }
-    }
+    report_own_cpu(argc, argv);
     return 0;
 }
 C

@@ -240,9 +240,6 @@ pub struct Recorder {
     /// The drain thread, once running: it owns the rings then (`rings` is empty). Declared
     /// before `fds` so that it stops before they close.
     spool: Option<spool::Spooler>,
-    /// Whether the rings may be handed to a drain thread (not with DWARF stacks, which
-    /// are unwound while draining: see `spool`).
-    spool_ok: bool,
     /// Every perf fd; `ring_owner_fd[i]` indexes the one that owns `rings[i]`.
     fds: Vec<OwnedFd>,
     rings: Vec<Ring>,
@@ -381,7 +378,6 @@ impl Recorder {
         rec.emitter.classes = classes;
         rec.notes.extend(stack_notes);
         rec.emitter.stacks = stack_maker;
-        rec.spool_ok = !matches!(stack_opts.call_graph, Some(CallGraph::Dwarf { .. }));
         // Off-CPU at the first marker: the sched_switch event waits with the switch event.
         let (off_cpu, sched_later) = if switch_later.is_some() { (None, off_cpu) } else { (off_cpu, None) };
         rec.off_cpu = off_cpu;
@@ -428,7 +424,6 @@ impl Recorder {
             notes,
             fds: Vec::new(),
             spool: None,
-            spool_ok: true,
             rings: Vec::new(),
             ring_owner_fd: Vec::new(),
             child: None,
@@ -737,7 +732,8 @@ impl Recorder {
     /// Hand the rings to a drain thread (see `spool`), unless DWARF stacks are unwound
     /// while draining. If the thread cannot be started, the main thread drains alone.
     fn start_drain_thread(&mut self) {
-        if !self.spool_ok || self.rings.is_empty() {
+        let unwinds = self.emitter.stacks.as_ref().is_some_and(StackMaker::unwinds_while_draining);
+        if unwinds || self.rings.is_empty() {
             return;
         }
         let owners: Vec<i32> = self.ring_owner_fd.iter().map(|&o| self.fds[o].as_raw_fd()).collect();

@@ -115,6 +115,12 @@ impl std::fmt::Debug for StackMaker {
 
 impl StackMaker {
     /// `events[i]` = (decoder layout, attr regs mask, header regs mask) of event `i`.
+    /// Whether samples are unwound as the rings are drained (DWARF stacks: see
+    /// [`StackMaker::prepare`]), which needs the ring's stack copy in place.
+    pub(crate) fn unwinds_while_draining(&self) -> bool {
+        matches!(self.mode, Some(CallGraph::Dwarf { .. }))
+    }
+
     pub(crate) fn new(mode: Option<CallGraph>, events: Vec<(SampleLayout, u64, u64)>, off_cpu_event: u16) -> StackMaker {
         use tailprof_perf_abi::sample_type as st;
         let events = events
@@ -179,7 +185,7 @@ impl StackMaker {
     ///
     /// Any other record, or one that does not decode, is returned as it is.
     pub(crate) fn prepare<'a>(&'a mut self, rec: &'a [u8], event: Option<u16>) -> &'a [u8] {
-        if !matches!(self.mode, Some(CallGraph::Dwarf { .. })) {
+        if !self.unwinds_while_draining() {
             return rec;
         }
         let Some(ev) = event.and_then(|e| self.events.get(e as usize)) else { return rec };

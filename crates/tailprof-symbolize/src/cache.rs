@@ -78,7 +78,9 @@ pub(crate) fn read(path: &Path, max: u64) -> Option<Vec<u8>> {
 }
 
 /// Write `name` in cache directory `dir` (created if needed) from the parts `parts`:
-/// temporary file 0600, then rename.
+/// temporary file 0600, then rename. Not `format::atomic::AtomicFile`: that one follows a
+/// symlink the caller owns in a private directory (so `-o` through one's own link works),
+/// while a cache entry must always replace whatever sits at its name, link or not.
 pub(crate) fn write(dir: &Path, name: &str, parts: &[&[u8]]) -> Result<PathBuf, String> {
     ensure_dir(dir)?;
     let mut tmp = tempfile::Builder::new()

@@ -22,6 +22,7 @@
 //! under [`MAX_DIR`] (1 GiB in all, oldest copies removed first).
 
 use std::fs;
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -63,7 +64,9 @@ pub(crate) fn inflated_copy(dir: &Path, dbg: &ElfFile) -> Option<ElfFile> {
     if let Some(e) = open_copy(&path, &build_id) {
         return Some(e);
     }
-    let bytes = fs::read(&src).ok()?;
+    // Bounded: the file may have grown since its metadata was read.
+    let mut bytes = Vec::with_capacity(md.len() as usize);
+    fs::File::open(&src).ok()?.take(MAX_COPY + 1).read_to_end(&mut bytes).ok()?;
     if bytes.len() as u64 != md.len() {
         return None;
     }
