@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use tailprof_analyze::store_query::{ExportStack, StackExport};
+use tailprof_analyze::store_query::{group_stacks, StackExport};
 use tailprof_store::schema::KERNEL_BUILD_ID;
-use tailprof_store::{ReadStats, Store};
+use tailprof_store::Store;
 
 use crate::writer::WindowBatch;
 
@@ -55,32 +55,17 @@ fn export_of(names: &mut crate::names::NameCache, w: &WindowBatch) -> StackExpor
             _ => paths.get(bid).map(|p| p.to_string()).or_else(|| names.table(bid).map(|t| t.binary.clone())).unwrap_or_else(|| bid.to_string()),
         }
     };
-    let mut m: HashMap<Vec<String>, (Vec<String>, u64, u64)> = HashMap::new();
-    let (mut total, mut event) = (0u64, String::new());
-    for r in &w.rows {
-        total += r.count;
-        if event.is_empty() {
-            event = r.event.clone();
-        }
-        let mut frames = vec![if r.comm.is_empty() { format!("pid {}", r.pid) } else { r.comm.clone() }];
-        let mut bins = vec![String::new()];
-        for f in r.frames.iter().rev() {
-            let bin = binary(names, &f.build_id);
-            let name = match f.build_id.as_str() {
-                KERNEL_BUILD_ID => "[kernel]".to_string(),
-                "" => "[unknown]".to_string(),
-                b => names.name(b, f.offset).unwrap_or_else(|| format!("[{}+0x{:x}]", bin.rsplit('/').next().unwrap_or(&bin), f.offset)),
-            };
-            frames.push(name);
-            bins.push(bin);
-        }
-        let e = m.entry(frames).or_insert_with(|| (bins, 0, 0));
-        e.1 += r.count;
-        e.2 = e.2.saturating_add(r.period);
-    }
-    let mut stacks: Vec<ExportStack> = m.into_iter().map(|(frames, (binaries, count, period))| ExportStack { frames, binaries, count, period }).collect();
-    stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
-    StackExport { from_us: w.start_us, to_us: w.end_us, event, samples: total, stacks, read: ReadStats::default() }
+    let mut export = group_stacks(&w.rows, |f| {
+        let bin = binary(names, &f.build_id);
+        let name = match f.build_id.as_str() {
+            KERNEL_BUILD_ID => "[kernel]".to_string(),
+            "" => "[unknown]".to_string(),
+            b => names.name(b, f.offset).unwrap_or_else(|| format!("[{}+0x{:x}]", bin.rsplit('/').next().unwrap_or(&bin), f.offset)),
+        };
+        (name, bin)
+    });
+    (export.from_us, export.to_us) = (w.start_us, w.end_us);
+    export
 }
 
 /// The window as gzipped pprof, named from this thread's [`crate::names`] cache.
@@ -244,7 +229,7 @@ mod tests {
             row(3, "k", "[kernel]", &[(KERNEL_BUILD_ID, 7), ("", 9)], 1),
         ];
         let w = WindowBatch { host: "h".into(), start_us: 0, end_us: 1, samples: 11, lost_samples: 0, dropped_rows: 0, events: vec![], rows: rows.clone(), items: vec![], latency: vec![] };
-        let want = tailprof_analyze::store_query::stacks_of_rows(&tailprof_store::StoreReader::new(store.clone()), &rows, 0, 1, ReadStats::default());
+        let want = tailprof_analyze::store_query::stacks_of_rows(&tailprof_store::StoreReader::new(store.clone()), &rows, 0, 1, tailprof_store::ReadStats::default());
         let got = crate::names::with_cache(&store, |c| {
             c.begin_window();
             export_of(c, &w)

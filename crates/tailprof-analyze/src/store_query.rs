@@ -597,10 +597,20 @@ pub fn export_stacks(reader: &StoreReader, q: &SampleQuery) -> StackExport {
     stacks_of_rows(reader, &rows, q.from_us, q.to_us, read)
 }
 
-/// [`export_stacks`] over rows already read (the agent's push uses a window's rows).
+/// [`export_stacks`] over rows already read.
 pub fn stacks_of_rows(reader: &StoreReader, rows: &[SampleRow], from_us: i64, to_us: i64, read: ReadStats) -> StackExport {
     let mut sym = StoreSymbols::new(reader);
     sym.learn_binaries(rows);
+    let mut export = group_stacks(rows, |f| (sym.name(f), sym.binary(&f.build_id)));
+    (export.from_us, export.to_us, export.read) = (from_us, to_us, read);
+    export
+}
+
+/// Rows merged into one stack each (root first, the process name on top), frames named
+/// by `name(frame) -> (function, binary)`: the one grouping behind [`stacks_of_rows`] and
+/// the agent's pushes, which name frames from their own table cache. The range and read
+/// statistics are left for the caller.
+pub fn group_stacks(rows: &[SampleRow], mut name: impl FnMut(&tailprof_store::schema::StoreFrame) -> (String, String)) -> StackExport {
     let mut m: HashMap<Vec<String>, (Vec<String>, u64, u64)> = HashMap::new();
     let mut total = 0;
     let mut event = String::new();
@@ -612,8 +622,9 @@ pub fn stacks_of_rows(reader: &StoreReader, rows: &[SampleRow], from_us: i64, to
         let mut frames = vec![if r.comm.is_empty() { format!("pid {}", r.pid) } else { r.comm.clone() }];
         let mut bins = vec![String::new()];
         for f in r.frames.iter().rev() {
-            frames.push(sym.name(f));
-            bins.push(sym.binary(&f.build_id));
+            let (n, b) = name(f);
+            frames.push(n);
+            bins.push(b);
         }
         let e = m.entry(frames).or_insert_with(|| (bins, 0, 0));
         e.1 += r.count;
@@ -621,7 +632,7 @@ pub fn stacks_of_rows(reader: &StoreReader, rows: &[SampleRow], from_us: i64, to
     }
     let mut stacks: Vec<ExportStack> = m.into_iter().map(|(frames, (binaries, count, period))| ExportStack { frames, binaries, count, period }).collect();
     stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
-    StackExport { from_us, to_us, event, samples: total, stacks, read }
+    StackExport { from_us: 0, to_us: 0, event, samples: total, stacks, read: ReadStats::default() }
 }
 
 /// One retained slow request, its frames named.
