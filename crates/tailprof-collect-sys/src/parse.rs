@@ -91,6 +91,52 @@ pub struct Peek {
     pub event: Option<u16>,
 }
 
+/// A sample with nothing but fixed fields (`[IDENTIFIER] IP TID TIME [CPU] [PERIOD]`),
+/// decoded once, when its ring is drained ([`Decoder::plain`]): the recorder queues
+/// these instead of the raw bytes and writes them as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlainSample {
+    pub time: u64,
+    pub ip: u64,
+    pub period: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    pub event: u16,
+    pub cpumode: CpuMode,
+}
+
+impl PlainSample {
+    /// Write it into `s` (every field; the optional ones cleared, no stack).
+    #[inline]
+    pub fn fill(&self, s: &mut Sample) {
+        (s.time, s.ip, s.period, s.pid, s.tid, s.cpu, s.event, s.cpumode) =
+            (self.time, self.ip, self.period, self.pid, self.tid, self.cpu, self.event, self.cpumode);
+        (s.addr, s.weight, s.data_src) = (None, None, None);
+        s.regs.clear();
+        s.stack = StackId::NONE;
+        s.stack_status = StackStatus::None;
+    }
+}
+
+/// Which of the fixed-field sample layouts an event has (see [`PlainSample`]): bit 0
+/// IDENTIFIER, bit 1 CPU, bit 2 PERIOD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PlainLayout(u8);
+
+impl PlainLayout {
+    fn of(l: &Layout) -> Option<PlainLayout> {
+        let t = l.sample_type;
+        let fixed = sample_type::IP | sample_type::TID | sample_type::TIME;
+        let optional = sample_type::IDENTIFIER | sample_type::CPU | sample_type::PERIOD;
+        if t & !optional != fixed {
+            return None;
+        }
+        let bit = |b: u64, v: u8| if t & b != 0 { v } else { 0 };
+        Some(PlainLayout(bit(sample_type::IDENTIFIER, 1) | bit(sample_type::CPU, 2) | bit(sample_type::PERIOD, 4)))
+    }
+}
+
 /// A fully decoded record.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decoded {
@@ -138,6 +184,35 @@ fn rd_u64(b: &[u8], at: usize) -> Result<u64, ParseError> {
     Endian::NATIVE.u64_at(b, at).ok_or(ParseError::Truncated)
 }
 
+/// [`Decoder::plain`] for one layout: one length check, then loads at constant offsets
+/// (bytes past the fields are ignored, as the general decoder does).
+#[inline(always)]
+fn plain_in<const ID: bool, const CPU: bool, const PERIOD: bool>(
+    rec: &[u8],
+    event: u16,
+    cpumode: CpuMode,
+    ring_cpu: u32,
+    default_period: u64,
+) -> Option<PlainSample> {
+    let at = HEADER_LEN + if ID { 8 } else { 0 };
+    let cpu_at = at + 24;
+    let period_at = cpu_at + if CPU { 8 } else { 0 };
+    let end = period_at + if PERIOD { 8 } else { 0 };
+    let r = rec.get(..end)?;
+    let u64_at = |o: usize| u64::from_ne_bytes(r[o..o + 8].try_into().expect("8 bytes"));
+    let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().expect("4 bytes"));
+    Some(PlainSample {
+        time: u64_at(at + 16),
+        ip: u64_at(at),
+        period: if PERIOD { u64_at(period_at) } else { default_period },
+        pid: u32_at(at + 8),
+        tid: u32_at(at + 12),
+        cpu: if CPU { u32_at(cpu_at) } else { ring_cpu },
+        event,
+        cpumode,
+    })
+}
+
 /// Header fields of a raw record: `(type, misc, size)`.
 pub fn header(rec: &[u8]) -> Result<(u32, u16, u16), ParseError> {
     let h = tailprof_perf_abi::RecordHeader::parse(rec, Endian::NATIVE)?;
@@ -156,6 +231,9 @@ struct EventDecoding {
     sample_time_at: Option<usize>,
     /// Offset of a side-band record's trailer TIME, from the record's end.
     sideband_time_from_end: Option<usize>,
+    /// Samples of this event are [`PlainSample`]s (unless turned off with
+    /// [`Decoder::keep_raw`]).
+    plain: Option<PlainLayout>,
 }
 
 impl EventDecoding {
@@ -167,6 +245,7 @@ impl EventDecoding {
             default_period: l.default_period,
             sample_time_at: abi.sample_time_offset().map(|o| HEADER_LEN + o),
             sideband_time_from_end: abi.sample_id_time_from_end(),
+            plain: PlainLayout::of(l),
         }
     }
 }
@@ -182,6 +261,8 @@ pub struct Decoder {
     /// With one event whose samples carry TIME: its record offset ([`Decoder::peek`]'s
     /// fast path).
     single_time_at: Option<usize>,
+    /// With one event: its plain layout ([`Decoder::plain`]'s fast path).
+    single_plain: Option<PlainLayout>,
 }
 
 impl Decoder {
@@ -191,7 +272,20 @@ impl Decoder {
         assert!(!layouts.is_empty(), "a decoder needs at least one event");
         let events: Vec<EventDecoding> = layouts.iter().map(EventDecoding::new).collect();
         let single_time_at = if events.len() == 1 { events[0].sample_time_at } else { None };
-        Decoder { layouts, events, ids: Vec::new(), single_time_at }
+        let single_plain = if events.len() == 1 { events[0].plain } else { None };
+        Decoder { layouts, events, ids: Vec::new(), single_time_at, single_plain }
+    }
+
+    /// Never decode `event`'s samples as [`PlainSample`]s ([`Decoder::plain`] returns
+    /// `None` for them): for events whose samples become something else than a sample
+    /// (uprobe hits, off-CPU stacks, class labels), which need the raw record.
+    pub fn keep_raw(&mut self, event: u16) {
+        if let Some(e) = self.events.get_mut(event as usize) {
+            e.plain = None;
+        }
+        if self.single() {
+            self.single_plain = None;
+        }
     }
 
     /// Register the id the kernel reports for an fd of event `event` (PERF_EVENT_IOC_ID).
@@ -269,6 +363,42 @@ impl Decoder {
             }
         }
         self.peek_any(rec)
+    }
+
+    /// A sample with nothing but fixed fields, decoded completely (`ring_cpu` and the
+    /// event's default period stand for CPU and PERIOD when the layout has none):
+    /// exactly what [`Decoder::decode`] would write into a [`Sample`]. `None` for every
+    /// other record, and for a sample [`Decoder::decode`] would refuse (wrong size,
+    /// unknown id), which the caller then takes the general way.
+    #[inline(always)]
+    pub fn plain(&self, rec: &[u8], ring_cpu: u32) -> Option<PlainSample> {
+        let h = rec.get(..HEADER_LEN)?;
+        let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_ne_bytes([h[4], h[5]]);
+        let size = u16::from_ne_bytes([h[6], h[7]]) as usize;
+        if kind != record_type::SAMPLE || size != rec.len() {
+            return None;
+        }
+        let (event, pl, default_period) = if let Some(pl) = self.single_plain {
+            (0, pl, self.events[0].default_period)
+        } else if self.single() {
+            return None;
+        } else {
+            let ev = self.lookup(rd_u64(rec, HEADER_LEN).ok()?).ok()?;
+            let e = self.events.get(ev as usize)?;
+            (ev, e.plain?, e.default_period)
+        };
+        let (cpumode, dp) = (CpuMode::from_perf_misc(misc), default_period);
+        match pl.0 {
+            0 => plain_in::<false, false, false>(rec, event, cpumode, ring_cpu, dp),
+            1 => plain_in::<true, false, false>(rec, event, cpumode, ring_cpu, dp),
+            2 => plain_in::<false, true, false>(rec, event, cpumode, ring_cpu, dp),
+            3 => plain_in::<true, true, false>(rec, event, cpumode, ring_cpu, dp),
+            4 => plain_in::<false, false, true>(rec, event, cpumode, ring_cpu, dp),
+            5 => plain_in::<true, false, true>(rec, event, cpumode, ring_cpu, dp),
+            6 => plain_in::<false, true, true>(rec, event, cpumode, ring_cpu, dp),
+            _ => plain_in::<true, true, true>(rec, event, cpumode, ring_cpu, dp),
+        }
     }
 
     fn peek_any(&self, rec: &[u8]) -> Result<Peek, ParseError> {
@@ -608,6 +738,78 @@ mod tests {
         let short = B::new(9, 1).w(&[42, 0x1000]).u32s(3, 4).w(&[999]).done();
         assert_eq!(d.decode(&short, Some(0), 7, &mut s), Err(ParseError::Truncated));
         assert!(one(BASIC | st::ADDR).events[0].basic.is_none());
+    }
+
+    /// [`Decoder::plain`] gives exactly what [`Decoder::decode`] writes, for every
+    /// fixed-field layout (with and without IDENTIFIER, CPU, PERIOD), one event or
+    /// several; and `None` wherever the general path must decide.
+    #[test]
+    fn plain_samples_decode_as_the_general_path() {
+        for bits in 0..8u64 {
+            let t = st::IP | st::TID | st::TIME
+                | if bits & 1 != 0 { st::IDENTIFIER } else { 0 }
+                | if bits & 2 != 0 { st::CPU } else { 0 }
+                | if bits & 4 != 0 { st::PERIOD } else { 0 };
+            let layout = Layout { sample_type: t, sample_id_all: true, default_period: 4321, ..Layout::default() };
+            let rec = |misc: u16, id: u64, extra: usize| {
+                let mut b = B::new(9, misc);
+                if t & st::IDENTIFIER != 0 {
+                    b = b.w(&[id]);
+                }
+                b = b.w(&[0xffff_8000_0000_1234]).u32s(3, 4).w(&[999]);
+                if t & st::CPU != 0 {
+                    b = b.u32s(1, 0);
+                }
+                if t & st::PERIOD != 0 {
+                    b = b.w(&[10_000]);
+                }
+                b.bytes(&vec![0xee; extra]).done()
+            };
+            let mut decoders = vec![(Decoder::new(vec![layout.clone()]), 0u16)];
+            if t & st::IDENTIFIER != 0 {
+                let mut d = Decoder::new(vec![Layout { sample_type: BASIC | st::IDENTIFIER, ..Layout::default() }, layout.clone()]);
+                d.add_id(42, 1);
+                d.add_id(41, 0);
+                decoders.push((d, 1));
+            }
+            for (d, ev) in &decoders {
+                for misc in [0u16, 1, 2, 5, 6, 0x4001] {
+                    for extra in [0, 8] {
+                        let r = rec(misc, 42, extra);
+                        let p = d.plain(&r, 7).unwrap_or_else(|| panic!("{t:#x}"));
+                        let mut s = Sample { addr: Some(1), weight: Some(2), regs: vec![3], ..Sample::default() };
+                        assert_eq!(d.decode(&r, Some(*ev), 7, &mut s).unwrap(), Decoded::Sample);
+                        let mut f = Sample { data_src: Some(9), regs: vec![1, 2], ..Sample::default() };
+                        p.fill(&mut f);
+                        assert_eq!(f, s, "layout {t:#x}");
+                        assert_eq!(p.event, *ev);
+                        assert_eq!(p.time, d.peek(&r).unwrap().time);
+                    }
+                }
+                // Too short, a size field that disagrees, an unknown id: the general path's call.
+                let r = rec(2, 42, 0);
+                assert_eq!(d.plain(&r[..r.len() - 8], 7), None);
+                let mut bad = r.clone();
+                bad[6..8].copy_from_slice(&((r.len() + 8) as u16).to_ne_bytes());
+                assert_eq!(d.plain(&bad, 7), None);
+                if *ev == 1 {
+                    assert_eq!(d.plain(&rec(2, 99, 0), 7), None);
+                    // Event 0's layout (with CPU and PERIOD) is what tells.
+                    let want = (bits == 7).then_some(0);
+                    assert_eq!(d.plain(&rec(2, 41, 0), 7).map(|p| p.event), want);
+                }
+                let mut kept = d.clone();
+                kept.keep_raw(*ev);
+                assert_eq!(kept.plain(&r, 7), None);
+            }
+        }
+        // Not plain: other payloads, other record types.
+        for t in [BASIC | st::CALLCHAIN, BASIC | st::ADDR, BASIC | st::RAW, st::IP | st::TIME | st::CPU] {
+            assert!(PlainLayout::of(&Layout { sample_type: t, ..Layout::default() }).is_none());
+        }
+        let d = sb_decoder();
+        let comm = trailer(B::new(3, 0).u32s(1, 2).str("x"), 1, 0, 500);
+        assert_eq!(d.plain(&comm, 0), None);
     }
 
     #[test]

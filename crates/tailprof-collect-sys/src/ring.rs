@@ -15,6 +15,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tailprof_format::CpuMode;
+
+use crate::parse::PlainSample;
+
 /// Offsets in `struct perf_event_mmap_page`.
 const OFF_DATA_HEAD: usize = 1024;
 const OFF_DATA_TAIL: usize = 1032;
@@ -199,24 +203,61 @@ impl std::fmt::Debug for Ring {
     }
 }
 
-/// A record held back by [`RoundQueue`]: where its bytes are and how to order it.
+/// A record held back by [`RoundQueue`]: a [`PlainSample`] itself, or where a raw
+/// record's bytes are; and how to order it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pending {
     pub time: u64,
     /// Arrival order; breaks ties so same-time records keep their ring order.
     seq: u64,
-    /// Offset of the bytes in the run's arena.
-    off: u64,
-    len: u32,
+    /// A plain sample's ip; a raw record's offset in the run's arenas ([`ARENA_BIT`]
+    /// says which one).
+    a: u64,
+    /// A plain sample's period; a raw record's length.
+    b: u64,
+    /// The ring's CPU (raw records), the sample's CPU (plain samples).
     pub cpu: u32,
+    pid: u32,
+    tid: u32,
     /// Event index, or `u16::MAX` when unknown.
     event: u16,
+    /// A plain sample's `CpuMode`, or [`RAW`].
+    mode: u8,
 }
+
+/// [`Pending::mode`] of a raw record.
+const RAW: u8 = u8::MAX;
 
 impl Pending {
     #[inline]
     pub fn event(&self) -> Option<u16> {
         (self.event != u16::MAX).then_some(self.event)
+    }
+
+    /// The sample, when this is a plain one (queued by [`RoundQueue::push_plain`]).
+    #[inline(always)]
+    pub fn plain(&self) -> Option<PlainSample> {
+        (self.mode != RAW).then(|| PlainSample {
+            time: self.time,
+            ip: self.a,
+            period: self.b,
+            pid: self.pid,
+            tid: self.tid,
+            cpu: self.cpu,
+            event: self.event,
+            cpumode: CpuMode::from_u8(self.mode),
+        })
+    }
+
+    #[inline(always)]
+    fn is_raw(&self) -> bool {
+        self.mode == RAW
+    }
+
+    /// Which arena holds a raw record's bytes.
+    #[inline(always)]
+    fn arena(&self) -> usize {
+        (self.a >> ARENA_BIT) as usize
     }
 }
 
@@ -255,11 +296,15 @@ struct Run {
 const ARENA_BIT: u32 = 63;
 
 impl Run {
+    /// A raw record's bytes (empty for a plain sample).
     #[inline(always)]
     fn bytes(&self, p: &Pending) -> &[u8] {
-        let a = &self.arenas[(p.off >> ARENA_BIT) as usize];
-        let off = (p.off & !(1 << ARENA_BIT)) as usize;
-        &a[off..off + p.len as usize]
+        if !p.is_raw() {
+            return &[];
+        }
+        let a = &self.arenas[p.arena()];
+        let off = (p.a & !(1 << ARENA_BIT)) as usize;
+        &a[off..off + p.b as usize]
     }
 
     /// The key of the first pending record if it is due (`time <= lim`), else `NONE`.
@@ -277,7 +322,7 @@ impl Run {
         self.idx.drain(..self.head);
         self.head = 0;
         let other = 1 - self.cur;
-        if !self.idx.iter().any(|p| (p.off >> ARENA_BIT) as usize == other) {
+        if !self.idx.iter().any(|p| p.is_raw() && p.arena() == other) {
             self.empty(other);
             self.cur = other;
             if self.idx.is_empty() {
@@ -307,12 +352,12 @@ impl Run {
     /// Move every pending record's bytes into arena 0, and make arena 1 (empty) current.
     #[cold]
     fn repack(&mut self) {
-        let mut packed = Vec::with_capacity(self.idx.iter().map(|p| p.len as usize).sum());
+        let mut packed = Vec::with_capacity(self.idx.iter().filter(|p| p.is_raw()).map(|p| p.b as usize).sum());
         let mut idx = std::mem::take(&mut self.idx);
-        for p in idx[self.head..].iter_mut() {
+        for p in idx[self.head..].iter_mut().filter(|p| p.is_raw()) {
             let off = packed.len() as u64;
             packed.extend_from_slice(self.bytes(p));
-            p.off = off;
+            p.a = off;
         }
         self.idx = idx;
         self.arenas = [packed, Vec::new()];
@@ -377,13 +422,34 @@ impl RoundQueue {
         let off = arena.len() as u64 | (run.cur as u64) << ARENA_BIT;
         arena.extend_from_slice(rec);
         let event = event.unwrap_or(u16::MAX);
-        let p = Pending { time, seq: self.seq, off, len: rec.len() as u32, cpu, event };
+        let p = Pending { time, seq: self.seq, a: off, b: rec.len() as u64, cpu, pid: 0, tid: 0, event, mode: RAW };
         self.seq += 1;
         self.pending += 1;
-        match run.idx.last() {
-            Some(last) if time < last.time && run.idx.len() > run.head && !run.unsorted => run.insert(p),
-            _ => run.idx.push(p),
-        }
+        run.add(p);
+    }
+
+    /// Queue a sample decoded from the ring of `ring_cpu` (in ring order with the raw
+    /// records of that ring): the entry is the sample, no bytes are kept.
+    #[inline]
+    pub fn push_plain(&mut self, ring_cpu: u32, s: &PlainSample) {
+        let r = match self.run_of_cpu.get(ring_cpu as usize) {
+            Some(&r) if r != u32::MAX => r as usize,
+            _ => self.run_index(ring_cpu),
+        };
+        let p = Pending {
+            time: s.time,
+            seq: self.seq,
+            a: s.ip,
+            b: s.period,
+            cpu: s.cpu,
+            pid: s.pid,
+            tid: s.tid,
+            event: s.event,
+            mode: s.cpumode as u8,
+        };
+        self.seq += 1;
+        self.pending += 1;
+        self.runs[r].add(p);
     }
 
     /// Records waiting.
@@ -567,6 +633,15 @@ impl RoundQueue {
 }
 
 impl Run {
+    /// Append `p`, or insert it in place when it is earlier than the last pending record.
+    #[inline(always)]
+    fn add(&mut self, p: Pending) {
+        match self.idx.last() {
+            Some(last) if p.time < last.time && self.idx.len() > self.head && !self.unsorted => self.insert(p),
+            _ => self.idx.push(p),
+        }
+    }
+
     /// Insert a record that is earlier than the last pending one: after every pending
     /// record with time <= its time (stable), if that is close to the end; else append
     /// it and mark the run for sorting.
@@ -633,6 +708,53 @@ mod tests {
         merge_matches_sorting::<{ LINEAR_MERGE_RUNS + 4 }>(0x2545_f491_4f6c_dd1d);
     }
 
+    /// The bytes of record number `arrival` in the merge test.
+    fn fake_record(arrival: u64, len: usize) -> Vec<u8> {
+        let mut rec = vec![(arrival % 251) as u8; len];
+        rec[..8].copy_from_slice(&arrival.to_ne_bytes());
+        rec
+    }
+
+    /// A plain sample keeps every field through the queue; raw records and plain samples
+    /// of one ring stay in arrival order at equal times, and across rings ties go to the
+    /// earlier arrival whatever the kind.
+    #[test]
+    fn plain_samples_keep_their_fields_and_their_place() {
+        let mut q = RoundQueue::new();
+        let s = |time, ip| PlainSample {
+            time,
+            ip,
+            period: 10_000 + ip,
+            pid: 7,
+            tid: 8,
+            cpu: 9,
+            event: 2,
+            cpumode: CpuMode::GuestUser,
+        };
+        q.push(5, Some(0), 0, b"raw0");
+        q.push_plain(1, &s(5, 1));
+        q.push_plain(0, &s(5, 2));
+        q.push(5, None, 1, b"raw1");
+        q.push_plain(0, &s(3, 3)); // late within its ring: inserted in place
+        let mut out = Vec::new();
+        q.emit::<()>(None, |p, b| {
+            out.push((p.time, p.plain(), b.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            out,
+            vec![
+                (3, Some(s(3, 3)), vec![]),
+                (5, None, b"raw0".to_vec()),
+                (5, Some(s(5, 1)), vec![]),
+                (5, Some(s(5, 2)), vec![]),
+                (5, None, b"raw1".to_vec()),
+            ]
+        );
+        assert_eq!(std::mem::size_of::<Pending>(), 48);
+    }
+
     fn merge_matches_sorting<const CPUS: usize>(seed: u64) {
         let mut rng = seed;
         let mut next = move || {
@@ -659,9 +781,14 @@ mod tests {
                         _ => t.saturating_sub(next() % 20_000),
                     };
                     let len = 8 + (next() % 200) as usize;
-                    let mut rec = vec![(arrival % 251) as u8; len];
-                    rec[..8].copy_from_slice(&arrival.to_ne_bytes());
-                    q.push(time, Some(cpu as u16), cpu as u32, &rec);
+                    let rec = fake_record(arrival, len);
+                    // A third as plain samples (which keep no bytes), in the same runs.
+                    if next() % 3 == 0 {
+                        let s = PlainSample { time, ip: arrival, period: len as u64, cpu: cpu as u32, event: cpu as u16, ..PlainSample::default() };
+                        q.push_plain(cpu as u32, &s);
+                    } else {
+                        q.push(time, Some(cpu as u16), cpu as u32, &rec);
+                    }
                     queued.push((time, arrival, cpu as u32, rec));
                     arrival += 1;
                 }
@@ -676,7 +803,14 @@ mod tests {
             while q
                 .emit_some::<()>(limit, max, |p, b| {
                     assert_eq!(p.event(), Some(p.cpu as u16));
-                    written.push((p.time, p.cpu, b.to_vec()));
+                    let b = match p.plain() {
+                        Some(s) => {
+                            assert!(b.is_empty() && s.time == p.time && s.cpu == p.cpu);
+                            fake_record(s.ip, s.period as usize)
+                        }
+                        None => b.to_vec(),
+                    };
+                    written.push((p.time, p.cpu, b));
                     Ok(())
                 })
                 .unwrap()

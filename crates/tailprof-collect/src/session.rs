@@ -42,9 +42,11 @@
 //! record that arrives later than that anyway is still written (never dropped) and
 //! counted in [`RecordSummary::out_of_order`].
 //!
-//! The drain path does no allocation per record and no syscall per sample: records
-//! are copied from the ring into a reused arena, decoded into one reused [`Sample`],
-//! and handed to the writer.
+//! The drain path does no allocation per record and no syscall per sample: a sample
+//! with nothing but fixed fields (the default `-e cpu-clock` layout) is decoded once,
+//! as its ring is drained, into a 48-byte queue entry ([`crate::parse::PlainSample`]);
+//! any other record is copied from the ring into a reused arena and decoded when it is
+//! written, into one reused `Sample`. Both kinds share one queue, in one order.
 //!
 //! # Items (markers, uprobes, register tags)
 //! A [`MarkerCollector`] is always created. A launched command gets its environment
@@ -64,13 +66,12 @@
 //! mode ([`ItemOptions::item_reg`]) adds the register to every sampling event's
 //! `sample_regs_user` and names it in `TraceHeader.extra["item_reg"]`.
 
-use std::collections::HashMap;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tailprof_format::{FormatError, Sample, TraceHeader, TraceWriter};
+use tailprof_format::{FormatError, TraceHeader, TraceWriter};
 
 use crate::attr::{apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, AttrPlan, ClockChoice, SamplingConfig};
 use crate::stacks::StackMaker;
@@ -370,7 +371,12 @@ impl Recorder {
             }
             StackMaker::new(stack_opts.call_graph, ev, off_cpu_event)
         });
-        let mut rec = Recorder::unopened(&opts, plans, clock, header, Decoder::new(layouts), probes, sampling)?;
+        let mut decoder = Decoder::new(layouts);
+        // Probe, off-CPU and class events' samples become other records: decoded at emit.
+        for e in plans.len()..decoder.layouts().len() {
+            decoder.keep_raw(e as u16);
+        }
+        let mut rec = Recorder::unopened(&opts, plans, clock, header, decoder, probes, sampling)?;
         if let Some(c) = &classes {
             rec.notes.extend(c.notes());
             rec.emitter.probe_base = rec.emitter.probe_base.min(c.base);
@@ -430,19 +436,7 @@ impl Recorder {
             pidfd: None,
             epoll: Epoll::new().map_err(io_err("epoll_create1"))?,
             raw_queue: RoundQueue::new(),
-            emitter: Emitter {
-                decoder,
-                sample: Sample::default(),
-                summary: RecordSummary::default(),
-                last_time: 0,
-                build_ids: HashMap::new(),
-                probe_base,
-                probe_markers,
-                probe_records: Vec::new(),
-                stacks: None,
-                classes: None,
-                follow: None,
-            },
+            emitter: Emitter { probe_base, probe_markers, ..Emitter::new(decoder) },
             max_seen: 0,
             ran: false,
             markers: MarkerCollector::new(),
@@ -645,7 +639,7 @@ impl Recorder {
             let (emitter, marker_queue) = (&mut self.emitter, &mut self.marker_queue);
             let more = self.raw_queue.emit_some(limit, EMIT_BATCH, |p, rec| {
                 marker_queue.emit_upto(p.time, |r| emitter.record(r, out))?;
-                emitter.decode_and_write(p, rec, out)
+                emitter.write_queued(p, rec, out)
             });
             match more {
                 Ok(true) => self.refill(),
@@ -770,28 +764,19 @@ impl Recorder {
     /// Drain every perf ring (and what the drain thread spooled) into the queue.
     fn drain_rings(&mut self) {
         let (raw_queue, emitter, max_seen) = (&mut self.raw_queue, &mut self.emitter, &mut self.max_seen);
-        let mut queue = |cpu: u32, rec: &[u8]| match emitter.decoder.peek(rec) {
-            Ok(p) => {
-                *max_seen = (*max_seen).max(p.time);
-                let rec = match &mut emitter.stacks {
-                    Some(sm) if p.kind == tailprof_perf_abi::record_type::SAMPLE => sm.prepare(rec, p.event),
-                    _ => rec,
-                };
-                raw_queue.push(p.time, p.event, cpu, rec)
-            }
-            Err(_) => emitter.summary.malformed += 1,
-        };
-        let mut corrupt = 0u64;
+        let unwinding = emitter.stacks.as_ref().is_some_and(StackMaker::unwinds_while_draining);
+        let mut queue = |cpu: u32, rec: &[u8]| emitter.queue(raw_queue, max_seen, unwinding, cpu, rec);
+        let (mut corrupt, mut spooled) = (0u64, 0u64);
         if let Some(s) = &mut self.spool {
             let taken = s.take(&mut queue);
-            corrupt = taken.corrupt;
-            emitter.summary.spooled += taken.spooled;
+            (corrupt, spooled) = (taken.corrupt, taken.spooled);
         }
         for ring in &mut self.rings {
             let cpu = ring.cpu();
             corrupt += ring.drain(|rec| queue(cpu, rec)).corrupt as u64;
         }
         emitter.summary.malformed += corrupt;
+        emitter.summary.spooled += spooled;
     }
 
     /// Whether the target ended in a way the pidfd could not tell us.

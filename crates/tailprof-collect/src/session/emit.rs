@@ -9,7 +9,7 @@ use tailprof_format::{BuildIdEntry, FormatError, LossKind, Mmap, Record, Sample}
 use super::{RecordOutput, RecordSummary};
 use crate::buildid;
 use crate::parse::{Decoded, Decoder};
-use crate::ring::Pending;
+use crate::ring::{Pending, RoundQueue};
 use crate::stacks::StackMaker;
 use crate::uprobe::{MarkerMaker, ProbeRole};
 
@@ -40,6 +40,9 @@ pub(super) struct Emitter {
     pub(super) decoder: Decoder,
     /// Reused for every decoded sample.
     pub(super) sample: Sample,
+    /// Reused for every plain sample ([`crate::parse::PlainSample`]): its optional fields
+    /// stay empty.
+    pub(super) plain: Sample,
     /// What was written and lost so far; [`super::Recorder::run`] returns it.
     pub(super) summary: RecordSummary,
     /// Latest timestamp written (to count records written out of order).
@@ -63,6 +66,67 @@ pub(super) struct Emitter {
 }
 
 impl Emitter {
+    /// An emitter for `decoder`'s events, with no probes, stacks or item classes.
+    pub(super) fn new(decoder: Decoder) -> Emitter {
+        Emitter {
+            decoder,
+            sample: Sample::default(),
+            plain: Sample::default(),
+            summary: RecordSummary::default(),
+            last_time: 0,
+            build_ids: HashMap::new(),
+            probe_base: u16::MAX,
+            probe_markers: None,
+            probe_records: Vec::new(),
+            stacks: None,
+            classes: None,
+            follow: None,
+        }
+    }
+
+    /// Queue one record drained from the ring of `cpu` (the drain's work per record): a
+    /// plain sample is decoded now and queued as such; any other record is queued as raw
+    /// bytes with its timestamp and event (a DWARF stack copy cut down first,
+    /// `unwinding`), or counted as malformed. `max_seen` keeps the largest timestamp.
+    #[inline(always)]
+    pub(super) fn queue(&mut self, q: &mut RoundQueue, max_seen: &mut u64, unwinding: bool, cpu: u32, rec: &[u8]) {
+        if let Some(s) = self.decoder.plain(rec, cpu) {
+            *max_seen = (*max_seen).max(s.time);
+            q.push_plain(cpu, &s);
+            return;
+        }
+        match self.decoder.peek(rec) {
+            Ok(p) => {
+                *max_seen = (*max_seen).max(p.time);
+                let rec = match &mut self.stacks {
+                    Some(sm) if unwinding && p.kind == tailprof_perf_abi::record_type::SAMPLE => sm.prepare(rec, p.event),
+                    _ => rec,
+                };
+                q.push(p.time, p.event, cpu, rec)
+            }
+            Err(_) => self.summary.malformed += 1,
+        }
+    }
+
+    /// Write one queued record: a plain sample as it is, a raw record decoded
+    /// ([`Emitter::decode_and_write`]).
+    #[inline(always)]
+    pub(super) fn write_queued<O: RecordOutput + ?Sized>(
+        &mut self,
+        p: &Pending,
+        rec: &[u8],
+        out: &mut O,
+    ) -> Result<(), FormatError> {
+        let Some(ps) = p.plain() else { return self.decode_and_write(p, rec, out) };
+        let s = &mut self.plain;
+        (s.time, s.ip, s.period, s.pid, s.tid, s.cpu, s.event, s.cpumode) =
+            (ps.time, ps.ip, ps.period, ps.pid, ps.tid, ps.cpu, ps.event, ps.cpumode);
+        self.summary.samples += 1;
+        self.note_time(ps.time);
+        out.write_sample(&self.plain)
+    }
+
+    #[inline(always)]
     fn note_time(&mut self, t: u64) {
         if t != 0 && t < self.last_time {
             self.summary.out_of_order += 1;
@@ -262,5 +326,163 @@ impl Emitter {
         }
         m.build_id = id;
         Ok(Some(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::{sample_type as st, Layout};
+    use tailprof_format::{TraceHeader, TraceWriter, WriterOptions};
+
+    /// A raw record: header, then the 8-byte words, size filled in.
+    fn rec(kind: u32, misc: u16, words: &[u64]) -> Vec<u8> {
+        let mut r = kind.to_ne_bytes().to_vec();
+        r.extend_from_slice(&misc.to_ne_bytes());
+        r.extend_from_slice(&((8 + 8 * words.len()) as u16).to_ne_bytes());
+        for w in words {
+            r.extend_from_slice(&w.to_ne_bytes());
+        }
+        r
+    }
+
+    fn pair(a: u32, b: u32) -> u64 {
+        u64::from(a) | u64::from(b) << 32
+    }
+
+    const ID0: u64 = 700;
+    const ID1: u64 = 701;
+
+    /// The mixed stream one recording's rings could hold: per round and ring, plain
+    /// samples (two layouts: with CPU and PERIOD, or without, `cpu_period`), callchain
+    /// samples of a second event, COMM, LOST, THROTTLE, SWITCH (ignored), a sample of an
+    /// unknown id (malformed at drain), a truncated one (malformed at emit), timestamps
+    /// equal across rings, and records that arrive late for their round.
+    fn stream(cpu_period: bool, rounds: usize) -> Vec<Vec<(u32, Vec<u8>)>> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let trailer = |w: &mut Vec<u64>, t: u64, cpu: u32, id: u64| w.extend([pair(5, 6), t, pair(cpu, 0), id]);
+        let mut out = Vec::new();
+        for round in 0..rounds as u64 {
+            let mut recs = Vec::new();
+            for cpu in 0..3u32 {
+                let mut t = round * 100_000;
+                for _ in 0..(next() % 300) {
+                    t += 1000 * (next() % 3);
+                    // Late: stamped before the previous round's limit.
+                    let time = if next() % 50 == 0 { t.saturating_sub(250_000) } else { t };
+                    let (pid, ip) = (100 + (next() % 3) as u32, 0x40_0000 + 16 * (next() % 40));
+                    let misc = if next() % 4 == 0 { 1 } else { 2 };
+                    let r = match next() % 40 {
+                        0 => {
+                            let mut w = vec![u64::from_ne_bytes(*b"worker\0\0") << 0];
+                            w.insert(0, pair(pid, pid + 1));
+                            trailer(&mut w, time, cpu, ID0);
+                            rec(3, 0, &w)
+                        }
+                        1 => {
+                            let mut w = vec![ID0, 17];
+                            trailer(&mut w, time, cpu, ID0);
+                            rec(2, 0, &w)
+                        }
+                        2 => {
+                            let mut w = vec![time, ID1, ID1];
+                            trailer(&mut w, time, cpu, ID1);
+                            rec(5, 0, &w)
+                        }
+                        3 => {
+                            let mut w = vec![];
+                            trailer(&mut w, time, cpu, ID0);
+                            rec(14, 0x2000, &w)
+                        }
+                        4 => rec(9, misc, &[999, ip, pair(pid, pid), time, pair(cpu, 0), 10_000]),
+                        5 => rec(9, misc, &[ID0, ip, pair(pid, pid), time]),
+                        6..=9 => rec(9, misc, &[ID1, ip, pair(pid, pid), time, pair(cpu, 0), 5000, 3, 0xffff_ffff_ffff_fe00, ip, ip + 8]),
+                        _ if cpu_period => rec(9, misc, &[ID0, ip, pair(pid, pid + 1), time, pair(cpu, 0), 10_000]),
+                        _ => rec(9, misc, &[ID0, ip, pair(pid, pid + 1), time]),
+                    };
+                    recs.push((cpu, r));
+                }
+            }
+            out.push(recs);
+        }
+        out
+    }
+
+    /// Runs `rounds` through the queue and emitter as the recorder's rounds do (queue every
+    /// ring, write up to the previous round's start in small batches, the next round's
+    /// first records drained between batches); returns the trace bytes and the summary.
+    fn replay(rounds: &[Vec<(u32, Vec<u8>)>], cpu_period: bool, plain: bool) -> (Vec<u8>, RecordSummary, u64) {
+        let sample_type = st::IDENTIFIER | st::IP | st::TID | st::TIME | if cpu_period { st::CPU | st::PERIOD } else { 0 };
+        let l0 = Layout { sample_type, sample_id_all: true, default_period: 10_000, ..Layout::default() };
+        let base = st::IDENTIFIER | st::IP | st::TID | st::TIME | st::CPU | st::PERIOD;
+        let l1 = Layout { sample_type: base | st::CALLCHAIN, sample_id_all: true, ..Layout::default() };
+        let mut d = Decoder::new(vec![l0, l1]);
+        d.add_id(ID0, 0);
+        d.add_id(ID1, 1);
+        if !plain {
+            d.keep_raw(0);
+            d.keep_raw(1);
+        }
+        let mut e = Emitter::new(d);
+        let opts = WriterOptions { max_records: 500, ..WriterOptions::default() };
+        let mut out = TraceWriter::with_options(Vec::new(), &TraceHeader::default(), opts).unwrap();
+        let mut q = RoundQueue::new();
+        let (mut max_seen, mut plain_seen) = (0u64, 0u64);
+        let mut taken = vec![0usize; rounds.len()];
+        for (k, recs) in rounds.iter().enumerate() {
+            for (cpu, r) in &recs[taken[k]..] {
+                e.queue(&mut q, &mut max_seen, false, *cpu, r);
+            }
+            taken[k] = recs.len();
+            let limit = (k as u64).saturating_sub(1) * 100_000;
+            let last = k + 1 == rounds.len();
+            loop {
+                let more = q
+                    .emit_some(if last { None } else { Some(limit) }, 7, |p, r| {
+                        plain_seen += p.plain().is_some() as u64;
+                        e.write_queued(p, r, &mut out)
+                    })
+                    .unwrap();
+                if !more {
+                    break;
+                }
+                // A mid-round drain: a few of the next round's records (all later).
+                if let Some(nx) = rounds.get(k + 1) {
+                    let upto = (taken[k + 1] + 2).min(nx.len());
+                    for (cpu, r) in &nx[taken[k + 1]..upto] {
+                        e.queue(&mut q, &mut max_seen, false, *cpu, r);
+                    }
+                    taken[k + 1] = upto;
+                }
+            }
+            out.end_round().unwrap();
+        }
+        assert!(q.is_empty());
+        let (bytes, _) = out.finish_into_inner(None).unwrap();
+        (bytes, e.summary, plain_seen)
+    }
+
+    /// Plain samples decoded at drain give the trace, byte for byte, that decoding every
+    /// record at emit gives (the path before them), for both plain layouts; and the same
+    /// counts, malformed and out-of-order records included.
+    #[test]
+    fn plain_samples_write_the_same_trace_as_raw_records() {
+        for cpu_period in [true, false] {
+            let rounds = stream(cpu_period, 40);
+            let (fast, fs, plain) = replay(&rounds, cpu_period, true);
+            let (slow, ss, none) = replay(&rounds, cpu_period, false);
+            assert_eq!(none, 0);
+            assert!(plain > 3000, "{plain} plain samples");
+            assert!(fs.samples > plain && fs.malformed > 10 && fs.out_of_order > 10 && fs.ignored > 10, "{fs:?}");
+            assert!(fs.lost_records > 0 && fs.throttled > 0);
+            assert_eq!(fs, ss);
+            assert!(fast == slow, "trace bytes differ (cpu_period {cpu_period})");
+        }
     }
 }
