@@ -8,14 +8,31 @@
 //!   with ~40 bitfields and four unions. We set `size` to [`ATTR_SIZE`]
 //!   (PERF_ATTR_SIZE_VER8, 136 bytes) rather than `size_of`, so the bytes handed to the
 //!   kernel (and the golden files) do not change when the crate grows the struct.
-//! * **sample_type** = IP | TID | TIME | CPU | PERIOD | IDENTIFIER always. IDENTIFIER
+//! * **sample_type** = IP | TID | TIME | IDENTIFIER always ([`BASE_SAMPLE_TYPE`]): a
+//!   default sample is 40 bytes (header + 4 words), as perf's `record -a -c N`. IDENTIFIER
 //!   (not ID) because it sits at a fixed place in every record: first u64 of a sample,
 //!   last u64 of the `sample_id` trailer of side-band records. With several events sharing
 //!   one ring (`ioctl_set_output`) the parser can map any record to its event before it
 //!   knows that event's layout (ids come from `sys::ioctl_id`). It is in the kernel's
 //!   large-PEBS flags, so it costs 8 bytes per record and nothing else.
+//!   + PERIOD only where a sample's period is not the attr's ([`samples_carry_period`]):
+//!   frequency mode (`-F`, the kernel adapts it), and events sampled on every hit (period
+//!   1, e.g. tracepoints), whose PERIOD is the hit's count. Without the bit the kernel still reports the fixed
+//!   `sample_period` for every sample, which the decoder fills in
+//!   (`parse::Layout::default_period`, from `EventDesc::sample_period`). Also a
+//!   correctness matter for software events other than cpu-clock/task-clock:
+//!   `perf_swevent_event` ignores the period and writes one sample per event (period =
+//!   its count) when PERIOD is requested without `freq` (`-e page-faults -c 1000` gave one
+//!   sample per fault); without it the kernel samples every `sample_period` events, as
+//!   perf does (perf requests PERIOD only with `-F` or `--period`).
+//!   + never CPU: every ring the recorder maps belongs to one CPU (every sampling event is
+//!   opened with an explicit cpu, and `PERF_EVENT_IOC_SET_OUTPUT` only joins events of the
+//!   same CPU), so the decoder takes `Sample::cpu` (and the side-band trailer's cpu) from
+//!   the ring. A caller that opens an attr with cpu = -1 *and* decodes its samples must
+//!   add `PERF_SAMPLE_CPU` itself.
 //!   + REGS_USER when `regs_user != 0`; + ADDR | WEIGHT_STRUCT | DATA_SRC when
-//!   `spec.mem` (rule in [`crate::event`]).
+//!   `spec.mem` (rule in [`crate::event`]). Dropping bits never costs large PEBS: the
+//!   kernel's condition is `sample_type` ⊆ its flags.
 //! * `sample_id_all = 1` on every event (side-band and LOST records carry time, cpu and
 //!   the identifier). Side-band bits (mmap, mmap2, comm, comm_exec, task) only with
 //!   `SamplingConfig::sideband`, i.e. on the first event per ring. **Never `build_id`**:
@@ -71,12 +88,13 @@ pub const DEFAULT_PRECISE_PERIOD: u64 = 100_003;
 pub const DEFAULT_PRECISE_MEM_PERIOD: u64 = 10_007;
 
 use tailprof_perf_abi::sample_type::{
-    ADDR as S_ADDR, CPU as S_CPU, DATA_SRC as S_DATA_SRC, IDENTIFIER as S_IDENTIFIER, IP as S_IP, PERIOD as S_PERIOD,
+    ADDR as S_ADDR, DATA_SRC as S_DATA_SRC, IDENTIFIER as S_IDENTIFIER, IP as S_IP, PERIOD as S_PERIOD,
     REGS_INTR as S_REGS_INTR, REGS_USER as S_REGS_USER, TID as S_TID, TIME as S_TIME, WEIGHT_STRUCT as S_WEIGHT_STRUCT,
 };
 
-/// sample_type bits every event gets.
-pub const BASE_SAMPLE_TYPE: u64 = S_IP | S_TID | S_TIME | S_CPU | S_PERIOD | S_IDENTIFIER;
+/// sample_type bits every event gets (see the module docs for why not CPU, and when
+/// PERIOD is added).
+pub const BASE_SAMPLE_TYPE: u64 = S_IP | S_TID | S_TIME | S_IDENTIFIER;
 /// Extra bits for memory events.
 pub const MEM_SAMPLE_TYPE: u64 = S_ADDR | S_WEIGHT_STRUCT | S_DATA_SRC;
 
@@ -212,6 +230,19 @@ pub fn default_rate(spec: &EventSpec) -> Rate {
     }
 }
 
+/// Whether samples at `rate` must carry PERF_SAMPLE_PERIOD because their period is not
+/// the attr's fixed one: in frequency mode the kernel adapts it; an event sampled on
+/// every hit (period 1: tracepoints, the off-CPU `sched_switch`, kprobe/uprobe PMUs)
+/// reports the hit's count there (e.g. `sched:sched_stat_runtime`, whose hits count
+/// nanoseconds: without the bit `perf_swevent_event` writes one sample per counted
+/// unit). Every other event reports its fixed period, which the decoder fills in.
+pub fn samples_carry_period(rate: Rate) -> bool {
+    match rate {
+        Rate::Freq(_) => true,
+        Rate::Period(p) => p == 1,
+    }
+}
+
 /// Build the attr for one event.
 pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, EventError> {
     let rate = match (cfg.period, cfg.freq) {
@@ -241,6 +272,9 @@ pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, Ev
     a.config1 = spec.config1;
     a.config2 = spec.config2;
     let mut sample_type = BASE_SAMPLE_TYPE;
+    if samples_carry_period(rate) {
+        sample_type |= S_PERIOD;
+    }
     if cfg.regs_user != 0 {
         sample_type |= S_REGS_USER;
         a.sample_regs_user = cfg.regs_user;
@@ -731,6 +765,34 @@ mod tests {
         assert_eq!((a.freq(), a.sample_freq, a.mmap(), a.comm(), a.use_clockid()), (1, 999, 0, 0, 0));
         assert_eq!(plan.desc.sample_freq, Some(999));
         assert_eq!(plan.desc.sample_period, None);
+        assert_eq!(a.sample_type, BASE_SAMPLE_TYPE | S_PERIOD, "the kernel adapts the period: every sample says it");
+    }
+
+    /// CPU is never sampled (rings are per CPU); PERIOD only where it varies per sample.
+    #[test]
+    fn slim_sample_type() {
+        use tailprof_perf_abi::sample_type::CPU;
+        let fixed = |ev: &str, cfg: SamplingConfig| build_attr(&spec(ev), &cfg).unwrap().attr.sample_type;
+        let c = |p| SamplingConfig { period: Some(p), ..Default::default() };
+        let f = |hz| SamplingConfig { freq: Some(hz), ..Default::default() };
+        for ev in ["cpu-clock", "task-clock", "page-faults", "cycles:pp", "r01d1", "cpu/mem-loads/pp"] {
+            let st = fixed(ev, c(10_000));
+            assert_eq!(st & (CPU | S_PERIOD), 0, "{ev} -c 10000: {:?}", sample_type_names(st));
+            assert_eq!(st & BASE_SAMPLE_TYPE, BASE_SAMPLE_TYPE);
+            let st = fixed(ev, f(1000));
+            assert_eq!(st & (CPU | S_PERIOD), S_PERIOD, "{ev} -F 1000");
+        }
+        // Defaults: fixed for clocks and precise events, frequency for the rest.
+        assert_eq!(fixed("cpu-clock", SamplingConfig::default()) & S_PERIOD, 0);
+        assert_eq!(fixed("cycles:pp", SamplingConfig::default()) & S_PERIOD, 0);
+        assert_eq!(fixed("page-faults", SamplingConfig::default()) & S_PERIOD, S_PERIOD);
+        // Every hit sampled (tracepoints, dummy): PERIOD carries the hit's count.
+        assert_eq!(fixed("dummy", SamplingConfig::default()) & S_PERIOD, S_PERIOD);
+        assert_eq!(fixed("cpu-clock", c(1)) & S_PERIOD, S_PERIOD);
+        assert!(samples_carry_period(Rate::Freq(1)) && samples_carry_period(Rate::Period(1)));
+        assert!(!samples_carry_period(Rate::Period(2)));
+        // The fixed period the decoder fills in is in the header.
+        assert_eq!(build_attr(&spec("cpu-clock"), &c(10_000)).unwrap().desc.sample_period, Some(10_000));
     }
 
     #[test]
@@ -791,7 +853,7 @@ mod tests {
         let plan = build_attr(&spec("cycles:pp"), &SamplingConfig::default()).unwrap();
         let t = attr_golden_text(&plan.attr);
         assert!(t.contains("\nprecise_ip=2\n"));
-        assert!(t.contains("sample_type.names=IP|TID|TIME|CPU|PERIOD|IDENTIFIER\n"));
+        assert!(t.contains("sample_type.names=IP|TID|TIME|IDENTIFIER\n"));
         assert_eq!(t, attr_golden_text(&plan.attr.clone()));
         assert!(t.lines().all(|l| l.split_once('=').is_some()));
     }

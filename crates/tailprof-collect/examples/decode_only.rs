@@ -74,9 +74,10 @@ fn main() {
     // 1: default layout only, 2: general path only, otherwise both (for callgrind).
     let which = a.get(2).copied().unwrap_or(0);
 
-    // Default layout: IDENTIFIER IP TID TIME CPU PERIOD.
+    // The full fixed layout: IDENTIFIER IP TID TIME CPU PERIOD (the recorder's default
+    // before issue 9; it now requests neither CPU nor, at a fixed period, PERIOD).
     let layout = Layout {
-        sample_type: BASE_SAMPLE_TYPE,
+        sample_type: BASE_SAMPLE_TYPE | st::CPU | st::PERIOD,
         sample_id_all: true,
         default_period: 10_000,
         ..Layout::default()

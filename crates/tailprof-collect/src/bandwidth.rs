@@ -27,8 +27,9 @@
 //!     so the choice is made (and golden-tested) but recording it is refused with advice.
 //! * **Large PEBS**: the sampling event is built with the ordinary attr builder
 //!   ([`crate::attr::build_attr`]) with a fixed period, no callchain, no registers, and
-//!   only the large-PEBS sample bits (IP, TID, TIME, CPU, PERIOD, IDENTIFIER, ADDR,
-//!   DATA_SRC, WEIGHT_STRUCT): timestamps, data address, data source and weight.
+//!   only the large-PEBS sample bits (IP, TID, TIME, IDENTIFIER, ADDR, DATA_SRC,
+//!   WEIGHT_STRUCT; fixed period, so no PERIOD, and no CPU: see [`crate::attr`]):
+//!   timestamps, data address, data source and weight.
 //! * **The baseline** ([`Mode::SoftTsc`]): the same event without PEBS, one interrupt per
 //!   overflow, timestamped by the interrupt handler (the paper's `soft-tsc`, §6.2).
 //! * **The counting sibling** ([`CounterSibling`], the paper's PMC1, §6.3): the same event

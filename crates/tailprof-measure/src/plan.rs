@@ -236,4 +236,19 @@ mod tests {
         assert_eq!(raw_sample_bytes(base, 0), 56);
         assert_eq!(raw_sample_bytes(base | (1 << 12), 0b11), 56 + 8 + 16);
     }
+
+    /// The attr `plan` sizes the ring for is the one `record -c PERIOD` opens: no CPU
+    /// (rings are per CPU) and no PERIOD (fixed): header + IDENTIFIER IP TID TIME.
+    #[test]
+    fn planned_records_are_the_slim_layout() {
+        let bytes = |ev: &str, cfg: SamplingConfig| {
+            let a = build_attr(&EventSpec::parse(ev).unwrap(), &cfg).unwrap().attr;
+            raw_sample_bytes(a.sample_type, a.sample_regs_user)
+        };
+        let fixed = SamplingConfig { period: Some(10_000), ..SamplingConfig::default() };
+        assert_eq!(bytes("cpu-clock", fixed.clone()), 40);
+        assert_eq!(bytes("task-clock", fixed), 40);
+        // -F: the kernel's period is in every sample.
+        assert_eq!(bytes("cpu-clock", SamplingConfig { freq: Some(4000), ..SamplingConfig::default() }), 48);
+    }
 }
