@@ -2,7 +2,7 @@
 //! executable and libraries, debug files, downloads. Used by the marker attach
 //! (`tailprof-collect::markers`), uprobe symbol resolution (`tailprof-collect::uprobe`),
 //! build-ids (`tailprof-collect-sys::buildid`, through [`notes`]), symbolization
-//! (`tailprof-symbolize::elf`) and the agent's symbol tables (`tailprof-agent::symtab`).
+//! (`tailprof-symbolize::elf`, build-ids through [`gnu_build_id`]) and the agent's symbol tables (`tailprof-agent::symtab`).
 //!
 //! Design constraints:
 //! - **Nothing is mapped.** Everything is read with `pread` ([`ReadAt`]) from an already
@@ -47,8 +47,12 @@ pub const SHT_SYMTAB_SHNDX: u32 = 18;
 pub const SHT_GNU_HASH: u32 = 0x6fff_fff6;
 pub const PT_LOAD: u32 = 1;
 pub const PT_NOTE: u32 = 4;
+/// Program header flag: the segment is executable.
+pub const PF_X: u32 = 1;
 /// Note type of the GNU build-id (name `GNU`).
 pub const NT_GNU_BUILD_ID: u32 = 3;
+/// Longest build-id [`gnu_build_id`] accepts (linkers write 16 or 20 bytes; perf keeps 20).
+pub const MAX_BUILD_ID: usize = 64;
 pub const STT_OBJECT: u8 = 1;
 pub const STT_FUNC: u8 = 2;
 pub const STT_GNU_IFUNC: u8 = 10;
@@ -937,6 +941,55 @@ impl<'a> Iterator for Notes<'a> {
                 self.at = usize::MAX;
                 Some(Err(Error::Malformed(format!("note at offset {p} (name {namesz} bytes, desc {descsz} bytes) runs past its area"))))
             }
+        }
+    }
+}
+
+/// The GNU build-id in a note area ([`notes`]): the desc of the first note named `GNU`
+/// of type [`NT_GNU_BUILD_ID`] that is 1 to [`MAX_BUILD_ID`] bytes long; `None` when there
+/// is none before the end or the first malformed entry. Nothing is allocated.
+pub fn gnu_build_id(area: &[u8], big_endian: bool, align: u64) -> Option<&[u8]> {
+    notes(area, big_endian, align)
+        .map_while(Result::ok)
+        .find(|n| n.kind == NT_GNU_BUILD_ID && n.name == b"GNU\0" && (1..=MAX_BUILD_ID).contains(&n.desc.len()))
+        .map(|n| n.desc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(be: bool, name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
+        let u = |v: u32| if be { v.to_be_bytes() } else { v.to_le_bytes() };
+        let mut v = [u(name.len() as u32), u(desc.len() as u32), u(kind)].concat();
+        v.extend(name);
+        v.resize(v.len().next_multiple_of(4), 0);
+        v.extend(desc);
+        v.resize(v.len().next_multiple_of(4), 0);
+        v
+    }
+
+    #[test]
+    fn gnu_build_id_skips_other_notes_and_stops_at_damage() {
+        for be in [false, true] {
+            let mut area = note(be, b"GNU\0", 5, &[1; 8]); // a property note
+            area.extend(note(be, b"Go\0\0", NT_GNU_BUILD_ID, &[2; 20])); // another owner
+            area.extend(note(be, b"GNU\0", NT_GNU_BUILD_ID, &[])); // empty
+            area.extend(note(be, b"GNU\0", NT_GNU_BUILD_ID, &[3; MAX_BUILD_ID + 1])); // too long
+            let good = note(be, b"GNU\0", NT_GNU_BUILD_ID, &[0xab; 20]);
+            let mut with = area.clone();
+            with.extend(&good);
+            assert_eq!(gnu_build_id(&with, be, 4), Some(&[0xab; 20][..]));
+            assert_eq!(gnu_build_id(&with, !be, 4), None, "wrong byte order: sizes are garbage");
+            // Cut anywhere inside the id's note: no id, no panic.
+            for cut in area.len()..with.len() - 1 {
+                assert_eq!(gnu_build_id(&with[..cut], be, 4), None, "cut at {cut}");
+            }
+            // A malformed entry before it ends the search.
+            let mut broken = note(be, b"X\0", 1, &[0; 4]);
+            broken[4..8].copy_from_slice(&if be { u32::MAX.to_be_bytes() } else { u32::MAX.to_le_bytes() });
+            broken.extend(&good);
+            assert_eq!(gnu_build_id(&broken, be, 4), None);
         }
     }
 }

@@ -288,7 +288,7 @@ mod tests {
             let _ = inflate(&orig[..n]);
         }
         // Every header byte and a sample of the section table set to extreme values.
-        let shoff = u64::from_le_bytes(orig[0x28..0x30].try_into().unwrap()) as usize;
+        let shoff = Elf::parse(orig.as_slice()).unwrap().header().shoff as usize;
         let spots = (0..64).chain((shoff..orig.len()).step_by(5));
         for at in spots {
             for v in [0u8, 0x7f, 0xff] {

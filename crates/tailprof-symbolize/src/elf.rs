@@ -18,7 +18,8 @@ use tailprof_elf::{Elf, SectionHeader, PT_LOAD, SHT_NOBITS, SHT_NOTE};
 
 /// At most this many bytes of one section are read into memory.
 pub(crate) const MAX_SECTION: u64 = 512 << 20;
-/// At most this many bytes of notes are scanned for the build-id.
+/// At most this many bytes of notes (all note sections together) are scanned for the
+/// build-id.
 const MAX_NOTES: u64 = 1 << 20;
 
 /// Open an untrusted path: no symlink at the last component, no blocking on FIFOs,
@@ -53,8 +54,6 @@ pub(crate) struct Section {
     pub offset: u64,
     pub size: u64,
 }
-
-const NT_GNU_BUILD_ID: u32 = 3;
 
 /// A parsed ELF file (headers only; section data is read on demand).
 #[derive(Debug)]
@@ -146,26 +145,17 @@ impl ElfFile {
             .map(|s| s.vaddr.wrapping_add(off - s.offset))
     }
 
-    /// The GNU build-id note, from any `SHT_NOTE` section.
+    /// The GNU build-id note, from the first `SHT_NOTE` section holding one
+    /// ([`tailprof_elf::gnu_build_id`], the section's alignment). At most [`MAX_NOTES`]
+    /// bytes of notes are read in all, however many note sections the file claims.
     pub fn build_id(&self) -> Option<Vec<u8>> {
-        let c = self.elf.class();
-        for s in self.sections.iter().filter(|s| s.kind == SHT_NOTE && s.size <= MAX_NOTES) {
-            let Ok(data) = self.read_at(s.offset, s.size) else { continue };
-            let mut at = 0usize;
-            while at + 12 <= data.len() {
-                let namesz = c.u32(&data, at) as usize;
-                let descsz = c.u32(&data, at + 4) as usize;
-                let kind = c.u32(&data, at + 8);
-                let name_at = at + 12;
-                let desc_at = name_at.saturating_add(namesz.saturating_add(3) & !3);
-                let next = desc_at.saturating_add(descsz.saturating_add(3) & !3);
-                if desc_at.saturating_add(descsz) > data.len() {
-                    break;
-                }
-                if kind == NT_GNU_BUILD_ID && namesz == 4 && &data[name_at..name_at + 4] == b"GNU\0" && descsz > 0 {
-                    return Some(data[desc_at..desc_at + descsz].to_vec());
-                }
-                at = next;
+        let mut budget = MAX_NOTES;
+        for s in self.elf.sections().iter().filter(|s| s.kind == SHT_NOTE) {
+            let Some(left) = budget.checked_sub(s.size) else { continue };
+            budget = left;
+            let Ok(area) = self.elf.section_data(s, MAX_NOTES) else { continue };
+            if let Some(id) = tailprof_elf::gnu_build_id(&area, self.big_endian(), s.addralign) {
+                return Some(id.to_vec());
             }
         }
         None
@@ -181,8 +171,7 @@ impl ElfFile {
             return None;
         }
         let crc_at = (end + 1 + 3) & !3;
-        let b: [u8; 4] = data.get(crc_at..crc_at + 4)?.try_into().ok()?;
-        let crc = if self.big_endian() { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) };
+        let crc = self.elf.class().u32(data.get(crc_at..crc_at + 4)?, 0);
         Some((name.to_owned(), crc))
     }
 }
@@ -250,6 +239,65 @@ mod tests {
                     let _ = (e.build_id(), e.debuglink(), e.vaddr_of(0x1000), e.has_data(".symtab"));
                     let _ = super::super::ehframe::FdeRanges::from_elf(&e).len();
                 }
+            }
+        }
+    }
+
+    /// An ELF64 LE file whose section `i + 1` is an `SHT_NOTE` section holding `areas[i]`.
+    fn with_note_sections(areas: &[Vec<u8>]) -> Vec<u8> {
+        let mut f = vec![0u8; 64];
+        f[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        let mut headers = vec![0u8; 64]; // the null section
+        for a in areas {
+            let mut h = [0u8; 64];
+            h[4..8].copy_from_slice(&SHT_NOTE.to_le_bytes());
+            h[24..32].copy_from_slice(&(f.len() as u64).to_le_bytes());
+            h[32..40].copy_from_slice(&(a.len() as u64).to_le_bytes());
+            h[48..56].copy_from_slice(&4u64.to_le_bytes());
+            headers.extend(h);
+            f.extend(a);
+        }
+        let shoff = f.len() as u64;
+        f[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        f[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        f[0x3c..0x3e].copy_from_slice(&((areas.len() + 1) as u16).to_le_bytes());
+        f.extend(headers);
+        f
+    }
+
+    fn note(kind: u32, desc: &[u8]) -> Vec<u8> {
+        let mut v = [4u32.to_le_bytes(), (desc.len() as u32).to_le_bytes(), kind.to_le_bytes()].concat();
+        v.extend(b"GNU\0");
+        v.extend(desc);
+        v.resize(v.len().next_multiple_of(4), 0);
+        v
+    }
+
+    #[test]
+    fn build_id_from_note_sections_within_a_total_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("n");
+        let id = note(tailprof_elf::NT_GNU_BUILD_ID, &[0xab; 20]);
+        // Other notes first, then the id in a later section.
+        std::fs::write(&p, with_note_sections(&[note(5, &[1; 8]), [note(1, &[2; 16]), id.clone()].concat()])).unwrap();
+        assert_eq!(ElfFile::open(&p).unwrap().build_id(), Some(vec![0xab; 20]));
+        // A section beyond the budget is skipped, a later small one still read...
+        let big = note(1, &vec![0; MAX_NOTES as usize]);
+        std::fs::write(&p, with_note_sections(&[big.clone(), id.clone()])).unwrap();
+        assert_eq!(ElfFile::open(&p).unwrap().build_id(), Some(vec![0xab; 20]));
+        // ...but the budget is for all note sections together: after 3/4 of it is
+        // spent, another 3/4 is not read, whatever it holds.
+        let filler = note(1, &vec![0; MAX_NOTES as usize * 3 / 4]);
+        let late = [note(1, &vec![0; MAX_NOTES as usize * 3 / 4 - 64]), id.clone()].concat();
+        assert!(late.len() as u64 <= MAX_NOTES);
+        std::fs::write(&p, with_note_sections(&[filler, late])).unwrap();
+        assert_eq!(ElfFile::open(&p).unwrap().build_id(), None);
+        // The test executable's, as readelf prints it (when installed).
+        let exe = std::env::current_exe().unwrap();
+        if let Ok(o) = std::process::Command::new("readelf").arg("-n").arg(&exe).output() {
+            let text = String::from_utf8_lossy(&o.stdout);
+            if let Some(hex) = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")) {
+                assert_eq!(super::super::hex(&ElfFile::open(&exe).unwrap().build_id().unwrap()), hex.trim());
             }
         }
     }

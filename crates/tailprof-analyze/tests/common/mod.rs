@@ -43,24 +43,16 @@ pub fn nm(path: &Path, sym: &str) -> u64 {
     panic!("{sym} not in nm output of {}", path.display());
 }
 
-/// The executable PT_LOAD segment: (p_offset, p_vaddr, p_memsz).
+/// The executable PT_LOAD segment: (p_offset, p_vaddr, p_memsz), read with tailprof-elf
+/// (tested on its own against gcc output and `nm`).
 pub fn exec_segment(path: &Path) -> (u64, u64, u64) {
-    let d = std::fs::read(path).unwrap();
-    assert_eq!(&d[..4], b"\x7fELF");
-    assert_eq!(d[4], 2, "64-bit ELF expected");
-    let u16_at = |o: usize| u16::from_le_bytes(d[o..o + 2].try_into().unwrap()) as usize;
-    let u32_at = |o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
-    let phoff = u64_at(0x20) as usize;
-    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
-    for i in 0..phnum {
-        let p = phoff + i * phentsize;
-        let (p_type, p_flags) = (u32_at(p), u32_at(p + 4));
-        if p_type == 1 && p_flags & 1 != 0 {
-            return (u64_at(p + 8), u64_at(p + 16), u64_at(p + 40));
-        }
+    let f = std::fs::File::open(path).unwrap();
+    let elf = tailprof_elf::Elf::parse(&f).unwrap();
+    let mut headers = elf.program_headers().unwrap().map(Result::unwrap);
+    match headers.find(|p| p.kind == tailprof_elf::PT_LOAD && p.flags & tailprof_elf::PF_X != 0) {
+        Some(p) => (p.offset, p.vaddr, p.memsz),
+        None => panic!("no executable PT_LOAD in {}", path.display()),
     }
-    panic!("no executable PT_LOAD in {}", path.display());
 }
 
 pub const PAGE: u64 = 0x1000;
