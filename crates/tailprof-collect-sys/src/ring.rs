@@ -146,9 +146,15 @@ impl Ring {
         while head.wrapping_sub(tail) >= 8 {
             let avail = head.wrapping_sub(tail);
             let off = (tail & mask) as usize;
-            let mut hdr = [0u8; 8];
-            self.copy_out(off, &mut hdr);
-            let size = u16::from_ne_bytes([hdr[6], hdr[7]]) as u64;
+            let size = if off + 8 <= self.size as usize {
+                // SAFETY: inside the data area, between tail and head (the usual case:
+                // records are 8-byte multiples, so a header never wraps).
+                unsafe { std::ptr::read_unaligned(self.data.add(off + 6) as *const u16) as u64 }
+            } else {
+                let mut hdr = [0u8; 8];
+                self.copy_out(off, &mut hdr);
+                u16::from_ne_bytes([hdr[6], hdr[7]]) as u64
+            };
             if size < 8 || size > avail || size > self.size {
                 st.corrupt = true;
                 tail = head;

@@ -635,10 +635,14 @@ impl Recorder {
     /// filling up are drained again (see [`Recorder::refill`]).
     fn emit_round<O: RecordOutput + ?Sized>(&mut self, limit: Option<u64>, out: &mut O) -> Result<(), FormatError> {
         self.marker_queue.sort();
+        // Markers are added between rounds only (`drain_all`), never while one is written.
+        let markers = !self.marker_queue.pending.is_empty();
         loop {
             let (emitter, marker_queue) = (&mut self.emitter, &mut self.marker_queue);
             let more = self.raw_queue.emit_some(limit, EMIT_BATCH, |p, rec| {
-                marker_queue.emit_upto(p.time, |r| emitter.record(r, out))?;
+                if markers {
+                    marker_queue.emit_upto(p.time, |r| emitter.record(r, out))?;
+                }
                 emitter.write_queued(p, rec, out)
             });
             match more {
