@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -55,6 +55,9 @@ pub(crate) struct Section {
     pub size: u64,
 }
 
+/// (device, inode, size, mtime seconds, mtime nanoseconds): see [`ElfFile::identity`].
+pub(crate) type FileIdentity = (u64, u64, u64, i64, i64);
+
 /// A parsed ELF file (headers only; section data is read on demand).
 #[derive(Debug)]
 pub(crate) struct ElfFile {
@@ -90,6 +93,13 @@ impl ElfFile {
             sections.push(Section { name, kind, addr, offset, size });
         }
         Ok(ElfFile { elf, segments, sections })
+    }
+
+    /// Which file this is, however it was named: (device, inode, size, mtime seconds,
+    /// mtime nanoseconds) of the open file. `None` if `fstat` fails.
+    pub fn identity(&self) -> Option<FileIdentity> {
+        let md = self.elf.reader().metadata().ok()?;
+        Some((md.dev(), md.ino(), md.len(), md.mtime(), md.mtime_nsec()))
     }
 
     /// A path that opens this very file (`/proc/self/fd/N`), for libraries that take

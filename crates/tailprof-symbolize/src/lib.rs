@@ -37,6 +37,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Reason, Symbolized};
@@ -249,6 +250,13 @@ pub struct Symbolizer {
     vdso: Option<Result<tempfile::NamedTempFile, String>>,
     /// Per (path, trace build-id): ELF facts, debug file, `.eh_frame` ranges.
     binaries: FxHashMap<(String, Option<Vec<u8>>), BinaryFacts>,
+    /// `.eh_frame` ranges per file ([`ElfFile::identity`]): one table per file, however
+    /// many (path, trace build-id) keys name it (another path to it, the trace's build-id
+    /// given or not). One entry per binary, like `binaries`.
+    fde_tables: FxHashMap<elf::FileIdentity, Arc<FdeRanges>>,
+    /// Tables built ([`FdeRanges::from_elf`] calls), for tests.
+    #[cfg(test)]
+    fde_builds: usize,
     /// Names made up from `.eh_frame` ranges (`fn_4616a0`), not symbols.
     range_names: rustc_hash::FxHashSet<NameId>,
     /// Downloads debug files by build-id (`DEBUGINFOD_URLS`), when enabled.
@@ -285,8 +293,8 @@ struct BinaryFacts {
     /// Its separate debug file, if one was found, and that file, open.
     debug: Option<DebugFile>,
     debug_elf: Option<ElfFile>,
-    /// `.eh_frame` function ranges, read on first need.
-    fdes: Option<FdeRanges>,
+    /// `.eh_frame` function ranges, read on first need ([`Symbolizer::fde_ranges`]).
+    fdes: Option<Arc<FdeRanges>>,
 }
 
 impl fmt::Debug for Symbolizer {
@@ -323,6 +331,9 @@ impl Symbolizer {
             kernel: None,
             vdso: None,
             binaries: FxHashMap::default(),
+            fde_tables: FxHashMap::default(),
+            #[cfg(test)]
+            fde_builds: 0,
             range_names: Default::default(),
             debuginfod: None,
             inline: Default::default(),
@@ -401,8 +412,8 @@ impl Symbolizer {
         };
         out.symtab = elf.has_data(".symtab");
         out.dwarf = facts.has_dwarf;
-        let fdes = facts.fdes.get_or_insert_with(|| FdeRanges::from_elf(elf));
-        out.eh_frame_ranges = fdes.len();
+        out.eh_frame_ranges = self.fde_ranges(path, trace_build_id).map_or(0, |f| f.len());
+        let facts = self.facts(path, trace_build_id);
         if let Some(d) = &facts.debug {
             out.debug_file = Some(d.path.display().to_string());
             out.source = match &d.found_by {
@@ -430,6 +441,35 @@ impl Symbolizer {
             self.binaries.insert(key.clone(), f);
         }
         self.binaries.get_mut(&key).expect("inserted above")
+    }
+
+    /// The `.eh_frame` function ranges of binary `path` (`None`: not readable as ELF),
+    /// built once per file: kept in its facts and shared by identity with every other
+    /// key naming the same file.
+    fn fde_ranges(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> Option<Arc<FdeRanges>> {
+        let facts = self.facts(path, trace_build_id);
+        if let Some(f) = &facts.fdes {
+            return Some(f.clone());
+        }
+        let elf = facts.elf.as_ref()?;
+        let ident = elf.identity();
+        let table = match ident.and_then(|i| self.fde_tables.get(&i)) {
+            Some(t) => t.clone(),
+            None => {
+                let elf = self.facts(path, trace_build_id).elf.as_ref()?;
+                let t = Arc::new(FdeRanges::from_elf(elf));
+                #[cfg(test)]
+                {
+                    self.fde_builds += 1;
+                }
+                if let Some(i) = ident {
+                    self.fde_tables.insert(i, t.clone());
+                }
+                t
+            }
+        };
+        self.facts(path, trace_build_id).fdes = Some(table.clone());
+        Some(table)
     }
 
     fn facts_uncached(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> BinaryFacts {
@@ -658,12 +698,11 @@ impl Symbolizer {
 
     /// Name unnamed results by the `.eh_frame` range holding their address.
     fn name_by_ranges(&mut self, path: &str, trace_build_id: Option<&[u8]>, offsets: &[u64], out: &mut [SymIdResult]) {
-        let facts = self.facts(path, trace_build_id);
-        let Some(elf) = &facts.elf else { return };
-        let fdes = facts.fdes.get_or_insert_with(|| FdeRanges::from_elf(elf));
+        let Some(fdes) = self.fde_ranges(path, trace_build_id) else { return };
         if fdes.is_empty() {
             return;
         }
+        let Some(elf) = &self.facts(path, trace_build_id).elf else { return };
         let mut starts: Vec<(usize, u64)> = Vec::new();
         for (i, r) in out.iter().enumerate() {
             if !is_unnamed(r) {
@@ -848,6 +887,49 @@ mod tests {
         let mut s2 = Symbolizer::default();
         s2.set_origin(KernelOrigin { os_release: Some("0.0.0-other".into()), ..Default::default() });
         assert!(s2.symbolize_binary(&b, None, &[addr])[0].is_err());
+    }
+
+    /// A stripped binary named through two paths (a hard link) and with and without the
+    /// trace's build-id: four keys, one `.eh_frame` table, the same `fn_` names.
+    #[test]
+    fn eh_frame_ranges_are_built_once_per_file() {
+        use std::process::Command;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("s.c");
+        fs::write(&src, "volatile int sink;\n__attribute__((noinline)) static int helper(int n) { for (int i = 0; i < n; i++) sink += i; return sink; }\nint main(int c, char **v) { return helper(c * 1000); }\n").unwrap();
+        let bin = dir.path().join("s");
+        let ok = Command::new("gcc").args(["-O2", "-Wl,--build-id", "-o"]).arg(&bin).arg(&src).status().is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIP: no gcc");
+            return;
+        }
+        let nm = String::from_utf8(Command::new("nm").arg(&bin).output().unwrap().stdout).unwrap();
+        let helper = nm.lines().find(|l| l.ends_with(" helper")).map(|l| u64::from_str_radix(&l[..16], 16).unwrap()).expect("helper in nm");
+        assert!(Command::new("strip").arg(&bin).status().unwrap().success());
+        let link = dir.path().join("s-link");
+        fs::hard_link(&bin, &link).unwrap();
+        let elf = ElfFile::open(&bin).unwrap();
+        let id = elf.build_id().expect("a build-id");
+        let seg = elf.segments.iter().find(|g| helper >= g.vaddr && helper - g.vaddr < g.filesz).expect("segment");
+        let off = helper - seg.vaddr + seg.offset;
+        let mut s = Symbolizer::new(SymbolizerOptions { cache_dir: None, ..Default::default() });
+        let mut names = Vec::new();
+        for p in [&bin, &link] {
+            let b = Binary { path: p.to_str().unwrap().into(), build_id: None, kind: BinaryKind::File };
+            for trace_id in [None, Some(id.as_slice())] {
+                names.push(s.symbolize_binary(&b, trace_id, &[off])[0].clone().unwrap());
+                assert!(s.symbol_source(&b.path, trace_id).eh_frame_ranges > 0);
+            }
+        }
+        assert_eq!(names, vec![ehframe::range_name(helper); 4]);
+        assert_eq!(s.binaries.len(), 4);
+        assert_eq!(s.fde_builds, 1);
+        // Another file (a copy: its own inode): its own table.
+        let copy = dir.path().join("s-copy");
+        fs::copy(&bin, &copy).unwrap();
+        let b = Binary { path: copy.to_str().unwrap().into(), build_id: None, kind: BinaryKind::File };
+        assert_eq!(s.symbolize_binary(&b, None, &[off])[0].as_deref(), Ok(names[0].as_str()));
+        assert_eq!(s.fde_builds, 2);
     }
 
     #[test]
