@@ -73,8 +73,9 @@ pub fn build_id_paths(dir: &Path, build_id: &[u8]) -> Vec<PathBuf> {
     ]
 }
 
-/// `true` if `path` is an ELF file whose build-id is `want`.
-fn build_id_matches(path: &Path, want: &[u8]) -> bool {
+/// `true` if `path` is an ELF file whose build-id is `want` (opened as untrusted: no
+/// symlink, regular files only).
+pub(crate) fn build_id_matches(path: &Path, want: &[u8]) -> bool {
     ElfFile::open(path).ok().and_then(|e| e.build_id()).is_some_and(|b| b == want)
 }
 

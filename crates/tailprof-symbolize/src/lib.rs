@@ -689,9 +689,7 @@ impl Symbolizer {
         let user = self.opts.debug_dirs.as_deref().unwrap_or(&[]);
         user.iter()
             .find_map(|dir| {
-                debugdir::build_id_paths(dir, id).into_iter().find(|p| {
-                    p.is_file() && blazesym::helper::read_elf_build_id(p).ok().flatten().is_some_and(|b| b.as_ref() == id)
-                })
+                debugdir::build_id_paths(dir, id).into_iter().find(|p| debugdir::build_id_matches(p, id))
             })
             .and_then(|p| p.to_str().map(str::to_owned))
     }
