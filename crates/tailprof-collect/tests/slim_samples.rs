@@ -172,7 +172,10 @@ fn check_cpus(out: &Recorded, cpus: &[u32]) {
         assert!(online.contains(&cpu), "CPU {cpu} is not online ({online:?}): {r:?}");
     }
     for cpu in cpus {
-        assert!(per_pinned.get(cpu).is_some_and(|&n| n > 0), "the thread pinned to CPU {cpu} was not sampled: {per_pinned:?}");
+        assert!(
+            per_pinned.get(cpu).is_some_and(|&n| n > 0),
+            "the thread pinned to CPU {cpu} was not sampled: {per_pinned:?}"
+        );
     }
     eprintln!("samples of pinned threads per CPU: {per_pinned:?}; spooled {}", out.summary.spooled);
 }
@@ -273,4 +276,50 @@ fn fixed_period_software_events_sample_every_nth_event() {
     assert!(periods.iter().all(|&p| p == 50), "periods other than 50: {:?}", &periods[..periods.len().min(10)]);
     assert!(summary.lost_records == 0 && summary.lost_samples == 0, "{summary:?}");
     eprintln!("{} page-fault samples at -c 50", periods.len());
+}
+
+/// What the kernel writes into a ring: every sample record of a fixed-period cpu-clock
+/// event is 40 bytes (header + IDENTIFIER IP TID TIME), 48 with `-F` (+ PERIOD), as
+/// `SampleLayout::sample_record_size` (`tailprof plan`) says.
+#[test]
+fn the_kernel_writes_the_slim_records() {
+    use std::os::fd::AsFd;
+    use tailprof_collect::attr::build_attr;
+    use tailprof_collect::ring::Ring;
+    use tailprof_collect::sys;
+    use tailprof_perf_abi::{SampleLayout, VariableSizes};
+    let spec = EventSpec::parse("cpu-clock").unwrap();
+    let cfgs = [
+        (SamplingConfig { period: Some(100_000), sideband: false, ..SamplingConfig::default() }, 40),
+        (SamplingConfig { freq: Some(4000), sideband: false, ..SamplingConfig::default() }, 48),
+    ];
+    for (cfg, want) in cfgs {
+        let plan = build_attr(&spec, &cfg).unwrap();
+        let est = SampleLayout::new(plan.attr.sample_type).sample_record_size(&VariableSizes::default());
+        assert_eq!(est, want, "{cfg:?}");
+        // This thread, any CPU: only the record size matters here.
+        let fd = match sys::perf_event_open(&plan.attr, 0, -1, -1, sys::PERF_FLAG_FD_CLOEXEC) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+                eprintln!("SKIP: perf_event_open refused: {e}");
+                return;
+            }
+            Err(e) => panic!("perf_event_open: {e}"),
+        };
+        let mut ring = Ring::map(fd.as_fd(), 16, 0).expect("mapping a 16-page ring");
+        sys::ioctl_enable(fd.as_fd()).unwrap();
+        let until = Instant::now() + Duration::from_millis(30);
+        let mut x = 0u64;
+        while Instant::now() < until {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        sys::ioctl_disable(fd.as_fd()).unwrap();
+        let mut sizes: BTreeMap<usize, u64> = BTreeMap::new();
+        ring.drain(|rec| {
+            if rec.get(..4) == Some(&9u32.to_ne_bytes()[..]) {
+                *sizes.entry(rec.len()).or_default() += 1;
+            }
+        });
+        assert_eq!(sizes.keys().copied().collect::<Vec<_>>(), vec![want as usize], "sample record sizes {sizes:?}");
+    }
 }
