@@ -9,7 +9,8 @@
 //!   (PERF_ATTR_SIZE_VER8, 136 bytes) rather than `size_of`, so the bytes handed to the
 //!   kernel (and the golden files) do not change when the crate grows the struct.
 //! * **sample_type** = IP | TID | TIME | IDENTIFIER always ([`BASE_SAMPLE_TYPE`]): a
-//!   default sample is 40 bytes (header + 4 words), as perf's `record -a -c N`. IDENTIFIER
+//!   default sample is 40 bytes (header + 4 words; perf 6.1's `record -a -c N` writes 48:
+//!   IP|TID|TIME|ID|CPU). IDENTIFIER
 //!   (not ID) because it sits at a fixed place in every record: first u64 of a sample,
 //!   last u64 of the `sample_id` trailer of side-band records. With several events sharing
 //!   one ring (`ioctl_set_output`) the parser can map any record to its event before it
@@ -17,8 +18,8 @@
 //!   large-PEBS flags, so it costs 8 bytes per record and nothing else.
 //!   + PERIOD only where a sample's period is not the attr's ([`samples_carry_period`]):
 //!   frequency mode (`-F`, the kernel adapts it), and events sampled on every hit (period
-//!   1, e.g. tracepoints), whose PERIOD is the hit's count. Without the bit the kernel still reports the fixed
-//!   `sample_period` for every sample, which the decoder fills in
+//!   1, e.g. tracepoints), whose PERIOD is the hit's count. Without the bit the kernel
+//!   still uses the fixed `sample_period` for every sample, which the decoder fills in
 //!   (`parse::Layout::default_period`, from `EventDesc::sample_period`). Also a
 //!   correctness matter for software events other than cpu-clock/task-clock:
 //!   `perf_swevent_event` ignores the period and writes one sample per event (period =
@@ -61,7 +62,8 @@
 //! WEIGHT_TYPE) plus TIME on PEBS format ≥ 3 (Skylake and newer), minus TIME when
 //! `use_clockid`, minus REGS_USER unless `exclude_kernel`, minus REGS_USER/REGS_INTR
 //! when the register mask goes beyond the PEBS general-purpose registers. CALLCHAIN
-//! is never in the set (we never request it). [`build_attr`] still builds the attr and
+//! is never in the set (requested only for call stacks, which rule large PEBS out:
+//! noted). [`build_attr`] still builds the attr and
 //! explains each blocker in [`AttrPlan::notes`]. Precise events default to a fixed
 //! period, never to `freq`.
 
