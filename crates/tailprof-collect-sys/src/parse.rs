@@ -180,14 +180,15 @@ impl<'a> Cur<'a> {
     }
 }
 
+#[inline]
 fn rd_u64(b: &[u8], at: usize) -> Result<u64, ParseError> {
     Endian::NATIVE.u64_at(b, at).ok_or(ParseError::Truncated)
 }
 
-/// [`Decoder::plain`] for one layout: one length check, then loads at constant offsets
-/// (bytes past the fields are ignored, as the general decoder does).
+/// [`Decoder::plain`] for one layout of `N` bytes: one length check, then loads at
+/// constant offsets (bytes past the fields are ignored, as the general decoder does).
 #[inline(always)]
-fn plain_in<const ID: bool, const CPU: bool, const PERIOD: bool>(
+fn plain_in<const ID: bool, const CPU: bool, const PERIOD: bool, const N: usize>(
     rec: &[u8],
     event: u16,
     cpumode: CpuMode,
@@ -197,8 +198,8 @@ fn plain_in<const ID: bool, const CPU: bool, const PERIOD: bool>(
     let at = HEADER_LEN + if ID { 8 } else { 0 };
     let cpu_at = at + 24;
     let period_at = cpu_at + if CPU { 8 } else { 0 };
-    let end = period_at + if PERIOD { 8 } else { 0 };
-    let r = rec.get(..end)?;
+    debug_assert_eq!(N, period_at + if PERIOD { 8 } else { 0 });
+    let r: &[u8; N] = rec.first_chunk::<N>()?;
     let u64_at = |o: usize| u64::from_ne_bytes(r[o..o + 8].try_into().expect("8 bytes"));
     let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().expect("4 bytes"));
     Some(PlainSample {
@@ -218,6 +219,9 @@ pub fn header(rec: &[u8]) -> Result<(u32, u16, u16), ParseError> {
     let h = tailprof_perf_abi::RecordHeader::parse(rec, Endian::NATIVE)?;
     Ok((h.kind, h.misc, h.size))
 }
+
+/// The widest span of kernel ids [`Decoder`] keeps a direct table for (2 bytes each).
+const MAX_DENSE_IDS: usize = 1 << 14;
 
 /// What the decoder derives once from an event's [`Layout`].
 #[derive(Debug, Clone)]
@@ -258,6 +262,13 @@ pub struct Decoder {
     events: Vec<EventDecoding>,
     /// `(kernel event id, event index)`, sorted by id.
     ids: Vec<(u64, u16)>,
+    /// `1 + event index` of id `dense_base + i` (0: no such id), while the ids span at
+    /// most [`MAX_DENSE_IDS`] values (the kernel numbers events in order, so one
+    /// recording's usually do): a sample's event in one load instead of a search.
+    dense: Vec<u16>,
+    dense_base: u64,
+    /// The ids spread too far for `dense` (then empty): search `ids`.
+    sparse: bool,
     /// With one event whose samples carry TIME: its record offset ([`Decoder::peek`]'s
     /// fast path).
     single_time_at: Option<usize>,
@@ -273,7 +284,7 @@ impl Decoder {
         let events: Vec<EventDecoding> = layouts.iter().map(EventDecoding::new).collect();
         let single_time_at = if events.len() == 1 { events[0].sample_time_at } else { None };
         let single_plain = if events.len() == 1 { events[0].plain } else { None };
-        Decoder { layouts, events, ids: Vec::new(), single_time_at, single_plain }
+        Decoder { layouts, events, ids: Vec::new(), dense: Vec::new(), dense_base: 0, sparse: false, single_time_at, single_plain }
     }
 
     /// Never decode `event`'s samples as [`PlainSample`]s ([`Decoder::plain`] returns
@@ -292,7 +303,37 @@ impl Decoder {
     pub fn add_id(&mut self, id: u64, event: u16) {
         if let Err(i) = self.ids.binary_search_by_key(&id, |e| e.0) {
             self.ids.insert(i, (id, event));
+            self.add_dense(id, event);
         }
+    }
+
+    /// Enter a new id into `dense` (growing it), or give `dense` up.
+    fn add_dense(&mut self, id: u64, event: u16) {
+        if self.sparse || event == u16::MAX {
+            self.sparse = true;
+            self.dense = Vec::new();
+            return;
+        }
+        let (lo, hi) = (self.ids[0].0, self.ids[self.ids.len() - 1].0);
+        if hi - lo >= MAX_DENSE_IDS as u64 {
+            self.sparse = true;
+            self.dense = Vec::new();
+            return;
+        }
+        if self.dense.is_empty() || id < self.dense_base {
+            // The first id, or one below the others (ids usually come in order): rebuild.
+            self.dense_base = lo;
+            self.dense = vec![0; (hi - lo + 1) as usize];
+            for &(i, e) in &self.ids {
+                self.dense[(i - lo) as usize] = e + 1;
+            }
+            return;
+        }
+        let at = (id - self.dense_base) as usize;
+        if at >= self.dense.len() {
+            self.dense.resize(at + 1, 0);
+        }
+        self.dense[at] = event + 1;
     }
 
     pub fn layouts(&self) -> &[Layout] {
@@ -303,7 +344,11 @@ impl Decoder {
         self.layouts.len() == 1
     }
 
+    #[inline]
     fn lookup(&self, id: u64) -> Result<u16, ParseError> {
+        if let Some(&e) = self.dense.get(id.wrapping_sub(self.dense_base) as usize) {
+            return e.checked_sub(1).ok_or(ParseError::UnknownId(id));
+        }
         match self.ids.binary_search_by_key(&id, |e| e.0) {
             Ok(i) => Ok(self.ids[i].1),
             Err(_) => Err(ParseError::UnknownId(id)),
@@ -372,7 +417,7 @@ impl Decoder {
     /// unknown id), which the caller then takes the general way.
     #[inline(always)]
     pub fn plain(&self, rec: &[u8], ring_cpu: u32) -> Option<PlainSample> {
-        let h = rec.get(..HEADER_LEN)?;
+        let h = rec.first_chunk::<{ HEADER_LEN + 8 }>()?;
         let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
         let misc = u16::from_ne_bytes([h[4], h[5]]);
         let size = u16::from_ne_bytes([h[6], h[7]]) as usize;
@@ -384,20 +429,22 @@ impl Decoder {
         } else if self.single() {
             return None;
         } else {
-            let ev = self.lookup(rd_u64(rec, HEADER_LEN).ok()?).ok()?;
+            // IDENTIFIER, first after the header (only plain layouts with it are looked up).
+            let ev = self.lookup(u64::from_ne_bytes(h[HEADER_LEN..].try_into().expect("8 bytes"))).ok()?;
             let e = self.events.get(ev as usize)?;
             (ev, e.plain?, e.default_period)
         };
         let (cpumode, dp) = (CpuMode::from_perf_misc(misc), default_period);
+        // `N`: the bytes the layout needs, header included.
         match pl.0 {
-            0 => plain_in::<false, false, false>(rec, event, cpumode, ring_cpu, dp),
-            1 => plain_in::<true, false, false>(rec, event, cpumode, ring_cpu, dp),
-            2 => plain_in::<false, true, false>(rec, event, cpumode, ring_cpu, dp),
-            3 => plain_in::<true, true, false>(rec, event, cpumode, ring_cpu, dp),
-            4 => plain_in::<false, false, true>(rec, event, cpumode, ring_cpu, dp),
-            5 => plain_in::<true, false, true>(rec, event, cpumode, ring_cpu, dp),
-            6 => plain_in::<false, true, true>(rec, event, cpumode, ring_cpu, dp),
-            _ => plain_in::<true, true, true>(rec, event, cpumode, ring_cpu, dp),
+            0 => plain_in::<false, false, false, 32>(rec, event, cpumode, ring_cpu, dp),
+            1 => plain_in::<true, false, false, 40>(rec, event, cpumode, ring_cpu, dp),
+            2 => plain_in::<false, true, false, 40>(rec, event, cpumode, ring_cpu, dp),
+            3 => plain_in::<true, true, false, 48>(rec, event, cpumode, ring_cpu, dp),
+            4 => plain_in::<false, false, true, 40>(rec, event, cpumode, ring_cpu, dp),
+            5 => plain_in::<true, false, true, 48>(rec, event, cpumode, ring_cpu, dp),
+            6 => plain_in::<false, true, true, 48>(rec, event, cpumode, ring_cpu, dp),
+            _ => plain_in::<true, true, true, 56>(rec, event, cpumode, ring_cpu, dp),
         }
     }
 
@@ -810,6 +857,41 @@ mod tests {
         let d = sb_decoder();
         let comm = trailer(B::new(3, 0).u32s(1, 2).str("x"), 1, 0, 500);
         assert_eq!(d.plain(&comm, 0), None);
+    }
+
+    /// The direct id table answers as the search does: ids in order, out of order,
+    /// duplicated, and spread too far for a table.
+    #[test]
+    fn id_lookup_table_agrees_with_the_search() {
+        let l = Layout { sample_type: BASIC | st::IDENTIFIER, ..Layout::default() };
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for case in 0..4 {
+            let mut d = Decoder::new(vec![l.clone(), l.clone(), l.clone()]);
+            let mut reg: Vec<(u64, u16)> = Vec::new();
+            for k in 0..300u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let id = match case {
+                    0 => 1000 + 2 * k,
+                    1 => 5000 + x % 600,
+                    2 if k == 299 => 1 << 40,
+                    _ => 70 + x % 900,
+                };
+                let ev = (x % 3) as u16;
+                if !reg.iter().any(|r| r.0 == id) {
+                    reg.push((id, ev));
+                }
+                d.add_id(id, ev);
+            }
+            assert_eq!(d.sparse, case == 2, "case {case}");
+            for id in 0..7000u64 {
+                let want = reg.iter().find(|r| r.0 == id).map(|r| r.1).ok_or(ParseError::UnknownId(id));
+                assert_eq!(d.lookup(id), want, "case {case} id {id}");
+            }
+            assert_eq!(d.lookup(u64::MAX), Err(ParseError::UnknownId(u64::MAX)));
+            assert_eq!(d.lookup(1 << 40), if case == 2 { Ok(reg[reg.len() - 1].1) } else { Err(ParseError::UnknownId(1 << 40)) });
+        }
     }
 
     #[test]

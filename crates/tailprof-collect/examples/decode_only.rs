@@ -1,10 +1,12 @@
 //! Decode-only micro benchmark: `Decoder::peek` + `Decoder::decode` over synthetic raw
 //! sample records held in one buffer, for the recorder's default layout (the fixed-offset
 //! path) and for a layout that takes the general path (ADDR, CALLCHAIN, REGS_USER, WEIGHT,
-//! DATA_SRC). Prints the best of `reps` passes in ns per record. Deterministic, so it also
-//! runs under `valgrind --tool=callgrind`.
+//! DATA_SRC). Prints the best of `reps` passes in ns per record. Then the recorder's
+//! drain-time path for plain samples, `Decoder::plain`, on the 56-byte layout (with CPU
+//! and PERIOD) and on the 40-byte one (without). Deterministic, so it also runs under
+//! `valgrind --tool=callgrind`.
 //!
-//!   cargo run --release -p tailprof-collect --example decode_only -- [records per pass] [reps] [1 = default layout only, 2 = general only]
+//!   cargo run --release -p tailprof-collect --example decode_only -- [records per pass] [reps] [1 = default layout only, 2 = general only, 3 = plain only]
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -64,6 +66,27 @@ fn run(name: &str, dec: &Decoder, recs: &[(usize, usize)], buf: &[u8], reps: usi
     );
 }
 
+/// `Decoder::plain` over the records: what the recorder does per plain sample it drains.
+fn run_plain(name: &str, dec: &Decoder, recs: &[(usize, usize)], buf: &[u8], reps: usize) {
+    let mut best = f64::INFINITY;
+    let mut sum = 0u64;
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        for _ in 0..ROUNDS {
+            for &(at, len) in recs {
+                let r = black_box(&buf[at..at + len]);
+                let s = dec.plain(r, 3).expect("a plain sample");
+                sum = sum.wrapping_add(s.ip ^ s.time ^ s.period ^ u64::from(s.tid) ^ u64::from(s.cpu));
+            }
+        }
+        best = best.min(t0.elapsed().as_nanos() as f64 / (ROUNDS * recs.len()) as f64);
+    }
+    println!(
+        "{name}: {best:.2} ns/record (best of {reps}, {} x {ROUNDS} records, checksum {sum:x})",
+        recs.len()
+    );
+}
+
 fn main() {
     let a: Vec<usize> = std::env::args()
         .skip(1)
@@ -101,8 +124,23 @@ fn main() {
         recs.push((buf.len(), r.len()));
         buf.extend_from_slice(&r);
     }
-    if which != 2 {
+    if which == 0 || which == 1 {
         run("default layout (fixed offsets)", &dec, &recs, &buf, reps);
+    }
+    if which == 0 || which == 3 {
+        run_plain("plain, 56-byte layout", &dec, &recs, &buf, reps);
+        // The 40-byte layout: the same records without CPU and PERIOD.
+        let layout = Layout { sample_type: BASE_SAMPLE_TYPE, sample_id_all: true, default_period: 10_000, ..Layout::default() };
+        let mut dec = Decoder::new(vec![layout]);
+        dec.add_id(7, 0);
+        let mut buf = Vec::new();
+        let mut recs = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let r = record(if i % 3 == 0 { 1 } else { 2 }, &[7, 0x40_1000 + (i * 37) % 4096, pair(100, 100 + (i % 3) as u32), 1_000_000 + i * 10_000]);
+            recs.push((buf.len(), r.len()));
+            buf.extend_from_slice(&r);
+        }
+        run_plain("plain, 40-byte layout", &dec, &recs, &buf, reps);
     }
 
     // General path: IP TID TIME ADDR CPU PERIOD CALLCHAIN REGS_USER WEIGHT DATA_SRC.
@@ -151,7 +189,7 @@ fn main() {
         recs.push((buf.len(), r.len()));
         buf.extend_from_slice(&r);
     }
-    if which != 1 {
+    if which == 0 || which == 2 {
         run("general path (callchain, regs, weight, data_src)", &dec, &recs, &buf, reps);
     }
 }

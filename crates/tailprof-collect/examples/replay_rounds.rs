@@ -10,7 +10,8 @@
 //! (`IDENTIFIER IP TID TIME`, 40-byte records: the CPU is the ring's, the period the
 //! event's fixed one). `raw56` / `raw40`: the same records, every one decoded at write
 //! time (the path before plain samples). With `REPLAY_OUT=FILE` the trace is written to
-//! FILE (to compare the bytes of two builds), else to `io::sink`.
+//! FILE (to compare the bytes of two builds), else to `io::sink`. `REPLAY_EVENTS=3`: the
+//! decoder `record -a` has (three events, samples told apart by their IDENTIFIER).
 
 use std::time::Instant;
 use tailprof_collect::parse::{sample_type as st, Decoded, Decoder, Layout};
@@ -18,13 +19,13 @@ use tailprof_collect::ring::RoundQueue;
 use tailprof_format::synth::Workload;
 use tailprof_format::{Sample, TraceHeader, TraceWriter, WriterOptions};
 
-fn raw(s: &Sample, cpu_period: bool) -> Vec<u8> {
+fn raw(s: &Sample, cpu_period: bool, id: u64) -> Vec<u8> {
     let size: u16 = if cpu_period { 56 } else { 40 };
     let mut r = Vec::with_capacity(size as usize);
     r.extend_from_slice(&9u32.to_ne_bytes());
     r.extend_from_slice(&(if s.cpumode as u8 == 1 { 1u16 } else { 2u16 }).to_ne_bytes());
     r.extend_from_slice(&size.to_ne_bytes());
-    r.extend_from_slice(&7u64.to_ne_bytes()); // IDENTIFIER
+    r.extend_from_slice(&id.to_ne_bytes()); // IDENTIFIER
     r.extend_from_slice(&s.ip.to_ne_bytes());
     r.extend_from_slice(&s.pid.to_ne_bytes());
     r.extend_from_slice(&s.tid.to_ne_bytes());
@@ -54,16 +55,32 @@ fn main() {
         other => panic!("layout {other}: 56, 40, raw56 or raw40"),
     };
     let samples = Workload::CpuClock { period_ns: period, threads: 3, ips }.samples(1, n);
-    let recs: Vec<(u64, u32, Vec<u8>)> = samples.iter().map(|s| (s.time, s.cpu, raw(s, cpu_period))).collect();
+    // REPLAY_EVENTS=3: the decoder of `record -a` (the sampling event, and the context-switch
+    // and sched_switch events prepared for the first marker), so samples are told apart
+    // by their IDENTIFIER, one kernel id per CPU and event.
+    let events: u64 = std::env::var("REPLAY_EVENTS").map_or(1, |v| v.parse().expect("a number of events"));
+    let id = |cpu: u32, ev: u64| if events > 1 { 100 + 3 * u64::from(cpu) + ev } else { 7 };
+    let recs: Vec<(u64, u32, Vec<u8>)> = samples.iter().map(|s| (s.time, s.cpu, raw(s, cpu_period, id(s.cpu, 0)))).collect();
     let mut sample_type = st::IDENTIFIER | st::IP | st::TID | st::TIME;
     if cpu_period {
         sample_type |= st::CPU | st::PERIOD;
     }
     let layout = Layout { sample_type, sample_id_all: true, default_period: period, ..Layout::default() };
-    let mut dec = Decoder::new(vec![layout]);
-    dec.add_id(7, 0);
+    let mut layouts = vec![layout];
+    for ev in 1..events {
+        let t = if ev == 1 { st::IDENTIFIER | st::TID | st::TIME } else { st::IDENTIFIER | st::IP | st::TID | st::TIME | st::CALLCHAIN | st::RAW };
+        layouts.push(Layout { sample_type: t, sample_id_all: true, ..Layout::default() });
+    }
+    let mut dec = Decoder::new(layouts);
+    for cpu in 0..64 {
+        for ev in 0..events {
+            dec.add_id(id(cpu, ev), ev as u16);
+        }
+    }
     if !plain {
-        dec.keep_raw(0);
+        for ev in 0..events {
+            dec.keep_raw(ev as u16);
+        }
     }
     let opts = WriterOptions { zstd_level: level, ..WriterOptions::default() };
     let t0 = Instant::now();
