@@ -5,23 +5,17 @@
 //! mapped file (keyed by path, device and inode), for mappings from MMAP/MMAP2 records
 //! and from /proc at start, and for the kernel image (`/sys/kernel/notes`).
 //!
-//! Read through `tailprof-elf` (not the `object` crate, which parses an in-memory
-//! image, so we would read or map whole binaries — often hundreds of MB — in the middle
-//! of a recording): it `pread`s the ELF header, the program headers and the note
-//! segments only (a few hundred bytes, every size capped and every offset
-//! bounds-checked), and falls back to `SHT_NOTE` sections when no `PT_NOTE` carries the
-//! id (separate debug files, relocatable objects).
+//! Read by [`tailprof_elf::file_build_id`], the project's one build-id reader (the
+//! symbolizer uses the same one, so a build-id stored here is the one it finds): it
+//! `pread`s the ELF header, the program headers and the note segments (a few hundred
+//! bytes, every size capped and every offset bounds-checked), and falls back to
+//! `SHT_NOTE` sections when no `PT_NOTE` carries the id (separate debug files,
+//! relocatable objects). Nothing is mapped: binaries are often hundreds of MB and this
+//! runs in the middle of a recording.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::path::Path;
-
-use tailprof_elf::{Elf, NT_GNU_BUILD_ID, PT_NOTE, SHT_NOTE};
-
-/// Largest note area we are willing to read.
-const MAX_NOTES: u64 = 64 * 1024;
-/// Largest number of program/section headers we walk.
-const MAX_HEADERS: usize = 4096;
 
 /// Read the GNU build-id of the ELF file at `path`. `Ok(None)` when the file is not
 /// ELF or has no build-id note. The path may be chosen by a profiled process, so it is
@@ -52,7 +46,8 @@ pub fn read_build_id_from(f: &File) -> Option<Vec<u8>> {
 
 /// The build-id of the running kernel, from `/sys/kernel/notes`.
 pub fn kernel_build_id() -> Option<Vec<u8>> {
-    let notes = std::fs::read("/sys/kernel/notes").ok()?;
+    let mut notes = Vec::new();
+    File::open("/sys/kernel/notes").ok()?.take(tailprof_elf::MAX_NOTE_BYTES).read_to_end(&mut notes).ok()?;
     find_in_notes(&notes, cfg!(target_endian = "little"), 4)
 }
 
@@ -61,38 +56,18 @@ pub fn to_hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// PT_NOTE segments first (what the loader sees; all a file without section headers
+/// has), then SHT_NOTE sections; bounds in [`tailprof_elf::Elf::build_id`].
 fn from_file<R: tailprof_elf::ReadAt + ?Sized>(f: &R) -> Option<Vec<u8>> {
-    // A damaged or huge section table must not hide an id in a PT_NOTE segment.
-    let elf = Elf::parse_limited(f, MAX_HEADERS).or_else(|_| Elf::parse_header(f)).ok()?;
-    let le = !elf.class().big_endian;
-    // Program headers first: PT_NOTE segments are what the loader sees.
-    if let Ok(headers) = elf.program_headers() {
-        for ph in headers.take(MAX_HEADERS) {
-            let Ok(ph) = ph else { break };
-            if ph.kind != PT_NOTE {
-                continue;
-            }
-            let notes = elf.read_vec(ph.offset, ph.filesz, MAX_NOTES).ok();
-            if let Some(id) = notes.and_then(|n| find_in_notes(&n, le, ph.align)) {
-                return Some(id);
-            }
-        }
-    }
-    // Then section headers (e.g. separate debug files, relocatable objects).
-    elf.sections().iter().filter(|s| s.kind == SHT_NOTE).find_map(|s| {
-        let notes = elf.section_data(s, MAX_NOTES).ok()?;
-        find_in_notes(&notes, le, s.addralign)
-    })
+    tailprof_elf::file_build_id(f)
 }
 
-/// Find the `GNU` / NT_GNU_BUILD_ID note in a note area. Entries are
-/// `{u32 namesz, descsz, type; name; desc}` padded to `align` (4, or 8 for 8-aligned
-/// note segments; see [`tailprof_elf::notes`]). Stops at the first malformed entry.
+/// Find the `GNU` / NT_GNU_BUILD_ID note in a note area ([`tailprof_elf::gnu_build_id`]:
+/// 1 to 64 bytes). Entries are `{u32 namesz, descsz, type; name; desc}` padded to `align`
+/// (4, or 8 for 8-aligned note segments; see [`tailprof_elf::notes`]). Stops at the first
+/// malformed entry.
 pub fn find_in_notes(notes: &[u8], le: bool, align: u64) -> Option<Vec<u8>> {
-    tailprof_elf::notes(notes, !le, align)
-        .map_while(Result::ok)
-        .find(|n| n.kind == NT_GNU_BUILD_ID && n.name == b"GNU\0" && !n.desc.is_empty() && n.desc.len() <= 64)
-        .map(|n| n.desc.to_vec())
+    tailprof_elf::gnu_build_id(notes, !le, align).map(<[u8]>::to_vec)
 }
 
 #[cfg(test)]
