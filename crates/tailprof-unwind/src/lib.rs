@@ -585,7 +585,9 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
     let cache = ReadCache::new(&f);
     let elf = ElfFile64::<object::Endianness, _>::parse(&cache).map_err(bad)?;
     if let Some(want) = build_id.filter(|b| !b.is_empty()) {
-        if elf.build_id().ok().flatten() != Some(want) {
+        // The project's one build-id reader (the recorder's and the symbolizer's):
+        // segments first, then sections, the same bounds.
+        if tailprof_elf::file_build_id(&f).as_deref() != Some(want) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the file's build-id differs from the recorded one"));
         }
     }
@@ -807,7 +809,8 @@ mod tests {
         assert!(u.module_cache().bytes() <= 1 << 20);
         // A build-id that does not match refuses even a good file, which loads without one.
         let exe = std::env::current_exe().unwrap();
-        for (id, read) in [(None, 1), (Some(Arc::from(&[1u8, 2, 3][..])), 0)] {
+        let own = tailprof_elf::file_build_id(File::open(&exe).unwrap()).map(Arc::from);
+        for (id, read) in [(None, 1), (own, 1), (Some(Arc::from(&[1u8, 2, 3][..])), 0)] {
             let mut u = Unwinder::new(Box::new(|_pid: u32, m: &Mapping| open_untrusted(std::path::Path::new(&*m.path), m.file)), Limits::default());
             u.add_mapping(8, Mapping { start: 0x1000, end: 0x2000, pgoff: 0x1000, file: None, path: exe.to_str().unwrap().into(), build_id: id });
             let mut out = Vec::new();
