@@ -538,22 +538,36 @@ impl RoundQueue {
             Some(p) if p.time <= lim => (p.time as u128) << 64 | p.seq as u128,
             _ => u128::MAX,
         };
-        let mut keys = [key(a), key(b)];
-        // Take from run `c` while its head stays below the other run's.
-        let mut c = (keys[1] < keys[0]) as usize;
-        while budget > 0 && keys[c] != u128::MAX {
-            let run = if c == 0 { &mut *a } else { &mut *b };
-            let Some(&p) = run.idx.get(run.head) else { break };
-            run.head += 1;
-            budget -= 1;
-            f(&p, run.bytes(&p))?;
-            let k = key(run);
-            keys[c] = k;
-            if k >= keys[1 - c] {
-                c = 1 - c;
+        // Both keys stay in registers (an array indexed by the run taken from cost a
+        // store-forwarding stall per record); keys are unique unless both are `MAX`.
+        let (mut ka, mut kb) = (key(a), key(b));
+        // Take from the run with the smaller head while it stays below the other's.
+        while budget > 0 {
+            if ka < kb {
+                while let Some(&p) = a.idx.get(a.head) {
+                    a.head += 1;
+                    budget -= 1;
+                    f(&p, a.bytes(&p))?;
+                    ka = key(a);
+                    if ka >= kb || budget == 0 {
+                        break;
+                    }
+                }
+            } else if kb != u128::MAX {
+                while let Some(&p) = b.idx.get(b.head) {
+                    b.head += 1;
+                    budget -= 1;
+                    f(&p, b.bytes(&p))?;
+                    kb = key(b);
+                    if kb >= ka || budget == 0 {
+                        break;
+                    }
+                }
+            } else {
+                break;
             }
         }
-        Ok(keys[0] != u128::MAX || keys[1] != u128::MAX)
+        Ok(ka != u128::MAX || kb != u128::MAX)
     }
 
     /// The merge for more than [`LINEAR_MERGE_RUNS`] runs: a heap of the run heads.
