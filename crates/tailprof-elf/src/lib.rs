@@ -1051,6 +1051,9 @@ impl<R: ReadAt> Elf<R> {
 }
 
 #[cfg(test)]
+mod alloc_probe;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -1090,40 +1093,7 @@ mod tests {
 
     // --- build-ids of whole files (Elf::build_id) ------------------------------------------
 
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    /// Records the largest allocation made on each thread (tests run in parallel).
-    struct Biggest;
-    thread_local! {
-        static BIGGEST: Cell<usize> = const { Cell::new(0) };
-    }
-    unsafe impl GlobalAlloc for Biggest {
-        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-            let _ = BIGGEST.try_with(|b| b.set(b.get().max(l.size())));
-            unsafe { System.alloc(l) }
-        }
-        unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-            let _ = BIGGEST.try_with(|b| b.set(b.get().max(l.size())));
-            unsafe { System.alloc_zeroed(l) }
-        }
-        unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-            let _ = BIGGEST.try_with(|b| b.set(b.get().max(new)));
-            unsafe { System.realloc(p, l, new) }
-        }
-        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-            unsafe { System.dealloc(p, l) }
-        }
-    }
-    #[global_allocator]
-    static ALLOC: Biggest = Biggest;
-
-    /// `f`'s result and the largest allocation it made.
-    fn biggest_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-        BIGGEST.with(|b| b.set(0));
-        let r = f();
-        (r, BIGGEST.with(Cell::get))
-    }
+    use crate::alloc_probe::biggest_alloc;
 
     /// A note with `align`-byte padding.
     fn note_aligned(be: bool, align: usize, name: &[u8], kind: u32, desc: &[u8]) -> Vec<u8> {
@@ -1168,35 +1138,23 @@ mod tests {
         f.resize(f.len().next_multiple_of(8), 0);
         let (phsz, shsz) = (c.program_header_size(), c.section_header_size());
         let phoff = f.len();
-        for (i, (a, align)) in segments.iter().enumerate() {
-            let p = phoff + i * phsz;
-            put(&mut f, p, u64::from(PT_NOTE), 4);
-            if c.is64 {
-                put(&mut f, p + 8, seg_at[i], 8);
-                put(&mut f, p + 32, a.len() as u64, 8);
-                put(&mut f, p + 48, *align, 8);
-            } else {
-                put(&mut f, p + 4, seg_at[i], 4);
-                put(&mut f, p + 16, a.len() as u64, 4);
-                put(&mut f, p + 28, *align, 4);
-            }
-        }
         let shoff = phoff + segments.len() * phsz;
-        f.resize(shoff + shsz, 0); // the null section
-        for (i, (a, align)) in sections.iter().enumerate() {
-            let p = shoff + (i + 1) * shsz;
-            put(&mut f, p + 4, u64::from(SHT_NOTE), 4);
-            if c.is64 {
-                put(&mut f, p + 24, sec_at[i], 8);
-                put(&mut f, p + 32, a.len() as u64, 8);
-                put(&mut f, p + 48, *align, 8);
-            } else {
-                put(&mut f, p + 16, sec_at[i], 4);
-                put(&mut f, p + 20, a.len() as u64, 4);
-                put(&mut f, p + 32, *align, 4);
+        f.resize(shoff + (sections.len() + 1) * shsz, 0); // section 0 is the null section
+        // (first entry, entry size, where the type is, the type, where offset, size and
+        // alignment are, the areas, their offsets)
+        let tables = [
+            (phoff, phsz, 0, PT_NOTE, if c.is64 { [8, 32, 48] } else { [4, 16, 28] }, segments, &seg_at),
+            (shoff + shsz, shsz, 4, SHT_NOTE, if c.is64 { [24, 32, 48] } else { [16, 20, 32] }, sections, &sec_at),
+        ];
+        for (first, size, kind_at, kind, fields, areas, at) in tables {
+            for (i, (a, align)) in areas.iter().enumerate() {
+                let p = first + i * size;
+                put(&mut f, p + kind_at, u64::from(kind), 4);
+                for (field, v) in fields.into_iter().zip([at[i], a.len() as u64, *align]) {
+                    put(&mut f, p + field, v, w);
+                }
             }
         }
-        f.resize(shoff + (sections.len() + 1) * shsz, 0);
         let h = if c.is64 { 52 } else { 40 };
         if !segments.is_empty() {
             put(&mut f, if c.is64 { 32 } else { 28 }, phoff as u64, w);

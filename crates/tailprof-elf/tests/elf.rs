@@ -4,43 +4,15 @@
 //! panic and never a large allocation (a counting allocator records this thread's
 //! largest allocation).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::PathBuf;
 
 use tailprof_elf::*;
 
-// --- the largest allocation of this thread ------------------------------------------
+// --- the largest allocation of this thread (the crate's test allocator) ---------------
 
-struct Counting;
-
-thread_local! {
-    static BIGGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = BIGGEST.try_with(|b| b.set(b.get().max(l.size())));
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = BIGGEST.try_with(|b| b.set(b.get().max(n)));
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
-
-/// Runs `f` and returns its result and the largest allocation it made on this thread.
-fn biggest_alloc<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    BIGGEST.with(|b| b.set(0));
-    let r = f();
-    (r, BIGGEST.with(Cell::get))
-}
+#[path = "../src/alloc_probe.rs"]
+mod alloc_probe;
+use alloc_probe::biggest_alloc;
 
 // --- helpers --------------------------------------------------------------------------
 
