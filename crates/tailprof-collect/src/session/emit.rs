@@ -380,8 +380,7 @@ mod tests {
                     let misc = if next() % 4 == 0 { 1 } else { 2 };
                     let r = match next() % 40 {
                         0 => {
-                            let mut w = vec![u64::from_ne_bytes(*b"worker\0\0") << 0];
-                            w.insert(0, pair(pid, pid + 1));
+                            let mut w = vec![pair(pid, pid + 1), u64::from_ne_bytes(*b"worker\0\0")];
                             trailer(&mut w, time, cpu, ID0);
                             rec(3, 0, &w)
                         }
