@@ -134,18 +134,32 @@ pub fn put_column(out: &mut Vec<u8>, pk: &mut Packer, n: usize, get: impl Fn(usi
 /// all below 128 (thread, CPU and cpumode columns, usually) is copied as bytes in one
 /// pass instead of ULEB-encoded row by row.
 pub fn put_column_of<T: Copy + Into<u64>>(out: &mut Vec<u8>, pk: &mut Packer, vals: &[T]) {
-    let first: u64 = vals[0].into();
-    if vals.iter().all(|&v| v.into() == first) {
+    put_column_by(out, pk, vals, |&v| v.into());
+}
+
+/// [`put_column`] of `f(row)` for each of `rows` (at least one): the same bytes. One pass
+/// writes every value as a byte while checking that all are below 128 (then the bytes
+/// are the ULEBs) and whether all are equal (a constant column); only a column with a
+/// value of 128 or more takes a second, ULEB-encoding pass.
+pub fn put_column_by<R>(out: &mut Vec<u8>, pk: &mut Packer, rows: &[R], f: impl Fn(&R) -> u64) {
+    let first = f(&rows[0]);
+    let (mut or, mut diff) = (0u64, 0u64);
+    pk.scratch.clear();
+    pk.scratch.extend(rows.iter().map(|r| {
+        let v = f(r);
+        or |= v;
+        diff |= v ^ first;
+        v as u8
+    }));
+    if diff == 0 {
         out.push(COL_CONST);
         put_uleb(out, first);
         return;
     }
     out.push(COL_ULEB);
-    pk.scratch.clear();
-    if vals.iter().fold(0u64, |a, &v| a | v.into()) < 0x80 {
-        pk.scratch.extend(vals.iter().map(|&v| v.into() as u8));
-    } else {
-        put_ulebs(&mut pk.scratch, vals.len(), |i| vals[i].into());
+    if or >= 0x80 {
+        pk.scratch.clear();
+        put_ulebs(&mut pk.scratch, rows.len(), |i| f(&rows[i]));
     }
     pk.put_scratch(out);
 }
@@ -403,6 +417,10 @@ mod tests {
             (0..500).map(|i| (i * 7) % 127).collect(),
             (0..500).map(|i| if i == 250 { 128 } else { i % 5 }).collect(),
             (0..500).map(|i| i * 1000).collect(),
+            // Equal low bytes, different values: neither constant nor one byte per row.
+            (0..500).map(|i| if i == 3 { 256 } else { 0 }).collect(),
+            vec![256; 200],
+            vec![128, 128],
         ];
         for (k, v) in cases.iter().enumerate() {
             for level in [0, 1] {

@@ -12,7 +12,7 @@
 //! order of their writer ids (callers first), as the chunk's own stack section, so a
 //! chunk never depends on another chunk's stacks.
 
-use crate::columns::{put_column, put_column_of, put_opt_column, Packer};
+use crate::columns::{put_column, put_column_by, put_opt_column, put_ulebs, Packer};
 use crate::meta::RecordsMeta;
 use crate::record::{Frame, LossKind, Record, Sample, StackId, StackStatus};
 use crate::sideband::{put_sideband, sideband_size_hint};
@@ -63,42 +63,35 @@ pub struct ChunkBuilder {
     pub meta: RecordsMeta,
     /// Rough size of the encoded body so far (for chunk sizing).
     pub raw_estimate: usize,
-    times: Vec<u64>,
-    events: Lazy<u16>,
-    thread_idx: Vec<u32>,
+    /// One entry per sample: the per-sample columns (one push per sample).
+    rows: Vec<Row>,
+    /// Time of the last sample (0 when none).
+    last_time: u64,
     threads: Vec<(u32, u32)>,
     thread_map: IntMap<(u32, u32)>,
     /// Recently seen threads, direct-mapped by tid (CPUs take turns in a system-wide
     /// recording, so the last thread alone rarely matches): `(key, index + 1)`, 0 = empty.
     thread_cache: [((u32, u32), u32); THREAD_CACHE],
-    cpus: Vec<u32>,
-    periods: Lazy<u64>,
-    cpumodes: Lazy<u8>,
-    ip_idx: Vec<u32>,
     ips: Vec<u64>,
     ip_counts: Vec<u32>,
     ip_map: IntMap<u64>,
-    /// The ip index column as written (reused buffer).
-    ip_rows: Vec<u32>,
     /// Recently seen IPs, direct-mapped: `(ip, index + 1)`, 0 = empty.
     ip_cache: IpCache,
-    /// The last sample's values of the usually constant columns, and how many samples
-    /// in a row had them and are not yet in those columns (see [`Self::push_sample`]).
+    /// The usually constant columns, run-length coded: each change of a sample's
+    /// [`Consts`] ends a run (see [`Self::push_sample`]).
+    runs: Vec<(Consts, u32)>,
+    /// The current run: the last sample's values and how many samples in a row had them
+    /// (not yet in `runs`).
     lag_row: Consts,
-    lag_n: usize,
-    opt_mask: Lazy<u8>,
+    lag_n: u32,
     addrs: Vec<u64>,
     weights: Vec<u64>,
     data_srcs: Vec<u64>,
-    regs_count: Lazy<u32>,
     regs: Vec<u64>,
     /// Side-band records with the number of samples that precede them in the chunk.
     sideband: Vec<(u32, Record)>,
     scratch: Vec<u8>,
     deltas: Vec<u64>,
-    /// Per sample: 0 (no stack) or 1 + index into `slots`.
-    stack_slot: Lazy<u32>,
-    stack_status: Lazy<u8>,
     /// Stacks (writer ids) the chunk's records use, in first-use order, with use counts.
     slots: Vec<u32>,
     slot_counts: Vec<u32>,
@@ -113,83 +106,43 @@ pub struct ChunkBuilder {
     pub stacks_stored: bool,
 }
 
-/// A column of one value per sample that is usually the same for every sample of a
-/// chunk (event, period, cpumode, ...): it stays one value until a sample differs, and
-/// only then holds a value per row. Saves a push per sample and a pass at encoding.
-#[derive(Default)]
-struct Lazy<T> {
-    first: T,
-    n: usize,
-    /// Empty while every row is `first`; else one value per row.
-    v: Vec<T>,
+/// One sample's per-sample columns.
+#[derive(Clone, Copy)]
+struct Row {
+    time: u64,
+    /// Index into the thread table.
+    thread: u32,
+    cpu: u32,
+    /// Index into `ips` in first-use order, or [`LEAF_IP`].
+    ip: u32,
+    /// 0 (no stack) or 1 + index into `slots`.
+    stack: u32,
 }
 
-impl<T: Copy + PartialEq> Lazy<T> {
-    #[inline]
-    fn push(&mut self, x: T) {
-        if !self.v.is_empty() {
-            self.v.push(x);
-        } else if self.n == 0 {
-            self.first = x;
-        } else if x != self.first {
-            self.v.reserve(self.n + 1);
-            self.v.resize(self.n, self.first);
-            self.v.push(x);
-        }
-        self.n += 1;
+/// Appends the plain column of field `f` of the run-length coded [`Consts`] rows: the
+/// same bytes as [`put_column`] over the expanded rows, without expanding them.
+fn put_runs(out: &mut Vec<u8>, pk: &mut Packer, runs: &[(Consts, u32)], f: impl Fn(&Consts) -> u64) {
+    let first = f(&runs[0].0);
+    if runs.iter().all(|(c, _)| f(c) == first) {
+        out.push(crate::columns::COL_CONST);
+        put_uleb(out, first);
+        return;
     }
-
-    /// `k` rows of `x`.
-    #[inline]
-    fn push_n(&mut self, x: T, k: usize) {
-        if !self.v.is_empty() {
-            self.v.extend(std::iter::repeat_n(x, k));
-        } else if self.n == 0 {
-            self.first = x;
-        } else if x != self.first {
-            self.v.reserve(self.n + k);
-            self.v.resize(self.n, self.first);
-            self.v.extend(std::iter::repeat_n(x, k));
-        }
-        self.n += k;
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> T {
-        if self.v.is_empty() {
-            self.first
+    out.push(crate::columns::COL_ULEB);
+    pk.scratch.clear();
+    let mut one = Vec::with_capacity(10);
+    for (c, k) in runs {
+        one.clear();
+        put_uleb(&mut one, f(c));
+        if let [b] = one[..] {
+            pk.scratch.resize(pk.scratch.len() + *k as usize, b);
         } else {
-            self.v[i]
+            for _ in 0..*k {
+                pk.scratch.extend_from_slice(&one);
+            }
         }
     }
-
-    fn clear(&mut self) {
-        self.n = 0;
-        self.v.clear();
-    }
-}
-
-/// [`put_column`] of a [`Lazy`] column mapped by `f`: the same bytes, without a pass
-/// over a constant column.
-fn put_lazy<T: Copy + PartialEq>(out: &mut Vec<u8>, pk: &mut Packer, n: usize, col: &Lazy<T>, f: impl Fn(T) -> u64) {
-    debug_assert_eq!(col.n, n);
-    if col.v.is_empty() {
-        out.push(crate::columns::COL_CONST);
-        put_uleb(out, f(col.first));
-    } else {
-        put_column(out, pk, n, |i| f(col.v[i]));
-    }
-}
-
-/// [`put_lazy`] of a column stored as is (the same bytes).
-fn put_lazy_of<T: Copy + PartialEq + Into<u64>>(out: &mut Vec<u8>, pk: &mut Packer, n: usize, col: &Lazy<T>) {
-    debug_assert_eq!(col.n, n);
-    if col.v.is_empty() {
-        out.push(crate::columns::COL_CONST);
-        put_uleb(out, col.first.into());
-    } else {
-        put_column_of(out, pk, &col.v);
-    }
+    pk.put_scratch(out);
 }
 
 /// Entries of [`ChunkBuilder`]'s thread cache.
@@ -238,23 +191,23 @@ pub fn nodes_within_limits(nodes: usize, payload_len: usize) -> bool {
 
 impl ChunkBuilder {
     pub fn is_empty(&self) -> bool {
-        self.meta.records == 0 && self.times.is_empty()
+        self.meta.records == 0 && self.rows.is_empty()
     }
     pub fn records(&self) -> usize {
-        self.meta.records as usize + self.times.len()
+        self.meta.records as usize + self.rows.len()
     }
 
     /// First non-zero and last sample time (0 when none): samples are in time order.
     fn sample_time_range(&self) -> (u64, u64) {
-        let first = self.times.get(self.times.partition_point(|&t| t == 0)).copied().unwrap_or(0);
-        (first, self.times.last().copied().unwrap_or(0))
+        let first = self.rows.get(self.rows.partition_point(|r| r.time == 0)).map_or(0, |r| r.time);
+        (first, self.last_time)
     }
 
     /// The chunk's meta block: the side-band counts with the samples added.
     pub fn full_meta(&self) -> RecordsMeta {
         let mut m = self.meta.clone();
-        m.records += self.times.len() as u32;
-        m.samples = self.times.len() as u32;
+        m.records += self.rows.len() as u32;
+        m.samples = self.rows.len() as u32;
         let (first, last) = self.sample_time_range();
         m.note_time(first);
         m.note_time(last);
@@ -264,7 +217,7 @@ impl ChunkBuilder {
     /// Adds the buffered samples to `stats` (count, stack statuses, times) as writing
     /// each one with [`crate::meta::note_stats_time`] would; returns their number.
     pub fn add_samples_to(&self, stats: &mut crate::TraceStats) -> u64 {
-        let n = self.times.len() as u64;
+        let n = self.rows.len() as u64;
         stats.samples += n;
         for st in StackStatus::ALL {
             stats.sample_stacks.add(st, self.meta.sample_status[st as usize] as u64);
@@ -276,7 +229,12 @@ impl ChunkBuilder {
     }
     /// Time of the last sample buffered, if any.
     pub fn last_sample_time(&self) -> Option<u64> {
-        self.times.last().copied()
+        self.rows.last().map(|r| r.time)
+    }
+    /// Time of the last sample buffered, 0 if none (a sample below it needs a new chunk).
+    #[inline]
+    pub fn last_time(&self) -> u64 {
+        self.last_time
     }
     /// Trace-time span of the buffered records (0 if fewer than two timed records).
     pub fn time_span(&self) -> u64 {
@@ -343,63 +301,27 @@ impl ChunkBuilder {
     #[inline]
     pub fn push_sample(&mut self, s: &Sample, table: &StackTable) {
         debug_assert!(self.last_sample_time().is_none_or(|t| t <= s.time));
-        self.times.push(s.time);
         let key = (s.pid, s.tid);
         let slot = &mut self.thread_cache[s.tid as usize % THREAD_CACHE];
-        let ti = if slot.1 != 0 && slot.0 == key {
-            slot.1 - 1
+        let thread = if slot.1 != 0 && slot.0 == key { slot.1 - 1 } else { self.thread_miss(key) };
+        let (ip, stack) = if s.stack.is_none() {
+            (self.ip_index(s.ip), 0)
         } else {
-            let next = self.threads.len() as u32;
-            let i = *self.thread_map.entry(key).or_insert(next);
-            if i == next {
-                self.threads.push(key);
-            }
-            *slot = (key, i + 1);
-            i
+            // The ip of a sample whose stack's leaf frame has the same ip is not stored
+            // again (FORMAT.md §5.2: ip index 0).
+            let ip = if table.frame(s.stack).is_some_and(|f| f.ip == s.ip) { LEAF_IP } else { self.ip_index(s.ip) };
+            (ip, self.use_stack(s.stack, table))
         };
-        self.thread_idx.push(ti);
-        self.cpus.push(s.cpu);
-        // The ip of a sample whose stack's leaf frame has the same ip is not stored
-        // again (FORMAT.md §5.2: ip index 0).
-        if !s.stack.is_none() && table.frame(s.stack).is_some_and(|f| f.ip == s.ip) {
-            self.ip_idx.push(LEAF_IP);
+        self.rows.push(Row { time: s.time, thread, cpu: s.cpu, ip, stack });
+        self.last_time = s.time;
+        let mask = if s.addr.is_some() || s.weight.is_some() || s.data_src.is_some() || !s.regs.is_empty() {
+            self.push_extras(s)
         } else {
-            let h = (s.ip ^ (s.ip >> 10) ^ (s.ip >> 20)) as usize % IP_CACHE;
-            let slot = &mut self.ip_cache.0[h];
-            let ii = if slot.1 != 0 && slot.0 == s.ip {
-                slot.1 - 1
-            } else {
-                let next = self.ips.len() as u32;
-                let ii = *self.ip_map.entry(s.ip).or_insert(next);
-                if ii == next {
-                    self.ips.push(s.ip);
-                    self.ip_counts.push(0);
-                }
-                *slot = (s.ip, ii + 1);
-                ii
-            };
-            self.ip_counts[ii as usize] += 1;
-            self.ip_idx.push(ii);
-        }
-        let mut mask = 0u8;
-        if let Some(a) = s.addr {
-            mask |= HAS_ADDR;
-            self.addrs.push(a);
-        }
-        if let Some(w) = s.weight {
-            mask |= HAS_WEIGHT;
-            self.weights.push(w);
-        }
-        if let Some(d) = s.data_src {
-            mask |= HAS_DATA_SRC;
-            self.data_srcs.push(d);
-        }
-        if !s.regs.is_empty() {
-            self.regs.extend_from_slice(&s.regs);
-        }
+            0
+        };
         // Event, period, cpumode, optional fields, register count and stack status are
-        // usually the same sample after sample: compared as one row, and added to their
-        // columns only when they change (or the chunk is encoded).
+        // usually the same sample after sample: compared as one row, and added to `runs`
+        // only when they change (or the chunk is encoded).
         let c = Consts {
             period: s.period,
             regs_count: s.regs.len() as u32,
@@ -415,27 +337,73 @@ impl ChunkBuilder {
             self.lag_row = c;
             self.lag_n = 1;
         }
-        let slot = self.use_stack(s.stack, table);
-        self.stack_slot.push(slot);
         if s.stack_status != StackStatus::None {
             self.meta.sample_status[s.stack_status as usize] += 1;
         }
-        self.raw_estimate += 16 + if mask != 0 { 24 } else { 0 } + 10 * s.regs.len();
+        self.raw_estimate += 16;
     }
 
-    /// Adds the lagging rows of the usually constant columns to them.
+    /// The index of a thread not in the thread cache (noted in the cache).
+    #[inline(never)]
+    fn thread_miss(&mut self, key: (u32, u32)) -> u32 {
+        let next = self.threads.len() as u32;
+        let i = *self.thread_map.entry(key).or_insert(next);
+        if i == next {
+            self.threads.push(key);
+        }
+        self.thread_cache[key.1 as usize % THREAD_CACHE] = (key, i + 1);
+        i
+    }
+
+    /// The index of `ip` in `ips` (added if new), with its use counted.
+    #[inline(always)]
+    fn ip_index(&mut self, ip: u64) -> u32 {
+        let h = (ip ^ (ip >> 10) ^ (ip >> 20)) as usize % IP_CACHE;
+        let slot = &mut self.ip_cache.0[h];
+        let ii = if slot.1 != 0 && slot.0 == ip {
+            slot.1 - 1
+        } else {
+            let next = self.ips.len() as u32;
+            let ii = *self.ip_map.entry(ip).or_insert(next);
+            if ii == next {
+                self.ips.push(ip);
+                self.ip_counts.push(0);
+            }
+            *slot = (ip, ii + 1);
+            ii
+        };
+        self.ip_counts[ii as usize] += 1;
+        ii
+    }
+
+    /// Buffers a sample's optional fields and registers; returns its `opt_mask`.
+    #[inline(never)]
+    fn push_extras(&mut self, s: &Sample) -> u8 {
+        let mut mask = 0u8;
+        if let Some(a) = s.addr {
+            mask |= HAS_ADDR;
+            self.addrs.push(a);
+        }
+        if let Some(w) = s.weight {
+            mask |= HAS_WEIGHT;
+            self.weights.push(w);
+        }
+        if let Some(d) = s.data_src {
+            mask |= HAS_DATA_SRC;
+            self.data_srcs.push(d);
+        }
+        self.regs.extend_from_slice(&s.regs);
+        self.raw_estimate += if mask != 0 { 24 } else { 0 } + 10 * s.regs.len();
+        mask
+    }
+
+    /// Ends the current run of the usually constant columns.
     #[inline(never)]
     fn flush_lag(&mut self) {
         let (c, k) = (self.lag_row, std::mem::take(&mut self.lag_n));
-        if k == 0 {
-            return;
+        if k > 0 {
+            self.runs.push((c, k));
         }
-        self.events.push_n(c.event, k);
-        self.periods.push_n(c.period, k);
-        self.cpumodes.push_n(c.cpumode, k);
-        self.opt_mask.push_n(c.opt_mask, k);
-        self.regs_count.push_n(c.regs_count, k);
-        self.stack_status.push_n(c.stack_status, k);
     }
 
     /// Buffers a side-band (non-sample) record and updates the chunk's loss counters.
@@ -467,7 +435,7 @@ impl ChunkBuilder {
             _ => {}
         }
         self.raw_estimate += sideband_size_hint(r);
-        self.sideband.push((self.times.len() as u32, r.clone()));
+        self.sideband.push((self.rows.len() as u32, r.clone()));
     }
 
     /// Encodes the buffered records into `body` (cleared first) as a version-2 body.
@@ -492,14 +460,14 @@ impl ChunkBuilder {
         self.flush_lag();
         body.clear();
         let slot_rank = self.encode_stacks(body, pk, table);
-        let n = self.times.len();
+        let n = self.rows.len();
         put_uleb(body, n as u64);
         if n > 0 {
             self.encode_samples(body, pk, codec, &slot_rank, between);
         }
         put_uleb(body, self.sideband.len() as u64);
         let mut prev_pos = 0u32;
-        let mut prev_time = self.times.first().copied().unwrap_or(0);
+        let mut prev_time = self.rows.first().map_or(0, |r| r.time);
         let mut rows = std::mem::take(&mut pk.scratch);
         rows.clear();
         for (pos, r) in &self.sideband {
@@ -612,41 +580,48 @@ impl ChunkBuilder {
         slot_rank: &[u32],
         between: &mut dyn FnMut(),
     ) {
-        let n = self.times.len();
-        let base = self.times[0];
+        let rows = &self.rows[..];
+        let n = rows.len();
+        let base = rows[0].time;
         put_u64(body, base);
         body.push(codec as u8);
         self.deltas.clear();
         let mut prev = base;
-        for &t in &self.times {
-            self.deltas.push(t - prev);
-            prev = t;
-        }
+        self.deltas.extend(rows.iter().map(|r| {
+            let d = r.time - prev;
+            prev = r.time;
+            d
+        }));
         pk.scratch.clear();
         codec.encode(&self.deltas, &mut pk.scratch);
         pk.put_scratch(body);
         between();
 
-        put_lazy_of(body, pk, n, &self.events);
+        let runs = &self.runs[..];
+        put_runs(body, pk, runs, |c| c.event as u64);
 
         put_uleb(body, self.threads.len() as u64);
         for &(pid, tid) in &self.threads {
             put_uleb(body, pid as u64);
             put_uleb(body, tid as u64);
         }
-        put_column_of(body, pk, &self.thread_idx);
+        put_column_by(body, pk, rows, |r| r.thread as u64);
         between();
-        put_column_of(body, pk, &self.cpus);
+        put_column_by(body, pk, rows, |r| r.cpu as u64);
         between();
-        put_lazy_of(body, pk, n, &self.periods);
-        put_lazy_of(body, pk, n, &self.cpumodes);
+        put_runs(body, pk, runs, |c| c.period);
+        put_runs(body, pk, runs, |c| c.cpumode as u64);
 
         // IP table in descending frequency, so hot IPs get one-byte indices.
         let mut order: Vec<u32> = (0..self.ips.len() as u32).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(self.ip_counts[i as usize]));
-        let mut rank = vec![0u32; self.ips.len()];
+        // Rank of each ip index, and at LEAF_IP's slot (the last) index 0.
+        let mut rank = vec![0u32; self.ips.len() + 1];
+        // With stack nodes in the chunk, index 0 is "the stack's leaf ip" and the table is
+        // 1-based; without, indices are 0-based as in version 1.
+        let shift = !self.nodes.is_empty() as u32;
         for (r, &i) in order.iter().enumerate() {
-            rank[i as usize] = r as u32;
+            rank[i as usize] = r as u32 + shift;
         }
         put_uleb(body, order.len() as u64);
         pk.scratch.clear();
@@ -658,66 +633,71 @@ impl ChunkBuilder {
         }
         pk.put_scratch(body);
         between();
-        // With stack nodes in the chunk, index 0 is "the stack's leaf ip" and the table is
-        // 1-based; without, indices are 0-based as in version 1.
-        let shift = !self.nodes.is_empty() as u32;
-        let mut rows = std::mem::take(&mut self.ip_rows);
-        rows.clear();
-        rows.extend(self.ip_idx.iter().map(|&k| match k {
-            LEAF_IP => 0,
-            k => rank[k as usize] + shift,
-        }));
-        put_column_of(body, pk, &rows);
-        self.ip_rows = rows;
+        let last = self.ips.len();
+        let ip_row = |i: usize| rank[(rows[i].ip as usize).min(last)] as u64;
+        if last + shift as usize > 0x80 {
+            // Some row has a rank of 128 or more (every ip of the table is some row's),
+            // and the rows differ: what put_column writes, without its two checks.
+            body.push(crate::columns::COL_ULEB);
+            pk.scratch.clear();
+            put_ulebs(&mut pk.scratch, n, ip_row);
+            pk.put_scratch(body);
+        } else {
+            put_column_by(body, pk, rows, |r| rank[(r.ip as usize).min(last)] as u64);
+        }
         between();
 
-        let m = &self.opt_mask;
-        put_opt_column(body, pk, n, |i| m.get(i) & HAS_ADDR != 0, &self.addrs, true);
-        put_opt_column(body, pk, n, |i| m.get(i) & HAS_WEIGHT != 0, &self.weights, false);
-        put_opt_column(body, pk, n, |i| m.get(i) & HAS_DATA_SRC != 0, &self.data_srcs, false);
+        // Optional fields: which rows have them (needed only when some rows do).
+        let masks: Vec<u8> = if self.addrs.is_empty() && self.weights.is_empty() && self.data_srcs.is_empty() {
+            Vec::new()
+        } else {
+            runs.iter().flat_map(|&(c, k)| std::iter::repeat_n(c.opt_mask, k as usize)).collect()
+        };
+        let m = &masks;
+        put_opt_column(body, pk, n, |i| m[i] & HAS_ADDR != 0, &self.addrs, true);
+        put_opt_column(body, pk, n, |i| m[i] & HAS_WEIGHT != 0, &self.weights, false);
+        put_opt_column(body, pk, n, |i| m[i] & HAS_DATA_SRC != 0, &self.data_srcs, false);
 
-        put_lazy_of(body, pk, n, &self.regs_count);
+        put_runs(body, pk, runs, |c| c.regs_count as u64);
         pk.scratch.clear();
         for &r in &self.regs {
             put_uleb(&mut pk.scratch, r);
         }
         pk.put_scratch(body);
 
-        put_lazy(body, pk, n, &self.stack_slot, |v| match v {
-            0 => 0,
-            s => slot_rank[s as usize - 1] as u64 + 1,
-        });
-        put_lazy_of(body, pk, n, &self.stack_status);
+        if self.slots.is_empty() {
+            // No stacks: every row is 0 (what put_column writes for a constant column).
+            body.push(crate::columns::COL_CONST);
+            put_uleb(body, 0);
+        } else {
+            put_column(body, pk, n, |i| match rows[i].stack {
+                0 => 0,
+                s => slot_rank[s as usize - 1] as u64 + 1,
+            });
+        }
+        put_runs(body, pk, runs, |c| c.stack_status as u64);
     }
 
     /// Forgets the buffered records (after the chunk was written).
     pub fn reset(&mut self) {
         self.meta = RecordsMeta::default();
         self.raw_estimate = 0;
-        self.times.clear();
-        self.events.clear();
-        self.thread_idx.clear();
+        self.rows.clear();
+        self.last_time = 0;
         self.threads.clear();
         self.thread_map.clear();
         self.thread_cache = [((0, 0), 0); THREAD_CACHE];
-        self.cpus.clear();
-        self.periods.clear();
-        self.cpumodes.clear();
-        self.ip_idx.clear();
         self.ips.clear();
         self.ip_counts.clear();
         self.ip_map.clear();
         self.ip_cache.0.fill((0, 0));
         self.lag_n = 0;
-        self.opt_mask.clear();
+        self.runs.clear();
         self.addrs.clear();
         self.weights.clear();
         self.data_srcs.clear();
-        self.regs_count.clear();
         self.regs.clear();
         self.sideband.clear();
-        self.stack_slot.clear();
-        self.stack_status.clear();
         self.slots.clear();
         self.slot_counts.clear();
         self.slot_map.clear();
@@ -737,33 +717,35 @@ impl ChunkBuilder {
 mod tests {
     use super::*;
 
-    /// A [`Lazy`] column reads back as the plain vector and encodes to the same bytes as
-    /// [`put_column`] over it: constant, varying from the first row, from a later row, and
-    /// varying values that map to one value.
+    /// [`put_runs`] writes the same bytes as [`put_column`] over the expanded rows:
+    /// constant, varying from the first row, from a later row, multi-byte values, and
+    /// varying runs whose values map to one value.
     #[test]
-    fn lazy_column_matches_plain_column() {
+    fn runs_column_matches_plain_column() {
         let cases: Vec<Vec<u64>> = vec![
             vec![7; 500],
             vec![1],
             (0..300).map(|i| i % 3).collect(),
             (0..300).map(|i| if i < 299 { 5 } else { 6 }).collect(),
             (0..300).map(|i| if i == 0 { 9 } else { 4 }).collect(),
-            (0..300).map(|i| 100 + i % 2).collect(),
+            (0..300).map(|i| 100 + (i / 7) % 2).collect(),
+            (0..300).map(|i| 1000 + (i / 5) % 3).collect(),
         ];
         for (k, rows) in cases.iter().enumerate() {
-            for f in [(|v: u64| v * 3) as fn(u64) -> u64, |v: u64| v / 100] {
-                let mut lazy = Lazy::default();
-                for &v in rows {
-                    lazy.push(v);
+            let mut runs: Vec<(Consts, u32)> = Vec::new();
+            for &v in rows {
+                match runs.last_mut() {
+                    Some((c, n)) if c.period == v => *n += 1,
+                    _ => runs.push((Consts { period: v, ..Consts::default() }, 1)),
                 }
-                assert!((0..rows.len()).all(|i| lazy.get(i) == rows[i]), "case {k}");
-                let (mut a, mut b) = (Vec::new(), Vec::new());
-                put_lazy(&mut a, &mut Packer::new(1), rows.len(), &lazy, f);
-                put_column(&mut b, &mut Packer::new(1), rows.len(), |i| f(rows[i]));
-                assert_eq!(a, b, "case {k}");
-                lazy.clear();
-                lazy.push(3);
-                assert_eq!((lazy.n, lazy.get(0)), (1, 3));
+            }
+            for f in [(|v: u64| v * 3) as fn(u64) -> u64, |v: u64| v / 100] {
+                for level in [0, 1] {
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    put_runs(&mut a, &mut Packer::new(level), &runs, |c| f(c.period));
+                    put_column(&mut b, &mut Packer::new(level), rows.len(), |i| f(rows[i]));
+                    assert_eq!(a, b, "case {k}");
+                }
             }
         }
     }

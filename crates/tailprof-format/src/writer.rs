@@ -264,10 +264,8 @@ impl<W: Write> TraceWriter<W> {
             return Err(FormatError::RecordTooLarge("sample register set"));
         }
         self.check_stack(s.stack)?;
-        if let Some(last) = self.builder.last_sample_time() {
-            if s.time < last {
-                self.close_chunk()?;
-            }
+        if s.time < self.builder.last_time() {
+            self.close_chunk()?;
         }
         // Counted in `records` and `stats` when the chunk closes (see `Self::stats`).
         self.builder.push_sample(s, &self.stacks);
