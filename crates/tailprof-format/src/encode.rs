@@ -151,11 +151,13 @@ const THREAD_CACHE: usize = 16;
 const IP_CACHE: usize = 1024;
 
 /// [`ChunkBuilder`]'s IP cache: `IP_CACHE` entries `(ip, index + 1)`, 0 = empty.
-struct IpCache(Box<[(u64, u32)]>);
+/// (An array, so the hashed index needs no bounds check.)
+struct IpCache(Box<[(u64, u32); IP_CACHE]>);
 
 impl Default for IpCache {
     fn default() -> Self {
-        IpCache(vec![(0, 0); IP_CACHE].into_boxed_slice())
+        let b: Box<[(u64, u32)]> = vec![(0, 0); IP_CACHE].into_boxed_slice();
+        IpCache(b.try_into().unwrap_or_else(|_| unreachable!("IP_CACHE entries")))
     }
 }
 
@@ -586,14 +588,15 @@ impl ChunkBuilder {
         put_u64(body, base);
         body.push(codec as u8);
         self.deltas.clear();
-        let mut prev = base;
+        let (mut prev, mut max) = (base, 0);
         self.deltas.extend(rows.iter().map(|r| {
             let d = r.time - prev;
             prev = r.time;
+            max = max.max(d);
             d
         }));
         pk.scratch.clear();
-        codec.encode(&self.deltas, &mut pk.scratch);
+        codec.encode_max(&self.deltas, max, &mut pk.scratch);
         pk.put_scratch(body);
         between();
 
@@ -634,7 +637,10 @@ impl ChunkBuilder {
         pk.put_scratch(body);
         between();
         let last = self.ips.len();
-        let ip_row = |i: usize| rank[(rows[i].ip as usize).min(last)] as u64;
+        let rank = &rank[..];
+        // `move`: the slices and `last` stay in registers instead of being reloaded
+        // through references after every byte written.
+        let ip_row = move |i: usize| rank[(rows[i].ip as usize).min(last)] as u64;
         if last + shift as usize > 0x80 {
             // Some row has a rank of 128 or more (every ip of the table is some row's),
             // and the rows differ: what put_column writes, without its two checks.
@@ -643,7 +649,7 @@ impl ChunkBuilder {
             put_ulebs(&mut pk.scratch, n, ip_row);
             pk.put_scratch(body);
         } else {
-            put_column_by(body, pk, rows, |r| rank[(r.ip as usize).min(last)] as u64);
+            put_column_by(body, pk, rows, move |r| rank[(r.ip as usize).min(last)] as u64);
         }
         between();
 

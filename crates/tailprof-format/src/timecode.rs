@@ -54,9 +54,18 @@ impl TimeCodec {
     /// Appends the encoding of `deltas` to `out`.
     pub fn encode(self, deltas: &[u64], out: &mut Vec<u8>) {
         match self {
+            TimeCodec::Planes => put_planes(deltas, out),
+            _ => self.encode_max(deltas, 0, out),
+        }
+    }
+
+    /// [`Self::encode`] given the largest delta `max` (0 for none; only the planes code
+    /// uses it).
+    pub fn encode_max(self, deltas: &[u64], max: u64, out: &mut Vec<u8>) {
+        match self {
             TimeCodec::Paper16 => deltas.iter().for_each(|&d| put_paper16(out, d)),
             TimeCodec::Leb128 => deltas.iter().for_each(|&d| put_uleb(out, d)),
-            TimeCodec::Planes => put_planes(deltas, out),
+            TimeCodec::Planes => put_planes_max(deltas, max, out),
         }
     }
 
@@ -100,15 +109,21 @@ impl TimeCodec {
 /// that is `>= 2^(8W) - 1`, in order; such deltas store the marker `2^(8W) - 1` in the
 /// planes.
 pub fn put_planes(deltas: &[u64], out: &mut Vec<u8>) {
-    let max = deltas.iter().copied().max().unwrap_or(0);
+    put_planes_max(deltas, deltas.iter().copied().max().unwrap_or(0), out);
+}
+
+/// [`put_planes`] given the largest delta `max` (0 for none), e.g. found while the
+/// deltas were computed.
+pub fn put_planes_max(deltas: &[u64], max: u64, out: &mut Vec<u8>) {
+    debug_assert_eq!(max, deltas.iter().copied().max().unwrap_or(0));
     let w = (((64 - max.leading_zeros()) as usize).div_ceil(8)).clamp(1, 4);
     let marker = (1u64 << (8 * w)) - 1;
     out.push(w as u8);
     match w {
-        1 => put_planes_w::<1>(deltas, marker, out),
-        2 => put_planes_w::<2>(deltas, marker, out),
-        3 => put_planes_w::<3>(deltas, marker, out),
-        _ => put_planes_w::<4>(deltas, marker, out),
+        1 => put_planes_w::<1>(deltas, max, marker, out),
+        2 => put_planes_w::<2>(deltas, max, marker, out),
+        3 => put_planes_w::<3>(deltas, max, marker, out),
+        _ => put_planes_w::<4>(deltas, max, marker, out),
     }
     if max >= marker {
         for &d in deltas {
@@ -119,28 +134,29 @@ pub fn put_planes(deltas: &[u64], out: &mut Vec<u8>) {
     }
 }
 
-/// The `W` planes of [`put_planes`], written in one pass over the deltas.
-fn put_planes_w<const W: usize>(deltas: &[u64], marker: u64, out: &mut Vec<u8>) {
+/// The `W` planes of [`put_planes`], one pass over the deltas per plane (a loop the
+/// compiler vectorizes); the deltas are clamped to `marker` only when one reaches it.
+fn put_planes_w<const W: usize>(deltas: &[u64], max: u64, marker: u64, out: &mut Vec<u8>) {
     let n = deltas.len();
+    if n == 0 {
+        return;
+    }
     out.reserve(W * n);
     let spare = &mut out.spare_capacity_mut()[..W * n];
-    let (p0, rest) = spare.split_at_mut(n);
-    let (p1, rest) = rest.split_at_mut(if W > 1 { n } else { 0 });
-    let (p2, p3) = rest.split_at_mut(if W > 2 { n } else { 0 });
-    for (i, (&d, b0)) in deltas.iter().zip(p0.iter_mut()).enumerate() {
-        let d = d.min(marker);
-        b0.write(d as u8);
-        if W > 1 {
-            p1[i].write((d >> 8) as u8);
-        }
-        if W > 2 {
-            p2[i].write((d >> 16) as u8);
-        }
-        if W > 3 {
-            p3[i].write((d >> 24) as u8);
+    for (k, plane) in spare.chunks_exact_mut(n).enumerate() {
+        let shift = 8 * k as u32;
+        if max < marker {
+            for (b, &d) in plane.iter_mut().zip(deltas) {
+                b.write((d >> shift) as u8);
+            }
+        } else {
+            for (b, &d) in plane.iter_mut().zip(deltas) {
+                b.write((d.min(marker) >> shift) as u8);
+            }
         }
     }
-    // SAFETY: the `W * n` bytes after the current length were initialised above.
+    // SAFETY: the `W * n` bytes after the current length were initialised above (the
+    // `W` chunks of `n` bytes cover all of `spare`).
     unsafe { out.set_len(out.len() + W * n) };
 }
 
@@ -327,6 +343,13 @@ mod tests {
         let mut b = Vec::new();
         put_planes(&[1, 1 << 40], &mut b);
         assert_eq!(&b[..9], [4, 1, 0xff, 0, 0xff, 0, 0xff, 0, 0xff]);
+        // The largest delta equals the marker: stored as the marker, then in full.
+        let mut b = Vec::new();
+        put_planes(&[255, 3, 254], &mut b);
+        assert_eq!(b, [1, 0xff, 3, 0xfe, 0xff, 0x01]);
+        let mut b = Vec::new();
+        put_planes(&[], &mut b);
+        assert_eq!(b, [1]);
     }
 
     #[test]
