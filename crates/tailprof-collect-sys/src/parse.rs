@@ -91,9 +91,10 @@ pub struct Peek {
     pub event: Option<u16>,
 }
 
-/// A sample with nothing but fixed fields (`[IDENTIFIER] IP TID TIME [CPU] [PERIOD]`),
-/// decoded once, when its ring is drained ([`Decoder::plain`]): the recorder queues
-/// these instead of the raw bytes and writes them as they are.
+/// A sample with nothing but fixed fields (`[IDENTIFIER] IP TID TIME [CPU] [PERIOD]`,
+/// `tailprof_perf_abi::BasicLayout`), decoded once, when its ring is drained
+/// ([`Decoder::plain`]): the recorder queues these instead of the raw bytes and writes
+/// them as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PlainSample {
     pub time: u64,
@@ -116,24 +117,6 @@ impl PlainSample {
         s.regs.clear();
         s.stack = StackId::NONE;
         s.stack_status = StackStatus::None;
-    }
-}
-
-/// Which of the fixed-field sample layouts an event has (see [`PlainSample`]): bit 0
-/// IDENTIFIER, bit 1 CPU, bit 2 PERIOD.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PlainLayout(u8);
-
-impl PlainLayout {
-    fn of(l: &Layout) -> Option<PlainLayout> {
-        let t = l.sample_type;
-        let fixed = sample_type::IP | sample_type::TID | sample_type::TIME;
-        let optional = sample_type::IDENTIFIER | sample_type::CPU | sample_type::PERIOD;
-        if t & !optional != fixed {
-            return None;
-        }
-        let bit = |b: u64, v: u8| if t & b != 0 { v } else { 0 };
-        Some(PlainLayout(bit(sample_type::IDENTIFIER, 1) | bit(sample_type::CPU, 2) | bit(sample_type::PERIOD, 4)))
     }
 }
 
@@ -185,35 +168,6 @@ fn rd_u64(b: &[u8], at: usize) -> Result<u64, ParseError> {
     Endian::NATIVE.u64_at(b, at).ok_or(ParseError::Truncated)
 }
 
-/// [`Decoder::plain`] for one layout of `N` bytes: one length check, then loads at
-/// constant offsets (bytes past the fields are ignored, as the general decoder does).
-#[inline(always)]
-fn plain_in<const ID: bool, const CPU: bool, const PERIOD: bool, const N: usize>(
-    rec: &[u8],
-    event: u16,
-    cpumode: CpuMode,
-    ring_cpu: u32,
-    default_period: u64,
-) -> Option<PlainSample> {
-    let at = HEADER_LEN + if ID { 8 } else { 0 };
-    let cpu_at = at + 24;
-    let period_at = cpu_at + if CPU { 8 } else { 0 };
-    debug_assert_eq!(N, period_at + if PERIOD { 8 } else { 0 });
-    let r: &[u8; N] = rec.first_chunk::<N>()?;
-    let u64_at = |o: usize| u64::from_ne_bytes(r[o..o + 8].try_into().expect("8 bytes"));
-    let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().expect("4 bytes"));
-    Some(PlainSample {
-        time: u64_at(at + 16),
-        ip: u64_at(at),
-        period: if PERIOD { u64_at(period_at) } else { default_period },
-        pid: u32_at(at + 8),
-        tid: u32_at(at + 12),
-        cpu: if CPU { u32_at(cpu_at) } else { ring_cpu },
-        event,
-        cpumode,
-    })
-}
-
 /// Header fields of a raw record: `(type, misc, size)`.
 pub fn header(rec: &[u8]) -> Result<(u32, u16, u16), ParseError> {
     let h = tailprof_perf_abi::RecordHeader::parse(rec, Endian::NATIVE)?;
@@ -227,29 +181,30 @@ const MAX_DENSE_IDS: usize = 1 << 14;
 #[derive(Debug, Clone)]
 struct EventDecoding {
     abi: SampleLayout,
-    /// The recorder's default layout `[IDENTIFIER] IP TID TIME CPU PERIOD`, read at fixed
-    /// offsets; `None` for other layouts (decoded by [`SampleLayout::decode`]).
+    /// The fixed-field layouts `[IDENTIFIER] IP TID TIME [CPU] [PERIOD]` (the recorder's),
+    /// read at fixed offsets; `None` for other layouts (decoded by [`SampleLayout::decode`]).
     basic: Option<BasicLayout>,
     default_period: u64,
     /// Record offset of a sample's TIME.
     sample_time_at: Option<usize>,
     /// Offset of a side-band record's trailer TIME, from the record's end.
     sideband_time_from_end: Option<usize>,
-    /// Samples of this event are [`PlainSample`]s (unless turned off with
-    /// [`Decoder::keep_raw`]).
-    plain: Option<PlainLayout>,
+    /// Samples of this event are [`PlainSample`]s, decoded with this (`basic`, unless
+    /// turned off with [`Decoder::keep_raw`]).
+    plain: Option<BasicLayout>,
 }
 
 impl EventDecoding {
     fn new(l: &Layout) -> EventDecoding {
         let abi = l.sample_layout();
+        let basic = abi.basic();
         EventDecoding {
             abi,
-            basic: abi.basic(),
+            basic,
             default_period: l.default_period,
             sample_time_at: abi.sample_time_offset().map(|o| HEADER_LEN + o),
             sideband_time_from_end: abi.sample_id_time_from_end(),
-            plain: PlainLayout::of(l),
+            plain: basic,
         }
     }
 }
@@ -273,7 +228,7 @@ pub struct Decoder {
     /// fast path).
     single_time_at: Option<usize>,
     /// With one event: its plain layout ([`Decoder::plain`]'s fast path).
-    single_plain: Option<PlainLayout>,
+    single_plain: Option<BasicLayout>,
 }
 
 impl Decoder {
@@ -434,18 +389,19 @@ impl Decoder {
             let e = self.events.get(ev as usize)?;
             (ev, e.plain?, e.default_period)
         };
-        let (cpumode, dp) = (CpuMode::from_perf_misc(misc), default_period);
-        // `N`: the bytes the layout needs, header included.
-        match pl.0 {
-            0 => plain_in::<false, false, false, 32>(rec, event, cpumode, ring_cpu, dp),
-            1 => plain_in::<true, false, false, 40>(rec, event, cpumode, ring_cpu, dp),
-            2 => plain_in::<false, true, false, 40>(rec, event, cpumode, ring_cpu, dp),
-            3 => plain_in::<true, true, false, 48>(rec, event, cpumode, ring_cpu, dp),
-            4 => plain_in::<false, false, true, 40>(rec, event, cpumode, ring_cpu, dp),
-            5 => plain_in::<true, false, true, 48>(rec, event, cpumode, ring_cpu, dp),
-            6 => plain_in::<false, true, true, 48>(rec, event, cpumode, ring_cpu, dp),
-            _ => plain_in::<true, true, true, 56>(rec, event, cpumode, ring_cpu, dp),
-        }
+        let cpumode = CpuMode::from_perf_misc(misc);
+        // One length check, then loads at offsets that are constants per layout; an absent
+        // CPU or PERIOD is the ring's or the event's, decided per layout at compile time.
+        pl.decode_record_with(rec, Endian::NATIVE, |b| PlainSample {
+            time: b.time,
+            ip: b.ip,
+            period: b.period.unwrap_or(default_period),
+            pid: b.pid,
+            tid: b.tid,
+            cpu: b.cpu.unwrap_or(ring_cpu),
+            event,
+            cpumode,
+        })
     }
 
     fn peek_any(&self, rec: &[u8]) -> Result<Peek, ParseError> {
@@ -490,10 +446,15 @@ impl Decoder {
         s.cpumode = CpuMode::from_perf_misc(misc);
         s.regs.clear();
         if let Some(basic) = ev.basic {
-            // The common layout: one bounds check, then fixed offsets.
-            let b = basic.decode(body, Endian::NATIVE)?;
-            (s.ip, s.pid, s.tid, s.time, s.cpu, s.period) = (b.ip, b.pid, b.tid, b.time, b.cpu, b.period);
-            (s.addr, s.weight, s.data_src) = (None, None, None);
+            // The fixed-field layouts: one length check, then fixed offsets.
+            basic
+                .decode_record_with(rec, Endian::NATIVE, |b| {
+                    (s.ip, s.pid, s.tid, s.time) = (b.ip, b.pid, b.tid, b.time);
+                    s.cpu = b.cpu.unwrap_or(ring_cpu);
+                    s.period = b.period.unwrap_or(ev.default_period);
+                    (s.addr, s.weight, s.data_src) = (None, None, None);
+                })
+                .ok_or(ParseError::Truncated)?;
         } else {
             ev.abi.decode_with(body, Endian::NATIVE, |v| {
                 s.ip = v.ip().unwrap_or(0);
@@ -770,8 +731,8 @@ mod tests {
         assert!(s.regs.is_empty() && s.addr.is_none() && s.weight.is_none());
     }
 
-    /// The fixed-offset path (the recorder's default layout, with IDENTIFIER) decodes what
-    /// the general path does, and a short record is still an error.
+    /// The fixed-offset path (the 56-byte layout, with IDENTIFIER, CPU and PERIOD) decodes
+    /// what the general path does, and a short record is still an error.
     #[test]
     fn default_layout_fixed_offsets() {
         let d = one(BASIC | st::IDENTIFIER);
@@ -787,9 +748,10 @@ mod tests {
         assert!(one(BASIC | st::ADDR).events[0].basic.is_none());
     }
 
-    /// [`Decoder::plain`] gives exactly what [`Decoder::decode`] writes, for every
-    /// fixed-field layout (with and without IDENTIFIER, CPU, PERIOD), one event or
-    /// several; and `None` wherever the general path must decide.
+    /// [`Decoder::plain`] gives exactly what [`Decoder::decode`] writes (through the
+    /// fixed-offset path and through the field walk), for every fixed-field layout (with
+    /// and without IDENTIFIER, CPU, PERIOD), one event or several; and `None` wherever the
+    /// general path must decide.
     #[test]
     fn plain_samples_decode_as_the_general_path() {
         for bits in 0..8u64 {
@@ -829,6 +791,12 @@ mod tests {
                         let mut f = Sample { data_src: Some(9), regs: vec![1, 2], ..Sample::default() };
                         p.fill(&mut f);
                         assert_eq!(f, s, "layout {t:#x}");
+                        // The field walk (no fixed-offset path) writes the same.
+                        let mut walked = d.clone();
+                        walked.events.iter_mut().for_each(|e| e.basic = None);
+                        let mut w = Sample { data_src: Some(5), ..Sample::default() };
+                        assert_eq!(walked.decode(&r, Some(*ev), 7, &mut w).unwrap(), Decoded::Sample);
+                        assert_eq!(w, s, "layout {t:#x}");
                         assert_eq!(p.event, *ev);
                         assert_eq!(p.time, d.peek(&r).unwrap().time);
                     }
@@ -852,7 +820,7 @@ mod tests {
         }
         // Not plain: other payloads, other record types.
         for t in [BASIC | st::CALLCHAIN, BASIC | st::ADDR, BASIC | st::RAW, st::IP | st::TIME | st::CPU] {
-            assert!(PlainLayout::of(&Layout { sample_type: t, ..Layout::default() }).is_none());
+            assert!(one(t).events[0].plain.is_none());
         }
         let d = sb_decoder();
         let comm = trailer(B::new(3, 0).u32s(1, 2).str("x"), 1, 0, 500);

@@ -168,9 +168,6 @@ const ONE_WORD: u64 = st::IDENTIFIER
 const VARIABLE: u64 =
     st::CALLCHAIN | st::RAW | st::BRANCH_STACK | st::REGS_USER | st::STACK_USER | st::REGS_INTR | st::AUX;
 
-/// The recorder's default layout without IDENTIFIER: every field at a fixed offset.
-pub(crate) const BASIC: u64 = st::IP | st::TID | st::TIME | st::CPU | st::PERIOD;
-
 impl SampleLayout {
     /// A layout with only `sample_type` set; add the rest with the `with_*` methods.
     #[inline]
@@ -309,13 +306,6 @@ impl SampleLayout {
         self.branch_sample_type & bst::COUNTERS != 0
     }
 
-    /// Whether samples are exactly `[IDENTIFIER] IP TID TIME CPU PERIOD`, the recorder's
-    /// default, which [`SampleLayout::decode`] reads at fixed offsets.
-    #[inline(always)]
-    pub const fn is_basic(&self) -> bool {
-        self.sample_type & !st::IDENTIFIER == BASIC
-    }
-
     /// Bytes of a PERF_SAMPLE_READ block with `members` counters (ignored without
     /// GROUP, where there is one). Saturates instead of overflowing.
     #[inline]
@@ -337,7 +327,7 @@ impl SampleLayout {
     /// ```
     /// use tailprof_perf_abi::{sample_type as st, SampleLayout, VariableSizes};
     /// let base = st::IDENTIFIER | st::IP | st::TID | st::TIME | st::CPU | st::PERIOD;
-    /// // The recorder's default: header + 6 words.
+    /// // Header + 6 words (the recorder's default, IP TID TIME IDENTIFIER, is 40: 4 words).
     /// assert_eq!(SampleLayout::new(base).sample_record_size(&VariableSizes::default()), 56);
     /// // Plus two user registers (ABI word + 2) and a 32-entry callchain (nr + 32).
     /// let l = SampleLayout::new(base | st::REGS_USER | st::CALLCHAIN).with_regs_user(0b11);

@@ -3,7 +3,9 @@
 //! the layout of a sample as the event's attr decides it ([`SampleLayout`], with
 //! [`sample_record_size`] for estimates), and **one** zero-copy sample decoder for both
 //! byte orders ([`SampleLayout::decode`] / [`SampleLayout::decode_with`] → [`SampleView`],
-//! and [`BasicLayout::decode`], the fixed-offset path for the recorder's default layout),
+//! and [`BasicLayout::decode_with`], the fixed-offset path for the layouts whose fields all
+//! sit at constant offsets, `[IDENTIFIER] IP TID TIME [CPU] [PERIOD]`: the recorder's,
+//! by default `IP TID TIME IDENTIFIER` in 40-byte records),
 //! plus the side-band framing every record shares (header, `sample_id` trailer) and the
 //! context-switch records.
 //!
@@ -18,12 +20,13 @@
 //! Hand-rolled rather than taken from `linux-perf-event-reader`: that crate skips
 //! WEIGHT/WEIGHT_STRUCT/DATA_SRC, reads the PERF_FORMAT_GROUP block the wrong way round
 //! (misplacing every later field), and copies into owned structures, while the recorder
-//! needs a fixed-offset path that costs a bounds check and five loads.
+//! needs a fixed-offset path that costs a length check and a few loads.
 //!
 //! Cost (`cargo run --release -p tailprof-collect --example decode_only`, peek + decode
 //! into a `Sample`, callgrind): the default layout ≈ 120 instructions per record, a
 //! layout with ADDR, CALLCHAIN, REGS_USER, WEIGHT, DATA_SRC ≈ 410.
 
+mod basic;
 mod consts;
 pub mod encode;
 mod endian;
@@ -31,11 +34,12 @@ mod layout;
 mod record;
 mod sample;
 
+pub use basic::{BasicLayout, BasicSample};
 pub use consts::{branch_sample_type, context, misc, read_format, record_type, regs_abi, sample_type, HEADER_LEN};
 pub use endian::{Endian, U64s};
 pub use layout::{sample_record_size, SampleLayout, VariableSizes};
 pub use record::{RecordHeader, SampleId, SwitchDirection, SwitchRecord};
 pub use sample::{
-    BasicLayout, BasicSample, BranchEntry, BranchStack, DecodeError, ReadValue, ReadValues, Regs, SampleView, StackUser,
+    BranchEntry, BranchStack, DecodeError, ReadValue, ReadValues, Regs, SampleView, StackUser,
     Weight,
 };

@@ -10,8 +10,9 @@
 //! panic; bytes after the last field the layout explains are [`SampleView::rest`] (a
 //! newer kernel's field, or a layout the caller described wrong).
 //!
-//! The recorder's default layout (`[IDENTIFIER] IP TID TIME CPU PERIOD`) has its own
-//! path, [`BasicLayout::decode`]: one bounds check and five loads at constant offsets.
+//! The layouts whose fields all sit at constant offsets, `[IDENTIFIER] IP TID TIME [CPU]
+//! [PERIOD]` (the recorder's, by default `IP TID TIME IDENTIFIER`), have their own path
+//! ([`crate::BasicLayout`], in `basic.rs`): one length check and loads at constant offsets.
 
 use crate::consts::{read_format as rf, regs_abi, sample_type as st};
 use crate::endian::{Endian, U64s};
@@ -650,7 +651,7 @@ impl SampleLayout {
     /// The error for a body shorter than the fixed-position fields.
     #[cold]
     #[inline(never)]
-    fn short_prefix(&self, len: usize) -> DecodeError {
+    pub(crate) fn short_prefix(&self, len: usize) -> DecodeError {
         // The field the body ends in: the last one starting at or before its end.
         let present = |f: &usize| self.prefix[*f] != ABSENT;
         let f = (0..FIELDS).rev().filter(present).find(|&f| self.prefix[f] as usize <= len).unwrap_or(F_IDENTIFIER);
@@ -709,90 +710,5 @@ impl SampleLayout {
             None => u64::MAX,
         };
         DecodeError::Truncated { field: FIELD_NAMES[f], at, need, len }
-    }
-
-    /// The fixed-offset decoder for this layout, when it is exactly
-    /// `[IDENTIFIER] IP TID TIME CPU PERIOD` (the recorder's default).
-    #[inline]
-    pub const fn basic(&self) -> Option<BasicLayout> {
-        if self.is_basic() {
-            Some(BasicLayout { identifier: self.sample_type() & st::IDENTIFIER != 0 })
-        } else {
-            None
-        }
-    }
-}
-
-/// The recorder's default sample layout, `[IDENTIFIER] IP TID TIME CPU PERIOD`: every
-/// field at a constant offset (from [`SampleLayout::basic`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BasicLayout {
-    identifier: bool,
-}
-
-/// A sample of a [`BasicLayout`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BasicSample {
-    pub identifier: Option<u64>,
-    pub ip: u64,
-    pub pid: u32,
-    pub tid: u32,
-    pub time: u64,
-    pub cpu: u32,
-    pub period: u64,
-}
-
-impl BasicLayout {
-    /// Bytes of the sample body.
-    #[inline]
-    pub const fn body_len(&self) -> usize {
-        if self.identifier {
-            48
-        } else {
-            40
-        }
-    }
-
-    /// One bounds check, then loads at constant offsets. Bytes past the fields are
-    /// ignored (as [`SampleView::rest`]).
-    #[inline(always)]
-    pub fn decode(&self, body: &[u8], endian: Endian) -> Result<BasicSample, DecodeError> {
-        match endian {
-            Endian::Little => self.decode_in::<false>(body),
-            Endian::Big => self.decode_in::<true>(body),
-        }
-    }
-
-    #[inline(always)]
-    fn decode_in<const BE: bool>(&self, body: &[u8]) -> Result<BasicSample, DecodeError> {
-        let at = if self.identifier { 8 } else { 0 };
-        let Some(w) = body.get(..at + 40) else {
-            return Err(DecodeError::Truncated { field: "sample", at: 0, need: (at + 40) as u64, len: body.len() });
-        };
-        let u64_at = |o: usize| {
-            let b: [u8; 8] = w[o..o + 8].try_into().expect("8 bytes");
-            if BE {
-                u64::from_be_bytes(b)
-            } else {
-                u64::from_le_bytes(b)
-            }
-        };
-        let u32_at = |o: usize| {
-            let b: [u8; 4] = w[o..o + 4].try_into().expect("4 bytes");
-            if BE {
-                u32::from_be_bytes(b)
-            } else {
-                u32::from_le_bytes(b)
-            }
-        };
-        Ok(BasicSample {
-            identifier: if self.identifier { Some(u64_at(0)) } else { None },
-            ip: u64_at(at),
-            pid: u32_at(at + 8),
-            tid: u32_at(at + 12),
-            time: u64_at(at + 16),
-            cpu: u32_at(at + 24),
-            period: u64_at(at + 32),
-        })
     }
 }

@@ -136,7 +136,7 @@ fn single_read_block_and_plain_weight() {
     }
 }
 
-/// The recorder's default layout has a fixed-offset path ([`BasicLayout`]); it must agree
+/// The fixed-field layouts have a fixed-offset path ([`BasicLayout`]); it must agree
 /// with the general decoder on the same bytes, and with the field walk of a layout that
 /// adds a field (DATA_SRC) after them.
 #[test]
@@ -162,11 +162,11 @@ fn basic_layout_matches_general_decoder() {
                 assert_eq!(v.identifier(), fast.identifier);
                 assert_eq!(
                     (v.ip(), v.pid(), v.tid(), v.time(), v.cpu(), v.period()),
-                    (Some(fast.ip), Some(fast.pid), Some(fast.tid), Some(fast.time), Some(fast.cpu), Some(fast.period))
+                    (Some(fast.ip), Some(fast.pid), Some(fast.tid), Some(fast.time), fast.cpu, fast.period)
                 );
             }
             assert_eq!(fast.identifier, (ident != 0).then_some(0x55));
-            assert_eq!((fast.ip, fast.pid, fast.tid, fast.time, fast.cpu, fast.period), (0x401000, 7, 8, 99, 1, 10_000));
+            assert_eq!((fast.ip, fast.pid, fast.tid, fast.time, fast.cpu, fast.period), (0x401000, 7, 8, 99, Some(1), Some(10_000)));
             assert_eq!(basic.body_len(), body.len());
             // Extra bytes are left over, not an error; short bodies are errors.
             let long = W(body.clone(), e).w(&[1]).0;
