@@ -1,12 +1,14 @@
 //! Decode-only micro benchmark: `Decoder::peek` + `Decoder::decode` over synthetic raw
-//! sample records held in one buffer, for the recorder's default layout (the fixed-offset
-//! path) and for a layout that takes the general path (ADDR, CALLCHAIN, REGS_USER, WEIGHT,
-//! DATA_SRC). Prints the best of `reps` passes in ns per record. Then the recorder's
-//! drain-time path for plain samples, `Decoder::plain`, on the 56-byte layout (with CPU
-//! and PERIOD) and on the 40-byte one (without). Deterministic, so it also runs under
-//! `valgrind --tool=callgrind`.
+//! sample records held in one buffer, for the fixed-field layouts (the fixed-offset path,
+//! `tailprof_perf_abi::BasicLayout`: the 56-byte `IDENTIFIER IP TID TIME CPU PERIOD` and
+//! the recorder's default, the 40-byte `IDENTIFIER IP TID TIME`) and for a layout that
+//! takes the general path (ADDR, CALLCHAIN, REGS_USER, WEIGHT, DATA_SRC). Prints the best
+//! of `reps` passes in ns per record. Then the recorder's drain-time path for plain
+//! samples, `Decoder::plain`, on the same two fixed layouts. Deterministic, so it also runs
+//! under `valgrind --tool=callgrind` (`--toggle-collect='decode_only::run*'`: instructions
+//! / (records per pass × 200) per case run).
 //!
-//!   cargo run --release -p tailprof-collect --example decode_only -- [records per pass] [reps] [1 = default layout only, 2 = general only, 3 = plain only]
+//!   cargo run --release -p tailprof-collect --example decode_only -- [records per pass] [reps] [1 = fixed layouts only, 2 = general only, 3 = plain only] [56 | 40: that fixed layout only]
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -94,8 +96,10 @@ fn main() {
         .collect();
     let n = a.first().copied().unwrap_or(8192);
     let reps = a.get(1).copied().unwrap_or(5);
-    // 1: default layout only, 2: general path only, otherwise both (for callgrind).
+    // 1: fixed layouts only, 2: general path only, 3: plain only, otherwise all.
     let which = a.get(2).copied().unwrap_or(0);
+    let fixed = a.get(3).copied().unwrap_or(0);
+    let (with56, with40) = (fixed != 40, fixed != 56);
 
     // The full fixed layout: IDENTIFIER IP TID TIME CPU PERIOD (the recorder's default
     // before issue 9; it now requests neither CPU nor, at a fixed period, PERIOD).
@@ -124,23 +128,32 @@ fn main() {
         recs.push((buf.len(), r.len()));
         buf.extend_from_slice(&r);
     }
+    // The 40-byte layout, the recorder's default: the same records without CPU and PERIOD.
+    let layout40 = Layout { sample_type: BASE_SAMPLE_TYPE, sample_id_all: true, default_period: 10_000, ..Layout::default() };
+    let mut dec40 = Decoder::new(vec![layout40]);
+    dec40.add_id(7, 0);
+    let mut buf40 = Vec::new();
+    let mut recs40 = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let r = record(if i % 3 == 0 { 1 } else { 2 }, &[7, 0x40_1000 + (i * 37) % 4096, pair(100, 100 + (i % 3) as u32), 1_000_000 + i * 10_000]);
+        recs40.push((buf40.len(), r.len()));
+        buf40.extend_from_slice(&r);
+    }
     if which == 0 || which == 1 {
-        run("default layout (fixed offsets)", &dec, &recs, &buf, reps);
+        if with56 {
+            run("56-byte layout (fixed offsets)", &dec, &recs, &buf, reps);
+        }
+        if with40 {
+            run("40-byte layout (fixed offsets)", &dec40, &recs40, &buf40, reps);
+        }
     }
     if which == 0 || which == 3 {
-        run_plain("plain, 56-byte layout", &dec, &recs, &buf, reps);
-        // The 40-byte layout: the same records without CPU and PERIOD.
-        let layout = Layout { sample_type: BASE_SAMPLE_TYPE, sample_id_all: true, default_period: 10_000, ..Layout::default() };
-        let mut dec = Decoder::new(vec![layout]);
-        dec.add_id(7, 0);
-        let mut buf = Vec::new();
-        let mut recs = Vec::with_capacity(n);
-        for i in 0..n as u64 {
-            let r = record(if i % 3 == 0 { 1 } else { 2 }, &[7, 0x40_1000 + (i * 37) % 4096, pair(100, 100 + (i % 3) as u32), 1_000_000 + i * 10_000]);
-            recs.push((buf.len(), r.len()));
-            buf.extend_from_slice(&r);
+        if with56 {
+            run_plain("plain, 56-byte layout", &dec, &recs, &buf, reps);
         }
-        run_plain("plain, 40-byte layout", &dec, &recs, &buf, reps);
+        if with40 {
+            run_plain("plain, 40-byte layout", &dec40, &recs40, &buf40, reps);
+        }
     }
 
     // General path: IP TID TIME ADDR CPU PERIOD CALLCHAIN REGS_USER WEIGHT DATA_SRC.
