@@ -300,20 +300,15 @@ impl ChunkBuilder {
 
     /// Buffers a sample. The caller guarantees its time is not below
     /// [`Self::last_sample_time`] and that `s.stack` is NONE or a node of `table`.
-    #[inline]
+    /// Inlined (with [`crate::TraceWriter::write_sample`]) so that fields the caller
+    /// fills with constants (no stack, no registers) fold away.
+    #[inline(always)]
     pub fn push_sample(&mut self, s: &Sample, table: &StackTable) {
         debug_assert!(self.last_sample_time().is_none_or(|t| t <= s.time));
         let key = (s.pid, s.tid);
         let slot = &mut self.thread_cache[s.tid as usize % THREAD_CACHE];
         let thread = if slot.1 != 0 && slot.0 == key { slot.1 - 1 } else { self.thread_miss(key) };
-        let (ip, stack) = if s.stack.is_none() {
-            (self.ip_index(s.ip), 0)
-        } else {
-            // The ip of a sample whose stack's leaf frame has the same ip is not stored
-            // again (FORMAT.md §5.2: ip index 0).
-            let ip = if table.frame(s.stack).is_some_and(|f| f.ip == s.ip) { LEAF_IP } else { self.ip_index(s.ip) };
-            (ip, self.use_stack(s.stack, table))
-        };
+        let (ip, stack) = if s.stack.is_none() { (self.ip_index(s.ip), 0) } else { self.stack_sample(s, table) };
         self.rows.push(Row { time: s.time, thread, cpu: s.cpu, ip, stack });
         self.last_time = s.time;
         let mask = if s.addr.is_some() || s.weight.is_some() || s.data_src.is_some() || !s.regs.is_empty() {
@@ -357,24 +352,35 @@ impl ChunkBuilder {
         i
     }
 
+    /// The ip and stack slot of a sample with a stack.
+    #[inline(never)]
+    fn stack_sample(&mut self, s: &Sample, table: &StackTable) -> (u32, u32) {
+        // The ip of a sample whose stack's leaf frame has the same ip is not stored
+        // again (FORMAT.md §5.2: ip index 0).
+        let ip = if table.frame(s.stack).is_some_and(|f| f.ip == s.ip) { LEAF_IP } else { self.ip_index(s.ip) };
+        (ip, self.use_stack(s.stack, table))
+    }
+
     /// The index of `ip` in `ips` (added if new), with its use counted.
     #[inline(always)]
     fn ip_index(&mut self, ip: u64) -> u32 {
         let h = (ip ^ (ip >> 10) ^ (ip >> 20)) as usize % IP_CACHE;
-        let slot = &mut self.ip_cache.0[h];
-        let ii = if slot.1 != 0 && slot.0 == ip {
-            slot.1 - 1
-        } else {
-            let next = self.ips.len() as u32;
-            let ii = *self.ip_map.entry(ip).or_insert(next);
-            if ii == next {
-                self.ips.push(ip);
-                self.ip_counts.push(0);
-            }
-            *slot = (ip, ii + 1);
-            ii
-        };
+        let slot = &self.ip_cache.0[h];
+        let ii = if slot.1 != 0 && slot.0 == ip { slot.1 - 1 } else { self.ip_miss(ip, h) };
         self.ip_counts[ii as usize] += 1;
+        ii
+    }
+
+    /// The index of an ip not in the IP cache (noted in the cache at `h`).
+    #[inline(never)]
+    fn ip_miss(&mut self, ip: u64, h: usize) -> u32 {
+        let next = self.ips.len() as u32;
+        let ii = *self.ip_map.entry(ip).or_insert(next);
+        if ii == next {
+            self.ips.push(ip);
+            self.ip_counts.push(0);
+        }
+        self.ip_cache.0[h] = (ip, ii + 1);
         ii
     }
 

@@ -257,8 +257,9 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Buffers one sample (same effect as `write(&Record::Sample(..))`, without the
-    /// enum).
-    #[inline]
+    /// enum). Inlined into the recorder's loop: the common path is short, and the rare
+    /// ones (a new thread or ip, a stack, optional fields, closing a chunk) are calls.
+    #[inline(always)]
     pub fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
         if s.regs.len() > MAX_REGS {
             return Err(FormatError::RecordTooLarge("sample register set"));
