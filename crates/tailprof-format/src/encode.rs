@@ -161,15 +161,79 @@ impl Default for IpCache {
     }
 }
 
-/// A sample's values of the columns that are usually the same for a whole chunk.
+/// A sample's values of the columns that are usually the same for a whole chunk: the
+/// period, and the small ones packed into one word (two compares per sample).
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
 struct Consts {
     period: u64,
-    regs_count: u32,
-    event: u16,
-    cpumode: u8,
-    opt_mask: u8,
-    stack_status: u8,
+    /// Bits 0–15 event, 16–23 cpumode, 24–31 stack status, 32–39 optional-field mask,
+    /// 40–63 register count (at most [`crate::writer::MAX_REGS`]).
+    small: u64,
+}
+
+impl Consts {
+    #[inline(always)]
+    fn new(period: u64, event: u16, cpumode: u8, stack_status: u8, opt_mask: u8, regs_count: usize) -> Self {
+        debug_assert!(regs_count < 1 << 24);
+        let small = event as u64
+            | (cpumode as u64) << 16
+            | (stack_status as u64) << 24
+            | (opt_mask as u64) << 32
+            | (regs_count.min((1 << 24) - 1) as u64) << 40;
+        Consts { period, small }
+    }
+    fn event(&self) -> u64 {
+        self.small & 0xffff
+    }
+    fn cpumode(&self) -> u64 {
+        (self.small >> 16) & 0xff
+    }
+    fn stack_status(&self) -> u8 {
+        (self.small >> 24) as u8
+    }
+    fn opt_mask(&self) -> u8 {
+        (self.small >> 32) as u8
+    }
+    fn regs_count(&self) -> u64 {
+        self.small >> 40
+    }
+}
+
+/// The fields of a [`Sample`] the chunk builder keeps (see
+/// [`ChunkBuilder::push_sample`]).
+#[derive(Clone, Copy)]
+pub(crate) struct SampleFields {
+    pub time: u64,
+    ip: u64,
+    pid: u32,
+    tid: u32,
+    cpu: u32,
+    stack: StackId,
+    consts: Consts,
+}
+
+impl SampleFields {
+    #[inline(always)]
+    pub fn of(s: &Sample) -> Self {
+        SampleFields {
+            time: s.time,
+            ip: s.ip,
+            pid: s.pid,
+            tid: s.tid,
+            cpu: s.cpu,
+            stack: s.stack,
+            consts: Consts::new(
+                s.period,
+                s.event,
+                s.cpumode as u8,
+                s.stack_status as u8,
+                s.addr.is_some() as u8 * HAS_ADDR
+                    | s.weight.is_some() as u8 * HAS_WEIGHT
+                    | s.data_src.is_some() as u8 * HAS_DATA_SRC,
+                s.regs.len(),
+            ),
+        }
+    }
 }
 
 /// `ip_idx` of a sample whose ip is its stack's leaf ip.
@@ -298,44 +362,37 @@ impl ChunkBuilder {
         }
     }
 
-    /// Buffers a sample. The caller guarantees its time is not below
-    /// [`Self::last_sample_time`] and that `s.stack` is NONE or a node of `table`.
-    /// Inlined (with [`crate::TraceWriter::write_sample`]) so that fields the caller
-    /// fills with constants (no stack, no registers) fold away.
+    /// Buffers sample `s`, whose fields `f` were read before anything is stored, so that
+    /// a caller that just filled `s` with constants (no stack, no registers, no optional
+    /// fields) has them folded away once this is inlined into it. The caller guarantees
+    /// its time is not below [`Self::last_sample_time`] and that `s.stack` is NONE or a
+    /// node of `table`.
     #[inline(always)]
-    pub fn push_sample(&mut self, s: &Sample, table: &StackTable) {
-        debug_assert!(self.last_sample_time().is_none_or(|t| t <= s.time));
-        let key = (s.pid, s.tid);
-        let slot = &mut self.thread_cache[s.tid as usize % THREAD_CACHE];
+    pub(crate) fn push_sample(&mut self, f: &SampleFields, s: &Sample, table: &StackTable) {
+        debug_assert!(self.last_sample_time().is_none_or(|t| t <= f.time));
+        let key = (f.pid, f.tid);
+        let slot = &self.thread_cache[f.tid as usize % THREAD_CACHE];
         let thread = if slot.1 != 0 && slot.0 == key { slot.1 - 1 } else { self.thread_miss(key) };
-        let (ip, stack) = if s.stack.is_none() { (self.ip_index(s.ip), 0) } else { self.stack_sample(s, table) };
-        self.rows.push(Row { time: s.time, thread, cpu: s.cpu, ip, stack });
-        self.last_time = s.time;
-        let mask = if s.addr.is_some() || s.weight.is_some() || s.data_src.is_some() || !s.regs.is_empty() {
-            self.push_extras(s)
-        } else {
-            0
-        };
+        let (ip, stack) = if f.stack.is_none() { (self.ip_index(f.ip), 0) } else { self.stack_sample(f, table) };
+        self.rows.push(Row { time: f.time, thread, cpu: f.cpu, ip, stack });
+        self.last_time = f.time;
+        if f.consts.small >> 32 != 0 {
+            // Optional fields or registers.
+            self.push_extras(s);
+        }
         // Event, period, cpumode, optional fields, register count and stack status are
         // usually the same sample after sample: compared as one row, and added to `runs`
         // only when they change (or the chunk is encoded).
-        let c = Consts {
-            period: s.period,
-            regs_count: s.regs.len() as u32,
-            event: s.event,
-            cpumode: s.cpumode as u8,
-            opt_mask: mask,
-            stack_status: s.stack_status as u8,
-        };
-        if self.lag_n > 0 && c == self.lag_row {
+        if self.lag_n > 0 && f.consts == self.lag_row {
             self.lag_n += 1;
         } else {
             self.flush_lag();
-            self.lag_row = c;
+            self.lag_row = f.consts;
             self.lag_n = 1;
         }
-        if s.stack_status != StackStatus::None {
-            self.meta.sample_status[s.stack_status as usize] += 1;
+        let status = f.consts.stack_status();
+        if status != StackStatus::None as u8 {
+            self.meta.sample_status[status as usize] += 1;
         }
         self.raw_estimate += 16;
     }
@@ -354,7 +411,7 @@ impl ChunkBuilder {
 
     /// The ip and stack slot of a sample with a stack.
     #[inline(never)]
-    fn stack_sample(&mut self, s: &Sample, table: &StackTable) -> (u32, u32) {
+    fn stack_sample(&mut self, s: &SampleFields, table: &StackTable) -> (u32, u32) {
         // The ip of a sample whose stack's leaf frame has the same ip is not stored
         // again (FORMAT.md §5.2: ip index 0).
         let ip = if table.frame(s.stack).is_some_and(|f| f.ip == s.ip) { LEAF_IP } else { self.ip_index(s.ip) };
@@ -384,25 +441,15 @@ impl ChunkBuilder {
         ii
     }
 
-    /// Buffers a sample's optional fields and registers; returns its `opt_mask`.
+    /// Buffers a sample's optional fields and registers.
     #[inline(never)]
-    fn push_extras(&mut self, s: &Sample) -> u8 {
-        let mut mask = 0u8;
-        if let Some(a) = s.addr {
-            mask |= HAS_ADDR;
-            self.addrs.push(a);
-        }
-        if let Some(w) = s.weight {
-            mask |= HAS_WEIGHT;
-            self.weights.push(w);
-        }
-        if let Some(d) = s.data_src {
-            mask |= HAS_DATA_SRC;
-            self.data_srcs.push(d);
+    fn push_extras(&mut self, s: &Sample) {
+        let opt = [s.addr, s.weight, s.data_src];
+        for (v, col) in opt.iter().zip([&mut self.addrs, &mut self.weights, &mut self.data_srcs]) {
+            col.extend(*v);
         }
         self.regs.extend_from_slice(&s.regs);
-        self.raw_estimate += if mask != 0 { 24 } else { 0 } + 10 * s.regs.len();
-        mask
+        self.raw_estimate += if opt.iter().any(Option::is_some) { 24 } else { 0 } + 10 * s.regs.len();
     }
 
     /// Ends the current run of the usually constant columns.
@@ -607,7 +654,7 @@ impl ChunkBuilder {
         between();
 
         let runs = &self.runs[..];
-        put_runs(body, pk, runs, |c| c.event as u64);
+        put_runs(body, pk, runs, Consts::event);
 
         put_uleb(body, self.threads.len() as u64);
         for &(pid, tid) in &self.threads {
@@ -619,7 +666,7 @@ impl ChunkBuilder {
         put_column_by(body, pk, rows, |r| r.cpu as u64);
         between();
         put_runs(body, pk, runs, |c| c.period);
-        put_runs(body, pk, runs, |c| c.cpumode as u64);
+        put_runs(body, pk, runs, Consts::cpumode);
 
         // IP table in descending frequency, so hot IPs get one-byte indices.
         let mut order: Vec<u32> = (0..self.ips.len() as u32).collect();
@@ -663,14 +710,14 @@ impl ChunkBuilder {
         let masks: Vec<u8> = if self.addrs.is_empty() && self.weights.is_empty() && self.data_srcs.is_empty() {
             Vec::new()
         } else {
-            runs.iter().flat_map(|&(c, k)| std::iter::repeat_n(c.opt_mask, k as usize)).collect()
+            runs.iter().flat_map(|&(c, k)| std::iter::repeat_n(c.opt_mask(), k as usize)).collect()
         };
         let m = &masks;
         put_opt_column(body, pk, n, |i| m[i] & HAS_ADDR != 0, &self.addrs, true);
         put_opt_column(body, pk, n, |i| m[i] & HAS_WEIGHT != 0, &self.weights, false);
         put_opt_column(body, pk, n, |i| m[i] & HAS_DATA_SRC != 0, &self.data_srcs, false);
 
-        put_runs(body, pk, runs, |c| c.regs_count as u64);
+        put_runs(body, pk, runs, Consts::regs_count);
         pk.scratch.clear();
         for &r in &self.regs {
             put_uleb(&mut pk.scratch, r);
@@ -687,7 +734,7 @@ impl ChunkBuilder {
                 s => slot_rank[s as usize - 1] as u64 + 1,
             });
         }
-        put_runs(body, pk, runs, |c| c.stack_status as u64);
+        put_runs(body, pk, runs, |c| c.stack_status() as u64);
     }
 
     /// Forgets the buffered records (after the chunk was written).
@@ -729,6 +776,31 @@ impl ChunkBuilder {
 mod tests {
     use super::*;
 
+    /// [`Consts`] gives back every field it packs, at their largest values too, and two
+    /// rows compare equal exactly when all their fields are equal.
+    #[test]
+    fn consts_pack_every_field() {
+        let rows = [(0u64, 0u16, 0u8, 0u8, 0u8, 0usize), (u64::MAX, u16::MAX, 5, 7, 7, crate::writer::MAX_REGS), (3, 1, 2, 3, 4, 5)];
+        for &(period, event, cpumode, status, mask, regs) in &rows {
+            let c = Consts::new(period, event, cpumode, status, mask, regs);
+            assert_eq!(
+                (c.period, c.event(), c.cpumode(), c.stack_status(), c.opt_mask(), c.regs_count()),
+                (period, event as u64, cpumode as u64, status, mask, regs as u64)
+            );
+        }
+        let base = Consts::new(3, 1, 2, 3, 4, 5);
+        let changed = [
+            Consts::new(4, 1, 2, 3, 4, 5),
+            Consts::new(3, 2, 2, 3, 4, 5),
+            Consts::new(3, 1, 3, 3, 4, 5),
+            Consts::new(3, 1, 2, 4, 4, 5),
+            Consts::new(3, 1, 2, 3, 5, 5),
+            Consts::new(3, 1, 2, 3, 4, 6),
+        ];
+        assert!(changed.iter().all(|c| *c != base));
+        assert!(Consts::new(3, 1, 2, 3, 4, 5) == base);
+    }
+
     /// [`put_runs`] writes the same bytes as [`put_column`] over the expanded rows:
     /// constant, varying from the first row, from a later row, multi-byte values, and
     /// varying runs whose values map to one value.
@@ -748,7 +820,7 @@ mod tests {
             for &v in rows {
                 match runs.last_mut() {
                     Some((c, n)) if c.period == v => *n += 1,
-                    _ => runs.push((Consts { period: v, ..Consts::default() }, 1)),
+                    _ => runs.push((Consts::new(v, 0, 0, 0, 0, 0), 1)),
                 }
             }
             for f in [(|v: u64| v * 3) as fn(u64) -> u64, |v: u64| v / 100] {

@@ -34,7 +34,7 @@
 
 use crate::chunk::{file_header_bytes, frame_chunk, ChunkKind, MAX_PAYLOAD, MAX_RAW_BODY};
 use crate::columns::Packer;
-use crate::encode::{nodes_within_limits, ChunkBuilder, MAX_STACK_DEPTH};
+use crate::encode::{nodes_within_limits, ChunkBuilder, SampleFields, MAX_STACK_DEPTH};
 use crate::meta::{encode_build_ids, note_stats_time, BuildIdSet, Trailer, MAX_STRING};
 use crate::record::*;
 use crate::stack::StackTable;
@@ -265,11 +265,13 @@ impl<W: Write> TraceWriter<W> {
             return Err(FormatError::RecordTooLarge("sample register set"));
         }
         self.check_stack(s.stack)?;
-        if s.time < self.builder.last_time() {
+        // Every field read before anything is stored (see `ChunkBuilder::push_sample`).
+        let f = SampleFields::of(s);
+        if f.time < self.builder.last_time() {
             self.close_chunk()?;
         }
         // Counted in `records` and `stats` when the chunk closes (see `Self::stats`).
-        self.builder.push_sample(s, &self.stacks);
+        self.builder.push_sample(&f, s, &self.stacks);
         self.close_if_full()
     }
 
