@@ -1,10 +1,12 @@
 //! The records-chunk encoder: buffers one chunk's records column by column and turns
 //! them into a chunk body (FORMAT.md §5).
 //!
-//! Owns the hot per-sample path of the writer, so it only appends to flat vectors and
-//! interns IPs and threads in small hash maps; all encoding work (constant detection,
-//! frequency-ordered IP table, varints, per-column zstd) happens once per chunk in
-//! [`ChunkBuilder::encode`].
+//! Owns the hot per-sample path of the writer: per sample, one push of a [`Row`] (time,
+//! thread, cpu, ip index, stack slot), IP and thread lookups in small direct-mapped
+//! caches (hash maps behind them), and one compare of the usually constant fields
+//! (period, event, cpumode, ...), which are kept run-length coded. All encoding work
+//! (constant detection, frequency-ordered IP table, varints, per-column zstd) happens
+//! once per chunk in [`ChunkBuilder::encode`].
 //!
 //! Stacks (FORMAT.md §5.5): the builder notes which stacks the chunk's records use (a
 //! hash lookup per sample that has one); the first use of a stack in the chunk also marks

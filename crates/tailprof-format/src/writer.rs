@@ -304,7 +304,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// [`Self::end_round`]; if it closes the chunk, `between` is called after each
-    /// column is encoded (see [`ChunkBuilder::encode_with`]), so a recorder can drain its
+    /// column is encoded (see `ChunkBuilder::encode_with`), so a recorder can drain its
     /// rings while a large chunk is encoded. The bytes written do not depend on it.
     pub fn end_round_with(&mut self, between: &mut dyn FnMut()) -> Result<(), FormatError> {
         let n = self.builder.records();
