@@ -229,9 +229,9 @@ impl SampleFields {
                 s.event,
                 s.cpumode as u8,
                 s.stack_status as u8,
-                s.addr.is_some() as u8 * HAS_ADDR
-                    | s.weight.is_some() as u8 * HAS_WEIGHT
-                    | s.data_src.is_some() as u8 * HAS_DATA_SRC,
+                (s.addr.is_some() as u8 * HAS_ADDR)
+                    | (s.weight.is_some() as u8 * HAS_WEIGHT)
+                    | (s.data_src.is_some() as u8 * HAS_DATA_SRC),
                 s.regs.len(),
             ),
         }
