@@ -14,7 +14,6 @@ use tailprof_collect::attr::SamplingConfig;
 use tailprof_collect::buildid;
 use tailprof_collect::event::EventSpec;
 use tailprof_collect::session::{RecordError, RecordOptions, RecordSummary, Recorder, Target};
-use tailprof_collect::sys::CollectError;
 use tailprof_format::{BuildIdEntry, Record, Sample, TraceHeader, TraceReader, TraceWriter, VecSink};
 
 struct TempDir(PathBuf);
@@ -68,17 +67,8 @@ fn opts(target: Target, events: &[&str]) -> RecordOptions {
     }
 }
 
-/// `Recorder::new`, or None (skip) when perf_event_open is refused for permissions.
-fn recorder(o: RecordOptions) -> Option<Recorder> {
-    match Recorder::new(o) {
-        Ok(r) => Some(r),
-        Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            eprintln!("SKIP: perf_event_open refused: {e}");
-            None
-        }
-        Err(e) => panic!("Recorder::new: {e}"),
-    }
-}
+mod common;
+use common::recorder;
 
 struct Recorded {
     summary: RecordSummary,

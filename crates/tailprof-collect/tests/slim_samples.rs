@@ -18,21 +18,11 @@ use tailprof_collect::attr::SamplingConfig;
 use tailprof_collect::caps::online_cpus;
 use tailprof_collect::event::EventSpec;
 use tailprof_collect::parse::sample_type as st;
-use tailprof_collect::session::{RecordError, RecordOptions, RecordOutput, RecordSummary, Recorder, Target};
-use tailprof_collect::sys::CollectError;
+use tailprof_collect::session::{RecordOptions, RecordOutput, RecordSummary, Target};
 use tailprof_format::{BuildIdEntry, FormatError, Record, Sample, TraceHeader, TraceReader, TraceWriter, VecSink};
 
-/// `Recorder::new`, or None (skip) when perf_event_open is refused for permissions.
-fn recorder(o: RecordOptions) -> Option<Recorder> {
-    match Recorder::new(o) {
-        Ok(r) => Some(r),
-        Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            eprintln!("SKIP: perf_event_open refused: {e}");
-            None
-        }
-        Err(e) => panic!("Recorder::new: {e}"),
-    }
-}
+mod common;
+use common::recorder;
 
 fn opts(events: &[&str], sampling: SamplingConfig, mmap_pages: usize) -> RecordOptions {
     RecordOptions {
