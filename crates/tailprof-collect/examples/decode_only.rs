@@ -78,7 +78,8 @@ fn run_plain(name: &str, dec: &Decoder, recs: &[(usize, usize)], buf: &[u8], rep
             for &(at, len) in recs {
                 let r = black_box(&buf[at..at + len]);
                 let s = dec.plain(r, 3).expect("a plain sample");
-                sum = sum.wrapping_add(s.ip ^ s.time ^ s.period ^ u64::from(s.tid) ^ u64::from(s.cpu));
+                sum = sum
+                    .wrapping_add(s.ip ^ s.time ^ s.period ^ u64::from(s.tid) ^ u64::from(s.cpu));
             }
         }
         best = best.min(t0.elapsed().as_nanos() as f64 / (ROUNDS * recs.len()) as f64);
@@ -129,13 +130,26 @@ fn main() {
         buf.extend_from_slice(&r);
     }
     // The 40-byte layout, the recorder's default: the same records without CPU and PERIOD.
-    let layout40 = Layout { sample_type: BASE_SAMPLE_TYPE, sample_id_all: true, default_period: 10_000, ..Layout::default() };
+    let layout40 = Layout {
+        sample_type: BASE_SAMPLE_TYPE,
+        sample_id_all: true,
+        default_period: 10_000,
+        ..Layout::default()
+    };
     let mut dec40 = Decoder::new(vec![layout40]);
     dec40.add_id(7, 0);
     let mut buf40 = Vec::new();
     let mut recs40 = Vec::with_capacity(n);
     for i in 0..n as u64 {
-        let r = record(if i % 3 == 0 { 1 } else { 2 }, &[7, 0x40_1000 + (i * 37) % 4096, pair(100, 100 + (i % 3) as u32), 1_000_000 + i * 10_000]);
+        let r = record(
+            if i % 3 == 0 { 1 } else { 2 },
+            &[
+                7,
+                0x40_1000 + (i * 37) % 4096,
+                pair(100, 100 + (i % 3) as u32),
+                1_000_000 + i * 10_000,
+            ],
+        );
         recs40.push((buf40.len(), r.len()));
         buf40.extend_from_slice(&r);
     }
@@ -144,7 +158,13 @@ fn main() {
             run("56-byte layout (fixed offsets)", &dec, &recs, &buf, reps);
         }
         if with40 {
-            run("40-byte layout (fixed offsets)", &dec40, &recs40, &buf40, reps);
+            run(
+                "40-byte layout (fixed offsets)",
+                &dec40,
+                &recs40,
+                &buf40,
+                reps,
+            );
         }
     }
     if which == 0 || which == 3 {
@@ -203,6 +223,12 @@ fn main() {
         buf.extend_from_slice(&r);
     }
     if which == 0 || which == 2 {
-        run("general path (callchain, regs, weight, data_src)", &dec, &recs, &buf, reps);
+        run(
+            "general path (callchain, regs, weight, data_src)",
+            &dec,
+            &recs,
+            &buf,
+            reps,
+        );
     }
 }
