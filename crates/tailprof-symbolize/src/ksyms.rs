@@ -243,7 +243,7 @@ pub(crate) fn same_kernel(origin: &KernelOrigin) -> Result<(), String> {
 
 /// Copy this process's vDSO image (as mapped: the vDSO is mapped whole, so memory
 /// offsets are file offsets) into a temporary file blazesym can open.
-pub(crate) fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
+pub fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
     use std::io::{Read, Seek, SeekFrom, Write};
     let maps = fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
     let line = maps.lines().find(|l| l.ends_with("[vdso]")).ok_or("this process has no vDSO")?;
