@@ -1,6 +1,7 @@
 # Top-level shortcuts. `make example` records and reports the bundled example;
 # `make test` runs every test (what CI runs).
 CARGO ?= cargo
+PYTEST ?= python3 -m pytest
 
 .PHONY: build example test fuzz bench clean
 
@@ -13,9 +14,12 @@ example: build
 	./target/release/tailprof report split.trace
 	./target/release/tailprof info split.trace
 
+# Every suite runs even when an earlier one fails; the exit status is the first failure's.
 test:
-	$(CARGO) test --workspace --no-fail-fast
-	python3 -m pytest -q python/tests
+	@status=0; \
+	$(CARGO) test --workspace --no-fail-fast || status=$$?; \
+	$(PYTEST) -q python/tests || { r=$$?; [ $$status != 0 ] || status=$$r; }; \
+	exit $$status
 
 bench: build
 	$(MAKE) -s -C examples

@@ -120,7 +120,33 @@ pub struct Aggregator {
     /// The running kernel's text `[_text, _etext)` and its binary index: kernel frames
     /// there are stored as (kernel build-id, address - _text), which survives KASLR.
     ktext: Option<(u64, u64, u32)>,
+    /// This process's vDSO, read on the first `[vdso]` frame (`None` until then).
+    vdso: Option<Option<OwnVdso>>,
 }
+
+/// The agent's own vDSO image: the kernel maps the same one into every (64-bit) process
+/// of a boot, and a `[vdso]` mapping has no file `map_files` could open, so a `[vdso]`
+/// mapping of the same size is named from this copy (`report` on a trace does the same,
+/// `tailprof_symbolize::ksyms`).
+struct OwnVdso {
+    len: u64,
+    build_id: String,
+    /// The image as an unnamed file, until its symbol table job is queued.
+    file: Option<File>,
+}
+
+impl OwnVdso {
+    fn read() -> Option<OwnVdso> {
+        let copy = tailprof_analyze::symbolize::ksyms::copy_own_vdso().ok()?;
+        let file = copy.into_file();
+        let len = file.metadata().ok()?.len();
+        let build_id = tailprof_collect::buildid::read_build_id_from(&file).map(|b| hex(&b))?;
+        Some(OwnVdso { len, build_id, file: Some(file) })
+    }
+}
+
+/// How the kernel names the vDSO mapping.
+const VDSO_PATH: &str = "[vdso]";
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -161,6 +187,7 @@ impl Aggregator {
             tail,
             host,
             ktext: None,
+            vdso: None,
         }
     }
 
@@ -248,18 +275,24 @@ impl Aggregator {
             }
             (m.start, m.end, m.path.clone(), m.build_id.clone())
         };
-        // The mapped file itself (root: works for replaced and deleted files too).
-        let opened = open_mapped(pid, start, end, &path);
-        let build_id = given
-            .map(|b| b.to_string())
-            .or_else(|| self.path_build_ids.get(&*path).cloned())
-            .or_else(|| {
-                opened
-                    .as_ref()
-                    .and_then(tailprof_collect::buildid::read_build_id_from)
-                    .map(|b| hex(&b))
-            })
-            .unwrap_or_else(|| pseudo_build_id(&path, opened.as_ref()));
+        let (build_id, opened) = match self.own_vdso(&path, end - start) {
+            Some(v) => v,
+            None => {
+                // The mapped file itself (root: works for replaced and deleted files too).
+                let opened = open_mapped(pid, start, end, &path);
+                let build_id = given
+                    .map(|b| b.to_string())
+                    .or_else(|| self.path_build_ids.get(&*path).cloned())
+                    .or_else(|| {
+                        opened
+                            .as_ref()
+                            .and_then(tailprof_collect::buildid::read_build_id_from)
+                            .map(|b| hex(&b))
+                    })
+                    .unwrap_or_else(|| pseudo_build_id(&path, opened.as_ref()));
+                (build_id, opened)
+            }
+        };
         let bin = match self.bin_ids.get(&build_id) {
             Some(&b) => b,
             None => {
@@ -284,6 +317,17 @@ impl Aggregator {
             p.maps[mi].bin = bin;
         }
         bin
+    }
+
+    /// For a `[vdso]` mapping of `len` bytes: the agent's own vDSO's build-id, and its
+    /// image the first time (for the symbol table job). `None` for other mappings, or a
+    /// vDSO of another size (a 32-bit process's), which stays unnamed.
+    fn own_vdso(&mut self, path: &str, len: u64) -> Option<(String, Option<File>)> {
+        if path != VDSO_PATH {
+            return None;
+        }
+        let v = self.vdso.get_or_insert_with(OwnVdso::read).as_mut()?;
+        (v.len == len).then(|| (v.build_id.clone(), v.file.take()))
     }
 
     fn resolve(&mut self, pid: u32, f: Frame) -> AggFrame {

@@ -68,10 +68,15 @@ pub struct AgentSummary {
     /// Kernel-side losses reported by the recorder.
     pub lost_records: u64,
     pub throttled: u64,
+    /// The writer thread finished within the shutdown grace ([`SHUTDOWN_GRACE`], twice);
+    /// `false`: it was left behind (windows it had not written are lost).
+    pub writer_finished: bool,
 }
 
 /// Runs the agent until `stop` is set (or `cfg.duration_us` passes: the caller sets
-/// `stop`), then flushes the current window and waits for the writer.
+/// `stop`), then flushes the current window and waits for the writer, a bounded time
+/// ([`SHUTDOWN_GRACE`]: symbol tables not done by then are counted in
+/// `WriterStats::symbol_tables_stopped`).
 pub fn run_agent(
     cfg: &AgentConfig,
     stop: &AtomicBool,
@@ -129,6 +134,7 @@ pub fn run_agent(
 
     let (tx, rx) = mpsc::channel();
     let wstats = Arc::new(Mutex::new(WriterStats::default()));
+    let shutdown = Arc::new(AtomicBool::new(false));
     let wcfg = writer::WriterConfig {
         store: store.clone(),
         retain: tailprof_store::RetainPolicy {
@@ -138,6 +144,7 @@ pub fn run_agent(
         compact: cfg.compact,
         push: cfg.push.clone(),
         otlp: cfg.otlp.clone(),
+        stop: shutdown.clone(),
     };
     let ws = wstats.clone();
     let handle = std::thread::Builder::new()
@@ -158,7 +165,7 @@ pub fn run_agent(
     let agg_stats = agg.stats;
     let tail_stats = agg.tail_stats();
     drop(agg); // closes the channel: the writer finishes the queued jobs and returns
-    let _ = handle.join();
+    let writer_finished = finish_writer(handle, &shutdown);
     let summary = res?;
     let writer = wstats.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(AgentSummary {
@@ -171,5 +178,32 @@ pub fn run_agent(
         stale_temp_files_removed: removed,
         lost_records: summary.lost_records,
         throttled: summary.throttled,
+        writer_finished,
     })
+}
+
+/// How long the writer may take after the recording stopped (the last window, the
+/// symbol tables still waiting) before the symbolizer is told to give up
+/// ([`writer::WriterConfig::stop`]), and again before the agent returns without it.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits for the writer thread within [`SHUTDOWN_GRACE`], then sets `stop` (the table in
+/// progress is abandoned, waiting ones are counted) and waits once more as long. Whether
+/// the writer finished; if not (e.g. a push stuck on the network), it is left behind.
+fn finish_writer(handle: std::thread::JoinHandle<()>, stop: &AtomicBool) -> bool {
+    let wait = |grace: std::time::Duration| {
+        let until = std::time::Instant::now() + grace;
+        while !handle.is_finished() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        handle.is_finished()
+    };
+    if !wait(SHUTDOWN_GRACE) {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if !wait(SHUTDOWN_GRACE) {
+            return false;
+        }
+    }
+    let _ = handle.join();
+    true
 }

@@ -229,9 +229,30 @@ impl<'f> NameReader<'f> {
 /// Writes the function table of the ELF file `file` to `dest` (a `symbols` file of the
 /// store), streamed: see the module documentation.
 pub fn write_elf_table(file: &File, build_id: &str, binary: &str, dest: &Path) -> Result<TableWritten, String> {
+    write_elf_table_until(file, build_id, binary, dest, &|| false)
+}
+
+/// The error of a table abandoned because `stop()` said so ([`write_elf_table_until`]).
+pub const STOPPED: &str = "stopped before the table was complete";
+
+/// [`write_elf_table`] that gives up as soon as `stop()` returns true (asked once per
+/// function; the agent's bounded shutdown): `Err(`[`STOPPED`]`)`, and nothing is left at
+/// `dest` (the table is written through an atomic temporary file).
+pub fn write_elf_table_until(
+    file: &File,
+    build_id: &str,
+    binary: &str,
+    dest: &Path,
+    stop: &dyn Fn() -> bool,
+) -> Result<TableWritten, String> {
+    if stop() {
+        return Err(STOPPED.into());
+    }
     let funcs = ElfFunctions::read(file)?;
     let skipped = std::cell::Cell::new(funcs.skipped());
-    let (bytes, rows) = tailprof_store::write::write_symbol_table(dest, build_id, binary, funcs.functions(&skipped)).map_err(|e| e.to_string())?;
+    let until = funcs.functions(&skipped).map(|f| if stop() { Err(STOPPED.to_string()) } else { f });
+    let (bytes, rows) = tailprof_store::write::write_symbol_table(dest, build_id, binary, until)
+        .map_err(|e| if stop() { STOPPED.to_string() } else { e.to_string() })?;
     Ok(TableWritten { functions: rows, skipped: skipped.get(), bytes })
 }
 

@@ -6,6 +6,7 @@
 //! of one core after a startup burst); binaries beyond it wait and are counted.
 
 use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
@@ -52,6 +53,10 @@ pub struct WriterStats {
     /// Binaries never symbolized because the deferred queue was full
     /// ([`MAX_DEFERRED_SYMBOL_JOBS`]); their frames stay unsymbolized in the store.
     pub symbol_tables_dropped: u64,
+    /// Binaries not symbolized because the agent stopped first: still waiting, or in
+    /// progress, when the shutdown grace ([`WriterConfig::stop`]) ran out. Their frames
+    /// stay unsymbolized unless a later run maps the same build-id.
+    pub symbol_tables_stopped: u64,
     pub symbols: u64,
     /// Functions left out of written tables because the file was malformed there
     /// (`symtab::TableWritten::skipped`).
@@ -77,6 +82,9 @@ pub struct WriterConfig {
     pub compact: bool,
     pub push: Option<String>,
     pub otlp: Option<String>,
+    /// Set when the shutdown grace has run out: the symbolizer abandons the table in
+    /// progress and the waiting ones (counted in [`WriterStats::symbol_tables_stopped`]).
+    pub stop: Arc<AtomicBool>,
 }
 
 pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<WriterStats>>) {
@@ -92,9 +100,14 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
     let (sym_tx, sym_rx) = std::sync::mpsc::channel::<SymbolJob>();
     let sym_store = cfg.store.clone();
     let sym_stats = stats.clone();
+    let sym_stop = cfg.stop.clone();
+    let closing = Arc::new(AtomicBool::new(false));
+    let sym_closing = closing.clone();
     let sym_thread = std::thread::Builder::new()
         .name("tailprof-symbols".into())
-        .spawn(move || run_symbolizer(sym_store, sym_rx, sym_stats))
+        .spawn(move || {
+            run_symbolizer(sym_store, sym_rx, sym_stats, &Shutdown { closing: &sym_closing, stop: &sym_stop })
+        })
         .ok();
     for job in jobs {
         match job {
@@ -178,6 +191,7 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
             }
         }
     }
+    closing.store(true, Ordering::Relaxed);
     drop(sym_tx);
     if let Some(t) = sym_thread {
         let _ = t.join();
@@ -240,6 +254,20 @@ struct Pending {
     size: u64,
     seq: u64,
     job: SymbolJob,
+    /// Set once the job was put back at shutdown ([`Shutdown`]): not put back again.
+    preempted: bool,
+}
+
+/// Files larger than this are put back when the agent starts to stop while their table
+/// is being written, so the smaller binaries waiting behind them are named first.
+pub const SHUTDOWN_PREEMPT_BYTES: u64 = 4 << 20;
+
+/// The symbolizer's view of the agent's shutdown.
+struct Shutdown<'a> {
+    /// The writer has no more jobs (the recording stopped).
+    closing: &'a AtomicBool,
+    /// The shutdown grace ran out ([`WriterConfig::stop`]).
+    stop: &'a AtomicBool,
 }
 impl PartialEq for Pending {
     fn eq(&self, o: &Self) -> bool {
@@ -261,9 +289,13 @@ impl Ord for Pending {
 
 /// Symbolizes each new build-id once, within a CPU budget ([`Budget`]): a burst of
 /// [`SYMBOLIZER_BURST_S`] CPU seconds at startup, then [`SYMBOLIZER_CPU_SHARE`] of wall time.
-/// Jobs beyond the budget wait (smallest file first); when the agent stops, the waiting
-/// ones are done before the thread returns, so every stored window's binaries are named.
-fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>) {
+/// Jobs beyond the budget wait (smallest file first); when the agent stops (`jobs`
+/// closed), the waiting ones are done before the thread returns, so every stored window's
+/// binaries are named, unless `stop` is set (the shutdown grace ran out): then the table
+/// in progress is abandoned and the waiting ones are counted, not done. A large table in
+/// progress when the recording stops is put back once, behind the smaller ones waiting.
+fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>, sd: &Shutdown) {
+    let stop = sd.stop;
     use std::sync::mpsc::RecvTimeoutError;
     let mut seen = std::collections::HashSet::new();
     let mut queue = std::collections::BinaryHeap::new();
@@ -309,30 +341,61 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
                 }
                 let size = j.file.metadata().map_or(u64::MAX, |m| m.len());
                 seq += 1;
-                queue.push(Pending { size, seq, job: j });
+                queue.push(Pending { size, seq, job: j, preempted: false });
                 continue; // take every job already sent before choosing the smallest
             }
             Err(RecvTimeoutError::Disconnected) => closed = true,
             Err(RecvTimeoutError::Timeout) => {}
         }
+        if closed && stop.load(Ordering::Relaxed) {
+            // Out of shutdown time: count what waits instead of doing it.
+            let left = queue.len() as u64 + jobs.try_iter().filter(|j| seen.insert(j.build_id.clone())).count() as u64;
+            stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_stopped += left;
+            break;
+        }
         if closed || budget.credit() > 0.0 {
-            if let Some(p) = queue.pop() {
-                symbolize_one(&store, p.job, &stats);
+            if let Some(mut p) = queue.pop() {
+                let preemptible = !p.preempted && p.size > SHUTDOWN_PREEMPT_BYTES;
+                let preempt = || preemptible && sd.closing.load(Ordering::Relaxed);
+                if let Some(job) = symbolize_one(&store, p.job, &stats, stop, &preempt) {
+                    // Put back: the recording stopped while this large table was written.
+                    p.job = job;
+                    p.preempted = true;
+                    queue.push(p);
+                }
             }
         }
     }
 }
 
-fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
-    let Some(dest) = store.symbols_file(&j.build_id) else { return };
+/// Writes one job's table. Abandoned when `stop` is set (counted in
+/// `symbol_tables_stopped`), or when `preempt()` says so: then the job is given back,
+/// not counted, to be put back in the queue.
+fn symbolize_one(
+    store: &Store,
+    j: SymbolJob,
+    stats: &Arc<Mutex<WriterStats>>,
+    stop: &AtomicBool,
+    preempt: &dyn Fn() -> bool,
+) -> Option<SymbolJob> {
+    let stopped = || stop.load(Ordering::Relaxed);
+    if stopped() {
+        stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_stopped += 1;
+        return None;
+    }
+    let dest = store.symbols_file(&j.build_id)?;
     let cpu0 = thread_cpu_s();
+    let (path, build_id) = (j.path.clone(), j.build_id.clone());
+    let mut back = None;
     let res = store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string()).and_then(|()| {
         if j.path == crate::aggregate::KERNEL_PATH {
             crate::symtab::write_kallsyms_table(j.file, &j.build_id, &j.path, &dest)
         } else {
             // streamed from the file (read with pread, never mapped), closed right after
-            let r = crate::symtab::write_elf_table(&j.file, &j.build_id, &j.path, &dest);
-            drop(j.file);
+            // unless given back
+            let r =
+                crate::symtab::write_elf_table_until(&j.file, &j.build_id, &j.path, &dest, &|| stopped() || preempt());
+            back = Some(j);
             r
         }
     });
@@ -344,12 +407,19 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
             s.symbols += t.functions;
             s.symbols_skipped += t.skipped;
         }
+        Err(e) if e == crate::symtab::STOPPED => {
+            if !stopped() {
+                return back; // preempted: put back
+            }
+            s.symbol_tables_stopped += 1;
+        }
         Err(e) => {
             s.symbol_tables_failed += 1;
-            s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
+            s.last_error = Some(format!("symbols of {path} ({build_id}): {e}"));
         }
     }
     drop(s);
+    drop(back);
     // A large library's index and last row group are freed now; give the memory back
     // instead of keeping it in this thread's malloc arena (resident size).
     #[cfg(target_env = "gnu")]
@@ -357,6 +427,7 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
     unsafe {
         libc::malloc_trim(0);
     }
+    None
 }
 
 fn write_window(store: &Store, meta: &WindowMeta, w: &WindowBatch) -> tailprof_store::Result<u64> {
@@ -397,7 +468,12 @@ mod tests {
         std::fs::write(&p, vec![0u8; len]).unwrap();
         let file = File::open(&p).unwrap();
         let size = file.metadata().unwrap().len();
-        Pending { size, seq: len as u64, job: SymbolJob { build_id: name.into(), path: name.into(), file } }
+        Pending {
+            size,
+            seq: len as u64,
+            job: SymbolJob { build_id: name.into(), path: name.into(), file },
+            preempted: false,
+        }
     }
 
     #[test]
@@ -409,6 +485,49 @@ mod tests {
         q.push(job(dir.path(), "mid", 500));
         let order: Vec<String> = std::iter::from_fn(|| q.pop()).map(|p| p.job.build_id).collect();
         assert_eq!(order, ["small", "mid", "big"]);
+    }
+
+    /// Issue 18 item 12: once the shutdown grace has run out (`stop`), the symbolizer
+    /// does not work through its queue: every waiting table is counted, none written.
+    #[test]
+    fn stopped_symbolizer_counts_waiting_tables_instead_of_doing_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("store")).unwrap();
+        let me = std::env::current_exe().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..3 {
+            let job = SymbolJob {
+                build_id: format!("{i:040x}"),
+                path: me.display().to_string(),
+                file: File::open(&me).unwrap(),
+            };
+            tx.send(job).unwrap();
+        }
+        drop(tx);
+        let stats = Arc::new(Mutex::new(WriterStats::default()));
+        let closing = AtomicBool::new(true);
+        run_symbolizer(store.clone(), rx, stats.clone(), &Shutdown { closing: &closing, stop: &AtomicBool::new(true) });
+        let s = stats.lock().unwrap().clone();
+        assert_eq!((s.symbol_tables, s.symbol_tables_stopped, s.symbol_tables_failed), (0, 3, 0), "{s:?}");
+        assert!(
+            std::fs::read_dir(store.symbols_dir()).map_or(true, |d| d.count() == 0),
+            "no table, not even a partial one"
+        );
+        // Not stopped: the queue is worked through at shutdown, as before (this test
+        // binary is larger than SHUTDOWN_PREEMPT_BYTES: put back once, then done).
+        assert!(std::fs::metadata(&me).unwrap().len() > SHUTDOWN_PREEMPT_BYTES);
+        let (tx, rx) = std::sync::mpsc::channel();
+        tx.send(SymbolJob {
+            build_id: "ab".repeat(20),
+            path: me.display().to_string(),
+            file: File::open(&me).unwrap(),
+        })
+        .unwrap();
+        drop(tx);
+        let stats = Arc::new(Mutex::new(WriterStats::default()));
+        run_symbolizer(store, rx, stats.clone(), &Shutdown { closing: &closing, stop: &AtomicBool::new(false) });
+        let s = stats.lock().unwrap().clone();
+        assert_eq!((s.symbol_tables, s.symbol_tables_stopped), (1, 0), "{s:?}");
     }
 
     #[test]

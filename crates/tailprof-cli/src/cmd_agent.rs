@@ -56,7 +56,8 @@ pub struct AgentArgs {
     #[arg(short = 'c', long, value_name = "N")]
     period: Option<u64>,
 
-    /// Stop after this long (tests, benchmarks), e.g. 30s.
+    /// Stop after this long (tests, benchmarks), e.g. 30s. Symbol tables still being
+    /// written get at most a few seconds more; those left are counted and reported.
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
 
@@ -179,6 +180,17 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                 "tailprof: warning: bounds reached: {} records of untracked processes, {} mappings dropped, {} command names dropped (their frames show as unknown)",
                 a.processes_untracked, a.mappings_dropped, a.comms_dropped
             );
+        }
+        if w.symbol_tables_stopped > 0 {
+            eprintln!(
+                "tailprof: note: {} binaries left unsymbolized: the agent stopped before their symbol tables were done \
+                 (shutdown waits at most {} s for them)",
+                w.symbol_tables_stopped,
+                tailprof_agent::SHUTDOWN_GRACE.as_secs()
+            );
+        }
+        if !s.writer_finished {
+            eprintln!("tailprof: warning: the store writer did not finish in time; windows it had not written are lost");
         }
         if w.push_failures + w.otlp_failures > 0 {
             eprintln!(

@@ -374,6 +374,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ui::thousands(rec.markers),
         ui::thousands(rec.lost_markers)
     );
+    for w in &rec.warnings {
+        eprintln!("tailprof: warning: {w}");
+    }
     eprintln!(
         "tailprof: wrote {} | {} | {:.2} bytes/sample",
         args.output.display(),

@@ -74,6 +74,47 @@ struct Agent {
     log: Vec<String>,
 }
 
+/// A test that fails (or is interrupted) leaves no agent sampling the machine.
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Hard limit for each wait on an agent (its "recording" line; its exit after
+/// `--duration` or a signal). The agent bounds its own shutdown (issue 18 item 12); one
+/// that hangs is killed and fails the test instead of hanging the suite (one run hung
+/// 13 minutes). Generous: this is a hang guard, not a timing check.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The rest of an exited agent's stderr (until the reader thread sees its end).
+fn drain_lines(a: &mut Agent) {
+    while let Ok(l) = a.lines.recv_timeout(AGENT_TIMEOUT) {
+        a.log.push(l);
+    }
+}
+
+/// Waits for the agent to exit; past [`AGENT_TIMEOUT`], kills it and fails.
+fn wait_agent(a: &mut Agent) -> std::process::ExitStatus {
+    let until = std::time::Instant::now() + AGENT_TIMEOUT;
+    loop {
+        if let Some(st) = a.child.try_wait().unwrap() {
+            return st;
+        }
+        if std::time::Instant::now() >= until {
+            let _ = a.child.kill();
+            let _ = a.child.wait();
+            drain_lines(a);
+            let log = a.log.join("\n");
+            panic!("tailprof agent still running {AGENT_TIMEOUT:?} after it should have stopped: killed\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Starts an agent and waits until it samples (its "recording" line); None (skip) when
 /// system-wide sampling is not allowed here.
 fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
@@ -95,7 +136,11 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
     });
     let mut a = Agent { child, lines: rx, log: Vec::new() };
     loop {
-        match a.lines.recv() {
+        match a.lines.recv_timeout(AGENT_TIMEOUT) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = a.child.kill();
+                panic!("tailprof agent did not start recording within {AGENT_TIMEOUT:?}: killed\n{}", a.log.join("\n"));
+            }
             Ok(l) => {
                 let rec = l.contains("agent: recording");
                 a.log.push(l);
@@ -103,8 +148,8 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
                     return Some(a);
                 }
             }
-            Err(_) => {
-                let st = a.child.wait().unwrap();
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let st = wait_agent(&mut a);
                 let text = a.log.join("\n");
                 let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
                 if skip.iter().any(|s| text.contains(s)) {
@@ -119,8 +164,8 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
 
 /// Waits for a `--duration` agent and returns its stderr.
 fn finish_agent(mut a: Agent) -> Option<String> {
-    let st = a.child.wait().unwrap();
-    a.log.extend(a.lines.iter());
+    let st = wait_agent(&mut a);
+    drain_lines(&mut a);
     let stderr = a.log.join("\n");
     if !st.success() {
         let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
@@ -288,7 +333,7 @@ fn sigkill_leaves_no_partial_file_and_the_store_reads_back() {
         std::thread::sleep(Duration::from_millis(ms));
         // SAFETY: kill on our own child's pid.
         unsafe { libc::kill(agent.child.id() as i32, libc::SIGKILL) };
-        let _ = agent.child.wait();
+        let _ = wait_agent(&mut agent);
         // Visible files are whole: every *.parquet reads (bad_files == 0).
         let v = top_json(&store, &[]);
         assert_eq!(v["read"]["bad_files"], 0, "run {i}: {}", v["read"]);
@@ -528,7 +573,7 @@ fn full_disk_drops_and_counts_windows_without_crashing() {
     let Some(agent) = start_agent(&store, &["--window", "1s", "-F", "499", "--duration", "3s", "--json"]) else { return };
     let mut a = agent;
     let mut stdout = a.child.stdout.take().unwrap();
-    let st = a.child.wait().unwrap();
+    let st = wait_agent(&mut a);
     let mut out = String::new();
     use std::io::Read;
     stdout.read_to_string(&mut out).unwrap();
@@ -541,4 +586,44 @@ fn full_disk_drops_and_counts_windows_without_crashing() {
         let name = e.file_name().unwrap().to_string_lossy().to_string();
         assert!(name.ends_with(".parquet") || tailprof_format::atomic::is_temp_name(&name), "{}", e.display());
     }
+}
+
+/// A workload that spends its time reading the clock (in the vDSO).
+const CLOCK_WORKLOAD: &str = r#"
+#include <stdlib.h>
+#include <time.h>
+int main(int argc, char **argv) {
+    struct timespec t, e;
+    clock_gettime(CLOCK_MONOTONIC, &e);
+    e.tv_sec += argc > 1 ? atoi(argv[1]) : 2;
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while (t.tv_sec < e.tv_sec || (t.tv_sec == e.tv_sec && t.tv_nsec < e.tv_nsec));
+    return 0;
+}
+"#;
+
+/// Issue 18 item 11: `top` over the agent's store showed `[[vdso]+0xb46]` where `report`
+/// on a trace names `__vdso_clock_gettime` (the vDSO has no file the agent could open).
+#[test]
+fn vdso_frames_are_named_in_the_store() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("clock.c");
+    std::fs::write(&src, CLOCK_WORKLOAD).unwrap();
+    let bin = tmp.path().join("clockwork");
+    let ok = Command::new("cc").args(["-O1", "-fno-omit-frame-pointer", "-o"]).arg(&bin).arg(&src).status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipping: no working C compiler");
+        return;
+    }
+    let store = tmp.path().join("store");
+    let Some(agent) = start_agent(&store, &["--window", "1s", "-F", "499", "--duration", "4s"]) else { return };
+    run_workload(&bin, "2");
+    let Some(_) = finish_agent(agent) else { return };
+    let v = top_json(&store, &["--binary", "clockwork"]);
+    let rows = v["rows"].as_array().unwrap();
+    let unnamed: Vec<&Value> = rows.iter().filter(|r| r["name"].as_str().unwrap().starts_with("[[vdso]")).collect();
+    assert!(unnamed.is_empty(), "vDSO frames without names: {unnamed:?}\n{v:#}");
+    let vdso_fn = if cfg!(target_arch = "x86_64") { "__vdso_clock_gettime" } else { "__kernel_clock_gettime" };
+    assert!(self_samples(&v, vdso_fn) > 0, "{vdso_fn} missing:\n{v:#}");
 }

@@ -193,7 +193,9 @@ pub fn tracefs_root() -> Result<(PathBuf, bool), UprobeError> {
 }
 
 /// A uprobe event created in tracefs, removed again on drop (after the perf events
-/// using it are closed: the kernel refuses to remove an event in use).
+/// using it are closed: the kernel refuses to remove an event in use). Used for
+/// `--item-class-from` (with a fetch-argument) and for the item-boundary probes of
+/// inherited targets ([`crate::uprobe::ProbeVia`], without one).
 #[derive(Debug)]
 pub struct TracefsUprobe {
     root: PathBuf,
@@ -201,29 +203,53 @@ pub struct TracefsUprobe {
     pub name: String,
     /// Tracepoint id: `config` of a `PERF_TYPE_TRACEPOINT` attr.
     pub id: u64,
+    /// Where the fetch-argument sits in the raw record (zero without one).
     pub layout: ArgLayout,
 }
 
 impl TracefsUprobe {
     /// Creates `p:GROUP/NAME PATH:OFFSET arg=FETCH` with an unpredictable name.
     pub fn create(root: &Path, probe: &ResolvedProbe, spec: &ClassSpec) -> Result<TracefsUprobe, UprobeError> {
+        let mut made = Self::define(root, probe, "cls", Some(&spec.fetch_arg()))?;
+        let format = std::fs::read_to_string(made.dir().join("format")).map_err(|e| made.io_err("read event format", e))?;
+        made.layout = parse_format(&format, "arg")
+            .ok_or_else(|| made.io_err("no arg field in event format", std::io::ErrorKind::InvalidData.into()))?;
+        Ok(made)
+    }
+
+    /// Creates `p:GROUP/NAME PATH:OFFSET` (`r:` for a `%return` probe), no arguments,
+    /// with an unpredictable name.
+    pub fn create_plain(root: &Path, probe: &ResolvedProbe) -> Result<TracefsUprobe, UprobeError> {
+        Self::define(root, probe, if probe.spec.ret { "end" } else { "beg" }, None)
+    }
+
+    /// Writes the definition and reads the event's id. Once the definition is written,
+    /// the returned value (or its drop on error) removes it again.
+    fn define(root: &Path, probe: &ResolvedProbe, prefix: &str, fetch: Option<&str>) -> Result<TracefsUprobe, UprobeError> {
         let io = |what: &str, source| UprobeError::Read { path: format!("{} ({what})", root.display()), source };
         let path = probe.path.to_str().filter(|p| !p.contains([' ', '\n', ':'])).ok_or_else(|| UprobeError::BadSpec {
             spec: probe.path.display().to_string(),
             reason: "tracefs cannot name a binary whose path has spaces, colons or new lines".into(),
         })?;
         let group = format!("tailprof_{}", std::process::id());
-        let name = format!("cls_{:016x}", random_u64());
-        let def = format!("p:{group}/{name} {path}:{:#x} arg={}\n", probe.offset, spec.fetch_arg());
+        let name = format!("{prefix}_{:016x}", random_u64());
+        let kind = if probe.spec.ret { 'r' } else { 'p' };
+        let args = fetch.map(|f| format!(" arg={f}")).unwrap_or_default();
+        let def = format!("{kind}:{group}/{name} {path}:{:#x}{args}\n", probe.offset);
         let mut f = std::fs::OpenOptions::new().append(true).open(root.join("uprobe_events")).map_err(|e| io("open uprobe_events", e))?;
         f.write_all(def.as_bytes()).map_err(|e| io("write uprobe_events", e))?;
         let mut made = TracefsUprobe { root: root.to_path_buf(), group, name, id: 0, layout: ArgLayout { offset: 0, data_loc: false, size: 0, signed: false } };
-        let dir = root.join("events").join(&made.group).join(&made.name);
-        let id = std::fs::read_to_string(dir.join("id")).map_err(|e| io("read event id", e))?;
-        made.id = id.trim().parse().map_err(|_| io("parse event id", std::io::ErrorKind::InvalidData.into()))?;
-        let format = std::fs::read_to_string(dir.join("format")).map_err(|e| io("read event format", e))?;
-        made.layout = parse_format(&format, "arg").ok_or_else(|| io("no arg field in event format", std::io::ErrorKind::InvalidData.into()))?;
+        let id = std::fs::read_to_string(made.dir().join("id")).map_err(|e| made.io_err("read event id", e))?;
+        made.id = id.trim().parse().map_err(|_| made.io_err("parse event id", std::io::ErrorKind::InvalidData.into()))?;
         Ok(made)
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.root.join("events").join(&self.group).join(&self.name)
+    }
+
+    fn io_err(&self, what: &str, source: std::io::Error) -> UprobeError {
+        UprobeError::Read { path: format!("{} ({what})", self.root.display()), source }
     }
 }
 

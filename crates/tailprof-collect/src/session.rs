@@ -168,6 +168,51 @@ pub struct RecordSummary {
     /// Records the drain thread copied out of a ring the main thread was late for
     /// (`session::spool`); they are written like every other record.
     pub spooled: u64,
+    /// What the user should know about the run (the CLI prints each as a warning).
+    pub warnings: Vec<RunWarning>,
+}
+
+/// Something about a finished recording worth a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunWarning {
+    /// The launched command failed (non-zero exit or a signal the recorder did not send)
+    /// and no item marker was recorded although item probes were set: the probes may have
+    /// broken it (as inherited uprobe PMU events once broke `clone`, issue 18 item 2).
+    CommandFailedWithoutMarkers {
+        /// Exit code, or 128 + signal.
+        exit_status: i32,
+    },
+}
+
+impl std::fmt::Display for RunWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunWarning::CommandFailedWithoutMarkers { exit_status } => write!(
+                f,
+                "the command exited with status {exit_status} and no item marker was recorded although item probes \
+                 were set: if it succeeds without tailprof, the probes may have broken it (please report it); \
+                 otherwise check that the probed functions run"
+            ),
+        }
+    }
+}
+
+/// [`RunWarning::CommandFailedWithoutMarkers`] when it applies: a launched command that
+/// failed by itself (`stopped`: the recorder was stopped and may have signalled it), with
+/// item probes and no marker.
+pub(crate) fn command_failure_warning(
+    exit_status: Option<i32>,
+    stopped: bool,
+    probes: bool,
+    markers: u64,
+) -> Option<RunWarning> {
+    match exit_status {
+        Some(code) if code != 0 && !stopped && probes && markers == 0 => {
+            Some(RunWarning::CommandFailedWithoutMarkers { exit_status: code })
+        }
+        _ => None,
+    }
 }
 
 /// Everything that can go wrong while recording.
@@ -331,7 +376,7 @@ impl Recorder {
         };
         let sampling = sampling_config(&opts, clock, item_reg.as_ref().map_or(0, |(mask, _)| *mask));
         let mut plans = build_plans(&opts.events, &sampling)?;
-        let probes = prepare_probes(&items, plans.len())?;
+        let probes = prepare_probes(&items, plans.len(), &sampling)?;
         let mut stack_notes = Vec::new();
         let (off_cpu, switch_later) =
             off_cpu_plans(&stack_opts, items.off_cpu_on_markers, &mut plans, &sampling, &mut stack_notes)?;
@@ -377,6 +422,9 @@ impl Recorder {
             decoder.keep_raw(e as u16);
         }
         let mut rec = Recorder::unopened(&opts, plans, clock, header, decoder, probes, sampling)?;
+        if let Some(p) = &rec.probes {
+            rec.notes.extend(p.prepared.notes());
+        }
         if let Some(c) = &classes {
             rec.notes.extend(c.notes());
             rec.emitter.probe_base = rec.emitter.probe_base.min(c.base);
@@ -578,6 +626,7 @@ impl Recorder {
         if let Some(c) = &mut self.child {
             self.emitter.summary.exit_status = Some(c.wait().map_err(io_err("waitpid"))?);
         }
+        let probes = self.probes.is_some() || self.emitter.classes.is_some();
         for fd in &self.fds {
             let _ = sys::ioctl_disable(fd.as_fd());
         }
@@ -596,6 +645,8 @@ impl Recorder {
         out.end_round()?;
         self.emitter.summary.rounds += 1;
         self.emitter.summary.duration_ns = monotonic_ns().saturating_sub(t0);
+        let sum = &mut self.emitter.summary;
+        sum.warnings.extend(command_failure_warning(sum.exit_status, stop_seen.is_some(), probes, sum.markers));
         Ok(self.emitter.summary.clone())
     }
 
@@ -790,5 +841,23 @@ impl Recorder {
             (Target::Pid(pid), _) if self.pidfd.is_none() => !procfs::process_alive(*pid),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_command_without_markers_under_probes_is_a_warning() {
+        let w = command_failure_warning(Some(1), false, true, 0);
+        assert_eq!(w, Some(RunWarning::CommandFailedWithoutMarkers { exit_status: 1 }));
+        assert!(w.unwrap().to_string().contains("status 1"));
+        // Success, markers seen, no probes, stopped by the user, or no command: nothing.
+        assert_eq!(command_failure_warning(Some(0), false, true, 0), None);
+        assert_eq!(command_failure_warning(Some(1), false, true, 4), None);
+        assert_eq!(command_failure_warning(Some(1), false, false, 0), None);
+        assert_eq!(command_failure_warning(Some(143), true, true, 0), None);
+        assert_eq!(command_failure_warning(None, false, true, 0), None);
     }
 }

@@ -9,11 +9,20 @@
 //!   the `PT_LOAD` program headers; an unknown name is reported with close names. The
 //!   binary is read with `tailprof-elf` (pread, bounded; symbols streamed, never the
 //!   whole file in memory);
-//! * the uprobe PMU ([`UprobePmu`]: its type from
-//!   `/sys/bus/event_source/devices/uprobe/type`, the `retprobe` bit from its `format/`)
-//!   and the attr of one probe ([`uprobe_attr`], golden-tested in `tests/attr/`):
-//!   `config1` = pointer to the path, `config2` = file offset, `sample_period = 1`,
-//!   sample_type IDENTIFIER | IP | TID | TIME | CPU (+ REGS_USER for the id register);
+//! * how a probe reaches `perf_event_open` ([`ProbeEvent`]) and the attr of one probe
+//!   ([`uprobe_attr`], golden-tested in `tests/attr/`): `sample_period = 1`, sample_type
+//!   IDENTIFIER | IP | TID | TIME | CPU (+ REGS_USER for the id register), and either
+//!   - the uprobe PMU ([`UprobePmu`]: its type from
+//!     `/sys/bus/event_source/devices/uprobe/type`, the `retprobe` bit from its
+//!     `format/`): `config1` = pointer to the path, `config2` = file offset. Only for
+//!     events that are not inherited (`-a`): when a task with an inherited event clones,
+//!     the kernel initializes the child's copy by reading `config1` again, as a pointer
+//!     into the *cloning* process, where it means nothing: `clone` fails with EFAULT and
+//!     the program sees `pthread_create: Bad address` (issue 18 item 2);
+//!   - or a tracefs uprobe event (`p:`/`r:` in `uprobe_events`, created and removed by
+//!     [`crate::classprobe::TracefsUprobe`]) opened as a tracepoint, `config` = its id,
+//!     which inherits like any tracepoint: for launched commands and `-p`
+//!     ([`ProbeVia::for_inherit`]);
 //! * turning the probes' samples into [`Marker`] records ([`MarkerMaker`]).
 //!
 //! The recorder (`session`) opens the probes per CPU next to the sampling events and
@@ -389,8 +398,41 @@ impl UprobePmu {
     }
 }
 
-/// How one probe is opened (everything but the path pointer, which must stay valid
-/// during `perf_event_open`).
+/// Which kernel interface a recording's probes use ([`ProbeVia::for_inherit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeVia {
+    /// The uprobe PMU: nothing to create or remove, but its events must not be inherited.
+    Pmu,
+    /// tracefs uprobe events opened as tracepoints: safe to inherit.
+    Tracefs,
+}
+
+impl ProbeVia {
+    /// The uprobe PMU for events that are not inherited (`-a`), tracefs events for those
+    /// that are (launched commands, `-p`): an inherited uprobe PMU event makes every
+    /// `clone` of the target fail with EFAULT (module docs).
+    pub fn for_inherit(inherit: bool) -> ProbeVia {
+        if inherit {
+            ProbeVia::Tracefs
+        } else {
+            ProbeVia::Pmu
+        }
+    }
+}
+
+/// The event one probe is opened as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeEvent {
+    /// The uprobe PMU; `path_ptr` points to the NUL-terminated binary path in this
+    /// process (valid during `perf_event_open`), the offset and return bit come from the
+    /// [`UprobeAttrConfig`].
+    Pmu { pmu: UprobePmu, path_ptr: u64 },
+    /// A tracefs uprobe event (its definition holds path, offset and return bit):
+    /// `PERF_TYPE_TRACEPOINT` with `config` = its id.
+    Tracepoint { id: u64 },
+}
+
+/// How one probe is opened (everything but the event itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UprobeAttrConfig {
     pub offset: u64,
@@ -408,14 +450,29 @@ pub const UPROBE_SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IDENTIFIER
     | b::PERF_SAMPLE_TIME
     | b::PERF_SAMPLE_CPU) as u64;
 
-/// The attr of one uprobe; `path_ptr` points to the NUL-terminated binary path.
-pub fn uprobe_attr(pmu: &UprobePmu, c: &UprobeAttrConfig, path_ptr: u64) -> PerfEventAttr {
-    let mut a = PerfEventAttr::default();
-    a.type_ = pmu.pmu_type;
-    a.size = ATTR_SIZE;
-    a.config = if c.ret { 1 << pmu.retprobe_bit } else { 0 };
-    a.config1 = path_ptr;
-    a.config2 = c.offset;
+/// The attr of one uprobe. An inherited uprobe PMU event breaks the target's `clone`
+/// (module docs): [`ProbeVia::for_inherit`] picks the event kind, and the uprobe PMU is
+/// refused here (`None`) when `c.inherit` is set.
+pub fn uprobe_attr(ev: &ProbeEvent, c: &UprobeAttrConfig) -> Option<PerfEventAttr> {
+    let mut a = PerfEventAttr {
+        size: ATTR_SIZE,
+        ..PerfEventAttr::default()
+    };
+    match *ev {
+        ProbeEvent::Pmu { pmu, path_ptr } => {
+            if c.inherit {
+                return None;
+            }
+            a.type_ = pmu.pmu_type;
+            a.config = if c.ret { 1 << pmu.retprobe_bit } else { 0 };
+            a.config1 = path_ptr;
+            a.config2 = c.offset;
+        }
+        ProbeEvent::Tracepoint { id } => {
+            a.type_ = b::PERF_TYPE_TRACEPOINT;
+            a.config = id;
+        }
+    }
     a.sample_period = 1;
     a.sample_type = UPROBE_SAMPLE_TYPE;
     if c.regs_user != 0 {
@@ -432,7 +489,7 @@ pub fn uprobe_attr(pmu: &UprobePmu, c: &UprobeAttrConfig, path_ptr: u64) -> Perf
     }
     a.set_watermark(1);
     a.wakeup_watermark = 0;
-    a
+    Some(a)
 }
 
 /// The item-boundary probes of a recording, as the user gave them.
@@ -447,8 +504,9 @@ pub struct ItemProbes {
     pub class: Option<String>,
 }
 
-/// Begin and end resolved, with the id register's mask.
-#[derive(Debug, Clone)]
+/// Begin and end resolved, with the id register's mask, and the kernel events they
+/// are opened as.
+#[derive(Debug)]
 pub struct PreparedProbes {
     pub begin: ResolvedProbe,
     pub end: ResolvedProbe,
@@ -456,15 +514,75 @@ pub struct PreparedProbes {
     pub id_reg_mask: u64,
     pub id_reg: Option<String>,
     pub class: Option<String>,
-    pub pmu: UprobePmu,
-    /// Paths as C strings, for `config1`.
-    pub begin_path: CString,
-    pub end_path: CString,
+    pub events: PreparedEvents,
+}
+
+/// The kernel side of [`PreparedProbes`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PreparedEvents {
+    /// The uprobe PMU, with the paths as C strings for `config1`.
+    Pmu {
+        pmu: UprobePmu,
+        begin_path: CString,
+        end_path: CString,
+    },
+    /// tracefs events for begin and end (removed when dropped, after the perf events
+    /// using them are closed); `mounted`: tracefs was mounted here by us.
+    Tracefs {
+        begin: crate::classprobe::TracefsUprobe,
+        end: crate::classprobe::TracefsUprobe,
+        mounted: Option<PathBuf>,
+    },
+}
+
+impl PreparedProbes {
+    /// The event `role`'s probe is opened as. For the uprobe PMU, the path pointer is
+    /// valid while `self` lives.
+    pub fn event(&self, role: ProbeRole) -> ProbeEvent {
+        match (&self.events, role) {
+            (
+                PreparedEvents::Pmu {
+                    pmu, begin_path, ..
+                },
+                ProbeRole::Begin,
+            ) => ProbeEvent::Pmu {
+                pmu: *pmu,
+                path_ptr: begin_path.as_ptr() as u64,
+            },
+            (PreparedEvents::Pmu { pmu, end_path, .. }, ProbeRole::End) => ProbeEvent::Pmu {
+                pmu: *pmu,
+                path_ptr: end_path.as_ptr() as u64,
+            },
+            (PreparedEvents::Tracefs { begin, .. }, ProbeRole::Begin) => {
+                ProbeEvent::Tracepoint { id: begin.id }
+            }
+            (PreparedEvents::Tracefs { end, .. }, ProbeRole::End) => {
+                ProbeEvent::Tracepoint { id: end.id }
+            }
+        }
+    }
+
+    /// One-line notes for the user (tracefs mounted by us).
+    pub fn notes(&self) -> Vec<String> {
+        match &self.events {
+            PreparedEvents::Tracefs {
+                mounted: Some(r), ..
+            } => {
+                vec![format!(
+                    "tracefs was not mounted: mounted it at {} (for the item probes)",
+                    r.display()
+                )]
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl ItemProbes {
-    /// Resolve both probes, find the PMU, check the register.
-    pub fn prepare(&self) -> Result<PreparedProbes, UprobeError> {
+    /// Resolve both probes, check the register, and prepare their events `via` the
+    /// uprobe PMU or tracefs (mounting tracefs at `/sys/kernel/tracing` when absent).
+    pub fn prepare(&self, via: ProbeVia) -> Result<PreparedProbes, UprobeError> {
         let id_reg_mask = match &self.id_reg {
             None => 0,
             Some(r) => {
@@ -479,20 +597,35 @@ impl ItemProbes {
         };
         let begin = resolve(&self.begin)?;
         let end = resolve(&self.end)?;
-        let pmu = UprobePmu::probe()?;
-        let cpath = |p: &Path| {
-            CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| UprobeError::BinaryNotFound(p.display().to_string()))
+        let events = match via {
+            ProbeVia::Pmu => {
+                let pmu = UprobePmu::probe()?;
+                let cpath = |p: &Path| {
+                    CString::new(p.as_os_str().as_bytes())
+                        .map_err(|_| UprobeError::BinaryNotFound(p.display().to_string()))
+                };
+                PreparedEvents::Pmu {
+                    pmu,
+                    begin_path: cpath(&begin.path)?,
+                    end_path: cpath(&end.path)?,
+                }
+            }
+            ProbeVia::Tracefs => {
+                let (root, we_mounted) = crate::classprobe::tracefs_root()?;
+                PreparedEvents::Tracefs {
+                    begin: crate::classprobe::TracefsUprobe::create_plain(&root, &begin)?,
+                    end: crate::classprobe::TracefsUprobe::create_plain(&root, &end)?,
+                    mounted: we_mounted.then_some(root),
+                }
+            }
         };
         Ok(PreparedProbes {
-            begin_path: cpath(&begin.path)?,
-            end_path: cpath(&end.path)?,
             begin,
             end,
             id_reg_mask,
             id_reg: self.id_reg.clone(),
             class: self.class.clone(),
-            pmu,
+            events,
         })
     }
 }

@@ -150,16 +150,20 @@ fn fixtures_exist() {
     assert!(Path::new(&manifest().join("tests/fixtures/sysfs/cpu/format/ldlat")).is_file());
 }
 
-/// Uprobe item-boundary attrs (`--item-begin BIN:SYM`, `--item-end BIN:SYM%return`),
-/// against the fixture PMU description in `tests/fixtures/sysfs/uprobe` when present,
-/// else type 8 / retprobe bit 0 (this VM's values). `config1` is a pointer to the
-/// binary's path at open time; the golden files show a fixed placeholder
-/// (0x7f0000001000) instead. Same UPDATE_GOLDEN rule; files in `tests/attr/uprobe/`.
+/// Uprobe item-boundary attrs (`--item-begin BIN:SYM`, `--item-end BIN:SYM%return`).
+/// Inherited targets (a launched command, `-p`) use a tracefs uprobe event opened as a
+/// tracepoint (its id shown as the placeholder 1234); `-a` uses the uprobe PMU, described
+/// by the fixture in `tests/fixtures/sysfs/uprobe` when present, else type 8 / retprobe
+/// bit 0 (this VM's values), whose `config1` is a pointer to the binary's path at open
+/// time (the golden files show the placeholder 0x7f0000001000). Same UPDATE_GOLDEN rule;
+/// files in `tests/attr/uprobe/`.
 #[test]
 fn golden_uprobe_attrs() {
-    use tailprof_collect::uprobe::{uprobe_attr, UprobeAttrConfig, UprobePmu};
+    use tailprof_collect::uprobe::{uprobe_attr, ProbeEvent, ProbeVia, UprobeAttrConfig, UprobePmu};
     let pmu = UprobePmu::probe_at(&manifest().join("tests/fixtures/sysfs/uprobe"))
         .unwrap_or(UprobePmu { pmu_type: 8, retprobe_bit: 0 });
+    let pmu_ev = ProbeEvent::Pmu { pmu, path_ptr: 0x7f00_0000_1000 };
+    let tp_ev = ProbeEvent::Tracepoint { id: 1234 };
     let base = UprobeAttrConfig {
         offset: 0x4760a0,
         ret: false,
@@ -168,21 +172,34 @@ fn golden_uprobe_attrs() {
         inherit: true,
         enable_on_exec: true,
     };
-    let cases: [(&str, &str, UprobeAttrConfig); 4] = [
-        ("uprobe_begin_seq", "begin, command target, sequence ids", base),
-        ("uprobe_begin_id_rdi", "begin, --item-id-reg rdi", UprobeAttrConfig { regs_user: parse_regs("rdi").unwrap(), ..base }),
-        ("uprobe_end_return", "end, %return", UprobeAttrConfig { ret: true, ..base }),
+    let system_wide = UprobeAttrConfig { inherit: false, enable_on_exec: false, ..base };
+    let cases: [(&str, &str, ProbeEvent, UprobeAttrConfig); 5] = [
+        ("uprobe_begin_seq", "begin, command target (tracefs event), sequence ids", tp_ev, base),
+        (
+            "uprobe_begin_id_rdi",
+            "begin, command target (tracefs event), --item-id-reg rdi",
+            tp_ev,
+            UprobeAttrConfig { regs_user: parse_regs("rdi").unwrap(), ..base },
+        ),
+        ("uprobe_end_return", "end, %return, command target (tracefs r: event)", tp_ev, UprobeAttrConfig { ret: true, ..base }),
+        ("uprobe_begin_system_wide", "begin, -a (uprobe PMU, pid -1, no inherit)", pmu_ev, system_wide),
         (
             "uprobe_end_return_system_wide",
-            "end, %return, -a (pid -1, no inherit)",
-            UprobeAttrConfig { ret: true, inherit: false, enable_on_exec: false, ..base },
+            "end, %return, -a (uprobe PMU, pid -1, no inherit)",
+            pmu_ev,
+            UprobeAttrConfig { ret: true, ..system_wide },
         ),
     ];
+    // Issue 18 item 2: an inherited uprobe PMU event makes the target's clone() fail
+    // (EFAULT): never built, and never chosen for an inherited target.
+    assert!(uprobe_attr(&pmu_ev, &base).is_none());
+    assert_eq!(ProbeVia::for_inherit(true), ProbeVia::Tracefs);
+    assert_eq!(ProbeVia::for_inherit(false), ProbeVia::Pmu);
     let dir = manifest().join("tests/attr/uprobe");
     let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v != "0");
     let mut failures = Vec::new();
-    for (name, what, cfg) in cases {
-        let a = uprobe_attr(&pmu, &cfg, 0x7f00_0000_1000);
+    for (name, what, ev, cfg) in cases {
+        let a = uprobe_attr(&ev, &cfg).expect("buildable");
         let actual = format!("# uprobe: {what}\n{}", attr_golden_text(&a));
         let path = dir.join(format!("{name}.golden"));
         if update {

@@ -1,7 +1,8 @@
 //! Kernel symbols: which kallsyms file may name a trace's kernel addresses, and the
 //! copy of the running kernel's vDSO image.
 //!
-//! Kernel addresses are named from a kallsyms file (`/proc/kallsyms` by default) only
+//! Kernel addresses are named from a kallsyms file (`/proc/kallsyms` by default;
+//! `TAILPROF_KALLSYMS=off` names none, `TAILPROF_KALLSYMS=FILE` uses FILE without the same-kernel checks) only
 //! when it shows real addresses and the trace plausibly comes from the running kernel
 //! (same release, same host, same boot id when the trace records one in
 //! `TraceHeader::extra["boot_id"]`, and `_text` at the address the trace's
@@ -46,6 +47,29 @@ pub enum KernelSymbols {
     /// This kallsyms file (e.g. saved on the traced machine), used without the
     /// same-kernel checks.
     Kallsyms(PathBuf),
+}
+
+impl KernelSymbols {
+    /// The environment variable that overrides the default ([`Self::from_env`]).
+    pub const ENV: &'static str = "TAILPROF_KALLSYMS";
+
+    /// The default for this run: `$TAILPROF_KALLSYMS` = `off` never names kernel
+    /// addresses (outputs that must not depend on the machine's kernel, e.g. the pipeline
+    /// tests), another non-empty value is a kallsyms file ([`Self::Kallsyms`]); unset or
+    /// empty: [`Self::Auto`].
+    pub fn from_env() -> Self {
+        Self::from_setting(std::env::var_os(Self::ENV).as_deref())
+    }
+
+    /// [`Self::from_env`] for a given value of the variable.
+    pub fn from_setting(v: Option<&std::ffi::OsStr>) -> Self {
+        match v {
+            None => KernelSymbols::Auto,
+            Some(v) if v.is_empty() => KernelSymbols::Auto,
+            Some(v) if v == "off" => KernelSymbols::Off,
+            Some(v) => KernelSymbols::Kallsyms(PathBuf::from(v)),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -219,7 +243,7 @@ pub(crate) fn same_kernel(origin: &KernelOrigin) -> Result<(), String> {
 
 /// Copy this process's vDSO image (as mapped: the vDSO is mapped whole, so memory
 /// offsets are file offsets) into a temporary file blazesym can open.
-pub(crate) fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
+pub fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
     use std::io::{Read, Seek, SeekFrom, Write};
     let maps = fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
     let line = maps.lines().find(|l| l.ends_with("[vdso]")).ok_or("this process has no vDSO")?;
@@ -508,6 +532,18 @@ mod tests {
         let f = fs::File::open(copy.path()).unwrap();
         let elf = tailprof_elf::Elf::parse(&f).unwrap();
         assert!(elf.symbol_table(tailprof_elf::SHT_DYNSYM).unwrap().is_some(), "the vDSO exports its functions");
+    }
+
+    #[test]
+    fn kernel_symbols_setting_from_env_value() {
+        use std::ffi::OsStr;
+        assert_eq!(KernelSymbols::from_setting(None), KernelSymbols::Auto);
+        assert_eq!(KernelSymbols::from_setting(Some(OsStr::new(""))), KernelSymbols::Auto);
+        assert_eq!(KernelSymbols::from_setting(Some(OsStr::new("off"))), KernelSymbols::Off);
+        assert_eq!(
+            KernelSymbols::from_setting(Some(OsStr::new("/tmp/kallsyms"))),
+            KernelSymbols::Kallsyms(PathBuf::from("/tmp/kallsyms"))
+        );
     }
 
     #[test]

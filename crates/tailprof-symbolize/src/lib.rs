@@ -66,6 +66,7 @@ use ksyms::{copy_own_vdso, same_kernel, KernelState};
 /// Symbolizer configuration.
 #[derive(Debug, Clone)]
 pub struct SymbolizerOptions {
+    /// Which kernel symbols; default [`KernelSymbols::from_env`] (`$TAILPROF_KALLSYMS`).
     pub kernel: KernelSymbols,
     /// Consult DWARF and separate debug files (found by build-id or `.gnu_debuglink`,
     /// see [`debugdir`]) besides the binary's own ELF symbols.
@@ -85,7 +86,7 @@ pub struct SymbolizerOptions {
 impl Default for SymbolizerOptions {
     fn default() -> Self {
         SymbolizerOptions {
-            kernel: KernelSymbols::Auto,
+            kernel: KernelSymbols::from_env(),
             debug_syms: true,
             debug_dirs: None,
             demangle: true,

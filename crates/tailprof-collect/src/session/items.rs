@@ -279,16 +279,14 @@ impl ProbeSet {
         }
     }
 
-    /// Decoder layouts of the two probe events.
+    /// Decoder layouts of the two probe events (the same for either kind of event).
     pub fn layouts(&self, clock: ClockChoice) -> Vec<Layout> {
         [ProbeRole::Begin, ProbeRole::End]
             .iter()
             .map(|&role| {
-                let a = uprobe::uprobe_attr(
-                    &self.prepared.pmu,
-                    &self.attr_config(role, clock, false, false),
-                    0,
-                );
+                let ev = uprobe::ProbeEvent::Tracepoint { id: 0 };
+                let a = uprobe::uprobe_attr(&ev, &self.attr_config(role, clock, false, false))
+                    .expect("a tracepoint attr is always built");
                 Layout {
                     sample_type: a.sample_type,
                     regs_user_mask: a.sample_regs_user,
@@ -308,12 +306,15 @@ impl ProbeSet {
         cpu: i32,
         cfg: UprobeAttrConfig,
     ) -> Result<std::os::fd::OwnedFd, CollectError> {
-        let path = match role {
-            ProbeRole::Begin => &self.prepared.begin_path,
-            ProbeRole::End => &self.prepared.end_path,
-        };
-        // `path` outlives the call; the kernel copies the string.
-        let a = uprobe::uprobe_attr(&self.prepared.pmu, &cfg, path.as_ptr() as u64);
+        // A uprobe PMU event's path pointer outlives the call (the kernel copies the
+        // string); inherited events are tracefs events ([`uprobe::ProbeVia::for_inherit`]).
+        let a = uprobe::uprobe_attr(&self.prepared.event(role), &cfg).ok_or_else(|| CollectError::Open {
+            event: format!("uprobe {}", self.probe(role).spec),
+            hint: "an inherited uprobe PMU event would make the target's clone() fail (EFAULT); \
+                   inherited probes must be tracefs events"
+                .into(),
+            source: io::Error::from_raw_os_error(libc::EINVAL),
+        })?;
         sys::perf_event_open(&a, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC)
             .map_err(|e| open_error(&e, self.probe(role)))
     }

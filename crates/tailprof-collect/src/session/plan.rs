@@ -141,9 +141,16 @@ pub(super) fn off_cpu_plans(
 
 /// Resolve the uprobe item boundaries; their events come after the `events` sampling
 /// events in the decoder.
-pub(super) fn prepare_probes(items: &ItemOptions, events: usize) -> Result<Option<items::ProbeSet>, RecordError> {
+/// Inherited events (launched commands, `-p`) use tracefs uprobe events, `-a` the uprobe
+/// PMU ([`crate::uprobe::ProbeVia::for_inherit`]).
+pub(super) fn prepare_probes(
+    items: &ItemOptions,
+    events: usize,
+    sampling: &SamplingConfig,
+) -> Result<Option<items::ProbeSet>, RecordError> {
+    let via = crate::uprobe::ProbeVia::for_inherit(sampling.inherit);
     Ok(match &items.probes {
-        Some(p) => Some(items::ProbeSet { prepared: p.prepare()?, begin_event: events as u16 }),
+        Some(p) => Some(items::ProbeSet { prepared: p.prepare(via)?, begin_event: events as u16 }),
         None => None,
     })
 }
