@@ -267,7 +267,7 @@ pub fn parse_args(s: &str) -> Result<Vec<ArgSpec>, String> {
 }
 
 /// One site of a USDT probe, ready for a uprobe.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Site {
     pub pc: u64,
     /// File offset of the site (the uprobe's offset).
@@ -281,7 +281,7 @@ pub struct Site {
 }
 
 /// A probe of [`list`]: its sites.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Probe {
     pub provider: String,
     pub name: String,
@@ -289,7 +289,7 @@ pub struct Probe {
 }
 
 /// What `tailprof probes BIN` shows.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Listing {
     pub path: PathBuf,
     /// By provider, then name.
