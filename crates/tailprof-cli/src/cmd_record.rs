@@ -77,13 +77,16 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "PID", conflicts_with = "command")]
     pid: Option<u32>,
 
-    /// Item begin from a uprobe on an unmodified binary: `BIN:SYMBOL` (function entry).
-    /// BIN is a path or a name looked up in PATH; the symbol comes from .symtab/.dynsym.
+    /// Item begin from a uprobe on an unmodified binary: `BIN:SYMBOL` (function entry),
+    /// or `usdt:BIN:PROVIDER:NAME` (every site of a USDT probe; its semaphore is enabled
+    /// through the kernel's counter). BIN is a path or a name looked up in PATH; the symbol
+    /// comes from .symtab/.dynsym. `tailprof probes BIN` lists both; docs/PROBES.md.
     #[arg(long, value_name = "BIN:SYMBOL", requires = "item_end")]
     item_begin: Option<String>,
 
-    /// Item end from a uprobe: `BIN:SYMBOL%return` (the function's return) or
-    /// `BIN:SYMBOL` (entry of another function). Closes the thread's latest open item.
+    /// Item end from a uprobe: `BIN:SYMBOL%return` (the function's return),
+    /// `BIN:SYMBOL` (entry of another function) or `usdt:BIN:PROVIDER:NAME`. Closes the
+    /// thread's latest open item.
     #[arg(long, value_name = "BIN:SYMBOL[%return]", requires = "item_begin")]
     item_end: Option<String>,
 
@@ -105,7 +108,8 @@ pub struct RecordArgs {
     /// thread begins (e.g. `postgres:pg_parse_query:rdi` runs before `PortalRun`). Works with
     /// marker-library items and with --item-begin/--item-end. Needs root and tracefs (mounted
     /// at /sys/kernel/tracing when absent); at most 1024 classes per process, the rest are
-    /// counted as dropped_item_classes. Repeatable.
+    /// counted as dropped_item_classes. A USDT probe's argument:
+    /// `usdt:BIN:PROVIDER:NAME:argN[:TYPE]` (N from 0, read as its note says). Repeatable.
     #[arg(long, value_name = "BIN:SYMBOL:ARG[:TYPE]")]
     item_class_from: Vec<String>,
 

@@ -13,6 +13,7 @@ mod cmd_import;
 mod cmd_info;
 mod cmd_overhead;
 mod cmd_plan;
+mod cmd_probes;
 mod cmd_items;
 mod cmd_record;
 mod cmd_report;
@@ -64,6 +65,7 @@ enum Command {
     Bandwidth(cmd_bandwidth::BandwidthArgs),
     Agent(cmd_agent::AgentArgs),
     Top(cmd_top::TopArgs),
+    Probes(cmd_probes::ProbesArgs),
     Diff(cmd_diff::DiffArgs),
     #[command(name = "__spin", hide = true)]
     Spin(cmd_calibrate::SpinArgs),
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Command::Bandwidth(a) => cmd_bandwidth::run(a),
         Command::Agent(a) => cmd_agent::run(a),
         Command::Top(a) => cmd_top::run(a),
+        Command::Probes(a) => cmd_probes::run(a),
         Command::Diff(a) => cmd_diff::run(a),
         Command::Spin(a) => cmd_calibrate::run_spin(a),
         Command::Timed(a) => measure::run_timed(a),

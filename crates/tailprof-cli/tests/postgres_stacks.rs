@@ -217,15 +217,27 @@ fn setup(tag: u16) -> Option<(Server, String)> {
 /// `tailprof record -a --call-graph dwarf` with queries as items and their classes from
 /// the SQL text; returns once events are enabled (None: the kernel refused, skip).
 fn start_recording(pg: &str, trace: &Path, extra: &[&str]) -> Option<(Child, std::thread::JoinHandle<String>)> {
+    let mut args: Vec<String> = ["-F", "199", "--call-graph", "dwarf", "--mmap-pages", "1024", "--item-begin"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend([
+        format!("{pg}:PortalRun"),
+        "--item-end".into(),
+        format!("{pg}:PortalRun%return"),
+        "--item-class-from".into(),
+        format!("{pg}:pg_parse_query:rdi"),
+    ]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    spawn_recording(&args, trace)
+}
+
+/// `tailprof record -a ARGS -o TRACE`; returns once events are enabled (None: the kernel
+/// refused, skip).
+fn spawn_recording(args: &[String], trace: &Path) -> Option<(Child, std::thread::JoinHandle<String>)> {
     let mut rec = Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .args(["record", "-a", "-F", "199", "--call-graph", "dwarf", "--mmap-pages", "1024"])
-        .arg("--item-begin")
-        .arg(format!("{pg}:PortalRun"))
-        .arg("--item-end")
-        .arg(format!("{pg}:PortalRun%return"))
-        .arg("--item-class-from")
-        .arg(format!("{pg}:pg_parse_query:rdi"))
-        .args(extra)
+        .args(["record", "-a"])
+        .args(args)
         .arg("-o")
         .arg(trace)
         .stderr(Stdio::piped())
@@ -420,4 +432,56 @@ fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
     eprintln!("waiting UPDATE: wall {wall} ns, blocked {blocked} ns, of which in XactLockTableWait {in_wait} ns");
     assert!(blocked > 0 && in_wait * 2 >= blocked, "most blocked time is the row-lock wait: {it}");
     assert!(blocked * 2 >= wall, "the wait is most of the UPDATE's wall time: {it}");
+}
+
+/// Issue 22 item 3: queries as items from PostgreSQL's own USDT probes
+/// (`postgresql:query__start` / `query__done`, guarded by semaphores the kernel sets
+/// through `ref_ctr_offset`: `-a` uses the uprobe PMU), classes from `query__start`'s
+/// argument (the SQL text); no uprobe on a symbol. Item count within 5% of the queries
+/// sent, classes the two shapes.
+#[test]
+fn usdt_query_probes_give_items_and_sql_shapes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((server, pg)) = setup(2) else { return };
+    let trace = server.dir.join("usdt.trace");
+    let probe = |name: &str| format!("usdt:{pg}:postgresql:{name}");
+    let args = vec![
+        "-F".to_string(),
+        "99".into(),
+        "--no-off-cpu".into(),
+        "--item-begin".into(),
+        probe("query__start"),
+        "--item-end".into(),
+        probe("query__done"),
+        "--item-class-from".into(),
+        format!("{}:arg0", probe("query__start")),
+    ];
+    let Some((rec, reader)) = spawn_recording(&args, &trace) else { return };
+    let sql = server.dir.join("u.sql");
+    let n = 2 * PER_SHAPE;
+    let text: String = (0..PER_SHAPE)
+        .map(|i| {
+            format!(
+                "SELECT count(*) FROM generate_series(1, {}) AS g WHERE g % 7 = {};\nSELECT md5(string_agg(v::text, ',')) FROM t WHERE id <= {};\n",
+                1000 + i,
+                i % 7,
+                100 + i
+            )
+        })
+        .collect();
+    std::fs::write(&sql, text).unwrap();
+    server.psql_file(&sql);
+    let _ = stop_recording(rec, reader);
+    let r = tailprof_format::TraceReader::open(&trace).unwrap();
+    let begin = r.header().extra.get("item_begin").cloned().unwrap_or_default();
+    assert!(begin.starts_with("usdt:") && begin.contains(":postgresql:query__start@0x") && begin.contains("("), "semaphore as ref_ctr_offset: {begin}");
+    let v = tailprof_json(&["items", "--json", "--top", "0", trace.to_str().unwrap()]);
+    let items = v["items"].as_array().expect("items");
+    let shaped = items.iter().filter(|i| i["class"] == SERIES_SHAPE || i["class"] == AGG_SHAPE).count();
+    eprintln!("queries sent: {n}, items: {}, in the two shapes: {shaped}", items.len());
+    assert!((items.len() as f64 - n as f64).abs() <= 0.05 * n as f64, "items {} vs queries {n}", items.len());
+    assert!(shaped as f64 >= 0.95 * n as f64, "{}", serde_json::to_string_pretty(items).unwrap());
+    for shape in [SERIES_SHAPE, AGG_SHAPE] {
+        assert!(items.iter().any(|i| i["class"] == shape), "{shape}");
+    }
 }

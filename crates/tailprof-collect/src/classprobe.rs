@@ -42,14 +42,19 @@ pub enum ArgType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassSpec {
     pub probe: ProbeSpec,
-    /// Register name as tracefs spells it for this architecture (`di`, `x0`).
+    /// Register name as tracefs spells it for this architecture (`di`, `x0`); empty for
+    /// a USDT probe.
     pub reg: String,
     pub ty: ArgType,
+    /// A USDT probe's argument (from 0), read as its note's spec says at each site.
+    pub usdt_arg: Option<usize>,
 }
 
 impl ClassSpec {
     /// Parses `BIN:SYMBOL:REG[:string|:u64|:s64]` (`REG` as `rdi`, `di`, `%di`, `x0`, or
     /// an argument position `arg1`..`arg6`).
+    /// Also `usdt:BIN:PROVIDER:NAME:argN[:string|:u64|:s64]` (N from 0; the operand and
+    /// width come from the probe's note, `:u64`/`:s64` read an integer).
     pub fn parse(s: &str) -> Result<ClassSpec, UprobeError> {
         let bad = |reason: &str| UprobeError::BadSpec { spec: s.to_string(), reason: reason.to_string() };
         let (rest, ty) = match s.rsplit_once(':') {
@@ -58,6 +63,16 @@ impl ClassSpec {
             Some((r, "s64")) => (r, ArgType::S64),
             _ => (s, ArgType::String),
         };
+        if rest.starts_with("usdt:") {
+            let (probe, arg) = rest.rsplit_once(':').ok_or_else(|| bad("expected usdt:BIN:PROVIDER:NAME:argN"))?;
+            let n = arg
+                .strip_prefix("arg")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&n| n < 12)
+                .ok_or_else(|| bad("a USDT argument is arg0..arg11"))?;
+            let probe = ProbeSpec::parse(probe)?;
+            return Ok(ClassSpec { probe, reg: String::new(), ty, usdt_arg: Some(n) });
+        }
         let (probe, reg) = rest.rsplit_once(':').ok_or_else(|| bad("expected BIN:SYMBOL:REG[:string|u64|s64]"))?;
         let reg = register_name(reg, std::env::consts::ARCH).ok_or_else(|| {
             bad(&format!(
@@ -69,7 +84,22 @@ impl ClassSpec {
         if probe.ret {
             return Err(bad("a class comes from a function's entry, not its return (%return)"));
         }
-        Ok(ClassSpec { probe, reg, ty })
+        Ok(ClassSpec { probe, reg, ty, usdt_arg: None })
+    }
+
+    /// The tracefs fetch-argument at one resolved site: [`ClassSpec::fetch_arg`], or for a
+    /// USDT argument the site's operand ([`crate::usdt::ArgSpec::fetch_arg`]).
+    pub fn fetch_arg_at(&self, site: &ResolvedProbe) -> Result<String, UprobeError> {
+        let Some(n) = self.usdt_arg else { return Ok(self.fetch_arg()) };
+        let bad = |reason: String| UprobeError::BadSpec { spec: format!("{}:arg{n}", site.describe()), reason };
+        let args = crate::usdt::parse_args(site.usdt_args.as_deref().unwrap_or("")).map_err(|e| bad(format!("its argument spec: {e}")))?;
+        let arg = args.get(n).ok_or_else(|| bad(format!("the probe has {} argument(s), numbered from arg0", args.len())))?;
+        let signed = match self.ty {
+            ArgType::String => None,
+            ArgType::U64 => Some(false),
+            ArgType::S64 => Some(true),
+        };
+        arg.fetch_arg(self.ty == ArgType::String, signed).map_err(bad)
     }
 
     /// The tracefs fetch-argument for this spec: `+0(%di):string` or `%di:u64`.
@@ -208,9 +238,10 @@ pub struct TracefsUprobe {
 }
 
 impl TracefsUprobe {
-    /// Creates `p:GROUP/NAME PATH:OFFSET arg=FETCH` with an unpredictable name.
+    /// Creates `p:GROUP/NAME PATH:OFFSET[(REF_CTR_OFFSET)] arg=FETCH` with an unpredictable name.
     pub fn create(root: &Path, probe: &ResolvedProbe, spec: &ClassSpec) -> Result<TracefsUprobe, UprobeError> {
-        let mut made = Self::define(root, probe, "cls", Some(&spec.fetch_arg()))?;
+        let fetch = spec.fetch_arg_at(probe)?;
+        let mut made = Self::define(root, probe, "cls", Some(&fetch))?;
         let format = std::fs::read_to_string(made.dir().join("format")).map_err(|e| made.io_err("read event format", e))?;
         made.layout = parse_format(&format, "arg")
             .ok_or_else(|| made.io_err("no arg field in event format", std::io::ErrorKind::InvalidData.into()))?;
@@ -235,7 +266,9 @@ impl TracefsUprobe {
         let name = format!("{prefix}_{:016x}", random_u64());
         let kind = if probe.spec.ret { 'r' } else { 'p' };
         let args = fetch.map(|f| format!(" arg={f}")).unwrap_or_default();
-        let def = format!("{kind}:{group}/{name} {path}:{:#x}{args}\n", probe.offset);
+        // A USDT semaphore: the kernel counts this probe in it while the event exists.
+        let ref_ctr = if probe.ref_ctr_offset != 0 { format!("({:#x})", probe.ref_ctr_offset) } else { String::new() };
+        let def = format!("{kind}:{group}/{name} {path}:{:#x}{ref_ctr}{args}\n", probe.offset);
         let mut f = std::fs::OpenOptions::new().append(true).open(root.join("uprobe_events")).map_err(|e| io("open uprobe_events", e))?;
         f.write_all(def.as_bytes()).map_err(|e| io("write uprobe_events", e))?;
         let mut made = TracefsUprobe { root: root.to_path_buf(), group, name, id: 0, layout: ArgLayout { offset: 0, data_loc: false, size: 0, signed: false } };
@@ -356,6 +389,12 @@ mod tests {
         assert!(ClassSpec::parse("x:f%return:rdi").is_err());
         assert!(ClassSpec::parse("x:f:zz9").is_err());
         assert!(ClassSpec::parse("rdi").is_err());
+        let u = ClassSpec::parse("usdt:postgres:postgresql:query__start:arg0").unwrap();
+        assert_eq!((u.probe.usdt_provider.as_deref(), u.usdt_arg, u.ty), (Some("postgresql"), Some(0), ArgType::String));
+        let u = ClassSpec::parse("usdt:/x:p:n:arg2:s64").unwrap();
+        assert_eq!((u.usdt_arg, u.ty), (Some(2), ArgType::S64));
+        assert!(ClassSpec::parse("usdt:x:p:n:rdi").is_err());
+        assert!(ClassSpec::parse("usdt:x:p:arg0").is_err());
         assert_eq!(register_name("r12", "x86_64").as_deref(), Some("r12"));
         assert_eq!(register_name("x3", "aarch64").as_deref(), Some("x3"));
         assert_eq!(register_name("arg3", "aarch64").as_deref(), Some("x2"));

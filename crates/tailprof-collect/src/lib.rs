@@ -27,5 +27,6 @@ pub mod stacks;
 pub mod tracefs;
 pub mod markers;
 pub mod uprobe;
+pub mod usdt;
 pub mod sqlshape;
 pub mod classprobe;

@@ -59,7 +59,7 @@ pub const UPROBE_CLASS_ID: u32 = 0x8000_0001;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UprobeError {
-    #[error("bad probe '{spec}': {reason} (expected BIN:SYMBOL or BIN:SYMBOL%return)")]
+    #[error("bad probe '{spec}': {reason} (expected BIN:SYMBOL, BIN:SYMBOL%return or usdt:BIN:PROVIDER:NAME)")]
     BadSpec { spec: String, reason: String },
     #[error("probe binary not found: {0}")]
     BinaryNotFound(String),
@@ -85,6 +85,12 @@ pub enum UprobeError {
     PmuMissing,
     #[error("bad item id register: {0}")]
     BadRegister(String),
+    #[error("USDT probe '{probe}' not found in {path}: {available}")]
+    UsdtNotFound {
+        probe: String,
+        path: String,
+        available: String,
+    },
 }
 
 fn suggest(s: &[String]) -> String {
@@ -95,13 +101,16 @@ fn suggest(s: &[String]) -> String {
     }
 }
 
-/// `BIN:SYMBOL` or `BIN:SYMBOL%return`.
+/// `BIN:SYMBOL`, `BIN:SYMBOL%return` or `usdt:BIN:PROVIDER:NAME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeSpec {
     pub binary: String,
+    /// The function; for a USDT probe, the probe's name.
     pub symbol: String,
     /// Fire on the function's return (a uretprobe) instead of its entry.
     pub ret: bool,
+    /// A USDT probe ([`crate::usdt`]) of this provider, named `symbol`.
+    pub usdt_provider: Option<String>,
 }
 
 impl ProbeSpec {
@@ -110,6 +119,29 @@ impl ProbeSpec {
             spec: s.to_string(),
             reason: reason.to_string(),
         };
+        if let Some(rest) = s.strip_prefix("usdt:") {
+            let mut parts = rest.rsplitn(3, ':');
+            let (name, provider, bin) = match (parts.next(), parts.next(), parts.next()) {
+                (Some(n), Some(p), Some(b)) => (n, p, b),
+                _ => return Err(bad("expected usdt:BIN:PROVIDER:NAME")),
+            };
+            let ok =
+                |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if bin.is_empty() {
+                return Err(bad("empty binary"));
+            }
+            if !ok(provider) || !ok(name) {
+                return Err(bad(
+                    "a USDT provider and name are letters, digits and '_' (a probe has no %return)",
+                ));
+            }
+            return Ok(ProbeSpec {
+                binary: bin.to_string(),
+                symbol: name.to_string(),
+                ret: false,
+                usdt_provider: Some(provider.to_string()),
+            });
+        }
         let (rest, ret) = match s.strip_suffix("%return") {
             Some(r) => (r, true),
             None => (s, false),
@@ -127,12 +159,16 @@ impl ProbeSpec {
             binary: bin.to_string(),
             symbol: sym.to_string(),
             ret,
+            usdt_provider: None,
         })
     }
 }
 
 impl std::fmt::Display for ProbeSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = &self.usdt_provider {
+            return write!(f, "usdt:{}:{p}:{}", self.binary, self.symbol);
+        }
         write!(
             f,
             "{}:{}{}",
@@ -153,11 +189,30 @@ pub struct ResolvedProbe {
     pub addr: u64,
     /// File offset (`config2` of the uprobe attr).
     pub offset: u64,
+    /// File offset of a USDT probe's semaphore, the kernel's reference counter
+    /// (`ref_ctr_offset`); 0 when there is none.
+    pub ref_ctr_offset: u64,
+    /// A USDT site's argument spec ([`crate::usdt::parse_args`]); `None` for a function.
+    pub usdt_args: Option<String>,
 }
 
 impl ResolvedProbe {
-    /// The definition as stored in the trace header: `PATH:SYMBOL[%return]@0xOFFSET`.
+    /// The definition as stored in the trace header: `PATH:SYMBOL[%return]@0xOFFSET`, or
+    /// `usdt:PATH:PROVIDER:NAME@0xOFFSET[(0xREF_CTR_OFFSET)]`.
     pub fn describe(&self) -> String {
+        if let Some(p) = &self.spec.usdt_provider {
+            let sem = if self.ref_ctr_offset != 0 {
+                format!("({:#x})", self.ref_ctr_offset)
+            } else {
+                String::new()
+            };
+            return format!(
+                "usdt:{}:{p}:{}@{:#x}{sem}",
+                self.path.display(),
+                self.spec.symbol,
+                self.offset
+            );
+        }
         format!(
             "{}:{}{}@{:#x}",
             self.path.display(),
@@ -168,19 +223,49 @@ impl ResolvedProbe {
     }
 }
 
-/// Find the binary (as given if it has a '/', else in PATH) and resolve the symbol.
-pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
-    let found = if spec.binary.contains('/') {
-        Some(PathBuf::from(&spec.binary)).filter(|p| p.is_file())
+/// The binary (as given if it has a '/', else found in PATH), canonical.
+pub(crate) fn find_binary(binary: &str) -> Result<PathBuf, UprobeError> {
+    let found = if binary.contains('/') {
+        Some(PathBuf::from(binary)).filter(|p| p.is_file())
     } else {
         let path =
             std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
         std::env::split_paths(&path)
-            .map(|d| d.join(&spec.binary))
+            .map(|d| d.join(binary))
             .find(|p| p.is_file())
     };
-    let path = found.ok_or_else(|| UprobeError::BinaryNotFound(spec.binary.clone()))?;
-    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    let path = found.ok_or_else(|| UprobeError::BinaryNotFound(binary.to_string()))?;
+    Ok(std::fs::canonicalize(&path).unwrap_or(path))
+}
+
+/// Every place the probe fires: the function's one entry (or return), or each site of a
+/// USDT probe ([`crate::usdt::sites`]: one per inlined copy, with its semaphore).
+pub fn resolve_sites(spec: &ProbeSpec) -> Result<Vec<ResolvedProbe>, UprobeError> {
+    let Some(provider) = &spec.usdt_provider else {
+        return Ok(vec![resolve(spec)?]);
+    };
+    let (path, sites) = crate::usdt::sites(&spec.binary, provider, &spec.symbol)?;
+    Ok(sites
+        .into_iter()
+        .map(|s| ResolvedProbe {
+            spec: spec.clone(),
+            path: path.clone(),
+            addr: s.pc,
+            offset: s.offset,
+            ref_ctr_offset: s.ref_ctr_offset,
+            usdt_args: Some(s.args),
+        })
+        .collect())
+}
+
+/// Find the binary (as given if it has a '/', else in PATH) and resolve the symbol (a
+/// USDT probe: its first site; [`resolve_sites`] gives all).
+pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
+    if spec.usdt_provider.is_some() {
+        let mut all = resolve_sites(spec)?;
+        return Ok(all.swap_remove(0)); // a found probe has a site
+    }
+    let path = find_binary(&spec.binary)?;
     // Another user may control the path: no final symlink, never blocks, regular files
     // only.
     let read_err = |source| UprobeError::Read {
@@ -213,6 +298,8 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
         path,
         addr,
         offset,
+        ref_ctr_offset: 0,
+        usdt_args: None,
     })
 }
 
@@ -436,6 +523,8 @@ pub enum ProbeEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UprobeAttrConfig {
     pub offset: u64,
+    /// A USDT semaphore's file offset (config bits 32-63 of the uprobe PMU), 0: none.
+    pub ref_ctr_offset: u64,
     pub ret: bool,
     pub regs_user: u64,
     pub clock: ClockChoice,
@@ -465,6 +554,8 @@ pub fn uprobe_attr(ev: &ProbeEvent, c: &UprobeAttrConfig) -> Option<PerfEventAtt
             }
             a.type_ = pmu.pmu_type;
             a.config = if c.ret { 1 << pmu.retprobe_bit } else { 0 };
+            // PERF_UPROBE_REF_CTR_OFFSET_SHIFT: the kernel keeps the semaphore.
+            a.config |= c.ref_ctr_offset << 32;
             a.config1 = path_ptr;
             a.config2 = c.offset;
         }
@@ -504,12 +595,12 @@ pub struct ItemProbes {
     pub class: Option<String>,
 }
 
-/// Begin and end resolved, with the id register's mask, and the kernel events they
-/// are opened as.
+/// Begin and end resolved (every site: a USDT probe may have several), with the id
+/// register's mask, and the kernel events they are opened as.
 #[derive(Debug)]
 pub struct PreparedProbes {
-    pub begin: ResolvedProbe,
-    pub end: ResolvedProbe,
+    pub begin: Vec<ResolvedProbe>,
+    pub end: Vec<ResolvedProbe>,
     /// `sample_regs_user` of the begin probe (one bit, or 0).
     pub id_reg_mask: u64,
     pub id_reg: Option<String>,
@@ -527,19 +618,27 @@ pub enum PreparedEvents {
         begin_path: CString,
         end_path: CString,
     },
-    /// tracefs events for begin and end (removed when dropped, after the perf events
-    /// using them are closed); `mounted`: tracefs was mounted here by us.
+    /// tracefs events for every begin and end site (removed when dropped, after the perf
+    /// events using them are closed); `mounted`: tracefs was mounted here by us.
     Tracefs {
-        begin: crate::classprobe::TracefsUprobe,
-        end: crate::classprobe::TracefsUprobe,
+        begin: Vec<crate::classprobe::TracefsUprobe>,
+        end: Vec<crate::classprobe::TracefsUprobe>,
         mounted: Option<PathBuf>,
     },
 }
 
 impl PreparedProbes {
-    /// The event `role`'s probe is opened as. For the uprobe PMU, the path pointer is
-    /// valid while `self` lives.
-    pub fn event(&self, role: ProbeRole) -> ProbeEvent {
+    /// The sites of `role`.
+    pub fn sites(&self, role: ProbeRole) -> &[ResolvedProbe] {
+        match role {
+            ProbeRole::Begin => &self.begin,
+            ProbeRole::End => &self.end,
+        }
+    }
+
+    /// The event site `site` of `role` is opened as. For the uprobe PMU, the path
+    /// pointer is valid while `self` lives.
+    pub fn event(&self, role: ProbeRole, site: usize) -> ProbeEvent {
         match (&self.events, role) {
             (
                 PreparedEvents::Pmu {
@@ -554,12 +653,12 @@ impl PreparedProbes {
                 pmu: *pmu,
                 path_ptr: end_path.as_ptr() as u64,
             },
-            (PreparedEvents::Tracefs { begin, .. }, ProbeRole::Begin) => {
-                ProbeEvent::Tracepoint { id: begin.id }
-            }
-            (PreparedEvents::Tracefs { end, .. }, ProbeRole::End) => {
-                ProbeEvent::Tracepoint { id: end.id }
-            }
+            (PreparedEvents::Tracefs { begin, .. }, ProbeRole::Begin) => ProbeEvent::Tracepoint {
+                id: begin.get(site).map_or(0, |e| e.id),
+            },
+            (PreparedEvents::Tracefs { end, .. }, ProbeRole::End) => ProbeEvent::Tracepoint {
+                id: end.get(site).map_or(0, |e| e.id),
+            },
         }
     }
 
@@ -580,8 +679,9 @@ impl PreparedProbes {
 }
 
 impl ItemProbes {
-    /// Resolve both probes, check the register, and prepare their events `via` the
-    /// uprobe PMU or tracefs (mounting tracefs at `/sys/kernel/tracing` when absent).
+    /// Resolve both probes (every site), check the register, and prepare their events
+    /// `via` the uprobe PMU or tracefs (mounting tracefs at `/sys/kernel/tracing` when
+    /// absent).
     pub fn prepare(&self, via: ProbeVia) -> Result<PreparedProbes, UprobeError> {
         let id_reg_mask = match &self.id_reg {
             None => 0,
@@ -595,8 +695,8 @@ impl ItemProbes {
                 m
             }
         };
-        let begin = resolve(&self.begin)?;
-        let end = resolve(&self.end)?;
+        let begin = resolve_sites(&self.begin)?;
+        let end = resolve_sites(&self.end)?;
         let events = match via {
             ProbeVia::Pmu => {
                 let pmu = UprobePmu::probe()?;
@@ -606,16 +706,22 @@ impl ItemProbes {
                 };
                 PreparedEvents::Pmu {
                     pmu,
-                    begin_path: cpath(&begin.path)?,
-                    end_path: cpath(&end.path)?,
+                    begin_path: cpath(&begin[0].path)?,
+                    end_path: cpath(&end[0].path)?,
                 }
             }
             ProbeVia::Tracefs => {
                 let (root, we_mounted) = crate::classprobe::tracefs_root()?;
+                let create = |sites: &[ResolvedProbe]| {
+                    sites
+                        .iter()
+                        .map(|p| crate::classprobe::TracefsUprobe::create_plain(&root, p))
+                        .collect::<Result<Vec<_>, _>>()
+                };
                 PreparedEvents::Tracefs {
-                    begin: crate::classprobe::TracefsUprobe::create_plain(&root, &begin)?,
-                    end: crate::classprobe::TracefsUprobe::create_plain(&root, &end)?,
-                    mounted: we_mounted.then_some(root),
+                    begin: create(&begin)?,
+                    end: create(&end)?,
+                    mounted: we_mounted.then_some(root.clone()),
                 }
             }
         };
@@ -721,7 +827,8 @@ mod tests {
             ProbeSpec {
                 binary: "/usr/bin/x".into(),
                 symbol: "handle".into(),
-                ret: true
+                ret: true,
+                usdt_provider: None
             }
         );
         assert_eq!(p.to_string(), "/usr/bin/x:handle%return");
@@ -729,6 +836,37 @@ mod tests {
         assert!(ProbeSpec::parse("nosymbol").is_err());
         assert!(ProbeSpec::parse(":sym").is_err());
         assert!(ProbeSpec::parse("bin:").is_err());
+        // USDT: usdt:BIN:PROVIDER:NAME (the binary may hold ':'), never %return.
+        let u =
+            ProbeSpec::parse("usdt:/usr/lib/postgresql/15/bin/postgres:postgresql:query__start")
+                .unwrap();
+        assert_eq!(
+            (
+                u.binary.as_str(),
+                u.usdt_provider.as_deref(),
+                u.symbol.as_str(),
+                u.ret
+            ),
+            (
+                "/usr/lib/postgresql/15/bin/postgres",
+                Some("postgresql"),
+                "query__start",
+                false
+            )
+        );
+        assert_eq!(
+            u.to_string(),
+            "usdt:/usr/lib/postgresql/15/bin/postgres:postgresql:query__start"
+        );
+        for bad in [
+            "usdt:bin:prov",
+            "usdt::p:n",
+            "usdt:bin:p:n%return",
+            "usdt:bin::n",
+            "usdt:bin:p:",
+        ] {
+            assert!(ProbeSpec::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -739,6 +877,7 @@ mod tests {
             binary: me.display().to_string(),
             symbol: "main".into(),
             ret: false,
+            usdt_provider: None,
         };
         let r = resolve(&spec).unwrap();
         assert!(r.offset > 0 && r.offset <= r.addr.max(r.offset));
@@ -756,6 +895,7 @@ mod tests {
             binary: "/nonexistent/tailprof-x".into(),
             symbol: "f".into(),
             ret: false,
+            usdt_provider: None,
         };
         assert!(matches!(
             resolve(&none),
@@ -803,6 +943,7 @@ mod tests {
             binary: bin.display().to_string(),
             symbol: "tailprof_answer".into(),
             ret: false,
+            usdt_provider: None,
         };
         let r = resolve(&spec).unwrap();
         let bytes = std::fs::read(&bin).unwrap();

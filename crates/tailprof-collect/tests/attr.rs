@@ -166,6 +166,7 @@ fn golden_uprobe_attrs() {
     let tp_ev = ProbeEvent::Tracepoint { id: 1234 };
     let base = UprobeAttrConfig {
         offset: 0x4760a0,
+        ref_ctr_offset: 0,
         ret: false,
         regs_user: 0,
         clock: ClockChoice::Monotonic,
@@ -173,7 +174,7 @@ fn golden_uprobe_attrs() {
         enable_on_exec: true,
     };
     let system_wide = UprobeAttrConfig { inherit: false, enable_on_exec: false, ..base };
-    let cases: [(&str, &str, ProbeEvent, UprobeAttrConfig); 5] = [
+    let cases: [(&str, &str, ProbeEvent, UprobeAttrConfig); 6] = [
         ("uprobe_begin_seq", "begin, command target (tracefs event), sequence ids", tp_ev, base),
         (
             "uprobe_begin_id_rdi",
@@ -188,6 +189,12 @@ fn golden_uprobe_attrs() {
             "end, %return, -a (uprobe PMU, pid -1, no inherit)",
             pmu_ev,
             UprobeAttrConfig { ret: true, ..system_wide },
+        ),
+        (
+            "usdt_semaphore_system_wide",
+            "USDT site with a semaphore at file offset 0x88595e, -a (uprobe PMU: ref_ctr_offset in config bits 32-63)",
+            pmu_ev,
+            UprobeAttrConfig { offset: 0x722d3, ref_ctr_offset: 0x88595e, ..system_wide },
         ),
     ];
     // Issue 18 item 2: an inherited uprobe PMU event makes the target's clone() fail

@@ -4,7 +4,8 @@
 //! build-ids (the one reader, [`Elf::build_id`] / [`file_build_id`]: `PT_NOTE` segments,
 //! then `SHT_NOTE` sections, for the recorder's `tailprof-collect-sys::buildid`,
 //! symbolization's `tailprof-symbolize::elf` and the unwinder's check), symbolization
-//! (`tailprof-symbolize::elf`) and the agent's symbol tables (`tailprof-agent::symtab`).
+//! (`tailprof-symbolize::elf`), the agent's symbol tables (`tailprof-agent::symtab`) and
+//! USDT probe notes ([`stapsdt`], for `tailprof-collect::usdt`).
 //!
 //! Design constraints:
 //! - **Nothing is mapped.** Everything is read with `pread` ([`ReadAt`]) from an already
@@ -37,6 +38,8 @@
 
 use std::fs::File;
 use std::io;
+
+pub mod stapsdt;
 
 pub const SHT_NULL: u32 = 0;
 pub const SHT_PROGBITS: u32 = 1;

@@ -250,16 +250,20 @@ pub(super) struct ProbeSet {
 }
 
 impl ProbeSet {
+    /// How site `site` of `role` is opened (every site of a role shares the decoder
+    /// event: its hits mean the same boundary).
     pub fn attr_config(
         &self,
         role: ProbeRole,
+        site: usize,
         clock: ClockChoice,
         inherit: bool,
         enable_on_exec: bool,
     ) -> UprobeAttrConfig {
-        let r = self.probe(role);
+        let r = self.probe(role, site);
         UprobeAttrConfig {
             offset: r.offset,
+            ref_ctr_offset: r.ref_ctr_offset,
             ret: r.spec.ret,
             regs_user: if role == ProbeRole::Begin {
                 self.prepared.id_reg_mask
@@ -272,11 +276,15 @@ impl ProbeSet {
         }
     }
 
-    pub fn probe(&self, role: ProbeRole) -> &ResolvedProbe {
-        match role {
-            ProbeRole::Begin => &self.prepared.begin,
-            ProbeRole::End => &self.prepared.end,
-        }
+    /// Site `site` of `role` (the first when out of range: there is always one).
+    pub fn probe(&self, role: ProbeRole, site: usize) -> &ResolvedProbe {
+        let sites = self.prepared.sites(role);
+        sites.get(site).unwrap_or(&sites[0])
+    }
+
+    /// Number of sites of `role`.
+    pub fn sites(&self, role: ProbeRole) -> usize {
+        self.prepared.sites(role).len()
     }
 
     /// Decoder layouts of the two probe events (the same for either kind of event).
@@ -285,7 +293,7 @@ impl ProbeSet {
             .iter()
             .map(|&role| {
                 let ev = uprobe::ProbeEvent::Tracepoint { id: 0 };
-                let a = uprobe::uprobe_attr(&ev, &self.attr_config(role, clock, false, false))
+                let a = uprobe::uprobe_attr(&ev, &self.attr_config(role, 0, clock, false, false))
                     .expect("a tracepoint attr is always built");
                 Layout {
                     sample_type: a.sample_type,
@@ -298,32 +306,33 @@ impl ProbeSet {
             .collect()
     }
 
-    /// Open one probe for `pid` on `cpu`.
+    /// Open site `site` of one probe for `pid` on `cpu`.
     pub fn open(
         &self,
         role: ProbeRole,
+        site: usize,
         pid: i32,
         cpu: i32,
         cfg: UprobeAttrConfig,
     ) -> Result<std::os::fd::OwnedFd, CollectError> {
         // A uprobe PMU event's path pointer outlives the call (the kernel copies the
         // string); inherited events are tracefs events ([`uprobe::ProbeVia::for_inherit`]).
-        let a = uprobe::uprobe_attr(&self.prepared.event(role), &cfg).ok_or_else(|| CollectError::Open {
-            event: format!("uprobe {}", self.probe(role).spec),
+        let a = uprobe::uprobe_attr(&self.prepared.event(role, site), &cfg).ok_or_else(|| CollectError::Open {
+            event: format!("uprobe {}", self.probe(role, site).spec),
             hint: "an inherited uprobe PMU event would make the target's clone() fail (EFAULT); \
                    inherited probes must be tracefs events"
                 .into(),
             source: io::Error::from_raw_os_error(libc::EINVAL),
         })?;
         sys::perf_event_open(&a, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC)
-            .map_err(|e| open_error(&e, self.probe(role)))
+            .map_err(|e| open_error(&e, self.probe(role, site)))
     }
 
     /// `TraceHeader.extra` entries describing the probes.
     pub fn header_extra(&self) -> Vec<(String, String)> {
         let mut v = vec![
-            ("item_begin".to_string(), self.prepared.begin.describe()),
-            ("item_end".to_string(), self.prepared.end.describe()),
+            ("item_begin".to_string(), describe_sites(&self.prepared.begin)),
+            ("item_end".to_string(), describe_sites(&self.prepared.end)),
             (
                 "item_id".to_string(),
                 match &self.prepared.id_reg {
@@ -337,6 +346,11 @@ impl ProbeSet {
         }
         v
     }
+}
+
+/// Every site's definition, one per line.
+fn describe_sites(sites: &[ResolvedProbe]) -> String {
+    sites.iter().map(ResolvedProbe::describe).collect::<Vec<_>>().join("\n")
 }
 
 /// `--item-class-from` probes: tracefs uprobe events with a fetch-argument, opened
@@ -376,20 +390,24 @@ impl ClassProbes {
         let mut events = Vec::with_capacity(specs.len());
         let mut mounted = None;
         for spec in specs {
-            let resolved = uprobe::resolve(&spec.probe)?;
-            let (root, we_mounted) = crate::tracefs::ensure_mounted()
-                .map_err(|source| crate::session::RecordError::Io { what: "--item-class-from needs tracefs".into(), source })?;
-            if we_mounted {
-                mounted = Some(root.clone());
+            // One event per site (a USDT probe inlined at several places has several).
+            for resolved in uprobe::resolve_sites(&spec.probe)? {
+                let fetch = spec.fetch_arg_at(&resolved)?;
+                let (root, we_mounted) = crate::tracefs::ensure_mounted()
+                    .map_err(|source| crate::session::RecordError::Io { what: "--item-class-from needs tracefs".into(), source })?;
+                if we_mounted {
+                    mounted = Some(root.clone());
+                }
+                let ev = TracefsUprobe::create(&root, &resolved, spec).map_err(|e| create_error(e, &root))?;
+                let desc = format!("{}:{fetch}", resolved.describe());
+                events.push((spec.clone(), desc, ev));
             }
-            let ev = TracefsUprobe::create(&root, &resolved, spec).map_err(|e| create_error(e, &root))?;
-            let desc = format!("{}:{}", resolved.describe(), spec.fetch_arg());
-            events.push((spec.clone(), desc, ev));
         }
         Ok(Some(ClassProbes { events, base, table: ClassTable::default(), dropped_stored: 0, undecoded: 0, mounted }))
     }
 
-    /// Number of class events (opened per CPU or task like the sampling events).
+    /// Number of class events, one per site (opened per CPU or task like the sampling
+    /// events).
     pub fn len(&self) -> usize {
         self.events.len()
     }

@@ -107,14 +107,22 @@ impl Recorder {
             }
             if let (Some(probes), Some(ring)) = (&self.probes, ring_of_cpu[cpu_index]) {
                 for (role_index, role) in [ProbeRole::Begin, ProbeRole::End].into_iter().enumerate() {
-                    let config =
-                        probes.attr_config(role, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
-                    let fd = probes.open(role, pid, cpu as i32, config)?;
-                    sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
-                        .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
-                    let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
-                    self.emitter.decoder.add_id(id, probes.begin_event + role_index as u16);
-                    self.fds.push(fd);
+                    // Every site of a USDT probe; all of a role's sites share its decoder event.
+                    for site in 0..probes.sites(role) {
+                        let config = probes.attr_config(
+                            role,
+                            site,
+                            self.clock,
+                            self.sampling.inherit,
+                            self.sampling.enable_on_exec,
+                        );
+                        let fd = probes.open(role, site, pid, cpu as i32, config)?;
+                        sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                            .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
+                        let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                        self.emitter.decoder.add_id(id, probes.begin_event + role_index as u16);
+                        self.fds.push(fd);
+                    }
                 }
             }
             if let (Some(c), Some(ring)) = (&self.emitter.classes, ring_of_cpu[cpu_index]) {
