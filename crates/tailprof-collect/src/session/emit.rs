@@ -151,6 +151,13 @@ impl Emitter {
                 }
                 Ok(())
             }
+            Ok(Decoded::Sample) if self.stacks.as_ref().is_some_and(|s| s.is_waking(self.sample.event)) => {
+                // A wakeup (issue 21): written when the wakee is tracked.
+                match self.stacks.as_mut().and_then(|sm| sm.wakeup(rec, &self.sample, out)) {
+                    Some(r) => self.write(r, out),
+                    None => Ok(()),
+                }
+            }
             Ok(Decoded::Sample) if self.classes.as_ref().is_some_and(|c| c.owns(self.sample.event)) => {
                 let mut recs = std::mem::take(&mut self.probe_records);
                 if let Some(c) = &mut self.classes {
@@ -216,7 +223,8 @@ impl Emitter {
             {
                 match self.stacks.as_mut().and_then(|sm| sm.switch(rec, p.event(), p.cpu)) {
                     Some(r) => self.write(r, out),
-                    // The idle task's switches (system-wide) are not kept.
+                    // The idle task's switches (system-wide) and CPU-wide switches no
+                    // analysis needs (stacks::CauseFilter) are not kept.
                     None => {
                         self.summary.ignored += 1;
                         Ok(())
@@ -252,6 +260,9 @@ impl Emitter {
 
     /// Count and write a record whose mapping (if any) already has its build-id.
     fn write<O: RecordOutput + ?Sized>(&mut self, mut r: Record, out: &mut O) -> Result<(), FormatError> {
+        if let Some(sm) = &mut self.stacks {
+            sm.observe_cause(&r);
+        }
         match &mut r {
             Record::Lost(l) if l.kind == LossKind::RingFull => self.summary.lost_records += l.count,
             Record::Lost(l) if l.kind == LossKind::Samples => self.summary.lost_samples += l.count,
