@@ -481,10 +481,11 @@ impl CauseTracker {
                     let irq = irq_kind(&names, r.largest.3);
                     let (item, class) =
                         if r.largest.2 == NO_ITEM { (None, None) } else { let (id, c) = span(r.largest.2); (Some(id), c) };
+                    // An interrupt woke the thread: the interrupted task did not make it wait.
                     let mut during: Vec<During> = r
                         .during
                         .iter()
-                        .filter(|(_, &ns)| ns > 0)
+                        .filter(|(_, &ns)| ns > 0 && irq.is_none())
                         .map(|(&(state, p), &ns)| During { state, ns, frames: if p == NO_PATH { Vec::new() } else { of_path(p) } })
                         .collect();
                     during.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.state.cmp(&b.state)).then(a.frames.cmp(&b.frames)));
@@ -492,6 +493,17 @@ impl CauseTracker {
                 })
                 .collect();
             woken_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+            // Interrupts are one waker per kind, whichever task they interrupted (its
+            // pid/tid/comm are those of the largest such wakeup).
+            let mut merged: Vec<WokenBy> = Vec::with_capacity(woken_by.len());
+            for w in woken_by {
+                match merged.iter_mut().find(|m| m.irq.is_some() && m.irq == w.irq) {
+                    Some(m) => m.ns = m.ns.saturating_add(w.ns),
+                    None => merged.push(w),
+                }
+            }
+            merged.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+            let woken_by = merged;
             let mut preempted_by: Vec<PreemptedBy> = raw
                 .preempted
                 .iter()

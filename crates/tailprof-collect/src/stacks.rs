@@ -137,6 +137,8 @@ pub(crate) struct CauseFilter {
     pub wakee_field: (usize, usize),
     tracked: HashSet<u32>,
     runnable: HashSet<u32>,
+    /// Untracked threads whose name was written (a `Comm` read from /proc).
+    described: HashSet<u32>,
     /// Counters for the summary: kept and dropped wakeups and CPU-wide switches, threads
     /// not tracked because the set was full.
     pub wakeups_kept: u64,
@@ -148,6 +150,8 @@ pub(crate) struct CauseFilter {
 
 /// Tracked threads kept at most; beyond it new threads are not tracked (counted).
 pub const MAX_TRACKED_THREADS: usize = 1 << 20;
+/// Untracked threads named at most (then no more names are read).
+pub const MAX_DESCRIBED_THREADS: usize = 1 << 16;
 
 impl CauseFilter {
     fn track(&mut self, tid: u32) {
@@ -306,6 +310,26 @@ impl StackMaker {
         }
         let (stack, stack_status) = self.stack_of(rec, s.event, s.pid, true, out);
         Some(Record::Wakeup(Wakeup { time: s.time, pid: s.pid, tid: s.tid, cpu: s.cpu, wakee_tid: wakee, stack, stack_status }))
+    }
+
+    /// The name of the untracked thread a kept wakeup or CPU-wide switch is about (the
+    /// waker, the task switched in, its other task), once per thread: a `Comm` record
+    /// read from /proc (the CPU-wide events carry no side-band), to be written before it.
+    pub(crate) fn describe(&mut self, r: &Record, out: &mut Vec<Record>) {
+        let Some(c) = &mut self.causes else { return };
+        let (time, a, b) = match r {
+            Record::Wakeup(w) => (w.time, Some((w.pid, w.tid)), None),
+            Record::Switch(w) if w.next_prev.is_some() => (w.time, Some((w.pid, w.tid)), w.next_prev),
+            _ => return,
+        };
+        for (pid, tid) in [a, b].into_iter().flatten() {
+            if tid == 0 || c.tracked.contains(&tid) || c.described.len() >= MAX_DESCRIBED_THREADS || !c.described.insert(tid) {
+                continue;
+            }
+            if let Some(comm) = procfs::thread_comm(pid, tid) {
+                out.push(Record::Comm(tailprof_format::Comm { time, pid, tid, exec: false, comm }));
+            }
+        }
     }
 
     /// A record about to be written: tracked threads (see [`CauseFilter::observe`]).
