@@ -67,6 +67,8 @@ fn profile() -> StackProfile {
         off_double_outs: 0,
         filter: StackFilter::default(),
         kernel_symbols: None,
+        causes: Vec::new(),
+        cause_stats: Default::default(),
         read: None,
         timeline: Some(timeline),
     }
