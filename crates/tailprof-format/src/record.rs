@@ -673,9 +673,14 @@ pub struct TraceStats {
     /// Switch records per [`StackStatus`] of their off-CPU stack.
     #[serde(default)]
     pub switch_stacks: StackStatusCounts,
-    /// [`Wakeup`] records (version 3).
-    #[serde(default)]
+    /// [`Wakeup`] records (version 3; not written when 0, so traces without wakeups keep
+    /// their trailer).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub wakeups: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Counts per [`StackStatus`], `None` excluded. Unknown fields in JSON are ignored, so a
