@@ -68,24 +68,66 @@ impl IrqKind {
 /// `idle`: the waker was the idle task. `None`: a wakeup in thread context.
 pub fn irq_kind(frames: &[&str], idle: bool) -> Option<IrqKind> {
     const IRQ_ENTRY: &[&str] = &[
-        "sysvec_", "asm_sysvec_", "common_interrupt", "asm_common_interrupt", "do_IRQ", "__do_softirq",
-        "handle_softirqs", "irq_exit", "handle_irq", "do_softirq", "run_ksoftirqd", "hrtimer_interrupt",
-        "__sysvec_", "handle_edge_irq", "handle_fasteoi_irq",
+        "sysvec_",
+        "asm_sysvec_",
+        "common_interrupt",
+        "asm_common_interrupt",
+        "do_IRQ",
+        "__do_softirq",
+        "handle_softirqs",
+        "irq_exit",
+        "handle_irq",
+        "do_softirq",
+        "run_ksoftirqd",
+        "hrtimer_interrupt",
+        "__sysvec_",
+        "handle_edge_irq",
+        "handle_fasteoi_irq",
     ];
-    let in_irq = idle || frames.iter().any(|f| IRQ_ENTRY.iter().any(|p| f.starts_with(p)));
+    let in_irq = idle
+        || frames
+            .iter()
+            .any(|f| IRQ_ENTRY.iter().any(|p| f.starts_with(p)));
     if !in_irq {
         return None;
     }
     let has = |ps: &[&str]| frames.iter().any(|f| ps.iter().any(|p| f.contains(p)));
-    Some(if has(&["hrtimer", "tick_sched", "timerfd", "it_real_fn", "run_timer", "call_timer_fn", "apic_timer"]) {
-        IrqKind::Timer
-    } else if has(&["blk_mq", "blk_update_request", "bio_endio", "scsi_", "nvme_", "virtblk", "end_bio"]) {
-        IrqKind::Disk
-    } else if has(&["net_rx", "napi", "netif_receive", "ip_rcv", "tcp_v4_rcv", "tcp_v6_rcv", "virtnet", "sock_def_readable"]) {
-        IrqKind::Network
-    } else {
-        IrqKind::Other
-    })
+    Some(
+        if has(&[
+            "hrtimer",
+            "tick_sched",
+            "timerfd",
+            "it_real_fn",
+            "run_timer",
+            "call_timer_fn",
+            "apic_timer",
+        ]) {
+            IrqKind::Timer
+        } else if has(&[
+            "blk_mq",
+            "blk_update_request",
+            "bio_endio",
+            "scsi_",
+            "nvme_",
+            "virtblk",
+            "end_bio",
+        ]) {
+            IrqKind::Disk
+        } else if has(&[
+            "net_rx",
+            "napi",
+            "netif_receive",
+            "ip_rcv",
+            "tcp_v4_rcv",
+            "tcp_v6_rcv",
+            "virtnet",
+            "sock_def_readable",
+        ]) {
+            IrqKind::Network
+        } else {
+            IrqKind::Other
+        },
+    )
 }
 
 /// One step of a waker's critical path.
@@ -168,8 +210,18 @@ pub struct CauseStats {
 
 #[derive(Debug, Clone, Copy)]
 enum Ev {
-    Cpu { t: u64, path: u32 },
-    Off { b: u64, e: u64, state: OffState, path: u32, waker: u32, woke_at: u64 },
+    Cpu {
+        t: u64,
+        path: u32,
+    },
+    Off {
+        b: u64,
+        e: u64,
+        state: OffState,
+        path: u32,
+        waker: u32,
+        woke_at: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -219,7 +271,10 @@ impl CauseTracker {
         CauseTracker {
             on: causes.is_some(),
             cpu_switch_extra: causes.is_some_and(|c| c.contains("cpu_switch")),
-            stats: CauseStats { recorded: causes.is_some(), ..Default::default() },
+            stats: CauseStats {
+                recorded: causes.is_some(),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
@@ -258,7 +313,15 @@ impl CauseTracker {
         }
         self.stats.wakeups += 1;
         if w.wakee_tid != w.tid {
-            self.wake.insert(w.wakee_tid, Wake { time: w.time, pid: w.pid, tid: w.tid, path });
+            self.wake.insert(
+                w.wakee_tid,
+                Wake {
+                    time: w.time,
+                    pid: w.pid,
+                    tid: w.tid,
+                    path,
+                },
+            );
         }
     }
 
@@ -294,11 +357,20 @@ impl CauseTracker {
 
     /// A closed off-CPU interval of a thread, `path` its stack's path; `items` the items
     /// of its thread it overlaps (index, overlap).
-    pub fn interval(&mut self, iv: &OffInterval, path: u32, items: &[(u32, u64)], item_at: &dyn Fn(u32, u64) -> u32) {
+    pub fn interval(
+        &mut self,
+        iv: &OffInterval,
+        path: u32,
+        items: &[(u32, u64)],
+        item_at: &dyn Fn(u32, u64) -> u32,
+    ) {
         if !self.on {
             return;
         }
-        let wake = self.wake.remove(&iv.tid).filter(|w| w.time >= iv.begin_ns && w.time <= iv.end_ns);
+        let wake = self
+            .wake
+            .remove(&iv.tid)
+            .filter(|w| w.time >= iv.begin_ns && w.time <= iv.end_ns);
         let (waker, woke_at) = match (&wake, iv.state) {
             (Some(w), OffState::Blocked) => (w.tid, w.time),
             _ => (u32::MAX, 0),
@@ -320,14 +392,34 @@ impl CauseTracker {
                 }
             }
         }
-        self.push(iv.tid, Ev::Off { b: iv.begin_ns, e: iv.end_ns, state: iv.state, path, waker, woke_at });
+        self.push(
+            iv.tid,
+            Ev::Off {
+                b: iv.begin_ns,
+                e: iv.end_ns,
+                state: iv.state,
+                path,
+                waker,
+                woke_at,
+            },
+        );
     }
 
-    fn explain_blocked(&mut self, idx: u32, iv: &OffInterval, w: &Wake, item_at: &dyn Fn(u32, u64) -> u32) {
+    fn explain_blocked(
+        &mut self,
+        idx: u32,
+        iv: &OffInterval,
+        w: &Wake,
+        item_at: &dyn Fn(u32, u64) -> u32,
+    ) {
         // The blocked time this wakeup ended: from the switch-out to the wakeup (after
         // it, the thread waited for a CPU).
         let ns = w.time.saturating_sub(iv.begin_ns).max(1);
-        let waker_item = if w.tid == 0 { NO_ITEM } else { item_at(w.tid, w.time) };
+        let waker_item = if w.tid == 0 {
+            NO_ITEM
+        } else {
+            item_at(w.tid, w.time)
+        };
         let mut during = FxHashMap::default();
         if w.tid != 0 {
             let mut budget = MAX_VISITS;
@@ -348,7 +440,15 @@ impl CauseTracker {
     /// What `tid` did in `[b, e)`: off-CPU intervals by state (blocked ones that another
     /// thread's wakeup ended explained by that thread, to [`MAX_DEPTH`]), the rest of the
     /// window on CPU, split over its samples' stacks.
-    fn critical_path(&mut self, tid: u32, b: u64, e: u64, depth: u32, budget: &mut usize, out: &mut FxHashMap<(PathState, u32), u64>) {
+    fn critical_path(
+        &mut self,
+        tid: u32,
+        b: u64,
+        e: u64,
+        depth: u32,
+        budget: &mut usize,
+        out: &mut FxHashMap<(PathState, u32), u64>,
+    ) {
         if e <= b {
             return;
         }
@@ -374,7 +474,14 @@ impl CauseTracker {
                         nsamples += 1;
                     }
                 }
-                Ev::Off { b: ob, e: oe, state, path, waker, woke_at } => {
+                Ev::Off {
+                    b: ob,
+                    e: oe,
+                    state,
+                    path,
+                    waker,
+                    woke_at,
+                } => {
                     if oe < b {
                         break;
                     }
@@ -384,8 +491,15 @@ impl CauseTracker {
                     }
                     off += o;
                     match state {
-                        OffState::Runnable => *out.entry((PathState::Runnable, path)).or_default() += o,
-                        OffState::Blocked if waker != u32::MAX && waker != 0 && waker != tid && depth < MAX_DEPTH => {
+                        OffState::Runnable => {
+                            *out.entry((PathState::Runnable, path)).or_default() += o
+                        }
+                        OffState::Blocked
+                            if waker != u32::MAX
+                                && waker != 0
+                                && waker != tid
+                                && depth < MAX_DEPTH =>
+                        {
                             // Blocked until `woke_at`, then waiting for a CPU.
                             let wb = ob.max(b);
                             let we = woke_at.min(e).max(wb);
@@ -395,7 +509,9 @@ impl CauseTracker {
                                 *out.entry((PathState::Runnable, path)).or_default() += tail;
                             }
                         }
-                        OffState::Blocked => *out.entry((PathState::Blocked, path)).or_default() += o,
+                        OffState::Blocked => {
+                            *out.entry((PathState::Blocked, path)).or_default() += o
+                        }
                     }
                 }
             }
@@ -413,7 +529,11 @@ impl CauseTracker {
                 let mut v: Vec<(u32, u64)> = samples.into_iter().collect();
                 v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 for (i, &(path, n)) in v.iter().enumerate() {
-                    let part = if i + 1 == v.len() { cpu - given } else { (cpu as u128 * n as u128 / nsamples as u128) as u64 };
+                    let part = if i + 1 == v.len() {
+                        cpu - given
+                    } else {
+                        (cpu as u128 * n as u128 / nsamples as u128) as u64
+                    };
                     given += part;
                     *out.entry((PathState::Cpu, path)).or_default() += part;
                 }
@@ -431,7 +551,13 @@ impl CauseTracker {
         }
     }
 
-    fn explain_runnable(&mut self, idx: u32, iv: &OffInterval, cpu: u32, item_at: &dyn Fn(u32, u64) -> u32) {
+    fn explain_runnable(
+        &mut self,
+        idx: u32,
+        iv: &OffInterval,
+        cpu: u32,
+        item_at: &dyn Fn(u32, u64) -> u32,
+    ) {
         let Some(h) = self.cpus.get(&cpu) else { return };
         let (b, e) = (iv.begin_ns, iv.end_ns);
         // The switch-ins of the CPU from the last one at or before `b` to `e`.
@@ -449,7 +575,10 @@ impl CauseTracker {
         }
         let it = self.items.entry(idx).or_default();
         for (o, pid, tid, at) in ran {
-            let e = it.preempted.entry(tid).or_insert((0, pid, item_at(tid, at)));
+            let e = it
+                .preempted
+                .entry(tid)
+                .or_insert((0, pid, item_at(tid, at)));
             e.0 = e.0.saturating_add(o);
         }
     }
@@ -476,20 +605,46 @@ impl CauseTracker {
                 .woken
                 .iter()
                 .map(|(&tid, r)| {
-                    let frames = if r.largest.1 == NO_PATH { Vec::new() } else { of_path(r.largest.1) };
+                    let frames = if r.largest.1 == NO_PATH {
+                        Vec::new()
+                    } else {
+                        of_path(r.largest.1)
+                    };
                     let names: Vec<&str> = frames.iter().map(String::as_str).collect();
                     let irq = irq_kind(&names, r.largest.3);
-                    let (item, class) =
-                        if r.largest.2 == NO_ITEM { (None, None) } else { let (id, c) = span(r.largest.2); (Some(id), c) };
+                    let (item, class) = if r.largest.2 == NO_ITEM {
+                        (None, None)
+                    } else {
+                        let (id, c) = span(r.largest.2);
+                        (Some(id), c)
+                    };
                     // An interrupt woke the thread: the interrupted task did not make it wait.
                     let mut during: Vec<During> = r
                         .during
                         .iter()
                         .filter(|(_, &ns)| ns > 0 && irq.is_none())
-                        .map(|(&(state, p), &ns)| During { state, ns, frames: if p == NO_PATH { Vec::new() } else { of_path(p) } })
+                        .map(|(&(state, p), &ns)| During {
+                            state,
+                            ns,
+                            frames: if p == NO_PATH { Vec::new() } else { of_path(p) },
+                        })
                         .collect();
-                    during.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.state.cmp(&b.state)).then(a.frames.cmp(&b.frames)));
-                    WokenBy { ns: r.ns, pid: r.pid, tid, comm: if tid == 0 { String::new() } else { comm(tid) }, item, class, irq, frames, during }
+                    during.sort_by(|a, b| {
+                        b.ns.cmp(&a.ns)
+                            .then(a.state.cmp(&b.state))
+                            .then(a.frames.cmp(&b.frames))
+                    });
+                    WokenBy {
+                        ns: r.ns,
+                        pid: r.pid,
+                        tid,
+                        comm: if tid == 0 { String::new() } else { comm(tid) },
+                        item,
+                        class,
+                        irq,
+                        frames,
+                        during,
+                    }
                 })
                 .collect();
             woken_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
@@ -497,7 +652,10 @@ impl CauseTracker {
             // pid/tid/comm are those of the largest such wakeup).
             let mut merged: Vec<WokenBy> = Vec::with_capacity(woken_by.len());
             for w in woken_by {
-                match merged.iter_mut().find(|m| m.irq.is_some() && m.irq == w.irq) {
+                match merged
+                    .iter_mut()
+                    .find(|m| m.irq.is_some() && m.irq == w.irq)
+                {
                     Some(m) => m.ns = m.ns.saturating_add(w.ns),
                     None => merged.push(w),
                 }
@@ -516,7 +674,11 @@ impl CauseTracker {
                 })
                 .collect();
             preempted_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
-            out.push(ItemCauses { id: span(*idx).0, woken_by, preempted_by });
+            out.push(ItemCauses {
+                id: span(*idx).0,
+                woken_by,
+                preempted_by,
+            });
         }
         out.sort_by_key(|c| c.id);
         (out, self.stats)
@@ -563,9 +725,17 @@ pub fn explain_causes(
     let switches = profile.switches > 0;
     let split_of = |i: usize| {
         let r = &report.items[i];
-        time_split(r.duration_ns, r.samples, report.mean_interval_ns, profile.items.get(i), switches)
+        time_split(
+            r.duration_ns,
+            r.samples,
+            report.mean_interval_ns,
+            profile.items.get(i),
+            switches,
+        )
     };
-    let members: Vec<usize> = (0..report.items.len()).filter(|&i| report.items[i].class == x.class).collect();
+    let members: Vec<usize> = (0..report.items.len())
+        .filter(|&i| report.items[i].class == x.class)
+        .collect();
     let med = |f: &dyn Fn(&crate::stack_explain::TimeSplit) -> u64| {
         let mut v: Vec<u64> = members.iter().map(|&i| f(&split_of(i))).collect();
         crate::stats::median_u64(&mut v).unwrap_or(0)
@@ -574,15 +744,34 @@ pub fn explain_causes(
         let mine = x.split;
         let parts: [(PathState, u64, u64); 3] = [
             (PathState::Cpu, mine.cpu_ns, med(&|s| s.cpu_ns)),
-            (PathState::Blocked, mine.blocked_ns.unwrap_or(0), med(&|s| s.blocked_ns.unwrap_or(0))),
-            (PathState::Runnable, mine.runnable_ns.unwrap_or(0), med(&|s| s.runnable_ns.unwrap_or(0))),
+            (
+                PathState::Blocked,
+                mine.blocked_ns.unwrap_or(0),
+                med(&|s| s.blocked_ns.unwrap_or(0)),
+            ),
+            (
+                PathState::Runnable,
+                mine.runnable_ns.unwrap_or(0),
+                med(&|s| s.runnable_ns.unwrap_or(0)),
+            ),
         ];
         parts
             .iter()
-            .map(|&(cause, ns, median_ns)| CauseShare { cause, ns, median_ns, excess_ns: ns as i64 - median_ns as i64 })
+            .map(|&(cause, ns, median_ns)| CauseShare {
+                cause,
+                ns,
+                median_ns,
+                excess_ns: ns as i64 - median_ns as i64,
+            })
             .collect()
     });
-    let cpu_stacks = x.stacks.iter().filter(|d| d.delta_ns > 0.0).take(3).map(|d| (d.frames.clone(), d.delta_ns)).collect();
+    let cpu_stacks = x
+        .stacks
+        .iter()
+        .filter(|d| d.delta_ns > 0.0)
+        .take(3)
+        .map(|d| (d.frames.clone(), d.delta_ns))
+        .collect();
     let mine = profile.causes.iter().find(|c| c.id == x.id);
     CauseExplanation {
         id: x.id,
@@ -603,9 +792,28 @@ mod tests {
     #[test]
     fn irq_kinds_from_kernel_frames() {
         assert_eq!(irq_kind(&["futex_wake", "wake_up_q"], false), None);
-        assert_eq!(irq_kind(&["asm_sysvec_apic_timer_interrupt", "hrtimer_interrupt", "hrtimer_wakeup"], false), Some(IrqKind::Timer));
-        assert_eq!(irq_kind(&["common_interrupt", "blk_mq_complete_request", "bio_endio"], false), Some(IrqKind::Disk));
-        assert_eq!(irq_kind(&["__do_softirq", "net_rx_action", "napi_poll"], false), Some(IrqKind::Network));
+        assert_eq!(
+            irq_kind(
+                &[
+                    "asm_sysvec_apic_timer_interrupt",
+                    "hrtimer_interrupt",
+                    "hrtimer_wakeup"
+                ],
+                false
+            ),
+            Some(IrqKind::Timer)
+        );
+        assert_eq!(
+            irq_kind(
+                &["common_interrupt", "blk_mq_complete_request", "bio_endio"],
+                false
+            ),
+            Some(IrqKind::Disk)
+        );
+        assert_eq!(
+            irq_kind(&["__do_softirq", "net_rx_action", "napi_poll"], false),
+            Some(IrqKind::Network)
+        );
         assert_eq!(irq_kind(&[], true), Some(IrqKind::Other));
     }
 }

@@ -191,13 +191,27 @@ fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
 }
 
 fn cannot_record(err: &str) -> bool {
-    ["perf_event_open", "tracefs", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
+    [
+        "perf_event_open",
+        "tracefs",
+        "perf_event_paranoid",
+        "Permission denied",
+        "not permitted",
+    ]
+    .iter()
+    .any(|s| err.contains(s))
 }
 
 /// `record -g --off-cpu -o TRACE -- CMD`; None (skip) when perf events cannot be opened.
 fn record(dir: &Path, cmd: &[&str]) -> Option<PathBuf> {
     let trace = dir.join("t.trace");
-    let o = tailprof().args(["record", "-g", "--off-cpu", "-o"]).arg(&trace).arg("--").args(cmd).output().unwrap();
+    let o = tailprof()
+        .args(["record", "-g", "--off-cpu", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     if !o.status.success() {
         if cannot_record(&err) {
@@ -214,8 +228,17 @@ fn record(dir: &Path, cmd: &[&str]) -> Option<PathBuf> {
 }
 
 fn items(trace: &Path) -> Vec<Value> {
-    let out = tailprof().args(["items", "--json", "--top", "0"]).arg(trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tailprof()
+        .args(["items", "--json", "--top", "0"])
+        .arg(trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["items"].as_array().unwrap().clone()
 }
@@ -225,7 +248,9 @@ fn u(v: &Value) -> u64 {
 }
 
 fn has_frame(frames: &Value, name: &str) -> bool {
-    frames.as_array().is_some_and(|f| f.iter().any(|x| x.as_str() == Some(name)))
+    frames
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(name)))
 }
 
 #[test]
@@ -235,48 +260,81 @@ fn slow_handoff_requests_name_the_worker_and_its_slow_path() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "handoff", HANDOFF) else { return };
-    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap(), "30"]) else { return };
+    let Some(bin) = compile(dir.path(), "handoff", HANDOFF) else {
+        return;
+    };
+    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap(), "30"]) else {
+        return;
+    };
     let items = items(&trace);
     assert_eq!(items.len(), 30);
-    let slow: Vec<&Value> = items.iter().filter(|i| u(&i["id"]) % 3 == 0).collect();
+    let slow: Vec<&Value> = items
+        .iter()
+        .filter(|i| u(&i["id"]).is_multiple_of(3))
+        .collect();
     let mut named = 0;
     for it in &slow {
         let (pid, tid) = (u(&it["pid"]), u(&it["tid"]));
         let woken = it["woken_by"].as_array().expect("woken_by");
         let Some(w) = woken.first() else { continue };
         // The worker: another thread of the same process, outside any item.
-        if u(&w["pid"]) != pid || u(&w["tid"]) == tid || !w["item"].is_null() || !w["irq"].is_null() {
+        if u(&w["pid"]) != pid || u(&w["tid"]) == tid || !w["item"].is_null() || !w["irq"].is_null()
+        {
             continue;
         }
-        assert!(u(&w["ns"]) > 0 && w["frames"].as_array().is_some_and(|f| !f.is_empty()), "{w}");
+        assert!(
+            u(&w["ns"]) > 0 && w["frames"].as_array().is_some_and(|f| !f.is_empty()),
+            "{w}"
+        );
         let during = w["during"].as_array().unwrap();
-        let cpu: u64 = during.iter().filter(|d| d["state"] == "cpu").map(|d| u(&d["ns"])).sum();
+        let cpu: u64 = during
+            .iter()
+            .filter(|d| d["state"] == "cpu")
+            .map(|d| u(&d["ns"]))
+            .sum();
         let slow_path: u64 = during
             .iter()
             .filter(|d| d["state"] == "cpu" && has_frame(&d["frames"], "worker_slow_path"))
             .map(|d| u(&d["ns"]))
             .sum();
         // Largest first.
-        assert!(during.windows(2).all(|p| u(&p[0]["ns"]) >= u(&p[1]["ns"])), "{w}");
+        assert!(
+            during.windows(2).all(|p| u(&p[0]["ns"]) >= u(&p[1]["ns"])),
+            "{w}"
+        );
         if slow_path * 2 > cpu && cpu > 0 {
             named += 1;
         }
     }
-    assert!(named * 3 >= slow.len() * 2, "{named} of {} slow requests name the worker's slow path: {slow:#?}", slow.len());
+    assert!(
+        named * 3 >= slow.len() * 2,
+        "{named} of {} slow requests name the worker's slow path: {slow:#?}",
+        slow.len()
+    );
     // The fast requests are woken by the worker too, without the slow path.
     let fast_slow_path = items
         .iter()
-        .filter(|i| u(&i["id"]) % 3 != 0)
+        .filter(|i| !u(&i["id"]).is_multiple_of(3))
         .flat_map(|i| i["woken_by"].as_array().cloned().unwrap_or_default())
         .flat_map(|w| w["during"].as_array().cloned().unwrap_or_default())
         .filter(|d| has_frame(&d["frames"], "worker_slow_path"))
         .count();
-    assert!(fast_slow_path <= 2, "fast requests should not wait for the slow path ({fast_slow_path})");
+    assert!(
+        fast_slow_path <= 2,
+        "fast requests should not wait for the slow path ({fast_slow_path})"
+    );
     // The text names the waker and the slow path in its Causes section.
-    let out = tailprof().args(["items", "--explain", "3"]).arg(&trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
+    let out = tailprof()
+        .args(["items", "--explain", "3"])
+        .arg(&trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("\nCauses: ") && text.contains("woken by "), "{text}");
+    assert!(
+        out.status.success() && text.contains("\nCauses: ") && text.contains("woken by "),
+        "{text}"
+    );
 }
 
 #[test]
@@ -286,23 +344,36 @@ fn mutex_waiter_names_the_holder_thread_and_item() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "mutex", MUTEX) else { return };
-    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap()]) else { return };
+    let Some(bin) = compile(dir.path(), "mutex", MUTEX) else {
+        return;
+    };
+    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap()]) else {
+        return;
+    };
     let items = items(&trace);
     assert_eq!(items.len(), 12);
-    let by_id: std::collections::HashMap<u64, &Value> = items.iter().map(|i| (u(&i["id"]), i)).collect();
+    let by_id: std::collections::HashMap<u64, &Value> =
+        items.iter().map(|i| (u(&i["id"]), i)).collect();
     let mut named = 0;
     for it in &items {
         for w in it["woken_by"].as_array().unwrap() {
-            let Some(holder) = w["item"].as_u64().and_then(|id| by_id.get(&id)) else { continue };
+            let Some(holder) = w["item"].as_u64().and_then(|id| by_id.get(&id)) else {
+                continue;
+            };
             // The holder: the other thread, inside an item of the other series.
-            if u(&w["tid"]) == u(&holder["tid"]) && u(&holder["tid"]) != u(&it["tid"]) && u(&holder["id"]) / 1000 != u(&it["id"]) / 1000 {
+            if u(&w["tid"]) == u(&holder["tid"])
+                && u(&holder["tid"]) != u(&it["tid"])
+                && u(&holder["id"]) / 1000 != u(&it["id"]) / 1000
+            {
                 assert!(u(&w["ns"]) > 0);
                 named += 1;
             }
         }
     }
-    assert!(named >= 3, "waiters should name the holding thread's item: {items:#?}");
+    assert!(
+        named >= 3,
+        "waiters should name the holding thread's item: {items:#?}"
+    );
 }
 
 #[test]
@@ -312,7 +383,9 @@ fn runnable_time_names_the_cpu_hog() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "pinned", PINNED) else { return };
+    let Some(bin) = compile(dir.path(), "pinned", PINNED) else {
+        return;
+    };
     let mut hog = Command::new(&bin).args(["hog", "20000"]).spawn().unwrap();
     let hog_pid = hog.id() as u64;
     let rec = record(dir.path(), &[bin.to_str().unwrap()]);
@@ -332,7 +405,12 @@ fn runnable_time_names_the_cpu_hog() {
     assert!(
         behind_hog as f64 >= 0.8 * runnable as f64,
         "runnable {runnable} ns, behind the hog {behind_hog} ns: {:#?}",
-        items.iter().map(|i| &i["preempted_by"]).filter(|p| p.as_array().is_some_and(|a| !a.is_empty())).take(5).collect::<Vec<_>>()
+        items
+            .iter()
+            .map(|i| &i["preempted_by"])
+            .filter(|p| p.as_array().is_some_and(|a| !a.is_empty()))
+            .take(5)
+            .collect::<Vec<_>>()
     );
     let comm_named = items
         .iter()

@@ -217,7 +217,7 @@ pub(super) fn wakee_field() -> (usize, usize) {
 
 /// `attr` for a CPU-wide open (`pid` -1): no inheritance, no enable-on-exec.
 pub(super) fn cpu_wide(attr: &crate::attr::PerfEventAttr) -> crate::attr::PerfEventAttr {
-    let mut a = attr.clone();
+    let mut a = *attr;
     a.set_inherit(0);
     a.set_enable_on_exec(0);
     a
