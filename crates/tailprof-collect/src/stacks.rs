@@ -67,6 +67,9 @@ pub struct StackOptions {
     pub call_graph: Option<CallGraph>,
     /// Record context switches and the stacks where threads went off the CPU.
     pub off_cpu: bool,
+    /// With context switches, do not record wakeups and CPU-wide switches (causes,
+    /// module docs).
+    pub no_wakeups: bool,
 }
 
 /// `kernel.perf_event_max_stack` (the kernel's callchain depth limit), 127 if unknown.

@@ -161,7 +161,7 @@ pub(super) fn cause_plans(
     sampling: &SamplingConfig,
     notes: &mut Vec<String>,
 ) -> Result<CausePlans, RecordError> {
-    if !(o.off_cpu || later) {
+    if !(o.off_cpu || later) || o.no_wakeups {
         return Ok(CausePlans::default());
     }
     if crate::tracefs::find().is_none() {
