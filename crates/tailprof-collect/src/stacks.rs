@@ -702,6 +702,54 @@ mod tests {
     }
 
     #[test]
+    fn cause_filter_keeps_what_the_analysis_needs() {
+        let mut c = CauseFilter { waking_event: 5, cpu_switch_event: 6, ..Default::default() };
+        let sw = |tid: u32, kind, next_prev| Switch { time: 1, pid: tid, tid, kind, next_prev, ..Default::default() };
+        // Thread 10 of the target, seen through its per-task switch record.
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
+        assert!(!c.keep_wakeup(99), "the wakee is not tracked");
+        // CPU-wide records: another thread while no target thread is runnable, dropped; a
+        // copy of a tracked thread's own switch, dropped.
+        assert!(!c.keep_switch(&sw(50, SwitchKind::In, Some((1, 1))), Some(6)));
+        assert!(!c.keep_switch(&sw(10, SwitchKind::OutPreempted, Some((50, 50))), Some(6)));
+        // Thread 10 preempted: who runs meanwhile is kept.
+        assert!(c.keep_switch(&sw(10, SwitchKind::OutPreempted, None), Some(0)));
+        assert!(c.keep_switch(&sw(50, SwitchKind::In, Some((10, 10))), Some(6)));
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
+        assert!(!c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)));
+        // A record naming a tracked thread as the other task is kept.
+        assert!(c.keep_switch(&sw(60, SwitchKind::OutPreempted, Some((10, 10))), Some(6)));
+        // A kept wakeup makes its wakee runnable until it runs.
+        assert!(c.keep_wakeup(10));
+        assert!(c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)));
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
+        assert!(!c.keep_switch(&sw(61, SwitchKind::In, Some((50, 50))), Some(6)));
+        assert_eq!((c.wakeups_kept, c.wakeups_dropped), (1, 1));
+        // An exited thread is forgotten.
+        c.observe(&Record::Exit(tailprof_format::Task { pid: 10, tid: 10, ..Default::default() }));
+        assert!(!c.keep_wakeup(10));
+        // System-wide: only threads that wrote a marker are tracked.
+        let mut s = CauseFilter { system_wide: true, cpu_switch_event: u16::MAX, ..Default::default() };
+        assert!(s.keep_switch(&sw(7, SwitchKind::In, Some((0, 0))), Some(0)));
+        assert!(!s.keep_wakeup(7));
+        s.observe(&Record::Marker(tailprof_format::Marker { tid: 7, ..Default::default() }));
+        assert!(s.keep_wakeup(7));
+    }
+
+    #[test]
+    fn untracked_threads_are_named_once() {
+        let me = std::process::id();
+        let mut sm = StackMaker::new(None, Vec::new(), u16::MAX);
+        sm.set_causes(0, 1, false, (24, 4));
+        let w = Record::Wakeup(Wakeup { time: 5, pid: me, tid: me, wakee_tid: 1, ..Default::default() });
+        let mut out = Vec::new();
+        sm.describe(&w, &mut out);
+        sm.describe(&w, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(matches!(&out[0], Record::Comm(c) if c.tid == me && c.time == 5 && !c.comm.is_empty()));
+    }
+
+    #[test]
     fn keep_regs_drops_unwind_only_registers() {
         // attr: ax(0), bp(6), sp(7), ip(8), r13(21); keep ax and r13.
         let attr = 1 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 21;
