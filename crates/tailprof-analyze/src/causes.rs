@@ -149,6 +149,22 @@ impl PathState {
     }
 }
 
+/// One wakeup that ended a blocked interval of an item's thread inside the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WakeEdge {
+    /// The wakeup.
+    pub time_ns: u64,
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub wakee_pid: u32,
+    pub wakee_tid: u32,
+    /// When the woken thread ran again.
+    pub resume_ns: u64,
+}
+
+/// Wake edges kept at most for a timeline.
+pub const MAX_WAKE_EDGES: usize = 1 << 20;
+
 /// What the critical path did during the wait, per state and stack.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct During {
@@ -262,13 +278,16 @@ pub(crate) struct CauseTracker {
     out_cpu: FxHashMap<u32, u32>,
     cpus: FxHashMap<u32, VecDeque<(u64, u32, u32)>>,
     items: FxHashMap<u32, RawItem>,
+    /// With a timeline: the wake edges into items.
+    edges: Option<Vec<WakeEdge>>,
     pub stats: CauseStats,
 }
 
 impl CauseTracker {
-    pub fn new(header: &TraceHeader) -> Self {
+    pub fn new(header: &TraceHeader, timeline: bool) -> Self {
         let causes = header.extra.get("causes");
         CauseTracker {
+            edges: timeline.then(Vec::new),
             on: causes.is_some(),
             cpu_switch_extra: causes.is_some_and(|c| c.contains("cpu_switch")),
             stats: CauseStats {
@@ -376,6 +395,18 @@ impl CauseTracker {
             _ => (u32::MAX, 0),
         };
         let out_cpu = self.out_cpu.remove(&iv.tid);
+        if let (Some(e), Some(w), false, OffState::Blocked) = (&mut self.edges, &wake, items.is_empty(), iv.state) {
+            if e.len() < MAX_WAKE_EDGES {
+                e.push(WakeEdge {
+                    time_ns: w.time,
+                    waker_pid: w.pid,
+                    waker_tid: w.tid,
+                    wakee_pid: iv.pid,
+                    wakee_tid: iv.tid,
+                    resume_ns: iv.end_ns,
+                });
+            }
+        }
         for &(idx, _) in items {
             match iv.state {
                 OffState::Blocked => match &wake {
@@ -581,6 +612,11 @@ impl CauseTracker {
                 .or_insert((0, pid, item_at(tid, at)));
             e.0 = e.0.saturating_add(o);
         }
+    }
+
+    /// The wake edges collected for a timeline (empty without one).
+    pub fn take_edges(&mut self) -> Vec<WakeEdge> {
+        self.edges.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The typed causes of every item that has some, with paths through `of_path` and

@@ -158,6 +158,10 @@ pub struct OffSlice {
 pub struct Timeline {
     pub samples: Vec<TimedSample>,
     pub off_cpu: Vec<OffSlice>,
+    /// Wakeups that ended a blocked interval of an item's thread inside the item (issue
+    /// 21), in time order: the edges the Perfetto export draws.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wakes: Vec<crate::causes::WakeEdge>,
 }
 
 /// Samples of one stack (a path of function rows, root first).
@@ -416,7 +420,7 @@ impl StackBuilder {
         let keep = spans.iter().map(|s| opts.filter.keeps(s)).collect();
         let off_cpu_late = header.extra.get("off_cpu_from").is_some_and(|v| v == "first_marker");
         Ok(StackBuilder {
-            causes: crate::causes::CauseTracker::new(header),
+            causes: crate::causes::CauseTracker::new(header, opts.timeline),
             off_cpu_late,
             first_switch: FxHashMap::default(),
             event,
@@ -640,6 +644,7 @@ impl StackBuilder {
                 o.path = of_path[o.path as usize];
             }
             t.off_cpu.sort_by_key(|o| (o.begin_ns, o.tid));
+            t.wakes = self.causes.take_edges();
             t
         });
         let stacks = stack_rows(whole);

@@ -152,6 +152,10 @@ fn trace(causes: Option<&str>, irq: bool) -> Vec<u8> {
 }
 
 fn analyze(bytes: &[u8]) -> (tailprof_analyze::ItemsReport, StackProfile) {
+    analyze_with(bytes, false)
+}
+
+fn analyze_with(bytes: &[u8], timeline: bool) -> (tailprof_analyze::ItemsReport, StackProfile) {
     let mut sym = Symbolizer::default();
     let mut r = TraceReader::from_bytes(bytes.to_vec()).unwrap();
     let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
@@ -160,7 +164,7 @@ fn analyze(bytes: &[u8]) -> (tailprof_analyze::ItemsReport, StackProfile) {
     let opts = StackOptions {
         event: None,
         filter: StackFilter::default(),
-        timeline: false,
+        timeline,
     };
     let p = stack_profile(&mut r, &opts, spans, &mut sym).unwrap();
     (items, p)
@@ -243,4 +247,18 @@ fn traces_without_wakeups_have_no_causes() {
     let (_, p) = analyze(&trace(None, false));
     assert!(!p.cause_stats.recorded);
     assert!(p.causes.is_empty());
+}
+
+#[test]
+fn the_timeline_has_the_wake_edges_into_items() {
+    let (_, p) = analyze_with(&trace(Some("sched_waking+cpu_switch"), false), true);
+    let t = p.timeline.expect("a timeline");
+    // The worker's own wakeup by the request (before it blocked inside no item of its
+    // own) is not an edge into an item; the worker's wakeup of the request is.
+    assert_eq!(t.wakes.len(), 1, "{:?}", t.wakes);
+    let e = t.wakes[0];
+    assert_eq!(
+        (e.time_ns, e.waker_tid, e.wakee_tid, e.resume_ns),
+        (17 * MS, WORKER, REQ, 18 * MS)
+    );
 }

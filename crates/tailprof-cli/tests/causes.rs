@@ -323,6 +323,29 @@ fn slow_handoff_requests_name_the_worker_and_its_slow_path() {
         fast_slow_path <= 2,
         "fast requests should not wait for the slow path ({fast_slow_path})"
     );
+    // The Perfetto export draws the wake edges: flows from the worker to the requests.
+    let pf = dir.path().join("t.perfetto.json");
+    let out = tailprof()
+        .args(["export"])
+        .arg(&trace)
+        .arg("--perfetto")
+        .arg(&pf)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&pf).unwrap()).unwrap();
+    let flows = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "wake" && e["ph"] == "f")
+        .count();
+    assert!(flows >= 20, "{flows} wake flows for 30 requests");
     // The text names the waker and the slow path in its Causes section.
     let out = tailprof()
         .args(["items", "--explain", "3"])
