@@ -821,6 +821,100 @@ pub fn explain_causes(
     }
 }
 
+/// Who cost other requests time, over the whole trace (`report --causes`): one row per
+/// process, thread or item class, largest `total_ns` first.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct InterferenceRow {
+    pub pid: u32,
+    /// `None` in the per-process and per-class rows.
+    pub tid: Option<u32>,
+    pub comm: String,
+    /// The item class the waker or preempter was inside (per-class rows; `None` in the
+    /// others, and for threads outside any item in the class rows: "no item").
+    pub class: Option<String>,
+    /// Interrupt wakeups of this kind (pid/tid 0): the task they interrupted did not
+    /// hold the request up.
+    pub irq: Option<IrqKind>,
+    /// Blocked time of items that this one's wakeups ended.
+    pub blocked_ns: u64,
+    /// Runnable time of items during which this one ran on their CPU.
+    pub runnable_ns: u64,
+    pub total_ns: u64,
+    /// Items it held up.
+    pub items: u64,
+}
+
+/// The whole-trace interference view; see [`InterferenceRow`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Interference {
+    /// The trace recorded wakeups (else every list is empty).
+    pub recorded: bool,
+    pub processes: Vec<InterferenceRow>,
+    pub threads: Vec<InterferenceRow>,
+    /// By the class of the item the waker or preempter was inside (`class` `None`: no
+    /// item); interrupts are counted under processes and threads only.
+    pub classes: Vec<InterferenceRow>,
+}
+
+/// Sums the causes of every item of `profile` (built over `report`'s items) by waker /
+/// preempter process, thread and item class.
+pub fn interference(report: &crate::items::ItemsReport, profile: &crate::stacks::StackProfile) -> Interference {
+    let class_of: FxHashMap<u64, Option<String>> = report.items.iter().map(|i| (i.id, i.class.clone())).collect();
+    type Key = (u32, Option<u32>, Option<Option<String>>, Option<IrqKind>);
+    let mut rows: FxHashMap<Key, (InterferenceRow, rustc_hash::FxHashSet<u64>)> = FxHashMap::default();
+    let mut add = |key: Key, comm: &str, item: u64, blocked: u64, runnable: u64| {
+        let (r, items) = rows.entry(key.clone()).or_insert_with(|| {
+            let r = InterferenceRow { pid: key.0, tid: key.1, class: key.2.clone().flatten(), irq: key.3, ..Default::default() };
+            (r, Default::default())
+        });
+        if r.comm.is_empty() {
+            r.comm = comm.to_owned();
+        }
+        r.blocked_ns = r.blocked_ns.saturating_add(blocked);
+        r.runnable_ns = r.runnable_ns.saturating_add(runnable);
+        items.insert(item);
+    };
+    for c in &profile.causes {
+        for w in &c.woken_by {
+            match w.irq {
+                Some(k) => {
+                    let comm = format!("[{} interrupt]", k.name());
+                    add((0, None, None, Some(k)), &comm, c.id, w.ns, 0);
+                    add((0, Some(0), None, Some(k)), &comm, c.id, w.ns, 0);
+                }
+                None => {
+                    add((w.pid, None, None, None), &w.comm, c.id, w.ns, 0);
+                    add((w.pid, Some(w.tid), None, None), &w.comm, c.id, w.ns, 0);
+                    add((0, None, Some(w.class.clone()), None), "", c.id, w.ns, 0);
+                }
+            }
+        }
+        for p in &c.preempted_by {
+            let class = p.item.and_then(|i| class_of.get(&i).cloned().flatten());
+            add((p.pid, None, None, None), &p.comm, c.id, 0, p.ns);
+            add((p.pid, Some(p.tid), None, None), &p.comm, c.id, 0, p.ns);
+            add((0, None, Some(class), None), "", c.id, 0, p.ns);
+        }
+    }
+    let mut out = Interference { recorded: profile.cause_stats.recorded, ..Default::default() };
+    for ((_, tid, class, _), (mut r, items)) in rows {
+        r.total_ns = r.blocked_ns.saturating_add(r.runnable_ns);
+        r.items = items.len() as u64;
+        match (tid, class) {
+            (_, Some(_)) => {
+                r.pid = 0;
+                out.classes.push(r)
+            }
+            (Some(_), None) => out.threads.push(r),
+            (None, None) => out.processes.push(r),
+        }
+    }
+    for v in [&mut out.processes, &mut out.threads, &mut out.classes] {
+        v.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)).then(a.tid.cmp(&b.tid)).then(a.class.cmp(&b.class)).then(a.comm.cmp(&b.comm)));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

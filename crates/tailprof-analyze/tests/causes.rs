@@ -3,7 +3,7 @@
 //! 2 ms, then wakes it; a second request is preempted by a hog of another process, seen
 //! through CPU-wide switch records. Every time is exact, so the expected values are too.
 
-use tailprof_analyze::causes::{explain_causes, IrqKind, PathState};
+use tailprof_analyze::causes::{explain_causes, interference, IrqKind, PathState};
 use tailprof_analyze::items::{items_report, ItemsOptions};
 use tailprof_analyze::stack_explain::explain_stacks;
 use tailprof_analyze::stacks::{stack_profile, ItemSpan, StackFilter, StackOptions, StackProfile};
@@ -261,4 +261,20 @@ fn the_timeline_has_the_wake_edges_into_items() {
         (e.time_ns, e.waker_tid, e.wakee_tid, e.resume_ns),
         (17 * MS, WORKER, REQ, 18 * MS)
     );
+}
+
+#[test]
+fn interference_sums_by_process_thread_and_class() {
+    let (items, p) = analyze(&trace(Some("sched_waking+cpu_switch"), false));
+    let x = interference(&items, &p);
+    assert!(x.recorded);
+    let procs: Vec<(u32, u64, u64, u64)> = x
+        .processes
+        .iter()
+        .map(|r| (r.pid, r.blocked_ns, r.runnable_ns, r.items))
+        .collect();
+    assert_eq!(procs, vec![(PID, 15 * MS, 0, 1), (HOG, 0, 3 * MS, 1)]);
+    assert_eq!(x.threads[0].tid, Some(WORKER));
+    assert_eq!(x.classes.len(), 1);
+    assert_eq!(x.classes[0].total_ns, 18 * MS);
 }

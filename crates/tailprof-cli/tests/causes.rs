@@ -440,4 +440,19 @@ fn runnable_time_names_the_cpu_hog() {
         .flat_map(|i| i["preempted_by"].as_array().cloned().unwrap_or_default())
         .any(|p| u(&p["pid"]) == hog_pid && p["comm"] == "pinned");
     assert!(comm_named, "the hog's comm should be named");
+    // The whole-trace view ranks the hog first.
+    let out = tailprof()
+        .args(["report", "--causes", "--json"])
+        .arg(&trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["processes"][0]["pid"].as_u64(), Some(hog_pid), "{v:#}");
+    assert!(u(&v["processes"][0]["runnable_ns"]) >= behind_hog);
 }

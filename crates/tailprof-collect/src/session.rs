@@ -393,7 +393,9 @@ impl Recorder {
         if causes.waking.is_some() {
             // What the causes analysis can expect (docs/FORMAT.md `causes`): wakeups, from
             // CPU-wide events or only the target's; CPU-wide switches (filtered).
-            let mut v = String::from(if cpu_wide_ok || system_wide { "sched_waking" } else { "sched_waking_task" });
+            // At the first marker, sched_waking is opened with the target's tasks.
+            let cpu_wide_waking = system_wide || (cpu_wide_ok && switch_later.is_none());
+            let mut v = String::from(if cpu_wide_waking { "sched_waking" } else { "sched_waking_task" });
             if cpu_wide_ok && causes.cpu_switch.is_some() && switch_later.is_none() {
                 v.push_str("+cpu_switch");
             }

@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tailprof_analyze::items::{Explanation, ItemRow, ItemsReport};
 use tailprof_analyze::stack_explain::{time_split, StackExplanation};
-use tailprof_analyze::causes::{CauseExplanation, PathState};
+use tailprof_analyze::causes::{CauseExplanation, Interference, InterferenceRow, PathState};
 use tailprof_analyze::stacks::StackProfile;
 
 use crate::fmt::{duration, share, thousands};
@@ -682,4 +682,46 @@ pub fn render_causes(x: &CauseExplanation) -> String {
         }
     }
     out
+}
+
+/// `report --causes`: who cost other requests the most time (blocked behind their
+/// wakeups, or runnable while they ran), per process, thread and item class, largest
+/// first (`top` rows each).
+pub fn render_interference(x: &Interference, top: Option<usize>) -> String {
+    let mut out = String::new();
+    if !x.recorded {
+        out.push_str("No wakeups in this trace: record with --off-cpu (as root for wakers and CPU-wide switches outside the recorded processes) to see who held requests up.\n");
+        return out;
+    }
+    let n = top.unwrap_or(usize::MAX);
+    let name = |r: &InterferenceRow| if r.comm.is_empty() { "?".to_owned() } else { r.comm.clone() };
+    let mut section = |title: &str, rows: &[InterferenceRow], label: &dyn Fn(&InterferenceRow) -> String| {
+        let _ = writeln!(out, "{title}");
+        if rows.is_empty() {
+            out.push_str("  (none)\n");
+        }
+        for r in rows.iter().take(n) {
+            let _ = writeln!(
+                out,
+                "  {:>10}  blocked {:>10}  runnable {:>10}  {:>6} items  {}",
+                ms(r.total_ns),
+                ms(r.blocked_ns),
+                ms(r.runnable_ns),
+                r.items,
+                label(r)
+            );
+        }
+        out.push('\n');
+    };
+    section("Processes that held requests up:", &x.processes, &|r| format!("{} (pid {})", name(r), r.pid));
+    section("Threads:", &x.threads, &|r| format!("{} (pid {}, tid {})", name(r), r.pid, r.tid.unwrap_or(0)));
+    section("Item classes (of the waker's or preempter's item):", &x.classes, &|r| {
+        r.class.clone().unwrap_or_else(|| "(no item, or an item without class)".into())
+    });
+    out
+}
+
+/// `report --causes --json`: the [`Interference`] document, pretty-printed.
+pub fn interference_json(x: &Interference) -> Result<String, PresentError> {
+    Ok(serde_json::to_string_pretty(x)? + "\n")
 }
