@@ -301,6 +301,10 @@ impl TraceInfo {
     }
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,8 +355,4 @@ mod tests {
         assert_eq!(with_trailer.duration_ns, Some(7));
         assert_eq!(with_trailer.samples_per_event, None);
     }
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
 }
