@@ -53,7 +53,9 @@ pub struct ItemsArgs {
 
     /// Print JSON: {"items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
     /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}],
-    /// "mem_bytes", "mem_gbps" (traces with an LLC-miss event)}], "outside_samples": N, ...}
+    /// "mem_bytes", "mem_gbps" (traces with an LLC-miss event), "woken_by", "preempted_by"
+    /// (traces with wakeups: who woke the item and what the waker did meanwhile, who ran
+    /// while it waited for a CPU; docs/JSON.md)}], "outside_samples": N, ...}
     #[arg(long)]
     json: bool,
 
