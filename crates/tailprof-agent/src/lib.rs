@@ -123,6 +123,7 @@ pub fn run_agent(
             .stacks
             .then_some(tailprof_collect::session::CallGraph::Fp),
         off_cpu: false,
+        no_wakeups: false,
     };
     let mut recorder = Recorder::with_stacks(opts, items, stacks)?;
     let events: Vec<String> = recorder

@@ -153,6 +153,9 @@ pub struct TraceInfo {
     pub switches: SwitchCounts,
     /// Context-switch records per status of their off-CPU stack.
     pub switch_stacks: StackStatusCounts,
+    /// Wakeup records (`sched:sched_waking`, issue 21); absent from the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub wakeups: u64,
     /// Samples per event index (only with a [`RecordCounter`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub samples_per_event: Option<Vec<u64>>,
@@ -278,6 +281,7 @@ impl TraceInfo {
             stacks: stats.sample_stacks,
             switches: stats.switches,
             switch_stacks: stats.switch_stacks,
+            wakeups: stats.wakeups,
             samples_per_event: per_event,
             processes: counts.map(RecordCounter::processes),
             threads: counts.map(RecordCounter::threads),
@@ -295,6 +299,10 @@ impl TraceInfo {
             extra: header.extra.clone(),
         }
     }
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[cfg(test)]

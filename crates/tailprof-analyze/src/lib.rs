@@ -34,6 +34,7 @@
 //! ```
 
 pub mod bandwidth;
+pub mod causes;
 pub mod export;
 pub mod info;
 pub mod items;

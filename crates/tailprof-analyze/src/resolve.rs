@@ -49,7 +49,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
     BuildIdEntry, Comm, CpuMode, ItemClass, Lost, Marker, Mmap, Sample, Sink, StackDef, StackTable, Switch, Task,
-    Throttle, TraceHeader,
+    Throttle, TraceHeader, Wakeup,
 };
 
 use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
@@ -374,6 +374,7 @@ pub trait ResolvedSink {
 
     fn handle_sample(&mut self, s: &Sample, resolver: &mut Resolver);
     fn handle_switch(&mut self, _s: &Switch, _resolver: &mut Resolver) {}
+    fn handle_wakeup(&mut self, _w: &Wakeup, _resolver: &mut Resolver) {}
     /// A stack node, after the resolver added it to its table (when kept).
     fn handle_stack(&mut self, _d: &StackDef) {}
     fn handle_mmap(&mut self, _m: &Mmap) {}
@@ -433,6 +434,9 @@ impl<S: ResolvedSink> Sink for Resolved<S> {
     }
     fn handle_switch(&mut self, s: &Switch) {
         self.inner.handle_switch(s, &mut self.resolver);
+    }
+    fn handle_wakeup(&mut self, w: &Wakeup) {
+        self.inner.handle_wakeup(w, &mut self.resolver);
     }
     fn handle_stack(&mut self, d: &StackDef) {
         self.resolver.handle_stack(d);

@@ -27,7 +27,7 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch, Task, TraceHeader,
+    Comm, CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch, Task, TraceHeader, Wakeup,
     TraceReader,
 };
 
@@ -158,6 +158,10 @@ pub struct OffSlice {
 pub struct Timeline {
     pub samples: Vec<TimedSample>,
     pub off_cpu: Vec<OffSlice>,
+    /// Wakeups that ended a blocked interval of an item's thread inside the item (issue
+    /// 21), in time order: the edges the Perfetto export draws.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wakes: Vec<crate::causes::WakeEdge>,
 }
 
 /// Samples of one stack (a path of function rows, root first).
@@ -261,6 +265,13 @@ pub struct StackProfile {
     pub read: Option<ReadSummary>,
     /// With [`StackOptions::timeline`].
     pub timeline: Option<Timeline>,
+    /// Per item: who woke it and who ran while it waited for a CPU (issue 21; items
+    /// without causes are absent), with the whole-trace counters. Not in this
+    /// document's JSON: `items` shows them per item.
+    #[serde(skip)]
+    pub causes: Vec<crate::causes::ItemCauses>,
+    #[serde(skip)]
+    pub cause_stats: crate::causes::CauseStats,
 }
 
 impl StackProfile {
@@ -370,6 +381,22 @@ pub struct StackBuilder {
     /// first `Switch` record of each process (from then on its switches are complete).
     off_cpu_late: bool,
     first_switch: FxHashMap<u32, u64>,
+    /// Wakeups and who ran instead (issue 21).
+    causes: crate::causes::CauseTracker,
+}
+
+/// The innermost item of `by_tid` open on `tid` at `t` (`NO_ITEM`: none).
+fn item_in(by_tid: &FxHashMap<u32, Vec<(u64, u64, u32)>>, tid: u32, t: u64) -> u32 {
+    let Some(v) = by_tid.get(&tid) else { return NO_ITEM };
+    let i = v.partition_point(|s| s.0 <= t);
+    // Latest begin first: the innermost of nested items. Items of one thread rarely
+    // nest deeply; look back a bounded number of spans.
+    for &(_, end, idx) in v[..i].iter().rev().take(16) {
+        if t <= end {
+            return idx;
+        }
+    }
+    NO_ITEM
 }
 
 impl StackBuilder {
@@ -393,6 +420,7 @@ impl StackBuilder {
         let keep = spans.iter().map(|s| opts.filter.keeps(s)).collect();
         let off_cpu_late = header.extra.get("off_cpu_from").is_some_and(|v| v == "first_marker");
         Ok(StackBuilder {
+            causes: crate::causes::CauseTracker::new(header, opts.timeline),
             off_cpu_late,
             first_switch: FxHashMap::default(),
             event,
@@ -423,16 +451,7 @@ impl StackBuilder {
     /// The innermost item open on `tid` at `t`.
     #[inline]
     fn item_at(&self, tid: u32, t: u64) -> u32 {
-        let Some(v) = self.by_tid.get(&tid) else { return NO_ITEM };
-        let i = v.partition_point(|s| s.0 <= t);
-        // Latest begin first: the innermost of nested items. Items of one thread rarely
-        // nest deeply; look back a bounded number of spans.
-        for &(_, end, idx) in v[..i].iter().rev().take(16) {
-            if t <= end {
-                return idx;
-            }
-        }
-        NO_ITEM
+        item_in(&self.by_tid, tid, t)
     }
 
     /// The resolved path of `stack` (or of the lone `ip` when it has none; an empty path
@@ -488,7 +507,11 @@ impl StackBuilder {
                 t.off_cpu.push(slice);
             }
         }
-        let Some(v) = self.by_tid.get(&iv.tid) else { return };
+        let Some(v) = self.by_tid.get(&iv.tid) else {
+            let by_tid = &self.by_tid;
+            self.causes.interval(iv, path, &[], &|tid, t| item_in(by_tid, tid, t));
+            return;
+        };
         let i = v.partition_point(|s| s.0 < iv.end_ns);
         let mut misses = 0;
         let mut hits: Vec<(u32, u64)> = Vec::new();
@@ -503,6 +526,10 @@ impl StackBuilder {
                     break;
                 }
             }
+        }
+        {
+            let by_tid = &self.by_tid;
+            self.causes.interval(iv, path, &hits, &|tid, t| item_in(by_tid, tid, t));
         }
         for (idx, o) in hits {
             *self.off.entry((idx, path, iv.state)).or_default() += o;
@@ -617,6 +644,7 @@ impl StackBuilder {
                 o.path = of_path[o.path as usize];
             }
             t.off_cpu.sort_by_key(|o| (o.begin_ns, o.tid));
+            t.wakes = self.causes.take_edges();
             t
         });
         let stacks = stack_rows(whole);
@@ -632,6 +660,18 @@ impl StackBuilder {
                 ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns, off_cpu_partial }
             })
             .collect();
+        let (causes, cause_stats) = {
+            let names = |p: u32| -> Vec<String> {
+                of_path
+                    .get(p as usize)
+                    .and_then(|&fp| paths.get(fp as usize))
+                    .map(|v| v.iter().map(|&f| table.rows[f as usize].name.clone()).collect())
+                    .unwrap_or_default()
+            };
+            let spans = &self.spans;
+            let span = |i: u32| spans.get(i as usize).map_or((0, None), |s| (s.id, s.class.clone()));
+            std::mem::take(&mut self.causes).finish(&names, &span)
+        };
         let mut counts = self.statuses;
         let unknown = StackStatus::Unknown as usize;
         counts[unknown] = counts[unknown].saturating_sub(moved[ChainEnd::Entry as usize] + moved[ChainEnd::Broken as usize]);
@@ -662,6 +702,8 @@ impl StackBuilder {
             kernel_symbols: table.kernel_note,
             read: self.read,
             timeline,
+            causes,
+            cause_stats,
         }
     }
 }
@@ -780,6 +822,10 @@ impl ResolvedSink for StackBuilder {
         if s.event != self.event {
             return;
         }
+        if self.causes.on {
+            let path = self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode);
+            self.causes.sample(s.tid, s.time, path);
+        }
         self.total += 1;
         let item = if self.by_tid.is_empty() { NO_ITEM } else { self.item_at(s.tid, s.time) };
         let kept = !self.filter.is_active() || (item != NO_ITEM && self.keep[item as usize]);
@@ -804,9 +850,23 @@ impl ResolvedSink for StackBuilder {
         if self.off_cpu_late {
             self.first_switch.entry(s.pid).or_insert(s.time);
         }
+        self.causes.switch(s);
+        if !self.causes.feeds_timelines(s) {
+            return;
+        }
         if let Some(iv) = self.timelines.handle(s) {
             self.add_interval(r, &iv);
         }
+    }
+    fn handle_wakeup(&mut self, w: &Wakeup, r: &mut Resolver) {
+        self.last_time = self.last_time.max(w.time);
+        if self.causes.on {
+            let path = if w.stack.is_none() { crate::causes::NO_PATH } else { self.path_of(r, w.pid, w.stack, None, CpuMode::Kernel) };
+            self.causes.wakeup(w, path);
+        }
+    }
+    fn handle_comm(&mut self, c: &Comm) {
+        self.causes.comm(c);
     }
     fn handle_mmap(&mut self, m: &Mmap) {
         self.last_time = self.last_time.max(m.time);

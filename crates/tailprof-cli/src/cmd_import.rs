@@ -48,6 +48,13 @@ pub fn run(args: ImportArgs) -> Result<ExitCode> {
         args.output.display(),
         ui::bytes(out_bytes)
     );
+    if summary.switches > 0 || summary.wakeups > 0 {
+        eprintln!(
+            "tailprof: context switches {}, wakeups {}",
+            ui::thousands(summary.switches),
+            ui::thousands(summary.wakeups)
+        );
+    }
     if summary.skipped_records > 0 {
         let kinds: Vec<String> = summary.skipped_by_type.iter().map(|(k, v)| format!("{k} {v}")).collect();
         eprintln!("tailprof: note: {} records of kinds tailprof does not keep: {}", summary.skipped_records, kinds.join(", "));

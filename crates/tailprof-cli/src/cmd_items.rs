@@ -53,7 +53,9 @@ pub struct ItemsArgs {
 
     /// Print JSON: {"items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
     /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}],
-    /// "mem_bytes", "mem_gbps" (traces with an LLC-miss event)}], "outside_samples": N, ...}
+    /// "mem_bytes", "mem_gbps" (traces with an LLC-miss event), "woken_by", "preempted_by"
+    /// (traces with wakeups: who woke the item and what the waker did meanwhile, who ran
+    /// while it waited for a CPU; docs/JSON.md)}], "outside_samples": N, ...}
     #[arg(long)]
     json: bool,
 
@@ -134,12 +136,14 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         Some(id) => {
             let x = explain(&report, id).with_context(|| name.clone())?;
             let sx = tailprof_analyze::stack_explain::explain_stacks(&report, &stacks, id).with_context(|| name.clone())?;
+            let cx = tailprof_analyze::causes::explain_causes(&report, &stacks, &sx);
             if args.json {
                 let mut doc = view::explanation_json(&x)?;
                 view::merge_stack_explanation(&mut doc, &sx);
+                view::merge_causes_explanation(&mut doc, &cx)?;
                 serde_json::to_string_pretty(&doc)?
             } else {
-                view::render_explanation(&x) + &view::render_stack_explanation(&sx, 15)
+                view::render_explanation(&x) + &view::render_stack_explanation(&sx, 15) + &view::render_causes(&cx)
             }
         }
         None => {
@@ -157,6 +161,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
             if args.json {
                 let mut doc = view::items_json(&report, &v)?;
                 view::merge_item_stacks(&mut doc, &report, &stacks);
+                view::merge_item_causes(&mut doc, &stacks)?;
                 // With a last-level-cache-miss event: each item's memory traffic (issue 8).
                 let mut again = TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
                 if let Some(mem) = item_memory(&mut again).with_context(|| name.clone())? {

@@ -163,6 +163,13 @@ pub struct RecordArgs {
     #[arg(long = "no-off-cpu")]
     no_off_cpu: bool,
 
+    /// With context switches, do not record wakeups (sched:sched_waking, with the waker's
+    /// stack) and, for a command or -p, the CPU-wide context switches that say who ran
+    /// while a thread waited for a CPU. They give `items` its woken_by and preempted_by
+    /// (docs/STACKS.md "Wakeups and CPU-wide switches").
+    #[arg(long = "no-wakeups")]
+    no_wakeups: bool,
+
     /// Command to launch and profile (after `--`).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -267,6 +274,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let stack_opts = tailprof_collect::session::StackOptions {
         call_graph,
         off_cpu: !args.no_off_cpu && (args.off_cpu || items_recorded),
+        no_wakeups: args.no_wakeups,
     };
     let mut opts = opts;
     if matches!(stack_opts.call_graph, Some(tailprof_collect::session::CallGraph::Dwarf { .. })) && opts.mmap_pages == 128 {

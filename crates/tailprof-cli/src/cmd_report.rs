@@ -84,6 +84,14 @@ pub struct ReportArgs {
     #[arg(long)]
     off_cpu: bool,
 
+    /// Who held requests up, over the whole trace (traces with wakeups: record with
+    /// --off-cpu): per process, thread and item class, the blocked time of items their
+    /// wakeups ended and the runnable time of items while they ran on the items' CPU,
+    /// largest first. With --json: {"processes": [{"pid", "tid", "comm", "class",
+    /// "blocked_ns", "runnable_ns", "total_ns", "items"}], "threads": [...], "classes": [...]}.
+    #[arg(long, conflicts_with_all = ["folded", "off_cpu"])]
+    causes: bool,
+
     /// Only samples (and off-CPU time) inside this item; repeatable.
     #[arg(long = "item", value_name = "ID")]
     items: Vec<u64>,
@@ -130,6 +138,22 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
     })
 }
 
+/// `--causes`: the items and their causes (one stack pass), summed by whom.
+fn run_causes(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Option<usize>) -> Result<String> {
+    use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
+    let opts = StackOptions { event: Some(event), filter: StackFilter::default(), timeline: false };
+    let mut symbolizer = symbolizer();
+    let (items, p) = stack_report(&mut reader, &opts, true, &mut symbolizer)
+        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let items = items.context("no items in this trace")?;
+    let x = tailprof_analyze::causes::interference(&items, &p);
+    Ok(if args.json {
+        tailprof_present::items::interference_json(&x)?
+    } else {
+        tailprof_present::items::render_interference(&x, top)
+    })
+}
+
 /// `--debug-dir` of the running command (set once by its `run`).
 static DEBUG_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
 
@@ -153,6 +177,14 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
     let filtered = !args.items.is_empty() || args.class.is_some() || args.in_items || args.slow;
+    if args.causes {
+        let top = if args.top == 0 { None } else { Some(args.top) };
+        let out = run_causes(&args, reader, event, top)?;
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(out.as_bytes())?;
+        stdout.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if matches!(args.by, By::Stack) || args.folded || args.off_cpu || filtered {
         if filtered && matches!(args.by, By::Binary | By::Thread) {
             anyhow::bail!("--item/--class/--in-items/--slow work with --by function or --by stack, not --by binary/thread");

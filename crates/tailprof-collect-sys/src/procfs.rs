@@ -198,6 +198,15 @@ pub fn is_symbolizable(m: &MapsEntry) -> bool {
     m.prot & 4 != 0 && (m.path.starts_with('/') || m.path == "[vdso]")
 }
 
+/// The name of thread `tid` of process `pid` (`/proc/PID/task/TID/comm`, at most 64
+/// bytes read: the kernel's names have 15).
+pub fn thread_comm(pid: u32, tid: u32) -> Option<String> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(64);
+    fs::File::open(format!("/proc/{pid}/task/{tid}/comm")).ok()?.take(64).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).trim_end_matches('\n').to_string())
+}
+
 fn comm_of(path: &str) -> Option<String> {
     let s = fs::read_to_string(path).ok()?;
     Some(s.trim_end_matches('\n').to_string())

@@ -314,6 +314,14 @@ pub struct Recorder {
     off_cpu: Option<AttrPlan>,
     /// Off-CPU events waiting for the first marker (issue 7 item 2).
     off_cpu_later: items::OffCpuLater,
+    /// `sched:sched_waking` opened with every task like `off_cpu` (system-wide targets,
+    /// or CPU-wide events not permitted), and its decoder index.
+    waking_in_task: Option<(AttrPlan, u16)>,
+    /// Events opened CPU-wide besides the target's own (causes: sched_waking and the
+    /// CPU-wide context switches), with their decoder indexes; their fds, enabled at the
+    /// start of the run whatever the target.
+    cpu_wide: Vec<(AttrPlan, u16)>,
+    cpu_wide_fds: Vec<OwnedFd>,
     /// `-a -- CMD`: the command exited during a long round and the events were disabled
     /// there (see [`Recorder::refill`]).
     sampling_stopped: bool,
@@ -393,6 +401,28 @@ impl Recorder {
             layouts.push(layout_of(p));
             (layouts.len() - 1) as u16
         });
+        // Causes (issue 21): sched_waking and the CPU-wide context switches.
+        let system_wide = matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_));
+        let causes = cause_plans(&stack_opts, switch_later.is_some(), system_wide, &sampling, &mut stack_notes)?;
+        let mut index_of = |p: &Option<AttrPlan>| {
+            p.as_ref().map_or(u16::MAX, |p| {
+                layouts.push(layout_of(p));
+                (layouts.len() - 1) as u16
+            })
+        };
+        let waking_event = index_of(&causes.waking);
+        let cpu_switch_event = index_of(&causes.cpu_switch);
+        // Per-task targets: CPU-wide when permitted (wakers outside the process, and who
+        // ran while its threads waited for a CPU), else with the target's tasks.
+        let cpu_wide_ok = !system_wide && causes.waking.is_some() && cpu_wide_permitted(&caps);
+        if causes.waking.is_some() && !system_wide && !cpu_wide_ok {
+            stack_notes.push(
+                "CPU-wide events not permitted (run as root or set kernel.perf_event_paranoid to 0): wakeups are \
+                 recorded only when the waker is in the recorded processes, and who ran instead of a runnable \
+                 thread (preempted_by) is not recorded"
+                    .into(),
+            );
+        }
         // `--item-class-from` events come last (tracefs uprobe events, as tracepoints).
         let classes = items::ClassProbes::prepare(&items.class_from, layouts.len())?;
         layouts.extend(classes.iter().flat_map(|c| c.layouts()));
@@ -405,6 +435,17 @@ impl Recorder {
         if stack_opts.off_cpu || switch_later.is_some() {
             header.extra.insert("off_cpu".into(), if off_cpu.is_some() { "switch+sched_switch" } else { "switch" }.into());
         }
+        if causes.waking.is_some() {
+            // What the causes analysis can expect (docs/FORMAT.md `causes`): wakeups, from
+            // CPU-wide events or only the target's; CPU-wide switches (filtered).
+            // At the first marker, sched_waking is opened with the target's tasks.
+            let cpu_wide_waking = system_wide || (cpu_wide_ok && switch_later.is_none());
+            let mut v = String::from(if cpu_wide_waking { "sched_waking" } else { "sched_waking_task" });
+            if cpu_wide_ok && causes.cpu_switch.is_some() && switch_later.is_none() {
+                v.push_str("+cpu_switch");
+            }
+            header.extra.insert("causes".into(), v);
+        }
         let stack_maker = (stack_opts.call_graph.is_some() || stack_opts.off_cpu || switch_later.is_some()).then(|| {
             let mut ev: Vec<_> = plans
                 .iter()
@@ -414,7 +455,11 @@ impl Recorder {
             for l in &layouts[plans.len()..] {
                 ev.push((l.sample_layout(), l.regs_user_mask, l.regs_user_mask));
             }
-            StackMaker::new(stack_opts.call_graph, ev, off_cpu_event)
+            let mut sm = StackMaker::new(stack_opts.call_graph, ev, off_cpu_event);
+            if causes.waking.is_some() {
+                sm.set_causes(waking_event, cpu_switch_event, system_wide, wakee_field());
+            }
+            sm
         });
         let mut decoder = Decoder::new(layouts);
         // Probe, off-CPU and class events' samples become other records: decoded at emit.
@@ -439,17 +484,36 @@ impl Recorder {
             // Lost/throttle records of the switch event name no header event.
             rec.emitter.probe_base = rec.emitter.probe_base.min(switch_later_event);
         }
+        for e in [waking_event, cpu_switch_event] {
+            // Lost/throttle records of these events name no header event.
+            rec.emitter.probe_base = rec.emitter.probe_base.min(e);
+        }
+        let later = switch_later.is_some();
         rec.off_cpu_later = items::OffCpuLater {
             plan: switch_later,
             event: switch_later_event,
             sched: sched_later,
             sched_event: off_cpu_event,
+            waking: if later { causes.waking.clone().map(|p| (p, waking_event)) } else { None },
             ..Default::default()
         };
+        if !later {
+            if let Some(w) = causes.waking {
+                if cpu_wide_ok {
+                    rec.cpu_wide.push((w, waking_event));
+                } else {
+                    rec.waking_in_task = Some((w, waking_event));
+                }
+            }
+            if let (Some(p), true) = (causes.cpu_switch, cpu_wide_ok) {
+                rec.cpu_wide.push((p, cpu_switch_event));
+            }
+        }
         if matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_)) {
             rec.emitter.follow = Some(items::MarkerFollower::default());
         }
         rec.open_target(&opts.target, &caps, opts.mmap_pages)?;
+        rec.open_cpu_wide()?;
         rec.start_off_cpu_later()?;
         rec.watch_target_and_rings()?;
         Ok(rec)
@@ -494,6 +558,9 @@ impl Recorder {
             sampling,
             off_cpu: None,
             off_cpu_later: items::OffCpuLater::default(),
+            waking_in_task: None,
+            cpu_wide: Vec::new(),
+            cpu_wide_fds: Vec::new(),
             sampling_stopped: false,
         })
     }
@@ -549,6 +616,9 @@ impl Recorder {
             for fd in &self.fds {
                 sys::ioctl_enable(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ENABLE"))?;
             }
+        }
+        for fd in &self.cpu_wide_fds {
+            sys::ioctl_enable(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ENABLE (CPU-wide)"))?;
         }
         if let Some(c) = &mut self.child {
             c.release_with_env(&self.child_env)?;
@@ -631,6 +701,9 @@ impl Recorder {
             let _ = sys::ioctl_disable(fd.as_fd());
         }
         self.off_cpu_later.disable();
+        for fd in &self.cpu_wide_fds {
+            let _ = sys::ioctl_disable(fd.as_fd());
+        }
         if let Some(s) = &mut self.spool {
             s.stop();
         }

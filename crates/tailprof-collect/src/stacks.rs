@@ -23,11 +23,25 @@
 //! record of the same thread on the same CPU: the recorder keeps that stack per thread
 //! and attaches it to the thread's next switch-out record (within [`OFF_CPU_MATCH_NS`]).
 //! The tracepoint samples themselves are not written.
+//!
+//! Causes (issue 21): `sched:sched_waking` (it fires in the waker's context) becomes a
+//! [`Wakeup`] record with the waker's stack (the off-CPU event's call-graph mode) and the
+//! wakee's tid from the raw record; switch records of CPU-wide events keep the other task
+//! (`next_prev`). What no analysis needs is dropped here ([`CauseFilter`]): a wakeup is
+//! kept only when its wakee is a *tracked* thread, and a record of the extra CPU-wide
+//! switch event only when it is about an untracked thread while some tracked thread is
+//! runnable (or names a tracked thread as its other task). Tracked threads: for a command
+//! or `-p` target, every thread the target's own events have shown (its switch, COMM,
+//! FORK records and markers), whose own switches come from the per-task events (so the
+//! CPU-wide event's copies of them are dropped); system-wide, the threads that wrote an
+//! item marker.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tailprof_format::{Frame, Mmap, Record, Sample, StackId, StackStatus, Switch, SwitchKind};
+use std::collections::HashSet;
+
+use tailprof_format::{Frame, Mmap, Record, Sample, StackId, StackStatus, Switch, SwitchKind, Wakeup};
 use tailprof_perf_abi::{regs_abi, Endian, SampleLayout, SwitchDirection};
 use tailprof_unwind::{Limits, Mapping, Unwinder, UserRegs};
 
@@ -53,6 +67,9 @@ pub struct StackOptions {
     pub call_graph: Option<CallGraph>,
     /// Record context switches and the stacks where threads went off the CPU.
     pub off_cpu: bool,
+    /// With context switches, do not record wakeups and CPU-wide switches (causes,
+    /// module docs).
+    pub no_wakeups: bool,
 }
 
 /// `kernel.perf_event_max_stack` (the kernel's callchain depth limit), 127 if unknown.
@@ -105,6 +122,107 @@ pub(crate) struct StackMaker {
     pending_off: HashMap<u32, (u64, StackId, StackStatus)>,
     /// Switch-out records that found no sched_switch stack.
     pub(crate) switch_out_without_stack: u64,
+    /// Wakeups and CPU-wide switches (`None`: not recorded).
+    pub(crate) causes: Option<CauseFilter>,
+}
+
+/// Tracked threads (bounded) and which of them are runnable: the recorder's filter of
+/// wakeups and CPU-wide switch records (module docs).
+#[derive(Debug, Default)]
+pub(crate) struct CauseFilter {
+    /// The sched_waking event's index.
+    pub waking_event: u16,
+    /// The extra CPU-wide context-switch event's index (`u16::MAX`: none).
+    pub cpu_switch_event: u16,
+    /// System-wide: only item threads are tracked.
+    pub system_wide: bool,
+    /// Where the wakee's tid is in the raw record: (offset, size).
+    pub wakee_field: (usize, usize),
+    tracked: HashSet<u32>,
+    runnable: HashSet<u32>,
+    /// Untracked threads whose name was written (a `Comm` read from /proc).
+    described: HashSet<u32>,
+    /// Counters for the summary: kept and dropped wakeups and CPU-wide switches, threads
+    /// not tracked because the set was full.
+    pub wakeups_kept: u64,
+    pub wakeups_dropped: u64,
+    pub cpu_switches_kept: u64,
+    pub cpu_switches_dropped: u64,
+    pub untracked_over_limit: u64,
+}
+
+/// Tracked threads kept at most; beyond it new threads are not tracked (counted).
+pub const MAX_TRACKED_THREADS: usize = 1 << 20;
+/// Untracked threads named at most (then no more names are read).
+pub const MAX_DESCRIBED_THREADS: usize = 1 << 16;
+
+impl CauseFilter {
+    fn track(&mut self, tid: u32) {
+        if tid == 0 || self.tracked.contains(&tid) {
+            return;
+        }
+        if self.tracked.len() >= MAX_TRACKED_THREADS {
+            self.untracked_over_limit += 1;
+            return;
+        }
+        self.tracked.insert(tid);
+    }
+
+    /// A record about to be written (from the target's events or the markers).
+    pub(crate) fn observe(&mut self, r: &Record) {
+        match r {
+            Record::Marker(m) => self.track(m.tid),
+            _ if self.system_wide => {}
+            Record::Comm(c) => self.track(c.tid),
+            Record::Fork(t) => self.track(t.tid),
+            Record::Exit(t) => {
+                self.tracked.remove(&t.tid);
+                self.runnable.remove(&t.tid);
+            }
+            _ => {}
+        }
+    }
+
+    /// A switch record: update the runnable set; whether to keep it.
+    fn keep_switch(&mut self, w: &Switch, event: Option<u16>) -> bool {
+        let cpu_wide_extra = event == Some(self.cpu_switch_event) && self.cpu_switch_event != u16::MAX;
+        if !cpu_wide_extra {
+            if !self.system_wide {
+                self.track(w.tid);
+            }
+            if self.tracked.contains(&w.tid) {
+                match w.kind {
+                    SwitchKind::OutPreempted => {
+                        self.runnable.insert(w.tid);
+                    }
+                    SwitchKind::In | SwitchKind::OutBlocked => {
+                        self.runnable.remove(&w.tid);
+                    }
+                }
+            }
+            return true;
+        }
+        let keep = !self.tracked.contains(&w.tid)
+            && (!self.runnable.is_empty() || w.next_prev.is_some_and(|(_, t)| self.tracked.contains(&t)));
+        if keep {
+            self.cpu_switches_kept += 1;
+        } else {
+            self.cpu_switches_dropped += 1;
+        }
+        keep
+    }
+
+    /// A wakeup of `wakee`: whether to keep it (then the wakee is runnable).
+    fn keep_wakeup(&mut self, wakee: u32) -> bool {
+        if self.tracked.contains(&wakee) {
+            self.runnable.insert(wakee);
+            self.wakeups_kept += 1;
+            true
+        } else {
+            self.wakeups_dropped += 1;
+            false
+        }
+    }
 }
 
 impl std::fmt::Debug for StackMaker {
@@ -165,6 +283,62 @@ impl StackMaker {
             lbr_depth: matches!(mode, Some(CallGraph::Lbr)).then(lbr_depth).flatten(),
             pending_off: HashMap::new(),
             switch_out_without_stack: 0,
+            causes: None,
+        }
+    }
+
+    /// Record wakeups (`waking_event`) and filter them and the CPU-wide switches
+    /// (`cpu_switch_event`, `u16::MAX`: none) by [`CauseFilter`].
+    pub(crate) fn set_causes(&mut self, waking_event: u16, cpu_switch_event: u16, system_wide: bool, wakee_field: (usize, usize)) {
+        self.causes = Some(CauseFilter { waking_event, cpu_switch_event, system_wide, wakee_field, ..Default::default() });
+    }
+
+    /// Whether `event` is the sched_waking event.
+    pub(crate) fn is_waking(&self, event: u16) -> bool {
+        self.causes.as_ref().is_some_and(|c| c.waking_event == event)
+    }
+
+    /// A sched_waking sample → a [`Wakeup`] record, `None` when filtered out or when its
+    /// raw record has no wakee.
+    pub(crate) fn wakeup<O: crate::session::RecordOutput + ?Sized>(&mut self, rec: &[u8], s: &Sample, out: &mut O) -> Option<Record> {
+        let c = self.causes.as_mut()?;
+        let ev = self.events.get(s.event as usize)?;
+        let body = rec.get(tailprof_perf_abi::HEADER_LEN..)?;
+        let v = ev.layout.decode(body, Endian::NATIVE).ok()?;
+        let (off, size) = c.wakee_field;
+        let wakee = v.raw()?.get(off..off + size)?;
+        let wakee = u32::from_ne_bytes(wakee.try_into().ok()?);
+        if !c.keep_wakeup(wakee) {
+            return None;
+        }
+        let (stack, stack_status) = self.stack_of(rec, s.event, s.pid, true, out);
+        Some(Record::Wakeup(Wakeup { time: s.time, pid: s.pid, tid: s.tid, cpu: s.cpu, wakee_tid: wakee, stack, stack_status }))
+    }
+
+    /// The name of the untracked thread a kept wakeup or CPU-wide switch is about (the
+    /// waker, the task switched in, its other task), once per thread: a `Comm` record
+    /// read from /proc (the CPU-wide events carry no side-band), to be written before it.
+    pub(crate) fn describe(&mut self, r: &Record, out: &mut Vec<Record>) {
+        let Some(c) = &mut self.causes else { return };
+        let (time, a, b) = match r {
+            Record::Wakeup(w) => (w.time, Some((w.pid, w.tid)), None),
+            Record::Switch(w) if w.next_prev.is_some() => (w.time, Some((w.pid, w.tid)), w.next_prev),
+            _ => return,
+        };
+        for (pid, tid) in [a, b].into_iter().flatten() {
+            if tid == 0 || c.tracked.contains(&tid) || c.described.len() >= MAX_DESCRIBED_THREADS || !c.described.insert(tid) {
+                continue;
+            }
+            if let Some(comm) = procfs::thread_comm(pid, tid) {
+                out.push(Record::Comm(tailprof_format::Comm { time, pid, tid, exec: false, comm }));
+            }
+        }
+    }
+
+    /// A record about to be written: tracked threads (see [`CauseFilter::observe`]).
+    pub(crate) fn observe_cause(&mut self, r: &Record) {
+        if let Some(c) = &mut self.causes {
+            c.observe(r);
         }
     }
 
@@ -282,6 +456,7 @@ impl StackMaker {
         if tid == 0 {
             return None;
         }
+        let is_cpu_switch = self.causes.as_ref().is_some_and(|c| Some(c.cpu_switch_event) == event);
         let time = sw.sample_id.time.unwrap_or(0);
         let kind = match sw.direction {
             SwitchDirection::In => SwitchKind::In,
@@ -289,13 +464,28 @@ impl StackMaker {
             SwitchDirection::OutBlocked => SwitchKind::OutBlocked,
         };
         let (mut stack, mut stack_status) = (StackId::NONE, StackStatus::None);
-        if kind.is_out() && self.off_cpu_event != u16::MAX {
+        if kind.is_out() && self.off_cpu_event != u16::MAX && !is_cpu_switch {
             match self.pending_off.remove(&tid) {
                 Some((t, id, st)) if time.saturating_sub(t) <= OFF_CPU_MATCH_NS => (stack, stack_status) = (id, st),
                 _ => self.switch_out_without_stack += 1,
             }
         }
-        Some(Record::Switch(Switch { time, pid, tid, cpu: sw.sample_id.cpu.unwrap_or(ring_cpu), kind, stack, stack_status }))
+        let w = Switch {
+            time,
+            pid,
+            tid,
+            cpu: sw.sample_id.cpu.unwrap_or(ring_cpu),
+            kind,
+            stack,
+            stack_status,
+            next_prev: sw.next_prev,
+        };
+        if let Some(c) = &mut self.causes {
+            if !c.keep_switch(&w, event) {
+                return None;
+            }
+        }
+        Some(Record::Switch(w))
     }
 
     /// The stack of one raw sample of `event`.
@@ -509,6 +699,54 @@ mod tests {
             assert_eq!(sm.prepare(&rec, Some(3)), &rec[..]);
             assert_eq!(sm.prepare(&rec[..40], Some(0)), &rec[..40]);
         }
+    }
+
+    #[test]
+    fn cause_filter_keeps_what_the_analysis_needs() {
+        let mut c = CauseFilter { waking_event: 5, cpu_switch_event: 6, ..Default::default() };
+        let sw = |tid: u32, kind, next_prev| Switch { time: 1, pid: tid, tid, kind, next_prev, ..Default::default() };
+        // Thread 10 of the target, seen through its per-task switch record.
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
+        assert!(!c.keep_wakeup(99), "the wakee is not tracked");
+        // CPU-wide records: another thread while no target thread is runnable, dropped; a
+        // copy of a tracked thread's own switch, dropped.
+        assert!(!c.keep_switch(&sw(50, SwitchKind::In, Some((1, 1))), Some(6)));
+        assert!(!c.keep_switch(&sw(10, SwitchKind::OutPreempted, Some((50, 50))), Some(6)));
+        // Thread 10 preempted: who runs meanwhile is kept.
+        assert!(c.keep_switch(&sw(10, SwitchKind::OutPreempted, None), Some(0)));
+        assert!(c.keep_switch(&sw(50, SwitchKind::In, Some((10, 10))), Some(6)));
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
+        assert!(!c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)));
+        // A record naming a tracked thread as the other task is kept.
+        assert!(c.keep_switch(&sw(60, SwitchKind::OutPreempted, Some((10, 10))), Some(6)));
+        // A kept wakeup makes its wakee runnable until it runs.
+        assert!(c.keep_wakeup(10));
+        assert!(c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)));
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
+        assert!(!c.keep_switch(&sw(61, SwitchKind::In, Some((50, 50))), Some(6)));
+        assert_eq!((c.wakeups_kept, c.wakeups_dropped), (1, 1));
+        // An exited thread is forgotten.
+        c.observe(&Record::Exit(tailprof_format::Task { pid: 10, tid: 10, ..Default::default() }));
+        assert!(!c.keep_wakeup(10));
+        // System-wide: only threads that wrote a marker are tracked.
+        let mut s = CauseFilter { system_wide: true, cpu_switch_event: u16::MAX, ..Default::default() };
+        assert!(s.keep_switch(&sw(7, SwitchKind::In, Some((0, 0))), Some(0)));
+        assert!(!s.keep_wakeup(7));
+        s.observe(&Record::Marker(tailprof_format::Marker { tid: 7, ..Default::default() }));
+        assert!(s.keep_wakeup(7));
+    }
+
+    #[test]
+    fn untracked_threads_are_named_once() {
+        let me = std::process::id();
+        let mut sm = StackMaker::new(None, Vec::new(), u16::MAX);
+        sm.set_causes(0, 1, false, (24, 4));
+        let w = Record::Wakeup(Wakeup { time: 5, pid: me, tid: me, wakee_tid: 1, ..Default::default() });
+        let mut out = Vec::new();
+        sm.describe(&w, &mut out);
+        sm.describe(&w, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(matches!(&out[0], Record::Comm(c) if c.tid == me && c.time == 5 && !c.comm.is_empty()));
     }
 
     #[test]

@@ -12,8 +12,8 @@
 /// First 8 bytes of every trace file.
 pub const FILE_MAGIC: [u8; 8] = *b"TAILPROF";
 /// Format version this build writes and the highest it reads (1: no stacks; 2: stacks
-/// and switch records, FORMAT.md §11).
-pub const FORMAT_VERSION: u16 = 2;
+/// and switch records; 3: wakeups and the other task of CPU-wide switches, FORMAT.md §11).
+pub const FORMAT_VERSION: u16 = 3;
 /// Length of the version-1 file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// First 4 bytes of every chunk header.

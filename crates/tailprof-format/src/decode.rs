@@ -298,7 +298,7 @@ impl ChunkDecoder {
     }
 
     /// Interns the validated stack section of the last chunk into the global table and
-    /// maps its references; remaps `Switch` stacks.
+    /// maps its references; remaps `Switch` and `Wakeup` stacks.
     fn intern_stacks(&mut self) {
         let start = self.stacks.len() as u32 + 1;
         self.local_to_global.clear();
@@ -315,8 +315,10 @@ impl ChunkDecoder {
             self.slot_global.push(self.local_to_global[l as usize]);
         }
         for (_, r) in self.sideband.iter_mut() {
-            if let Record::Switch(w) = r {
-                w.stack = self.slot_global[w.stack.0 as usize];
+            match r {
+                Record::Switch(w) => w.stack = self.slot_global[w.stack.0 as usize],
+                Record::Wakeup(w) => w.stack = self.slot_global[w.stack.0 as usize],
+                _ => {}
             }
         }
         if self.version < 2 || self.n == 0 {

@@ -16,7 +16,7 @@
 
 use crate::columns::{put_column, put_column_by, put_opt_column, put_ulebs, Packer};
 use crate::meta::RecordsMeta;
-use crate::record::{Frame, LossKind, Record, Sample, StackId, StackStatus};
+use crate::record::{Frame, LossKind, Record, Sample, StackId, StackStatus, Switch, Wakeup};
 use crate::sideband::{put_sideband, sideband_size_hint};
 use crate::stack::StackTable;
 use crate::timecode::TimeCodec;
@@ -464,7 +464,7 @@ impl ChunkBuilder {
     }
 
     /// Buffers a side-band (non-sample) record and updates the chunk's loss counters.
-    /// The caller guarantees that a `Switch`'s stack is NONE or a node of `table`.
+    /// The caller guarantees that a `Switch`'s or `Wakeup`'s stack is NONE or a node of `table`.
     pub fn push_sideband(&mut self, r: &Record, table: &StackTable) {
         self.meta.records += 1;
         self.meta.note_time(r.time());
@@ -487,6 +487,9 @@ impl ChunkBuilder {
                 if w.stack_status != StackStatus::None {
                     self.meta.switch_status[w.stack_status as usize] += 1;
                 }
+                self.use_stack(w.stack, table);
+            }
+            Record::Wakeup(w) => {
                 self.use_stack(w.stack, table);
             }
             _ => {}
@@ -529,8 +532,8 @@ impl ChunkBuilder {
         rows.clear();
         for (pos, r) in &self.sideband {
             let stack_ref = match r {
-                Record::Switch(w) if !w.stack.is_none() => {
-                    self.slot_map.get(&w.stack.0).map_or(0, |&s| slot_rank[s as usize] as u64 + 1)
+                Record::Switch(Switch { stack, .. }) | Record::Wakeup(Wakeup { stack, .. }) if !stack.is_none() => {
+                    self.slot_map.get(&stack.0).map_or(0, |&s| slot_rank[s as usize] as u64 + 1)
                 }
                 _ => 0,
             };

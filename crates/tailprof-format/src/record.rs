@@ -430,6 +430,26 @@ pub struct Switch {
     pub kind: SwitchKind,
     pub stack: StackId,
     pub stack_status: StackStatus,
+    /// `(pid, tid)` of the other task of the switch, when a CPU-wide event saw it
+    /// (`PERF_RECORD_SWITCH_CPU_WIDE`'s `next_prev_pid/tid`, version 3): on a switch-out the
+    /// task that runs next, on a switch-in the task that ran before; `(0, 0)` is the idle
+    /// task. `None` when unknown (per-task switch records, older traces).
+    pub next_prev: Option<(u32, u32)>,
+}
+
+/// A thread woke another one (`sched:sched_waking`, which fires in the waker's context;
+/// version 3). `pid`/`tid` are the waker (0/0: an interrupt on an idle CPU), `stack` is the
+/// waker's stack at the wakeup (kernel frames first from the leaf: an interrupt-context
+/// wakeup shows the interrupt's kernel path), `wakee_tid` the thread made runnable.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Wakeup {
+    pub time: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    pub wakee_tid: u32,
+    pub stack: StackId,
+    pub stack_status: StackStatus,
 }
 
 /// One record of a trace.
@@ -445,6 +465,7 @@ pub enum Record {
     Marker(Marker),
     ItemClass(ItemClass),
     Switch(Switch),
+    Wakeup(Wakeup),
 }
 
 impl Record {
@@ -459,6 +480,7 @@ impl Record {
             Record::Marker(r) => r.time,
             Record::ItemClass(r) => r.time,
             Record::Switch(r) => r.time,
+            Record::Wakeup(r) => r.time,
         }
     }
 }
@@ -479,6 +501,7 @@ pub trait Sink {
     fn handle_marker(&mut self, _m: &Marker) {}
     fn handle_item_class(&mut self, _c: &ItemClass) {}
     fn handle_switch(&mut self, _s: &Switch) {}
+    fn handle_wakeup(&mut self, _w: &Wakeup) {}
     /// A stack node, delivered before the first record that uses it, ancestors first.
     /// Not a record: [`Sink::handle_record`] does not see it.
     fn handle_stack(&mut self, _d: &StackDef) {}
@@ -496,6 +519,7 @@ pub trait Sink {
             Record::Marker(m) => self.handle_marker(m),
             Record::ItemClass(c) => self.handle_item_class(c),
             Record::Switch(s) => self.handle_switch(s),
+            Record::Wakeup(w) => self.handle_wakeup(w),
         }
     }
 }
@@ -649,6 +673,14 @@ pub struct TraceStats {
     /// Switch records per [`StackStatus`] of their off-CPU stack.
     #[serde(default)]
     pub switch_stacks: StackStatusCounts,
+    /// [`Wakeup`] records (version 3; not written when 0, so traces without wakeups keep
+    /// their trailer).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wakeups: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Counts per [`StackStatus`], `None` excluded. Unknown fields in JSON are ignored, so a

@@ -1,7 +1,7 @@
 //! Side-band records (everything but samples) inside a records chunk.
 //!
 //! Owns the row encoding of `Mmap`, `Comm`, `Fork`, `Exit`, `Lost`, `Throttle`,
-//! `Marker`, `ItemClass` and `Switch`
+//! `Marker`, `ItemClass`, `Switch` and `Wakeup`
 //! (FORMAT.md §5.4). Side-band records are rare next to samples, so they are stored
 //! row-wise, each one tagged with its position among the chunk's samples; that position
 //! is what puts them back in their exact original order. Each row is length-prefixed so
@@ -21,6 +21,8 @@ pub const SB_MARKER: u8 = 7;
 pub const SB_ITEM_CLASS: u8 = 8;
 /// Version 2.
 pub const SB_SWITCH: u8 = 9;
+/// Version 3.
+pub const SB_WAKEUP: u8 = 10;
 
 fn put_opt_u16(out: &mut Vec<u8>, v: Option<u16>) {
     put_uleb(out, v.map_or(0, |e| e as u64 + 1));
@@ -47,7 +49,7 @@ fn get_task(r: &mut ByteReader<'_>, time: u64) -> Option<Task> {
 /// `prev_time` is the time of the previous side-band row in the chunk (or the chunk's
 /// base time) and is updated. `scratch` is reused between calls.
 ///
-/// `stack_ref` is the chunk's reference to a `Switch`'s stack (0 = none, k = entry k-1 of
+/// `stack_ref` is the chunk's reference to a `Switch`'s or `Wakeup`'s stack (0 = none, k = entry k-1 of
 /// the chunk's stack list, FORMAT.md §5.5); ignored for other kinds.
 ///
 /// Returns `false` for `Record::Sample`, which does not belong here.
@@ -128,7 +130,20 @@ pub fn put_sideband(
             s.push(w.kind as u8);
             put_uleb(s, stack_ref);
             s.push(w.stack_status as u8);
+            // Version 3: the other task of a CPU-wide switch (0 = unknown, else pid + 1).
+            if let Some((p, t)) = w.next_prev {
+                put_uleb(s, p as u64 + 1);
+                put_uleb(s, t as u64);
+            }
             SB_SWITCH
+        }
+        Record::Wakeup(w) => {
+            for v in [w.pid, w.tid, w.cpu, w.wakee_tid] {
+                put_uleb(s, v as u64);
+            }
+            put_uleb(s, stack_ref);
+            s.push(w.stack_status as u8);
+            SB_WAKEUP
         }
     };
     let time = r.time();
@@ -143,7 +158,7 @@ pub fn put_sideband(
 /// Reads one side-band row. Returns `(pos_delta, Some(record))`, or `(pos_delta, None)`
 /// for a kind this build does not know (the row is skipped). `None` means damage.
 ///
-/// A `Switch`'s `stack` comes back as the chunk-local stack reference (`StackId(k)`),
+/// A `Switch`'s or `Wakeup`'s `stack` comes back as the chunk-local stack reference (`StackId(k)`),
 /// which the caller checks against `max_stack_ref` and maps to a stack id. Rows of kinds
 /// newer than the trace's format `version` are damage.
 pub fn get_sideband(
@@ -221,6 +236,29 @@ pub fn get_sideband(
             tid: f.uleb_u32()?,
             cpu: f.uleb_u32()?,
             kind: SwitchKind::from_u8(f.u8()?)?,
+            stack: {
+                let k = f.uleb()?;
+                if k > max_stack_ref {
+                    return None;
+                }
+                StackId(k as u32)
+            },
+            stack_status: StackStatus::from_u8(f.u8()?),
+            next_prev: match f.remaining() {
+                0 => None,
+                _ if version < 3 => None,
+                _ => match f.uleb()? {
+                    0 => None,
+                    p => Some((u32::try_from(p - 1).ok()?, f.uleb_u32()?)),
+                },
+            },
+        }),
+        SB_WAKEUP if version >= 3 => Record::Wakeup(Wakeup {
+            time,
+            pid: f.uleb_u32()?,
+            tid: f.uleb_u32()?,
+            cpu: f.uleb_u32()?,
+            wakee_tid: f.uleb_u32()?,
             stack: {
                 let k = f.uleb()?;
                 if k > max_stack_ref {

@@ -417,6 +417,19 @@ pub fn random_stacked_records(rng: &mut Rng, n: usize) -> (StackTable, Vec<Recor
                         kind,
                         stack,
                         stack_status: status(rng),
+                        next_prev: rng.chance(0.5).then(|| (rng.below(1 << 20) as u32, rng.next_u64() as u32)),
+                    }));
+                }
+                if rng.chance(0.1) {
+                    let stack = if rng.chance(0.67) { pool[rng.below(npool as u64) as usize] } else { StackId::NONE };
+                    out.push(Record::Wakeup(Wakeup {
+                        time: other.time(),
+                        pid: rng.below(1 << 20) as u32,
+                        tid: rng.next_u64() as u32,
+                        cpu: rng.below(4) as u32,
+                        wakee_tid: rng.next_u64() as u32,
+                        stack,
+                        stack_status: status(rng),
                     }));
                 }
                 out.push(other);

@@ -235,10 +235,17 @@ impl<W: Write> TraceWriter<W> {
             Record::Sample(s) => self.write_sample(s),
             _ => {
                 check_sideband_size(r)?;
-                if let Record::Switch(w) = r {
-                    self.check_stack(w.stack)?;
-                    self.stats.switches.add(w.kind, 1);
-                    self.stats.switch_stacks.add(w.stack_status, 1);
+                match r {
+                    Record::Switch(w) => {
+                        self.check_stack(w.stack)?;
+                        self.stats.switches.add(w.kind, 1);
+                        self.stats.switch_stacks.add(w.stack_status, 1);
+                    }
+                    Record::Wakeup(w) => {
+                        self.check_stack(w.stack)?;
+                        self.stats.wakeups += 1;
+                    }
+                    _ => {}
                 }
                 self.records += 1;
                 note_stats_time(&mut self.stats, r.time());

@@ -412,7 +412,7 @@ fn newer_version_is_refused() {
     let (mut bytes, _) = write_trace(&[], WriterOptions::default(), &[]);
     bytes[8] = 9;
     let e = TraceReader::from_bytes(bytes).err().unwrap();
-    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 2 }), "{e}");
+    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 3 }), "{e}");
 }
 
 #[test]

@@ -23,6 +23,7 @@ fn resolve(r: &Record, t: &StackTable) -> Resolved {
     let id = match &mut r {
         Record::Sample(s) => std::mem::take(&mut s.stack),
         Record::Switch(w) => std::mem::take(&mut w.stack),
+        Record::Wakeup(w) => std::mem::take(&mut w.stack),
         _ => StackId::NONE,
     };
     assert!(id.is_none() || t.contains(id), "stack {id:?} not defined");
@@ -235,6 +236,24 @@ fn stats_count_stack_statuses_and_switches() {
         assert_eq!(stats.switches, want.switches);
         assert_eq!(stats.switch_stacks, want.switch_stacks);
     }
+}
+
+#[test]
+fn wakeups_and_cpu_wide_switches_round_trip() {
+    let mut table = StackTable::default();
+    let s = table.intern_leaf_first(&[Frame::kernel(0xffff_ffff_8100_0010), Frame::user(0x401000), Frame::user(0x400f00)]);
+    let records = vec![
+        Record::Switch(Switch { time: 10, pid: 7, tid: 8, cpu: 1, kind: SwitchKind::OutPreempted, next_prev: Some((99, 100)), ..Default::default() }),
+        Record::Switch(Switch { time: 11, pid: 99, tid: 100, cpu: 1, kind: SwitchKind::In, next_prev: Some((0, 0)), ..Default::default() }),
+        Record::Wakeup(Wakeup { time: 12, pid: 7, tid: 9, cpu: 0, wakee_tid: 8, stack: s, stack_status: StackStatus::Unknown }),
+        Record::Wakeup(Wakeup { time: 13, pid: 0, tid: 0, cpu: 1, wakee_tid: 8, ..Default::default() }),
+        Record::Switch(Switch { time: 14, pid: 7, tid: 8, cpu: 1, kind: SwitchKind::In, ..Default::default() }),
+    ];
+    let bytes = write(&table, &records, WriterOptions::default());
+    let (sink, summary, mut reader) = read(bytes);
+    assert!(summary.complete);
+    assert_eq!(sink.records, want(&table, &records));
+    assert_eq!(reader.summarize().unwrap().1.wakeups, 2);
 }
 
 #[test]

@@ -110,6 +110,11 @@ pub struct ImportSummary {
     pub time_clamped: u64,
     /// Events (perf attrs) in the file.
     pub events: usize,
+    /// Context-switch records (`SWITCH`, `SWITCH_CPU_WIDE`; the idle task's are skipped),
+    /// not counted in `side_band`.
+    pub switches: u64,
+    /// `sched:sched_waking` samples imported as `Wakeup` records (not in `samples`).
+    pub wakeups: u64,
     /// Things the user should know (one line each).
     pub warnings: Vec<String>,
 }
@@ -131,6 +136,7 @@ pub fn import_to_sink(path: &Path, opts: &ImportOptions, sink: &mut dyn Sink) ->
     while let Some(mut r) = reader.next_record()? {
         let known = table.len();
         stacks.process_with(&mut r, &mut |f| table.intern_leaf_first(&f[..f.len().min(tailprof_format::MAX_STACK_DEPTH)]));
+        let r = reader.finish_record(r);
         for d in table.defs().skip(known) {
             sink.handle_stack(&d);
         }
@@ -171,6 +177,7 @@ pub fn import_file(
             last = Some(t);
         }
         stacks.process(&mut r, &mut writer);
+        let r = reader.finish_record(r);
         writer.write(&r).map_err(werr)?;
         n += 1;
         if n % 4096 == 0 {

@@ -10,10 +10,12 @@ use std::sync::Arc;
 
 use linux_perf_data::linux_perf_event_reader::{
     constants::{PERF_RECORD_MISC_BUILD_ID_SIZE, PERF_RECORD_MISC_MMAP_BUILD_ID},
-    EventRecord, Mmap2FileId, RawEventRecord, RecordType,
+    ContextSwitchRecord, EventRecord, Mmap2FileId, RawEventRecord, RecordType, TaskWasPreempted,
 };
 use linux_perf_data::{Endianness, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter, RawUserRecord, UserRecordType};
-use tailprof_format::{BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, Record, Sample, Task, Throttle, TraceHeader};
+use tailprof_format::{
+    BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, Record, Sample, Switch, SwitchKind, Task, Throttle, TraceHeader, Wakeup,
+};
 
 use crate::header::{build_header, event_info, header_build_ids, EventInfo};
 use crate::sample::{decode_sample, has_fields_after_data_src};
@@ -68,6 +70,10 @@ struct Converter {
     trailing: u64,
     /// MMAP2 records flagged as carrying a build-id that held device/inode data.
     quirk_mmap2: u64,
+    /// The `sched:sched_waking` event's index, and the wakee of its last sample (its
+    /// sample becomes a `Wakeup` once its stack is made, [`PerfDataReader::finish_record`]).
+    waking_event: Option<u16>,
+    wakee: Option<u32>,
 }
 
 impl PerfDataReader {
@@ -100,7 +106,12 @@ impl PerfDataReader {
         }
         let big_endian = perf_file.endian() == Endianness::BigEndian;
         let mut warnings = prepared.warnings;
-        let header = build_header(&perf_file, prepared.pipe, &mut warnings);
+        let mut header = build_header(&perf_file, prepared.pipe, &mut warnings);
+        let waking_event = header.events.iter().position(|e| e.name == "sched:sched_waking").and_then(|i| u16::try_from(i).ok());
+        if waking_event.is_some() {
+            // Wakeups for the causes analysis (docs/FORMAT.md `causes`).
+            header.extra.insert("causes".into(), "sched_waking".into());
+        }
         let build_ids = header_build_ids(&perf_file, &mut warnings);
         let mut id_to_event = HashMap::new();
         for (i, a) in attrs.iter().enumerate() {
@@ -120,6 +131,8 @@ impl PerfDataReader {
             endian: perf_file.endian(),
             trailing: 0,
             quirk_mmap2: 0,
+            waking_event,
+            wakee: None,
         };
         Ok(PerfDataReader {
             path: path.to_path_buf(),
@@ -161,6 +174,31 @@ impl PerfDataReader {
     }
 
     /// The next record, `Ok(None)` at the end. After an error, the reader is finished.
+    /// A record as it is written, after its stack was made: a `sched:sched_waking` sample
+    /// becomes a [`Wakeup`] (waker = the sample's task, its stack; wakee = the raw
+    /// record's `pid`).
+    pub fn finish_record(&mut self, r: Record) -> Record {
+        match r {
+            Record::Sample(s) if Some(s.event) == self.conv.waking_event => match self.conv.wakee.take() {
+                Some(wakee_tid) => {
+                    self.conv.summary.samples = self.conv.summary.samples.saturating_sub(1);
+                    self.conv.summary.wakeups += 1;
+                    Record::Wakeup(Wakeup {
+                    time: s.time,
+                    pid: s.pid,
+                    tid: s.tid,
+                    cpu: s.cpu,
+                    wakee_tid,
+                    stack: s.stack,
+                    stack_status: s.stack_status,
+                    })
+                }
+                None => Record::Sample(s),
+            },
+            r => r,
+        }
+    }
+
     pub fn next_record(&mut self) -> Result<Option<Record>, ImportError> {
         if self.done {
             return Ok(None);
@@ -461,6 +499,30 @@ impl Converter {
                 let throttled = rtype == RecordType::THROTTLE;
                 Record::Throttle(Throttle { time: self.stamp(t), cpu, event: self.event_of_id(Some(th.id)), throttled })
             }
+            EventRecord::ContextSwitch(cs) => {
+                let (pid, tid) = (common.pid.unwrap_or(0) as u32, common.tid.unwrap_or(0) as u32);
+                if tid == 0 {
+                    // The idle task's switches are not kept (as the recorder does).
+                    self.skip(type_name(rtype));
+                    return None;
+                }
+                let (kind, np) = match cs {
+                    ContextSwitchRecord::In { prev_pid, prev_tid } => (SwitchKind::In, prev_pid.zip(prev_tid)),
+                    ContextSwitchRecord::Out { next_pid, next_tid, preempted } => (
+                        if preempted == TaskWasPreempted::Yes { SwitchKind::OutPreempted } else { SwitchKind::OutBlocked },
+                        next_pid.zip(next_tid),
+                    ),
+                };
+                Record::Switch(Switch {
+                    time: self.stamp(t),
+                    pid,
+                    tid,
+                    cpu,
+                    kind,
+                    next_prev: np.map(|(p, t)| (p as u32, t as u32)),
+                    ..Default::default()
+                })
+            }
             EventRecord::Raw(raw) if rtype == RecordType::LOST_SAMPLES => {
                 let body = raw.data.as_slice();
                 let Some(count) = body.get(..8).map(|b| {
@@ -480,8 +542,10 @@ impl Converter {
                 return None;
             }
         };
-        if !matches!(r, Record::Lost(_) | Record::Throttle(_)) {
-            self.summary.side_band += 1;
+        match r {
+            Record::Lost(_) | Record::Throttle(_) => {}
+            Record::Switch(_) => self.summary.switches += 1,
+            _ => self.summary.side_band += 1,
         }
         Some(r)
     }
@@ -501,6 +565,9 @@ impl Converter {
         };
         if d.trailing != 0 && !has_fields_after_data_src(info.layout.sample_type) {
             self.trailing += 1;
+        }
+        if Some(attr_index as u16) == self.waking_event {
+            self.wakee = d.raw_pid;
         }
         self.summary.samples += 1;
         Some(Record::Sample(Sample {
@@ -579,6 +646,8 @@ mod tests {
             endian: Endianness::LittleEndian,
             trailing: 0,
             quirk_mmap2: 0,
+            waking_event: None,
+            wakee: None,
         }
     }
 

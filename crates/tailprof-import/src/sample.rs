@@ -44,6 +44,9 @@ pub(crate) struct DecodedSample {
     pub regs: Vec<u64>,
     pub weight: Option<u64>,
     pub data_src: Option<u64>,
+    /// The `u32` at offset 24 of the raw tracepoint record (`sched:sched_waking`'s `pid`,
+    /// the wakee, in every kernel since 4.x), when the sample has one.
+    pub raw_pid: Option<u32>,
     /// Bytes left over after the last field this decoder knows about. Non-zero only for
     /// fields past DATA_SRC (which are not decoded) or for layouts it cannot account for.
     pub trailing: usize,
@@ -84,6 +87,10 @@ fn decode_with(data: &[u8], layout: &SampleLayout, read_format: u64) -> Result<D
         regs: v.regs_user().map(|r| r.values.to_vec()).unwrap_or_default(),
         weight: v.weight().map(|w| w.value()),
         data_src: v.data_src(),
+        raw_pid: v.raw().and_then(|r| r.get(24..28)).map(|b| {
+            let b: [u8; 4] = b.try_into().expect("4 bytes");
+            if layout.big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) }
+        }),
         trailing: v.rest().len(),
         }
     })

@@ -93,7 +93,7 @@ pub fn render_export(d: &ExportData, kind: ExportKind, style: &ExportStyle) -> R
             } else if let Some(t) = &stacks.timeline {
                 // Off-CPU slices even without stacks or samples.
                 let mut only_off = stacks.clone();
-                only_off.timeline = Some(Timeline { samples: Vec::new(), off_cpu: t.off_cpu.clone() });
+                only_off.timeline = Some(Timeline { samples: Vec::new(), off_cpu: t.off_cpu.clone(), wakes: Vec::new() });
                 add_stack_timeline(&mut doc, &only_off);
             }
             let shown = match &stacks.timeline {

@@ -25,6 +25,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tailprof_analyze::items::{Explanation, ItemRow, ItemsReport};
 use tailprof_analyze::stack_explain::{time_split, StackExplanation};
+use tailprof_analyze::causes::{CauseExplanation, Interference, InterferenceRow, PathState};
 use tailprof_analyze::stacks::StackProfile;
 
 use crate::fmt::{duration, share, thousands};
@@ -562,4 +563,165 @@ pub fn merge_stack_explanation(doc: &mut Value, x: &StackExplanation) {
     obj.insert("resolvable".into(), json!(x.resolvable));
     obj.insert("resolution_ns".into(), json!(x.resolution_ns));
     obj.insert("resolution_note".into(), json!(x.note));
+}
+
+/// Adds `woken_by` and `preempted_by` (issue 21, docs/JSON.md "items: woken_by /
+/// preempted_by") to each item object of an [`items_json`] document, when the trace
+/// recorded wakeups (`profile.cause_stats.recorded`; otherwise the document is left as it
+/// is). `profile` must have been built with the spans of the document's report. Returns
+/// how many items were extended.
+pub fn merge_item_causes(doc: &mut Value, profile: &StackProfile) -> Result<usize, PresentError> {
+    if !profile.cause_stats.recorded {
+        return Ok(0);
+    }
+    let by_id: std::collections::HashMap<u64, &tailprof_analyze::causes::ItemCauses> =
+        profile.causes.iter().map(|c| (c.id, c)).collect();
+    let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else { return Ok(0) };
+    let mut n = 0;
+    for v in items {
+        let Some(id) = v.get("id").and_then(Value::as_u64) else { continue };
+        let c = by_id.get(&id);
+        let Some(obj) = v.as_object_mut() else { continue };
+        obj.insert("woken_by".into(), serde_json::to_value(c.map(|c| &c.woken_by[..]).unwrap_or(&[]))?);
+        obj.insert("preempted_by".into(), serde_json::to_value(c.map(|c| &c.preempted_by[..]).unwrap_or(&[]))?);
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Adds the item's `woken_by`, `preempted_by` and `causes` (the excess split by cause)
+/// to an [`explanation_json`] document, when the trace recorded wakeups.
+pub fn merge_causes_explanation(doc: &mut Value, x: &CauseExplanation) -> Result<(), PresentError> {
+    let Some(obj) = doc.as_object_mut() else { return Ok(()) };
+    if x.recorded {
+        obj.insert("woken_by".into(), serde_json::to_value(&x.woken_by)?);
+        obj.insert("preempted_by".into(), serde_json::to_value(&x.preempted_by)?);
+    }
+    if let Some(split) = &x.split {
+        obj.insert("causes".into(), serde_json::to_value(split)?);
+    }
+    Ok(())
+}
+
+/// A stack, leaf first, at most `n` frames: `worker_slow_path ← worker ← …`.
+fn leaf_first(frames: &[String], n: usize) -> String {
+    if frames.is_empty() {
+        return "(no stack)".into();
+    }
+    let mut s = frames.iter().rev().take(n).cloned().collect::<Vec<_>>().join(" ← ");
+    if frames.len() > n {
+        s.push_str(" ← …");
+    }
+    s
+}
+
+fn signed_ms(ns: i64) -> String {
+    format!("{}{:.1} ms", if ns >= 0 { "+" } else { "-" }, ns.unsigned_abs() as f64 / 1e6)
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
+/// The "Causes" section of `items --explain ID`: the excess over the class median split
+/// by cause (own CPU work by stack, blocked by waker with the waker's critical path,
+/// runnable behind whom).
+pub fn render_causes(x: &CauseExplanation) -> String {
+    let mut out = String::new();
+    // Without context switches there is no split (the off-CPU lines say how to get one).
+    let Some(split) = &x.split else { return out };
+    let _ = writeln!(out, "\nCauses: {} against the class median ({})", signed_ms(x.excess_ns), ms(x.median_duration_ns));
+    for share in split {
+        let _ = writeln!(
+            out,
+            "  {:<9} {:>10}  ({} here, class median {})",
+            share.cause.name(),
+            signed_ms(share.excess_ns),
+            ms(share.ns),
+            ms(share.median_ns)
+        );
+        match share.cause {
+            PathState::Cpu => {
+                for (frames, delta) in &x.cpu_stacks {
+                    let _ = writeln!(out, "      {:>9} in {}", signed_ms(*delta as i64), leaf_first(frames, 4));
+                }
+            }
+            PathState::Blocked if !x.recorded => {
+                out.push_str("      (no wakeups in this trace: record with --off-cpu as root to see who woke it)\n");
+            }
+            PathState::Blocked => {
+                for w in x.woken_by.iter().take(5) {
+                    let who = match (w.irq, w.tid) {
+                        (Some(k), _) => format!("{} interrupt", k.name()),
+                        (None, _) => format!("{} (pid {}, tid {})", if w.comm.is_empty() { "?" } else { &w.comm }, w.pid, w.tid),
+                    };
+                    let item = match (w.item, &w.class) {
+                        (Some(i), Some(c)) => format!(", inside item {i} ({c})"),
+                        (Some(i), None) => format!(", inside item {i}"),
+                        _ => String::new(),
+                    };
+                    let _ = writeln!(out, "      {} woken by {who}{item}, at {}", ms(w.ns), leaf_first(&w.frames, 3));
+                    for d in w.during.iter().take(4) {
+                        let _ = writeln!(out, "          meanwhile {} {} in {}", d.state.name(), ms(d.ns), leaf_first(&d.frames, 3));
+                    }
+                }
+            }
+            PathState::Runnable => {
+                for p in x.preempted_by.iter().take(5) {
+                    let item = p.item.map(|i| format!(", inside item {i}")).unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "      {} behind {} (pid {}, tid {}){item}",
+                        ms(p.ns),
+                        if p.comm.is_empty() { "?" } else { &p.comm },
+                        p.pid,
+                        p.tid
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `report --causes`: who cost other requests the most time (blocked behind their
+/// wakeups, or runnable while they ran), per process, thread and item class, largest
+/// first (`top` rows each).
+pub fn render_interference(x: &Interference, top: Option<usize>) -> String {
+    let mut out = String::new();
+    if !x.recorded {
+        out.push_str("No wakeups in this trace: record with --off-cpu (as root for wakers and CPU-wide switches outside the recorded processes) to see who held requests up.\n");
+        return out;
+    }
+    let n = top.unwrap_or(usize::MAX);
+    let name = |r: &InterferenceRow| if r.comm.is_empty() { "?".to_owned() } else { r.comm.clone() };
+    let mut section = |title: &str, rows: &[InterferenceRow], label: &dyn Fn(&InterferenceRow) -> String| {
+        let _ = writeln!(out, "{title}");
+        if rows.is_empty() {
+            out.push_str("  (none)\n");
+        }
+        for r in rows.iter().take(n) {
+            let _ = writeln!(
+                out,
+                "  {:>10}  blocked {:>10}  runnable {:>10}  {:>6} items  {}",
+                ms(r.total_ns),
+                ms(r.blocked_ns),
+                ms(r.runnable_ns),
+                r.items,
+                label(r)
+            );
+        }
+        out.push('\n');
+    };
+    section("Processes that held requests up:", &x.processes, &|r| format!("{} (pid {})", name(r), r.pid));
+    section("Threads:", &x.threads, &|r| format!("{} (pid {}, tid {})", name(r), r.pid, r.tid.unwrap_or(0)));
+    section("Item classes (of the waker's or preempter's item):", &x.classes, &|r| {
+        r.class.clone().unwrap_or_else(|| "(no item, or an item without class)".into())
+    });
+    out
+}
+
+/// `report --causes --json`: the [`Interference`] document, pretty-printed.
+pub fn interference_json(x: &Interference) -> Result<String, PresentError> {
+    Ok(serde_json::to_string_pretty(x)? + "\n")
 }

@@ -168,7 +168,10 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
 /// - every off-CPU interval as an async slice (`"b"`/`"e"`, `cat` `"off-cpu"`, named
 ///   `blocked` or `runnable`, one track per process and state, so it never breaks the
 ///   nesting of the item slices on the thread track) with the stack where the thread
-///   went off CPU in `args.stack`.
+///   went off CPU in `args.stack`;
+/// - every wake edge into an item (`Timeline::wakes`, traces with wakeups) as a flow
+///   (`"s"` → `"f"`, `cat` `"wake"`) from a zero-length `wakeup` slice on the waker's
+///   thread at the wakeup to a `woken` slice on the item's thread when it ran again.
 ///
 /// Returns (samples, off-CPU slices) added.
 pub fn add_stack_timeline(doc: &mut Value, p: &StackProfile) -> (usize, usize) {
@@ -217,6 +220,17 @@ pub fn add_stack_timeline(doc: &mut Value, p: &StackProfile) -> (usize, usize) {
         let args = json!({"tid": o.tid, "stack": crate::stacks::stack_line(&names, 64), "duration_ns": o.end_ns - o.begin_ns});
         events.push(json!({"ph": "b", "cat": "off-cpu", "name": o.state.name(), "id": id, "pid": o.pid, "tid": o.tid, "ts": us(o.begin_ns), "args": args}));
         events.push(json!({"ph": "e", "cat": "off-cpu", "name": o.state.name(), "id": id, "pid": o.pid, "tid": o.tid, "ts": us(o.end_ns)}));
+    }
+    // Wake edges (issue 21): a flow from the waker, at the wakeup, to the woken item's
+    // thread, where it ran again; each end sits on an instant slice of its own ("wakeup",
+    // "woken") so the flow binds to it whatever else is on the thread.
+    for (i, w) in t.wakes.iter().enumerate() {
+        let id = i + 1;
+        let args = json!({"waker_tid": w.waker_tid, "wakee_tid": w.wakee_tid, "blocked_until_ns": w.resume_ns});
+        events.push(json!({"ph": "X", "cat": "wake", "name": "wakeup", "pid": w.waker_pid, "tid": w.waker_tid, "ts": us(w.time_ns), "dur": 0, "args": args}));
+        events.push(json!({"ph": "s", "cat": "wake", "name": "wakeup", "id": id, "pid": w.waker_pid, "tid": w.waker_tid, "ts": us(w.time_ns)}));
+        events.push(json!({"ph": "X", "cat": "wake", "name": "woken", "pid": w.wakee_pid, "tid": w.wakee_tid, "ts": us(w.resume_ns), "dur": 0}));
+        events.push(json!({"ph": "f", "bp": "e", "cat": "wake", "name": "wakeup", "id": id, "pid": w.wakee_pid, "tid": w.wakee_tid, "ts": us(w.resume_ns)}));
     }
     let n = (t.samples.len(), t.off_cpu.len());
     if let Some(obj) = doc.as_object_mut() {

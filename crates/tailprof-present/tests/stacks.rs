@@ -38,6 +38,7 @@ fn profile() -> StackProfile {
     let timeline = Timeline {
         samples: (0..10).map(|i| TimedSample { time_ns: 1_000_000 * i, pid: 7, tid: 8, path: (i % 2) as u32 }).collect(),
         off_cpu: vec![OffSlice { pid: 7, tid: 8, begin_ns: 10_000_000, end_ns: 30_000_000, state: OffState::Blocked, path: 2 }],
+        wakes: Vec::new(),
     };
     StackProfile {
         event: "cpu-clock".into(),
@@ -67,6 +68,8 @@ fn profile() -> StackProfile {
         off_double_outs: 0,
         filter: StackFilter::default(),
         kernel_symbols: None,
+        causes: Vec::new(),
+        cause_stats: Default::default(),
         read: None,
         timeline: Some(timeline),
     }

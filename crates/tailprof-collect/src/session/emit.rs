@@ -151,6 +151,16 @@ impl Emitter {
                 }
                 Ok(())
             }
+            Ok(Decoded::Sample) if self.stacks.as_ref().is_some_and(|s| s.is_waking(self.sample.event)) => {
+                // A wakeup (issue 21): written when the wakee is tracked.
+                match self.stacks.as_mut().and_then(|sm| sm.wakeup(rec, &self.sample, out)) {
+                    Some(r) => {
+                        self.describe(&r, out)?;
+                        self.write(r, out)
+                    }
+                    None => Ok(()),
+                }
+            }
             Ok(Decoded::Sample) if self.classes.as_ref().is_some_and(|c| c.owns(self.sample.event)) => {
                 let mut recs = std::mem::take(&mut self.probe_records);
                 if let Some(c) = &mut self.classes {
@@ -215,8 +225,12 @@ impl Emitter {
                         || kind == tailprof_perf_abi::record_type::SWITCH_CPU_WIDE) =>
             {
                 match self.stacks.as_mut().and_then(|sm| sm.switch(rec, p.event(), p.cpu)) {
-                    Some(r) => self.write(r, out),
-                    // The idle task's switches (system-wide) are not kept.
+                    Some(r) => {
+                        self.describe(&r, out)?;
+                        self.write(r, out)
+                    }
+                    // The idle task's switches (system-wide) and CPU-wide switches no
+                    // analysis needs (stacks::CauseFilter) are not kept.
                     None => {
                         self.summary.ignored += 1;
                         Ok(())
@@ -232,6 +246,24 @@ impl Emitter {
                 Ok(())
             }
         }
+    }
+
+    /// Names of untracked threads `r` is about ([`StackMaker::describe`]), written before
+    /// it; not shown to the cause filter (they do not make a thread tracked).
+    fn describe<O: RecordOutput + ?Sized>(&mut self, r: &Record, out: &mut O) -> Result<(), FormatError> {
+        let mut recs = std::mem::take(&mut self.probe_records);
+        if let Some(sm) = &mut self.stacks {
+            sm.describe(r, &mut recs);
+        }
+        let mut res = Ok(());
+        for c in recs.drain(..) {
+            if res.is_ok() {
+                self.note_time(c.time());
+                res = out.write_record(&c);
+            }
+        }
+        self.probe_records = recs;
+        res
     }
 
     /// Count and write one decoded or synthesized record.
@@ -252,6 +284,9 @@ impl Emitter {
 
     /// Count and write a record whose mapping (if any) already has its build-id.
     fn write<O: RecordOutput + ?Sized>(&mut self, mut r: Record, out: &mut O) -> Result<(), FormatError> {
+        if let Some(sm) = &mut self.stacks {
+            sm.observe_cause(&r);
+        }
         match &mut r {
             Record::Lost(l) if l.kind == LossKind::RingFull => self.summary.lost_records += l.count,
             Record::Lost(l) if l.kind == LossKind::Samples => self.summary.lost_samples += l.count,

@@ -80,6 +80,9 @@ pub(super) struct OffCpuLater {
     /// The sched_switch stack event (`None`: tracefs unavailable) and its decoder index.
     pub sched: Option<crate::attr::AttrPlan>,
     pub sched_event: u16,
+    /// The `sched:sched_waking` event of causes (issue 21) and its decoder index, opened
+    /// with the other two.
+    pub waking: Option<(crate::attr::AttrPlan, u16)>,
     /// Every fd of the two events once opened.
     pub fds: Vec<std::os::fd::OwnedFd>,
     /// CLOCK_MONOTONIC when they were enabled.

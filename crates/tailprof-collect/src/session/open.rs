@@ -3,7 +3,7 @@
 
 use super::*;
 
-/// Most off-CPU event fds opened at the first marker (threads × CPUs × 2); a process with
+/// Most off-CPU event fds opened at the first marker (threads × CPUs × 3); a process with
 /// more threads gets no off-CPU recording (noted; `--off-cpu` opens them at the start).
 pub const MAX_LATER_FDS: usize = 65536;
 
@@ -146,6 +146,35 @@ impl Recorder {
                 self.emitter.decoder.add_id(id, sm.off_cpu_event);
                 self.fds.push(fd);
             }
+            if let (Some((plan, event)), Some(ring)) = (&self.waking_in_task, ring_of_cpu[cpu_index]) {
+                let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(io_err(format!("cannot open sched:sched_waking (wakeups) on CPU {cpu}")))?;
+                sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
+                    .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (sched_waking) on CPU {cpu}")))?;
+                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                self.emitter.decoder.add_id(id, *event);
+                self.fds.push(fd);
+            }
+        }
+        Ok(())
+    }
+
+    /// Open the CPU-wide events of causes (`sched:sched_waking`, the CPU-wide context
+    /// switches) on every CPU that has a ring, each into that ring; enabled when the run
+    /// starts.
+    pub(super) fn open_cpu_wide(&mut self) -> Result<(), RecordError> {
+        let rings: Vec<(u32, usize)> = self.ring_cpus().into_iter().zip(self.ring_owner_fd.iter().copied()).collect();
+        for (plan, event) in &self.cpu_wide {
+            let attr = cpu_wide(&plan.attr);
+            for &(cpu, owner) in &rings {
+                let fd = sys::perf_event_open(&attr, -1, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(io_err(format!("cannot open {} CPU-wide on CPU {cpu}", plan.desc.name)))?;
+                sys::ioctl_set_output(fd.as_fd(), self.fds[owner].as_fd())
+                    .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT ({}) on CPU {cpu}", plan.desc.name)))?;
+                let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
+                self.emitter.decoder.add_id(id, *event);
+                self.cpu_wide_fds.push(fd);
+            }
         }
         Ok(())
     }
@@ -162,6 +191,7 @@ impl Recorder {
         let plans: Vec<(crate::attr::AttrPlan, u16)> = [
             self.off_cpu_later.plan.clone().map(|p| (p, self.off_cpu_later.event)),
             self.off_cpu_later.sched.clone().map(|p| (p, self.off_cpu_later.sched_event)),
+            self.off_cpu_later.waking.clone(),
         ]
         .into_iter()
         .flatten()

@@ -139,6 +139,90 @@ pub(super) fn off_cpu_plans(
     Ok((sched, Some(switch)))
 }
 
+/// The events of causes (issue 21): `sched:sched_waking` with the waker's stack and the
+/// wakee in `PERF_SAMPLE_RAW`, and, for targets that are not system-wide, a CPU-wide dummy
+/// event with `context_switch` (`PERF_RECORD_SWITCH_CPU_WIDE`: who ran on each CPU while a
+/// target thread was runnable). Planned whenever context switches are recorded and tracefs
+/// is there; both are `None` otherwise (noted once).
+#[derive(Debug, Default)]
+pub(super) struct CausePlans {
+    /// The sched_waking event, built like the off-CPU stack event (the recording's inherit
+    /// and enable-on-exec; opened CPU-wide with neither when permitted).
+    pub waking: Option<AttrPlan>,
+    /// The CPU-wide context-switch event (not for `-a`, whose side-band event is CPU-wide
+    /// already; not when off-CPU waits for the first marker).
+    pub cpu_switch: Option<AttrPlan>,
+}
+
+pub(super) fn cause_plans(
+    o: &StackOptions,
+    later: bool,
+    system_wide: bool,
+    sampling: &SamplingConfig,
+    notes: &mut Vec<String>,
+) -> Result<CausePlans, RecordError> {
+    if !(o.off_cpu || later) || o.no_wakeups {
+        return Ok(CausePlans::default());
+    }
+    if crate::tracefs::find().is_none() {
+        notes.push("wakeups not recorded (no tracefs for sched:sched_waking): items show no woken_by".into());
+        return Ok(CausePlans::default());
+    }
+    let c = if o.off_cpu {
+        sampling.clone()
+    } else {
+        SamplingConfig { enable_on_exec: false, disabled: true, ..sampling.clone() }
+    };
+    let mut waking = off_cpu_attr(&EventSpec::parse("sched:sched_waking")?, &c, o.call_graph.as_ref())?;
+    waking.attr.sample_type |= tailprof_perf_abi::sample_type::RAW;
+    waking.desc.sample_type = waking.attr.sample_type;
+    let cpu_switch = if o.off_cpu && !system_wide {
+        let c = SamplingConfig {
+            sideband: false,
+            inherit: false,
+            enable_on_exec: false,
+            disabled: true,
+            regs_user: 0,
+            period: None,
+            freq: None,
+            wakeup_events: 0,
+            ..sampling.clone()
+        };
+        let mut p = build_attr(&EventSpec::parse("dummy")?, &c)?;
+        apply_context_switch(&mut p);
+        Some(p)
+    } else {
+        None
+    };
+    Ok(CausePlans { waking: Some(waking), cpu_switch })
+}
+
+/// Whether this process may open CPU-wide events: root (or CAP_PERFMON, which the
+/// kernel checks the same way at `perf_event_paranoid` ≥ 1) or `perf_event_paranoid` ≤ 0.
+pub(super) fn cpu_wide_permitted(caps: &Capabilities) -> bool {
+    // SAFETY: no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    root || caps.perf_event_paranoid.is_some_and(|p| p <= 0)
+}
+
+/// Where `sched:sched_waking` keeps the wakee (`pid`) in its raw record: from tracefs'
+/// format file, else the layout of every kernel since 4.x (offset 24, 4 bytes).
+pub(super) fn wakee_field() -> (usize, usize) {
+    crate::tracefs::find()
+        .and_then(|r| std::fs::read_to_string(r.join("events/sched/sched_waking/format")).ok())
+        .and_then(|f| crate::classprobe::parse_format(&f, "pid"))
+        .filter(|l| !l.data_loc && l.size == 4)
+        .map_or((24, 4), |l| (l.offset, l.size))
+}
+
+/// `attr` for a CPU-wide open (`pid` -1): no inheritance, no enable-on-exec.
+pub(super) fn cpu_wide(attr: &crate::attr::PerfEventAttr) -> crate::attr::PerfEventAttr {
+    let mut a = *attr;
+    a.set_inherit(0);
+    a.set_enable_on_exec(0);
+    a
+}
+
 /// Resolve the uprobe item boundaries; their events come after the `events` sampling
 /// events in the decoder.
 /// Inherited events (launched commands, `-p`) use tracefs uprobe events, `-a` the uprobe

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# What recording wakeups and CPU-wide context switches costs (issue 21), on the worst case
+# for a per-switch cost: bench/workloads/pingpong.c (two threads passing a byte through two
+# pipes, ~4 context switches and ~2 wakeups per round trip; it times itself).
+# In one run, RUNS times each, round-robin, medians:
+#   none        the workload alone
+#   tp-nowake   tailprof record -e cpu-clock -c 250000 -g --off-cpu --no-wakeups
+#   tp-wake     tailprof record -e cpu-clock -c 250000 -g --off-cpu   (wakeups + CPU-wide switches)
+#   perf-sw     perf record -e cpu-clock -c 250000 -g --switch-events -e sched:sched_switch
+#   perf-a      perf record -a -e sched:sched_waking -g --switch-events   (the issue's comparator)
+# Reported per configuration: workload ns per round trip; recorder CPU = user+sys of the
+# whole command (recorder + workload, /usr/bin/time) minus the workload alone's; the events
+# written (tailprof: samples + switch + wakeup records; perf: SAMPLE + SWITCH +
+# SWITCH_CPU_WIDE records, `perf report --stats`), bytes of the output file, and CPU ns and
+# bytes per event.
+# Usage: bench/causes-cost.sh [RUNS] [ROUND_TRIPS]    (root)
+set -euo pipefail
+RUNS=${1:-5}
+N=${2:-100000}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TP=${TAILPROF:-$ROOT/target/release/tailprof}
+[ -x "$TP" ] || (cd "$ROOT" && cargo build --release --bin tailprof >/dev/null)
+W=$(mktemp -d /tmp/causes-cost.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+cc -O2 -pthread -o "$W/pingpong" "$ROOT/bench/workloads/pingpong.c"
+NAMES=(none tp-nowake tp-wake perf-sw perf-a)
+cmd() {
+    case $1 in
+    none) echo env ;;
+    tp-nowake) echo "$TP" record -e cpu-clock -c 250000 -g --off-cpu --no-wakeups -o "$W/t.trace" -- ;;
+    tp-wake) echo "$TP" record -e cpu-clock -c 250000 -g --off-cpu -o "$W/t.trace" -- ;;
+    perf-sw) echo perf record -q -e cpu-clock -c 250000 -g --switch-events -e sched:sched_switch -o "$W/perf.data" -- ;;
+    perf-a) echo perf record -q -a -e sched:sched_waking -g --switch-events -o "$W/perf.data" -- ;;
+    esac
+}
+events() {
+    case $1 in
+    none) echo 0 ;;
+    tp-*) "$TP" info --json "$W/t.trace" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["samples"] + sum(d["switches"].values()) + d.get("wakeups", 0))' ;;
+    perf-*) perf report --stats -i "$W/perf.data" 2>/dev/null | awk '$1 ~ /^(SAMPLE|SWITCH|SWITCH_CPU_WIDE)$/ && $2 == "events:" {s += $3} END {print s+0}' ;;
+    esac
+}
+for i in $(seq "$RUNS"); do
+    for n in "${NAMES[@]}"; do
+        rm -f "$W/t.trace" "$W/perf.data"
+        # shellcheck disable=SC2046
+        /usr/bin/time -f '%U %S' -o "$W/time" $(cmd "$n") "$W/pingpong" "$N" 2>/dev/null | tail -1 >>"$W/$n.ns"
+        awk '{print $1 + $2}' "$W/time" >>"$W/$n.cpu"
+        out=$W/t.trace
+        [ -f "$out" ] || out=$W/perf.data
+        if [ -f "$out" ]; then stat -c %s "$out" >>"$W/$n.bytes"; else echo 0 >>"$W/$n.bytes"; fi
+        events "$n" >>"$W/$n.ev"
+    done
+done
+med() { sort -n "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+base=$(med "$W/none.cpu")
+printf '%-10s %10s %12s %10s %12s %12s %12s\n' config ns/rt rec-CPU-s events bytes CPU-ns/ev bytes/ev
+for n in "${NAMES[@]}"; do
+    ns=$(med "$W/$n.ns"); cpu=$(med "$W/$n.cpu"); ev=$(med "$W/$n.ev"); by=$(med "$W/$n.bytes")
+    rec=$(echo "$cpu - $base" | bc -l)
+    if [ "$ev" -gt 0 ]; then
+        printf '%-10s %10.0f %12.3f %10d %12d %12.0f %12.2f\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" "$ev" "$by" "$(echo "$rec * 1000000000 / $ev" | bc -l)" "$(echo "$by / $ev" | bc -l)"
+    else
+        printf '%-10s %10.0f %12.3f %10s %12s %12s %12s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" - - - -
+    fi
+done

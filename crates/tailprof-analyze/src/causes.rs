@@ -1,0 +1,949 @@
+//! Causes (issue 21): who made an item wait, and who took its CPU.
+//!
+//! Read in the same pass as the item stacks ([`crate::stacks`]), from [`Wakeup`] records
+//! (`sched:sched_waking`: waker, its stack, wakee) and [`Switch`] records (with
+//! `next_prev` from CPU-wide events):
+//!
+//! - **woken_by**: every blocked interval of an item's thread that a recorded wakeup ended
+//!   (the last wakeup of the thread between its switch-out and its switch-in) names the
+//!   waker (pid, tid, comm), the item the waker was inside at that moment, the waker's
+//!   stack, and, when the waker is a thread (not an interrupt on an idle CPU), the
+//!   **critical path**: what the waker did between the start of the wait and the wakeup:
+//!   its on-CPU time (its off-CPU time subtracted from the window, split over its
+//!   samples' stacks in the window), its runnable time, and its blocked time; blocked
+//!   time that another thread's wakeup ended is explained by that thread in turn, to
+//!   depth [`MAX_DEPTH`], visiting at most [`MAX_VISITS`] history entries per item.
+//!   Wakeups from interrupt context are named by kind from the waker's kernel frames
+//!   ([`IrqKind`]).
+//! - **preempted_by**: every runnable interval (preempted, waiting for a CPU) of an
+//!   item's thread names the threads that switched in on the CPU it was preempted on,
+//!   with the time each ran there during the interval (from the switch-ins of that CPU).
+//!
+//! Bounded: per thread the last [`MAX_HISTORY`] samples and off-CPU intervals, per CPU
+//! the last [`MAX_CPU_HISTORY`] switch-ins; older ones are forgotten (counted).
+
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+use tailprof_format::{Comm, Switch, SwitchKind, TraceHeader, Wakeup};
+
+use crate::offcpu::{OffInterval, OffState};
+
+/// Critical path depth (the waker, the waker's waker, ...).
+pub const MAX_DEPTH: u32 = 3;
+/// History entries visited per item's critical paths at most.
+pub const MAX_VISITS: usize = 200_000;
+/// Samples and off-CPU intervals kept per thread.
+pub const MAX_HISTORY: usize = 1 << 16;
+/// Switch-ins kept per CPU.
+pub const MAX_CPU_HISTORY: usize = 1 << 16;
+/// `item` of no item.
+const NO_ITEM: u32 = u32::MAX;
+/// `path` of no stack.
+pub(crate) const NO_PATH: u32 = u32::MAX;
+
+/// What kind of interrupt woke a thread, from the waker's kernel frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IrqKind {
+    Timer,
+    Disk,
+    Network,
+    Other,
+}
+
+impl IrqKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            IrqKind::Timer => "timer",
+            IrqKind::Disk => "disk",
+            IrqKind::Network => "network",
+            IrqKind::Other => "other",
+        }
+    }
+}
+
+/// The interrupt kind of a wakeup whose waker stack has `frames` (names, root first);
+/// `idle`: the waker was the idle task. `None`: a wakeup in thread context.
+pub fn irq_kind(frames: &[&str], idle: bool) -> Option<IrqKind> {
+    const IRQ_ENTRY: &[&str] = &[
+        "sysvec_",
+        "asm_sysvec_",
+        "common_interrupt",
+        "asm_common_interrupt",
+        "do_IRQ",
+        "__do_softirq",
+        "handle_softirqs",
+        "irq_exit",
+        "handle_irq",
+        "do_softirq",
+        "run_ksoftirqd",
+        "hrtimer_interrupt",
+        "__sysvec_",
+        "handle_edge_irq",
+        "handle_fasteoi_irq",
+    ];
+    let in_irq = idle
+        || frames
+            .iter()
+            .any(|f| IRQ_ENTRY.iter().any(|p| f.starts_with(p)));
+    if !in_irq {
+        return None;
+    }
+    let has = |ps: &[&str]| frames.iter().any(|f| ps.iter().any(|p| f.contains(p)));
+    Some(
+        if has(&[
+            "hrtimer",
+            "tick_sched",
+            "timerfd",
+            "it_real_fn",
+            "run_timer",
+            "call_timer_fn",
+            "apic_timer",
+        ]) {
+            IrqKind::Timer
+        } else if has(&[
+            "blk_mq",
+            "blk_update_request",
+            "bio_endio",
+            "scsi_",
+            "nvme_",
+            "virtblk",
+            "end_bio",
+        ]) {
+            IrqKind::Disk
+        } else if has(&[
+            "net_rx",
+            "napi",
+            "netif_receive",
+            "ip_rcv",
+            "tcp_v4_rcv",
+            "tcp_v6_rcv",
+            "virtnet",
+            "sock_def_readable",
+        ]) {
+            IrqKind::Network
+        } else {
+            IrqKind::Other
+        },
+    )
+}
+
+/// One step of a waker's critical path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathState {
+    Cpu,
+    Blocked,
+    Runnable,
+}
+
+impl PathState {
+    pub fn name(self) -> &'static str {
+        match self {
+            PathState::Cpu => "cpu",
+            PathState::Blocked => "blocked",
+            PathState::Runnable => "runnable",
+        }
+    }
+}
+
+/// One wakeup that ended a blocked interval of an item's thread inside the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WakeEdge {
+    /// The wakeup.
+    pub time_ns: u64,
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub wakee_pid: u32,
+    pub wakee_tid: u32,
+    /// When the woken thread ran again.
+    pub resume_ns: u64,
+}
+
+/// Wake edges kept at most for a timeline.
+pub const MAX_WAKE_EDGES: usize = 1 << 20;
+
+/// What the critical path did during the wait, per state and stack.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct During {
+    pub state: PathState,
+    pub ns: u64,
+    /// Root first; empty when no sample or stack says where.
+    pub frames: Vec<String>,
+}
+
+/// One distinct waker of an item.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WokenBy {
+    /// Blocked time the waker's wakeups ended (within the item).
+    pub ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// The item the waker was inside at its (largest) wakeup, and its class.
+    pub item: Option<u64>,
+    pub class: Option<String>,
+    pub irq: Option<IrqKind>,
+    /// The waker's stack at its largest wakeup, root first.
+    pub frames: Vec<String>,
+    /// The critical path, largest first.
+    pub during: Vec<During>,
+}
+
+/// A thread that ran on the item's CPU while the item's thread was runnable.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PreemptedBy {
+    pub ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub item: Option<u64>,
+}
+
+/// The causes of one item.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ItemCauses {
+    pub id: u64,
+    pub woken_by: Vec<WokenBy>,
+    pub preempted_by: Vec<PreemptedBy>,
+}
+
+/// What the trace says about causes, whole-trace counters.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct CauseStats {
+    /// The trace has wakeup records (the recorder recorded them).
+    pub recorded: bool,
+    pub wakeups: u64,
+    /// Blocked intervals of item threads with / without a recorded wakeup.
+    pub blocked_explained: u64,
+    pub blocked_unexplained: u64,
+    /// History entries forgotten (bounds) and critical paths cut by the visit bound.
+    pub forgotten: u64,
+    pub cut_paths: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Cpu {
+        t: u64,
+        path: u32,
+    },
+    Off {
+        b: u64,
+        e: u64,
+        state: OffState,
+        path: u32,
+        waker: u32,
+        woke_at: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Wake {
+    time: u64,
+    pid: u32,
+    tid: u32,
+    path: u32,
+}
+
+#[derive(Debug, Default)]
+struct RawWaker {
+    ns: u64,
+    pid: u32,
+    /// (ns, path, item, idle) of the largest wakeup.
+    largest: (u64, u32, u32, bool),
+    during: FxHashMap<(PathState, u32), u64>,
+}
+
+#[derive(Debug, Default)]
+struct RawItem {
+    woken: FxHashMap<u32, RawWaker>,
+    preempted: FxHashMap<u32, (u64, u32, u32)>,
+}
+
+/// The causes analysis' state while reading (embedded in the stack builder, which owns
+/// the items and the stack paths).
+#[derive(Debug, Default)]
+pub(crate) struct CauseTracker {
+    pub on: bool,
+    /// Switch records that carry `next_prev` come from the recorder's extra CPU-wide
+    /// event (filtered): they feed only the per-CPU history.
+    cpu_switch_extra: bool,
+    comms: FxHashMap<u32, String>,
+    pids: FxHashMap<u32, u32>,
+    hist: FxHashMap<u32, VecDeque<Ev>>,
+    wake: FxHashMap<u32, Wake>,
+    out_cpu: FxHashMap<u32, u32>,
+    cpus: FxHashMap<u32, VecDeque<(u64, u32, u32)>>,
+    items: FxHashMap<u32, RawItem>,
+    /// With a timeline: the wake edges into items.
+    edges: Option<Vec<WakeEdge>>,
+    pub stats: CauseStats,
+}
+
+impl CauseTracker {
+    pub fn new(header: &TraceHeader, timeline: bool) -> Self {
+        let causes = header.extra.get("causes");
+        CauseTracker {
+            edges: timeline.then(Vec::new),
+            on: causes.is_some(),
+            cpu_switch_extra: causes.is_some_and(|c| c.contains("cpu_switch")),
+            stats: CauseStats {
+                recorded: causes.is_some(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Whether this switch record belongs to the thread timelines (else only to the CPU
+    /// history).
+    pub fn feeds_timelines(&self, s: &Switch) -> bool {
+        !(self.cpu_switch_extra && s.next_prev.is_some())
+    }
+
+    pub fn comm(&mut self, c: &Comm) {
+        if self.on {
+            self.comms.insert(c.tid, c.comm.clone());
+            self.pids.insert(c.tid, c.pid);
+        }
+    }
+
+    fn push(&mut self, tid: u32, ev: Ev) {
+        let h = self.hist.entry(tid).or_default();
+        if h.len() >= MAX_HISTORY {
+            h.pop_front();
+            self.stats.forgotten += 1;
+        }
+        h.push_back(ev);
+    }
+
+    pub fn sample(&mut self, tid: u32, time: u64, path: u32) {
+        if self.on && tid != 0 {
+            self.push(tid, Ev::Cpu { t: time, path });
+        }
+    }
+
+    pub fn wakeup(&mut self, w: &Wakeup, path: u32) {
+        if !self.on {
+            return;
+        }
+        self.stats.wakeups += 1;
+        if w.wakee_tid != w.tid {
+            self.wake.insert(
+                w.wakee_tid,
+                Wake {
+                    time: w.time,
+                    pid: w.pid,
+                    tid: w.tid,
+                    path,
+                },
+            );
+        }
+    }
+
+    /// A switch record (before the timelines see it).
+    pub fn switch(&mut self, s: &Switch) {
+        if !self.on {
+            return;
+        }
+        self.pids.entry(s.tid).or_insert(s.pid);
+        match s.kind {
+            SwitchKind::In => {
+                let h = self.cpus.entry(s.cpu).or_default();
+                if h.len() >= MAX_CPU_HISTORY {
+                    h.pop_front();
+                    self.stats.forgotten += 1;
+                }
+                h.push_back((s.time, s.pid, s.tid));
+            }
+            _ => {
+                if self.feeds_timelines(s) {
+                    self.out_cpu.insert(s.tid, s.cpu);
+                }
+                if let Some((p, t)) = s.next_prev {
+                    // Who runs next on this CPU (its own switch-in may not be recorded).
+                    if t != 0 {
+                        let h = self.cpus.entry(s.cpu).or_default();
+                        h.push_back((s.time, p, t));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A closed off-CPU interval of a thread, `path` its stack's path; `items` the items
+    /// of its thread it overlaps (index, overlap).
+    pub fn interval(
+        &mut self,
+        iv: &OffInterval,
+        path: u32,
+        items: &[(u32, u64)],
+        item_at: &dyn Fn(u32, u64) -> u32,
+    ) {
+        if !self.on {
+            return;
+        }
+        let wake = self
+            .wake
+            .remove(&iv.tid)
+            .filter(|w| w.time >= iv.begin_ns && w.time <= iv.end_ns);
+        let (waker, woke_at) = match (&wake, iv.state) {
+            (Some(w), OffState::Blocked) => (w.tid, w.time),
+            _ => (u32::MAX, 0),
+        };
+        let out_cpu = self.out_cpu.remove(&iv.tid);
+        if let (Some(e), Some(w), false, OffState::Blocked) = (&mut self.edges, &wake, items.is_empty(), iv.state) {
+            if e.len() < MAX_WAKE_EDGES {
+                e.push(WakeEdge {
+                    time_ns: w.time,
+                    waker_pid: w.pid,
+                    waker_tid: w.tid,
+                    wakee_pid: iv.pid,
+                    wakee_tid: iv.tid,
+                    resume_ns: iv.end_ns,
+                });
+            }
+        }
+        for &(idx, _) in items {
+            match iv.state {
+                OffState::Blocked => match &wake {
+                    Some(w) => {
+                        self.stats.blocked_explained += 1;
+                        self.explain_blocked(idx, iv, w, item_at);
+                    }
+                    None => self.stats.blocked_unexplained += 1,
+                },
+                OffState::Runnable => {
+                    if let Some(cpu) = out_cpu {
+                        self.explain_runnable(idx, iv, cpu, item_at);
+                    }
+                }
+            }
+        }
+        self.push(
+            iv.tid,
+            Ev::Off {
+                b: iv.begin_ns,
+                e: iv.end_ns,
+                state: iv.state,
+                path,
+                waker,
+                woke_at,
+            },
+        );
+    }
+
+    fn explain_blocked(
+        &mut self,
+        idx: u32,
+        iv: &OffInterval,
+        w: &Wake,
+        item_at: &dyn Fn(u32, u64) -> u32,
+    ) {
+        // The blocked time this wakeup ended: from the switch-out to the wakeup (after
+        // it, the thread waited for a CPU).
+        let ns = w.time.saturating_sub(iv.begin_ns).max(1);
+        let waker_item = if w.tid == 0 {
+            NO_ITEM
+        } else {
+            item_at(w.tid, w.time)
+        };
+        let mut during = FxHashMap::default();
+        if w.tid != 0 {
+            let mut budget = MAX_VISITS;
+            self.critical_path(w.tid, iv.begin_ns, w.time, 1, &mut budget, &mut during);
+        }
+        let it = self.items.entry(idx).or_default();
+        let r = it.woken.entry(w.tid).or_default();
+        r.ns = r.ns.saturating_add(ns);
+        r.pid = w.pid;
+        if ns >= r.largest.0 {
+            r.largest = (ns, w.path, waker_item, w.tid == 0);
+        }
+        for (k, v) in during {
+            *r.during.entry(k).or_default() += v;
+        }
+    }
+
+    /// What `tid` did in `[b, e)`: off-CPU intervals by state (blocked ones that another
+    /// thread's wakeup ended explained by that thread, to [`MAX_DEPTH`]), the rest of the
+    /// window on CPU, split over its samples' stacks.
+    fn critical_path(
+        &mut self,
+        tid: u32,
+        b: u64,
+        e: u64,
+        depth: u32,
+        budget: &mut usize,
+        out: &mut FxHashMap<(PathState, u32), u64>,
+    ) {
+        if e <= b {
+            return;
+        }
+        let Some(h) = self.hist.get(&tid) else { return };
+        let mut cut = false;
+        let mut off = 0u64;
+        let mut samples: FxHashMap<u32, u64> = FxHashMap::default();
+        let mut nsamples = 0u64;
+        let mut nested: Vec<(u32, u64, u64)> = Vec::new();
+        for ev in h.iter().rev() {
+            if *budget == 0 {
+                cut = true;
+                break;
+            }
+            *budget -= 1;
+            match *ev {
+                Ev::Cpu { t, path } => {
+                    if t < b {
+                        break;
+                    }
+                    if t < e {
+                        *samples.entry(path).or_default() += 1;
+                        nsamples += 1;
+                    }
+                }
+                Ev::Off {
+                    b: ob,
+                    e: oe,
+                    state,
+                    path,
+                    waker,
+                    woke_at,
+                } => {
+                    if oe < b {
+                        break;
+                    }
+                    let o = oe.min(e).saturating_sub(ob.max(b));
+                    if o == 0 {
+                        continue;
+                    }
+                    off += o;
+                    match state {
+                        OffState::Runnable => {
+                            *out.entry((PathState::Runnable, path)).or_default() += o
+                        }
+                        OffState::Blocked
+                            if waker != u32::MAX
+                                && waker != 0
+                                && waker != tid
+                                && depth < MAX_DEPTH =>
+                        {
+                            // Blocked until `woke_at`, then waiting for a CPU.
+                            let wb = ob.max(b);
+                            let we = woke_at.min(e).max(wb);
+                            nested.push((waker, wb, we));
+                            let tail = o.saturating_sub(we - wb);
+                            if tail > 0 {
+                                *out.entry((PathState::Runnable, path)).or_default() += tail;
+                            }
+                        }
+                        OffState::Blocked => {
+                            *out.entry((PathState::Blocked, path)).or_default() += o
+                        }
+                    }
+                }
+            }
+        }
+        if cut {
+            self.stats.cut_paths += 1;
+        }
+        let cpu = (e - b).saturating_sub(off);
+        if cpu > 0 {
+            if nsamples == 0 {
+                *out.entry((PathState::Cpu, NO_PATH)).or_default() += cpu;
+            } else {
+                // Largest remainder: the parts add up to `cpu`.
+                let mut given = 0u64;
+                let mut v: Vec<(u32, u64)> = samples.into_iter().collect();
+                v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                for (i, &(path, n)) in v.iter().enumerate() {
+                    let part = if i + 1 == v.len() {
+                        cpu - given
+                    } else {
+                        (cpu as u128 * n as u128 / nsamples as u128) as u64
+                    };
+                    given += part;
+                    *out.entry((PathState::Cpu, path)).or_default() += part;
+                }
+            }
+        }
+        for (w, nb, ne) in nested {
+            let before: u64 = out.values().sum();
+            self.critical_path(w, nb, ne, depth + 1, budget, out);
+            let explained = out.values().sum::<u64>() - before;
+            // What the deeper thread's history does not cover stays blocked.
+            let rest = (ne - nb).saturating_sub(explained);
+            if rest > 0 {
+                *out.entry((PathState::Blocked, NO_PATH)).or_default() += rest;
+            }
+        }
+    }
+
+    fn explain_runnable(
+        &mut self,
+        idx: u32,
+        iv: &OffInterval,
+        cpu: u32,
+        item_at: &dyn Fn(u32, u64) -> u32,
+    ) {
+        let Some(h) = self.cpus.get(&cpu) else { return };
+        let (b, e) = (iv.begin_ns, iv.end_ns);
+        // The switch-ins of the CPU from the last one at or before `b` to `e`.
+        let start = h.partition_point(|x| x.0 <= b).saturating_sub(1);
+        let mut ran: Vec<(u64, u32, u32, u64)> = Vec::new();
+        let mut i = start;
+        while i < h.len() && h[i].0 < e {
+            let (t, pid, tid) = h[i];
+            let next = h.get(i + 1).map_or(e, |n| n.0.min(e));
+            let o = next.saturating_sub(t.max(b));
+            if o > 0 && tid != iv.tid && tid != 0 {
+                ran.push((o, pid, tid, t.max(b)));
+            }
+            i += 1;
+        }
+        let it = self.items.entry(idx).or_default();
+        for (o, pid, tid, at) in ran {
+            let e = it
+                .preempted
+                .entry(tid)
+                .or_insert((0, pid, item_at(tid, at)));
+            e.0 = e.0.saturating_add(o);
+        }
+    }
+
+    /// The wake edges collected for a timeline (empty without one).
+    pub fn take_edges(&mut self) -> Vec<WakeEdge> {
+        self.edges.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The typed causes of every item that has some, with paths through `of_path` and
+    /// names through `frames`. `span` gives an item index's (id, class).
+    pub fn finish(
+        self,
+        of_path: &dyn Fn(u32) -> Vec<String>,
+        span: &dyn Fn(u32) -> (u64, Option<String>),
+    ) -> (Vec<ItemCauses>, CauseStats) {
+        // A thread without a COMM record of its own has its process's name (threads
+        // inherit it; the kernel writes COMM only on exec and renames).
+        let comm = |tid: u32| {
+            self.comms
+                .get(&tid)
+                .or_else(|| self.pids.get(&tid).and_then(|p| self.comms.get(p)))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mut out: Vec<ItemCauses> = Vec::with_capacity(self.items.len());
+        for (idx, raw) in &self.items {
+            let mut woken_by: Vec<WokenBy> = raw
+                .woken
+                .iter()
+                .map(|(&tid, r)| {
+                    let frames = if r.largest.1 == NO_PATH {
+                        Vec::new()
+                    } else {
+                        of_path(r.largest.1)
+                    };
+                    let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+                    let irq = irq_kind(&names, r.largest.3);
+                    let (item, class) = if r.largest.2 == NO_ITEM {
+                        (None, None)
+                    } else {
+                        let (id, c) = span(r.largest.2);
+                        (Some(id), c)
+                    };
+                    // An interrupt woke the thread: the interrupted task did not make it wait.
+                    let mut during: Vec<During> = r
+                        .during
+                        .iter()
+                        .filter(|(_, &ns)| ns > 0 && irq.is_none())
+                        .map(|(&(state, p), &ns)| During {
+                            state,
+                            ns,
+                            frames: if p == NO_PATH { Vec::new() } else { of_path(p) },
+                        })
+                        .collect();
+                    during.sort_by(|a, b| {
+                        b.ns.cmp(&a.ns)
+                            .then(a.state.cmp(&b.state))
+                            .then(a.frames.cmp(&b.frames))
+                    });
+                    WokenBy {
+                        ns: r.ns,
+                        pid: r.pid,
+                        tid,
+                        comm: if tid == 0 { String::new() } else { comm(tid) },
+                        item,
+                        class,
+                        irq,
+                        frames,
+                        during,
+                    }
+                })
+                .collect();
+            woken_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+            // Interrupts are one waker per kind, whichever task they interrupted (its
+            // pid/tid/comm are those of the largest such wakeup).
+            let mut merged: Vec<WokenBy> = Vec::with_capacity(woken_by.len());
+            for w in woken_by {
+                match merged
+                    .iter_mut()
+                    .find(|m| m.irq.is_some() && m.irq == w.irq)
+                {
+                    Some(m) => m.ns = m.ns.saturating_add(w.ns),
+                    None => merged.push(w),
+                }
+            }
+            merged.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+            let woken_by = merged;
+            let mut preempted_by: Vec<PreemptedBy> = raw
+                .preempted
+                .iter()
+                .map(|(&tid, &(ns, pid, item))| PreemptedBy {
+                    ns,
+                    pid,
+                    tid,
+                    comm: comm(tid),
+                    item: (item != NO_ITEM).then(|| span(item).0),
+                })
+                .collect();
+            preempted_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+            out.push(ItemCauses {
+                id: span(*idx).0,
+                woken_by,
+                preempted_by,
+            });
+        }
+        out.sort_by_key(|c| c.id);
+        (out, self.stats)
+    }
+}
+
+/// One cause of an item's wall time beside its class median.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CauseShare {
+    /// `cpu` (own work), `blocked`, `runnable`.
+    pub cause: PathState,
+    pub ns: u64,
+    pub median_ns: u64,
+    /// ns − median_ns.
+    pub excess_ns: i64,
+}
+
+/// An item's excess over its class median split by cause, with whom it waited for
+/// (`items --explain ID`, "Causes").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CauseExplanation {
+    pub id: u64,
+    /// The trace recorded wakeups (else only the split is known).
+    pub recorded: bool,
+    pub excess_ns: i64,
+    pub median_duration_ns: u64,
+    /// `None` without context switches (no split).
+    pub split: Option<Vec<CauseShare>>,
+    /// The item's own CPU work above the class median, by stack (root first), largest
+    /// first (at most 3).
+    pub cpu_stacks: Vec<(Vec<String>, f64)>,
+    pub woken_by: Vec<WokenBy>,
+    pub preempted_by: Vec<PreemptedBy>,
+}
+
+/// Explain item `x.id` by cause: `x` from [`crate::stack_explain::explain_stacks`] over the
+/// same `report` and `profile`.
+pub fn explain_causes(
+    report: &crate::items::ItemsReport,
+    profile: &crate::stacks::StackProfile,
+    x: &crate::stack_explain::StackExplanation,
+) -> CauseExplanation {
+    use crate::stack_explain::time_split;
+    let switches = profile.switches > 0;
+    let split_of = |i: usize| {
+        let r = &report.items[i];
+        time_split(
+            r.duration_ns,
+            r.samples,
+            report.mean_interval_ns,
+            profile.items.get(i),
+            switches,
+        )
+    };
+    let members: Vec<usize> = (0..report.items.len())
+        .filter(|&i| report.items[i].class == x.class)
+        .collect();
+    let med = |f: &dyn Fn(&crate::stack_explain::TimeSplit) -> u64| {
+        let mut v: Vec<u64> = members.iter().map(|&i| f(&split_of(i))).collect();
+        crate::stats::median_u64(&mut v).unwrap_or(0)
+    };
+    let split = x.split.off_cpu_ns.map(|_| {
+        let mine = x.split;
+        let parts: [(PathState, u64, u64); 3] = [
+            (PathState::Cpu, mine.cpu_ns, med(&|s| s.cpu_ns)),
+            (
+                PathState::Blocked,
+                mine.blocked_ns.unwrap_or(0),
+                med(&|s| s.blocked_ns.unwrap_or(0)),
+            ),
+            (
+                PathState::Runnable,
+                mine.runnable_ns.unwrap_or(0),
+                med(&|s| s.runnable_ns.unwrap_or(0)),
+            ),
+        ];
+        parts
+            .iter()
+            .map(|&(cause, ns, median_ns)| CauseShare {
+                cause,
+                ns,
+                median_ns,
+                excess_ns: ns as i64 - median_ns as i64,
+            })
+            .collect()
+    });
+    let cpu_stacks = x
+        .stacks
+        .iter()
+        .filter(|d| d.delta_ns > 0.0)
+        .take(3)
+        .map(|d| (d.frames.clone(), d.delta_ns))
+        .collect();
+    let mine = profile.causes.iter().find(|c| c.id == x.id);
+    CauseExplanation {
+        id: x.id,
+        recorded: profile.cause_stats.recorded,
+        excess_ns: x.excess_ns,
+        median_duration_ns: x.median_duration_ns,
+        split,
+        cpu_stacks,
+        woken_by: mine.map(|c| c.woken_by.clone()).unwrap_or_default(),
+        preempted_by: mine.map(|c| c.preempted_by.clone()).unwrap_or_default(),
+    }
+}
+
+/// Who cost other requests time, over the whole trace (`report --causes`): one row per
+/// process, thread or item class, largest `total_ns` first.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct InterferenceRow {
+    pub pid: u32,
+    /// `None` in the per-process and per-class rows.
+    pub tid: Option<u32>,
+    pub comm: String,
+    /// The item class the waker or preempter was inside (per-class rows; `None` in the
+    /// others, and for threads outside any item in the class rows: "no item").
+    pub class: Option<String>,
+    /// Interrupt wakeups of this kind (pid/tid 0): the task they interrupted did not
+    /// hold the request up.
+    pub irq: Option<IrqKind>,
+    /// Blocked time of items that this one's wakeups ended.
+    pub blocked_ns: u64,
+    /// Runnable time of items during which this one ran on their CPU.
+    pub runnable_ns: u64,
+    pub total_ns: u64,
+    /// Items it held up.
+    pub items: u64,
+}
+
+/// The whole-trace interference view; see [`InterferenceRow`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Interference {
+    /// The trace recorded wakeups (else every list is empty).
+    pub recorded: bool,
+    pub processes: Vec<InterferenceRow>,
+    pub threads: Vec<InterferenceRow>,
+    /// By the class of the item the waker or preempter was inside (`class` `None`: no
+    /// item); interrupts are counted under processes and threads only.
+    pub classes: Vec<InterferenceRow>,
+}
+
+/// Sums the causes of every item of `profile` (built over `report`'s items) by waker /
+/// preempter process, thread and item class.
+pub fn interference(report: &crate::items::ItemsReport, profile: &crate::stacks::StackProfile) -> Interference {
+    let class_of: FxHashMap<u64, Option<String>> = report.items.iter().map(|i| (i.id, i.class.clone())).collect();
+    type Key = (u32, Option<u32>, Option<Option<String>>, Option<IrqKind>);
+    let mut rows: FxHashMap<Key, (InterferenceRow, rustc_hash::FxHashSet<u64>)> = FxHashMap::default();
+    let mut add = |key: Key, comm: &str, item: u64, blocked: u64, runnable: u64| {
+        let (r, items) = rows.entry(key.clone()).or_insert_with(|| {
+            let r = InterferenceRow { pid: key.0, tid: key.1, class: key.2.clone().flatten(), irq: key.3, ..Default::default() };
+            (r, Default::default())
+        });
+        if r.comm.is_empty() {
+            r.comm = comm.to_owned();
+        }
+        r.blocked_ns = r.blocked_ns.saturating_add(blocked);
+        r.runnable_ns = r.runnable_ns.saturating_add(runnable);
+        items.insert(item);
+    };
+    for c in &profile.causes {
+        for w in &c.woken_by {
+            match w.irq {
+                Some(k) => {
+                    let comm = format!("[{} interrupt]", k.name());
+                    add((0, None, None, Some(k)), &comm, c.id, w.ns, 0);
+                    add((0, Some(0), None, Some(k)), &comm, c.id, w.ns, 0);
+                }
+                None => {
+                    add((w.pid, None, None, None), &w.comm, c.id, w.ns, 0);
+                    add((w.pid, Some(w.tid), None, None), &w.comm, c.id, w.ns, 0);
+                    add((0, None, Some(w.class.clone()), None), "", c.id, w.ns, 0);
+                }
+            }
+        }
+        for p in &c.preempted_by {
+            let class = p.item.and_then(|i| class_of.get(&i).cloned().flatten());
+            add((p.pid, None, None, None), &p.comm, c.id, 0, p.ns);
+            add((p.pid, Some(p.tid), None, None), &p.comm, c.id, 0, p.ns);
+            add((0, None, Some(class), None), "", c.id, 0, p.ns);
+        }
+    }
+    let mut out = Interference { recorded: profile.cause_stats.recorded, ..Default::default() };
+    for ((_, tid, class, _), (mut r, items)) in rows {
+        r.total_ns = r.blocked_ns.saturating_add(r.runnable_ns);
+        r.items = items.len() as u64;
+        match (tid, class) {
+            (_, Some(_)) => {
+                r.pid = 0;
+                out.classes.push(r)
+            }
+            (Some(_), None) => out.threads.push(r),
+            (None, None) => out.processes.push(r),
+        }
+    }
+    for v in [&mut out.processes, &mut out.threads, &mut out.classes] {
+        v.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)).then(a.tid.cmp(&b.tid)).then(a.class.cmp(&b.class)).then(a.comm.cmp(&b.comm)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn irq_kinds_from_kernel_frames() {
+        assert_eq!(irq_kind(&["futex_wake", "wake_up_q"], false), None);
+        assert_eq!(
+            irq_kind(
+                &[
+                    "asm_sysvec_apic_timer_interrupt",
+                    "hrtimer_interrupt",
+                    "hrtimer_wakeup"
+                ],
+                false
+            ),
+            Some(IrqKind::Timer)
+        );
+        assert_eq!(
+            irq_kind(
+                &["common_interrupt", "blk_mq_complete_request", "bio_endio"],
+                false
+            ),
+            Some(IrqKind::Disk)
+        );
+        assert_eq!(
+            irq_kind(&["__do_softirq", "net_rx_action", "napi_poll"], false),
+            Some(IrqKind::Network)
+        );
+        assert_eq!(irq_kind(&[], true), Some(IrqKind::Other));
+    }
+}
