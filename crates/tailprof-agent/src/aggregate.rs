@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -53,7 +53,9 @@ struct Map {
 #[derive(Debug, Clone, Default)]
 struct Proc {
     comm: u32,
-    maps: Vec<Map>,
+    /// Shared with forked children until one of them changes its list (a fork copies
+    /// nothing: issue 19, finding 6).
+    maps: Arc<Vec<Map>>,
 }
 
 #[derive(Debug)]
@@ -92,6 +94,9 @@ pub struct AggStats {
     pub mappings_dropped: u64,
     /// Command names beyond the interner's bound (shown as empty).
     pub comms_dropped: u64,
+    /// Mappings forgotten because their range was no longer mapped when first sampled
+    /// (munmap, exec, exit; nothing was opened).
+    pub mappings_forgotten: u64,
 }
 
 /// The recorder output that aggregates. See the [module docs](self).
@@ -230,10 +235,11 @@ impl Aggregator {
             return;
         };
         // A new mapping replaces whatever overlapped it.
-        p.maps.retain(|x| x.end <= map.start || x.start >= map.end);
-        if p.maps.len() < MAX_MAPS_PER_PROC {
-            let i = p.maps.partition_point(|x| x.start < map.start);
-            p.maps.insert(i, map);
+        let maps = Arc::make_mut(&mut p.maps);
+        maps.retain(|x| x.end <= map.start || x.start >= map.end);
+        if maps.len() < MAX_MAPS_PER_PROC {
+            let i = maps.partition_point(|x| x.start < map.start);
+            maps.insert(i, map);
         } else {
             self.stats.mappings_dropped += 1;
         }
@@ -249,7 +255,23 @@ impl Aggregator {
             (m.start, m.end, m.path.clone(), m.build_id.clone())
         };
         // The mapped file itself (root: works for replaced and deleted files too).
-        let opened = open_mapped(pid, start, end, &path);
+        let opened = match open_mapped(pid, start, end) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                let known = given.is_some() || self.path_build_ids.contains_key(&*path);
+                if e.kind() == std::io::ErrorKind::NotFound && !known {
+                    // Unmapped since (munmap, exec, exit) and nothing known about it: the
+                    // range is forgotten, its frames unknown (a forged return address into
+                    // a stale range opens nothing).
+                    if let Some(p) = self.procs.get_mut(&pid) {
+                        Arc::make_mut(&mut p.maps).remove(mi);
+                    }
+                    self.stats.mappings_forgotten += 1;
+                    return UNKNOWN_BIN;
+                }
+                None
+            }
+        };
         let build_id = given
             .map(|b| b.to_string())
             .or_else(|| self.path_build_ids.get(&*path).cloned())
@@ -281,7 +303,7 @@ impl Aggregator {
             }
         };
         if let Some(p) = self.procs.get_mut(&pid) {
-            p.maps[mi].bin = bin;
+            Arc::make_mut(&mut p.maps)[mi].bin = bin;
         }
         bin
     }
@@ -473,28 +495,12 @@ fn kernel_text_range() -> Option<(u64, u64)> {
     (t != 0 && e > t).then_some((t, e))
 }
 
-fn open_mapped(pid: u32, start: u64, end: u64, path: &str) -> Option<File> {
-    let open = |p: &str| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(p)
-            .ok()
-            .filter(|f| f.metadata().map(|m| m.is_file()).unwrap_or(false))
-    };
-    open(&format!("/proc/{pid}/map_files/{start:x}-{end:x}")).or_else(|| {
-        if path.starts_with('/') && !path.ends_with(" (deleted)") {
-            // No map_files (not root): the path, without following a symlink at its end.
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW)
-                .open(path)
-                .ok()
-                .filter(|f| f.metadata().map(|m| m.is_file()).unwrap_or(false))
-        } else {
-            None
-        }
-    })
+/// The file behind a mapping known from a MMAP2 record: only through the one way to open a
+/// file a process mapped ([`tailprof_collect::procfs::open_mapping`]: `map_files` or the
+/// device/inode-checked maps line; `O_NOCTTY`, never a FIFO, device, directory or pty, never
+/// the path alone). A range no longer mapped opens nothing (issue 19, finding 1).
+fn open_mapped(pid: u32, start: u64, end: u64) -> std::io::Result<File> {
+    tailprof_collect::procfs::open_mapping(pid, start, end)
 }
 
 fn pseudo_build_id(path: &str, f: Option<&File>) -> String {
@@ -524,7 +530,7 @@ impl RecordOutput for Aggregator {
                 if c.pid == c.tid || c.exec {
                     if let Some(p) = self.proc_mut(c.pid) {
                         if c.exec {
-                            p.maps.clear();
+                            p.maps = Arc::default();
                         }
                         p.comm = id;
                     }
