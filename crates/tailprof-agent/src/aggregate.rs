@@ -122,6 +122,8 @@ pub struct Aggregator {
     frame_buf: Vec<AggFrame>,
     tail: Option<TailRetainer>,
     host: String,
+    /// Binaries the symbolizer dropped: sent again when sampled again.
+    dropped: crate::writer::DroppedBinaries,
     /// The running kernel's text `[_text, _etext)` and its binary index: kernel frames
     /// there are stored as (kernel build-id, address - _text), which survives KASLR.
     ktext: Option<(u64, u64, u32)>,
@@ -165,8 +167,15 @@ impl Aggregator {
             frame_buf: Vec::with_capacity(128),
             tail,
             host,
+            dropped: Default::default(),
             ktext: None,
         }
+    }
+
+    /// Shares the list of binaries the symbolizer dropped (see
+    /// [`crate::writer::DroppedBinaries`]).
+    pub fn set_dropped_binaries(&mut self, d: crate::writer::DroppedBinaries) {
+        self.dropped = d;
     }
 
     /// Registers the running kernel (build-id and `_text`/`_etext` from /proc/kallsyms,
@@ -283,7 +292,14 @@ impl Aggregator {
             })
             .unwrap_or_else(|| pseudo_build_id(&path, opened.as_ref()));
         let bin = match self.bin_ids.get(&build_id) {
-            Some(&b) => b,
+            Some(&b) => {
+                // Dropped by the symbolizer under pressure: this new mapping's file is
+                // queued again.
+                if let Some(file) = opened.filter(|_| self.dropped.take(&build_id)) {
+                    let _ = self.jobs.send(Job::Symbols(SymbolJob { build_id, path: path.to_string(), file }));
+                }
+                b
+            }
             None => {
                 let b = self.binaries.len() as u32;
                 self.binaries.push(Binary {

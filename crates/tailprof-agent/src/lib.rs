@@ -129,6 +129,7 @@ pub fn run_agent(
 
     let (tx, rx) = mpsc::channel();
     let wstats = Arc::new(Mutex::new(WriterStats::default()));
+    let dropped = writer::DroppedBinaries::default();
     let wcfg = writer::WriterConfig {
         store: store.clone(),
         retain: tailprof_store::RetainPolicy {
@@ -138,6 +139,8 @@ pub fn run_agent(
         compact: cfg.compact,
         push: cfg.push.clone(),
         otlp: cfg.otlp.clone(),
+        stop_within: writer::STOP_WITHIN,
+        dropped: dropped.clone(),
     };
     let ws = wstats.clone();
     let handle = std::thread::Builder::new()
@@ -152,6 +155,7 @@ pub fn run_agent(
         cfg.slow_percentile,
     ));
     let mut agg = aggregate::Aggregator::new(events, cfg.window_us, cfg.host.clone(), tx, tail);
+    agg.set_dropped_binaries(dropped);
     agg.register_kernel();
     let res = recorder.run_to(&mut agg, stop, on_window);
     agg.maybe_flush(true);

@@ -50,8 +50,12 @@ pub struct WriterStats {
     /// run or at its end).
     pub symbol_tables_deferred: u64,
     /// Binaries never symbolized because the deferred queue was full
-    /// ([`MAX_DEFERRED_SYMBOL_JOBS`]); their frames stay unsymbolized in the store.
+    /// ([`MAX_DEFERRED_SYMBOL_JOBS`]); their frames stay unsymbolized in the store (a
+    /// binary dropped is queued again when it is sampled again).
     pub symbol_tables_dropped: u64,
+    /// Binaries not symbolized because the agent stopped: still queued, or stopped in the
+    /// middle, when [`WriterConfig::stop_within`] had passed (no file is left).
+    pub symbol_tables_dropped_at_stop: u64,
     pub symbols: u64,
     /// Functions left out of written tables because the file was malformed there
     /// (`symtab::TableWritten::skipped`).
@@ -73,6 +77,12 @@ pub struct WriterStats {
 
 pub struct WriterConfig {
     pub store: Store,
+    /// How long the symbolizer may go on once the agent stops ([`STOP_WITHIN`] by
+    /// default): what is queued or running after that is dropped and counted.
+    pub stop_within: std::time::Duration,
+    /// Binaries the symbolizer dropped (queue full): the aggregator sends each again when
+    /// it is sampled again.
+    pub dropped: DroppedBinaries,
     pub retain: tailprof_store::RetainPolicy,
     pub compact: bool,
     pub push: Option<String>,
@@ -92,9 +102,10 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
     let (sym_tx, sym_rx) = std::sync::mpsc::channel::<SymbolJob>();
     let sym_store = cfg.store.clone();
     let sym_stats = stats.clone();
+    let (stop_within, dropped) = (cfg.stop_within, cfg.dropped.clone());
     let sym_thread = std::thread::Builder::new()
         .name("tailprof-symbols".into())
-        .spawn(move || run_symbolizer(sym_store, sym_rx, sym_stats))
+        .spawn(move || run_symbolizer(sym_store, sym_rx, sym_stats, stop_within, dropped))
         .ok();
     for job in jobs {
         match job {
@@ -219,6 +230,44 @@ impl Budget {
         self.tokens
     }
 }
+/// Build-ids of binaries the symbolizer dropped under pressure, shared with the
+/// aggregator, which queues a binary again the next time a new mapping of it is sampled
+/// (issue 19, finding 8: `/usr/bin/dash` dropped among an attacker's 118,822 binaries was
+/// never retried). At most [`MAX_DROPPED_REMEMBERED`]; beyond, the oldest are forgotten.
+#[derive(Debug, Clone, Default)]
+pub struct DroppedBinaries(Arc<(std::sync::atomic::AtomicUsize, Mutex<std::collections::VecDeque<String>>)>);
+
+/// Dropped build-ids remembered at most for a retry.
+pub const MAX_DROPPED_REMEMBERED: usize = 4096;
+
+impl DroppedBinaries {
+    /// Remembers that `build_id` was dropped.
+    pub fn note(&self, build_id: &str) {
+        let mut q = self.0 .1.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() >= MAX_DROPPED_REMEMBERED {
+            q.pop_front();
+        }
+        q.push_back(build_id.to_string());
+        self.0 .0.store(q.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether `build_id` was dropped (and forgets it: the caller sends it again).
+    pub fn take(&self, build_id: &str) -> bool {
+        if self.0 .0.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let mut q = self.0 .1.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = q.iter().position(|b| b == build_id) else { return false };
+        q.remove(i);
+        self.0 .0.store(q.len(), std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+}
+
+/// How long the symbolizer goes on after the agent stops, by default: the agent's stop
+/// completes within about this (plus the last window's write), whatever is queued.
+pub const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Binaries waiting for the budget at most (each holds an open file); beyond, dropped
 /// and counted.
 pub const MAX_DEFERRED_SYMBOL_JOBS: usize = 512;
@@ -261,23 +310,26 @@ impl Ord for Pending {
 
 /// Symbolizes each new build-id once, within a CPU budget ([`Budget`]): a burst of
 /// [`SYMBOLIZER_BURST_S`] CPU seconds at startup, then [`SYMBOLIZER_CPU_SHARE`] of wall time.
-/// Jobs beyond the budget wait (smallest file first); when the agent stops, the waiting
-/// ones are done before the thread returns, so every stored window's binaries are named.
-fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>) {
+/// Jobs beyond the budget wait (smallest file first); the budget is also checked *during*
+/// a job, every [`crate::symtab::PACE_EVERY`] symbols (the thread sleeps until it has
+/// credit again), so one huge table cannot take a core. When the agent stops, the waiting
+/// jobs are done for at most `stop_within`; then the rest, and a job still running, are
+/// dropped and counted (issue 19, finding 5).
+fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>, stop_within: std::time::Duration, dropped: DroppedBinaries) {
     use std::sync::mpsc::RecvTimeoutError;
     let mut seen = std::collections::HashSet::new();
     let mut queue = std::collections::BinaryHeap::new();
     let mut seq = 0u64;
     let mut budget = Budget::new();
-    let mut closed = false;
+    let mut closed: Option<std::time::Instant> = None;
     loop {
         let credit = budget.credit();
         let next = if queue.is_empty() {
-            if closed {
+            if closed.is_some() {
                 break;
             }
             jobs.recv().map_err(|_| RecvTimeoutError::Disconnected)
-        } else if closed {
+        } else if closed.is_some() {
             Err(RecvTimeoutError::Timeout)
         } else if credit > 0.0 {
             // take the jobs already sent before choosing the smallest
@@ -291,6 +343,9 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
         };
         match next {
             Ok(j) => {
+                if seen.len() >= MAX_SEEN_BUILD_IDS {
+                    seen.clear(); // a build-id seen again is found by its file (dest.exists())
+                }
                 if !seen.insert(j.build_id.clone()) {
                     continue;
                 }
@@ -299,9 +354,12 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
                     continue; // a previous run (or another host on a shared store) did it
                 }
                 if queue.len() >= MAX_DEFERRED_SYMBOL_JOBS {
+                    seen.remove(&j.build_id); // taken again when it is sampled again
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                     s.symbol_tables_dropped += 1;
                     s.last_error = Some(format!("symbols of {} dropped: {MAX_DEFERRED_SYMBOL_JOBS} binaries already wait for the symbolizer's CPU budget", j.path));
+                    drop(s);
+                    dropped.note(&j.build_id);
                     continue;
                 }
                 if credit <= 0.0 {
@@ -312,26 +370,57 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
                 queue.push(Pending { size, seq, job: j });
                 continue; // take every job already sent before choosing the smallest
             }
-            Err(RecvTimeoutError::Disconnected) => closed = true,
+            Err(RecvTimeoutError::Disconnected) => closed = Some(std::time::Instant::now()),
             Err(RecvTimeoutError::Timeout) => {}
         }
-        if closed || budget.credit() > 0.0 {
+        let deadline = closed.map(|t| t + stop_within);
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            let n = queue.len() as u64;
+            queue.clear();
+            stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_dropped_at_stop += n;
+            break;
+        }
+        if closed.is_some() || budget.credit() > 0.0 {
             if let Some(p) = queue.pop() {
-                symbolize_one(&store, p.job, &stats);
+                symbolize_one(&store, p.job, &stats, &mut budget, deadline);
             }
         }
     }
 }
 
-fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
+/// Build-ids the symbolizer remembers having taken at most (then it starts over; the
+/// store's files say which are done).
+pub const MAX_SEEN_BUILD_IDS: usize = 65_536;
+
+/// Error text of a job stopped because the agent stops.
+const STOPPED: &str = "the agent stopped";
+
+fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, budget: &mut Budget, deadline: Option<std::time::Instant>) {
     let Some(dest) = store.symbols_file(&j.build_id) else { return };
     let cpu0 = thread_cpu_s();
+    // During the job: past the stop deadline, stop; out of credit (and not stopping),
+    // sleep until the budget has refilled.
+    let mut pace = || -> Result<(), String> {
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Err(STOPPED.into());
+        }
+        if deadline.is_none() {
+            loop {
+                let c = budget.credit();
+                if c > 0.0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_secs_f64((-c / SYMBOLIZER_CPU_SHARE).clamp(0.01, 0.25)));
+            }
+        }
+        Ok(())
+    };
     let res = store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string()).and_then(|()| {
         if j.path == crate::aggregate::KERNEL_PATH {
             crate::symtab::write_kallsyms_table(j.file, &j.build_id, &j.path, &dest)
         } else {
             // streamed from the file (read with pread, never mapped), closed right after
-            let r = crate::symtab::write_elf_table(&j.file, &j.build_id, &j.path, &dest);
+            let r = crate::symtab::write_elf_table_paced(&j.file, &j.build_id, &j.path, &dest, &mut pace);
             drop(j.file);
             r
         }
@@ -344,6 +433,7 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>) {
             s.symbols += t.functions;
             s.symbols_skipped += t.skipped;
         }
+        Err(e) if e.contains(STOPPED) => s.symbol_tables_dropped_at_stop += 1,
         Err(e) => {
             s.symbol_tables_failed += 1;
             s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
