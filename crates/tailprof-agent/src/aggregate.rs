@@ -82,7 +82,13 @@ struct AggKey {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct AggStats {
     pub samples: u64,
+    /// Samples the kernel dropped (PERF_RECORD_LOST_SAMPLES).
     pub lost_samples: u64,
+    /// The other losses, each by its kind: ring-full LOST records (samples and side-band
+    /// mixed, as the kernel reports them), markers, malformed records, item classes
+    /// (issue 19, finding 10: they were all counted as lost samples).
+    #[serde(flatten)]
+    pub losses: tailprof_store::schema::Losses,
     pub dropped_rows: u64,
     pub windows: u64,
     pub binaries: u64,
@@ -115,6 +121,7 @@ pub struct Aggregator {
     window_start_us: i64,
     window_start_mono: u64,
     window_lost: u64,
+    window_losses: tailprof_store::schema::Losses,
     window_samples: u64,
     window_dropped_rows: u64,
     pub stats: AggStats,
@@ -160,6 +167,7 @@ impl Aggregator {
             window_start_us: tailprof_store::time::now_us(),
             window_start_mono: tailprof_collect::session::monotonic_ns(),
             window_lost: 0,
+            window_losses: Default::default(),
             window_samples: 0,
             window_dropped_rows: 0,
             stats: AggStats::default(),
@@ -459,6 +467,7 @@ impl Aggregator {
             end_us: end.max(start + 1),
             samples: self.window_samples,
             lost_samples: self.window_lost,
+            losses: std::mem::take(&mut self.window_losses),
             dropped_rows: self.window_dropped_rows,
             events: self.events.clone(),
             rows,
@@ -570,9 +579,12 @@ impl RecordOutput for Aggregator {
                 }
             }
             Record::Lost(l) => {
-                if l.kind != LossKind::Markers {
+                if l.kind == LossKind::Samples {
                     self.window_lost = self.window_lost.saturating_add(l.count);
                     self.stats.lost_samples = self.stats.lost_samples.saturating_add(l.count);
+                } else {
+                    self.window_losses.count(l.kind, l.count);
+                    self.stats.losses.count(l.kind, l.count);
                 }
                 if let Some(t) = &mut self.tail {
                     t.handle_lost(l);

@@ -19,6 +19,8 @@ pub struct WindowBatch {
     pub end_us: i64,
     pub samples: u64,
     pub lost_samples: u64,
+    /// The window's other losses by kind.
+    pub losses: tailprof_store::schema::Losses,
     pub dropped_rows: u64,
     pub events: Vec<String>,
     pub rows: Vec<SampleRow>,
@@ -120,6 +122,7 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                     window_end_us: w.end_us,
                     samples: w.samples,
                     lost_samples: w.lost_samples,
+                    losses: w.losses,
                     dropped_windows: dropped_since_last,
                     dropped_rows: w.dropped_rows,
                     events: w.events.clone(),
@@ -451,7 +454,7 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, b
 
 fn write_window(store: &Store, meta: &WindowMeta, w: &WindowBatch) -> tailprof_store::Result<u64> {
     let mut bytes = 0;
-    if !w.rows.is_empty() || w.lost_samples > 0 || meta.dropped_windows > 0 {
+    if !w.rows.is_empty() || w.lost_samples > 0 || w.losses.any() || meta.dropped_windows > 0 {
         store.ensure_dir(&store.partition_dir(Table::Samples, &w.host, w.start_us))?;
         bytes += tailprof_store::write_samples(
             &store.window_file(Table::Samples, &w.host, w.start_us, w.end_us),

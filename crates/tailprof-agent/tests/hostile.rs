@@ -407,3 +407,60 @@ fn finding_5_stop_is_bounded_whatever_the_symbolizer_has_queued() {
     // Generous: the bound is stop_within plus one pace step, not the queue's length.
     assert!(took < std::time::Duration::from_secs(30), "{took:?}");
 }
+
+/// Finding 10: rejected markers, dropped class references and ring-full LOST records were
+/// all counted (and printed) as lost samples (4.86 M). Each is counted by its own kind, in
+/// the summary and in the window handed to the store.
+#[test]
+fn finding_10_losses_are_counted_by_their_true_kind() {
+    use tailprof_format::{LossKind, Lost};
+    let (tx, rx) = mpsc::channel::<Job>();
+    let mut agg = Aggregator::new(
+        vec!["cpu-clock".into()],
+        3_600_000_000,
+        "h".into(),
+        tx,
+        None,
+    );
+    let kinds = [
+        (LossKind::Samples, 1),
+        (LossKind::RingFull, 20),
+        (LossKind::Markers, 300),
+        (LossKind::MarkersRejected, 4_000),
+        (LossKind::Malformed, 50_000),
+        (LossKind::ItemClasses, 600_000),
+    ];
+    for (kind, count) in kinds {
+        agg.write_record(&Record::Lost(Lost {
+            time: 1,
+            cpu: 0,
+            event: Some(0),
+            kind,
+            count,
+        }))
+        .unwrap();
+    }
+    let s = agg.stats;
+    assert_eq!(
+        s.lost_samples, 1,
+        "only PERF_RECORD_LOST_SAMPLES are lost samples"
+    );
+    assert_eq!((s.losses.lost_records, s.losses.lost_markers), (20, 4_300));
+    assert_eq!(
+        (s.losses.malformed_records, s.losses.dropped_item_classes),
+        (50_000, 600_000)
+    );
+    agg.maybe_flush(true);
+    let w = rx
+        .try_iter()
+        .find_map(|j| match j {
+            Job::Window(w) => Some(w),
+            _ => None,
+        })
+        .expect("a window");
+    assert_eq!(w.lost_samples, 1);
+    assert_eq!(
+        w.losses, s.losses,
+        "the window carries the same counts to the store"
+    );
+}

@@ -169,8 +169,15 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
         );
         if s.aggregation.lost_samples + s.lost_records + s.aggregation.dropped_rows > 0 {
             eprintln!(
-                "tailprof: warning: lost {} samples in the kernel ({} LOST records), {} dropped (window table full)",
-                s.aggregation.lost_samples, s.lost_records, s.aggregation.dropped_rows
+                "tailprof: warning: lost {} samples and {} records of any kind (ring full: samples and side-band) in the kernel, {} samples dropped (window table full)",
+                s.aggregation.lost_samples, s.aggregation.losses.lost_records, s.aggregation.dropped_rows
+            );
+        }
+        let l = &s.aggregation.losses;
+        if l.lost_markers + l.malformed_records + l.dropped_item_classes > 0 {
+            eprintln!(
+                "tailprof: warning: {} item markers lost or rejected, {} malformed records skipped, {} item-class labels dropped",
+                l.lost_markers, l.malformed_records, l.dropped_item_classes
             );
         }
         let a = &s.aggregation;
@@ -203,6 +210,12 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
         if let Some(e) = &w.last_error {
             eprintln!("tailprof: warning: last write error: {e}");
         }
+    }
+    // SIGTERM/SIGINT (and --duration) are a clean stop; SIGHUP is not (issue 19, finding
+    // 1: a hang-up must make `Restart=on-failure` restart the agent).
+    if signals::SIGNAL.load(Ordering::SeqCst) == libc::SIGHUP {
+        eprintln!("tailprof: agent: stopped by SIGHUP (not a clean stop; stop with SIGTERM or Ctrl-C): exit status 129");
+        return Ok(ExitCode::from(129));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -542,3 +542,20 @@ fn full_disk_drops_and_counts_windows_without_crashing() {
         assert!(name.ends_with(".parquet") || tailprof_format::atomic::is_temp_name(&name), "{}", e.display());
     }
 }
+
+/// Issue 19, finding 1 (the exit status): a hang-up (SIGHUP, e.g. a pty that became the
+/// agent's controlling terminal closing) is not a clean stop: the agent exits non-zero
+/// so `Restart=on-failure` restarts it; SIGTERM stays a clean stop (0).
+#[test]
+fn finding_1_sighup_exits_nonzero_sigterm_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (sig, want) in [(libc::SIGHUP, Some(129)), (libc::SIGTERM, Some(0))] {
+        let store = tmp.path().join(format!("store-{sig}"));
+        let Some(mut a) = start_agent(&store, &["--window", "1s"]) else { return };
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(a.child.id() as i32, sig) };
+        let st = a.child.wait().unwrap();
+        a.log.extend(a.lines.iter());
+        assert_eq!(st.code(), want, "signal {sig}: {st}\n{}", a.log.join("\n"));
+    }
+}
