@@ -168,6 +168,10 @@ pub struct RecordSummary {
     /// Records the drain thread copied out of a ring the main thread was late for
     /// (`session::spool`); they are written like every other record.
     pub spooled: u64,
+    /// Paths evicted from the build-id cache (least recently used first) because it held
+    /// [`emit::MAX_BUILD_ID_PATHS`] paths or [`emit::MAX_BUILD_ID_PATH_BYTES`] bytes of
+    /// them (issue 19, finding 7); such a file's build-id is read again if it is mapped again.
+    pub build_id_paths_evicted: u64,
 }
 
 /// Everything that can go wrong while recording.

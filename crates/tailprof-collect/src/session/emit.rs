@@ -35,6 +35,83 @@ fn mmap2_file(rec: &[u8]) -> Option<FileKey> {
     Some((libc::makedev(u32_at(MMAP2_MAJ)?, u32_at(MMAP2_MIN)?), ino))
 }
 
+/// Paths the build-id cache holds at most.
+pub const MAX_BUILD_ID_PATHS: usize = 16_384;
+/// Bytes of paths the build-id cache holds at most (a path may be 4 KiB long).
+pub const MAX_BUILD_ID_PATH_BYTES: usize = 4 << 20;
+/// Files remembered per path at most (a path replaced again and again).
+const MAX_FILES_PER_PATH: usize = 8;
+
+/// The emitter's build-id cache: path → the files seen at it, least recently used paths
+/// evicted beyond [`MAX_BUILD_ID_PATHS`] paths or [`MAX_BUILD_ID_PATH_BYTES`] bytes
+/// (issue 19, finding 7: 150,000 long names grew it by 620 MB, kept after the attacker
+/// exited).
+#[derive(Debug, Default)]
+pub(super) struct BuildIdCache {
+    map: HashMap<String, (u64, Vec<(FileKey, Option<BuildId>)>)>,
+    bytes: usize,
+    tick: u64,
+}
+
+impl BuildIdCache {
+    /// The files seen at `path` (marks it used).
+    pub(super) fn get(&mut self, path: &str) -> Option<&Vec<(FileKey, Option<BuildId>)>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(path).map(|e| {
+            e.0 = tick;
+            &e.1
+        })
+    }
+
+    /// Remembers `(key, id)` at `path`; returns how many paths were evicted.
+    pub(super) fn insert(&mut self, path: &str, key: FileKey, id: Option<BuildId>) -> u64 {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(e) = self.map.get_mut(path) {
+            e.0 = tick;
+            if e.1.len() >= MAX_FILES_PER_PATH {
+                e.1.remove(0);
+            }
+            e.1.push((key, id));
+            return 0;
+        }
+        let mut evicted = 0;
+        if self.map.len() >= MAX_BUILD_ID_PATHS || self.bytes + path.len() > MAX_BUILD_ID_PATH_BYTES {
+            // Evict the least recently used eighth at once (amortized O(1) per insert).
+            let mut ticks: Vec<u64> = self.map.values().map(|e| e.0).collect();
+            let cut = ticks.len() / 8;
+            let (_, &mut limit, _) = ticks.select_nth_unstable(cut);
+            let before = self.map.len();
+            let mut freed = 0;
+            self.map.retain(|p, e| {
+                let keep = e.0 > limit;
+                if !keep {
+                    freed += p.len();
+                }
+                keep
+            });
+            self.bytes -= freed;
+            evicted = (before - self.map.len()) as u64;
+        }
+        self.bytes += path.len();
+        self.map.insert(path.to_string(), (tick, vec![(key, id)]));
+        evicted
+    }
+
+    /// Paths held.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Bytes of the paths held.
+    #[cfg(test)]
+    pub(super) fn path_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// Decoding, counting, build-ids: everything between the queue and the writer.
 pub(super) struct Emitter {
     pub(super) decoder: Decoder,
@@ -48,8 +125,9 @@ pub(super) struct Emitter {
     /// Latest timestamp written (to count records written out of order).
     pub(super) last_time: u64,
     /// Build-ids looked up so far, by path and then `(device, inode)` (`(0, 0)` when
-    /// neither the record nor `stat` told): each file is read once.
-    pub(super) build_ids: HashMap<String, Vec<(FileKey, Option<BuildId>)>>,
+    /// neither the record nor `stat` told): each file is read once. Bounded
+    /// ([`BuildIdCache`]): least recently used paths are evicted and counted.
+    pub(super) build_ids: BuildIdCache,
     /// Events with this index or higher are the uprobe item boundaries (begin, end).
     pub(super) probe_base: u16,
     /// Turns uprobe hits into item markers (with uprobe item boundaries only).
@@ -74,7 +152,7 @@ impl Emitter {
             plain: Sample::default(),
             summary: RecordSummary::default(),
             last_time: 0,
-            build_ids: HashMap::new(),
+            build_ids: BuildIdCache::default(),
             probe_base: u16::MAX,
             probe_markers: None,
             probe_records: Vec::new(),
@@ -290,9 +368,9 @@ impl Emitter {
             None if kernel => (0, 0),
             None => {
                 // A keyless lookup of a path already seen: reuse its first entry.
-                if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.first()) {
+                if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.first().cloned()) {
                     if m.build_id.is_none() {
-                        m.build_id = known.1.clone();
+                        m.build_id = known.1;
                     }
                     return Ok(Some(known.0));
                 }
@@ -302,9 +380,9 @@ impl Emitter {
                     .map_or((0, 0), |md| (md.dev(), md.ino()))
             }
         };
-        if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.iter().find(|e| e.0 == key)) {
+        if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.iter().find(|e| e.0 == key).cloned()) {
             if m.build_id.is_none() {
-                m.build_id = known.1.clone();
+                m.build_id = known.1;
             }
             return Ok(Some(key));
         }
@@ -320,7 +398,7 @@ impl Emitter {
                 .flatten()
                 .or_else(|| buildid::read_build_id_of(Path::new(&in_root()), key.0, key.1).ok().flatten()),
         };
-        self.build_ids.entry(m.path.clone()).or_default().push((key, id.clone()));
+        self.summary.build_id_paths_evicted += self.build_ids.insert(&m.path, key, id.clone());
         if let Some(id) = &id {
             out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
         }
@@ -332,6 +410,32 @@ impl Emitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 19, finding 7: one file renamed through 150,000 long names, each mapped.
+    /// Before, every path stayed in the cache (+620 MB). Now it holds at most
+    /// MAX_BUILD_ID_PATH_BYTES of paths, evicts the least recently used and counts them; a
+    /// path in use (libc, mapped by everyone) stays.
+    #[test]
+    fn finding_7_build_id_cache_is_bounded_lru() {
+        let mut c = BuildIdCache::default();
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        c.insert(libc, (1, 1), Some(vec![1; 20]));
+        let long = "x".repeat(3800);
+        let mut evicted = 0;
+        for i in 0..150_000u64 {
+            evicted += c.insert(&format!("/tmp/{long}{i}"), (1, 2), None);
+            if i % 100 == 0 {
+                assert!(c.get(libc).is_some(), "a path in use is kept");
+            }
+            assert!(c.path_bytes() <= MAX_BUILD_ID_PATH_BYTES && c.len() <= MAX_BUILD_ID_PATHS);
+        }
+        assert!(evicted >= 150_000 - MAX_BUILD_ID_PATH_BYTES as u64 / 3800, "{evicted}");
+        assert_eq!(c.len() as u64 + evicted, 150_001);
+        for _ in 0..20 {
+            c.insert(libc, (1, 9), None); // a path replaced again and again: bounded too
+        }
+        assert_eq!(c.get(libc).unwrap().len(), MAX_FILES_PER_PATH);
+    }
     use crate::parse::{sample_type as st, Layout};
     use tailprof_format::{TraceHeader, TraceWriter, WriterOptions};
 
