@@ -218,6 +218,14 @@ impl TailRetainer {
 
     pub fn handle_lost(&mut self, _l: &Lost) {}
 
+    /// Lets go of the kept samples (counted in `kept_samples_evicted`): the aggregator's
+    /// binary indexes they hold are about to change meaning.
+    pub fn forget_kept_samples(&mut self) {
+        self.stats.kept_samples_evicted += self.kept.len() as u64;
+        self.kept.clear();
+        self.kept_frames = 0;
+    }
+
     pub fn handle_class(&mut self, c: &ItemClass) {
         let name: String = c.name.chars().take(128).collect();
         let known = self.classes.get(&c.pid).is_some_and(|m| m.contains_key(&c.id));

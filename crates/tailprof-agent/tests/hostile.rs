@@ -290,6 +290,7 @@ fn elf_with_functions(n: usize, strtab: &[u8], name_at: impl Fn(usize) -> u32) -
 }
 
 /// Peak resident KiB of a child running this test binary's test `name` (with `env` set).
+#[allow(clippy::zombie_processes)] // reaped by wait4 below (to read its rusage)
 fn child_peak_kib(name: &str, env: (&str, &str)) -> (bool, i64) {
     let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
@@ -463,4 +464,204 @@ fn finding_10_losses_are_counted_by_their_true_kind() {
         w.losses, s.losses,
         "the window carries the same counts to the store"
     );
+}
+
+/// A pid no process has (beyond the kernel's largest pid_max, 2^22).
+const NO_PID: u32 = 5_000_000;
+
+/// Finding 6: one process maps and unmaps a page 65,000 times under a 3.8 KB path, then
+/// forks 300 children, each of which is sampled. Before, the unmapped ranges were never
+/// forgotten and every fork copied the list: 28 MB → 1.5 GB. Now a fork shares the list,
+/// a process keeps at most MAX_MAPS_PER_PROC mappings (oldest never sampled evicted), all
+/// lists at most MAX_MAP_BYTES, and the aggregating process stays under the agent's
+/// 100 MiB budget.
+#[test]
+fn finding_6_mmap_churn_and_forks_stay_bounded() {
+    use tailprof_agent::aggregate::{MAX_MAPS_PER_PROC, MAX_MAP_BYTES};
+    if std::env::var_os("TAILPROF_H3_FINDING6").is_some() {
+        let (tx, _rx) = mpsc::channel::<Job>();
+        let mut agg = Aggregator::new(
+            vec!["cpu-clock".into()],
+            3_600_000_000,
+            "h".into(),
+            tx,
+            None,
+        );
+        let path = format!("/tmp/{}", "p".repeat(3800));
+        let pid = NO_PID;
+        for i in 0..65_000u64 {
+            let m = Mmap {
+                pid,
+                tid: pid,
+                start: 0x1000_0000 + i * 0x2000,
+                len: 0x1000,
+                prot: 5,
+                cpumode: CpuMode::User,
+                path: path.clone(),
+                build_id: Some(vec![7; 20]),
+                ..Mmap::default()
+            };
+            agg.write_record(&Record::Mmap(m)).unwrap();
+        }
+        for c in 1..=300u32 {
+            let child = pid + c;
+            agg.write_record(&Record::Fork(tailprof_format::Task {
+                pid: child,
+                ppid: pid,
+                tid: child,
+                ptid: pid,
+                time: 1,
+            }))
+            .unwrap();
+            // a sample in one of its (inherited) mappings: resolving it changes the child's list
+            let ip = 0x1000_0000 + (65_000 - u64::from(c)) * 0x2000 + 0x10;
+            agg.write_record(&Record::Sample(Sample {
+                pid: child,
+                tid: child,
+                ip,
+                period: 1,
+                cpumode: CpuMode::User,
+                ..Sample::default()
+            }))
+            .unwrap();
+        }
+        let (procs, _maps, bytes, _) = agg.held();
+        eprintln!(
+            "finding 6: {procs} processes, {bytes} bytes of mapping lists, {:?}",
+            agg.stats
+        );
+        assert!(bytes <= MAX_MAP_BYTES, "{bytes}");
+        assert!(agg.stats.mappings_evicted >= 65_000 - MAX_MAPS_PER_PROC as u64);
+        return;
+    }
+    let (ok, kib) = child_peak_kib(
+        "finding_6_mmap_churn_and_forks_stay_bounded",
+        ("TAILPROF_H3_FINDING6", "1"),
+    );
+    assert!(ok, "the child failed");
+    eprintln!("finding 6: peak RSS {} MiB", kib / 1024);
+    assert!(kib < 100 * 1024, "peak RSS {kib} KiB");
+}
+
+/// Finding 8: stacks forged through 119,426 distinct tiny binaries. Before, `binaries`,
+/// `bin_ids` and the symbolizer's `seen` grew without bound (30 → 145 MB, never freed)
+/// and a binary dropped under pressure was never retried. Now the binary table starts
+/// over beyond MAX_BINARIES (counted), and a binary the symbolizer dropped is queued again
+/// when a new mapping of it is sampled.
+#[test]
+fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
+    use tailprof_agent::aggregate::MAX_BINARIES;
+    use tailprof_agent::writer::DroppedBinaries;
+    let (tx, rx) = mpsc::channel::<Job>();
+    let mut agg = Aggregator::new(
+        vec!["cpu-clock".into()],
+        3_600_000_000,
+        "h".into(),
+        tx,
+        None,
+    );
+    let pid = NO_PID;
+    let n = 119_426u64;
+    for i in 0..n {
+        let start = 0x1000_0000 + i * 0x2000;
+        let mut id = vec![0u8; 20];
+        id[..8].copy_from_slice(&i.to_le_bytes());
+        let m = Mmap {
+            pid,
+            tid: pid,
+            start,
+            len: 0x1000,
+            prot: 5,
+            cpumode: CpuMode::User,
+            path: format!("/tmp/b{i}"),
+            build_id: Some(id),
+            ..Mmap::default()
+        };
+        agg.write_record(&Record::Mmap(m)).unwrap();
+        agg.write_record(&Record::Sample(Sample {
+            pid,
+            tid: pid,
+            ip: start + 1,
+            period: 1,
+            cpumode: CpuMode::User,
+            ..Sample::default()
+        }))
+        .unwrap();
+        if i % 10_000 == 9_999 {
+            agg.maybe_flush(true); // a window ends
+            assert!(agg.held().3 <= MAX_BINARIES, "{:?}", agg.held());
+        }
+    }
+    agg.maybe_flush(true);
+    let (_, _, _, bins) = agg.held();
+    assert!(bins <= MAX_BINARIES, "{bins}");
+    assert!(agg.stats.binary_table_resets >= 1);
+    drop(rx);
+
+    // The retry, with a real mapping of a process of the unprivileged user.
+    let Some(who) =
+        attacker("finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried")
+    else {
+        return;
+    };
+    let mut victim = spawn_as(who, &["sleep", "30"]);
+    let vpid = victim.id();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let maps = std::fs::read_to_string(format!("/proc/{vpid}/maps")).unwrap();
+    let text = maps
+        .lines()
+        .filter_map(tailprof_collect::procfs::parse_maps_line)
+        .find(|m| m.prot & 4 != 0 && m.path.starts_with('/'))
+        .expect("an executable file mapping of sleep");
+    let (tx, rx) = mpsc::channel::<Job>();
+    let dropped = DroppedBinaries::default();
+    let mut agg = Aggregator::new(
+        vec!["cpu-clock".into()],
+        3_600_000_000,
+        "h".into(),
+        tx,
+        None,
+    );
+    agg.set_dropped_binaries(dropped.clone());
+    let mmap = Mmap {
+        pid: vpid,
+        tid: vpid,
+        start: text.start,
+        len: text.end - text.start,
+        pgoff: text.offset,
+        prot: 5,
+        cpumode: CpuMode::User,
+        path: text.path.clone(),
+        build_id: Some(vec![0xab; 20]),
+        ..Mmap::default()
+    };
+    let sample = Sample {
+        pid: vpid,
+        tid: vpid,
+        ip: text.start + 0x10,
+        period: 1,
+        cpumode: CpuMode::User,
+        ..Sample::default()
+    };
+    let jobs = |rx: &mpsc::Receiver<Job>| {
+        rx.try_iter()
+            .filter(|j| matches!(j, Job::Symbols(_)))
+            .count()
+    };
+    agg.write_record(&Record::Mmap(mmap.clone())).unwrap();
+    agg.write_record(&Record::Sample(sample.clone())).unwrap();
+    assert_eq!(jobs(&rx), 1, "the first sample queues the binary");
+    agg.write_record(&Record::Mmap(mmap.clone())).unwrap();
+    agg.write_record(&Record::Sample(sample.clone())).unwrap();
+    assert_eq!(jobs(&rx), 0, "known and not dropped: not queued again");
+    dropped.note(&"ab".repeat(20));
+    agg.write_record(&Record::Mmap(mmap)).unwrap();
+    agg.write_record(&Record::Sample(sample)).unwrap();
+    assert_eq!(
+        jobs(&rx),
+        1,
+        "dropped by the symbolizer: queued again when sampled again"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
 }

@@ -46,16 +46,20 @@ const MAX_FILES_PER_PATH: usize = 8;
 /// evicted beyond [`MAX_BUILD_ID_PATHS`] paths or [`MAX_BUILD_ID_PATH_BYTES`] bytes
 /// (issue 19, finding 7: 150,000 long names grew it by 620 MB, kept after the attacker
 /// exited).
+/// The files seen at one path, each with its build-id.
+type FilesAt = Vec<(FileKey, Option<BuildId>)>;
+
 #[derive(Debug, Default)]
 pub(super) struct BuildIdCache {
-    map: HashMap<String, (u64, Vec<(FileKey, Option<BuildId>)>)>,
+    /// path → (last use, files).
+    map: HashMap<String, (u64, FilesAt)>,
     bytes: usize,
     tick: u64,
 }
 
 impl BuildIdCache {
     /// The files seen at `path` (marks it used).
-    pub(super) fn get(&mut self, path: &str) -> Option<&Vec<(FileKey, Option<BuildId>)>> {
+    pub(super) fn get(&mut self, path: &str) -> Option<&FilesAt> {
         self.tick += 1;
         let tick = self.tick;
         self.map.get_mut(path).map(|e| {
