@@ -665,3 +665,76 @@ fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
     let _ = victim.kill();
     let _ = victim.wait();
 }
+
+/// Finding 9: 30 marked processes × 64 threads write garbage: class descriptors with new
+/// ids and long names, and items that begin and never end (with samples on every thread).
+/// Before, the agent peaked at 800 MB. The request retainer's structures are all bounded
+/// (open requests, class labels, kept samples, pending exits): the process feeding it
+/// stays under the agent's 100 MiB budget, and every window is taken.
+#[test]
+fn finding_9_garbage_markers_and_endless_items_stay_bounded() {
+    use tailprof_agent::tail::TailRetainer;
+    use tailprof_format::{ItemClass, Marker, MarkerKind};
+    if std::env::var_os("TAILPROF_H3_FINDING9").is_some() {
+        let mut t = TailRetainer::new(Some(1_000_000), 0.99);
+        let frames: Vec<(u32, u64)> = (0..64).map(|i| (1, i)).collect();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut windows = 0;
+        for round in 0..60u64 {
+            for p in 0..30u32 {
+                let pid = 4_100_000 + p;
+                for th in 0..64u32 {
+                    let tid = pid * 100 + th;
+                    let time = round * 1_000_000_000 + u64::from(th);
+                    for _ in 0..20 {
+                        let class = rnd() as u32;
+                        t.handle_class(&ItemClass {
+                            time,
+                            pid,
+                            id: class,
+                            name: format!("{:0>128}", rnd()),
+                        });
+                        let m = Marker {
+                            time,
+                            pid,
+                            tid,
+                            kind: MarkerKind::Begin,
+                            item: rnd(),
+                            class,
+                            ..Marker::default()
+                        };
+                        t.handle_marker(&m, "garbage");
+                    }
+                    let s = Sample {
+                        time,
+                        pid,
+                        tid,
+                        period: 1,
+                        ..Sample::default()
+                    };
+                    t.handle_sample(&s, &frames);
+                }
+            }
+            if round % 2 == 1 {
+                let _ = t.take_window(round as i64, round as i64 + 1, &|_| Some("ab".into()));
+                windows += 1;
+            }
+        }
+        assert_eq!(windows, 30);
+        eprintln!("finding 9: {} open, {:?}", t.open_requests(), t.stats);
+        return;
+    }
+    let (ok, kib) = child_peak_kib(
+        "finding_9_garbage_markers_and_endless_items_stay_bounded",
+        ("TAILPROF_H3_FINDING9", "1"),
+    );
+    assert!(ok, "the child failed");
+    eprintln!("finding 9: peak RSS {} MiB", kib / 1024);
+    assert!(kib < 100 * 1024, "peak RSS {kib} KiB");
+}
