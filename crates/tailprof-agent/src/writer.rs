@@ -286,11 +286,18 @@ fn thread_cpu_s() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// Waiting jobs whose file belongs to one user at most (a quarter of the queue): one
+/// user's flood of binaries cannot keep another's (root's `/usr/bin/dash`) out (issue 19,
+/// fairness).
+pub const MAX_DEFERRED_PER_OWNER: usize = MAX_DEFERRED_SYMBOL_JOBS / 4;
+
 /// A waiting job, smallest file first (cheap tables first: most binaries named per CPU
 /// second).
 struct Pending {
     size: u64,
     seq: u64,
+    /// The file's owner (uid).
+    owner: u32,
     job: SymbolJob,
 }
 impl PartialEq for Pending {
@@ -325,6 +332,8 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
     let mut seq = 0u64;
     let mut budget = Budget::new();
     let mut closed: Option<std::time::Instant> = None;
+    // queued jobs by file owner
+    let mut per_owner: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     loop {
         let credit = budget.credit();
         let next = if queue.is_empty() {
@@ -356,21 +365,30 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
                 if dest.exists() {
                     continue; // a previous run (or another host on a shared store) did it
                 }
-                if queue.len() >= MAX_DEFERRED_SYMBOL_JOBS {
+                let (size, owner) = j.file.metadata().map_or((u64::MAX, u32::MAX), |m| {
+                    use std::os::unix::fs::MetadataExt;
+                    (m.len(), m.uid())
+                });
+                let mine = per_owner.get(&owner).copied().unwrap_or(0);
+                if queue.len() >= MAX_DEFERRED_SYMBOL_JOBS || mine >= MAX_DEFERRED_PER_OWNER {
                     seen.remove(&j.build_id); // taken again when it is sampled again
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                     s.symbol_tables_dropped += 1;
-                    s.last_error = Some(format!("symbols of {} dropped: {MAX_DEFERRED_SYMBOL_JOBS} binaries already wait for the symbolizer's CPU budget", j.path));
+                    s.last_error = Some(format!(
+                        "symbols of {} dropped: {} binaries (of its owner: {mine}) already wait for the symbolizer's CPU budget",
+                        j.path,
+                        queue.len()
+                    ));
                     drop(s);
                     dropped.note(&j.build_id);
                     continue;
                 }
+                *per_owner.entry(owner).or_default() += 1;
                 if credit <= 0.0 {
                     stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_deferred += 1;
                 }
-                let size = j.file.metadata().map_or(u64::MAX, |m| m.len());
                 seq += 1;
-                queue.push(Pending { size, seq, job: j });
+                queue.push(Pending { size, seq, owner, job: j });
                 continue; // take every job already sent before choosing the smallest
             }
             Err(RecvTimeoutError::Disconnected) => closed = Some(std::time::Instant::now()),
@@ -380,11 +398,18 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
             let n = queue.len() as u64;
             queue.clear();
+            per_owner.clear();
             stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_dropped_at_stop += n;
             break;
         }
         if closed.is_some() || budget.credit() > 0.0 {
             if let Some(p) = queue.pop() {
+                if let Some(n) = per_owner.get_mut(&p.owner) {
+                    *n -= 1;
+                    if *n == 0 {
+                        per_owner.remove(&p.owner);
+                    }
+                }
                 symbolize_one(&store, p.job, &stats, &mut budget, deadline);
             }
         }
@@ -490,7 +515,7 @@ mod tests {
         std::fs::write(&p, vec![0u8; len]).unwrap();
         let file = File::open(&p).unwrap();
         let size = file.metadata().unwrap().len();
-        Pending { size, seq: len as u64, job: SymbolJob { build_id: name.into(), path: name.into(), file } }
+        Pending { size, seq: len as u64, owner: 0, job: SymbolJob { build_id: name.into(), path: name.into(), file } }
     }
 
     #[test]

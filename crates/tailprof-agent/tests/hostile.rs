@@ -738,3 +738,68 @@ fn finding_9_garbage_markers_and_endless_items_stay_bounded() {
     eprintln!("finding 9: peak RSS {} MiB", kib / 1024);
     assert!(kib < 100 * 1024, "peak RSS {kib} KiB");
 }
+
+/// Fairness (issue 19): one user floods the symbolizer with 600 binaries of their own,
+/// then root's `dash` is sampled. Before, the queue (512) was full and dash was dropped
+/// for good. Now one owner's files take at most a quarter of the queue: the flood's
+/// surplus is dropped (and noted for a retry), root's binary is queued.
+#[test]
+fn fairness_one_users_binaries_cannot_crowd_out_another_users() {
+    use std::os::unix::fs::chown;
+    use tailprof_agent::writer::{
+        run_writer, DroppedBinaries, SymbolJob, WriterConfig, WriterStats, MAX_DEFERRED_PER_OWNER,
+    };
+    let Some(who) = attacker("fairness_one_users_binaries_cannot_crowd_out_another_users") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = tailprof_store::Store::open(&dir.path().join("store")).unwrap();
+    let stats = std::sync::Arc::new(std::sync::Mutex::new(WriterStats::default()));
+    let dropped = DroppedBinaries::default();
+    let cfg = WriterConfig {
+        store,
+        retain: Default::default(),
+        compact: false,
+        push: None,
+        otlp: None,
+        stop_within: std::time::Duration::from_secs(60),
+        dropped: dropped.clone(),
+    };
+    let (tx, rx) = mpsc::channel();
+    let job = |i: u32, uid: u32| {
+        let p = dir.path().join(format!("bin{i}"));
+        std::fs::write(&p, b"not an ELF file").unwrap();
+        chown(&p, Some(uid), None).unwrap();
+        Job::Symbols(SymbolJob {
+            build_id: format!("{i:040x}"),
+            path: p.display().to_string(),
+            file: std::fs::File::open(&p).unwrap(),
+        })
+    };
+    let flood = 600u32;
+    for i in 0..flood {
+        tx.send(job(i, who.0)).unwrap();
+    }
+    tx.send(job(flood, 0)).unwrap(); // root's binary, sampled after the flood
+    let st = stats.clone();
+    let writer = std::thread::spawn(move || run_writer(cfg, rx, st));
+    drop(tx);
+    writer.join().unwrap();
+    let s = stats.lock().unwrap().clone();
+    eprintln!(
+        "fairness: {} dropped, {} failed (not ELF)",
+        s.symbol_tables_dropped, s.symbol_tables_failed
+    );
+    assert!(
+        !dropped.take(&format!("{flood:040x}")),
+        "root's binary was dropped"
+    );
+    assert!(
+        s.symbol_tables_dropped >= 1
+            && s.symbol_tables_dropped <= u64::from(flood) - MAX_DEFERRED_PER_OWNER as u64
+    );
+    assert_eq!(
+        s.symbol_tables_dropped + s.symbol_tables_failed + s.symbol_tables,
+        u64::from(flood) + 1
+    );
+}
