@@ -140,6 +140,7 @@ pub fn run_agent(
         push: cfg.push.clone(),
         otlp: cfg.otlp.clone(),
         stop_within: writer::STOP_WITHIN,
+        symbolizer_burst_s: writer::SYMBOLIZER_BURST_S,
         dropped: dropped.clone(),
     };
     let ws = wstats.clone();

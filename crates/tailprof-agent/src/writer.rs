@@ -85,6 +85,9 @@ pub struct WriterConfig {
     /// Binaries the symbolizer dropped (queue full): the aggregator sends each again when
     /// it is sampled again.
     pub dropped: DroppedBinaries,
+    /// CPU seconds the symbolizer may spend at startup beyond its share
+    /// ([`SYMBOLIZER_BURST_S`] in the agent).
+    pub symbolizer_burst_s: f64,
     pub retain: tailprof_store::RetainPolicy,
     pub compact: bool,
     pub push: Option<String>,
@@ -104,10 +107,13 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
     let (sym_tx, sym_rx) = std::sync::mpsc::channel::<SymbolJob>();
     let sym_store = cfg.store.clone();
     let sym_stats = stats.clone();
-    let (stop_within, dropped) = (cfg.stop_within, cfg.dropped.clone());
+    let (stop_within, dropped, burst) = (cfg.stop_within, cfg.dropped.clone(), cfg.symbolizer_burst_s);
+    // When the agent stopped: the symbolizer sees it even in the middle of a job.
+    let stopped: Arc<std::sync::OnceLock<std::time::Instant>> = Arc::default();
+    let sym_stopped = stopped.clone();
     let sym_thread = std::thread::Builder::new()
         .name("tailprof-symbols".into())
-        .spawn(move || run_symbolizer(sym_store, sym_rx, sym_stats, stop_within, dropped))
+        .spawn(move || run_symbolizer(sym_store, sym_rx, sym_stats, Limits { stop_within, burst, stopped: sym_stopped }, dropped))
         .ok();
     for job in jobs {
         match job {
@@ -192,6 +198,7 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
             }
         }
     }
+    let _ = stopped.set(std::time::Instant::now());
     drop(sym_tx);
     if let Some(t) = sym_thread {
         let _ = t.join();
@@ -217,8 +224,8 @@ struct Budget {
     tokens: f64,
 }
 impl Budget {
-    fn new() -> Self {
-        Budget { t0: std::time::Instant::now(), last_wall: 0.0, last_cpu: thread_cpu_s(), tokens: SYMBOLIZER_BURST_S }
+    fn new(burst_s: f64) -> Self {
+        Budget { t0: std::time::Instant::now(), last_wall: 0.0, last_cpu: thread_cpu_s(), tokens: burst_s }
     }
     /// The credit now: refilled by wall time, spent by this thread's CPU.
     fn credit(&mut self) -> f64 {
@@ -325,12 +332,29 @@ impl Ord for Pending {
 /// credit again), so one huge table cannot take a core. When the agent stops, the waiting
 /// jobs are done for at most `stop_within`; then the rest, and a job still running, are
 /// dropped and counted (issue 19, finding 5).
-fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>, stop_within: std::time::Duration, dropped: DroppedBinaries) {
+/// The symbolizer's time limits.
+struct Limits {
+    /// How long it goes on once the agent stopped.
+    stop_within: std::time::Duration,
+    /// CPU seconds of its startup burst.
+    burst: f64,
+    /// Set by the writer when the agent stops.
+    stopped: Arc<std::sync::OnceLock<std::time::Instant>>,
+}
+
+impl Limits {
+    /// The instant after which nothing more is symbolized (None while the agent runs).
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.stopped.get().map(|t| *t + self.stop_within)
+    }
+}
+
+fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>, limits: Limits, dropped: DroppedBinaries) {
     use std::sync::mpsc::RecvTimeoutError;
     let mut seen = std::collections::HashSet::new();
     let mut queue = std::collections::BinaryHeap::new();
     let mut seq = 0u64;
-    let mut budget = Budget::new();
+    let mut budget = Budget::new(limits.burst);
     let mut closed: Option<std::time::Instant> = None;
     // queued jobs by file owner
     let mut per_owner: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
@@ -394,7 +418,7 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
             Err(RecvTimeoutError::Disconnected) => closed = Some(std::time::Instant::now()),
             Err(RecvTimeoutError::Timeout) => {}
         }
-        let deadline = closed.map(|t| t + stop_within);
+        let deadline = limits.deadline().or(closed.map(|t| t + limits.stop_within));
         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
             let n = queue.len() as u64;
             queue.clear();
@@ -410,7 +434,7 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
                         per_owner.remove(&p.owner);
                     }
                 }
-                symbolize_one(&store, p.job, &stats, &mut budget, deadline);
+                symbolize_one(&store, p.job, &stats, &mut budget, &limits);
             }
         }
     }
@@ -423,25 +447,26 @@ pub const MAX_SEEN_BUILD_IDS: usize = 65_536;
 /// Error text of a job stopped because the agent stops.
 const STOPPED: &str = "the agent stopped";
 
-fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, budget: &mut Budget, deadline: Option<std::time::Instant>) {
+fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, budget: &mut Budget, limits: &Limits) {
     let Some(dest) = store.symbols_file(&j.build_id) else { return };
     let cpu0 = thread_cpu_s();
     // During the job: past the stop deadline, stop; out of credit (and not stopping),
     // sleep until the budget has refilled.
+    // The agent may stop while this job runs (even while it sleeps for credit): checked
+    // at every step and every sleep slice.
     let mut pace = || -> Result<(), String> {
-        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-            return Err(STOPPED.into());
-        }
-        if deadline.is_none() {
-            loop {
-                let c = budget.credit();
-                if c > 0.0 {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_secs_f64((-c / SYMBOLIZER_CPU_SHARE).clamp(0.01, 0.25)));
+        loop {
+            match limits.deadline() {
+                Some(d) if std::time::Instant::now() >= d => return Err(STOPPED.into()),
+                Some(_) => return Ok(()), // stopping: finish quickly, no sleeping for credit
+                None => {}
             }
+            let c = budget.credit();
+            if c > 0.0 {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_secs_f64((-c / SYMBOLIZER_CPU_SHARE).clamp(0.01, 0.25)));
         }
-        Ok(())
     };
     let res = store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string()).and_then(|()| {
         if j.path == crate::aggregate::KERNEL_PATH {
@@ -531,7 +556,7 @@ mod tests {
 
     #[test]
     fn budget_is_spent_by_cpu() {
-        let mut b = Budget::new();
+        let mut b = Budget::new(SYMBOLIZER_BURST_S);
         let c0 = b.credit();
         assert!(c0 <= SYMBOLIZER_BURST_S + 0.01);
         // burn CPU in this thread: the credit goes down by at least what was spent
