@@ -97,6 +97,9 @@ pub struct WriterConfig {
 pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<WriterStats>>) {
     let mut dropped_since_last = 0u64;
     let mut last_maintenance_hour = i64::MIN;
+    // Build-ids named by this hour's windows: their symbol tables are marked used at the
+    // hour's maintenance, so retention keeps them (bounded; more are marked next hour).
+    let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
     let note_err = |stats: &Arc<Mutex<WriterStats>>, e: String| {
         if let Ok(mut s) = stats.lock() {
             s.last_error = Some(e);
@@ -165,9 +168,19 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                 }
                 crate::otlp::send_counted(cfg.otlp.as_deref(), &cfg.store, &w, &stats);
                 // Once per hour: compact the finished hours, then retention.
+                for f in w.rows.iter().flat_map(|r| &r.frames) {
+                    if used.len() >= MAX_USED_BUILD_IDS {
+                        break;
+                    }
+                    if !f.build_id.is_empty() && !used.contains(&f.build_id) {
+                        used.insert(f.build_id.clone());
+                    }
+                }
                 let hour = w.end_us.div_euclid(3_600_000_000);
                 if hour != last_maintenance_hour {
                     last_maintenance_hour = hour;
+                    tailprof_store::touch_symbols(&cfg.store, used.iter().map(String::as_str));
+                    used.clear();
                     if cfg.compact {
                         match tailprof_store::compact(&cfg.store, &w.host, hour * 3_600_000_000) {
                             Ok(c) => {
@@ -387,6 +400,7 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
                 }
                 let Some(dest) = store.symbols_file(&j.build_id) else { continue };
                 if dest.exists() {
+                    tailprof_store::touch_symbols(&store, [j.build_id.as_str()]); // in use again
                     continue; // a previous run (or another host on a shared store) did it
                 }
                 let (size, owner) = j.file.metadata().map_or((u64::MAX, u32::MAX), |m| {
@@ -439,6 +453,9 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
         }
     }
 }
+
+/// Build-ids whose symbol tables are marked used per hour at most.
+pub const MAX_USED_BUILD_IDS: usize = 65_536;
 
 /// Build-ids the symbolizer remembers having taken at most (then it starts over; the
 /// store's files say which are done).
