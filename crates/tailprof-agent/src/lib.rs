@@ -68,6 +68,8 @@ pub struct AgentSummary {
     /// Kernel-side losses reported by the recorder.
     pub lost_records: u64,
     pub throttled: u64,
+    /// Paths the recorder's build-id cache evicted (least recently used first).
+    pub build_id_paths_evicted: u64,
 }
 
 /// Runs the agent until `stop` is set (or `cfg.duration_us` passes: the caller sets
@@ -176,5 +178,6 @@ pub fn run_agent(
         stale_temp_files_removed: removed,
         lost_records: summary.lost_records,
         throttled: summary.throttled,
+        build_id_paths_evicted: summary.build_id_paths_evicted,
     })
 }

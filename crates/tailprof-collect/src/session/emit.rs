@@ -39,6 +39,9 @@ fn mmap2_file(rec: &[u8]) -> Option<FileKey> {
 pub const MAX_BUILD_ID_PATHS: usize = 16_384;
 /// Bytes of paths the build-id cache holds at most (a path may be 4 KiB long).
 pub const MAX_BUILD_ID_PATH_BYTES: usize = 4 << 20;
+/// Bytes of (path, build-id) pairs handed to the output (the trace's build-id table) at
+/// most per recording.
+pub const MAX_TRACE_BUILD_ID_BYTES: usize = 16 << 20;
 /// Files remembered per path at most (a path replaced again and again).
 const MAX_FILES_PER_PATH: usize = 8;
 
@@ -145,6 +148,8 @@ pub(super) struct Emitter {
     /// `-a`: executable mappings are shown to it, to attach marked processes that start
     /// while recording (`None`: other targets).
     pub(super) follow: Option<super::items::MarkerFollower>,
+    /// Bytes of build-id entries handed to the output so far.
+    pub(super) build_id_bytes_out: usize,
 }
 
 impl Emitter {
@@ -163,6 +168,7 @@ impl Emitter {
             stacks: None,
             classes: None,
             follow: None,
+            build_id_bytes_out: 0,
         }
     }
 
@@ -404,7 +410,13 @@ impl Emitter {
         };
         self.summary.build_id_paths_evicted += self.build_ids.insert(&m.path, key, id.clone());
         if let Some(id) = &id {
-            out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
+            let bytes = m.path.len() + id.len() + 32;
+            if self.build_id_bytes_out + bytes <= MAX_TRACE_BUILD_ID_BYTES {
+                self.build_id_bytes_out += bytes;
+                out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
+            } else {
+                self.summary.build_ids_not_stored += 1;
+            }
         }
         m.build_id = id;
         Ok(Some(key))
@@ -439,6 +451,47 @@ mod tests {
             c.insert(libc, (1, 9), None); // a path replaced again and again: bounded too
         }
         assert_eq!(c.get(libc).unwrap().len(), MAX_FILES_PER_PATH);
+    }
+
+    /// What the output is handed: build-id bytes only (records are dropped).
+    #[derive(Default)]
+    struct BuildIdBytes(usize, usize);
+    impl RecordOutput for BuildIdBytes {
+        fn write_record(&mut self, _: &Record) -> Result<(), FormatError> {
+            Ok(())
+        }
+        fn write_sample(&mut self, _: &Sample) -> Result<(), FormatError> {
+            Ok(())
+        }
+        fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+            (self.0, self.1) = (self.0 + e.path.len() + e.build_id.len(), self.1 + 1);
+            Ok(())
+        }
+        fn end_round(&mut self) -> Result<(), FormatError> {
+            Ok(())
+        }
+        fn bytes_written(&self) -> u64 {
+            0
+        }
+    }
+
+    /// Issue 19, finding 7 for `record -a`: 20,000 mappings under distinct 3.8 KB paths.
+    /// The trace's build-id table (kept in memory to the end of the recording) is handed
+    /// at most MAX_TRACE_BUILD_ID_BYTES; the rest is counted, and the cache stays bounded.
+    #[test]
+    fn finding_7_record_a_build_id_table_is_bounded() {
+        let mut e = Emitter::new(Decoder::new(vec![Layout::default()]));
+        let mut out = BuildIdBytes::default();
+        let long = "y".repeat(3800);
+        let n = 20_000u64;
+        for i in 0..n {
+            let m = Mmap { pid: 1, tid: 1, start: i << 12, len: 4096, prot: 5, path: format!("/nonexistent/{long}{i}"), build_id: Some(vec![1; 20]), ..Mmap::default() };
+            e.record(Record::Mmap(m), &mut out).unwrap();
+        }
+        assert!(out.0 <= MAX_TRACE_BUILD_ID_BYTES, "{} bytes handed out", out.0);
+        assert_eq!(out.1 as u64 + e.summary.build_ids_not_stored, n, "every entry stored or counted");
+        assert!(e.summary.build_ids_not_stored > 0);
+        assert!(e.build_ids.path_bytes() <= MAX_BUILD_ID_PATH_BYTES);
     }
     use crate::parse::{sample_type as st, Layout};
     use tailprof_format::{TraceHeader, TraceWriter, WriterOptions};
