@@ -181,10 +181,16 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
             );
         }
         let a = &s.aggregation;
-        if a.processes_untracked + a.mappings_dropped + a.comms_dropped > 0 {
+        if a.processes_untracked + a.mappings_dropped + a.comms_dropped + a.mappings_evicted + a.processes_evicted + a.binaries_dropped > 0 {
             eprintln!(
-                "tailprof: warning: bounds reached: {} records of untracked processes, {} mappings dropped, {} command names dropped (their frames show as unknown)",
-                a.processes_untracked, a.mappings_dropped, a.comms_dropped
+                "tailprof: warning: bounds reached: {} mappings and {} processes evicted (least recently used), {} binaries not registered, {} command names dropped (their frames show as unknown)",
+                a.mappings_evicted + a.mappings_dropped, a.processes_evicted + a.processes_untracked, a.binaries_dropped, a.comms_dropped
+            );
+        }
+        if w.symbol_tables_dropped + w.symbol_tables_dropped_at_stop > 0 {
+            eprintln!(
+                "tailprof: warning: {} binaries not symbolized under pressure (retried when sampled again), {} dropped at the stop",
+                w.symbol_tables_dropped, w.symbol_tables_dropped_at_stop
             );
         }
         if w.push_failures + w.otlp_failures > 0 {
