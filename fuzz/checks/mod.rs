@@ -176,3 +176,55 @@ pub fn check_report(data: &[u8]) {
         check_losses(&mut r);
     }
 }
+
+/// The ELF reader's symbol and note paths under the agent's bounds (issue 19): parse,
+/// both symbol tables with their names, the build-id notes, and the agent's streamed
+/// symbol table (`symtab::write_elf_table`, from a file). Every table read is within
+/// `MAX_TABLE_BYTES`, every name within `MAX_NAME_BYTES` plus the truncation mark, and
+/// nothing panics.
+pub fn check_elf(data: &[u8]) {
+    use tailprof_elf::{Elf, MAX_NAME_BYTES, MAX_TABLE_BYTES, SHT_DYNSYM, SHT_SYMTAB, TRUNCATED_MARK};
+    let longest = MAX_NAME_BYTES + TRUNCATED_MARK.len();
+    let _ = tailprof_elf::file_build_id(data);
+    if let Ok(elf) = Elf::parse(data) {
+        let _ = elf.build_id();
+        for kind in [SHT_SYMTAB, SHT_DYNSYM] {
+            let Ok(Some(t)) = elf.symbol_table(kind) else { continue };
+            assert!(t.header.size <= MAX_TABLE_BYTES && t.strings.size <= MAX_TABLE_BYTES);
+            let mut names = elf.strings(&t);
+            for s in elf.symbols(&t).take(1 << 16) {
+                let Ok(s) = s else { break };
+                let _ = s.section();
+                if let Ok(Some(n)) = names.get(s.name.into()) {
+                    assert!(n.len() <= longest, "a name of {} bytes", n.len());
+                }
+            }
+        }
+        for p in elf.program_headers().into_iter().flatten().take(1 << 12) {
+            if p.is_err() {
+                break;
+            }
+        }
+    }
+    // The agent's path reads an open file.
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!("tailprof-fuzz-elf-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    if std::fs::create_dir(&dir).is_err() {
+        return;
+    }
+    let bin = dir.join("bin");
+    if std::fs::File::create(&bin).and_then(|mut f| f.write_all(data)).is_ok() {
+        if let Ok(f) = std::fs::File::open(&bin) {
+            let out = dir.join("t.parquet");
+            if let Ok(t) = tailprof_agent::symtab::write_elf_table(&f, "ab", "bin", &out) {
+                let rows = tailprof_store::read::read_symbols_file(&out).expect("the written table reads back");
+                assert_eq!(rows.len() as u64, t.functions);
+                for r in rows {
+                    // demangling a cut name may only shorten or keep it readable
+                    assert!(r.name.len() <= 4 * longest, "a stored name of {} bytes", r.name.len());
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -48,6 +48,7 @@ fn main() {
             end_us: first.window_end_us,
             samples: rows.iter().map(|r| r.count).sum(),
             lost_samples: 0,
+            losses: Default::default(),
             dropped_rows: 0,
             events: vec![first.event.clone()],
             rows: rows.clone(),

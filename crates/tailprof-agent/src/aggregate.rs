@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -31,10 +31,24 @@ use crate::writer::{Job, SymbolJob, WindowBatch};
 
 /// Distinct aggregate rows per window at most; beyond, samples are counted as dropped.
 pub const MAX_ROWS_PER_WINDOW: usize = 1_000_000;
-/// Executable mappings tracked per process at most.
-const MAX_MAPS_PER_PROC: usize = 65_536;
-/// Processes tracked at most.
-const MAX_PROCS: usize = 1 << 20;
+/// Executable mappings tracked per process at most; beyond, the oldest sixteenth (never
+/// sampled ones first) is evicted and counted.
+pub const MAX_MAPS_PER_PROC: usize = 4096;
+/// Processes tracked at most; beyond, the least recently active eighth is evicted and
+/// counted.
+pub const MAX_PROCS: usize = 65_536;
+/// Bytes of mapping lists (entries and their paths) held at most, a list shared by forked
+/// processes counted once; beyond, the mappings of the least recently active processes
+/// are evicted and counted (issue 19, finding 6: 65,000 unmapped ranges under a 3.8 KB
+/// path, copied into 300 children, took 1.5 GB).
+pub const MAX_MAP_BYTES: usize = 32 << 20;
+/// Longest path kept for a mapping (the store's `binary` column); longer ones are cut.
+pub const MAX_PATH_BYTES: usize = 1024;
+/// Distinct binaries known at most; beyond, the table starts over at the next window
+/// (mappings resolve again, the symbolizer skips tables already written), counted.
+pub const MAX_BINARIES: usize = 16_384;
+/// path → build-id entries from the recorder kept at most.
+const MAX_PATH_BUILD_IDS: usize = 16_384;
 
 const UNRESOLVED: u32 = u32::MAX;
 
@@ -46,6 +60,10 @@ struct Map {
     path: Arc<str>,
     /// Index into `Aggregator::binaries`, or UNRESOLVED until the first sample in it.
     bin: u32,
+    /// The generation of `Aggregator::binaries` that `bin` indexes.
+    bin_gen: u32,
+    /// When it was mapped (`Aggregator::tick`), for eviction.
+    seq: u64,
     /// Build-id from the MMAP2 record, if the kernel gave one.
     build_id: Option<Arc<str>>,
 }
@@ -53,7 +71,36 @@ struct Map {
 #[derive(Debug, Clone, Default)]
 struct Proc {
     comm: u32,
-    maps: Vec<Map>,
+    /// Shared with forked children until one of them changes its list (a fork copies
+    /// nothing: issue 19, finding 6).
+    maps: Arc<Vec<Map>>,
+    /// Last record or sample of the process (`Aggregator::tick`), for eviction.
+    last: u64,
+}
+
+/// Bytes a mapping costs (entry and path).
+fn map_cost(m: &Map) -> usize {
+    std::mem::size_of::<Map>() + m.path.len()
+}
+
+fn list_cost(maps: &[Map]) -> usize {
+    maps.iter().map(map_cost).sum()
+}
+
+/// The process's own mapping list, for changing it: a list shared with a forked parent or
+/// child is copied first, and the copy's cost counted in `bytes`.
+fn maps_mut<'a>(bytes: &mut usize, p: &'a mut Proc) -> &'a mut Vec<Map> {
+    if Arc::strong_count(&p.maps) > 1 {
+        *bytes += list_cost(&p.maps);
+    }
+    Arc::make_mut(&mut p.maps)
+}
+
+/// Lets go of a mapping list: its cost is released when no other process shares it.
+fn release(bytes: &mut usize, maps: Arc<Vec<Map>>) {
+    if Arc::strong_count(&maps) == 1 {
+        *bytes = bytes.saturating_sub(list_cost(&maps));
+    }
 }
 
 #[derive(Debug)]
@@ -80,23 +127,49 @@ struct AggKey {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct AggStats {
     pub samples: u64,
+    /// Samples the kernel dropped (PERF_RECORD_LOST_SAMPLES).
     pub lost_samples: u64,
+    /// The other losses, each by its kind: ring-full LOST records (samples and side-band
+    /// mixed, as the kernel reports them), markers, malformed records, item classes
+    /// (issue 19, finding 10: they were all counted as lost samples).
+    #[serde(flatten)]
+    pub losses: tailprof_store::schema::Losses,
     pub dropped_rows: u64,
     pub windows: u64,
     pub binaries: u64,
     pub processes_seen: u64,
-    /// Records about processes beyond [`MAX_PROCS`] (their samples have unknown frames).
+    /// Records about processes that could not be tracked (0 since processes beyond
+    /// [`MAX_PROCS`] evict the least recently active: `processes_evicted`).
     pub processes_untracked: u64,
-    /// Executable mappings beyond [`MAX_MAPS_PER_PROC`] in one process (frames in them
-    /// are unknown).
+    /// Executable mappings not tracked (0 since mappings beyond [`MAX_MAPS_PER_PROC`]
+    /// evict the oldest: `mappings_evicted`).
     pub mappings_dropped: u64,
     /// Command names beyond the interner's bound (shown as empty).
     pub comms_dropped: u64,
+    /// Mappings forgotten because their range was no longer mapped when first sampled
+    /// (munmap, exec, exit; nothing was opened).
+    pub mappings_forgotten: u64,
+    /// Mappings evicted at [`MAX_MAPS_PER_PROC`] or [`MAX_MAP_BYTES`] (frames in them are
+    /// unknown).
+    pub mappings_evicted: u64,
+    /// Processes evicted at [`MAX_PROCS`] (least recently active first).
+    pub processes_evicted: u64,
+    /// Times the binary table started over at [`MAX_BINARIES`].
+    pub binary_table_resets: u64,
+    /// Binaries not registered because [`MAX_BINARIES`] × 4 were named in one window
+    /// (their frames are unknown).
+    pub binaries_dropped: u64,
 }
 
 /// The recorder output that aggregates. See the [module docs](self).
 pub struct Aggregator {
     procs: HashMap<u32, Proc>,
+    /// Bytes of the mapping lists held ([`MAX_MAP_BYTES`]).
+    map_bytes: usize,
+    /// Counts records, for least-recently-used eviction.
+    tick: u64,
+    /// Generation of `binaries` (a mapping's `bin` is valid for its generation only).
+    bin_gen: u32,
     comms: Vec<String>,
     comm_ids: HashMap<String, u32>,
     binaries: Vec<Binary>,
@@ -110,6 +183,7 @@ pub struct Aggregator {
     window_start_us: i64,
     window_start_mono: u64,
     window_lost: u64,
+    window_losses: tailprof_store::schema::Losses,
     window_samples: u64,
     window_dropped_rows: u64,
     pub stats: AggStats,
@@ -117,6 +191,8 @@ pub struct Aggregator {
     frame_buf: Vec<AggFrame>,
     tail: Option<TailRetainer>,
     host: String,
+    /// Binaries the symbolizer dropped: sent again when sampled again.
+    dropped: crate::writer::DroppedBinaries,
     /// The running kernel's text `[_text, _etext)` and its binary index: kernel frames
     /// there are stored as (kernel build-id, address - _text), which survives KASLR.
     ktext: Option<(u64, u64, u32)>,
@@ -167,6 +243,9 @@ impl Aggregator {
         let comm_ids = HashMap::from([(String::new(), 0)]);
         Aggregator {
             procs: HashMap::new(),
+            map_bytes: 0,
+            tick: 0,
+            bin_gen: 0,
             comms: vec![String::new()],
             comm_ids,
             binaries: Vec::new(),
@@ -179,6 +258,7 @@ impl Aggregator {
             window_start_us: tailprof_store::time::now_us(),
             window_start_mono: tailprof_collect::session::monotonic_ns(),
             window_lost: 0,
+            window_losses: Default::default(),
             window_samples: 0,
             window_dropped_rows: 0,
             stats: AggStats::default(),
@@ -186,9 +266,16 @@ impl Aggregator {
             frame_buf: Vec::with_capacity(128),
             tail,
             host,
+            dropped: Default::default(),
             ktext: None,
             vdso: None,
         }
+    }
+
+    /// Shares the list of binaries the symbolizer dropped (see
+    /// [`crate::writer::DroppedBinaries`]).
+    pub fn set_dropped_binaries(&mut self, d: crate::writer::DroppedBinaries) {
+        self.dropped = d;
     }
 
     /// Registers the running kernel (build-id and `_text`/`_etext` from /proc/kallsyms,
@@ -222,15 +309,52 @@ impl Aggregator {
     }
 
     fn proc_mut(&mut self, pid: u32) -> Option<&mut Proc> {
+        self.tick += 1;
         if !self.procs.contains_key(&pid) {
             if self.procs.len() >= MAX_PROCS {
-                self.stats.processes_untracked += 1;
-                return None;
+                self.evict_procs();
             }
             self.stats.processes_seen += 1;
             self.procs.insert(pid, Proc::default());
         }
-        self.procs.get_mut(&pid)
+        let p = self.procs.get_mut(&pid)?;
+        p.last = self.tick;
+        Some(p)
+    }
+
+    /// Removes the least recently active eighth of the processes.
+    fn evict_procs(&mut self) {
+        let mut lasts: Vec<u64> = self.procs.values().map(|p| p.last).collect();
+        let cut = lasts.len() / 8;
+        let (_, &mut limit, _) = lasts.select_nth_unstable(cut);
+        let old: Vec<u32> = self.procs.iter().filter(|(_, p)| p.last <= limit).map(|(&pid, _)| pid).collect();
+        for pid in old {
+            if let Some(p) = self.procs.remove(&pid) {
+                self.stats.processes_evicted += 1;
+                self.stats.mappings_evicted += p.maps.len() as u64;
+                release(&mut self.map_bytes, p.maps);
+            }
+        }
+    }
+
+    /// Over [`MAX_MAP_BYTES`]: the mappings of the least recently active processes go,
+    /// until 7/8 of the bound is held.
+    fn evict_maps(&mut self) {
+        if self.map_bytes <= MAX_MAP_BYTES {
+            return;
+        }
+        let mut order: Vec<(u64, u32)> = self.procs.iter().filter(|(_, p)| !p.maps.is_empty()).map(|(&pid, p)| (p.last, pid)).collect();
+        order.sort_unstable();
+        for (_, pid) in order {
+            if self.map_bytes <= MAX_MAP_BYTES / 8 * 7 {
+                break;
+            }
+            if let Some(p) = self.procs.get_mut(&pid) {
+                self.stats.mappings_evicted += p.maps.len() as u64;
+                let maps = std::mem::take(&mut p.maps);
+                release(&mut self.map_bytes, maps);
+            }
+        }
     }
 
     fn handle_mmap(&mut self, m: &tailprof_format::Mmap) {
@@ -245,32 +369,70 @@ impl Aggregator {
             .as_ref()
             .filter(|b| !b.is_empty())
             .map(|b| Arc::<str>::from(hex(b)));
+        // The recorder's build-id for this path, looked up with the whole path before it
+        // is cut.
+        let build_id = build_id.or_else(|| self.path_build_ids.get(&m.path).map(|b| Arc::from(b.as_str())));
+        let path = if m.path.len() > MAX_PATH_BYTES {
+            let mut end = MAX_PATH_BYTES;
+            while !m.path.is_char_boundary(end) {
+                end -= 1;
+            }
+            Arc::from(format!("{}…", &m.path[..end]))
+        } else {
+            Arc::from(m.path.as_str())
+        };
+        let seq = self.tick;
         let map = Map {
             start: m.start,
             end: m.start.saturating_add(m.len),
             pgoff: m.pgoff,
-            path: Arc::from(m.path.as_str()),
+            path,
             bin: UNRESOLVED,
+            bin_gen: 0,
+            seq,
             build_id,
         };
+        let mut bytes = self.map_bytes;
         let Some(p) = self.proc_mut(m.pid) else {
             return;
         };
         // A new mapping replaces whatever overlapped it.
-        p.maps.retain(|x| x.end <= map.start || x.start >= map.end);
-        if p.maps.len() < MAX_MAPS_PER_PROC {
-            let i = p.maps.partition_point(|x| x.start < map.start);
-            p.maps.insert(i, map);
-        } else {
-            self.stats.mappings_dropped += 1;
+        let maps = maps_mut(&mut bytes, p);
+        maps.retain(|x| {
+            let keep = x.end <= map.start || x.start >= map.end;
+            if !keep {
+                bytes = bytes.saturating_sub(map_cost(x));
+            }
+            keep
+        });
+        let mut evicted = 0;
+        if maps.len() >= MAX_MAPS_PER_PROC {
+            // The oldest sixteenth, mappings never sampled first (amortized O(1) a record).
+            let key = |x: &Map| (x.bin != UNRESOLVED, x.seq);
+            let mut keys: Vec<(bool, u64)> = maps.iter().map(key).collect();
+            let (_, &mut limit, _) = keys.select_nth_unstable(maps.len() / 16);
+            maps.retain(|x| {
+                let keep = key(x) > limit;
+                if !keep {
+                    bytes = bytes.saturating_sub(map_cost(x));
+                    evicted += 1;
+                }
+                keep
+            });
         }
+        bytes += map_cost(&map);
+        let i = maps.partition_point(|x| x.start < map.start);
+        maps.insert(i, map);
+        self.map_bytes = bytes;
+        self.stats.mappings_evicted += evicted;
+        self.evict_maps();
     }
 
     /// The binary index of mapping `mi` of `pid`, resolving its build-id on first use.
     fn binary_of(&mut self, pid: u32, mi: usize) -> u32 {
         let (start, end, path, given) = {
             let m = &self.procs[&pid].maps[mi];
-            if m.bin != UNRESOLVED {
+            if m.bin != UNRESOLVED && m.bin_gen == self.bin_gen {
                 return m.bin;
             }
             (m.start, m.end, m.path.clone(), m.build_id.clone())
@@ -279,7 +441,25 @@ impl Aggregator {
             Some(v) => v,
             None => {
                 // The mapped file itself (root: works for replaced and deleted files too).
-                let opened = open_mapped(pid, start, end, &path);
+                let opened = match open_mapped(pid, start, end) {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        let known = given.is_some() || self.path_build_ids.contains_key(&*path);
+                        if e.kind() == std::io::ErrorKind::NotFound && !known {
+                            // Unmapped since (munmap, exec, exit) and nothing known about it: the
+                            // range is forgotten, its frames unknown (a forged return address into
+                            // a stale range opens nothing).
+                            if let Some(p) = self.procs.get_mut(&pid) {
+                                let maps = maps_mut(&mut self.map_bytes, p);
+                                self.map_bytes = self.map_bytes.saturating_sub(map_cost(&maps[mi]));
+                                maps.remove(mi);
+                            }
+                            self.stats.mappings_forgotten += 1;
+                            return UNKNOWN_BIN;
+                        }
+                        None
+                    }
+                };
                 let build_id = given
                     .map(|b| b.to_string())
                     .or_else(|| self.path_build_ids.get(&*path).cloned())
@@ -294,7 +474,19 @@ impl Aggregator {
             }
         };
         let bin = match self.bin_ids.get(&build_id) {
-            Some(&b) => b,
+            Some(&b) => {
+                // Dropped by the symbolizer under pressure: this new mapping's file is
+                // queued again.
+                if let Some(file) = opened.filter(|_| self.dropped.take(&build_id)) {
+                    let _ = self.jobs.send(Job::Symbols(SymbolJob { build_id, path: path.to_string(), file }));
+                }
+                b
+            }
+            None if self.binaries.len() >= 4 * MAX_BINARIES => {
+                // Starts over at the next window; until then new binaries are unknown.
+                self.stats.binaries_dropped += 1;
+                return UNKNOWN_BIN;
+            }
             None => {
                 let b = self.binaries.len() as u32;
                 self.binaries.push(Binary {
@@ -313,9 +505,12 @@ impl Aggregator {
                 b
             }
         };
+        let gen = self.bin_gen;
         if let Some(p) = self.procs.get_mut(&pid) {
-            p.maps[mi].bin = bin;
+            let m = &mut maps_mut(&mut self.map_bytes, p)[mi];
+            (m.bin, m.bin_gen) = (bin, gen);
         }
+        self.evict_maps();
         bin
     }
 
@@ -373,7 +568,14 @@ impl Aggregator {
         }
         let truncated = chain.len() > tailprof_store::MAX_FRAMES
             || !matches!(s.stack_status, StackStatus::Complete | StackStatus::None);
-        let comm = self.procs.get(&s.pid).map(|p| p.comm).unwrap_or(0);
+        self.tick += 1;
+        let comm = match self.procs.get_mut(&s.pid) {
+            Some(p) => {
+                p.last = self.tick;
+                p.comm
+            }
+            None => 0,
+        };
         if let Some(t) = &mut self.tail {
             t.handle_sample(s, &frames);
         }
@@ -414,6 +616,13 @@ impl Aggregator {
             Some(UNKNOWN_BIN) | None => "[unknown]".into(),
             Some(b) => self.binaries[b as usize].path.to_string(),
         }
+    }
+
+    /// What the aggregator holds now: (processes, mappings counting a shared list once
+    /// per process, bytes of mapping lists, binaries).
+    pub fn held(&self) -> (usize, usize, usize, usize) {
+        let maps = self.procs.values().map(|p| p.maps.len()).sum();
+        (self.procs.len(), maps, self.map_bytes, self.binaries.len())
     }
 
     /// Counters of the request retainer.
@@ -465,6 +674,7 @@ impl Aggregator {
             end_us: end.max(start + 1),
             samples: self.window_samples,
             lost_samples: self.window_lost,
+            losses: std::mem::take(&mut self.window_losses),
             dropped_rows: self.window_dropped_rows,
             events: self.events.clone(),
             rows,
@@ -484,6 +694,25 @@ impl Aggregator {
             self.comm_ids.retain(|_, v| *v == 0);
             for p in self.procs.values_mut() {
                 p.comm = 0;
+            }
+        }
+        // The binary table starts over beyond its bound (issue 19, finding 8): mappings
+        // resolve again when sampled, the kernel stays, request samples kept with old
+        // indexes are let go.
+        if self.binaries.len() > MAX_BINARIES {
+            self.bin_gen = self.bin_gen.wrapping_add(1);
+            self.stats.binary_table_resets += 1;
+            let kernel = self.ktext.map(|(t, e, b)| (t, e, self.binaries.swap_remove(b as usize)));
+            self.binaries = Vec::new();
+            self.bin_ids = HashMap::new();
+            self.ktext = None;
+            if let Some((t, e, k)) = kernel {
+                self.bin_ids.insert(k.build_id.clone(), 0);
+                self.binaries.push(k);
+                self.ktext = Some((t, e, 0));
+            }
+            if let Some(tail) = &mut self.tail {
+                tail.forget_kept_samples();
             }
         }
         // The stack interner only serves the recorder→aggregator hand-off; bound it.
@@ -517,28 +746,12 @@ fn kernel_text_range() -> Option<(u64, u64)> {
     (t != 0 && e > t).then_some((t, e))
 }
 
-fn open_mapped(pid: u32, start: u64, end: u64, path: &str) -> Option<File> {
-    let open = |p: &str| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(p)
-            .ok()
-            .filter(|f| f.metadata().map(|m| m.is_file()).unwrap_or(false))
-    };
-    open(&format!("/proc/{pid}/map_files/{start:x}-{end:x}")).or_else(|| {
-        if path.starts_with('/') && !path.ends_with(" (deleted)") {
-            // No map_files (not root): the path, without following a symlink at its end.
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW)
-                .open(path)
-                .ok()
-                .filter(|f| f.metadata().map(|m| m.is_file()).unwrap_or(false))
-        } else {
-            None
-        }
-    })
+/// The file behind a mapping known from a MMAP2 record: only through the one way to open a
+/// file a process mapped ([`tailprof_collect::procfs::open_mapping`]: `map_files` or the
+/// device/inode-checked maps line; `O_NOCTTY`, never a FIFO, device, directory or pty, never
+/// the path alone). A range no longer mapped opens nothing (issue 19, finding 1).
+fn open_mapped(pid: u32, start: u64, end: u64) -> std::io::Result<File> {
+    tailprof_collect::procfs::open_mapping(pid, start, end)
 }
 
 fn pseudo_build_id(path: &str, f: Option<&File>) -> String {
@@ -567,34 +780,40 @@ impl RecordOutput for Aggregator {
                 let id = self.comm_id(&c.comm);
                 if c.pid == c.tid || c.exec {
                     if let Some(p) = self.proc_mut(c.pid) {
-                        if c.exec {
-                            p.maps.clear();
-                        }
                         p.comm = id;
+                        if c.exec {
+                            let old = std::mem::take(&mut p.maps);
+                            release(&mut self.map_bytes, old);
+                        }
                     }
                 }
             }
             Record::Fork(t) if t.pid != t.ppid => {
-                let parent = self.procs.get(&t.ppid).cloned().unwrap_or_default();
-                if self.procs.len() < MAX_PROCS {
-                    self.stats.processes_seen += 1;
-                    self.procs.insert(t.pid, parent);
-                } else {
-                    self.stats.processes_untracked += 1;
+                // The child shares the parent's list until one of them changes it.
+                let (comm, maps) = self.procs.get(&t.ppid).map(|p| (p.comm, p.maps.clone())).unwrap_or_default();
+                if let Some(p) = self.proc_mut(t.pid) {
+                    let old = std::mem::replace(&mut p.maps, maps);
+                    p.comm = comm;
+                    release(&mut self.map_bytes, old);
                 }
             }
             Record::Exit(t) => {
                 if t.pid == t.tid {
-                    self.procs.remove(&t.pid);
+                    if let Some(p) = self.procs.remove(&t.pid) {
+                        release(&mut self.map_bytes, p.maps);
+                    }
                 }
                 if let Some(tail) = &mut self.tail {
                     tail.handle_exit(t.pid, t.tid, t.time);
                 }
             }
             Record::Lost(l) => {
-                if l.kind != LossKind::Markers {
+                if l.kind == LossKind::Samples {
                     self.window_lost = self.window_lost.saturating_add(l.count);
                     self.stats.lost_samples = self.stats.lost_samples.saturating_add(l.count);
+                } else {
+                    self.window_losses.count(l.kind, l.count);
+                    self.stats.losses.count(l.kind, l.count);
                 }
                 if let Some(t) = &mut self.tail {
                     t.handle_lost(l);
@@ -626,7 +845,10 @@ impl RecordOutput for Aggregator {
     }
 
     fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
-        if !e.build_id.is_empty() && self.path_build_ids.len() < 1 << 20 {
+        if self.path_build_ids.len() >= MAX_PATH_BUILD_IDS {
+            self.path_build_ids.clear(); // mappings keep the build-ids they were given
+        }
+        if !e.build_id.is_empty() && e.path.len() <= MAX_PATH_BYTES {
             self.path_build_ids.insert(e.path, hex(&e.build_id));
         }
         Ok(())

@@ -68,15 +68,17 @@ pub struct AgentSummary {
     /// Kernel-side losses reported by the recorder.
     pub lost_records: u64,
     pub throttled: u64,
-    /// The writer thread finished within the shutdown grace ([`SHUTDOWN_GRACE`], twice);
+    /// The writer thread finished within [`writer::STOP_WITHIN`] + [`SHUTDOWN_GRACE`];
     /// `false`: it was left behind (windows it had not written are lost).
     pub writer_finished: bool,
+    /// Paths the recorder's build-id cache evicted (least recently used first).
+    pub build_id_paths_evicted: u64,
 }
 
 /// Runs the agent until `stop` is set (or `cfg.duration_us` passes: the caller sets
 /// `stop`), then flushes the current window and waits for the writer, a bounded time
-/// ([`SHUTDOWN_GRACE`]: symbol tables not done by then are counted in
-/// `WriterStats::symbol_tables_stopped`).
+/// ([`writer::STOP_WITHIN`] + [`SHUTDOWN_GRACE`]: symbol tables not done by then are
+/// counted in `WriterStats::symbol_tables_dropped_at_stop`).
 pub fn run_agent(
     cfg: &AgentConfig,
     stop: &AtomicBool,
@@ -135,7 +137,7 @@ pub fn run_agent(
 
     let (tx, rx) = mpsc::channel();
     let wstats = Arc::new(Mutex::new(WriterStats::default()));
-    let shutdown = Arc::new(AtomicBool::new(false));
+    let dropped = writer::DroppedBinaries::default();
     let wcfg = writer::WriterConfig {
         store: store.clone(),
         retain: tailprof_store::RetainPolicy {
@@ -145,7 +147,9 @@ pub fn run_agent(
         compact: cfg.compact,
         push: cfg.push.clone(),
         otlp: cfg.otlp.clone(),
-        stop: shutdown.clone(),
+        stop_within: writer::STOP_WITHIN,
+        symbolizer_burst_s: writer::SYMBOLIZER_BURST_S,
+        dropped: dropped.clone(),
     };
     let ws = wstats.clone();
     let handle = std::thread::Builder::new()
@@ -160,13 +164,14 @@ pub fn run_agent(
         cfg.slow_percentile,
     ));
     let mut agg = aggregate::Aggregator::new(events, cfg.window_us, cfg.host.clone(), tx, tail);
+    agg.set_dropped_binaries(dropped);
     agg.register_kernel();
     let res = recorder.run_to(&mut agg, stop, on_window);
     agg.maybe_flush(true);
     let agg_stats = agg.stats;
     let tail_stats = agg.tail_stats();
     drop(agg); // closes the channel: the writer finishes the queued jobs and returns
-    let writer_finished = finish_writer(handle, &shutdown);
+    let writer_finished = finish_writer(handle);
     let summary = res?;
     let writer = wstats.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(AgentSummary {
@@ -180,30 +185,25 @@ pub fn run_agent(
         lost_records: summary.lost_records,
         throttled: summary.throttled,
         writer_finished,
+        build_id_paths_evicted: summary.build_id_paths_evicted,
     })
 }
 
-/// How long the writer may take after the recording stopped (the last window, the
-/// symbol tables still waiting) before the symbolizer is told to give up
-/// ([`writer::WriterConfig::stop`]), and again before the agent returns without it.
+/// How long the agent waits for the writer thread once the recording stopped, beyond the
+/// symbolizer's own limit ([`writer::STOP_WITHIN`]: symbol tables not done by then are
+/// dropped and counted): the last window and pushes get this much more, then the agent
+/// returns without the writer (`writer_finished: false`).
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Waits for the writer thread within [`SHUTDOWN_GRACE`], then sets `stop` (the table in
-/// progress is abandoned, waiting ones are counted) and waits once more as long. Whether
-/// the writer finished; if not (e.g. a push stuck on the network), it is left behind.
-fn finish_writer(handle: std::thread::JoinHandle<()>, stop: &AtomicBool) -> bool {
-    let wait = |grace: std::time::Duration| {
-        let until = std::time::Instant::now() + grace;
-        while !handle.is_finished() && std::time::Instant::now() < until {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        handle.is_finished()
-    };
-    if !wait(SHUTDOWN_GRACE) {
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if !wait(SHUTDOWN_GRACE) {
-            return false;
-        }
+/// Waits for the writer thread at most [`writer::STOP_WITHIN`] + [`SHUTDOWN_GRACE`].
+/// Whether it finished; if not (e.g. a push stuck on the network), it is left behind.
+fn finish_writer(handle: std::thread::JoinHandle<()>) -> bool {
+    let until = std::time::Instant::now() + writer::STOP_WITHIN + SHUTDOWN_GRACE;
+    while !handle.is_finished() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if !handle.is_finished() {
+        return false;
     }
     let _ = handle.join();
     true

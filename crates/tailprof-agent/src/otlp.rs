@@ -402,6 +402,7 @@ mod tests {
             end_us: 2_000_000,
             samples: 14,
             lost_samples: 0,
+            losses: Default::default(),
             dropped_rows: 0,
             events: vec!["cpu-clock".into()],
             rows,

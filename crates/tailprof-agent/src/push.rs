@@ -228,7 +228,7 @@ mod tests {
             row(2, "", "/y/lib", &[("cd", 0x99), ("ab", 0x12)], 3),
             row(3, "k", "[kernel]", &[(KERNEL_BUILD_ID, 7), ("", 9)], 1),
         ];
-        let w = WindowBatch { host: "h".into(), start_us: 0, end_us: 1, samples: 11, lost_samples: 0, dropped_rows: 0, events: vec![], rows: rows.clone(), items: vec![], latency: vec![] };
+        let w = WindowBatch { host: "h".into(), start_us: 0, end_us: 1, samples: 11, lost_samples: 0, losses: Default::default(), dropped_rows: 0, events: vec![], rows: rows.clone(), items: vec![], latency: vec![] };
         let want = tailprof_analyze::store_query::stacks_of_rows(&tailprof_store::StoreReader::new(store.clone()), &rows, 0, 1, tailprof_store::ReadStats::default());
         let got = crate::names::with_cache(&store, |c| {
             c.begin_window();

@@ -34,8 +34,16 @@ use tailprof_store::write::SymbolFn;
 pub const MAX_SYMBOLS: usize = 2_000_000;
 /// Sections read at most.
 pub const MAX_SECTIONS: usize = tailprof_elf::MAX_SECTIONS;
-/// Longest symbol name read; longer (or unterminated) names are skipped and counted.
+/// Longest symbol name read (4 KiB); a longer name is cut and ends in
+/// [`tailprof_elf::TRUNCATED_MARK`], an unterminated one is skipped and counted.
 pub const MAX_NAME_BYTES: usize = tailprof_elf::MAX_NAME_BYTES;
+/// Symbols (or functions) handled between two calls of the caller's pace check
+/// ([`write_elf_table_paced`]).
+pub const PACE_EVERY: usize = 4096;
+
+/// The caller's check, called every [`PACE_EVERY`] symbols while a table is read and
+/// written: it may sleep (a CPU budget) or stop the job (`Err`, e.g. the agent stops).
+pub type Pace<'a> = &'a mut dyn FnMut() -> Result<(), String>;
 
 /// What writing one table did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -43,8 +51,8 @@ pub struct TableWritten {
     /// Functions stored.
     pub functions: u64,
     /// Functions left out because the file was malformed there (section index out of
-    /// bounds, missing extended index, name out of bounds, unterminated or longer than
-    /// [`MAX_NAME_BYTES`]) or beyond [`MAX_SYMBOLS`].
+    /// bounds, missing extended index, name out of bounds or unterminated) or beyond
+    /// [`MAX_SYMBOLS`].
     pub skipped: u64,
     /// Bytes of the Parquet file.
     pub bytes: u64,
@@ -72,21 +80,29 @@ pub struct ElfFunctions<'f> {
 impl<'f> ElfFunctions<'f> {
     /// Reads the symbol tables of `file` into the sorted index.
     pub fn read(file: &'f File) -> Result<Self, String> {
+        Self::read_paced(file, &mut || Ok(()))
+    }
+
+    /// [`Self::read`], calling `pace` every [`PACE_EVERY`] symbols.
+    pub fn read_paced(file: &'f File, pace: Pace) -> Result<Self, String> {
         let elf = Elf::parse_limited(file, MAX_SECTIONS).map_err(|e| e.to_string())?;
         let mut funcs = ElfFunctions { elf, funcs: Vec::new(), strings: [(0, 0); 2], skipped: 0 };
         for (table, kind) in [(0u8, SHT_SYMTAB), (1u8, SHT_DYNSYM)] {
             let Some(t) = funcs.elf.symbol_table(kind).map_err(|e| e.to_string())? else { continue };
             funcs.strings[table as usize] = (t.strings.offset, t.strings.size);
-            funcs.scan(&t, table)?;
+            funcs.scan(&t, table, pace)?;
         }
         funcs.sort_and_dedup()?;
         Ok(funcs)
     }
 
     /// Adds the functions of one symbol table to the index.
-    fn scan(&mut self, t: &SymbolTable, table: u8) -> Result<(), String> {
+    fn scan(&mut self, t: &SymbolTable, table: u8, pace: Pace) -> Result<(), String> {
         let sections = self.elf.sections();
-        for s in self.elf.symbols(t) {
+        for (i, s) in self.elf.symbols(t).enumerate() {
+            if i % PACE_EVERY == PACE_EVERY - 1 {
+                pace()?;
+            }
             let s = s.map_err(|e| e.to_string())?;
             if !matches!(s.kind(), STT_FUNC | STT_GNU_IFUNC) {
                 continue;
@@ -229,30 +245,24 @@ impl<'f> NameReader<'f> {
 /// Writes the function table of the ELF file `file` to `dest` (a `symbols` file of the
 /// store), streamed: see the module documentation.
 pub fn write_elf_table(file: &File, build_id: &str, binary: &str, dest: &Path) -> Result<TableWritten, String> {
-    write_elf_table_until(file, build_id, binary, dest, &|| false)
+    write_elf_table_paced(file, build_id, binary, dest, &mut || Ok(()))
 }
 
-/// The error of a table abandoned because `stop()` said so ([`write_elf_table_until`]).
-pub const STOPPED: &str = "stopped before the table was complete";
-
-/// [`write_elf_table`] that gives up as soon as `stop()` returns true (asked once per
-/// function; the agent's bounded shutdown): `Err(`[`STOPPED`]`)`, and nothing is left at
-/// `dest` (the table is written through an atomic temporary file).
-pub fn write_elf_table_until(
-    file: &File,
-    build_id: &str,
-    binary: &str,
-    dest: &Path,
-    stop: &dyn Fn() -> bool,
-) -> Result<TableWritten, String> {
-    if stop() {
-        return Err(STOPPED.into());
-    }
-    let funcs = ElfFunctions::read(file)?;
+/// [`write_elf_table`], calling `pace` every [`PACE_EVERY`] symbols read and functions
+/// written (the agent's symbolizer checks its CPU budget and the agent's stop there, during
+/// a job: issue 19 finding 5). An `Err` from `pace` stops the job; no file is left.
+pub fn write_elf_table_paced(file: &File, build_id: &str, binary: &str, dest: &Path, pace: Pace) -> Result<TableWritten, String> {
+    let funcs = ElfFunctions::read_paced(file, pace)?;
     let skipped = std::cell::Cell::new(funcs.skipped());
-    let until = funcs.functions(&skipped).map(|f| if stop() { Err(STOPPED.to_string()) } else { f });
-    let (bytes, rows) = tailprof_store::write::write_symbol_table(dest, build_id, binary, until)
-        .map_err(|e| if stop() { STOPPED.to_string() } else { e.to_string() })?;
+    let mut n = 0usize;
+    let paced = funcs.functions(&skipped).map(|f| {
+        n += 1;
+        if n % PACE_EVERY == 0 {
+            pace()?;
+        }
+        f
+    });
+    let (bytes, rows) = tailprof_store::write::write_symbol_table(dest, build_id, binary, paced).map_err(|e| e.to_string())?;
     Ok(TableWritten { functions: rows, skipped: skipped.get(), bytes })
 }
 

@@ -19,7 +19,7 @@
 //! | open requests in all | [`MAX_OPEN`] | the oldest is evicted (`evicted_open`) |
 //! | open request of an exited thread, or begun again | — | dropped a window after the exit, or at once (`abandoned_open`) |
 //! | kept samples | [`KEEP_NS`], [`MAX_KEPT_SAMPLES`], [`MAX_KEPT_FRAMES`] | oldest evicted; early ones counted (`kept_samples_evicted`) |
-//! | class names declared | [`MAX_CLASS_LABELS`] | ignored (`class_labels_dropped`; shown as `classN`) |
+//! | class names declared | [`MAX_CLASS_LABELS`], [`MAX_CLASS_LABELS_PER_PROCESS`] | ignored (`class_labels_dropped`; shown as `classN`) |
 //! | distinct classes with history and histogram | [`MAX_CLASSES`] | counted under `[other]` (`requests_in_other_class`) |
 //! | retained requests per window | [`MAX_RETAINED_PER_WINDOW`] | not retained (`slow_not_retained`) |
 //!
@@ -39,9 +39,9 @@ use tailprof_store::schema::{ItemRow, LatencyRow, KERNEL_BUILD_ID};
 /// How long full-resolution samples are kept (longest request that can be explained).
 pub const KEEP_NS: u64 = 30_000_000_000;
 /// Samples kept at most.
-pub const MAX_KEPT_SAMPLES: usize = 200_000;
-/// Frames of kept samples at most (16 bytes each: 16 MiB).
-pub const MAX_KEPT_FRAMES: usize = 1 << 20;
+pub const MAX_KEPT_SAMPLES: usize = 100_000;
+/// Frames of kept samples at most (16 bytes each: 8 MiB).
+pub const MAX_KEPT_FRAMES: usize = 1 << 19;
 /// Requests in a class's history.
 const HISTORY: usize = 1000;
 /// Requests a class must have had before its percentile is trusted.
@@ -50,12 +50,17 @@ pub const MIN_HISTORY: usize = 20;
 /// (sorting 1000 durations per request would cost the drain loop more than the rest).
 const PERCENTILE_EVERY: u32 = 32;
 /// Open requests tracked at most, in all and per process.
-pub const MAX_OPEN: usize = 100_000;
-pub const MAX_OPEN_PER_PROCESS: usize = 10_000;
+/// (Issue 19, finding 9: with the other bounds, garbage from 30 processes × 64 threads
+/// costs the retainer about 30 MiB, was 74 MiB at 100,000.)
+pub const MAX_OPEN: usize = 32_768;
+pub const MAX_OPEN_PER_PROCESS: usize = 4096;
 /// Retained requests per window at most.
 pub const MAX_RETAINED_PER_WINDOW: usize = 1000;
 /// Class names (`ItemClass` records) remembered at most.
-pub const MAX_CLASS_LABELS: usize = 100_000;
+pub const MAX_CLASS_LABELS: usize = 16_384;
+/// Class names remembered per process at most (one process cannot take the others'
+/// share of [`MAX_CLASS_LABELS`]).
+pub const MAX_CLASS_LABELS_PER_PROCESS: usize = 1024;
 /// Distinct class names with a history and a histogram at most (1000 durations each);
 /// requests of further classes go to the class [`OTHER_CLASS`].
 pub const MAX_CLASSES: usize = 1024;
@@ -218,6 +223,14 @@ impl TailRetainer {
 
     pub fn handle_lost(&mut self, _l: &Lost) {}
 
+    /// Lets go of the kept samples (counted in `kept_samples_evicted`): the aggregator's
+    /// binary indexes they hold are about to change meaning.
+    pub fn forget_kept_samples(&mut self) {
+        self.stats.kept_samples_evicted += self.kept.len() as u64;
+        self.kept.clear();
+        self.kept_frames = 0;
+    }
+
     pub fn handle_class(&mut self, c: &ItemClass) {
         let name: String = c.name.chars().take(128).collect();
         let known = self.classes.get(&c.pid).is_some_and(|m| m.contains_key(&c.id));
@@ -225,7 +238,9 @@ impl TailRetainer {
             if let Some(m) = self.classes.get_mut(&c.pid) {
                 m.insert(c.id, name);
             }
-        } else if self.class_labels < MAX_CLASS_LABELS {
+        } else if self.class_labels < MAX_CLASS_LABELS
+            && self.classes.get(&c.pid).is_none_or(|m| m.len() < MAX_CLASS_LABELS_PER_PROCESS)
+        {
             self.class_labels += 1;
             self.classes.entry(c.pid).or_default().insert(c.id, name);
         } else {
@@ -550,21 +565,21 @@ mod tests {
         Marker { time: t, pid, tid, kind, item, class: 0, source: MarkerSource::default() }
     }
 
-    /// 100k requests open at once (20 processes, 100 threads each, 50 nested requests
+    /// MAX_OPEN requests open at once (16 processes, 41 threads each, 50 nested requests
     /// per thread), all ended without their id: every end examines one entry, where a
-    /// scan of the open requests would examine ~n²/2 = 5·10⁹.
+    /// scan of the open requests would examine ~n²/2 = 5·10⁸.
     #[test]
-    fn unknown_item_ends_take_linear_work_with_100k_open() {
+    fn unknown_item_ends_take_linear_work_with_max_open() {
         let mut r = TailRetainer::new(None, 0.0);
-        let n = 100_000u64;
+        let n = MAX_OPEN as u64;
         for i in 0..n {
-            let (pid, tid) = ((i / 5000) as u32 + 1, (i / 50) as u32 + 1000);
+            let (pid, tid) = ((i / 2048) as u32 + 1, (i / 50) as u32 + 1000);
             r.handle_marker(&marker(MarkerKind::Begin, i, pid, tid, i), "srv");
         }
         assert_eq!(r.open_requests(), n as usize);
         assert_eq!(r.stats.evicted_open, 0);
         for i in 0..n {
-            let (pid, tid) = ((i / 5000) as u32 + 1, (i / 50) as u32 + 1000);
+            let (pid, tid) = ((i / 2048) as u32 + 1, (i / 50) as u32 + 1000);
             r.handle_marker(&marker(MarkerKind::End, n + i, pid, tid, Marker::UNKNOWN_ITEM), "srv");
         }
         assert_eq!((r.stats.requests, r.stats.unmatched_ends), (n, 0));
@@ -578,7 +593,7 @@ mod tests {
         for i in (0..n).rev().step_by(2).chain((0..n).step_by(2)) {
             r.handle_marker(&marker(MarkerKind::End, n + i, 1 + (i % 7) as u32, 5, i), "srv");
         }
-        // 7 processes × 10 000: the per-process bound evicted the oldest of each
+        // 7 processes × MAX_OPEN_PER_PROCESS: the per-process bound evicted the oldest of each
         let evicted = r.stats.evicted_open;
         assert_eq!(evicted, n - 7 * MAX_OPEN_PER_PROCESS as u64);
         assert_eq!(r.stats.requests, n + (n - evicted));

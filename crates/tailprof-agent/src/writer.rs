@@ -6,7 +6,6 @@
 //! of one core after a startup burst); binaries beyond it wait and are counted.
 
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +19,8 @@ pub struct WindowBatch {
     pub end_us: i64,
     pub samples: u64,
     pub lost_samples: u64,
+    /// The window's other losses by kind.
+    pub losses: tailprof_store::schema::Losses,
     pub dropped_rows: u64,
     pub events: Vec<String>,
     pub rows: Vec<SampleRow>,
@@ -51,12 +52,12 @@ pub struct WriterStats {
     /// run or at its end).
     pub symbol_tables_deferred: u64,
     /// Binaries never symbolized because the deferred queue was full
-    /// ([`MAX_DEFERRED_SYMBOL_JOBS`]); their frames stay unsymbolized in the store.
+    /// ([`MAX_DEFERRED_SYMBOL_JOBS`]); their frames stay unsymbolized in the store (a
+    /// binary dropped is queued again when it is sampled again).
     pub symbol_tables_dropped: u64,
-    /// Binaries not symbolized because the agent stopped first: still waiting, or in
-    /// progress, when the shutdown grace ([`WriterConfig::stop`]) ran out. Their frames
-    /// stay unsymbolized unless a later run maps the same build-id.
-    pub symbol_tables_stopped: u64,
+    /// Binaries not symbolized because the agent stopped: still queued, or stopped in the
+    /// middle, when [`WriterConfig::stop_within`] had passed (no file is left).
+    pub symbol_tables_dropped_at_stop: u64,
     pub symbols: u64,
     /// Functions left out of written tables because the file was malformed there
     /// (`symtab::TableWritten::skipped`).
@@ -78,18 +79,27 @@ pub struct WriterStats {
 
 pub struct WriterConfig {
     pub store: Store,
+    /// How long the symbolizer may go on once the agent stops ([`STOP_WITHIN`] by
+    /// default): what is queued or running after that is dropped and counted.
+    pub stop_within: std::time::Duration,
+    /// Binaries the symbolizer dropped (queue full): the aggregator sends each again when
+    /// it is sampled again.
+    pub dropped: DroppedBinaries,
+    /// CPU seconds the symbolizer may spend at startup beyond its share
+    /// ([`SYMBOLIZER_BURST_S`] in the agent).
+    pub symbolizer_burst_s: f64,
     pub retain: tailprof_store::RetainPolicy,
     pub compact: bool,
     pub push: Option<String>,
     pub otlp: Option<String>,
-    /// Set when the shutdown grace has run out: the symbolizer abandons the table in
-    /// progress and the waiting ones (counted in [`WriterStats::symbol_tables_stopped`]).
-    pub stop: Arc<AtomicBool>,
 }
 
 pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<WriterStats>>) {
     let mut dropped_since_last = 0u64;
     let mut last_maintenance_hour = i64::MIN;
+    // Build-ids named by this hour's windows: their symbol tables are marked used at the
+    // hour's maintenance, so retention keeps them (bounded; more are marked next hour).
+    let mut used: std::collections::HashSet<String> = std::collections::HashSet::new();
     let note_err = |stats: &Arc<Mutex<WriterStats>>, e: String| {
         if let Ok(mut s) = stats.lock() {
             s.last_error = Some(e);
@@ -100,14 +110,13 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
     let (sym_tx, sym_rx) = std::sync::mpsc::channel::<SymbolJob>();
     let sym_store = cfg.store.clone();
     let sym_stats = stats.clone();
-    let sym_stop = cfg.stop.clone();
-    let closing = Arc::new(AtomicBool::new(false));
-    let sym_closing = closing.clone();
+    let (stop_within, dropped, burst) = (cfg.stop_within, cfg.dropped.clone(), cfg.symbolizer_burst_s);
+    // When the agent stopped: the symbolizer sees it even in the middle of a job.
+    let stopped: Arc<std::sync::OnceLock<std::time::Instant>> = Arc::default();
+    let sym_stopped = stopped.clone();
     let sym_thread = std::thread::Builder::new()
         .name("tailprof-symbols".into())
-        .spawn(move || {
-            run_symbolizer(sym_store, sym_rx, sym_stats, &Shutdown { closing: &sym_closing, stop: &sym_stop })
-        })
+        .spawn(move || run_symbolizer(sym_store, sym_rx, sym_stats, Limits { stop_within, burst, stopped: sym_stopped }, dropped))
         .ok();
     for job in jobs {
         match job {
@@ -122,6 +131,7 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                     window_end_us: w.end_us,
                     samples: w.samples,
                     lost_samples: w.lost_samples,
+                    losses: w.losses,
                     dropped_windows: dropped_since_last,
                     dropped_rows: w.dropped_rows,
                     events: w.events.clone(),
@@ -158,9 +168,19 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                 }
                 crate::otlp::send_counted(cfg.otlp.as_deref(), &cfg.store, &w, &stats);
                 // Once per hour: compact the finished hours, then retention.
+                for f in w.rows.iter().flat_map(|r| &r.frames) {
+                    if used.len() >= MAX_USED_BUILD_IDS {
+                        break;
+                    }
+                    if !f.build_id.is_empty() && !used.contains(&f.build_id) {
+                        used.insert(f.build_id.clone());
+                    }
+                }
                 let hour = w.end_us.div_euclid(3_600_000_000);
                 if hour != last_maintenance_hour {
                     last_maintenance_hour = hour;
+                    tailprof_store::touch_symbols(&cfg.store, used.iter().map(String::as_str));
+                    used.clear();
                     if cfg.compact {
                         match tailprof_store::compact(&cfg.store, &w.host, hour * 3_600_000_000) {
                             Ok(c) => {
@@ -191,7 +211,7 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
             }
         }
     }
-    closing.store(true, Ordering::Relaxed);
+    let _ = stopped.set(std::time::Instant::now());
     drop(sym_tx);
     if let Some(t) = sym_thread {
         let _ = t.join();
@@ -217,8 +237,8 @@ struct Budget {
     tokens: f64,
 }
 impl Budget {
-    fn new() -> Self {
-        Budget { t0: std::time::Instant::now(), last_wall: 0.0, last_cpu: thread_cpu_s(), tokens: SYMBOLIZER_BURST_S }
+    fn new(burst_s: f64) -> Self {
+        Budget { t0: std::time::Instant::now(), last_wall: 0.0, last_cpu: thread_cpu_s(), tokens: burst_s }
     }
     /// The credit now: refilled by wall time, spent by this thread's CPU.
     fn credit(&mut self) -> f64 {
@@ -233,6 +253,44 @@ impl Budget {
         self.tokens
     }
 }
+/// Build-ids of binaries the symbolizer dropped under pressure, shared with the
+/// aggregator, which queues a binary again the next time a new mapping of it is sampled
+/// (issue 19, finding 8: `/usr/bin/dash` dropped among an attacker's 118,822 binaries was
+/// never retried). At most [`MAX_DROPPED_REMEMBERED`]; beyond, the oldest are forgotten.
+#[derive(Debug, Clone, Default)]
+pub struct DroppedBinaries(Arc<(std::sync::atomic::AtomicUsize, Mutex<std::collections::VecDeque<String>>)>);
+
+/// Dropped build-ids remembered at most for a retry.
+pub const MAX_DROPPED_REMEMBERED: usize = 4096;
+
+impl DroppedBinaries {
+    /// Remembers that `build_id` was dropped.
+    pub fn note(&self, build_id: &str) {
+        let mut q = self.0 .1.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() >= MAX_DROPPED_REMEMBERED {
+            q.pop_front();
+        }
+        q.push_back(build_id.to_string());
+        self.0 .0.store(q.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether `build_id` was dropped (and forgets it: the caller sends it again).
+    pub fn take(&self, build_id: &str) -> bool {
+        if self.0 .0.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let mut q = self.0 .1.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = q.iter().position(|b| b == build_id) else { return false };
+        q.remove(i);
+        self.0 .0.store(q.len(), std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+}
+
+/// How long the symbolizer goes on after the agent stops, by default: the agent's stop
+/// completes within about this (plus the last window's write), whatever is queued.
+pub const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Binaries waiting for the budget at most (each holds an open file); beyond, dropped
 /// and counted.
 pub const MAX_DEFERRED_SYMBOL_JOBS: usize = 512;
@@ -248,27 +306,21 @@ fn thread_cpu_s() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
+/// Waiting jobs whose file belongs to one user at most (a quarter of the queue): one
+/// user's flood of binaries cannot keep another's (root's `/usr/bin/dash`) out (issue 19,
+/// fairness).
+pub const MAX_DEFERRED_PER_OWNER: usize = MAX_DEFERRED_SYMBOL_JOBS / 4;
+
 /// A waiting job, smallest file first (cheap tables first: most binaries named per CPU
 /// second).
 struct Pending {
     size: u64,
     seq: u64,
+    /// The file's owner (uid).
+    owner: u32,
     job: SymbolJob,
-    /// Set once the job was put back at shutdown ([`Shutdown`]): not put back again.
-    preempted: bool,
 }
 
-/// Files larger than this are put back when the agent starts to stop while their table
-/// is being written, so the smaller binaries waiting behind them are named first.
-pub const SHUTDOWN_PREEMPT_BYTES: u64 = 4 << 20;
-
-/// The symbolizer's view of the agent's shutdown.
-struct Shutdown<'a> {
-    /// The writer has no more jobs (the recording stopped).
-    closing: &'a AtomicBool,
-    /// The shutdown grace ran out ([`WriterConfig::stop`]).
-    stop: &'a AtomicBool,
-}
 impl PartialEq for Pending {
     fn eq(&self, o: &Self) -> bool {
         (self.size, self.seq) == (o.size, o.seq)
@@ -289,27 +341,45 @@ impl Ord for Pending {
 
 /// Symbolizes each new build-id once, within a CPU budget ([`Budget`]): a burst of
 /// [`SYMBOLIZER_BURST_S`] CPU seconds at startup, then [`SYMBOLIZER_CPU_SHARE`] of wall time.
-/// Jobs beyond the budget wait (smallest file first); when the agent stops (`jobs`
-/// closed), the waiting ones are done before the thread returns, so every stored window's
-/// binaries are named, unless `stop` is set (the shutdown grace ran out): then the table
-/// in progress is abandoned and the waiting ones are counted, not done. A large table in
-/// progress when the recording stops is put back once, behind the smaller ones waiting.
-fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>, sd: &Shutdown) {
-    let stop = sd.stop;
+/// Jobs beyond the budget wait (smallest file first); the budget is also checked *during*
+/// a job, every [`crate::symtab::PACE_EVERY`] symbols (the thread sleeps until it has
+/// credit again), so one huge table cannot take a core. When the agent stops, the waiting
+/// jobs are done for at most `stop_within`; then the rest, and a job still running, are
+/// dropped and counted (issue 19, finding 5).
+/// The symbolizer's time limits.
+struct Limits {
+    /// How long it goes on once the agent stopped.
+    stop_within: std::time::Duration,
+    /// CPU seconds of its startup burst.
+    burst: f64,
+    /// Set by the writer when the agent stops.
+    stopped: Arc<std::sync::OnceLock<std::time::Instant>>,
+}
+
+impl Limits {
+    /// The instant after which nothing more is symbolized (None while the agent runs).
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.stopped.get().map(|t| *t + self.stop_within)
+    }
+}
+
+fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<WriterStats>>, limits: Limits, dropped: DroppedBinaries) {
     use std::sync::mpsc::RecvTimeoutError;
     let mut seen = std::collections::HashSet::new();
     let mut queue = std::collections::BinaryHeap::new();
     let mut seq = 0u64;
-    let mut budget = Budget::new();
-    let mut closed = false;
+    let mut budget = Budget::new(limits.burst);
+    let mut closed: Option<std::time::Instant> = None;
+    // queued jobs by file owner
+    let mut per_owner: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     loop {
         let credit = budget.credit();
         let next = if queue.is_empty() {
-            if closed {
+            if closed.is_some() {
                 break;
             }
             jobs.recv().map_err(|_| RecvTimeoutError::Disconnected)
-        } else if closed {
+        } else if closed.is_some() {
             Err(RecvTimeoutError::Timeout)
         } else if credit > 0.0 {
             // take the jobs already sent before choosing the smallest
@@ -323,79 +393,106 @@ fn run_symbolizer(store: Store, jobs: Receiver<SymbolJob>, stats: Arc<Mutex<Writ
         };
         match next {
             Ok(j) => {
+                if seen.len() >= MAX_SEEN_BUILD_IDS {
+                    seen.clear(); // a build-id seen again is found by its file (dest.exists())
+                }
                 if !seen.insert(j.build_id.clone()) {
                     continue;
                 }
                 let Some(dest) = store.symbols_file(&j.build_id) else { continue };
                 if dest.exists() {
+                    tailprof_store::touch_symbols(&store, [j.build_id.as_str()]); // in use again
                     continue; // a previous run (or another host on a shared store) did it
                 }
-                if queue.len() >= MAX_DEFERRED_SYMBOL_JOBS {
+                let (size, owner) = j.file.metadata().map_or((u64::MAX, u32::MAX), |m| {
+                    use std::os::unix::fs::MetadataExt;
+                    (m.len(), m.uid())
+                });
+                let mine = per_owner.get(&owner).copied().unwrap_or(0);
+                if queue.len() >= MAX_DEFERRED_SYMBOL_JOBS || mine >= MAX_DEFERRED_PER_OWNER {
+                    seen.remove(&j.build_id); // taken again when it is sampled again
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                     s.symbol_tables_dropped += 1;
-                    s.last_error = Some(format!("symbols of {} dropped: {MAX_DEFERRED_SYMBOL_JOBS} binaries already wait for the symbolizer's CPU budget", j.path));
+                    s.last_error = Some(format!(
+                        "symbols of {} dropped: {} binaries (of its owner: {mine}) already wait for the symbolizer's CPU budget",
+                        j.path,
+                        queue.len()
+                    ));
+                    drop(s);
+                    dropped.note(&j.build_id);
                     continue;
                 }
+                *per_owner.entry(owner).or_default() += 1;
                 if credit <= 0.0 {
                     stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_deferred += 1;
                 }
-                let size = j.file.metadata().map_or(u64::MAX, |m| m.len());
                 seq += 1;
-                queue.push(Pending { size, seq, job: j, preempted: false });
+                queue.push(Pending { size, seq, owner, job: j });
                 continue; // take every job already sent before choosing the smallest
             }
-            Err(RecvTimeoutError::Disconnected) => closed = true,
+            Err(RecvTimeoutError::Disconnected) => closed = Some(std::time::Instant::now()),
             Err(RecvTimeoutError::Timeout) => {}
         }
-        if closed && stop.load(Ordering::Relaxed) {
-            // Out of shutdown time: count what waits instead of doing it.
-            let left = queue.len() as u64 + jobs.try_iter().filter(|j| seen.insert(j.build_id.clone())).count() as u64;
-            stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_stopped += left;
+        let deadline = limits.deadline().or(closed.map(|t| t + limits.stop_within));
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            let n = queue.len() as u64;
+            queue.clear();
+            per_owner.clear();
+            stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_dropped_at_stop += n;
             break;
         }
-        if closed || budget.credit() > 0.0 {
-            if let Some(mut p) = queue.pop() {
-                let preemptible = !p.preempted && p.size > SHUTDOWN_PREEMPT_BYTES;
-                let preempt = || preemptible && sd.closing.load(Ordering::Relaxed);
-                if let Some(job) = symbolize_one(&store, p.job, &stats, stop, &preempt) {
-                    // Put back: the recording stopped while this large table was written.
-                    p.job = job;
-                    p.preempted = true;
-                    queue.push(p);
+        if closed.is_some() || budget.credit() > 0.0 {
+            if let Some(p) = queue.pop() {
+                if let Some(n) = per_owner.get_mut(&p.owner) {
+                    *n -= 1;
+                    if *n == 0 {
+                        per_owner.remove(&p.owner);
+                    }
                 }
+                symbolize_one(&store, p.job, &stats, &mut budget, &limits);
             }
         }
     }
 }
 
-/// Writes one job's table. Abandoned when `stop` is set (counted in
-/// `symbol_tables_stopped`), or when `preempt()` says so: then the job is given back,
-/// not counted, to be put back in the queue.
-fn symbolize_one(
-    store: &Store,
-    j: SymbolJob,
-    stats: &Arc<Mutex<WriterStats>>,
-    stop: &AtomicBool,
-    preempt: &dyn Fn() -> bool,
-) -> Option<SymbolJob> {
-    let stopped = || stop.load(Ordering::Relaxed);
-    if stopped() {
-        stats.lock().unwrap_or_else(|p| p.into_inner()).symbol_tables_stopped += 1;
-        return None;
-    }
-    let dest = store.symbols_file(&j.build_id)?;
+/// Build-ids whose symbol tables are marked used per hour at most.
+pub const MAX_USED_BUILD_IDS: usize = 65_536;
+
+/// Build-ids the symbolizer remembers having taken at most (then it starts over; the
+/// store's files say which are done).
+pub const MAX_SEEN_BUILD_IDS: usize = 65_536;
+
+/// Error text of a job stopped because the agent stops.
+const STOPPED: &str = "the agent stopped";
+
+fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, budget: &mut Budget, limits: &Limits) {
+    let Some(dest) = store.symbols_file(&j.build_id) else { return };
     let cpu0 = thread_cpu_s();
-    let (path, build_id) = (j.path.clone(), j.build_id.clone());
-    let mut back = None;
+    // During the job: past the stop deadline, stop; out of credit (and not stopping),
+    // sleep until the budget has refilled.
+    // The agent may stop while this job runs (even while it sleeps for credit): checked
+    // at every step and every sleep slice.
+    let mut pace = || -> Result<(), String> {
+        loop {
+            match limits.deadline() {
+                Some(d) if std::time::Instant::now() >= d => return Err(STOPPED.into()),
+                Some(_) => return Ok(()), // stopping: finish quickly, no sleeping for credit
+                None => {}
+            }
+            let c = budget.credit();
+            if c > 0.0 {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_secs_f64((-c / SYMBOLIZER_CPU_SHARE).clamp(0.01, 0.25)));
+        }
+    };
     let res = store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string()).and_then(|()| {
         if j.path == crate::aggregate::KERNEL_PATH {
             crate::symtab::write_kallsyms_table(j.file, &j.build_id, &j.path, &dest)
         } else {
             // streamed from the file (read with pread, never mapped), closed right after
-            // unless given back
-            let r =
-                crate::symtab::write_elf_table_until(&j.file, &j.build_id, &j.path, &dest, &|| stopped() || preempt());
-            back = Some(j);
+            let r = crate::symtab::write_elf_table_paced(&j.file, &j.build_id, &j.path, &dest, &mut pace);
+            drop(j.file);
             r
         }
     });
@@ -407,19 +504,13 @@ fn symbolize_one(
             s.symbols += t.functions;
             s.symbols_skipped += t.skipped;
         }
-        Err(e) if e == crate::symtab::STOPPED => {
-            if !stopped() {
-                return back; // preempted: put back
-            }
-            s.symbol_tables_stopped += 1;
-        }
+        Err(e) if e.contains(STOPPED) => s.symbol_tables_dropped_at_stop += 1,
         Err(e) => {
             s.symbol_tables_failed += 1;
-            s.last_error = Some(format!("symbols of {path} ({build_id}): {e}"));
+            s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));
         }
     }
     drop(s);
-    drop(back);
     // A large library's index and last row group are freed now; give the memory back
     // instead of keeping it in this thread's malloc arena (resident size).
     #[cfg(target_env = "gnu")]
@@ -427,12 +518,11 @@ fn symbolize_one(
     unsafe {
         libc::malloc_trim(0);
     }
-    None
 }
 
 fn write_window(store: &Store, meta: &WindowMeta, w: &WindowBatch) -> tailprof_store::Result<u64> {
     let mut bytes = 0;
-    if !w.rows.is_empty() || w.lost_samples > 0 || meta.dropped_windows > 0 {
+    if !w.rows.is_empty() || w.lost_samples > 0 || w.losses.any() || meta.dropped_windows > 0 {
         store.ensure_dir(&store.partition_dir(Table::Samples, &w.host, w.start_us))?;
         bytes += tailprof_store::write_samples(
             &store.window_file(Table::Samples, &w.host, w.start_us, w.end_us),
@@ -468,12 +558,7 @@ mod tests {
         std::fs::write(&p, vec![0u8; len]).unwrap();
         let file = File::open(&p).unwrap();
         let size = file.metadata().unwrap().len();
-        Pending {
-            size,
-            seq: len as u64,
-            job: SymbolJob { build_id: name.into(), path: name.into(), file },
-            preempted: false,
-        }
+        Pending { size, seq: len as u64, owner: 0, job: SymbolJob { build_id: name.into(), path: name.into(), file } }
     }
 
     #[test]
@@ -487,52 +572,9 @@ mod tests {
         assert_eq!(order, ["small", "mid", "big"]);
     }
 
-    /// Issue 18 item 12: once the shutdown grace has run out (`stop`), the symbolizer
-    /// does not work through its queue: every waiting table is counted, none written.
-    #[test]
-    fn stopped_symbolizer_counts_waiting_tables_instead_of_doing_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(&dir.path().join("store")).unwrap();
-        let me = std::env::current_exe().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        for i in 0..3 {
-            let job = SymbolJob {
-                build_id: format!("{i:040x}"),
-                path: me.display().to_string(),
-                file: File::open(&me).unwrap(),
-            };
-            tx.send(job).unwrap();
-        }
-        drop(tx);
-        let stats = Arc::new(Mutex::new(WriterStats::default()));
-        let closing = AtomicBool::new(true);
-        run_symbolizer(store.clone(), rx, stats.clone(), &Shutdown { closing: &closing, stop: &AtomicBool::new(true) });
-        let s = stats.lock().unwrap().clone();
-        assert_eq!((s.symbol_tables, s.symbol_tables_stopped, s.symbol_tables_failed), (0, 3, 0), "{s:?}");
-        assert!(
-            std::fs::read_dir(store.symbols_dir()).map_or(true, |d| d.count() == 0),
-            "no table, not even a partial one"
-        );
-        // Not stopped: the queue is worked through at shutdown, as before (this test
-        // binary is larger than SHUTDOWN_PREEMPT_BYTES: put back once, then done).
-        assert!(std::fs::metadata(&me).unwrap().len() > SHUTDOWN_PREEMPT_BYTES);
-        let (tx, rx) = std::sync::mpsc::channel();
-        tx.send(SymbolJob {
-            build_id: "ab".repeat(20),
-            path: me.display().to_string(),
-            file: File::open(&me).unwrap(),
-        })
-        .unwrap();
-        drop(tx);
-        let stats = Arc::new(Mutex::new(WriterStats::default()));
-        run_symbolizer(store, rx, stats.clone(), &Shutdown { closing: &closing, stop: &AtomicBool::new(false) });
-        let s = stats.lock().unwrap().clone();
-        assert_eq!((s.symbol_tables, s.symbol_tables_stopped), (1, 0), "{s:?}");
-    }
-
     #[test]
     fn budget_is_spent_by_cpu() {
-        let mut b = Budget::new();
+        let mut b = Budget::new(SYMBOLIZER_BURST_S);
         let c0 = b.credit();
         assert!(c0 <= SYMBOLIZER_BURST_S + 0.01);
         // burn CPU in this thread: the credit goes down by at least what was spent

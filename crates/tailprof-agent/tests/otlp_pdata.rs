@@ -72,6 +72,7 @@ fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
         end_us: rows[0].window_end_us,
         samples: rows.iter().map(|r| r.count).sum(),
         lost_samples: 0,
+        losses: Default::default(),
         dropped_rows: 0,
         events: vec!["cpu-clock".into()],
         rows: rows.clone(),

@@ -170,23 +170,28 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
         );
         if s.aggregation.lost_samples + s.lost_records + s.aggregation.dropped_rows > 0 {
             eprintln!(
-                "tailprof: warning: lost {} samples in the kernel ({} LOST records), {} dropped (window table full)",
-                s.aggregation.lost_samples, s.lost_records, s.aggregation.dropped_rows
+                "tailprof: warning: lost {} samples and {} records of any kind (ring full: samples and side-band) in the kernel, {} samples dropped (window table full)",
+                s.aggregation.lost_samples, s.aggregation.losses.lost_records, s.aggregation.dropped_rows
+            );
+        }
+        let l = &s.aggregation.losses;
+        if l.lost_markers + l.malformed_records + l.dropped_item_classes > 0 {
+            eprintln!(
+                "tailprof: warning: {} item markers lost or rejected, {} malformed records skipped, {} item-class labels dropped",
+                l.lost_markers, l.malformed_records, l.dropped_item_classes
             );
         }
         let a = &s.aggregation;
-        if a.processes_untracked + a.mappings_dropped + a.comms_dropped > 0 {
+        if a.processes_untracked + a.mappings_dropped + a.comms_dropped + a.mappings_evicted + a.processes_evicted + a.binaries_dropped > 0 {
             eprintln!(
-                "tailprof: warning: bounds reached: {} records of untracked processes, {} mappings dropped, {} command names dropped (their frames show as unknown)",
-                a.processes_untracked, a.mappings_dropped, a.comms_dropped
+                "tailprof: warning: bounds reached: {} mappings and {} processes evicted (least recently used), {} binaries not registered, {} command names dropped (their frames show as unknown)",
+                a.mappings_evicted + a.mappings_dropped, a.processes_evicted + a.processes_untracked, a.binaries_dropped, a.comms_dropped
             );
         }
-        if w.symbol_tables_stopped > 0 {
+        if w.symbol_tables_dropped + w.symbol_tables_dropped_at_stop > 0 {
             eprintln!(
-                "tailprof: note: {} binaries left unsymbolized: the agent stopped before their symbol tables were done \
-                 (shutdown waits at most {} s for them)",
-                w.symbol_tables_stopped,
-                tailprof_agent::SHUTDOWN_GRACE.as_secs()
+                "tailprof: warning: {} binaries not symbolized under pressure (retried when sampled again), {} dropped at the stop",
+                w.symbol_tables_dropped, w.symbol_tables_dropped_at_stop
             );
         }
         if !s.writer_finished {
@@ -215,6 +220,12 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
         if let Some(e) = &w.last_error {
             eprintln!("tailprof: warning: last write error: {e}");
         }
+    }
+    // SIGTERM/SIGINT (and --duration) are a clean stop; SIGHUP is not (issue 19, finding
+    // 1: a hang-up must make `Restart=on-failure` restart the agent).
+    if signals::SIGNAL.load(Ordering::SeqCst) == libc::SIGHUP {
+        eprintln!("tailprof: agent: stopped by SIGHUP (not a clean stop; stop with SIGTERM or Ctrl-C): exit status 129");
+        return Ok(ExitCode::from(129));
     }
     Ok(ExitCode::SUCCESS)
 }

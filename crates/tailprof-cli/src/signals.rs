@@ -2,11 +2,14 @@
 //! recorder's drain loop polls; it is installed without SA_RESTART so a blocked
 //! epoll_wait returns EINTR at once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 pub static STOP: AtomicBool = AtomicBool::new(false);
+/// The last signal that set [`STOP`] (0: none).
+pub static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_sig: libc::c_int) {
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::SeqCst);
     STOP.store(true, Ordering::SeqCst);
 }
 

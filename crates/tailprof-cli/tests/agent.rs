@@ -627,3 +627,20 @@ fn vdso_frames_are_named_in_the_store() {
     let vdso_fn = if cfg!(target_arch = "x86_64") { "__vdso_clock_gettime" } else { "__kernel_clock_gettime" };
     assert!(self_samples(&v, vdso_fn) > 0, "{vdso_fn} missing:\n{v:#}");
 }
+
+/// Issue 19, finding 1 (the exit status): a hang-up (SIGHUP, e.g. a pty that became the
+/// agent's controlling terminal closing) is not a clean stop: the agent exits non-zero
+/// so `Restart=on-failure` restarts it; SIGTERM stays a clean stop (0).
+#[test]
+fn finding_1_sighup_exits_nonzero_sigterm_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (sig, want) in [(libc::SIGHUP, Some(129)), (libc::SIGTERM, Some(0))] {
+        let store = tmp.path().join(format!("store-{sig}"));
+        let Some(mut a) = start_agent(&store, &["--window", "1s"]) else { return };
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(a.child.id() as i32, sig) };
+        let st = a.child.wait().unwrap();
+        a.log.extend(a.lines.iter());
+        assert_eq!(st.code(), want, "signal {sig}: {st}\n{}", a.log.join("\n"));
+    }
+}

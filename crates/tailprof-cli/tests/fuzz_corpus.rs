@@ -67,6 +67,14 @@ fn replay_report() {
     replay("report", checks::check_report);
 }
 
+/// Issue 19: the ELF reader's symbol and note paths and the agent's symbol table, under
+/// the agent's bounds (crafted seeds: functions with a build-id note, 64 functions sharing
+/// a 9,000-byte name, a string table declared 16 GiB, unterminated names).
+#[test]
+fn replay_elf() {
+    replay("elf", checks::check_elf);
+}
+
 fn items_trace(seed: u64, dup: bool) -> Vec<u8> {
     let header = TraceHeader {
         events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(1000), ..Default::default() }],

@@ -149,22 +149,55 @@ pub fn open_mapped_file(pid: u32, m: &MapsEntry) -> io::Result<fs::File> {
     if m.inode == 0 || !m.path.starts_with('/') {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file mapping"));
     }
-    // map_files entries are magic links the kernel resolves to the mapped file itself (no
-    // path walk), so no O_NOFOLLOW here; O_PATH: nothing is opened until it is checked.
-    let mf = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
-    let via_map_files =
-        fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(&mf).and_then(|h| {
-            let md = h.metadata()?;
-            if !(md.file_type().is_file() && md.dev() == m.dev && md.ino() == m.inode) {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "mapped file does not match the mapping"));
-            }
-            reopen_checked(&h, md.dev(), md.ino(), Path::new(&mf))
-        });
-    if let Ok(f) = via_map_files {
+    if let Ok(f) = open_map_files(pid, m.start, m.end, Some((m.dev, m.inode))) {
         return Ok(f);
     }
     let rooted = format!("/proc/{pid}/root{}", m.path);
     open_untrusted_as(Path::new(&rooted), m.dev, m.inode).or_else(|_| open_untrusted_as(Path::new(&m.path), m.dev, m.inode))
+}
+
+/// The mapped file behind `/proc/PID/map_files/START-END` (a regular file, checked before
+/// it is opened, opened `O_NOCTTY|O_NONBLOCK`), and its device and inode equal `expect`
+/// when given.
+fn open_map_files(pid: u32, start: u64, end: u64, expect: Option<(u64, u64)>) -> io::Result<fs::File> {
+    // map_files entries are magic links the kernel resolves to the mapped file itself (no
+    // path walk), so no O_NOFOLLOW here; O_PATH: nothing is opened until it is checked.
+    let mf = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
+    let h = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(&mf)?;
+    let md = h.metadata()?;
+    if !md.file_type().is_file() || expect.is_some_and(|e| e != (md.dev(), md.ino())) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "mapped file does not match the mapping"));
+    }
+    reopen_checked(&h, md.dev(), md.ino(), Path::new(&mf))
+}
+
+/// Lines of /proc/PID/maps read at most by [`open_mapping`] (a process may map ~65,530
+/// areas by default).
+const MAX_MAPS_LINES: usize = 1 << 17;
+
+/// The file mapped at `[start, end)` in process `pid` now, for a mapping known
+/// only from a MMAP2 record (the agent): through `/proc/PID/map_files` (root), else the
+/// process's current `/proc/PID/maps` line at `start` and [`open_mapped_file`] (its
+/// device and inode checked). A range that is no longer mapped (munmap, exec, exit) is
+/// `NotFound`: the path named in the record is never opened by itself, so a file, FIFO,
+/// directory, device or pty put there since is never opened. Issue 19, finding 1.
+pub fn open_mapping(pid: u32, start: u64, end: u64) -> io::Result<fs::File> {
+    match open_map_files(pid, start, end, None) {
+        Ok(f) => return Ok(f),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(e), // not a regular file
+        Err(_) => {}
+    }
+    let maps = fs::File::open(format!("/proc/{pid}/maps"))?;
+    let entry = io::BufReader::new(maps)
+        .lines()
+        .take(MAX_MAPS_LINES)
+        .map_while(Result::ok)
+        .filter_map(|l| parse_maps_line(&l))
+        .find(|m| m.start <= start && start < m.end && m.inode != 0); // split by mprotect: the part at `start`
+    match entry {
+        Some(m) => open_mapped_file(pid, &m),
+        None => Err(io::Error::new(io::ErrorKind::NotFound, format!("{start:#x}-{end:#x} is not mapped by {pid} any more"))),
+    }
 }
 
 /// `FUSE_SUPER_MAGIC`: a file system served by a user-space daemon.

@@ -170,6 +170,15 @@ pub struct RecordSummary {
     pub spooled: u64,
     /// What the user should know about the run (the CLI prints each as a warning).
     pub warnings: Vec<RunWarning>,
+    /// Paths evicted from the build-id cache (least recently used first) because it held
+    /// [`emit::MAX_BUILD_ID_PATHS`] paths or [`emit::MAX_BUILD_ID_PATH_BYTES`] bytes of
+    /// them (issue 19, finding 7); such a file's build-id is read again if it is mapped again.
+    pub build_id_paths_evicted: u64,
+    /// (path, build-id) pairs not stored in the trace because it already holds
+    /// [`emit::MAX_TRACE_BUILD_ID_BYTES`] of them (a recording's build-id table is kept
+    /// in memory until the end: issue 19, finding 7, `record -a` grew by 400 MB with
+    /// 100,000 long paths); those paths are symbolized by path at report time.
+    pub build_ids_not_stored: u64,
 }
 
 /// Something about a finished recording worth a warning.

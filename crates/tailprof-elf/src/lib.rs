@@ -70,9 +70,21 @@ pub const PN_XNUM: u16 = 0xffff;
 /// Section headers read at most by [`Elf::parse`] (more than 0xff00 sections need the
 /// extended count of section 0; real files stay far below).
 pub const MAX_SECTIONS: usize = 200_000;
-/// Longest name a [`StringTable`] returns by default; longer or unterminated names are
-/// `None`.
-pub const MAX_NAME_BYTES: usize = 1 << 20;
+/// Longest name a [`StringTable`] returns by default: a longer name is cut there and ends
+/// in [`TRUNCATED_MARK`] (visibly truncated, issue 19 finding 4: 8,200 symbols sharing one
+/// 1 MB name made 8 GB of rows); an unterminated name is `None`.
+pub const MAX_NAME_BYTES: usize = 4 << 10;
+/// What ends a name cut at the longest allowed ([`StringTable::get`]).
+pub const TRUNCATED_MARK: &str = "…[truncated]";
+/// Largest symbol, string or extended-index table read ([`Elf::symbol_table_at`],
+/// [`StringTable::find`]); real ones stay far below (libLLVM's `.strtab` is ~40 MiB). A
+/// table declared larger is an error before anything is read (issue 19, finding 3: a
+/// 16 GiB sparse `.strtab` was scanned for 173 s).
+pub const MAX_TABLE_BYTES: u64 = 128 << 20;
+/// A table larger than 1 MiB must not be larger than this many times the bytes the file
+/// really holds on disk (`st_blocks`): a sparse file declaring tables made of holes is
+/// refused (compression on disk stays well below this ratio).
+pub const MAX_SPARSE_RATIO: u64 = 8;
 /// Bytes of a string table a [`StringTable`] reads at once by default (names close
 /// together cost one read).
 pub const NAME_WINDOW: usize = 4 << 10;
@@ -117,6 +129,11 @@ pub trait ReadAt {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// The length now (a file's, from `fstat`).
     fn size(&self) -> io::Result<u64>;
+    /// Bytes really stored (a file's `st_blocks` × 512; a sparse file's holes hold none),
+    /// when known.
+    fn allocated(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl ReadAt for File {
@@ -125,6 +142,10 @@ impl ReadAt for File {
     }
     fn size(&self) -> io::Result<u64> {
         Ok(self.metadata()?.len())
+    }
+    fn allocated(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        self.metadata().ok().map(|m| m.blocks().saturating_mul(512))
     }
 }
 
@@ -155,6 +176,9 @@ impl<T: ReadAt + ?Sized> ReadAt for &T {
     }
     fn size(&self) -> io::Result<u64> {
         (**self).size()
+    }
+    fn allocated(&self) -> Option<u64> {
+        (**self).allocated()
     }
 }
 
@@ -612,6 +636,9 @@ impl<R: ReadAt> Elf<R> {
         if !within(&strings) || !within(&header) {
             return Err(Error::Malformed(format!("symbol table {index} or its strings run past the end of the file")));
         }
+        for s in [&header, &strings] {
+            self.check_table_size(s.size)?;
+        }
         let natural = self.class().symbol_size() as u64;
         let stride = match header.entsize {
             0 => natural,
@@ -619,8 +646,30 @@ impl<R: ReadAt> Elf<R> {
             e if e > 1 << 16 => return Err(Error::Malformed(format!("symbol table {index}: entry size {e} is implausible"))),
             e => e,
         };
-        let extended = self.sections.iter().find(|s| s.kind == SHT_SYMTAB_SHNDX && s.link as usize == index).filter(|s| within(s)).copied();
+        let extended = self
+            .sections
+            .iter()
+            .find(|s| s.kind == SHT_SYMTAB_SHNDX && s.link as usize == index)
+            .filter(|s| within(s) && self.check_table_size(s.size).is_ok())
+            .copied();
         Ok(SymbolTable { index, header, strings, extended, stride })
+    }
+
+    /// A table of `size` bytes may be read: at most [`MAX_TABLE_BYTES`], and when larger
+    /// than 1 MiB at most [`MAX_SPARSE_RATIO`] times the bytes the file really stores.
+    fn check_table_size(&self, size: u64) -> Result<()> {
+        if size > MAX_TABLE_BYTES {
+            return Err(Error::TooLarge { size, max: MAX_TABLE_BYTES });
+        }
+        if let Some(real) = self.r.allocated() {
+            let max = real.saturating_mul(MAX_SPARSE_RATIO).max(1 << 20);
+            if size > max {
+                return Err(Error::Malformed(format!(
+                    "a table of {size} bytes in a file that stores {real} bytes on disk (sparse): not read"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The symbols of `table` in order, read 4,096 at a time (fixed memory).
@@ -788,7 +837,8 @@ impl<R: ReadAt> Iterator for Symbols<'_, R> {
 
 /// NUL-terminated names of one string table, read through a window of [`NAME_WINDOW`]
 /// bytes that grows (×4) only until it holds a name's terminator, up to the longest name
-/// allowed ([`MAX_NAME_BYTES`]); a window that grew is released after an unusable name.
+/// allowed ([`MAX_NAME_BYTES`], beyond which a name is cut and marked); a window that grew
+/// is released after an unusable name.
 #[derive(Debug)]
 pub struct StringTable<'a, R: ?Sized> {
     r: &'a R,
@@ -827,6 +877,9 @@ impl<'a, R: ReadAt + ?Sized> StringTable<'a, R> {
     /// `max_hits` is [`Error::TooLarge`].
     pub fn find(&self, name: &[u8], max_hits: usize) -> Result<Vec<u64>> {
         const PIECE: usize = 64 << 10;
+        if self.size > MAX_TABLE_BYTES {
+            return Err(Error::TooLarge { size: self.size, max: MAX_TABLE_BYTES });
+        }
         let len = name.len();
         let mut hits = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
@@ -856,8 +909,9 @@ impl<'a, R: ReadAt + ?Sized> StringTable<'a, R> {
         Ok(hits)
     }
 
-    /// The name at offset `at`; `None` if it is out of bounds, unterminated or longer than
-    /// the longest allowed. `Err` only when the file cannot be read.
+    /// The name at offset `at`; `None` if it is out of bounds or unterminated. A name
+    /// longer than the longest allowed is cut there and ends in [`TRUNCATED_MARK`]. `Err`
+    /// only when the file cannot be read.
     pub fn get(&mut self, at: u64) -> Result<Option<&[u8]>> {
         if at >= self.size {
             return Ok(None);
@@ -880,12 +934,19 @@ impl<'a, R: ReadAt + ?Sized> StringTable<'a, R> {
             if let Some(p) = self.win.iter().position(|&b| b == 0) {
                 return Ok(Some(&self.win[..p]));
             }
-            if n as u64 == self.size - at || n > self.max_name {
+            if n as u64 == self.size - at {
                 if self.win.len() > self.window {
                     self.win = Vec::new(); // do not keep a huge window
                     self.valid = false;
                 }
                 return Ok(None);
+            }
+            if n > self.max_name {
+                // Longer than allowed: cut, marked visibly; the window is not reused.
+                self.win.truncate(self.max_name);
+                self.win.extend_from_slice(TRUNCATED_MARK.as_bytes());
+                self.valid = false;
+                return Ok(Some(&self.win[..]));
             }
             want = want.saturating_mul(4).min(self.max_name.saturating_add(1));
         }

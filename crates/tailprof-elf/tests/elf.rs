@@ -367,17 +367,19 @@ fn string_table_index_out_of_range() {
 }
 
 #[test]
-fn unterminated_and_overlong_names_are_none() {
+fn unterminated_names_are_none_and_overlong_ones_cut_visibly() {
     let data = b"\0short\0a_long_name_without_end".to_vec();
     let n = data.len() as u64;
-    let mut t = StringTable::new(&data, 0, n).with_limits(4, 8);
+    let mut t = StringTable::new(&data, 0, n).with_limits(4, 64);
     assert_eq!(t.get(1).unwrap(), Some(&b"short"[..]));
     assert_eq!(t.get(7).unwrap(), None, "unterminated at the table's end");
     assert_eq!(t.get(n).unwrap(), None);
     assert_eq!(t.get(u64::MAX).unwrap(), None);
     let long = [b"\0".as_slice(), &[b'x'; 100], b"\0"].concat();
     let mut t = StringTable::new(&long, 0, long.len() as u64).with_limits(4, 8);
-    assert_eq!(t.get(1).unwrap(), None, "longer than the longest allowed");
+    let cut = [&[b'x'; 8][..], TRUNCATED_MARK.as_bytes()].concat();
+    assert_eq!(t.get(1).unwrap(), Some(&cut[..]), "longer than the longest allowed: cut, marked");
+    assert_eq!(t.get(2).unwrap(), Some(&cut[..]), "the cut window is not reused wrongly");
     // a table said to extend past the data: an error when read there
     let mut t = StringTable::new(&data, 0, 1 << 40);
     assert!(t.get(10).is_err());
@@ -633,4 +635,62 @@ fn header_only_parse_survives_a_broken_section_table() {
             assert!(matches!(Elf::parse_header(b[..40].to_vec()), Err(Error::NotElf)));
         }
     }
+}
+
+/// `tiny(true, false)` written to a file whose section `sec` is declared `size` bytes,
+/// the file extended sparsely (holes) so the table lies within it.
+fn sparse_elf(dir: &std::path::Path, sec: usize, size: u64) -> std::fs::File {
+    let mut b = tiny(true, false);
+    let at = section_header_at(&b, true, false, sec);
+    set(&mut b, false, (at + 32, 8), size);
+    let p = dir.join(format!("sparse-{sec}-{size}"));
+    std::fs::write(&p, &b).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    f.set_len(b.len() as u64 + size).unwrap(); // holes: a few KB on disk
+    f
+}
+
+/// Issue 19, findings 3 and 5: an ELF whose `.strtab` is declared 16 GiB, or whose
+/// `.symtab` is declared 256 GiB, in a sparse file of a few KB. Before, the marker
+/// follower scanned the 16 GiB for 173 s in the drain loop and the symbolizer spent a
+/// core on the 256 GiB. Every table is now checked against the fixed cap
+/// (`MAX_TABLE_BYTES`) and the bytes the file really stores before anything is read.
+#[test]
+fn finding_3_and_5_sparse_huge_tables_are_refused_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    for (sec, size) in [(3usize, 16u64 << 30), (2, 256 << 30), (3, 100 << 20), (2, 64 << 20)] {
+        let f = sparse_elf(dir.path(), sec, size);
+        let elf = Elf::parse(&f).unwrap();
+        assert!(elf.file_len() > size, "the table lies within the (sparse) file");
+        let (r, biggest) = biggest_alloc(|| elf.symbol_table(SHT_SYMTAB));
+        let e = expect_err("a huge sparse table", r);
+        if size > MAX_TABLE_BYTES {
+            assert!(matches!(e, Error::TooLarge { .. }), "{e}");
+        } else {
+            assert!(e.to_string().contains("sparse"), "{e}");
+        }
+        assert!(biggest < 4096, "{biggest}");
+        // A string table made directly over the region refuses a whole-table scan too.
+        if size > MAX_TABLE_BYTES {
+            assert!(matches!(StringTable::new(&f, 0, size).find(b"x", 8), Err(Error::TooLarge { .. })));
+        }
+    }
+    // A real (non-sparse) table below the cap is read as before.
+    let b = tiny(true, false);
+    let elf = Elf::parse(b).unwrap();
+    assert!(elf.symbol_table(SHT_SYMTAB).unwrap().is_some());
+}
+
+/// Issue 19, finding 4: many symbols that share one 1 MB name. Each name read is cut at
+/// `MAX_NAME_BYTES` and marked, so no caller holds more than a few KiB per name.
+#[test]
+fn finding_4_a_megabyte_name_is_cut_visibly() {
+    let name = vec![b'n'; 1 << 20];
+    let data = [b"\0".as_slice(), &name, b"\0"].concat();
+    let mut t = StringTable::new(&data, 0, data.len() as u64);
+    let got = t.get(1).unwrap().unwrap().to_vec();
+    assert_eq!(got.len(), MAX_NAME_BYTES + TRUNCATED_MARK.len());
+    assert!(got.ends_with(TRUNCATED_MARK.as_bytes()));
+    let (_, biggest) = biggest_alloc(|| t.get(1).unwrap().map(<[u8]>::len));
+    assert!(biggest <= 4 * MAX_NAME_BYTES, "{biggest}");
 }

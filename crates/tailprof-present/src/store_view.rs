@@ -22,11 +22,19 @@ fn by_name(b: GroupBy) -> &'static str {
 }
 
 fn read_notes(out: &mut String, r: &ReadStats) {
-    if r.lost_samples + r.dropped_windows + r.dropped_rows > 0 {
+    let l = &r.losses;
+    if r.lost_samples + l.lost_records + r.dropped_windows + r.dropped_rows > 0 {
         let _ = writeln!(
             out,
-            "losses: {} samples lost in the kernel, {} windows dropped by the agent, {} samples dropped (window table full)",
-            r.lost_samples, r.dropped_windows, r.dropped_rows
+            "losses: {} samples and {} records of any kind (ring full) lost in the kernel, {} windows dropped by the agent, {} samples dropped (window table full)",
+            r.lost_samples, l.lost_records, r.dropped_windows, r.dropped_rows
+        );
+    }
+    if l.lost_markers + l.malformed_records + l.dropped_item_classes > 0 {
+        let _ = writeln!(
+            out,
+            "losses: {} item markers lost or rejected, {} malformed records skipped, {} item-class labels dropped",
+            l.lost_markers, l.malformed_records, l.dropped_item_classes
         );
     }
     if r.bad_files > 0 {

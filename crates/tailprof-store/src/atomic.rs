@@ -17,32 +17,101 @@ use crate::{Result, StoreError};
 /// `tailprof_format::atomic` (still cleaned up; readers skip every dot-file).
 pub const TMP_PREFIX: &str = ".tmp-";
 
-/// Creates `dir` and its missing parents with mode 0700; refuses a symlink or a
-/// non-directory at `dir`.
-pub fn create_private_dir(dir: &Path) -> Result<()> {
-    match fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(StoreError::Invalid {
-                path: dir.display().to_string(),
-                msg: "is a symbolic link; the store refuses to follow it (use the real path)".into(),
-            })
-        }
-        Ok(m) if m.is_dir() => return Ok(()),
-        Ok(_) => {
-            return Err(StoreError::Invalid {
-                path: dir.display().to_string(),
-                msg: "exists and is not a directory".into(),
-            })
-        }
-        Err(_) => {}
+/// This process's effective uid.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+fn refuse(path: &Path, msg: String) -> StoreError {
+    StoreError::Invalid { path: path.display().to_string(), msg }
+}
+
+/// The store's trust rule for one existing directory on the way to (or inside) the store
+/// (issue 19, finding 2): not a symlink, a directory, owned by root or by us, and not
+/// writable by group or others unless it is sticky (like /tmp, where only the owner of an
+/// entry may rename or remove it). `inside`: a directory of the store itself, which must be
+/// ours and writable by nobody else, sticky or not.
+fn check_dir(dir: &Path, m: &std::fs::Metadata, inside: bool) -> Result<()> {
+    let fix = if inside { "remove it (the agent recreates it) or choose another --store" } else { "choose a --store whose every parent directory is owned by root or you and writable by no one else" };
+    if m.file_type().is_symlink() {
+        return Err(refuse(dir, format!("is a symbolic link; the store follows none on its way (give the real path: `realpath {}`)", dir.display())));
     }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| StoreError::io(dir, e))?;
-    // The umask may have cleared bits, never added them; make sure of 0700 on the leaf.
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+    if !m.is_dir() {
+        return Err(refuse(dir, "exists and is not a directory".into()));
+    }
+    let me = euid();
+    if inside && m.uid() != me {
+        return Err(refuse(dir, format!("is owned by uid {}, not by this user (uid {me}): the store only uses directories it owns; {fix}", m.uid())));
+    }
+    if !inside && m.uid() != me && m.uid() != 0 {
+        return Err(refuse(dir, format!("is owned by uid {} (neither root nor uid {me}), who could swap the store under it; {fix}", m.uid())));
+    }
+    let sticky = m.mode() & 0o1000 != 0;
+    if m.mode() & 0o022 != 0 && (inside || !sticky) {
+        return Err(refuse(dir, format!("is writable by group or others (mode {:o}); {}", m.mode() & 0o7777, if inside { format!("`chmod 700 {}` or {fix}", dir.display()) } else { fix.to_string() })));
+    }
+    Ok(())
+}
+
+/// Checks every existing directory from `/` down to `dir`'s parent ([`check_dir`]); the
+/// missing ones are created 0700 by us. Relative paths are taken from the working
+/// directory.
+fn check_ancestors(dir: &Path) -> Result<std::path::PathBuf> {
+    let abs = std::path::absolute(dir).map_err(|e| StoreError::io(dir, e))?;
+    let mut at = std::path::PathBuf::new();
+    let comps: Vec<_> = abs.components().collect();
+    for c in &comps[..comps.len().saturating_sub(1)] {
+        at.push(c);
+        match fs::symlink_metadata(&at) {
+            Ok(m) => check_dir(&at, &m, false)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_one(&at)?,
+            Err(e) => return Err(StoreError::io(&at, e)),
+        }
+    }
+    Ok(abs)
+}
+
+/// `mkdir(dir, 0700)`; an existing entry is then checked by the caller.
+fn create_one(dir: &Path) -> Result<()> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {
+            // The umask may have cleared bits, never added them; make sure of 0700.
+            let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::io(dir, e)),
+    }
+}
+
+/// Opens (creating 0700 when missing) the store root `root` for writing: every directory
+/// on the way must be owned by root or us and writable by no one else (or sticky), none
+/// a symlink, and the root itself must be a directory we own that no one else can write
+/// (issue 19, finding 2: a pre-created `/tmp/tpstore` is refused with one line naming the
+/// fix).
+pub fn open_store_root(root: &Path) -> Result<()> {
+    let abs = check_ancestors(root)?;
+    create_one(&abs)?;
+    let m = fs::symlink_metadata(&abs).map_err(|e| StoreError::io(&abs, e))?;
+    check_dir(root, &m, true)
+}
+
+/// Creates `dir` (inside the store `root`, already checked by [`open_store_root`]) and its
+/// missing parents below `root` with mode 0700; every level, existing or new, must be a
+/// directory of ours that no one else can write, never a symlink.
+pub fn create_private_dir_in(root: &Path, dir: &Path) -> Result<()> {
+    let rel = dir.strip_prefix(root).map_err(|_| refuse(dir, format!("is not inside the store {}", root.display())))?;
+    let mut at = root.to_path_buf();
+    for c in rel.components() {
+        if !matches!(c, std::path::Component::Normal(_)) {
+            return Err(refuse(dir, "has a `..` or root component".into()));
+        }
+        at.push(c);
+        create_one(&at)?;
+        let m = fs::symlink_metadata(&at).map_err(|e| StoreError::io(&at, e))?;
+        check_dir(&at, &m, true)?;
+    }
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::atomic::{create_private_dir, remove_stale_temps};
+use crate::atomic::{create_private_dir_in, open_store_root, remove_stale_temps};
 use crate::time::partition_of;
 use crate::Result;
 
@@ -83,10 +83,13 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating, 0700) the store at `root` and removes temporary files left by a
-    /// crash. Returns the store and how many stale temporary files were removed.
+    /// Opens (creating, 0700) the store at `root` for writing and removes temporary files
+    /// left by a crash. Returns the store and how many stale temporary files were removed.
+    /// Refused (one line naming the fix): a root owned by someone else or writable by
+    /// group or others, a symlink anywhere on the way, or a parent directory another user
+    /// could change (`atomic::open_store_root`, issue 19 finding 2).
     pub fn open(root: &Path) -> Result<(Store, u64)> {
-        create_private_dir(root)?;
+        open_store_root(root)?;
         let removed = remove_stale_temps(root);
         Ok((Store { root: root.to_path_buf() }, removed))
     }
@@ -129,9 +132,10 @@ impl Store {
         valid_build_id(build_id).then(|| self.symbols_dir().join(format!("{build_id}.parquet")))
     }
 
-    /// Creates a partition directory (0700 at every level).
+    /// Creates a directory of the store (0700 at every level below the root); every level
+    /// must be ours, writable by no one else, and not a symlink.
     pub fn ensure_dir(&self, dir: &Path) -> Result<()> {
-        create_private_dir(dir)
+        create_private_dir_in(&self.root, dir)
     }
 }
 

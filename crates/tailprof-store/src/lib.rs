@@ -37,7 +37,7 @@ pub mod write;
 pub use layout::{default_root, Store, Table};
 pub use batch::{RowFilter, SampleBatch};
 pub use read::{FileSummary, ReadStats, SampleQuery, StoreReader};
-pub use retain::{compact, retain, CompactStats, RetainPolicy, RetainStats};
+pub use retain::{compact, retain, touch_symbols, CompactStats, RetainPolicy, RetainStats};
 pub use schema::{
     ItemRow, LatencyRow, SampleRow, SymbolRow, WindowMeta, SCHEMA_VERSION,
 };

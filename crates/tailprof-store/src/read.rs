@@ -40,6 +40,8 @@ pub struct ReadStats {
     /// Loss counters summed over the files' metadata.
     pub samples: u64,
     pub lost_samples: u64,
+    /// The other losses by kind.
+    pub losses: crate::schema::Losses,
     pub dropped_windows: u64,
     pub dropped_rows: u64,
     /// Earliest window start and latest window end read.
@@ -357,6 +359,7 @@ fn account(
             if let Some(m) = meta {
                 st.samples += m.samples;
                 st.lost_samples += m.lost_samples;
+                st.losses.add(&m.losses);
                 st.dropped_windows += m.dropped_windows;
                 st.dropped_rows += m.dropped_rows;
             }

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::layout::{Store, Table};
-use crate::read::{read_samples_file, StoreReader};
+use crate::read::{read_samples_file, FileSummary, StoreReader};
 use crate::schema::WindowMeta;
 use crate::write::write_samples;
 use crate::Result;
@@ -31,16 +31,60 @@ pub struct RetainStats {
     pub removed_by_size: u64,
     pub bytes_removed: u64,
     pub bytes_kept: u64,
+    /// Symbol tables among the removed files (not used for longer than the age, or the
+    /// oldest used when over the size).
+    pub symbol_tables_removed: u64,
+}
+
+/// The store's symbol tables, as files whose "window" is their last use: the file's
+/// modification time, which the agent moves forward when the binary is seen again
+/// ([`touch_symbols`]). At most 1,000,000 entries; symlinks and other non-files skipped.
+fn symbol_files(store: &Store) -> Vec<FileSummary> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = fs::read_dir(store.symbols_dir()) else { return Vec::new() };
+    rd.flatten()
+        .take(1_000_000)
+        .filter_map(|e| {
+            let name = e.file_name();
+            let name = name.to_str()?;
+            let m = e.metadata().ok().filter(|m| m.file_type().is_file())?;
+            if !name.ends_with(".parquet") || tailprof_format::atomic::is_temp_name(name) {
+                return None;
+            }
+            let used_us = m.mtime().saturating_mul(1_000_000).saturating_add(m.mtime_nsec() / 1000);
+            Some(FileSummary { path: e.path(), host: String::new(), start_us: used_us, end_us: used_us, bytes: m.len() })
+        })
+        .collect()
+}
+
+/// Marks the symbol tables of `build_ids` as used now (their modification time), so that
+/// retention keeps the tables of binaries still seen. Returns how many were marked.
+pub fn touch_symbols<'a>(store: &Store, build_ids: impl IntoIterator<Item = &'a str>) -> u64 {
+    use std::os::unix::fs::OpenOptionsExt;
+    let now = std::time::SystemTime::now();
+    let mut n = 0;
+    for id in build_ids {
+        let Some(p) = store.symbols_file(id) else { continue };
+        let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(&p);
+        if f.and_then(|f| f.set_modified(now)).is_ok() {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Applies `policy` to every partitioned table of the store (all hosts: a shared store
-/// is trimmed by whichever agent runs retention). Symbol tables are kept.
+/// is trimmed by whichever agent runs retention) and to the symbol tables, whose time is
+/// their last use (issue 19, finding 8: an attacker's 118,822 tables stayed forever).
 pub fn retain(store: &Store, policy: &RetainPolicy, now_us: i64) -> Result<RetainStats> {
     let reader = StoreReader::new(store.clone());
     let mut files = Vec::new();
     for t in Table::ALL {
         files.extend(reader.files(t, None, i64::MIN, i64::MAX));
     }
+    let symbols = symbol_files(store);
+    let is_symbols: std::collections::HashSet<std::path::PathBuf> = symbols.iter().map(|f| f.path.clone()).collect();
+    files.extend(symbols);
     files.sort_by(|a, b| (a.end_us, &a.path).cmp(&(b.end_us, &b.path)));
     let mut st = RetainStats::default();
     let mut keep = Vec::new();
@@ -49,6 +93,7 @@ pub fn retain(store: &Store, policy: &RetainPolicy, now_us: i64) -> Result<Retai
             if fs::remove_file(&f.path).is_ok() {
                 st.removed_by_age += 1;
                 st.bytes_removed += f.bytes;
+                st.symbol_tables_removed += is_symbols.contains(&f.path) as u64;
                 remove_empty_parents(&f.path, store.root());
             }
         } else {
@@ -64,6 +109,7 @@ pub fn retain(store: &Store, policy: &RetainPolicy, now_us: i64) -> Result<Retai
             if fs::remove_file(&f.path).is_ok() {
                 st.removed_by_size += 1;
                 st.bytes_removed += f.bytes;
+                st.symbol_tables_removed += is_symbols.contains(&f.path) as u64;
                 total = total.saturating_sub(f.bytes);
                 remove_empty_parents(&f.path, store.root());
             }
@@ -118,10 +164,11 @@ pub fn compact(store: &Store, host: &str, before_us: i64) -> Result<CompactStats
                 Ok((m, r)) => {
                     if let Some(m) = m {
                         if meta.host.is_empty() {
-                            meta = WindowMeta { samples: 0, lost_samples: 0, dropped_windows: 0, dropped_rows: 0, ..m.clone() };
+                            meta = WindowMeta { samples: 0, lost_samples: 0, losses: Default::default(), dropped_windows: 0, dropped_rows: 0, ..m.clone() };
                         }
                         meta.samples += m.samples;
                         meta.lost_samples += m.lost_samples;
+                        meta.losses.add(&m.losses);
                         meta.dropped_windows += m.dropped_windows;
                         meta.dropped_rows += m.dropped_rows;
                     }

@@ -151,8 +151,11 @@ pub struct WindowMeta {
     pub window_end_us: i64,
     /// Samples aggregated in this window.
     pub samples: u64,
-    /// Samples the kernel dropped in this window (LOST records).
+    /// Samples the kernel dropped in this window (PERF_RECORD_LOST_SAMPLES).
     pub lost_samples: u64,
+    /// The other losses, each by its kind (issue 19, finding 10).
+    #[serde(flatten, default)]
+    pub losses: Losses,
     /// Windows dropped since the previous file (disk full, write errors).
     pub dropped_windows: u64,
     /// Rows cut because the window's aggregate table was full.
@@ -160,6 +163,52 @@ pub struct WindowMeta {
     /// Events and their sampling setup, e.g. `cpu-clock F=49`.
     pub events: Vec<String>,
     pub agent_version: String,
+}
+
+/// Losses of a window other than samples, each by its true kind (files written before
+/// these existed read as 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Losses {
+    /// Records of any kind (samples and side-band: mmap, comm, fork, exit) the kernel
+    /// dropped because a ring was full (PERF_RECORD_LOST).
+    #[serde(default)]
+    pub lost_records: u64,
+    /// Item markers lost (a marker ring was full) or rejected (invalid, over a bound).
+    #[serde(default)]
+    pub lost_markers: u64,
+    /// Records that could not be decoded and were skipped.
+    #[serde(default)]
+    pub malformed_records: u64,
+    /// Item-class labels or references dropped (over the per-process bound, invalid).
+    #[serde(default)]
+    pub dropped_item_classes: u64,
+}
+
+impl Losses {
+    /// Adds `o`'s counts.
+    pub fn add(&mut self, o: &Losses) {
+        self.lost_records = self.lost_records.saturating_add(o.lost_records);
+        self.lost_markers = self.lost_markers.saturating_add(o.lost_markers);
+        self.malformed_records = self.malformed_records.saturating_add(o.malformed_records);
+        self.dropped_item_classes = self.dropped_item_classes.saturating_add(o.dropped_item_classes);
+    }
+
+    /// Counts one LOST record of `kind` with `count` (samples are counted apart).
+    pub fn count(&mut self, kind: tailprof_format::LossKind, count: u64) {
+        use tailprof_format::LossKind as K;
+        let c = match kind {
+            K::RingFull => &mut self.lost_records,
+            K::Markers | K::MarkersRejected => &mut self.lost_markers,
+            K::Malformed => &mut self.malformed_records,
+            K::ItemClasses => &mut self.dropped_item_classes,
+            K::Samples => return,
+        };
+        *c = c.saturating_add(count);
+    }
+
+    pub fn any(&self) -> bool {
+        *self != Losses::default()
+    }
 }
 
 /// FNV-1a over the frames: the `stack_id` column.

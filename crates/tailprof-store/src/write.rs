@@ -156,6 +156,9 @@ pub fn write_samples(path: &Path, meta: &WindowMeta, rows: &[SampleRow]) -> Resu
 /// Rows per row group of a symbol table: the columns of one group are built at a time,
 /// so writing a huge table (libLLVM: 145k functions) never holds it whole.
 pub const SYMBOL_GROUP_ROWS: usize = 8192;
+/// A row group of a symbol table also ends once its distinct names hold this many bytes
+/// (long names: the group's memory stays bounded whatever the names' lengths).
+pub const SYMBOL_GROUP_NAME_BYTES: usize = 4 << 20;
 
 /// One function of a binary, for [`write_symbol_table`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +172,8 @@ pub struct SymbolFn {
 }
 
 /// Writes the symbol table of one binary from an iterator of its functions (in the
-/// order they are to be stored: by start), [`SYMBOL_GROUP_ROWS`] rows per row group.
+/// order they are to be stored: by start), [`SYMBOL_GROUP_ROWS`] rows (or
+/// [`SYMBOL_GROUP_NAME_BYTES`] of names) per row group.
 /// Only one group's names are in memory at a time, and the build-id and path are stored
 /// once per group (dictionary-encoded), not copied per row. An `Err` item (e.g. the
 /// binary could not be read) stops the write and leaves no file. Returns (bytes, rows).
@@ -183,17 +187,26 @@ where
     let groups = std::iter::from_fn(|| {
         let mut start = Vec::with_capacity(SYMBOL_GROUP_ROWS);
         let mut size = Vec::with_capacity(SYMBOL_GROUP_ROWS);
-        let mut name = Vec::with_capacity(SYMBOL_GROUP_ROWS);
+        let mut name: Vec<ByteArray> = Vec::with_capacity(SYMBOL_GROUP_ROWS);
+        let mut name_bytes = 0usize;
         for f in funcs.by_ref() {
             match f {
                 Ok(f) => {
                     start.push(sat_i64(f.start));
                     size.push(sat_i64(f.size));
-                    name.push(ByteArray::from(f.name.into_bytes()));
+                    // A name equal to the one before shares its buffer (issue 19,
+                    // finding 4: thousands of functions with one long name).
+                    match name.last() {
+                        Some(last) if last.data() == f.name.as_bytes() => name.push(last.clone()),
+                        _ => {
+                            name_bytes += f.name.len();
+                            name.push(ByteArray::from(f.name.into_bytes()));
+                        }
+                    }
                 }
                 Err(msg) => return Some(Err(StoreError::Invalid { path: path.display().to_string(), msg })),
             }
-            if start.len() == SYMBOL_GROUP_ROWS {
+            if start.len() == SYMBOL_GROUP_ROWS || name_bytes >= SYMBOL_GROUP_NAME_BYTES {
                 break;
             }
         }

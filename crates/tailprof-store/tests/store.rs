@@ -132,3 +132,56 @@ fn compaction_keeps_rows_and_retention_removes_oldest() {
     assert_eq!(rt.removed_by_age, 1);
     assert!(reader.samples(&q).0.is_empty());
 }
+
+/// Issue 19, finding 10: the window's losses are stored by kind, summed by the reader and
+/// by compaction; a file written before they existed reads as 0.
+#[test]
+fn finding_10_losses_by_kind_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(&tmp.path().join("s")).unwrap();
+    let losses = schema::Losses { lost_records: 2, lost_markers: 30, malformed_records: 400, dropped_item_classes: 5000 };
+    for start in [T0, T0 + 10_000_000] {
+        let meta = WindowMeta { schema_version: SCHEMA_VERSION, host: "h1".into(), window_start_us: start, window_end_us: start + 10_000_000, losses, ..Default::default() };
+        let dir = store.partition_dir(Table::Samples, "h1", start);
+        store.ensure_dir(&dir).unwrap();
+        write_samples(&store.window_file(Table::Samples, "h1", start, start + 10_000_000), &meta, &[row(start, 7, 1, 1)]).unwrap();
+    }
+    let reader = StoreReader::new(store.clone());
+    let (_, st) = reader.samples(&SampleQuery { from_us: T0, to_us: T0 + H, ..Default::default() });
+    assert_eq!(st.lost_samples, 0);
+    let mut twice = losses;
+    twice.add(&losses);
+    assert_eq!(st.losses, twice);
+    compact(&store, "h1", T0 + 2 * H).unwrap();
+    let (_, st) = reader.samples(&SampleQuery { from_us: T0, to_us: T0 + H, ..Default::default() });
+    assert_eq!((st.files, st.losses), (1, twice), "compaction keeps the sums");
+    let old: WindowMeta = serde_json::from_str(r#"{"schema_version":1,"host":"h","window_start_us":0,"window_end_us":1,"samples":1,"lost_samples":2,"dropped_windows":0,"dropped_rows":0,"events":[],"agent_version":"0"}"#).unwrap();
+    assert_eq!((old.lost_samples, old.losses), (2, schema::Losses::default()));
+}
+
+/// Issue 19, finding 8: `symbols/` was outside retention, so an attacker's 118,822 tables
+/// stayed on disk forever. A table's time is its last use (its modification time, moved
+/// forward by `touch_symbols` when the binary is seen again): unused tables go by age,
+/// and count toward the size bound like every other file.
+#[test]
+fn finding_8_symbol_tables_have_retention_by_last_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(&tmp.path().join("s")).unwrap();
+    store.ensure_dir(&store.symbols_dir()).unwrap();
+    let day = std::time::Duration::from_secs(86_400);
+    let old = std::time::SystemTime::now() - 30 * day;
+    for id in ["aa01", "aa02", "aa03"] {
+        let p = store.symbols_file(id).unwrap();
+        write::write_symbol_table(&p, id, "/bin/x", [Ok(write::SymbolFn { start: 0, size: 1, name: "f".into() })]).unwrap();
+        std::fs::File::open(&p).unwrap().set_modified(old).unwrap();
+    }
+    assert_eq!(touch_symbols(&store, ["aa02", "../etc", "ffff"]), 1, "only existing, valid names are marked");
+    let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let st = retain(&store, &RetainPolicy { max_age_us: Some(14 * 86_400_000_000), max_bytes: None }, now_us).unwrap();
+    assert_eq!((st.removed_by_age, st.symbol_tables_removed), (2, 2));
+    assert!(store.symbols_file("aa02").unwrap().exists(), "a table in use is kept");
+    assert!(!store.symbols_file("aa01").unwrap().exists());
+    // over the size bound: the least recently used files go first, tables included
+    let st = retain(&store, &RetainPolicy { max_age_us: None, max_bytes: Some(0) }, now_us).unwrap();
+    assert_eq!(st.symbol_tables_removed, 1);
+}

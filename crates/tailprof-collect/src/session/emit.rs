@@ -35,6 +35,90 @@ fn mmap2_file(rec: &[u8]) -> Option<FileKey> {
     Some((libc::makedev(u32_at(MMAP2_MAJ)?, u32_at(MMAP2_MIN)?), ino))
 }
 
+/// Paths the build-id cache holds at most.
+pub const MAX_BUILD_ID_PATHS: usize = 16_384;
+/// Bytes of paths the build-id cache holds at most (a path may be 4 KiB long).
+pub const MAX_BUILD_ID_PATH_BYTES: usize = 4 << 20;
+/// Bytes of (path, build-id) pairs handed to the output (the trace's build-id table) at
+/// most per recording.
+pub const MAX_TRACE_BUILD_ID_BYTES: usize = 16 << 20;
+/// Files remembered per path at most (a path replaced again and again).
+const MAX_FILES_PER_PATH: usize = 8;
+
+/// The emitter's build-id cache: path → the files seen at it, least recently used paths
+/// evicted beyond [`MAX_BUILD_ID_PATHS`] paths or [`MAX_BUILD_ID_PATH_BYTES`] bytes
+/// (issue 19, finding 7: 150,000 long names grew it by 620 MB, kept after the attacker
+/// exited).
+/// The files seen at one path, each with its build-id.
+type FilesAt = Vec<(FileKey, Option<BuildId>)>;
+
+#[derive(Debug, Default)]
+pub(super) struct BuildIdCache {
+    /// path → (last use, files).
+    map: HashMap<String, (u64, FilesAt)>,
+    bytes: usize,
+    tick: u64,
+}
+
+impl BuildIdCache {
+    /// The files seen at `path` (marks it used).
+    pub(super) fn get(&mut self, path: &str) -> Option<&FilesAt> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(path).map(|e| {
+            e.0 = tick;
+            &e.1
+        })
+    }
+
+    /// Remembers `(key, id)` at `path`; returns how many paths were evicted.
+    pub(super) fn insert(&mut self, path: &str, key: FileKey, id: Option<BuildId>) -> u64 {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(e) = self.map.get_mut(path) {
+            e.0 = tick;
+            if e.1.len() >= MAX_FILES_PER_PATH {
+                e.1.remove(0);
+            }
+            e.1.push((key, id));
+            return 0;
+        }
+        let mut evicted = 0;
+        if self.map.len() >= MAX_BUILD_ID_PATHS || self.bytes + path.len() > MAX_BUILD_ID_PATH_BYTES {
+            // Evict the least recently used eighth at once (amortized O(1) per insert).
+            let mut ticks: Vec<u64> = self.map.values().map(|e| e.0).collect();
+            let cut = ticks.len() / 8;
+            let (_, &mut limit, _) = ticks.select_nth_unstable(cut);
+            let before = self.map.len();
+            let mut freed = 0;
+            self.map.retain(|p, e| {
+                let keep = e.0 > limit;
+                if !keep {
+                    freed += p.len();
+                }
+                keep
+            });
+            self.bytes -= freed;
+            evicted = (before - self.map.len()) as u64;
+        }
+        self.bytes += path.len();
+        self.map.insert(path.to_string(), (tick, vec![(key, id)]));
+        evicted
+    }
+
+    /// Paths held.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Bytes of the paths held.
+    #[cfg(test)]
+    pub(super) fn path_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// Decoding, counting, build-ids: everything between the queue and the writer.
 pub(super) struct Emitter {
     pub(super) decoder: Decoder,
@@ -48,8 +132,9 @@ pub(super) struct Emitter {
     /// Latest timestamp written (to count records written out of order).
     pub(super) last_time: u64,
     /// Build-ids looked up so far, by path and then `(device, inode)` (`(0, 0)` when
-    /// neither the record nor `stat` told): each file is read once.
-    pub(super) build_ids: HashMap<String, Vec<(FileKey, Option<BuildId>)>>,
+    /// neither the record nor `stat` told): each file is read once. Bounded
+    /// ([`BuildIdCache`]): least recently used paths are evicted and counted.
+    pub(super) build_ids: BuildIdCache,
     /// Events with this index or higher are the uprobe item boundaries (begin, end).
     pub(super) probe_base: u16,
     /// Turns uprobe hits into item markers (with uprobe item boundaries only).
@@ -63,6 +148,8 @@ pub(super) struct Emitter {
     /// `-a`: executable mappings are shown to it, to attach marked processes that start
     /// while recording (`None`: other targets).
     pub(super) follow: Option<super::items::MarkerFollower>,
+    /// Bytes of build-id entries handed to the output so far.
+    pub(super) build_id_bytes_out: usize,
 }
 
 impl Emitter {
@@ -74,13 +161,14 @@ impl Emitter {
             plain: Sample::default(),
             summary: RecordSummary::default(),
             last_time: 0,
-            build_ids: HashMap::new(),
+            build_ids: BuildIdCache::default(),
             probe_base: u16::MAX,
             probe_markers: None,
             probe_records: Vec::new(),
             stacks: None,
             classes: None,
             follow: None,
+            build_id_bytes_out: 0,
         }
     }
 
@@ -325,9 +413,9 @@ impl Emitter {
             None if kernel => (0, 0),
             None => {
                 // A keyless lookup of a path already seen: reuse its first entry.
-                if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.first()) {
+                if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.first().cloned()) {
                     if m.build_id.is_none() {
-                        m.build_id = known.1.clone();
+                        m.build_id = known.1;
                     }
                     return Ok(Some(known.0));
                 }
@@ -337,9 +425,9 @@ impl Emitter {
                     .map_or((0, 0), |md| (md.dev(), md.ino()))
             }
         };
-        if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.iter().find(|e| e.0 == key)) {
+        if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.iter().find(|e| e.0 == key).cloned()) {
             if m.build_id.is_none() {
-                m.build_id = known.1.clone();
+                m.build_id = known.1;
             }
             return Ok(Some(key));
         }
@@ -355,9 +443,15 @@ impl Emitter {
                 .flatten()
                 .or_else(|| buildid::read_build_id_of(Path::new(&in_root()), key.0, key.1).ok().flatten()),
         };
-        self.build_ids.entry(m.path.clone()).or_default().push((key, id.clone()));
+        self.summary.build_id_paths_evicted += self.build_ids.insert(&m.path, key, id.clone());
         if let Some(id) = &id {
-            out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
+            let bytes = m.path.len() + id.len() + 32;
+            if self.build_id_bytes_out + bytes <= MAX_TRACE_BUILD_ID_BYTES {
+                self.build_id_bytes_out += bytes;
+                out.add_build_id(BuildIdEntry { path: m.path.clone(), build_id: id.clone() })?;
+            } else {
+                self.summary.build_ids_not_stored += 1;
+            }
         }
         m.build_id = id;
         Ok(Some(key))
@@ -367,6 +461,73 @@ impl Emitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 19, finding 7: one file renamed through 150,000 long names, each mapped.
+    /// Before, every path stayed in the cache (+620 MB). Now it holds at most
+    /// MAX_BUILD_ID_PATH_BYTES of paths, evicts the least recently used and counts them; a
+    /// path in use (libc, mapped by everyone) stays.
+    #[test]
+    fn finding_7_build_id_cache_is_bounded_lru() {
+        let mut c = BuildIdCache::default();
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        c.insert(libc, (1, 1), Some(vec![1; 20]));
+        let long = "x".repeat(3800);
+        let mut evicted = 0;
+        for i in 0..150_000u64 {
+            evicted += c.insert(&format!("/tmp/{long}{i}"), (1, 2), None);
+            if i % 100 == 0 {
+                assert!(c.get(libc).is_some(), "a path in use is kept");
+            }
+            assert!(c.path_bytes() <= MAX_BUILD_ID_PATH_BYTES && c.len() <= MAX_BUILD_ID_PATHS);
+        }
+        assert!(evicted >= 150_000 - MAX_BUILD_ID_PATH_BYTES as u64 / 3800, "{evicted}");
+        assert_eq!(c.len() as u64 + evicted, 150_001);
+        for _ in 0..20 {
+            c.insert(libc, (1, 9), None); // a path replaced again and again: bounded too
+        }
+        assert_eq!(c.get(libc).unwrap().len(), MAX_FILES_PER_PATH);
+    }
+
+    /// What the output is handed: build-id bytes only (records are dropped).
+    #[derive(Default)]
+    struct BuildIdBytes(usize, usize);
+    impl RecordOutput for BuildIdBytes {
+        fn write_record(&mut self, _: &Record) -> Result<(), FormatError> {
+            Ok(())
+        }
+        fn write_sample(&mut self, _: &Sample) -> Result<(), FormatError> {
+            Ok(())
+        }
+        fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+            (self.0, self.1) = (self.0 + e.path.len() + e.build_id.len(), self.1 + 1);
+            Ok(())
+        }
+        fn end_round(&mut self) -> Result<(), FormatError> {
+            Ok(())
+        }
+        fn bytes_written(&self) -> u64 {
+            0
+        }
+    }
+
+    /// Issue 19, finding 7 for `record -a`: 20,000 mappings under distinct 3.8 KB paths.
+    /// The trace's build-id table (kept in memory to the end of the recording) is handed
+    /// at most MAX_TRACE_BUILD_ID_BYTES; the rest is counted, and the cache stays bounded.
+    #[test]
+    fn finding_7_record_a_build_id_table_is_bounded() {
+        let mut e = Emitter::new(Decoder::new(vec![Layout::default()]));
+        let mut out = BuildIdBytes::default();
+        let long = "y".repeat(3800);
+        let n = 20_000u64;
+        for i in 0..n {
+            let m = Mmap { pid: 1, tid: 1, start: i << 12, len: 4096, prot: 5, path: format!("/nonexistent/{long}{i}"), build_id: Some(vec![1; 20]), ..Mmap::default() };
+            e.record(Record::Mmap(m), &mut out).unwrap();
+        }
+        assert!(out.0 <= MAX_TRACE_BUILD_ID_BYTES, "{} bytes handed out", out.0);
+        assert_eq!(out.1 as u64 + e.summary.build_ids_not_stored, n, "every entry stored or counted");
+        assert!(e.summary.build_ids_not_stored > 0);
+        assert!(e.build_ids.path_bytes() <= MAX_BUILD_ID_PATH_BYTES);
+    }
     use crate::parse::{sample_type as st, Layout};
     use tailprof_format::{TraceHeader, TraceWriter, WriterOptions};
 
