@@ -86,3 +86,128 @@ fn readme_relative_times_parse() {
     let o = run(&["top", "--store", "{store}", "--from", "-2x"], &store);
     assert_refused(&o, "--from", "top --from -2x");
 }
+
+/// Flags that do not apply were accepted and ignored (issue 18, item 8).
+#[test]
+fn inapplicable_flags_are_refused_with_a_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let queries = data("queries.trace");
+    let split = data("split.trace");
+    let q = queries.to_str().unwrap();
+    let sp = split.to_str().unwrap();
+    let html = tmp.path().join("x.html");
+    let h = html.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["items", q, "--store", "{store}"], "--store"),
+        (vec!["items", q, "--since", "1h"], "--since"),
+        (vec!["items", q, "--host", "db1"], "--host"),
+        (vec!["items", q, "--from", "-2h"], "--from"),
+        (
+            vec!["items", "--store", "{store}", "--explain", "3"],
+            "--explain",
+        ),
+        (
+            vec!["items", "--store", "{store}", "--sort", "anomaly"],
+            "--sort",
+        ),
+        (
+            vec!["report", q, "--class", "nosuch"],
+            "no item of class \"nosuch\"",
+        ),
+        (
+            vec!["items", q, "--class", "nosuch"],
+            "no item of class \"nosuch\"",
+        ),
+        (
+            vec!["export", q, "--class", "nosuch", "--html", h],
+            "no item of class \"nosuch\"",
+        ),
+        (
+            vec!["export", sp, "--no-samples", "--html", h],
+            "--no-samples",
+        ),
+        (vec!["export", sp, "--off-cpu", "--html", h], "--off-cpu"),
+        (vec!["report", q, "--by", "binary", "--folded"], "--folded"),
+    ];
+    for (args, needle) in cases {
+        let o = run(&args, &store);
+        assert_refused(&o, needle, &args.join(" "));
+    }
+    assert!(!html.exists(), "a refused export wrote its file");
+    // The class error names the classes there are.
+    let o = run(&["report", q, "--class", "nosuch"], &store);
+    assert!(stderr(&o).contains("n=10"), "{}", stderr(&o));
+    // The same flags where they apply still work.
+    assert_ok(
+        &run(&["report", q, "--class", "n=10"], &store),
+        "report --class n=10",
+    );
+    assert_ok(
+        &run(&["items", q, "--sort", "anomaly", "--mad-k", "3"], &store),
+        "items --sort anomaly",
+    );
+    assert_ok(
+        &run(
+            &[
+                "items", "--store", "{store}", "--since", "1d", "--class", "x",
+            ],
+            &store,
+        ),
+        "items --store --class",
+    );
+}
+
+/// A trace without items (a flat profile) gets the HTML report with its flame graph and
+/// the Perfetto trace with its samples (issue 18, item 6: "no item markers").
+#[test]
+fn export_without_items_draws_the_profile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let html = tmp.path().join("s.html");
+    let pf = tmp.path().join("s.json");
+    let o = tailprof()
+        .arg("export")
+        .arg(data("split.trace"))
+        .arg("--html")
+        .arg(&html)
+        .arg("--perfetto")
+        .arg(&pf)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert_ok(&o, "export split.trace --html --perfetto");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("<h2>Flame graphs</h2>") && page.contains("<h3>Whole trace</h3>"),
+        "no flame graph in the page"
+    );
+    assert!(
+        page.contains("no items in this trace"),
+        "the page should say why it has no item sections"
+    );
+    assert!(
+        page.contains("split+0x11cf"),
+        "the flame graph should show the hot address (the committed trace's binary is not on disk)"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&pf).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let samples = events.iter().filter(|e| e["ph"] == "i").count();
+    assert!(
+        samples > 100,
+        "the Perfetto trace should hold the samples, has {samples}"
+    );
+    assert!(events.iter().any(|e| e["name"]
+        .as_str()
+        .is_some_and(|n| n.contains("split+0x11cf"))));
+    // Filters on items still need items.
+    let o = tailprof()
+        .arg("export")
+        .arg(data("split.trace"))
+        .arg("--slow")
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert_refused(&o, "no item markers", "export split.trace --slow");
+}
