@@ -211,3 +211,56 @@ fn export_without_items_draws_the_profile() {
         .unwrap();
     assert_refused(&o, "no item markers", "export split.trace --slow");
 }
+
+fn explain(trace: &str, id: &str) -> String {
+    let o = tailprof()
+        .args(["items"])
+        .arg(data(trace))
+        .args(["--explain", id])
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert_ok(&o, &format!("items {trace} --explain {id}"));
+    stdout(&o)
+}
+
+/// `--explain` of an item faster than its class median blamed a function for "100% of
+/// the excess", from one sample, and spoke of truncated stacks in a trace recorded
+/// without stacks (issue 18, item 7).
+#[test]
+fn explain_faster_item_has_no_excess_to_blame() {
+    // Item 13 of queries.trace: 6.12 ms in a class whose median is 10.46 ms.
+    let x = explain("queries.trace", "13");
+    assert!(x.contains("-41%"), "the fixture changed: {x}");
+    assert!(
+        !x.contains("of the excess"),
+        "a faster item has no excess to share out: {x}"
+    );
+    assert!(
+        x.contains("Responsible: none (this item took 4.33 ms less than its class median"),
+        "{x}"
+    );
+    assert!(!x.contains("below what sampling resolves"), "{x}");
+    assert!(
+        !x.contains("truncated stacks"),
+        "queries.trace has no stacks to truncate: {x}"
+    );
+    let o = tailprof()
+        .args(["items"])
+        .arg(data("queries.trace"))
+        .args(["--explain", "13", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["responsible"],
+        serde_json::json!([]),
+        "JSON: no responsible function without excess"
+    );
+    // A slow item whose responsible function rests on one sample says so.
+    let x = explain("queries.trace", "18");
+    assert!(x.contains("from 1 sample: too few to tell"), "{x}");
+    // A well-supported one gives its sample count.
+    let x = explain("queries.trace", "2");
+    assert!(x.contains("of the excess; from 49 samples)"), "{x}");
+}
