@@ -251,7 +251,7 @@ pub fn explain_stacks(
     let resolution_ns = report.min_reliable_samples.max(1) as f64 * interval;
     let resolvable = excess_ns as f64 >= resolution_ns;
     let note = (!resolvable).then(|| {
-        if excess_ns <= 0 {
+        if excess_ns < 0 {
             return format!(
                 "this item took {:.3} ms less than its class median: there is no excess to explain, the per-stack differences are its mix of work against the median's",
                 -(excess_ns as f64) / 1e6

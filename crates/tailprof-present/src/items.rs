@@ -439,11 +439,11 @@ pub fn render_explanation(x: &Explanation) -> String {
     );
     out.push('\n');
     if x.excess_ns <= 0 {
-        let _ = writeln!(
-            out,
-            "Responsible: none (this item took {} less than its class median: there is no excess to explain)",
-            duration(x.excess_ns.unsigned_abs())
-        );
+        let took = match x.excess_ns {
+            0 => "took its class median".to_owned(),
+            e => format!("took {} less than its class median", duration(e.unsigned_abs())),
+        };
+        let _ = writeln!(out, "Responsible: none (this item {took}: there is no excess to explain)");
     } else if x.responsible.is_empty() {
         out.push_str("Responsible: none (no function takes longer than in the median item)\n");
     } else {
