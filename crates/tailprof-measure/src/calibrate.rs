@@ -210,7 +210,6 @@ pub fn calibrate(
     check_config(cfg)?;
     let spec = &cfg.spec;
     let clock = spec.is_clock();
-    let basis = cfg.basis;
     let key = MachineKey::probe();
     let mut periods: Vec<u64> = if !cfg.periods.is_empty() {
         cfg.periods.clone()
