@@ -152,7 +152,7 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
         }
     })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        println!("{}", tailprof_present::json::document(&s)?);
     } else {
         let w = &s.writer;
         eprintln!(

@@ -186,7 +186,7 @@ pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
         eprintln!("tailprof: {}; saved to {}", describe_probe(&r), path.display());
         if args.trace.is_none() {
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                println!("{}", tailprof_present::json::document(&r)?);
             } else {
                 println!("{}", describe_probe(&r));
             }

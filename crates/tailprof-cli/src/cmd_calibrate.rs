@@ -141,7 +141,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&calibration_json(&report))?
+            tailprof_present::json::document(&calibration_json(&report))?
         );
     } else {
         print!("{}", calibration_text(&report));

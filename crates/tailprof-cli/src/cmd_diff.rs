@@ -44,8 +44,9 @@ pub struct DiffArgs {
     /// Rows shown (0: all).
     #[arg(long, value_name = "N", default_value_t = 30)]
     top: usize,
-    /// Print JSON: {"by", "a": {from, to, samples}, "b": {...}, "rows": [{"name",
-    /// "a_samples", "b_samples", "a_pct", "b_pct", "delta_pct"}]}.
+    /// Print JSON (docs/JSON.md): {"schema_version", "by", "a": {from, to, samples},
+    /// "b": {...}, "functions": [{"name", "a_samples", "b_samples", "a_percent",
+    /// "b_percent", "delta_percent"}]} (`binaries` / `stacks` with --by binary / stack).
     #[arg(long)]
     json: bool,
 }
@@ -89,7 +90,7 @@ pub fn run(a: DiffArgs) -> Result<ExitCode> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&store_view::diff_json(&d))?
+            tailprof_present::json::document(&store_view::diff_json(&d))?
         )?;
     } else {
         out.write_all(store_view::diff_text(&d).as_bytes())?;

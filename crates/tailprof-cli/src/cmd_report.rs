@@ -134,7 +134,7 @@ fn run_stacks(
     let (_, p) = stack_report(&mut reader, &opts, false, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let json =
-        |v: serde_json::Value| -> Result<String> { Ok(serde_json::to_string_pretty(&v)? + "\n") };
+        |v: serde_json::Value| -> Result<String> { Ok(tailprof_present::json::document(&v)? + "\n") };
     Ok(match (args.off_cpu, args.folded, args.json) {
         (true, true, _) => view::folded_off_cpu(&p),
         (true, _, true) => json(view::off_cpu_json(&p, top))?,

@@ -122,8 +122,10 @@ pub struct TopArgs {
     /// Rows shown (0: all).
     #[arg(long, value_name = "N", default_value_t = 30)]
     top: usize,
-    /// Print JSON: {"by", "from", "to", "samples", "rows": [{"name", "self_samples",
-    /// "self_pct", "total_samples", "total_pct"}], "read": {files, bad_files, lost_samples, ...}}.
+    /// Print JSON, the shape of `report --json` (docs/JSON.md): {"schema_version", "by",
+    /// "from", "to", "samples", "functions": [{"name", "samples", "percent",
+    /// "total_samples", "total_percent"}] (`binaries` / `stacks` with --by binary / stack),
+    /// "read": {files, bad_files, lost_samples, ...}}.
     #[arg(long)]
     json: bool,
     /// Also write the range's stacks as folded lines (flame-graph input) to FILE.
@@ -170,7 +172,7 @@ pub fn run(a: TopArgs) -> Result<ExitCode> {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&store_view::top_json(&report))?
+            tailprof_present::json::document(&store_view::top_json(&report))?
         )?;
     } else {
         out.write_all(store_view::top_text(&report).as_bytes())?;

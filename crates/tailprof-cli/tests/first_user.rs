@@ -264,3 +264,87 @@ fn explain_faster_item_has_no_excess_to_blame() {
     let x = explain("queries.trace", "2");
     assert!(x.contains("of the excess; from 49 samples)"), "{x}");
 }
+
+/// Every `--json` document carries `schema_version`, and a flat profile has one shape
+/// over a trace and over the store (issue 18, item 9: `functions`/`samples` from
+/// `report`, `rows`/`self_samples` from `top`).
+#[test]
+fn json_documents_have_a_schema_version_and_one_flat_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let q = data("queries.trace");
+    let qs = data("queries_stacks.trace");
+    let (q, qs) = (q.to_str().unwrap(), qs.to_str().unwrap());
+    let doc = |args: &[&str]| -> serde_json::Value {
+        let o = run(args, &store);
+        assert_ok(&o, &args.join(" "));
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{}: not JSON: {e}", args.join(" ")))
+    };
+    for args in [
+        vec!["report", q, "--json"],
+        vec!["report", qs, "--json", "--by", "binary"],
+        vec!["report", qs, "--json", "--by", "stack"],
+        vec!["report", qs, "--json", "--off-cpu"],
+        vec!["report", qs, "--json", "--slow"],
+        vec!["items", q, "--json"],
+        vec!["items", q, "--json", "--explain", "2"],
+        vec!["info", q, "--json"],
+        vec!["info", q, "--json", "--symbols"],
+        vec!["top", "--store", "{store}", "--json"],
+        vec!["top", "--store", "{store}", "--json", "--by", "stack"],
+        vec![
+            "diff", "--store", "{store}", "--a", "2h", "--b", "1h", "--json",
+        ],
+        vec!["items", "--store", "{store}", "--json"],
+    ] {
+        let v = doc(&args);
+        assert_eq!(v["schema_version"], 1, "{}: schema_version", args.join(" "));
+    }
+    // The flat profile by function: the same key and row fields from a trace and the store.
+    let trace = doc(&["report", qs, "--json", "--slow"]);
+    let row = &trace["functions"][0];
+    for f in [
+        "name",
+        "samples",
+        "percent",
+        "total_samples",
+        "total_percent",
+    ] {
+        assert!(row.get(f).is_some(), "report row lacks {f}: {row}");
+    }
+    let top = doc(&["top", "--store", "{store}", "--json"]);
+    assert!(
+        top["functions"].is_array() && top.get("rows").is_none(),
+        "top --json: {top}"
+    );
+    assert!(doc(&["top", "--store", "{store}", "--json", "--by", "binary"])["binaries"].is_array());
+    assert!(doc(&["top", "--store", "{store}", "--json", "--by", "stack"])["stacks"].is_array());
+    assert!(
+        doc(&["diff", "--store", "{store}", "--a", "2h", "--b", "1h", "--json"])["functions"]
+            .is_array()
+    );
+    // Every documented command is in docs/JSON.md.
+    let md =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/JSON.md"))
+            .unwrap();
+    for c in [
+        "report",
+        "items",
+        "info",
+        "top",
+        "diff",
+        "calibrate",
+        "plan",
+        "stat",
+        "overhead",
+        "bandwidth",
+        "agent",
+    ] {
+        assert!(
+            md.contains(&format!("`tailprof {c}")),
+            "docs/JSON.md does not document {c}"
+        );
+    }
+}
