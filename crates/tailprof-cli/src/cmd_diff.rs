@@ -33,10 +33,13 @@ pub struct DiffArgs {
     /// The range compared with it.
     #[arg(long = "b", value_name = "RANGE", allow_hyphen_values = true)]
     b: String,
+    /// Only this host's files (the host=… partition).
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
+    /// Only samples whose binary path ends with B (e.g. libc.so.6) or whose process is named B.
     #[arg(long, value_name = "B")]
     binary: Option<String>,
+    /// Only this process.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
     #[arg(long, value_enum, default_value = "function")]

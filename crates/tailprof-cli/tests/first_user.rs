@@ -348,3 +348,105 @@ fn json_documents_have_a_schema_version_and_one_flat_shape() {
         );
     }
 }
+
+/// Help and output that drifted from the truth (issue 18, item 10).
+#[test]
+fn help_and_info_say_what_is_true() {
+    let help = |args: &[&str]| -> String {
+        let o = tailprof().args(args).output().unwrap();
+        assert_ok(&o, &args.join(" "));
+        stdout(&o)
+    };
+    let agent = help(&["agent", "--help"]);
+    assert!(
+        !agent.contains("export-store"),
+        "agent --help names a command that does not exist"
+    );
+    // Every option of `diff -h` has a description on its line.
+    for opt in ["--host <NAME>", "--binary <B>", "--pid <PID>"] {
+        let d = help(&["diff", "-h"]);
+        let line = d
+            .lines()
+            .find(|l| l.trim_start().starts_with(opt))
+            .unwrap_or_else(|| panic!("{opt} not in diff -h"));
+        assert!(
+            !line.trim_start()[opt.len()..].trim().is_empty(),
+            "{opt} has no description: {line:?}"
+        );
+    }
+    // `info` gives a one-event trace's samples per event without --full.
+    let o = run(
+        &["info", data("split.trace").to_str().unwrap()],
+        Path::new("/"),
+    );
+    assert_ok(&o, "info split.trace");
+    let text = stdout(&o);
+    let row = text
+        .lines()
+        .find(|l| l.contains("cpu-clock:u") && l.contains("software"))
+        .expect("event row");
+    assert!(
+        row.trim_end().ends_with("2,320"),
+        "per-event samples: {row:?}"
+    );
+    // `bandwidth --probe` prints its result once (stdout), stderr says where it is stored.
+    let home = tempfile::tempdir().unwrap();
+    let o = tailprof()
+        .args([
+            "bandwidth",
+            "--probe",
+            "--probe-size",
+            "16M",
+            "--probe-runs",
+            "1",
+        ])
+        .env("TAILPROF_HOME", home.path())
+        .output()
+        .unwrap();
+    assert_ok(&o, "bandwidth --probe");
+    let all = stdout(&o) + &stderr(&o);
+    assert_eq!(
+        all.matches("sustainable read bandwidth").count(),
+        1,
+        "printed twice: {all}"
+    );
+}
+
+/// `info --symbols` said "[kernel.kallsyms]: none: binary not found" while `report`
+/// names kernel functions from kallsyms (issue 18, item 10). Needs an imported perf.data
+/// with a kernel build-id from ../shared/testdata/perf.
+#[test]
+fn info_symbols_names_the_kernel_source() {
+    let perf = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/testdata/perf/linux-perf-data__sleep.data");
+    if !perf.exists() {
+        assert!(
+            std::env::var_os("TAILPROF_REQUIRE_TESTDATA").is_none_or(|v| v != "1"),
+            "{} missing",
+            perf.display()
+        );
+        eprintln!("SKIP: {} absent", perf.display());
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("sleep.trace");
+    assert_ok(
+        &tailprof()
+            .arg("import")
+            .arg(&perf)
+            .arg("-o")
+            .arg(&trace)
+            .output()
+            .unwrap(),
+        "import",
+    );
+    let o = run(&["info", trace.to_str().unwrap(), "--symbols"], tmp.path());
+    assert_ok(&o, "info --symbols");
+    let text = stdout(&o);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("[kernel.kallsyms]"))
+        .expect("a kernel entry");
+    assert!(!line.contains("binary not found"), "{line}");
+    assert!(line.contains("kernel symbols"), "{line}");
+}
