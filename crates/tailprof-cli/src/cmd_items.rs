@@ -53,7 +53,7 @@ pub struct ItemsArgs {
     #[command(flatten)]
     store_range: crate::cmd_top::StoreRange,
 
-    /// Print JSON: {"items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
+    /// Print JSON (every field in docs/JSON.md): {"schema_version", "items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
     /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}],
     /// "mem_bytes", "mem_gbps" (traces with an LLC-miss event)}], "outside_samples": N, ...}
     #[arg(long)]

@@ -68,7 +68,8 @@ pub struct ReportArgs {
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     event: Option<String>,
 
-    /// Print JSON: {"samples": N, "functions": [{"name", "binary", "samples", "percent"}, ...]}
+    /// Print JSON (every field in docs/JSON.md): {"schema_version", "samples": N,
+    /// "functions": [{"name", "binary", "samples", "percent"}, ...]}
     /// (`binaries` / `threads` with --by binary / thread; with --by stack:
     /// {"samples": N, "stacks": [{"frames": ["root", ..., "leaf"], "samples": N, "complete": true}],
     /// "statuses": {"complete": N, ...}}).
