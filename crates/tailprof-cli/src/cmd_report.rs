@@ -134,8 +134,9 @@ fn run_stacks(
     let mut symbolizer = symbolizer();
     let (_, p) = stack_report(&mut reader, &opts, false, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
-    let json =
-        |v: serde_json::Value| -> Result<String> { Ok(tailprof_present::json::document(&v)? + "\n") };
+    let json = |v: serde_json::Value| -> Result<String> {
+        Ok(tailprof_present::json::document(&v)? + "\n")
+    };
     Ok(match (args.off_cpu, args.folded, args.json) {
         (true, true, _) => view::folded_off_cpu(&p),
         (true, _, true) => json(view::off_cpu_json(&p, top))?,

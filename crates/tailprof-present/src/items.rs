@@ -441,9 +441,15 @@ pub fn render_explanation(x: &Explanation) -> String {
     if x.excess_ns <= 0 {
         let took = match x.excess_ns {
             0 => "took its class median".to_owned(),
-            e => format!("took {} less than its class median", duration(e.unsigned_abs())),
+            e => format!(
+                "took {} less than its class median",
+                duration(e.unsigned_abs())
+            ),
         };
-        let _ = writeln!(out, "Responsible: none (this item {took}: there is no excess to explain)");
+        let _ = writeln!(
+            out,
+            "Responsible: none (this item {took}: there is no excess to explain)"
+        );
     } else if x.responsible.is_empty() {
         out.push_str("Responsible: none (no function takes longer than in the median item)\n");
     } else {
