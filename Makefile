@@ -1,18 +1,27 @@
-# Top-level shortcuts. `make example` records and reports the bundled example;
-# `make test` runs every test (what CI runs).
+# Top-level shortcuts (README "Quick start"): `make demo` builds tailprof once (release,
+# the versions in Cargo.lock) and runs its demo; `make test` runs every test (what CI
+# runs). `make example` records and reports the bundled flat-profile example;
+# `make install` puts tailprof in ~/.cargo/bin; `make first-hour` replays the README.
 CARGO ?= cargo
 PYTEST ?= python3 -m pytest
+TAILPROF = $(or $(CARGO_TARGET_DIR),target)/release/tailprof
 
-.PHONY: build example test fuzz bench clean
+.PHONY: build demo install example test fuzz bench first-hour clean
 
 build:
-	$(CARGO) build --release
+	$(CARGO) build --release --locked -p tailprof
+
+demo: build
+	$(TAILPROF) demo
+
+install:
+	$(CARGO) install --locked --path crates/tailprof-cli
 
 example: build
 	$(MAKE) -s -C examples
-	./target/release/tailprof record -o split.trace -- examples/build/split
-	./target/release/tailprof report split.trace
-	./target/release/tailprof info split.trace
+	$(TAILPROF) record -o split.trace -- examples/build/split
+	$(TAILPROF) report split.trace
+	$(TAILPROF) info split.trace
 
 # Every suite runs even when an earlier one fails; the exit status is the first failure's.
 test:
@@ -24,6 +33,9 @@ test:
 bench: build
 	$(MAKE) -s -C examples
 	bench/run.sh
+
+first-hour:
+	bench/first-hour.sh
 
 fuzz:
 	cd fuzz && $(CARGO) +nightly fuzz run read_trace -- -max_total_time=60

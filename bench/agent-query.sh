@@ -69,7 +69,7 @@ python3 "$W/q.py" "$W/store" "$W/duck.json" > /dev/null
 python3 - "$W/duck.json" "$W/top.json" <<'PY' || die "tailprof top and DuckDB disagree"
 import json, sys
 duck = json.load(open(sys.argv[1]))
-top = {r["name"]: r["self_samples"] for r in json.load(open(sys.argv[2]))["rows"]}
+top = {r["name"]: r["samples"] for r in json.load(open(sys.argv[2]))["functions"]}
 bad = [(n, c, top.get(n)) for n, c in duck if top.get(n) != c]
 print(f"answers: {len(duck) - len(bad)}/{len(duck)} of DuckDB's top functions have the same self count in tailprof top", file=sys.stderr)
 sys.exit(1 if bad or not duck else 0)

@@ -1,14 +1,16 @@
 -- The hottest functions of the last hour in the tailprof store, in DuckDB.
 -- Same numbers as `tailprof top --store STORE --since 1h` (self samples).
--- Run:  duckdb -c ".read examples/store-duckdb.sql"   (after: SET VARIABLE store = '/var/lib/tailprof';)
--- or:   python3 -c "import duckdb; print(duckdb.sql(open('examples/store-duckdb.sql').read().replace('/var/lib/tailprof', 'STORE')))"
+-- Run:  duckdb -c ".read examples/store-duckdb.sql"                  (store /var/lib/tailprof)
+--       duckdb -c "SET VARIABLE store = '/tmp/store'" -c ".read examples/store-duckdb.sql"
+-- or:   python3 -c "import duckdb; duckdb.sql(\"SET VARIABLE store = 'STORE'\"); print(duckdb.sql(open('examples/store-duckdb.sql').read()))"
+SET VARIABLE store = coalesce(getvariable('store'), '/var/lib/tailprof');
 WITH samples AS (
     SELECT *
-    FROM read_parquet('/var/lib/tailprof/samples/*/*/*/*.parquet', hive_partitioning = true)
+    FROM read_parquet(getvariable('store') || '/samples/*/*/*/*.parquet', hive_partitioning = true)
     WHERE window_end > now() - INTERVAL 1 HOUR
 ),
 symbols AS (
-    SELECT * FROM read_parquet('/var/lib/tailprof/symbols/*.parquet')
+    SELECT * FROM read_parquet(getvariable('store') || '/symbols/*.parquet')
 )
 SELECT
     coalesce(y.name,

@@ -239,13 +239,16 @@ impl TraceInfo {
         build_ids: &[BuildIdEntry],
         counts: Option<&RecordCounter>,
     ) -> Self {
-        let per_event = counts.map(|c| {
-            let mut v = c.samples_per_event.clone();
-            if v.len() < header.events.len() {
-                v.resize(header.events.len(), 0);
-            }
-            v
-        });
+        let per_event = counts
+            .map(|c| {
+                let mut v = c.samples_per_event.clone();
+                if v.len() < header.events.len() {
+                    v.resize(header.events.len(), 0);
+                }
+                v
+            })
+            // One event: its samples are all the samples, known without the full pass.
+            .or_else(|| (header.events.len() == 1).then(|| vec![summary.samples]));
         let events = header
             .events
             .iter()

@@ -73,6 +73,9 @@ pub enum AnalyzeError {
     NoItems,
     #[error("no item with id {id} in this trace")]
     NoSuchItem { id: u64 },
+    /// `--class` names no class of the trace's items (`classes`: at most 10 that exist).
+    #[error("no item of class {class:?} in this trace (classes: {})", if classes.is_empty() { "none".to_owned() } else { classes.join(", ") })]
+    NoSuchClass { class: String, classes: Vec<String> },
     #[error(transparent)]
     Read(#[from] tailprof_format::FormatError),
 }

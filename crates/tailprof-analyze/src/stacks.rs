@@ -917,6 +917,16 @@ pub fn stack_report(
                 return Err(AnalyzeError::NoSuchItem { id: *id });
             }
         }
+        if let Some(c) = &opts.filter.class {
+            if !spans.iter().any(|s| s.class.as_deref() == Some(c.as_str())) {
+                let mut classes: Vec<String> =
+                    spans.iter().map(|s| s.class.clone().unwrap_or_else(|| "(no class)".to_owned())).collect();
+                classes.sort();
+                classes.dedup();
+                classes.truncate(10);
+                return Err(AnalyzeError::NoSuchClass { class: c.clone(), classes });
+            }
+        }
     }
     let p = stack_profile(reader, opts, spans, symbolizer)?;
     Ok((items, p))

@@ -22,8 +22,8 @@ use crate::signals;
 /// still have names. Runs in the foreground until SIGTERM or SIGINT, then writes the
 /// current window and exits; a SIGKILL loses at most the current window.
 ///
-/// DuckDB, Spark, Trino read the store directly; `tailprof top`, `tailprof diff` and
-/// `tailprof export-store` query it. Needs root (or perf_event_paranoid <= 0) for
+/// DuckDB, Spark, Trino read the store directly; `tailprof top` (with --folded, --pprof
+/// and --flamegraph exports), `tailprof diff` and `tailprof items --store` query it. Needs root (or perf_event_paranoid <= 0) for
 /// system-wide sampling. See dist/tailprof-agent.service for systemd.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
@@ -153,7 +153,7 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
         }
     })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        println!("{}", tailprof_present::json::document(&s)?);
     } else {
         let w = &s.writer;
         eprintln!(

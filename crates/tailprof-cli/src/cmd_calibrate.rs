@@ -23,9 +23,12 @@ pub const EXIT_REFUSED: u8 = 3;
 /// periods (cpu-clock: 1 ms down to 10 µs; hardware events: 128K down to 2K), each point
 /// repeated with the order rotated, and fits elapsed time against the number of samples
 /// with a robust (Theil–Sen) line. The slope is α, reported with a 95% interval and R².
-/// When the noise does not support the fit (too few runs, an interval wider than ±25%
-/// of α, more than 1 run in 5 far off the line, R² below 0.9) nothing is saved and the
-/// exit status is 3. On a shared machine use --basis cpu and --wait-idle.
+/// The fit is accepted when α is known to ±25% (95%) from at least 8 runs over 3 design
+/// points, at most 1 run in 5 far off the line and R² ≥ 0.9. When the wall-clock fit
+/// misses that and the CPU-time fit does not (a busy machine), the CPU-time fit is used;
+/// when neither does, a fit whose cost is still clearly above zero (interval within
+/// ±100%, excluding 0) is saved with its wider interval said. Only when no cost can be
+/// told from the noise is nothing saved, with exit status 3.
 ///
 /// Saved to $TAILPROF_HOME/calibration/ (else $XDG_DATA_HOME/tailprof/calibration/,
 /// else ~/.local/share/tailprof/calibration/), one file per CPU model, kernel and event.
@@ -36,7 +39,12 @@ pub const EXIT_REFUSED: u8 = 3;
     tailprof calibrate -e instructions --json")]
 pub struct CalibrateArgs {
     /// Event to calibrate.
-    #[arg(short = 'e', long = "event", value_name = "EVENT", default_value = "cpu-clock")]
+    #[arg(
+        short = 'e',
+        long = "event",
+        value_name = "EVENT",
+        default_value = "cpu-clock"
+    )]
     event: String,
 
     /// Runs per design point (unprofiled and each period).
@@ -52,9 +60,10 @@ pub struct CalibrateArgs {
     periods: Vec<u64>,
 
     /// Time to fit: `wall` (elapsed, as in the paper) or `cpu` (the loop's CPU time,
-    /// which other processes' load does not inflate; use it on a shared machine).
-    #[arg(long, value_enum, default_value = "wall")]
-    basis: BasisArg,
+    /// which other processes' load does not inflate) [default: wall, and cpu when the
+    /// wall-clock fit is refused and the CPU-time one is not].
+    #[arg(long, value_enum)]
+    basis: Option<BasisArg>,
 
     /// Before each run, wait up to this many seconds for the machine to be idle (other
     /// processes using under 15% of the CPUs); 0: do not wait.
@@ -116,7 +125,8 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         repeats: args.repeats,
         seconds: args.seconds,
         periods: args.periods,
-        basis: args.basis.into(),
+        basis: args.basis.unwrap_or(BasisArg::Wall).into(),
+        basis_fallback: args.basis.is_none(),
         wait_idle_s: args.wait_idle,
         pin: args.pin,
         mmap_pages: args.mmap_pages,
@@ -129,7 +139,10 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     measure::clear_status();
     let report = report?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&calibration_json(&report))?);
+        println!(
+            "{}",
+            tailprof_present::json::document(&calibration_json(&report))?
+        );
     } else {
         print!("{}", calibration_text(&report));
     }

@@ -28,15 +28,18 @@ pub struct DiffArgs {
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
     /// The baseline range.
-    #[arg(long = "a", value_name = "RANGE")]
+    #[arg(long = "a", value_name = "RANGE", allow_hyphen_values = true)]
     a: String,
     /// The range compared with it.
-    #[arg(long = "b", value_name = "RANGE")]
+    #[arg(long = "b", value_name = "RANGE", allow_hyphen_values = true)]
     b: String,
+    /// Only this host's files (the host=… partition).
     #[arg(long, value_name = "NAME")]
     host: Option<String>,
+    /// Only samples whose binary path ends with B (e.g. libc.so.6) or whose process is named B.
     #[arg(long, value_name = "B")]
     binary: Option<String>,
+    /// Only this process.
     #[arg(long, value_name = "PID")]
     pid: Option<u32>,
     #[arg(long, value_enum, default_value = "function")]
@@ -44,15 +47,18 @@ pub struct DiffArgs {
     /// Rows shown (0: all).
     #[arg(long, value_name = "N", default_value_t = 30)]
     top: usize,
-    /// Print JSON: {"by", "a": {from, to, samples}, "b": {...}, "rows": [{"name",
-    /// "a_samples", "b_samples", "a_pct", "b_pct", "delta_pct"}]}.
+    /// Print JSON (docs/JSON.md): {"schema_version", "by", "a": {from, to, samples},
+    /// "b": {...}, "functions": [{"name", "a_samples", "b_samples", "a_percent",
+    /// "b_percent", "delta_percent"}]} (`binaries` / `stacks` with --by binary / stack).
     #[arg(long)]
     json: bool,
 }
 
 fn parse_range(s: &str, what: &str) -> Result<(i64, i64)> {
     let now = now_us();
-    let bad = || format!("--{what} {s:?}: give FROM..TO (times like 2026-11-23T20:00Z, @UNIX_SECONDS, -2h, now) or a duration like 1h");
+    let bad = || {
+        format!("--{what} {s:?}: give FROM..TO (times like 2026-11-23T20:00Z, @UNIX_SECONDS, -2h, now) or a duration like 1h")
+    };
     if let Some((a, b)) = s.split_once("..") {
         let f = parse_time_us(a, now).with_context(bad)?;
         let t = parse_time_us(b, now).with_context(bad)?;
@@ -66,15 +72,29 @@ fn parse_range(s: &str, what: &str) -> Result<(i64, i64)> {
 
 pub fn run(a: DiffArgs) -> Result<ExitCode> {
     let root = a.store.clone().unwrap_or_else(tailprof_store::default_root);
-    anyhow::ensure!(root.is_dir(), "no store at {} (start `tailprof agent`, or give --store DIR)", root.display());
+    anyhow::ensure!(
+        root.is_dir(),
+        "no store at {} (start `tailprof agent`, or give --store DIR)",
+        root.display()
+    );
     let reader = StoreReader::new(Store::at(&root));
     let (af, at) = parse_range(&a.a, "a")?;
     let (bf, bt) = parse_range(&a.b, "b")?;
-    let q = |from_us, to_us| SampleQuery { from_us, to_us, host: a.host.clone(), pid: a.pid, binary: a.binary.clone() };
+    let q = |from_us, to_us| SampleQuery {
+        from_us,
+        to_us,
+        host: a.host.clone(),
+        pid: a.pid,
+        binary: a.binary.clone(),
+    };
     let d = diff(&reader, &q(af, at), &q(bf, bt), a.by.into(), a.top);
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&store_view::diff_json(&d))?)?;
+        writeln!(
+            out,
+            "{}",
+            tailprof_present::json::document(&store_view::diff_json(&d))?
+        )?;
     } else {
         out.write_all(store_view::diff_text(&d).as_bytes())?;
     }

@@ -40,7 +40,9 @@ enum EstimatorArg {
 /// --min-samples samples. Items much slower than the median of their class (by k x MAD)
 /// are flagged SLOW with the functions responsible; --explain ID shows the detail.
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  tailprof items run.trace\n  tailprof items run.trace --sort anomaly --top 10\n  tailprof items run.trace --explain 17\n  tailprof items run.trace --json | jq '.items[] | select(.anomalous) | .id'")]
+#[command(
+    after_help = "Examples:\n  tailprof items run.trace\n  tailprof items run.trace --sort anomaly --top 10\n  tailprof items run.trace --explain 17\n  tailprof items run.trace --json | jq '.items[] | select(.anomalous) | .id'"
+)]
 pub struct ItemsArgs {
     /// The trace file (from `tailprof record`).
     #[arg(value_name = "TRACE", required_unless_present = "store")]
@@ -51,7 +53,7 @@ pub struct ItemsArgs {
     #[command(flatten)]
     store_range: crate::cmd_top::StoreRange,
 
-    /// Print JSON: {"items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
+    /// Print JSON (every field in docs/JSON.md): {"schema_version", "items": [{"id", "class", "duration_ns", "samples", "anomaly_score",
     /// "anomalous", "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", ...}],
     /// "mem_bytes", "mem_gbps" (traces with an LLC-miss event), "woken_by", "preempted_by"
     /// (traces with wakeups: who woke the item and what the waker did meanwhile, who ran
@@ -63,9 +65,9 @@ pub struct ItemsArgs {
     #[arg(long, value_name = "N", default_value_t = 50)]
     top: usize,
 
-    /// Order of the items.
-    #[arg(long, value_enum, default_value = "duration")]
-    sort: SortBy,
+    /// Order of the items [default: duration].
+    #[arg(long, value_enum)]
+    sort: Option<SortBy>,
 
     /// Only items of this class.
     #[arg(long, value_name = "CLASS")]
@@ -75,17 +77,18 @@ pub struct ItemsArgs {
     #[arg(long, value_name = "ID")]
     explain: Option<u64>,
 
-    /// Which per-function estimate to show.
-    #[arg(long, value_enum, default_value = "count")]
-    estimator: EstimatorArg,
+    /// Which per-function estimate to show [default: count].
+    #[arg(long, value_enum)]
+    estimator: Option<EstimatorArg>,
 
-    /// Estimates resting on fewer samples are marked unreliable (~).
-    #[arg(long, value_name = "N", default_value_t = 5)]
-    min_samples: u64,
+    /// Estimates resting on fewer samples are marked unreliable (~) [default: 5].
+    #[arg(long, value_name = "N")]
+    min_samples: Option<u64>,
 
-    /// Flag items more than K robust standard deviations (1.4826 x MAD) above their class median.
-    #[arg(long, value_name = "K", default_value_t = 3.5)]
-    mad_k: f64,
+    /// Flag items more than K robust standard deviations (1.4826 x MAD) above their class
+    /// median [default: 3.5].
+    #[arg(long, value_name = "K")]
+    mad_k: Option<f64>,
 
     /// Sampling event, by name or index, when the trace has several (default: the first).
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
@@ -106,21 +109,75 @@ pub struct ItemsArgs {
     items: Vec<u64>,
 }
 
+/// Flags that apply to one source only, given with the other: an error that says why
+/// (issue 18: they used to be ignored silently).
+fn check_source_flags(args: &ItemsArgs) -> Result<()> {
+    let r = &args.store_range;
+    if let Some(trace) = &args.trace {
+        let store_flags: Vec<&str> = [
+            (r.store.is_some(), "--store"),
+            (r.since.is_some(), "--since"),
+            (r.from.is_some(), "--from"),
+            (r.to.is_some(), "--to"),
+            (r.host.is_some(), "--host"),
+        ]
+        .into_iter()
+        .filter_map(|(given, f)| given.then_some(f))
+        .collect();
+        if !store_flags.is_empty() {
+            anyhow::bail!(
+                "{}: only for the agent's store, not a trace: give either {} or --store DIR (with --since/--from/--to/--host)",
+                store_flags.join(", "),
+                trace.display()
+            );
+        }
+        return Ok(());
+    }
+    let trace_flags: Vec<&str> = [
+        (args.explain.is_some(), "--explain"),
+        (args.sort.is_some(), "--sort"),
+        (args.estimator.is_some(), "--estimator"),
+        (args.min_samples.is_some(), "--min-samples"),
+        (args.mad_k.is_some(), "--mad-k"),
+        (args.event.is_some(), "--event"),
+        (!args.debug_dir.is_empty(), "--debug-dir"),
+        (args.slow, "--slow"),
+        (!args.items.is_empty(), "--item"),
+    ]
+    .into_iter()
+    .filter_map(|(given, f)| given.then_some(f))
+    .collect();
+    if !trace_flags.is_empty() {
+        anyhow::bail!(
+            "{}: only for a trace, not --store (the store keeps slow requests already explained; it takes --class, --top, --json)",
+            trace_flags.join(", ")
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: ItemsArgs) -> Result<ExitCode> {
+    check_source_flags(&args)?;
     if args.store_range.store.is_some() {
-        return crate::cmd_store_items::run(&args.store_range, args.json, args.class.as_deref(), args.top);
+        return crate::cmd_store_items::run(
+            &args.store_range,
+            args.json,
+            args.class.as_deref(),
+            args.top,
+        );
     }
     let trace_path = args.trace.clone().unwrap_or_default();
     crate::cmd_report::set_debug_dirs(&args.debug_dir);
     let name = trace_path.display().to_string();
-    let mut reader = TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
+    let mut reader =
+        TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
     let opts = ItemsOptions {
         event: Some(event),
         class: args.class.clone(),
-        min_reliable_samples: args.min_samples,
-        mad_k: args.mad_k,
-        estimator: match args.estimator {
+        min_reliable_samples: args.min_samples.unwrap_or(5),
+        mad_k: args.mad_k.unwrap_or(3.5),
+        estimator: match args.estimator.unwrap_or(EstimatorArg::Count) {
             EstimatorArg::Count => Estimator::CountTimesInterval,
             EstimatorArg::Span => Estimator::Span,
         },
@@ -130,8 +187,9 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
     let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| name.clone())?;
     let losses = crate::cmd_report::trace_losses(&mut reader).with_context(|| name.clone())?;
     // Call stacks and off-CPU time per item (a second pass over the trace).
-    let stacks = tailprof_analyze::stacks::item_stacks(&mut reader, &report, Some(event), &mut symbolizer)
-        .with_context(|| name.clone())?;
+    let stacks =
+        tailprof_analyze::stacks::item_stacks(&mut reader, &report, Some(event), &mut symbolizer)
+            .with_context(|| name.clone())?;
     let mut out = match args.explain {
         Some(id) => {
             let x = explain(&report, id).with_context(|| name.clone())?;
@@ -149,7 +207,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         None => {
             let v = ItemsView {
                 top: (args.top > 0).then_some(args.top),
-                sort: match args.sort {
+                sort: match args.sort.unwrap_or(SortBy::Duration) {
                     SortBy::Duration => ItemSort::Duration,
                     SortBy::Anomaly => ItemSort::Anomaly,
                     SortBy::Id => ItemSort::Id,
@@ -163,7 +221,8 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
                 view::merge_item_stacks(&mut doc, &report, &stacks);
                 view::merge_item_causes(&mut doc, &stacks)?;
                 // With a last-level-cache-miss event: each item's memory traffic (issue 8).
-                let mut again = TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
+                let mut again = TraceReader::open(&trace_path)
+                    .with_context(|| format!("cannot read {name}"))?;
                 if let Some(mem) = item_memory(&mut again).with_context(|| name.clone())? {
                     tailprof_present::bandwidth::merge_item_memory(&mut doc, &mem);
                 }

@@ -100,7 +100,7 @@ pub fn run(args: OverheadArgs) -> Result<ExitCode> {
     measure::clear_status();
     let report = report?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&overhead_json(&report))?);
+        println!("{}", tailprof_present::json::document(&overhead_json(&report))?);
     } else {
         print!("{}", overhead_text(&report));
     }

@@ -55,7 +55,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode> {
     // Ctrl-C reaches CMD through the terminal; counting ends when it exits.
     let report = plan(&cfg)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan_json(&report))?);
+        println!("{}", tailprof_present::json::document(&plan_json(&report))?);
     } else {
         print!("{}", plan_text(&report));
     }

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tailprof_analyze::{flat_profile, select_event, GroupBy, ProfileOptions, Symbolizer};
-use tailprof_format::TraceReader;
 use tailprof_format::losses::LossTable;
+use tailprof_format::TraceReader;
 use tailprof_present::{json, losses as present_losses, table};
 
 /// The loss table of a trace (what `record` stored, plus what reading the file found):
@@ -48,7 +48,9 @@ enum By {
 /// against their build-ids. Kernel samples show as `[kernel]` unless /proc/kallsyms is
 /// readable. Lost, throttled and truncated data are reported above the table.
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  tailprof report run.trace\n  tailprof report run.trace --by binary --top 10\n  tailprof report run.trace --json | jq '.functions[0]'\n  tailprof report run.trace --by stack --slow\n  tailprof report run.trace --folded | inferno-flamegraph > flame.svg\n  tailprof report run.trace --off-cpu --item 17")]
+#[command(
+    after_help = "Examples:\n  tailprof report run.trace\n  tailprof report run.trace --by binary --top 10\n  tailprof report run.trace --json | jq '.functions[0]'\n  tailprof report run.trace --by stack --slow\n  tailprof report run.trace --folded | inferno-flamegraph > flame.svg\n  tailprof report run.trace --off-cpu --item 17"
+)]
 pub struct ReportArgs {
     /// The trace file (from `tailprof record` or `tailprof import`).
     #[arg(value_name = "TRACE")]
@@ -66,7 +68,8 @@ pub struct ReportArgs {
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     event: Option<String>,
 
-    /// Print JSON: {"samples": N, "functions": [{"name", "binary", "samples", "percent"}, ...]}
+    /// Print JSON (every field in docs/JSON.md): {"schema_version", "samples": N,
+    /// "functions": [{"name", "binary", "samples", "percent"}, ...]}
     /// (`binaries` / `threads` with --by binary / thread; with --by stack:
     /// {"samples": N, "stacks": [{"frames": ["root", ..., "leaf"], "samples": N, "complete": true}],
     /// "statuses": {"complete": N, ...}}).
@@ -117,15 +120,31 @@ pub struct ReportArgs {
 
 /// Stack, off-CPU, folded and filtered views: one stack profile (after an items pass
 /// when a filter needs items).
-fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Option<usize>) -> Result<String> {
+fn run_stacks(
+    args: &ReportArgs,
+    mut reader: TraceReader,
+    event: u16,
+    top: Option<usize>,
+) -> Result<String> {
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
     use tailprof_present::stacks as view;
-    let filter = StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow };
-    let opts = StackOptions { event: Some(event), filter, timeline: false };
+    let filter = StackFilter {
+        items: args.items.clone(),
+        class: args.class.clone(),
+        in_items: args.in_items,
+        slow: args.slow,
+    };
+    let opts = StackOptions {
+        event: Some(event),
+        filter,
+        timeline: false,
+    };
     let mut symbolizer = symbolizer();
     let (_, p) = stack_report(&mut reader, &opts, false, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
-    let json = |v: serde_json::Value| -> Result<String> { Ok(serde_json::to_string_pretty(&v)? + "\n") };
+    let json = |v: serde_json::Value| -> Result<String> {
+        Ok(tailprof_present::json::document(&v)? + "\n")
+    };
     Ok(match (args.off_cpu, args.folded, args.json) {
         (true, true, _) => view::folded_off_cpu(&p),
         (true, _, true) => json(view::off_cpu_json(&p, top))?,
@@ -174,7 +193,8 @@ pub(crate) fn symbolizer() -> Symbolizer {
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     set_debug_dirs(&args.debug_dir);
-    let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let mut reader = TraceReader::open(&args.trace)
+        .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
     let filtered = !args.items.is_empty() || args.class.is_some() || args.in_items || args.slow;
     if args.causes {
@@ -188,6 +208,9 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     if matches!(args.by, By::Stack) || args.folded || args.off_cpu || filtered {
         if filtered && matches!(args.by, By::Binary | By::Thread) {
             anyhow::bail!("--item/--class/--in-items/--slow work with --by function or --by stack, not --by binary/thread");
+        }
+        if (args.folded || args.off_cpu) && matches!(args.by, By::Binary | By::Thread) {
+            anyhow::bail!("--folded and --off-cpu show functions and stacks: they do not combine with --by binary/thread");
         }
         let top = if args.top == 0 { None } else { Some(args.top) };
         let out = run_stacks(&args, reader, event, top)?;
@@ -209,13 +232,21 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let profile = flat_profile(&mut reader, &opts, &mut symbolizer)
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let top = if args.top == 0 { None } else { Some(args.top) };
-    let losses = trace_losses(&mut reader).with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let losses = trace_losses(&mut reader)
+        .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let out = if args.json {
-        let mut s = present_losses::with_losses_json(&json::profile_json_string(&profile, top)?, &losses)?;
+        let mut s =
+            present_losses::with_losses_json(&json::profile_json_string(&profile, top)?, &losses)?;
         s.push('\n');
         s
     } else {
-        let mut s = table::render_profile(&profile, &table::TableOptions { top, ..Default::default() });
+        let mut s = table::render_profile(
+            &profile,
+            &table::TableOptions {
+                top,
+                ..Default::default()
+            },
+        );
         append_losses(&mut s, &losses);
         s
     };

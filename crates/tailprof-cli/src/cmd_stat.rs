@@ -59,7 +59,7 @@ pub fn run(args: StatArgs) -> Result<ExitCode> {
         }
     })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&stat_json(&r))?);
+        println!("{}", tailprof_present::json::document(&stat_json(&r))?);
     } else {
         print!("{}", stat_text(&r));
     }

@@ -17,7 +17,7 @@ pub fn run(range: &StoreRange, json: bool, class: Option<&str>, top: usize) -> R
     let s = stored_items(&reader, range.host.as_deref(), from_us, to_us, class);
     let mut out = std::io::stdout().lock();
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+        writeln!(out, "{}", tailprof_present::json::document(&s)?)?;
     } else {
         out.write_all(store_view::stored_items_text(&s, top).as_bytes())?;
     }

@@ -38,14 +38,14 @@ pub struct StoreRange {
     /// Store directory [default: /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof].
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
-    /// The last DURATION (e.g. 15m, 1h, 2d) [default: 1h].
-    #[arg(long, value_name = "DURATION", conflicts_with_all = ["from", "to"])]
+    /// The last DURATION (e.g. 15m, 1h, 2d; -2h means the same as 2h) [default: 1h].
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["from", "to"], allow_hyphen_values = true)]
     pub since: Option<String>,
     /// Range start: 2026-11-23T20:00:00Z, "2026-11-23 20:00", @UNIX_SECONDS or -2h.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub from: Option<String>,
     /// Range end (same forms) [default: now].
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     pub to: Option<String>,
     /// Only this host's files (the host=… partition).
     #[arg(long, value_name = "NAME")]
@@ -54,9 +54,15 @@ pub struct StoreRange {
 
 impl StoreRange {
     pub fn reader(&self) -> Result<StoreReader> {
-        let root = self.store.clone().unwrap_or_else(tailprof_store::default_root);
+        let root = self
+            .store
+            .clone()
+            .unwrap_or_else(tailprof_store::default_root);
         if !root.is_dir() {
-            bail!("no store at {} (start `tailprof agent`, or give --store DIR)", root.display());
+            bail!(
+                "no store at {} (start `tailprof agent`, or give --store DIR)",
+                root.display()
+            );
         }
         Ok(StoreReader::new(Store::at(&root)))
     }
@@ -64,15 +70,21 @@ impl StoreRange {
     pub fn range(&self) -> Result<(i64, i64)> {
         let now = now_us();
         if let Some(s) = &self.since {
-            let d = parse_duration_us(s).with_context(|| format!("--since {s:?}: give a duration such as 15m, 1h, 2d"))?;
+            // `--since -2h` reads as "since two hours ago": the same as `--since 2h`.
+            let d = parse_duration_us(s.strip_prefix('-').unwrap_or(s))
+                .with_context(|| format!("--since {s:?}: give a duration such as 15m, 1h, 2d"))?;
             return Ok((now - d, now + 1));
         }
         let from = match &self.from {
-            Some(f) => parse_time_us(f, now).with_context(|| format!("--from {f:?}: give 2026-11-23T20:00:00Z, @UNIX_SECONDS or -2h"))?,
+            Some(f) => parse_time_us(f, now).with_context(|| {
+                format!("--from {f:?}: give 2026-11-23T20:00:00Z, @UNIX_SECONDS or -2h")
+            })?,
             None => now - 3_600_000_000,
         };
         let to = match &self.to {
-            Some(t) => parse_time_us(t, now).with_context(|| format!("--to {t:?}: give 2026-11-23T21:00:00Z, @UNIX_SECONDS or now"))?,
+            Some(t) => parse_time_us(t, now).with_context(|| {
+                format!("--to {t:?}: give 2026-11-23T21:00:00Z, @UNIX_SECONDS or now")
+            })?,
             None => now + 1,
         };
         if from >= to {
@@ -110,8 +122,10 @@ pub struct TopArgs {
     /// Rows shown (0: all).
     #[arg(long, value_name = "N", default_value_t = 30)]
     top: usize,
-    /// Print JSON: {"by", "from", "to", "samples", "rows": [{"name", "self_samples",
-    /// "self_pct", "total_samples", "total_pct"}], "read": {files, bad_files, lost_samples, ...}}.
+    /// Print JSON, the shape of `report --json` (docs/JSON.md): {"schema_version", "by",
+    /// "from", "to", "samples", "functions": [{"name", "samples", "percent",
+    /// "total_samples", "total_percent"}] (`binaries` / `stacks` with --by binary / stack),
+    /// "read": {files, bad_files, lost_samples, ...}}.
     #[arg(long)]
     json: bool,
     /// Also write the range's stacks as folded lines (flame-graph input) to FILE.
@@ -126,13 +140,20 @@ pub struct TopArgs {
 }
 
 fn write_out(path: &Path, bytes: &[u8]) -> Result<()> {
-    tailprof_store::atomic::write_file(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    tailprof_store::atomic::write_file(path, bytes)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 pub fn run(a: TopArgs) -> Result<ExitCode> {
     let reader = a.range.reader()?;
     let (from_us, to_us) = a.range.range()?;
-    let q = SampleQuery { from_us, to_us, host: a.range.host.clone(), pid: a.pid, binary: a.binary.clone() };
+    let q = SampleQuery {
+        from_us,
+        to_us,
+        host: a.range.host.clone(),
+        pid: a.pid,
+        binary: a.binary.clone(),
+    };
     let report = top(&reader, &q, a.by.into(), a.top);
     if a.folded.is_some() || a.pprof.is_some() || a.flamegraph.is_some() {
         let e = export_stacks(&reader, &q);
@@ -148,7 +169,11 @@ pub fn run(a: TopArgs) -> Result<ExitCode> {
     }
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&store_view::top_json(&report))?)?;
+        writeln!(
+            out,
+            "{}",
+            tailprof_present::json::document(&store_view::top_json(&report))?
+        )?;
     } else {
         out.write_all(store_view::top_text(&report).as_bytes())?;
     }

@@ -185,7 +185,7 @@ fn top_json(store: &Path, extra: &[&str]) -> Value {
 }
 
 fn self_samples(v: &Value, name: &str) -> u64 {
-    v["rows"].as_array().unwrap().iter().find(|r| r["name"] == name).map_or(0, |r| r["self_samples"].as_u64().unwrap())
+    v["functions"].as_array().unwrap().iter().find(|r| r["name"] == name).map_or(0, |r| r["samples"].as_u64().unwrap())
 }
 
 fn run_workload(bin: &Path, secs: &str) {
@@ -248,7 +248,7 @@ fn agent_top_matches_the_workload_split_and_duckdb() {
     assert!(v["read"]["files"].as_u64().unwrap() >= 3, "several windows expected: {}", v["read"]);
     assert_eq!(v["read"]["bad_files"], 0);
     // main is on every workload stack (frame-pointer call chains).
-    let main_total = v["rows"].as_array().unwrap().iter().find(|r| r["name"] == "main").map_or(0, |r| r["total_samples"].as_u64().unwrap());
+    let main_total = v["functions"].as_array().unwrap().iter().find(|r| r["name"] == "main").map_or(0, |r| r["total_samples"].as_u64().unwrap());
     assert!(main_total >= a + b, "main should be on the stacks of spin_a and spin_b: {main_total} < {}", a + b);
 
     // The store is private.
@@ -264,8 +264,8 @@ fn agent_top_matches_the_workload_split_and_duckdb() {
     let out = tailprof().args(["diff", "--store"]).arg(&store).args(["--a", "1d", "--b", "1d", "--json", "--binary", "work"]).output().unwrap();
     assert!(out.status.success());
     let d: Value = serde_json::from_slice(&out.stdout).unwrap();
-    for r in d["rows"].as_array().unwrap() {
-        assert!(r["delta_pct"].as_f64().unwrap().abs() < 1e-9);
+    for r in d["functions"].as_array().unwrap() {
+        assert!(r["delta_percent"].as_f64().unwrap().abs() < 1e-9);
     }
 
     // Exports: folded lines sum to the samples; pprof is gzip.
@@ -314,8 +314,8 @@ fn replaced_binary_still_symbolizes_in_both_windows() {
     for f in ["spin_a", "spin_b", "spin_c", "spin_d"] {
         assert!(self_samples(&v, f) > 0, "{f} missing:\n{v:#}");
     }
-    let unnamed: Vec<&Value> = v["rows"].as_array().unwrap().iter().filter(|r| r["name"].as_str().unwrap().starts_with("[work+")).collect();
-    let unnamed_n: u64 = unnamed.iter().map(|r| r["self_samples"].as_u64().unwrap()).sum();
+    let unnamed: Vec<&Value> = v["functions"].as_array().unwrap().iter().filter(|r| r["name"].as_str().unwrap().starts_with("[work+")).collect();
+    let unnamed_n: u64 = unnamed.iter().map(|r| r["samples"].as_u64().unwrap()).sum();
     assert!(unnamed_n * 20 <= v["samples"].as_u64().unwrap(), "frames without names: {unnamed:?}");
     // Two build-ids, two symbol tables.
     let tables = std::fs::read_dir(store.join("symbols")).unwrap().count();

@@ -167,7 +167,7 @@ fn items_text_and_explain() {
     eprintln!("{text}");
     assert!(text.contains("# Item 4 (class large"), "{text}");
     assert!(text.contains("(ANOMALOUS)"), "{text}");
-    assert!(text.contains("Responsible: compute_uncached (100% of the excess)"), "{text}");
+    assert!(text.contains("Responsible: compute_uncached (100% of the excess; from 205 samples)"), "{text}");
     let first_row = text.lines().find(|l| l.starts_with("compute_uncached")).unwrap();
     assert!(first_row.contains("+20.00 ms") && first_row.contains("100.0%"), "{first_row}");
 

@@ -293,7 +293,7 @@ pub fn bandwidth_json(r: &BandwidthReport) -> Result<Value, PresentError> {
 
 /// [`bandwidth_json`] as text.
 pub fn bandwidth_json_string(r: &BandwidthReport) -> Result<String, PresentError> {
-    Ok(serde_json::to_string_pretty(&bandwidth_json(r)?)?)
+    crate::json::document(&bandwidth_json(r)?)
 }
 
 /// Add `mem_bytes` and `mem_gbps` to the items of an `items --json` document, matched by

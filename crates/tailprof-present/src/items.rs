@@ -81,19 +81,35 @@ pub fn items_warnings(r: &ItemsReport) -> Vec<ItemsWarning> {
     if r.unmatched_markers > 0 {
         w(
             "unmatched_markers",
-            format!("{} markers matched nothing (an end without its begin, or a begin never ended)", thousands(r.unmatched_markers)),
+            format!(
+                "{} markers matched nothing (an end without its begin, or a begin never ended)",
+                thousands(r.unmatched_markers)
+            ),
         );
     }
     if r.open_at_end > 0 {
-        w("open_at_end", format!("{} items were still open when the trace ended; their end is the trace's end", r.open_at_end));
+        w(
+            "open_at_end",
+            format!(
+                "{} items were still open when the trace ended; their end is the trace's end",
+                r.open_at_end
+            ),
+        );
     }
     if r.mean_interval_ns <= 0.0 {
-        w("no_interval", "the sample interval is unknown (too few samples): count x interval estimates are 0".into());
+        w(
+            "no_interval",
+            "the sample interval is unknown (too few samples): count x interval estimates are 0"
+                .into(),
+        );
     }
     if r.duration_source == "samples" {
         w(
             "register_mode",
-            format!("{}: no markers exist, so an item's duration is its first..last sample", r.mode),
+            format!(
+                "{}: no markers exist, so an item's duration is its first..last sample",
+                r.mode
+            ),
         );
     }
     out
@@ -101,8 +117,13 @@ pub fn items_warnings(r: &ItemsReport) -> Vec<ItemsWarning> {
 
 /// Item rows in the requested order, limited to `top`.
 pub fn sorted_items<'a>(r: &'a ItemsReport, view: &ItemsView) -> Vec<&'a ItemRow> {
-    let mut v: Vec<&ItemRow> =
-        r.items.iter().filter(|i| (!view.slow_only || i.anomalous) && (view.only.is_empty() || view.only.contains(&i.id))).collect();
+    let mut v: Vec<&ItemRow> = r
+        .items
+        .iter()
+        .filter(|i| {
+            (!view.slow_only || i.anomalous) && (view.only.is_empty() || view.only.contains(&i.id))
+        })
+        .collect();
     let key = |a: &&ItemRow, b: &&ItemRow| -> Ordering {
         match view.sort {
             ItemSort::Duration => b.duration_ns.cmp(&a.duration_ns),
@@ -121,7 +142,11 @@ pub fn sorted_items<'a>(r: &'a ItemsReport, view: &ItemsView) -> Vec<&'a ItemRow
 
 /// An estimate in ns, `~`-prefixed when unreliable.
 fn est(ns: f64, reliable: bool) -> String {
-    format!("{}{}", if reliable { "" } else { "~" }, duration(ns.max(0.0).round() as u64))
+    format!(
+        "{}{}",
+        if reliable { "" } else { "~" },
+        duration(ns.max(0.0).round() as u64)
+    )
 }
 
 /// `+1.20 ms` / `-300 ns`.
@@ -136,8 +161,10 @@ fn class_name(c: &Option<String>) -> &str {
 
 /// Left/right-aligned columns (`true` = right), rendered by the shared table code.
 fn table(out: &mut String, head: &[(&str, bool)], rows: &[Vec<String>]) {
-    let head: Vec<(&str, Align)> =
-        head.iter().map(|&(h, right)| (h, if right { Align::Right } else { Align::Left })).collect();
+    let head: Vec<(&str, Align)> = head
+        .iter()
+        .map(|&(h, right)| (h, if right { Align::Right } else { Align::Left }))
+        .collect();
     render_table(out, &head, rows);
 }
 
@@ -167,7 +194,11 @@ fn summary(out: &mut String, r: &ItemsReport) {
         thousands(r.unmatched_markers),
         r.duration_source
     );
-    let src = if r.interval_source == "period" { "the sampling period" } else { "median spacing of samples" };
+    let src = if r.interval_source == "period" {
+        "the sampling period"
+    } else {
+        "median spacing of samples"
+    };
     let _ = writeln!(
         out,
         "# Estimate:  {}; interval {} ({src}); ~ = fewer than {} samples",
@@ -199,10 +230,18 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
             vec![
                 it.id.to_string(),
                 class_name(&it.class).to_owned(),
-                format!("{}{}", duration(it.duration_ns), if it.open_at_end { " (open)" } else { "" }),
+                format!(
+                    "{}{}",
+                    duration(it.duration_ns),
+                    if it.open_at_end { " (open)" } else { "" }
+                ),
                 thousands(it.samples),
                 format!("{:.1}", it.anomaly_score),
-                if it.anomalous { "SLOW".into() } else { String::new() },
+                if it.anomalous {
+                    "SLOW".into()
+                } else {
+                    String::new()
+                },
                 top.join(", "),
             ]
         })
@@ -220,9 +259,20 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
         ],
         &rows,
     );
-    let matching = sorted_items(r, &ItemsView { top: None, ..view.clone() }).len();
+    let matching = sorted_items(
+        r,
+        &ItemsView {
+            top: None,
+            ..view.clone()
+        },
+    )
+    .len();
     if shown.len() < matching {
-        let _ = writeln!(out, "({} more items; --top 0 shows all)", thousands((matching - shown.len()) as u64));
+        let _ = writeln!(
+            out,
+            "({} more items; --top 0 shows all)",
+            thousands((matching - shown.len()) as u64)
+        );
     }
     out.push('\n');
     let rows: Vec<Vec<String>> = r
@@ -238,10 +288,24 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
             ]
         })
         .collect();
-    table(&mut out, &[("Class", false), ("Items", true), ("Median", true), ("MAD", true), ("Anomalous", true)], &rows);
+    table(
+        &mut out,
+        &[
+            ("Class", false),
+            ("Items", true),
+            ("Median", true),
+            ("MAD", true),
+            ("Anomalous", true),
+        ],
+        &rows,
+    );
     let slow: Vec<&ItemRow> = r.items.iter().filter(|i| i.anomalous).collect();
     if !slow.is_empty() {
-        let _ = writeln!(out, "\nAnomalous items (duration > median + {} x 1.4826 MAD):", r.mad_k);
+        let _ = writeln!(
+            out,
+            "\nAnomalous items (duration > median + {} x 1.4826 MAD):",
+            r.mad_k
+        );
         for it in slow {
             let median = r.class_stats(&it.class).map_or(0, |c| c.median_duration_ns);
             let _ = writeln!(
@@ -252,7 +316,11 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
                 duration(it.duration_ns),
                 duration(median),
                 it.anomaly_score,
-                if it.responsible.is_empty() { "-".into() } else { it.responsible.join(", ") }
+                if it.responsible.is_empty() {
+                    "-".into()
+                } else {
+                    it.responsible.join(", ")
+                }
             );
             let excess = it.duration_ns.saturating_sub(median);
             let resolution = resolution_ns(r);
@@ -280,10 +348,19 @@ pub fn resolution_ns(r: &ItemsReport) -> f64 {
 /// `tailprof items --json`.
 pub fn items_json(r: &ItemsReport, view: &ItemsView) -> Result<Value, PresentError> {
     let mut v = serde_json::to_value(r)?;
-    let obj = v.as_object_mut().expect("ItemsReport serializes to an object");
+    let obj = v
+        .as_object_mut()
+        .expect("ItemsReport serializes to an object");
     let shown = sorted_items(r, view);
     obj.insert("items".into(), serde_json::to_value(&shown)?);
-    let matching = sorted_items(r, &ItemsView { top: None, ..view.clone() }).len();
+    let matching = sorted_items(
+        r,
+        &ItemsView {
+            top: None,
+            ..view.clone()
+        },
+    )
+    .len();
     if shown.len() < matching {
         obj.insert("more_items".into(), Value::from(matching - shown.len()));
     }
@@ -313,7 +390,11 @@ pub fn render_explanation(x: &Explanation) -> String {
         it.anomaly_score,
         if it.anomalous { " (ANOMALOUS)" } else { "" }
     );
-    let pct = if b.median_duration_ns == 0 { 0.0 } else { 100.0 * x.excess_ns as f64 / b.median_duration_ns as f64 };
+    let pct = if b.median_duration_ns == 0 {
+        0.0
+    } else {
+        100.0 * x.excess_ns as f64 / b.median_duration_ns as f64
+    };
     let _ = writeln!(
         out,
         "# Class {}: {} items, median duration {}; this item: {} ({:+.0}%)",
@@ -338,22 +419,70 @@ pub fn render_explanation(x: &Explanation) -> String {
                 est(d.item_ns, d.reliable || d.item_ns == 0.0),
                 duration(d.median_ns.round() as u64),
                 signed(d.delta_ns),
-                if d.share_of_excess > 0.0 { format!("{:.1}%", 100.0 * d.share_of_excess) } else { String::new() },
+                if d.share_of_excess > 0.0 {
+                    format!("{:.1}%", 100.0 * d.share_of_excess)
+                } else {
+                    String::new()
+                },
             ]
         })
         .collect();
     table(
         &mut out,
-        &[("Function", false), ("Item", true), ("Median", true), ("Delta", true), ("Share of excess", true)],
+        &[
+            ("Function", false),
+            ("Item", true),
+            ("Median", true),
+            ("Delta", true),
+            ("Share of excess", true),
+        ],
         &rows,
     );
     out.push('\n');
-    if x.responsible.is_empty() {
+    if x.excess_ns <= 0 {
+        let took = match x.excess_ns {
+            0 => "took its class median".to_owned(),
+            e => format!(
+                "took {} less than its class median",
+                duration(e.unsigned_abs())
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "Responsible: none (this item {took}: there is no excess to explain)"
+        );
+    } else if x.responsible.is_empty() {
         out.push_str("Responsible: none (no function takes longer than in the median item)\n");
     } else {
-        let covered: f64 =
-            x.diffs.iter().filter(|d| x.responsible.contains(&d.name)).map(|d| d.share_of_excess).sum();
-        let _ = writeln!(out, "Responsible: {} ({:.0}% of the excess)", x.responsible.join(", "), 100.0 * covered);
+        let covered: f64 = x
+            .diffs
+            .iter()
+            .filter(|d| x.responsible.contains(&d.name))
+            .map(|d| d.share_of_excess)
+            .sum();
+        // How much evidence: the item's samples in the responsible functions.
+        let samples: u64 = it
+            .functions
+            .iter()
+            .filter(|f| x.responsible.contains(&f.name))
+            .map(|f| f.samples)
+            .sum();
+        let few = x
+            .diffs
+            .iter()
+            .filter(|d| x.responsible.contains(&d.name))
+            .any(|d| !d.reliable);
+        let evidence = match (samples, few) {
+            (1, _) => "; from 1 sample: too few to tell".to_owned(),
+            (n, true) => format!("; from {n} samples, some too few to tell (~)"),
+            (n, false) => format!("; from {n} samples"),
+        };
+        let _ = writeln!(
+            out,
+            "Responsible: {} ({:.0}% of the excess{evidence})",
+            x.responsible.join(", "),
+            100.0 * covered
+        );
     }
     out
 }
@@ -379,15 +508,36 @@ pub const ITEM_OFF_CPU_STACKS: usize = 5;
 /// [`resolution_ns`], so sampling cannot say which code took it). `profile` must have been built
 /// with the spans of `r.items`. Returns how many items were extended.
 pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfile) -> usize {
-    let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else { return 0 };
-    let by_id: std::collections::HashMap<u64, usize> = r.items.iter().enumerate().map(|(i, it)| (it.id, i)).collect();
+    let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else {
+        return 0;
+    };
+    let by_id: std::collections::HashMap<u64, usize> = r
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| (it.id, i))
+        .collect();
     let switches = profile.switches > 0;
     let mut n = 0;
     for v in items {
-        let Some(i) = v.get("id").and_then(Value::as_u64).and_then(|id| by_id.get(&id).copied()) else { continue };
+        let Some(i) = v
+            .get("id")
+            .and_then(Value::as_u64)
+            .and_then(|id| by_id.get(&id).copied())
+        else {
+            continue;
+        };
         let (row, st) = (&r.items[i], profile.items.get(i));
-        let split = time_split(row.duration_ns, row.samples, r.mean_interval_ns, st, switches);
-        let Some(obj) = v.as_object_mut() else { continue };
+        let split = time_split(
+            row.duration_ns,
+            row.samples,
+            r.mean_interval_ns,
+            st,
+            switches,
+        );
+        let Some(obj) = v.as_object_mut() else {
+            continue;
+        };
         obj.insert("cpu_ns".into(), json!(split.cpu_ns));
         obj.insert("off_cpu_ns".into(), json!(split.off_cpu_ns));
         obj.insert("runnable_ns".into(), json!(split.runnable_ns));
@@ -408,7 +558,9 @@ pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfil
         obj.insert("off_cpu".into(), Value::Array(off));
         if row.anomalous {
             // Flagged, but is the excess large enough for sampling to explain?
-            let median = r.class_stats(&row.class).map_or(0, |c| c.median_duration_ns);
+            let median = r
+                .class_stats(&row.class)
+                .map_or(0, |c| c.median_duration_ns);
             let resolvable = row.duration_ns.saturating_sub(median) as f64 >= resolution_ns(r);
             obj.insert("excess_resolvable".into(), json!(resolvable));
         }
@@ -430,15 +582,30 @@ pub fn render_items_off_cpu(r: &ItemsReport, view: &ItemsView, profile: &StackPr
         out.push_str("\nOff-CPU: no context switches in this trace (record with --off-cpu to see blocked and runnable time)\n");
         return out;
     }
-    let by_id: std::collections::HashMap<u64, usize> = r.items.iter().enumerate().map(|(i, it)| (it.id, i)).collect();
+    let by_id: std::collections::HashMap<u64, usize> = r
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| (it.id, i))
+        .collect();
     let mut lines = String::new();
     for it in sorted_items(r, view) {
-        let Some(&i) = by_id.get(&it.id) else { continue };
-        let Some(st) = profile.items.get(i) else { continue };
+        let Some(&i) = by_id.get(&it.id) else {
+            continue;
+        };
+        let Some(st) = profile.items.get(i) else {
+            continue;
+        };
         if st.off_cpu_ns() == 0 {
             continue;
         }
-        let s = time_split(it.duration_ns, it.samples, r.mean_interval_ns, Some(st), true);
+        let s = time_split(
+            it.duration_ns,
+            it.samples,
+            r.mean_interval_ns,
+            Some(st),
+            true,
+        );
         let _ = if st.off_cpu_partial {
             writeln!(
                 lines,
@@ -466,7 +633,10 @@ pub fn render_items_off_cpu(r: &ItemsReport, view: &ItemsView, profile: &StackPr
     if lines.is_empty() {
         out.push_str("\nOff-CPU: the shown items never left the CPU\n");
     } else {
-        let _ = write!(out, "\nOff-CPU time of the items (from context switches):\n{lines}");
+        let _ = write!(
+            out,
+            "\nOff-CPU time of the items (from context switches):\n{lines}"
+        );
     }
     out
 }
@@ -509,7 +679,11 @@ pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
             );
         }
     }
-    let _ = writeln!(out, "\n# On CPU by stack (leaf ← callers), item vs class median ({} items):", x.class_items);
+    let _ = writeln!(
+        out,
+        "\n# On CPU by stack (leaf ← callers), item vs class median ({} items):",
+        x.class_items
+    );
     let rows: Vec<Vec<String>> = x
         .stacks
         .iter()
@@ -525,12 +699,26 @@ pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
             ]
         })
         .collect();
-    table(&mut out, &[("Samples", true), ("Item", true), ("Median", true), ("Delta", true), ("Stack", false)], &rows);
+    table(
+        &mut out,
+        &[
+            ("Samples", true),
+            ("Item", true),
+            ("Median", true),
+            ("Delta", true),
+            ("Stack", false),
+        ],
+        &rows,
+    );
     if x.stacks.len() > top {
         let _ = writeln!(out, "({} more stacks)", x.stacks.len() - top);
     }
     if x.incomplete_samples > 0 {
-        let _ = writeln!(out, "note: {} of the item's samples have truncated stacks", thousands(x.incomplete_samples));
+        let _ = writeln!(
+            out,
+            "note: {} of the item's samples have truncated stacks",
+            thousands(x.incomplete_samples)
+        );
     }
     if let Some(n) = &x.note {
         let _ = writeln!(out, "note: {n}");
@@ -543,7 +731,9 @@ pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
 /// "median_ns", "delta_ns"}]`, `cpu_ns`, `off_cpu_ns`, `runnable_ns`, `blocked_ns`,
 /// `resolvable`, `resolution_ns` and `resolution_note`.
 pub fn merge_stack_explanation(doc: &mut Value, x: &StackExplanation) {
-    let Some(obj) = doc.as_object_mut() else { return };
+    let Some(obj) = doc.as_object_mut() else {
+        return;
+    };
     let stacks: Vec<Value> = x
         .stacks
         .iter()

@@ -31,10 +31,26 @@ pub fn rows_key(by: GroupBy) -> &'static str {
     }
 }
 
+/// The version of the shape of every `--json` document (docs/JSON.md), printed in each
+/// as `schema_version`. Raise it when a field changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A `--json` document as printed: `doc` (an object) with its `schema_version`,
+/// pretty-printed. Every command prints its JSON through this.
+pub fn document<T: serde::Serialize + ?Sized>(doc: &T) -> Result<String, PresentError> {
+    let mut v = serde_json::to_value(doc)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    }
+    Ok(serde_json::to_string_pretty(&v)?)
+}
+
 /// A flat profile as a JSON value; `top` limits the rows.
 pub fn profile_json(p: &FlatProfile, top: Option<usize>) -> Result<Value, PresentError> {
     let mut v = serde_json::to_value(p)?;
-    let obj = v.as_object_mut().expect("FlatProfile serializes to an object");
+    let obj = v
+        .as_object_mut()
+        .expect("FlatProfile serializes to an object");
     let mut rows = match obj.remove("rows") {
         Some(Value::Array(a)) => a,
         _ => Vec::new(),
@@ -42,12 +58,22 @@ pub fn profile_json(p: &FlatProfile, top: Option<usize>) -> Result<Value, Presen
     if let Some(n) = top.filter(|&n| n < rows.len()) {
         let rest = &p.rows[n..];
         let samples: u64 = rest.iter().map(|r| r.samples).sum();
-        let percent = if p.samples == 0 { 0.0 } else { 100.0 * samples as f64 / p.samples as f64 };
-        obj.insert("more".into(), json!({"rows": rest.len(), "samples": samples, "percent": percent}));
+        let percent = if p.samples == 0 {
+            0.0
+        } else {
+            100.0 * samples as f64 / p.samples as f64
+        };
+        obj.insert(
+            "more".into(),
+            json!({"rows": rest.len(), "samples": samples, "percent": percent}),
+        );
         rows.truncate(n);
     }
     obj.insert(rows_key(p.group_by).into(), Value::Array(rows));
-    obj.insert("warnings".into(), serde_json::to_value(profile_warnings(p))?);
+    obj.insert(
+        "warnings".into(),
+        serde_json::to_value(profile_warnings(p))?,
+    );
     Ok(v)
 }
 
@@ -59,7 +85,9 @@ pub fn profile_json_string(p: &FlatProfile, top: Option<usize>) -> Result<String
 /// Trace info as a JSON value.
 pub fn info_json(i: &TraceInfo) -> Result<Value, PresentError> {
     let mut v = serde_json::to_value(i)?;
-    let obj = v.as_object_mut().expect("TraceInfo serializes to an object");
+    let obj = v
+        .as_object_mut()
+        .expect("TraceInfo serializes to an object");
     obj.insert("warnings".into(), serde_json::to_value(info_warnings(i))?);
     Ok(v)
 }

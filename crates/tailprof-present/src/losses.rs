@@ -65,7 +65,7 @@ pub fn add_losses(doc: &mut Value, t: &LossTable) -> Result<(), PresentError> {
 pub fn with_losses_json(json: &str, t: &LossTable) -> Result<String, PresentError> {
     let mut v: Value = serde_json::from_str(json)?;
     add_losses(&mut v, t)?;
-    Ok(serde_json::to_string_pretty(&v)?)
+    crate::json::document(&v)
 }
 
 #[cfg(test)]

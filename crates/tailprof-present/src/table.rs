@@ -329,6 +329,10 @@ pub fn render_info(i: &TraceInfo) -> String {
         ("Samples", Align::Right),
     ];
     render_table(&mut out, &head, &rows);
+    if i.events.iter().any(|e| e.samples.is_none()) {
+        // Several events: their split needs a pass over every record.
+        out.push_str("  (samples per event: `tailprof info --full`)\n");
+    }
     if !i.extra.is_empty() {
         out.push_str("Extra:\n");
         let rows: Vec<Vec<String>> = i.extra.iter().map(|(k, v)| vec![format!("  {k}"), v.clone()]).collect();

@@ -402,6 +402,15 @@ impl Symbolizer {
             build_id: trace_build_id.map(hex),
             ..Default::default()
         };
+        // The kernel is named from kallsyms, not from a file at its path (issue 18:
+        // `info --symbols` said "binary not found" while `report` named kernel frames).
+        if path.starts_with("[kernel") {
+            out.source = match self.kernel_symbols_status() {
+                Ok(p) => format!("kernel symbols from {} (the running kernel's; names only for a trace of this boot)", p.display()),
+                Err(why) => format!("none: kernel symbols unavailable: {why}"),
+            };
+            return out;
+        }
         if let Some(r) = self.check_file(path, trace_build_id) {
             out.source = format!("none: {r}");
             return out;

@@ -431,12 +431,18 @@ impl JoinState {
             rank[f as usize] = r as u32;
         }
         let mut rows = Vec::with_capacity(self.items.len());
+        // The classes there are, for the error when `opts.class` names none of them
+        // (at most 10 names: the message is one line).
+        let mut other_classes: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         for it in &self.items {
             let class = match it.class {
                 0 => None,
                 c => Some(self.classes.get(&(it.pid, c)).cloned().unwrap_or_else(|| format!("class {c}"))),
             };
             if self.opts.class.is_some() && class != self.opts.class {
+                if other_classes.len() < 10 {
+                    other_classes.insert(class.unwrap_or_else(|| "(no class)".to_owned()));
+                }
                 continue;
             }
             for (loc, acc) in &self.closed[it.rows.0 as usize..it.rows.1 as usize] {
@@ -490,6 +496,9 @@ impl JoinState {
                 open_at_end: it.open_at_end,
                 functions,
             });
+        }
+        if let (Some(class), true) = (&self.opts.class, rows.is_empty()) {
+            return Err(AnalyzeError::NoSuchClass { class: class.clone(), classes: other_classes.into_iter().collect() });
         }
         rows.sort_by_key(|r| (r.begin_ns, r.pid, r.tid, r.id));
         let open_at_end = rows.iter().filter(|r| r.open_at_end).count() as u64;
