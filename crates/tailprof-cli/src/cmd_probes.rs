@@ -34,7 +34,7 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
     let l = tailprof_collect::usdt::list(&args.binary)?;
     let mut out = String::new();
     if args.json {
-        out = serde_json::to_string_pretty(&l)?;
+        out = tailprof_present::json::document(&l)?;
         out.push('\n');
     } else {
         use std::fmt::Write as _;

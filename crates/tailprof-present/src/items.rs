@@ -913,5 +913,5 @@ pub fn render_interference(x: &Interference, top: Option<usize>) -> String {
 
 /// `report --causes --json`: the [`Interference`] document, pretty-printed.
 pub fn interference_json(x: &Interference) -> Result<String, PresentError> {
-    Ok(serde_json::to_string_pretty(x)? + "\n")
+    Ok(crate::json::document(x)? + "\n")
 }
