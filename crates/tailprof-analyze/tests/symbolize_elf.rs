@@ -99,7 +99,7 @@ fn system_libc_memcpy_or_similar() {
         "/lib/aarch64-linux-gnu/libc.so.6",
     ];
     let Some(libc) = candidates.iter().map(std::path::Path::new).find(|p| p.exists()) else {
-        eprintln!("skipping: no libc.so.6 found");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "no libc.so.6 found");
         return;
     };
     let out = std::process::Command::new("nm").arg("-D").arg("--defined-only").arg(libc).output().unwrap();
@@ -111,7 +111,7 @@ fn system_libc_memcpy_or_similar() {
         })
     };
     let Some(getpid) = addr_of("getpid") else {
-        eprintln!("skipping: getpid not exported by {}", libc.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, format_args!("getpid not exported by {}", libc.display()));
         return;
     };
     let base = 0x7f00_0000_0000;
