@@ -82,8 +82,7 @@ fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
     let file = tmp.path().join("window.otlp.pb");
     std::fs::write(&file, &body).unwrap();
 
-    let out = Command::new(&go).args(["run", "."])
-.arg(&file).current_dir(&go_dir).env("GOTOOLCHAIN", "local").env("GOFLAGS", "-mod=readonly").output().unwrap();
+    let out = Command::new(&go).args(["run", "."]).arg(&file).current_dir(&go_dir).env("GOTOOLCHAIN", "local").env("GOFLAGS", "-mod=readonly").output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         let env_problem = ["requires go >=", "go.mod requires go", "dial tcp", "no such host", "i/o timeout", "proxy.golang.org", "connection refused", "TLS handshake", "toolchain"];

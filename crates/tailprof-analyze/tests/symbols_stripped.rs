@@ -304,7 +304,6 @@ fn debian_postgres_when_installed() {
         tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "no /usr/lib/postgresql/*/bin/postgres installed");
         return;
     };
-
     let mut s = Symbolizer::default();
     let t = std::time::Instant::now();
     let src = s.symbol_source(pg.to_str().unwrap(), None);

@@ -145,7 +145,6 @@ mod tests {
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let Some(id) = from_file(&exe) else {
             tailprof_testkit::skip(tailprof_testkit::Need::Fact, "the test executable has no build-id");
-
             return;
         };
         if &exe[4..6] != b"\x02\x01" {

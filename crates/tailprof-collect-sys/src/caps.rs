@@ -313,7 +313,6 @@ mod tests {
         match read_tsc_conversion() {
             Ok(t) => assert_eq!(t, c.tsc),
             Err(e) => tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("mmap-page check: {e}")),
-
         }
     }
 }

@@ -231,7 +231,6 @@ mod tests {
     use crate::attr::{build_attr, parse_regs, ClockChoice, SamplingConfig};
     use tailprof_testkit::{skip, Need};
 
-
     fn is_perm(e: &io::Error) -> bool {
         matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
     }

@@ -412,7 +412,6 @@ mod tests {
     fn creates_and_removes_a_tracefs_event() {
         if unsafe { libc::geteuid() } != 0 {
             tailprof_testkit::skip(tailprof_testkit::Need::Root, "needs root for tracefs");
-
             return;
         }
         let exe = std::env::current_exe().unwrap();

@@ -797,7 +797,6 @@ mod tests {
     fn the_offset_holds_the_function_code() {
         let Some((dir, bin)) = c_program() else {
             tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "gcc cannot build the probed C program");
-
             return;
         };
         let spec = ProbeSpec {

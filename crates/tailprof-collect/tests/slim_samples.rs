@@ -292,7 +292,6 @@ fn the_kernel_writes_the_slim_records() {
             Ok(fd) => fd,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
                 tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
-
                 return;
             }
             Err(e) => panic!("perf_event_open: {e}"),

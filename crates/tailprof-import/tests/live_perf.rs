@@ -30,7 +30,6 @@ fn fresh_perf_recording_matches_perf_script() {
                 String::from_utf8_lossy(&rec.stderr).lines().next().unwrap_or("")
             ),
         );
-
         return;
     }
     let script = Command::new("perf").args(["script", "-F", "ip", "-i"]).arg(&data).output().unwrap();

@@ -168,7 +168,6 @@ fn live_tracepoint_if_available() {
     match EventSpec::parse("sched:sched_switch") {
         Ok(e) => assert!(e.config > 0),
         Err(e) => tailprof_testkit::skip(tailprof_testkit::Need::Tracefs, e),
-
     }
 }
 

@@ -238,7 +238,6 @@ mod tests {
             .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
         else {
             tailprof_testkit::skip(tailprof_testkit::Need::Fact, "no dynamically linked libc");
-
             return;
         };
         let f = File::open(&libc_path).unwrap();

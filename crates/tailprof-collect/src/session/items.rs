@@ -647,7 +647,6 @@ mod tests {
         // SAFETY: plain getter.
         if unsafe { libc::geteuid() } != 0 {
             tailprof_testkit::skip(tailprof_testkit::Need::Root, "needs root for tracefs");
-
             return;
         }
         let exe = std::env::current_exe().unwrap();

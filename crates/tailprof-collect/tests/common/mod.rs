@@ -9,7 +9,6 @@ pub fn recorder(o: RecordOptions) -> Option<Recorder> {
         Ok(r) => Some(r),
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
             tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
-
             None
         }
         Err(e) => panic!("Recorder::new: {e}"),
