@@ -309,7 +309,7 @@ mod tests {
         // every sample of it is a "build-id mismatch".
         let exe = std::env::current_exe().unwrap();
         let Some(id) = ElfFile::open(&exe).unwrap().build_id() else {
-            eprintln!("SKIP: the test executable has no build-id");
+            tailprof_testkit::skip(tailprof_testkit::Need::Fact, "the test executable has no build-id");
             return;
         };
         let mut b = std::fs::read(&exe).unwrap();

@@ -899,7 +899,7 @@ mod tests {
         let bin = dir.path().join("s");
         let ok = Command::new("gcc").args(["-O2", "-Wl,--build-id", "-o"]).arg(&bin).arg(&src).status().is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("SKIP: no gcc");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no gcc");
             return;
         }
         let nm = String::from_utf8(Command::new("nm").arg(&bin).output().unwrap().stdout).unwrap();
