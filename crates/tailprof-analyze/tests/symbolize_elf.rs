@@ -107,7 +107,9 @@ fn system_libc_memcpy_or_similar() {
     let addr_of = |want: &str| {
         text.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 3 && (f[1] == "T" || f[1] == "W") && f[2] == want).then(|| u64::from_str_radix(f[0], 16).unwrap())
+            // binutils >= 2.35 prints dynamic symbols with their version: getpid@@GLIBC_2.2.5.
+            let name = f.get(2).map(|n| n.split('@').next().unwrap_or(n));
+            (f.len() == 3 && (f[1] == "T" || f[1] == "W") && name == Some(want)).then(|| u64::from_str_radix(f[0], 16).unwrap())
         })
     };
     let Some(getpid) = addr_of("getpid") else {

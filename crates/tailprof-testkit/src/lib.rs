@@ -18,6 +18,7 @@
 //! Small lookups several tests repeat live here too: [`go`], [`is_root`], [`have_command`],
 //! [`c_compiler`].
 
+use std::ffi::OsStr;
 use std::fmt::{self, Display};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -193,17 +194,23 @@ pub fn is_root() -> bool {
 
 /// `name` found as an executable file in a `$PATH` directory.
 pub fn have_command(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+    command_in(std::env::var_os("PATH").as_deref(), name)
 }
 
-/// The Go tool: `go` on `$PATH`, else `/usr/local/go/bin/go` (where the official tarball
-/// puts it, often not on `$PATH`).
+fn command_in(path: Option<&OsStr>, name: &str) -> Option<PathBuf> {
+    std::env::split_paths(path?).map(|d| d.join(name)).find(|p| is_executable(p))
+}
+
+/// Where the official Go tarball puts `go`; often not on `$PATH`.
+const GO_FALLBACK: &str = "/usr/local/go/bin/go";
+
+/// The Go tool: `go` on `$PATH`, else `/usr/local/go/bin/go`.
 pub fn go() -> Option<PathBuf> {
-    have_command("go").or_else(|| {
-        let p = PathBuf::from("/usr/local/go/bin/go");
-        is_executable(&p).then_some(p)
-    })
+    go_in(std::env::var_os("PATH").as_deref(), Path::new(GO_FALLBACK))
+}
+
+fn go_in(path: Option<&OsStr>, fallback: &Path) -> Option<PathBuf> {
+    command_in(path, "go").or_else(|| is_executable(fallback).then(|| fallback.to_path_buf()))
 }
 
 /// A C compiler that compiles and links a trivial program: `cc`, else `gcc`.
@@ -256,6 +263,34 @@ mod tests {
         assert_eq!(one_line(" a\tb\nc \n"), "a b c");
         let long = "x".repeat(MAX_WHY * 2);
         assert_eq!(one_line(&long).chars().count(), MAX_WHY + 1);
+    }
+
+    /// Go outside `$PATH` (the official tarball's /usr/local/go/bin) used to make the Go
+    /// checks skip silently; `go()` looks there after `$PATH`.
+    #[test]
+    fn go_is_found_on_path_then_at_the_fallback() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("tailprof-testkit-go-{}", std::process::id()));
+        let (on_path, off_path) = (root.join("bin"), root.join("usr-local-go-bin"));
+        std::fs::create_dir_all(&on_path).unwrap();
+        std::fs::create_dir_all(&off_path).unwrap();
+        let exe = |p: &Path, mode: u32| {
+            std::fs::write(p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        let fallback = off_path.join("go");
+        exe(&fallback, 0o755);
+        let empty = root.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        assert_eq!(go_in(Some(empty.as_os_str()), &fallback), Some(fallback.clone()));
+        assert_eq!(go_in(None, &fallback), Some(fallback.clone()));
+        exe(&on_path.join("go"), 0o755);
+        let path = std::env::join_paths([&empty, &on_path]).unwrap();
+        assert_eq!(go_in(Some(&path), &fallback), Some(on_path.join("go")));
+        exe(&on_path.join("go"), 0o644);
+        exe(&fallback, 0o644);
+        assert_eq!(go_in(Some(&path), &fallback), None, "a file without an exec bit is not a tool");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
