@@ -241,7 +241,14 @@ fn uprobe_items_on_postgres_queries_system_wide() {
         let _ = rec.wait();
         let out = reader.join().unwrap();
         if out.contains("permission denied") || out.contains("no uprobe PMU") {
-            tailprof_testkit::skip(if out.contains("no uprobe PMU") { tailprof_testkit::Need::Uprobe } else { tailprof_testkit::Need::PerfEvents }, &out);
+            tailprof_testkit::skip(
+                if out.contains("no uprobe PMU") {
+                    tailprof_testkit::Need::Uprobe
+                } else {
+                    tailprof_testkit::Need::PerfEvents
+                },
+                &out,
+            );
             return;
         }
         panic!("tailprof record did not start:\n{out}");

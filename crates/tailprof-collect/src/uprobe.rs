@@ -796,7 +796,10 @@ mod tests {
     #[test]
     fn the_offset_holds_the_function_code() {
         let Some((dir, bin)) = c_program() else {
-            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "gcc cannot build the probed C program");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::CCompiler,
+                "gcc cannot build the probed C program",
+            );
             return;
         };
         let spec = ProbeSpec {
