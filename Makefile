@@ -27,7 +27,7 @@ example: build
 test:
 	@status=0; \
 	$(CARGO) test --workspace --no-fail-fast || status=$$?; \
-	$(PYTEST) -q python/tests || { r=$$?; [ $$status != 0 ] || status=$$r; }; \
+	$(PYTEST) -q -rs python/tests || { r=$$?; [ $$status != 0 ] || status=$$r; }; \
 	exit $$status
 
 bench: build

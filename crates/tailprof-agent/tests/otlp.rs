@@ -46,7 +46,7 @@ fn compile(dir: &Path) -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: no working C compiler");
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
         return None;
     }
     Some(out)
@@ -139,7 +139,7 @@ fn otlp_requests_carry_what_the_store_holds_for_each_window() {
         Err(e) => {
             let m = e.to_string();
             if ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"].iter().any(|s| m.contains(s)) {
-                eprintln!("skipping: system-wide sampling is not allowed here: {m}");
+                tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide sampling is not allowed here: {m}"));
                 return;
             }
             panic!("agent failed: {m}");

@@ -38,13 +38,13 @@ fn row(pid: u32, comm: &str, binary: &str, frames: &[(&str, u64)], count: u64, t
 #[test]
 fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
     let go_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_pdata");
-    match Command::new("go").arg("version").env("GOTOOLCHAIN", "local").output() {
-        Ok(o) if o.status.success() => {}
-        _ => {
-            eprintln!("skipping: no Go toolchain (the check decodes with the OpenTelemetry Collector's Go pdata)");
-            return;
-        }
-    }
+    // Go is often at /usr/local/go/bin/go and not on PATH: tailprof_testkit::go() looks there too.
+    let go = tailprof_testkit::go()
+        .filter(|go| Command::new(go).arg("version").env("GOTOOLCHAIN", "local").output().is_ok_and(|o| o.status.success()));
+    let Some(go) = go else {
+        tailprof_testkit::skip(tailprof_testkit::Need::Go, "no Go toolchain (the check decodes with the OpenTelemetry Collector's Go pdata)");
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let (store, _) = Store::open(&tmp.path().join("store")).unwrap();
     let app = "0123456789abcdef0123456789abcdef01234567";
@@ -83,12 +83,12 @@ fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
     let file = tmp.path().join("window.otlp.pb");
     std::fs::write(&file, &body).unwrap();
 
-    let out = Command::new("go").args(["run", "."]).arg(&file).current_dir(&go_dir).env("GOTOOLCHAIN", "local").env("GOFLAGS", "-mod=readonly").output().unwrap();
+    let out = Command::new(&go).args(["run", "."]).arg(&file).current_dir(&go_dir).env("GOTOOLCHAIN", "local").env("GOFLAGS", "-mod=readonly").output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         let env_problem = ["requires go >=", "go.mod requires go", "dial tcp", "no such host", "i/o timeout", "proxy.golang.org", "connection refused", "TLS handshake", "toolchain"];
         if env_problem.iter().any(|p| stderr.contains(p)) {
-            eprintln!("skipping: the Go check cannot be built here (Go >= 1.26 and the module proxy are needed): {}", stderr.trim());
+            tailprof_testkit::skip(tailprof_testkit::Need::GoModules, format_args!("the Go check cannot be built here (Go >= 1.26 and the module proxy are needed): {}", stderr.trim()));
             return;
         }
         panic!("the Go check failed: {stderr}");

@@ -99,7 +99,7 @@ fn system_libc_memcpy_or_similar() {
         "/lib/aarch64-linux-gnu/libc.so.6",
     ];
     let Some(libc) = candidates.iter().map(std::path::Path::new).find(|p| p.exists()) else {
-        eprintln!("skipping: no libc.so.6 found");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "no libc.so.6 found");
         return;
     };
     let out = std::process::Command::new("nm").arg("-D").arg("--defined-only").arg(libc).output().unwrap();
@@ -107,11 +107,13 @@ fn system_libc_memcpy_or_similar() {
     let addr_of = |want: &str| {
         text.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 3 && (f[1] == "T" || f[1] == "W") && f[2] == want).then(|| u64::from_str_radix(f[0], 16).unwrap())
+            // binutils >= 2.35 prints dynamic symbols with their version: getpid@@GLIBC_2.2.5.
+            let name = f.get(2).map(|n| n.split('@').next().unwrap_or(n));
+            (f.len() == 3 && (f[1] == "T" || f[1] == "W") && name == Some(want)).then(|| u64::from_str_radix(f[0], 16).unwrap())
         })
     };
     let Some(getpid) = addr_of("getpid") else {
-        eprintln!("skipping: getpid not exported by {}", libc.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, format_args!("getpid not exported by {}", libc.display()));
         return;
     };
     let base = 0x7f00_0000_0000;

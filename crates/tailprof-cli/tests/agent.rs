@@ -61,7 +61,7 @@ fn compile(dir: &Path, name: &str, v2: bool) -> Option<PathBuf> {
     match cc.status() {
         Ok(s) if s.success() => Some(out),
         _ => {
-            eprintln!("skipping: no working C compiler");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
             None
         }
     }
@@ -153,7 +153,7 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
                 let text = a.log.join("\n");
                 let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
                 if skip.iter().any(|s| text.contains(s)) {
-                    eprintln!("skipping: system-wide sampling is not allowed here: {text}");
+                    tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide sampling is not allowed here: {text}"));
                     return None;
                 }
                 panic!("tailprof agent exited ({st}) before recording:\n{text}");
@@ -170,7 +170,7 @@ fn finish_agent(mut a: Agent) -> Option<String> {
     if !st.success() {
         let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
         if skip.iter().any(|s| stderr.contains(s)) {
-            eprintln!("skipping: system-wide sampling is not allowed here: {}", stderr.trim());
+            tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide sampling is not allowed here: {}", stderr.trim()));
             return None;
         }
         panic!("tailprof agent failed:\n{stderr}");
@@ -200,7 +200,7 @@ fn duckdb(sql: &str) -> Option<String> {
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         if err.contains("No module named 'duckdb'") {
-            eprintln!("skipping the DuckDB comparison: python3 -m pip install duckdb");
+            tailprof_testkit::skip(tailprof_testkit::Need::DuckDb, "the DuckDB comparison: python3 -m pip install duckdb");
             return None;
         }
         panic!("duckdb failed: {err}");
@@ -428,10 +428,10 @@ fn multipart_profile(head: &str, body: &[u8]) -> Vec<u8> {
 #[test]
 fn push_delivers_pprof_that_go_tool_pprof_reads() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    if Command::new("go").arg("version").output().map(|o| !o.status.success()).unwrap_or(true) {
-        eprintln!("skipping: no Go toolchain for `go tool pprof`");
+    let Some(go) = tailprof_testkit::go().filter(|go| Command::new(go).arg("version").output().is_ok_and(|o| o.status.success())) else {
+        tailprof_testkit::skip(tailprof_testkit::Need::Go, "no Go toolchain for `go tool pprof`");
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let Some(bin) = compile(tmp.path(), "work", false) else { return };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -474,7 +474,7 @@ fn push_delivers_pprof_that_go_tool_pprof_reads() {
         assert_eq!(&prof[..2], &[0x1f, 0x8b], "gzip");
         let f = tmp.path().join(format!("push{i}.pb.gz"));
         std::fs::write(&f, &prof).unwrap();
-        let out = Command::new("go").args(["tool", "pprof", "-raw"]).arg(&f).output().unwrap();
+        let out = Command::new(&go).args(["tool", "pprof", "-raw"]).arg(&f).output().unwrap();
         assert!(out.status.success(), "go tool pprof cannot read push {i}: {}", String::from_utf8_lossy(&out.stderr));
         names.push_str(&String::from_utf8_lossy(&out.stdout));
     }
@@ -510,7 +510,7 @@ fn slow_request_is_retained_with_its_explanation_fast_ones_are_not() {
     let bin = tmp.path().join("srv");
     let ok = Command::new("cc").args(["-O0", "-fno-omit-frame-pointer", "-o"]).arg(&bin).arg(&src).status().map(|s| s.success()).unwrap_or(false);
     if !ok {
-        eprintln!("skipping: no working C compiler");
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
         return;
     }
     let store = tmp.path().join("store");
@@ -557,7 +557,7 @@ fn full_disk_drops_and_counts_windows_without_crashing() {
     // A 64 KiB file system, filled up: every window write hits ENOSPC.
     let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
     if !ok {
-        eprintln!("skipping: cannot mount a small tmpfs here (needs root)");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "cannot mount a small tmpfs here (needs root)");
         return;
     }
     struct Umount(PathBuf);
@@ -613,7 +613,7 @@ fn vdso_frames_are_named_in_the_store() {
     let bin = tmp.path().join("clockwork");
     let ok = Command::new("cc").args(["-O1", "-fno-omit-frame-pointer", "-o"]).arg(&bin).arg(&src).status().is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: no working C compiler");
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
         return;
     }
     let store = tmp.path().join("store");

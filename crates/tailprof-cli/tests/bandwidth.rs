@@ -30,7 +30,7 @@ fn testdata() -> Option<PathBuf> {
     if p.is_dir() {
         Some(p)
     } else {
-        eprintln!("skipping: {} is absent", p.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("{} is absent", p.display()));
         None
     }
 }
@@ -42,7 +42,7 @@ fn has_cpu_pmu() -> bool {
 #[test]
 fn record_bandwidth_without_a_pmu_says_what_is_missing() {
     if has_cpu_pmu() {
-        eprintln!("skipping: this machine has a PMU");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "this machine has a PMU");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -236,7 +236,7 @@ fn stat_interval_is_periodic_counting_that_sums_to_the_total() {
         .output()
         .unwrap();
     if !o.status.success() && stderr(&o).contains("perf_event_paranoid") {
-        eprintln!("skipping: {}", stderr(&o));
+        tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("{}", stderr(&o)));
         return;
     }
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();

@@ -41,7 +41,7 @@ fn json(o: &Output) -> serde_json::Value {
 fn can_record() -> bool {
     let o = tailprof().args(["record", "-o", "/dev/null", "--", "true"]).output().unwrap();
     if !o.status.success() {
-        eprintln!("SKIP: recording is not possible here: {}", stderr(&o));
+        tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("recording is not possible here: {}", stderr(&o)));
         return false;
     }
     true
@@ -217,7 +217,7 @@ fn missing_command_is_one_clear_line() {
 #[test]
 fn hardware_event_without_pmu_is_explained() {
     if Path::new("/sys/bus/event_source/devices/cpu").exists() || Path::new("/sys/bus/event_source/devices/cpu_core").exists() {
-        eprintln!("SKIP: this machine has a hardware PMU");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "this machine has a hardware PMU");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -233,8 +233,12 @@ fn refused_perf_event_open_is_one_clear_line() {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(2);
     let is_root = unsafe { libc::geteuid() } == 0;
-    if !is_root || paranoid < 1 || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIP: needs root (to drop to nobody with setpriv) and perf_event_paranoid >= 1");
+    if !is_root {
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "needs root (to drop to nobody with setpriv)");
+        return;
+    }
+    if paranoid < 1 || Command::new("setpriv").arg("--version").output().is_err() {
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "needs perf_event_paranoid >= 1 and setpriv");
         return;
     }
     let o = Command::new("setpriv")
@@ -352,7 +356,7 @@ fn all_cpus_with_a_command_records_until_it_exits() {
     let trace = dir.path().join("a.trace");
     let o = record(&trace, &["-a", "-c", "100000"], &["sleep", "0.3"]);
     if !o.status.success() && stderr(&o).contains("perf_event") {
-        eprintln!("SKIP: system-wide recording is not possible here: {}", stderr(&o));
+        tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide recording is not possible here: {}", stderr(&o)));
         return;
     }
     assert!(o.status.success(), "{}", stderr(&o));

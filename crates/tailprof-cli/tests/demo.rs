@@ -28,7 +28,8 @@ fn run_demo(dir: &Path, extra: &[&str]) -> Option<Value> {
     if !out.status.success() {
         let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "no C compiler"];
         if skip.iter().any(|s| stderr.contains(s)) {
-            eprintln!("skipping: tailprof demo cannot run here: {}", stderr.trim());
+            let need = if stderr.contains("no C compiler") { tailprof_testkit::Need::CCompiler } else { tailprof_testkit::Need::PerfEvents };
+            tailprof_testkit::skip(need, format_args!("tailprof demo cannot run here: {}", stderr.trim()));
             return None;
         }
         panic!("tailprof demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
@@ -135,7 +136,7 @@ const ATTACKER: &str = "tailprof-demo-atk";
 fn attacker() -> Option<(u32, u32)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: finding_1_demo_dir_attack needs root to play an unprivileged user");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "finding_1_demo_dir_attack needs root to play an unprivileged user");
         return None;
     }
     let id = |flag: &str| -> Option<u32> {

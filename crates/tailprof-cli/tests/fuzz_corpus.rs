@@ -135,7 +135,7 @@ fn items_trace(seed: u64, dup: bool) -> Vec<u8> {
 #[test]
 fn write_seeds() {
     if std::env::var_os("TAILPROF_WRITE_SEEDS").is_none() {
-        eprintln!("skipped: set TAILPROF_WRITE_SEEDS=1 to rewrite fuzz/corpus/{{import,items,report}}");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "set TAILPROF_WRITE_SEEDS=1 to rewrite fuzz/corpus/{import,items,report}");
         return;
     }
     let import = corpus_dir("import");

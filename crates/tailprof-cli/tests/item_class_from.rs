@@ -62,7 +62,7 @@ fn can_record() -> bool {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("SKIP: --item-class-from needs root (tracefs uprobe events)");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "--item-class-from needs root (tracefs uprobe events)");
     }
     root
 }

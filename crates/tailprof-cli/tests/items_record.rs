@@ -194,17 +194,17 @@ impl Drop for Server {
 #[test]
 fn uprobe_items_on_postgres_queries_system_wide() {
     let Some(bindir) = pg_bindir() else {
-        eprintln!("SKIP: PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres); `apt-get install -y postgresql`");
+        tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres); `apt-get install -y postgresql`");
         return;
     };
     if !bindir.join("psql").is_file() && which("psql").is_none() {
-        eprintln!("SKIP: psql not found");
+        tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "psql not found");
         return;
     }
     let server = match Server::start(bindir.clone()) {
         Ok(s) => s,
         Err(why) => {
-            eprintln!("SKIP: {why}");
+            tailprof_testkit::skip(tailprof_testkit::Need::Postgres, &why);
             return;
         }
     };
@@ -241,7 +241,14 @@ fn uprobe_items_on_postgres_queries_system_wide() {
         let _ = rec.wait();
         let out = reader.join().unwrap();
         if out.contains("permission denied") || out.contains("no uprobe PMU") {
-            eprintln!("SKIP: {out}");
+            tailprof_testkit::skip(
+                if out.contains("no uprobe PMU") {
+                    tailprof_testkit::Need::Uprobe
+                } else {
+                    tailprof_testkit::Need::PerfEvents
+                },
+                &out,
+            );
             return;
         }
         panic!("tailprof record did not start:\n{out}");

@@ -80,7 +80,7 @@ fn root() -> bool {
     // SAFETY: plain getter.
     let r = unsafe { libc::geteuid() } == 0;
     if !r {
-        eprintln!("skipping: recording switches with stacks needs root");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording switches with stacks needs root");
     }
     r
 }
@@ -103,7 +103,7 @@ fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
         .status()
         .ok()?;
     if !st.success() {
-        eprintln!("skipping: no working C compiler");
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
         return None;
     }
     Some(out)
@@ -120,7 +120,7 @@ fn record(dir: &Path, args: &[&str], cmd: &[&str]) -> Option<(PathBuf, String)> 
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     if !o.status.success() {
         if cannot_record(&err) {
-            eprintln!("skipping: cannot record here: {err}");
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("cannot record here: {err}"));
             return None;
         }
         panic!("record failed: {err}");
@@ -250,7 +250,7 @@ fn start(args: &[&str], ready: &str) -> Option<Running> {
                 let st = r.child.wait().unwrap();
                 let text = r.log.join("\n");
                 if cannot_record(&text) {
-                    eprintln!("skipping: system-wide recording is not allowed here: {text}");
+                    tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide recording is not allowed here: {text}"));
                     return None;
                 }
                 panic!("tailprof {args:?} exited ({st}) before recording:\n{text}");

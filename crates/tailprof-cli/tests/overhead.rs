@@ -42,7 +42,7 @@ fn can_count() -> bool {
     let home = tempfile::tempdir().unwrap();
     let o = tailprof(home.path()).args(["stat", "-e", "task-clock", "--", "true"]).output().unwrap();
     if !o.status.success() {
-        eprintln!("SKIP: counting is not possible here: {}", stderr(&o));
+        tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("counting is not possible here: {}", stderr(&o)));
         return false;
     }
     true

@@ -208,7 +208,7 @@ fn real_perf_data_import_info_report() {
         let src = dir.join(file);
         if !src.is_file() {
             skipped += 1;
-            eprintln!("pipeline: skipped {file}: not in {}", dir.display());
+            tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("pipeline: skipped {file}: not in {}", dir.display()));
             continue;
         }
         let trace = tmp.path().join(format!("{name}.trace"));

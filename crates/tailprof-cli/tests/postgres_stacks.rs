@@ -188,21 +188,21 @@ impl Drop for Server {
 fn setup(tag: u16) -> Option<(Server, String)> {
     // SAFETY: plain getter.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: recording system-wide with uprobes and tracefs needs root");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording system-wide with uprobes and tracefs needs root");
         return None;
     }
     let Some(bindir) = pg_bindir() else {
-        eprintln!("SKIP: PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres); `apt-get install -y postgresql`");
+        tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres); `apt-get install -y postgresql`");
         return None;
     };
     if !bindir.join("psql").is_file() && which("psql").is_none() {
-        eprintln!("SKIP: psql not found");
+        tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "psql not found");
         return None;
     }
     let server = match Server::start(bindir.clone(), tag) {
         Ok(s) => s,
         Err(why) => {
-            eprintln!("SKIP: {why}");
+            tailprof_testkit::skip(tailprof_testkit::Need::Postgres, &why);
             return None;
         }
     };
@@ -261,7 +261,8 @@ fn spawn_recording(args: &[String], trace: &Path) -> Option<(Child, std::thread:
         let _ = rec.wait();
         let out = reader.join().unwrap();
         if out.contains("ermission denied") || out.contains("no uprobe PMU") || out.contains("needs tracefs") {
-            eprintln!("SKIP: {out}");
+            let need = if out.contains("no uprobe PMU") { tailprof_testkit::Need::Uprobe } else if out.contains("needs tracefs") { tailprof_testkit::Need::Tracefs } else { tailprof_testkit::Need::PerfEvents };
+            tailprof_testkit::skip(need, &out);
             return None;
         }
         panic!("tailprof record did not start:\n{out}");

@@ -203,7 +203,7 @@ fn is_root() -> bool {
 /// `None` (with a message) when the test cannot play it.
 fn attacker() -> Option<(u32, u32)> {
     if !is_root() {
-        eprintln!("SKIP: not root: the recorder-side attacks need root to record another user's process");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "not root: the recorder-side attacks need root to record another user's process");
         return None;
     }
     let id = |flag: &str| -> Option<u32> {
@@ -219,7 +219,7 @@ fn attacker() -> Option<(u32, u32)> {
     match (id("-u"), id("-g")) {
         (Some(u), Some(g)) if u != 0 => Some((u, g)),
         _ => {
-            eprintln!("SKIP: cannot create the unprivileged user {ATTACKER} (useradd missing?)");
+            tailprof_testkit::skip(tailprof_testkit::Need::Useradd, format_args!("cannot create the unprivileged user {ATTACKER} (useradd missing?)"));
             None
         }
     }
@@ -264,7 +264,7 @@ fn build(dir: &Path, name: &str, src: &str, flags: &[&str]) -> Option<PathBuf> {
         }
         Ok(o) => panic!("cc failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("SKIP: no C compiler (cc: {e})");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("no C compiler (cc: {e})"));
             None
         }
     }
@@ -452,7 +452,7 @@ fn finding_2_truncated_marker_region_attach_and_system_wide() {
 #[test]
 fn finding_2_launched_command_region_is_sealed() {
     if !is_root() {
-        eprintln!("SKIP: not root");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "not root");
         return;
     }
     let s = scene();
@@ -602,7 +602,7 @@ fn finding_8_flipped_drop_counters() {
 #[test]
 fn launched_command_dies_with_the_recorder() {
     if !is_root() {
-        eprintln!("SKIP: not root");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "not root");
         return;
     }
     let s = scene();
@@ -638,7 +638,7 @@ fn launched_command_dies_with_the_recorder() {
 #[test]
 fn kernel_thread_pid_is_refused() {
     if std::fs::read_to_string("/proc/2/comm").map(|c| c.trim() != "kthreadd").unwrap_or(true) {
-        eprintln!("SKIP: pid 2 is not kthreadd here");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "pid 2 is not kthreadd here");
         return;
     }
     let s = scene();

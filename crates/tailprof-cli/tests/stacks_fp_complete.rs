@@ -48,8 +48,10 @@ fn can_record() -> bool {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     let gcc = Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !root || !gcc {
-        eprintln!("skipping: needs root (perf_event_open with callchains) and gcc");
+    if !root {
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "needs root (perf_event_open with callchains)");
+    } else if !gcc {
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "needs gcc");
     }
     root && gcc
 }
@@ -149,7 +151,7 @@ fn fp_chain_of_max_depth_is_truncated() {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(127);
     if max >= 300 {
-        eprintln!("skipping: kernel.perf_event_max_stack is {max}, the recursion is 300 deep");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, format_args!("kernel.perf_event_max_stack is {max}, the recursion is 300 deep"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

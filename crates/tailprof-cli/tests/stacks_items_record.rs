@@ -34,7 +34,7 @@ fn root() -> bool {
     // SAFETY: plain getter.
     let r = unsafe { libc::geteuid() } == 0;
     if !r {
-        eprintln!("skipping: recording switches with stacks needs root");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording switches with stacks needs root");
     }
     r
 }
@@ -62,7 +62,7 @@ fn sleeping_items_show_blocked_time_in_the_sleeping_function() {
     }
     let dir = tempfile::tempdir().unwrap();
     let Some(bin) = compile(dir.path()) else {
-        eprintln!("skipping: no C compiler");
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no C compiler");
         return;
     };
     let trace = dir.path().join("req.trace");
@@ -78,7 +78,7 @@ fn sleeping_items_show_blocked_time_in_the_sleeping_function() {
     if !o.status.success() {
         let err = String::from_utf8_lossy(&o.stderr);
         if err.contains("perf_event_open") || err.contains("tracefs") {
-            eprintln!("skipping: cannot record here: {err}");
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("cannot record here: {err}"));
             return;
         }
         panic!("record failed: {err}");

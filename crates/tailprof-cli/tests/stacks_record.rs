@@ -92,7 +92,7 @@ fn can_record() -> bool {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("skipping: recording needs root (perf_event_open with kernel callchains, tracefs)");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording needs root (perf_event_open with kernel callchains, tracefs)");
     }
     root
 }

@@ -83,7 +83,7 @@ fn fixture() -> Option<Fixture> {
     match Command::new("cc").args(["-O1", "-g", "-fPIE", "-pie", "-o"]).arg(&bin).arg(&src).status() {
         Ok(s) if s.success() => {}
         _ => {
-            eprintln!("skipping: no C compiler");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no C compiler");
             return None;
         }
     }
@@ -271,14 +271,11 @@ fn exports_with_stacks() {
     assert_eq!(ev.iter().filter(|e| e["cat"] == "stack").count(), 100);
     assert_eq!(ev.iter().filter(|e| e["cat"] == "off-cpu" && e["ph"] == "b").count(), 11);
     // go tool pprof lists the same top functions as report.
-    let go_bin = ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"]
-        .into_iter()
-        .find(|g| Command::new(g).arg("version").output().is_ok_and(|o| o.status.success()))
-        .unwrap_or("go");
-    let Ok(go) = Command::new(go_bin).args(["tool", "pprof", "-top", "-nodecount=10"]).arg(&pb).output() else {
-        eprintln!("skipping the pprof check: go is not installed");
+    let Some(go_bin) = tailprof_testkit::go() else {
+        tailprof_testkit::skip(tailprof_testkit::Need::Go, "the pprof check: go is not installed");
         return;
     };
+    let go = Command::new(go_bin).args(["tool", "pprof", "-top", "-nodecount=10"]).arg(&pb).output().unwrap();
     assert!(go.status.success(), "go tool pprof: {}", String::from_utf8_lossy(&go.stderr));
     let top = String::from_utf8_lossy(&go.stdout);
     // Rows: flat flat% sum% cum cum% name.

@@ -136,7 +136,7 @@ mod tests {
             checked += 1;
         }
         if checked == 0 {
-            eprintln!("SKIP: no readelf or no file with a build-id");
+            tailprof_testkit::skip(tailprof_testkit::Need::Binutils, "no readelf or no file with a build-id");
         }
     }
 
@@ -144,7 +144,7 @@ mod tests {
     fn segments_first_then_sections_and_damaged_files_never_panic() {
         let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let Some(id) = from_file(&exe) else {
-            eprintln!("SKIP: the test executable has no build-id");
+            tailprof_testkit::skip(tailprof_testkit::Need::Fact, "the test executable has no build-id");
             return;
         };
         if &exe[4..6] != b"\x02\x01" {

@@ -312,7 +312,7 @@ mod tests {
         }
         match read_tsc_conversion() {
             Ok(t) => assert_eq!(t, c.tsc),
-            Err(e) => eprintln!("skipping mmap-page check: {e}"),
+            Err(e) => tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("mmap-page check: {e}")),
         }
     }
 }

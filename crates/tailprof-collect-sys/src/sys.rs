@@ -229,6 +229,7 @@ fn precise_hint(spec: &EventSpec, caps: &Capabilities) -> String {
 mod tests {
     use super::*;
     use crate::attr::{build_attr, parse_regs, ClockChoice, SamplingConfig};
+    use tailprof_testkit::{skip, Need};
 
     fn is_perm(e: &io::Error) -> bool {
         matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
@@ -241,7 +242,7 @@ mod tests {
         let fd = match perf_event_open(&plan.attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) {
             Ok(fd) => fd,
             Err(e) if is_perm(&e) => {
-                eprintln!("skipping: perf_event_open not permitted here: {e}");
+                skip(Need::PerfEvents, format_args!("perf_event_open not permitted here: {e}"));
                 return;
             }
             Err(e) => panic!("{}", explain_open_error(&e, &spec, &Capabilities::probe())),
@@ -286,7 +287,7 @@ mod tests {
                     let plan = build_attr(&spec, cfg).unwrap();
                     match perf_event_open(&plan.attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) {
                         Ok(_) => {}
-                        Err(e) if is_perm(&e) => eprintln!("skipping {ev}: {e}"),
+                        Err(e) if is_perm(&e) => skip(Need::PerfEvents, format_args!("{ev}: {e}")),
                         Err(e) => panic!("{ev} {cfg:?}: {e}\n{}", crate::attr::attr_golden_text(&plan.attr)),
                     }
                 }
@@ -297,13 +298,13 @@ mod tests {
     #[test]
     fn tracepoint_opens_if_available() {
         let Ok(spec) = EventSpec::parse("sched:sched_switch") else {
-            eprintln!("skipping: no tracefs");
+            skip(Need::Tracefs, "sched:sched_switch does not parse (no tracefs)");
             return;
         };
         let plan = build_attr(&spec, &SamplingConfig::default()).unwrap();
         match perf_event_open(&plan.attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) {
             Ok(_) => {}
-            Err(e) if is_perm(&e) => eprintln!("skipping: {e}"),
+            Err(e) if is_perm(&e) => skip(Need::PerfEvents, e),
             Err(e) => panic!("{}", explain_open_error(&e, &spec, &Capabilities::probe())),
         }
     }
@@ -315,7 +316,7 @@ mod tests {
         let plan = build_attr(&spec, &SamplingConfig::default()).unwrap();
         match perf_event_open(&plan.attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) {
             Ok(_) => assert!(caps.has_cpu_pmu, "cycles opened without a cpu PMU?"),
-            Err(e) if is_perm(&e) => eprintln!("skipping: {e}"),
+            Err(e) if is_perm(&e) => skip(Need::PerfEvents, e),
             Err(e) => {
                 let ce = explain_open_error(&e, &spec, &caps);
                 eprintln!("{ce}");

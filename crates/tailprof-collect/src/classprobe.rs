@@ -450,7 +450,7 @@ mod tests {
     #[test]
     fn creates_and_removes_a_tracefs_event() {
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root for tracefs");
+            tailprof_testkit::skip(tailprof_testkit::Need::Root, "needs root for tracefs");
             return;
         }
         let exe = std::env::current_exe().unwrap();

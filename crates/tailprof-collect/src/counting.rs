@@ -622,7 +622,7 @@ mod tests {
         let r = match count_command(&events, &argv) {
             Ok(r) => r,
             Err(e) if is_perm(&e) => {
-                eprintln!("skipping: {e}");
+                tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("{e}"));
                 return;
             }
             Err(e) => panic!("{e}"),
@@ -653,7 +653,7 @@ mod tests {
         let r = match count_command_interval(&events, &argv, 5_000_000, &mut |t| ticks.push(t.clone())) {
             Ok(r) => r,
             Err(e) if is_perm(&e) => {
-                eprintln!("skipping: {e}");
+                tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("{e}"));
                 return;
             }
             Err(e) => panic!("{e}"),

@@ -936,7 +936,10 @@ mod tests {
     #[test]
     fn the_offset_holds_the_function_code() {
         let Some((dir, bin)) = c_program() else {
-            eprintln!("SKIP: no gcc");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::CCompiler,
+                "gcc cannot build the probed C program",
+            );
             return;
         };
         let spec = ProbeSpec {

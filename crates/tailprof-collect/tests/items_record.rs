@@ -38,7 +38,10 @@ fn regtag(dir: &Path) -> Option<PathBuf> {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("cc regtag.c failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("SKIP: no C compiler (cc: {e})");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::CCompiler,
+                format_args!("no C compiler (cc: {e})"),
+            );
             None
         }
     }
@@ -81,11 +84,14 @@ fn record(o: RecordOptions, items: ItemOptions) -> Option<(Recorder, VecOutput)>
     let mut rec = match Recorder::with_items(o, items) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            eprintln!("SKIP: perf_event_open refused: {e}");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::PerfEvents,
+                format_args!("perf_event_open refused: {e}"),
+            );
             return None;
         }
         Err(RecordError::Uprobe(UprobeError::PmuMissing)) => {
-            eprintln!("SKIP: no uprobe PMU");
+            tailprof_testkit::skip(tailprof_testkit::Need::Uprobe, "no uprobe PMU");
             return None;
         }
         Err(e) => panic!("Recorder::with_items: {e}"),
@@ -334,7 +340,10 @@ fn marked(dir: &Path) -> Option<PathBuf> {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("cc marked.c failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("SKIP: no C compiler (cc: {e})");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::CCompiler,
+                format_args!("no C compiler (cc: {e})"),
+            );
             None
         }
     }
@@ -413,7 +422,10 @@ fn api_markers_from_an_attached_process() {
     let mut rec = match Recorder::new(o) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            eprintln!("SKIP: perf_event_open refused: {e}");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::PerfEvents,
+                format_args!("perf_event_open refused: {e}"),
+            );
             let _ = child.kill();
             let _ = child.wait();
             return;
@@ -487,7 +499,10 @@ fn threaded(dir: &Path) -> Option<PathBuf> {
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(e) => {
-            eprintln!("SKIP: no C compiler (cc: {e})");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::CCompiler,
+                format_args!("no C compiler (cc: {e})"),
+            );
             None
         }
     }
@@ -558,7 +573,10 @@ fn uprobe_items_do_not_break_threads_created_after_attach() {
     let mut rec = match Recorder::with_items(o, items) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            eprintln!("SKIP: perf_event_open refused: {e}");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::PerfEvents,
+                format_args!("perf_event_open refused: {e}"),
+            );
             let _ = child.kill();
             let _ = child.wait();
             return;
@@ -603,7 +621,10 @@ fn a_failing_command_with_probes_and_no_markers_is_a_warning() {
     let mut rec = match Recorder::with_items(o, items) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            eprintln!("SKIP: perf_event_open refused: {e}");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::PerfEvents,
+                format_args!("perf_event_open refused: {e}"),
+            );
             return;
         }
         Err(e) => panic!("{e}"),

@@ -32,7 +32,7 @@ fn build(flags: &[&str], tag: &str) -> Option<PathBuf> {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("cc failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("SKIP: no C compiler (cc: {e})");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("no C compiler (cc: {e})"));
             None
         }
     }
@@ -217,7 +217,7 @@ fn disabled_build_has_no_symbols_and_no_calls() {
     let Some(exe) = build(&["-DTAILPROF_DISABLE", "-O0"], "_disabled") else { return };
     let nm = Command::new("nm").arg(&exe).output();
     let Ok(nm) = nm else {
-        eprintln!("SKIP: no nm");
+        tailprof_testkit::skip(tailprof_testkit::Need::Binutils, "no nm");
         return;
     };
     let syms = String::from_utf8_lossy(&nm.stdout);
@@ -231,7 +231,7 @@ fn disabled_build_has_no_symbols_and_no_calls() {
 #[test]
 fn python_module_launched() {
     if Command::new("python3").arg("-c").arg("1").output().map(|o| !o.status.success()).unwrap_or(true) {
-        eprintln!("SKIP: no python3");
+        tailprof_testkit::skip(tailprof_testkit::Need::Python, "no python3");
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/markers/two_threads.py");

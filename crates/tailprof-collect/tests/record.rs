@@ -51,7 +51,7 @@ fn compile(dir: &TempDir, name: &str) -> Option<PathBuf> {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("cc {name}.c failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("SKIP: no C compiler (cc: {e})");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("no C compiler (cc: {e})"));
             None
         }
     }

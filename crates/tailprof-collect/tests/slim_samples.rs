@@ -232,7 +232,7 @@ fn frequency_mode_still_requests_the_period() {
 #[test]
 fn fixed_period_software_events_sample_every_nth_event() {
     if !std::process::Command::new("python3").args(["-c", ""]).status().is_ok_and(|s| s.success()) {
-        eprintln!("SKIP: no python3");
+        tailprof_testkit::skip(tailprof_testkit::Need::Python, "no python3");
         return;
     }
     let sampling = SamplingConfig { period: Some(50), ..SamplingConfig::default() };
@@ -291,7 +291,7 @@ fn the_kernel_writes_the_slim_records() {
         let fd = match sys::perf_event_open(&plan.attr, 0, -1, -1, sys::PERF_FLAG_FD_CLOEXEC) {
             Ok(fd) => fd,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
-                eprintln!("SKIP: perf_event_open refused: {e}");
+                tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
                 return;
             }
             Err(e) => panic!("perf_event_open: {e}"),

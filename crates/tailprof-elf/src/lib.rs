@@ -1341,7 +1341,7 @@ mod tests {
         std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
         let built = std::process::Command::new("gcc").args(["-O1", "-Wl,--build-id", "-o"]).arg(&bin).arg(&src).status();
         if !built.is_ok_and(|s| s.success()) {
-            eprintln!("SKIP: no gcc");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no gcc");
             return;
         }
         let f = File::open(&bin).unwrap();

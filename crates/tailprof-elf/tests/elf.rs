@@ -77,7 +77,7 @@ fn c_program(dir: &std::path::Path) -> Option<PathBuf> {
 fn real_c_program_sections_symbols_and_segments() {
     let dir = tempfile::tempdir().unwrap();
     let Some(bin) = c_program(dir.path()) else {
-        eprintln!("SKIP: no gcc (the test executable is still read by the next test)");
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no gcc (the test executable is still read by the next test)");
         return;
     };
     let f = std::fs::File::open(&bin).unwrap();
@@ -582,7 +582,7 @@ fn build_id_note_by_section_and_by_segment_with_alignments() {
     let elf = Elf::parse(&f).unwrap();
     let be = elf.class().big_endian;
     let Some((_, sec)) = elf.section_by_name(b".note.gnu.build-id").unwrap() else {
-        eprintln!("SKIP: the test executable has no build-id");
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "the test executable has no build-id");
         return;
     };
     assert_eq!(sec.kind, SHT_NOTE);

@@ -52,7 +52,7 @@ fn every_recording_imports_with_the_expected_counts() {
     for &(name, expected) in FILES {
         let path = dir.join(name);
         if !path.is_file() {
-            eprintln!("SKIP: {name} not in the corpus");
+            tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("{name} not in the corpus"));
             continue;
         }
         let (imp, recs) = import(&path);

@@ -23,9 +23,12 @@ fn fresh_perf_recording_matches_perf_script() {
         .output()
         .unwrap();
     if !rec.status.success() || !data.is_file() {
-        eprintln!(
-            "SKIP: `perf record` failed here (perf_event_paranoid? container?): {}",
-            String::from_utf8_lossy(&rec.stderr).lines().next().unwrap_or("")
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::PerfEvents,
+            format_args!(
+                "`perf record` failed here (perf_event_paranoid? container?): {}",
+                String::from_utf8_lossy(&rec.stderr).lines().next().unwrap_or("")
+            ),
         );
         return;
     }

@@ -19,7 +19,7 @@ use tailprof_format::{Frame, FrameKind, Mmap, Sample, Sink, StackDef, StackStatu
 fn corpus(name: &str) -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/perf");
     if !dir.is_dir() {
-        eprintln!("SKIP: perf.data test corpus not found at {} (test skipped)", dir.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("perf.data test corpus not found at {} (test skipped)", dir.display()));
         return None;
     }
     let p = dir.join(name);
@@ -32,7 +32,7 @@ fn corpus(name: &str) -> Option<PathBuf> {
             "corpus file {} not found and TAILPROF_REQUIRE_TESTDATA=1",
             p.display()
         );
-        eprintln!("SKIP: corpus file {} not found", p.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("corpus file {} not found", p.display()));
         None
     }
 }
@@ -102,7 +102,7 @@ fn perf_available() -> bool {
     match Command::new("perf").arg("--version").output() {
         Ok(o) if o.status.success() => true,
         _ => {
-            eprintln!("SKIP: perf is not installed");
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfTool, "perf is not installed");
             false
         }
     }
@@ -230,7 +230,7 @@ fn fresh(mode: &[&str], flags: &[&str]) -> Option<(Imported, Vec<Vec<u64>>)> {
         .output()
         .unwrap();
     if !rec.status.success() || !data.is_file() {
-        eprintln!("SKIP: perf record failed here: {}", String::from_utf8_lossy(&rec.stderr).lines().next().unwrap_or(""));
+        tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf record failed here: {}", String::from_utf8_lossy(&rec.stderr).lines().next().unwrap_or("")));
         return None;
     }
     Some((import(&data), perf_script(&data)))

@@ -215,7 +215,10 @@ mod tests {
     #[test]
     fn copy_has_inflated_sections_and_is_reused_and_checked() {
         let d = tempfile::tempdir().unwrap();
-        let Some(bin) = compressed_elf(d.path()) else { return };
+        let Some(bin) = compressed_elf(d.path()) else {
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "gcc -gz=zlib cannot build the test program");
+            return;
+        };
         let orig = ElfFile::open(&bin).unwrap();
         let cache = d.path().join("cache");
         let copy = inflated_copy(&cache, &orig).expect("a copy");
@@ -281,7 +284,10 @@ mod tests {
     #[test]
     fn malformed_files_are_not_copied_and_never_panic() {
         let d = tempfile::tempdir().unwrap();
-        let Some(bin) = compressed_elf(d.path()) else { return };
+        let Some(bin) = compressed_elf(d.path()) else {
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "gcc -gz=zlib cannot build the test program");
+            return;
+        };
         let orig = fs::read(&bin).unwrap();
         assert!(inflate(&orig).is_some());
         for n in [0, 4, 6, 63, 64, orig.len() / 2, orig.len() - 1] {
@@ -323,6 +329,7 @@ mod tests {
         let bin = d.path().join("p");
         let run = |c: &mut Command| c.status().map(|s| s.success()).unwrap_or(false);
         if !run(Command::new("gcc").args(["-g", "-O2", "-Wl,--build-id", "-o"]).arg(&bin).arg(&src)) {
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "gcc cannot build the test program");
             return;
         }
         let id = ElfFile::open(&bin).unwrap().build_id().unwrap();
@@ -332,6 +339,7 @@ mod tests {
         let ok = run(Command::new("objcopy").args(["--only-keep-debug", "--compress-debug-sections=zlib"]).arg(&bin).arg(&dbg))
             && run(Command::new("strip").arg("-g").arg(&bin));
         if !ok {
+            tailprof_testkit::skip(tailprof_testkit::Need::Binutils, "objcopy --compress-debug-sections or strip failed");
             return;
         }
         // work's file offsets (non-PIE or PIE: symbol value = offset in the first segment).

@@ -715,7 +715,10 @@ mod tests {
 
     #[test]
     fn running_kernel_table_from_cache_equals_proc_kallsyms() {
-        let Ok(direct) = load_kallsyms(Path::new("/proc/kallsyms"), None) else { return };
+        let Ok(direct) = load_kallsyms(Path::new("/proc/kallsyms"), None) else {
+            tailprof_testkit::skip(tailprof_testkit::Need::Fact, "/proc/kallsyms does not load here");
+            return;
+        };
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("c");
         let first = load_running_kallsyms(Some(&dir), None).unwrap();

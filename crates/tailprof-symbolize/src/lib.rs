@@ -872,18 +872,31 @@ mod tests {
     #[test]
     fn vdso_of_the_running_kernel() {
         let mut s = Symbolizer::default();
-        let Ok(copy) = copy_own_vdso() else { return };
+        let copy = match copy_own_vdso() {
+            Ok(c) => c,
+            Err(e) => {
+                tailprof_testkit::skip(tailprof_testkit::Need::Fact, format_args!("no vDSO copy here: {e}"));
+                return;
+            }
+        };
         // Find an exported function of the vDSO and check its offset names it.
         let syms = std::process::Command::new("nm").arg("-D").arg(copy.path()).output();
-        let Ok(out) = syms else { return };
+        let Ok(out) = syms else {
+            tailprof_testkit::skip(tailprof_testkit::Need::Binutils, "no nm");
+            return;
+        };
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let Some((addr, name)) = text.lines().find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.len() == 3 && f[1] == "T").then(|| (u64::from_str_radix(f[0], 16).ok(), f[2].to_owned()))
         }) else {
+            tailprof_testkit::skip(tailprof_testkit::Need::Fact, "the vDSO exports no function");
             return;
         };
-        let Some(addr) = addr else { return };
+        let Some(addr) = addr else {
+            tailprof_testkit::skip(tailprof_testkit::Need::Fact, "nm printed no address for the vDSO function");
+            return;
+        };
         let b = Binary { path: "[vdso]".into(), build_id: None, kind: BinaryKind::Vdso };
         // vDSO images link at 0, so the symbol value is the file offset.
         let r = s.symbolize_binary(&b, None, &[addr]);
@@ -908,7 +921,7 @@ mod tests {
         let bin = dir.path().join("s");
         let ok = Command::new("gcc").args(["-O2", "-Wl,--build-id", "-o"]).arg(&bin).arg(&src).status().is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("SKIP: no gcc");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no gcc");
             return;
         }
         let nm = String::from_utf8(Command::new("nm").arg(&bin).output().unwrap().stdout).unwrap();

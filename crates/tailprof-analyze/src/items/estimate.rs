@@ -86,8 +86,29 @@ impl Acc {
 mod tests {
     use super::*;
 
+    /// `IntervalMeter::median`: the median spacing, zero spacings ignored, `None` when
+    /// nothing was added, and at most `MAX_KEPT` (the first) spacings kept.
     #[test]
     fn medians() {
+        let mut m = IntervalMeter::default();
+        assert_eq!(m.median(), None);
+        m.add(0);
+        assert_eq!(m.median(), None, "a zero spacing is not a spacing");
+        for d in [300, 100, 200, 0, 10_000] {
+            m.add(d);
+        }
+        assert_eq!(m.median(), Some(250.0), "even count: midpoint of 200 and 300");
+        m.add(5);
+        assert_eq!(m.median(), Some(200.0));
+
+        let mut full = IntervalMeter::default();
+        for _ in 0..IntervalMeter::MAX_KEPT {
+            full.add(1_000);
+        }
+        for _ in 0..IntervalMeter::MAX_KEPT {
+            full.add(7);
+        }
+        assert_eq!(full.median(), Some(1_000.0), "spacings past MAX_KEPT are not kept");
     }
 
     #[test]

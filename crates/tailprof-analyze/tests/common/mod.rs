@@ -20,7 +20,7 @@ pub fn compile(compiler: &str, dir: &Path, name: &str, src: &str, flags: &[&str]
     let status = match Command::new(compiler).args(flags).arg("-o").arg(&out).arg(&src_path).status() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("skipping: cannot run {compiler}: {e}");
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("cannot run {compiler}: {e}"));
             return None;
         }
     };

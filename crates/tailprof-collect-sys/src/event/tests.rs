@@ -167,7 +167,7 @@ fn tracepoints_with_fake_tracefs() {
 fn live_tracepoint_if_available() {
     match EventSpec::parse("sched:sched_switch") {
         Ok(e) => assert!(e.config > 0),
-        Err(e) => eprintln!("skipping: {e}"),
+        Err(e) => tailprof_testkit::skip(tailprof_testkit::Need::Tracefs, e),
     }
 }
 

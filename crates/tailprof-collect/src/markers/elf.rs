@@ -286,7 +286,7 @@ mod tests {
             .map(|m| m.path)
             .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
         else {
-            eprintln!("SKIP: no dynamically linked libc");
+            tailprof_testkit::skip(tailprof_testkit::Need::Fact, "no dynamically linked libc");
             return;
         };
         let f = File::open(&libc_path).unwrap();

@@ -667,7 +667,7 @@ mod tests {
     fn class_hits_become_declarations_and_labels() {
         // SAFETY: plain getter.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root for tracefs");
+            tailprof_testkit::skip(tailprof_testkit::Need::Root, "needs root for tracefs");
             return;
         }
         let exe = std::env::current_exe().unwrap();

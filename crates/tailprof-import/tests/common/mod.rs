@@ -18,7 +18,7 @@ pub fn corpus() -> Option<PathBuf> {
     if dir.join("README.md").is_file() {
         Some(dir)
     } else {
-        eprintln!("SKIP: perf.data test corpus not found at {} (test skipped)", dir.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("perf.data test corpus not found at {} (test skipped)", dir.display()));
         None
     }
 }
@@ -36,7 +36,7 @@ pub fn corpus_file(name: &str) -> Option<PathBuf> {
             "corpus file {} not found and TAILPROF_REQUIRE_TESTDATA=1",
             p.display()
         );
-        eprintln!("SKIP: corpus file {} not found (test skipped)", p.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("corpus file {} not found (test skipped)", p.display()));
         None
     }
 }
@@ -219,7 +219,7 @@ pub struct DumpSample {
 pub fn perf_available() -> bool {
     let ok = Command::new("perf").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
     if !ok {
-        eprintln!("SKIP: `perf` is not installed or does not run (test skipped)");
+        tailprof_testkit::skip(tailprof_testkit::Need::PerfTool, "`perf` is not installed or does not run (test skipped)");
     }
     ok
 }
