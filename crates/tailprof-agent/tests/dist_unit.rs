@@ -81,7 +81,10 @@ fn systemd_analyze_security_rates_the_unit() {
     {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("SKIP: systemd_analyze_security_rates_the_unit: no systemd-analyze ({e})");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::SystemdAnalyze,
+                format!("no systemd-analyze ({e})"),
+            );
             return;
         }
     };
@@ -90,8 +93,9 @@ fn systemd_analyze_security_rates_the_unit() {
     if !out.status.success()
         && (text.contains("unrecognized option") || text.contains("Unknown option"))
     {
-        eprintln!(
-            "SKIP: systemd_analyze_security_rates_the_unit: systemd-analyze has no --offline"
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::SystemdAnalyze,
+            "systemd-analyze has no --offline",
         );
         return;
     }

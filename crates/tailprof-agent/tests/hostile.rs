@@ -19,7 +19,7 @@ const ATTACKER: &str = "tailprof-agent-atk";
 fn attacker(test: &str) -> Option<(u32, u32)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: {test} needs root to play an unprivileged user");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, format!("{test} plays an unprivileged user"));
         return None;
     }
     let id = |flag: &str| -> Option<u32> {

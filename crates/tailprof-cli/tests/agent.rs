@@ -621,7 +621,7 @@ fn vdso_frames_are_named_in_the_store() {
     run_workload(&bin, "2");
     let Some(_) = finish_agent(agent) else { return };
     let v = top_json(&store, &["--binary", "clockwork"]);
-    let rows = v["rows"].as_array().unwrap();
+    let rows = v["functions"].as_array().unwrap();
     let unnamed: Vec<&Value> = rows.iter().filter(|r| r["name"].as_str().unwrap().starts_with("[[vdso]")).collect();
     assert!(unnamed.is_empty(), "vDSO frames without names: {unnamed:?}\n{v:#}");
     let vdso_fn = if cfg!(target_arch = "x86_64") { "__vdso_clock_gettime" } else { "__kernel_clock_gettime" };

@@ -161,7 +161,10 @@ fn root() -> bool {
     // SAFETY: plain getter.
     let r = unsafe { libc::geteuid() } == 0;
     if !r {
-        eprintln!("skipping: recording wakeups and CPU-wide switches needs root");
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Root,
+            "recording wakeups and CPU-wide switches",
+        );
     }
     r
 }
@@ -184,7 +187,7 @@ fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
         .status()
         .ok()?;
     if !st.success() {
-        eprintln!("skipping: no working C compiler");
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
         return None;
     }
     Some(out)
@@ -215,13 +218,19 @@ fn record(dir: &Path, cmd: &[&str]) -> Option<PathBuf> {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     if !o.status.success() {
         if cannot_record(&err) {
-            eprintln!("skipping: cannot record here: {err}");
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::PerfEvents,
+                format!("cannot record here: {err}"),
+            );
             return None;
         }
         panic!("record failed: {err}");
     }
     if err.contains("CPU-wide events not permitted") || err.contains("wakeups not recorded") {
-        eprintln!("skipping: no wakeups or CPU-wide events here: {err}");
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::SystemWide,
+            format!("no wakeups or CPU-wide events here: {err}"),
+        );
         return None;
     }
     Some(trace)

@@ -425,7 +425,7 @@ fn info_symbols_names_the_kernel_source() {
             "{} missing",
             perf.display()
         );
-        eprintln!("SKIP: {} absent", perf.display());
+        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format!("{} absent", perf.display()));
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

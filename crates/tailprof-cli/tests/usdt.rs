@@ -102,7 +102,7 @@ fn compile(dir: &Path) -> Option<PathBuf> {
     if !o.status.success() {
         let err = String::from_utf8_lossy(&o.stderr);
         if err.contains("sdt.h") {
-            eprintln!("SKIP: <sys/sdt.h> not found (apt-get install systemtap-sdt-dev)");
+            tailprof_testkit::skip(tailprof_testkit::Need::Sdt, "<sys/sdt.h> not found (apt-get install systemtap-sdt-dev)");
             return None;
         }
         panic!("cc failed: {err}");
@@ -114,7 +114,7 @@ fn can_record() -> bool {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        eprintln!("SKIP: recording USDT probes needs root (tracefs uprobe events)");
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording USDT probes (tracefs uprobe events)");
     }
     root
 }

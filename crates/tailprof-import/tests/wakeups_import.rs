@@ -25,7 +25,7 @@ fn sched_waking_samples_become_wakeups_and_cpu_wide_switches_keep_the_other_task
         .output()
         .is_ok_and(|o| o.status.success())
     {
-        eprintln!("SKIP: perf is not installed");
+        tailprof_testkit::skip(tailprof_testkit::Need::PerfTool, "perf is not installed");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -51,12 +51,15 @@ fn sched_waking_samples_become_wakeups_and_cpu_wide_switches_keep_the_other_task
         .output()
         .unwrap();
     if !rec.status.success() || !data.is_file() {
-        eprintln!(
-            "SKIP: perf record failed here: {}",
-            String::from_utf8_lossy(&rec.stderr)
-                .lines()
-                .next()
-                .unwrap_or("")
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::SystemWide,
+            format!(
+                "perf record -a failed here: {}",
+                String::from_utf8_lossy(&rec.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+            ),
         );
         return;
     }

@@ -58,13 +58,21 @@ pub enum Need {
     Useradd,
     /// The shared perf.data corpus in `../shared/testdata/perf`.
     TestData,
+    /// `<sys/sdt.h>` (Debian `systemtap-sdt-dev`) for the USDT fixture programs.
+    Sdt,
+    /// `systemd-analyze` with `security --offline` (the unit file's rating).
+    SystemdAnalyze,
+    /// Node.js (`node`), for the JIT perf-map and jitdump tests.
+    Node,
+    /// A Java runtime (`java`), for the JIT perf-map test.
+    Java,
     /// A fact about this machine or run, not a capability: counted, never required.
     Fact,
 }
 
 impl Need {
     /// Every need, in the order summaries list them.
-    pub const ALL: [Need; 16] = [
+    pub const ALL: [Need; 20] = [
         Need::Root,
         Need::PerfEvents,
         Need::SystemWide,
@@ -80,6 +88,10 @@ impl Need {
         Need::Postgres,
         Need::Useradd,
         Need::TestData,
+        Need::Sdt,
+        Need::SystemdAnalyze,
+        Need::Node,
+        Need::Java,
         Need::Fact,
     ];
 
@@ -101,6 +113,10 @@ impl Need {
             Need::Postgres => "postgres",
             Need::Useradd => "useradd",
             Need::TestData => "testdata",
+            Need::Sdt => "sdt",
+            Need::SystemdAnalyze => "systemd-analyze",
+            Need::Node => "node",
+            Need::Java => "java",
             Need::Fact => "fact",
         }
     }
