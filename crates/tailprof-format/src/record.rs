@@ -482,6 +482,10 @@ pub trait Sink {
     /// A stack node, delivered before the first record that uses it, ancestors first.
     /// Not a record: [`Sink::handle_record`] does not see it.
     fn handle_stack(&mut self, _d: &StackDef) {}
+    /// A JIT code name (FORMAT.md §6.1). Not a record: the reader delivers every JIT
+    /// entry of the trace before the first record (each carries its own validity time),
+    /// in file order.
+    fn handle_jit(&mut self, _e: &crate::JitEntry) {}
 
     /// Dispatch one record to the matching `handle_*`.
     fn handle_record(&mut self, r: &Record) {
