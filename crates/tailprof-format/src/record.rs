@@ -136,17 +136,23 @@ pub enum LossKind {
     /// Markers the recorder rejected as invalid (impossible times, bad kinds) or dropped
     /// because a per-target bound (pending markers) was reached.
     MarkersRejected = 5,
+    /// JIT code names (perf maps, jitdumps) the recorder skipped (version 4): malformed
+    /// or too long lines, bad records, entries past the per-process bound, and files
+    /// refused (symlink, not a regular file, wrong owner) or cut at their byte bound
+    /// (one each). Samples in that code stay unnamed.
+    JitNames = 6,
 }
 
 impl LossKind {
     /// Every kind, in code order.
-    pub const ALL: [LossKind; 6] = [
+    pub const ALL: [LossKind; 7] = [
         LossKind::RingFull,
         LossKind::Samples,
         LossKind::Markers,
         LossKind::Malformed,
         LossKind::ItemClasses,
         LossKind::MarkersRejected,
+        LossKind::JitNames,
     ];
     /// The kind with on-disk code `v`, `None` for codes this build does not know.
     pub fn from_u8(v: u8) -> Option<LossKind> {
@@ -639,6 +645,9 @@ pub struct TraceStats {
     /// Sum of `Lost::count` over [`LossKind::MarkersRejected`] records (version 2).
     #[serde(default)]
     pub rejected_markers: u64,
+    /// Sum of `Lost::count` over [`LossKind::JitNames`] records (version 4).
+    #[serde(default)]
+    pub skipped_jit_names: u64,
     pub throttle_events: u64,
     pub unthrottle_events: u64,
     pub first_time: Option<u64>,
@@ -755,6 +764,7 @@ impl TraceStats {
             LossKind::Malformed => &mut self.malformed_records,
             LossKind::ItemClasses => &mut self.dropped_item_classes,
             LossKind::MarkersRejected => &mut self.rejected_markers,
+            LossKind::JitNames => &mut self.skipped_jit_names,
         }
     }
     /// The total of `kind`'s counter.
@@ -766,6 +776,7 @@ impl TraceStats {
             LossKind::Malformed => self.malformed_records,
             LossKind::ItemClasses => self.dropped_item_classes,
             LossKind::MarkersRejected => self.rejected_markers,
+            LossKind::JitNames => self.skipped_jit_names,
         }
     }
     /// Adds `n` to `kind`'s counter, saturating.
