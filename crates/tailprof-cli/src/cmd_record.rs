@@ -367,6 +367,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ui::thousands(lost),
         ui::thousands(rec.throttled)
     );
+    if rec.jit_names > 0 || rec.skipped_jit_names > 0 {
+        eprintln!(
+            "tailprof: JIT code names (perf maps, jitdumps) {} | skipped {}",
+            ui::thousands(rec.jit_names),
+            ui::thousands(rec.skipped_jit_names)
+        );
+    }
     if rec.spooled > 0 {
         eprintln!(
             "tailprof: the recorder fell behind at times: its drain thread held {} records for it",

@@ -63,6 +63,8 @@ pub(super) struct Emitter {
     /// `-a`: executable mappings are shown to it, to attach marked processes that start
     /// while recording (`None`: other targets).
     pub(super) follow: Option<super::items::MarkerFollower>,
+    /// Perf maps and jitdumps of the recorded processes (issue 23), shown every MMAP.
+    pub(super) jit: crate::jit::JitCollector,
 }
 
 impl Emitter {
@@ -81,6 +83,7 @@ impl Emitter {
             stacks: None,
             classes: None,
             follow: None,
+            jit: crate::jit::JitCollector::new(crate::jit::JitLimits::default(), true),
         }
     }
 
@@ -258,6 +261,7 @@ impl Emitter {
             Record::Lost(l) if l.kind == LossKind::Markers => self.summary.lost_markers += l.count,
             Record::Marker(_) => self.summary.markers += 1,
             Record::Throttle(t) if t.throttled => self.summary.throttled += 1,
+            Record::Mmap(m) => self.jit.note_mmap(m),
             _ => {}
         }
         // Probe events are not in the header's event list.
