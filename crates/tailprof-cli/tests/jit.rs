@@ -262,3 +262,26 @@ fn hostile_perf_maps_are_refused_or_bounded_and_counted() {
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
     assert!(ru.ru_maxrss < 256 * 1024, "peak RSS {} KiB", ru.ru_maxrss);
 }
+
+/// Issue 23 item 6: Node without a flag: `report` says the samples are JIT code of node
+/// and gives the exact flag.
+#[test]
+fn node_without_a_flag_report_names_the_runtime_and_the_flag() {
+    if !have("node") {
+        eprintln!("SKIP: node not installed (.ci/run installs nodejs as optional)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.js"), NODE_APP).unwrap();
+    let Some((trace, _)) = record(dir.path(), &["node", "app.js"]) else { return };
+    let o = tailprof(&["report", trace.to_str().unwrap()], dir.path());
+    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        text.lines().any(|l| l.contains("JIT code of node (pid") && l.contains("--perf-basic-prof")),
+        "{text}"
+    );
+    let o = tailprof(&["report", "--json", trace.to_str().unwrap()], dir.path());
+    let json = String::from_utf8_lossy(&o.stdout);
+    let compact: String = json.split_whitespace().collect();
+    assert!(compact.contains("\"jit_advice\":[") && compact.contains("\"runtime\":\"node\""), "{json}");
+}

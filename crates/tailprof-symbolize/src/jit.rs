@@ -95,6 +95,26 @@ impl JitTables {
     }
 }
 
+/// Which runtime an executable name (a process's `comm` or its executable's file name)
+/// is, and the exact way to make it publish the names of its generated code
+/// (docs/SYMBOLS.md, "Runtimes and flags"). `None` for names of no known runtime.
+pub fn runtime_advice(exe: &str) -> Option<(&'static str, &'static str)> {
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    let python_minor = name.strip_prefix("python3.").and_then(|m| m.parse::<u32>().ok());
+    Some(match name {
+        "node" | "nodejs" => ("node", "run node with --perf-basic-prof (a perf map) or --perf-prof (a jitdump)"),
+        "java" => (
+            "java",
+            "add -XX:+PreserveFramePointer and run `jcmd PID Compiler.perfmap` while recording, or start it with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit",
+        ),
+        "dotnet" => ("dotnet", "start it with DOTNET_PerfMapEnabled=1 in its environment (perf map and jitdump)"),
+        _ if python_minor.is_some_and(|m| m >= 12) || name == "python3" => {
+            ("python", "python 3.12 or later: run it with -X perf (or PYTHONPERFSUPPORT=1 in its environment)")
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +138,17 @@ mod tests {
         assert_eq!(name(&mut t, 0x10a0, 900).as_deref(), Some("first"), "past the second's end");
         assert_eq!(name(&mut t, 0x1100, 900), None);
         assert_eq!(t.lookup(3, 0x1010, 900), None);
+    }
+
+    #[test]
+    fn runtimes_are_told_apart_by_executable_name() {
+        assert_eq!(runtime_advice("/usr/bin/node").unwrap().0, "node");
+        assert!(runtime_advice("node").unwrap().1.contains("--perf-basic-prof"));
+        assert!(runtime_advice("java").unwrap().1.contains("-XX:+PreserveFramePointer"));
+        assert!(runtime_advice("dotnet").unwrap().1.contains("DOTNET_PerfMapEnabled=1"));
+        assert!(runtime_advice("python3.12").unwrap().1.contains("-X perf"));
+        assert_eq!(runtime_advice("python3.11"), None);
+        assert_eq!(runtime_advice("postgres"), None);
     }
 
     #[test]
