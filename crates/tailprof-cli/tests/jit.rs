@@ -152,7 +152,11 @@ fn jitdump_reused_address_names_each_sample_by_the_load_valid_at_its_time() {
     let jit: Vec<_> = samples.iter().filter(|s| s.1.starts_with("jit_")).collect();
     let before = jit.iter().filter(|s| s.0 < t1).count();
     let after = jit.iter().filter(|s| s.0 >= t1).count();
-    assert!(before >= 100 && after >= 100, "too few JIT samples: {before} before, {after} after; {:?}", &samples[..samples.len().min(20)]);
+    assert!(
+        before >= 100 && after >= 100,
+        "too few JIT samples: {before} before, {after} after; {:?}",
+        &samples[..samples.len().min(20)]
+    );
     for s in &jit {
         let want = if s.0 < t1 { "jit_first" } else { "jit_second" };
         assert_eq!(s.1, want, "sample at {} (second load at {t1})", s.0);
@@ -276,10 +280,7 @@ fn node_without_a_flag_report_names_the_runtime_and_the_flag() {
     let Some((trace, _)) = record(dir.path(), &["node", "app.js"]) else { return };
     let o = tailprof(&["report", trace.to_str().unwrap()], dir.path());
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
-    assert!(
-        text.lines().any(|l| l.contains("JIT code of node (pid") && l.contains("--perf-basic-prof")),
-        "{text}"
-    );
+    assert!(text.lines().any(|l| l.contains("JIT code of node (pid") && l.contains("--perf-basic-prof")), "{text}");
     let o = tailprof(&["report", "--json", trace.to_str().unwrap()], dir.path());
     let json = String::from_utf8_lossy(&o.stdout);
     let compact: String = json.split_whitespace().collect();

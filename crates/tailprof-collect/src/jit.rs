@@ -238,7 +238,8 @@ impl JitCollector {
         self.last_poll = now;
         let pids: Vec<u32> = self.procs.keys().copied().collect();
         for pid in pids {
-            let rounds = if last { 1 + (self.limits.map_bytes / self.limits.poll_bytes.max(1) as u64) as usize } else { 1 };
+            let rounds =
+                if last { 1 + (self.limits.map_bytes / self.limits.poll_bytes.max(1) as u64) as usize } else { 1 };
             for _ in 0..rounds {
                 if !self.poll_map(pid, now, last) {
                     break;
@@ -246,7 +247,8 @@ impl JitCollector {
             }
             let n = self.procs.get(&pid).map_or(0, |p| p.dumps.len());
             for i in 0..n {
-                let rounds = if last { 1 + self.limits.dump_bytes as usize / (self.limits.poll_bytes.max(1)) } else { 1 };
+                let rounds =
+                    if last { 1 + self.limits.dump_bytes as usize / (self.limits.poll_bytes.max(1)) } else { 1 };
                 for _ in 0..rounds {
                     if !self.poll_dump(pid, i) {
                         break;
@@ -277,7 +279,8 @@ impl JitCollector {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(false),
             Err(e) => {
                 // A symlink (ELOOP), a FIFO or device, FUSE, no permission.
-                let why = if e.raw_os_error() == Some(libc::ELOOP) { "a symbolic link".to_owned() } else { e.to_string() };
+                let why =
+                    if e.raw_os_error() == Some(libc::ELOOP) { "a symbolic link".to_owned() } else { e.to_string() };
                 self.refuse(pid, path, &why);
                 Err(true)
             }
@@ -602,7 +605,10 @@ mod tests {
 
     #[test]
     fn map_lines_with_and_without_0x() {
-        assert_eq!(parse_map_line(b"7f00a0 40 LazyCompile:*hot /a.js:3"), Some((0x7f00a0, 0x40, "LazyCompile:*hot /a.js:3".into())));
+        assert_eq!(
+            parse_map_line(b"7f00a0 40 LazyCompile:*hot /a.js:3"),
+            Some((0x7f00a0, 0x40, "LazyCompile:*hot /a.js:3".into()))
+        );
         assert_eq!(parse_map_line(b"0x10 0x20 Interpreter"), Some((0x10, 0x20, "Interpreter".into())));
         assert_eq!(parse_map_line(b"10 0 empty"), None);
         assert_eq!(parse_map_line(b"zz 10 bad"), None);

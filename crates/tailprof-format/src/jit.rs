@@ -117,8 +117,24 @@ mod tests {
     #[test]
     fn entries_round_trip_and_damage_is_none() {
         let e = vec![
-            JitEntry { pid: 7, time: 0, start: 0x7f00_0000_1000, size: 0x40, origin: JitOrigin::PerfMap, name: "LazyCompile:*hot a.js:1".into(), source: None },
-            JitEntry { pid: 7, time: 123_456, start: 0x1000, size: 8, origin: JitOrigin::JitLoad, name: "f".into(), source: Some("a.js:3".into()) },
+            JitEntry {
+                pid: 7,
+                time: 0,
+                start: 0x7f00_0000_1000,
+                size: 0x40,
+                origin: JitOrigin::PerfMap,
+                name: "LazyCompile:*hot a.js:1".into(),
+                source: None,
+            },
+            JitEntry {
+                pid: 7,
+                time: 123_456,
+                start: 0x1000,
+                size: 8,
+                origin: JitOrigin::JitLoad,
+                name: "f".into(),
+                source: Some("a.js:3".into()),
+            },
         ];
         let b = encode_jit(&e);
         assert_eq!(decode_jit(&b).unwrap(), e);
