@@ -286,3 +286,41 @@ fn node_without_a_flag_report_names_the_runtime_and_the_flag() {
     let compact: String = json.split_whitespace().collect();
     assert!(compact.contains("\"jit_advice\":[") && compact.contains("\"runtime\":\"node\""), "{json}");
 }
+
+/// Issue 23: Java with `-XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions
+/// -XX:+DumpPerfMapAtExit`: the map is written as the JVM exits, read at the end of the
+/// recording (the process gone, through the host's /tmp); the hot method is named.
+#[test]
+fn java_dump_perf_map_at_exit_names_the_hot_method() {
+    if !have("java") {
+        eprintln!("SKIP: java not installed (.ci/run installs a JDK as optional)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Hot.java"),
+        r#"public class Hot {
+    static long hotMethod(long n) { long s = 0; for (long i = 0; i < n; i++) { s = (s * 31 + i) % 1000003; } return s; }
+    public static void main(String[] a) {
+        long end = System.currentTimeMillis() + 2500, x = 0;
+        while (System.currentTimeMillis() < end) { x += hotMethod(1_000_000); }
+        System.out.println(x);
+    }
+}
+"#,
+    )
+    .unwrap();
+    let Some((trace, o)) = record(
+        dir.path(),
+        &["java", "-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit", "Hot.java"],
+    ) else {
+        return;
+    };
+    for pid in samples_pids(&trace) {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+    let samples = named_samples(&trace);
+    let hot = samples.iter().filter(|s| s.1.contains("Hot.hotMethod") && s.2 == "[jit]").count();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(hot * 5 >= samples.len(), "Hot.hotMethod named in {hot} of {} user samples; {stderr}", samples.len());
+}
