@@ -15,6 +15,10 @@
 
 use serde::{Deserialize, Serialize};
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Which processor mode a sample (or mapping) belongs to. Mirrors perf's
 /// `PERF_RECORD_MISC_CPUMODE_*` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -645,8 +649,9 @@ pub struct TraceStats {
     /// Sum of `Lost::count` over [`LossKind::MarkersRejected`] records (version 2).
     #[serde(default)]
     pub rejected_markers: u64,
-    /// Sum of `Lost::count` over [`LossKind::JitNames`] records (version 4).
-    #[serde(default)]
+    /// Sum of `Lost::count` over [`LossKind::JitNames`] records (version 4; not written
+    /// when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub skipped_jit_names: u64,
     pub throttle_events: u64,
     pub unthrottle_events: u64,
