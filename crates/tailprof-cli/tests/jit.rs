@@ -193,10 +193,10 @@ fn node_split(flag: &str) -> Option<(f64, f64)> {
     for p in pid_files {
         std::fs::remove_file(p).unwrap();
     }
-    let samples = named_samples(&trace);
     for pid in samples_pids(&trace) {
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     }
+    let samples = named_samples(&trace);
     let named = samples.iter().filter(|s| s.2 == "[jit]").count();
     let anon = samples.iter().filter(|s| s.2 == "//anon" || s.2 == "[unknown]").count();
     let hot = samples.iter().filter(|s| s.1.contains("hotLoop")).count();
