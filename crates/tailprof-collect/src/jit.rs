@@ -625,4 +625,139 @@ mod tests {
         assert!(!is_jitdump_path("/tmp/jit-12x.dump"));
         assert!(!is_jitdump_path("/tmp/perf-12.map"));
     }
+
+    fn rec(id: u32, ts: u64, body: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&id.to_le_bytes());
+        v.extend_from_slice(&(16 + body.len() as u32).to_le_bytes());
+        v.extend_from_slice(&ts.to_le_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    fn load(addr: u64, size: u64, index: u64, name: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        for w in [std::process::id(), std::process::id()] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        for w in [addr, addr, size, index] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(name.as_bytes());
+        b.push(0);
+        b.extend_from_slice(&[0xcc; 32]); // the code bytes, never read
+        b
+    }
+
+    /// A jitdump written in pieces: CODE_LOAD with its time, DEBUG_INFO's first line as the
+    /// load's source, CODE_MOVE by code index, a record still being written waits for
+    /// the next poll, and garbage after CLOSE is never read. A record whose size field is
+    /// impossible stops the file and is counted.
+    #[test]
+    fn jitdump_loads_moves_debug_info_incrementally() {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join(format!("jit-{pid}.dump"));
+        let mut header = Vec::new();
+        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
+            header.extend_from_slice(&w.to_le_bytes());
+        }
+        header.extend_from_slice(&[0u8; 16]);
+        let mut debug = Vec::new();
+        debug.extend_from_slice(&0x5000u64.to_le_bytes());
+        debug.extend_from_slice(&1u64.to_le_bytes());
+        debug.extend_from_slice(&0x5004u64.to_le_bytes());
+        debug.extend_from_slice(&42u32.to_le_bytes());
+        debug.extend_from_slice(&0u32.to_le_bytes());
+        debug.extend_from_slice(b"app.js\0");
+        let mut first = header.clone();
+        first.extend(rec(JIT_CODE_DEBUG_INFO, 90, &debug));
+        first.extend(rec(JIT_CODE_LOAD, 100, &load(0x5000, 0x40, 7, "f")));
+        let second = rec(JIT_CODE_LOAD, 200, &load(0x6000, 0x20, 8, "g"));
+        first.extend_from_slice(&second[..20]);
+        std::fs::write(&path, &first).unwrap();
+
+        let mut c = JitCollector::new(JitLimits::default(), true);
+        let m = Mmap {
+            pid,
+            tid: pid,
+            start: 0x1000,
+            len: 4096,
+            prot: 5,
+            path: path.display().to_string(),
+            ..Default::default()
+        };
+        c.note_mmap(&m);
+        c.poll(1, true);
+        let got = c.take_entries();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].name.as_str(), got[0].time, got[0].start, got[0].size), ("f", 100, 0x5000, 0x40));
+        assert_eq!(got[0].source.as_deref(), Some("app.js:42"));
+
+        // The rest of the second load, a move of `f`, CLOSE, then garbage.
+        let mut rest = second[20..].to_vec();
+        let mut mv = Vec::new();
+        for w in [pid, pid] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        for w in [0x5000u64, 0x5000, 0x9000, 0x40, 7] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        rest.extend(rec(JIT_CODE_MOVE, 300, &mv));
+        rest.extend(rec(JIT_CODE_CLOSE, 400, &[]));
+        rest.extend_from_slice(&[0xff; 64]);
+        let mut all = first.clone();
+        all.extend(rest);
+        std::fs::write(&path, &all).unwrap();
+        c.poll(2, true);
+        let got = c.take_entries();
+        let names: Vec<_> = got.iter().map(|e| (e.name.as_str(), e.start, e.time, e.origin)).collect();
+        assert_eq!(names, [("g", 0x6000, 200, JitOrigin::JitLoad), ("f", 0x9000, 300, JitOrigin::JitMove)]);
+        assert_eq!(c.skipped(), 0);
+
+        // A second dump with an impossible record size: stops there, counted once.
+        let bad_path = dir.join(format!("jit-{}.dump", pid + 1));
+        let mut bad = header.clone();
+        bad.extend_from_slice(&[0, 0, 0, 0, 3, 0, 0, 0]);
+        bad.extend_from_slice(&[0; 8]);
+        bad.extend(rec(JIT_CODE_LOAD, 100, &load(0x7000, 0x10, 1, "never")));
+        std::fs::write(&bad_path, &bad).unwrap();
+        c.note_mmap(&Mmap { path: bad_path.display().to_string(), ..m });
+        c.poll(3, true);
+        assert!(c.take_entries().is_empty());
+        assert_eq!(c.skipped(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A perf map read as it grows: a line cut between two polls is joined, a line over
+    /// the length bound is skipped (counted once) up to its newline, garbage lines are
+    /// counted, entries past the per-process bound are counted.
+    #[test]
+    fn perf_map_is_read_incrementally_within_bounds() {
+        let pid = std::process::id();
+        let path = format!("/tmp/perf-{pid}.map");
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, "1000 10 first\n2000 2").unwrap();
+        let limits = JitLimits { line_len: 64, entries_per_process: 3, ..JitLimits::default() };
+        let mut c = JitCollector::new(limits, true);
+        c.note_process(pid);
+        c.poll(1, true);
+        let got = c.take_entries();
+        assert_eq!(got.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["first"]);
+        let long = "x".repeat(100);
+        let more = format!("0 second\n3000 10 {long}\nnot a line at all\n4000 10 third\n5000 10 fourth\n");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, more.as_bytes()).unwrap();
+        c.poll(2, true);
+        let got = c.take_entries();
+        assert_eq!(
+            got.iter().map(|e| (e.start, e.size, e.name.as_str())).collect::<Vec<_>>(),
+            [(0x2000, 0x20, "second"), (0x4000, 0x10, "third")]
+        );
+        // The long line, the garbage line, and `fourth` over the bound of 3 entries.
+        assert_eq!(c.skipped(), 3);
+        let _ = std::fs::remove_file(&path);
+    }
 }
