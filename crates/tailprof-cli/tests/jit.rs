@@ -37,12 +37,19 @@ fn have(cmd: &str) -> bool {
 /// Records `cmd` into `dir/out.tprof`; `None` (after a SKIP message) when this machine
 /// cannot record.
 fn record(dir: &Path, cmd: &[&str]) -> Option<(PathBuf, Output)> {
+    record_with(dir, &[], cmd)
+}
+
+/// [`record`] with recorder options `opts`.
+fn record_with(dir: &Path, opts: &[&str], cmd: &[&str]) -> Option<(PathBuf, Output)> {
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIP: recording JIT names needs root here (perf_event_open of a launched command)");
         return None;
     }
     let out = dir.join("out.tprof");
-    let mut args = vec!["record", "-o", out.to_str().unwrap(), "--"];
+    let mut args = vec!["record", "-o", out.to_str().unwrap()];
+    args.extend_from_slice(opts);
+    args.push("--");
     args.extend_from_slice(cmd);
     let o = tailprof(&args, dir);
     if !o.status.success() {
@@ -323,4 +330,37 @@ fn java_dump_perf_map_at_exit_names_the_hot_method() {
     let hot = samples.iter().filter(|s| s.1.contains("Hot.hotMethod") && s.2 == "[jit]").count();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(hot * 5 >= samples.len(), "Hot.hotMethod named in {hot} of {} user samples; {stderr}", samples.len());
+}
+
+/// Issue 23: stacks through JIT code with frame pointers (V8 keeps them): the JS leaf is
+/// named from the perf map and the stack reaches the process entry through V8's frames.
+#[test]
+fn node_stacks_through_jit_frames_reach_the_entry() {
+    if !have("node") {
+        eprintln!("SKIP: node not installed (.ci/run installs nodejs as optional)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.js"), NODE_APP).unwrap();
+    let Some((trace, _)) = record_with(dir.path(), &["-g"], &["node", "--perf-basic-prof", "app.js"]) else { return };
+    for pid in samples_pids(&trace) {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+    let o = tailprof(&["report", "--by", "stack", "--json", "--top", "0", trace.to_str().unwrap()], dir.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut hot = 0u64;
+    let mut hot_complete = 0u64;
+    for st in json["stacks"].as_array().unwrap() {
+        let frames: Vec<&str> = st["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        let samples = st["samples"].as_u64().unwrap();
+        if frames.last().is_some_and(|f| f.contains("hotLoop")) {
+            hot += samples;
+            if st["complete"] == true && frames.iter().any(|f| f.contains("main")) {
+                hot_complete += samples;
+            }
+        }
+    }
+    assert!(hot >= 100, "too few stacks with hotLoop at the leaf ({hot})");
+    assert!(hot_complete * 10 >= hot * 8, "{hot_complete} of {hot} hotLoop stacks complete to main");
 }
