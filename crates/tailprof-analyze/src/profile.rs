@@ -296,6 +296,9 @@ impl ProfileCounts {
                     .rows
                     .into_iter()
                     .zip(folded)
+                    // A location resolved only on the way to a JIT name (its anonymous
+                    // mapping) has no samples of its own.
+                    .filter(|(_, c)| c.samples > 0)
                     .map(|(f, c)| {
                         if let Some(r) = &f.unknown_reason {
                             *unknown.entry((f.binary.clone(), r.clone())).or_default() += c.samples;

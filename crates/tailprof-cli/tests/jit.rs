@@ -204,6 +204,12 @@ fn node_split(flag: &str) -> Option<(f64, f64)> {
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     }
     let samples = named_samples(&trace);
+    // The anonymous mapping under the named code leaves no empty rows behind.
+    let rep = tailprof(&["report", "--json", "--top", "0", trace.to_str().unwrap()], dir.path());
+    let report: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    for r in report["functions"].as_array().unwrap().iter().chain(report["unknown"].as_array().unwrap()) {
+        assert!(r["samples"].as_u64().unwrap() > 0, "empty row {r}");
+    }
     let named = samples.iter().filter(|s| s.2 == "[jit]").count();
     let anon = samples.iter().filter(|s| s.2 == "//anon" || s.2 == "[unknown]").count();
     let hot = samples.iter().filter(|s| s.1.contains("hotLoop")).count();
