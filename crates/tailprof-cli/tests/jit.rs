@@ -280,8 +280,8 @@ fn hostile_perf_maps_are_refused_or_bounded_and_counted() {
     assert!(ru.ru_maxrss < 256 * 1024, "peak RSS {} KiB", ru.ru_maxrss);
 }
 
-/// Issue 23 item 6: Node without a flag: `report` says the samples are JIT code of node
-/// and gives the exact flag.
+/// Issue 23 item 6: Node without a flag: `record` and `report` say the samples are JIT
+/// code of node and give the exact flag.
 #[test]
 fn node_without_a_flag_report_names_the_runtime_and_the_flag() {
     if !have("node") {
@@ -290,7 +290,12 @@ fn node_without_a_flag_report_names_the_runtime_and_the_flag() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("app.js"), NODE_APP).unwrap();
-    let Some((trace, _)) = record(dir.path(), &["node", "app.js"]) else { return };
+    let Some((trace, rec)) = record(dir.path(), &["node", "app.js"]) else { return };
+    let rec_err = String::from_utf8_lossy(&rec.stderr);
+    assert!(
+        rec_err.lines().any(|l| l.contains("node (pid") && l.contains("--perf-basic-prof")),
+        "record gives no advice: {rec_err}"
+    );
     let o = tailprof(&["report", trace.to_str().unwrap()], dir.path());
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(text.lines().any(|l| l.contains("JIT code of node (pid") && l.contains("--perf-basic-prof")), "{text}");

@@ -105,6 +105,10 @@ struct Proc {
     uid: Option<u32>,
     /// The PID in the process's own namespace (`NSpid`'s last field).
     nspid: Option<u32>,
+    /// The process's name (`Name:` of its status) when first seen.
+    name: Option<String>,
+    /// It has anonymous executable memory (where runtimes put generated code).
+    anon_exec: bool,
     map: MapState,
     dumps: Vec<DumpState>,
     entries: usize,
@@ -196,7 +200,8 @@ impl JitCollector {
                 return None;
             }
             let uid = std::fs::metadata(format!("/proc/{pid}")).ok().map(|m| m.uid());
-            self.procs.insert(pid, Proc { uid, nspid: nspid(pid), ..Default::default() });
+            let (name, nspid) = status(pid);
+            self.procs.insert(pid, Proc { uid, nspid, name, ..Default::default() });
         }
         self.procs.get_mut(&pid)
     }
@@ -213,7 +218,10 @@ impl JitCollector {
             return;
         }
         let jitdump = is_jitdump_path(&m.path);
+        let anon_exec = m.prot & libc::PROT_EXEC as u32 != 0
+            && (m.path.is_empty() || m.path.starts_with("//anon") || m.path.starts_with("[anon"));
         let Some(p) = self.proc_mut(m.pid) else { return };
+        p.anon_exec |= anon_exec;
         if jitdump && p.dumps.len() < 16 && !p.dumps.iter().any(|d| d.path == m.path) {
             p.dumps.push(DumpState {
                 path: m.path.clone(),
@@ -256,6 +264,24 @@ impl JitCollector {
                 }
             }
         }
+    }
+
+    /// Processes of a known runtime (by name) with anonymous executable memory and no
+    /// JIT names: which runtime and the flag that makes it publish them (at most 8).
+    pub fn advice(&self) -> Vec<String> {
+        let mut pids: Vec<&u32> = self.procs.keys().collect();
+        pids.sort_unstable();
+        pids.into_iter()
+            .filter_map(|pid| {
+                let p = &self.procs[pid];
+                if !p.anon_exec || p.entries > 0 {
+                    return None;
+                }
+                let (runtime, flag) = tailprof_format::jit::runtime_advice(p.name.as_deref()?)?;
+                Some(format!("{runtime} (pid {pid}) ran generated code without publishing its names: {flag}"))
+            })
+            .take(8)
+            .collect()
     }
 
     /// Entries found since the last call, to be written to the trace.
@@ -592,11 +618,19 @@ fn cstr(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-/// `pid` as the process sees it in its own PID namespace (`NSpid`'s last field).
-fn nspid(pid: u32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find(|l| l.starts_with("NSpid:"))?;
-    line.split_whitespace().last()?.parse().ok()
+/// The process's name and its PID as it sees it in its own PID namespace (`Name:` and
+/// `NSpid:`'s last field of `/proc/PID/status`, read at most 64 KiB).
+fn status(pid: u32) -> (Option<String>, Option<u32>) {
+    use std::io::Read;
+    let mut s = String::new();
+    let Ok(f) = File::open(format!("/proc/{pid}/status")) else { return (None, None) };
+    if f.take(64 << 10).read_to_string(&mut s).is_err() {
+        return (None, None);
+    }
+    let field = |k: &str| s.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);
+    let name = field("Name:").map(str::to_owned);
+    let nspid = field("NSpid:").and_then(|v| v.split_whitespace().last()).and_then(|v| v.parse().ok());
+    (name, nspid)
 }
 
 #[cfg(test)]

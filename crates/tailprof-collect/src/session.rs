@@ -660,6 +660,7 @@ impl Recorder {
         }
         self.emitter.summary.skipped_jit_names = jit_skipped;
         self.notes.extend(self.emitter.jit.take_notes());
+        self.notes.extend(self.emitter.jit.advice());
         out.end_round()?;
         self.emitter.summary.rounds += 1;
         self.emitter.summary.duration_ns = monotonic_ns().saturating_sub(t0);

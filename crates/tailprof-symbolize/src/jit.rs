@@ -95,25 +95,7 @@ impl JitTables {
     }
 }
 
-/// Which runtime an executable name (a process's `comm` or its executable's file name)
-/// is, and the exact way to make it publish the names of its generated code
-/// (docs/SYMBOLS.md, "Runtimes and flags"). `None` for names of no known runtime.
-pub fn runtime_advice(exe: &str) -> Option<(&'static str, &'static str)> {
-    let name = exe.rsplit('/').next().unwrap_or(exe);
-    let python_minor = name.strip_prefix("python3.").and_then(|m| m.parse::<u32>().ok());
-    Some(match name {
-        "node" | "nodejs" => ("node", "run node with --perf-basic-prof (a perf map) or --perf-prof (a jitdump)"),
-        "java" => (
-            "java",
-            "add -XX:+PreserveFramePointer and run `jcmd PID Compiler.perfmap` while recording, or start it with -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit",
-        ),
-        "dotnet" => ("dotnet", "start it with DOTNET_PerfMapEnabled=1 in its environment (perf map and jitdump)"),
-        _ if python_minor.is_some_and(|m| m >= 12) || name == "python3" => {
-            ("python", "python 3.12 or later: run it with -X perf (or PYTHONPERFSUPPORT=1 in its environment)")
-        }
-        _ => return None,
-    })
-}
+pub use tailprof_format::jit::runtime_advice;
 
 #[cfg(test)]
 mod tests {
