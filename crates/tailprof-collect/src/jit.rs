@@ -34,6 +34,8 @@ pub struct JitLimits {
     pub entries_per_process: usize,
     /// Bytes walked of one jitdump (code bytes are skipped, not read).
     pub dump_bytes: u64,
+    /// Records walked of one jitdump (tiny garbage records cost a read each).
+    pub dump_records: u64,
     /// Bytes read per file per poll (the rest waits for the next poll).
     pub poll_bytes: usize,
     /// Jitdump records handled per file per poll.
@@ -49,6 +51,7 @@ impl Default for JitLimits {
             line_len: 4096,
             entries_per_process: 1 << 18,
             dump_bytes: 1 << 30,
+            dump_records: 4_000_000,
             poll_bytes: 4 << 20,
             poll_records: 100_000,
             processes: 4096,
@@ -93,6 +96,8 @@ struct DumpState {
     /// Timestamps are TSC ticks (header flag bit 0), not CLOCK_MONOTONIC.
     tsc: bool,
     done: bool,
+    /// Records walked so far.
+    records: u64,
     /// `file:line` of the next CODE_LOAD (DEBUG_INFO precedes its load), by code address.
     debug: Option<(u64, String)>,
     /// Names by code index (for CODE_MOVE).
@@ -231,6 +236,7 @@ impl JitCollector {
                 swapped: false,
                 tsc: false,
                 done: false,
+                records: 0,
                 debug: None,
                 names: HashMap::new(),
             });
@@ -495,6 +501,13 @@ impl JitCollector {
             }
             let mut body = vec![0u8; 40 + MAX_NAME];
             for _ in 0..limits.poll_records {
+                if d.records >= limits.dump_records {
+                    d.done = true;
+                    d.file = None;
+                    skipped += 1;
+                    self.notes.push(format!("{}: only the first {} records walked", d.path, limits.dump_records));
+                    break;
+                }
                 if d.offset >= limits.dump_bytes {
                     d.done = true;
                     d.file = None;
@@ -579,6 +592,7 @@ impl JitCollector {
                     _ => {}
                 }
                 d.offset += total;
+                d.records += 1;
                 more = true;
             }
         }
@@ -793,5 +807,34 @@ mod tests {
         // The long line, the garbage line, and `fourth` over the bound of 3 entries.
         assert_eq!(c.skipped(), 3);
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A jitdump of many tiny records of an unknown kind stops at the record bound,
+    /// counted once (the CPU a hostile file can cost is bounded).
+    #[test]
+    fn jitdump_record_bound_is_counted() {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join(format!("jit-{pid}.dump"));
+        let mut b = Vec::new();
+        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&[0u8; 16]);
+        for _ in 0..5000 {
+            b.extend(rec(99, 1, &[]));
+        }
+        b.extend(rec(JIT_CODE_LOAD, 100, &load(0x5000, 0x40, 7, "after the bound")));
+        std::fs::write(&path, &b).unwrap();
+        let mut c =
+            JitCollector::new(JitLimits { dump_records: 1000, poll_records: 300, ..JitLimits::default() }, true);
+        c.note_mmap(&Mmap { pid, tid: pid, prot: 5, path: path.display().to_string(), ..Default::default() });
+        c.poll(1, true);
+        assert!(c.take_entries().is_empty());
+        assert_eq!(c.skipped(), 1);
+        assert!(c.take_notes().iter().any(|n| n.contains("only the first 1000 records")));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
