@@ -309,6 +309,9 @@ impl JitCollector {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(false),
+            // `/proc/PID/root` of a process we may not look into (not root): as if there
+            // were nothing there; the host path is tried next.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && path.starts_with("/proc/") => Err(false),
             Err(e) => {
                 // A symlink (ELOOP), a FIFO or device, FUSE, no permission.
                 let why =
