@@ -117,6 +117,8 @@ struct Proc {
     map: MapState,
     dumps: Vec<DumpState>,
     entries: usize,
+    /// Its EXIT record was seen: read once more, then forgotten.
+    exited: bool,
 }
 
 /// Finds, reads and copies perf maps and jitdumps of the recorded processes; see the
@@ -132,6 +134,12 @@ pub struct JitCollector {
     last_poll: u64,
     notes: Vec<String>,
     out: Vec<JitEntry>,
+    /// Off for outputs that keep no JIT names (the agent's aggregator).
+    enabled: bool,
+    /// Advice about processes already forgotten ([`Self::advice`]).
+    gone_advice: Vec<String>,
+    /// A process exited since the last poll (the next one is not delayed).
+    exits: bool,
 }
 
 /// Whether `path` names a jitdump (`.../jit-<digits>.dump`).
@@ -177,6 +185,23 @@ impl JitCollector {
             last_poll: 0,
             notes: Vec::new(),
             out: Vec::new(),
+            enabled: true,
+            gone_advice: Vec::new(),
+            exits: false,
+        }
+    }
+
+    /// Turns the collector off (nothing is opened or read) or on.
+    pub fn set_enabled(&mut self, on: bool) {
+        self.enabled = on;
+    }
+
+    /// A process exited: what it wrote last is read at the next poll, then its state is
+    /// dropped (so a long `-a` recording keeps watching new processes).
+    pub fn note_exit(&mut self, pid: u32) {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.exited = true;
+            self.exits = true;
         }
     }
 
@@ -196,7 +221,7 @@ impl JitCollector {
     }
 
     fn proc_mut(&mut self, pid: u32) -> Option<&mut Proc> {
-        if pid == 0 || pid == u32::MAX {
+        if !self.enabled || pid == 0 || pid == u32::MAX {
             return None;
         }
         if !self.procs.contains_key(&pid) {
@@ -246,28 +271,39 @@ impl JitCollector {
     /// Reads what is new in every watched file, at most every 100 ms unless `last`
     /// (the end of the recording: everything up to the bounds is read).
     pub fn poll(&mut self, now: u64, last: bool) {
-        if !last && now.saturating_sub(self.last_poll) < 100_000_000 {
+        if !self.enabled || (!last && !self.exits && now.saturating_sub(self.last_poll) < 100_000_000) {
             return;
         }
+        self.exits = false;
         self.last_poll = now;
         let pids: Vec<u32> = self.procs.keys().copied().collect();
         for pid in pids {
+            // An exited process is read to its end once, then forgotten.
+            let whole = last || self.procs.get(&pid).is_some_and(|p| p.exited);
             let rounds =
-                if last { 1 + (self.limits.map_bytes / self.limits.poll_bytes.max(1) as u64) as usize } else { 1 };
+                if whole { 1 + (self.limits.map_bytes / self.limits.poll_bytes.max(1) as u64) as usize } else { 1 };
             for _ in 0..rounds {
-                if !self.poll_map(pid, now, last) {
+                if !self.poll_map(pid, now, whole) {
                     break;
                 }
             }
             let n = self.procs.get(&pid).map_or(0, |p| p.dumps.len());
             for i in 0..n {
                 let rounds =
-                    if last { 1 + self.limits.dump_bytes as usize / (self.limits.poll_bytes.max(1)) } else { 1 };
+                    if whole { 1 + self.limits.dump_bytes as usize / (self.limits.poll_bytes.max(1)) } else { 1 };
                 for _ in 0..rounds {
                     if !self.poll_dump(pid, i) {
                         break;
                     }
                 }
+            }
+            if !last && self.procs.get(&pid).is_some_and(|p| p.exited) {
+                if let Some(a) = self.advice_for(pid) {
+                    if self.gone_advice.len() < 8 {
+                        self.gone_advice.push(a);
+                    }
+                }
+                self.procs.remove(&pid);
             }
         }
     }
@@ -277,17 +313,19 @@ impl JitCollector {
     pub fn advice(&self) -> Vec<String> {
         let mut pids: Vec<&u32> = self.procs.keys().collect();
         pids.sort_unstable();
-        pids.into_iter()
-            .filter_map(|pid| {
-                let p = &self.procs[pid];
-                if !p.anon_exec || p.entries > 0 {
-                    return None;
-                }
-                let (runtime, flag) = tailprof_format::jit::runtime_advice(p.name.as_deref()?)?;
-                Some(format!("{runtime} (pid {pid}) ran generated code without publishing its names: {flag}"))
-            })
-            .take(8)
-            .collect()
+        let mut out = self.gone_advice.clone();
+        out.extend(pids.into_iter().filter_map(|&pid| self.advice_for(pid)));
+        out.truncate(8);
+        out
+    }
+
+    fn advice_for(&self, pid: u32) -> Option<String> {
+        let p = self.procs.get(&pid)?;
+        if !p.anon_exec || p.entries > 0 {
+            return None;
+        }
+        let (runtime, flag) = tailprof_format::jit::runtime_advice(p.name.as_deref()?)?;
+        Some(format!("{runtime} (pid {pid}) ran generated code without publishing its names: {flag}"))
     }
 
     /// Entries found since the last call, to be written to the trace.
@@ -839,5 +877,29 @@ mod tests {
         assert_eq!(c.skipped(), 1);
         assert!(c.take_notes().iter().any(|n| n.contains("only the first 1000 records")));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A process that exits: what it wrote last is read at the next poll (even before
+    /// the 100 ms poll interval), then it is forgotten; the advice about it is kept.
+    #[test]
+    fn an_exited_process_is_read_to_its_end_then_forgotten() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: needs root (the map of a process that is gone must be owned by root)");
+            return;
+        }
+        let pid = 4_100_000 + std::process::id() % 1000; // no such process
+        let path = format!("/tmp/perf-{pid}.map");
+        std::fs::write(&path, "1000 10 early\n").unwrap();
+        let mut c = JitCollector::new(JitLimits::default(), true);
+        c.note_mmap(&Mmap { pid, tid: pid, prot: 5, path: "//anon".into(), ..Default::default() });
+        c.poll(1_000_000_000, false);
+        assert_eq!(c.take_entries().len(), 1);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, b"2000 10 at exit\n").unwrap();
+        c.note_exit(pid);
+        c.poll(1_000_000_001, false);
+        assert_eq!(c.take_entries().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["at exit"]);
+        assert!(c.procs.is_empty());
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -541,6 +541,7 @@ impl Recorder {
             return Err(RecordError::Options("a Recorder runs only once".into()));
         }
         let t0 = monotonic_ns();
+        self.emitter.jit.set_enabled(out.keeps_jit());
         // System-wide: the running processes are described *before* the events are
         // enabled (as perf does). Reading /proc and every mapped file's build-id takes a
         // while, much longer under a high sampling rate (the interrupts slow it down), and

@@ -262,6 +262,7 @@ impl Emitter {
             Record::Marker(_) => self.summary.markers += 1,
             Record::Throttle(t) if t.throttled => self.summary.throttled += 1,
             Record::Mmap(m) => self.jit.note_mmap(m),
+            Record::Exit(t) if t.pid == t.tid => self.jit.note_exit(t.pid),
             _ => {}
         }
         // Probe events are not in the header's event list.
