@@ -210,6 +210,8 @@ fn node_split(flag: &str) -> Option<(f64, f64)> {
     for r in report["functions"].as_array().unwrap().iter().chain(report["unknown"].as_array().unwrap()) {
         assert!(r["samples"].as_u64().unwrap() > 0, "empty row {r}");
     }
+    let info = tailprof(&["info", trace.to_str().unwrap()], dir.path());
+    assert!(String::from_utf8_lossy(&info.stdout).contains("JIT names:"), "{}", String::from_utf8_lossy(&info.stdout));
     let named = samples.iter().filter(|s| s.2 == "[jit]").count();
     let anon = samples.iter().filter(|s| s.2 == "//anon" || s.2 == "[unknown]").count();
     let hot = samples.iter().filter(|s| s.1.contains("hotLoop")).count();
