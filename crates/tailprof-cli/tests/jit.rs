@@ -377,3 +377,68 @@ fn node_stacks_through_jit_frames_reach_the_entry() {
     assert!(hot >= 100, "too few stacks with hotLoop at the leaf ({hot})");
     assert!(hot_complete * 10 >= hot * 8, "{hot_complete} of {hot} hotLoop stacks complete to main");
 }
+
+/// Issue 23: the split of the two JS functions in tailprof's report is within ±5 points of
+/// `perf report`'s on a perf recording of the same program (perf reads the perf map at
+/// report time). Skips without perf.
+#[test]
+fn node_split_agrees_with_perf_report() {
+    if !have("node") || !have("perf") {
+        eprintln!("SKIP: node or perf not installed");
+        return;
+    }
+    let Some((_, ours)) = node_split("--perf-basic-prof") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.js"), NODE_APP).unwrap();
+    let data = dir.path().join("perf.data");
+    let rec = Command::new("perf")
+        .args([
+            "record",
+            "-k",
+            "mono",
+            "-e",
+            "cpu-clock",
+            "-o",
+            data.to_str().unwrap(),
+            "--",
+            "node",
+            "--perf-basic-prof",
+            "app.js",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    if !rec.status.success() {
+        eprintln!("SKIP: perf record failed: {}", String::from_utf8_lossy(&rec.stderr));
+        return;
+    }
+    let rep = Command::new("perf")
+        .args(["report", "--stdio", "--sort", "sym", "-i", data.to_str().unwrap()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&rep.stdout);
+    let share = |f: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.contains(f))
+            .filter_map(|l| l.split_whitespace().next()?.trim_end_matches('%').parse::<f64>().ok())
+            .sum()
+    };
+    let (hot, cold) = (share("hotLoop"), share("coldLoop"));
+    // The perf map perf read is left by node: remove it (its pid from `--sort pid`: "PID:comm").
+    let pids = Command::new("perf")
+        .args(["report", "--stdio", "--sort", "pid", "-i", data.to_str().unwrap()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    for l in String::from_utf8_lossy(&pids.stdout).lines() {
+        if let Some(pid) =
+            l.split_whitespace().nth(1).and_then(|w| w.split(':').next()).and_then(|p| p.parse::<u32>().ok())
+        {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        }
+    }
+    assert!(hot + cold > 50.0, "perf report names too little: {text}");
+    let theirs = 100.0 * hot / (hot + cold);
+    assert!((ours - theirs).abs() <= 5.0, "hotLoop share: tailprof {ours:.1}%, perf report {theirs:.1}%");
+}
