@@ -26,7 +26,9 @@ pub fn trace_info(reader: &mut TraceReader, count_records: bool) -> Result<Trace
         None
     };
     let build_ids = reader.build_ids().to_vec();
-    Ok(TraceInfo::new(reader.header(), &summary, &stats, duration, &build_ids, counts.as_ref()))
+    let mut info = TraceInfo::new(reader.header(), &summary, &stats, duration, &build_ids, counts.as_ref());
+    info.jit_names = reader.jit_entries().len() as u64;
+    Ok(info)
 }
 
 /// Per-event and per-task counts from a full pass over the records.
@@ -170,6 +172,9 @@ pub struct TraceInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads_seen: Option<u64>,
     pub build_ids: u64,
+    /// Names of JIT code (perf maps, jitdumps) the trace carries (FORMAT.md §6.1).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub jit_names: u64,
     pub source: String,
     pub cmdline: Vec<String>,
     pub hostname: Option<String>,
@@ -179,6 +184,10 @@ pub struct TraceInfo {
     pub nr_cpus: Option<u32>,
     pub start_realtime_ns: Option<u64>,
     pub extra: std::collections::BTreeMap<String, String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `hardware`, `software`, ... for a perf_event_attr type.
@@ -291,6 +300,7 @@ impl TraceInfo {
             processes_seen: counts.map(RecordCounter::processes_seen),
             threads_seen: counts.map(RecordCounter::threads_seen),
             build_ids: build_ids.len() as u64,
+            jit_names: 0,
             source: header.source.clone(),
             cmdline: header.cmdline.clone(),
             hostname: header.hostname.clone(),
@@ -302,10 +312,6 @@ impl TraceInfo {
             extra: header.extra.clone(),
         }
     }
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
 }
 
 #[cfg(test)]

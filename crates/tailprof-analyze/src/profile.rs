@@ -114,6 +114,24 @@ pub struct UnknownSummary {
     pub percent: f64,
 }
 
+/// Samples in anonymous memory (JIT code without names) of one process, with the
+/// runtime its executable name says it is and the flag that makes it publish names.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JitAdvice {
+    pub pid: u32,
+    /// The process's name (`comm`) when known.
+    pub comm: Option<String>,
+    /// `node`, `java`, `dotnet`, `python`, or `None` for no known runtime.
+    pub runtime: Option<String>,
+    pub samples: u64,
+    pub percent: f64,
+    /// What to do (docs/SYMBOLS.md, "Runtimes and flags").
+    pub advice: String,
+}
+
+/// Processes followed for [`JitAdvice`] at most (more are not advised on).
+const MAX_ADVICE_PIDS: usize = 4096;
+
 /// Bookkeeping about the work done (useful to judge performance).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ProfileStats {
@@ -147,6 +165,10 @@ pub struct FlatProfile {
     pub rows: Vec<ProfileRow>,
     /// Samples that could not be named, by binary and reason, largest first.
     pub unknown: Vec<UnknownSummary>,
+    /// Processes with samples in anonymous memory no perf map or jitdump names, largest
+    /// first: which runtime and the flag that makes it name its code.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub jit_advice: Vec<JitAdvice>,
     /// Kernel symbol source, or why kernel addresses are not named (only when the
     /// profile has kernel samples and is grouped by function).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,6 +203,8 @@ pub struct ProfileCounts {
     unthrottled: u64,
     read: Option<ReadSummary>,
     statuses: [u64; 8],
+    /// Samples in unnamed anonymous memory per pid, with the process's comm id.
+    anon: FxHashMap<u32, (u64, u32)>,
 }
 
 impl Resolved<ProfileCounts> {
@@ -206,6 +230,7 @@ impl Resolved<ProfileCounts> {
             unthrottled: 0,
             read: None,
             statuses: [0; 8],
+            anon: FxHashMap::default(),
         };
         Ok(Resolved::wrap(header, counts))
     }
@@ -231,6 +256,17 @@ impl ProfileCounts {
     #[inline]
     fn add_by_address(&mut self, s: &Sample, resolver: &mut Resolver) {
         let loc = resolver.loc(s).index();
+        let binary = resolver.locations()[loc].binary;
+        if resolver.spaces().binary(binary).kind == crate::maps::BinaryKind::Anon
+            && (self.anon.len() < MAX_ADVICE_PIDS || self.anon.contains_key(&s.pid))
+        {
+            let comm = resolver.spaces().comm_id(s.pid).unwrap_or(NO_COMM);
+            let e = self.anon.entry(s.pid).or_insert((0, comm));
+            e.0 += 1;
+            if e.1 == NO_COMM {
+                e.1 = comm;
+            }
+        }
         if loc >= self.loc_counts.len() {
             self.loc_counts.resize(loc + 1, Counts::default());
         }
@@ -260,6 +296,9 @@ impl ProfileCounts {
                     .rows
                     .into_iter()
                     .zip(folded)
+                    // A location resolved only on the way to a JIT name (its anonymous
+                    // mapping) has no samples of its own.
+                    .filter(|(_, c)| c.samples > 0)
                     .map(|(f, c)| {
                         if let Some(r) = &f.unknown_reason {
                             *unknown.entry((f.binary.clone(), r.clone())).or_default() += c.samples;
@@ -311,6 +350,26 @@ impl ProfileCounts {
             .map(|((binary, reason), samples)| UnknownSummary { binary, reason, samples, percent: pct(samples) })
             .collect();
         unknown.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.binary.cmp(&b.binary)));
+        let mut jit_advice: Vec<JitAdvice> = self
+            .anon
+            .iter()
+            .map(|(&pid, &(samples, comm))| {
+                let comm = (comm != NO_COMM).then(|| resolver.spaces().comm_name(comm).to_owned());
+                let found = comm.as_deref().and_then(crate::symbolize::jit::runtime_advice);
+                JitAdvice {
+                    pid,
+                    runtime: found.map(|(r, _)| r.to_owned()),
+                    advice: found.map_or_else(
+                        || "if it is a runtime that generates code, make it write a perf map or jitdump (docs/SYMBOLS.md, \"Runtimes and flags\")".to_owned(),
+                        |(_, a)| a.to_owned(),
+                    ),
+                    comm,
+                    samples,
+                    percent: pct(samples),
+                }
+            })
+            .collect();
+        jit_advice.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.pid.cmp(&b.pid)));
         let binaries = {
             let mut seen: Vec<BinaryId> = resolver.locations().iter().map(|l| l.binary).collect();
             seen.sort_unstable();
@@ -347,6 +406,7 @@ impl ProfileCounts {
             unthrottled: self.unthrottled,
             rows,
             unknown,
+            jit_advice,
             kernel_symbols,
             read: self.read,
             stats: ProfileStats {
@@ -400,7 +460,7 @@ impl ResolvedSink for ProfileCounts {
         match l.kind {
             LossKind::RingFull => self.lost_records += l.count,
             LossKind::Samples => self.lost_samples += l.count,
-            LossKind::Markers | LossKind::Malformed | LossKind::ItemClasses | LossKind::MarkersRejected => {}
+            LossKind::Markers | LossKind::Malformed | LossKind::ItemClasses | LossKind::MarkersRejected | LossKind::JitNames => {}
         }
     }
     fn handle_throttle(&mut self, t: &Throttle) {

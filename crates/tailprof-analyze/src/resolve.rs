@@ -95,6 +95,10 @@ pub struct Resolver {
     keep_stacks: bool,
     /// Stack definitions that did not extend `stacks` in order (never, from a reader).
     bad_stack_defs: u64,
+    /// Names of JIT code per process and time (the trace's JIT chunks).
+    jit: crate::symbolize::jit::JitTables,
+    /// Time of the record being handled (JIT names depend on it).
+    now: u64,
 }
 
 /// One function row: a name within a binary.
@@ -145,7 +149,26 @@ impl Resolver {
             stacks: StackTable::new(),
             keep_stacks: false,
             bad_stack_defs: 0,
+            jit: Default::default(),
+            now: 0,
         }
+    }
+
+    /// A JIT code name of the trace (delivered before its records).
+    pub fn handle_jit(&mut self, e: &tailprof_format::JitEntry) {
+        self.jit.add(e);
+    }
+
+    /// The trace's JIT names.
+    pub fn jit(&self) -> &crate::symbolize::jit::JitTables {
+        &self.jit
+    }
+
+    /// Sets the time at which [`Self::loc_of`] resolves addresses in JIT code (set by
+    /// [`Self::loc`] and by [`Resolved`] for each sample and switch).
+    #[inline]
+    pub fn set_time(&mut self, time: u64) {
+        self.now = time;
     }
 
     /// Keep the stack definitions handed to [`Resolver::handle_stack`] (off by default:
@@ -217,6 +240,7 @@ impl Resolver {
     /// arrive in time order).
     #[inline]
     pub fn loc(&mut self, s: &Sample) -> LocId {
+        self.now = s.time;
         self.loc_of(s.pid, s.ip, s.cpumode)
     }
 
@@ -228,14 +252,36 @@ impl Resolver {
         let key_pid = Self::key_pid(pid, ip, cpumode);
         let gen = self.generation(key_pid);
         let slot = self.keys.entry((key_pid, ip)).or_insert(Slot { gen: NO_GEN, loc: LocId(0) });
-        if slot.gen == gen {
-            return slot.loc;
+        let loc = if slot.gen == gen {
+            slot.loc
+        } else {
+            // First sample of this key, or the pid's mappings changed since.
+            let l = self.spaces.resolve(key_pid, ip, cpumode);
+            let loc = self.intern_loc(l);
+            self.keys.insert((key_pid, ip), Slot { gen, loc });
+            loc
+        };
+        if self.jit.has(key_pid) {
+            return self.jit_loc(key_pid, ip, loc);
         }
-        // First sample of this key, or the pid's mappings changed since.
-        let l = self.spaces.resolve(key_pid, ip, cpumode);
-        let loc = self.intern_loc(l);
-        self.keys.insert((key_pid, ip), Slot { gen, loc });
         loc
+    }
+
+    /// `base` (an address's location by its mapping), or, when it is anonymous or
+    /// unmapped memory that the process's JIT names cover at the current time, the
+    /// location of that JIT entry (`[jit]`, offset = entry number).
+    fn jit_loc(&mut self, pid: u32, ip: u64, base: LocId) -> LocId {
+        let kind = self.spaces.binary(self.loc_list[base.index()].binary).kind;
+        if !matches!(kind, BinaryKind::Anon | BinaryKind::Unmapped) {
+            return base;
+        }
+        match self.jit.lookup(pid, ip, self.now) {
+            Some(i) => {
+                let binary = self.spaces.jit_binary();
+                self.intern_loc(Location { binary, offset: i as u64 })
+            }
+            None => base,
+        }
     }
 
     /// The pid under which `(pid, ip, cpumode)` is keyed: kernel addresses are shared
@@ -285,6 +331,13 @@ impl Resolver {
             let path = b.path.as_str();
             let next = rows.len() as u32;
             let id = match r {
+                _ if b.kind == BinaryKind::Jit => {
+                    let e = self.jit.entry(loc.offset as u32);
+                    *unknown.entry((e.name.clone(), path)).or_insert_with_key(|(name, _)| {
+                        rows.push(FunctionInfo { name: name.clone(), binary: path.to_owned(), unknown_reason: None });
+                        next
+                    })
+                }
                 Ok(name) => *known.entry((*name, path)).or_insert_with(|| {
                     rows.push(FunctionInfo {
                         name: symbolizer.name(*name).to_owned(),
@@ -320,6 +373,8 @@ impl Resolver {
         for (i, loc) in self.loc_list.iter().enumerate() {
             match self.spaces.binary(loc.binary).kind {
                 BinaryKind::Kernel | BinaryKind::KernelModule => kernel.push(i as u32),
+                // Named by `functions` from the JIT tables.
+                BinaryKind::Jit => {}
                 _ => per_binary.entry(loc.binary).or_default().push(i as u32),
             }
         }
@@ -430,13 +485,18 @@ impl<S: ResolvedSink> Resolved<S> {
 impl<S: ResolvedSink> Sink for Resolved<S> {
     #[inline]
     fn handle_sample(&mut self, s: &Sample) {
+        self.resolver.now = s.time;
         self.inner.handle_sample(s, &mut self.resolver);
     }
     fn handle_switch(&mut self, s: &Switch) {
+        self.resolver.now = s.time;
         self.inner.handle_switch(s, &mut self.resolver);
     }
     fn handle_wakeup(&mut self, w: &Wakeup) {
         self.inner.handle_wakeup(w, &mut self.resolver);
+    }
+    fn handle_jit(&mut self, e: &tailprof_format::JitEntry) {
+        self.resolver.handle_jit(e);
     }
     fn handle_stack(&mut self, d: &StackDef) {
         self.resolver.handle_stack(d);

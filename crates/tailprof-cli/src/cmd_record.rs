@@ -28,6 +28,10 @@ use crate::{signals, ui};
 /// `instructions`, `cache-misses`, `branch-misses`, ...; raw `r01d1` or
 /// `cpu/event=0xd1,umask=0x20/`; precise modifiers `:p`, `:pp`, `:ppp`. On a machine
 /// without a hardware PMU, hardware events fail with an explanation.
+///
+/// Code that runtimes generate: the perf maps (`/tmp/perf-PID.map`) and jitdumps
+/// (`jit-PID.dump`) of the recorded processes are copied into the trace as they grow, so
+/// `report` names JIT frames after the process and its files are gone (docs/SYMBOLS.md).
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tailprof record -o run.trace -- ./server --port 8080\n  \
@@ -35,6 +39,7 @@ use crate::{signals, ui};
     tailprof record -a -F 999 -o all.trace              # every CPU, 999 Hz, until Ctrl-C\n  \
     tailprof record -a -o all.trace -- sleep 10         # every CPU, while the command runs\n  \
     tailprof record --regs r13,rdi -- ./app             # also capture user registers\n  \
+    tailprof record -g -- node --perf-basic-prof app.js # JavaScript functions named\n  \
     tailprof record -a --item-begin /usr/lib/postgresql/15/bin/postgres:exec_simple_query \\\n      \
     --item-end /usr/lib/postgresql/15/bin/postgres:exec_simple_query%return   # queries as items, no code change\n  \
     tailprof record --item-reg r13 -- ./regtag          # item id kept in r13 (user-level threads)")]
@@ -375,6 +380,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ui::thousands(lost),
         ui::thousands(rec.throttled)
     );
+    if rec.jit_names > 0 || rec.skipped_jit_names > 0 {
+        eprintln!(
+            "tailprof: JIT code names (perf maps, jitdumps) {} | skipped {}",
+            ui::thousands(rec.jit_names),
+            ui::thousands(rec.skipped_jit_names)
+        );
+    }
     if rec.spooled > 0 {
         eprintln!(
             "tailprof: the recorder fell behind at times: its drain thread held {} records for it",

@@ -22,6 +22,7 @@ pub mod bandwidth;
 
 pub mod counting;
 pub mod datadir;
+pub mod jit;
 pub mod session;
 pub mod stacks;
 pub mod tracefs;

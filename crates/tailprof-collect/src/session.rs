@@ -71,7 +71,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tailprof_format::{FormatError, TraceHeader, TraceWriter};
+use tailprof_format::{FormatError, LossKind, Lost, Record, TraceHeader, TraceWriter};
 
 use crate::attr::{apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, AttrPlan, ClockChoice, SamplingConfig};
 use crate::stacks::StackMaker;
@@ -168,6 +168,10 @@ pub struct RecordSummary {
     /// Records the drain thread copied out of a ring the main thread was late for
     /// (`session::spool`); they are written like every other record.
     pub spooled: u64,
+    /// JIT code names (perf maps, jitdumps) copied into the trace.
+    pub jit_names: u64,
+    /// JIT code names skipped (stored as `Lost { kind: JitNames }`).
+    pub skipped_jit_names: u64,
     /// What the user should know about the run (the CLI prints each as a warning).
     pub warnings: Vec<RunWarning>,
     /// Paths evicted from the build-id cache (least recently used first) because it held
@@ -521,6 +525,8 @@ impl Recorder {
         if matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_)) {
             rec.emitter.follow = Some(items::MarkerFollower::default());
         }
+        rec.emitter.jit =
+            crate::jit::JitCollector::new(crate::jit::JitLimits::default(), matches!(clock, ClockChoice::Monotonic));
         rec.open_target(&opts.target, &caps, opts.mmap_pages)?;
         rec.open_cpu_wide()?;
         rec.start_off_cpu_later()?;
@@ -611,6 +617,7 @@ impl Recorder {
             return Err(RecordError::Options("a Recorder runs only once".into()));
         }
         let t0 = monotonic_ns();
+        self.emitter.jit.set_enabled(out.keeps_jit());
         // System-wide: the running processes are described *before* the events are
         // enabled (as perf does). Reading /proc and every mapped file's build-id takes a
         // while, much longer under a high sampling rate (the interrupts slow it down), and
@@ -664,6 +671,7 @@ impl Recorder {
             self.drain_all();
             let limit = prev_start.min(drain_start.saturating_sub(ROUND_MARGIN_NS));
             self.emit_round(Some(limit), out)?;
+            self.copy_jit_names(drain_start, false, out);
             prev_start = drain_start;
             self.refill();
             // Closing a large chunk takes a while: drain filling rings between columns.
@@ -724,12 +732,34 @@ impl Recorder {
         if self.marker_queue.store_malformed(self.emitter.summary.malformed, self.max_seen) {
             self.emit_round(None, out)?;
         }
+        self.copy_jit_names(monotonic_ns(), true, out);
+        let jit_skipped = self.emitter.jit.skipped();
+        if jit_skipped > 0 {
+            let time = self.emitter.last_time;
+            self.emitter.record(
+                Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::JitNames, count: jit_skipped }),
+                out,
+            )?;
+        }
+        self.emitter.summary.skipped_jit_names = jit_skipped;
+        self.notes.extend(self.emitter.jit.take_notes());
+        self.notes.extend(self.emitter.jit.advice());
         out.end_round()?;
         self.emitter.summary.rounds += 1;
         self.emitter.summary.duration_ns = monotonic_ns().saturating_sub(t0);
         let sum = &mut self.emitter.summary;
         sum.warnings.extend(command_failure_warning(sum.exit_status, stop_seen.is_some(), probes, sum.markers));
         Ok(self.emitter.summary.clone())
+    }
+
+    /// Reads what is new in the recorded processes' perf maps and jitdumps (at most
+    /// every 100 ms, everything at the `last` call) and hands it to the output.
+    fn copy_jit_names<O: RecordOutput + ?Sized>(&mut self, now: u64, last: bool, out: &mut O) {
+        self.emitter.jit.poll(now, last);
+        for e in self.emitter.jit.take_entries() {
+            out.add_jit(e);
+        }
+        self.emitter.summary.jit_names = self.emitter.jit.entries();
     }
 
     /// Time-0 records: kernel image/modules, and processes already running. Returns the

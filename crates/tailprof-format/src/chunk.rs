@@ -12,8 +12,9 @@
 /// First 8 bytes of every trace file.
 pub const FILE_MAGIC: [u8; 8] = *b"TAILPROF";
 /// Format version this build writes and the highest it reads (1: no stacks; 2: stacks
-/// and switch records; 3: wakeups and the other task of CPU-wide switches, FORMAT.md §11).
-pub const FORMAT_VERSION: u16 = 3;
+/// and switch records; 3: wakeups and the other task of CPU-wide switches; 4: JIT chunks
+/// (kind 5), records as in 3; FORMAT.md §11).
+pub const FORMAT_VERSION: u16 = 4;
 /// Length of the version-1 file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// First 4 bytes of every chunk header.
@@ -43,6 +44,8 @@ pub enum ChunkKind {
     BuildIds = 3,
     /// Stats, duration and the clean-end marker. The last chunk of a cleanly closed trace.
     Trailer = 4,
+    /// JIT code names ([`crate::JitEntry`]), version 4.
+    Jit = 5,
 }
 
 impl ChunkKind {
@@ -52,6 +55,7 @@ impl ChunkKind {
             2 => Some(ChunkKind::Records),
             3 => Some(ChunkKind::BuildIds),
             4 => Some(ChunkKind::Trailer),
+            5 => Some(ChunkKind::Jit),
             _ => None,
         }
     }

@@ -32,6 +32,7 @@ pub mod chunk;
 pub mod columns;
 mod decode;
 mod encode;
+pub mod jit;
 pub mod losses;
 pub mod meta;
 pub mod reader;
@@ -43,6 +44,7 @@ pub mod timecode;
 pub mod varint;
 pub mod writer;
 
+pub use jit::{JitEntry, JitOrigin};
 pub use reader::TraceReader;
 pub use encode::{MAX_CHUNK_NODES, MAX_STACK_DEPTH};
 pub use record::*;

@@ -109,6 +109,12 @@ fn def_of(kind: LossKind) -> Def {
             what: "markers rejected as invalid or over a per-target bound",
             remedy: "",
         },
+        LossKind::JitNames => Def {
+            key: "skipped_jit_names",
+            severity: Severity::DataLoss,
+            what: "JIT code names skipped (bad or too long perf-map lines or jitdump records, over a per-process bound, or a refused file)",
+            remedy: "see docs/SYMBOLS.md (runtimes and flags) for the bounds and the file rules",
+        },
     }
 }
 

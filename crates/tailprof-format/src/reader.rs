@@ -136,7 +136,39 @@ impl TraceReader {
     /// Streams every readable chunk's records, in order, to `sink`. Damage and a cut-off
     /// tail are counted in the returned summary, not reported as errors.
     pub fn read_all(&mut self, sink: &mut dyn Sink) -> Result<ReadSummary, FormatError> {
+        for e in self.jit_entries() {
+            sink.handle_jit(&e);
+        }
         Ok(self.walk(Mode::Records(sink)).0)
+    }
+
+    /// Every JIT entry of the trace's intact JIT chunks (FORMAT.md §6.1), in file order
+    /// (a duplicated chunk once). [`Self::read_all`] hands them to
+    /// [`Sink::handle_jit`] before the first record.
+    pub fn jit_entries(&self) -> Vec<crate::JitEntry> {
+        let buf = &self.buf[..];
+        let mut out = Vec::new();
+        let mut seen: std::collections::HashSet<(u32, u32)> = std::collections::HashSet::new();
+        let mut p = self.body_start;
+        while p < buf.len() {
+            match probe(buf, p) {
+                Probe::Chunk(c) => {
+                    if c.header.kind == ChunkKind::Jit as u8 && seen.insert((c.header.seq, c.header.crc)) {
+                        let mut raw = Vec::new();
+                        let mut dctx = None;
+                        if let Some(entries) = chunk_body(&c, &mut dctx, &mut raw).and_then(crate::jit::decode_jit) {
+                            out.extend(entries);
+                        }
+                    }
+                    p += c.header.total_len();
+                }
+                _ => match find_next_chunk(buf, p + 1) {
+                    Some(q) => p = q,
+                    None => break,
+                },
+            }
+        }
+        out
     }
 
     /// Like [`Self::read_all`], but hands out samples only.
@@ -302,6 +334,12 @@ fn handle_chunk(
                 }
                 None => false,
             }
+        }
+        // Delivered before the records by `jit_entries`; here only checked.
+        ChunkKind::Jit => {
+            let mut raw = Vec::new();
+            let mut dctx = None;
+            chunk_body(c, &mut dctx, &mut raw).and_then(crate::jit::decode_jit).is_some()
         }
         // A second header chunk carries nothing new for this reader.
         ChunkKind::Header => {

@@ -15,6 +15,10 @@
 
 use serde::{Deserialize, Serialize};
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Which processor mode a sample (or mapping) belongs to. Mirrors perf's
 /// `PERF_RECORD_MISC_CPUMODE_*` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -136,17 +140,23 @@ pub enum LossKind {
     /// Markers the recorder rejected as invalid (impossible times, bad kinds) or dropped
     /// because a per-target bound (pending markers) was reached.
     MarkersRejected = 5,
+    /// JIT code names (perf maps, jitdumps) the recorder skipped (version 4): malformed
+    /// or too long lines, bad records, entries past the per-process bound, and files
+    /// refused (symlink, not a regular file, wrong owner) or cut at their byte bound
+    /// (one each). Samples in that code stay unnamed.
+    JitNames = 6,
 }
 
 impl LossKind {
     /// Every kind, in code order.
-    pub const ALL: [LossKind; 6] = [
+    pub const ALL: [LossKind; 7] = [
         LossKind::RingFull,
         LossKind::Samples,
         LossKind::Markers,
         LossKind::Malformed,
         LossKind::ItemClasses,
         LossKind::MarkersRejected,
+        LossKind::JitNames,
     ];
     /// The kind with on-disk code `v`, `None` for codes this build does not know.
     pub fn from_u8(v: u8) -> Option<LossKind> {
@@ -505,6 +515,10 @@ pub trait Sink {
     /// A stack node, delivered before the first record that uses it, ancestors first.
     /// Not a record: [`Sink::handle_record`] does not see it.
     fn handle_stack(&mut self, _d: &StackDef) {}
+    /// A JIT code name (FORMAT.md §6.1). Not a record: the reader delivers every JIT
+    /// entry of the trace before the first record (each carries its own validity time),
+    /// in file order.
+    fn handle_jit(&mut self, _e: &crate::JitEntry) {}
 
     /// Dispatch one record to the matching `handle_*`.
     fn handle_record(&mut self, r: &Record) {
@@ -659,6 +673,10 @@ pub struct TraceStats {
     /// Sum of `Lost::count` over [`LossKind::MarkersRejected`] records (version 2).
     #[serde(default)]
     pub rejected_markers: u64,
+    /// Sum of `Lost::count` over [`LossKind::JitNames`] records (version 4; not written
+    /// when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_jit_names: u64,
     pub throttle_events: u64,
     pub unthrottle_events: u64,
     pub first_time: Option<u64>,
@@ -677,10 +695,6 @@ pub struct TraceStats {
     /// their trailer).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wakeups: u64,
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
 }
 
 /// Counts per [`StackStatus`], `None` excluded. Unknown fields in JSON are ignored, so a
@@ -783,6 +797,7 @@ impl TraceStats {
             LossKind::Malformed => &mut self.malformed_records,
             LossKind::ItemClasses => &mut self.dropped_item_classes,
             LossKind::MarkersRejected => &mut self.rejected_markers,
+            LossKind::JitNames => &mut self.skipped_jit_names,
         }
     }
     /// The total of `kind`'s counter.
@@ -794,6 +809,7 @@ impl TraceStats {
             LossKind::Malformed => self.malformed_records,
             LossKind::ItemClasses => self.dropped_item_classes,
             LossKind::MarkersRejected => self.rejected_markers,
+            LossKind::JitNames => self.skipped_jit_names,
         }
     }
     /// Adds `n` to `kind`'s counter, saturating.

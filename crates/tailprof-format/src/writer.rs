@@ -103,6 +103,7 @@ pub struct TraceWriter<W: Write> {
     stats: TraceStats,
     build_ids: BuildIdSet,
     build_ids_dirty: bool,
+    jit: Vec<crate::JitEntry>,
     finished: bool,
     stacks: StackTable,
 }
@@ -161,6 +162,7 @@ impl<W: Write> TraceWriter<W> {
             stats: TraceStats::default(),
             build_ids: BuildIdSet::default(),
             build_ids_dirty: false,
+            jit: Vec::new(),
             finished: false,
             stacks: StackTable::new(),
         }
@@ -304,6 +306,37 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Adds a JIT code name (FORMAT.md §6.1). Stored in a JIT chunk written with the next
+    /// records chunk, by [`Self::flush_chunk`], or by [`Self::finish`]; names and sources
+    /// are cut to [`crate::jit::MAX_JIT_STRING`] bytes.
+    pub fn add_jit(&mut self, mut e: crate::JitEntry) {
+        e.name = crate::jit::clip(&e.name).to_owned();
+        e.source = e.source.map(|s| crate::jit::clip(&s).to_owned());
+        self.jit.push(e);
+    }
+
+    fn write_jit(&mut self) -> Result<(), FormatError> {
+        while !self.jit.is_empty() {
+            // At most MAX_JIT_CHUNK_ENTRIES entries and about 16 MiB per chunk (the
+            // payload limit is 64 MiB; an entry is at most ~8 KiB + 40 bytes).
+            let mut n = 0;
+            let mut bytes = 0usize;
+            while n < self.jit.len().min(crate::jit::MAX_JIT_CHUNK_ENTRIES) && bytes < (16 << 20) {
+                let e = &self.jit[n];
+                bytes += e.name.len() + e.source.as_ref().map_or(0, String::len) + 40;
+                n += 1;
+            }
+            let body = crate::jit::encode_jit(&self.jit[..n]);
+            self.jit.drain(..n);
+            self.frame.clear();
+            frame_chunk(&mut self.frame, ChunkKind::Jit, 0, self.seq, &[], &body, body.len());
+            self.emit_frame()?;
+            self.seq = self.seq.wrapping_add(1);
+            self.chunks += 1;
+        }
+        Ok(())
+    }
+
     /// Marks the end of a merged round; closes the open chunk if it is big enough (see
     /// the module docs), never making tiny chunks.
     pub fn end_round(&mut self) -> Result<(), FormatError> {
@@ -328,6 +361,7 @@ impl<W: Write> TraceWriter<W> {
     pub fn flush_chunk(&mut self) -> Result<(), FormatError> {
         self.close_chunk()?;
         self.write_build_ids()?;
+        self.write_jit()?;
         self.flush_out()
     }
 
@@ -378,6 +412,7 @@ impl<W: Write> TraceWriter<W> {
         self.seq = self.seq.wrapping_add(1);
         self.chunks += 1;
         self.write_build_ids()?;
+        self.write_jit()?;
         self.flush_out()
     }
 
@@ -405,6 +440,7 @@ impl<W: Write> TraceWriter<W> {
         self.finished = true;
         self.close_chunk()?;
         self.write_build_ids()?;
+        self.write_jit()?;
         let trailer = Trailer {
             clean_end: true,
             stats: self.stats.clone(),

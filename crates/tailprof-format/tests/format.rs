@@ -102,6 +102,7 @@ fn stats_count_what_was_written() {
                 LossKind::Malformed => want.malformed_records = want.malformed_records.saturating_add(l.count),
                 LossKind::ItemClasses => want.dropped_item_classes = want.dropped_item_classes.saturating_add(l.count),
                 LossKind::MarkersRejected => want.rejected_markers = want.rejected_markers.saturating_add(l.count),
+                LossKind::JitNames => want.skipped_jit_names = want.skipped_jit_names.saturating_add(l.count),
             },
             Record::Throttle(t) if t.throttled => want.throttle_events += 1,
             Record::Throttle(_) => want.unthrottle_events += 1,
@@ -412,7 +413,45 @@ fn newer_version_is_refused() {
     let (mut bytes, _) = write_trace(&[], WriterOptions::default(), &[]);
     bytes[8] = 9;
     let e = TraceReader::from_bytes(bytes).err().unwrap();
-    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 3 }), "{e}");
+    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 4 }), "{e}");
+}
+
+/// Issue 23: JIT names are stored in JIT chunks and handed to the sink before the first
+/// record, in the order added, across several chunks; a damaged JIT chunk is skipped.
+#[test]
+fn jit_entries_are_delivered_before_records_and_survive_chunking() {
+    #[derive(Default)]
+    struct Order(Vec<String>);
+    impl Sink for Order {
+        fn handle_sample(&mut self, s: &Sample) {
+            self.0.push(format!("sample {}", s.time));
+        }
+        fn handle_jit(&mut self, e: &JitEntry) {
+            self.0.push(format!("jit {} {}", e.name, e.time));
+        }
+    }
+    let mut w = TraceWriter::new(Vec::new(), &TraceHeader::default()).unwrap();
+    w.write_sample(&Sample { time: 10, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
+    w.add_jit(JitEntry { pid: 1, time: 5, start: 0x1000, size: 16, origin: JitOrigin::JitLoad, name: "a".into(), source: Some("x.js:1".into()) });
+    w.flush_chunk().unwrap();
+    w.write_sample(&Sample { time: 20, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
+    w.add_jit(JitEntry { pid: 1, time: 15, start: 0x1000, size: 16, origin: JitOrigin::JitLoad, name: "b".into(), source: None });
+    let (bytes, _) = w.finish_into_inner(None).unwrap();
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 4);
+    let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
+    let mut o = Order::default();
+    let s = r.read_all(&mut o).unwrap();
+    assert_eq!(o.0, ["jit a 5", "jit b 15", "sample 10", "sample 20"]);
+    assert_eq!(s.skipped_chunks, 0);
+    assert!(s.complete);
+    // The first JIT chunk's entry name damaged (checksum no longer matches): skipped.
+    let at = bytes.windows(6).position(|w| w == b"x.js:1").unwrap();
+    let mut bad = bytes.clone();
+    bad[at] ^= 0x20;
+    let mut o = Order::default();
+    let s = TraceReader::from_bytes(bad).unwrap().read_all(&mut o).unwrap();
+    assert_eq!(o.0, ["jit b 15", "sample 10", "sample 20"]);
+    assert_eq!(s.damaged_chunks, 1);
 }
 
 #[test]

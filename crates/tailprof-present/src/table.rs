@@ -300,6 +300,9 @@ pub fn render_info(i: &TraceInfo) -> String {
         kv(&mut out, "Tasks", s);
     }
     kv(&mut out, "Build-ids", thousands(i.build_ids));
+    if i.jit_names > 0 {
+        kv(&mut out, "JIT names", format!("{} (perf maps, jitdumps; docs/SYMBOLS.md)", thousands(i.jit_names)));
+    }
     out.push_str("Events:\n");
     let rows: Vec<Vec<String>> = i
         .events

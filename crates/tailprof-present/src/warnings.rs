@@ -119,6 +119,22 @@ pub fn profile_warnings(p: &FlatProfile) -> Vec<Warning> {
             ),
         ));
     }
+    for a in p.jit_advice.iter().filter(|a| a.percent >= UNKNOWN_WARN_PERCENT).take(UNKNOWN_WARN_MAX) {
+        let who = match (&a.runtime, &a.comm) {
+            (Some(r), _) => format!("{r} (pid {})", a.pid),
+            (None, Some(c)) => format!("{c} (pid {})", a.pid),
+            (None, None) => format!("pid {}", a.pid),
+        };
+        out.push(w(
+            "jit_unnamed",
+            format!(
+                "{} of samples ({}) in JIT code of {who} without names: {}",
+                crate::fmt::percent(a.percent),
+                thousands(a.samples),
+                a.advice
+            ),
+        ));
+    }
     out
 }
 

@@ -35,6 +35,7 @@ fn profile(by: GroupBy, rows: Vec<ProfileRow>, lost: u64) -> FlatProfile {
         unthrottled: 0,
         rows,
         unknown: vec![],
+        jit_advice: vec![],
         kernel_symbols: None,
         read: None,
         stats: ProfileStats::default(),

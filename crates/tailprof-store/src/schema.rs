@@ -202,6 +202,8 @@ impl Losses {
             K::Malformed => &mut self.malformed_records,
             K::ItemClasses => &mut self.dropped_item_classes,
             K::Samples => return,
+            // The agent reads no perf maps or jitdumps (collect::jit is off for it).
+            K::JitNames => return,
         };
         *c = c.saturating_add(count);
     }

@@ -54,6 +54,7 @@ pub mod debuginfod;
 pub mod ehframe;
 mod elf;
 pub mod inline;
+pub mod jit;
 pub mod ksyms;
 
 pub use debugdir::{DebugFile, FoundBy};
@@ -624,6 +625,7 @@ impl Symbolizer {
         match binary.kind {
             BinaryKind::File => {}
             BinaryKind::Anon => return all(UnknownReason::Anonymous),
+            BinaryKind::Jit => return all(UnknownReason::Other { why: "JIT entries are named from the trace's JIT tables".into() }),
             BinaryKind::Vdso if binary.path == "[vdso]" => return self.symbolize_vdso(offsets),
             BinaryKind::Vdso => return all(UnknownReason::NotOnDisk),
             BinaryKind::Unmapped => return all(UnknownReason::Unmapped),

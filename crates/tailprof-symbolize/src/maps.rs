@@ -63,6 +63,9 @@ pub enum BinaryKind {
     Vdso,
     /// Addresses no mapping covers.
     Unmapped,
+    /// JIT code named by a runtime's perf map or jitdump ([`crate::jit`]): the
+    /// location's offset is the entry's number in the resolver's JIT tables.
+    Jit,
     /// Guest kernel/user or hypervisor code.
     Guest,
 }
@@ -202,6 +205,11 @@ impl AddressSpaces {
         self.binaries.push(Binary { path: key.0.clone(), build_id: key.1.clone(), kind });
         self.binary_index.insert(key, id);
         id
+    }
+
+    /// The one binary of JIT code named from perf maps and jitdumps (`[jit]`).
+    pub fn jit_binary(&mut self) -> BinaryId {
+        self.intern_binary("[jit]", None, BinaryKind::Jit)
     }
 
     /// All binaries seen so far, indexed by [`BinaryId`].

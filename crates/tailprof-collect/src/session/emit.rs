@@ -150,6 +150,8 @@ pub(super) struct Emitter {
     pub(super) follow: Option<super::items::MarkerFollower>,
     /// Bytes of build-id entries handed to the output so far.
     pub(super) build_id_bytes_out: usize,
+    /// Perf maps and jitdumps of the recorded processes (issue 23), shown every MMAP.
+    pub(super) jit: crate::jit::JitCollector,
 }
 
 impl Emitter {
@@ -169,6 +171,7 @@ impl Emitter {
             classes: None,
             follow: None,
             build_id_bytes_out: 0,
+            jit: crate::jit::JitCollector::new(crate::jit::JitLimits::default(), true),
         }
     }
 
@@ -381,6 +384,8 @@ impl Emitter {
             Record::Lost(l) if l.kind == LossKind::Markers => self.summary.lost_markers += l.count,
             Record::Marker(_) => self.summary.markers += 1,
             Record::Throttle(t) if t.throttled => self.summary.throttled += 1,
+            Record::Mmap(m) => self.jit.note_mmap(m),
+            Record::Exit(t) if t.pid == t.tid => self.jit.note_exit(t.pid),
             _ => {}
         }
         // Probe events are not in the header's event list.

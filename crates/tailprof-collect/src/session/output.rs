@@ -64,6 +64,14 @@ pub trait RecordOutput {
     fn write_record(&mut self, r: &Record) -> Result<(), FormatError>;
     fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError>;
     fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError>;
+    /// A JIT code name (perf map, jitdump) to store with the trace (FORMAT.md §6.1).
+    /// Outputs that do not keep them ignore it.
+    fn add_jit(&mut self, _e: tailprof_format::JitEntry) {}
+    /// Whether [`RecordOutput::add_jit`] keeps what it is given (if not, the recorder
+    /// does not look for perf maps and jitdumps at all).
+    fn keeps_jit(&self) -> bool {
+        false
+    }
     fn end_round(&mut self) -> Result<(), FormatError>;
     /// [`RecordOutput::end_round`], calling `between` now and then if it has long work
     /// to do (encoding a chunk), so the recorder can drain its rings meanwhile.
@@ -83,6 +91,12 @@ pub trait RecordOutput {
 }
 
 impl<W: Write> RecordOutput for TraceWriter<W> {
+    fn add_jit(&mut self, e: tailprof_format::JitEntry) {
+        TraceWriter::add_jit(self, e)
+    }
+    fn keeps_jit(&self) -> bool {
+        true
+    }
     fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
         self.write(r)
     }
