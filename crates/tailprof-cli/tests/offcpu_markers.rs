@@ -48,14 +48,21 @@ static void *worker(void *arg) {
     }
     return 0;
 }
-/* argv: [items [id base [delay ms before the first item [slow ms of the last item]]]]
-   The main thread writes a warm-up item (id base + 999), waits 300 ms, then starts the
-   worker. */
+/* argv: [items [id base [delay ms before the first item [slow ms of the last item
+   [at most this many ms waiting for a recorder to attach]]]]]
+   The main thread waits for the attach when asked (a recorder that attaches to programs
+   started later sets the control block's state to ON; waiting for it keeps the test free
+   of timing on a busy machine), writes a warm-up item (id base + 999), waits 300 ms, then
+   starts the worker. */
 int main(int argc, char **argv) {
     if (argc > 1) n_items = strtoul(argv[1], 0, 10);
     if (argc > 2) base = strtoul(argv[2], 0, 10);
     if (argc > 3) usleep(strtoul(argv[3], 0, 10) * 1000);
     if (argc > 4) slow_ms = strtoul(argv[4], 0, 10);
+    if (argc > 5)
+        for (unsigned long w = strtoul(argv[5], 0, 10) / 10;
+             w > 0 && __atomic_load_n(&tailprof_control.state, __ATOMIC_ACQUIRE) != TAILPROF_STATE_ON; w--)
+            usleep(10000);
     tailprof_item_begin(base + 999);
     spin(1000);
     tailprof_item_end(base + 999);
@@ -282,7 +289,7 @@ fn record_a_follows_a_marked_program_started_later() {
     let trace = dir.path().join("a.trace");
     let Some(rec) = start(&["record", "-a", "-o", trace.to_str().unwrap()], "recording; press Ctrl-C") else { return };
     // Started after the recorder: 90 items (ids 5001..5090, ≥ 600 ms), the first after 600 ms.
-    let st = Command::new(&bin).args(["90", "5000", "300"]).status().unwrap();
+    let st = Command::new(&bin).args(["90", "5000", "300", "0", "10000"]).status().unwrap();
     assert!(st.success());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let log = rec.stop();
@@ -310,7 +317,7 @@ fn agent_retains_a_slow_request_of_a_marked_program_started_later() {
     ];
     let Some(agent) = start(&args, "agent: recording") else { return };
     // 30 requests (ids 7001..7030) after 300 ms; the last one also sleeps 150 ms in slow_path.
-    let st = Command::new(&bin).args(["30", "7000", "300", "150"]).status().unwrap();
+    let st = Command::new(&bin).args(["30", "7000", "300", "150", "10000"]).status().unwrap();
     assert!(st.success());
     let mut agent = agent;
     let st = agent.child.wait().unwrap();
