@@ -14,37 +14,9 @@ use tailprof_format::{CpuMode, Mmap, Record, Sample};
 /// The unprivileged account these tests play (created with useradd when missing).
 const ATTACKER: &str = "tailprof-agent-atk";
 
-/// (uid, gid) of the attacker account, creating it when running as root; `None` (with a
-/// message naming the test) when not root.
+/// (uid, gid) of the attacker account (tailprof-testkit creates it; skips when not root).
 fn attacker(test: &str) -> Option<(u32, u32)> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        tailprof_testkit::skip(tailprof_testkit::Need::Root, format!("{test} plays an unprivileged user"));
-        return None;
-    }
-    let id = |flag: &str| -> Option<u32> {
-        let o = Command::new("id").args([flag, ATTACKER]).output().ok()?;
-        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-    };
-    if id("-u").is_none() {
-        let o = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                ATTACKER,
-            ])
-            .output()
-            .expect("run useradd");
-        // Another test may have created it meanwhile (exit 9: already exists).
-        assert!(
-            o.status.success() || o.status.code() == Some(9),
-            "useradd: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Some((id("-u")?, id("-g")?))
+    tailprof_testkit::unprivileged_user(ATTACKER, format!("{test} plays an unprivileged user"))
 }
 
 /// `argv` running as the attacker.

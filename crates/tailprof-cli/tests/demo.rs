@@ -131,27 +131,9 @@ fn per_item_estimates_match_the_truth_at_the_default_period() {
 /// The unprivileged account the attacker tests play (created with useradd when missing).
 const ATTACKER: &str = "tailprof-demo-atk";
 
-/// (uid, gid) of the attacker account, creating it when running as root; `None` (with a
-/// message) when not root.
+/// (uid, gid) of the attacker account (tailprof-testkit creates it; skips when not root).
 fn attacker() -> Option<(u32, u32)> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        tailprof_testkit::skip(tailprof_testkit::Need::Root, "finding_1_demo_dir_attack needs root to play an unprivileged user");
-        return None;
-    }
-    let id = |flag: &str| -> Option<u32> {
-        let o = Command::new("id").args([flag, ATTACKER]).output().ok()?;
-        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-    };
-    if id("-u").is_none() {
-        let o = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER])
-            .output()
-            .expect("run useradd");
-        // Another test may have created it meanwhile (exit 9: already exists).
-        assert!(o.status.success() || o.status.code() == Some(9), "useradd: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    Some((id("-u")?, id("-g")?))
+    tailprof_testkit::unprivileged_user(ATTACKER, "finding_1_demo_dir_attack plays an unprivileged user")
 }
 
 /// Run `argv` as the attacker.

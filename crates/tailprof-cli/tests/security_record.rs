@@ -199,30 +199,10 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// The attacker's uid/gid: an unprivileged account, created when running as root.
-/// `None` (with a message) when the test cannot play it.
+/// The attacker's uid/gid: an unprivileged account (tailprof-testkit creates it; skips
+/// when not root: the recorder-side attacks record another user's process).
 fn attacker() -> Option<(u32, u32)> {
-    if !is_root() {
-        tailprof_testkit::skip(tailprof_testkit::Need::Root, "not root: the recorder-side attacks need root to record another user's process");
-        return None;
-    }
-    let id = |flag: &str| -> Option<u32> {
-        let o = Command::new("id").args([flag, ATTACKER]).output().ok()?;
-        String::from_utf8_lossy(&o.stdout).trim().parse().ok().filter(|_| o.status.success())
-    };
-    if id("-u").is_none() {
-        let _ = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", ATTACKER])
-            .stderr(Stdio::null())
-            .status();
-    }
-    match (id("-u"), id("-g")) {
-        (Some(u), Some(g)) if u != 0 => Some((u, g)),
-        _ => {
-            tailprof_testkit::skip(tailprof_testkit::Need::Useradd, format_args!("cannot create the unprivileged user {ATTACKER} (useradd missing?)"));
-            None
-        }
-    }
+    tailprof_testkit::unprivileged_user(ATTACKER, "the recorder-side attacks record another user's process")
 }
 
 /// A scratch directory the attacker can use (mode 0777 under a 0755 parent).

@@ -11,36 +11,9 @@ use tailprof_store::{Store, Table};
 
 const ATTACKER: &str = "tailprof-store-atk";
 
-/// (uid, gid) of the attacker account, created with useradd when missing; `None` with a
-/// message when not root.
+/// (uid, gid) of the attacker account (tailprof-testkit creates it; skips when not root).
 fn attacker(test: &str) -> Option<(u32, u32)> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        tailprof_testkit::skip(tailprof_testkit::Need::Root, format!("{test} plays an unprivileged user"));
-        return None;
-    }
-    let id = |flag: &str| -> Option<u32> {
-        let o = Command::new("id").args([flag, ATTACKER]).output().ok()?;
-        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-    };
-    if id("-u").is_none() {
-        let o = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                ATTACKER,
-            ])
-            .output()
-            .expect("run useradd");
-        assert!(
-            o.status.success() || o.status.code() == Some(9),
-            "useradd: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Some((id("-u")?, id("-g")?))
+    tailprof_testkit::unprivileged_user(ATTACKER, format!("{test} plays an unprivileged user"))
 }
 
 /// Runs `sh -c script` as the attacker.

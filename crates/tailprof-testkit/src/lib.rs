@@ -218,6 +218,34 @@ pub fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
+/// (uid, gid) of the unprivileged account `name` the attacker tests play, created with
+/// `useradd --system` when missing. `None` after a [`skip`] when not root ([`Need::Root`]:
+/// `why` says what the test does as that user) or when the account cannot be made
+/// ([`Need::Useradd`]). Tests running in parallel may create it at once; both succeed.
+pub fn unprivileged_user(name: &str, why: impl Display) -> Option<(u32, u32)> {
+    if !is_root() {
+        skip(Need::Root, why);
+        return None;
+    }
+    let id = |flag: &str| -> Option<u32> {
+        let o = std::process::Command::new("id").args([flag, name]).output().ok()?;
+        String::from_utf8_lossy(&o.stdout).trim().parse().ok().filter(|_| o.status.success())
+    };
+    if id("-u").is_none() {
+        let _ = std::process::Command::new("useradd")
+            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    match (id("-u"), id("-g")) {
+        (Some(u), Some(g)) if u != 0 => Some((u, g)),
+        _ => {
+            skip(Need::Useradd, format!("cannot create the unprivileged user {name} (useradd missing?)"));
+            None
+        }
+    }
+}
+
 /// `name` found as an executable file in a `$PATH` directory.
 pub fn have_command(name: &str) -> Option<PathBuf> {
     command_in(std::env::var_os("PATH").as_deref(), name)
