@@ -425,7 +425,8 @@ impl MarkerFollower {
 
     /// The recording stops: take the answers there are, tell a scan in progress to give
     /// up, and wait for the worker at most [`SCAN_STOP_WITHIN`] (then it is left behind);
-    /// jobs not answered are counted in `scan_dropped`.
+    /// jobs not answered by then (and processes waiting for them) are counted in
+    /// `scan_dropped`.
     pub fn stop(&mut self) {
         self.poll();
         let Some(mut w) = self.worker.take() else {
@@ -433,16 +434,18 @@ impl MarkerFollower {
         };
         w.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         w.jobs = None; // the worker ends when its queue is empty
+        // Every job not answered by now, and every process waiting for a file's answer,
+        // is lost: counted. The answers still to come are too late to be used.
+        let waiting: usize = self.scanning.drain().map(|(_, pids)| pids.len()).sum();
+        self.scan_dropped += w.in_flight + waiting as u64;
         let deadline = std::time::Instant::now() + SCAN_STOP_WITHIN;
         while w.in_flight > 0 {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match w.done.recv_timeout(left) {
-                Ok(_) => w.in_flight -= 1, // stopped or too late: not used
-                Err(_) => break,
+                Ok(_) => w.in_flight -= 1,
+                Err(_) => break, // a read that hangs: the thread is left behind
             }
         }
-        self.scan_dropped += w.in_flight;
-        self.scanning.clear();
     }
 }
 
