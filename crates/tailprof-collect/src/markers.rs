@@ -49,7 +49,9 @@ use crate::sys::CollectError;
 use region::{control, RawRecord, Region};
 use tailprof_markers_protocol::{record, slot};
 
-pub use elf::{file_defines, find_symbol_in_process, symbol_file_offset};
+pub use elf::{
+    file_defines, file_defines_until, find_symbol_in_process, find_symbol_in_process_until, symbol_file_offset,
+};
 
 /// Environment variable through which a launched command finds its region.
 pub const ENV_VAR: &str = tailprof_markers_protocol::ENV_VAR;
@@ -328,8 +330,14 @@ impl MarkerCollector {
     /// error (one line) when the symbol is there but does not hold a valid control block
     /// in a writable mapping of that very file: nothing is written then.
     pub fn attach(&mut self, pid: u32) -> Result<bool, CollectError> {
-        let found = find_symbol_in_process(pid, CONTROL_SYMBOL)
-            .map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
+        self.attach_found(pid, find_symbol_in_process(pid, CONTROL_SYMBOL))
+    }
+
+    /// [`MarkerCollector::attach`] with the control block addresses already looked up
+    /// ([`find_symbol_in_process`], done off the drain loop by the marker follower's
+    /// worker): only the block is validated and written here.
+    pub(crate) fn attach_found(&mut self, pid: u32, found: std::io::Result<Vec<u64>>) -> Result<bool, CollectError> {
+        let found = found.map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
         let addrs: Vec<u64> =
             found.iter().copied().filter(|&a| read_control(pid, a).is_some_and(|b| control_ok(&b))).collect();
         if addrs.is_empty() {

@@ -725,6 +725,10 @@ impl Recorder {
             s.stop();
         }
         self.drain_all();
+        if let Some(f) = self.emitter.follow.as_mut() {
+            // A scan in progress gives up; waited for at most items::SCAN_STOP_WITHIN.
+            f.stop();
+        }
         self.markers.finish(&mut self.marker_queue.pending);
         self.notes.extend(self.markers.take_warnings());
         self.notes.extend(self.follow_note());

@@ -9,6 +9,7 @@
 
 use std::fs::File;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tailprof_elf::{Elf, ReadAt, SectionHeader, SymbolTable, PT_LOAD, SHT_DYNSYM, SHT_GNU_HASH, SHT_SYMTAB};
 
@@ -44,6 +45,34 @@ pub fn symbol_file_offset(f: &File, name: &str) -> Option<u64> {
 /// when `symtab` (executables; libraries export in `.dynsym`).
 pub fn file_defines(f: &File, name: &str, symtab: bool) -> bool {
     symbol_file_offset_in(f, name, symtab).is_some()
+}
+
+/// A file whose reads fail once `stop` is set: a scan in progress on the marker
+/// follower's worker ends at its next read when the recording stops (issue 19, finding 3).
+struct Stoppable<'a> {
+    f: &'a File,
+    stop: &'a AtomicBool,
+}
+
+impl ReadAt for Stoppable<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "the recording stops"));
+        }
+        self.f.read_at(buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        self.f.size()
+    }
+    fn allocated(&self) -> Option<u64> {
+        self.f.allocated()
+    }
+}
+
+/// [`file_defines`], given up (`None`) as soon as `stop` is set.
+pub fn file_defines_until(f: &File, name: &str, symtab: bool, stop: &AtomicBool) -> Option<bool> {
+    let found = symbol_file_offset_in(Stoppable { f, stop }, name, symtab).is_some();
+    (!stop.load(Ordering::Relaxed)).then_some(found)
 }
 
 /// GNU hash of a symbol name (`.gnu.hash`).
@@ -122,7 +151,7 @@ fn scan_tables<R: ReadAt>(elf: &Elf<R>, kind: u32, name: &[u8]) -> Option<u64> {
 /// [`symbol_file_offset`]; `.symtab` (not loaded, often big) is searched only when
 /// `symtab` is true (the main executable: a shared library exports the symbol in
 /// `.dynsym`).
-fn symbol_file_offset_in(f: &File, name: &str, symtab: bool) -> Option<u64> {
+fn symbol_file_offset_in<R: ReadAt>(f: R, name: &str, symtab: bool) -> Option<u64> {
     let elf = Elf::parse_limited(f, MAX_HEADERS).ok()?;
     if !elf.class().is64 || elf.class().big_endian {
         return None;
@@ -175,6 +204,12 @@ fn symbol_file_offset_in(f: &File, name: &str, symtab: bool) -> Option<u64> {
 /// [`crate::procfs::open_mapped_file`]: the file that is mapped, even when another one
 /// now sits at its path (a package upgrade), never a FIFO or symlink put there.
 pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
+    find_symbol_in_process_until(pid, name, &AtomicBool::new(false))
+}
+
+/// [`find_symbol_in_process`], given up (an `Interrupted` error) as soon as `stop` is set
+/// (the marker follower's worker, issue 19 finding 3).
+pub fn find_symbol_in_process_until(pid: u32, name: &str, stop: &AtomicBool) -> io::Result<Vec<u64>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let entries: Vec<MapsEntry> = maps.lines().filter_map(parse_maps_line).collect();
     // The main executable (its .symtab is searched too; libraries export in .dynsym).
@@ -201,7 +236,10 @@ pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
         let foff = match OFFSETS.with(|c| c.borrow().get(&key).copied()) {
             Some(v) => v,
             None => {
-                let v = symbol_file_offset_in(&f, name, (md.dev(), md.ino()) == exe);
+                let v = symbol_file_offset_in(Stoppable { f: &f, stop }, name, (md.dev(), md.ino()) == exe);
+                if stop.load(Ordering::Relaxed) {
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "the recording stops"));
+                }
                 OFFSETS.with(|c| {
                     let mut c = c.borrow_mut();
                     if c.len() >= MAX_FILES * 16 {

@@ -112,24 +112,46 @@ pub const MAX_FOLLOWED_PROCESSES: usize = 1024;
 /// Processes waiting to be attached at most (more: counted as not attached).
 const MAX_FOLLOW_QUEUE: usize = 4096;
 
+/// Files and processes waiting for the follower's worker at most; more are counted
+/// (`scan_dropped`) and not remembered, so the next MMAP of the file tries again.
+pub const MAX_SCAN_PENDING: usize = 64;
+/// Other processes remembered per file being looked at (more: counted in `scan_dropped`).
+const MAX_WAITING_PER_FILE: usize = 64;
+/// How long stopping waits for a scan in progress at most (it is told to stop and gives
+/// up at its next read; a read that hangs is left behind, the thread detached).
+pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// `-a` and the agent (issue 9 item 4): processes that start after the recording began
 /// and map a file defining the marker control symbol are attached like those running at
 /// start. The emitter shows every executable file mapping (PERF_RECORD_MMAP2) to
-/// [`MarkerFollower::saw_mmap`]; each file (device, inode, build-id) is read once,
+/// [`MarkerFollower::saw_mmap`]; each file (device, inode, build-id) is opened there,
 /// through the mapping itself (`/proc/PID/map_files`, [`crate::procfs::open_mapped_file`]:
-/// never a FIFO, symlink or other file put at the path), and only its symbol tables, with
-/// every size bounded ([`crate::markers::symbol_file_offset`]); the answer is remembered
-/// (at most [`MAX_FOLLOW_FILES`] files). A process whose file defines the symbol is
-/// queued; the recorder attaches it between rounds ([`crate::markers::MarkerCollector::attach`],
-/// which validates the control block before writing anything). Markers a process
-/// wrote before it was attached are not recorded (the library writes none while off, and
-/// keeps no count of them): the note says how many processes were attached late.
+/// never a FIFO, symlink or other file put at the path), and handed to the follower's
+/// worker thread, which reads only its symbol tables, with every size bounded
+/// ([`crate::markers::file_defines_until`]). The drain loop never scans (issue 19,
+/// finding 3: a 16 GiB `.strtab` held it for 173 s): at most [`MAX_SCAN_PENDING`] jobs
+/// wait (more are counted and retried at the file's next MMAP), and answers come back
+/// through a channel [`MarkerFollower::poll`] reads without blocking. The answer is
+/// remembered (at most [`MAX_FOLLOW_FILES`] files). For a process whose file defines the
+/// symbol the worker also looks up its control blocks
+/// ([`crate::markers::find_symbol_in_process_until`]); the recorder attaches it between
+/// rounds ([`crate::markers::MarkerCollector::attach_found`], which validates the control
+/// block before writing anything). Stopping ([`MarkerFollower::stop`]) tells a scan in
+/// progress to give up at its next read and waits for it at most [`SCAN_STOP_WITHIN`];
+/// jobs not done are counted. Markers a process wrote before it was attached are not
+/// recorded (the library writes none while off, and keeps no count of them): the note
+/// says how many processes were attached late.
 #[derive(Debug, Default)]
 pub(crate) struct MarkerFollower {
     /// (device, inode) → (build-id, defines the control symbol).
     files: std::collections::HashMap<(u64, u64), (Option<Vec<u8>>, bool)>,
-    /// Processes to attach.
-    pub queue: Vec<u32>,
+    /// Files handed to the worker, not answered yet, with the other processes that
+    /// mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
+    scanning: std::collections::HashMap<(u64, u64), Vec<u32>>,
+    /// The worker (started at the first job).
+    worker: Option<ScanWorker>,
+    /// Processes to attach, with their control block addresses (looked up by the worker).
+    pub queue: Vec<(u32, io::Result<Vec<u64>>)>,
     /// Processes attached after the start, attach failures (first error kept), and
     /// processes not attached because a bound was reached.
     pub attached: u64,
@@ -138,20 +160,157 @@ pub(crate) struct MarkerFollower {
     pub over_limit: u64,
     /// Processes launched by another running recorder, left to it.
     pub others: u64,
+    /// Files or processes not looked at: the worker's queue was full, or the recording
+    /// stopped before their turn.
+    pub scan_dropped: u64,
     /// When exited processes' regions were last looked for.
     pub last_reap_ns: u64,
 }
 
+/// What the follower's worker is asked.
+#[derive(Debug)]
+enum ScanJob {
+    /// Does this file define the control symbol (`symtab`: its `.symtab` too)? Then look
+    /// up the control blocks of `pid`.
+    File {
+        key: (u64, u64),
+        build_id: Option<Vec<u8>>,
+        pid: u32,
+        file: std::fs::File,
+        symtab: bool,
+    },
+    /// Look up the control blocks of `pid` (it maps a file known to define the symbol).
+    Process { pid: u32 },
+}
+
+/// What the worker answers.
+#[derive(Debug)]
+enum ScanDone {
+    /// `marked`: `None` when the scan was stopped (not remembered). `found`: the process's
+    /// control blocks when the file defines the symbol.
+    File {
+        key: (u64, u64),
+        build_id: Option<Vec<u8>>,
+        marked: Option<bool>,
+        pid: u32,
+        found: Option<io::Result<Vec<u64>>>,
+    },
+    Process {
+        pid: u32,
+        found: io::Result<Vec<u64>>,
+    },
+}
+
+/// The check a worker runs on a file (`file_defines_until`; tests put a slow one).
+type FileCheck = fn(&std::fs::File, bool, &std::sync::atomic::AtomicBool) -> Option<bool>;
+
+fn check_control_symbol(
+    f: &std::fs::File,
+    symtab: bool,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<bool> {
+    crate::markers::file_defines_until(f, crate::markers::CONTROL_SYMBOL, symtab, stop)
+}
+
+/// The follower's worker thread: a bounded job queue in, answers out.
+#[derive(Debug)]
+struct ScanWorker {
+    jobs: Option<std::sync::mpsc::SyncSender<ScanJob>>,
+    done: std::sync::mpsc::Receiver<ScanDone>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Jobs sent and not answered yet.
+    in_flight: u64,
+}
+
+impl ScanWorker {
+    fn start(check: FileCheck) -> io::Result<ScanWorker> {
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<ScanJob>(MAX_SCAN_PENDING);
+        let (tx, done) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let st = stop.clone();
+        std::thread::Builder::new()
+            .name("tailprof-follow".into())
+            .spawn(move || {
+                let lookup = |pid| {
+                    crate::markers::find_symbol_in_process_until(
+                        pid,
+                        crate::markers::CONTROL_SYMBOL,
+                        &st,
+                    )
+                };
+                while let Ok(job) = rx.recv() {
+                    let answer = match job {
+                        ScanJob::File {
+                            key,
+                            build_id,
+                            pid,
+                            file,
+                            symtab,
+                        } => {
+                            let marked = check(&file, symtab, &st);
+                            drop(file);
+                            let found = (marked == Some(true)).then(|| lookup(pid));
+                            ScanDone::File {
+                                key,
+                                build_id,
+                                marked,
+                                pid,
+                                found,
+                            }
+                        }
+                        ScanJob::Process { pid } => ScanDone::Process {
+                            pid,
+                            found: lookup(pid),
+                        },
+                    };
+                    if tx.send(answer).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(ScanWorker {
+            jobs: Some(jobs),
+            done,
+            stop,
+            in_flight: 0,
+        })
+    }
+
+    /// Queue a job without waiting; `false` when the queue is full (or the worker gone).
+    fn send(&mut self, job: ScanJob) -> bool {
+        let ok = self.jobs.as_ref().is_some_and(|j| j.try_send(job).is_ok());
+        self.in_flight += u64::from(ok);
+        ok
+    }
+}
+
 impl MarkerFollower {
     /// An executable file mapping (MMAP2) was written: queue its process when the file
-    /// defines the marker control symbol.
+    /// defines the marker control symbol (answered later, through [`MarkerFollower::poll`]).
     pub fn saw_mmap(&mut self, m: &tailprof_format::Mmap, dev: u64, inode: u64) {
-        if m.prot & libc::PROT_EXEC as u32 == 0 || inode == 0 || !m.path.starts_with('/') || m.pid == 0 {
+        if m.prot & libc::PROT_EXEC as u32 == 0
+            || inode == 0
+            || !m.path.starts_with('/')
+            || m.pid == 0
+        {
             return;
         }
         let key = (dev, inode);
-        let marked = match self.files.get(&key) {
-            Some((id, marked)) if *id == m.build_id => *marked,
+        match self.files.get(&key) {
+            Some((id, marked)) if *id == m.build_id => {
+                if *marked && !self.queue.iter().any(|(p, _)| *p == m.pid) {
+                    self.send(ScanJob::Process { pid: m.pid });
+                }
+            }
+            _ if self.scanning.contains_key(&key) => {
+                // Being looked at: this process is looked up when the answer comes.
+                let waiting = self.scanning.entry(key).or_default();
+                if waiting.len() >= MAX_WAITING_PER_FILE {
+                    self.scan_dropped += 1;
+                } else if m.pid != 0 && !waiting.contains(&m.pid) {
+                    waiting.push(m.pid);
+                }
+            }
             _ => {
                 let e = crate::procfs::MapsEntry {
                     start: m.start,
@@ -163,28 +322,137 @@ impl MarkerFollower {
                     inode,
                     path: m.path.clone(),
                 };
-                let Ok(f) = crate::procfs::open_mapped_file(m.pid, &e) else {
+                let Ok(file) = crate::procfs::open_mapped_file(m.pid, &e) else {
                     // Gone already (or not the file it was): not remembered.
                     return;
                 };
                 // Libraries export the block in .dynsym; an executable may have it only in
                 // .symtab (not loaded, possibly big: read only for non-libraries).
                 let library = m.path.rsplit('/').next().is_some_and(|n| n.contains(".so"));
-                let marked = crate::markers::file_defines(&f, crate::markers::CONTROL_SYMBOL, !library);
-                if self.files.len() >= MAX_FOLLOW_FILES {
-                    self.files.clear();
-                }
-                self.files.insert(key, (m.build_id.clone(), marked));
-                marked
+                self.scan_file(key, m.build_id.clone(), m.pid, file, !library);
             }
+        }
+    }
+
+    /// Hand one opened file to the worker (counted as dropped when its queue is full).
+    fn scan_file(
+        &mut self,
+        key: (u64, u64),
+        build_id: Option<Vec<u8>>,
+        pid: u32,
+        file: std::fs::File,
+        symtab: bool,
+    ) {
+        if self.send(ScanJob::File {
+            key,
+            build_id,
+            pid,
+            file,
+            symtab,
+        }) {
+            self.scanning.insert(key, Vec::new());
+        }
+    }
+
+    fn send(&mut self, job: ScanJob) -> bool {
+        if self.worker.is_none() {
+            match ScanWorker::start(check_control_symbol) {
+                Ok(w) => self.worker = Some(w),
+                Err(e) => {
+                    self.first_error
+                        .get_or_insert(format!("cannot start the marker follower's thread: {e}"));
+                }
+            }
+        }
+        let sent = self.worker.as_mut().is_some_and(|w| w.send(job));
+        if !sent {
+            self.scan_dropped += 1;
+        }
+        sent
+    }
+
+    /// Take the worker's answers (never waits): remember the files, queue the marked
+    /// processes for [`crate::markers::MarkerCollector::attach_found`].
+    pub fn poll(&mut self) {
+        let Some(w) = self.worker.as_mut() else {
+            return;
         };
-        if marked && !self.queue.contains(&m.pid) {
+        let mut answers = Vec::new();
+        while let Ok(a) = w.done.try_recv() {
+            w.in_flight = w.in_flight.saturating_sub(1);
+            answers.push(a);
+        }
+        for a in answers {
+            let (pid, found) = match a {
+                ScanDone::File {
+                    key,
+                    build_id,
+                    marked,
+                    pid,
+                    found,
+                } => {
+                    let waiting = self.scanning.remove(&key).unwrap_or_default();
+                    let Some(marked) = marked else {
+                        self.scan_dropped += 1;
+                        continue;
+                    };
+                    if self.files.len() >= MAX_FOLLOW_FILES {
+                        self.files.clear();
+                    }
+                    self.files.insert(key, (build_id, marked));
+                    if marked {
+                        for p in waiting.into_iter().filter(|&p| p != pid) {
+                            self.send(ScanJob::Process { pid: p });
+                        }
+                    }
+                    match found {
+                        Some(found) => (pid, found),
+                        None => continue,
+                    }
+                }
+                ScanDone::Process { pid, found } => (pid, found),
+            };
+            if self.queue.iter().any(|(p, _)| *p == pid) {
+                continue;
+            }
             if self.queue.len() >= MAX_FOLLOW_QUEUE {
                 self.over_limit += 1;
             } else {
-                self.queue.push(m.pid);
+                self.queue.push((pid, found));
             }
         }
+    }
+
+    /// The recording stops: take the answers there are, tell a scan in progress to give
+    /// up, and wait for the worker at most [`SCAN_STOP_WITHIN`] (then it is left behind);
+    /// jobs not answered by then (and processes waiting for them) are counted in
+    /// `scan_dropped`.
+    pub fn stop(&mut self) {
+        self.poll();
+        let Some(mut w) = self.worker.take() else {
+            return;
+        };
+        w.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        w.jobs = None; // the worker ends when its queue is empty
+        // Every job not answered by now, and every process waiting for a file's answer,
+        // is lost: counted. The answers still to come are too late to be used.
+        let waiting: usize = self.scanning.drain().map(|(_, pids)| pids.len()).sum();
+        self.scan_dropped += w.in_flight + waiting as u64;
+        let deadline = std::time::Instant::now() + SCAN_STOP_WITHIN;
+        while w.in_flight > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match w.done.recv_timeout(left) {
+                Ok(_) => w.in_flight -= 1,
+                Err(_) => break, // a read that hangs: the thread is left behind
+            }
+        }
+    }
+}
+
+impl Drop for ScanWorker {
+    /// A scan in progress gives up at its next read; nobody waits for it.
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -705,5 +973,77 @@ mod tests {
         assert_eq!(item_reg_mask("r13").unwrap(), (1 << 21, "r13".to_string()));
         assert!(item_reg_mask("r13,rdi").is_err());
         assert!(item_reg_mask("eax").is_err());
+    }
+
+    /// Issue 19, finding 3: a file whose scan never ends (a 16 GiB `.strtab`, or a read
+    /// that hangs) held the drain loop for minutes, and SIGTERM with it. Now the drain
+    /// loop only hands the file over and polls: nothing it calls waits for the scan, files
+    /// beyond the worker's queue are counted, and stopping waits at most
+    /// `SCAN_STOP_WITHIN` (bounds asserted generously; the point is that they hold).
+    #[test]
+    fn finding_3_drain_loop_does_not_wait_for_a_scan() {
+        fn hangs(_: &std::fs::File, _: bool, _: &std::sync::atomic::AtomicBool) -> Option<bool> {
+            std::thread::sleep(std::time::Duration::from_secs(120)); // ignores the stop flag
+            Some(true)
+        }
+        let bound = std::time::Duration::from_secs(20);
+        let mut f = MarkerFollower { worker: Some(ScanWorker::start(hangs).unwrap()), ..Default::default() };
+        let exe = || std::fs::File::open("/proc/self/exe").unwrap();
+        let t0 = std::time::Instant::now();
+        let files = MAX_SCAN_PENDING as u64 + 20;
+        for i in 0..files {
+            f.scan_file((1, i), None, 1, exe(), true);
+            f.poll(); // the drain loop's round: never waits
+        }
+        assert!(
+            t0.elapsed() < bound,
+            "handing over {files} files took {:?}",
+            t0.elapsed()
+        );
+        assert!(f.queue.is_empty() && f.files.is_empty());
+        // One in progress, MAX_SCAN_PENDING waiting, the rest counted (retried at their next MMAP).
+        assert!(
+            f.scan_dropped >= files - 1 - MAX_SCAN_PENDING as u64,
+            "{}",
+            f.scan_dropped
+        );
+        let waiting = f.scanning.len() as u64;
+        assert_eq!(waiting + f.scan_dropped, files);
+        let t1 = std::time::Instant::now();
+        f.stop();
+        assert!(
+            t1.elapsed() < SCAN_STOP_WITHIN + bound,
+            "stop took {:?}",
+            t1.elapsed()
+        );
+        assert_eq!(f.scan_dropped, files, "every file not answered is counted");
+        assert!(f.worker.is_none() && f.scanning.is_empty());
+    }
+
+    /// The real worker (`file_defines_until`) answers: not marked, remembered, and the
+    /// drain loop learns it through `poll`.
+    #[test]
+    fn finding_3_worker_answers_and_the_drain_loop_learns_it() {
+        let mut f = MarkerFollower::default();
+        f.scan_file(
+            (7, 7),
+            None,
+            1,
+            std::fs::File::open("/proc/self/exe").unwrap(),
+            true,
+        );
+        let t0 = std::time::Instant::now();
+        while !f.files.contains_key(&(7, 7)) && t0.elapsed() < std::time::Duration::from_secs(60) {
+            f.poll();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(
+            f.files.get(&(7, 7)),
+            Some(&(None, false)),
+            "the test binary has no control block"
+        );
+        assert!(f.queue.is_empty() && f.scanning.is_empty());
+        f.stop();
+        assert_eq!(f.scan_dropped, 0);
     }
 }

@@ -286,10 +286,11 @@ impl Recorder {
             self.start_off_cpu_now("at the first item marker");
         }
         let Some(f) = self.emitter.follow.as_mut() else { return };
+        f.poll();
         let queue = std::mem::take(&mut f.queue);
         let me = std::process::id();
         let child = self.child.as_ref().map(|c| c.pid());
-        for pid in queue {
+        for (pid, found) in queue {
             if pid == me || Some(pid) == child || self.markers.has(pid) {
                 continue;
             }
@@ -301,7 +302,7 @@ impl Recorder {
                 f.over_limit += 1;
                 continue;
             }
-            match self.markers.attach(pid) {
+            match self.markers.attach_found(pid, found) {
                 Ok(true) => f.attached += 1,
                 Ok(false) => {}
                 Err(e) => {
@@ -325,12 +326,12 @@ impl Recorder {
     /// The follow note for the end of a recording (`None` when nothing was followed).
     pub(super) fn follow_note(&self) -> Option<String> {
         let f = self.emitter.follow.as_ref()?;
-        if f.attached + f.failed + f.over_limit + f.others == 0 {
+        if f.attached + f.failed + f.over_limit + f.others + f.scan_dropped == 0 {
             return None;
         }
         Some(format!(
             "markers: attached to {} process(es) that started while recording (their markers from before the attach are \
-             not recorded){}{}{}",
+             not recorded){}{}{}{}",
             f.attached,
             if f.others > 0 { format!("; {} left to the recorder that launched them", f.others) } else { String::new() },
             match &f.first_error {
@@ -339,6 +340,16 @@ impl Recorder {
             },
             if f.over_limit > 0 {
                 format!("; {} not attached (more than {} at once)", f.over_limit, items::MAX_FOLLOWED_PROCESSES)
+            } else {
+                String::new()
+            },
+            if f.scan_dropped > 0 {
+                format!(
+                    "; {} mapped file(s) or process(es) not looked at (more than {} waiting, or stopped first; a file is \
+                     looked at again when it is mapped again)",
+                    f.scan_dropped,
+                    items::MAX_SCAN_PENDING
+                )
             } else {
                 String::new()
             }
