@@ -115,6 +115,11 @@ const MAX_FOLLOW_QUEUE: usize = 4096;
 /// Files and processes waiting for the follower's worker at most; more are counted
 /// (`scan_dropped`) and not remembered, so the next MMAP of the file tries again.
 pub const MAX_SCAN_PENDING: usize = 64;
+/// Files handed to the worker and not answered yet whose owner (uid, from the opened
+/// file) is one user at most (a quarter of the queue): one user's flood of slow files
+/// cannot keep another user's new files out (issue 19, fairness; the symbolizer's
+/// `MAX_DEFERRED_PER_OWNER` rule). More are counted in `scan_dropped`, not remembered.
+pub const MAX_SCAN_PENDING_PER_OWNER: usize = MAX_SCAN_PENDING / 4;
 /// Other processes remembered per file being looked at (more: counted in `scan_dropped`).
 const MAX_WAITING_PER_FILE: usize = 64;
 /// How long stopping waits for a scan in progress at most (it is told to stop and gives
@@ -130,7 +135,8 @@ pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs
 /// worker thread, which reads only its symbol tables, with every size bounded
 /// ([`crate::markers::file_defines_until`]). The drain loop never scans (issue 19,
 /// finding 3: a 16 GiB `.strtab` held it for 173 s): at most [`MAX_SCAN_PENDING`] jobs
-/// wait (more are counted and retried at the file's next MMAP), and answers come back
+/// wait, at most [`MAX_SCAN_PENDING_PER_OWNER`] files of one owner (more are counted and
+/// retried at the file's next MMAP), and answers come back
 /// through a channel [`MarkerFollower::poll`] reads without blocking. The answer is
 /// remembered (at most [`MAX_FOLLOW_FILES`] files). For a process whose file defines the
 /// symbol the worker also looks up its control blocks
@@ -145,9 +151,11 @@ pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs
 pub(crate) struct MarkerFollower {
     /// (device, inode) → (build-id, defines the control symbol).
     files: std::collections::HashMap<(u64, u64), (Option<Vec<u8>>, bool)>,
-    /// Files handed to the worker, not answered yet, with the other processes that
-    /// mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
-    scanning: std::collections::HashMap<(u64, u64), Vec<u32>>,
+    /// Files handed to the worker, not answered yet: their owner (uid) and the other
+    /// processes that mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
+    scanning: std::collections::HashMap<(u64, u64), (u32, Vec<u32>)>,
+    /// Files in `scanning` by owner (at most [`MAX_SCAN_PENDING_PER_OWNER`] each).
+    scanning_per_owner: std::collections::HashMap<u32, usize>,
     /// The worker (started at the first job).
     worker: Option<ScanWorker>,
     /// Processes to attach, with their control block addresses (looked up by the worker).
@@ -304,7 +312,9 @@ impl MarkerFollower {
             }
             _ if self.scanning.contains_key(&key) => {
                 // Being looked at: this process is looked up when the answer comes.
-                let waiting = self.scanning.entry(key).or_default();
+                let Some((_, waiting)) = self.scanning.get_mut(&key) else {
+                    return;
+                };
                 if waiting.len() >= MAX_WAITING_PER_FILE {
                     self.scan_dropped += 1;
                 } else if m.pid != 0 && !waiting.contains(&m.pid) {
@@ -334,7 +344,8 @@ impl MarkerFollower {
         }
     }
 
-    /// Hand one opened file to the worker (counted as dropped when its queue is full).
+    /// Hand one opened file to the worker (counted as dropped when its queue is full or
+    /// its owner already has [`MAX_SCAN_PENDING_PER_OWNER`] files waiting).
     fn scan_file(
         &mut self,
         key: (u64, u64),
@@ -343,6 +354,16 @@ impl MarkerFollower {
         file: std::fs::File,
         symtab: bool,
     ) {
+        // The owner of the file opened (fstat: nothing read); unknown owners share one count.
+        let owner = file.metadata().map_or(u32::MAX, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        });
+        let mine = self.scanning_per_owner.get(&owner).copied().unwrap_or(0);
+        if mine >= MAX_SCAN_PENDING_PER_OWNER {
+            self.scan_dropped += 1; // retried at the file's next MMAP
+            return;
+        }
         if self.send(ScanJob::File {
             key,
             build_id,
@@ -350,8 +371,24 @@ impl MarkerFollower {
             file,
             symtab,
         }) {
-            self.scanning.insert(key, Vec::new());
+            self.scanning.insert(key, (owner, Vec::new()));
+            *self.scanning_per_owner.entry(owner).or_default() += 1;
         }
+    }
+
+    /// A file handed to the worker is answered (or given up): no longer counted for its
+    /// owner; returns the processes that waited for it.
+    fn scanned(&mut self, key: &(u64, u64)) -> Vec<u32> {
+        let Some((owner, waiting)) = self.scanning.remove(key) else {
+            return Vec::new();
+        };
+        if let Some(n) = self.scanning_per_owner.get_mut(&owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.scanning_per_owner.remove(&owner);
+            }
+        }
+        waiting
     }
 
     fn send(&mut self, job: ScanJob) -> bool {
@@ -391,7 +428,7 @@ impl MarkerFollower {
                     pid,
                     found,
                 } => {
-                    let waiting = self.scanning.remove(&key).unwrap_or_default();
+                    let waiting = self.scanned(&key);
                     let Some(marked) = marked else {
                         self.scan_dropped += 1;
                         continue;
@@ -436,7 +473,8 @@ impl MarkerFollower {
         w.jobs = None; // the worker ends when its queue is empty
         // Every job not answered by now, and every process waiting for a file's answer,
         // is lost: counted. The answers still to come are too late to be used.
-        let waiting: usize = self.scanning.drain().map(|(_, pids)| pids.len()).sum();
+        let waiting: usize = self.scanning.drain().map(|(_, (_, pids))| pids.len()).sum();
+        self.scanning_per_owner.clear();
         self.scan_dropped += w.in_flight + waiting as u64;
         let deadline = std::time::Instant::now() + SCAN_STOP_WITHIN;
         while w.in_flight > 0 {
@@ -1001,7 +1039,8 @@ mod tests {
             t0.elapsed()
         );
         assert!(f.queue.is_empty() && f.files.is_empty());
-        // One in progress, MAX_SCAN_PENDING waiting, the rest counted (retried at their next MMAP).
+        // At most MAX_SCAN_PENDING (of one owner: MAX_SCAN_PENDING_PER_OWNER) handed over,
+        // the rest counted (retried at their next MMAP).
         assert!(
             f.scan_dropped >= files - 1 - MAX_SCAN_PENDING as u64,
             "{}",
@@ -1045,5 +1084,55 @@ mod tests {
         assert!(f.queue.is_empty() && f.scanning.is_empty());
         f.stop();
         assert_eq!(f.scan_dropped, 0);
+    }
+
+    /// Issue 19, fairness: one user creating many slow files filled the worker's queue
+    /// (64) and every other user's new file was counted as dropped. Now one owner (uid of
+    /// the opened file) has at most a quarter of the queue: after its flood, a file of
+    /// another owner is still handed to the worker.
+    #[test]
+    fn fairness_one_owner_cannot_fill_the_follower_queue() {
+        use std::os::unix::fs::MetadataExt;
+        fn slow(_: &std::fs::File, _: bool, stop: &std::sync::atomic::AtomicBool) -> Option<bool> {
+            // A scan that takes until it is told to stop (checked like a real scan's reads).
+            let t0 = std::time::Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed().as_secs() < 120 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            None
+        }
+        let flooder = std::fs::metadata("/proc/self/exe").unwrap().uid();
+        // Another owner's file: a temporary file, given to another uid when root.
+        let other_path =
+            std::env::temp_dir().join(format!("tailprof-follow-fairness-{}", std::process::id()));
+        std::fs::write(&other_path, b"\x7fELF").unwrap();
+        if tailprof_testkit::is_root() {
+            std::os::unix::fs::chown(&other_path, Some(flooder.wrapping_add(1)), None).unwrap();
+        }
+        let other = std::fs::File::open(&other_path).unwrap();
+        let _ = std::fs::remove_file(&other_path); // the open file is enough
+        if other.metadata().unwrap().uid() == flooder {
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::Root,
+                "needs root (or a test binary owned by another user) for a file of a second owner",
+            );
+            return;
+        }
+        let mut f = MarkerFollower { worker: Some(ScanWorker::start(slow).unwrap()), ..Default::default() };
+        let exe = || std::fs::File::open("/proc/self/exe").unwrap();
+        let flood = MAX_SCAN_PENDING as u64 * 2;
+        for i in 0..flood {
+            f.scan_file((1, i), None, 1, exe(), true);
+            f.poll();
+        }
+        let flooders = f.scanning.len() as u64;
+        assert_eq!(flooders, MAX_SCAN_PENDING_PER_OWNER as u64, "one owner holds a quarter of the queue");
+        assert_eq!(f.scan_dropped, flood - flooders, "the rest of the flood is counted");
+        f.scan_file((2, 1), None, 2, other, true);
+        assert!(f.scanning.contains_key(&(2, 1)), "another owner's file is still handed to the worker");
+        assert_eq!(f.scan_dropped, flood - flooders, "and not counted as dropped");
+        f.stop();
+        assert_eq!(f.scan_dropped, flood + 1, "every file not answered is counted");
+        assert!(f.scanning.is_empty() && f.scanning_per_owner.is_empty());
     }
 }
