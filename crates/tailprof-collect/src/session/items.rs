@@ -9,13 +9,15 @@
 
 use std::io;
 
-use tailprof_format::{FormatError, ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample};
+use tailprof_format::{
+    FormatError, ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample,
+};
 
 use crate::attr::{parse_regs, reg_names, ClockChoice, PerfEventAttr, ATTR_SIZE};
+use crate::classprobe::{self, ClassId, ClassSpec, ClassTable, TracefsUprobe};
 use crate::parse::Layout;
 use crate::sys::{self, CollectError};
 use crate::uprobe::{self, ItemProbes, PreparedProbes, ProbeRole, ResolvedProbe, UprobeAttrConfig};
-use crate::classprobe::{self, ClassId, ClassSpec, ClassTable, TracefsUprobe};
 
 /// What the recorder does about items, besides always collecting the marker library's
 /// markers.
@@ -115,6 +117,11 @@ const MAX_FOLLOW_QUEUE: usize = 4096;
 /// Files and processes waiting for the follower's worker at most; more are counted
 /// (`scan_dropped`) and not remembered, so the next MMAP of the file tries again.
 pub const MAX_SCAN_PENDING: usize = 64;
+/// Files handed to the worker and not answered yet whose owner (uid, from the opened
+/// file) is one user at most (a quarter of the queue): one user's flood of slow files
+/// cannot keep another user's new files out (issue 19, fairness; the symbolizer's
+/// `MAX_DEFERRED_PER_OWNER` rule). More are counted in `scan_dropped`, not remembered.
+pub const MAX_SCAN_PENDING_PER_OWNER: usize = MAX_SCAN_PENDING / 4;
 /// Other processes remembered per file being looked at (more: counted in `scan_dropped`).
 const MAX_WAITING_PER_FILE: usize = 64;
 /// How long stopping waits for a scan in progress at most (it is told to stop and gives
@@ -130,7 +137,8 @@ pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs
 /// worker thread, which reads only its symbol tables, with every size bounded
 /// ([`crate::markers::file_defines_until`]). The drain loop never scans (issue 19,
 /// finding 3: a 16 GiB `.strtab` held it for 173 s): at most [`MAX_SCAN_PENDING`] jobs
-/// wait (more are counted and retried at the file's next MMAP), and answers come back
+/// wait, at most [`MAX_SCAN_PENDING_PER_OWNER`] files of one owner (more are counted and
+/// retried at the file's next MMAP), and answers come back
 /// through a channel [`MarkerFollower::poll`] reads without blocking. The answer is
 /// remembered (at most [`MAX_FOLLOW_FILES`] files). For a process whose file defines the
 /// symbol the worker also looks up its control blocks
@@ -145,9 +153,11 @@ pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs
 pub(crate) struct MarkerFollower {
     /// (device, inode) → (build-id, defines the control symbol).
     files: std::collections::HashMap<(u64, u64), (Option<Vec<u8>>, bool)>,
-    /// Files handed to the worker, not answered yet, with the other processes that
-    /// mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
-    scanning: std::collections::HashMap<(u64, u64), Vec<u32>>,
+    /// Files handed to the worker, not answered yet: their owner (uid) and the other
+    /// processes that mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
+    scanning: std::collections::HashMap<(u64, u64), (u32, Vec<u32>)>,
+    /// Files in `scanning` by owner (at most [`MAX_SCAN_PENDING_PER_OWNER`] each).
+    scanning_per_owner: std::collections::HashMap<u32, usize>,
     /// The worker (started at the first job).
     worker: Option<ScanWorker>,
     /// Processes to attach, with their control block addresses (looked up by the worker).
@@ -304,7 +314,9 @@ impl MarkerFollower {
             }
             _ if self.scanning.contains_key(&key) => {
                 // Being looked at: this process is looked up when the answer comes.
-                let waiting = self.scanning.entry(key).or_default();
+                let Some((_, waiting)) = self.scanning.get_mut(&key) else {
+                    return;
+                };
                 if waiting.len() >= MAX_WAITING_PER_FILE {
                     self.scan_dropped += 1;
                 } else if m.pid != 0 && !waiting.contains(&m.pid) {
@@ -334,7 +346,8 @@ impl MarkerFollower {
         }
     }
 
-    /// Hand one opened file to the worker (counted as dropped when its queue is full).
+    /// Hand one opened file to the worker (counted as dropped when its queue is full or
+    /// its owner already has [`MAX_SCAN_PENDING_PER_OWNER`] files waiting).
     fn scan_file(
         &mut self,
         key: (u64, u64),
@@ -343,6 +356,16 @@ impl MarkerFollower {
         file: std::fs::File,
         symtab: bool,
     ) {
+        // The owner of the file opened (fstat: nothing read); unknown owners share one count.
+        let owner = file.metadata().map_or(u32::MAX, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        });
+        let mine = self.scanning_per_owner.get(&owner).copied().unwrap_or(0);
+        if mine >= MAX_SCAN_PENDING_PER_OWNER {
+            self.scan_dropped += 1; // retried at the file's next MMAP
+            return;
+        }
         if self.send(ScanJob::File {
             key,
             build_id,
@@ -350,8 +373,24 @@ impl MarkerFollower {
             file,
             symtab,
         }) {
-            self.scanning.insert(key, Vec::new());
+            self.scanning.insert(key, (owner, Vec::new()));
+            *self.scanning_per_owner.entry(owner).or_default() += 1;
         }
+    }
+
+    /// A file handed to the worker is answered (or given up): no longer counted for its
+    /// owner; returns the processes that waited for it.
+    fn scanned(&mut self, key: &(u64, u64)) -> Vec<u32> {
+        let Some((owner, waiting)) = self.scanning.remove(key) else {
+            return Vec::new();
+        };
+        if let Some(n) = self.scanning_per_owner.get_mut(&owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.scanning_per_owner.remove(&owner);
+            }
+        }
+        waiting
     }
 
     fn send(&mut self, job: ScanJob) -> bool {
@@ -391,7 +430,7 @@ impl MarkerFollower {
                     pid,
                     found,
                 } => {
-                    let waiting = self.scanning.remove(&key).unwrap_or_default();
+                    let waiting = self.scanned(&key);
                     let Some(marked) = marked else {
                         self.scan_dropped += 1;
                         continue;
@@ -434,9 +473,10 @@ impl MarkerFollower {
         };
         w.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         w.jobs = None; // the worker ends when its queue is empty
-        // Every job not answered by now, and every process waiting for a file's answer,
-        // is lost: counted. The answers still to come are too late to be used.
-        let waiting: usize = self.scanning.drain().map(|(_, pids)| pids.len()).sum();
+                       // Every job not answered by now, and every process waiting for a file's answer,
+                       // is lost: counted. The answers still to come are too late to be used.
+        let waiting: usize = self.scanning.drain().map(|(_, (_, pids))| pids.len()).sum();
+        self.scanning_per_owner.clear();
         self.scan_dropped += w.in_flight + waiting as u64;
         let deadline = std::time::Instant::now() + SCAN_STOP_WITHIN;
         while w.in_flight > 0 {
@@ -477,7 +517,13 @@ impl RecordQueue {
         if new == 0 {
             return false;
         }
-        self.pending.push(Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::Malformed, count: new }));
+        self.pending.push(Record::Lost(Lost {
+            time,
+            cpu: 0,
+            event: None,
+            kind: LossKind::Malformed,
+            count: new,
+        }));
         true
     }
 
@@ -588,12 +634,15 @@ impl ProbeSet {
     ) -> Result<std::os::fd::OwnedFd, CollectError> {
         // A uprobe PMU event's path pointer outlives the call (the kernel copies the
         // string); inherited events are tracefs events ([`uprobe::ProbeVia::for_inherit`]).
-        let a = uprobe::uprobe_attr(&self.prepared.event(role, site), &cfg).ok_or_else(|| CollectError::Open {
-            event: format!("uprobe {}", self.probe(role, site).spec),
-            hint: "an inherited uprobe PMU event would make the target's clone() fail (EFAULT); \
+        let a = uprobe::uprobe_attr(&self.prepared.event(role, site), &cfg).ok_or_else(|| {
+            CollectError::Open {
+                event: format!("uprobe {}", self.probe(role, site).spec),
+                hint:
+                    "an inherited uprobe PMU event would make the target's clone() fail (EFAULT); \
                    inherited probes must be tracefs events"
-                .into(),
-            source: io::Error::from_raw_os_error(libc::EINVAL),
+                        .into(),
+                source: io::Error::from_raw_os_error(libc::EINVAL),
+            }
         })?;
         sys::perf_event_open(&a, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC)
             .map_err(|e| open_error(&e, self.probe(role, site)))
@@ -602,7 +651,10 @@ impl ProbeSet {
     /// `TraceHeader.extra` entries describing the probes.
     pub fn header_extra(&self) -> Vec<(String, String)> {
         let mut v = vec![
-            ("item_begin".to_string(), describe_sites(&self.prepared.begin)),
+            (
+                "item_begin".to_string(),
+                describe_sites(&self.prepared.begin),
+            ),
             ("item_end".to_string(), describe_sites(&self.prepared.end)),
             (
                 "item_id".to_string(),
@@ -621,7 +673,11 @@ impl ProbeSet {
 
 /// Every site's definition, one per line.
 fn describe_sites(sites: &[ResolvedProbe]) -> String {
-    sites.iter().map(ResolvedProbe::describe).collect::<Vec<_>>().join("\n")
+    sites
+        .iter()
+        .map(ResolvedProbe::describe)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `--item-class-from` probes: tracefs uprobe events with a fetch-argument, opened
@@ -648,33 +704,50 @@ pub(crate) struct ClassProbes {
 }
 
 /// sample_type of a class probe: the uprobe fields plus the tracepoint's raw record.
-pub(crate) const CLASS_SAMPLE_TYPE: u64 = uprobe::UPROBE_SAMPLE_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_RAW as u64;
+pub(crate) const CLASS_SAMPLE_TYPE: u64 =
+    uprobe::UPROBE_SAMPLE_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_RAW as u64;
 
 impl ClassProbes {
     /// Resolve every spec and create its tracefs event (mounting tracefs when absent).
     /// `base` is the decoder index the first event gets. `None` without specs.
-    pub fn prepare(specs: &[ClassSpec], base: usize) -> Result<Option<ClassProbes>, crate::session::RecordError> {
+    pub fn prepare(
+        specs: &[ClassSpec],
+        base: usize,
+    ) -> Result<Option<ClassProbes>, crate::session::RecordError> {
         if specs.is_empty() {
             return Ok(None);
         }
-        let base = u16::try_from(base).map_err(|_| crate::session::RecordError::Options("too many events".into()))?;
+        let base = u16::try_from(base)
+            .map_err(|_| crate::session::RecordError::Options("too many events".into()))?;
         let mut events = Vec::with_capacity(specs.len());
         let mut mounted = None;
         for spec in specs {
             // One event per site (a USDT probe inlined at several places has several).
             for resolved in uprobe::resolve_sites(&spec.probe)? {
                 let fetch = spec.fetch_arg_at(&resolved)?;
-                let (root, we_mounted) = crate::tracefs::ensure_mounted()
-                    .map_err(|source| crate::session::RecordError::Io { what: "--item-class-from needs tracefs".into(), source })?;
+                let (root, we_mounted) = crate::tracefs::ensure_mounted().map_err(|source| {
+                    crate::session::RecordError::Io {
+                        what: "--item-class-from needs tracefs".into(),
+                        source,
+                    }
+                })?;
                 if we_mounted {
                     mounted = Some(root.clone());
                 }
-                let ev = TracefsUprobe::create(&root, &resolved, spec).map_err(|e| create_error(e, &root))?;
+                let ev = TracefsUprobe::create(&root, &resolved, spec)
+                    .map_err(|e| create_error(e, &root))?;
                 let desc = format!("{}:{fetch}", resolved.describe());
                 events.push((spec.clone(), desc, ev));
             }
         }
-        Ok(Some(ClassProbes { events, base, table: ClassTable::default(), dropped_stored: 0, undecoded: 0, mounted }))
+        Ok(Some(ClassProbes {
+            events,
+            base,
+            table: ClassTable::default(),
+            dropped_stored: 0,
+            undecoded: 0,
+            mounted,
+        }))
     }
 
     /// Number of class events, one per site (opened per CPU or task like the sampling
@@ -689,7 +762,13 @@ impl ClassProbes {
     }
 
     /// The attr of class event `i`.
-    pub fn attr(&self, i: usize, clock: ClockChoice, inherit: bool, enable_on_exec: bool) -> PerfEventAttr {
+    pub fn attr(
+        &self,
+        i: usize,
+        clock: ClockChoice,
+        inherit: bool,
+        enable_on_exec: bool,
+    ) -> PerfEventAttr {
         let mut a = PerfEventAttr {
             type_: perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT,
             size: ATTR_SIZE,
@@ -712,7 +791,13 @@ impl ClassProbes {
     }
 
     /// Open class event `i` for `pid` (a task or -1) on `cpu`.
-    pub fn open(&self, i: usize, pid: i32, cpu: i32, attr: &PerfEventAttr) -> Result<std::os::fd::OwnedFd, CollectError> {
+    pub fn open(
+        &self,
+        i: usize,
+        pid: i32,
+        cpu: i32,
+        attr: &PerfEventAttr,
+    ) -> Result<std::os::fd::OwnedFd, CollectError> {
         sys::perf_event_open(attr, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(|e| {
             let spec = self.events.get(i).map_or(String::new(), |e| e.1.clone());
             let event = format!("--item-class-from probe {spec}");
@@ -732,7 +817,12 @@ impl ClassProbes {
     /// Decoder layouts of the class events.
     pub fn layouts(&self) -> Vec<Layout> {
         (0..self.events.len())
-            .map(|_| Layout { sample_type: CLASS_SAMPLE_TYPE, sample_id_all: true, default_period: 1, ..Layout::default() })
+            .map(|_| Layout {
+                sample_type: CLASS_SAMPLE_TYPE,
+                sample_id_all: true,
+                default_period: 1,
+                ..Layout::default()
+            })
             .collect()
     }
 
@@ -746,7 +836,12 @@ impl ClassProbes {
     pub fn notes(&self) -> Vec<String> {
         self.mounted
             .iter()
-            .map(|r| format!("tracefs was not mounted: mounted it at {} (for --item-class-from)", r.display()))
+            .map(|r| {
+                format!(
+                    "tracefs was not mounted: mounted it at {} (for --item-class-from)",
+                    r.display()
+                )
+            })
             .collect()
     }
 
@@ -754,8 +849,12 @@ impl ClassProbes {
     /// `ItemClass` declaration when the label is new for the process, then the `Label`
     /// marker; a `Lost { ItemClasses }` when the process is over its bound.
     pub fn convert(&mut self, rec: &[u8], s: &Sample, out: &mut Vec<Record>) {
-        let Some(idx) = s.event.checked_sub(self.base).map(usize::from) else { return };
-        let Some((_, _, ev)) = self.events.get(idx) else { return };
+        let Some(idx) = s.event.checked_sub(self.base).map(usize::from) else {
+            return;
+        };
+        let Some((_, _, ev)) = self.events.get(idx) else {
+            return;
+        };
         let sl = perf_layout();
         let value = rec
             .get(tailprof_perf_abi::HEADER_LEN..)
@@ -765,20 +864,37 @@ impl ClassProbes {
         let Some(value) = value else {
             // Stored as a malformed record: counted and shown like every loss.
             self.undecoded = self.undecoded.saturating_add(1);
-            out.push(Record::Lost(Lost { time: s.time, cpu: s.cpu, event: None, kind: LossKind::Malformed, count: 1 }));
+            out.push(Record::Lost(Lost {
+                time: s.time,
+                cpu: s.cpu,
+                event: None,
+                kind: LossKind::Malformed,
+                count: 1,
+            }));
             return;
         };
         let label = classprobe::label_of(&value);
         let class = match self.table.id(s.pid, &label) {
             ClassId::Known(id) => id,
             ClassId::New(id) => {
-                out.push(Record::ItemClass(ItemClass { time: s.time, pid: s.pid, id, name: label }));
+                out.push(Record::ItemClass(ItemClass {
+                    time: s.time,
+                    pid: s.pid,
+                    id,
+                    name: label,
+                }));
                 id
             }
             ClassId::Dropped => {
                 let new = self.table.dropped.saturating_sub(self.dropped_stored);
                 self.dropped_stored = self.table.dropped;
-                out.push(Record::Lost(Lost { time: s.time, cpu: s.cpu, event: None, kind: LossKind::ItemClasses, count: new }));
+                out.push(Record::Lost(Lost {
+                    time: s.time,
+                    cpu: s.cpu,
+                    event: None,
+                    kind: LossKind::ItemClasses,
+                    count: new,
+                }));
                 return;
             }
         };
@@ -800,14 +916,27 @@ fn perf_layout() -> tailprof_perf_abi::SampleLayout {
 }
 
 /// A tracefs event that could not be created, with the fix.
-fn create_error(e: crate::uprobe::UprobeError, root: &std::path::Path) -> crate::session::RecordError {
-    let crate::uprobe::UprobeError::Read { path, source } = e else { return e.into() };
+fn create_error(
+    e: crate::uprobe::UprobeError,
+    root: &std::path::Path,
+) -> crate::session::RecordError {
+    let crate::uprobe::UprobeError::Read { path, source } = e else {
+        return e.into();
+    };
     let fix = match source.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => format!("run as root: writing {}/uprobe_events needs it", root.display()),
-        Some(libc::ENOENT) => "does this kernel have uprobe events (CONFIG_UPROBE_EVENTS)?".to_string(),
+        Some(libc::EACCES) | Some(libc::EPERM) => format!(
+            "run as root: writing {}/uprobe_events needs it",
+            root.display()
+        ),
+        Some(libc::ENOENT) => {
+            "does this kernel have uprobe events (CONFIG_UPROBE_EVENTS)?".to_string()
+        }
         _ => "is the function's entry inside an executable segment of the binary?".to_string(),
     };
-    crate::session::RecordError::Io { what: format!("--item-class-from: cannot create the tracefs uprobe event ({fix}; {path})"), source }
+    crate::session::RecordError::Io {
+        what: format!("--item-class-from: cannot create the tracefs uprobe event ({fix}; {path})"),
+        source,
+    }
 }
 
 fn open_error(e: &io::Error, probe: &ResolvedProbe) -> CollectError {
@@ -944,14 +1073,32 @@ mod tests {
         assert!(c.owns(5) && !c.owns(4) && !c.owns(6));
         assert!(c.header_extra()[0].1.contains(":main@0x"));
         let layout = c.events[0].2.layout;
-        let s = Sample { event: 5, pid: 10, tid: 11, time: 1234, cpu: 1, ..Sample::default() };
+        let s = Sample {
+            event: 5,
+            pid: 10,
+            tid: 11,
+            time: 1234,
+            cpu: 1,
+            ..Sample::default()
+        };
         let mut out = Vec::new();
-        c.convert(&class_hit(&layout, b"SELECT 1 FROM t WHERE a = 5\0"), &s, &mut out);
-        c.convert(&class_hit(&layout, b"select 2 from t where a = 77\0"), &s, &mut out);
+        c.convert(
+            &class_hit(&layout, b"SELECT 1 FROM t WHERE a = 5\0"),
+            &s,
+            &mut out,
+        );
+        c.convert(
+            &class_hit(&layout, b"select 2 from t where a = 77\0"),
+            &s,
+            &mut out,
+        );
         c.convert(&class_hit(&layout, b"x")[..20], &s, &mut out);
         let id = match &out[0] {
             Record::ItemClass(ic) => {
-                assert_eq!((ic.pid, ic.name.as_str()), (10, "select ? from t where a = ?"));
+                assert_eq!(
+                    (ic.pid, ic.name.as_str()),
+                    (10, "select ? from t where a = ?")
+                );
                 ic.id
             }
             r => panic!("{r:?}"),
@@ -959,12 +1106,25 @@ mod tests {
         for r in [&out[1], &out[2]] {
             match r {
                 Record::Marker(m) => {
-                    assert_eq!((m.kind, m.class, m.item, m.tid, m.source), (MarkerKind::Label, id, Marker::UNKNOWN_ITEM, 11, MarkerSource::Uprobe))
+                    assert_eq!(
+                        (m.kind, m.class, m.item, m.tid, m.source),
+                        (
+                            MarkerKind::Label,
+                            id,
+                            Marker::UNKNOWN_ITEM,
+                            11,
+                            MarkerSource::Uprobe
+                        )
+                    )
                 }
                 r => panic!("{r:?}"),
             }
         }
-        assert!(matches!(&out[3], Record::Lost(l) if l.kind == LossKind::Malformed && l.count == 1), "{:?}", out.get(3));
+        assert!(
+            matches!(&out[3], Record::Lost(l) if l.kind == LossKind::Malformed && l.count == 1),
+            "{:?}",
+            out.get(3)
+        );
         assert_eq!(out.len(), 4);
     }
 
@@ -987,7 +1147,10 @@ mod tests {
             Some(true)
         }
         let bound = std::time::Duration::from_secs(20);
-        let mut f = MarkerFollower { worker: Some(ScanWorker::start(hangs).unwrap()), ..Default::default() };
+        let mut f = MarkerFollower {
+            worker: Some(ScanWorker::start(hangs).unwrap()),
+            ..Default::default()
+        };
         let exe = || std::fs::File::open("/proc/self/exe").unwrap();
         let t0 = std::time::Instant::now();
         let files = MAX_SCAN_PENDING as u64 + 20;
@@ -1001,7 +1164,8 @@ mod tests {
             t0.elapsed()
         );
         assert!(f.queue.is_empty() && f.files.is_empty());
-        // One in progress, MAX_SCAN_PENDING waiting, the rest counted (retried at their next MMAP).
+        // At most MAX_SCAN_PENDING (of one owner: MAX_SCAN_PENDING_PER_OWNER) handed over,
+        // the rest counted (retried at their next MMAP).
         assert!(
             f.scan_dropped >= files - 1 - MAX_SCAN_PENDING as u64,
             "{}",
@@ -1045,5 +1209,76 @@ mod tests {
         assert!(f.queue.is_empty() && f.scanning.is_empty());
         f.stop();
         assert_eq!(f.scan_dropped, 0);
+    }
+
+    /// Issue 19, fairness: one user creating many slow files filled the worker's queue
+    /// (64) and every other user's new file was counted as dropped. Now one owner (uid of
+    /// the opened file) has at most a quarter of the queue: after its flood, a file of
+    /// another owner is still handed to the worker.
+    #[test]
+    fn fairness_one_owner_cannot_fill_the_follower_queue() {
+        use std::os::unix::fs::MetadataExt;
+        fn slow(_: &std::fs::File, _: bool, stop: &std::sync::atomic::AtomicBool) -> Option<bool> {
+            // A scan that takes until it is told to stop (checked like a real scan's reads).
+            let t0 = std::time::Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed().as_secs() < 120 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            None
+        }
+        let flooder = std::fs::metadata("/proc/self/exe").unwrap().uid();
+        // Another owner's file: a temporary file, given to another uid when root.
+        let other_path =
+            std::env::temp_dir().join(format!("tailprof-follow-fairness-{}", std::process::id()));
+        std::fs::write(&other_path, b"\x7fELF").unwrap();
+        if tailprof_testkit::is_root() {
+            std::os::unix::fs::chown(&other_path, Some(flooder.wrapping_add(1)), None).unwrap();
+        }
+        let other = std::fs::File::open(&other_path).unwrap();
+        let _ = std::fs::remove_file(&other_path); // the open file is enough
+        if other.metadata().unwrap().uid() == flooder {
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::Root,
+                "needs root (or a test binary owned by another user) for a file of a second owner",
+            );
+            return;
+        }
+        let mut f = MarkerFollower {
+            worker: Some(ScanWorker::start(slow).unwrap()),
+            ..Default::default()
+        };
+        let exe = || std::fs::File::open("/proc/self/exe").unwrap();
+        let flood = MAX_SCAN_PENDING as u64 * 2;
+        for i in 0..flood {
+            f.scan_file((1, i), None, 1, exe(), true);
+            f.poll();
+        }
+        let flooders = f.scanning.len() as u64;
+        assert_eq!(
+            flooders, MAX_SCAN_PENDING_PER_OWNER as u64,
+            "one owner holds a quarter of the queue"
+        );
+        assert_eq!(
+            f.scan_dropped,
+            flood - flooders,
+            "the rest of the flood is counted"
+        );
+        f.scan_file((2, 1), None, 2, other, true);
+        assert!(
+            f.scanning.contains_key(&(2, 1)),
+            "another owner's file is still handed to the worker"
+        );
+        assert_eq!(
+            f.scan_dropped,
+            flood - flooders,
+            "and not counted as dropped"
+        );
+        f.stop();
+        assert_eq!(
+            f.scan_dropped,
+            flood + 1,
+            "every file not answered is counted"
+        );
+        assert!(f.scanning.is_empty() && f.scanning_per_owner.is_empty());
     }
 }
