@@ -94,6 +94,22 @@ pub(super) fn stack_plans(
     }
 }
 
+/// `sampling` for an event that only carries side-band records (context switches, the
+/// off-CPU tracepoints): opened disabled and enabled by ioctl only (never at exec), no
+/// side-band of its own, no registers, no sampling period.
+fn quiet_config(sampling: &SamplingConfig) -> SamplingConfig {
+    SamplingConfig {
+        sideband: false,
+        enable_on_exec: false,
+        disabled: true,
+        regs_user: 0,
+        period: None,
+        freq: None,
+        wakeup_events: 0,
+        ..sampling.clone()
+    }
+}
+
 /// The off-CPU plans of a recording: with `--off-cpu` ([`StackOptions::off_cpu`]),
 /// [`stack_plans`] (context switches on the side-band event, on from the start). With
 /// `later` (items may come from the marker library, issue 7 item 2) and no `--off-cpu`:
@@ -111,17 +127,7 @@ pub(super) fn off_cpu_plans(
         return Ok((stack_plans(o, plans, sampling, notes)?, None));
     }
     stack_plans(&StackOptions { off_cpu: false, ..o.clone() }, plans, sampling, notes)?;
-    // Opened disabled, enabled by ioctl only (never at exec), no side-band of its own.
-    let c = SamplingConfig {
-        sideband: false,
-        enable_on_exec: false,
-        disabled: true,
-        regs_user: 0,
-        period: None,
-        freq: None,
-        wakeup_events: 0,
-        ..sampling.clone()
-    };
+    let c = quiet_config(sampling);
     let mut switch = build_attr(&EventSpec::parse("dummy")?, &c)?;
     apply_context_switch(&mut switch);
     let sched = match crate::tracefs::ensure_mounted() {
@@ -177,17 +183,7 @@ pub(super) fn cause_plans(
     waking.attr.sample_type |= tailprof_perf_abi::sample_type::RAW;
     waking.desc.sample_type = waking.attr.sample_type;
     let cpu_switch = if o.off_cpu && !system_wide {
-        let c = SamplingConfig {
-            sideband: false,
-            inherit: false,
-            enable_on_exec: false,
-            disabled: true,
-            regs_user: 0,
-            period: None,
-            freq: None,
-            wakeup_events: 0,
-            ..sampling.clone()
-        };
+        let c = SamplingConfig { inherit: false, ..quiet_config(sampling) };
         let mut p = build_attr(&EventSpec::parse("dummy")?, &c)?;
         apply_context_switch(&mut p);
         Some(p)
