@@ -27,6 +27,7 @@
 //! # Ok::<(), FormatError>(())
 //! ```
 
+pub mod addrspace;
 pub mod atomic;
 pub mod chunk;
 pub mod columns;
