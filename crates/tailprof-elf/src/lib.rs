@@ -39,6 +39,7 @@
 use std::fs::File;
 use std::io;
 
+pub mod open;
 pub mod stapsdt;
 
 pub const SHT_NULL: u32 = 0;

@@ -9,15 +9,18 @@
 //! only the frames) and by `import` (perf.data files recorded with `--call-graph dwarf`).
 //!
 //! # Address spaces and modules
-//! [`Unwinder`] keeps one address space per process: the file mappings the recorder's
-//! side-band told it about ([`Unwinder::add_mapping`], [`Unwinder::fork`],
-//! [`Unwinder::exec`], [`Unwinder::exit`]). A mapping's unwind sections are read the first
-//! time a sample of that process is unwound, through the caller's [`FileOpener`] (the
-//! recorder opens `/proc/PID/map_files/…` or the path with `O_NOFOLLOW|O_NONBLOCK` and
-//! checks device and inode: files are the target's, hence untrusted). A file's sections are
-//! read once and shared by every process that maps it ([`ModuleCache`], keyed by device +
-//! inode or by path and size, bounded in bytes). Only ELF headers and the unwind sections
-//! (`.eh_frame[_hdr]`, `.debug_frame`; never `.text`) are read, with every size checked against the file and the limits in [`Limits`].
+//! [`Unwinder`] follows the processes' address spaces through the one model
+//! ([`tailprof_format::addrspace`], fed by [`Unwinder::observe`] with the side-band
+//! records, the same rules as the symbolizer and the agent). From a process's mappings it
+//! derives framehop modules, rebuilt when the process's address-space generation changes.
+//! A mapping's unwind sections are read the first time a walk passes through it, through
+//! the caller's [`FileOpener`] (the recorder opens `/proc/PID/map_files/…` or the path
+//! with `O_NOFOLLOW|O_NONBLOCK` and checks device and inode: files are the target's, hence
+//! untrusted). A file's sections are read once and shared by every process that maps it
+//! ([`ModuleCache`], keyed by device + inode or by path and build-id, bounded in bytes).
+//! Only ELF headers and the unwind sections (`.eh_frame[_hdr]`, `.debug_frame`; never
+//! `.text`) are read, through `tailprof-elf` (the one reader of untrusted ELF files), with
+//! every size checked against the file and the limits in [`Limits`].
 //!
 //! # Bounded work per sample
 //! At most [`Limits::max_frames`] frames; every stack read is a bounds-checked lookup in the
@@ -40,9 +43,9 @@ use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
-use object::read::elf::{ElfFile64, ProgramHeader};
-use object::{Object, ObjectSection, ReadCache};
-use tailprof_format::{Frame, StackStatus};
+use tailprof_elf::Elf;
+use tailprof_format::addrspace::{self, AddressSpaces, SpaceLimits};
+use tailprof_format::{Frame, Record, StackStatus};
 
 #[cfg(target_arch = "aarch64")]
 mod arch {
@@ -135,23 +138,14 @@ impl Default for Limits {
     }
 }
 
-/// A file mapping of a process (from MMAP/MMAP2 side-band or /proc/PID/maps).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    /// File offset of `start`.
-    pub pgoff: u64,
-    /// `(st_dev, st_ino)` of the mapped file when known.
-    pub file: Option<(u64, u64)>,
-    pub path: Arc<str>,
-    /// GNU build-id the file must have (when known): a different file at the path (e.g. a
-    /// rebuilt binary when importing an old recording) is not used.
-    pub build_id: Option<Arc<[u8]>>,
-}
+/// A mapping of a process, as the one address-space model keeps it
+/// ([`tailprof_format::addrspace`]): start, end, file offset, path, build-id (a different
+/// file at the path, e.g. a rebuilt binary when importing an old recording, is not used)
+/// and the file's `(st_dev, st_ino)` when the recorder knows it.
+pub type Mapping = addrspace::Mapping<()>;
 
 /// Opens the file behind a mapping (the recorder: safely, from the target's view; import:
-/// on the host).
+/// on the host, through [`tailprof_elf::open::open_untrusted`]).
 pub trait FileOpener {
     fn open(&mut self, pid: u32, m: &Mapping) -> io::Result<File>;
 }
@@ -162,25 +156,15 @@ impl<F: FnMut(u32, &Mapping) -> io::Result<File>> FileOpener for F {
     }
 }
 
-/// Open a host path the way an untrusted path must be opened: read-only, no final
-/// symlink, non-blocking, close-on-exec; a regular file (and the given device/inode, when
-/// known) or an error.
-pub fn open_untrusted(path: &std::path::Path, file: Option<(u64, u64)>) -> io::Result<File> {
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)?;
-    let md = f.metadata()?;
-    if !md.file_type().is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+/// The host's file at a mapping's path, opened as an untrusted path must be
+/// ([`tailprof_elf::open`]), and the mapped file itself when its device and inode are
+/// known (`import`'s opener).
+pub fn open_host_file(_pid: u32, m: &Mapping) -> io::Result<File> {
+    let path = std::path::Path::new(&*m.path);
+    match m.file {
+        Some((dev, ino)) => tailprof_elf::open::open_untrusted_as(path, dev, ino),
+        None => tailprof_elf::open::open_untrusted(path),
     }
-    if let Some((dev, ino)) = file {
-        if md.dev() != dev || md.ino() != ino {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} is not the mapped file", path.display())));
-        }
-    }
-    Ok(f)
 }
 
 /// Shared, immutable section bytes (cheap to clone into every process's module).
@@ -256,23 +240,54 @@ struct Loaded {
     mapping: Mapping,
     /// Where the file's entry point (`_start`) is mapped, when it is in this mapping.
     entry_avma: Option<u64>,
-    /// `None` until the first unwind in this process; `Some(false)` when the file could
-    /// not be used (then code there has no unwind information).
+    /// `None` until the first unwind in this process that passes through it;
+    /// `Some(false)` when the file could not be used (then code there has no unwind
+    /// information).
     state: Option<bool>,
+    /// The file's data once loaded (kept so a rebuilt process adds it again without a
+    /// lookup).
+    data: Option<Arc<ModuleData>>,
 }
 
+/// What the unwinder derives from one process's mappings: framehop's modules, built
+/// lazily, valid for one generation of the process's address space.
 struct Process {
     unwinder: arch::NativeUnwinder<Bytes>,
     cache: arch::NativeCache,
     maps: Vec<Loaded>,
-    /// Some mapping was added since the last unwind.
+    /// The address-space generation `maps` reflects.
+    gen: u32,
+    /// Some mapping is not loaded yet.
     dirty: bool,
     last_use: u64,
 }
 
 impl Process {
     fn new() -> Process {
-        Process { unwinder: arch::NativeUnwinder::new(), cache: arch::NativeCache::new(), maps: Vec::new(), dirty: false, last_use: 0 }
+        Process { unwinder: arch::NativeUnwinder::new(), cache: arch::NativeCache::new(), maps: Vec::new(), gen: 0, dirty: false, last_use: 0 }
+    }
+
+    /// Rebuild from the current mappings: what was loaded for the same mapping of the
+    /// same file is added again, the rest loads lazily.
+    fn rebuild(&mut self, maps: &[Mapping], gen: u32) {
+        let old = std::mem::take(&mut self.maps);
+        self.unwinder = arch::NativeUnwinder::new();
+        self.cache = arch::NativeCache::new();
+        self.gen = gen;
+        for m in maps {
+            let prev = old.iter().find(|l| l.state.is_some() && l.mapping.start == m.start && l.mapping.end == m.end && l.mapping.pgoff == m.pgoff && l.mapping.path == m.path && l.mapping.file == m.file && l.mapping.build_id == m.build_id);
+            let mut l = Loaded { mapping: m.clone(), entry_avma: None, state: None, data: None };
+            if let Some(p) = prev {
+                l.state = p.state;
+                l.data = p.data.clone();
+                l.entry_avma = p.entry_avma;
+                if let Some((module, _)) = l.data.as_ref().and_then(|d| module_for(m, d)) {
+                    self.unwinder.add_module(module);
+                }
+            }
+            self.maps.push(l);
+        }
+        self.dirty = self.maps.iter().any(|l| l.state.is_none());
     }
 }
 
@@ -295,8 +310,10 @@ pub struct UnwindStats {
     pub processes_evicted: u64,
 }
 
-/// Per-process address spaces plus the shared module cache. See the module docs.
+/// The address spaces (the one model, fed by [`Unwinder::observe`]), framehop's modules
+/// derived from them per process, and the shared module cache. See the module docs.
 pub struct Unwinder {
+    spaces: AddressSpaces<()>,
     /// By pid; FxHash: looked up a few times per sample, keys are our own.
     procs: rustc_hash::FxHashMap<u32, Process>,
     modules: ModuleCache,
@@ -316,17 +333,60 @@ impl std::fmt::Debug for Unwinder {
 
 impl Unwinder {
     pub fn new(opener: Box<dyn FileOpener + Send>, limits: Limits) -> Unwinder {
-        Unwinder { procs: Default::default(), modules: ModuleCache::default(), limits, opener, tick: 0, stats: UnwindStats::default(), unloaded: Vec::new() }
+        let space_limits = SpaceLimits { max_processes: limits.max_processes, max_mappings: limits.max_mappings, ..SpaceLimits::default() };
+        Unwinder {
+            spaces: AddressSpaces::new(space_limits),
+            procs: Default::default(),
+            modules: ModuleCache::default(),
+            limits,
+            opener,
+            tick: 0,
+            stats: UnwindStats::default(),
+            unloaded: Vec::new(),
+        }
     }
 
     pub fn stats(&self) -> UnwindStats {
-        self.stats
+        UnwindStats { processes_evicted: self.stats.processes_evicted + self.spaces.counters().processes_evicted, ..self.stats }
     }
 
     pub fn module_cache(&self) -> &ModuleCache {
         &self.modules
     }
 
+    /// The address spaces the unwinder follows.
+    pub fn spaces(&self) -> &AddressSpaces<()> {
+        &self.spaces
+    }
+
+    /// The record → unwinder glue, one for the recorder and `import`: follow a side-band
+    /// record (MMAP/MMAP2, COMM, FORK, EXIT) with the model's rules. `file` is the mapped
+    /// file's `(st_dev, st_ino)` when the caller knows it (the recorder, from the raw
+    /// MMAP2 record).
+    pub fn observe(&mut self, r: &Record, file: Option<(u64, u64)>) {
+        match r {
+            Record::Mmap(m) => {
+                self.spaces.mmap(m, file);
+            }
+            Record::Exit(t) => {
+                self.spaces.exit(t);
+                // The derived state is a cache: freed now, rebuilt for a late sample.
+                if t.pid == t.tid {
+                    self.procs.remove(&t.pid);
+                }
+            }
+            other => {
+                self.spaces.apply(other);
+            }
+        }
+    }
+
+    /// Whether an address space of `pid` with some mapping is known.
+    pub fn knows(&self, pid: u32) -> bool {
+        self.spaces.knows(pid)
+    }
+
+    /// The derived state of `pid`, current with its address space.
     fn process(&mut self, pid: u32) -> &mut Process {
         if !self.procs.contains_key(&pid) && self.procs.len() >= self.limits.max_processes {
             if let Some(&old) = self.procs.iter().min_by_key(|p| p.1.last_use).map(|p| p.0) {
@@ -335,65 +395,14 @@ impl Unwinder {
             }
         }
         self.tick += 1;
-        let t = self.tick;
+        self.spaces.touch(pid);
+        let gen = self.spaces.generation(pid);
         let p = self.procs.entry(pid).or_insert_with(Process::new);
-        p.last_use = t;
+        p.last_use = self.tick;
+        if p.gen != gen {
+            p.rebuild(self.spaces.mappings(pid), gen);
+        }
         p
-    }
-
-    /// A file mapping of `pid` (an executable mapping: only code needs unwind info).
-    /// Replaces mappings it overlaps.
-    pub fn add_mapping(&mut self, pid: u32, m: Mapping) {
-        if m.end <= m.start || !m.path.starts_with('/') {
-            return;
-        }
-        let max = self.limits.max_mappings;
-        let p = self.process(pid);
-        let overlapping: Vec<u64> = p
-            .maps
-            .iter()
-            .filter(|l| l.mapping.start < m.end && m.start < l.mapping.end)
-            .map(|l| l.mapping.start)
-            .collect();
-        for s in overlapping {
-            p.unwinder.remove_module(s);
-            p.maps.retain(|l| l.mapping.start != s);
-        }
-        if p.maps.len() >= max {
-            return;
-        }
-        p.maps.push(Loaded { mapping: m, state: None, entry_avma: None });
-        p.dirty = true;
-    }
-
-    /// A new process `child` forked from `parent`: same mappings.
-    pub fn fork(&mut self, parent: u32, child: u32) {
-        if parent == child {
-            return;
-        }
-        let Some(maps) = self.procs.get(&parent).map(|p| p.maps.iter().map(|l| l.mapping.clone()).collect::<Vec<_>>()) else {
-            return;
-        };
-        self.procs.remove(&child);
-        for m in maps {
-            self.add_mapping(child, m);
-        }
-    }
-
-    /// Whether an address space of `pid` is known (a mapping was added since it started
-    /// or exec'd).
-    pub fn knows(&self, pid: u32) -> bool {
-        self.procs.contains_key(&pid)
-    }
-
-    /// `pid` exec'd: a new address space (its mappings follow as side-band).
-    pub fn exec(&mut self, pid: u32) {
-        self.procs.remove(&pid);
-    }
-
-    /// `pid` exited.
-    pub fn exit(&mut self, pid: u32) {
-        self.procs.remove(&pid);
     }
 
     /// Read the unwind sections of the not yet loaded mappings of `pid` that contain one
@@ -407,30 +416,34 @@ impl Unwinder {
         let pending: Vec<usize> = (0..p.maps.len())
             .filter(|&i| {
                 let l = &p.maps[i];
-                l.state.is_none() && addrs.iter().any(|a| (l.mapping.start..l.mapping.end).contains(a))
+                l.state.is_none() && addrs.iter().any(|a| l.mapping.contains(*a))
             })
             .collect();
         for &i in &pending {
             let m = self.procs[&pid].maps[i].mapping.clone();
-            let key = match m.file {
-                Some((d, i)) => FileKey::DevIno(d, i),
-                None => FileKey::Path(m.path.clone(), m.build_id.clone()),
-            };
-            let data = match self.modules.get(&key) {
-                Some(d) => d,
-                None => {
-                    let d = match self.opener.open(pid, &m).and_then(|f| read_module(f, &self.limits, m.build_id.as_deref())) {
-                        Ok(d) => {
-                            self.stats.files_read += 1;
-                            Some(Arc::new(d))
-                        }
-                        Err(_) => {
-                            self.stats.files_failed += 1;
-                            None
-                        }
-                    };
-                    self.modules.insert(key, d.clone(), self.limits.max_cache_bytes);
-                    d
+            let data = if !m.is_file() {
+                None // [vdso], anonymous memory (JIT code): no file to read
+            } else {
+                let key = match m.file {
+                    Some((d, i)) => FileKey::DevIno(d, i),
+                    None => FileKey::Path(m.path.clone(), m.build_id.clone()),
+                };
+                match self.modules.get(&key) {
+                    Some(d) => d,
+                    None => {
+                        let d = match self.opener.open(pid, &m).and_then(|f| read_module(f, &self.limits, m.build_id.as_deref())) {
+                            Ok(d) => {
+                                self.stats.files_read += 1;
+                                Some(Arc::new(d))
+                            }
+                            Err(_) => {
+                                self.stats.files_failed += 1;
+                                None
+                            }
+                        };
+                        self.modules.insert(key, d.clone(), self.limits.max_cache_bytes);
+                        d
+                    }
                 }
             };
             let p = self.procs.get_mut(&pid).expect("present");
@@ -438,7 +451,7 @@ impl Unwinder {
                 Some((module, bias)) => {
                     p.unwinder.add_module(module);
                     let entry = data.as_ref().map_or(0, |d| d.entry).wrapping_add(bias);
-                    if entry != bias && (m.start..m.end).contains(&entry) {
+                    if entry != bias && m.contains(entry) {
                         p.maps[i].entry_avma = Some(entry);
                     }
                     data.as_ref().is_some_and(|d| d.has_cfi)
@@ -446,6 +459,7 @@ impl Unwinder {
                 None => false,
             };
             p.maps[i].state = Some(ok);
+            p.maps[i].data = data;
         }
         let p = self.procs.get_mut(&pid).expect("present");
         p.dirty = p.maps.iter().any(|l| l.state.is_none());
@@ -461,13 +475,13 @@ impl Unwinder {
     /// [`MAX_WALKS`] times per stack.
     pub fn unwind(&mut self, pid: u32, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>) -> StackStatus {
         self.stats.stacks += 1;
-        if !self.procs.contains_key(&pid) {
+        if !self.spaces.knows(pid) {
             // No mapping known: code has no unwind info; still keep the leaf.
             out.push(Frame::user(regs.ip));
             self.stats.frames += 1;
             return StackStatus::NoUnwindInfo;
         }
-        self.tick += 1;
+        self.process(pid);
         let start_len = out.len();
         let mut unloaded = std::mem::take(&mut self.unloaded);
         unloaded.clear();
@@ -483,7 +497,6 @@ impl Unwinder {
             out.truncate(start_len);
             unloaded.clear();
             let p = self.procs.get_mut(&pid).expect("present");
-            p.last_use = self.tick;
             status = walk_stack(p, regs, stack, out, self.limits.max_frames, &mut unloaded);
             if unloaded.is_empty() {
                 break;
@@ -512,7 +525,7 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
         Ok(u64::from_ne_bytes(stack[o..o + 8].try_into().map_err(|_| ())?))
     };
     let maps = &p.maps;
-    let pending = |a: u64| maps.iter().any(|l| l.state.is_none() && (l.mapping.start..l.mapping.end).contains(&a));
+    let pending = |a: u64| maps.iter().any(|l| l.state.is_none() && l.mapping.contains(a));
     // `has_cfi` with the last mapping found remembered: a walk's frames are mostly in one
     // or two files, so most frames cost one range check, not a scan of the mappings.
     let mut last_cfi: Range<u64> = 0..0;
@@ -520,7 +533,7 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
         if last_cfi.contains(&a) {
             return true;
         }
-        match maps.iter().find(|l| l.state == Some(true) && (l.mapping.start..l.mapping.end).contains(&a)) {
+        match maps.iter().find(|l| l.state == Some(true) && l.mapping.contains(a)) {
             Some(l) => {
                 last_cfi = l.mapping.start..l.mapping.end;
                 true
@@ -576,14 +589,15 @@ fn module_for(m: &Mapping, d: &ModuleData) -> Option<(Module<Bytes>, u64)> {
     Some((Module::new(m.path.to_string(), m.start..m.end, bias, d.sections.clone()), bias))
 }
 
-/// Read the ELF headers and unwind sections of `f`, within `limits`.
+/// Read the ELF headers and unwind sections of `f`, within `limits`, through the one
+/// reader of untrusted ELF files (`tailprof-elf`: `pread` only, every size checked
+/// against the file). 64-bit files only (the unwinder's registers are 64-bit).
 fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<ModuleData> {
-    let bad = |e: object::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-    let len = f.metadata()?.len();
-    // Headers through the cache (small reads); section bytes below straight from the file
-    // into their final buffer (the cache would zero a buffer, read into it, and be copied).
-    let cache = ReadCache::new(&f);
-    let elf = ElfFile64::<object::Endianness, _>::parse(&cache).map_err(bad)?;
+    let bad = |e: tailprof_elf::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+    let elf = Elf::parse(&f).map_err(bad)?;
+    if !elf.class().is64 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a 64-bit ELF file"));
+    }
     if let Some(want) = build_id.filter(|b| !b.is_empty()) {
         // The project's one build-id reader (the recorder's and the symbolizer's):
         // segments first, then sections, the same bounds.
@@ -591,42 +605,39 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the file's build-id differs from the recorded one"));
         }
     }
-    let endian = elf.endian();
     let mut exec_segments = Vec::new();
-    for ph in elf.elf_program_headers() {
-        if ph.p_type(endian) == object::elf::PT_LOAD && ph.p_flags(endian) & object::elf::PF_X != 0 {
-            exec_segments.push((ph.p_offset(endian), ph.p_vaddr(endian), ph.p_filesz(endian)));
+    for ph in elf.program_headers().map_err(bad)? {
+        let ph = ph.map_err(bad)?;
+        if ph.kind == tailprof_elf::PT_LOAD && ph.flags & tailprof_elf::PF_X != 0 {
+            exec_segments.push((ph.offset, ph.vaddr, ph.filesz));
         }
     }
+    let range = |name: &str| -> Option<Range<u64>> {
+        let (_, s) = elf.section_by_name(name.as_bytes()).ok().flatten()?;
+        Some(s.addr..s.addr.saturating_add(s.size))
+    };
     let mut bytes = 0usize;
     let mut section = |name: &str, max: u64| -> Option<(Range<u64>, Bytes)> {
-        let s = elf.section_by_name(name)?;
-        let size = s.size();
-        if size == 0 || size > max || size > len || s.kind() == object::SectionKind::UninitializedData {
+        let (_, s) = elf.section_by_name(name.as_bytes()).ok().flatten()?;
+        if !s.has_data() {
             return None;
         }
-        let (off, fsize) = s.file_range()?;
-        if fsize != size || off.checked_add(size).is_none_or(|e| e > len) {
-            return None;
-        }
-        let data = read_exact_at(&f, off, size as usize).ok()?;
+        let data = elf.read_vec(s.offset, s.size, max).ok()?;
         bytes += data.len();
-        Some((s.address()..s.address().saturating_add(size), Bytes(Arc::new(data))))
+        Some((s.addr..s.addr.saturating_add(s.size), Bytes(Arc::new(data))))
     };
     let eh_frame = section(".eh_frame", limits.max_section);
     let eh_frame_hdr = section(".eh_frame_hdr", limits.max_section);
     let debug_frame = section(".debug_frame", limits.max_section);
-    let got = elf.section_by_name(".got").map(|s| s.address()..s.address().saturating_add(s.size()));
     let has_cfi = eh_frame.is_some() || debug_frame.is_some();
     // `.text`: its address range only (the base of DW_EH_PE_textrel pointers). Its bytes
     // are not read: framehop analyses instructions only in Mach-O (`__unwind_info`) and PE
     // modules (its `macho`/`pe` features, not enabled here); `.eh_frame` covers prologues
     // and epilogues. Reading them was most of attaching to PostgreSQL (5.4 MB `.text`).
-    let text_svma = elf.section_by_name(".text").map(|s| s.address()..s.address().saturating_add(s.size()));
     let sections = ExplicitModuleSectionInfo {
         base_svma: 0,
-        text_svma,
-        got_svma: got,
+        text_svma: range(".text"),
+        got_svma: range(".got"),
         eh_frame_svma: eh_frame.as_ref().map(|e| e.0.clone()),
         eh_frame: eh_frame.map(|e| e.1),
         eh_frame_hdr_svma: eh_frame_hdr.as_ref().map(|e| e.0.clone()),
@@ -634,21 +645,7 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
         debug_frame: debug_frame.map(|e| e.1),
         ..Default::default()
     };
-    Ok(ModuleData { sections, exec_segments, has_cfi, entry: elf.entry(), bytes })
-}
-
-/// `len` bytes of `f` from `off` into a new buffer (not zeroed first: `read_to_end` reads
-/// into the spare capacity). A short file is an error.
-fn read_exact_at(mut f: &File, off: u64, len: usize) -> io::Result<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    f.seek(SeekFrom::Start(off))?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| io::Error::new(io::ErrorKind::OutOfMemory, "section too large"))?;
-    f.take(len as u64).read_to_end(&mut v)?;
-    if v.len() != len {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shorter than its section headers say"));
-    }
-    Ok(v)
+    Ok(ModuleData { sections, exec_segments, has_cfi, entry: elf.header().entry, bytes })
 }
 
 /// What [`callchain_frames`] found.
@@ -754,7 +751,7 @@ mod tests {
     #[test]
     fn unwinds_own_stack() {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let mut u = Unwinder::new(Box::new(|_pid: u32, m: &Mapping| open_untrusted(std::path::Path::new(&*m.path), m.file)), Limits::default());
+        let mut u = Unwinder::new(Box::new(open_host_file), Limits::default());
         let pid = std::process::id();
         for line in maps.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
@@ -762,17 +759,9 @@ mod tests {
                 continue;
             }
             let (s, e) = f[0].split_once('-').unwrap();
-            u.add_mapping(
-                pid,
-                Mapping {
-                    start: u64::from_str_radix(s, 16).unwrap(),
-                    end: u64::from_str_radix(e, 16).unwrap(),
-                    pgoff: u64::from_str_radix(f[2], 16).unwrap(),
-                    file: None,
-                    path: f[5].into(),
-                    build_id: None,
-                },
-            );
+            let start = u64::from_str_radix(s, 16).unwrap();
+            let pgoff = u64::from_str_radix(f[2], 16).unwrap();
+            u.observe(&mmap(pid, start, u64::from_str_radix(e, 16).unwrap() - start, pgoff, f[5], None), None);
         }
         let (frames, status) = capture(&mut u, pid);
         assert!(frames.len() >= 5, "{} frames, {status:?}", frames.len());
@@ -795,10 +784,10 @@ mod tests {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink("/proc/self/exe", &link).unwrap();
         let limits = Limits { max_cache_bytes: 1 << 20, ..Limits::default() };
-        let mut u = Unwinder::new(Box::new(|_pid: u32, m: &Mapping| open_untrusted(std::path::Path::new(&*m.path), m.file)), limits);
+        let mut u = Unwinder::new(Box::new(open_host_file), limits);
         for (i, p) in [&garbage, &truncated, &link, &dir].iter().enumerate() {
             let base = 0x10000 * (i as u64 + 1);
-            u.add_mapping(7, Mapping { start: base, end: base + 0x1000, pgoff: 0, file: None, path: p.to_str().unwrap().into(), build_id: None });
+            u.observe(&mmap(7, base, 0x1000, 0, p.to_str().unwrap(), None), None);
             let mut out = Vec::new();
             let regs = UserRegs { ip: base + 0x10, sp: 0x7000, fp: 0, lr: 0 };
             let st = u.unwind(7, &regs, &[0u8; 64], &mut out);
@@ -809,15 +798,19 @@ mod tests {
         assert!(u.module_cache().bytes() <= 1 << 20);
         // A build-id that does not match refuses even a good file, which loads without one.
         let exe = std::env::current_exe().unwrap();
-        let own = tailprof_elf::file_build_id(File::open(&exe).unwrap()).map(Arc::from);
-        for (id, read) in [(None, 1), (own, 1), (Some(Arc::from(&[1u8, 2, 3][..])), 0)] {
-            let mut u = Unwinder::new(Box::new(|_pid: u32, m: &Mapping| open_untrusted(std::path::Path::new(&*m.path), m.file)), Limits::default());
-            u.add_mapping(8, Mapping { start: 0x1000, end: 0x2000, pgoff: 0x1000, file: None, path: exe.to_str().unwrap().into(), build_id: id });
+        let own = tailprof_elf::file_build_id(File::open(&exe).unwrap());
+        for (id, read) in [(None, 1), (own, 1), (Some(vec![1u8, 2, 3]), 0)] {
+            let mut u = Unwinder::new(Box::new(open_host_file), Limits::default());
+            u.observe(&mmap(8, 0x1000, 0x1000, 0x1000, exe.to_str().unwrap(), id), None);
             let mut out = Vec::new();
             u.unwind(8, &UserRegs { ip: 0x1010, sp: 0x7000, fp: 0, lr: 0 }, &[0u8; 64], &mut out);
             assert_eq!((u.stats().files_read, u.stats().files_failed), (read, 1 - read));
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn mmap(pid: u32, start: u64, len: u64, pgoff: u64, path: &str, build_id: Option<Vec<u8>>) -> Record {
+        Record::Mmap(tailprof_format::Mmap { pid, tid: pid, start, len, pgoff, path: path.into(), build_id, prot: 5, ..Default::default() })
     }
 
     #[inline(never)]
