@@ -16,7 +16,6 @@
 use std::fs;
 use std::io::{self, BufRead};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use tailprof_format::{Comm, CpuMode, Mmap, Record};
 
@@ -105,39 +104,10 @@ fn parse_dev(s: &str) -> Option<u64> {
     Some(libc::makedev(u32::from_str_radix(maj, 16).ok()?, u32::from_str_radix(min, 16).ok()?))
 }
 
-/// Open a file the way a target-influenced path must be opened: read-only, without
-/// following a final symlink, without blocking (a FIFO or a device at the path returns at
-/// once), close-on-exec. The result is a regular file, or an error; it is never a FIFO,
-/// socket, device or directory. Used for every path a profiled process can influence
-/// (mapped files, their `/proc/PID/root/...` forms); see docs/SECURITY.md.
-pub fn open_untrusted(path: &Path) -> io::Result<fs::File> {
-    // First an O_PATH handle: it opens nothing (no FIFO rendezvous, no device open
-    // routine runs), so the type can be checked before the file is really opened.
-    let handle = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    let before = handle.metadata()?;
-    if !before.file_type().is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
-    }
-    // Re-open exactly that inode for reading (no second path walk the target could race).
-    reopen_checked(&handle, before.dev(), before.ino(), path)
-}
-
-/// [`open_untrusted`], and the file must be the one with device `dev` and inode `ino`
-/// (a mapped file replaced or unlinked since it was mapped is refused).
-pub fn open_untrusted_as(path: &Path, dev: u64, ino: u64) -> io::Result<fs::File> {
-    let f = open_untrusted(path)?;
-    let m = f.metadata()?;
-    if m.dev() != dev || m.ino() != ino {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} is not the mapped file any more (device/inode changed)", path.display()),
-        ));
-    }
-    Ok(f)
-}
+/// The one untrusted-file opener ([`tailprof_elf::open`]; docs/SECURITY.md), for every path
+/// a profiled process can influence (mapped files, their `/proc/PID/root/...` forms).
+pub use tailprof_elf::open::{open_untrusted, open_untrusted_as};
+use tailprof_elf::open::reopen_checked;
 
 /// Open the file behind mapping `m` of process `pid`, safely (issue 10, finding 3): first
 /// through `/proc/PID/map_files/START-END` (the kernel's reference to the mapped file
@@ -198,32 +168,6 @@ pub fn open_mapping(pid: u32, start: u64, end: u64) -> io::Result<fs::File> {
         Some(m) => open_mapped_file(pid, &m),
         None => Err(io::Error::new(io::ErrorKind::NotFound, format!("{start:#x}-{end:#x} is not mapped by {pid} any more"))),
     }
-}
-
-/// `FUSE_SUPER_MAGIC`: a file system served by a user-space daemon.
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-
-/// Open the file behind the O_PATH handle `h` for reading (through /proc/self/fd, so no
-/// second path walk), after refusing FUSE (its owner, possibly the profiled user, can make
-/// any open or read block forever); the opened file must still be (`dev`, `ino`).
-fn reopen_checked(h: &fs::File, dev: u64, ino: u64, what: &Path) -> io::Result<fs::File> {
-    // SAFETY: a zeroed statfs is a valid out-parameter; fstatfs on our fd.
-    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatfs(h.as_raw_fd(), &mut sfs) } == 0 && sfs.f_type as i64 == FUSE_SUPER_MAGIC {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is on a FUSE file system (not opened: its daemon could block us)", what.display()),
-        ));
-    }
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(format!("/proc/self/fd/{}", h.as_raw_fd()))?;
-    let m = f.metadata()?;
-    if !m.file_type().is_file() || m.dev() != dev || m.ino() != ino {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} changed while opening", what.display())));
-    }
-    Ok(f)
 }
 
 /// Whether a mapping is worth a synthesized Mmap: executable, and a file or the vdso.

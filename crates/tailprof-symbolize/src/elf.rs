@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -19,19 +19,10 @@ use tailprof_elf::{Elf, SectionHeader, PT_LOAD, SHT_NOBITS};
 /// At most this many bytes of one section are read into memory.
 pub(crate) const MAX_SECTION: u64 = 512 << 20;
 
-/// Open an untrusted path: no symlink at the last component, no blocking on FIFOs,
-/// regular files only.
-pub(crate) fn open_untrusted(path: &Path) -> Result<File, String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let md = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
-    if !md.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
-    Ok(f)
+/// The one untrusted-file opener (no symlink at the last component, no blocking on
+/// FIFOs, regular files only: docs/SECURITY.md), its error as this crate's message.
+fn open(path: &Path) -> Result<File, String> {
+    tailprof_elf::open::open_untrusted(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// One `PT_LOAD` segment.
@@ -65,7 +56,7 @@ pub(crate) struct ElfFile {
 
 impl ElfFile {
     pub fn open(path: &Path) -> Result<Self, String> {
-        let file = open_untrusted(path)?;
+        let file = open(path)?;
         Self::parse(file).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -177,7 +168,7 @@ impl ElfFile {
 
 /// CRC-32 (the one `.gnu_debuglink` uses) of a whole untrusted file, read in chunks.
 pub(crate) fn file_crc32(path: &Path, max_len: u64) -> Result<u32, String> {
-    let mut f = open_untrusted(path)?;
+    let mut f = open(path)?;
     let len = f.metadata().map_err(|e| e.to_string())?.len();
     if len > max_len {
         return Err(format!("{}: {len} bytes is larger than the {max_len}-byte limit", path.display()));
@@ -334,8 +325,8 @@ mod tests {
         let target = std::env::current_exe().unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(open_untrusted(&link).is_err());
-        assert!(open_untrusted(dir.path()).is_err());
+        assert!(open(&link).is_err());
+        assert!(open(dir.path()).is_err());
         let own = ElfFile::open(&target).unwrap();
         assert!(!own.segments.is_empty());
         assert!(own.section(".text").is_some());

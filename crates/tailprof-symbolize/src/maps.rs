@@ -1,30 +1,20 @@
-//! Address spaces over time.
+//! Address spaces over time, for symbolization.
 //!
-//! [`AddressSpaces`] is a [`Sink`] that follows the side-band records of a trace (MMAP,
-//! COMM, FORK) and keeps, per process, the set of mappings that is current at the time
-//! of the record being processed. Because records arrive in time order, the state seen
-//! when a sample arrives is the state at the sample's time; a caller resolves a sample's
-//! IP with [`AddressSpaces::resolve`] right then (or caches the answer keyed by
-//! [`AddressSpaces::generation`], which changes whenever the pid's mappings change).
+//! [`AddressSpaces`] is a [`Sink`] over the one address-space model
+//! ([`tailprof_format::addrspace`], whose rules it follows: which mappings count, overlaps,
+//! exec, fork, when an exited process is forgotten, the bounds). Because records arrive in
+//! time order, the state seen when a sample arrives is the state at the sample's time; a
+//! caller resolves a sample's IP with [`AddressSpaces::resolve`] right then (or caches the
+//! answer keyed by [`AddressSpaces::generation`], which changes whenever the pid's mappings
+//! change).
 //!
-//! Rules:
-//! - MMAP adds a mapping to its *process* (`pid`, never `tid`: threads share the address
-//!   space); a mapping over existing ones replaces the overlapped parts, like mmap(2).
-//!   Kernel mappings (`pid == u32::MAX`, as perf writes -1, or kernel cpumode) go to the
-//!   shared kernel space.
-//! - COMM with `exec == true` empties the process's address space (the new image's
-//!   mappings follow as MMAP records).
-//! - FORK with `pid != ppid` (a new process) gives it a copy of the parent's mappings;
-//!   a new thread (`pid == ppid`) shares them, so nothing is copied. Either way the new
-//!   thread inherits the creating thread's name.
-//! - EXIT changes nothing: late samples of an exiting task still resolve, and pid reuse
-//!   is handled by the FORK/exec of the new owner.
-//!
-//! Binaries are interned ([`BinaryId`]) by (path, build-id), so a file replaced during
-//! the trace is a different binary.
+//! What it adds to the model: binaries interned ([`BinaryId`]) by (path, build-id), so a
+//! file replaced during the trace is a different binary, classified by kind
+//! ([`BinaryKind`]); and thread names (a new thread inherits its creator's name).
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use tailprof_format::addrspace;
 use tailprof_format::{Comm, CpuMode, Mmap, Sink, Task};
 
 /// Index into [`AddressSpaces::binaries`] (dense, in order of first sight; 0..=2 are
@@ -40,12 +30,7 @@ impl BinaryId {
     }
 }
 
-/// The pid under which perf (and we) file kernel mappings.
-pub const KERNEL_PID: u32 = u32::MAX;
-
-/// Lowest address of the kernel half on 64-bit Linux (x86-64 with 4-level paging and
-/// arm64 both place the kernel at or above this).
-pub const KERNEL_HALF: u64 = 0xffff_0000_0000_0000;
+pub use addrspace::{KERNEL_HALF, KERNEL_PID};
 
 /// What kind of object a binary id stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -102,46 +87,12 @@ pub struct Location {
     pub offset: u64,
 }
 
-/// One mapping of an address space.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    /// Exclusive.
-    pub end: u64,
-    pub pgoff: u64,
-    pub binary: BinaryId,
-}
+/// One mapping of an address space; its data is the mapped binary.
+pub type Mapping = addrspace::Mapping<BinaryId>;
 
-#[derive(Debug, Clone, Default)]
-struct Space {
-    gen: u32,
-    /// Sorted by `start`, non-overlapping.
-    maps: Vec<Mapping>,
-}
-
-impl Space {
-    fn find(&self, ip: u64) -> Option<&Mapping> {
-        let i = self.maps.partition_point(|m| m.end <= ip);
-        self.maps.get(i).filter(|m| m.start <= ip)
-    }
-
-    /// Insert `m`, cutting away whatever it overlaps.
-    fn insert(&mut self, m: Mapping) {
-        let i = self.maps.partition_point(|x| x.end <= m.start);
-        let mut j = i;
-        let mut head = None;
-        let mut tail = None;
-        while j < self.maps.len() && self.maps[j].start < m.end {
-            let x = self.maps[j];
-            if x.start < m.start {
-                head = Some(Mapping { end: m.start, ..x });
-            }
-            if x.end > m.end {
-                tail = Some(Mapping { start: m.end, pgoff: x.pgoff + (m.end - x.start), ..x });
-            }
-            j += 1;
-        }
-        self.maps.splice(i..j, head.into_iter().chain(Some(m)).chain(tail));
+impl Default for BinaryId {
+    fn default() -> Self {
+        BIN_UNMAPPED
     }
 }
 
@@ -150,13 +101,10 @@ impl Space {
 pub struct AddressSpaces {
     binaries: Vec<Binary>,
     binary_index: FxHashMap<(String, Option<Vec<u8>>), BinaryId>,
-    spaces: FxHashMap<u32, Space>,
-    kernel: Space,
+    spaces: addrspace::AddressSpaces<BinaryId>,
     comms: Vec<String>,
     comm_index: FxHashMap<String, u32>,
     thread_comm: FxHashMap<u32, u32>,
-    next_gen: u32,
-    kernel_text: Option<u64>,
 }
 
 impl Default for AddressSpaces {
@@ -175,25 +123,15 @@ impl AddressSpaces {
         let mut a = AddressSpaces {
             binaries: Vec::new(),
             binary_index: FxHashMap::default(),
-            spaces: FxHashMap::default(),
-            kernel: Space { gen: 1, maps: Vec::new() },
+            spaces: addrspace::AddressSpaces::default(),
             comms: Vec::new(),
             comm_index: FxHashMap::default(),
             thread_comm: FxHashMap::default(),
-            next_gen: 2,
-            kernel_text: None,
         };
         assert_eq!(a.intern_binary("[kernel]", None, BinaryKind::Kernel), BIN_KERNEL);
         assert_eq!(a.intern_binary("[unknown]", None, BinaryKind::Unmapped), BIN_UNMAPPED);
         assert_eq!(a.intern_binary("[guest]", None, BinaryKind::Guest), BIN_GUEST);
         a
-    }
-
-    fn bump(&mut self) -> u32 {
-        // 0 means "no address space", u32::MAX is free for callers' "never resolved".
-        let g = self.next_gen;
-        self.next_gen = if g >= u32::MAX - 1 { 2 } else { g + 1 };
-        g
     }
 
     fn intern_binary(&mut self, path: &str, build_id: Option<&[u8]>, kind: BinaryKind) -> BinaryId {
@@ -225,32 +163,28 @@ impl AddressSpaces {
     /// [`KERNEL_PID`] gives the kernel space's generation.
     #[inline]
     pub fn generation(&self, pid: u32) -> u32 {
-        if pid == KERNEL_PID {
-            return self.kernel.gen;
-        }
-        self.spaces.get(&pid).map_or(0, |s| s.gen)
+        self.spaces.generation(pid)
     }
 
     /// The mapping of `pid` covering `ip` right now.
     pub fn mapping(&self, pid: u32, ip: u64) -> Option<&Mapping> {
-        if pid == KERNEL_PID {
-            return self.kernel.find(ip);
-        }
-        self.spaces.get(&pid)?.find(ip)
+        self.spaces.find(pid, ip)
     }
 
     /// Mappings of `pid`, sorted by address.
     pub fn mappings(&self, pid: u32) -> &[Mapping] {
-        if pid == KERNEL_PID {
-            return &self.kernel.maps;
-        }
-        self.spaces.get(&pid).map_or(&[], |s| &s.maps)
+        self.spaces.mappings(pid)
+    }
+
+    /// The address-space model underneath (its counters: what was forgotten or dropped).
+    pub fn model(&self) -> &addrspace::AddressSpaces<BinaryId> {
+        &self.spaces
     }
 
     /// Whether a sample with this mode and IP counts as kernel code.
     #[inline]
     pub fn is_kernel_sample(cpumode: CpuMode, ip: u64) -> bool {
-        cpumode == CpuMode::Kernel || (cpumode == CpuMode::Unknown && ip >= KERNEL_HALF)
+        addrspace::AddressSpaces::<BinaryId>::is_kernel_sample(cpumode, ip)
     }
 
     /// Where `ip` of a sample of process `pid` in `cpumode` lives, given the current
@@ -266,13 +200,13 @@ impl AddressSpaces {
         if Self::is_kernel_sample(cpumode, ip) || pid == KERNEL_PID {
             return self.resolve_kernel(ip);
         }
-        if let Some(m) = self.spaces.get(&pid).and_then(|s| s.find(ip)) {
-            let kind = self.binaries[m.binary.index()].kind;
+        if let Some(m) = self.spaces.find(pid, ip) {
+            let kind = self.binaries[m.data.index()].kind;
             let offset = match kind {
-                BinaryKind::File | BinaryKind::Vdso => ip - m.start + m.pgoff,
+                BinaryKind::File | BinaryKind::Vdso => m.file_offset(ip),
                 _ => ip,
             };
-            return Location { binary: m.binary, offset };
+            return Location { binary: m.data, offset };
         }
         if ip >= KERNEL_HALF {
             // e.g. a user-mode sample whose mapping we never saw, in the kernel half.
@@ -282,8 +216,8 @@ impl AddressSpaces {
     }
 
     fn resolve_kernel(&self, ip: u64) -> Location {
-        let binary = match self.kernel.find(ip) {
-            Some(m) if self.binaries[m.binary.index()].kind == BinaryKind::KernelModule => m.binary,
+        let binary = match self.spaces.find(KERNEL_PID, ip) {
+            Some(m) if self.binaries[m.data.index()].kind == BinaryKind::KernelModule => m.data,
             _ => BIN_KERNEL,
         };
         Location { binary, offset: ip }
@@ -317,12 +251,12 @@ impl AddressSpaces {
     /// Address of the kernel's `_text` when the trace was taken, from its
     /// `[kernel.kallsyms]` mapping (to detect KASLR relocation since).
     pub fn kernel_text(&self) -> Option<u64> {
-        self.kernel_text
+        self.spaces.kernel_text()
     }
 
     /// Number of processes with an address space.
     pub fn process_count(&self) -> usize {
-        self.spaces.len()
+        self.spaces.process_count()
     }
 }
 
@@ -353,52 +287,34 @@ pub fn classify(path: &str, kernel: bool) -> BinaryKind {
 
 impl Sink for AddressSpaces {
     fn handle_mmap(&mut self, m: &Mmap) {
-        if m.len == 0 {
-            return;
-        }
         let kernel = m.pid == KERNEL_PID || m.cpumode.is_kernel();
         let kind = classify(&m.path, kernel);
-        if kind == BinaryKind::Kernel {
-            // The kernel image itself: resolved by address, no mapping needed. Its pgoff is
-            // the address of `_text` at record time (perf's and our recorder's convention).
-            if m.path.starts_with("[kernel.kallsyms]") && m.pgoff != 0 {
-                self.kernel_text = Some(m.pgoff);
-            }
+        if kind == BinaryKind::Kernel || m.len == 0 || !addrspace::may_hold_code(m.prot) {
+            // Not kept by the model (the kernel image resolves by address); no binary.
+            self.spaces.mmap(m, None);
             return;
         }
         let binary = self.intern_binary(&m.path, m.build_id.as_deref(), kind);
-        let mapping = Mapping {
-            start: m.start,
-            end: m.start.saturating_add(m.len),
-            pgoff: m.pgoff,
-            binary,
-        };
-        let gen = self.bump();
-        let space = if kernel { &mut self.kernel } else { self.spaces.entry(m.pid).or_default() };
-        space.insert(mapping);
-        space.gen = gen;
+        if let Some(mapping) = self.spaces.mmap(m, None) {
+            mapping.data = binary;
+        }
     }
 
     fn handle_comm(&mut self, c: &Comm) {
         let id = self.intern_comm(&c.comm);
         self.thread_comm.insert(c.tid, id);
-        if c.exec {
-            let gen = self.bump();
-            let space = self.spaces.entry(c.pid).or_default();
-            space.maps.clear();
-            space.gen = gen;
-        }
+        self.spaces.comm(c);
     }
 
     fn handle_fork(&mut self, t: &Task) {
         if let Some(&c) = self.thread_comm.get(&t.ptid) {
             self.thread_comm.insert(t.tid, c);
         }
-        if t.pid != t.ppid && t.pid != KERNEL_PID {
-            let maps = self.spaces.get(&t.ppid).map(|s| s.maps.clone()).unwrap_or_default();
-            let gen = self.bump();
-            self.spaces.insert(t.pid, Space { gen, maps });
-        }
+        self.spaces.fork(t);
+    }
+
+    fn handle_exit(&mut self, t: &Task) {
+        self.spaces.exit(t);
     }
 }
 
