@@ -1,5 +1,7 @@
 //! DCPI-style aggregation in the drain loop: the [`Aggregator`] is the recorder's
-//! [`RecordOutput`]. It follows processes (mmap, comm, fork, exit records), turns every
+//! [`RecordOutput`]. It follows processes (mmap, comm, fork, exit records) through the one
+//! address-space model ([`tailprof_format::addrspace`]: the symbolizer's and the
+//! unwinder's rules, with the agent's bounds below), turns every
 //! sample's frames into (build-id, file offset) pairs, and adds one to the count of
 //! (pid, comm, event, stack) in the current window's hash table. Nothing is stored per
 //! sample. When a window ends (checked once per recorder round), its table is handed
@@ -18,6 +20,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use tailprof_collect::session::RecordOutput;
+use tailprof_format::addrspace::{AddressSpaces, SpaceLimits};
 use tailprof_format::{
     BuildIdEntry, CpuMode, FormatError, Frame, FrameKind, LossKind, Record, Sample, StackId,
     StackStatus, StackTable,
@@ -31,8 +34,8 @@ use crate::writer::{Job, SymbolJob, WindowBatch};
 
 /// Distinct aggregate rows per window at most; beyond, samples are counted as dropped.
 pub const MAX_ROWS_PER_WINDOW: usize = 1_000_000;
-/// Executable mappings tracked per process at most; beyond, the oldest sixteenth (never
-/// sampled ones first) is evicted and counted.
+/// Executable mappings tracked per process at most; beyond, the oldest sixteenth is
+/// evicted and counted.
 pub const MAX_MAPS_PER_PROC: usize = 4096;
 /// Processes tracked at most; beyond, the least recently active eighth is evicted and
 /// counted.
@@ -52,55 +55,39 @@ const MAX_PATH_BUILD_IDS: usize = 16_384;
 
 const UNRESOLVED: u32 = u32::MAX;
 
+/// The agent's data on a mapping of the address-space model.
 #[derive(Debug, Clone)]
-struct Map {
-    start: u64,
-    end: u64,
-    pgoff: u64,
-    path: Arc<str>,
+struct MapData {
     /// Index into `Aggregator::binaries`, or UNRESOLVED until the first sample in it.
     bin: u32,
     /// The generation of `Aggregator::binaries` that `bin` indexes.
     bin_gen: u32,
-    /// When it was mapped (`Aggregator::tick`), for eviction.
-    seq: u64,
-    /// Build-id from the MMAP2 record, if the kernel gave one.
+    /// Build-id (hex) from the MMAP2 record or the recorder's build-id list, if known.
     build_id: Option<Arc<str>>,
 }
 
-#[derive(Debug, Clone, Default)]
-struct Proc {
-    comm: u32,
-    /// Shared with forked children until one of them changes its list (a fork copies
-    /// nothing: issue 19, finding 6).
-    maps: Arc<Vec<Map>>,
-    /// Last record or sample of the process (`Aggregator::tick`), for eviction.
-    last: u64,
-}
-
-/// Bytes a mapping costs (entry and path).
-fn map_cost(m: &Map) -> usize {
-    std::mem::size_of::<Map>() + m.path.len()
-}
-
-fn list_cost(maps: &[Map]) -> usize {
-    maps.iter().map(map_cost).sum()
-}
-
-/// The process's own mapping list, for changing it: a list shared with a forked parent or
-/// child is copied first, and the copy's cost counted in `bytes`.
-fn maps_mut<'a>(bytes: &mut usize, p: &'a mut Proc) -> &'a mut Vec<Map> {
-    if Arc::strong_count(&p.maps) > 1 {
-        *bytes += list_cost(&p.maps);
+impl Default for MapData {
+    fn default() -> Self {
+        MapData { bin: UNRESOLVED, bin_gen: 0, build_id: None }
     }
-    Arc::make_mut(&mut p.maps)
 }
 
-/// Lets go of a mapping list: its cost is released when no other process shares it.
-fn release(bytes: &mut usize, maps: Arc<Vec<Map>>) {
-    if Arc::strong_count(&maps) == 1 {
-        *bytes = bytes.saturating_sub(list_cost(&maps));
+/// The agent's bounds of the address-space model: [`MAX_PROCS`], [`MAX_MAPS_PER_PROC`],
+/// [`MAX_MAP_BYTES`].
+fn space_limits() -> SpaceLimits {
+    SpaceLimits { max_processes: MAX_PROCS, max_mappings: MAX_MAPS_PER_PROC, max_bytes: MAX_MAP_BYTES, ..SpaceLimits::default() }
+}
+
+/// `path` cut to [`MAX_PATH_BYTES`] (the store's `binary` column).
+fn cut_path(path: &str) -> Arc<str> {
+    if path.len() <= MAX_PATH_BYTES {
+        return Arc::from(path);
     }
+    let mut end = MAX_PATH_BYTES;
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    Arc::from(format!("{}…", &path[..end]))
 }
 
 #[derive(Debug)]
@@ -163,11 +150,9 @@ pub struct AggStats {
 
 /// The recorder output that aggregates. See the [module docs](self).
 pub struct Aggregator {
-    procs: HashMap<u32, Proc>,
-    /// Bytes of the mapping lists held ([`MAX_MAP_BYTES`]).
-    map_bytes: usize,
-    /// Counts records, for least-recently-used eviction.
-    tick: u64,
+    spaces: AddressSpaces<MapData>,
+    /// pid → its command name (interned); pruned to the processes `spaces` knows.
+    proc_comm: HashMap<u32, u32>,
     /// Generation of `binaries` (a mapping's `bin` is valid for its generation only).
     bin_gen: u32,
     comms: Vec<String>,
@@ -242,9 +227,8 @@ impl Aggregator {
     ) -> Self {
         let comm_ids = HashMap::from([(String::new(), 0)]);
         Aggregator {
-            procs: HashMap::new(),
-            map_bytes: 0,
-            tick: 0,
+            spaces: AddressSpaces::new(space_limits()),
+            proc_comm: HashMap::new(),
             bin_gen: 0,
             comms: vec![String::new()],
             comm_ids,
@@ -308,135 +292,48 @@ impl Aggregator {
         id
     }
 
-    fn proc_mut(&mut self, pid: u32) -> Option<&mut Proc> {
-        self.tick += 1;
-        if !self.procs.contains_key(&pid) {
-            if self.procs.len() >= MAX_PROCS {
-                self.evict_procs();
-            }
-            self.stats.processes_seen += 1;
-            self.procs.insert(pid, Proc::default());
-        }
-        let p = self.procs.get_mut(&pid)?;
-        p.last = self.tick;
-        Some(p)
+    /// The model's counters into [`AggStats`].
+    fn sync_counters(&mut self) {
+        let c = self.spaces.counters();
+        self.stats.processes_seen = c.processes_seen;
+        self.stats.processes_evicted = c.processes_evicted;
+        self.stats.mappings_evicted = c.mappings_evicted;
     }
 
-    /// Removes the least recently active eighth of the processes.
-    fn evict_procs(&mut self) {
-        let mut lasts: Vec<u64> = self.procs.values().map(|p| p.last).collect();
-        let cut = lasts.len() / 8;
-        let (_, &mut limit, _) = lasts.select_nth_unstable(cut);
-        let old: Vec<u32> = self.procs.iter().filter(|(_, p)| p.last <= limit).map(|(&pid, _)| pid).collect();
-        for pid in old {
-            if let Some(p) = self.procs.remove(&pid) {
-                self.stats.processes_evicted += 1;
-                self.stats.mappings_evicted += p.maps.len() as u64;
-                release(&mut self.map_bytes, p.maps);
-            }
+    /// Sets the command name of `pid`; the table stays within the processes the model
+    /// holds.
+    fn set_comm(&mut self, pid: u32, comm: u32) {
+        if self.proc_comm.len() >= 2 * MAX_PROCS && !self.proc_comm.contains_key(&pid) {
+            let spaces = &self.spaces;
+            self.proc_comm.retain(|&p, _| spaces.generation(p) != 0);
         }
-    }
-
-    /// Over [`MAX_MAP_BYTES`]: the mappings of the least recently active processes go,
-    /// until 7/8 of the bound is held.
-    fn evict_maps(&mut self) {
-        if self.map_bytes <= MAX_MAP_BYTES {
-            return;
-        }
-        let mut order: Vec<(u64, u32)> = self.procs.iter().filter(|(_, p)| !p.maps.is_empty()).map(|(&pid, p)| (p.last, pid)).collect();
-        order.sort_unstable();
-        for (_, pid) in order {
-            if self.map_bytes <= MAX_MAP_BYTES / 8 * 7 {
-                break;
-            }
-            if let Some(p) = self.procs.get_mut(&pid) {
-                self.stats.mappings_evicted += p.maps.len() as u64;
-                let maps = std::mem::take(&mut p.maps);
-                release(&mut self.map_bytes, maps);
-            }
-        }
+        self.proc_comm.insert(pid, comm);
     }
 
     fn handle_mmap(&mut self, m: &tailprof_format::Mmap) {
-        if m.cpumode == CpuMode::Kernel || m.pid == u32::MAX || m.len == 0 {
-            return;
-        }
-        if m.prot != 0 && m.prot & libc::PROT_EXEC as u32 == 0 {
-            return;
-        }
-        let build_id = m
+        // The recorder's build-id for this path, looked up with the whole path now (the
+        // list is bounded and may start over before the first sample).
+        let given = m
             .build_id
             .as_ref()
             .filter(|b| !b.is_empty())
-            .map(|b| Arc::<str>::from(hex(b)));
-        // The recorder's build-id for this path, looked up with the whole path before it
-        // is cut.
-        let build_id = build_id.or_else(|| self.path_build_ids.get(&m.path).map(|b| Arc::from(b.as_str())));
-        let path = if m.path.len() > MAX_PATH_BYTES {
-            let mut end = MAX_PATH_BYTES;
-            while !m.path.is_char_boundary(end) {
-                end -= 1;
-            }
-            Arc::from(format!("{}…", &m.path[..end]))
-        } else {
-            Arc::from(m.path.as_str())
-        };
-        let seq = self.tick;
-        let map = Map {
-            start: m.start,
-            end: m.start.saturating_add(m.len),
-            pgoff: m.pgoff,
-            path,
-            bin: UNRESOLVED,
-            bin_gen: 0,
-            seq,
-            build_id,
-        };
-        let mut bytes = self.map_bytes;
-        let Some(p) = self.proc_mut(m.pid) else {
-            return;
-        };
-        // A new mapping replaces whatever overlapped it.
-        let maps = maps_mut(&mut bytes, p);
-        maps.retain(|x| {
-            let keep = x.end <= map.start || x.start >= map.end;
-            if !keep {
-                bytes = bytes.saturating_sub(map_cost(x));
-            }
-            keep
-        });
-        let mut evicted = 0;
-        if maps.len() >= MAX_MAPS_PER_PROC {
-            // The oldest sixteenth, mappings never sampled first (amortized O(1) a record).
-            let key = |x: &Map| (x.bin != UNRESOLVED, x.seq);
-            let mut keys: Vec<(bool, u64)> = maps.iter().map(key).collect();
-            let (_, &mut limit, _) = keys.select_nth_unstable(maps.len() / 16);
-            maps.retain(|x| {
-                let keep = key(x) > limit;
-                if !keep {
-                    bytes = bytes.saturating_sub(map_cost(x));
-                    evicted += 1;
-                }
-                keep
-            });
+            .map(|b| Arc::<str>::from(hex(b)))
+            .or_else(|| self.path_build_ids.get(&m.path).map(|b| Arc::from(b.as_str())));
+        if let Some(map) = self.spaces.mmap(m, None) {
+            map.data.build_id = given;
         }
-        bytes += map_cost(&map);
-        let i = maps.partition_point(|x| x.start < map.start);
-        maps.insert(i, map);
-        self.map_bytes = bytes;
-        self.stats.mappings_evicted += evicted;
-        self.evict_maps();
+        self.sync_counters();
     }
 
-    /// The binary index of mapping `mi` of `pid`, resolving its build-id on first use.
-    fn binary_of(&mut self, pid: u32, mi: usize) -> u32 {
-        let (start, end, path, given) = {
-            let m = &self.procs[&pid].maps[mi];
-            if m.bin != UNRESOLVED && m.bin_gen == self.bin_gen {
-                return m.bin;
-            }
-            (m.start, m.end, m.path.clone(), m.build_id.clone())
-        };
+    /// The binary index of the mapping of `pid` at `ip`, resolving its build-id on first
+    /// use.
+    fn binary_of(&mut self, pid: u32, ip: u64) -> u32 {
+        let Some(m) = self.spaces.find(pid, ip) else { return UNKNOWN_BIN };
+        if m.data.bin != UNRESOLVED && m.data.bin_gen == self.bin_gen {
+            return m.data.bin;
+        }
+        let (start, end, given) = (m.start, m.end, m.data.build_id.clone());
+        let (full_path, path) = (m.path.clone(), cut_path(&m.path));
         let (build_id, opened) = match self.own_vdso(&path, end - start) {
             Some(v) => v,
             None => {
@@ -444,16 +341,12 @@ impl Aggregator {
                 let opened = match open_mapped(pid, start, end) {
                     Ok(f) => Some(f),
                     Err(e) => {
-                        let known = given.is_some() || self.path_build_ids.contains_key(&*path);
+                        let known = given.is_some() || self.path_build_ids.contains_key(&*full_path);
                         if e.kind() == std::io::ErrorKind::NotFound && !known {
                             // Unmapped since (munmap, exec, exit) and nothing known about it: the
                             // range is forgotten, its frames unknown (a forged return address into
                             // a stale range opens nothing).
-                            if let Some(p) = self.procs.get_mut(&pid) {
-                                let maps = maps_mut(&mut self.map_bytes, p);
-                                self.map_bytes = self.map_bytes.saturating_sub(map_cost(&maps[mi]));
-                                maps.remove(mi);
-                            }
+                            self.spaces.forget_mapping(pid, ip);
                             self.stats.mappings_forgotten += 1;
                             return UNKNOWN_BIN;
                         }
@@ -462,7 +355,7 @@ impl Aggregator {
                 };
                 let build_id = given
                     .map(|b| b.to_string())
-                    .or_else(|| self.path_build_ids.get(&*path).cloned())
+                    .or_else(|| self.path_build_ids.get(&*full_path).cloned())
                     .or_else(|| {
                         opened
                             .as_ref()
@@ -506,11 +399,9 @@ impl Aggregator {
             }
         };
         let gen = self.bin_gen;
-        if let Some(p) = self.procs.get_mut(&pid) {
-            let m = &mut maps_mut(&mut self.map_bytes, p)[mi];
-            (m.bin, m.bin_gen) = (bin, gen);
+        if let Some(m) = self.spaces.find_mut(pid, ip) {
+            (m.data.bin, m.data.bin_gen) = (bin, gen);
         }
-        self.evict_maps();
         bin
     }
 
@@ -532,16 +423,11 @@ impl Aggregator {
                 _ => (KERNEL_BIN, f.ip),
             };
         }
-        let Some(p) = self.procs.get(&pid) else {
+        let Some(m) = self.spaces.find(pid, f.ip) else {
             return (UNKNOWN_BIN, f.ip);
         };
-        let i = p.maps.partition_point(|m| m.start <= f.ip);
-        if i == 0 || f.ip >= p.maps[i - 1].end {
-            return (UNKNOWN_BIN, f.ip);
-        }
-        let m = &p.maps[i - 1];
-        let off = f.ip - m.start + m.pgoff;
-        let bin = self.binary_of(pid, i - 1);
+        let off = m.file_offset(f.ip);
+        let bin = self.binary_of(pid, f.ip);
         (bin, off)
     }
 
@@ -568,14 +454,8 @@ impl Aggregator {
         }
         let truncated = chain.len() > tailprof_store::MAX_FRAMES
             || !matches!(s.stack_status, StackStatus::Complete | StackStatus::None);
-        self.tick += 1;
-        let comm = match self.procs.get_mut(&s.pid) {
-            Some(p) => {
-                p.last = self.tick;
-                p.comm
-            }
-            None => 0,
-        };
+        self.spaces.touch(s.pid);
+        let comm = self.proc_comm.get(&s.pid).copied().unwrap_or(0);
         if let Some(t) = &mut self.tail {
             t.handle_sample(s, &frames);
         }
@@ -621,8 +501,7 @@ impl Aggregator {
     /// What the aggregator holds now: (processes, mappings counting a shared list once
     /// per process, bytes of mapping lists, binaries).
     pub fn held(&self) -> (usize, usize, usize, usize) {
-        let maps = self.procs.values().map(|p| p.maps.len()).sum();
-        (self.procs.len(), maps, self.map_bytes, self.binaries.len())
+        (self.spaces.process_count(), self.spaces.mapping_count(), self.spaces.bytes(), self.binaries.len())
     }
 
     /// Counters of the request retainer.
@@ -692,9 +571,7 @@ impl Aggregator {
         if self.comms.len() > 100_000 {
             self.comms.truncate(1);
             self.comm_ids.retain(|_, v| *v == 0);
-            for p in self.procs.values_mut() {
-                p.comm = 0;
-            }
+            self.proc_comm.clear();
         }
         // The binary table starts over beyond its bound (issue 19, finding 8): mappings
         // resolve again when sampled, the kernel stays, request samples kept with old
@@ -779,30 +656,20 @@ impl RecordOutput for Aggregator {
             Record::Comm(c) => {
                 let id = self.comm_id(&c.comm);
                 if c.pid == c.tid || c.exec {
-                    if let Some(p) = self.proc_mut(c.pid) {
-                        p.comm = id;
-                        if c.exec {
-                            let old = std::mem::take(&mut p.maps);
-                            release(&mut self.map_bytes, old);
-                        }
-                    }
+                    self.set_comm(c.pid, id);
+                    self.spaces.comm(c);
+                    self.sync_counters();
                 }
             }
             Record::Fork(t) if t.pid != t.ppid => {
                 // The child shares the parent's list until one of them changes it.
-                let (comm, maps) = self.procs.get(&t.ppid).map(|p| (p.comm, p.maps.clone())).unwrap_or_default();
-                if let Some(p) = self.proc_mut(t.pid) {
-                    let old = std::mem::replace(&mut p.maps, maps);
-                    p.comm = comm;
-                    release(&mut self.map_bytes, old);
-                }
+                let comm = self.proc_comm.get(&t.ppid).copied().unwrap_or(0);
+                self.set_comm(t.pid, comm);
+                self.spaces.fork(t);
+                self.sync_counters();
             }
             Record::Exit(t) => {
-                if t.pid == t.tid {
-                    if let Some(p) = self.procs.remove(&t.pid) {
-                        release(&mut self.map_bytes, p.maps);
-                    }
-                }
+                self.spaces.exit(t);
                 if let Some(tail) = &mut self.tail {
                     tail.handle_exit(t.pid, t.tid, t.time);
                 }
@@ -822,9 +689,9 @@ impl RecordOutput for Aggregator {
             Record::Marker(m) => {
                 if let Some(t) = &mut self.tail {
                     let comm = self
-                        .procs
+                        .proc_comm
                         .get(&m.pid)
-                        .map(|p| self.comms[p.comm as usize].clone())
+                        .map(|&c| self.comms[c as usize].clone())
                         .unwrap_or_default();
                     t.handle_marker(m, &comm);
                 }

@@ -37,11 +37,10 @@
 //! item marker.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use std::collections::HashSet;
 
-use tailprof_format::{Frame, Mmap, Record, Sample, StackId, StackStatus, Switch, SwitchKind, Wakeup};
+use tailprof_format::{Frame, Record, Sample, StackId, StackStatus, Switch, SwitchKind, Wakeup};
 use tailprof_perf_abi::{regs_abi, Endian, SampleLayout, SwitchDirection};
 use tailprof_unwind::{Limits, Mapping, Unwinder, UserRegs};
 
@@ -411,15 +410,12 @@ impl StackMaker {
         &self.trim_buf
     }
 
-    /// Follow the side-band that changes address spaces (dwarf mode only).
+    /// Follow the side-band that changes address spaces (dwarf mode only): the unwinder's
+    /// one record glue ([`Unwinder::observe`], shared with `import`). `file` is the mapped
+    /// file's `(st_dev, st_ino)` from the raw MMAP2 record.
     pub(crate) fn observe(&mut self, r: &Record, file: Option<(u64, u64)>) {
-        let Some(u) = &mut self.unwinder else { return };
-        match r {
-            Record::Mmap(m) => observe_mmap(u, m, file),
-            Record::Comm(c) if c.exec => u.exec(c.pid),
-            Record::Fork(t) if t.pid != t.ppid => u.fork(t.ppid, t.pid),
-            Record::Exit(t) if t.pid == t.tid => u.exit(t.pid),
-            _ => {}
+        if let Some(u) = &mut self.unwinder {
+            u.observe(r, file);
         }
     }
 
@@ -594,28 +590,6 @@ fn take_pre_unwound(pre: &mut TokenMap, spare: &mut Vec<Vec<Frame>>, frames: &mu
         }
         None => false,
     }
-}
-
-fn observe_mmap(u: &mut Unwinder, m: &Mmap, file: Option<(u64, u64)>) {
-    if m.cpumode.is_kernel() || !m.path.starts_with('/') || m.len == 0 {
-        return;
-    }
-    // Only executable mappings are reported by the kernel without mmap_data; /proc
-    // synthesis only writes executable ones too. prot 0 means unknown (MMAP).
-    if m.prot != 0 && m.prot & libc::PROT_EXEC as u32 == 0 {
-        return;
-    }
-    u.add_mapping(
-        m.pid,
-        Mapping {
-            start: m.start,
-            end: m.start.saturating_add(m.len),
-            pgoff: m.pgoff,
-            file: file.filter(|&k| k != (0, 0)),
-            path: Arc::from(m.path.as_str()),
-            build_id: None,
-        },
-    );
 }
 
 /// Keep only the registers of `keep` (a subset of `attr`) in `regs` (values in

@@ -550,6 +550,15 @@ impl<T: Clone + Default> AddressSpaces<T> {
     /// The mapping of `pid` covering `ip`, to change its data (a list shared with a
     /// forked process is copied first; the generation stays).
     pub fn find_mut(&mut self, pid: u32, ip: u64) -> Option<&mut Mapping<T>> {
+        if pid != KERNEL_PID {
+            let s = self.spaces.get_mut(&pid)?;
+            s.find(ip)?;
+            if Arc::strong_count(&s.maps) > 1 {
+                // The copy counts: the byte bound holds (the copy may lose old mappings).
+                make_mut(&mut self.bytes, &mut s.maps);
+                self.evict_bytes(pid);
+            }
+        }
         let s = if pid == KERNEL_PID {
             &mut self.kernel
         } else {

@@ -21,12 +21,10 @@
 
 use std::cell::RefCell;
 use std::io::Write;
-use std::path::Path;
-use std::sync::Arc;
 
 use tailprof_format::{Frame, Record, Sample, StackId, StackStatus, TraceWriter};
 use tailprof_perf_abi::{regs_abi, SampleView};
-use tailprof_unwind::{Limits, Mapping, Unwinder, UserRegs};
+use tailprof_unwind::{Limits, Unwinder, UserRegs};
 
 /// perf's default `kernel.perf_event_max_stack`.
 const PERF_MAX_STACK: usize = 127;
@@ -110,8 +108,7 @@ impl Default for ImportStacks {
 impl ImportStacks {
     pub fn new() -> ImportStacks {
         CAPTURE.with(|c| c.borrow_mut().valid = false);
-        let opener = |_pid: u32, m: &Mapping| tailprof_unwind::open_untrusted(Path::new(&*m.path), None);
-        ImportStacks { unwinder: Unwinder::new(Box::new(opener), Limits::default()), frames: Vec::with_capacity(256), counts: [0; 8] }
+        ImportStacks { unwinder: Unwinder::new(Box::new(tailprof_unwind::open_host_file), Limits::default()), frames: Vec::with_capacity(256), counts: [0; 8] }
     }
 
     /// Follow side-band records; give the sample just decoded its stack (interned by the
@@ -125,21 +122,8 @@ impl ImportStacks {
     pub fn process_with(&mut self, r: &mut Record, intern: &mut dyn FnMut(&[Frame]) -> StackId) {
         match r {
             Record::Sample(s) => self.sample(s, intern),
-            Record::Mmap(m) if !m.cpumode.is_kernel() && m.path.starts_with('/') => self.unwinder.add_mapping(
-                m.pid,
-                Mapping {
-                    start: m.start,
-                    end: m.start.saturating_add(m.len),
-                    pgoff: m.pgoff,
-                    file: None,
-                    path: Arc::from(m.path.as_str()),
-                    build_id: m.build_id.as_deref().map(Arc::from),
-                },
-            ),
-            Record::Comm(c) if c.exec => self.unwinder.exec(c.pid),
-            Record::Fork(t) if t.pid != t.ppid => self.unwinder.fork(t.ppid, t.pid),
-            Record::Exit(t) if t.pid == t.tid => self.unwinder.exit(t.pid),
-            _ => {}
+            // The unwinder's one record glue (shared with the recorder).
+            other => self.unwinder.observe(other, None),
         }
     }
 

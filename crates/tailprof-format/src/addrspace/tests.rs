@@ -320,6 +320,14 @@ fn byte_bound_holds_under_mmap_churn_and_forks() {
         assert!(a.bytes() <= max + 2 * (long.len() + 256), "{}", a.bytes());
     }
     assert!(a.counters().mappings_evicted > 0);
+    // Forked children changing their shared list's data one by one: each copy counts,
+    // and the bound holds (the agent's finding 6).
+    for c in 0..50u32 {
+        a.apply(&fork(2, 5000 + c));
+        let ip = a.mappings(2).last().map_or(0, |m| m.start);
+        a.find_mut(5000 + c, ip);
+        assert!(a.bytes() <= max + 2 * (long.len() + 256), "{}", a.bytes());
+    }
     // Accounting stays exact: what is held is what is counted.
     let mut seen = std::collections::HashSet::new();
     let held: usize = a
