@@ -45,7 +45,7 @@ fn main() {
         *groups.entry(format!("depth {n}: {}", desc.join(" <- "))).or_default() += 1;
     }
     let mut v: Vec<_> = groups.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|b| std::cmp::Reverse(b.1));
     for (k, n) in v.into_iter().take(15) {
         println!("{n:6} {k}");
     }

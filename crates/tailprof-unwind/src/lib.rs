@@ -697,9 +697,7 @@ pub fn callchain_frames(chain: impl IntoIterator<Item = u64>, out: &mut Vec<Fram
 pub fn callchain_status(c: &Callchain, entries: usize, user_sample: bool, max_stack: usize) -> StackStatus {
     if entries >= max_stack {
         StackStatus::MaxDepth
-    } else if user_sample && c.user_frames == 0 {
-        StackStatus::UserMissing
-    } else if c.user_frames == 0 && c.kernel_frames == 0 {
+    } else if c.user_frames == 0 && (user_sample || c.kernel_frames == 0) {
         StackStatus::UserMissing
     } else {
         StackStatus::Unknown
