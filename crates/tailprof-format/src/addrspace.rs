@@ -8,7 +8,8 @@
 //! record model here, and nothing here depends back up the pipeline. Consumers attach
 //! their own per-mapping data (`T`: a symbolizer's binary id, the agent's resolved
 //! build-id) and cache derived state by [`AddressSpaces::generation`], which changes
-//! whenever a process's mappings change.
+//! whenever a process's mappings change. Code no file maps (JIT code named by perf maps
+//! and jitdumps) has its ranges, per process and time, in [`jit::JitTables`].
 //!
 //! # Rules (one set for every consumer)
 //! - **Which mappings count**: a mapping of `len > 0` that may hold code. A mapping whose
@@ -661,6 +662,8 @@ fn cut<T: Clone>(maps: &mut Vec<Mapping<T>>, start: u64, end: u64) {
     }
     maps.splice(i..j, head.into_iter().chain(tail));
 }
+
+pub mod jit;
 
 #[cfg(test)]
 mod tests;

@@ -54,7 +54,11 @@ pub mod debuginfod;
 pub mod ehframe;
 mod elf;
 pub mod inline;
-pub mod jit;
+/// JIT code ranges: their home is the address-space model ([`tailprof_format::addrspace::jit`]).
+pub mod jit {
+    pub use tailprof_format::addrspace::jit::*;
+    pub use tailprof_format::jit::runtime_advice;
+}
 pub mod ksyms;
 
 pub use debugdir::{DebugFile, FoundBy};
