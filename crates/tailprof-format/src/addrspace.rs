@@ -279,8 +279,9 @@ impl<T: Clone + Default> AddressSpaces<T> {
         space.gen = gen;
         space.exited = None;
         let maps = make_mut(&mut bytes, &mut space.maps);
-        bytes -= list_cost(maps).min(bytes);
-        cut(maps, mapping.start, mapping.end);
+        // The cost changes by what is cut, evicted and added (no walk of the whole list).
+        let (removed, kept) = cut(maps, mapping.start, mapping.end);
+        bytes = bytes.saturating_sub(removed) + kept;
         let at = if code {
             if maps.len() >= max_maps {
                 // The oldest sixteenth (amortized O(1) a record).
@@ -288,16 +289,22 @@ impl<T: Clone + Default> AddressSpaces<T> {
                 let k = maps.len() / 16;
                 let (_, &mut limit, _) = seqs.select_nth_unstable(k);
                 let before = maps.len();
-                maps.retain(|x| x.seq > limit);
+                maps.retain(|x| {
+                    let keep = x.seq > limit;
+                    if !keep {
+                        bytes = bytes.saturating_sub(x.cost());
+                    }
+                    keep
+                });
                 evicted = (before - maps.len()) as u64;
             }
+            bytes += mapping.cost();
             let i = maps.partition_point(|x| x.start < mapping.start);
             maps.insert(i, mapping);
             Some(())
         } else {
             None
         };
-        bytes += list_cost(maps);
         self.bytes = bytes;
         self.counters.mappings_evicted += evicted;
         if !kernel {
@@ -637,8 +644,9 @@ fn release<T>(bytes: &mut usize, maps: Arc<Vec<Mapping<T>>>) {
 }
 
 /// Remove `[start, end)` from `maps` (sorted, non-overlapping), keeping the parts of
-/// overlapped mappings before and after it.
-fn cut<T: Clone>(maps: &mut Vec<Mapping<T>>, start: u64, end: u64) {
+/// overlapped mappings before and after it. Returns the cost of the mappings taken out
+/// and of the parts put back.
+fn cut<T: Clone>(maps: &mut Vec<Mapping<T>>, start: u64, end: u64) -> (usize, usize) {
     let i = maps.partition_point(|x| x.end <= start);
     let mut j = i;
     let mut head = None;
@@ -660,7 +668,10 @@ fn cut<T: Clone>(maps: &mut Vec<Mapping<T>>, start: u64, end: u64) {
         }
         j += 1;
     }
+    let removed = list_cost(&maps[i..j]);
+    let kept = head.iter().chain(tail.iter()).map(Mapping::cost).sum();
     maps.splice(i..j, head.into_iter().chain(tail));
+    (removed, kept)
 }
 
 pub mod jit;

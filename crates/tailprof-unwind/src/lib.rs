@@ -589,9 +589,10 @@ fn module_for(m: &Mapping, d: &ModuleData) -> Option<(Module<Bytes>, u64)> {
     Some((Module::new(m.path.to_string(), m.start..m.end, bias, d.sections.clone()), bias))
 }
 
-/// Read the ELF headers and unwind sections of `f`, within `limits`, through the one
-/// reader of untrusted ELF files (`tailprof-elf`: `pread` only, every size checked
-/// against the file). 64-bit files only (the unwinder's registers are 64-bit).
+/// Read the ELF headers and unwind sections of `f`, within `limits`: headers through the
+/// one reader of untrusted ELF files (`tailprof-elf`: `pread` only, every size checked
+/// against the file), each unwind section's bytes straight into its final buffer (range
+/// checked against the file). 64-bit files only (the unwinder's registers are 64-bit).
 fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<ModuleData> {
     let bad = |e: tailprof_elf::Error| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
     let elf = Elf::parse(&f).map_err(bad)?;
@@ -622,7 +623,10 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
         if !s.has_data() {
             return None;
         }
-        let data = elf.read_vec(s.offset, s.size, max).ok()?;
+        if s.size > max || s.offset.checked_add(s.size).is_none_or(|e| e > elf.file_len()) {
+            return None;
+        }
+        let data = read_exact_at(&f, s.offset, usize::try_from(s.size).ok()?).ok()?;
         bytes += data.len();
         Some((s.addr..s.addr.saturating_add(s.size), Bytes(Arc::new(data))))
     };
@@ -646,6 +650,21 @@ fn read_module(f: File, limits: &Limits, build_id: Option<&[u8]>) -> io::Result<
         ..Default::default()
     };
     Ok(ModuleData { sections, exec_segments, has_cfi, entry: elf.header().entry, bytes })
+}
+
+/// `len` bytes of `f` from `off` into a new buffer (not zeroed first: `read_to_end` reads
+/// into the spare capacity). A short file is an error. The range was checked against the
+/// file by the caller.
+fn read_exact_at(mut f: &File, off: u64, len: usize) -> io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    f.seek(SeekFrom::Start(off))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| io::Error::new(io::ErrorKind::OutOfMemory, "section too large"))?;
+    f.take(len as u64).read_to_end(&mut v)?;
+    if v.len() != len {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shorter than its section headers say"));
+    }
+    Ok(v)
 }
 
 /// What [`callchain_frames`] found.
