@@ -13,7 +13,7 @@ use tailprof_analyze::items::{items_report, ItemsOptions};
 use tailprof_analyze::{flat_profile, trace_info, GroupBy, KernelSymbols, ProfileOptions, Symbolizer, SymbolizerOptions};
 use tailprof_format::chunk::fix_checksums;
 use tailprof_format::losses::LossTable;
-use tailprof_format::{Record, Sink, StackDef, StackTable, TraceReader, VecSink};
+use tailprof_format::{Flow, Record, Sink, StackDef, StackTable, TraceReader, VecSink};
 
 /// Symbolization without the running kernel's symbols (deterministic across machines).
 fn symbolizer() -> Symbolizer {
@@ -26,16 +26,17 @@ fn symbolizer() -> Symbolizer {
 struct Count(u64, StackTable);
 
 impl Sink for Count {
-    fn handle_record(&mut self, r: &Record) {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         self.0 += 1;
         let _ = r.time();
         let stack = match r {
             Record::Sample(s) => s.stack,
             Record::Switch(w) => w.stack,
-            _ => return,
+            _ => return Flow::Continue,
         };
         assert!(stack.is_none() || self.1.contains(stack), "stack used before its definition");
         assert!(self.1.depth(stack) <= self.1.len());
+        Flow::Continue
     }
     fn handle_stack(&mut self, d: &StackDef) {
         assert!(self.1.handle_def(d), "stack definition out of order");
