@@ -19,6 +19,7 @@ use tailprof_format::{
 
 use crate::header::{build_header, event_info, header_build_ids, EventInfo};
 use crate::sample::{decode_sample, has_fields_after_data_src};
+use crate::stacks::StackFields;
 use crate::source::{prepare, SourceReader, StreamWarnings};
 use crate::{ImportError, ImportOptions, ImportSummary, UNKNOWN_CPU};
 
@@ -74,6 +75,8 @@ struct Converter {
     /// sample becomes a `Wakeup` once its stack is made, [`PerfDataReader::finish_record`]).
     waking_event: Option<u16>,
     wakee: Option<u32>,
+    /// The stack fields of the sample returned last.
+    stack_fields: StackFields,
 }
 
 impl PerfDataReader {
@@ -133,6 +136,7 @@ impl PerfDataReader {
             quirk_mmap2: 0,
             waking_event,
             wakee: None,
+            stack_fields: StackFields::default(),
         };
         Ok(PerfDataReader {
             path: path.to_path_buf(),
@@ -238,6 +242,14 @@ impl PerfDataReader {
                 return Ok(out);
             }
         }
+    }
+
+    /// The stack fields (callchain, user registers and stack copy, branch stack) of the
+    /// sample [`next_record`](Self::next_record) returned last, for
+    /// [`crate::stacks::ImportStacks::process_with`] (which takes them: a record
+    /// without a sample leaves them empty).
+    pub fn stack_fields(&mut self) -> &mut StackFields {
+        &mut self.conv.stack_fields
     }
 
     /// The final counts (warnings included once [`next_record`](Self::next_record) has
@@ -556,7 +568,7 @@ impl Converter {
             return None;
         };
         let body = rec.data.as_slice();
-        let d = match decode_sample(&body, &info.layout) {
+        let d = match decode_sample(&body, &info.layout, &mut self.stack_fields) {
             Ok(d) => d,
             Err(e) => {
                 self.malformed("SAMPLE", e);
@@ -648,6 +660,7 @@ mod tests {
             quirk_mmap2: 0,
             waking_event: None,
             wakee: None,
+            stack_fields: StackFields::default(),
         }
     }
 

@@ -11,6 +11,7 @@
 //! it, and REGS_INTR's size needs `sample_regs_intr`, which the event mapping does not
 //! carry. Their bytes are left over ([`DecodedSample::trailing`]) and expected.
 
+use crate::stacks::StackFields;
 use tailprof_perf_abi::{branch_sample_type, read_format as rf, sample_type as st, Endian};
 
 /// sample_type bits whose fields come before or at DATA_SRC in a sample (the ones this
@@ -52,14 +53,18 @@ pub(crate) struct DecodedSample {
     pub trailing: usize,
 }
 
-/// Decode a sample body (the record without its 8-byte header).
-pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout) -> Result<DecodedSample, String> {
-    let first = decode_with(data, layout, layout.read_format)?;
+/// Decode a sample body (the record without its 8-byte header); its stack fields go to
+/// `stack` (cleared when the body cannot be decoded).
+pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout, stack: &mut StackFields) -> Result<DecodedSample, String> {
+    stack.clear();
+    let first = decode_with(data, layout, layout.read_format, stack)?;
     // The attr parser drops PERF_FORMAT_LOST; if the READ block would explain the
     // leftover bytes with per-value `lost` counters, the recording had it set.
     if layout.sample_type & st::READ != 0 && first.trailing != 0 && layout.read_format & rf::LOST == 0 {
-        if let Ok(second) = decode_with(data, layout, layout.read_format | rf::LOST) {
+        let mut alt = StackFields::default();
+        if let Ok(second) = decode_with(data, layout, layout.read_format | rf::LOST, &mut alt) {
             if second.trailing == 0 {
+                *stack = alt;
                 return Ok(second);
             }
         }
@@ -67,14 +72,14 @@ pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout) -> Result<Decode
     Ok(first)
 }
 
-fn decode_with(data: &[u8], layout: &SampleLayout, read_format: u64) -> Result<DecodedSample, String> {
+fn decode_with(data: &[u8], layout: &SampleLayout, read_format: u64, stack: &mut StackFields) -> Result<DecodedSample, String> {
     let abi = tailprof_perf_abi::SampleLayout::new(layout.sample_type & DECODED_FIELDS)
         .with_read_format(read_format)
         .with_branch_sample_type(if layout.branch_hw_index { branch_sample_type::HW_INDEX } else { 0 })
         .with_regs_user(layout.regs_user_mask);
     let endian = if layout.big_endian { Endian::Big } else { Endian::Little };
     abi.decode_with(data, endian, |v| {
-        crate::stacks::capture(&v);
+        stack.capture(&v);
         DecodedSample {
         ip: v.ip(),
         pid: v.pid(),
@@ -124,7 +129,7 @@ mod tests {
         };
         let pidtid = (7u64 << 32) | 5; // pid 5, tid 7 (little endian: pid first)
         let body = le(&[0x401000, pidtid, 1000, 0xdead_beef, 321, 0x6800_0142]);
-        let s = decode_sample(&body, &layout).unwrap();
+        let s = decode_sample(&body, &layout, &mut StackFields::default()).unwrap();
         assert_eq!(s.ip, Some(0x401000));
         assert_eq!((s.pid, s.tid), (Some(5), Some(7)));
         assert_eq!(s.time, Some(1000));
@@ -139,7 +144,7 @@ mod tests {
         let layout = SampleLayout { sample_type: S_IP | S_WEIGHT_STRUCT, ..Default::default() };
         // var1_dw = 250, var2_w = 17, var3_w = 3
         let w = 250u64 | (17u64 << 32) | (3u64 << 48);
-        let s = decode_sample(&le(&[1, w]), &layout).unwrap();
+        let s = decode_sample(&le(&[1, w]), &layout, &mut StackFields::default()).unwrap();
         assert_eq!(s.weight, Some(250));
     }
 
@@ -151,7 +156,7 @@ mod tests {
         body.extend_from_slice(&7u32.to_be_bytes());
         body.extend_from_slice(&3u32.to_be_bytes());
         body.extend_from_slice(&0u32.to_be_bytes());
-        let s = decode_sample(&body, &layout).unwrap();
+        let s = decode_sample(&body, &layout, &mut StackFields::default()).unwrap();
         assert_eq!((s.pid, s.tid, s.cpu), (Some(5), Some(7), Some(3)));
     }
 
@@ -170,7 +175,7 @@ mod tests {
         body.extend_from_slice(&[1, 2, 3, 4]);
         body.extend(le(&[2, 11, 22, 33])); // regs: abi 64, three regs
         body.extend(le(&[99])); // weight
-        let s = decode_sample(&body, &layout).unwrap();
+        let s = decode_sample(&body, &layout, &mut StackFields::default()).unwrap();
         assert_eq!(s.regs, vec![11, 22, 33]);
         assert_eq!(s.weight, Some(99));
         assert_eq!(s.trailing, 0);
@@ -184,7 +189,7 @@ mod tests {
             ..Default::default()
         };
         let body = le(&[0x10, 5, 77, 0, 42]); // value, id, lost, then weight
-        let s = decode_sample(&body, &layout).unwrap();
+        let s = decode_sample(&body, &layout, &mut StackFields::default()).unwrap();
         assert_eq!(s.weight, Some(42));
         assert_eq!(s.trailing, 0);
     }
@@ -192,11 +197,11 @@ mod tests {
     #[test]
     fn truncated_and_hostile_bodies_are_errors() {
         let layout = SampleLayout { sample_type: S_IP | S_TID | S_TIME | S_CALLCHAIN, ..Default::default() };
-        assert!(decode_sample(&le(&[1, 2]), &layout).is_err());
-        assert!(decode_sample(&le(&[1, 2, 3, u64::MAX]), &layout).is_err());
+        assert!(decode_sample(&le(&[1, 2]), &layout, &mut StackFields::default()).is_err());
+        assert!(decode_sample(&le(&[1, 2, 3, u64::MAX]), &layout, &mut StackFields::default()).is_err());
         let stack = SampleLayout { sample_type: S_STACK_USER, ..Default::default() };
-        assert!(decode_sample(&le(&[u64::MAX]), &stack).is_err());
+        assert!(decode_sample(&le(&[u64::MAX]), &stack, &mut StackFields::default()).is_err());
         let regs = SampleLayout { sample_type: S_REGS_USER, regs_user_mask: u64::MAX, ..Default::default() };
-        assert!(decode_sample(&le(&[2, 1, 2]), &regs).is_err());
+        assert!(decode_sample(&le(&[2, 1, 2]), &regs, &mut StackFields::default()).is_err());
     }
 }
