@@ -537,14 +537,14 @@ impl Converter {
             return None;
         };
         let body = rec.data.as_slice();
-        let d = match decode_sample(&body, &info.layout, &mut self.stack_fields) {
+        let d = match decode_sample(&body, &info.layout, info.endian, &mut self.stack_fields) {
             Ok(d) => d,
             Err(e) => {
                 self.malformed("SAMPLE", e);
                 return None;
             }
         };
-        if d.trailing != 0 && !has_fields_after_data_src(info.layout.sample_type) {
+        if d.trailing != 0 && !has_fields_after_data_src(info.sample_type) {
             self.trailing += 1;
         }
         if Some(attr_index as u16) == self.waking_event {
