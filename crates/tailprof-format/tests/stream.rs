@@ -162,3 +162,17 @@ fn a_failing_sink_stops_the_reader_with_its_error() {
     assert!(matches!(err, FormatError::BadStackDef(_)), "{err}");
     assert_eq!(target.flow(), Flow::Continue, "the error was taken");
 }
+
+/// `defs_since` (what the import loop hands its sink per record) is the tail of `defs`,
+/// without walking the nodes before it (the import loop called `defs().skip(n)` per
+/// record: quadratic in the stack nodes of a `perf record -g` file).
+#[test]
+fn defs_since_is_the_tail_of_defs() {
+    let mut rng = Rng::new(9);
+    let (table, _) = random_stacked_records(&mut rng, 200);
+    let all: Vec<StackDef> = table.defs().collect();
+    for n in [0, 1, all.len() / 2, all.len(), all.len() + 5] {
+        let tail: Vec<StackDef> = table.defs_since(n).collect();
+        assert_eq!(tail, all[n.min(all.len())..], "{n}");
+    }
+}

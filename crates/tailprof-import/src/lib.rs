@@ -175,7 +175,7 @@ fn convert(
             table.intern_leaf_first(&f[..f.len().min(tailprof_format::MAX_STACK_DEPTH)])
         });
         let r = reader.finish_record(r);
-        for d in table.defs().skip(known) {
+        for d in table.defs_since(known) {
             sink.handle_stack(&d);
         }
         if sink.handle_record(&r).is_stop() {
