@@ -13,7 +13,7 @@ use tailprof_analyze::items::{items_report, ItemsOptions};
 use tailprof_analyze::{flat_profile, trace_info, GroupBy, KernelSymbols, ProfileOptions, Symbolizer, SymbolizerOptions};
 use tailprof_format::chunk::fix_checksums;
 use tailprof_format::losses::LossTable;
-use tailprof_format::{Record, Sink, StackDef, StackTable, TraceReader, VecSink};
+use tailprof_format::{Flow, Record, Sink, StackDef, StackTable, TraceReader, VecSink};
 
 /// Symbolization without the running kernel's symbols (deterministic across machines).
 fn symbolizer() -> Symbolizer {
@@ -26,16 +26,17 @@ fn symbolizer() -> Symbolizer {
 struct Count(u64, StackTable);
 
 impl Sink for Count {
-    fn handle_record(&mut self, r: &Record) {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         self.0 += 1;
         let _ = r.time();
         let stack = match r {
             Record::Sample(s) => s.stack,
             Record::Switch(w) => w.stack,
-            _ => return,
+            _ => return Flow::Continue,
         };
         assert!(stack.is_none() || self.1.contains(stack), "stack used before its definition");
         assert!(self.1.depth(stack) <= self.1.len());
+        Flow::Continue
     }
     fn handle_stack(&mut self, d: &StackDef) {
         assert!(self.1.handle_def(d), "stack definition out of order");
@@ -105,10 +106,55 @@ pub fn check_import(data: &[u8]) {
             let mut back = VecSink::default();
             TraceReader::from_bytes(bytes).expect("own trace").read_all(&mut back).expect("own trace");
             assert_eq!(back.0.len() as u64, written);
+            // The same import straight into a writer (the stream's stack definitions become
+            // the writer's own): it fails with one line or reads back every record.
+            let mut w = tailprof_format::TraceWriter::new(Vec::new(), &imp.header).expect("header");
+            match tailprof_import::import_to_sink(&input.0, &Default::default(), &mut w) {
+                Ok(_) => {
+                    let (bytes, _) = w.finish_into_inner(None).expect("in-memory write");
+                    let mut back = VecSink::default();
+                    TraceReader::from_bytes(bytes).expect("own trace").read_all(&mut back).expect("own trace");
+                    assert_eq!(back.0.len(), sink.0.len());
+                }
+                Err(e) => assert!(!e.to_string().contains('\n'), "error is one line: {e}"),
+            }
+            // A sink that stops early gets no more than it asked for.
+            let mut first = FirstN(Vec::new(), 3);
+            tailprof_import::import_to_sink(&input.0, &Default::default(), &mut first).expect("imported before");
+            assert_eq!(first.0[..], sink.0[..sink.0.len().min(3)]);
         }
         Err(e) => {
             let msg = e.to_string();
             assert!(!msg.contains('\n'), "error is one line: {msg}");
+        }
+    }
+    check_side_band(data);
+}
+
+/// Takes the first `.1` records, then stops.
+struct FirstN(Vec<Record>, usize);
+
+impl Sink for FirstN {
+    fn handle_record(&mut self, r: &Record) -> Flow {
+        self.0.push(r.clone());
+        if self.0.len() >= self.1 {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+}
+
+/// The bytes as one raw side-band record, both byte orders, with and without a
+/// `sample_id` trailer: decoded or refused, never a panic.
+fn check_side_band(data: &[u8]) {
+    use tailprof_perf_abi::{sample_type as st, Endian, SampleLayout};
+    let layouts = [SampleLayout::new(0), SampleLayout::new(st::TID | st::TIME | st::ID | st::CPU | st::IDENTIFIER).with_sample_id_all(true)];
+    for endian in [Endian::Little, Endian::Big] {
+        for l in &layouts {
+            if let Ok(Some((tailprof_perf_abi::SideBand::Mmap(m), _))) = l.decode_side_band(data, endian) {
+                assert!(m.build_id.is_none_or(|b| b.len() <= tailprof_perf_abi::MAX_MMAP2_BUILD_ID));
+            }
         }
     }
 }

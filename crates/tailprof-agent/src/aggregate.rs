@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tailprof_collect::session::RecordOutput;
 use tailprof_format::addrspace::{AddressSpaces, SpaceLimits};
 use tailprof_format::{
-    BuildIdEntry, CpuMode, FormatError, Frame, FrameKind, LossKind, Record, Sample, StackId,
+    build_id_hex, BuildIdEntry, CpuMode, Flow, FormatError, Frame, FrameKind, LossKind, Record, Sample, Sink, StackId,
     StackStatus, StackTable,
 };
 use tailprof_store::schema::{
@@ -201,17 +201,13 @@ impl OwnVdso {
         let copy = tailprof_analyze::symbolize::ksyms::copy_own_vdso().ok()?;
         let file = copy.into_file();
         let len = file.metadata().ok()?.len();
-        let build_id = tailprof_collect::buildid::read_build_id_from(&file).map(|b| hex(&b))?;
+        let build_id = tailprof_collect::buildid::read_build_id_from(&file).map(|b| build_id_hex(&b))?;
         Some(OwnVdso { len, build_id, file: Some(file) })
     }
 }
 
 /// How the kernel names the vDSO mapping.
 const VDSO_PATH: &str = "[vdso]";
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
 
 fn is_kernel_ip(ip: u64) -> bool {
     ip >= 0xffff_8000_0000_0000
@@ -267,7 +263,7 @@ impl Aggregator {
     pub fn register_kernel(&mut self) {
         let Some(bid) = tailprof_collect::buildid::kernel_build_id() else { return };
         let Some((text, etext)) = kernel_text_range() else { return };
-        let build_id = hex(&bid);
+        let build_id = build_id_hex(&bid);
         let b = self.binaries.len() as u32;
         self.binaries.push(Binary { build_id: build_id.clone(), path: Arc::from(KERNEL_PATH) });
         self.bin_ids.insert(build_id.clone(), b);
@@ -317,7 +313,7 @@ impl Aggregator {
             .build_id
             .as_ref()
             .filter(|b| !b.is_empty())
-            .map(|b| Arc::<str>::from(hex(b)))
+            .map(|b| Arc::<str>::from(build_id_hex(b)))
             .or_else(|| self.path_build_ids.get(&m.path).map(|b| Arc::from(b.as_str())));
         if let Some(map) = self.spaces.mmap(m, None) {
             map.data.build_id = given;
@@ -360,7 +356,7 @@ impl Aggregator {
                         opened
                             .as_ref()
                             .and_then(tailprof_collect::buildid::read_build_id_from)
-                            .map(|b| hex(&b))
+                            .map(|b| build_id_hex(&b))
                     })
                     .unwrap_or_else(|| pseudo_build_id(&path, opened.as_ref()));
                 (build_id, opened)
@@ -648,8 +644,11 @@ fn pseudo_build_id(path: &str, f: Option<&File>) -> String {
     format!("{NO_BUILD_ID_PREFIX}{h:016x}")
 }
 
-impl RecordOutput for Aggregator {
-    fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
+/// The aggregator is a record stream's end like any other (`Sink`), plus the recorder's
+/// round ends (a window may close) and stack interning (`RecordOutput`). The record
+/// handlers are the inherent `handle_sample`/`handle_mmap` and the match below.
+impl Sink for Aggregator {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         match r {
             Record::Sample(s) => self.handle_sample(s),
             Record::Mmap(m) => self.handle_mmap(m),
@@ -703,24 +702,24 @@ impl RecordOutput for Aggregator {
             }
             _ => {}
         }
-        Ok(())
+        Flow::Continue
     }
 
-    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
-        self.handle_sample(s);
-        Ok(())
+    fn handle_sample(&mut self, s: &Sample) {
+        Aggregator::handle_sample(self, s);
     }
 
-    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+    fn handle_build_id(&mut self, e: &BuildIdEntry) {
         if self.path_build_ids.len() >= MAX_PATH_BUILD_IDS {
             self.path_build_ids.clear(); // mappings keep the build-ids they were given
         }
         if !e.build_id.is_empty() && e.path.len() <= MAX_PATH_BYTES {
-            self.path_build_ids.insert(e.path, hex(&e.build_id));
+            self.path_build_ids.insert(e.path.clone(), build_id_hex(&e.build_id));
         }
-        Ok(())
     }
+}
 
+impl RecordOutput for Aggregator {
     fn end_round(&mut self) -> Result<(), FormatError> {
         self.maybe_flush(false);
         Ok(())

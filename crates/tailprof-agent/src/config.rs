@@ -15,7 +15,8 @@ const MAX_CONFIG_BYTES: u64 = 64 * 1024;
 /// Everything the agent needs to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentConfig {
-    /// Store directory (`store`); default [`tailprof_store::default_root`].
+    /// Store directory (`store`); default [`tailprof_store::default_root`] (empty when
+    /// there is none: opening the store then says what to set).
     pub store: PathBuf,
     /// Aggregation window (`window`, default 10 s).
     pub window_us: i64,
@@ -57,7 +58,7 @@ pub struct AgentConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
-            store: tailprof_store::default_root(),
+            store: tailprof_store::default_root().unwrap_or_default(),
             window_us: 10_000_000,
             frequency: 49,
             period: None,

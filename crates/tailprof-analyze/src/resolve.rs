@@ -48,7 +48,7 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    BuildIdEntry, Comm, CpuMode, ItemClass, Lost, Marker, Mmap, Sample, Sink, StackDef, StackTable, Switch, Task,
+    BuildIdEntry, Comm, CpuMode, Flow, ItemClass, Lost, Marker, Mmap, Sample, Sink, StackDef, StackTable, Switch, Task,
     Throttle, TraceHeader, Wakeup,
 };
 
@@ -423,6 +423,12 @@ pub fn unknown_name(kind: BinaryKind, path: &str, offset: u64) -> String {
 /// kept, the stack table) are current when each method is called. Samples and switches
 /// come with the [`Resolver`]: call [`Resolver::loc`] for the samples whose location
 /// matters. Side-band methods are called after the resolver applied the record.
+///
+/// Not a second record stream: it is the [`Sink`] stream seen through [`Resolved`], the
+/// one adapter that is a `Sink`. Its methods are the `Sink`'s with the resolver added
+/// (side-band and stack records reach it after the resolver applied them), and its
+/// [`ResolvedSink::flow`] is the stream's (an analysis that has what it needs stops the
+/// reader the same way).
 pub trait ResolvedSink {
     /// Whether the resolver keeps the trace's [`StackTable`] ([`Resolver::stacks`]).
     const KEEP_STACKS: bool = false;
@@ -440,6 +446,11 @@ pub trait ResolvedSink {
     fn handle_throttle(&mut self, _t: &Throttle) {}
     fn handle_marker(&mut self, _m: &Marker) {}
     fn handle_item_class(&mut self, _c: &ItemClass) {}
+    /// [`Sink::flow`]: whether the reader should go on (analyses never fail, so there is
+    /// no error to take).
+    fn flow(&self) -> Flow {
+        Flow::Continue
+    }
 }
 
 /// The [`Sink`] adapter that keeps a [`Resolver`] current and hands every record on to
@@ -529,6 +540,10 @@ impl<S: ResolvedSink> Sink for Resolved<S> {
     }
     fn handle_item_class(&mut self, c: &ItemClass) {
         self.inner.handle_item_class(c);
+    }
+    #[inline]
+    fn flow(&self) -> Flow {
+        self.inner.flow()
     }
 }
 

@@ -188,7 +188,7 @@ fn build_id_checked() {
     assert!(p.rows[0].name.starts_with("[unknown] bid+0x"), "{:?}", p.rows);
     let reason = p.rows[0].unknown_reason.as_deref().unwrap();
     assert!(reason.contains("build-id mismatch"), "{reason}");
-    assert!(reason.contains(&tailprof_analyze::symbolize::hex(&good)), "{reason}");
+    assert!(reason.contains(&tailprof_analyze::symbolize::build_id_hex(&good)), "{reason}");
 
     // The trace's build-id table is used when the MMAP record has none.
     let mut b = tailprof_analyze::ProfileBuilder::new(&Default::default(), &opts()).unwrap();

@@ -40,7 +40,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 
-    /// Store directory [default: /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof].
+    /// Store directory [default: $TAILPROF_HOME, else /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof, else ~/.local/share/tailprof].
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
 

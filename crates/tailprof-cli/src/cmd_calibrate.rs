@@ -30,8 +30,9 @@ pub const EXIT_REFUSED: u8 = 3;
 /// ±100%, excluding 0) is saved with its wider interval said. Only when no cost can be
 /// told from the noise is nothing saved, with exit status 3.
 ///
-/// Saved to $TAILPROF_HOME/calibration/ (else $XDG_DATA_HOME/tailprof/calibration/,
-/// else ~/.local/share/tailprof/calibration/), one file per CPU model, kernel and event.
+/// Saved to $TAILPROF_HOME/calibration/ (else /var/lib/tailprof/calibration/ as root, else
+/// $XDG_DATA_HOME/tailprof/calibration/, else ~/.local/share/tailprof/calibration/), one
+/// file per CPU model, kernel and event.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
     tailprof calibrate                       # cpu-clock, about a minute\n  \

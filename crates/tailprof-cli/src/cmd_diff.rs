@@ -24,7 +24,7 @@ use crate::cmd_top::ByArg;
     tailprof diff --a -2h..-1h --b 1h\n  \
     tailprof diff --a 2026-11-22T10:00Z..2026-11-22T11:00Z --b 2026-11-23T10:00Z..2026-11-23T11:00Z --binary postgres")]
 pub struct DiffArgs {
-    /// Store directory [default: /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof].
+    /// Store directory [default: $TAILPROF_HOME, else /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof, else ~/.local/share/tailprof].
     #[arg(long, value_name = "DIR")]
     store: Option<PathBuf>,
     /// The baseline range.
@@ -71,7 +71,10 @@ fn parse_range(s: &str, what: &str) -> Result<(i64, i64)> {
 }
 
 pub fn run(a: DiffArgs) -> Result<ExitCode> {
-    let root = a.store.clone().unwrap_or_else(tailprof_store::default_root);
+    let root = match a.store.clone() {
+        Some(r) => r,
+        None => tailprof_store::default_root()?,
+    };
     anyhow::ensure!(
         root.is_dir(),
         "no store at {} (start `tailprof agent`, or give --store DIR)",

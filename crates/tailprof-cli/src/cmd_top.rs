@@ -35,7 +35,7 @@ impl From<ByArg> for GroupBy {
 /// Where the store is and which part of it: shared by top, diff and items --store.
 #[derive(Args, Debug, Clone)]
 pub struct StoreRange {
-    /// Store directory [default: /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof].
+    /// Store directory [default: $TAILPROF_HOME, else /var/lib/tailprof as root, else $XDG_DATA_HOME/tailprof, else ~/.local/share/tailprof].
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// The last DURATION (e.g. 15m, 1h, 2d; -2h means the same as 2h) [default: 1h].
@@ -54,10 +54,10 @@ pub struct StoreRange {
 
 impl StoreRange {
     pub fn reader(&self) -> Result<StoreReader> {
-        let root = self
-            .store
-            .clone()
-            .unwrap_or_else(tailprof_store::default_root);
+        let root = match self.store.clone() {
+            Some(r) => r,
+            None => tailprof_store::default_root()?,
+        };
         if !root.is_dir() {
             bail!(
                 "no store at {} (start `tailprof agent`, or give --store DIR)",

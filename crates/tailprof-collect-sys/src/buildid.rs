@@ -51,11 +51,6 @@ pub fn kernel_build_id() -> Option<Vec<u8>> {
     find_in_notes(&notes, cfg!(target_endian = "little"), 4)
 }
 
-/// Hex form of a build-id, as tools print it.
-pub fn to_hex(id: &[u8]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// PT_NOTE segments first (what the loader sees; all a file without section headers
 /// has), then SHT_NOTE sections; bounds in [`tailprof_elf::Elf::build_id`].
 fn from_file<R: tailprof_elf::ReadAt + ?Sized>(f: &R) -> Option<Vec<u8>> {
@@ -132,7 +127,7 @@ mod tests {
         let mut checked = 0;
         for p in [exe.as_path(), Path::new("/lib/x86_64-linux-gnu/libc.so.6"), Path::new("/usr/bin/ls")] {
             let Some(want) = readelf_build_id(p) else { continue };
-            assert_eq!(read_build_id(p).unwrap().map(|id| to_hex(&id)), Some(want), "{}", p.display());
+            assert_eq!(read_build_id(p).unwrap().map(|id| tailprof_format::build_id_hex(&id)), Some(want), "{}", p.display());
             checked += 1;
         }
         if checked == 0 {

@@ -4,8 +4,9 @@
 //! The perf ABI itself (constants, sample layouts, the sample decoder, the `sample_id`
 //! trailer) lives in `tailprof_perf_abi`, shared with the perf.data importer; this module
 //! owns what is specific to the recorder: telling which event a record belongs to,
-//! peeking at timestamps for the merge, and decoding side-band records (MMAP, MMAP2,
-//! COMM, FORK, EXIT, LOST, LOST_SAMPLES, THROTTLE) in host byte order.
+//! peeking at timestamps for the merge, and turning samples and side-band records (MMAP,
+//! MMAP2, COMM, FORK, EXIT, LOST, LOST_SAMPLES, THROTTLE; decoded by
+//! `tailprof_perf_abi::SampleLayout::decode_side_band`, as `import` does) into records.
 //!
 //! A record is `struct perf_event_header { u32 type; u16 misc; u16 size; }` followed by a
 //! body that depends on `type`. Side-band records end with the `sample_id` trailer when
@@ -20,7 +21,7 @@
 //! so decoding a sample allocates nothing once `Sample::regs` has grown.
 
 use tailprof_format::{Comm, CpuMode, LossKind, Lost, Mmap, Record, Sample, StackId, StackStatus, Task, Throttle};
-use tailprof_perf_abi::{misc, BasicLayout, Endian, SampleLayout};
+use tailprof_perf_abi::{misc, BasicLayout, Endian, SampleLayout, SideBand};
 
 pub use tailprof_perf_abi::{branch_sample_type, read_format, record_type, sample_type, HEADER_LEN};
 
@@ -128,39 +129,6 @@ pub enum Decoded {
     Record(Record),
     /// A record type the recorder does not keep (READ, AUX, SWITCH, KSYMBOL, ...).
     Ignored(u32),
-}
-
-/// Bounds-checked little reader over one side-band record.
-struct Cur<'a> {
-    b: &'a [u8],
-    p: usize,
-}
-
-impl<'a> Cur<'a> {
-    fn new(b: &'a [u8], p: usize) -> Self {
-        Cur { b, p }
-    }
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ParseError> {
-        let end = self.p.checked_add(n).ok_or(ParseError::Truncated)?;
-        let s = self.b.get(self.p..end).ok_or(ParseError::Truncated)?;
-        self.p = end;
-        Ok(s)
-    }
-    fn u64(&mut self) -> Result<u64, ParseError> {
-        let s = self.take(8)?;
-        Ok(u64::from_ne_bytes(s.try_into().unwrap()))
-    }
-    fn u32(&mut self) -> Result<u32, ParseError> {
-        let s = self.take(4)?;
-        Ok(u32::from_ne_bytes(s.try_into().unwrap()))
-    }
-    /// A NUL-terminated string padded to 8 bytes, ending before `end`.
-    fn cstr(&mut self, end: usize) -> Result<String, ParseError> {
-        let s = self.b.get(self.p..end).ok_or(ParseError::Truncated)?;
-        let n = s.iter().position(|&c| c == 0).unwrap_or(s.len());
-        self.p = end;
-        Ok(String::from_utf8_lossy(&s[..n]).into_owned())
-    }
 }
 
 #[inline]
@@ -492,81 +460,51 @@ impl Decoder {
         self.decode_sideband(rec, kind, misc, event, ring_cpu)
     }
 
-    /// [`Decoder::decode`] of a checked record that is not a sample.
+    /// [`Decoder::decode`] of a checked record that is not a sample (decoded by
+    /// `tailprof_perf_abi`'s side-band decoder).
     fn decode_sideband(&self, rec: &[u8], kind: u32, misc: u16, event: Option<u16>, ring_cpu: u32) -> Result<Decoded, ParseError> {
         let l = &self.event(event).abi;
-        let (body, t) = l.split_sample_id(rec, Endian::NATIVE)?;
-        let end = HEADER_LEN + body.len();
+        let Some((sb, t)) = l.decode_side_band(rec, Endian::NATIVE)? else {
+            // Not kept; a record shorter than its trailer is still malformed.
+            l.split_sample_id(rec, Endian::NATIVE)?;
+            return Ok(Decoded::Ignored(kind));
+        };
         let time = t.time.unwrap_or(0);
         let cpu = t.cpu.unwrap_or(ring_cpu);
-        let mut c = Cur::new(rec, HEADER_LEN);
         let cpumode = CpuMode::from_perf_misc(misc);
-        let r = match kind {
-            record_type::MMAP | record_type::MMAP2 => {
-                let pid = c.u32()?;
-                let tid = c.u32()?;
-                let start = c.u64()?;
-                let len = c.u64()?;
-                let pgoff = c.u64()?;
-                let mut prot = 0;
-                let mut build_id = None;
-                if kind == record_type::MMAP2 {
-                    let u = c.take(24)?;
-                    if misc & MISC_MMAP_BUILD_ID != 0 {
-                        let n = (u[0] as usize).min(20);
-                        if n > 0 {
-                            build_id = Some(u[4..4 + n].to_vec());
-                        }
-                    }
-                    prot = c.u32()?;
-                    c.u32()?; // flags
-                }
-                let path = c.cstr(end)?;
-                Record::Mmap(Mmap { time, pid, tid, start, len, pgoff, prot, cpumode, path, build_id })
-            }
-            record_type::COMM => {
-                let pid = c.u32()?;
-                let tid = c.u32()?;
-                let comm = c.cstr(end)?;
-                Record::Comm(Comm { time, pid, tid, exec: misc & MISC_COMM_EXEC != 0, comm })
-            }
-            record_type::FORK | record_type::EXIT => {
-                let pid = c.u32()?;
-                let ppid = c.u32()?;
-                let tid = c.u32()?;
-                let ptid = c.u32()?;
-                let body_time = c.u64()?;
-                let time = t.time.unwrap_or(body_time);
-                let task = Task { time, pid, ppid, tid, ptid };
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let r = match sb {
+            SideBand::Mmap(m) => Record::Mmap(Mmap {
+                time,
+                pid: m.pid,
+                tid: m.tid,
+                start: m.start,
+                len: m.len,
+                pgoff: m.pgoff,
+                prot: m.prot,
+                cpumode,
+                path: text(m.filename),
+                build_id: m.build_id.map(<[u8]>::to_vec),
+            }),
+            SideBand::Comm { pid, tid, exec, comm } => Record::Comm(Comm { time, pid, tid, exec, comm: text(comm) }),
+            SideBand::Fork(f) | SideBand::Exit(f) => {
+                let task = Task { time: t.time.unwrap_or(f.time), pid: f.pid, ppid: f.ppid, tid: f.tid, ptid: f.ptid };
                 if kind == record_type::FORK {
                     Record::Fork(task)
                 } else {
                     Record::Exit(task)
                 }
             }
-            record_type::LOST => {
-                let id = c.u64()?;
-                let count = c.u64()?;
+            SideBand::Lost { id, count } => {
                 let event = self.lookup(id).ok().or(if self.single() { Some(0) } else { None });
                 Record::Lost(Lost { time, cpu, event, kind: LossKind::RingFull, count })
             }
-            record_type::LOST_SAMPLES => {
-                let count = c.u64()?;
-                Record::Lost(Lost { time, cpu, event, kind: LossKind::Samples, count })
-            }
-            record_type::THROTTLE | record_type::UNTHROTTLE => {
-                let body_time = c.u64()?;
-                let id = c.u64()?;
-                c.u64()?; // stream_id
+            SideBand::LostSamples { count } => Record::Lost(Lost { time, cpu, event, kind: LossKind::Samples, count }),
+            SideBand::Throttle { throttled, time: body_time, id, .. } => {
                 let event = self.lookup(id).ok().or(event);
-                let time = t.time.unwrap_or(body_time);
-                Record::Throttle(Throttle { time, cpu, event, throttled: kind == record_type::THROTTLE })
+                Record::Throttle(Throttle { time: t.time.unwrap_or(body_time), cpu, event, throttled })
             }
-            other => return Ok(Decoded::Ignored(other)),
         };
-        if c.p > end {
-            return Err(ParseError::Truncated);
-        }
         Ok(Decoded::Record(r))
     }
 }

@@ -4,22 +4,18 @@
 
 use std::path::{Path, PathBuf};
 
-/// The calibration directory: `$TAILPROF_HOME/calibration/` when `TAILPROF_HOME` is set
-/// (and not empty), else `$XDG_DATA_HOME/tailprof/calibration/`, else
-/// `~/.local/share/tailprof/calibration/`. The error says what to set.
+/// The calibration directory: `calibration/` in the data directory
+/// ([`tailprof_format::dirs::data_dir`]: `$TAILPROF_HOME`, else `/var/lib/tailprof` for
+/// root, else `$XDG_DATA_HOME/tailprof`, else `~/.local/share/tailprof`). The error says
+/// what to set.
 pub fn calibration_dir() -> Result<PathBuf, String> {
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(home) = nonempty("TAILPROF_HOME") {
-        return Ok(calibration_dir_in(&home));
-    }
-    if let Some(data) = nonempty("XDG_DATA_HOME") {
-        return Ok(data.join("tailprof/calibration"));
-    }
-    let home = nonempty("HOME").ok_or_else(|| "cannot find a place for calibration files: set TAILPROF_HOME or HOME".to_string())?;
-    Ok(home.join(".local/share/tailprof/calibration"))
+    let data = tailprof_format::dirs::data_dir()
+        .map_err(|_| "cannot find a place for calibration files: set TAILPROF_HOME or HOME".to_string())?;
+    Ok(calibration_dir_in(&data))
 }
 
-/// The calibration directory when `TAILPROF_HOME` is `tailprof_home`.
+/// The calibration directory in the data directory `tailprof_home` (what
+/// `TAILPROF_HOME=tailprof_home` gives).
 pub fn calibration_dir_in(tailprof_home: &Path) -> PathBuf {
     tailprof_home.join("calibration")
 }

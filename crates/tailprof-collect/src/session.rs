@@ -761,7 +761,7 @@ impl Recorder {
     fn copy_jit_names<O: RecordOutput + ?Sized>(&mut self, now: u64, last: bool, out: &mut O) {
         self.emitter.jit.poll(now, last);
         for e in self.emitter.jit.take_entries() {
-            out.add_jit(e);
+            out.handle_jit(&e);
         }
         self.emitter.summary.jit_names = self.emitter.jit.entries();
     }

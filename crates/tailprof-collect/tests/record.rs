@@ -374,6 +374,10 @@ fn two_events_share_a_ring_and_are_told_apart() {
 /// for, and what it copied must come out whole, once, and in order.
 struct SlowRounds(TraceWriter<Vec<u8>>);
 
+/// The recorder writes through the `RecordOutput` methods below (overridden), so the
+/// stream's own handlers are not needed.
+impl tailprof_format::Sink for SlowRounds {}
+
 impl tailprof_collect::session::RecordOutput for SlowRounds {
     fn write_record(&mut self, r: &Record) -> Result<(), tailprof_format::FormatError> {
         self.0.write(r)

@@ -38,6 +38,10 @@ fn opts(events: &[&str], sampling: SamplingConfig, mmap_pages: usize) -> RecordO
 /// main thread is late for (the spool path, which must keep each record's CPU too).
 struct SlowRounds(TraceWriter<Vec<u8>>);
 
+/// The recorder writes through the `RecordOutput` methods below (overridden), so the
+/// stream's own handlers are not needed.
+impl tailprof_format::Sink for SlowRounds {}
+
 impl RecordOutput for SlowRounds {
     fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
         self.0.write(r)

@@ -17,7 +17,7 @@ use crate::chunk::{RawChunk, FLAG_ZSTD, MAX_RAW_BODY};
 use crate::columns::{Col, OptCol, Unpacker};
 use crate::meta::{RecordsMeta, MAX_CHUNK_RECORDS};
 use crate::encode::nodes_within_limits;
-use crate::record::{CpuMode, Frame, FrameKind, Record, Sample, Sink, StackDef, StackId, StackStatus};
+use crate::record::{CpuMode, Flow, Frame, FrameKind, Record, Sample, Sink, StackDef, StackId, StackStatus};
 use crate::sideband::get_sideband;
 use crate::stack::StackTable;
 use crate::timecode::TimeCodec;
@@ -448,29 +448,43 @@ impl ChunkDecoder {
         s.stack_status = StackStatus::from_u8(self.status_col.get(i) as u8);
     }
 
-    /// Hands every record of the decoded chunk to `sink`, in the original order.
-    pub fn emit(&mut self, sink: &mut dyn Sink) {
+    /// Hands every record of the decoded chunk to `sink`, in the original order, until
+    /// the sink answers [`Flow::Stop`] (returned: the rest of the chunk is not delivered).
+    pub fn emit(&mut self, sink: &mut dyn Sink) -> Flow {
         self.emit_defs(sink);
         let mut rec = std::mem::replace(&mut self.rec, Record::Sample(Sample::default()));
         let mut k = [0usize; 4];
         let mut sb = 0;
-        for i in 0..self.n {
+        let mut flow = Flow::Continue;
+        'records: for i in 0..self.n {
             while let Some((pos, r)) = self.sideband.get(sb) {
                 if *pos as usize != i {
                     break;
                 }
-                sink.handle_record(r);
                 sb += 1;
+                if sink.handle_record(r).is_stop() {
+                    flow = Flow::Stop;
+                    break 'records;
+                }
             }
             if let Record::Sample(s) = &mut rec {
                 self.fill(s, i, &mut k);
             }
-            sink.handle_record(&rec);
+            if sink.handle_record(&rec).is_stop() {
+                flow = Flow::Stop;
+                break;
+            }
         }
-        for (_, r) in &self.sideband[sb..] {
-            sink.handle_record(r);
+        if !flow.is_stop() {
+            for (_, r) in &self.sideband[sb..] {
+                if sink.handle_record(r).is_stop() {
+                    flow = Flow::Stop;
+                    break;
+                }
+            }
         }
         self.rec = rec;
+        flow
     }
 
     /// Hands every sample of the decoded chunk to `f`, in order.

@@ -32,6 +32,7 @@ pub mod atomic;
 pub mod chunk;
 pub mod columns;
 mod decode;
+pub mod dirs;
 mod encode;
 pub mod jit;
 pub mod losses;
@@ -83,6 +84,10 @@ pub enum FormatError {
     /// ([`TraceWriter::intern_stack`]); nothing was written for it.
     #[error("record refers to stack id {0}, which this trace writer never interned")]
     UnknownStack(u32),
+    /// A stack definition handed to a writer ([`Sink::handle_stack`]) that does not
+    /// continue its stack table (ids in order, parents first, each node once).
+    #[error("stack definition {0} does not continue this trace writer's stack table")]
+    BadStackDef(u32),
 }
 
 /// What reading a trace found, beside its records.
@@ -116,4 +121,8 @@ pub struct ReadSummary {
     pub duplicate_chunks: u64,
     /// Bytes in those duplicated chunks.
     pub duplicate_bytes: u64,
+    /// The sink answered [`Flow::Stop`]: reading ended there, so the counts above cover
+    /// only what was read (`complete` is false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_early: bool,
 }

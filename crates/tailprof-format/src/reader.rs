@@ -135,11 +135,18 @@ impl TraceReader {
 
     /// Streams every readable chunk's records, in order, to `sink`. Damage and a cut-off
     /// tail are counted in the returned summary, not reported as errors.
+    ///
+    /// Stops reading as soon as `sink` answers [`Flow::Stop`]: no further chunk is
+    /// decoded or checked, and the summary says [`ReadSummary::stopped_early`] (its counts
+    /// cover what was read). A sink that stopped because it failed
+    /// ([`Sink::take_error`]) makes this an error.
     pub fn read_all(&mut self, sink: &mut dyn Sink) -> Result<ReadSummary, FormatError> {
         for e in self.jit_entries() {
             sink.handle_jit(&e);
         }
-        Ok(self.walk(Mode::Records(sink)).0)
+        let summary = self.walk(Mode::Records(sink)).0;
+        crate::record::sink_result(sink)?;
+        Ok(summary)
     }
 
     /// Every JIT entry of the trace's intact JIT chunks (FORMAT.md §6.1), in file order
@@ -203,6 +210,9 @@ impl TraceReader {
         let mut seen: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
         let mut p = self.body_start;
         while p < buf.len() {
+            if s.stopped_early {
+                break;
+            }
             let (ok, seq, end) = match probe(buf, p) {
                 // A chunk whose sequence number and checksum were already read is a
                 // duplicate (a copied or replayed region): skipped and counted, never
@@ -291,7 +301,9 @@ fn handle_chunk(
             },
             Mode::Records(sink) => match decoder.decode(c) {
                 Some(m) => {
-                    decoder.emit(&mut **sink);
+                    if decoder.emit(&mut **sink).is_stop() {
+                        s.stopped_early = true;
+                    }
                     s.records += m.records as u64 - decoder.skipped_rows;
                     s.skipped_records += decoder.skipped_rows;
                     s.samples += m.samples as u64;
@@ -316,6 +328,9 @@ fn handle_chunk(
             match chunk_body(c, &mut dctx, &mut raw).and_then(decode_build_ids) {
                 Some(entries) => {
                     for e in entries {
+                        if let Mode::Records(sink) = mode {
+                            sink.handle_build_id(&e);
+                        }
                         build_ids.insert(e);
                     }
                     true

@@ -495,11 +495,36 @@ impl Record {
     }
 }
 
-/// Every consumer of a trace has this shape (like perf's `struct perf_tool`): one
-/// callback per record family, each a no-op by default. Readers call these in record
-/// order, and call [`Sink::handle_stack`] for every stack node before the first record
-/// that uses it (a consumer that needs frames keeps a [`crate::StackTable`] and feeds it
-/// with [`crate::StackTable::handle_def`]).
+/// What a consumer tells the producer after a record: go on, or stop here (it has what it
+/// needs, or it failed: see [`Sink::take_error`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Flow {
+    #[default]
+    Continue,
+    Stop,
+}
+
+impl Flow {
+    pub fn is_stop(self) -> bool {
+        self == Flow::Stop
+    }
+}
+
+/// The one record stream of the workspace (like perf's `struct perf_tool`): every
+/// producer (the trace reader, the recorder, `import`) hands records to a `Sink`, and every
+/// consumer (the trace writer, the analyses, the agent's aggregator) is one. One callback
+/// per record family, each a no-op by default, plus the hooks that are not records: stack
+/// definitions, build-ids, JIT names and round ends.
+///
+/// The stream is fallible and can stop early: after each record (the return value of
+/// [`Sink::handle_record`], which asks [`Sink::flow`]) a producer stops when told
+/// [`Flow::Stop`], and then asks [`Sink::take_error`] whether the sink failed (a writer's
+/// I/O error: the producer returns it) or simply has enough (the producer returns what it
+/// read so far). A sink that fails keeps its first error and answers `Stop` from then on.
+///
+/// Readers call these in record order, and call [`Sink::handle_stack`] for every stack
+/// node before the first record that uses it (a consumer that needs frames keeps a
+/// [`crate::StackTable`] and feeds it with [`crate::StackTable::handle_def`]).
 pub trait Sink {
     fn handle_sample(&mut self, _s: &Sample) {}
     fn handle_mmap(&mut self, _m: &Mmap) {}
@@ -519,9 +544,27 @@ pub trait Sink {
     /// entry of the trace before the first record (each carries its own validity time),
     /// in file order.
     fn handle_jit(&mut self, _e: &crate::JitEntry) {}
+    /// The build-id of a path (a later entry for the same path replaces an earlier one).
+    /// Not a record: producers deliver them when they learn them (the reader as it reads
+    /// the trace's build-id chunks, `import` those of the perf.data header first, the
+    /// recorder as it reads mapped files).
+    fn handle_build_id(&mut self, _e: &BuildIdEntry) {}
+    /// The end of a batch of records in time order (the recorder's merged round; `import`
+    /// every few thousand records). A writer may close a chunk here.
+    fn handle_round_end(&mut self) {}
+    /// Whether the producer should go on. Asked after every record by the default
+    /// [`Sink::handle_record`] (statically dispatched, so free for sinks that never stop).
+    fn flow(&self) -> Flow {
+        Flow::Continue
+    }
+    /// The error that made this sink answer [`Flow::Stop`], taken once by the producer.
+    /// `None` when it stopped because it has what it needs.
+    fn take_error(&mut self) -> Option<crate::FormatError> {
+        None
+    }
 
-    /// Dispatch one record to the matching `handle_*`.
-    fn handle_record(&mut self, r: &Record) {
+    /// Dispatch one record to the matching `handle_*`; then [`Sink::flow`].
+    fn handle_record(&mut self, r: &Record) -> Flow {
         match r {
             Record::Sample(s) => self.handle_sample(s),
             Record::Mmap(m) => self.handle_mmap(m),
@@ -535,6 +578,16 @@ pub trait Sink {
             Record::Switch(s) => self.handle_switch(s),
             Record::Wakeup(w) => self.handle_wakeup(w),
         }
+        self.flow()
+    }
+}
+
+/// For producers, once the stream is over or a sink answered [`Flow::Stop`]: the sink's
+/// error, if it failed.
+pub fn sink_result(sink: &mut dyn Sink) -> Result<(), crate::FormatError> {
+    match sink.take_error() {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 
@@ -544,8 +597,9 @@ pub trait Sink {
 pub struct VecSink(pub Vec<Record>);
 
 impl Sink for VecSink {
-    fn handle_record(&mut self, r: &Record) {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         self.0.push(r.clone());
+        Flow::Continue
     }
 }
 
@@ -560,8 +614,9 @@ pub struct StacksSink {
 }
 
 impl Sink for StacksSink {
-    fn handle_record(&mut self, r: &Record) {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         self.records.push(r.clone());
+        Flow::Continue
     }
     fn handle_stack(&mut self, d: &StackDef) {
         if !self.stacks.handle_def(d) {
@@ -642,6 +697,19 @@ pub struct TraceHeader {
     /// Free-form extra facts (`key -> value`), e.g. perf.data header features.
     #[serde(default)]
     pub extra: std::collections::BTreeMap<String, String>,
+}
+
+/// The text form of a build-id, as tools print it and name files by it (lowercase hex,
+/// two digits per byte: `debug/.build-id/ab/cdef….debug`, debuginfod URLs, the store's
+/// build-id columns). The one spelling of the workspace.
+pub fn build_id_hex(id: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(id.len() * 2);
+    for &b in id {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
 }
 
 /// Build-id of a file, stored once per path (from perf.data's HEADER_BUILD_ID or read

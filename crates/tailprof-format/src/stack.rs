@@ -213,6 +213,13 @@ impl StackTable {
         true
     }
 
+    /// The nodes added since the table had `len` nodes, as [`StackDef`]s in id order (what
+    /// a producer hands its sink before the record that uses them). O(new nodes).
+    pub fn defs_since(&self, len: usize) -> impl Iterator<Item = StackDef> + '_ {
+        let new = self.nodes.get(len..).unwrap_or(&[]);
+        new.iter().enumerate().map(move |(i, &(parent, frame))| StackDef { id: StackId((len + i) as u32 + 1), parent, frame })
+    }
+
     /// Every node as a [`StackDef`], in id order (parents first).
     pub fn defs(&self) -> impl Iterator<Item = StackDef> + '_ {
         self.nodes.iter().enumerate().map(|(i, &(parent, frame))| StackDef { id: StackId(i as u32 + 1), parent, frame })

@@ -18,6 +18,13 @@
 //! `Switch::stack`. Each records chunk carries the nodes its records use (FORMAT.md
 //! §5.5).
 //!
+//! The writer is also a [`Sink`], the end of a record stream (`import`, a trace copied
+//! from a [`crate::TraceReader`]): records, build-ids, JIT names and round ends go to the
+//! methods above; stack definitions ([`Sink::handle_stack`]) become the writer's own
+//! nodes with the same ids, so they must continue its table (a writer fed only by one
+//! stream always does). The first error is kept and returned by
+//! [`Sink::take_error`] (the writer then answers [`Flow::Stop`]) and by `finish`.
+//!
 //! ```
 //! use tailprof_format::*;
 //! let header = TraceHeader { source: "record".into(), ..Default::default() };
@@ -106,6 +113,8 @@ pub struct TraceWriter<W: Write> {
     jit: Vec<crate::JitEntry>,
     finished: bool,
     stacks: StackTable,
+    /// The first error met while used as a [`Sink`].
+    sink_error: Option<FormatError>,
 }
 
 impl TraceWriter<std::io::BufWriter<std::fs::File>> {
@@ -165,6 +174,7 @@ impl<W: Write> TraceWriter<W> {
             jit: Vec::new(),
             finished: false,
             stacks: StackTable::new(),
+            sink_error: None,
         }
     }
 
@@ -437,6 +447,9 @@ impl<W: Write> TraceWriter<W> {
     /// [`Self::finish`], also returning the output (e.g. the `Vec<u8>` of an in-memory
     /// trace).
     pub fn finish_into_inner(mut self, duration_ns: Option<u64>) -> Result<(W, WriteSummary), FormatError> {
+        if let Some(e) = self.sink_error.take() {
+            return Err(e);
+        }
         self.finished = true;
         self.close_chunk()?;
         self.write_build_ids()?;
@@ -480,6 +493,93 @@ fn check_sideband_size(r: &Record) -> Result<(), FormatError> {
         return Err(FormatError::RecordTooLarge("side-band record string"));
     }
     Ok(())
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Keep the first error of a [`Sink`] call.
+    fn sink_step(&mut self, r: Result<(), FormatError>) {
+        if let Err(e) = r {
+            self.sink_error.get_or_insert(e);
+        }
+    }
+}
+
+impl<W: Write> Sink for TraceWriter<W> {
+    #[inline]
+    fn handle_record(&mut self, r: &Record) -> Flow {
+        if self.sink_error.is_none() {
+            let res = self.write(r);
+            self.sink_step(res);
+        }
+        self.flow()
+    }
+    #[inline]
+    fn handle_sample(&mut self, s: &Sample) {
+        if self.sink_error.is_none() {
+            let res = self.write_sample(s);
+            self.sink_step(res);
+        }
+    }
+    fn handle_mmap(&mut self, m: &Mmap) {
+        self.handle_record(&Record::Mmap(m.clone()));
+    }
+    fn handle_comm(&mut self, c: &Comm) {
+        self.handle_record(&Record::Comm(c.clone()));
+    }
+    fn handle_fork(&mut self, t: &Task) {
+        self.handle_record(&Record::Fork(t.clone()));
+    }
+    fn handle_exit(&mut self, t: &Task) {
+        self.handle_record(&Record::Exit(t.clone()));
+    }
+    fn handle_lost(&mut self, l: &Lost) {
+        self.handle_record(&Record::Lost(l.clone()));
+    }
+    fn handle_throttle(&mut self, t: &Throttle) {
+        self.handle_record(&Record::Throttle(t.clone()));
+    }
+    fn handle_marker(&mut self, m: &Marker) {
+        self.handle_record(&Record::Marker(m.clone()));
+    }
+    fn handle_item_class(&mut self, c: &ItemClass) {
+        self.handle_record(&Record::ItemClass(c.clone()));
+    }
+    fn handle_switch(&mut self, s: &Switch) {
+        self.handle_record(&Record::Switch(s.clone()));
+    }
+    fn handle_wakeup(&mut self, w: &Wakeup) {
+        self.handle_record(&Record::Wakeup(w.clone()));
+    }
+    fn handle_stack(&mut self, d: &StackDef) {
+        // A node the writer already has under that id (a stream re-sending it) is fine.
+        if self.stacks.get(d.id) != Some((d.parent, d.frame)) && !self.stacks.handle_def(d) {
+            self.sink_error.get_or_insert(FormatError::BadStackDef(d.id.0));
+        }
+    }
+    fn handle_jit(&mut self, e: &crate::JitEntry) {
+        self.add_jit(e.clone());
+    }
+    fn handle_build_id(&mut self, e: &BuildIdEntry) {
+        let res = self.add_build_id(e.clone());
+        self.sink_step(res);
+    }
+    fn handle_round_end(&mut self) {
+        if self.sink_error.is_none() {
+            let res = self.end_round();
+            self.sink_step(res);
+        }
+    }
+    #[inline]
+    fn flow(&self) -> Flow {
+        if self.sink_error.is_some() {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+    fn take_error(&mut self) -> Option<FormatError> {
+        self.sink_error.take()
+    }
 }
 
 impl<W: Write> Drop for TraceWriter<W> {

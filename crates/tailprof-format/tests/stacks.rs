@@ -55,8 +55,9 @@ impl Sink for CheckingSink {
         assert!(self.stacks.handle_def(d), "definition out of order: {d:?}");
         self.defs += 1;
     }
-    fn handle_record(&mut self, r: &Record) {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         self.records.push(resolve(r, &self.stacks));
+        Flow::Continue
     }
 }
 

@@ -10,7 +10,8 @@ use linux_perf_data::linux_perf_event_reader::{
 use linux_perf_data::{AttributeDescription, PerfFile};
 use tailprof_format::{BuildIdEntry, ClockInfo, EventDesc, TraceHeader};
 
-use crate::sample::SampleLayout;
+use crate::sample::decoded_layout;
+use tailprof_perf_abi::{Endian, SampleLayout};
 
 const PERF_TYPE_HARDWARE: u32 = 0;
 const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -22,7 +23,11 @@ const PERF_TYPE_BREAKPOINT: u32 = 5;
 /// Per-event facts the record conversion needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EventInfo {
+    /// The event's sample_type.
+    pub sample_type: u64,
+    /// Its sample layout as far as `sample.rs` decodes it ([`crate::sample::decoded_layout`]).
     pub layout: SampleLayout,
+    pub endian: Endian,
     /// The fixed sampling period, used when samples carry no PERIOD field.
     pub fixed_period: Option<u64>,
 }
@@ -192,14 +197,14 @@ pub(crate) fn event_desc(ad: &AttributeDescription, pmus: &BTreeMap<u32, String>
 
 pub(crate) fn event_info(ad: &AttributeDescription, big_endian: bool) -> EventInfo {
     let attr = &ad.attr;
+    let layout = SampleLayout::new(attr.sample_format.bits())
+        .with_read_format(attr.read_format.bits())
+        .with_branch_sample_type(attr.branch_sample_format.bits())
+        .with_regs_user(attr.sample_regs_user);
     EventInfo {
-        layout: SampleLayout {
-            sample_type: attr.sample_format.bits(),
-            read_format: attr.read_format.bits(),
-            branch_hw_index: attr.branch_sample_format.bits() & (1 << 17) != 0,
-            regs_user_mask: attr.sample_regs_user,
-            big_endian,
-        },
+        sample_type: attr.sample_format.bits(),
+        layout: decoded_layout(&layout),
+        endian: if big_endian { Endian::Big } else { Endian::Little },
         fixed_period: match attr.sampling_policy {
             SamplingPolicy::Period(p) => Some(p.get()),
             _ => None,

@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 pub use reader::PerfDataReader;
 use tailprof_format::atomic::AtomicFile;
-use tailprof_format::{BuildIdEntry, FormatError, Sink, TraceHeader, TraceWriter};
+use tailprof_format::{sink_result, BuildIdEntry, FormatError, Sink, TraceHeader, TraceWriter};
 
 /// The CPU number of samples and records whose perf event did not record the CPU
 /// (perf's `(u32)-1`).
@@ -127,23 +127,77 @@ pub struct Imported {
     pub summary: ImportSummary,
 }
 
-/// Convert a perf.data file into records handed to `sink`, in time order.
+/// Convert a perf.data file into records handed to `sink`, in time order: the build-ids
+/// of the perf.data header first ([`Sink::handle_build_id`]), each stack node before the
+/// first record that uses it ([`Sink::handle_stack`], ids from 1 in order, as a
+/// [`TraceWriter`] would intern them), a [`Sink::handle_round_end`] every 4,096 records,
+/// and at the end the build-ids found in a pipe-mode stream. Stops early, with what was
+/// converted so far, when the sink answers [`tailprof_format::Flow::Stop`]; a sink that failed
+/// ([`Sink::take_error`]) gives [`ImportError::Write`].
 pub fn import_to_sink(path: &Path, opts: &ImportOptions, sink: &mut dyn Sink) -> Result<Imported, ImportError> {
-    let mut reader = PerfDataReader::open(path, opts)?;
-    // Stacks as `import_file` stores them: same ids, nodes delivered before first use.
+    let reader = PerfDataReader::open(path, opts)?;
+    let (imported, _) = convert(reader, sink, path, &mut |_, _| {})?;
+    Ok(imported)
+}
+
+/// The one import loop ([`import_to_sink`] and [`import_file`]). `out` names the sink in
+/// a [`ImportError::Write`]. Also returns the time from the first to the last record
+/// (records at time 0 left out).
+fn convert(
+    mut reader: PerfDataReader,
+    sink: &mut dyn Sink,
+    out: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Imported, Option<u64>), ImportError> {
+    let werr = |sink: &mut dyn Sink| {
+        sink_result(sink).map_err(|source| ImportError::Write { path: out.to_path_buf(), source })
+    };
+    let header_ids = reader.build_ids().len();
+    for e in reader.build_ids() {
+        sink.handle_build_id(e);
+    }
+    let total = reader.bytes_total();
+    progress(0, total);
+    let (mut first, mut last) = (None, None);
+    let mut n: u64 = 0;
+    // Stacks as a writer interns them: the same ids, nodes delivered before first use.
     let mut stacks = stacks::ImportStacks::new();
     let mut table = tailprof_format::StackTable::new();
+    let mut stopped = false;
     while let Some(mut r) = reader.next_record()? {
+        let t = r.time();
+        if t != 0 {
+            first.get_or_insert(t);
+            last = Some(t);
+        }
         let known = table.len();
-        stacks.process_with(&mut r, &mut |f| table.intern_leaf_first(&f[..f.len().min(tailprof_format::MAX_STACK_DEPTH)]));
+        stacks.process_with(&mut r, reader.stack_fields(), &mut |f| {
+            table.intern_leaf_first(&f[..f.len().min(tailprof_format::MAX_STACK_DEPTH)])
+        });
         let r = reader.finish_record(r);
-        for d in table.defs().skip(known) {
+        for d in table.defs_since(known) {
             sink.handle_stack(&d);
         }
-        sink.handle_record(&r);
+        if sink.handle_record(&r).is_stop() {
+            stopped = true;
+            break;
+        }
+        n += 1;
+        if n % 4096 == 0 {
+            sink.handle_round_end();
+            progress(reader.bytes_read(), total);
+        }
     }
+    werr(sink)?;
     let (header, build_ids, summary) = reader.into_parts();
-    Ok(Imported { header, build_ids, summary })
+    if !stopped {
+        for e in build_ids.iter().skip(header_ids) {
+            sink.handle_build_id(e);
+        }
+        werr(sink)?;
+    }
+    let duration = first.zip(last).map(|(f, l)| l - f);
+    Ok((Imported { header, build_ids, summary }, duration))
 }
 
 /// Convert the perf.data file `input` into the tailprof trace `output`. `progress` is
@@ -158,43 +212,17 @@ pub fn import_file(
     opts: &ImportOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ImportSummary, ImportError> {
-    let mut reader = PerfDataReader::open(input, opts)?;
+    let reader = PerfDataReader::open(input, opts)?;
     let werr = |source| ImportError::Write { path: output.to_path_buf(), source };
     let file = AtomicFile::create(output).map_err(|e| werr(FormatError::Io { path: output.display().to_string(), source: e }))?;
     let mut writer = TraceWriter::new(std::io::BufWriter::with_capacity(256 << 10, file), reader.header()).map_err(werr)?;
-    for e in reader.build_ids() {
-        writer.add_build_id(e.clone()).map_err(werr)?;
-    }
     let total = reader.bytes_total();
-    progress(0, total);
-    let (mut first, mut last) = (None, None);
-    let mut n: u64 = 0;
-    let mut stacks = stacks::ImportStacks::new();
-    while let Some(mut r) = reader.next_record()? {
-        let t = r.time();
-        if t != 0 {
-            first.get_or_insert(t);
-            last = Some(t);
-        }
-        stacks.process(&mut r, &mut writer);
-        let r = reader.finish_record(r);
-        writer.write(&r).map_err(werr)?;
-        n += 1;
-        if n % 4096 == 0 {
-            writer.end_round().map_err(werr)?;
-            progress(reader.bytes_read(), total);
-        }
-    }
-    let (_, build_ids, summary) = reader.into_parts();
-    for e in build_ids {
-        writer.add_build_id(e).map_err(werr)?;
-    }
-    let duration = first.zip(last).map(|(f, l)| l - f);
+    let (imported, duration) = convert(reader, &mut writer, output, progress)?;
     let (out, _) = writer.finish_into_inner(duration).map_err(werr)?;
     let file = out.into_inner().map_err(|e| werr(FormatError::RawIo(e.into_error())))?;
     file.commit().map_err(|e| werr(FormatError::Io { path: output.display().to_string(), source: e }))?;
     progress(total, total);
-    Ok(summary)
+    Ok(imported.summary)
 }
 
 #[cfg(test)]

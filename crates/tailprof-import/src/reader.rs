@@ -8,17 +8,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use linux_perf_data::linux_perf_event_reader::{
-    constants::{PERF_RECORD_MISC_BUILD_ID_SIZE, PERF_RECORD_MISC_MMAP_BUILD_ID},
-    ContextSwitchRecord, EventRecord, Mmap2FileId, RawEventRecord, RecordType, TaskWasPreempted,
-};
+use linux_perf_data::linux_perf_event_reader::{constants::PERF_RECORD_MISC_BUILD_ID_SIZE, CommonData, RawEventRecord, RecordType};
 use linux_perf_data::{Endianness, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter, RawUserRecord, UserRecordType};
 use tailprof_format::{
     BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, Record, Sample, Switch, SwitchKind, Task, Throttle, TraceHeader, Wakeup,
 };
 
+use tailprof_perf_abi::{Endian, RecordHeader, SampleLayout, SideBand, SwitchDirection, HEADER_LEN};
+
 use crate::header::{build_header, event_info, header_build_ids, EventInfo};
 use crate::sample::{decode_sample, has_fields_after_data_src};
+use crate::stacks::StackFields;
 use crate::source::{prepare, SourceReader, StreamWarnings};
 use crate::{ImportError, ImportOptions, ImportSummary, UNKNOWN_CPU};
 
@@ -65,7 +65,6 @@ struct Converter {
     build_id_paths: HashSet<String>,
     summary: ImportSummary,
     last_time: u64,
-    endian: Endianness,
     /// Samples with bytes their sample_type does not explain.
     trailing: u64,
     /// MMAP2 records flagged as carrying a build-id that held device/inode data.
@@ -74,6 +73,8 @@ struct Converter {
     /// sample becomes a `Wakeup` once its stack is made, [`PerfDataReader::finish_record`]).
     waking_event: Option<u16>,
     wakee: Option<u32>,
+    /// The stack fields of the sample returned last.
+    stack_fields: StackFields,
 }
 
 impl PerfDataReader {
@@ -128,11 +129,11 @@ impl PerfDataReader {
             header,
             summary,
             last_time: 0,
-            endian: perf_file.endian(),
             trailing: 0,
             quirk_mmap2: 0,
             waking_event,
             wakee: None,
+            stack_fields: StackFields::default(),
         };
         Ok(PerfDataReader {
             path: path.to_path_buf(),
@@ -240,6 +241,14 @@ impl PerfDataReader {
         }
     }
 
+    /// The stack fields (callchain, user registers and stack copy, branch stack) of the
+    /// sample [`next_record`](Self::next_record) returned last, for
+    /// [`crate::stacks::ImportStacks::process_with`] (which takes them: a record
+    /// without a sample leaves them empty).
+    pub fn stack_fields(&mut self) -> &mut StackFields {
+        &mut self.conv.stack_fields
+    }
+
     /// The final counts (warnings included once [`next_record`](Self::next_record) has
     /// returned `None`).
     pub fn finish(self) -> ImportSummary {
@@ -341,22 +350,6 @@ fn user_type_name(t: UserRecordType) -> String {
     }
 }
 
-/// Whether an MMAP2 record sets `PERF_RECORD_MISC_MMAP_BUILD_ID` but cannot hold a
-/// build-id there: the size byte (offset 32 of the body) is over 20, or the three
-/// reserved bytes after it are not zero. Kernels set the flag in MMAP2 records of every
-/// event that shares the mapping output with an event that has `attr.build_id = 1`,
-/// while those records still hold `u32 maj, min; u64 ino, ino_generation` (little
-/// endian `maj = 254` reads as size 254; big endian, the reserved bytes hold `maj`).
-fn mmap2_build_id_flag_is_bogus(rec: &RawEventRecord) -> bool {
-    if rec.misc & PERF_RECORD_MISC_MMAP_BUILD_ID == 0 {
-        return false;
-    }
-    // A body too short for the union is left to the parser (it reports it), but a size
-    // byte over 20 must never reach it: it asserts.
-    let Some(size) = rec.data.get(32..33).map(|b| b.as_slice()[0]) else { return false };
-    size > 20 || rec.data.get(33..36).is_some_and(|b| b.as_slice().iter().any(|&x| x != 0))
-}
-
 fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -431,115 +424,69 @@ impl Converter {
         if rtype == RecordType::SAMPLE {
             return self.sample(attr_index, rec, t);
         }
-        let quirk;
-        let rec = if rtype == RecordType::MMAP2 && mmap2_build_id_flag_is_bogus(rec) {
-            // A kernel quirk: the flag is set, but the union holds maj/min/ino/ino_generation
-            // (the parser would assert on the "length"). Read it as what it is.
-            self.quirk_mmap2 += 1;
-            quirk = RawEventRecord { misc: rec.misc & !PERF_RECORD_MISC_MMAP_BUILD_ID, ..rec.clone() };
-            &quirk
-        } else {
-            rec
-        };
         let common = rec.common_data().unwrap_or_default();
         let cpu = common.cpu.unwrap_or(UNKNOWN_CPU);
-        let parsed = match rec.parse() {
-            Ok(p) => p,
+        // The record's body is decoded by the workspace's one decoder (tailprof_perf_abi);
+        // `linux-perf-data` framed and sorted it and read its sample_id (`common`, `t`).
+        let endian = if rec.parse_info.endian == Endianness::BigEndian { Endian::Big } else { Endian::Little };
+        let body = rec.data.as_slice();
+        let mut raw = Vec::with_capacity(HEADER_LEN + body.len());
+        RecordHeader { kind: rtype.0, misc: rec.misc, size: 0 }.encode(endian, &mut raw);
+        raw.extend_from_slice(&body);
+        // The body is read without its sample_id (strings end at their NUL).
+        let abi = SampleLayout::new(0);
+        if rtype == RecordType::SWITCH || rtype == RecordType::SWITCH_CPU_WIDE {
+            return self.switch(rtype, &abi, &raw, endian, &common, cpu, t);
+        }
+        let sb = match abi.decode_side_band(&raw, endian) {
+            Ok(Some((sb, _))) => sb,
+            Ok(None) => {
+                self.skip(type_name(rtype));
+                return None;
+            }
             Err(e) => {
                 self.malformed(&type_name(rtype), e.to_string());
                 return None;
             }
         };
-        let r = match parsed {
-            EventRecord::Mmap(m) => Record::Mmap(Mmap {
-                time: self.stamp(t),
-                pid: m.pid as u32,
-                tid: m.tid as u32,
-                start: m.address,
-                len: m.length,
-                pgoff: m.page_offset,
-                prot: 0,
-                cpumode: CpuMode::from_perf_misc(rec.misc),
-                path: lossy(&m.path.as_slice()),
-                build_id: None,
-            }),
-            EventRecord::Mmap2(m) => Record::Mmap(Mmap {
-                time: self.stamp(t),
-                pid: m.pid as u32,
-                tid: m.tid as u32,
-                start: m.address,
-                len: m.length,
-                pgoff: m.page_offset,
-                prot: m.protection,
-                cpumode: CpuMode::from_perf_misc(rec.misc),
-                path: lossy(&m.path.as_slice()),
-                build_id: match m.file_id {
-                    Mmap2FileId::BuildId(b) if !b.is_empty() => Some(b),
-                    _ => None,
-                },
-            }),
-            EventRecord::Comm(c) => Record::Comm(Comm {
-                time: self.stamp(t),
-                pid: c.pid as u32,
-                tid: c.tid as u32,
-                exec: c.is_execve,
-                comm: lossy(&c.name.as_slice()),
-            }),
-            EventRecord::Fork(f) | EventRecord::Exit(f) => {
-                let task = Task { time: self.stamp(t), pid: f.pid as u32, ppid: f.ppid as u32, tid: f.tid as u32, ptid: f.ptid as u32 };
-                if rtype == RecordType::FORK { Record::Fork(task) } else { Record::Exit(task) }
-            }
-            EventRecord::Lost(l) => {
-                self.summary.lost_events += 1;
-                self.summary.lost_records += l.count;
-                Record::Lost(Lost { time: self.stamp(t), cpu, event: self.event_of_id(Some(l.id)), kind: LossKind::RingFull, count: l.count })
-            }
-            EventRecord::Throttle(th) | EventRecord::Unthrottle(th) => {
-                self.summary.throttles += 1;
-                let throttled = rtype == RecordType::THROTTLE;
-                Record::Throttle(Throttle { time: self.stamp(t), cpu, event: self.event_of_id(Some(th.id)), throttled })
-            }
-            EventRecord::ContextSwitch(cs) => {
-                let (pid, tid) = (common.pid.unwrap_or(0) as u32, common.tid.unwrap_or(0) as u32);
-                if tid == 0 {
-                    // The idle task's switches are not kept (as the recorder does).
-                    self.skip(type_name(rtype));
-                    return None;
+        let r = match sb {
+            SideBand::Mmap(m) => {
+                if m.bogus_build_id_flag {
+                    // A kernel quirk: the flag is set, but the union holds maj/min/ino.
+                    self.quirk_mmap2 += 1;
                 }
-                let (kind, np) = match cs {
-                    ContextSwitchRecord::In { prev_pid, prev_tid } => (SwitchKind::In, prev_pid.zip(prev_tid)),
-                    ContextSwitchRecord::Out { next_pid, next_tid, preempted } => (
-                        if preempted == TaskWasPreempted::Yes { SwitchKind::OutPreempted } else { SwitchKind::OutBlocked },
-                        next_pid.zip(next_tid),
-                    ),
-                };
-                Record::Switch(Switch {
+                Record::Mmap(Mmap {
                     time: self.stamp(t),
-                    pid,
-                    tid,
-                    cpu,
-                    kind,
-                    next_prev: np.map(|(p, t)| (p as u32, t as u32)),
-                    ..Default::default()
+                    pid: m.pid,
+                    tid: m.tid,
+                    start: m.start,
+                    len: m.len,
+                    pgoff: m.pgoff,
+                    prot: m.prot,
+                    cpumode: CpuMode::from_perf_misc(rec.misc),
+                    path: lossy(m.filename),
+                    build_id: m.build_id.map(<[u8]>::to_vec),
                 })
             }
-            EventRecord::Raw(raw) if rtype == RecordType::LOST_SAMPLES => {
-                let body = raw.data.as_slice();
-                let Some(count) = body.get(..8).map(|b| {
-                    let b: [u8; 8] = b.try_into().expect("8 bytes");
-                    if self.endian == Endianness::BigEndian { u64::from_be_bytes(b) } else { u64::from_le_bytes(b) }
-                }) else {
-                    self.malformed("LOST_SAMPLES", "shorter than its count".into());
-                    return None;
-                };
+            SideBand::Comm { pid, tid, exec, comm } => Record::Comm(Comm { time: self.stamp(t), pid, tid, exec, comm: lossy(comm) }),
+            SideBand::Fork(f) | SideBand::Exit(f) => {
+                let task = Task { time: self.stamp(t), pid: f.pid, ppid: f.ppid, tid: f.tid, ptid: f.ptid };
+                if rtype == RecordType::FORK { Record::Fork(task) } else { Record::Exit(task) }
+            }
+            SideBand::Lost { id, count } => {
+                self.summary.lost_events += 1;
+                self.summary.lost_records += count;
+                Record::Lost(Lost { time: self.stamp(t), cpu, event: self.event_of_id(Some(id)), kind: LossKind::RingFull, count })
+            }
+            SideBand::Throttle { throttled, id, .. } => {
+                self.summary.throttles += 1;
+                Record::Throttle(Throttle { time: self.stamp(t), cpu, event: self.event_of_id(Some(id)), throttled })
+            }
+            SideBand::LostSamples { count } => {
                 self.summary.lost_events += 1;
                 self.summary.lost_samples += count;
                 let event = self.event_of_id(common.id).or(u16::try_from(attr_index).ok());
                 Record::Lost(Lost { time: self.stamp(t), cpu, event, kind: LossKind::Samples, count })
-            }
-            _ => {
-                self.skip(type_name(rtype));
-                return None;
             }
         };
         match r {
@@ -550,20 +497,54 @@ impl Converter {
         Some(r)
     }
 
+    /// A SWITCH / SWITCH_CPU_WIDE record (decoded by tailprof_perf_abi).
+    #[allow(clippy::too_many_arguments)]
+    fn switch(
+        &mut self,
+        rtype: RecordType,
+        abi: &SampleLayout,
+        raw: &[u8],
+        endian: Endian,
+        common: &CommonData,
+        cpu: u32,
+        t: Option<u64>,
+    ) -> Option<Record> {
+        let sw = match abi.decode_switch(raw, endian) {
+            Ok(sw) => sw,
+            Err(e) => {
+                self.malformed(&type_name(rtype), e.to_string());
+                return None;
+            }
+        };
+        let (pid, tid) = (common.pid.unwrap_or(0) as u32, common.tid.unwrap_or(0) as u32);
+        if tid == 0 {
+            // The idle task's switches are not kept (as the recorder does).
+            self.skip(type_name(rtype));
+            return None;
+        }
+        let kind = match sw.direction {
+            SwitchDirection::In => SwitchKind::In,
+            SwitchDirection::OutPreempted => SwitchKind::OutPreempted,
+            SwitchDirection::OutBlocked => SwitchKind::OutBlocked,
+        };
+        self.summary.switches += 1;
+        Some(Record::Switch(Switch { time: self.stamp(t), pid, tid, cpu, kind, next_prev: sw.next_prev, ..Default::default() }))
+    }
+
     fn sample(&mut self, attr_index: usize, rec: &RawEventRecord, t: Option<u64>) -> Option<Record> {
         let Some(info) = self.events.get(attr_index).copied() else {
             self.malformed("SAMPLE", format!("refers to event {attr_index}, which the file does not describe"));
             return None;
         };
         let body = rec.data.as_slice();
-        let d = match decode_sample(&body, &info.layout) {
+        let d = match decode_sample(&body, &info.layout, info.endian, &mut self.stack_fields) {
             Ok(d) => d,
             Err(e) => {
                 self.malformed("SAMPLE", e);
                 return None;
             }
         };
-        if d.trailing != 0 && !has_fields_after_data_src(info.layout.sample_type) {
+        if d.trailing != 0 && !has_fields_after_data_src(info.sample_type) {
             self.trailing += 1;
         }
         if Some(attr_index as u16) == self.waking_event {
@@ -643,11 +624,11 @@ mod tests {
             build_id_paths: HashSet::new(),
             summary: ImportSummary::default(),
             last_time: 0,
-            endian: Endianness::LittleEndian,
             trailing: 0,
             quirk_mmap2: 0,
             waking_event: None,
             wakee: None,
+            stack_fields: StackFields::default(),
         }
     }
 
@@ -712,6 +693,7 @@ mod tests {
     }
 
     const USER: u16 = 2; // PERF_RECORD_MISC_USER
+    const PERF_RECORD_MISC_MMAP_BUILD_ID: u16 = tailprof_perf_abi::misc::MMAP_BUILD_ID;
 
     fn assert_prog_mapping(r: Option<Record>, build_id: Option<Vec<u8>>) {
         let Some(Record::Mmap(m)) = r else { panic!("no mapping: {r:?}") };

@@ -3,8 +3,9 @@
 //! here with [`tailprof_unwind`] from the binaries on this machine, when they are present
 //! and have the recorded build-id). Only frames reach the trace, interned by the writer.
 //!
-//! The sample decoder (`sample.rs`) hands each sample's stack fields to [`capture`]; the
-//! import loop then calls [`ImportStacks::process`] on every record in order: side-band
+//! The sample decoder (`sample.rs`) keeps each sample's stack fields in the reader's
+//! [`StackFields`]; the import loop hands them, with every record in order, to
+//! [`ImportStacks::process_with`]: side-band
 //! records build the address spaces the unwinder needs, and the sample that was just
 //! decoded gets its stack id and [`StackStatus`]:
 //!
@@ -19,10 +20,8 @@
 //! A BRANCH_STACK without CALLCHAIN (`perf record -b`) is a branch sample, not a stack,
 //! and is not kept here.
 
-use std::cell::RefCell;
-use std::io::Write;
 
-use tailprof_format::{Frame, Record, Sample, StackId, StackStatus, TraceWriter};
+use tailprof_format::{Frame, Record, Sample, StackId, StackStatus};
 use tailprof_perf_abi::{regs_abi, SampleView};
 use tailprof_unwind::{Limits, Unwinder, UserRegs};
 
@@ -31,10 +30,11 @@ const PERF_MAX_STACK: usize = 127;
 /// Bytes of one captured user stack copy kept (the kernel's own maximum).
 const MAX_STACK_COPY: usize = 65536;
 
-/// The stack fields of the sample decoded last (per thread: decoding and writing happen
-/// on the importing thread, one sample at a time).
+/// The stack fields of one decoded sample, handed from the sample decoder to
+/// [`ImportStacks::process_with`] by the reader along with the sample's record
+/// ([`crate::PerfDataReader::stack_fields`]); the buffers are reused from sample to sample.
 #[derive(Debug, Default)]
-struct Capture {
+pub struct StackFields {
     valid: bool,
     chain: Vec<u64>,
     has_chain: bool,
@@ -45,15 +45,11 @@ struct Capture {
     has_branches: bool,
 }
 
-thread_local! {
-    static CAPTURE: RefCell<Capture> = RefCell::new(Capture::default());
-}
-
-/// Called by the sample decoder with each decoded sample.
-pub(crate) fn capture(v: &SampleView<'_>) {
-    use tailprof_perf_abi::sample_type as st;
-    CAPTURE.with(|c| {
-        let mut c = c.borrow_mut();
+impl StackFields {
+    /// Keep the stack fields of a decoded sample (replacing the previous sample's).
+    pub(crate) fn capture(&mut self, v: &SampleView<'_>) {
+        use tailprof_perf_abi::sample_type as st;
+        let c = self;
         c.valid = v.layout().sample_type() & (st::CALLCHAIN | st::STACK_USER | st::BRANCH_STACK) != 0;
         if !c.valid {
             return;
@@ -78,7 +74,12 @@ pub(crate) fn capture(v: &SampleView<'_>) {
             c.has_branches = true;
             c.branches.extend(b.iter().map(|e| (e.from, e.to)));
         }
-    });
+    }
+
+    /// Forget the fields (a decode that was not kept).
+    pub(crate) fn clear(&mut self) {
+        self.valid = false;
+    }
 }
 
 fn cc_has_user(chain: &[u64]) -> bool {
@@ -107,31 +108,33 @@ impl Default for ImportStacks {
 
 impl ImportStacks {
     pub fn new() -> ImportStacks {
-        CAPTURE.with(|c| c.borrow_mut().valid = false);
         ImportStacks { unwinder: Unwinder::new(Box::new(tailprof_unwind::open_host_file), Limits::default()), frames: Vec::with_capacity(256), counts: [0; 8] }
     }
 
-    /// Follow side-band records; give the sample just decoded its stack (interned by the
-    /// writer).
-    pub fn process<W: Write>(&mut self, r: &mut Record, w: &mut TraceWriter<W>) {
-        self.process_with(r, &mut |f| w.intern_stack(f))
-    }
-
-    /// [`ImportStacks::process`] with any interner (`import_to_sink` uses a
-    /// [`tailprof_format::StackTable`] and hands the new nodes to the sink).
-    pub fn process_with(&mut self, r: &mut Record, intern: &mut dyn FnMut(&[Frame]) -> StackId) {
+    /// Follow side-band records; give the sample just decoded (whose stack fields are
+    /// `fields`) its stack, interned by `intern`.
+    pub fn process_with(&mut self, r: &mut Record, fields: &mut StackFields, intern: &mut dyn FnMut(&[Frame]) -> StackId) {
         match r {
-            Record::Sample(s) => self.sample(s, intern),
+            Record::Sample(s) => self.sample(s, fields, intern),
             // The unwinder's one record glue (shared with the recorder).
             other => self.unwinder.observe(other, None),
         }
     }
 
-    fn sample(&mut self, s: &mut Sample, intern: &mut dyn FnMut(&[Frame]) -> StackId) {
-        let frames = &mut self.frames;
-        let unwinder = &mut self.unwinder;
-        let status = CAPTURE.with(|c| {
-            let mut c = c.borrow_mut();
+    fn sample(&mut self, s: &mut Sample, c: &mut StackFields, intern: &mut dyn FnMut(&[Frame]) -> StackId) {
+        let status = stack_of(s, c, &mut self.frames, &mut self.unwinder);
+        if status == StackStatus::None && self.frames.is_empty() {
+            return;
+        }
+        let status = if self.frames.is_empty() { StackStatus::UserMissing } else { status };
+        s.stack = intern(&self.frames);
+        s.stack_status = if self.frames.len() > tailprof_format::MAX_STACK_DEPTH { StackStatus::MaxDepth } else { status };
+        self.counts[s.stack_status as usize] += 1;
+    }
+}
+
+/// The frames (into `frames`) and status of sample `s` from its stack fields `c` (taken).
+fn stack_of(s: &Sample, c: &mut StackFields, frames: &mut Vec<Frame>, unwinder: &mut Unwinder) -> StackStatus {
             if !std::mem::take(&mut c.valid) {
                 return StackStatus::None;
             }
@@ -165,13 +168,4 @@ impl ImportStacks {
             } else {
                 StackStatus::None
             }
-        });
-        if status == StackStatus::None && self.frames.is_empty() {
-            return;
-        }
-        let status = if self.frames.is_empty() { StackStatus::UserMissing } else { status };
-        s.stack = intern(&self.frames);
-        s.stack_status = if self.frames.len() > tailprof_format::MAX_STACK_DEPTH { StackStatus::MaxDepth } else { status };
-        self.counts[s.stack_status as usize] += 1;
-    }
 }

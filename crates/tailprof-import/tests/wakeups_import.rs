@@ -5,15 +5,16 @@
 //! other task (`next_prev`). Needs perf and root (a system-wide recording); skips otherwise.
 
 use std::process::Command;
-use tailprof_format::{Record, Sink, StackDef};
+use tailprof_format::{Flow, Record, Sink, StackDef};
 use tailprof_import::{import_to_sink, ImportOptions};
 
 #[derive(Default)]
 struct Collect(Vec<Record>);
 
 impl Sink for Collect {
-    fn handle_record(&mut self, r: &Record) {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         self.0.push(r.clone());
+        Flow::Continue
     }
     fn handle_stack(&mut self, _d: &StackDef) {}
 }

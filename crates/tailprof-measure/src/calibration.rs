@@ -2,7 +2,8 @@
 //!
 //! One JSON file ([`Calibration`]) per (CPU model, kernel, event) in the calibration
 //! directory ([`dir`]): `$TAILPROF_HOME/calibration/` when `TAILPROF_HOME` is set, else
-//! `$XDG_DATA_HOME/tailprof/calibration/`, else `~/.local/share/tailprof/calibration/`.
+//! `/var/lib/tailprof/calibration/` as root, else `$XDG_DATA_HOME/tailprof/calibration/`,
+//! else `~/.local/share/tailprof/calibration/` (`tailprof_format::dirs::data_dir`).
 //! The bandwidth probe stores its result in the same directory. The file name comes from
 //! [`calibration_file_name`].
 //!
@@ -18,7 +19,7 @@ use tailprof_analyze::overhead::{calibration_file_name, Calibration, CALIBRATION
 use tailprof_collect::caps::Capabilities;
 
 use crate::error::{MeasureError, Result};
-use crate::private::{create_dir_private_all, read_regular, write_private};
+use crate::private::{create_private_dir_all, read_regular, write_private};
 
 /// The machine facts a calibration is valid for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +83,7 @@ pub fn save(key: &MachineKey, cal: &Calibration) -> Result<PathBuf> {
 pub fn save_in(dir: &Path, key: &MachineKey, cal: &Calibration) -> Result<PathBuf> {
     let p = path_in(dir, key, &cal.event);
     let parent = p.parent().unwrap_or(Path::new("."));
-    create_dir_private_all(parent).map_err(|e| MeasureError::io("cannot create", parent, e))?;
+    create_private_dir_all(parent).map_err(|e| MeasureError::io("cannot create", parent, e))?;
     let text = serde_json::to_string_pretty(cal)? + "\n";
     write_private(&p, text.as_bytes()).map_err(|e| MeasureError::io("cannot write", &p, e))?;
     Ok(p)

@@ -29,10 +29,7 @@ pub fn mkdtemp_in(parent: &Path, prefix: &str) -> std::io::Result<PathBuf> {
     Ok(PathBuf::from(OsString::from_vec(template)))
 }
 
-/// Create `dir` and its missing parents with mode 0700 (existing ones are left alone).
-pub fn create_dir_private_all(dir: &Path) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
+pub use tailprof_format::dirs::create_private_dir_all;
 
 /// Write `bytes` to `path` safely, mode 0600, through `tailprof_format::atomic` (the
 /// one home of safe output files): a temporary file created next to it with
@@ -103,7 +100,7 @@ pub fn prepare_demo_dir(dir: &Path) -> Result<PathBuf> {
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                create_dir_private_all(parent).map_err(|e| MeasureError::io("cannot create", parent, e))?;
+                create_private_dir_all(parent).map_err(|e| MeasureError::io("cannot create", parent, e))?;
             }
             std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::AlreadyExists {

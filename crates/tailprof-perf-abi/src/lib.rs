@@ -6,13 +6,15 @@
 //! and [`BasicLayout::decode_with`], the fixed-offset path for the layouts whose fields all
 //! sit at constant offsets, `[IDENTIFIER] IP TID TIME [CPU] [PERIOD]`: the recorder's,
 //! by default `IP TID TIME IDENTIFIER` in 40-byte records),
-//! plus the side-band framing every record shares (header, `sample_id` trailer) and the
-//! context-switch records.
+//! plus the side-band framing every record shares (header, `sample_id` trailer), the
+//! side-band records ([`SampleLayout::decode_side_band`]: MMAP, MMAP2, COMM, FORK, EXIT,
+//! LOST, LOST_SAMPLES, THROTTLE) and the context-switch records.
 //!
 //! Used by the recorder's raw-record decoder (`tailprof_collect::parse`, host byte order,
 //! millions of records per second; its drain-time plain samples are [`BasicLayout`]
-//! decodes too), by `tailprof_import` for perf.data samples (either
-//! byte order), and for `tailprof plan`'s size estimate ([`sample_record_size`]). Layouts follow
+//! decodes too), by `tailprof_import` for perf.data samples and side-band records (either
+//! byte order; `linux-perf-data` only reads the perf.data container: header, framing,
+//! sorting, decompression), and for `tailprof plan`'s size estimate ([`sample_record_size`]). Layouts follow
 //! `include/uapi/linux/perf_event.h` and `perf_event_open(2)`.
 //!
 //! [`encode`] is the inverse (an owned [`encode::SampleData`] written for a layout), for
@@ -36,12 +38,14 @@ mod endian;
 mod layout;
 mod record;
 mod sample;
+mod sideband;
 
 pub use basic::{BasicLayout, BasicSample};
 pub use consts::{branch_sample_type, context, misc, read_format, record_type, regs_abi, sample_type, HEADER_LEN};
 pub use endian::{Endian, U64s};
 pub use layout::{sample_record_size, SampleLayout, VariableSizes};
 pub use record::{RecordHeader, SampleId, SwitchDirection, SwitchRecord};
+pub use sideband::{MmapRecord, SideBand, TaskRecord, MAX_MMAP2_BUILD_ID};
 pub use sample::{
     BranchEntry, BranchStack, DecodeError, ReadValue, ReadValues, Regs, SampleView, StackUser,
     Weight,

@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::{Result, StoreError};
@@ -72,17 +72,10 @@ fn check_ancestors(dir: &Path) -> Result<std::path::PathBuf> {
     Ok(abs)
 }
 
-/// `mkdir(dir, 0700)`; an existing entry is then checked by the caller.
+/// `mkdir(dir, 0700)` (its parent exists); an existing entry is then checked by the
+/// caller.
 fn create_one(dir: &Path) -> Result<()> {
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {
-            // The umask may have cleared bits, never added them; make sure of 0700.
-            let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(StoreError::io(dir, e)),
-    }
+    tailprof_format::dirs::create_private_dir_all(dir).map_err(|e| StoreError::io(dir, e))
 }
 
 /// Opens (creating 0700 when missing) the store root `root` for writing: every directory

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::atomic::{create_private_dir_in, open_store_root, remove_stale_temps};
 use crate::time::partition_of;
-use crate::Result;
+use crate::{Result, StoreError};
 
 /// The partitioned tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,18 +28,12 @@ impl Table {
     pub const ALL: [Table; 3] = [Table::Samples, Table::Items, Table::Latency];
 }
 
-/// The default store directory: `/var/lib/tailprof` for root, else
-/// `$XDG_DATA_HOME/tailprof` (or `~/.local/share/tailprof`).
-pub fn default_root() -> PathBuf {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return PathBuf::from("/var/lib/tailprof");
-    }
-    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(x).join("tailprof");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
-    PathBuf::from(home).join(".local/share/tailprof")
+/// The default store directory: the data directory ([`tailprof_format::dirs::data_dir`]:
+/// `$TAILPROF_HOME`, else `/var/lib/tailprof` for root, else `$XDG_DATA_HOME/tailprof`,
+/// else `~/.local/share/tailprof`; never a shared directory such as `/tmp`).
+pub fn default_root() -> Result<PathBuf> {
+    tailprof_format::dirs::data_dir()
+        .map_err(|_| StoreError::Options("cannot find a place for the store: set TAILPROF_HOME (or HOME), or give a store directory".into()))
 }
 
 /// Keeps a host name to `[A-Za-z0-9._-]` (anything else becomes `_`), at most 64 bytes,
@@ -89,6 +83,11 @@ impl Store {
     /// group or others, a symlink anywhere on the way, or a parent directory another user
     /// could change (`atomic::open_store_root`, issue 19 finding 2).
     pub fn open(root: &Path) -> Result<(Store, u64)> {
+        if root.as_os_str().is_empty() {
+            // What a configuration without a store directory holds when `default_root`
+            // found none.
+            return Err(default_root().err().unwrap_or_else(|| StoreError::Options("no store directory given".into())));
+        }
         open_store_root(root)?;
         let removed = remove_stale_temps(root);
         Ok((Store { root: root.to_path_buf() }, removed))

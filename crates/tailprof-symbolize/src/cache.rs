@@ -14,7 +14,7 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The default cache directory (module docs); `None`: caching is off.
@@ -41,12 +41,7 @@ fn euid() -> u32 {
 /// Create `dir` (0700) if needed and check it is a directory of ours that nobody else
 /// can write to.
 pub(crate) fn ensure_dir(dir: &Path) -> Result<(), String> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let md = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    if !md.is_dir() || md.uid() != euid() || md.mode() & 0o022 != 0 {
-        return Err(format!("{}: not a directory of this user, or writable by others", dir.display()));
-    }
-    Ok(())
+    tailprof_format::dirs::ensure_private_dir(dir).map_err(|e| e.to_string())
 }
 
 /// Whether metadata `md` is of a cache file we may trust: regular, ours, 0600 or less.

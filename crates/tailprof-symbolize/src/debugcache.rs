@@ -29,7 +29,7 @@ use std::path::Path;
 use tailprof_elf::{Elf, SHT_NOBITS};
 
 use super::elf::ElfFile;
-use super::hex;
+use super::build_id_hex;
 
 /// Largest copy made (bytes, original plus inflated sections): libc6-dbg's is 12.7 MB,
 /// the largest distro debug files (a browser's, LLVM's) are beyond this and are not copied.
@@ -58,7 +58,7 @@ pub(crate) fn inflated_copy(dir: &Path, dbg: &ElfFile) -> Option<ElfFile> {
         md.ctime(),
         md.ctime_nsec()
     );
-    let name = format!("{}-{:016x}.debug", hex(&build_id), super::cache::fnv64(ident.as_bytes()));
+    let name = format!("{}-{:016x}.debug", build_id_hex(&build_id), super::cache::fnv64(ident.as_bytes()));
     let sub = dir.join("debug");
     let path = sub.join(&name);
     if let Some(e) = open_copy(&path, &build_id) {
@@ -73,7 +73,7 @@ pub(crate) fn inflated_copy(dir: &Path, dbg: &ElfFile) -> Option<ElfFile> {
     let parts = inflate(&bytes)?;
     super::cache::write(&sub, &name, &[&parts.0, &bytes[64..], &parts.1]).ok()?;
     // Copies of earlier files with this build-id (reinstalled: another identity) go.
-    let prefix = format!("{}-", hex(&build_id));
+    let prefix = format!("{}-", build_id_hex(&build_id));
     if let Ok(rd) = fs::read_dir(&sub) {
         for e in rd.flatten() {
             let n = e.file_name();

@@ -22,7 +22,7 @@
 use std::path::{Path, PathBuf};
 
 use super::elf::{file_crc32, ElfFile};
-use super::hex;
+use super::build_id_hex;
 
 /// System directories searched after the user's `--debug-dir`s.
 pub const SYSTEM_DEBUG_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
@@ -65,7 +65,7 @@ pub fn build_id_paths(dir: &Path, build_id: &[u8]) -> Vec<PathBuf> {
     if build_id.len() < 2 {
         return Vec::new();
     }
-    let (head, rest) = (hex(&build_id[..1]), hex(&build_id[1..]));
+    let (head, rest) = (build_id_hex(&build_id[..1]), build_id_hex(&build_id[1..]));
     vec![
         dir.join(".build-id").join(&head).join(format!("{rest}.debug")),
         dir.join(&head).join(format!("{rest}.debug")),

@@ -23,13 +23,13 @@
 use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::debugdir::{DebugFile, FoundBy};
 use super::elf::ElfFile;
-use super::hex;
+use super::build_id_hex;
 
 /// How long a failed build-id is not asked for again.
 const FAIL_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -115,7 +115,7 @@ impl Client {
         if build_id.len() < 2 || build_id.len() > 64 {
             return Err(format!("build-id of {} bytes", build_id.len()));
         }
-        let id = hex(build_id);
+        let id = build_id_hex(build_id);
         self.ensure_cache_dir()?;
         let cached = self.cached_path(&id);
         if cached.is_file() && ElfFile::open(&cached).ok().and_then(|e| e.build_id()).as_deref() == Some(build_id) {
@@ -163,26 +163,11 @@ impl Client {
     }
 
     fn ensure_cache_dir(&self) -> Result<(), String> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.cache)
-            .map_err(|e| format!("{}: {e}", self.cache.display()))?;
-        let md = fs::symlink_metadata(&self.cache).map_err(|e| format!("{}: {e}", self.cache.display()))?;
-        if !md.is_dir() {
-            return Err(format!("{} is not a directory", self.cache.display()));
-        }
         // Files in it are trusted as debug info: it must be ours and not writable by others.
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        if md.uid() != euid || md.mode() & 0o022 != 0 {
-            return Err(format!(
-                "{} is not owned by this user or is writable by others: fix its owner/mode or set DEBUGINFOD_CACHE_PATH",
-                self.cache.display()
-            ));
-        }
-        Ok(())
+        tailprof_format::dirs::ensure_private_dir(&self.cache).map_err(|e| match e.kind() {
+            io::ErrorKind::PermissionDenied => format!("{e}: fix its owner/mode or set DEBUGINFOD_CACHE_PATH"),
+            _ => e.to_string(),
+        })
     }
 
     fn download(&self, base: &str, id: &str, build_id: &[u8]) -> Result<PathBuf, Failure> {
@@ -212,7 +197,7 @@ impl Client {
         tmp.as_file().sync_all().map_err(|e| Answer(e.to_string()))?;
         let got = ElfFile::open(tmp.path()).map_err(|e| Answer(format!("not an ELF file: {e}")))?.build_id();
         if got.as_deref() != Some(build_id) {
-            return Err(Answer(format!("answer has build-id {}, not {id}", got.map(|g| hex(&g)).unwrap_or_else(|| "none".into()))));
+            return Err(Answer(format!("answer has build-id {}, not {id}", got.map(|g| build_id_hex(&g)).unwrap_or_else(|| "none".into()))));
         }
         let dst = self.cached_path(id);
         tmp.persist(&dst).map_err(|e| Answer(e.to_string()))?;
@@ -305,12 +290,12 @@ mod tests {
         assert!(c.fetch(&id).is_err());
         assert!(c.dead.contains("http://127.0.0.1:9"));
         // The server is down, the build-id may well exist: no marker for later runs.
-        assert!(!dir.path().join("cache").join(format!("{}.fail", hex(&id))).exists());
+        assert!(!dir.path().join("cache").join(format!("{}.fail", build_id_hex(&id))).exists());
         let e = c.fetch(&[0xcd; 20]).unwrap_err();
         assert!(e.contains("no debuginfod server reachable"), "{e}");
         assert!(c.fetch(&id).unwrap_err().contains("before"));
         // A stale marker from another run is honoured.
-        std::fs::write(dir.path().join("cache").join(format!("{}.fail", hex(&[0xef; 20]))), b"x").unwrap();
+        std::fs::write(dir.path().join("cache").join(format!("{}.fail", build_id_hex(&[0xef; 20]))), b"x").unwrap();
         let mut c2 = Client::new(vec!["http://127.0.0.1:9".into()], dir.path().join("cache"));
         assert!(c2.fetch(&[0xef; 20]).unwrap_err().contains("last day"));
     }

@@ -290,7 +290,7 @@ mod tests {
         if let Ok(o) = std::process::Command::new("readelf").arg("-n").arg(&exe).output() {
             let text = String::from_utf8_lossy(&o.stdout);
             if let Some(hex) = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")) {
-                assert_eq!(super::super::hex(&ElfFile::open(&exe).unwrap().build_id().unwrap()), hex.trim());
+                assert_eq!(super::super::build_id_hex(&ElfFile::open(&exe).unwrap().build_id().unwrap()), hex.trim());
             }
         }
     }

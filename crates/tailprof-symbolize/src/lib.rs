@@ -238,10 +238,7 @@ impl NameTable {
     }
 }
 
-/// Hex spelling of a build-id.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use tailprof_format::build_id_hex;
 
 /// Names addresses; keeps blazesym's per-file caches and our per-file checks.
 pub struct Symbolizer {
@@ -404,7 +401,7 @@ impl Symbolizer {
     pub fn symbol_source(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> SymbolSource {
         let mut out = SymbolSource {
             binary: path.to_owned(),
-            build_id: trace_build_id.map(hex),
+            build_id: trace_build_id.map(build_id_hex),
             ..Default::default()
         };
         // The kernel is named from kallsyms, not from a file at its path (issue 18:
@@ -594,8 +591,8 @@ impl Symbolizer {
                 Ok(Some(found)) if found == expected => {}
                 Ok(found) => {
                     return Some(UnknownReason::BuildIdMismatch {
-                        trace: hex(expected),
-                        disk: found.map(|b| hex(&b)),
+                        trace: build_id_hex(expected),
+                        disk: found.map(|b| build_id_hex(&b)),
                     })
                 }
                 Err(e) => return Some(UnknownReason::Unreadable { error: e.to_string() }),

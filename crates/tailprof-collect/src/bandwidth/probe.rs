@@ -15,7 +15,8 @@
 //! # Storage
 //! Like calibrations: one JSON file per (CPU model, kernel) in the calibration
 //! directory, `$TAILPROF_HOME/calibration/` when `TAILPROF_HOME` is set, else
-//! `$XDG_DATA_HOME/tailprof/calibration/`, else `~/.local/share/tailprof/calibration/`
+//! `/var/lib/tailprof/calibration/` as root, else `$XDG_DATA_HOME/tailprof/calibration/`,
+//! else `~/.local/share/tailprof/calibration/`
 //! ([`store_dir`], defined once in [`crate::datadir::calibration_dir`]),
 //! named `bandwidth-peak-<cpu>-<kernel>.json`.
 

@@ -496,20 +496,12 @@ mod tests {
     /// What the output is handed: build-id bytes only (records are dropped).
     #[derive(Default)]
     struct BuildIdBytes(usize, usize);
-    impl RecordOutput for BuildIdBytes {
-        fn write_record(&mut self, _: &Record) -> Result<(), FormatError> {
-            Ok(())
-        }
-        fn write_sample(&mut self, _: &Sample) -> Result<(), FormatError> {
-            Ok(())
-        }
-        fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+    impl tailprof_format::Sink for BuildIdBytes {
+        fn handle_build_id(&mut self, e: &BuildIdEntry) {
             (self.0, self.1) = (self.0 + e.path.len() + e.build_id.len(), self.1 + 1);
-            Ok(())
         }
-        fn end_round(&mut self) -> Result<(), FormatError> {
-            Ok(())
-        }
+    }
+    impl RecordOutput for BuildIdBytes {
         fn bytes_written(&self) -> u64 {
             0
         }

@@ -6,7 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use tailprof_format::atomic::AtomicFile;
-use tailprof_format::{BuildIdEntry, FormatError, Record, Sample, TraceHeader, TraceWriter, WriteSummary};
+use tailprof_format::{BuildIdEntry, Flow, FormatError, Record, Sample, Sink, TraceHeader, TraceWriter, WriteSummary};
 
 /// The writer of a trace file made by [`TraceFile`].
 pub type FileTraceWriter = TraceWriter<BufWriter<AtomicFile>>;
@@ -58,21 +58,38 @@ pub fn finish(writer: FileTraceWriter, duration_ns: Option<u64>) -> Result<Write
     Ok(summary)
 }
 
-/// Where the recorder puts records. Implemented by [`TraceWriter`] and by
-/// [`VecOutput`] (tests).
-pub trait RecordOutput {
-    fn write_record(&mut self, r: &Record) -> Result<(), FormatError>;
-    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError>;
-    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError>;
-    /// A JIT code name (perf map, jitdump) to store with the trace (FORMAT.md §6.1).
-    /// Outputs that do not keep them ignore it.
-    fn add_jit(&mut self, _e: tailprof_format::JitEntry) {}
-    /// Whether [`RecordOutput::add_jit`] keeps what it is given (if not, the recorder
+/// Where the recorder puts records: the workspace's one record stream
+/// ([`tailprof_format::Sink`]: records, build-ids, JIT names, the first error kept and
+/// returned) plus what only a live recording needs: round ends that may take long
+/// (`end_round_with`), durability (`flush`), the bytes written so far, and interning the
+/// stacks it unwinds (the stream's `handle_stack` hands out definitions of ids a reader
+/// already has; the recorder makes ids). Implemented by [`TraceWriter`], by [`VecOutput`]
+/// (tests) and by the agent's aggregator.
+///
+/// `write_record`/`write_sample`/`add_build_id` are the stream's handlers with the sink's
+/// error returned at once (the recorder stops on the first).
+pub trait RecordOutput: Sink {
+    fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
+        self.handle_record(r);
+        sink_result(self)
+    }
+    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
+        self.handle_sample(s);
+        sink_result(self)
+    }
+    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
+        self.handle_build_id(&e);
+        sink_result(self)
+    }
+    /// Whether the stream's `handle_jit` keeps what it is given (if not, the recorder
     /// does not look for perf maps and jitdumps at all).
     fn keeps_jit(&self) -> bool {
         false
     }
-    fn end_round(&mut self) -> Result<(), FormatError>;
+    fn end_round(&mut self) -> Result<(), FormatError> {
+        self.handle_round_end();
+        sink_result(self)
+    }
     /// [`RecordOutput::end_round`], calling `between` now and then if it has long work
     /// to do (encoding a chunk), so the recorder can drain its rings meanwhile.
     fn end_round_with(&mut self, between: &mut dyn FnMut()) -> Result<(), FormatError> {
@@ -90,16 +107,27 @@ pub trait RecordOutput {
     }
 }
 
-impl<W: Write> RecordOutput for TraceWriter<W> {
-    fn add_jit(&mut self, e: tailprof_format::JitEntry) {
-        TraceWriter::add_jit(self, e)
+/// `Ok` while the sink goes on, its error once it failed (statically dispatched, so the
+/// recorder's per-record path stays one inlined check).
+#[inline(always)]
+fn sink_result<S: Sink + ?Sized>(s: &mut S) -> Result<(), FormatError> {
+    if s.flow().is_stop() {
+        if let Some(e) = s.take_error() {
+            return Err(e);
+        }
     }
+    Ok(())
+}
+
+impl<W: Write> RecordOutput for TraceWriter<W> {
     fn keeps_jit(&self) -> bool {
         true
     }
+    #[inline(always)]
     fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
         self.write(r)
     }
+    #[inline(always)]
     fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
         TraceWriter::write_sample(self, s)
     }
@@ -133,23 +161,23 @@ pub struct VecOutput {
     pub stacks: tailprof_format::StackTable,
 }
 
-impl RecordOutput for VecOutput {
-    fn write_record(&mut self, r: &Record) -> Result<(), FormatError> {
+impl Sink for VecOutput {
+    fn handle_record(&mut self, r: &Record) -> Flow {
         self.records.push(r.clone());
-        Ok(())
+        Flow::Continue
     }
-    fn write_sample(&mut self, s: &Sample) -> Result<(), FormatError> {
+    fn handle_sample(&mut self, s: &Sample) {
         self.records.push(Record::Sample(s.clone()));
-        Ok(())
     }
-    fn add_build_id(&mut self, e: BuildIdEntry) -> Result<(), FormatError> {
-        self.build_ids.push(e);
-        Ok(())
+    fn handle_build_id(&mut self, e: &BuildIdEntry) {
+        self.build_ids.push(e.clone());
     }
-    fn end_round(&mut self) -> Result<(), FormatError> {
+    fn handle_round_end(&mut self) {
         self.rounds += 1;
-        Ok(())
     }
+}
+
+impl RecordOutput for VecOutput {
     fn bytes_written(&self) -> u64 {
         0
     }
