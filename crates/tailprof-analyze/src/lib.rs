@@ -78,4 +78,7 @@ pub enum AnalyzeError {
     NoSuchClass { class: String, classes: Vec<String> },
     #[error(transparent)]
     Read(#[from] tailprof_format::FormatError),
+    /// The per-item memory traffic of the items document failed.
+    #[error(transparent)]
+    Memory(#[from] Box<bandwidth::BandwidthError>),
 }
