@@ -305,8 +305,11 @@ pub fn document(
     symbolizer: &mut Symbolizer,
 ) -> Result<ItemsDocument, AnalyzeError> {
     let mut join = ItemsJoin::new(reader.header(), &q.options)?;
-    let mut memory =
-        if q.memory && q.explain.is_none() { item_memory_builder(reader.header()).map_err(Box::new)? } else { None };
+    let mut memory = if q.memory && q.explain.is_none() {
+        item_memory_builder(reader.header()).map_err(Box::new)?
+    } else {
+        None
+    };
     match &mut memory {
         Some(m) => reader.read_all(&mut Both(&mut join, m))?,
         None => reader.read_all(&mut join)?,
@@ -325,13 +328,24 @@ pub fn document(
         let functions = explain(&report, id)?;
         let stacks = explain_stacks(&report, &profile, id)?;
         let causes = CauseSection(explain_causes(&report, &profile, &stacks));
-        return Ok(ItemsDocument::Explain(Box::new(ItemExplain { functions, stacks, causes, losses })));
+        return Ok(ItemsDocument::Explain(Box::new(ItemExplain {
+            functions,
+            stacks,
+            causes,
+            losses,
+        })));
     }
     let memory = match memory {
         Some(m) => crate::bandwidth::finish_item_memory(m).map_err(Box::new)?,
         None => None,
     };
-    Ok(ItemsDocument::List(Box::new(item_list(report, &profile, &q.selection, memory.as_deref(), losses))))
+    Ok(ItemsDocument::List(Box::new(item_list(
+        report,
+        &profile,
+        &q.selection,
+        memory.as_deref(),
+        losses,
+    ))))
 }
 
 /// The slow requests the agent retained in `reader`'s store (`items --store`).
@@ -386,11 +400,21 @@ fn item_list(
     // Per-item stacks and causes are looked up by item id, the last item of an id
     // winning, as the JSON merge this replaces did (ids repeat across processes: such
     // items show the stack figures of the last one; kept so the output is unchanged).
-    let by_id: FxHashMap<u64, usize> = report.items.iter().enumerate().map(|(i, it)| (it.id, i)).collect();
-    let causes: Option<FxHashMap<u64, &crate::causes::ItemCauses>> =
-        profile.cause_stats.recorded.then(|| profile.causes.iter().map(|c| (c.id, c)).collect());
-    let mem: FxHashMap<(u32, u32, u64, u64), &ItemBandwidth> =
-        memory.unwrap_or(&[]).iter().map(|m| ((m.pid, m.tid, m.id, m.begin_ns), m)).collect();
+    let by_id: FxHashMap<u64, usize> = report
+        .items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| (it.id, i))
+        .collect();
+    let causes: Option<FxHashMap<u64, &crate::causes::ItemCauses>> = profile
+        .cause_stats
+        .recorded
+        .then(|| profile.causes.iter().map(|c| (c.id, c)).collect());
+    let mem: FxHashMap<(u32, u32, u64, u64), &ItemBandwidth> = memory
+        .unwrap_or(&[])
+        .iter()
+        .map(|m| ((m.pid, m.tid, m.id, m.begin_ns), m))
+        .collect();
     let switches = profile.switches > 0;
     let resolution = report.resolution_ns();
     let entries: Vec<ItemEntry> = shown
@@ -399,7 +423,13 @@ fn item_list(
             let row = report.items[i].clone();
             let k = by_id[&row.id];
             let (same_id, st) = (&report.items[k], profile.items.get(k));
-            let split = time_split(same_id.duration_ns, same_id.samples, report.mean_interval_ns, st, switches);
+            let split = time_split(
+                same_id.duration_ns,
+                same_id.samples,
+                report.mean_interval_ns,
+                st,
+                switches,
+            );
             let off_cpu = st
                 .map(|s| {
                     s.off_cpu
@@ -408,24 +438,36 @@ fn item_list(
                         .map(|o| ItemOffCpu {
                             state: o.state,
                             ns: o.ns,
-                            frames: profile.frames(o.path).into_iter().map(str::to_owned).collect(),
+                            frames: profile
+                                .frames(o.path)
+                                .into_iter()
+                                .map(str::to_owned)
+                                .collect(),
                             kernel: kernel_frames(profile, o.path),
                         })
                         .collect()
                 })
                 .unwrap_or_default();
             let excess_resolvable = same_id.anomalous.then(|| {
-                let median = report.class_stats(&same_id.class).map_or(0, |c| c.median_duration_ns);
+                let median = report
+                    .class_stats(&same_id.class)
+                    .map_or(0, |c| c.median_duration_ns);
                 same_id.duration_ns.saturating_sub(median) as f64 >= resolution
             });
             let waits = causes.as_ref().map(|by| {
                 by.get(&row.id)
-                    .map(|c| ItemWaits { woken_by: c.woken_by.clone(), preempted_by: c.preempted_by.clone() })
+                    .map(|c| ItemWaits {
+                        woken_by: c.woken_by.clone(),
+                        preempted_by: c.preempted_by.clone(),
+                    })
                     .unwrap_or_default()
             });
             let memory = mem
                 .get(&(row.pid, row.tid, row.id, row.begin_ns))
-                .map(|m| ItemMemory { mem_bytes: m.bytes, mem_gbps: m.gbps });
+                .map(|m| ItemMemory {
+                    mem_bytes: m.bytes,
+                    mem_gbps: m.gbps,
+                });
             ItemEntry {
                 split,
                 off_cpu_partial: st.is_some_and(|s| s.off_cpu_partial),
@@ -443,7 +485,12 @@ fn item_list(
         .collect();
     let more = matching - entries.len();
     let total_items = report.items.len();
-    let anomalous: Vec<ItemRow> = report.items.iter().filter(|i| i.anomalous).cloned().collect();
+    let anomalous: Vec<ItemRow> = report
+        .items
+        .iter()
+        .filter(|i| i.anomalous)
+        .cloned()
+        .collect();
     ItemList {
         report: report.with_rows(entries),
         more_items: (more > 0).then_some(more),
@@ -459,6 +506,10 @@ fn item_list(
 fn kernel_frames(p: &StackProfile, path: u32) -> Vec<bool> {
     p.paths
         .get(path as usize)
-        .map(|v| v.iter().map(|&f| is_kernel_binary(&p.functions[f as usize].binary)).collect())
+        .map(|v| {
+            v.iter()
+                .map(|&f| is_kernel_binary(&p.functions[f as usize].binary))
+                .collect()
+        })
         .unwrap_or_default()
 }
