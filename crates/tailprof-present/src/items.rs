@@ -1,21 +1,19 @@
 //! `tailprof items`: per-item tables and JSON, and `--explain`.
 //!
-//! Text ([`render_items`]): a summary block (items, samples outside any item, lost and
+//! Text ([`render_items`], [`render_items_off_cpu`]): a summary block (items, samples outside any item, lost and
 //! unmatched markers, which estimate is shown and the sample interval), warnings, one
 //! row per item (id, class, duration, samples, anomaly score, `SLOW` flag, top three
 //! functions with their estimates; `~` marks estimates resting on fewer than
 //! `min_reliable_samples` samples), then per-class statistics and the anomalous items
 //! with the functions responsible.
 //!
-//! JSON ([`items_json`]): the [`ItemsReport`] as an object, so at least
-//! `{"items": [{"id", "class", "duration_ns", "samples", "anomaly_score", "anomalous",
-//! "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", "reliable", ...}]}],
-//! "outside_samples": N, ...}` plus `warnings`; with a `top` limit, `more_items` says how
-//! many were left out.
+//! JSON ([`document_json`]): the typed [`ItemsDocument`] serialized as it is (every
+//! field in docs/JSON.md), plus `warnings` for a list of items; nothing is added to the
+//! JSON afterwards. Text ([`render_document`]) renders the same document.
 //!
-//! `--explain` ([`render_explanation`], [`explanation_json`]): the item's per-function
-//! time beside the class median, the delta, its share of the excess, and the functions
-//! named responsible.
+//! `--explain` ([`render_item_explain`]): the item's per-function time beside the class
+//! median, the delta, its share of the excess, and the functions named responsible
+//! ([`render_explanation`]), then by stack and by cause.
 
 use crate::table::{render_table, Align};
 use std::fmt::Write as _;
