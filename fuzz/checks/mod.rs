@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tailprof_analyze::items::{items_report, ItemsOptions};
+use tailprof_analyze::items::ItemsOptions;
 use tailprof_analyze::{flat_profile, trace_info, GroupBy, KernelSymbols, ProfileOptions, Symbolizer, SymbolizerOptions};
 use tailprof_format::chunk::fix_checksums;
 use tailprof_format::losses::LossTable;
@@ -186,18 +186,23 @@ fn check_losses(r: &mut TraceReader) {
     assert_eq!(j.as_array().map(|a| a.len()), Some(t.rows.len()));
 }
 
-/// `tailprof items` (the `items` target): the item join, its tables and JSON, and the
-/// loss table, on any trace.
+/// `tailprof items` (the `items` target): the items document (join, stacks, memory),
+/// its text and JSON, `--explain` of the first item, and the loss table, on any trace.
 pub fn check_items(data: &[u8]) {
+    use tailprof_analyze::items::document::{document, ItemsDocument, ItemsQuery};
     for mut r in traces(data) {
         let mut sym = symbolizer();
-        if let Ok(report) = items_report(&mut r, &ItemsOptions::default(), &mut sym) {
-            let v = tailprof_present::items::ItemsView::default();
-            let _ = tailprof_present::items::render_items(&report, &v);
-            let _ = tailprof_present::items::items_json(&report, &v).expect("json");
-            if let Some(first) = report.items.first() {
-                if let Ok(x) = tailprof_analyze::items::explain(&report, first.id) {
-                    let _ = tailprof_present::items::render_explanation(&x);
+        let q = ItemsQuery { options: ItemsOptions::default(), memory: true, ..Default::default() };
+        if let Ok(doc) = document(&mut r, &q, &mut sym) {
+            let _ = tailprof_present::items::render_document(&doc);
+            let _ = tailprof_present::items::document_json(&doc).expect("json");
+            if let ItemsDocument::List(list) = &doc {
+                if let Some(first) = list.report.items.first() {
+                    let q = ItemsQuery { explain: Some(first.row.id), ..q };
+                    if let Ok(x) = document(&mut r, &q, &mut sym) {
+                        let _ = tailprof_present::items::render_document(&x);
+                        let _ = tailprof_present::items::document_json(&x).expect("json");
+                    }
                 }
             }
         }

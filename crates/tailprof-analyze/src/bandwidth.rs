@@ -856,21 +856,23 @@ pub fn bandwidth_report(reader: &mut TraceReader, opts: &BandwidthOptions) -> Re
     Ok(r)
 }
 
-/// Per-item memory traffic for `items --json` (`mem_bytes`, `mem_gbps`): `None` when the
-/// trace has no last-level-cache-miss event or no items.
-pub fn item_memory(reader: &mut TraceReader) -> Result<Option<Vec<ItemBandwidth>>, BandwidthError> {
-    let h = reader.header();
+/// The per-item memory traffic of `items --json` (`mem_bytes`, `mem_gbps`): a builder to
+/// feed the trace's records to (beside the items join, in the same pass), `None` when the
+/// trace has no last-level-cache-miss event. [`finish_item_memory`] ends it.
+pub fn item_memory_builder(h: &TraceHeader) -> Result<Option<BandwidthBuilder>, BandwidthError> {
     let Some((event, _)) = find_bandwidth_event(h) else { return Ok(None) };
     let llc = h.extra.contains_key(EXTRA_EVENT) || h.events.get(event as usize).is_some_and(is_llc_miss_event);
     if !llc {
         return Ok(None);
     }
     let opts = BandwidthOptions { event: Some(event.to_string()), items: true, bin_ns: 1_000_000_000, ..Default::default() };
-    match bandwidth_report(reader, &opts) {
-        Ok(r) if !r.items.is_empty() => Ok(Some(r.items)),
-        Ok(_) => Ok(None),
-        Err(e) => Err(e),
-    }
+    BandwidthBuilder::new(h, &opts).map(Some)
+}
+
+/// The items of an [`item_memory_builder`] that read a whole trace; `None` without items.
+pub fn finish_item_memory(b: BandwidthBuilder) -> Result<Option<Vec<ItemBandwidth>>, BandwidthError> {
+    let r = b.finish()?;
+    Ok((!r.items.is_empty()).then_some(r.items))
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub mod causes;
 pub mod export;
 pub mod info;
 pub mod items;
+pub mod measured;
 pub use tailprof_symbolize::maps;
 pub mod offcpu;
 pub mod overhead;
@@ -78,4 +79,7 @@ pub enum AnalyzeError {
     NoSuchClass { class: String, classes: Vec<String> },
     #[error(transparent)]
     Read(#[from] tailprof_format::FormatError),
+    /// The per-item memory traffic of the items document failed.
+    #[error(transparent)]
+    Memory(#[from] Box<bandwidth::BandwidthError>),
 }

@@ -22,7 +22,8 @@ use crate::AnalyzeError;
 /// One stack of the item beside the class median.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StackDiff {
-    /// Index into [`StackProfile::paths`].
+    /// Index into [`StackProfile::paths`] (not in the JSON: `frames` name it).
+    #[serde(skip)]
     pub path: u32,
     /// Function names, root first.
     pub frames: Vec<String>,
@@ -39,6 +40,7 @@ pub struct StackDiff {
 /// One off-CPU stack of the item beside the class median.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OffDiff {
+    #[serde(skip)]
     pub path: u32,
     pub frames: Vec<String>,
     /// Per frame: a kernel function (same order as `frames`).
@@ -87,25 +89,38 @@ pub fn time_split(
     }
 }
 
-/// An item explained by stack; see the module docs.
+/// An item explained by stack; see the module docs. Serialized as its part of the
+/// `items --explain ID --json` object (docs/JSON.md): the split (`cpu_ns`, `off_cpu_ns`,
+/// `runnable_ns`, `blocked_ns`), `stacks`, `off_cpu`, `resolvable`, `resolution_ns`,
+/// `resolution_note`; the item's own facts are in the explanation beside it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StackExplanation {
+    #[serde(skip)]
     pub id: u64,
+    #[serde(skip)]
     pub class: Option<String>,
+    #[serde(skip)]
     pub class_items: usize,
+    #[serde(skip)]
     pub duration_ns: u64,
+    #[serde(skip)]
     pub median_duration_ns: u64,
     /// duration − class median duration.
+    #[serde(skip)]
     pub excess_ns: i64,
+    #[serde(skip)]
     pub anomalous: bool,
+    #[serde(flatten)]
     pub split: TimeSplit,
     /// The interval each sample stands for.
+    #[serde(skip)]
     pub interval_ns: f64,
     /// Smallest excess the sampling resolves (`min_reliable_samples` intervals).
     pub resolution_ns: f64,
     /// excess ≥ resolution.
     pub resolvable: bool,
     /// Why the per-stack split should not be trusted, when it should not.
+    #[serde(rename = "resolution_note")]
     pub note: Option<String>,
     /// The item's stacks and the class's typical ones, largest excess first.
     pub stacks: Vec<StackDiff>,
@@ -113,6 +128,7 @@ pub struct StackExplanation {
     pub off_cpu: Vec<OffDiff>,
     /// Samples of the item whose stack was cut short or failed to unwind
     /// ([`crate::stacks::StackRow::truncated`]; 0 in a trace recorded without stacks).
+    #[serde(skip)]
     pub incomplete_samples: u64,
 }
 

@@ -53,7 +53,7 @@ pub fn run(args: InfoArgs) -> Result<ExitCode> {
         entries.iter().map(|e| sym.symbol_source(&e.path, Some(&e.build_id))).collect::<Vec<_>>()
     });
     let out = if args.json {
-        let mut s = present_losses::with_losses_json(&json::info_json_string(&info)?, &losses)?;
+        let mut s = present_losses::document_with_losses(&json::info_json(&info)?, &losses)?;
         if let Some(list) = &symbols {
             let mut v: serde_json::Value = serde_json::from_str(&s)?;
             if let Some(o) = v.as_object_mut() {

@@ -7,11 +7,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tailprof_analyze::bandwidth::item_memory;
-use tailprof_analyze::items::{explain, items_report, Estimator, ItemsOptions};
+use tailprof_analyze::items::{document, Estimator, ItemSelection, ItemSort, ItemsOptions, ItemsQuery};
 use tailprof_analyze::select_event;
 use tailprof_format::TraceReader;
-use tailprof_present::items::{self as view, ItemSort, ItemsView};
+use tailprof_present::items as view;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum SortBy {
@@ -158,54 +157,31 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
 
 pub fn run(args: ItemsArgs) -> Result<ExitCode> {
     check_source_flags(&args)?;
-    if args.store_range.store.is_some() {
-        return crate::cmd_store_items::run(
-            &args.store_range,
-            args.json,
-            args.class.as_deref(),
-            args.top,
-        );
-    }
-    let trace_path = args.trace.clone().unwrap_or_default();
-    crate::cmd_report::set_debug_dirs(&args.debug_dir);
-    let name = trace_path.display().to_string();
-    let mut reader =
-        TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
-    let event = select_event(reader.header(), args.event.as_deref())?;
-    let opts = ItemsOptions {
-        event: Some(event),
-        class: args.class.clone(),
-        min_reliable_samples: args.min_samples.unwrap_or(5),
-        mad_k: args.mad_k.unwrap_or(3.5),
-        estimator: match args.estimator.unwrap_or(EstimatorArg::Count) {
-            EstimatorArg::Count => Estimator::CountTimesInterval,
-            EstimatorArg::Span => Estimator::Span,
-        },
-        ..Default::default()
-    };
-    let mut symbolizer = crate::cmd_report::symbolizer();
-    let report = items_report(&mut reader, &opts, &mut symbolizer).with_context(|| name.clone())?;
-    let losses = crate::cmd_report::trace_losses(&mut reader).with_context(|| name.clone())?;
-    // Call stacks and off-CPU time per item (a second pass over the trace).
-    let stacks =
-        tailprof_analyze::stacks::item_stacks(&mut reader, &report, Some(event), &mut symbolizer)
-            .with_context(|| name.clone())?;
-    let mut out = match args.explain {
-        Some(id) => {
-            let x = explain(&report, id).with_context(|| name.clone())?;
-            let sx = tailprof_analyze::stack_explain::explain_stacks(&report, &stacks, id).with_context(|| name.clone())?;
-            let cx = tailprof_analyze::causes::explain_causes(&report, &stacks, &sx);
-            if args.json {
-                let mut doc = view::explanation_json(&x)?;
-                view::merge_stack_explanation(&mut doc, &sx);
-                view::merge_causes_explanation(&mut doc, &cx)?;
-                serde_json::to_string_pretty(&doc)?
-            } else {
-                view::render_explanation(&x) + &view::render_stack_explanation(&sx, 15) + &view::render_causes(&cx)
-            }
-        }
-        None => {
-            let v = ItemsView {
+    let doc = if args.store_range.store.is_some() {
+        let reader = args.store_range.reader()?;
+        let (from_us, to_us) = args.store_range.range()?;
+        let host = args.store_range.host.as_deref();
+        tailprof_analyze::items::document::stored(&reader, host, from_us, to_us, args.class.as_deref(), args.top)
+    } else {
+        let trace_path = args.trace.clone().unwrap_or_default();
+        crate::cmd_report::set_debug_dirs(&args.debug_dir);
+        let name = trace_path.display().to_string();
+        let mut reader =
+            TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
+        let event = select_event(reader.header(), args.event.as_deref())?;
+        let query = ItemsQuery {
+            options: ItemsOptions {
+                event: Some(event),
+                class: args.class.clone(),
+                min_reliable_samples: args.min_samples.unwrap_or(5),
+                mad_k: args.mad_k.unwrap_or(3.5),
+                estimator: match args.estimator.unwrap_or(EstimatorArg::Count) {
+                    EstimatorArg::Count => Estimator::CountTimesInterval,
+                    EstimatorArg::Span => Estimator::Span,
+                },
+                ..Default::default()
+            },
+            selection: ItemSelection {
                 top: (args.top > 0).then_some(args.top),
                 sort: match args.sort.unwrap_or(SortBy::Duration) {
                     SortBy::Duration => ItemSort::Duration,
@@ -215,29 +191,15 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
                 },
                 slow_only: args.slow,
                 only: args.items.clone(),
-            };
-            if args.json {
-                let mut doc = view::items_json(&report, &v)?;
-                view::merge_item_stacks(&mut doc, &report, &stacks);
-                view::merge_item_causes(&mut doc, &stacks)?;
-                // With a last-level-cache-miss event: each item's memory traffic (issue 8).
-                let mut again = TraceReader::open(&trace_path)
-                    .with_context(|| format!("cannot read {name}"))?;
-                if let Some(mem) = item_memory(&mut again).with_context(|| name.clone())? {
-                    tailprof_present::bandwidth::merge_item_memory(&mut doc, &mem);
-                }
-                serde_json::to_string_pretty(&doc)?
-            } else {
-                view::render_items(&report, &v) + &view::render_items_off_cpu(&report, &v, &stacks)
-            }
-        }
+            },
+            explain: args.explain,
+            // With a last-level-cache-miss event: each item's memory traffic (issue 8).
+            memory: args.json,
+        };
+        let mut symbolizer = crate::cmd_report::symbolizer();
+        document(&mut reader, &query, &mut symbolizer).with_context(|| name.clone())?
     };
-    if args.json {
-        out = tailprof_present::losses::with_losses_json(&out, &losses)?;
-        out.push('\n');
-    } else {
-        crate::cmd_report::append_losses(&mut out, &losses);
-    }
+    let out = if args.json { view::document_json(&doc)? + "\n" } else { view::render_document(&doc) };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;

@@ -20,16 +20,7 @@ pub(crate) fn trace_losses(reader: &mut TraceReader) -> Result<LossTable> {
 
 /// Append the loss block (after a blank line) to text output, when there is one.
 pub(crate) fn append_losses(out: &mut String, losses: &LossTable) {
-    let block = present_losses::render_losses(losses);
-    if !block.is_empty() {
-        if !out.is_empty() && !out.ends_with("\n\n") {
-            if !out.ends_with('\n') {
-                out.push('\n');
-            }
-            out.push('\n');
-        }
-        out.push_str(&block);
-    }
+    present_losses::append_losses(out, losses);
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -236,7 +227,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         .with_context(|| format!("cannot read {}", args.trace.display()))?;
     let out = if args.json {
         let mut s =
-            present_losses::with_losses_json(&json::profile_json_string(&profile, top)?, &losses)?;
+            present_losses::document_with_losses(&json::profile_json(&profile, top)?, &losses)?;
         s.push('\n');
         s
     } else {

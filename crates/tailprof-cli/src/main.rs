@@ -18,7 +18,6 @@ mod cmd_items;
 mod cmd_record;
 mod cmd_report;
 mod cmd_stat;
-mod cmd_store_items;
 mod measure;
 mod signals;
 mod ui;

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 
 use tailprof_analyze::overhead::{Basis, Calibration, Point, CALIBRATION_VERSION};
 use tailprof_collect::caps::Capabilities;
-use tailprof_measure::calibration::{dir_in, path_in, save_in, MachineKey};
+use tailprof_measure::calibration::{dir_in, path_in, probe_machine, save_in};
 
 fn tailprof(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tailprof"));
@@ -59,7 +59,7 @@ fn fails_with_one_line(o: &Output, want: &str) {
 /// Store a calibration for `event` the way `tailprof calibrate` would, for this machine,
 /// under TAILPROF_HOME=`home`; returns the file.
 fn store_calibration(home: &Path, event: &str, alpha_ns: f64) -> std::path::PathBuf {
-    let key = MachineKey::probe();
+    let key = probe_machine();
     let cal = Calibration {
         version: CALIBRATION_VERSION,
         event: event.into(),
@@ -135,7 +135,7 @@ fn calibrate_fits_or_refuses_and_saves_only_an_accepted_fit() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         assert_eq!(files, 1);
         let saved = v["saved_to"].as_str().unwrap();
-        assert_eq!(Path::new(saved), path_in(&dir_in(home.path()), &MachineKey::probe(), "cpu-clock"));
+        assert_eq!(Path::new(saved), path_in(&dir_in(home.path()), &probe_machine(), "cpu-clock"));
         let cal: Calibration = serde_json::from_str(&std::fs::read_to_string(saved).unwrap()).unwrap();
         assert_eq!(cal.basis, Basis::Cpu);
         assert!(cal.alpha_ns > 0.0);

@@ -9,23 +9,16 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use tailprof_analyze::items::ItemsReport;
 use tailprof_analyze::stats::mean_sd;
+
+pub use tailprof_analyze::measured::{Accuracy, Truth};
 
 /// Items at least this many sample intervals long count for the accuracy check.
 pub const MIN_ACCURACY_INTERVALS: f64 = 20.0;
 /// Log lines beyond this many are ignored (the example writes a few per query).
 pub const MAX_TRUTH_LINES: usize = 1_000_000;
 
-/// Truth from the example's log for one query.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Truth {
-    pub n: u32,
-    pub cold: bool,
-    /// (function, true nanoseconds) per call.
-    pub funcs: Vec<(String, u64)>,
-}
 
 /// Read the example's log (see the module docs).
 pub fn parse_truth(text: &str) -> BTreeMap<u64, Truth> {
@@ -52,22 +45,6 @@ pub fn parse_truth(text: &str) -> BTreeMap<u64, Truth> {
     out
 }
 
-/// Estimate / truth over the (item, function) pairs at least
-/// [`MIN_ACCURACY_INTERVALS`] sample intervals long. Means and SDs are NaN (`null` in
-/// JSON) when no pair qualifies.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Accuracy {
-    pub period_ns: u64,
-    pub mean_interval_ns: f64,
-    pub pairs: usize,
-    /// samples x mean interval.
-    pub count_mean_ratio: f64,
-    pub count_sd_ratio: f64,
-    /// last - first sample (the paper's estimator).
-    pub span_mean_ratio: f64,
-    pub span_sd_ratio: f64,
-    pub items_matched: usize,
-}
 
 /// Compare each item's per-function estimates with the logged truth.
 pub fn accuracy(report: &ItemsReport, truth: &BTreeMap<u64, Truth>, period: u64) -> Accuracy {

@@ -12,15 +12,17 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use serde::Serialize;
 use tailprof_analyze::overhead::{
-    assess, fit_line, slowdown_at, Basis, Calibration, FitPolicy, LineFit, Point, RateModel,
-    Refusal, CALIBRATION_VERSION,
+    assess, fit_line, slowdown_at, Basis, Calibration, FitPolicy, Point, RateModel,
+    CALIBRATION_VERSION,
 };
 use tailprof_analyze::stats::median;
 use tailprof_collect::event::EventSpec;
 
 use crate::calibration::{self, MachineKey};
+
+pub use tailprof_analyze::measured::{CalibrationReport, PeriodRow};
+pub use tailprof_present::fmt::{ns_text, period_text};
 use crate::error::{MeasureError, Result};
 use crate::run::{self, Placement, ProfileSetup, ProfiledRun, Scratch, Timed};
 
@@ -70,48 +72,7 @@ pub struct CalibrateConfig {
     pub command: Vec<String>,
 }
 
-/// One design point's summary (the unprofiled runs have `period: None`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PeriodRow {
-    pub period: Option<u64>,
-    pub runs: usize,
-    pub samples_median: Option<f64>,
-    /// Median time in the calibration's basis.
-    pub elapsed_median_s: f64,
-    pub overhead_pct: f64,
-    pub throttled_runs: usize,
-}
 
-/// Everything a calibration found.
-#[derive(Debug, Clone)]
-pub struct CalibrationReport {
-    pub event: String,
-    /// cpu-clock / task-clock (periods are nanoseconds).
-    pub clock: bool,
-    pub machine: MachineKey,
-    pub loadavg: Option<f64>,
-    /// Busy-loop iterations per run (0 for a workload).
-    pub iterations: u64,
-    /// The workload, when not the busy loop.
-    pub workload: Option<Vec<String>>,
-    pub repeats: usize,
-    pub basis: Basis,
-    pub fit: LineFit,
-    /// The same runs fitted in the other basis.
-    pub other_basis: Basis,
-    pub other_fit: Option<LineFit>,
-    pub verdict: std::result::Result<(), Refusal>,
-    pub rows: Vec<PeriodRow>,
-    pub points: Vec<Point>,
-    pub bytes_per_sample: Option<f64>,
-    pub recorder_cpu_ns_per_sample: Option<f64>,
-    /// What would be (or was) stored.
-    pub calibration: Calibration,
-    pub saved_to: Option<std::path::PathBuf>,
-    /// Whether saving was turned off (`--no-save`).
-    pub save_disabled: bool,
-    pub notes: Vec<String>,
-}
 
 /// The busy loop: a multiply-add chain kept in a register (no loads or stores).
 #[inline(never)]
@@ -147,28 +108,6 @@ pub fn iterations_for(seconds: f64) -> u64 {
     ((seconds / best) as u64).max(1000)
 }
 
-/// A period for people: "250 µs" for clock events, "32000" otherwise.
-pub fn period_text(period: u64, clock: bool) -> String {
-    if !clock {
-        return period.to_string();
-    }
-    if period >= 1_000_000 && period % 1_000_000 == 0 {
-        format!("{} ms", period / 1_000_000)
-    } else if period >= 1000 {
-        format!("{} µs", period as f64 / 1000.0)
-    } else {
-        format!("{period} ns")
-    }
-}
-
-/// "850 ns", "12.3 µs".
-pub fn ns_text(v: f64) -> String {
-    if v.abs() >= 1000.0 {
-        format!("{:.2} µs", v / 1000.0)
-    } else {
-        format!("{v:.0} ns")
-    }
-}
 
 /// Check the options before anything runs.
 pub fn check_config(cfg: &CalibrateConfig) -> Result<()> {
@@ -210,7 +149,7 @@ pub fn calibrate(
     check_config(cfg)?;
     let spec = &cfg.spec;
     let clock = spec.is_clock();
-    let key = MachineKey::probe();
+    let key = calibration::probe_machine();
     let mut periods: Vec<u64> = if !cfg.periods.is_empty() {
         cfg.periods.clone()
     } else if clock {
@@ -600,16 +539,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn periods_for_people() {
-        assert_eq!(period_text(1_000_000, true), "1 ms");
-        assert_eq!(period_text(250_000, true), "250 µs");
-        assert_eq!(period_text(500, true), "500 ns");
-        assert_eq!(period_text(32_000, false), "32000");
-        assert_eq!(ns_text(850.0), "850 ns");
-        assert_eq!(ns_text(12_300.0), "12.30 µs");
-    }
-
-    #[test]
     fn spin_is_deterministic() {
         assert_eq!(spin(3), spin(3));
         assert_ne!(spin(3), spin(4));
@@ -826,7 +755,7 @@ mod tests {
         };
         let strict = summarize(&cfg, key.clone(), None, 1000, &base, &designs, vec![]).unwrap();
         assert!(
-            matches!(strict.verdict, Err(Refusal::TooFewPoints { .. })),
+            matches!(strict.verdict, Err(tailprof_analyze::overhead::Refusal::TooFewPoints { .. })),
             "{:?}",
             strict.verdict
         );

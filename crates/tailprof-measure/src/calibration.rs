@@ -21,27 +21,21 @@ use tailprof_collect::caps::Capabilities;
 use crate::error::{MeasureError, Result};
 use crate::private::{create_private_dir_all, read_regular, write_private};
 
-/// The machine facts a calibration is valid for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineKey {
-    pub cpu_model: String,
-    pub kernel: String,
-    pub online_cpus: u32,
+
+pub use tailprof_analyze::measured::{AlphaSource, MachineKey};
+
+/// The key of a machine with these capabilities.
+pub fn machine_key(caps: &Capabilities) -> MachineKey {
+    MachineKey {
+        cpu_model: caps.cpu_desc.clone().unwrap_or_else(|| "unknown CPU".into()),
+        kernel: caps.os_release.clone().unwrap_or_else(|| "unknown kernel".into()),
+        online_cpus: caps.online_cpus.len() as u32,
+    }
 }
 
-impl MachineKey {
-    pub fn from_caps(caps: &Capabilities) -> MachineKey {
-        MachineKey {
-            cpu_model: caps.cpu_desc.clone().unwrap_or_else(|| "unknown CPU".into()),
-            kernel: caps.os_release.clone().unwrap_or_else(|| "unknown kernel".into()),
-            online_cpus: caps.online_cpus.len() as u32,
-        }
-    }
-
-    /// This machine.
-    pub fn probe() -> MachineKey {
-        Self::from_caps(&Capabilities::probe())
-    }
+/// This machine's key.
+pub fn probe_machine() -> MachineKey {
+    machine_key(&Capabilities::probe())
 }
 
 /// Largest plausible α: 10 ms per sample (the kernel's shortest cpu-clock period is
@@ -149,15 +143,6 @@ fn check_alpha(what: &str, a: f64) -> std::result::Result<(), String> {
     }
 }
 
-/// Where α came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AlphaSource {
-    pub alpha_ns: f64,
-    pub ci_ns: Option<(f64, f64)>,
-    pub calibration: Option<Calibration>,
-    /// The calibration file; `None` for `--alpha`.
-    pub path: Option<PathBuf>,
-}
 
 /// α for `event`: `alpha_arg` (`--alpha`) when given, else the stored calibration.
 /// `Ok(None)` when neither exists.

@@ -16,8 +16,10 @@ use tailprof_analyze::overhead::{overhead_estimate, predict_elapsed, OverheadEst
 use tailprof_collect::attr::{default_rate, Rate};
 use tailprof_collect::event::EventSpec;
 
-use crate::calibration::{self, AlphaSource, MachineKey};
 use crate::calibrate::period_text;
+use crate::calibration::{self, AlphaSource};
+
+pub use tailprof_analyze::measured::{OverheadReport, Prediction};
 use crate::error::{MeasureError, Result};
 use crate::run::{self, Placement, ProfileSetup, ProfiledRun, Scratch, Timed};
 
@@ -43,55 +45,7 @@ pub struct OverheadConfig {
     pub command: Vec<String>,
 }
 
-/// The prediction and its error, for one time basis.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Prediction {
-    pub predicted_s: f64,
-    /// E = (measured − predicted) / predicted, as a fraction.
-    pub error: f64,
-}
 
-/// What `tailprof overhead` measured.
-#[derive(Debug, Clone)]
-pub struct OverheadReport {
-    pub event: String,
-    pub clock: bool,
-    pub period: Option<u64>,
-    /// "250 µs", "4000 Hz (default)", ...
-    pub period_desc: String,
-    pub command: Vec<String>,
-    pub runs: usize,
-    pub instances: usize,
-    pub pinned: bool,
-    pub cpus: usize,
-    pub wall: OverheadEstimate,
-    pub cpu: OverheadEstimate,
-    /// Median over pairs of the samples of all copies.
-    pub samples: f64,
-    pub samples_per_instance: f64,
-    /// Threads the command ran at once (CPU time / elapsed, median).
-    pub threads: f64,
-    pub alpha: Option<AlphaSource>,
-    pub predicted_wall: Option<Prediction>,
-    pub predicted_cpu: Option<Prediction>,
-    /// The per-sample cost the measurement implies, from elapsed and CPU times (ns).
-    pub implied_alpha_ns: Option<f64>,
-    pub implied_alpha_cpu_ns: Option<f64>,
-    pub lost: u64,
-    pub throttled: u64,
-    pub bytes_per_sample: Option<f64>,
-    pub recorder_cpu_ns_per_sample: Option<f64>,
-    /// The recorder's setup and final flush (median), not in the times.
-    pub recorder_fixed_s: Option<f64>,
-    /// Per pair: (unprofiled, profiled), averaged over the copies.
-    pub wall_pairs: Vec<(f64, f64)>,
-    pub cpu_pairs: Vec<(f64, f64)>,
-    pub samples_runs: Vec<f64>,
-    pub loadavg: Option<f64>,
-    pub wait_idle_s: f64,
-    /// Pairs that started while the machine was busy (when waiting for idle).
-    pub pairs_started_busy: Option<usize>,
-}
 
 /// Check the options before anything runs.
 pub fn check_config(cfg: &OverheadConfig) -> Result<()> {
@@ -121,7 +75,7 @@ pub fn measure_overhead(cfg: &OverheadConfig, stop: &AtomicBool, status: &dyn Fn
     tailprof_collect::target::resolve_command(&cfg.command[0])?;
     let spec = &cfg.spec;
     let clock = spec.is_clock();
-    let key = MachineKey::probe();
+    let key = calibration::probe_machine();
     let alpha = calibration::alpha_for(&key, &spec.name, cfg.alpha_ns)?;
     let period_desc = match (cfg.period, default_rate(spec)) {
         (Some(p), _) => period_text(p, clock),

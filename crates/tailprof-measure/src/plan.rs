@@ -7,8 +7,8 @@
 
 use std::path::Path;
 
-use tailprof_analyze::overhead::predict::{parallelism, pebs_guidance, ring_pages, PebsGuidance};
-use tailprof_analyze::overhead::{recommend_period, PlanInput, PlanLimit, PlanOutput, RateModel};
+use tailprof_analyze::overhead::predict::{parallelism, pebs_guidance, ring_pages};
+use tailprof_analyze::overhead::{recommend_period, PlanInput, PlanLimit, RateModel};
 use tailprof_collect::attr::{build_attr, SamplingConfig};
 use tailprof_collect::caps::Capabilities;
 use tailprof_collect::counting::{count_command, last_level_cache};
@@ -16,7 +16,9 @@ use tailprof_collect::event::EventSpec;
 use tailprof_perf_abi::{sample_record_size, SampleLayout, VariableSizes};
 
 use crate::calibrate::period_text;
-use crate::calibration::{self, AlphaSource, MachineKey};
+use crate::calibration;
+
+pub use tailprof_analyze::measured::PlanReport;
 use crate::error::{MeasureError, Result};
 
 /// How long the ring should hold records: the recorder polls every 100 ms; 0.5 s also
@@ -42,32 +44,6 @@ pub struct PlanConfig {
     pub command: Vec<String>,
 }
 
-/// The plan.
-#[derive(Debug, Clone)]
-pub struct PlanReport {
-    pub event: String,
-    pub clock: bool,
-    pub budget: f64,
-    pub alpha: AlphaSource,
-    pub command: Vec<String>,
-    pub elapsed_s: f64,
-    pub cpu_s: f64,
-    pub threads: f64,
-    /// The event's (scaled) count over the counted run.
-    pub event_count: f64,
-    pub model: RateModel,
-    pub max_rate_per_cpu: Option<f64>,
-    pub out: PlanOutput,
-    pub bytes_per_sample: Option<f64>,
-    pub trace_mb_per_s: Option<f64>,
-    /// Bytes of one PERF_RECORD_SAMPLE in the ring.
-    pub raw_record_bytes: u64,
-    pub ring_pages_per_cpu: u64,
-    pub page_size: u64,
-    pub pebs: Option<PebsGuidance>,
-    pub record_command: String,
-    pub notes: Vec<String>,
-}
 
 /// "2", "2%", "0.5 %" -> 0.02, 0.005; anything else, or outside (0, 100), is an error.
 pub fn parse_budget(s: &str) -> Result<f64> {
@@ -99,7 +75,7 @@ pub fn plan(cfg: &PlanConfig) -> Result<PlanReport> {
     let spec = &cfg.spec;
     let clock = spec.is_clock();
     let caps = Capabilities::probe();
-    let key = MachineKey::from_caps(&caps);
+    let key = calibration::machine_key(&caps);
     let alpha = calibration::alpha_for(&key, &spec.name, cfg.alpha_ns)?.ok_or_else(|| calibration::missing(&key, &spec.name))?;
 
     let mut specs = vec![spec.clone()];
@@ -191,6 +167,8 @@ pub fn plan(cfg: &PlanConfig) -> Result<PlanReport> {
         cfg.command.join(" ")
     );
     Ok(PlanReport {
+        ring_hold_s: RING_HOLD_S,
+        default_ring_pages: DEFAULT_RING_PAGES,
         event: spec.name.clone(),
         clock,
         budget: cfg.budget,

@@ -2,9 +2,11 @@
 //! optional periodic reads (`--interval`, the periodic-counting baseline of `tailprof
 //! bandwidth`). Returns a [`StatReport`] that `tailprof-present` renders.
 
-use serde::Serialize;
 use tailprof_collect::caps::Capabilities;
+use tailprof_analyze::measured::CounterSummary;
 use tailprof_collect::counting::{count_command, count_command_interval, hardware_counters, CounterInfo, IntervalTick};
+
+pub use tailprof_analyze::measured::{StatEvent, StatInterval, StatReport};
 use tailprof_collect::event::EventSpec;
 
 use crate::{MeasureError, Result};
@@ -29,40 +31,11 @@ pub struct StatConfig {
     pub interval_ns: Option<u64>,
 }
 
-/// One counted event.
-#[derive(Debug, Clone, Serialize)]
-pub struct StatEvent {
-    pub name: String,
-    /// The raw count (for clock events: nanoseconds).
-    pub count: u64,
-    /// The count scaled for multiplexing (`count × enabled / running`); `None` when the
-    /// counter never ran.
-    pub scaled: Option<f64>,
-    /// `scaled` per second of the run.
-    pub rate_per_s: Option<f64>,
-    pub time_enabled_ns: u64,
-    pub time_running_ns: u64,
-    pub running_pct: f64,
-    pub multiplexed: bool,
-    /// A clock event (`cpu-clock`, `task-clock`): the count is nanoseconds of CPU.
-    #[serde(skip)]
-    pub is_clock: bool,
-}
 
-/// One `--interval` read.
-#[derive(Debug, Clone, Serialize)]
-pub struct StatInterval {
-    /// End of the interval, ns since the command was released.
-    pub t_ns: u64,
-    pub len_ns: u64,
-    /// Per event (in order): the count during the interval.
-    pub values: Vec<u64>,
-    pub enabled_ns: Vec<u64>,
-    pub running_ns: Vec<u64>,
-}
 
-impl From<&IntervalTick> for StatInterval {
-    fn from(t: &IntervalTick) -> Self {
+/// One `--interval` read as a report row.
+fn interval_row(t: &IntervalTick) -> StatInterval {
+    {
         StatInterval {
             t_ns: t.t_ns,
             len_ns: t.len_ns,
@@ -73,26 +46,7 @@ impl From<&IntervalTick> for StatInterval {
     }
 }
 
-/// The result of [`stat`].
-#[derive(Debug, Clone)]
-pub struct StatReport {
-    pub command: Vec<String>,
-    pub elapsed_ns: u64,
-    /// Exit code of the command, or 128 + signal number.
-    pub exit_status: i32,
-    pub events: Vec<StatEvent>,
-    /// The machine's hardware counters (for the multiplexing note).
-    pub counters: CounterInfo,
-    pub interval_ns: Option<u64>,
-    pub intervals: Vec<StatInterval>,
-}
 
-impl StatReport {
-    /// Events whose counter was multiplexed (time running < time enabled).
-    pub fn multiplexed(&self) -> usize {
-        self.events.iter().filter(|e| e.multiplexed).count()
-    }
-}
 
 /// Counts the configured events over one run of the command. `on_tick` sees every
 /// `--interval` read as it happens (for live output); the reads are also in the report.
@@ -106,7 +60,7 @@ pub fn stat(cfg: &StatConfig, on_tick: &mut dyn FnMut(&StatInterval)) -> Result<
     let mut intervals = Vec::new();
     let r = match cfg.interval_ns {
         Some(iv) => count_command_interval(&specs, &cfg.command, iv, &mut |t| {
-            let row = StatInterval::from(t);
+            let row = interval_row(t);
             on_tick(&row);
             intervals.push(row);
         })?,
@@ -134,8 +88,13 @@ pub fn stat(cfg: &StatConfig, on_tick: &mut dyn FnMut(&StatInterval)) -> Result<
         elapsed_ns: r.elapsed_ns,
         exit_status: r.exit_status,
         events,
-        counters: hardware_counters(&caps),
+        counters: counter_summary(&hardware_counters(&caps)),
         interval_ns: cfg.interval_ns,
         intervals,
     })
+}
+
+/// The counters' facts for the report.
+fn counter_summary(c: &CounterInfo) -> CounterSummary {
+    CounterSummary { pmu: c.pmu.clone(), generic: c.generic, fixed: c.fixed, description: c.describe() }
 }

@@ -296,28 +296,6 @@ pub fn bandwidth_json_string(r: &BandwidthReport) -> Result<String, PresentError
     crate::json::document(&bandwidth_json(r)?)
 }
 
-/// Add `mem_bytes` and `mem_gbps` to the items of an `items --json` document, matched by
-/// (pid, tid, id, begin_ns). Returns how many items got them.
-pub fn merge_item_memory(items_json: &mut Value, mem: &[ItemBandwidth]) -> usize {
-    let key = |v: &Value| {
-        Some((v.get("pid")?.as_u64()?, v.get("tid")?.as_u64()?, v.get("id")?.as_u64()?, v.get("begin_ns")?.as_u64()?))
-    };
-    let index: std::collections::HashMap<(u64, u64, u64, u64), &ItemBandwidth> =
-        mem.iter().map(|m| ((m.pid as u64, m.tid as u64, m.id, m.begin_ns), m)).collect();
-    let mut n = 0;
-    if let Some(items) = items_json.get_mut("items").and_then(Value::as_array_mut) {
-        for it in items {
-            let Some(k) = key(it) else { continue };
-            if let (Some(m), Some(obj)) = (index.get(&k), it.as_object_mut()) {
-                obj.insert("mem_bytes".into(), Value::from(m.bytes));
-                obj.insert("mem_gbps".into(), serde_json::Number::from_f64(m.gbps).map_or(Value::Null, Value::Number));
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
 const W: f64 = 1000.0;
 const PLOT_H: f64 = 300.0;
 const LEFT: f64 = 64.0;
@@ -687,32 +665,5 @@ mod tests {
         assert_eq!((tick(10.0, 5.0), tick(2.5, 0.5), tick(0.25, 0.05)), ("10".to_string(), "2.5".to_string(), "0.25".to_string()));
         let merged: u64 = columns(&r, 7).iter().map(|c| c.samples).sum();
         assert_eq!(merged, r.samples_used);
-    }
-
-    #[test]
-    fn items_json_gains_memory_columns() {
-        let mut v = serde_json::json!({"items": [
-            {"pid": 1000, "tid": 1000, "id": 1, "begin_ns": 5},
-            {"pid": 1000, "tid": 1000, "id": 2, "begin_ns": 9}
-        ]});
-        let m = ItemBandwidth {
-            id: 2,
-            pid: 1000,
-            tid: 1000,
-            class: None,
-            begin_ns: 9,
-            end_ns: 19,
-            duration_ns: 10,
-            samples: 1,
-            bytes: 640,
-            gbps: 64.0,
-            gbps_low: 1.0,
-            gbps_high: 300.0,
-            open_at_end: false,
-        };
-        assert_eq!(merge_item_memory(&mut v, &[m]), 1);
-        assert!(v["items"][0].get("mem_bytes").is_none());
-        assert_eq!(v["items"][1]["mem_bytes"], 640);
-        assert_eq!(v["items"][1]["mem_gbps"], 64.0);
     }
 }

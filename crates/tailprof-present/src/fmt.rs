@@ -94,9 +94,42 @@ pub fn utc_time(ns: u64) -> String {
     )
 }
 
+/// A period for people: "250 µs" for clock events, "32000" otherwise.
+pub fn period_text(period: u64, clock: bool) -> String {
+    if !clock {
+        return period.to_string();
+    }
+    if period >= 1_000_000 && period % 1_000_000 == 0 {
+        format!("{} ms", period / 1_000_000)
+    } else if period >= 1000 {
+        format!("{} µs", period as f64 / 1000.0)
+    } else {
+        format!("{period} ns")
+    }
+}
+
+/// A per-sample cost: "850 ns", "12.30 µs".
+pub fn ns_text(v: f64) -> String {
+    if v.abs() >= 1000.0 {
+        format!("{:.2} µs", v / 1000.0)
+    } else {
+        format!("{v:.0} ns")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn periods_for_people() {
+        assert_eq!(period_text(1_000_000, true), "1 ms");
+        assert_eq!(period_text(250_000, true), "250 µs");
+        assert_eq!(period_text(500, true), "500 ns");
+        assert_eq!(period_text(32_000, false), "32000");
+        assert_eq!(ns_text(850.0), "850 ns");
+        assert_eq!(ns_text(12_300.0), "12.30 µs");
+    }
 
     #[test]
     fn numbers() {

@@ -1,61 +1,32 @@
 //! `tailprof items`: per-item tables and JSON, and `--explain`.
 //!
-//! Text ([`render_items`]): a summary block (items, samples outside any item, lost and
+//! Text ([`render_items`], [`render_items_off_cpu`]): a summary block (items, samples outside any item, lost and
 //! unmatched markers, which estimate is shown and the sample interval), warnings, one
 //! row per item (id, class, duration, samples, anomaly score, `SLOW` flag, top three
 //! functions with their estimates; `~` marks estimates resting on fewer than
 //! `min_reliable_samples` samples), then per-class statistics and the anomalous items
 //! with the functions responsible.
 //!
-//! JSON ([`items_json`]): the [`ItemsReport`] as an object, so at least
-//! `{"items": [{"id", "class", "duration_ns", "samples", "anomaly_score", "anomalous",
-//! "responsible", "functions": [{"name", "samples", "est_ns", "span_ns", "reliable", ...}]}],
-//! "outside_samples": N, ...}` plus `warnings`; with a `top` limit, `more_items` says how
-//! many were left out.
+//! JSON ([`document_json`]): the typed [`ItemsDocument`] serialized as it is (every
+//! field in docs/JSON.md), plus `warnings` for a list of items; nothing is added to the
+//! JSON afterwards. Text ([`render_document`]) renders the same document.
 //!
-//! `--explain` ([`render_explanation`], [`explanation_json`]): the item's per-function
-//! time beside the class median, the delta, its share of the excess, and the functions
-//! named responsible.
+//! `--explain` ([`render_item_explain`]): the item's per-function time beside the class
+//! median, the delta, its share of the excess, and the functions named responsible
+//! ([`render_explanation`]), then by stack and by cause.
 
 use crate::table::{render_table, Align};
-use std::cmp::Ordering;
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use serde_json::{json, Value};
-use tailprof_analyze::items::{Explanation, ItemRow, ItemsReport};
-use tailprof_analyze::stack_explain::{time_split, StackExplanation};
 use tailprof_analyze::causes::{CauseExplanation, Interference, InterferenceRow, PathState};
-use tailprof_analyze::stacks::StackProfile;
+use tailprof_analyze::items::document::{ItemExplain, ItemList, ItemsDocument};
+use tailprof_analyze::items::{Explanation, ItemsReport};
+use tailprof_analyze::stack_explain::StackExplanation;
 
 use crate::fmt::{duration, share, thousands};
-use crate::stacks::{off_row_line, stack_line, LINE_FRAMES};
+use crate::stacks::{off_cpu_line, stack_line, LINE_FRAMES};
 use crate::PresentError;
-
-/// Order of the item rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ItemSort {
-    /// Longest first.
-    #[default]
-    Duration,
-    /// Highest anomaly score first.
-    Anomaly,
-    Id,
-    /// Begin time (the report's own order).
-    Begin,
-}
-
-/// Options of [`render_items`] and [`items_json`].
-#[derive(Debug, Clone, Default)]
-pub struct ItemsView {
-    /// Show only the first N items after sorting; `None`: all.
-    pub top: Option<usize>,
-    pub sort: ItemSort,
-    /// Only items flagged slow (`--slow`).
-    pub slow_only: bool,
-    /// Only these items (`--item ID`); empty: all.
-    pub only: Vec<u64>,
-}
 
 /// One warning about an items report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -66,7 +37,7 @@ pub struct ItemsWarning {
 }
 
 /// Things a reader of an items report must not miss.
-pub fn items_warnings(r: &ItemsReport) -> Vec<ItemsWarning> {
+pub fn items_warnings<R>(r: &ItemsReport<R>) -> Vec<ItemsWarning> {
     let mut out = Vec::new();
     let mut w = |kind, message| out.push(ItemsWarning { kind, message });
     if r.lost_markers > 0 {
@@ -115,31 +86,6 @@ pub fn items_warnings(r: &ItemsReport) -> Vec<ItemsWarning> {
     out
 }
 
-/// Item rows in the requested order, limited to `top`.
-pub fn sorted_items<'a>(r: &'a ItemsReport, view: &ItemsView) -> Vec<&'a ItemRow> {
-    let mut v: Vec<&ItemRow> = r
-        .items
-        .iter()
-        .filter(|i| {
-            (!view.slow_only || i.anomalous) && (view.only.is_empty() || view.only.contains(&i.id))
-        })
-        .collect();
-    let key = |a: &&ItemRow, b: &&ItemRow| -> Ordering {
-        match view.sort {
-            ItemSort::Duration => b.duration_ns.cmp(&a.duration_ns),
-            ItemSort::Anomaly => b.anomaly_score.total_cmp(&a.anomaly_score),
-            ItemSort::Id => a.id.cmp(&b.id),
-            ItemSort::Begin => Ordering::Equal,
-        }
-        .then(a.begin_ns.cmp(&b.begin_ns))
-    };
-    v.sort_by(key);
-    if let Some(n) = view.top {
-        v.truncate(n);
-    }
-    v
-}
-
 /// An estimate in ns, `~`-prefixed when unreliable.
 fn est(ns: f64, reliable: bool) -> String {
     format!(
@@ -168,13 +114,13 @@ fn table(out: &mut String, head: &[(&str, bool)], rows: &[Vec<String>]) {
     render_table(out, &head, rows);
 }
 
-fn summary(out: &mut String, r: &ItemsReport) {
-    let anomalous = r.items.iter().filter(|i| i.anomalous).count();
+fn summary(out: &mut String, list: &ItemList) {
+    let r = &list.report;
     let _ = writeln!(
         out,
         "# Items:     {} ({} anomalous) in {} classes; mode: {}",
-        thousands(r.items.len() as u64),
-        anomalous,
+        thousands(list.total_items as u64),
+        list.anomalous.len(),
         r.classes.len(),
         r.mode
     );
@@ -212,15 +158,17 @@ fn summary(out: &mut String, r: &ItemsReport) {
 }
 
 /// The `tailprof items` table (see the module docs).
-pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
+pub fn render_items(list: &ItemList) -> String {
     let mut out = String::new();
-    summary(&mut out, r);
+    summary(&mut out, list);
     out.push('\n');
+    let r = &list.report;
     let e = r.shown_estimator;
-    let shown = sorted_items(r, view);
-    let rows: Vec<Vec<String>> = shown
+    let rows: Vec<Vec<String>> = r
+        .items
         .iter()
-        .map(|it| {
+        .map(|entry| {
+            let it = &entry.row;
             let top: Vec<String> = it
                 .functions
                 .iter()
@@ -259,20 +207,8 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
         ],
         &rows,
     );
-    let matching = sorted_items(
-        r,
-        &ItemsView {
-            top: None,
-            ..view.clone()
-        },
-    )
-    .len();
-    if shown.len() < matching {
-        let _ = writeln!(
-            out,
-            "({} more items; --top 0 shows all)",
-            thousands((matching - shown.len()) as u64)
-        );
+    if let Some(more) = list.more_items {
+        let _ = writeln!(out, "({} more items; --top 0 shows all)", thousands(more as u64));
     }
     out.push('\n');
     let rows: Vec<Vec<String>> = r
@@ -299,7 +235,7 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
         ],
         &rows,
     );
-    let slow: Vec<&ItemRow> = r.items.iter().filter(|i| i.anomalous).collect();
+    let slow = &list.anomalous;
     if !slow.is_empty() {
         let _ = writeln!(
             out,
@@ -323,7 +259,7 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
                 }
             );
             let excess = it.duration_ns.saturating_sub(median);
-            let resolution = resolution_ns(r);
+            let resolution = r.resolution_ns();
             if (excess as f64) < resolution {
                 let _ = writeln!(
                     out,
@@ -337,40 +273,6 @@ pub fn render_items(r: &ItemsReport, view: &ItemsView) -> String {
         }
     }
     out
-}
-
-/// The smallest excess over the class median the sampling resolves:
-/// `min_reliable_samples` sample intervals (as [`tailprof_analyze::stack_explain`]).
-pub fn resolution_ns(r: &ItemsReport) -> f64 {
-    r.min_reliable_samples.max(1) as f64 * r.mean_interval_ns
-}
-
-/// `tailprof items --json`.
-pub fn items_json(r: &ItemsReport, view: &ItemsView) -> Result<Value, PresentError> {
-    let mut v = serde_json::to_value(r)?;
-    let obj = v
-        .as_object_mut()
-        .expect("ItemsReport serializes to an object");
-    let shown = sorted_items(r, view);
-    obj.insert("items".into(), serde_json::to_value(&shown)?);
-    let matching = sorted_items(
-        r,
-        &ItemsView {
-            top: None,
-            ..view.clone()
-        },
-    )
-    .len();
-    if shown.len() < matching {
-        obj.insert("more_items".into(), Value::from(matching - shown.len()));
-    }
-    obj.insert("warnings".into(), serde_json::to_value(items_warnings(r))?);
-    Ok(v)
-}
-
-/// [`items_json`], pretty-printed.
-pub fn items_json_string(r: &ItemsReport, view: &ItemsView) -> Result<String, PresentError> {
-    Ok(serde_json::to_string_pretty(&items_json(r, view)?)?)
 }
 
 /// `tailprof items --explain ID`.
@@ -487,133 +389,31 @@ pub fn render_explanation(x: &Explanation) -> String {
     out
 }
 
-/// `tailprof items --explain ID --json`: the [`Explanation`] as an object.
-pub fn explanation_json(x: &Explanation) -> Result<Value, PresentError> {
-    Ok(serde_json::to_value(x)?)
-}
-
-/// [`explanation_json`], pretty-printed.
-pub fn explanation_json_string(x: &Explanation) -> Result<String, PresentError> {
-    Ok(serde_json::to_string_pretty(&explanation_json(x)?)?)
-}
-
-/// Off-CPU stacks listed per item in JSON and text.
-pub const ITEM_OFF_CPU_STACKS: usize = 5;
-
-/// Adds to each item object of an [`items_json`] document (matched by `id`) where its
-/// wall time went: `cpu_ns`, `off_cpu_ns`, `runnable_ns`, `blocked_ns` (`null` when
-/// the trace has no context switches) and `off_cpu: [{"state", "ns", "frames": [root,
-/// …, leaf]}]` (the top [`ITEM_OFF_CPU_STACKS`] stacks); flagged items also get
-/// `excess_resolvable` (false: the excess over the class median is below
-/// [`resolution_ns`], so sampling cannot say which code took it). `profile` must have been built
-/// with the spans of `r.items`. Returns how many items were extended.
-pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfile) -> usize {
-    let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else {
-        return 0;
-    };
-    let by_id: std::collections::HashMap<u64, usize> = r
-        .items
-        .iter()
-        .enumerate()
-        .map(|(i, it)| (it.id, i))
-        .collect();
-    let switches = profile.switches > 0;
-    let mut n = 0;
-    for v in items {
-        let Some(i) = v
-            .get("id")
-            .and_then(Value::as_u64)
-            .and_then(|id| by_id.get(&id).copied())
-        else {
-            continue;
-        };
-        let (row, st) = (&r.items[i], profile.items.get(i));
-        let split = time_split(
-            row.duration_ns,
-            row.samples,
-            r.mean_interval_ns,
-            st,
-            switches,
-        );
-        let Some(obj) = v.as_object_mut() else {
-            continue;
-        };
-        obj.insert("cpu_ns".into(), json!(split.cpu_ns));
-        obj.insert("off_cpu_ns".into(), json!(split.off_cpu_ns));
-        obj.insert("runnable_ns".into(), json!(split.runnable_ns));
-        obj.insert("blocked_ns".into(), json!(split.blocked_ns));
-        if st.is_some_and(|s| s.off_cpu_partial) {
-            // Off-CPU recording started during the item: what `off_cpu` lists is a part.
-            obj.insert("off_cpu_partial".into(), json!(true));
-        }
-        let off: Vec<Value> = st
-            .map(|s| {
-                s.off_cpu
-                    .iter()
-                    .take(ITEM_OFF_CPU_STACKS)
-                    .map(|o| json!({"state": o.state.name(), "ns": o.ns, "frames": profile.frames(o.path)}))
-                    .collect()
-            })
-            .unwrap_or_default();
-        obj.insert("off_cpu".into(), Value::Array(off));
-        if row.anomalous {
-            // Flagged, but is the excess large enough for sampling to explain?
-            let median = r
-                .class_stats(&row.class)
-                .map_or(0, |c| c.median_duration_ns);
-            let resolvable = row.duration_ns.saturating_sub(median) as f64 >= resolution_ns(r);
-            obj.insert("excess_resolvable".into(), json!(resolvable));
-        }
-        n += 1;
-    }
-    if let Some(obj) = doc.as_object_mut() {
-        obj.insert("switches".into(), json!(profile.switches));
-        obj.insert("stack_statuses".into(), json!(profile.statuses));
-    }
-    n
-}
-
 /// The text lines that say where the shown items' wall time went: for each item with
 /// off-CPU time, `wall = cpu + blocked + runnable` and its top off-CPU stacks
 /// ("blocked 18.2 ms in XactLockTableWait ← heap_update ← …").
-pub fn render_items_off_cpu(r: &ItemsReport, view: &ItemsView, profile: &StackProfile) -> String {
+pub fn render_items_off_cpu(list: &ItemList) -> String {
     let mut out = String::new();
-    if profile.switches == 0 {
+    if list.switches == 0 {
         out.push_str("\nOff-CPU: no context switches in this trace (record with --off-cpu to see blocked and runnable time)\n");
         return out;
     }
-    let by_id: std::collections::HashMap<u64, usize> = r
-        .items
-        .iter()
-        .enumerate()
-        .map(|(i, it)| (it.id, i))
-        .collect();
     let mut lines = String::new();
-    for it in sorted_items(r, view) {
-        let Some(&i) = by_id.get(&it.id) else {
-            continue;
-        };
-        let Some(st) = profile.items.get(i) else {
-            continue;
-        };
-        if st.off_cpu_ns() == 0 {
+    for e in &list.report.items {
+        let it = &e.row;
+        let (blocked, runnable) = (e.measured_blocked_ns, e.measured_runnable_ns);
+        let off = runnable.saturating_add(blocked);
+        if off == 0 {
             continue;
         }
-        let s = time_split(
-            it.duration_ns,
-            it.samples,
-            r.mean_interval_ns,
-            Some(st),
-            true,
-        );
-        let _ = if st.off_cpu_partial {
+        let _ = if e.off_cpu_partial {
             writeln!(
                 lines,
                 "  item {}: {}, at least blocked {} + runnable {} (off-CPU recording started during this item)",
                 it.id,
                 duration(it.duration_ns),
-                duration(st.blocked_ns),
-                duration(st.runnable_ns)
+                duration(blocked),
+                duration(runnable)
             )
         } else {
             writeln!(
@@ -621,13 +421,14 @@ pub fn render_items_off_cpu(r: &ItemsReport, view: &ItemsView, profile: &StackPr
                 "  item {}: {} = cpu {} + blocked {} + runnable {}",
                 it.id,
                 duration(it.duration_ns),
-                duration(s.cpu_ns),
-                duration(st.blocked_ns),
-                duration(st.runnable_ns)
+                duration(it.duration_ns - off.min(it.duration_ns)),
+                duration(blocked),
+                duration(runnable)
             )
         };
-        for o in st.off_cpu.iter().take(3) {
-            let _ = writeln!(lines, "      {}", off_row_line(profile, o));
+        for o in e.off_cpu.iter().take(3) {
+            let frames: Vec<&str> = o.frames.iter().map(String::as_str).collect();
+            let _ = writeln!(lines, "      {}", off_cpu_line(o.state, o.ns, &frames, &o.kernel));
         }
     }
     if lines.is_empty() {
@@ -726,71 +527,47 @@ pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
     out
 }
 
-/// Adds the stack explanation to an [`explanation_json`] object: `stacks: [{"frames",
-/// "samples", "est_ns", "median_ns", "delta_ns"}]`, `off_cpu: [{"state", "ns", "frames",
-/// "median_ns", "delta_ns"}]`, `cpu_ns`, `off_cpu_ns`, `runnable_ns`, `blocked_ns`,
-/// `resolvable`, `resolution_ns` and `resolution_note`.
-pub fn merge_stack_explanation(doc: &mut Value, x: &StackExplanation) {
-    let Some(obj) = doc.as_object_mut() else {
-        return;
+/// `tailprof items` as text: the items table and their off-CPU time, or the
+/// explanation (by function, by stack, by cause), or the store's slow requests; then
+/// the loss block.
+pub fn render_document(doc: &ItemsDocument) -> String {
+    let mut out = match doc {
+        ItemsDocument::List(list) => render_items(list) + &render_items_off_cpu(list),
+        ItemsDocument::Explain(x) => render_item_explain(x),
+        ItemsDocument::Stored(s) => return crate::store_view::stored_items_text(&s.items, s.top),
+        _ => String::new(),
     };
-    let stacks: Vec<Value> = x
-        .stacks
-        .iter()
-        .map(|d| json!({"frames": d.frames, "samples": d.samples, "est_ns": d.est_ns, "median_ns": d.median_ns, "delta_ns": d.delta_ns}))
-        .collect();
-    obj.insert("stacks".into(), Value::Array(stacks));
-    let off: Vec<Value> = x
-        .off_cpu
-        .iter()
-        .map(|o| json!({"state": o.state.name(), "ns": o.ns, "frames": o.frames, "median_ns": o.median_ns, "delta_ns": o.delta_ns}))
-        .collect();
-    obj.insert("off_cpu".into(), Value::Array(off));
-    obj.insert("cpu_ns".into(), json!(x.split.cpu_ns));
-    obj.insert("off_cpu_ns".into(), json!(x.split.off_cpu_ns));
-    obj.insert("runnable_ns".into(), json!(x.split.runnable_ns));
-    obj.insert("blocked_ns".into(), json!(x.split.blocked_ns));
-    obj.insert("resolvable".into(), json!(x.resolvable));
-    obj.insert("resolution_ns".into(), json!(x.resolution_ns));
-    obj.insert("resolution_note".into(), json!(x.note));
+    let losses = match doc {
+        ItemsDocument::List(list) => &list.losses,
+        ItemsDocument::Explain(x) => &x.losses,
+        _ => return out,
+    };
+    crate::losses::append_losses(&mut out, losses);
+    out
 }
 
-/// Adds `woken_by` and `preempted_by` (issue 21, docs/JSON.md "items: woken_by /
-/// preempted_by") to each item object of an [`items_json`] document, when the trace
-/// recorded wakeups (`profile.cause_stats.recorded`; otherwise the document is left as it
-/// is). `profile` must have been built with the spans of the document's report. Returns
-/// how many items were extended.
-pub fn merge_item_causes(doc: &mut Value, profile: &StackProfile) -> Result<usize, PresentError> {
-    if !profile.cause_stats.recorded {
-        return Ok(0);
-    }
-    let by_id: std::collections::HashMap<u64, &tailprof_analyze::causes::ItemCauses> =
-        profile.causes.iter().map(|c| (c.id, c)).collect();
-    let Some(items) = doc.get_mut("items").and_then(Value::as_array_mut) else { return Ok(0) };
-    let mut n = 0;
-    for v in items {
-        let Some(id) = v.get("id").and_then(Value::as_u64) else { continue };
-        let c = by_id.get(&id);
-        let Some(obj) = v.as_object_mut() else { continue };
-        obj.insert("woken_by".into(), serde_json::to_value(c.map(|c| &c.woken_by[..]).unwrap_or(&[]))?);
-        obj.insert("preempted_by".into(), serde_json::to_value(c.map(|c| &c.preempted_by[..]).unwrap_or(&[]))?);
-        n += 1;
-    }
-    Ok(n)
+/// `tailprof items --explain ID`: by function, by stack and off-CPU state, by cause.
+pub fn render_item_explain(x: &ItemExplain) -> String {
+    render_explanation(&x.functions) + &render_stack_explanation(&x.stacks, 15) + &render_causes(&x.causes.0)
 }
 
-/// Adds the item's `woken_by`, `preempted_by` and `causes` (the excess split by cause)
-/// to an [`explanation_json`] document, when the trace recorded wakeups.
-pub fn merge_causes_explanation(doc: &mut Value, x: &CauseExplanation) -> Result<(), PresentError> {
-    let Some(obj) = doc.as_object_mut() else { return Ok(()) };
-    if x.recorded {
-        obj.insert("woken_by".into(), serde_json::to_value(&x.woken_by)?);
-        obj.insert("preempted_by".into(), serde_json::to_value(&x.preempted_by)?);
+/// The items list with its warnings: the JSON object of `items --json`.
+#[derive(Serialize)]
+struct ListJson<'a> {
+    #[serde(flatten)]
+    list: &'a ItemList,
+    warnings: Vec<ItemsWarning>,
+}
+
+/// `tailprof items --json` (docs/JSON.md): the document as printed, with its
+/// `schema_version` (and, for a list of items, its `warnings`).
+pub fn document_json(doc: &ItemsDocument) -> Result<String, PresentError> {
+    match doc {
+        ItemsDocument::List(list) => {
+            crate::json::document(&ListJson { list, warnings: items_warnings(&list.report) })
+        }
+        other => crate::json::document(other),
     }
-    if let Some(split) = &x.split {
-        obj.insert("causes".into(), serde_json::to_value(split)?);
-    }
-    Ok(())
 }
 
 /// A stack, leaf first, at most `n` frames: `worker_slow_path ← worker ← …`.

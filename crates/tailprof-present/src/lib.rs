@@ -14,7 +14,7 @@
 //! - [`flamegraph`]: SVG flame graphs (inferno) for the HTML report, differential too.
 //! - [`items`]: `tailprof items` tables and JSON, and `--explain`.
 //! - [`overhead`]: `calibrate`, `overhead`, `plan` and the demo's accuracy check, from
-//!   `tailprof-measure`'s typed results.
+//!   the typed results in `tailprof_analyze::measured`.
 //! - [`fmt`]: number, byte and duration formatting.
 //!
 //! Everything returns strings or values; nothing prints.

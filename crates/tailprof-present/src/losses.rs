@@ -18,12 +18,13 @@
 //! stats.add_loss(LossKind::Malformed, 3);
 //! let t = LossTable::new(&stats, None);
 //! assert!(tailprof_present::losses::render_losses(&t).contains("malformed_records"));
-//! let doc = tailprof_present::losses::with_losses_json("{\"samples\": 1}", &t).unwrap();
+//! let doc = tailprof_present::losses::document_with_losses(&serde_json::json!({"samples": 1}), &t).unwrap();
 //! assert!(doc.contains("\"losses\""));
 //! ```
 
+use serde::Serialize;
 use serde_json::Value;
-use tailprof_format::losses::LossTable;
+use tailprof_format::losses::{LossRow, LossTable};
 
 use crate::fmt::thousands;
 use crate::PresentError;
@@ -48,24 +49,37 @@ pub fn render_losses(t: &LossTable) -> String {
     out
 }
 
+/// Append the loss block (after a blank line) to text output, when there is one.
+pub fn append_losses(out: &mut String, t: &LossTable) {
+    let block = render_losses(t);
+    if !block.is_empty() {
+        if !out.is_empty() && !out.ends_with("\n\n") {
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push('\n');
+        }
+        out.push_str(&block);
+    }
+}
+
 /// The `losses` array.
 pub fn losses_json(t: &LossTable) -> Result<Value, PresentError> {
     Ok(serde_json::to_value(&t.rows)?)
 }
 
-/// Add `losses` to a JSON object document (a no-op for anything but an object).
-pub fn add_losses(doc: &mut Value, t: &LossTable) -> Result<(), PresentError> {
-    if let Some(obj) = doc.as_object_mut() {
-        obj.insert("losses".into(), losses_json(t)?);
-    }
-    Ok(())
+/// An object document with the `losses` array beside its own fields.
+#[derive(Serialize)]
+struct WithLosses<'a, T: Serialize + ?Sized> {
+    #[serde(flatten)]
+    doc: &'a T,
+    losses: &'a [LossRow],
 }
 
-/// `json` (an object document) with `losses` added, pretty-printed.
-pub fn with_losses_json(json: &str, t: &LossTable) -> Result<String, PresentError> {
-    let mut v: Value = serde_json::from_str(json)?;
-    add_losses(&mut v, t)?;
-    crate::json::document(&v)
+/// `doc` (a document that serializes to an object) with `losses`, as printed
+/// ([`crate::json::document`]).
+pub fn document_with_losses<T: Serialize + ?Sized>(doc: &T, t: &LossTable) -> Result<String, PresentError> {
+    crate::json::document(&WithLosses { doc, losses: &t.rows })
 }
 
 #[cfg(test)]

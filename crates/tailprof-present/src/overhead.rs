@@ -8,14 +8,12 @@ use std::fmt::Write as _;
 use std::collections::BTreeMap;
 
 use tailprof_analyze::items::ItemsReport;
-use tailprof_measure::accuracy::{Accuracy, Truth};
-use tailprof_measure::calibrate::{ns_text as ns, period_text, CalibrationReport};
-use tailprof_measure::calibration::AlphaSource;
-use tailprof_measure::overhead::{OverheadReport, Prediction};
-use tailprof_measure::plan::{PlanReport, DEFAULT_RING_PAGES, RING_HOLD_S};
+use tailprof_analyze::measured::{
+    Accuracy, AlphaSource, CalibrationReport, OverheadReport, PlanReport, Prediction, Truth,
+};
 use tailprof_analyze::overhead::{Basis, OverheadEstimate, RateModel};
 
-use crate::fmt::{bytes, duration, thousands};
+use crate::fmt::{bytes, duration, ns_text as ns, period_text, thousands};
 
 /// "12.3 µs [11.9, 12.8] per sample (calibration <path>)" / "(--alpha)".
 pub fn describe_alpha(a: &AlphaSource) -> String {
@@ -358,10 +356,11 @@ pub fn plan_text(r: &PlanReport) -> String {
     let pages = r.ring_pages_per_cpu;
     let _ = writeln!(
         s,
-        "  ring per CPU       {pages} pages ({}) for {RING_HOLD_S} s of {}-byte records{}",
+        "  ring per CPU       {pages} pages ({}) for {} s of {}-byte records{}",
         bytes(pages.saturating_mul(r.page_size)),
+        r.ring_hold_s,
         r.raw_record_bytes,
-        if pages <= DEFAULT_RING_PAGES { "; the default 128 pages suffice" } else { "" }
+        if pages <= r.default_ring_pages { format!("; the default {} pages suffice", r.default_ring_pages) } else { String::new() }
     );
     if let Some(g) = &r.pebs {
         let _ = writeln!(s, "  PEBS buffer guidance:");

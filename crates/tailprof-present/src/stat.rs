@@ -1,9 +1,9 @@
-//! Text and JSON for `tailprof stat` ([`tailprof_measure::stat::StatReport`]).
+//! Text and JSON for `tailprof stat` ([`tailprof_analyze::measured::StatReport`]).
 
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 
-use tailprof_measure::stat::{StatInterval, StatReport};
+use tailprof_analyze::measured::{StatInterval, StatReport};
 
 use crate::fmt::{duration, thousands};
 
@@ -35,7 +35,7 @@ pub fn stat_json(r: &StatReport) -> Value {
             "pmu": r.counters.pmu,
             "programmable": r.counters.generic,
             "fixed": r.counters.fixed,
-            "description": r.counters.describe(),
+            "description": r.counters.description,
         },
     });
     if let Some(iv) = r.interval_ns {
@@ -88,7 +88,7 @@ pub fn stat_text(r: &StatReport) -> String {
              through the PMU's counters, so their counts are scaled estimates (count × enabled / running); \
              this PMU has {}",
             r.events.len(),
-            r.counters.describe()
+            r.counters.description
         );
         let _ = writeln!(
             out,
@@ -97,7 +97,7 @@ pub fn stat_text(r: &StatReport) -> String {
              as many hardware events at once as there are counters"
         );
     } else {
-        let _ = writeln!(out, "  no multiplexing: every counter ran for the whole time it was enabled ({})", r.counters.describe());
+        let _ = writeln!(out, "  no multiplexing: every counter ran for the whole time it was enabled ({})", r.counters.description);
     }
     out
 }

@@ -40,6 +40,7 @@
 //! ```
 
 pub mod anomaly;
+pub mod document;
 pub mod estimate;
 pub mod explain;
 pub mod join;
@@ -51,6 +52,7 @@ use tailprof_format::TraceReader;
 use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
+pub use document::{document, ItemList, ItemSelection, ItemSort, ItemsDocument, ItemsQuery};
 pub use explain::{explain, Baseline, BaselineFunction, Explanation, FunctionDiff};
 pub use join::{ItemsJoin, JoinState};
 pub use samples::{item_samples, ItemSample, ItemSamples};
@@ -114,11 +116,12 @@ impl Estimator {
     }
 }
 
-/// Everything [`items_report`] found.
+/// Everything [`items_report`] found. `Row` is [`ItemRow`]; the items document
+/// ([`document::ItemList`]) carries the same fields with its shown rows instead.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ItemsReport {
+pub struct ItemsReport<Row = ItemRow> {
     /// Sorted by begin time (then pid, tid, id).
-    pub items: Vec<ItemRow>,
+    pub items: Vec<Row>,
     /// Samples of the selected event on no open item.
     pub outside_samples: u64,
     /// Samples of the selected event.
@@ -212,15 +215,46 @@ impl ItemFunction {
     }
 }
 
-impl ItemsReport {
-    /// The first item with this id (ids may repeat across processes).
-    pub fn item(&self, id: u64) -> Option<&ItemRow> {
-        self.items.iter().find(|i| i.id == id)
+impl<Row> ItemsReport<Row> {
+    /// The same report with other rows (`items`); every other field kept.
+    pub fn with_rows<R>(self, items: Vec<R>) -> ItemsReport<R> {
+        ItemsReport {
+            items,
+            outside_samples: self.outside_samples,
+            total_samples: self.total_samples,
+            shown_estimator: self.shown_estimator,
+            mean_interval_ns: self.mean_interval_ns,
+            interval_source: self.interval_source,
+            lost_markers: self.lost_markers,
+            unmatched_markers: self.unmatched_markers,
+            open_at_end: self.open_at_end,
+            markers: self.markers,
+            mode: self.mode,
+            duration_source: self.duration_source,
+            event: self.event,
+            min_reliable_samples: self.min_reliable_samples,
+            mad_k: self.mad_k,
+            responsible_share: self.responsible_share,
+            classes: self.classes,
+        }
     }
 
     /// Statistics of `class`.
     pub fn class_stats(&self, class: &Option<String>) -> Option<&ClassStats> {
         self.classes.iter().find(|c| &c.class == class)
+    }
+
+    /// The smallest excess over the class median the sampling resolves:
+    /// `min_reliable_samples` sample intervals (as [`crate::stack_explain`]).
+    pub fn resolution_ns(&self) -> f64 {
+        self.min_reliable_samples.max(1) as f64 * self.mean_interval_ns
+    }
+}
+
+impl ItemsReport {
+    /// The first item with this id (ids may repeat across processes).
+    pub fn item(&self, id: u64) -> Option<&ItemRow> {
+        self.items.iter().find(|i| i.id == id)
     }
 }
 
