@@ -16,7 +16,7 @@ use tailprof_collect::session::{
     ItemOptions, RecordError, RecordOptions, Recorder, RunWarning, Target, VecOutput,
 };
 use tailprof_collect::sys::CollectError;
-use tailprof_collect::uprobe::{ItemProbes, ProbeSpec, UprobeError};
+use tailprof_collect::items::uprobe::{ItemProbes, ProbeSpec, UprobeError};
 use tailprof_format::{Marker, MarkerKind, MarkerSource, Record, Sample};
 
 fn tmp(name: &str) -> PathBuf {

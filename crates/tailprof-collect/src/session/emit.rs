@@ -11,7 +11,7 @@ use crate::buildid;
 use crate::parse::{Decoded, Decoder};
 use crate::ring::{Pending, RoundQueue};
 use crate::stacks::StackMaker;
-use crate::uprobe::{MarkerMaker, ProbeRole};
+use crate::items::uprobe::{MarkerMaker, ProbeRole};
 
 /// `(device as st_dev encodes it, inode)` of a mapped file.
 pub(super) type FileKey = (u64, u64);
@@ -144,10 +144,10 @@ pub(super) struct Emitter {
     /// Call stacks, context switches and off-CPU stacks (`None`: not recorded).
     pub(super) stacks: Option<StackMaker>,
     /// `--item-class-from` probes: their hits become class labels (`Label` markers).
-    pub(super) classes: Option<super::items::ClassProbes>,
+    pub(super) classes: Option<crate::items::classprobe::ClassProbes>,
     /// `-a`: executable mappings are shown to it, to attach marked processes that start
     /// while recording (`None`: other targets).
-    pub(super) follow: Option<super::items::MarkerFollower>,
+    pub(super) follow: Option<crate::items::markers::MarkerFollower>,
     /// Bytes of build-id entries handed to the output so far.
     pub(super) build_id_bytes_out: usize,
     /// Perf maps and jitdumps of the recorded processes (issue 23), shown every MMAP.
