@@ -23,7 +23,6 @@ pub use tailprof_collect_sys::{attr, buildid, caps, event, parse, procfs, ring, 
 pub mod bandwidth;
 
 pub mod counting;
-pub mod datadir;
 pub mod items;
 pub mod jit;
 pub mod session;

@@ -53,13 +53,13 @@ pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// The calibration directory (see the module docs).
 pub fn dir() -> Result<PathBuf> {
-    tailprof_collect::datadir::calibration_dir().map_err(MeasureError::Invalid)
+    crate::datadir::calibration_dir().map_err(|e| MeasureError::Invalid(e.to_string()))
 }
 
 /// The calibration directory for `TAILPROF_HOME=tailprof_home` (tests and tools that
 /// set the variable for a child).
 pub fn dir_in(tailprof_home: &Path) -> PathBuf {
-    tailprof_collect::datadir::calibration_dir_in(tailprof_home)
+    crate::datadir::calibration_dir_in(tailprof_home)
 }
 
 /// The file for `event` on this machine.

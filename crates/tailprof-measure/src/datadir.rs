@@ -1,13 +1,22 @@
 //! Where tailprof keeps what it measured about this machine: α calibrations
-//! (`tailprof_measure::calibration`) and the bandwidth probe
-//! ([`crate::bandwidth::probe`]). The one definition of the calibration directory.
+//! ([`crate::calibration`]) and the bandwidth probe's result ([`crate::probe_store`]).
+//! The one definition of the calibration directory.
 
 use std::path::{Path, PathBuf};
+
+/// Why there is no calibration directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DataDirError {
+    /// Neither `TAILPROF_HOME`, `XDG_DATA_HOME` nor `HOME` is set.
+    #[error("cannot find a place for calibration files: set TAILPROF_HOME or HOME")]
+    NoHome,
+}
 
 /// The calibration directory: `$TAILPROF_HOME/calibration/` when `TAILPROF_HOME` is set
 /// (and not empty), else `$XDG_DATA_HOME/tailprof/calibration/`, else
 /// `~/.local/share/tailprof/calibration/`. The error says what to set.
-pub fn calibration_dir() -> Result<PathBuf, String> {
+pub fn calibration_dir() -> Result<PathBuf, DataDirError> {
     let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(home) = nonempty("TAILPROF_HOME") {
         return Ok(calibration_dir_in(&home));
@@ -15,7 +24,7 @@ pub fn calibration_dir() -> Result<PathBuf, String> {
     if let Some(data) = nonempty("XDG_DATA_HOME") {
         return Ok(data.join("tailprof/calibration"));
     }
-    let home = nonempty("HOME").ok_or_else(|| "cannot find a place for calibration files: set TAILPROF_HOME or HOME".to_string())?;
+    let home = nonempty("HOME").ok_or(DataDirError::NoHome)?;
     Ok(home.join(".local/share/tailprof/calibration"))
 }
 
