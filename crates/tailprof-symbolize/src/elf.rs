@@ -6,7 +6,7 @@
 //!
 //! Every size and count comes from an untrusted file, so each is checked against the
 //! file's length and a fixed cap before anything is allocated; a malformed file is an
-//! error string, never a panic. ELF32 and ELF64, both byte orders.
+//! [`Error`], never a panic. ELF32 and ELF64, both byte orders.
 
 use std::fs::File;
 use std::io::Read;
@@ -16,20 +16,22 @@ use std::path::{Path, PathBuf};
 
 use tailprof_elf::{Elf, SectionHeader, PT_LOAD, SHT_NOBITS};
 
+use crate::error::{Error, Result};
+
 /// At most this many bytes of one section are read into memory.
 pub(crate) const MAX_SECTION: u64 = 512 << 20;
 
 /// Open an untrusted path: no symlink at the last component, no blocking on FIFOs,
 /// regular files only.
-pub(crate) fn open_untrusted(path: &Path) -> Result<File, String> {
+pub(crate) fn open_untrusted(path: &Path) -> Result<File> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let md = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| Error::io(path.display(), e))?;
+    let md = f.metadata().map_err(|e| Error::io(path.display(), e))?;
     if !md.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
+        return Err(Error::Damaged(format!("{}: not a regular file", path.display())));
     }
     Ok(f)
 }
@@ -64,20 +66,20 @@ pub(crate) struct ElfFile {
 }
 
 impl ElfFile {
-    pub fn open(path: &Path) -> Result<Self, String> {
+    pub fn open(path: &Path) -> Result<Self> {
         let file = open_untrusted(path)?;
-        Self::parse(file).map_err(|e| format!("{}: {e}", path.display()))
+        Self::parse(file).map_err(|source| Error::Elf { what: path.display().to_string(), source })
     }
 
-    fn read_at(&self, offset: u64, size: u64) -> Result<Vec<u8>, String> {
-        self.elf.read_vec(offset, size, MAX_SECTION).map_err(|e| e.to_string())
+    fn read_at(&self, offset: u64, size: u64) -> tailprof_elf::Result<Vec<u8>> {
+        self.elf.read_vec(offset, size, MAX_SECTION)
     }
 
-    fn parse(file: File) -> Result<Self, String> {
-        let elf = Elf::parse(file).map_err(|e| e.to_string())?;
+    fn parse(file: File) -> tailprof_elf::Result<Self> {
+        let elf = Elf::parse(file)?;
         let mut segments = Vec::new();
-        for p in elf.program_headers().map_err(|e| e.to_string())? {
-            let p = p.map_err(|e| e.to_string())?;
+        for p in elf.program_headers()? {
+            let p = p?;
             if p.kind == PT_LOAD {
                 segments.push(Segment { offset: p.offset, vaddr: p.vaddr, filesz: p.filesz });
             }
@@ -107,14 +109,14 @@ impl ElfFile {
     }
 
     /// CRC-32 (the `.gnu_debuglink` one) of the whole file.
-    pub fn crc32(&self) -> Result<u32, String> {
+    pub fn crc32(&self) -> Result<u32> {
         let (file, len) = (self.elf.reader(), self.elf.file_len());
         let mut h = crc32fast::Hasher::new();
         let mut buf = vec![0u8; 1 << 16];
         let mut at = 0u64;
         while at < len {
             let n = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
-            file.read_exact_at(&mut buf[..n], at).map_err(|e| e.to_string())?;
+            file.read_exact_at(&mut buf[..n], at).map_err(|e| Error::io("reading for the CRC", e))?;
             h.update(&buf[..n]);
             at += n as u64;
         }
@@ -176,16 +178,16 @@ impl ElfFile {
 }
 
 /// CRC-32 (the one `.gnu_debuglink` uses) of a whole untrusted file, read in chunks.
-pub(crate) fn file_crc32(path: &Path, max_len: u64) -> Result<u32, String> {
+pub(crate) fn file_crc32(path: &Path, max_len: u64) -> Result<u32> {
     let mut f = open_untrusted(path)?;
-    let len = f.metadata().map_err(|e| e.to_string())?.len();
+    let len = f.metadata().map_err(|e| Error::io(path.display(), e))?.len();
     if len > max_len {
-        return Err(format!("{}: {len} bytes is larger than the {max_len}-byte limit", path.display()));
+        return Err(Error::Limit(format!("{}: {len} bytes is larger than the {max_len}-byte limit", path.display())));
     }
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        let n = f.read(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        let n = f.read(&mut buf).map_err(|e| Error::io(path.display(), e))?;
         if n == 0 {
             break;
         }
