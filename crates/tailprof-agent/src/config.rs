@@ -109,13 +109,23 @@ pub enum ConfigValueError {
     UnknownKey(String),
     /// A value the key does not accept; `what` says what it takes.
     #[error("{key} = {value:?}: {what}")]
-    BadValue { key: String, value: String, what: String },
+    BadValue {
+        key: String,
+        value: String,
+        what: String,
+    },
 }
 
 impl AgentConfig {
     /// Sets one key. `Err` carries what is wrong and what is accepted.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigValueError> {
-        let bad = |what: &str| Err(ConfigValueError::BadValue { key: key.to_string(), value: value.to_string(), what: what.to_string() });
+        let bad = |what: &str| {
+            Err(ConfigValueError::BadValue {
+                key: key.to_string(),
+                value: value.to_string(),
+                what: what.to_string(),
+            })
+        };
         match key {
             "store" => {
                 if value.is_empty() {

@@ -6,7 +6,6 @@
 //! and are written by the same round rule: sorted by time, and before every raw record
 //! the queued records stamped at or before it go first (see `session`'s module docs).
 
-
 use tailprof_format::{FormatError, LossKind, Lost, Record};
 
 /// Records waiting to be merged into the round (see the module docs).

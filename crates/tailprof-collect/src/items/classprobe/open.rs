@@ -3,13 +3,15 @@
 
 use std::io;
 
-use tailprof_format::{ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample};
+use tailprof_format::{
+    ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample,
+};
 
+use super::{ClassId, ClassSpec, ClassTable, TracefsUprobe};
 use crate::attr::{ClockChoice, PerfEventAttr, ATTR_SIZE};
+use crate::items::{classprobe, uprobe};
 use crate::parse::Layout;
 use crate::sys::{self, CollectError};
-use super::{ClassId, ClassSpec, ClassTable, TracefsUprobe};
-use crate::items::{classprobe, uprobe};
 
 /// `--item-class-from` probes: tracefs uprobe events with a fetch-argument, opened
 /// through perf as tracepoints (period 1, `PERF_SAMPLE_RAW`) next to the sampling events
@@ -270,7 +272,6 @@ fn create_error(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,5 +371,4 @@ mod tests {
         );
         assert_eq!(out.len(), 4);
     }
-
 }

@@ -2,7 +2,6 @@
 
 use std::io;
 
-
 /// Most files remembered by [`MarkerFollower`] (whether each defines the control
 /// symbol); when full the memory starts over (files are then looked at again).
 pub const MAX_FOLLOW_FILES: usize = 16384;
@@ -117,7 +116,12 @@ fn check_control_symbol(
     symtab: bool,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Option<bool> {
-    crate::items::markers::file_defines_until(f, crate::items::markers::CONTROL_SYMBOL, symtab, stop)
+    crate::items::markers::file_defines_until(
+        f,
+        crate::items::markers::CONTROL_SYMBOL,
+        symtab,
+        stop,
+    )
 }
 
 /// The follower's worker thread: a bounded job queue in, answers out.

@@ -2,11 +2,11 @@
 
 use std::io;
 
+use super::{PreparedProbes, ProbeRole, ResolvedProbe, UprobeAttrConfig};
 use crate::attr::ClockChoice;
-use crate::sys::{self, CollectError};
 use crate::items::uprobe;
 use crate::parse::Layout;
-use super::{PreparedProbes, ProbeRole, ResolvedProbe, UprobeAttrConfig};
+use crate::sys::{self, CollectError};
 
 /// Uprobe item boundaries, ready to open per (task, CPU).
 #[derive(Debug)]
