@@ -49,7 +49,7 @@ fn main() {
         ["--kallsyms", out] => {
             // the kernel's table, as the agent builds it
             let f = std::fs::File::open("/proc/kallsyms").unwrap_or_else(|e| die(format!("/proc/kallsyms: {e}")));
-            let t = tailprof_agent::symtab::write_kallsyms_table(f, "00", "[kernel.kallsyms]", std::path::Path::new(out)).unwrap_or_else(|e| die(e));
+            let t = tailprof_agent::symtab::write_kallsyms_table(f, "00", "[kernel.kallsyms]", std::path::Path::new(out)).unwrap_or_else(|e| die(e.to_string()));
             (t.functions, t.skipped)
         }
         ["--blazesym", file, out] => {

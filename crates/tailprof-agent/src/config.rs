@@ -101,10 +101,32 @@ fn bool_value(v: &str) -> Option<bool> {
     }
 }
 
+/// A config key that is unknown or a value it does not accept ([`AgentConfig::set`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigValueError {
+    /// Not a key of the config (the message lists the known ones).
+    #[error("{0}")]
+    UnknownKey(String),
+    /// A value the key does not accept; `what` says what it takes.
+    #[error("{key} = {value:?}: {what}")]
+    BadValue {
+        key: String,
+        value: String,
+        what: String,
+    },
+}
+
 impl AgentConfig {
     /// Sets one key. `Err` carries what is wrong and what is accepted.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
-        let bad = |what: &str| Err(format!("{key} = {value:?}: {what}"));
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigValueError> {
+        let bad = |what: &str| {
+            Err(ConfigValueError::BadValue {
+                key: key.to_string(),
+                value: value.to_string(),
+                what: what.to_string(),
+            })
+        };
         match key {
             "store" => {
                 if value.is_empty() {
@@ -179,11 +201,11 @@ impl AgentConfig {
             "item_begin" => self.item_begin = Some(value.to_string()),
             "item_end" => self.item_end = Some(value.to_string()),
             _ => {
-                return Err(format!(
+                return Err(ConfigValueError::UnknownKey(format!(
                     "unknown key {key:?} (known: store, window, frequency, period, event, stacks, host, \
                      retain_age, retain_size, compact, mmap_pages, duration, push, otlp, slow_threshold, \
                      slow_percentile, item_begin, item_end)"
-                ))
+                )))
             }
         }
         Ok(())
@@ -226,7 +248,7 @@ impl AgentConfig {
                 .strip_prefix('"')
                 .and_then(|x| x.strip_suffix('"'))
                 .unwrap_or(v);
-            self.set(k.trim(), v).map_err(|m| (i + 1, m))?;
+            self.set(k.trim(), v).map_err(|m| (i + 1, m.to_string()))?;
         }
         Ok(())
     }

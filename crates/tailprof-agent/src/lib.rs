@@ -52,7 +52,7 @@ pub enum AgentError {
     #[error(transparent)]
     Event(#[from] tailprof_collect::event::EventError),
     #[error(transparent)]
-    Uprobe(#[from] tailprof_collect::uprobe::UprobeError),
+    Uprobe(#[from] tailprof_collect::items::uprobe::UprobeError),
 }
 
 /// What a run did.
@@ -108,9 +108,9 @@ pub fn run_agent(
         cmdline: vec!["tailprof".into(), "agent".into()],
     };
     let probes = match (&cfg.item_begin, &cfg.item_end) {
-        (Some(b), Some(e)) => Some(tailprof_collect::uprobe::ItemProbes {
-            begin: tailprof_collect::uprobe::ProbeSpec::parse(b)?,
-            end: tailprof_collect::uprobe::ProbeSpec::parse(e)?,
+        (Some(b), Some(e)) => Some(tailprof_collect::items::uprobe::ItemProbes {
+            begin: tailprof_collect::items::uprobe::ProbeSpec::parse(b)?,
+            end: tailprof_collect::items::uprobe::ProbeSpec::parse(e)?,
             id_reg: None,
             class: None,
         }),

@@ -52,7 +52,7 @@ pub const BUILD_ID_ATTR: &str = "process.executable.build_id.gnu";
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
 /// Host:port and request path for an `--otlp` URL.
-pub fn endpoint(url: &str) -> Result<(String, String), String> {
+pub fn endpoint(url: &str) -> Result<(String, String), crate::push::PushError> {
     let (hostport, path) = crate::push::parse_url(url)?;
     let path = if path.ends_with(PROFILES_PATH) { path } else { format!("{path}{PROFILES_PATH}") };
     Ok((hostport, path))
@@ -315,7 +315,7 @@ fn request_with(names: &mut NameCache, w: &WindowBatch) -> ExportProfilesService
 }
 
 /// Sends one window. Errors are counted by the writer, never fatal.
-pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), String> {
+pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), crate::push::PushError> {
     if w.rows.is_empty() {
         return Ok(());
     }
@@ -323,12 +323,12 @@ pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), Stri
     let (hostport, path) = endpoint(url)?;
     let (code, line, resp) = crate::push::http_post(&hostport, &path, "application/x-protobuf", &body, MAX_RESPONSE_BYTES)?;
     if !(200..300).contains(&code) {
-        return Err(format!("endpoint answered {line:?}"));
+        return Err(crate::push::PushError::Rejected(format!("endpoint answered {line:?}")));
     }
     // A partial success names the profiles the receiver dropped.
     if let Ok(r) = ExportProfilesServiceResponse::decode(resp.as_slice()) {
         if let Some(p) = r.partial_success.filter(|p| p.rejected_profiles > 0) {
-            return Err(format!("endpoint rejected {} profiles: {}", p.rejected_profiles, p.error_message));
+            return Err(crate::push::PushError::Rejected(format!("endpoint rejected {} profiles: {}", p.rejected_profiles, p.error_message)));
         }
     }
     Ok(())

@@ -18,15 +18,39 @@ use tailprof_store::Store;
 
 use crate::writer::WindowBatch;
 
+/// Why a window could not be pushed (to a Pyroscope/Parca endpoint or an OTLP receiver).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PushError {
+    /// The URL is not one we can send to (not `http://`, no host).
+    #[error("{0}")]
+    Url(&'static str),
+    /// The window could not be encoded.
+    #[error("{0}")]
+    Encode(String),
+    /// Resolving, connecting, sending or receiving failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The exchange did not complete in time.
+    #[error("no complete exchange within {0} s")]
+    Timeout(f64),
+    /// The receiver broke the protocol (closed early, a head too long, no address).
+    #[error("{0}")]
+    Protocol(&'static str),
+    /// The receiver answered with an error status, or rejected profiles.
+    #[error("{0}")]
+    Rejected(String),
+}
+
 /// Splits `http://host:port/path` into (host:port, path without trailing slash).
-pub fn parse_url(url: &str) -> Result<(String, String), String> {
-    let rest = url.strip_prefix("http://").ok_or("only http:// URLs are supported")?;
+pub fn parse_url(url: &str) -> Result<(String, String), PushError> {
+    let rest = url.strip_prefix("http://").ok_or(PushError::Url("only http:// URLs are supported"))?;
     let (hostport, path) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
         None => (rest, ""),
     };
     if hostport.is_empty() {
-        return Err("no host in the URL".into());
+        return Err(PushError::Url("no host in the URL"));
     }
     let hostport = if hostport.contains(':') { hostport.to_string() } else { format!("{hostport}:80") };
     Ok((hostport, path.to_string()))
@@ -69,16 +93,16 @@ fn export_of(names: &mut crate::names::NameCache, w: &WindowBatch) -> StackExpor
 }
 
 /// The window as gzipped pprof, named from this thread's [`crate::names`] cache.
-pub fn window_profile(store: &Store, w: &WindowBatch) -> Result<Vec<u8>, String> {
+pub fn window_profile(store: &Store, w: &WindowBatch) -> Result<Vec<u8>, PushError> {
     let export = crate::names::with_cache(store, |names| {
         names.begin_window();
         export_of(names, w)
     });
-    tailprof_present::store_view::pprof_gzip(&export).map_err(|e| e.to_string())
+    tailprof_present::store_view::pprof_gzip(&export).map_err(|e| PushError::Encode(e.to_string()))
 }
 
 /// Pushes one window. Errors are counted by the writer, never fatal.
-pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), String> {
+pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), PushError> {
     if w.rows.is_empty() {
         return Ok(());
     }
@@ -102,7 +126,7 @@ pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), Stri
     if (200..300).contains(&code) {
         Ok(())
     } else {
-        Err(format!("endpoint answered {line:?}"))
+        Err(PushError::Rejected(format!("endpoint answered {line:?}")))
     }
 }
 
@@ -121,22 +145,22 @@ fn timed_out(e: &std::io::Error) -> bool {
 /// code, the status line and the response body (at most `max_body` bytes, as far as
 /// `Content-Length` says; 0: the body is not read). Connecting may take 5 s, the rest
 /// at most [`EXCHANGE_DEADLINE`] in all.
-pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize) -> Result<(u32, String, Vec<u8>), String> {
+pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize) -> Result<(u32, String, Vec<u8>), PushError> {
     http_post_within(hostport, target, content_type, body, max_body, EXCHANGE_DEADLINE)
 }
 
-fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize, limit: Duration) -> Result<(u32, String, Vec<u8>), String> {
+fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize, limit: Duration) -> Result<(u32, String, Vec<u8>), PushError> {
     let head = format!(
         "POST {target} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: tailprof/{}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         env!("CARGO_PKG_VERSION"),
         body.len()
     );
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport).map_err(|e| e.to_string())?.next().ok_or("no address")?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport)?.next().ok_or(PushError::Protocol("no address"))?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     // One deadline for the whole exchange: a receiver that reads or answers a byte at a
     // time cannot hold the writer thread (and the windows queued behind it) longer.
     let deadline = std::time::Instant::now() + limit;
-    let expired = || format!("no complete exchange within {} s", limit.as_secs_f64());
+    let expired = || PushError::Timeout(limit.as_secs_f64());
     let left = || {
         let l = deadline.saturating_duration_since(std::time::Instant::now());
         (!l.is_zero()).then_some(l)
@@ -147,18 +171,18 @@ fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8
             while !piece.is_empty() {
                 s.set_write_timeout(Some(left().ok_or_else(expired)?)).ok();
                 match s.write(piece) {
-                    Ok(0) => return Err("connection closed while sending".into()),
+                    Ok(0) => return Err(PushError::Protocol("connection closed while sending")),
                     Ok(n) => piece = &piece[n..],
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) if timed_out(&e) => return Err(expired()),
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
     }
-    let read = |s: &mut TcpStream, chunk: &mut [u8]| -> Result<usize, String> {
+    let read = |s: &mut TcpStream, chunk: &mut [u8]| -> Result<usize, PushError> {
         s.set_read_timeout(Some(left().ok_or_else(expired)?)).ok();
-        s.read(chunk).map_err(|e| if timed_out(&e) { expired() } else { e.to_string() })
+        s.read(chunk).map_err(|e| if timed_out(&e) { expired() } else { e.into() })
     };
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -167,7 +191,7 @@ fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8
             break Some(i + 4);
         }
         if buf.len() > MAX_RESPONSE_HEAD {
-            return Err("response head too long".into());
+            return Err(PushError::Protocol("response head too long"));
         }
         let n = read(&mut s, &mut chunk)?;
         if n == 0 {
@@ -266,7 +290,7 @@ mod tests {
             }
         });
         let e = http_post_within(&addr, "/x", "text/plain", b"body", 100, Duration::from_millis(500)).unwrap_err();
-        assert!(e.contains("no complete exchange"), "{e}");
+        assert!(matches!(e, PushError::Timeout(_)) && e.to_string().contains("no complete exchange"), "{e}");
         let (code, line, body) = http_post_within(&addr, "/x", "text/plain", b"body", 100, Duration::from_secs(30)).unwrap();
         assert_eq!((code, line.as_str(), body.as_slice()), (202, "HTTP/1.1 202 Accepted", &b"abc"[..]));
         server.join().unwrap();

@@ -43,7 +43,34 @@ pub const PACE_EVERY: usize = 4096;
 
 /// The caller's check, called every [`PACE_EVERY`] symbols while a table is read and
 /// written: it may sleep (a CPU budget) or stop the job (`Err`, e.g. the agent stops).
-pub type Pace<'a> = &'a mut dyn FnMut() -> Result<(), String>;
+pub type Pace<'a> = &'a mut dyn FnMut() -> Result<(), Stopped>;
+
+/// Why the caller's [`Pace`] check stopped a job (e.g. "the agent stopped").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Stopped(pub String);
+
+/// Why a symbol table could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SymtabError {
+    /// The binary is not a readable ELF file (damaged, truncated, a table too large, or a
+    /// read failed).
+    #[error(transparent)]
+    Elf(#[from] tailprof_elf::Error),
+    /// The kallsyms file hides addresses (`kptr_restrict`) or has no `_text`.
+    #[error("kallsyms hides addresses (kptr_restrict) or has no _text")]
+    KallsymsHidden,
+    /// The caller's [`Pace`] check stopped the job; no file is left.
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+    /// Writing the table into the store failed.
+    #[error(transparent)]
+    Store(#[from] tailprof_store::StoreError),
+    /// blazesym refused the file ([`reference_table`] only).
+    #[error("{0}")]
+    Reference(String),
+}
 
 /// What writing one table did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -79,16 +106,16 @@ pub struct ElfFunctions<'f> {
 
 impl<'f> ElfFunctions<'f> {
     /// Reads the symbol tables of `file` into the sorted index.
-    pub fn read(file: &'f File) -> Result<Self, String> {
+    pub fn read(file: &'f File) -> Result<Self, SymtabError> {
         Self::read_paced(file, &mut || Ok(()))
     }
 
     /// [`Self::read`], calling `pace` every [`PACE_EVERY`] symbols.
-    pub fn read_paced(file: &'f File, pace: Pace) -> Result<Self, String> {
-        let elf = Elf::parse_limited(file, MAX_SECTIONS).map_err(|e| e.to_string())?;
+    pub fn read_paced(file: &'f File, pace: Pace) -> Result<Self, SymtabError> {
+        let elf = Elf::parse_limited(file, MAX_SECTIONS)?;
         let mut funcs = ElfFunctions { elf, funcs: Vec::new(), strings: [(0, 0); 2], skipped: 0 };
         for (table, kind) in [(0u8, SHT_SYMTAB), (1u8, SHT_DYNSYM)] {
-            let Some(t) = funcs.elf.symbol_table(kind).map_err(|e| e.to_string())? else { continue };
+            let Some(t) = funcs.elf.symbol_table(kind)? else { continue };
             funcs.strings[table as usize] = (t.strings.offset, t.strings.size);
             funcs.scan(&t, table, pace)?;
         }
@@ -97,13 +124,13 @@ impl<'f> ElfFunctions<'f> {
     }
 
     /// Adds the functions of one symbol table to the index.
-    fn scan(&mut self, t: &SymbolTable, table: u8, pace: Pace) -> Result<(), String> {
+    fn scan(&mut self, t: &SymbolTable, table: u8, pace: Pace) -> Result<(), SymtabError> {
         let sections = self.elf.sections();
         for (i, s) in self.elf.symbols(t).enumerate() {
             if i % PACE_EVERY == PACE_EVERY - 1 {
                 pace()?;
             }
-            let s = s.map_err(|e| e.to_string())?;
+            let s = s?;
             if !matches!(s.kind(), STT_FUNC | STT_GNU_IFUNC) {
                 continue;
             }
@@ -134,7 +161,7 @@ impl<'f> ElfFunctions<'f> {
 
     /// Sorts by start; at each start keeps `.symtab` before `.dynsym`, then the largest
     /// size, then the smallest name; drops `.dynsym` functions inside a `.symtab` one.
-    fn sort_and_dedup(&mut self) -> Result<(), String> {
+    fn sort_and_dedup(&mut self) -> Result<(), SymtabError> {
         self.funcs.sort_unstable_by_key(|f| (f.start, f.table, Reverse(f.size), f.name));
         let mut names = NameReader::new(self.elf.reader(), self.strings);
         let mut out = 0;
@@ -200,7 +227,7 @@ impl<'f> ElfFunctions<'f> {
     /// The functions in order, each name read and demangled as the iterator reaches it.
     /// Names that cannot be read are skipped and counted in `skipped`; a failed read of
     /// the file is an `Err` item (the table is then incomplete: the caller stops).
-    pub fn functions<'a>(&'a self, skipped: &'a std::cell::Cell<u64>) -> impl Iterator<Item = Result<SymbolFn, String>> + 'a {
+    pub fn functions<'a>(&'a self, skipped: &'a std::cell::Cell<u64>) -> impl Iterator<Item = Result<SymbolFn, SymtabError>> + 'a {
         let mut names = NameReader::new(self.elf.reader(), self.strings);
         self.funcs.iter().filter_map(move |f| match names.get(f.table, f.name) {
             Ok(Some(raw)) => {
@@ -212,7 +239,7 @@ impl<'f> ElfFunctions<'f> {
                 skipped.set(skipped.get() + 1);
                 None
             }
-            Err(e) => Some(Err(e)),
+            Err(e) => Some(Err(e.into())),
         })
     }
 }
@@ -233,8 +260,8 @@ impl<'f> NameReader<'f> {
 
     /// The name at `name` in `table`'s strings; `None` (counted) if it is out of bounds,
     /// unterminated or longer than [`MAX_NAME_BYTES`].
-    fn get(&mut self, table: u8, name: u32) -> Result<Option<&[u8]>, String> {
-        let r = self.tables[table as usize].get(name.into()).map_err(|e| e.to_string())?;
+    fn get(&mut self, table: u8, name: u32) -> Result<Option<&[u8]>, tailprof_elf::Error> {
+        let r = self.tables[table as usize].get(name.into())?;
         if r.is_none() {
             self.skipped += 1;
         }
@@ -244,32 +271,41 @@ impl<'f> NameReader<'f> {
 
 /// Writes the function table of the ELF file `file` to `dest` (a `symbols` file of the
 /// store), streamed: see the module documentation.
-pub fn write_elf_table(file: &File, build_id: &str, binary: &str, dest: &Path) -> Result<TableWritten, String> {
+pub fn write_elf_table(file: &File, build_id: &str, binary: &str, dest: &Path) -> Result<TableWritten, SymtabError> {
     write_elf_table_paced(file, build_id, binary, dest, &mut || Ok(()))
 }
 
 /// [`write_elf_table`], calling `pace` every [`PACE_EVERY`] symbols read and functions
 /// written (the agent's symbolizer checks its CPU budget and the agent's stop there, during
 /// a job: issue 19 finding 5). An `Err` from `pace` stops the job; no file is left.
-pub fn write_elf_table_paced(file: &File, build_id: &str, binary: &str, dest: &Path, pace: Pace) -> Result<TableWritten, String> {
+pub fn write_elf_table_paced(file: &File, build_id: &str, binary: &str, dest: &Path, pace: Pace) -> Result<TableWritten, SymtabError> {
     let funcs = ElfFunctions::read_paced(file, pace)?;
     let skipped = std::cell::Cell::new(funcs.skipped());
     let mut n = 0usize;
+    // The store sees a failed item as text; what stopped the write is kept typed here.
+    let mut failed = None;
     let paced = funcs.functions(&skipped).map(|f| {
         n += 1;
-        if n % PACE_EVERY == 0 {
-            pace()?;
-        }
-        f
+        let f = if n % PACE_EVERY == 0 { pace().map_err(SymtabError::from).and(f) } else { f };
+        f.map_err(|e| {
+            let text = e.to_string();
+            failed = Some(e);
+            text
+        })
     });
-    let (bytes, rows) = tailprof_store::write::write_symbol_table(dest, build_id, binary, paced).map_err(|e| e.to_string())?;
+    let written = tailprof_store::write::write_symbol_table(dest, build_id, binary, paced);
+    let (bytes, rows) = match (written, failed) {
+        (Ok(w), _) => w,
+        (Err(_), Some(e)) => return Err(e),
+        (Err(e), None) => return Err(e.into()),
+    };
     Ok(TableWritten { functions: rows, skipped: skipped.get(), bytes })
 }
 
 /// The kernel's text functions from a kallsyms file (`ADDR TYPE NAME [MODULE]`), as
 /// (offset from `_text`, size up to the next, name), sorted, module symbols left out.
 /// Offsets from `_text` stay valid across KASLR.
-pub fn kallsyms_functions(f: File) -> Result<Vec<(u64, u64, Box<str>)>, String> {
+pub fn kallsyms_functions(f: File) -> Result<Vec<(u64, u64, Box<str>)>, SymtabError> {
     let mut syms: Vec<(u64, u64, Box<str>)> = Vec::new();
     let mut text = None;
     let mut line = String::new();
@@ -294,7 +330,7 @@ pub fn kallsyms_functions(f: File) -> Result<Vec<(u64, u64, Box<str>)>, String> 
             syms.push((addr, 0, Box::from(&name[..end])));
         }
     }
-    let text = text.filter(|&t| t != 0).ok_or("kallsyms hides addresses (kptr_restrict) or has no _text")?;
+    let text = text.filter(|&t| t != 0).ok_or(SymtabError::KallsymsHidden)?;
     syms.retain(|s| s.0 >= text);
     syms.sort();
     syms.dedup_by(|b, a| a.0 == b.0);
@@ -308,10 +344,10 @@ pub fn kallsyms_functions(f: File) -> Result<Vec<(u64, u64, Box<str>)>, String> 
 }
 
 /// Writes the kernel's table (from a kallsyms file, see [`kallsyms_functions`]) to `dest`.
-pub fn write_kallsyms_table(f: File, build_id: &str, binary: &str, dest: &Path) -> Result<TableWritten, String> {
+pub fn write_kallsyms_table(f: File, build_id: &str, binary: &str, dest: &Path) -> Result<TableWritten, SymtabError> {
     let syms = kallsyms_functions(f)?;
-    let it = syms.into_iter().map(|(start, size, name)| Ok(SymbolFn { start, size, name: name.into() }));
-    let (bytes, rows) = tailprof_store::write::write_symbol_table(dest, build_id, binary, it).map_err(|e| e.to_string())?;
+    let it = syms.into_iter().map(|(start, size, name)| Ok::<_, std::convert::Infallible>(SymbolFn { start, size, name: name.into() }));
+    let (bytes, rows) = tailprof_store::write::write_symbol_table(dest, build_id, binary, it)?;
     Ok(TableWritten { functions: rows, skipped: 0, bytes })
 }
 
@@ -320,7 +356,7 @@ pub fn write_kallsyms_table(f: File, build_id: &str, binary: &str, dest: &Path) 
 /// Kept as the reference the tests (and `symtab_peak --blazesym`) compare with; it fails
 /// on files [`write_elf_table`] handles (e.g. a symbol whose section index is out of
 /// bounds).
-pub fn reference_table(path: &str) -> Result<Vec<(u64, u64, String)>, String> {
+pub fn reference_table(path: &str) -> Result<Vec<(u64, u64, String)>, SymtabError> {
     use blazesym::inspect::source::{Elf, Source};
     use blazesym::inspect::Inspector;
     use blazesym::SymType;
@@ -344,7 +380,7 @@ pub fn reference_table(path: &str) -> Result<Vec<(u64, u64, String)>, String> {
                     ControlFlow::Continue(())
                 }
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| SymtabError::Reference(e.to_string()))?;
     }
     funcs.sort_by_key(|a| (a.0, Reverse(a.1)));
     funcs.dedup_by(|b, a| a.0 == b.0);
@@ -368,6 +404,6 @@ mod tests {
         let got: Vec<(u64, u64, &str)> = rows.iter().map(|r| (r.0, r.1, &*r.2)).collect();
         assert_eq!(got, [(0, 0x100, "_text"), (0x100, 0x100, "foo"), (0x200, 0, "bar")]);
         std::fs::write(&p, "0000000000000000 T _text\n").unwrap();
-        assert!(kallsyms_functions(File::open(&p).unwrap()).is_err());
+        assert!(matches!(kallsyms_functions(File::open(&p).unwrap()), Err(SymtabError::KallsymsHidden)));
     }
 }

@@ -13,6 +13,8 @@ use serde::Serialize;
 use tailprof_store::schema::{ItemRow, LatencyRow, SampleRow, WindowMeta, SCHEMA_VERSION};
 use tailprof_store::{Store, Table};
 
+use crate::symtab::{Stopped, SymtabError};
+
 pub struct WindowBatch {
     pub host: String,
     pub start_us: i64,
@@ -472,10 +474,10 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, b
     // sleep until the budget has refilled.
     // The agent may stop while this job runs (even while it sleeps for credit): checked
     // at every step and every sleep slice.
-    let mut pace = || -> Result<(), String> {
+    let mut pace = || -> Result<(), Stopped> {
         loop {
             match limits.deadline() {
-                Some(d) if std::time::Instant::now() >= d => return Err(STOPPED.into()),
+                Some(d) if std::time::Instant::now() >= d => return Err(Stopped(STOPPED.into())),
                 Some(_) => return Ok(()), // stopping: finish quickly, no sleeping for credit
                 None => {}
             }
@@ -486,7 +488,7 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, b
             std::thread::sleep(std::time::Duration::from_secs_f64((-c / SYMBOLIZER_CPU_SHARE).clamp(0.01, 0.25)));
         }
     };
-    let res = store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string()).and_then(|()| {
+    let res = store.ensure_dir(&store.symbols_dir()).map_err(SymtabError::from).and_then(|()| {
         if j.path == crate::aggregate::KERNEL_PATH {
             crate::symtab::write_kallsyms_table(j.file, &j.build_id, &j.path, &dest)
         } else {
@@ -504,7 +506,7 @@ fn symbolize_one(store: &Store, j: SymbolJob, stats: &Arc<Mutex<WriterStats>>, b
             s.symbols += t.functions;
             s.symbols_skipped += t.skipped;
         }
-        Err(e) if e.contains(STOPPED) => s.symbol_tables_dropped_at_stop += 1,
+        Err(SymtabError::Stopped(_)) => s.symbol_tables_dropped_at_stop += 1,
         Err(e) => {
             s.symbol_tables_failed += 1;
             s.last_error = Some(format!("symbols of {} ({}): {e}", j.path, j.build_id));

@@ -30,7 +30,8 @@
 //!   as is): each item's bytes and mean bandwidth with its interval.
 //! - **Saturation**: given the machine's sustainable peak (`tailprof bandwidth --probe`),
 //!   bins at or above a fraction of it (0.7 by default: latency rises steeply past 70–80%).
-//! - [`synth`]: a synthetic-trace generator with known truth, for tests and benchmarks.
+//! - `synth` (feature `testing`, not API): a synthetic-trace generator with known truth,
+//!   for tests and benchmarks.
 //!
 //! The per-sample path is a compare, one division and two array increments (plus one
 //! hash lookup with `--by`, and the items join's own work with items); nothing allocates
@@ -40,6 +41,7 @@ pub mod bursts;
 pub mod datasrc;
 pub mod loss;
 pub mod poisson;
+#[cfg(any(test, feature = "testing"))]
 pub mod synth;
 mod report;
 pub use report::*;

@@ -200,7 +200,7 @@ pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
             opts.runs
         );
         let r = probe::run_probe(&opts)?;
-        let path = probe::save(&r)?;
+        let path = tailprof_measure::probe_store::save(&r)?;
         if args.trace.is_none() {
             // The result goes to stdout once; stderr says where it was stored.
             eprintln!("tailprof: saved to {}", path.display());
@@ -226,7 +226,7 @@ pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
         .expect("clap requires TRACE without --probe");
     if peak.is_none() {
         // A stored probe result is optional; a damaged one is reported and ignored.
-        match probe::load() {
+        match tailprof_measure::probe_store::load() {
             Ok(Some((r, p))) => peak = Some((r.peak_gbps, format!("probe {}", p.display()))),
             Ok(None) => {}
             Err(e) => eprintln!("tailprof: warning: {e}"),

@@ -31,7 +31,7 @@ pub struct ProbesArgs {
 }
 
 pub fn run(args: ProbesArgs) -> Result<ExitCode> {
-    let l = tailprof_collect::usdt::list(&args.binary)?;
+    let l = tailprof_collect::items::usdt::list(&args.binary)?;
     let mut out = String::new();
     if args.json {
         out = tailprof_present::json::document(&l)?;

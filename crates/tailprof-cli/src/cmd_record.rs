@@ -13,7 +13,7 @@ use tailprof_collect::attr::{parse_regs, ClockChoice, SamplingConfig};
 use tailprof_collect::bandwidth::{self, BandwidthRequest, CounterSibling, Mode as BandwidthMode};
 use tailprof_collect::event::EventSpec;
 use tailprof_collect::session::{finish_trace_file, ItemOptions, Progress, RecordOptions, Recorder, Target, TraceFile};
-use tailprof_collect::uprobe::{ItemProbes, ProbeSpec};
+use tailprof_collect::items::uprobe::{ItemProbes, ProbeSpec};
 
 use crate::{signals, ui};
 
@@ -254,7 +254,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let class_from = args
         .item_class_from
         .iter()
-        .map(|s| tailprof_collect::classprobe::ClassSpec::parse(s))
+        .map(|s| tailprof_collect::items::classprobe::ClassSpec::parse(s))
         .collect::<Result<Vec<_>, _>>()?;
     let items = ItemOptions {
         probes,

@@ -217,7 +217,7 @@ fn probe_gives_a_positive_figure_and_is_used_for_saturation() {
     let peak = v["peak_gbps"].as_f64().unwrap();
     eprintln!("probe: {peak:.2} GB/s");
     assert!(peak > 0.0 && peak.is_finite());
-    let stored: Vec<_> = std::fs::read_dir(tailprof_collect::datadir::calibration_dir_in(&home)).unwrap().flatten().collect();
+    let stored: Vec<_> = std::fs::read_dir(tailprof_measure::datadir::calibration_dir_in(&home)).unwrap().flatten().collect();
     assert_eq!(stored.len(), 1);
     assert!(stored[0].file_name().to_string_lossy().starts_with("bandwidth-peak-"));
     // A later report uses the stored figure.

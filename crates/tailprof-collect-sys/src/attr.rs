@@ -671,9 +671,23 @@ pub enum CallGraph {
     Lbr,
 }
 
+/// A `--call-graph` value that is not one ([`CallGraph::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallGraphError {
+    #[error("--call-graph dwarf,{0}: the stack size must be a number of bytes")]
+    NotANumber(String),
+    #[error("--call-graph dwarf,{0}: the stack size must be a multiple of 8 between 8 and {MAX_DWARF_STACK_SIZE}")]
+    BadSize(u32),
+    #[error("--call-graph {0}: only dwarf takes a size")]
+    SizeNotTaken(String),
+    #[error("--call-graph {0}: unknown mode; use fp, dwarf[,BYTES] or lbr")]
+    UnknownMode(String),
+}
+
 impl CallGraph {
     /// `fp`, `dwarf`, `dwarf,BYTES`, `lbr` (perf's syntax).
-    pub fn parse(s: &str) -> Result<CallGraph, String> {
+    pub fn parse(s: &str) -> Result<CallGraph, CallGraphError> {
         let (mode, arg) = match s.split_once(',') {
             Some((m, a)) => (m.trim(), Some(a.trim())),
             None => (s.trim(), None),
@@ -683,16 +697,14 @@ impl CallGraph {
             ("lbr", None) => Ok(CallGraph::Lbr),
             ("dwarf", None) => Ok(CallGraph::Dwarf { stack_size: DEFAULT_DWARF_STACK_SIZE }),
             ("dwarf", Some(n)) => {
-                let n: u32 = n.parse().map_err(|_| format!("--call-graph dwarf,{n}: the stack size must be a number of bytes"))?;
+                let n: u32 = n.parse().map_err(|_| CallGraphError::NotANumber(n.to_string()))?;
                 if n == 0 || n > MAX_DWARF_STACK_SIZE || n % 8 != 0 {
-                    return Err(format!(
-                        "--call-graph dwarf,{n}: the stack size must be a multiple of 8 between 8 and {MAX_DWARF_STACK_SIZE}"
-                    ));
+                    return Err(CallGraphError::BadSize(n));
                 }
                 Ok(CallGraph::Dwarf { stack_size: n })
             }
-            (m, Some(_)) if m == "fp" || m == "lbr" => Err(format!("--call-graph {s}: only dwarf takes a size")),
-            _ => Err(format!("--call-graph {s}: unknown mode; use fp, dwarf[,BYTES] or lbr")),
+            (m, Some(_)) if m == "fp" || m == "lbr" => Err(CallGraphError::SizeNotTaken(s.to_string())),
+            _ => Err(CallGraphError::UnknownMode(s.to_string())),
         }
     }
 

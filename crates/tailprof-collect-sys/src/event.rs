@@ -385,7 +385,8 @@ impl Ctx<'_> {
         }
         let type_path = dir.join("type");
         let attr_type = read_trimmed(&type_path)
-            .and_then(|s| s.parse::<u32>().map_err(|e| e.to_string()))
+            .map_err(|reason| self.sysfs_err(&type_path, reason))?
+            .parse::<u32>()
             .map_err(|reason| self.sysfs_err(&type_path, reason))?;
         let formats = self.read_formats(&dir)?;
         let mut spec = EventSpec::new(self.typed, EventKind::Pmu, attr_type, 0);
@@ -497,8 +498,8 @@ impl Ctx<'_> {
         Ok(out)
     }
 
-    fn sysfs_err(&self, path: &Path, reason: String) -> EventError {
-        EventError::Sysfs { event: self.typed.into(), path: path.display().to_string(), reason }
+    fn sysfs_err(&self, path: &Path, reason: impl std::fmt::Display) -> EventError {
+        EventError::Sysfs { event: self.typed.into(), path: path.display().to_string(), reason: reason.to_string() }
     }
 }
 
@@ -511,14 +512,25 @@ pub(crate) struct Format {
     pub text: String,
 }
 
+/// What is wrong with a sysfs `format/<term>` file ([`parse_format`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FormatFileError {
+    #[error("bad format '{0}'")]
+    NoField(String),
+    #[error("unsupported config field '{0}'")]
+    UnsupportedField(String),
+    #[error("bad bit range '{range}' in '{text}'")]
+    BadRange { range: String, text: String },
+}
+
 /// Parse `config:0-7`, `config1:0-15`, `config:0-7,32-35`, `config:21`.
-pub(crate) fn parse_format(text: &str) -> Result<Format, String> {
-    let (field, bits) = text.split_once(':').ok_or_else(|| format!("bad format '{text}'"))?;
+pub(crate) fn parse_format(text: &str) -> Result<Format, FormatFileError> {
+    let (field, bits) = text.split_once(':').ok_or_else(|| FormatFileError::NoField(text.to_string()))?;
     let field = match field.trim() {
         "config" => 0,
         "config1" => 1,
         "config2" => 2,
-        other => return Err(format!("unsupported config field '{other}'")),
+        other => return Err(FormatFileError::UnsupportedField(other.to_string())),
     };
     let mut ranges = Vec::new();
     for r in bits.split(',') {
@@ -528,7 +540,7 @@ pub(crate) fn parse_format(text: &str) -> Result<Format, String> {
         };
         match (lo, hi) {
             (Ok(lo), Ok(hi)) if lo <= hi && hi < 64 => ranges.push((lo, hi)),
-            _ => return Err(format!("bad bit range '{r}' in '{text}'")),
+            _ => return Err(FormatFileError::BadRange { range: r.to_string(), text: text.to_string() }),
         }
     }
     Ok(Format { field, ranges, text: text.to_string() })
@@ -621,8 +633,8 @@ fn alias_path(root: &Path, pmu: &str, name: &str) -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-fn read_trimmed(p: &Path) -> Result<String, String> {
-    fs::read_to_string(p).map(|s| s.trim().to_string()).map_err(|e| e.to_string())
+fn read_trimmed(p: &Path) -> std::io::Result<String> {
+    fs::read_to_string(p).map(|s| s.trim().to_string())
 }
 
 /// Sorted names in a directory (empty when it does not exist).

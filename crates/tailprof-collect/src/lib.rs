@@ -10,6 +10,8 @@
 //! * [`ring`] / [`parse`]: the mmap ring buffer and the raw-record decoder.
 //! * [`session`]: the recorder: open events for a target, drain rings with one epoll
 //!   loop, merge CPUs in timestamp order (rounds), and write records to a trace.
+//! * [`items`]: item recording: the marker library's regions, `--item-begin/--item-end`
+//!   uprobes, USDT probes, `--item-class-from` class probes and SQL shapes.
 //! * [`target`] / [`procfs`] / [`buildid`]: launching a command, attaching to a PID or
 //!   the whole system, describing already-running processes from /proc, build-ids.
 //!
@@ -21,13 +23,8 @@ pub use tailprof_collect_sys::{attr, buildid, caps, event, parse, procfs, ring, 
 pub mod bandwidth;
 
 pub mod counting;
-pub mod datadir;
+pub mod items;
 pub mod jit;
 pub mod session;
 pub mod stacks;
 pub mod tracefs;
-pub mod markers;
-pub mod uprobe;
-pub mod usdt;
-pub mod sqlshape;
-pub mod classprobe;

@@ -54,9 +54,9 @@
 //! recorder is set up (before the events are enabled, so no item begin is missed);
 //! `-a` attaches, best effort, to the processes running at start whose mappings define
 //! the marker library's control symbol, and to those that map such a file later
-//! ([`items::MarkerFollower`], fed by the emitter's MMAP2 records; `Recorder::after_marker_drain`).
-//! Off-CPU events not asked for wait for the first marker ([`items::OffCpuLater`]). Every round the marker rings are drained into a
-//! [`items::RecordQueue`] and merged with the raw records by the same round rule
+//! ([`items::markers::MarkerFollower`], fed by the emitter's MMAP2 records; `Recorder::after_marker_drain`).
+//! Off-CPU events not asked for wait for the first marker ([`offcpu_later::OffCpuLater`]). Every round the marker rings are drained into a
+//! [`record_queue::RecordQueue`] and merged with the raw records by the same round rule
 //! (marker times are on the samples' clock); at the end the collector is finished and
 //! everything is flushed. Dropped markers arrive as `Lost { kind: Markers }` records.
 //!
@@ -82,22 +82,24 @@ use crate::parse::{Decoder, Layout};
 use crate::ring::{Ring, RoundQueue};
 use crate::sys::{self, CollectError};
 use crate::target::{self, Child, LaunchError};
-use crate::uprobe::{MarkerMaker, ProbeRole, UprobeError};
+use crate::items::uprobe::{MarkerMaker, ProbeRole, UprobeError};
 use crate::procfs;
 
 mod emit;
 mod epoll;
 use epoll::Epoll;
 mod spool;
-mod items;
+mod offcpu_later;
+mod record_queue;
 mod output;
 mod open;
 mod plan;
 use plan::*;
 use emit::Emitter;
 pub use output::{finish as finish_trace_file, FileTraceWriter, RecordOutput, TraceFile, VecOutput};
-pub use items::{ItemOptions, MARKER_CONTROL_SYMBOL};
-use crate::markers::MarkerCollector;
+pub use crate::items::ItemOptions;
+use crate::items;
+use crate::items::markers::MarkerCollector;
 
 /// What to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,6 +250,9 @@ pub enum RecordError {
     Options(String),
     #[error(transparent)]
     Uprobe(#[from] UprobeError),
+    /// More than a bound allows (the message names it).
+    #[error("{0}")]
+    Limit(String),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RecordError {
@@ -315,10 +320,10 @@ pub struct Recorder {
     ran: bool,
     markers: MarkerCollector,
     /// Drained marker records waiting for their round.
-    marker_queue: items::RecordQueue,
+    marker_queue: record_queue::RecordQueue,
     /// Environment for the launched command (the marker transport's).
     child_env: Vec<(String, String)>,
-    probes: Option<items::ProbeSet>,
+    probes: Option<items::uprobe::ProbeSet>,
     /// The sampling config every event was built with (the probes reuse its inherit and
     /// enable-on-exec settings).
     sampling: SamplingConfig,
@@ -326,7 +331,7 @@ pub struct Recorder {
     /// probes; its decoder index is the emitter's `StackMaker::off_cpu_event`.
     off_cpu: Option<AttrPlan>,
     /// Off-CPU events waiting for the first marker (issue 7 item 2).
-    off_cpu_later: items::OffCpuLater,
+    off_cpu_later: offcpu_later::OffCpuLater,
     /// `sched:sched_waking` opened with every task like `off_cpu` (system-wide targets,
     /// or CPU-wide events not permitted), and its decoder index.
     waking_in_task: Option<(AttrPlan, u16)>,
@@ -392,7 +397,7 @@ impl Recorder {
         }
         let clock = caps.clock_choice();
         let item_reg = match &items.item_reg {
-            Some(r) => Some(items::item_reg_mask(r).map_err(RecordError::Options)?),
+            Some(r) => Some(items::item_reg_mask(r)?),
             None => None,
         };
         let sampling = sampling_config(&opts, clock, item_reg.as_ref().map_or(0, |(mask, _)| *mask));
@@ -409,7 +414,7 @@ impl Recorder {
             }
             None => u16::MAX,
         };
-        // The context-switch event of off-CPU-at-the-first-marker (items::OffCpuLater).
+        // The context-switch event of off-CPU-at-the-first-marker (offcpu_later::OffCpuLater).
         let switch_later_event = switch_later.as_ref().map_or(u16::MAX, |p| {
             layouts.push(layout_of(p));
             (layouts.len() - 1) as u16
@@ -437,7 +442,7 @@ impl Recorder {
             );
         }
         // `--item-class-from` events come last (tracefs uprobe events, as tracepoints).
-        let classes = items::ClassProbes::prepare(&items.class_from, layouts.len())?;
+        let classes = items::classprobe::ClassProbes::prepare(&items.class_from, layouts.len())?;
         layouts.extend(classes.iter().flat_map(|c| c.layouts()));
         raise_nofile_limit();
         let mut header = trace_header(&opts, &caps, clock, &plans, item_reg.as_ref().map(|(_, name)| name.as_str()), probes.as_ref());
@@ -502,7 +507,7 @@ impl Recorder {
             rec.emitter.probe_base = rec.emitter.probe_base.min(e);
         }
         let later = switch_later.is_some();
-        rec.off_cpu_later = items::OffCpuLater {
+        rec.off_cpu_later = offcpu_later::OffCpuLater {
             plan: switch_later,
             event: switch_later_event,
             sched: sched_later,
@@ -523,7 +528,7 @@ impl Recorder {
             }
         }
         if matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_)) {
-            rec.emitter.follow = Some(items::MarkerFollower::default());
+            rec.emitter.follow = Some(items::markers::MarkerFollower::default());
         }
         rec.emitter.jit =
             crate::jit::JitCollector::new(crate::jit::JitLimits::default(), matches!(clock, ClockChoice::Monotonic));
@@ -541,7 +546,7 @@ impl Recorder {
         clock: ClockChoice,
         header: TraceHeader,
         decoder: Decoder,
-        probes: Option<items::ProbeSet>,
+        probes: Option<items::uprobe::ProbeSet>,
         sampling: SamplingConfig,
     ) -> Result<Recorder, RecordError> {
         let notes = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
@@ -567,12 +572,12 @@ impl Recorder {
             max_seen: 0,
             ran: false,
             markers: MarkerCollector::new(),
-            marker_queue: items::RecordQueue::default(),
+            marker_queue: record_queue::RecordQueue::default(),
             child_env: Vec::new(),
             probes,
             sampling,
             off_cpu: None,
-            off_cpu_later: items::OffCpuLater::default(),
+            off_cpu_later: offcpu_later::OffCpuLater::default(),
             waking_in_task: None,
             cpu_wide: Vec::new(),
             cpu_wide_fds: Vec::new(),
@@ -726,7 +731,7 @@ impl Recorder {
         }
         self.drain_all();
         if let Some(f) = self.emitter.follow.as_mut() {
-            // A scan in progress gives up; waited for at most items::SCAN_STOP_WITHIN.
+            // A scan in progress gives up; waited for at most items::markers::follower::SCAN_STOP_WITHIN.
             f.stop();
         }
         self.markers.finish(&mut self.marker_queue.pending);

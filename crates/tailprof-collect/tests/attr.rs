@@ -159,7 +159,7 @@ fn fixtures_exist() {
 /// files in `tests/attr/uprobe/`.
 #[test]
 fn golden_uprobe_attrs() {
-    use tailprof_collect::uprobe::{uprobe_attr, ProbeEvent, ProbeVia, UprobeAttrConfig, UprobePmu};
+    use tailprof_collect::items::uprobe::{uprobe_attr, ProbeEvent, ProbeVia, UprobeAttrConfig, UprobePmu};
     let pmu = UprobePmu::probe_at(&manifest().join("tests/fixtures/sysfs/uprobe"))
         .unwrap_or(UprobePmu { pmu_type: 8, retprobe_bit: 0 });
     let pmu_ev = ProbeEvent::Pmu { pmu, path_ptr: 0x7f00_0000_1000 };

@@ -12,11 +12,11 @@ use std::sync::atomic::AtomicBool;
 
 use tailprof_collect::attr::SamplingConfig;
 use tailprof_collect::event::EventSpec;
+use tailprof_collect::items::uprobe::{ItemProbes, ProbeSpec, UprobeError};
 use tailprof_collect::session::{
     ItemOptions, RecordError, RecordOptions, Recorder, RunWarning, Target, VecOutput,
 };
 use tailprof_collect::sys::CollectError;
-use tailprof_collect::uprobe::{ItemProbes, ProbeSpec, UprobeError};
 use tailprof_format::{Marker, MarkerKind, MarkerSource, Record, Sample};
 
 fn tmp(name: &str) -> PathBuf {

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use tailprof_collect::markers::{MarkerCollector, MarkerConfig};
+use tailprof_collect::items::markers::{MarkerCollector, MarkerConfig};
 use tailprof_format::{MarkerKind, Record};
 
 fn root() -> PathBuf {

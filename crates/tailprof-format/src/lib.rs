@@ -13,7 +13,8 @@
 //! - `encode` / `decode`: the columnar records chunk.
 //! - [`columns`], [`sideband`], [`meta`]: pieces of chunk payloads.
 //! - [`timecode`], [`varint`]: integer codes (the 16-bit-word time-delta code, LEB128).
-//! - [`synth`]: a deterministic synthetic-trace generator for tests and measurements.
+//! - `synth` (feature `testing`, not API): a deterministic synthetic-trace generator for
+//!   tests and measurements.
 //!
 //! ```
 //! use tailprof_format::*;
@@ -41,6 +42,7 @@ pub mod reader;
 pub mod record;
 pub mod sideband;
 pub mod stack;
+#[cfg(feature = "testing")]
 pub mod synth;
 pub mod timecode;
 pub mod varint;

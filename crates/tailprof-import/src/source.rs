@@ -363,18 +363,36 @@ fn overlay(hb: Bytes, data_end: u64, sections: Vec<(u32, Vec<u8>)>) -> Overlay {
     Overlay { header, tail_at: data_end, tail }
 }
 
+/// What is wrong in a header feature ([`check_feature`]): the detail of an
+/// `ImportError::Corrupt`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct FeatureDamage(std::borrow::Cow<'static, str>);
+
+impl From<&'static str> for FeatureDamage {
+    fn from(s: &'static str) -> Self {
+        FeatureDamage(s.into())
+    }
+}
+
+impl From<String> for FeatureDamage {
+    fn from(s: String) -> Self {
+        FeatureDamage(s.into())
+    }
+}
+
 /// Walk a perf header string (`u32 len; char s[len]`), returning the offset after it.
-fn skip_string(b: Bytes, at: u64) -> Result<u64, String> {
+fn skip_string(b: Bytes, at: u64) -> Result<u64, FeatureDamage> {
     let len = b.u32(at).ok_or("string length past the end")?;
     let end = at + 4 + u64::from(len);
     if end > b.len() {
-        return Err(format!("string of {len} bytes does not fit"));
+        return Err(format!("string of {len} bytes does not fit").into());
     }
     Ok(end)
 }
 
 /// Check the counts of the header features the parser allocates from.
-fn check_feature(bit: u32, b: Bytes) -> Result<(), String> {
+fn check_feature(bit: u32, b: Bytes) -> Result<(), FeatureDamage> {
     match bit {
         FEAT_CMDLINE => {
             let n = b.u32(0).ok_or("too short")?;
@@ -395,7 +413,7 @@ fn check_feature(bit: u32, b: Bytes) -> Result<(), String> {
             let n = b.u32(0).ok_or("too short")?;
             let attr_size = u64::from(b.u32(4).ok_or("too short")?);
             if n > 0 && !(ATTR_SIZE_VER0..=ATTR_SIZE_MAX).contains(&attr_size) {
-                return Err(format!("implausible attr size {attr_size}"));
+                return Err(format!("implausible attr size {attr_size}").into());
             }
             let mut at = 8u64;
             for _ in 0..n {
@@ -405,14 +423,14 @@ fn check_feature(bit: u32, b: Bytes) -> Result<(), String> {
                     return Err("attr does not fit".into());
                 }
                 if !attr_size_is_a_version(own32) {
-                    return Err(format!("perf_event_attr size {own} is not the size of any attr version"));
+                    return Err(format!("perf_event_attr size {own} is not the size of any attr version").into());
                 }
                 at += attr_size;
                 let nr_ids = u64::from(b.u32(at).ok_or("id count past the end")?);
                 at = skip_string(b, at + 4)?;
                 at += nr_ids * 8;
                 if at > b.len() {
-                    return Err(format!("{nr_ids} ids do not fit"));
+                    return Err(format!("{nr_ids} ids do not fit").into());
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! `MarkerCollector::attach` (the `-p PID` path: ELF lookup of `tailprof_control` +
 //! process_vm_writev), here on this very process; then disabled, attached again.
 
-use tailprof_collect::markers::MarkerCollector;
+use tailprof_collect::items::markers::MarkerCollector;
 use tailprof_format::{MarkerKind, Record};
 use tailprof_markers::{item_begin_class, item_end, ClassLabel, ItemGuard};
 

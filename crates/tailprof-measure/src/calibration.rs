@@ -48,13 +48,13 @@ pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// The calibration directory (see the module docs).
 pub fn dir() -> Result<PathBuf> {
-    tailprof_collect::datadir::calibration_dir().map_err(MeasureError::Invalid)
+    crate::datadir::calibration_dir().map_err(|e| MeasureError::Invalid(e.to_string()))
 }
 
 /// The calibration directory for `TAILPROF_HOME=tailprof_home` (tests and tools that
 /// set the variable for a child).
 pub fn dir_in(tailprof_home: &Path) -> PathBuf {
-    tailprof_collect::datadir::calibration_dir_in(tailprof_home)
+    crate::datadir::calibration_dir_in(tailprof_home)
 }
 
 /// The file for `event` on this machine.
@@ -108,38 +108,57 @@ fn redo(event: &str) -> String {
     format!("run `tailprof calibrate -e {event}` again to replace it")
 }
 
+/// Why a calibration cannot be used ([`validate`]): each names the field and what it
+/// must be.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Implausible {
+    #[error("format version {0} (this tailprof reads version {CALIBRATION_VERSION})")]
+    Version(u32),
+    #[error("it is for event '{found}', not '{wanted}'")]
+    OtherEvent { found: String, wanted: String },
+    #[error("{field} = {value} is not a plausible cost per sample (must be a number of nanoseconds above 0 and at most 10 ms)")]
+    Alpha { field: &'static str, value: f64 },
+    #[error("alpha_ci_ns = [{0}, {1}] is not an interval of plausible costs")]
+    Interval(f64, f64),
+    #[error("bytes_per_sample = {0} is not plausible (must be above 0 and at most 1 MiB)")]
+    BytesPerSample(f64),
+    #[error("recorder_cpu_ns_per_sample = {0} is not plausible (must be between 0 and 10 ms)")]
+    RecorderCpu(f64),
+}
+
 /// Why `cal` cannot be a calibration of `event` made by this tailprof, or `Ok`.
-pub fn validate(cal: &Calibration, event: &str) -> std::result::Result<(), String> {
+pub fn validate(cal: &Calibration, event: &str) -> std::result::Result<(), Implausible> {
     if cal.version != CALIBRATION_VERSION {
-        return Err(format!("format version {} (this tailprof reads version {CALIBRATION_VERSION})", cal.version));
+        return Err(Implausible::Version(cal.version));
     }
     if cal.event != event {
-        return Err(format!("it is for event '{}', not '{event}'", cal.event));
+        return Err(Implausible::OtherEvent { found: cal.event.clone(), wanted: event.to_string() });
     }
     check_alpha("alpha_ns", cal.alpha_ns)?;
     let (lo, hi) = cal.alpha_ci_ns;
     if !(lo.is_finite() && hi.is_finite() && lo <= hi && lo.abs() <= MAX_ALPHA_NS && hi.abs() <= MAX_ALPHA_NS) {
-        return Err(format!("alpha_ci_ns = [{lo}, {hi}] is not an interval of plausible costs"));
+        return Err(Implausible::Interval(lo, hi));
     }
     if let Some(b) = cal.bytes_per_sample {
         if !(b.is_finite() && b > 0.0 && b <= MAX_BYTES_PER_SAMPLE) {
-            return Err(format!("bytes_per_sample = {b} is not plausible (must be above 0 and at most 1 MiB)"));
+            return Err(Implausible::BytesPerSample(b));
         }
     }
     if let Some(r) = cal.recorder_cpu_ns_per_sample {
         if !(r.is_finite() && (0.0..=MAX_ALPHA_NS).contains(&r)) {
-            return Err(format!("recorder_cpu_ns_per_sample = {r} is not plausible (must be between 0 and 10 ms)"));
+            return Err(Implausible::RecorderCpu(r));
         }
     }
     Ok(())
 }
 
 /// α must be a finite number above 0 and at most [`MAX_ALPHA_NS`].
-fn check_alpha(what: &str, a: f64) -> std::result::Result<(), String> {
+fn check_alpha(field: &'static str, a: f64) -> std::result::Result<(), Implausible> {
     if a.is_finite() && a > 0.0 && a <= MAX_ALPHA_NS {
         Ok(())
     } else {
-        Err(format!("{what} = {a} is not a plausible cost per sample (must be a number of nanoseconds above 0 and at most 10 ms)"))
+        Err(Implausible::Alpha { field, value: a })
     }
 }
 
@@ -228,15 +247,17 @@ mod tests {
     fn implausible_values_are_refused() {
         assert!(validate(&cal(12_000.0), "cpu-clock").is_ok());
         for bad in [-5.0, 0.0, f64::NAN, f64::INFINITY, 3.6e12] {
-            let e = validate(&cal(bad), "cpu-clock").unwrap_err();
+            let e = validate(&cal(bad), "cpu-clock").unwrap_err().to_string();
             assert!(e.contains("alpha_ns") && e.contains("not a plausible cost"), "{bad}: {e}");
         }
-        assert!(validate(&cal(1000.0), "cycles").unwrap_err().contains("for event 'cpu-clock'"));
+        assert!(matches!(validate(&cal(1000.0), "cycles"), Err(Implausible::OtherEvent { .. })));
+        assert!(validate(&cal(1000.0), "cycles").unwrap_err().to_string().contains("for event 'cpu-clock'"));
         let mut c = cal(1000.0);
         c.bytes_per_sample = Some(-1.0);
-        assert!(validate(&c, "cpu-clock").unwrap_err().contains("bytes_per_sample"));
+        assert!(validate(&c, "cpu-clock").unwrap_err().to_string().contains("bytes_per_sample"));
         let mut c = cal(1000.0);
         c.version = 99;
-        assert!(validate(&c, "cpu-clock").unwrap_err().contains("format version 99"));
+        assert_eq!(validate(&c, "cpu-clock"), Err(Implausible::Version(99)));
+        assert!(validate(&c, "cpu-clock").unwrap_err().to_string().contains("format version 99"));
     }
 }

@@ -38,11 +38,13 @@
 pub mod accuracy;
 pub mod calibrate;
 pub mod calibration;
+pub mod datadir;
 pub mod demo;
 mod error;
 pub mod overhead;
 pub mod plan;
 pub mod private;
+pub mod probe_store;
 pub mod run;
 pub mod stat;
 

@@ -177,9 +177,10 @@ pub struct SymbolFn {
 /// Only one group's names are in memory at a time, and the build-id and path are stored
 /// once per group (dictionary-encoded), not copied per row. An `Err` item (e.g. the
 /// binary could not be read) stops the write and leaves no file. Returns (bytes, rows).
-pub fn write_symbol_table<I>(path: &Path, build_id: &str, binary: &str, funcs: I) -> Result<(u64, u64)>
+pub fn write_symbol_table<I, E>(path: &Path, build_id: &str, binary: &str, funcs: I) -> Result<(u64, u64)>
 where
-    I: IntoIterator<Item = std::result::Result<SymbolFn, String>>,
+    I: IntoIterator<Item = std::result::Result<SymbolFn, E>>,
+    E: std::fmt::Display,
 {
     let (bid, bin) = (ba(build_id), ba(binary));
     let mut funcs = funcs.into_iter();
@@ -204,7 +205,7 @@ where
                         }
                     }
                 }
-                Err(msg) => return Some(Err(StoreError::Invalid { path: path.display().to_string(), msg })),
+                Err(e) => return Some(Err(StoreError::Invalid { path: path.display().to_string(), msg: e.to_string() })),
             }
             if start.len() == SYMBOL_GROUP_ROWS || name_bytes >= SYMBOL_GROUP_NAME_BYTES {
                 break;

@@ -172,7 +172,7 @@ fn finding_8_symbol_tables_have_retention_by_last_use() {
     let old = std::time::SystemTime::now() - 30 * day;
     for id in ["aa01", "aa02", "aa03"] {
         let p = store.symbols_file(id).unwrap();
-        write::write_symbol_table(&p, id, "/bin/x", [Ok(write::SymbolFn { start: 0, size: 1, name: "f".into() })]).unwrap();
+        write::write_symbol_table(&p, id, "/bin/x", [Ok::<_, String>(write::SymbolFn { start: 0, size: 1, name: "f".into() })]).unwrap();
         std::fs::File::open(&p).unwrap().set_modified(old).unwrap();
     }
     assert_eq!(touch_symbols(&store, ["aa02", "../etc", "ffff"]), 1, "only existing, valid names are marked");

@@ -17,6 +17,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, Result};
+
 /// The default cache directory (module docs); `None`: caching is off.
 pub fn default_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("TAILPROF_CACHE_DIR") {
@@ -40,8 +42,8 @@ fn euid() -> u32 {
 
 /// Create `dir` (0700) if needed and check it is a directory of ours that nobody else
 /// can write to.
-pub(crate) fn ensure_dir(dir: &Path) -> Result<(), String> {
-    tailprof_format::dirs::ensure_private_dir(dir).map_err(|e| e.to_string())
+pub(crate) fn ensure_dir(dir: &Path) -> Result<()> {
+    tailprof_format::dirs::ensure_private_dir(dir).map_err(|e| Error::Permission(e.to_string()))
 }
 
 /// Whether metadata `md` is of a cache file we may trust: regular, ours, 0600 or less.
@@ -76,24 +78,24 @@ pub(crate) fn read(path: &Path, max: u64) -> Option<Vec<u8>> {
 /// temporary file 0600, then rename. Not `format::atomic::AtomicFile`: that one follows a
 /// symlink the caller owns in a private directory (so `-o` through one's own link works),
 /// while a cache entry must always replace whatever sits at its name, link or not.
-pub(crate) fn write(dir: &Path, name: &str, parts: &[&[u8]]) -> Result<PathBuf, String> {
+pub(crate) fn write(dir: &Path, name: &str, parts: &[&[u8]]) -> Result<PathBuf> {
     ensure_dir(dir)?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".part-")
         .permissions(fs::Permissions::from_mode(0o600))
         .tempfile_in(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(|e| Error::io(dir.display(), e))?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut());
         for p in parts {
-            w.write_all(p).map_err(|e| e.to_string())?;
+            w.write_all(p).map_err(|e| Error::io("writing a cache file", e))?;
         }
-        w.flush().map_err(|e| e.to_string())?;
+        w.flush().map_err(|e| Error::io("writing a cache file", e))?;
     }
     // Durable before it has its name: a crash never leaves a named, half-written file.
-    tmp.as_file().sync_data().map_err(|e| e.to_string())?;
+    tmp.as_file().sync_data().map_err(|e| Error::io("writing a cache file", e))?;
     let dst = dir.join(name);
-    tmp.persist(&dst).map_err(|e| e.to_string())?;
+    tmp.persist(&dst).map_err(|e| Error::io(dst.display(), e.error))?;
     Ok(dst)
 }
 

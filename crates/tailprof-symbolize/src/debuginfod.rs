@@ -30,6 +30,7 @@ use std::time::{Duration, SystemTime};
 use super::debugdir::{DebugFile, FoundBy};
 use super::elf::ElfFile;
 use super::build_id_hex;
+use crate::error::{Error, Result};
 
 /// How long a failed build-id is not asked for again.
 const FAIL_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -74,24 +75,28 @@ impl Client {
     /// From `DEBUGINFOD_URLS` (and `DEBUGINFOD_CACHE_PATH`, else
     /// `$XDG_CACHE_HOME/tailprof/debuginfod`, else `~/.cache/tailprof/debuginfod`;
     /// `DEBUGINFOD_TIMEOUT` in seconds). `Ok(None)` when the variable is unset or empty.
-    pub fn from_env() -> Result<Option<Self>, String> {
+    pub fn from_env() -> Result<Option<Self>> {
         let Ok(var) = std::env::var("DEBUGINFOD_URLS") else { return Ok(None) };
         let (urls, skipped) = split_urls(&var);
         if urls.is_empty() {
             if skipped.is_empty() {
                 return Ok(None);
             }
-            return Err(format!(
+            return Err(Error::Unavailable(format!(
                 "DEBUGINFOD_URLS has only https:// servers ({}), which this build cannot reach: use an http:// server, or fetch with `debuginfod-find debuginfo BUILDID` and pass --debug-dir",
                 skipped.join(" ")
-            ));
+            )));
         }
         let cache = match std::env::var_os("DEBUGINFOD_CACHE_PATH") {
             Some(p) if !p.is_empty() => PathBuf::from(p),
             _ => match (std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")) {
                 (Some(x), _) if !x.is_empty() => PathBuf::from(x).join("tailprof/debuginfod"),
                 (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join(".cache/tailprof/debuginfod"),
-                _ => return Err("DEBUGINFOD_URLS is set but there is no cache directory: set DEBUGINFOD_CACHE_PATH".into()),
+                _ => {
+                    return Err(Error::Unavailable(
+                        "DEBUGINFOD_URLS is set but there is no cache directory: set DEBUGINFOD_CACHE_PATH".into(),
+                    ))
+                }
             },
         };
         let mut c = Client::new(urls, cache);
@@ -111,9 +116,9 @@ impl Client {
     }
 
     /// The debug file with build-id `build_id`: from the cache, else downloaded.
-    pub fn fetch(&mut self, build_id: &[u8]) -> Result<DebugFile, String> {
+    pub fn fetch(&mut self, build_id: &[u8]) -> Result<DebugFile> {
         if build_id.len() < 2 || build_id.len() > 64 {
-            return Err(format!("build-id of {} bytes", build_id.len()));
+            return Err(Error::Damaged(format!("build-id of {} bytes", build_id.len())));
         }
         let id = build_id_hex(build_id);
         self.ensure_cache_dir()?;
@@ -122,14 +127,14 @@ impl Client {
             return Ok(DebugFile { path: cached, found_by: FoundBy::Debuginfod("cache".into()) });
         }
         if self.failed.contains(build_id) {
-            return Err("failed before".into());
+            return Err(Error::NotFound("failed before".into()));
         }
         let marker = self.fail_marker(&id);
         if let Ok(md) = fs::symlink_metadata(&marker) {
             let age = md.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
             if age.is_some_and(|a| a < FAIL_TTL) {
                 self.failed.insert(build_id.to_vec());
-                return Err(format!("failed within the last day ({})", marker.display()));
+                return Err(Error::NotFound(format!("failed within the last day ({})", marker.display())));
             }
         }
         let mut errors = Vec::new();
@@ -156,17 +161,19 @@ impl Client {
         self.failed.insert(build_id.to_vec());
         if !answered {
             // No server answered at all: not the build-id's fault, no marker on disk.
-            return Err(if errors.is_empty() { "no debuginfod server reachable".into() } else { errors.join("; ") });
+            return Err(Error::Network(if errors.is_empty() { "no debuginfod server reachable".into() } else { errors.join("; ") }));
         }
         let _ = create_new_0600(&marker).and_then(|mut f| f.write_all(errors.join("\n").as_bytes()));
-        Err(errors.join("; "))
+        Err(Error::NotFound(errors.join("; ")))
     }
 
-    fn ensure_cache_dir(&self) -> Result<(), String> {
+    fn ensure_cache_dir(&self) -> Result<()> {
         // Files in it are trusted as debug info: it must be ours and not writable by others.
         tailprof_format::dirs::ensure_private_dir(&self.cache).map_err(|e| match e.kind() {
-            io::ErrorKind::PermissionDenied => format!("{e}: fix its owner/mode or set DEBUGINFOD_CACHE_PATH"),
-            _ => e.to_string(),
+            io::ErrorKind::PermissionDenied => {
+                Error::Permission(format!("{e}: fix its owner/mode or set DEBUGINFOD_CACHE_PATH"))
+            }
+            _ => Error::Io { what: "debuginfod cache".to_string(), source: e },
         })
     }
 
@@ -262,6 +269,7 @@ fn create_new_0600(path: &Path) -> io::Result<fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn shared_cache_directory_is_refused() {
@@ -270,7 +278,9 @@ mod tests {
         std::fs::create_dir(&cache).unwrap();
         std::fs::set_permissions(&cache, fs::Permissions::from_mode(0o777)).unwrap();
         let mut c = Client::new(vec!["http://127.0.0.1:9".into()], cache);
-        assert!(c.fetch(&[0x11; 20]).unwrap_err().contains("writable by others"));
+        let e = c.fetch(&[0x11; 20]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("writable by others"));
     }
 
     #[test]
@@ -292,11 +302,14 @@ mod tests {
         // The server is down, the build-id may well exist: no marker for later runs.
         assert!(!dir.path().join("cache").join(format!("{}.fail", build_id_hex(&id))).exists());
         let e = c.fetch(&[0xcd; 20]).unwrap_err();
-        assert!(e.contains("no debuginfod server reachable"), "{e}");
-        assert!(c.fetch(&id).unwrap_err().contains("before"));
+        assert_eq!(e.kind(), ErrorKind::Network);
+        assert!(e.to_string().contains("no debuginfod server reachable"), "{e}");
+        assert!(c.fetch(&id).unwrap_err().to_string().contains("before"));
         // A stale marker from another run is honoured.
         std::fs::write(dir.path().join("cache").join(format!("{}.fail", build_id_hex(&[0xef; 20]))), b"x").unwrap();
         let mut c2 = Client::new(vec!["http://127.0.0.1:9".into()], dir.path().join("cache"));
-        assert!(c2.fetch(&[0xef; 20]).unwrap_err().contains("last day"));
+        let e = c2.fetch(&[0xef; 20]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        assert!(e.to_string().contains("last day"));
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Every size and count comes from an untrusted file, so each is checked against the
 //! file's length and a fixed cap before anything is allocated; a malformed file is an
-//! error string, never a panic. ELF32 and ELF64, both byte orders.
+//! [`Error`], never a panic. ELF32 and ELF64, both byte orders.
 
 use std::fs::File;
 use std::io::Read;
@@ -16,13 +16,15 @@ use std::path::{Path, PathBuf};
 
 use tailprof_elf::{Elf, SectionHeader, PT_LOAD, SHT_NOBITS};
 
+use crate::error::{Error, Result};
+
 /// At most this many bytes of one section are read into memory.
 pub(crate) const MAX_SECTION: u64 = 512 << 20;
 
-/// The one untrusted-file opener (no symlink at the last component, no blocking on
-/// FIFOs, regular files only: docs/SECURITY.md), its error as this crate's message.
-fn open(path: &Path) -> Result<File, String> {
-    tailprof_elf::open::open_untrusted(path).map_err(|e| format!("{}: {e}", path.display()))
+/// The one untrusted-file opener (`tailprof_elf::open`: no symlink at the last component,
+/// no blocking on FIFOs, regular files only: docs/SECURITY.md), its error as this crate's.
+pub(crate) fn open_untrusted(path: &Path) -> Result<File> {
+    tailprof_elf::open::open_untrusted(path).map_err(|e| Error::io(path.display(), e))
 }
 
 /// One `PT_LOAD` segment.
@@ -55,20 +57,20 @@ pub(crate) struct ElfFile {
 }
 
 impl ElfFile {
-    pub fn open(path: &Path) -> Result<Self, String> {
-        let file = open(path)?;
-        Self::parse(file).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = open_untrusted(path)?;
+        Self::parse(file).map_err(|source| Error::Elf { what: path.display().to_string(), source })
     }
 
-    fn read_at(&self, offset: u64, size: u64) -> Result<Vec<u8>, String> {
-        self.elf.read_vec(offset, size, MAX_SECTION).map_err(|e| e.to_string())
+    fn read_at(&self, offset: u64, size: u64) -> tailprof_elf::Result<Vec<u8>> {
+        self.elf.read_vec(offset, size, MAX_SECTION)
     }
 
-    fn parse(file: File) -> Result<Self, String> {
-        let elf = Elf::parse(file).map_err(|e| e.to_string())?;
+    fn parse(file: File) -> tailprof_elf::Result<Self> {
+        let elf = Elf::parse(file)?;
         let mut segments = Vec::new();
-        for p in elf.program_headers().map_err(|e| e.to_string())? {
-            let p = p.map_err(|e| e.to_string())?;
+        for p in elf.program_headers()? {
+            let p = p?;
             if p.kind == PT_LOAD {
                 segments.push(Segment { offset: p.offset, vaddr: p.vaddr, filesz: p.filesz });
             }
@@ -98,14 +100,14 @@ impl ElfFile {
     }
 
     /// CRC-32 (the `.gnu_debuglink` one) of the whole file.
-    pub fn crc32(&self) -> Result<u32, String> {
+    pub fn crc32(&self) -> Result<u32> {
         let (file, len) = (self.elf.reader(), self.elf.file_len());
         let mut h = crc32fast::Hasher::new();
         let mut buf = vec![0u8; 1 << 16];
         let mut at = 0u64;
         while at < len {
             let n = usize::try_from((len - at).min(buf.len() as u64)).unwrap_or(buf.len());
-            file.read_exact_at(&mut buf[..n], at).map_err(|e| e.to_string())?;
+            file.read_exact_at(&mut buf[..n], at).map_err(|e| Error::io("reading for the CRC", e))?;
             h.update(&buf[..n]);
             at += n as u64;
         }
@@ -167,16 +169,16 @@ impl ElfFile {
 }
 
 /// CRC-32 (the one `.gnu_debuglink` uses) of a whole untrusted file, read in chunks.
-pub(crate) fn file_crc32(path: &Path, max_len: u64) -> Result<u32, String> {
-    let mut f = open(path)?;
-    let len = f.metadata().map_err(|e| e.to_string())?.len();
+pub(crate) fn file_crc32(path: &Path, max_len: u64) -> Result<u32> {
+    let mut f = open_untrusted(path)?;
+    let len = f.metadata().map_err(|e| Error::io(path.display(), e))?.len();
     if len > max_len {
-        return Err(format!("{}: {len} bytes is larger than the {max_len}-byte limit", path.display()));
+        return Err(Error::Limit(format!("{}: {len} bytes is larger than the {max_len}-byte limit", path.display())));
     }
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        let n = f.read(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        let n = f.read(&mut buf).map_err(|e| Error::io(path.display(), e))?;
         if n == 0 {
             break;
         }
@@ -325,8 +327,8 @@ mod tests {
         let target = std::env::current_exe().unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(open(&link).is_err());
-        assert!(open(dir.path()).is_err());
+        assert!(open_untrusted(&link).is_err());
+        assert!(open_untrusted(dir.path()).is_err());
         let own = ElfFile::open(&target).unwrap();
         assert!(!own.segments.is_empty());
         assert!(own.section(".text").is_some());

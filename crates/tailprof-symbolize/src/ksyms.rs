@@ -33,6 +33,7 @@ use std::sync::Arc;
 use tailprof_format::TraceHeader;
 
 use super::{NameId, SymIdResult, SymResult, Symbolizer, UnknownReason};
+use crate::error::{Error, Result};
 
 /// Which kernel symbols to use.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -75,7 +76,7 @@ impl KernelSymbols {
 #[derive(Debug, Clone)]
 pub(crate) enum KernelState {
     Usable(PathBuf, Arc<KsymTable>),
-    Unusable(String),
+    Unusable(Arc<Error>),
 }
 
 /// The symbols of a kallsyms file, sorted by address (equal addresses in file order).
@@ -159,7 +160,7 @@ impl Symbolizer {
         let table = match self.kernel_state() {
             KernelState::Usable(_, t) => t.clone(),
             KernelState::Unusable(why) => {
-                let why = why.clone();
+                let why = why.to_string();
                 return addrs
                     .iter()
                     .map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() }))
@@ -185,7 +186,7 @@ impl Symbolizer {
 
     /// `Ok(path)` of the kallsyms file that will be used, or why kernel addresses will
     /// not be named.
-    pub fn kernel_symbols_status(&mut self) -> Result<PathBuf, String> {
+    pub fn kernel_symbols_status(&mut self) -> Result<PathBuf, Arc<Error>> {
         match self.kernel_state() {
             KernelState::Usable(p, _) => Ok(p.clone()),
             KernelState::Unusable(w) => Err(w.clone()),
@@ -196,17 +197,17 @@ impl Symbolizer {
         let origin = &self.origin;
         if self.kernel.is_none() {
             let st = match &self.opts.kernel {
-                KernelSymbols::Off => KernelState::Unusable("disabled".into()),
+                KernelSymbols::Off => KernelState::Unusable(Arc::new(Error::Unavailable("disabled".into()))),
                 KernelSymbols::Kallsyms(p) => match load_kallsyms(p, origin.text_addr) {
                     Ok(t) => KernelState::Usable(p.clone(), Arc::new(t)),
-                    Err(w) => KernelState::Unusable(w),
+                    Err(w) => KernelState::Unusable(Arc::new(w)),
                 },
                 KernelSymbols::Auto => {
                     let p = PathBuf::from("/proc/kallsyms");
                     let cache = self.opts.cache_dir.as_deref();
                     match same_kernel(origin).and_then(|()| load_running_kallsyms(cache, origin.text_addr)) {
                         Ok(t) => KernelState::Usable(p, Arc::new(t)),
-                        Err(w) => KernelState::Unusable(w),
+                        Err(w) => KernelState::Unusable(Arc::new(w)),
                     }
                 }
             };
@@ -221,21 +222,21 @@ fn read_trimmed(path: &str) -> Option<String> {
 }
 
 /// `Ok` unless the trace demonstrably comes from another kernel, host or boot.
-pub(crate) fn same_kernel(origin: &KernelOrigin) -> Result<(), String> {
+pub(crate) fn same_kernel(origin: &KernelOrigin) -> Result<()> {
     if let (Some(t), Some(here)) = (&origin.os_release, read_trimmed("/proc/sys/kernel/osrelease")) {
         // Accept a full `uname -a`-like string too: the release must appear in it.
         if t.trim() != here && !t.split_whitespace().any(|w| w == here) {
-            return Err(format!("trace is from kernel {t:?}, running kernel is {here:?}"));
+            return Err(Error::Mismatch(format!("trace is from kernel {t:?}, running kernel is {here:?}")));
         }
     }
     if let (Some(t), Some(here)) = (&origin.hostname, read_trimmed("/proc/sys/kernel/hostname")) {
         if t.trim() != here {
-            return Err(format!("trace is from host {t:?}, this is {here:?}"));
+            return Err(Error::Mismatch(format!("trace is from host {t:?}, this is {here:?}")));
         }
     }
     if let (Some(t), Some(here)) = (&origin.boot_id, read_trimmed("/proc/sys/kernel/random/boot_id")) {
         if t.trim() != here {
-            return Err("trace is from an earlier boot (kernel addresses moved)".into());
+            return Err(Error::Mismatch("trace is from an earlier boot (kernel addresses moved)".into()));
         }
     }
     Ok(())
@@ -243,28 +244,28 @@ pub(crate) fn same_kernel(origin: &KernelOrigin) -> Result<(), String> {
 
 /// Copy this process's vDSO image (as mapped: the vDSO is mapped whole, so memory
 /// offsets are file offsets) into a temporary file blazesym can open.
-pub fn copy_own_vdso() -> Result<tempfile::NamedTempFile, String> {
+pub fn copy_own_vdso() -> Result<tempfile::NamedTempFile> {
     use std::io::{Read, Seek, SeekFrom, Write};
-    let maps = fs::read_to_string("/proc/self/maps").map_err(|e| format!("/proc/self/maps: {e}"))?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]")).ok_or("this process has no vDSO")?;
+    let maps = fs::read_to_string("/proc/self/maps").map_err(|e| Error::io("/proc/self/maps", e))?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]")).ok_or_else(|| Error::NotFound("this process has no vDSO".into()))?;
     let range = line.split_whitespace().next().unwrap_or("");
-    let (a, b) = range.split_once('-').ok_or("bad /proc/self/maps line")?;
-    let parse = |x: &str| u64::from_str_radix(x, 16).map_err(|e| format!("bad /proc/self/maps line: {e}"));
+    let (a, b) = range.split_once('-').ok_or_else(|| Error::Damaged("bad /proc/self/maps line".into()))?;
+    let parse = |x: &str| u64::from_str_radix(x, 16).map_err(|e| Error::Damaged(format!("bad /proc/self/maps line: {e}")));
     let (start, end) = (parse(a)?, parse(b)?);
-    let len = usize::try_from(end.saturating_sub(start)).map_err(|e| e.to_string())?;
+    let len = usize::try_from(end.saturating_sub(start)).map_err(|e| Error::Limit(e.to_string()))?;
     let mut image = vec![0u8; len];
-    let mut mem = fs::File::open("/proc/self/mem").map_err(|e| format!("/proc/self/mem: {e}"))?;
-    mem.seek(SeekFrom::Start(start)).and_then(|_| mem.read_exact(&mut image)).map_err(|e| format!("reading the vDSO: {e}"))?;
+    let mut mem = fs::File::open("/proc/self/mem").map_err(|e| Error::io("/proc/self/mem", e))?;
+    mem.seek(SeekFrom::Start(start)).and_then(|_| mem.read_exact(&mut image)).map_err(|e| Error::io("reading the vDSO", e))?;
     // Checked with the one ELF reader: an ELF header and a section table inside the image.
-    tailprof_elf::Elf::parse(image.as_slice()).map_err(|e| format!("the vDSO mapping is not an ELF image: {e}"))?;
-    let mut f = tempfile::Builder::new().prefix("tailprof-vdso-").suffix(".so").tempfile().map_err(|e| e.to_string())?;
-    f.write_all(&image).map_err(|e| e.to_string())?;
+    tailprof_elf::Elf::parse(image.as_slice()).map_err(|source| Error::Elf { what: "the vDSO mapping is not an ELF image".into(), source })?;
+    let mut f = tempfile::Builder::new().prefix("tailprof-vdso-").suffix(".so").tempfile().map_err(|e| Error::io("a temporary file for the vDSO", e))?;
+    f.write_all(&image).map_err(|e| Error::io("a temporary file for the vDSO", e))?;
     Ok(f)
 }
 
 /// The running kernel's table: from the cache directory when a valid cache for this
 /// boot and module list is there, else from `/proc/kallsyms` (then cached).
-pub(crate) fn load_running_kallsyms(cache: Option<&Path>, text_addr: Option<u64>) -> Result<KsymTable, String> {
+pub(crate) fn load_running_kallsyms(cache: Option<&Path>, text_addr: Option<u64>) -> Result<KsymTable> {
     let path = Path::new("/proc/kallsyms");
     let key = cache.and_then(|_| running_kernel_key());
     if let (Some(dir), Some(key)) = (cache, &key) {
@@ -320,7 +321,7 @@ fn kernel_key(boot: &str, release: &str, kptr: &str, modules: &[u8]) -> Vec<u8> 
 /// Cache file layout (little-endian): magic, key length (u32) and key, `_text` address
 /// (u64, 0: none), symbol count n (u64), names length m (u64), n × (address u64, name
 /// start u32, name end u32), m bytes of names, CRC-32 of all the preceding bytes (u32).
-fn write_cached(dir: &Path, key: &[u8], t: &KsymTable) -> Result<(), String> {
+fn write_cached(dir: &Path, key: &[u8], t: &KsymTable) -> Result<()> {
     let mut names = Vec::with_capacity(t.syms.len() * 24);
     let mut syms = Vec::with_capacity(t.syms.len() * 16);
     for &(a, b, e) in &t.syms {
@@ -399,13 +400,13 @@ fn parse_cached(bytes: &[u8], key: &[u8]) -> Option<KsymTable> {
 }
 
 /// `Err` if the trace saw `_text` elsewhere than `t` has it: KASLR moved the kernel.
-fn check_text(t: &KsymTable, text_addr: Option<u64>, path: &Path) -> Result<(), String> {
+fn check_text(t: &KsymTable, text_addr: Option<u64>, path: &Path) -> Result<()> {
     if let (Some(want), Some(have)) = (text_addr, t.text_addr) {
         if have != want {
-            return Err(format!(
+            return Err(Error::Mismatch(format!(
                 "kernel was relocated since the trace was taken (_text at {want:#x} then, {have:#x} in {})",
                 path.display()
-            ));
+            )));
         }
     }
     Ok(())
@@ -415,23 +416,23 @@ fn check_text(t: &KsymTable, text_addr: Option<u64>, path: &Path) -> Result<(), 
 /// and, when `text_addr` is known, places `_text` there (else the kernel was relocated
 /// since the trace was taken: KASLR after a reboot). Lines are `ADDR TYPE NAME [MODULE]`;
 /// other lines and zero addresses are skipped.
-pub(crate) fn load_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<KsymTable, String> {
-    let f = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub(crate) fn load_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<KsymTable> {
+    let f = fs::File::open(path).map_err(|e| Error::io(path.display(), e))?;
     let mut text = Vec::with_capacity(8 << 20);
     // One large buffer: /proc/kallsyms answers each read with as many lines as fit.
-    f.take(MAX_KALLSYMS_BYTES + 1).read_to_end(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
+    f.take(MAX_KALLSYMS_BYTES + 1).read_to_end(&mut text).map_err(|e| Error::io(path.display(), e))?;
     if text.len() as u64 > MAX_KALLSYMS_BYTES {
-        return Err(format!("{} is larger than {} MiB: not a kallsyms file", path.display(), MAX_KALLSYMS_BYTES >> 20));
+        return Err(Error::Limit(format!("{} is larger than {} MiB: not a kallsyms file", path.display(), MAX_KALLSYMS_BYTES >> 20)));
     }
     if text.len() > u32::MAX as usize {
-        return Err(format!("{} is too large", path.display()));
+        return Err(Error::Limit(format!("{} is too large", path.display())));
     }
     let mut syms = Vec::with_capacity(text.len() / 40);
     let (mut lines, mut text_seen) = (0usize, None);
     let mut at = 0usize;
     // As text: `str::find` looks for the line ends a word at a time (memchr).
     let Ok(all) = std::str::from_utf8(&text) else {
-        return Err(format!("{} is not text: not a kallsyms file", path.display()));
+        return Err(Error::Damaged(format!("{} is not text: not a kallsyms file", path.display())));
     };
     while at < text.len() {
         lines += 1;
@@ -449,10 +450,10 @@ pub(crate) fn load_kallsyms(path: &Path, text_addr: Option<u64>) -> Result<KsymT
         }
     }
     if lines == 0 {
-        return Err(format!("{} is empty", path.display()));
+        return Err(Error::Damaged(format!("{} is empty", path.display())));
     }
     if syms.is_empty() {
-        return Err(format!("{} shows zero addresses (kernel.kptr_restrict, or not root)", path.display()));
+        return Err(Error::Permission(format!("{} shows zero addresses (kernel.kptr_restrict, or not root)", path.display())));
     }
     // Nearly sorted already (the kernel's own symbols are; modules follow): cheap.
     syms.sort_by_key(|s| s.0);
@@ -611,9 +612,9 @@ mod tests {
         assert_eq!(t.lookup(0xffff_ffff_c000_1008), Some("mod_fn"));
         assert_eq!(t.lookup(0xffff_ffff_8000_0004), Some("below_fn"));
         assert_eq!(t.lookup(0x1000), None);
-        assert!(load_kallsyms(&p, Some(0xffff_ffff_9000_0000)).unwrap_err().contains("relocated"));
+        assert!(load_kallsyms(&p, Some(0xffff_ffff_9000_0000)).unwrap_err().to_string().contains("relocated"));
         fs::write(&p, "").unwrap();
-        assert!(load_kallsyms(&p, None).unwrap_err().contains("empty"));
+        assert!(load_kallsyms(&p, None).unwrap_err().to_string().contains("empty"));
         // The machine's own kallsyms, when readable: one pass, names for its _text.
         if let Ok(t) = load_kallsyms(Path::new("/proc/kallsyms"), None) {
             assert!(t.len() > 1000);
@@ -626,7 +627,9 @@ mod tests {
         let mut s = Symbolizer::default();
         s.set_origin(KernelOrigin::new(&header, None));
         let st = s.kernel_symbols_status();
-        assert!(st.unwrap_err().contains("0.0.1-not-this-one"));
+        let e = st.unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Mismatch);
+        assert!(e.to_string().contains("0.0.1-not-this-one"));
     }
 
     /// A table for the cache tests: the machine's own when readable, else a small one.
@@ -736,7 +739,7 @@ mod tests {
         assert!(read_cached(&p, &key).is_some(), "rewritten");
         // The _text check applies to a cached table too.
         if let Some(t) = direct.text_addr {
-            assert!(load_running_kallsyms(Some(&dir), Some(t ^ 0x100_0000)).unwrap_err().contains("relocated"));
+            assert!(load_running_kallsyms(Some(&dir), Some(t ^ 0x100_0000)).unwrap_err().to_string().contains("relocated"));
             assert!(load_running_kallsyms(Some(&dir), Some(t)).is_ok());
         }
     }

@@ -53,6 +53,7 @@ pub mod debugdir;
 pub mod debuginfod;
 pub mod ehframe;
 mod elf;
+mod error;
 pub mod inline;
 /// JIT code ranges: their home is the address-space model ([`tailprof_format::addrspace::jit`]).
 pub mod jit {
@@ -62,6 +63,7 @@ pub mod jit {
 pub mod ksyms;
 
 pub use debugdir::{DebugFile, FoundBy};
+pub use error::{Error, ErrorKind};
 pub use inline::Frame;
 pub use ksyms::{KernelOrigin, KernelSymbols};
 use ehframe::FdeRanges;
@@ -250,7 +252,7 @@ pub struct Symbolizer {
     origin: KernelOrigin,
     kernel: Option<KernelState>,
     /// A copy of this process's vDSO image (same kernel, same vDSO), made on first use.
-    vdso: Option<Result<tempfile::NamedTempFile, String>>,
+    vdso: Option<Result<tempfile::NamedTempFile, Error>>,
     /// Per (path, trace build-id): ELF facts, debug file, `.eh_frame` ranges.
     binaries: FxHashMap<(String, Option<Vec<u8>>), BinaryFacts>,
     /// `.eh_frame` ranges per file ([`ElfFile::identity`]): one table per file, however
@@ -370,7 +372,7 @@ impl Symbolizer {
     /// Fetch debug files from the debuginfod servers in `DEBUGINFOD_URLS` (when set)
     /// for binaries that have no local debug info. Returns whether it is enabled, or why
     /// not (e.g. only `https://` servers, which this build cannot reach).
-    pub fn enable_debuginfod_from_env(&mut self) -> Result<bool, String> {
+    pub fn enable_debuginfod_from_env(&mut self) -> Result<bool, Error> {
         match debuginfod::Client::from_env()? {
             Some(c) => {
                 self.debuginfod = Some(c);
@@ -487,7 +489,7 @@ impl Symbolizer {
     fn facts_uncached(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> BinaryFacts {
         let elf = match ElfFile::open(Path::new(path)) {
             Ok(elf) => elf,
-            Err(e) => return BinaryFacts { elf_error: Some(e), ..Default::default() },
+            Err(e) => return BinaryFacts { elf_error: Some(e.to_string()), ..Default::default() },
         };
         let has_dwarf = elf.has_data(".debug_info");
         let mut facts = BinaryFacts { has_dwarf, ..Default::default() };

@@ -11,7 +11,7 @@ use crate::buildid;
 use crate::parse::{Decoded, Decoder};
 use crate::ring::{Pending, RoundQueue};
 use crate::stacks::StackMaker;
-use crate::uprobe::{MarkerMaker, ProbeRole};
+use crate::items::uprobe::{MarkerMaker, ProbeRole};
 
 /// `(device as st_dev encodes it, inode)` of a mapped file.
 pub(super) type FileKey = (u64, u64);
@@ -119,6 +119,29 @@ impl BuildIdCache {
     }
 }
 
+/// What a raw ring record is to the recorder ([`Emitter::decode_and_write`]): each role
+/// has one handler.
+enum Role {
+    /// A `sched:sched_switch` sample: the stack of a thread going off the CPU.
+    OffCpuStack,
+    /// A `sched:sched_waking` sample (causes).
+    Wakeup,
+    /// An `--item-class-from` probe hit.
+    ClassHit,
+    /// An `--item-begin`/`--item-end` uprobe hit.
+    ProbeHit(ProbeRole),
+    /// A sample of a sampling event.
+    Sample,
+    /// A side-band record (MMAP, COMM, FORK, EXIT, LOST, ...).
+    SideBand(Record),
+    /// A context-switch record, kept with stacks or off-CPU time.
+    Switch,
+    /// A record type the recorder does not keep.
+    Ignored,
+    /// A record the decoder could not parse.
+    Malformed,
+}
+
 /// Decoding, counting, build-ids: everything between the queue and the writer.
 pub(super) struct Emitter {
     pub(super) decoder: Decoder,
@@ -144,10 +167,10 @@ pub(super) struct Emitter {
     /// Call stacks, context switches and off-CPU stacks (`None`: not recorded).
     pub(super) stacks: Option<StackMaker>,
     /// `--item-class-from` probes: their hits become class labels (`Label` markers).
-    pub(super) classes: Option<super::items::ClassProbes>,
+    pub(super) classes: Option<crate::items::classprobe::ClassProbes>,
     /// `-a`: executable mappings are shown to it, to attach marked processes that start
     /// while recording (`None`: other targets).
-    pub(super) follow: Option<super::items::MarkerFollower>,
+    pub(super) follow: Option<crate::items::markers::MarkerFollower>,
     /// Bytes of build-id entries handed to the output so far.
     pub(super) build_id_bytes_out: usize,
     /// Perf maps and jitdumps of the recorded processes (issue 23), shown every MMAP.
@@ -227,113 +250,154 @@ impl Emitter {
 
     /// Decode one raw ring record and write what it becomes: a sample, a side-band
     /// record (with its mapping's build-id), item markers (a uprobe hit), or only a count
-    /// (a record type the recorder does not keep, or a malformed record).
+    /// (a record type the recorder does not keep, or a malformed record). [`Role`] says
+    /// which; each role has its own handler.
     pub(super) fn decode_and_write<O: RecordOutput + ?Sized>(
         &mut self,
         p: &Pending,
         rec: &[u8],
         out: &mut O,
     ) -> Result<(), FormatError> {
-        match self.decoder.decode(rec, p.event(), p.cpu, &mut self.sample) {
-            Ok(Decoded::Sample) if self.stacks.as_ref().is_some_and(|s| s.off_cpu_event == self.sample.event) => {
-                // The stack where a thread goes off the CPU: kept for its switch-out record.
-                if let Some(sm) = &mut self.stacks {
-                    sm.off_cpu_sample(rec, &self.sample, out);
-                }
+        let decoded = self.decoder.decode(rec, p.event(), p.cpu, &mut self.sample);
+        match self.role(decoded) {
+            Role::OffCpuStack => {
+                self.off_cpu_stack(rec, out);
                 Ok(())
             }
-            Ok(Decoded::Sample) if self.stacks.as_ref().is_some_and(|s| s.is_waking(self.sample.event)) => {
-                // A wakeup (issue 21): written when the wakee is tracked.
-                match self.stacks.as_mut().and_then(|sm| sm.wakeup(rec, &self.sample, out)) {
-                    Some(r) => {
-                        self.describe(&r, out)?;
-                        self.write(r, out)
-                    }
-                    None => Ok(()),
-                }
+            Role::Wakeup => self.wakeup(rec, out),
+            Role::ClassHit => self.class_hit(rec, out),
+            Role::ProbeHit(role) => self.probe_hit(role, out),
+            Role::Sample => self.sample(rec, out),
+            Role::SideBand(r) => self.side_band(r, rec, out),
+            Role::Switch => self.switch(p, rec, out),
+            Role::Ignored => {
+                self.summary.ignored += 1;
+                Ok(())
             }
-            Ok(Decoded::Sample) if self.classes.as_ref().is_some_and(|c| c.owns(self.sample.event)) => {
-                let mut recs = std::mem::take(&mut self.probe_records);
-                if let Some(c) = &mut self.classes {
-                    c.convert(rec, &self.sample, &mut recs);
-                }
-                let mut res = Ok(());
-                for r in recs.drain(..) {
-                    if res.is_ok() {
-                        res = self.record(r, out);
-                    }
-                }
-                self.probe_records = recs;
-                res
+            Role::Malformed => {
+                self.summary.malformed += 1;
+                Ok(())
             }
-            Ok(Decoded::Sample) if self.sample.event >= self.probe_base => {
-                let role = if self.sample.event == self.probe_base {
-                    ProbeRole::Begin
-                } else {
-                    ProbeRole::End
-                };
-                let mut markers = std::mem::take(&mut self.probe_records);
-                if let Some(m) = &mut self.probe_markers {
-                    m.convert(&self.sample, role, &mut markers);
-                }
-                let mut res = Ok(());
-                for r in markers.drain(..) {
-                    if res.is_ok() {
-                        res = self.record(r, out);
-                    }
-                }
-                self.probe_records = markers;
-                res
+        }
+    }
+
+    /// Which role a decoded record has (a decoded sample is in `self.sample`).
+    #[inline]
+    fn role(&self, decoded: Result<Decoded, crate::parse::ParseError>) -> Role {
+        let event = self.sample.event;
+        match decoded {
+            Ok(Decoded::Sample) if self.stacks.as_ref().is_some_and(|s| s.off_cpu_event == event) => Role::OffCpuStack,
+            Ok(Decoded::Sample) if self.stacks.as_ref().is_some_and(|s| s.is_waking(event)) => Role::Wakeup,
+            Ok(Decoded::Sample) if self.classes.as_ref().is_some_and(|c| c.owns(event)) => Role::ClassHit,
+            Ok(Decoded::Sample) if event >= self.probe_base => {
+                Role::ProbeHit(if event == self.probe_base { ProbeRole::Begin } else { ProbeRole::End })
             }
-            Ok(Decoded::Sample) => {
-                if let Some(sm) = &mut self.stacks {
-                    sm.sample(rec, &mut self.sample, out);
-                }
-                self.summary.samples += 1;
-                self.note_time(self.sample.time);
-                out.write_sample(&self.sample)
-            }
-            Ok(Decoded::Record(mut r)) => {
-                if let Record::Mmap(m) = &mut r {
-                    if let Some(key) = mmap2_file(rec) {
-                        // Not a build-id, whatever the (leaked) misc flag says.
-                        m.build_id = None;
-                        self.build_id(m, Some(key), out)?;
-                        if let Some(sm) = &mut self.stacks {
-                            sm.observe(&r, Some(key));
-                        }
-                        if let (Some(f), Record::Mmap(m)) = (&mut self.follow, &r) {
-                            f.saw_mmap(m, key.0, key.1);
-                        }
-                        return self.write(r, out);
-                    }
-                }
-                self.record(r, out)
-            }
+            Ok(Decoded::Sample) => Role::Sample,
+            Ok(Decoded::Record(r)) => Role::SideBand(r),
             Ok(Decoded::Ignored(kind))
                 if self.stacks.is_some()
                     && (kind == tailprof_perf_abi::record_type::SWITCH
                         || kind == tailprof_perf_abi::record_type::SWITCH_CPU_WIDE) =>
             {
-                match self.stacks.as_mut().and_then(|sm| sm.switch(rec, p.event(), p.cpu)) {
-                    Some(r) => {
-                        self.describe(&r, out)?;
-                        self.write(r, out)
-                    }
-                    // The idle task's switches (system-wide) and CPU-wide switches no
-                    // analysis needs (stacks::CauseFilter) are not kept.
-                    None => {
-                        self.summary.ignored += 1;
-                        Ok(())
-                    }
+                Role::Switch
+            }
+            Ok(Decoded::Ignored(_)) => Role::Ignored,
+            Err(_) => Role::Malformed,
+        }
+    }
+
+    /// The stack where a thread goes off the CPU: kept for its switch-out record.
+    fn off_cpu_stack<O: RecordOutput + ?Sized>(&mut self, rec: &[u8], out: &mut O) {
+        if let Some(sm) = &mut self.stacks {
+            sm.off_cpu_sample(rec, &self.sample, out);
+        }
+    }
+
+    /// A wakeup (issue 21): written when the wakee is tracked.
+    fn wakeup<O: RecordOutput + ?Sized>(&mut self, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
+        match self.stacks.as_mut().and_then(|sm| sm.wakeup(rec, &self.sample, out)) {
+            Some(r) => {
+                self.describe(&r, out)?;
+                self.write(r, out)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A `--item-class-from` hit: an `ItemClass` declaration and a `Label` marker.
+    fn class_hit<O: RecordOutput + ?Sized>(&mut self, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
+        let mut recs = std::mem::take(&mut self.probe_records);
+        if let Some(c) = &mut self.classes {
+            c.convert(rec, &self.sample, &mut recs);
+        }
+        let res = self.record_all(&mut recs, out);
+        self.probe_records = recs;
+        res
+    }
+
+    /// A uprobe item boundary's hit: item markers.
+    fn probe_hit<O: RecordOutput + ?Sized>(&mut self, role: ProbeRole, out: &mut O) -> Result<(), FormatError> {
+        let mut markers = std::mem::take(&mut self.probe_records);
+        if let Some(m) = &mut self.probe_markers {
+            m.convert(&self.sample, role, &mut markers);
+        }
+        let res = self.record_all(&mut markers, out);
+        self.probe_records = markers;
+        res
+    }
+
+    /// Hand each of `recs` to [`Emitter::record`] until one fails; `recs` ends empty.
+    fn record_all<O: RecordOutput + ?Sized>(&mut self, recs: &mut Vec<Record>, out: &mut O) -> Result<(), FormatError> {
+        let mut res = Ok(());
+        for r in recs.drain(..) {
+            if res.is_ok() {
+                res = self.record(r, out);
+            }
+        }
+        res
+    }
+
+    /// A sample of a sampling event (with its stack, when recorded).
+    fn sample<O: RecordOutput + ?Sized>(&mut self, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
+        if let Some(sm) = &mut self.stacks {
+            sm.sample(rec, &mut self.sample, out);
+        }
+        self.summary.samples += 1;
+        self.note_time(self.sample.time);
+        out.write_sample(&self.sample)
+    }
+
+    /// A side-band record; an MMAP2 of a file gets its build-id and is shown to the
+    /// unwinder and the marker follower.
+    fn side_band<O: RecordOutput + ?Sized>(&mut self, mut r: Record, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
+        if let Record::Mmap(m) = &mut r {
+            if let Some(key) = mmap2_file(rec) {
+                // Not a build-id, whatever the (leaked) misc flag says.
+                m.build_id = None;
+                self.build_id(m, Some(key), out)?;
+                if let Some(sm) = &mut self.stacks {
+                    sm.observe(&r, Some(key));
                 }
+                if let (Some(f), Record::Mmap(m)) = (&mut self.follow, &r) {
+                    f.saw_mmap(m, key.0, key.1);
+                }
+                return self.write(r, out);
             }
-            Ok(Decoded::Ignored(_)) => {
+        }
+        self.record(r, out)
+    }
+
+    /// A context switch (recorded with stacks or off-CPU time).
+    fn switch<O: RecordOutput + ?Sized>(&mut self, p: &Pending, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
+        match self.stacks.as_mut().and_then(|sm| sm.switch(rec, p.event(), p.cpu)) {
+            Some(r) => {
+                self.describe(&r, out)?;
+                self.write(r, out)
+            }
+            // The idle task's switches (system-wide) and CPU-wide switches no
+            // analysis needs (stacks::CauseFilter) are not kept.
+            None => {
                 self.summary.ignored += 1;
-                Ok(())
-            }
-            Err(_) => {
-                self.summary.malformed += 1;
                 Ok(())
             }
         }

@@ -43,8 +43,9 @@ impl Recorder {
                 match self.markers.attach(*pid) {
                     Ok(true) => {}
                     Ok(false) => self.notes.push(format!(
-                        "process {pid} has no marker library (no '{MARKER_CONTROL_SYMBOL}' symbol): items come only \
-                         from --item-begin/--item-end or --item-reg"
+                        "process {pid} has no marker library (no '{}' symbol): items come only \
+                         from --item-begin/--item-end or --item-reg",
+                        items::markers::CONTROL_SYMBOL
                     )),
                     Err(e) => self.notes.push(format!("cannot attach the marker transport to process {pid}: {e}")),
                 }
@@ -179,7 +180,7 @@ impl Recorder {
         Ok(())
     }
 
-    /// Open the off-CPU events that waited for a marker ([`items::OffCpuLater`]): per CPU
+    /// Open the off-CPU events that waited for a marker ([`offcpu_later::OffCpuLater`]): per CPU
     /// for `-a`, else for every thread of `pid` on every CPU (with `inherit`: threads they
     /// create later get copies), each into its CPU's ring, registered with the decoder
     /// before it is enabled. A thread that exits meanwhile is skipped. The threads are
@@ -187,7 +188,7 @@ impl Recorder {
     /// opened one created meanwhile (it inherited a copy), doubling its switches; a thread
     /// created during the open by a thread not yet opened is missed instead. Returns the
     /// fds opened, or why it stopped (more than [`MAX_LATER_FDS`] fds, an open error).
-    fn open_off_cpu_later(&mut self, pid: Option<u32>) -> Result<usize, String> {
+    fn open_off_cpu_later(&mut self, pid: Option<u32>) -> Result<usize, RecordError> {
         let plans: Vec<(crate::attr::AttrPlan, u16)> = [
             self.off_cpu_later.plan.clone().map(|p| (p, self.off_cpu_later.event)),
             self.off_cpu_later.sched.clone().map(|p| (p, self.off_cpu_later.sched_event)),
@@ -202,7 +203,11 @@ impl Recorder {
             Some(p) => procfs::thread_ids(p).unwrap_or_default().into_iter().map(|t| t as i32).collect(),
         };
         if tasks.len().saturating_mul(rings.len() * plans.len()) > MAX_LATER_FDS {
-            return Err(format!("more than {MAX_LATER_FDS} events for {} threads on {} CPUs", tasks.len(), rings.len()));
+            return Err(RecordError::Limit(format!(
+                "more than {MAX_LATER_FDS} events for {} threads on {} CPUs",
+                tasks.len(),
+                rings.len()
+            )));
         }
         {
             for task in tasks {
@@ -211,14 +216,14 @@ impl Recorder {
                         let fd = match sys::perf_event_open(&plan.attr, task, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC) {
                             Ok(fd) => fd,
                             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break, // the thread exited
-                            Err(e) => return Err(format!("perf_event_open on CPU {cpu}: {e}")),
+                            Err(e) => return Err(io_err(format!("perf_event_open on CPU {cpu}"))(e)),
                         };
                         let r = sys::ioctl_set_output(fd.as_fd(), self.fds[owner].as_fd())
                             .and_then(|_| sys::ioctl_id(fd.as_fd()))
                             .map(|id| self.emitter.decoder.add_id(id, *event))
                             .and_then(|_| sys::ioctl_enable(fd.as_fd()));
                         if let Err(e) = r {
-                            return Err(format!("setting up the event on CPU {cpu}: {e}"));
+                            return Err(io_err(format!("setting up the event on CPU {cpu}"))(e));
                         }
                         self.off_cpu_later.fds.push(fd);
                     }
@@ -281,7 +286,7 @@ impl Recorder {
     /// Between rounds: enable the off-CPU events at the first marker, attach the marked
     /// processes that started since (`-a`, the agent), and forget attached processes that
     /// exited (about once a second). `drained` is what the marker drain just moved.
-    pub(super) fn after_marker_drain(&mut self, drained: &crate::markers::DrainStats) {
+    pub(super) fn after_marker_drain(&mut self, drained: &crate::items::markers::DrainStats) {
         if self.off_cpu_later.pending() && drained.markers > 0 {
             self.start_off_cpu_now("at the first item marker");
         }
@@ -298,7 +303,7 @@ impl Recorder {
                 f.others += 1;
                 continue;
             }
-            if self.markers.attached() >= items::MAX_FOLLOWED_PROCESSES {
+            if self.markers.attached() >= items::markers::follower::MAX_FOLLOWED_PROCESSES {
                 f.over_limit += 1;
                 continue;
             }
@@ -339,7 +344,7 @@ impl Recorder {
                 _ => String::new(),
             },
             if f.over_limit > 0 {
-                format!("; {} not attached (more than {} at once)", f.over_limit, items::MAX_FOLLOWED_PROCESSES)
+                format!("; {} not attached (more than {} at once)", f.over_limit, items::markers::follower::MAX_FOLLOWED_PROCESSES)
             } else {
                 String::new()
             },
@@ -348,7 +353,7 @@ impl Recorder {
                     "; {} mapped file(s) or process(es) not looked at (more than {} waiting, or stopped first; a file is \
                      looked at again when it is mapped again)",
                     f.scan_dropped,
-                    items::MAX_SCAN_PENDING
+                    items::markers::follower::MAX_SCAN_PENDING
                 )
             } else {
                 String::new()

@@ -114,7 +114,7 @@ fn quiet_config(sampling: &SamplingConfig) -> SamplingConfig {
 /// [`stack_plans`] (context switches on the side-band event, on from the start). With
 /// `later` (items may come from the marker library, issue 7 item 2) and no `--off-cpu`:
 /// the same records from events of their own, opened only when the first marker shows up
-/// ([`items::OffCpuLater`]): a dummy software event with `context_switch` (returned
+/// ([`offcpu_later::OffCpuLater`]): a dummy software event with `context_switch` (returned
 /// second) and the `sched:sched_switch` stack event (first).
 pub(super) fn off_cpu_plans(
     o: &StackOptions,
@@ -206,7 +206,7 @@ pub(super) fn cpu_wide_permitted(caps: &Capabilities) -> bool {
 pub(super) fn wakee_field() -> (usize, usize) {
     crate::tracefs::find()
         .and_then(|r| std::fs::read_to_string(r.join("events/sched/sched_waking/format")).ok())
-        .and_then(|f| crate::classprobe::parse_format(&f, "pid"))
+        .and_then(|f| crate::items::classprobe::parse_format(&f, "pid"))
         .filter(|l| !l.data_loc && l.size == 4)
         .map_or((24, 4), |l| (l.offset, l.size))
 }
@@ -222,22 +222,22 @@ pub(super) fn cpu_wide(attr: &crate::attr::PerfEventAttr) -> crate::attr::PerfEv
 /// Resolve the uprobe item boundaries; their events come after the `events` sampling
 /// events in the decoder.
 /// Inherited events (launched commands, `-p`) use tracefs uprobe events, `-a` the uprobe
-/// PMU ([`crate::uprobe::ProbeVia::for_inherit`]).
+/// PMU ([`crate::items::uprobe::ProbeVia::for_inherit`]).
 pub(super) fn prepare_probes(
     items: &ItemOptions,
     events: usize,
     sampling: &SamplingConfig,
-) -> Result<Option<items::ProbeSet>, RecordError> {
-    let via = crate::uprobe::ProbeVia::for_inherit(sampling.inherit);
+) -> Result<Option<items::uprobe::ProbeSet>, RecordError> {
+    let via = crate::items::uprobe::ProbeVia::for_inherit(sampling.inherit);
     Ok(match &items.probes {
-        Some(p) => Some(items::ProbeSet { prepared: p.prepare(via)?, begin_event: events as u16 }),
+        Some(p) => Some(items::uprobe::ProbeSet { prepared: p.prepare(via)?, begin_event: events as u16 }),
         None => None,
     })
 }
 
 /// What the decoder needs to know about every event: the sampling events, then the
 /// probes' begin and end.
-pub(super) fn decoder_layouts(plans: &[AttrPlan], probes: Option<&items::ProbeSet>, clock: ClockChoice) -> Vec<Layout> {
+pub(super) fn decoder_layouts(plans: &[AttrPlan], probes: Option<&items::uprobe::ProbeSet>, clock: ClockChoice) -> Vec<Layout> {
     let mut layouts: Vec<Layout> = plans.iter().map(layout_of).collect();
     if let Some(probes) = probes {
         layouts.extend(probes.layouts(clock));
@@ -253,7 +253,7 @@ pub(super) fn trace_header(
     clock: ClockChoice,
     plans: &[AttrPlan],
     item_reg: Option<&str>,
-    probes: Option<&items::ProbeSet>,
+    probes: Option<&items::uprobe::ProbeSet>,
 ) -> TraceHeader {
     let mut header = TraceHeader {
         events: plans.iter().map(|p| p.desc.clone()).collect(),

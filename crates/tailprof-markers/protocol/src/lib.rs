@@ -1,6 +1,6 @@
 //! The marker shared-memory protocol (docs/MARKERS.md) as constants, defined once for
 //! both Rust sides: the marker runtime linked into programs (`tailprof-markers`) and the
-//! recorder (`tailprof_collect::markers`). The C header `include/tailprof.h` and
+//! recorder (`tailprof_collect::items::markers`). The C header `include/tailprof.h` and
 //! `python/tailprof_markers.py` mirror these values in their languages; the tests below
 //! read both files and fail when they drift.
 //!

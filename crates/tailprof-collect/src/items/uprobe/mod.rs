@@ -20,7 +20,7 @@
 //!     into the *cloning* process, where it means nothing: `clone` fails with EFAULT and
 //!     the program sees `pthread_create: Bad address` (issue 18 item 2);
 //!   - or a tracefs uprobe event (`p:`/`r:` in `uprobe_events`, created and removed by
-//!     [`crate::classprobe::TracefsUprobe`]) opened as a tracepoint, `config` = its id,
+//!     [`crate::items::classprobe::TracefsUprobe`]) opened as a tracepoint, `config` = its id,
 //!     which inherits like any tracepoint: for launched commands and `-p`
 //!     ([`ProbeVia::for_inherit`]);
 //! * turning the probes' samples into [`Marker`] records ([`MarkerMaker`]).
@@ -34,6 +34,9 @@
 //! `items --explain ID` is unambiguous even with many threads or processes). End markers
 //! carry [`Marker::UNKNOWN_ITEM`]: they close the item most recently begun on their
 //! thread, which is right for a function's return even under recursion.
+
+mod open;
+pub(crate) use open::ProbeSet;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -109,7 +112,7 @@ pub struct ProbeSpec {
     pub symbol: String,
     /// Fire on the function's return (a uretprobe) instead of its entry.
     pub ret: bool,
-    /// A USDT probe ([`crate::usdt`]) of this provider, named `symbol`.
+    /// A USDT probe ([`crate::items::usdt`]) of this provider, named `symbol`.
     pub usdt_provider: Option<String>,
 }
 
@@ -192,7 +195,7 @@ pub struct ResolvedProbe {
     /// File offset of a USDT probe's semaphore, the kernel's reference counter
     /// (`ref_ctr_offset`); 0 when there is none.
     pub ref_ctr_offset: u64,
-    /// A USDT site's argument spec ([`crate::usdt::parse_args`]); `None` for a function.
+    /// A USDT site's argument spec ([`crate::items::usdt::parse_args`]); `None` for a function.
     pub usdt_args: Option<String>,
 }
 
@@ -239,12 +242,12 @@ pub(crate) fn find_binary(binary: &str) -> Result<PathBuf, UprobeError> {
 }
 
 /// Every place the probe fires: the function's one entry (or return), or each site of a
-/// USDT probe ([`crate::usdt::sites`]: one per inlined copy, with its semaphore).
+/// USDT probe ([`crate::items::usdt::sites`]: one per inlined copy, with its semaphore).
 pub fn resolve_sites(spec: &ProbeSpec) -> Result<Vec<ResolvedProbe>, UprobeError> {
     let Some(provider) = &spec.usdt_provider else {
         return Ok(vec![resolve(spec)?]);
     };
-    let (path, sites) = crate::usdt::sites(&spec.binary, provider, &spec.symbol)?;
+    let (path, sites) = crate::items::usdt::sites(&spec.binary, provider, &spec.symbol)?;
     Ok(sites
         .into_iter()
         .map(|s| ResolvedProbe {
@@ -621,8 +624,8 @@ pub enum PreparedEvents {
     /// tracefs events for every begin and end site (removed when dropped, after the perf
     /// events using them are closed); `mounted`: tracefs was mounted here by us.
     Tracefs {
-        begin: Vec<crate::classprobe::TracefsUprobe>,
-        end: Vec<crate::classprobe::TracefsUprobe>,
+        begin: Vec<crate::items::classprobe::TracefsUprobe>,
+        end: Vec<crate::items::classprobe::TracefsUprobe>,
         mounted: Option<PathBuf>,
     },
 }
@@ -711,11 +714,11 @@ impl ItemProbes {
                 }
             }
             ProbeVia::Tracefs => {
-                let (root, we_mounted) = crate::classprobe::tracefs_root()?;
+                let (root, we_mounted) = crate::items::classprobe::tracefs_root()?;
                 let create = |sites: &[ResolvedProbe]| {
                     sites
                         .iter()
-                        .map(|p| crate::classprobe::TracefsUprobe::create_plain(&root, p))
+                        .map(|p| crate::items::classprobe::TracefsUprobe::create_plain(&root, p))
                         .collect::<Result<Vec<_>, _>>()
                 };
                 PreparedEvents::Tracefs {

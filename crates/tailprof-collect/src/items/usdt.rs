@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use tailprof_elf::stapsdt::{stapsdt_probes, vaddr_to_offset};
 use tailprof_elf::{Elf, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC};
 
-use crate::uprobe::UprobeError;
+use crate::items::uprobe::UprobeError;
 
 /// Probe names listed at most in an error about a wrong name.
 const MAX_NAMES_IN_ERROR: usize = 40;
@@ -108,20 +108,33 @@ fn parse_int(s: &str) -> Option<i64> {
     Some(if neg { v.wrapping_neg() } else { v })
 }
 
-fn reg(s: &str) -> Result<String, String> {
+/// A USDT argument spec that cannot be parsed or read ([`ArgSpec::parse`],
+/// [`ArgSpec::fetch_arg`]); the message names the part.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgSpecError {
+    /// Not a spec we understand (bad size, register, constant, displacement...).
+    #[error("{0}")]
+    Malformed(String),
+    /// A valid operand that tracefs cannot read, or not as asked.
+    #[error("{0}")]
+    NotReadable(String),
+}
+
+fn reg(s: &str) -> Result<String, ArgSpecError> {
     let r = s
         .trim()
         .strip_prefix('%')
-        .ok_or_else(|| format!("'{s}' is not a register"))?;
+        .ok_or_else(|| ArgSpecError::Malformed(format!("'{s}' is not a register")))?;
     x86_register(r)
         .map(|_| r.to_string())
-        .ok_or_else(|| format!("unknown register %{r}"))
+        .ok_or_else(|| ArgSpecError::Malformed(format!("unknown register %{r}")))
 }
 
 impl ArgSpec {
     /// One `[-]SIZE@OPERAND` (a bare operand is taken as 8 bytes unsigned, as SystemTap
     /// does for the oldest notes).
-    pub fn parse(s: &str) -> Result<ArgSpec, String> {
+    pub fn parse(s: &str) -> Result<ArgSpec, ArgSpecError> {
         let (signed, size, op) = match s.split_once('@') {
             Some((sz, op)) => {
                 let (signed, n) = match sz.strip_prefix('-') {
@@ -132,16 +145,20 @@ impl ArgSpec {
                     .parse()
                     .ok()
                     .filter(|n| [1, 2, 4, 8].contains(n))
-                    .ok_or_else(|| format!("bad size '{sz}' in '{s}'"))?;
+                    .ok_or_else(|| ArgSpecError::Malformed(format!("bad size '{sz}' in '{s}'")))?;
                 (signed, size, op)
             }
             None => (false, 8, s),
         };
         let operand = if let Some(imm) = op.strip_prefix('$') {
-            Operand::Imm(parse_int(imm).ok_or_else(|| format!("bad constant in '{s}'"))?)
+            Operand::Imm(
+                parse_int(imm)
+                    .ok_or_else(|| ArgSpecError::Malformed(format!("bad constant in '{s}'")))?,
+            )
         } else if let Some(r) = op.strip_prefix('%') {
-            let (tracefs, width) =
-                x86_register(r).ok_or_else(|| format!("unknown register %{r} in '{s}'"))?;
+            let (tracefs, width) = x86_register(r).ok_or_else(|| {
+                ArgSpecError::Malformed(format!("unknown register %{r} in '{s}'"))
+            })?;
             Operand::Reg {
                 name: r.to_string(),
                 tracefs,
@@ -150,7 +167,7 @@ impl ArgSpec {
         } else if let Some((disp, rest)) = op.split_once('(') {
             let inner = rest
                 .strip_suffix(')')
-                .ok_or_else(|| format!("unclosed '(' in '{s}'"))?;
+                .ok_or_else(|| ArgSpecError::Malformed(format!("unclosed '(' in '{s}'")))?;
             let mut parts = inner.split(',');
             let base = reg(parts.next().unwrap_or(""))?;
             let index = match (parts.next(), parts.next()) {
@@ -162,13 +179,15 @@ impl ArgSpec {
                             .parse::<u8>()
                             .ok()
                             .filter(|n| [1, 2, 4, 8].contains(n))
-                            .ok_or_else(|| format!("bad scale in '{s}'"))?,
+                            .ok_or_else(|| {
+                                ArgSpecError::Malformed(format!("bad scale in '{s}'"))
+                            })?,
                     };
                     Some((reg(i)?, scale))
                 }
             };
             if parts.next().is_some() {
-                return Err(format!("too many parts in '{s}'"));
+                return Err(ArgSpecError::Malformed(format!("too many parts in '{s}'")));
             }
             let (disp, symbol) = if disp.is_empty() {
                 (0, None)
@@ -179,8 +198,9 @@ impl ArgSpec {
                 let (name, off) = match disp.rfind(['+', '-']).filter(|&i| i > 0) {
                     Some(i) => (
                         &disp[..i],
-                        parse_int(&disp[i..])
-                            .ok_or_else(|| format!("bad displacement in '{s}'"))?,
+                        parse_int(&disp[i..]).ok_or_else(|| {
+                            ArgSpecError::Malformed(format!("bad displacement in '{s}'"))
+                        })?,
                     ),
                     None => (disp, 0),
                 };
@@ -189,7 +209,9 @@ impl ArgSpec {
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || "_.$@".contains(c))
                 {
-                    return Err(format!("bad displacement in '{s}'"));
+                    return Err(ArgSpecError::Malformed(format!(
+                        "bad displacement in '{s}'"
+                    )));
                 }
                 (off, Some(name.to_string()))
             };
@@ -200,7 +222,7 @@ impl ArgSpec {
                 index,
             }
         } else {
-            return Err(format!("unknown operand in '{s}'"));
+            return Err(ArgSpecError::Malformed(format!("unknown operand in '{s}'")));
         };
         Ok(ArgSpec {
             size,
@@ -214,28 +236,31 @@ impl ArgSpec {
     /// of the argument's size (`signed`: the argument's own sign unless the caller says).
     /// Operands tracefs cannot express (an index register, a symbolic displacement, a
     /// constant read as a string) are an error naming the operand.
-    pub fn fetch_arg(&self, as_string: bool, signed: Option<bool>) -> Result<String, String> {
+    pub fn fetch_arg(&self, as_string: bool, signed: Option<bool>) -> Result<String, ArgSpecError> {
         let loc = match &self.operand {
             Operand::Reg { tracefs, .. } => format!("%{tracefs}"),
             Operand::Imm(v) => {
                 if as_string {
-                    return Err(format!("the argument is the constant {v}, not a string pointer (read it as :u64 or :s64)"));
+                    return Err(ArgSpecError::NotReadable(format!("the argument is the constant {v}, not a string pointer (read it as :u64 or :s64)")));
                 }
                 format!("\\{v}")
             }
             Operand::Mem { index: Some(_), .. } => {
-                return Err("tracefs cannot read a memory operand with an index register".into())
+                return Err(ArgSpecError::NotReadable(
+                    "tracefs cannot read a memory operand with an index register".into(),
+                ))
             }
             Operand::Mem {
                 symbol: Some(s), ..
             } => {
-                return Err(format!(
+                return Err(ArgSpecError::NotReadable(format!(
                     "tracefs cannot read a memory operand relative to the symbol {s}"
-                ))
+                )))
             }
             Operand::Mem { disp, base, .. } => {
-                let (t, _) =
-                    x86_register(base).ok_or_else(|| format!("unknown register %{base}"))?;
+                let (t, _) = x86_register(base).ok_or_else(|| {
+                    ArgSpecError::NotReadable(format!("unknown register %{base}"))
+                })?;
                 if *disp < 0 {
                     format!("-{}(%{t})", disp.unsigned_abs())
                 } else {
@@ -245,10 +270,10 @@ impl ArgSpec {
         };
         if as_string {
             if self.size != 8 {
-                return Err(format!(
+                return Err(ArgSpecError::NotReadable(format!(
                     "a {}-byte argument is not a string pointer (read it as :u64 or :s64)",
                     self.size
-                ));
+                )));
             }
             return Ok(format!("+0({loc}):string"));
         }
@@ -262,7 +287,7 @@ impl ArgSpec {
 }
 
 /// Every argument of a spec string (space separated).
-pub fn parse_args(s: &str) -> Result<Vec<ArgSpec>, String> {
+pub fn parse_args(s: &str) -> Result<Vec<ArgSpec>, ArgSpecError> {
     s.split_ascii_whitespace().map(ArgSpec::parse).collect()
 }
 
@@ -366,7 +391,7 @@ fn probes_of<R: tailprof_elf::ReadAt>(
 
 /// Opens `binary` (a path, or a name looked up in `PATH`) as an untrusted file.
 pub(crate) fn open_binary(binary: &str) -> Result<(PathBuf, std::fs::File), UprobeError> {
-    let path = crate::uprobe::find_binary(binary)?;
+    let path = crate::items::uprobe::find_binary(binary)?;
     let f = crate::procfs::open_untrusted(&path).map_err(|source| UprobeError::Read {
         path: path.display().to_string(),
         source,

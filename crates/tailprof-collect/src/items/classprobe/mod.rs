@@ -7,14 +7,17 @@
 //! `PERF_SAMPLE_RAW` carrying the fetched value. The recorder turns each hit into a
 //! class label for the item open on that thread (or begun next on it: PostgreSQL parses
 //! a query before `PortalRun` runs it). Strings are reduced to their shape
-//! ([`crate::sqlshape::shape`]: literals become `?`) so queries of one shape form one
+//! ([`crate::items::sqlshape::shape`]: literals become `?`) so queries of one shape form one
 //! class and no constant from the program's data is stored.
 //!
 //! Everything fetched comes from an untrusted process: lengths are checked against the
 //! raw record, strings are cut at [`MAX_ARG`] bytes, and the classes kept per process are
 //! bounded by [`ClassTable`] (the rest are counted as dropped).
 
-use crate::uprobe::{ProbeSpec, ResolvedProbe, UprobeError};
+mod open;
+
+pub(crate) use open::ClassProbes;
+use crate::items::uprobe::{ProbeSpec, ResolvedProbe, UprobeError};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -88,18 +91,18 @@ impl ClassSpec {
     }
 
     /// The tracefs fetch-argument at one resolved site: [`ClassSpec::fetch_arg`], or for a
-    /// USDT argument the site's operand ([`crate::usdt::ArgSpec::fetch_arg`]).
+    /// USDT argument the site's operand ([`crate::items::usdt::ArgSpec::fetch_arg`]).
     pub fn fetch_arg_at(&self, site: &ResolvedProbe) -> Result<String, UprobeError> {
         let Some(n) = self.usdt_arg else { return Ok(self.fetch_arg()) };
         let bad = |reason: String| UprobeError::BadSpec { spec: format!("{}:arg{n}", site.describe()), reason };
-        let args = crate::usdt::parse_args(site.usdt_args.as_deref().unwrap_or("")).map_err(|e| bad(format!("its argument spec: {e}")))?;
+        let args = crate::items::usdt::parse_args(site.usdt_args.as_deref().unwrap_or("")).map_err(|e| bad(format!("its argument spec: {e}")))?;
         let arg = args.get(n).ok_or_else(|| bad(format!("the probe has {} argument(s), numbered from arg0", args.len())))?;
         let signed = match self.ty {
             ArgType::String => None,
             ArgType::U64 => Some(false),
             ArgType::S64 => Some(true),
         };
-        arg.fetch_arg(self.ty == ArgType::String, signed).map_err(bad)
+        arg.fetch_arg(self.ty == ArgType::String, signed).map_err(|e| bad(e.to_string()))
     }
 
     /// The tracefs fetch-argument for this spec: `+0(%di):string` or `%di:u64`.
@@ -210,7 +213,7 @@ pub fn decode_raw(layout: &ArgLayout, raw: &[u8]) -> Option<ArgValue> {
 /// The class label of a fetched value: the SQL shape of a string, the decimal integer.
 pub fn label_of(v: &ArgValue) -> String {
     match v {
-        ArgValue::Text(t) => crate::sqlshape::shape(t),
+        ArgValue::Text(t) => crate::items::sqlshape::shape(t),
         ArgValue::Int(i) => i.to_string(),
     }
 }
@@ -225,7 +228,7 @@ pub fn tracefs_root() -> Result<(PathBuf, bool), UprobeError> {
 /// A uprobe event created in tracefs, removed again on drop (after the perf events
 /// using it are closed: the kernel refuses to remove an event in use). Used for
 /// `--item-class-from` (with a fetch-argument) and for the item-boundary probes of
-/// inherited targets ([`crate::uprobe::ProbeVia`], without one).
+/// inherited targets ([`crate::items::uprobe::ProbeVia`], without one).
 #[derive(Debug)]
 pub struct TracefsUprobe {
     root: PathBuf,
@@ -348,7 +351,7 @@ impl ClassTable {
         *n += 1;
         let mut id = Self::FIRST_ID + self.next;
         self.next = self.next.wrapping_add(1) % (u32::MAX - Self::FIRST_ID);
-        if id == crate::uprobe::UPROBE_CLASS_ID {
+        if id == crate::items::uprobe::UPROBE_CLASS_ID {
             // `--item-class NAME`'s id: never handed out here.
             id = Self::FIRST_ID + self.next;
             self.next = self.next.wrapping_add(1) % (u32::MAX - Self::FIRST_ID);
@@ -367,7 +370,7 @@ impl ClassTable {
 
 /// Resolves the spec's binary and symbol and creates its tracefs event.
 pub fn prepare(spec: &ClassSpec) -> Result<(TracefsUprobe, bool), UprobeError> {
-    let resolved = crate::uprobe::resolve(&spec.probe)?;
+    let resolved = crate::items::uprobe::resolve(&spec.probe)?;
     let (root, mounted) = tracefs_root()?;
     Ok((TracefsUprobe::create(&root, &resolved, spec)?, mounted))
 }

@@ -309,7 +309,7 @@ mod tests {
         f.set_len(data_at + huge).unwrap(); // holes
         let _ = std::fs::remove_file(&p); // the open file stays readable
         let t0 = std::time::Instant::now();
-        assert!(!file_defines(&f, crate::markers::CONTROL_SYMBOL, true));
+        assert!(!file_defines(&f, crate::items::markers::CONTROL_SYMBOL, true));
         // Bounded generously (before: minutes); the bound is the point, not the speed.
         assert!(t0.elapsed() < std::time::Duration::from_secs(20), "{:?}", t0.elapsed());
     }

@@ -30,7 +30,7 @@ pub const MAX_SHAPE: usize = 160;
 /// The shape of `sql`. Empty or blank input gives `"?"` (nothing to group by).
 ///
 /// ```
-/// use tailprof_collect::sqlshape::shape;
+/// use tailprof_collect::items::sqlshape::shape;
 /// assert_eq!(shape("SELECT abalance FROM pgbench_accounts WHERE aid = 4711;"),
 ///            "select abalance from pgbench_accounts where aid = ?");
 /// assert_eq!(shape("update t set v = v + -3 where k in (1, 2, 3) -- hot"),

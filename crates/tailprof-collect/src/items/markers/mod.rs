@@ -26,7 +26,7 @@
 //! are a valid control block; otherwise it refuses.
 //!
 //! ```no_run
-//! use tailprof_collect::markers::MarkerCollector;
+//! use tailprof_collect::items::markers::MarkerCollector;
 //! let mut mc = MarkerCollector::new();
 //! let attached = mc.attach(1234)?; // false: the process has no marker library
 //! let mut out = Vec::new();
@@ -36,6 +36,8 @@
 //! ```
 
 mod elf;
+pub(crate) mod follower;
+pub(crate) use follower::MarkerFollower;
 mod guard;
 mod region;
 

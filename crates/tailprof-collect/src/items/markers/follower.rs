@@ -1,0 +1,551 @@
+//! Attaching marked processes that start after the recording began ([`MarkerFollower`]).
+
+use std::io;
+
+/// Most files remembered by [`MarkerFollower`] (whether each defines the control
+/// symbol); when full the memory starts over (files are then looked at again).
+pub const MAX_FOLLOW_FILES: usize = 16384;
+/// Most processes attached after the start (`-a`, the agent) at once; more are counted
+/// and not attached.
+pub const MAX_FOLLOWED_PROCESSES: usize = 1024;
+/// Processes waiting to be attached at most (more: counted as not attached).
+const MAX_FOLLOW_QUEUE: usize = 4096;
+
+/// Files and processes waiting for the follower's worker at most; more are counted
+/// (`scan_dropped`) and not remembered, so the next MMAP of the file tries again.
+pub const MAX_SCAN_PENDING: usize = 64;
+/// Files handed to the worker and not answered yet whose owner (uid, from the opened
+/// file) is one user at most (a quarter of the queue): one user's flood of slow files
+/// cannot keep another user's new files out (issue 19, fairness; the symbolizer's
+/// `MAX_DEFERRED_PER_OWNER` rule). More are counted in `scan_dropped`, not remembered.
+pub const MAX_SCAN_PENDING_PER_OWNER: usize = MAX_SCAN_PENDING / 4;
+/// Other processes remembered per file being looked at (more: counted in `scan_dropped`).
+const MAX_WAITING_PER_FILE: usize = 64;
+/// How long stopping waits for a scan in progress at most (it is told to stop and gives
+/// up at its next read; a read that hangs is left behind, the thread detached).
+pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `-a` and the agent (issue 9 item 4): processes that start after the recording began
+/// and map a file defining the marker control symbol are attached like those running at
+/// start. The emitter shows every executable file mapping (PERF_RECORD_MMAP2) to
+/// [`MarkerFollower::saw_mmap`]; each file (device, inode, build-id) is opened there,
+/// through the mapping itself (`/proc/PID/map_files`, [`crate::procfs::open_mapped_file`]:
+/// never a FIFO, symlink or other file put at the path), and handed to the follower's
+/// worker thread, which reads only its symbol tables, with every size bounded
+/// ([`crate::items::markers::file_defines_until`]). The drain loop never scans (issue 19,
+/// finding 3: a 16 GiB `.strtab` held it for 173 s): at most [`MAX_SCAN_PENDING`] jobs
+/// wait, at most [`MAX_SCAN_PENDING_PER_OWNER`] files of one owner (more are counted and
+/// retried at the file's next MMAP), and answers come back
+/// through a channel [`MarkerFollower::poll`] reads without blocking. The answer is
+/// remembered (at most [`MAX_FOLLOW_FILES`] files). For a process whose file defines the
+/// symbol the worker also looks up its control blocks
+/// ([`crate::items::markers::find_symbol_in_process_until`]); the recorder attaches it between
+/// rounds ([`crate::items::markers::MarkerCollector::attach_found`], which validates the control
+/// block before writing anything). Stopping ([`MarkerFollower::stop`]) tells a scan in
+/// progress to give up at its next read and waits for it at most [`SCAN_STOP_WITHIN`];
+/// jobs not done are counted. Markers a process wrote before it was attached are not
+/// recorded (the library writes none while off, and keeps no count of them): the note
+/// says how many processes were attached late.
+#[derive(Debug, Default)]
+pub(crate) struct MarkerFollower {
+    /// (device, inode) → (build-id, defines the control symbol).
+    files: std::collections::HashMap<(u64, u64), (Option<Vec<u8>>, bool)>,
+    /// Files handed to the worker, not answered yet: their owner (uid) and the other
+    /// processes that mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
+    scanning: std::collections::HashMap<(u64, u64), (u32, Vec<u32>)>,
+    /// Files in `scanning` by owner (at most [`MAX_SCAN_PENDING_PER_OWNER`] each).
+    scanning_per_owner: std::collections::HashMap<u32, usize>,
+    /// The worker (started at the first job).
+    worker: Option<ScanWorker>,
+    /// Processes to attach, with their control block addresses (looked up by the worker).
+    pub queue: Vec<(u32, io::Result<Vec<u64>>)>,
+    /// Processes attached after the start, attach failures (first error kept), and
+    /// processes not attached because a bound was reached.
+    pub attached: u64,
+    pub failed: u64,
+    pub first_error: Option<String>,
+    pub over_limit: u64,
+    /// Processes launched by another running recorder, left to it.
+    pub others: u64,
+    /// Files or processes not looked at: the worker's queue was full, or the recording
+    /// stopped before their turn.
+    pub scan_dropped: u64,
+    /// When exited processes' regions were last looked for.
+    pub last_reap_ns: u64,
+}
+
+/// What the follower's worker is asked.
+#[derive(Debug)]
+enum ScanJob {
+    /// Does this file define the control symbol (`symtab`: its `.symtab` too)? Then look
+    /// up the control blocks of `pid`.
+    File {
+        key: (u64, u64),
+        build_id: Option<Vec<u8>>,
+        pid: u32,
+        file: std::fs::File,
+        symtab: bool,
+    },
+    /// Look up the control blocks of `pid` (it maps a file known to define the symbol).
+    Process { pid: u32 },
+}
+
+/// What the worker answers.
+#[derive(Debug)]
+enum ScanDone {
+    /// `marked`: `None` when the scan was stopped (not remembered). `found`: the process's
+    /// control blocks when the file defines the symbol.
+    File {
+        key: (u64, u64),
+        build_id: Option<Vec<u8>>,
+        marked: Option<bool>,
+        pid: u32,
+        found: Option<io::Result<Vec<u64>>>,
+    },
+    Process {
+        pid: u32,
+        found: io::Result<Vec<u64>>,
+    },
+}
+
+/// The check a worker runs on a file (`file_defines_until`; tests put a slow one).
+type FileCheck = fn(&std::fs::File, bool, &std::sync::atomic::AtomicBool) -> Option<bool>;
+
+fn check_control_symbol(
+    f: &std::fs::File,
+    symtab: bool,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Option<bool> {
+    crate::items::markers::file_defines_until(
+        f,
+        crate::items::markers::CONTROL_SYMBOL,
+        symtab,
+        stop,
+    )
+}
+
+/// The follower's worker thread: a bounded job queue in, answers out.
+#[derive(Debug)]
+struct ScanWorker {
+    jobs: Option<std::sync::mpsc::SyncSender<ScanJob>>,
+    done: std::sync::mpsc::Receiver<ScanDone>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Jobs sent and not answered yet.
+    in_flight: u64,
+}
+
+impl ScanWorker {
+    fn start(check: FileCheck) -> io::Result<ScanWorker> {
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<ScanJob>(MAX_SCAN_PENDING);
+        let (tx, done) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let st = stop.clone();
+        std::thread::Builder::new()
+            .name("tailprof-follow".into())
+            .spawn(move || {
+                let lookup = |pid| {
+                    crate::items::markers::find_symbol_in_process_until(
+                        pid,
+                        crate::items::markers::CONTROL_SYMBOL,
+                        &st,
+                    )
+                };
+                while let Ok(job) = rx.recv() {
+                    let answer = match job {
+                        ScanJob::File {
+                            key,
+                            build_id,
+                            pid,
+                            file,
+                            symtab,
+                        } => {
+                            let marked = check(&file, symtab, &st);
+                            drop(file);
+                            let found = (marked == Some(true)).then(|| lookup(pid));
+                            ScanDone::File {
+                                key,
+                                build_id,
+                                marked,
+                                pid,
+                                found,
+                            }
+                        }
+                        ScanJob::Process { pid } => ScanDone::Process {
+                            pid,
+                            found: lookup(pid),
+                        },
+                    };
+                    if tx.send(answer).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(ScanWorker {
+            jobs: Some(jobs),
+            done,
+            stop,
+            in_flight: 0,
+        })
+    }
+
+    /// Queue a job without waiting; `false` when the queue is full (or the worker gone).
+    fn send(&mut self, job: ScanJob) -> bool {
+        let ok = self.jobs.as_ref().is_some_and(|j| j.try_send(job).is_ok());
+        self.in_flight += u64::from(ok);
+        ok
+    }
+}
+
+impl MarkerFollower {
+    /// An executable file mapping (MMAP2) was written: queue its process when the file
+    /// defines the marker control symbol (answered later, through [`MarkerFollower::poll`]).
+    pub fn saw_mmap(&mut self, m: &tailprof_format::Mmap, dev: u64, inode: u64) {
+        if m.prot & libc::PROT_EXEC as u32 == 0
+            || inode == 0
+            || !m.path.starts_with('/')
+            || m.pid == 0
+        {
+            return;
+        }
+        let key = (dev, inode);
+        match self.files.get(&key) {
+            Some((id, marked)) if *id == m.build_id => {
+                if *marked && !self.queue.iter().any(|(p, _)| *p == m.pid) {
+                    self.send(ScanJob::Process { pid: m.pid });
+                }
+            }
+            _ if self.scanning.contains_key(&key) => {
+                // Being looked at: this process is looked up when the answer comes.
+                let Some((_, waiting)) = self.scanning.get_mut(&key) else {
+                    return;
+                };
+                if waiting.len() >= MAX_WAITING_PER_FILE {
+                    self.scan_dropped += 1;
+                } else if m.pid != 0 && !waiting.contains(&m.pid) {
+                    waiting.push(m.pid);
+                }
+            }
+            _ => {
+                let e = crate::procfs::MapsEntry {
+                    start: m.start,
+                    end: m.start.saturating_add(m.len),
+                    prot: m.prot,
+                    shared: false,
+                    offset: m.pgoff,
+                    dev,
+                    inode,
+                    path: m.path.clone(),
+                };
+                let Ok(file) = crate::procfs::open_mapped_file(m.pid, &e) else {
+                    // Gone already (or not the file it was): not remembered.
+                    return;
+                };
+                // Libraries export the block in .dynsym; an executable may have it only in
+                // .symtab (not loaded, possibly big: read only for non-libraries).
+                let library = m.path.rsplit('/').next().is_some_and(|n| n.contains(".so"));
+                self.scan_file(key, m.build_id.clone(), m.pid, file, !library);
+            }
+        }
+    }
+
+    /// Hand one opened file to the worker (counted as dropped when its queue is full or
+    /// its owner already has [`MAX_SCAN_PENDING_PER_OWNER`] files waiting).
+    fn scan_file(
+        &mut self,
+        key: (u64, u64),
+        build_id: Option<Vec<u8>>,
+        pid: u32,
+        file: std::fs::File,
+        symtab: bool,
+    ) {
+        // The owner of the file opened (fstat: nothing read); unknown owners share one count.
+        let owner = file.metadata().map_or(u32::MAX, |m| {
+            use std::os::unix::fs::MetadataExt;
+            m.uid()
+        });
+        let mine = self.scanning_per_owner.get(&owner).copied().unwrap_or(0);
+        if mine >= MAX_SCAN_PENDING_PER_OWNER {
+            self.scan_dropped += 1; // retried at the file's next MMAP
+            return;
+        }
+        if self.send(ScanJob::File {
+            key,
+            build_id,
+            pid,
+            file,
+            symtab,
+        }) {
+            self.scanning.insert(key, (owner, Vec::new()));
+            *self.scanning_per_owner.entry(owner).or_default() += 1;
+        }
+    }
+
+    /// A file handed to the worker is answered (or given up): no longer counted for its
+    /// owner; returns the processes that waited for it.
+    fn scanned(&mut self, key: &(u64, u64)) -> Vec<u32> {
+        let Some((owner, waiting)) = self.scanning.remove(key) else {
+            return Vec::new();
+        };
+        if let Some(n) = self.scanning_per_owner.get_mut(&owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.scanning_per_owner.remove(&owner);
+            }
+        }
+        waiting
+    }
+
+    fn send(&mut self, job: ScanJob) -> bool {
+        if self.worker.is_none() {
+            match ScanWorker::start(check_control_symbol) {
+                Ok(w) => self.worker = Some(w),
+                Err(e) => {
+                    self.first_error
+                        .get_or_insert(format!("cannot start the marker follower's thread: {e}"));
+                }
+            }
+        }
+        let sent = self.worker.as_mut().is_some_and(|w| w.send(job));
+        if !sent {
+            self.scan_dropped += 1;
+        }
+        sent
+    }
+
+    /// Take the worker's answers (never waits): remember the files, queue the marked
+    /// processes for [`crate::items::markers::MarkerCollector::attach_found`].
+    pub fn poll(&mut self) {
+        let Some(w) = self.worker.as_mut() else {
+            return;
+        };
+        let mut answers = Vec::new();
+        while let Ok(a) = w.done.try_recv() {
+            w.in_flight = w.in_flight.saturating_sub(1);
+            answers.push(a);
+        }
+        for a in answers {
+            let (pid, found) = match a {
+                ScanDone::File {
+                    key,
+                    build_id,
+                    marked,
+                    pid,
+                    found,
+                } => {
+                    let waiting = self.scanned(&key);
+                    let Some(marked) = marked else {
+                        self.scan_dropped += 1;
+                        continue;
+                    };
+                    if self.files.len() >= MAX_FOLLOW_FILES {
+                        self.files.clear();
+                    }
+                    self.files.insert(key, (build_id, marked));
+                    if marked {
+                        for p in waiting.into_iter().filter(|&p| p != pid) {
+                            self.send(ScanJob::Process { pid: p });
+                        }
+                    }
+                    match found {
+                        Some(found) => (pid, found),
+                        None => continue,
+                    }
+                }
+                ScanDone::Process { pid, found } => (pid, found),
+            };
+            if self.queue.iter().any(|(p, _)| *p == pid) {
+                continue;
+            }
+            if self.queue.len() >= MAX_FOLLOW_QUEUE {
+                self.over_limit += 1;
+            } else {
+                self.queue.push((pid, found));
+            }
+        }
+    }
+
+    /// The recording stops: take the answers there are, tell a scan in progress to give
+    /// up, and wait for the worker at most [`SCAN_STOP_WITHIN`] (then it is left behind);
+    /// jobs not answered by then (and processes waiting for them) are counted in
+    /// `scan_dropped`.
+    pub fn stop(&mut self) {
+        self.poll();
+        let Some(mut w) = self.worker.take() else {
+            return;
+        };
+        w.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        w.jobs = None; // the worker ends when its queue is empty
+                       // Every job not answered by now, and every process waiting for a file's answer,
+                       // is lost: counted. The answers still to come are too late to be used.
+        let waiting: usize = self.scanning.drain().map(|(_, (_, pids))| pids.len()).sum();
+        self.scanning_per_owner.clear();
+        self.scan_dropped += w.in_flight + waiting as u64;
+        let deadline = std::time::Instant::now() + SCAN_STOP_WITHIN;
+        while w.in_flight > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match w.done.recv_timeout(left) {
+                Ok(_) => w.in_flight -= 1,
+                Err(_) => break, // a read that hangs: the thread is left behind
+            }
+        }
+    }
+}
+
+impl Drop for ScanWorker {
+    /// A scan in progress gives up at its next read; nobody waits for it.
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 19, finding 3: a file whose scan never ends (a 16 GiB `.strtab`, or a read
+    /// that hangs) held the drain loop for minutes, and SIGTERM with it. Now the drain
+    /// loop only hands the file over and polls: nothing it calls waits for the scan, files
+    /// beyond the worker's queue are counted, and stopping waits at most
+    /// `SCAN_STOP_WITHIN` (bounds asserted generously; the point is that they hold).
+    #[test]
+    fn finding_3_drain_loop_does_not_wait_for_a_scan() {
+        fn hangs(_: &std::fs::File, _: bool, _: &std::sync::atomic::AtomicBool) -> Option<bool> {
+            std::thread::sleep(std::time::Duration::from_secs(120)); // ignores the stop flag
+            Some(true)
+        }
+        let bound = std::time::Duration::from_secs(20);
+        let mut f = MarkerFollower {
+            worker: Some(ScanWorker::start(hangs).unwrap()),
+            ..Default::default()
+        };
+        let exe = || std::fs::File::open("/proc/self/exe").unwrap();
+        let t0 = std::time::Instant::now();
+        let files = MAX_SCAN_PENDING as u64 + 20;
+        for i in 0..files {
+            f.scan_file((1, i), None, 1, exe(), true);
+            f.poll(); // the drain loop's round: never waits
+        }
+        assert!(
+            t0.elapsed() < bound,
+            "handing over {files} files took {:?}",
+            t0.elapsed()
+        );
+        assert!(f.queue.is_empty() && f.files.is_empty());
+        // At most MAX_SCAN_PENDING (of one owner: MAX_SCAN_PENDING_PER_OWNER) handed over,
+        // the rest counted (retried at their next MMAP).
+        assert!(
+            f.scan_dropped >= files - 1 - MAX_SCAN_PENDING as u64,
+            "{}",
+            f.scan_dropped
+        );
+        let waiting = f.scanning.len() as u64;
+        assert_eq!(waiting + f.scan_dropped, files);
+        let t1 = std::time::Instant::now();
+        f.stop();
+        assert!(
+            t1.elapsed() < SCAN_STOP_WITHIN + bound,
+            "stop took {:?}",
+            t1.elapsed()
+        );
+        assert_eq!(f.scan_dropped, files, "every file not answered is counted");
+        assert!(f.worker.is_none() && f.scanning.is_empty());
+    }
+
+    /// The real worker (`file_defines_until`) answers: not marked, remembered, and the
+    /// drain loop learns it through `poll`.
+    #[test]
+    fn finding_3_worker_answers_and_the_drain_loop_learns_it() {
+        let mut f = MarkerFollower::default();
+        f.scan_file(
+            (7, 7),
+            None,
+            1,
+            std::fs::File::open("/proc/self/exe").unwrap(),
+            true,
+        );
+        let t0 = std::time::Instant::now();
+        while !f.files.contains_key(&(7, 7)) && t0.elapsed() < std::time::Duration::from_secs(60) {
+            f.poll();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(
+            f.files.get(&(7, 7)),
+            Some(&(None, false)),
+            "the test binary has no control block"
+        );
+        assert!(f.queue.is_empty() && f.scanning.is_empty());
+        f.stop();
+        assert_eq!(f.scan_dropped, 0);
+    }
+
+    /// Issue 19, fairness: one user creating many slow files filled the worker's queue
+    /// (64) and every other user's new file was counted as dropped. Now one owner (uid of
+    /// the opened file) has at most a quarter of the queue: after its flood, a file of
+    /// another owner is still handed to the worker.
+    #[test]
+    fn fairness_one_owner_cannot_fill_the_follower_queue() {
+        use std::os::unix::fs::MetadataExt;
+        fn slow(_: &std::fs::File, _: bool, stop: &std::sync::atomic::AtomicBool) -> Option<bool> {
+            // A scan that takes until it is told to stop (checked like a real scan's reads).
+            let t0 = std::time::Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed().as_secs() < 120 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            None
+        }
+        let flooder = std::fs::metadata("/proc/self/exe").unwrap().uid();
+        // Another owner's file: a temporary file, given to another uid when root.
+        let other_path =
+            std::env::temp_dir().join(format!("tailprof-follow-fairness-{}", std::process::id()));
+        std::fs::write(&other_path, b"\x7fELF").unwrap();
+        if tailprof_testkit::is_root() {
+            std::os::unix::fs::chown(&other_path, Some(flooder.wrapping_add(1)), None).unwrap();
+        }
+        let other = std::fs::File::open(&other_path).unwrap();
+        let _ = std::fs::remove_file(&other_path); // the open file is enough
+        if other.metadata().unwrap().uid() == flooder {
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::Root,
+                "needs root (or a test binary owned by another user) for a file of a second owner",
+            );
+            return;
+        }
+        let mut f = MarkerFollower {
+            worker: Some(ScanWorker::start(slow).unwrap()),
+            ..Default::default()
+        };
+        let exe = || std::fs::File::open("/proc/self/exe").unwrap();
+        let flood = MAX_SCAN_PENDING as u64 * 2;
+        for i in 0..flood {
+            f.scan_file((1, i), None, 1, exe(), true);
+            f.poll();
+        }
+        let flooders = f.scanning.len() as u64;
+        assert_eq!(
+            flooders, MAX_SCAN_PENDING_PER_OWNER as u64,
+            "one owner holds a quarter of the queue"
+        );
+        assert_eq!(
+            f.scan_dropped,
+            flood - flooders,
+            "the rest of the flood is counted"
+        );
+        f.scan_file((2, 1), None, 2, other, true);
+        assert!(
+            f.scanning.contains_key(&(2, 1)),
+            "another owner's file is still handed to the worker"
+        );
+        assert_eq!(
+            f.scan_dropped,
+            flood - flooders,
+            "and not counted as dropped"
+        );
+        f.stop();
+        assert_eq!(
+            f.scan_dropped,
+            flood + 1,
+            "every file not answered is counted"
+        );
+        assert!(f.scanning.is_empty() && f.scanning_per_owner.is_empty());
+    }
+}
