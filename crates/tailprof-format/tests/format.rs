@@ -413,7 +413,7 @@ fn newer_version_is_refused() {
     let (mut bytes, _) = write_trace(&[], WriterOptions::default(), &[]);
     bytes[8] = 9;
     let e = TraceReader::from_bytes(bytes).err().unwrap();
-    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 4 }), "{e}");
+    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 5 }), "{e}");
 }
 
 /// Issue 23: JIT names are stored in JIT chunks and handed to the sink before the first

@@ -53,6 +53,10 @@ fn report() -> ItemsReport {
             anomalous: cold,
             responsible: if cold { vec!["transform_points".into()] } else { vec![] },
             open_at_end: false,
+            switching: None,
+            current: Vec::new(),
+            ambiguous_samples: 0,
+            ambiguous: false,
             functions: vec![f_tr, f_load, f_red],
         });
         t = end + 300_000;
