@@ -557,7 +557,7 @@ pub fn merge_item_stacks(doc: &mut Value, r: &ItemsReport, profile: &StackProfil
         };
         let (row, st) = (&r.items[i], profile.items.get(i));
         let split = time_split(
-            row.duration_ns,
+            row.current_ns(),
             row.samples,
             r.mean_interval_ns,
             st,
@@ -628,7 +628,7 @@ pub fn render_items_off_cpu(r: &ItemsReport, view: &ItemsView, profile: &StackPr
             continue;
         }
         let s = time_split(
-            it.duration_ns,
+            it.current_ns(),
             it.samples,
             r.mean_interval_ns,
             Some(st),

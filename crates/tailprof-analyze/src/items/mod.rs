@@ -280,6 +280,15 @@ impl ItemFunction {
     }
 }
 
+impl ItemRow {
+    /// The time the item was current on a thread, which its on-CPU and off-CPU time
+    /// split: `switching.current_ns` with switch markers (capped at the duration), else
+    /// its whole duration.
+    pub fn current_ns(&self) -> u64 {
+        self.switching.as_ref().map_or(self.duration_ns, |s| s.current_ns.min(self.duration_ns))
+    }
+}
+
 impl ItemsReport {
     /// The first item with this id (ids may repeat across processes).
     pub fn item(&self, id: u64) -> Option<&ItemRow> {
