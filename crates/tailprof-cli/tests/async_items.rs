@@ -37,7 +37,14 @@ fn have(cmd: &str) -> bool {
 }
 
 fn cannot_record(err: &str) -> bool {
-    ["perf_event_open", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
+    [
+        "perf_event_open",
+        "perf_event_paranoid",
+        "Permission denied",
+        "not permitted",
+    ]
+    .iter()
+    .any(|s| err.contains(s))
 }
 
 /// `record -o TRACE -- CMD` (extra `env`); the trace and the command's stdout, or None
@@ -57,17 +64,32 @@ fn record(dir: &Path, name: &str, cmd: &[&str], env: &[(&str, &str)]) -> Option<
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     if !o.status.success() {
         if cannot_record(&err) {
-            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("cannot record here: {err}"));
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::PerfEvents,
+                format_args!("cannot record here: {err}"),
+            );
             return None;
         }
-        panic!("record failed: {err}\n{}", String::from_utf8_lossy(&o.stdout));
+        panic!(
+            "record failed: {err}\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
     }
     Some((trace, String::from_utf8_lossy(&o.stdout).into_owned()))
 }
 
 fn items_json(trace: &Path) -> Value {
-    let out = tailprof().args(["items", "--json", "--top", "0"]).arg(trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
-    assert!(out.status.success(), "items: {}", String::from_utf8_lossy(&out.stderr));
+    let out = tailprof()
+        .args(["items", "--json", "--top", "0"])
+        .arg(trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "items: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -84,21 +106,32 @@ fn logged(out: &str, key: &str) -> HashMap<u64, u64> {
 
 /// Per item, `est(item)` (ns) against the logged truth (ns): within sampling error for
 /// items with ≥ 20 samples, the sum within 5%. Returns how many items were compared.
-fn check_against_truth(v: &Value, truth: &HashMap<u64, u64>, parts: f64, est: &dyn Fn(&Value) -> f64) -> usize {
+fn check_against_truth(
+    v: &Value,
+    truth: &HashMap<u64, u64>,
+    parts: f64,
+    est: &dyn Fn(&Value) -> f64,
+) -> usize {
     let interval = v["mean_interval_ns"].as_f64().unwrap();
     assert!(interval > 0.0, "{v}");
     let items = v["items"].as_array().unwrap();
     let (mut sum_est, mut sum_truth, mut compared) = (0.0, 0.0, 0);
     for it in items {
         let id = it["id"].as_u64().unwrap();
-        let t = *truth.get(&id).unwrap_or_else(|| panic!("item {id} is not a request of the program: {it}")) as f64;
+        let t = *truth
+            .get(&id)
+            .unwrap_or_else(|| panic!("item {id} is not a request of the program: {it}"))
+            as f64;
         let e = est(it);
         sum_est += e;
         sum_truth += t;
         if it["samples"].as_u64().unwrap() >= 20 {
             let n = t / interval;
             let bound = (4.0 * n.sqrt() + parts + 2.0) * interval;
-            assert!((e - t).abs() <= bound, "item {id}: estimated {e:.0} ns, measured {t:.0} ns (bound {bound:.0}): {it}");
+            assert!(
+                (e - t).abs() <= bound,
+                "item {id}: estimated {e:.0} ns, measured {t:.0} ns (bound {bound:.0}): {it}"
+            );
             compared += 1;
         }
     }
@@ -113,7 +146,10 @@ fn check_against_truth(v: &Value, truth: &HashMap<u64, u64>, parts: f64, est: &d
         v["lost_markers"]
     );
     let ratio = sum_est / sum_truth;
-    assert!((0.95..=1.05).contains(&ratio), "sum over items {sum_est:.0} ns vs measured {sum_truth:.0} ns ({ratio:.3})");
+    assert!(
+        (0.95..=1.05).contains(&ratio),
+        "sum over items {sum_est:.0} ns vs measured {sum_truth:.0} ns ({ratio:.3})"
+    );
     compared
 }
 
@@ -130,7 +166,12 @@ fn python_server(plain: bool) -> Option<(Value, String)> {
     let dir = tempfile::tempdir().unwrap();
     let script = root().join("crates/tailprof-cli/tests/data/asyncio_server.py");
     let py = root().join("python");
-    let mut cmd = vec!["python3", script.to_str().unwrap(), py.to_str().unwrap(), "50"];
+    let mut cmd = vec![
+        "python3",
+        script.to_str().unwrap(),
+        py.to_str().unwrap(),
+        "50",
+    ];
     if plain {
         cmd.push("plain");
     }
@@ -141,7 +182,9 @@ fn python_server(plain: bool) -> Option<(Value, String)> {
 
 #[test]
 fn asyncio_items_match_each_requests_own_cpu_time() {
-    let Some((v, out)) = python_server(false) else { return };
+    let Some((v, out)) = python_server(false) else {
+        return;
+    };
     assert!(out.contains("installed 1"), "{out}");
     let truth = logged(&out, "truth");
     assert_eq!(truth.len(), 50, "{out}");
@@ -154,10 +197,20 @@ fn asyncio_items_match_each_requests_own_cpu_time() {
         let sw = &it["switching"];
         // Begin + 4 resumes after the sleeps (at least: drain() may yield too).
         assert!(sw["resumes"].as_u64().unwrap() >= 5, "{it}");
-        let (cur, wait, wall) =
-            (sw["current_ns"].as_u64().unwrap(), sw["waiting_in_loop_ns"].as_u64().unwrap(), it["duration_ns"].as_u64().unwrap());
-        assert_eq!(cur + wait, wall, "one thread: current + waiting = wall: {it}");
-        assert!(it["cpu_ns"].as_u64().unwrap() <= cur, "on-CPU time only while current: {it}");
+        let (cur, wait, wall) = (
+            sw["current_ns"].as_u64().unwrap(),
+            sw["waiting_in_loop_ns"].as_u64().unwrap(),
+            it["duration_ns"].as_u64().unwrap(),
+        );
+        assert_eq!(
+            cur + wait,
+            wall,
+            "one thread: current + waiting = wall: {it}"
+        );
+        assert!(
+            it["cpu_ns"].as_u64().unwrap() <= cur,
+            "on-CPU time only while current: {it}"
+        );
     }
 }
 
@@ -165,13 +218,18 @@ fn asyncio_items_match_each_requests_own_cpu_time() {
 /// the loop's thread, and `items` says so instead of printing confident numbers.
 #[test]
 fn asyncio_without_switch_markers_is_reported_ambiguous() {
-    let Some((v, out)) = python_server(true) else { return };
+    let Some((v, out)) = python_server(true) else {
+        return;
+    };
     assert!(out.contains("installed 0"), "{out}");
     let amb = &v["ambiguity"];
     assert!(amb["items"].as_u64().unwrap() >= 40, "{amb}");
     assert!(amb["samples"].as_u64().unwrap() > 0, "{amb}");
     let w = v["warnings"].as_array().unwrap();
-    assert!(w.iter().any(|w| w["kind"] == "ambiguous_attribution"), "{w:?}");
+    assert!(
+        w.iter().any(|w| w["kind"] == "ambiguous_attribution"),
+        "{w:?}"
+    );
     assert_eq!(v["switching"]["markers"], 0);
 }
 
@@ -283,7 +341,9 @@ fn c_epoll_loop_with_switch_markers_matches_logged_truth() {
         .status()
         .unwrap();
     assert!(st.success(), "cc failed");
-    let Some((trace, out)) = record(dir.path(), "epoll", &[exe.to_str().unwrap()], &[]) else { return };
+    let Some((trace, out)) = record(dir.path(), "epoll", &[exe.to_str().unwrap()], &[]) else {
+        return;
+    };
     let truth = logged(&out, "truth");
     assert_eq!(truth.len(), 24, "{out}");
     let v = items_json(&trace);
@@ -318,8 +378,18 @@ fn rust_future_workload() {
 fn rust_future_adapter_is_one_item_per_task_across_threads() {
     let exe = std::env::current_exe().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cmd = [exe.to_str().unwrap(), "--exact", "rust_future_workload", "--nocapture", "--test-threads", "1"];
-    let Some((trace, out)) = record(dir.path(), "rust", &cmd, &[("TAILPROF_H5_WORKLOAD", "1")]) else { return };
+    let cmd = [
+        exe.to_str().unwrap(),
+        "--exact",
+        "rust_future_workload",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ];
+    let Some((trace, out)) = record(dir.path(), "rust", &cmd, &[("TAILPROF_H5_WORKLOAD", "1")])
+    else {
+        return;
+    };
     let truth = logged(&out, "truth");
     let threads = logged(&out, "threads");
     assert_eq!(truth.len(), executor::TASKS as usize, "{out}");
@@ -380,7 +450,10 @@ mod executor {
     }
 
     fn cpu_ns() -> u64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: valid out-pointer.
         unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -436,7 +509,10 @@ mod executor {
                 report.lock().unwrap().push((id, cpu, seen.len()));
             }
             .in_item(id, &TASK);
-            let task = Arc::new(Task { fut: Mutex::new(Some(Box::pin(fut))), queue: queue.clone() });
+            let task = Arc::new(Task {
+                fut: Mutex::new(Some(Box::pin(fut))),
+                queue: queue.clone(),
+            });
             queue.q.lock().unwrap().0.push_back(task);
         }
         let workers: Vec<_> = (0..2)
@@ -458,7 +534,10 @@ mod executor {
                     let waker = Waker::from(task.clone());
                     let mut slot = task.fut.lock().unwrap();
                     if let Some(mut f) = slot.take() {
-                        if f.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
+                        if f.as_mut()
+                            .poll(&mut Context::from_waker(&waker))
+                            .is_pending()
+                        {
                             *slot = Some(f);
                         } else {
                             queue.q.lock().unwrap().1 += 1;

@@ -39,7 +39,10 @@ impl Future for Steps {
 fn main() {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(11);
-    let ops: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
+    let ops: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2_000_000);
     let slot_size = slot::size(RING) as usize;
     let size = header::SIZE + NSLOTS as usize * slot_size;
     let path = format!("/dev/shm/tailprof-rsbench.{}", std::process::id());
@@ -55,14 +58,27 @@ fn main() {
     put32(&mut h, header::RING_RECORDS, RING);
     put32(&mut h, header::SLOT_SIZE, slot_size as u32);
     put32(&mut h, header::SLOTS_OFFSET, header::SIZE as u32);
-    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
     f.set_len(size as u64).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &h, 0).unwrap();
     std::env::set_var("TAILPROF_MARKERS", &path);
     // SAFETY: mapping the file just sized.
     let base = unsafe {
         use std::os::unix::io::AsRawFd;
-        libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
     } as usize;
     assert_ne!(base, libc::MAP_FAILED as usize);
     static STOP: AtomicBool = AtomicBool::new(false);
@@ -72,7 +88,10 @@ fn main() {
                 let s = base + header::SIZE + i * slot_size;
                 // SAFETY: inside the mapping; 8-aligned words.
                 let (head, tail) = unsafe {
-                    (AtomicU64::from_ptr((s + slot::HEAD) as *mut u64), AtomicU64::from_ptr((s + slot::TAIL) as *mut u64))
+                    (
+                        AtomicU64::from_ptr((s + slot::HEAD) as *mut u64),
+                        AtomicU64::from_ptr((s + slot::TAIL) as *mut u64),
+                    )
                 };
                 tail.store(head.load(Ordering::Acquire), Ordering::Release);
             }
@@ -129,8 +148,13 @@ fn main() {
         }
     }
     // SAFETY: inside the mapping.
-    let noslot = unsafe { AtomicU64::from_ptr((base + header::NOSLOT_DROPPED) as *mut u64).load(Ordering::Acquire) };
-    assert!(written > 0 && dropped == 0 && noslot == 0, "markers written {written}, dropped {dropped}, no slot {noslot}");
+    let noslot = unsafe {
+        AtomicU64::from_ptr((base + header::NOSLOT_DROPPED) as *mut u64).load(Ordering::Acquire)
+    };
+    assert!(
+        written > 0 && dropped == 0 && noslot == 0,
+        "markers written {written}, dropped {dropped}, no slot {noslot}"
+    );
     let _ = std::fs::remove_file(&path);
     for (m, v) in res.iter_mut().enumerate() {
         v.sort_by(f64::total_cmp);
