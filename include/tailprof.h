@@ -10,6 +10,16 @@
  *         tailprof_item_end(q->id);
  *     }
  *
+ * Event loops and coroutines, where one thread interleaves many items, also say which
+ * item the thread works on between begin and end (switch markers, one record each):
+ *
+ *     tailprof_item_switch(conn->req_id);  // dispatching an event of this request
+ *     handle_event(conn);
+ *     tailprof_item_switch_none();         // back in the event loop
+ *
+ * Samples then go to the thread's current item; an item's time while not current is
+ * reported as waiting (docs/MARKERS.md, "Switch markers").
+ *
  * Then `tailprof record -- ./server` (the recorder passes TAILPROF_MARKERS in the
  * environment) or `tailprof record -p PID` (the recorder finds the exported
  * `tailprof_control` symbol and enables it with process_vm_writev).
@@ -35,6 +45,13 @@
 
 #define TAILPROF_PROTOCOL_VERSION 1u
 
+/* Record kinds (docs/MARKERS.md). Switch markers (2, 3) came later without a version
+ * change: an older recorder rejects and counts them; kinds 4..7 are reserved. */
+#define TAILPROF_KIND_BEGIN 0u
+#define TAILPROF_KIND_END 1u
+#define TAILPROF_KIND_SWITCH 2u
+#define TAILPROF_KIND_SWITCH_NONE 3u
+
 /* Class label descriptor: one `static const` per call site (see TAILPROF_ITEM_BEGIN_CLASS).
  * Records carry its address; the recorder reads the name from the process once. Must be at
  * least 8-byte aligned (the low bit of the address is reserved). */
@@ -53,6 +70,8 @@ struct tailprof_class {
 #define TAILPROF_ITEM_BEGIN(id) ((void)sizeof(id))
 #define TAILPROF_ITEM_END(id) ((void)sizeof(id))
 #define TAILPROF_ITEM_BEGIN_CLASS(id, name) ((void)sizeof(id), (void)sizeof(name))
+#define tailprof_item_switch(id) ((void)sizeof(id))
+#define tailprof_item_switch_none() ((void)0)
 
 #else /* !TAILPROF_DISABLE */
 
@@ -114,7 +133,7 @@ struct tailprof_record {
     uint64_t time;
     uint64_t item;
     uint64_t cls;  /* 0 none; odd: slot-local class (idx << 1 | 1); even: descriptor address */
-    uint32_t kind; /* 0 begin, 1 end */
+    uint32_t kind; /* TAILPROF_KIND_*: 0 begin, 1 end, 2 switch, 3 switch to none */
     uint32_t reserved;
 };
 
@@ -347,7 +366,23 @@ static inline void tailprof_item_end(uint64_t id)
 {
     TAILPROF__MARKER_FN(tailprof_marker_end, id);
     if (__builtin_expect(__atomic_load_n(&tailprof_control.state, __ATOMIC_RELAXED) != 0, 0))
-        tailprof__emit(id, 0, 1);
+        tailprof__emit(id, 0, TAILPROF_KIND_END);
+}
+
+/* Switch marker: the thread now works on item `id` (begun before, on any thread), e.g. an
+ * event loop dispatching one of its events or a coroutine resuming. Costs one marker. */
+static inline void tailprof_item_switch(uint64_t id)
+{
+    if (__builtin_expect(__atomic_load_n(&tailprof_control.state, __ATOMIC_RELAXED) != 0, 0))
+        tailprof__emit(id, 0, TAILPROF_KIND_SWITCH);
+}
+
+/* Switch marker: the thread now works on no item (back in the event loop, a coroutine
+ * suspended). */
+static inline void tailprof_item_switch_none(void)
+{
+    if (__builtin_expect(__atomic_load_n(&tailprof_control.state, __ATOMIC_RELAXED) != 0, 0))
+        tailprof__emit(0, 0, TAILPROF_KIND_SWITCH_NONE);
 }
 
 #define TAILPROF_ITEM_BEGIN(id) tailprof_item_begin(id)

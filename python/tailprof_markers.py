@@ -8,6 +8,18 @@ Mark where a thread starts and stops working on a data item (a request, query) s
         handle(req)
     # or: tp.item_begin(req_id, cls="query"); ...; tp.item_end(req_id)
 
+asyncio, where one thread interleaves many requests: one line of setup in the running
+loop, then mark each request; the request's task is its current item exactly while it
+runs between awaits (switch markers around every step of every task)::
+
+    tp.install_asyncio()                   # in the running loop, e.g. first in main()
+    async with tp.async_item(req_id, "query"):
+        await handle(req)
+
+Tasks created inside the block (``asyncio.gather``, ``create_task``) work on the same item
+(they inherit it through their context). Event loops written by hand use
+``item_switch(id)`` / ``item_switch_none()`` (docs/MARKERS.md, "Switch markers").
+
 Same shared-memory protocol as include/tailprof.h (docs/MARKERS.md): records go into a
 per-thread single-producer ring in the recorder's region; a full ring is counted, never
 blocks. Timestamps are ``time.clock_gettime_ns(CLOCK_MONOTONIC)``, the trace clock.
@@ -26,6 +38,8 @@ do not mix this module with the C/Rust library in one process. Record publicatio
 on stores becoming visible in program order (x86-64).
 """
 
+import collections.abc
+import contextvars
 import mmap
 import os
 import struct
@@ -33,7 +47,8 @@ import threading
 import time
 from contextlib import contextmanager
 
-__all__ = ["item_begin", "item_end", "item", "enabled"]
+__all__ = ["item_begin", "item_end", "item", "enabled", "item_switch", "item_switch_none",
+           "install_asyncio", "async_item"]
 
 ENV_VAR = "TAILPROF_MARKERS"
 MAGIC = 0x314B524D46505454
@@ -41,6 +56,10 @@ VERSION = 1
 CLOCK_MONOTONIC_ID = 1
 SLOT_RING_OFFSET = 1280
 SLOT_CLASSES = 16
+KIND_BEGIN = 0
+KIND_END = 1
+KIND_SWITCH = 2
+KIND_SWITCH_NONE = 3
 RECORD = struct.Struct("<QQQI4x")
 U64 = struct.Struct("<Q")
 U32 = struct.Struct("<I")
@@ -176,13 +195,26 @@ def _emit(item_id, cls, kind):
 def item_begin(item_id, cls=None):
     """The calling thread starts working on item ``item_id`` (optional class label)."""
     if _region is not None:
-        _emit(item_id, cls, 0)
+        _emit(item_id, cls, KIND_BEGIN)
 
 
 def item_end(item_id):
     """The calling thread is done with item ``item_id``."""
     if _region is not None:
-        _emit(item_id, None, 1)
+        _emit(item_id, None, KIND_END)
+
+
+def item_switch(item_id):
+    """Switch marker: the calling thread now works on item ``item_id`` (begun before,
+    on any thread), e.g. an event loop dispatching to it."""
+    if _region is not None:
+        _emit(item_id, None, KIND_SWITCH)
+
+
+def item_switch_none():
+    """Switch marker: the calling thread now works on no item (back in its event loop)."""
+    if _region is not None:
+        _emit(0, None, KIND_SWITCH_NONE)
 
 
 @contextmanager
@@ -197,3 +229,105 @@ def item(item_id, cls=None):
 
 _open_from_env()
 os.register_at_fork(after_in_child=_after_fork_child)
+
+
+# ---- asyncio --------------------------------------------------------------------------
+
+# The item the running task works on (None: none). A context variable: each task runs in
+# its own context, and tasks created inside a request copy it, so they work on it too.
+_current_item = contextvars.ContextVar("tailprof_current_item", default=None)
+
+
+class _StepMarker(collections.abc.Coroutine):
+    """Wraps a task's coroutine: the task calls ``send``/``throw`` once per step, in the
+    task's context, so the step runs with the task's item current."""
+
+    __slots__ = ("_coro",)
+
+    def __init__(self, coro):
+        self._coro = coro
+
+    def send(self, value):
+        it = _current_item.get()
+        if it is not None:
+            item_switch(it)
+        try:
+            return self._coro.send(value)
+        finally:
+            if _current_item.get() is not None:
+                item_switch_none()
+
+    def throw(self, typ, val=None, tb=None):
+        it = _current_item.get()
+        if it is not None:
+            item_switch(it)
+        try:
+            if val is None and tb is None:
+                return self._coro.throw(typ)
+            return self._coro.throw(typ, val, tb)
+        finally:
+            if _current_item.get() is not None:
+                item_switch_none()
+
+    def close(self):
+        return self._coro.close()
+
+    def __await__(self):
+        return self._coro.__await__()
+
+    def __getattr__(self, name):
+        # cr_frame, cr_code, __qualname__, ... for task names and debugging.
+        return getattr(self._coro, name)
+
+
+def install_asyncio(loop=None):
+    """Mark every step of every task created from now on in ``loop`` (default: the
+    running loop) with switch markers, so that ``async with async_item(...)`` makes the
+    request's task current exactly while it runs. Chains a task factory already set.
+    Returns False (and installs nothing) when no recorder collects this process's
+    markers, so the uninstrumented path costs nothing."""
+    if _region is None:
+        return False
+    import asyncio
+    loop = loop or asyncio.get_running_loop()
+    prev = loop.get_task_factory()
+    if getattr(prev, "_tailprof", False):
+        return True
+
+    def factory(loop, coro, **kwargs):
+        if prev is not None:
+            return prev(loop, _StepMarker(coro), **kwargs)
+        return asyncio.Task(_StepMarker(coro), loop=loop, **kwargs)
+
+    factory._tailprof = True
+    loop.set_task_factory(factory)
+    return True
+
+
+class async_item:
+    """``async with async_item(id, cls):``: the block is item ``id`` (begin at entry, end
+    at exit). With ``install_asyncio()``, the task is current only while it runs, so the
+    item's time waiting in ``await`` is not attributed to whatever else the loop runs.
+    Without it this is ``item()``: overlapping requests on one thread are then reported
+    as ambiguous."""
+
+    __slots__ = ("_id", "_cls", "_token")
+
+    def __init__(self, item_id, cls=None):
+        self._id = item_id
+        self._cls = cls
+        self._token = None
+
+    async def __aenter__(self):
+        self._token = _current_item.set(self._id)
+        item_begin(self._id, self._cls)
+        return self
+
+    async def __aexit__(self, typ, val, tb):
+        item_end(self._id)
+        _current_item.reset(self._token)
+        outer = _current_item.get()
+        if outer is not None:
+            # The end left no item current; the enclosing item goes on.
+            item_switch(outer)
+        return False

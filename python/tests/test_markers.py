@@ -106,3 +106,57 @@ def test_region_of_another_process_is_ignored(monkeypatch, tmp_path):
     make_region(path, os.getpid() + 1)
     tm = load(monkeypatch, path)
     assert not tm.enabled()
+
+
+def test_asyncio_steps_are_switch_markers(monkeypatch, tmp_path):
+    """install_asyncio(): every step of a request's task runs between a switch to its item
+    and a switch to none; the begin and end are the item's own; a task created inside the
+    request works on the same item (context inheritance)."""
+    import asyncio
+
+    path = tmp_path / "region"
+    make_region(path, os.getpid())
+    tm = load(monkeypatch, path)
+
+    async def child():
+        await asyncio.sleep(0)
+
+    async def req(i):
+        async with tm.async_item(i, "req"):
+            await asyncio.sleep(0)
+            if i == 1:
+                await asyncio.create_task(child())
+
+    async def main():
+        assert tm.install_asyncio()
+        assert tm.install_asyncio(), "installing twice keeps one factory"
+        await asyncio.gather(req(1), req(2))
+
+    asyncio.run(main())
+    state, tid, dropped, head, recs, classes = slot(path.read_bytes(), 0)
+    assert dropped == 0
+    got = [(kind, item if kind != 3 else 0) for _, item, _, kind in recs]
+    B, E, S, N = 0, 1, 2, 3
+    # Task 1 step 1, task 2 step 1, task 1 step 2 (creates the child), task 2 step 2 (ends),
+    # the child's steps (item 1 inherited), then task 1 resumes after the child and ends.
+    assert got[:4] == [(B, 1), (N, 0), (B, 2), (N, 0)], got
+    assert got[-2:] == [(S, 1), (E, 1)], got
+    assert (E, 2) in got and got[got.index((E, 2)) - 1] == (S, 2), got
+    child_steps = [k for k in range(len(got) - 1) if got[k] == (S, 1) and got[k + 1] == (N, 0)]
+    assert len(child_steps) >= 3, got  # task 1's second step and the child's two steps
+    assert len(recs) == head
+
+
+def test_asyncio_not_installed_without_recorder(monkeypatch):
+    monkeypatch.delenv("TAILPROF_MARKERS", raising=False)
+    import asyncio
+    import tailprof_markers
+    tm = importlib.reload(tailprof_markers)
+
+    async def main():
+        assert not tm.install_asyncio()
+        assert asyncio.get_running_loop().get_task_factory() is None
+        async with tm.async_item(5):
+            await asyncio.sleep(0)
+
+    asyncio.run(main())

@@ -347,7 +347,9 @@ impl TailRetainer {
         match m.kind {
             MarkerKind::Begin => self.begin(m, comm),
             // Class labels (`--item-class-from`) are applied by the items join.
-            MarkerKind::Label => {}
+            // Switch markers (issue 24) are not used by the agent yet: a request's wall
+            // time is still begin → end on its thread; `tailprof items` applies them.
+            MarkerKind::Label | MarkerKind::Switch | MarkerKind::SwitchNone => {}
             MarkerKind::End => {
                 let key = if m.item == Marker::UNKNOWN_ITEM {
                     // the innermost open request of the thread

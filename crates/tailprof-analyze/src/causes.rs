@@ -762,7 +762,7 @@ pub fn explain_causes(
     let split_of = |i: usize| {
         let r = &report.items[i];
         time_split(
-            r.duration_ns,
+            r.current_ns(),
             r.samples,
             report.mean_interval_ns,
             profile.items.get(i),

@@ -64,7 +64,9 @@ pub struct TimeSplit {
     pub blocked_ns: Option<u64>,
 }
 
-/// The wall-time split of an item (`samples`, `duration_ns` from its items row).
+/// The split of an item's time (`samples` from its items row, `duration_ns` its
+/// [`crate::items::ItemRow::current_ns`]: the wall time, or with switch markers the time
+/// it was current; the rest is waiting in the event loop, `switching` in the row).
 pub fn time_split(
     duration_ns: u64,
     samples: u64,
@@ -290,7 +292,7 @@ pub fn explain_stacks(
         excess_ns,
         anomalous: row.anomalous,
         split: time_split(
-            row.duration_ns,
+            row.current_ns(),
             row.samples,
             interval,
             Some(mine),

@@ -52,6 +52,10 @@ pub struct ItemSpan {
     pub end_ns: u64,
     /// Flagged slow by the items analysis.
     pub anomalous: bool,
+    /// With switch markers: the intervals the item was current, per thread. Samples and
+    /// off-CPU time count for the item only inside them (empty: all of begin..end on
+    /// `tid`).
+    pub current: Vec<crate::items::CurrentSlice>,
 }
 
 impl ItemSpan {
@@ -66,6 +70,7 @@ impl ItemSpan {
                 begin_ns: r.begin_ns,
                 end_ns: r.end_ns.max(r.begin_ns),
                 anomalous: r.anomalous,
+                current: r.current.clone(),
             })
             .collect()
     }
@@ -412,7 +417,12 @@ impl StackBuilder {
         }
         let mut by_tid: FxHashMap<u32, Vec<(u64, u64, u32)>> = FxHashMap::default();
         for (i, s) in spans.iter().enumerate() {
-            by_tid.entry(s.tid).or_default().push((s.begin_ns, s.end_ns, i as u32));
+            if s.current.is_empty() {
+                by_tid.entry(s.tid).or_default().push((s.begin_ns, s.end_ns, i as u32));
+            }
+            for c in &s.current {
+                by_tid.entry(c.tid).or_default().push((c.begin_ns, c.end_ns, i as u32));
+            }
         }
         for v in by_tid.values_mut() {
             v.sort_unstable();
@@ -515,10 +525,12 @@ impl StackBuilder {
         let i = v.partition_point(|s| s.0 < iv.end_ns);
         let mut misses = 0;
         let mut hits: Vec<(u32, u64)> = Vec::new();
+        let mut clips: Vec<(u64, u64)> = Vec::new();
         for &(b, e, idx) in v[..i].iter().rev() {
             let o = iv.overlap_ns(b, e);
             if o > 0 {
                 hits.push((idx, o));
+                clips.push((b, e));
                 misses = 0;
             } else {
                 misses += 1;
@@ -531,12 +543,11 @@ impl StackBuilder {
             let by_tid = &self.by_tid;
             self.causes.interval(iv, path, &hits, &|tid, t| item_in(by_tid, tid, t));
         }
-        for (idx, o) in hits {
+        for ((idx, o), (sb, se)) in hits.into_iter().zip(clips) {
             *self.off.entry((idx, path, iv.state)).or_default() += o;
             if active && self.keep[idx as usize] {
                 if let Some(t) = &mut self.timeline {
-                    let sp = &self.spans[idx as usize];
-                    let (b, e) = (iv.begin_ns.max(sp.begin_ns), iv.end_ns.min(sp.end_ns));
+                    let (b, e) = (iv.begin_ns.max(sb), iv.end_ns.min(se));
                     t.off_cpu.push(OffSlice { begin_ns: b, end_ns: e, ..slice });
                 }
             }

@@ -295,7 +295,7 @@ fn uprobe_items_on_postgres_queries_system_wide() {
         match m.kind {
             MarkerKind::Begin => e.0 += 1,
             MarkerKind::End => e.1 += 1,
-            MarkerKind::Label => {}
+            MarkerKind::Label | MarkerKind::Switch | MarkerKind::SwitchNone => {}
         }
     }
     let (pid, (begins, ends)) = per_pid

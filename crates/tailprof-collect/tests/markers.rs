@@ -13,6 +13,29 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Build `fixture` (tests/fixtures/markers/NAME.c); `tag` names the output.
+fn build_fixture(name: &str, tag: &str) -> Option<PathBuf> {
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("markers");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(format!("{name}{tag}"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/markers/{name}.c"));
+    match Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+        .arg(format!("-I{}", root().join("include").display()))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+    {
+        Ok(o) if o.status.success() => Some(exe),
+        Ok(o) => panic!("cc failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("no C compiler (cc: {e})"));
+            None
+        }
+    }
+}
+
 /// Build the fixture; `tag` names the output (one per test: tests run in parallel and must
 /// not exec a file another test is rewriting).
 fn build(flags: &[&str], tag: &str) -> Option<PathBuf> {
@@ -250,4 +273,37 @@ fn python_module_launched() {
     check_round(&recs, pid, tids, 0, 150);
     p.end();
     mc.finish(&mut recs);
+}
+
+/// Issue 24: switch markers from the C header decode to `Switch` / `SwitchNone`; a record
+/// of a reserved kind (a newer runtime) is rejected and counted, never guessed, and the
+/// markers around it are kept (docs/MARKERS.md, "Compatibility").
+#[test]
+fn switch_markers_decode_and_reserved_kinds_are_rejected() {
+    let Some(exe) = build_fixture("switches", "") else { return };
+    let mut mc = MarkerCollector::new();
+    let mut sh = Command::new("sh");
+    sh.args(["-c", "IFS= read -r p; TAILPROF_MARKERS=\"$p\" exec \"$0\""]);
+    let mut p = Prog::start(sh.arg(&exe));
+    let env = mc.prepare_child(p.pid()).unwrap();
+    p.send(&format!("{}\n", env[0].1));
+    assert_eq!(p.line(), "ready");
+    p.send("go\n");
+    assert_eq!(p.line(), "done");
+    let mut recs = Vec::new();
+    let s = mc.drain(&mut recs);
+    p.end();
+    mc.finish(&mut recs);
+    let kinds: Vec<(MarkerKind, u64)> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::Marker(m) => Some((m.kind, m.item)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(MarkerKind::Begin, 7), (MarkerKind::SwitchNone, 0), (MarkerKind::Switch, 7), (MarkerKind::End, 7)]
+    );
+    assert_eq!((s.markers, s.rejected), (4, 1));
 }

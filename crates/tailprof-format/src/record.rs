@@ -196,6 +196,14 @@ pub enum MarkerKind {
     /// innermost open item if it has no class yet, else, when none is open, the next
     /// item the thread begins. `item` is [`Marker::UNKNOWN_ITEM`].
     Label = 2,
+    /// Switch marker (version 5): the thread now works on the already begun item `item`
+    /// of its process (an event loop dispatching to it, a task resuming, possibly on
+    /// another thread than its begin): samples of the thread go to it until the next
+    /// switch, begin or its end.
+    Switch = 3,
+    /// Switch marker (version 5): the thread now works on no item (back in its event
+    /// loop). `item` is the item it leaves, or 0 (informational).
+    SwitchNone = 4,
 }
 
 /// Where a marker came from.

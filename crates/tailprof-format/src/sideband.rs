@@ -219,6 +219,8 @@ pub fn get_sideband(
                 0 => MarkerKind::Begin,
                 1 => MarkerKind::End,
                 2 => MarkerKind::Label,
+                3 if version >= 5 => MarkerKind::Switch,
+                4 if version >= 5 => MarkerKind::SwitchNone,
                 _ => return None,
             },
             source: match f.u8()? {

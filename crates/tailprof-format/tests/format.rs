@@ -413,7 +413,7 @@ fn newer_version_is_refused() {
     let (mut bytes, _) = write_trace(&[], WriterOptions::default(), &[]);
     bytes[8] = 9;
     let e = TraceReader::from_bytes(bytes).err().unwrap();
-    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 4 }), "{e}");
+    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 5 }), "{e}");
 }
 
 /// Issue 23: JIT names are stored in JIT chunks and handed to the sink before the first
@@ -437,7 +437,7 @@ fn jit_entries_are_delivered_before_records_and_survive_chunking() {
     w.write_sample(&Sample { time: 20, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
     w.add_jit(JitEntry { pid: 1, time: 15, start: 0x1000, size: 16, origin: JitOrigin::JitLoad, name: "b".into(), source: None });
     let (bytes, _) = w.finish_into_inner(None).unwrap();
-    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 4);
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), tailprof_format::chunk::FORMAT_VERSION);
     let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
     let mut o = Order::default();
     let s = r.read_all(&mut o).unwrap();
@@ -627,4 +627,33 @@ fn chunk_starts(bytes: &[u8]) -> Vec<usize> {
 
 fn find_last_chunk_start(bytes: &[u8]) -> usize {
     *chunk_starts(bytes).last().unwrap()
+}
+
+/// Issue 24: switch markers (format version 5) round-trip; a file that claims version 4
+/// cannot hold them (an older reader would drop the chunk), so this reader treats such a
+/// row as damage, as a version-4 reader would.
+#[test]
+fn switch_markers_round_trip_and_need_version_5() {
+    use tailprof_format::{Marker, MarkerKind, MarkerSource};
+    let m = |time, kind, item| {
+        Record::Marker(Marker { time, pid: 1, tid: 2, kind, item, class: 0, source: MarkerSource::Api })
+    };
+    let records = vec![
+        m(10, MarkerKind::Begin, 7),
+        m(20, MarkerKind::SwitchNone, 0),
+        m(30, MarkerKind::Switch, 7),
+        m(40, MarkerKind::End, 7),
+    ];
+    let (bytes, _) = write_trace(&records, WriterOptions::default(), &[]);
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 5);
+    let mut sink = VecSink::default();
+    let s = TraceReader::from_bytes(bytes.clone()).unwrap().read_all(&mut sink).unwrap();
+    assert_eq!(sink.0, records);
+    assert_eq!(s.damaged_chunks, 0);
+    let mut v4 = bytes;
+    v4[8] = 4;
+    let mut sink = VecSink::default();
+    let s = TraceReader::from_bytes(v4).unwrap().read_all(&mut sink).unwrap();
+    assert!(s.damaged_chunks >= 1, "{s:?}");
+    assert!(!sink.0.iter().any(|r| matches!(r, Record::Marker(m) if m.kind == MarkerKind::Switch)));
 }

@@ -21,8 +21,28 @@
 //! handle(7);
 //! let _g = tailprof_markers::ItemGuard::new(8); // begin now, end on drop
 //! ```
+//!
+//! Async code, where one thread interleaves many items, wraps a request's future with
+//! [`InItem::in_item`]: it begins the item at the first poll, marks the item current
+//! (a switch marker) at every later poll and the thread free again after every poll, and
+//! ends the item when the future completes or is dropped, so a task is one item across
+//! awaits and across the threads of any executor:
+//!
+//! ```
+//! use tailprof_markers::{ClassLabel, InItem};
+//! static REQUEST: ClassLabel = ClassLabel::new(c"request");
+//! async fn serve(id: u64) -> u64 { id * 2 }
+//! let fut = serve(7).in_item(7, &REQUEST); // hand `fut` to any executor
+//! # drop(fut);
+//! ```
 
 use std::ffi::{c_char, CStr};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+#[cfg(not(feature = "disable"))]
+use tailprof_markers_protocol::record::{KIND_BEGIN, KIND_END, KIND_SWITCH, KIND_SWITCH_NONE};
 
 #[cfg(not(feature = "disable"))]
 mod runtime;
@@ -57,7 +77,7 @@ impl ClassLabel {
 #[inline(always)]
 pub fn item_begin(id: u64) {
     #[cfg(not(feature = "disable"))]
-    runtime::mark(id, 0, 0);
+    runtime::mark(id, 0, KIND_BEGIN);
     #[cfg(feature = "disable")]
     let _ = id;
 }
@@ -66,7 +86,7 @@ pub fn item_begin(id: u64) {
 #[inline(always)]
 pub fn item_begin_class(id: u64, class: &'static ClassLabel) {
     #[cfg(not(feature = "disable"))]
-    runtime::mark(id, class as *const ClassLabel as u64, 0);
+    runtime::mark(id, class as *const ClassLabel as u64, KIND_BEGIN);
     #[cfg(feature = "disable")]
     let _ = (id, class);
 }
@@ -75,9 +95,26 @@ pub fn item_begin_class(id: u64, class: &'static ClassLabel) {
 #[inline(always)]
 pub fn item_end(id: u64) {
     #[cfg(not(feature = "disable"))]
-    runtime::mark(id, 0, 1);
+    runtime::mark(id, 0, KIND_END);
     #[cfg(feature = "disable")]
     let _ = id;
+}
+
+/// Switch marker: the calling thread now works on item `id`, begun before on any thread
+/// (an event loop dispatching to it, a coroutine resuming). One marker.
+#[inline(always)]
+pub fn item_switch(id: u64) {
+    #[cfg(not(feature = "disable"))]
+    runtime::mark(id, 0, KIND_SWITCH);
+    #[cfg(feature = "disable")]
+    let _ = id;
+}
+
+/// Switch marker: the calling thread now works on no item (back in its event loop).
+#[inline(always)]
+pub fn item_switch_none() {
+    #[cfg(not(feature = "disable"))]
+    runtime::mark(0, 0, KIND_SWITCH_NONE);
 }
 
 /// Marks an item for its lifetime: begin in `new`, end on drop (on this thread).
@@ -104,5 +141,74 @@ impl Drop for ItemGuard {
     #[inline(always)]
     fn drop(&mut self) {
         item_end(self.id);
+    }
+}
+
+/// A future that is one item: see [`InItem::in_item`].
+#[must_use = "futures do nothing unless polled"]
+pub struct ItemFuture<F> {
+    inner: F,
+    id: u64,
+    class: Option<&'static ClassLabel>,
+    /// 0 not polled yet, 1 begun, 2 ended.
+    state: u8,
+}
+
+/// Wrap a future so that it is one item: [`InItem::in_item`].
+pub trait InItem: Future + Sized {
+    /// The returned future begins item `id` of `class` at its first poll, marks it
+    /// current ([`item_switch`]) at every later poll and the thread free
+    /// ([`item_switch_none`]) when each poll returns, and ends it when the inner future
+    /// completes (or is dropped unfinished). Works with any executor, on any thread.
+    fn in_item(self, id: u64, class: &'static ClassLabel) -> ItemFuture<Self> {
+        ItemFuture { inner: self, id, class: Some(class), state: 0 }
+    }
+
+    /// [`InItem::in_item`] without a class.
+    fn in_item_unclassed(self, id: u64) -> ItemFuture<Self> {
+        ItemFuture { inner: self, id, class: None, state: 0 }
+    }
+}
+
+impl<F: Future> InItem for F {}
+
+impl<F: Future> Future for ItemFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // SAFETY: `inner` is structurally pinned: it is never moved out of `self`; the
+        // other fields are plain data.
+        let this = unsafe { self.get_unchecked_mut() };
+        match this.state {
+            0 => {
+                match this.class {
+                    Some(c) => item_begin_class(this.id, c),
+                    None => item_begin(this.id),
+                }
+                this.state = 1;
+            }
+            1 => item_switch(this.id),
+            _ => {}
+        }
+        // SAFETY: see above.
+        let r = unsafe { Pin::new_unchecked(&mut this.inner) }.poll(cx);
+        if this.state == 1 {
+            if r.is_ready() {
+                item_end(this.id);
+                this.state = 2;
+            } else {
+                item_switch_none();
+            }
+        }
+        r
+    }
+}
+
+impl<F> Drop for ItemFuture<F> {
+    fn drop(&mut self) {
+        if self.state == 1 {
+            // Cancelled between polls: the item ends here, on the dropping thread.
+            item_end(self.id);
+        }
     }
 }

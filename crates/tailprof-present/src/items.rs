@@ -31,7 +31,8 @@ use crate::PresentError;
 /// One warning about an items report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ItemsWarning {
-    /// `lost_markers`, `unmatched_markers`, `open_at_end`, `no_interval`, `register_mode`.
+    /// `lost_markers`, `unmatched_markers`, `ambiguous_attribution`, `open_at_end`,
+    /// `no_interval`, `register_mode`.
     pub kind: &'static str,
     pub message: String,
 }
@@ -55,6 +56,19 @@ pub fn items_warnings<R>(r: &ItemsReport<R>) -> Vec<ItemsWarning> {
             format!(
                 "{} markers matched nothing (an end without its begin, or a begin never ended)",
                 thousands(r.unmatched_markers)
+            ),
+        );
+    }
+    if r.ambiguity.items > 0 {
+        let ids: Vec<String> = r.items.iter().filter(|i| i.ambiguous).take(5).map(|i| i.id.to_string()).collect();
+        let more = if r.ambiguity.items > ids.len() as u64 { ", ..." } else { "" };
+        w(
+            "ambiguous_attribution",
+            format!(
+                "attribution is ambiguous for {} items (ids {}{more}): their begin/end markers overlapped on one thread without switch markers, so {} samples went to the innermost open item but may be another's (docs/MARKERS.md, \"Switch markers\")",
+                thousands(r.ambiguity.items),
+                ids.join(", "),
+                thousands(r.ambiguity.samples)
             ),
         );
     }
@@ -140,6 +154,15 @@ fn summary(out: &mut String, list: &ItemList) {
         thousands(r.unmatched_markers),
         r.duration_source
     );
+    if r.switching.markers > 0 {
+        let _ = writeln!(
+            out,
+            "# Switches:  {} switch markers on {} threads; samples there go to the current item ({} in the event loop, on no item); loop wait = an item's time waiting in the event loop (not current)",
+            thousands(r.switching.markers),
+            r.switching.threads,
+            thousands(r.switching.loop_samples)
+        );
+    }
     let src = if r.interval_source == "period" {
         "the sampling period"
     } else {
@@ -179,16 +202,21 @@ pub fn render_items(list: &ItemList) -> String {
                 it.id.to_string(),
                 class_name(&it.class).to_owned(),
                 format!(
-                    "{}{}",
+                    "{}{}{}",
                     duration(it.duration_ns),
-                    if it.open_at_end { " (open)" } else { "" }
+                    if it.open_at_end { " (open)" } else { "" },
+                    match &it.switching {
+                        Some(sw) => format!(" (loop wait {})", duration(sw.waiting_in_loop_ns)),
+                        None => String::new(),
+                    }
                 ),
                 thousands(it.samples),
                 format!("{:.1}", it.anomaly_score),
-                if it.anomalous {
-                    "SLOW".into()
-                } else {
-                    String::new()
+                match (it.anomalous, it.ambiguous) {
+                    (true, true) => "SLOW AMBIGUOUS".into(),
+                    (true, false) => "SLOW".into(),
+                    (false, true) => "AMBIGUOUS".into(),
+                    (false, false) => String::new(),
                 },
                 top.join(", "),
             ]

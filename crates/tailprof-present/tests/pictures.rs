@@ -53,6 +53,10 @@ fn report() -> ItemsReport {
             anomalous: cold,
             responsible: if cold { vec!["transform_points".into()] } else { vec![] },
             open_at_end: false,
+            switching: None,
+            current: Vec::new(),
+            ambiguous_samples: 0,
+            ambiguous: false,
             functions: vec![f_tr, f_load, f_red],
         });
         t = end + 300_000;
@@ -74,6 +78,8 @@ fn report() -> ItemsReport {
         min_reliable_samples: 5,
         mad_k: 3.5,
         responsible_share: 0.6,
+        switching: Default::default(),
+        ambiguity: Default::default(),
         classes: vec![
             ClassStats { class: Some("n=10".into()), items: 6, median_duration_ns: 3 * MS, mad_ns: 10_000, anomalous: 1 },
             ClassStats { class: Some("n=20".into()), items: 6, median_duration_ns: 6 * MS, mad_ns: 10_000, anomalous: 1 },

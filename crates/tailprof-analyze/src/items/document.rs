@@ -424,7 +424,7 @@ fn item_list(
             let k = by_id[&row.id];
             let (same_id, st) = (&report.items[k], profile.items.get(k));
             let split = time_split(
-                same_id.duration_ns,
+                same_id.current_ns(),
                 same_id.samples,
                 report.mean_interval_ns,
                 st,

@@ -18,6 +18,20 @@
 //! - Items still open when the trace ends are closed at the trace's last timestamp,
 //!   flagged `open_at_end`, and counted in `unmatched_markers`.
 //!
+//! Switch markers (docs/MARKERS.md, "Switch markers"): every thread has a *current* item.
+//! `Begin` makes the new item current, `Switch` makes the open item of that (pid, id)
+//! current (whichever thread began it: a task moves between threads), `SwitchNone` makes
+//! no item current, `End` of the current item leaves none current. Once a thread has had
+//! a switch marker, its samples go to its current item (none current: outside, counted in
+//! `switching.loop_samples`), not to the innermost open one; the item's current
+//! intervals ([`super::CurrentSlice`]) give its current time, and wall time not current
+//! is its own state (`waiting_in_loop_ns`). Threads without switch markers keep the stack
+//! rules above; where their items overlap (an end below the top of the stack), the items
+//! and samples concerned are reported as ambiguous. An item can be current on one thread
+//! at a time: a switch to it on another thread ends its current interval on the first.
+//! Ends and switches find items of other threads through a (pid, id) index, built at the
+//! first switch marker (traces without switch markers never pay for it).
+//!
 //! Register mode (`TraceHeader.extra["item_reg"]`): the item id is the value of that
 //! register in the sample's `regs` (its index is the register bit's position among the
 //! set bits of the event's `regs_user_mask`), 0 meaning outside; items are keyed by
@@ -82,6 +96,18 @@ struct ItemState {
     deep: bool,
     /// The next deep open item with the same (thread, id) below this one, or [`NO_ITEM`].
     prev_same_id: u32,
+    /// Index of the thread that began it (whose stack holds it).
+    thread: u32,
+    /// Driven by switch markers: its current intervals are recorded.
+    switched: bool,
+    /// The thread it was last made current on, or [`NO_ITEM`].
+    current_on: u32,
+    /// Times it became current.
+    resumes: u64,
+    /// Samples counted while its thread's stack held another entry (classic mode).
+    stacked_samples: u64,
+    /// Ended while not at the top of its thread's stack (classic mode): an overlap.
+    ended_below_top: bool,
 }
 
 /// Stack positions below this are found by a scan; items pushed above are indexed.
@@ -112,6 +138,22 @@ struct Thread {
     /// A class from a [`MarkerKind::Label`] seen while no item was open: it labels the
     /// next item this thread begins.
     pending_class: u32,
+    tid: u32,
+    /// Has had a switch marker: samples go to `current`.
+    switching: bool,
+    /// The thread's current item ([`NO_ITEM`]: none), current since `since`.
+    current: u32,
+    since: u64,
+    /// Ends below the top of the stack (overlapping items without switch markers).
+    overlaps: u64,
+    /// Open items on `stack`.
+    open_items: u32,
+}
+
+impl Thread {
+    fn new(tid: u32) -> Thread {
+        Thread { tid, current: NO_ITEM, ..Thread::default() }
+    }
 }
 
 /// Register-mode state.
@@ -154,6 +196,13 @@ pub struct JoinState {
     unmatched: u64,
     lost_markers: u64,
     last_time: u64,
+    /// A switch marker was seen: `by_id` is maintained.
+    any_switch: bool,
+    /// (pid, id) → the most recently begun open item with that id (after `any_switch`).
+    by_id: FxHashMap<(u32, u64), u32>,
+    /// (item, tid, from, to): intervals switched items were current.
+    slices: Vec<(u32, u32, u64, u64)>,
+    switching: super::SwitchStats,
 }
 
 impl Resolved<JoinState> {
@@ -199,6 +248,10 @@ impl Resolved<JoinState> {
             unmatched: 0,
             lost_markers: 0,
             last_time: 0,
+            any_switch: false,
+            by_id: FxHashMap::default(),
+            slices: Vec::new(),
+            switching: super::SwitchStats::default(),
         };
         Ok(Resolved::wrap(header, state))
     }
@@ -220,7 +273,7 @@ impl JoinState {
         let next = self.threads.len() as u32;
         let i = *self.thread_index.entry(tid).or_insert(next);
         if i == next {
-            self.threads.push(Thread::default());
+            self.threads.push(Thread::new(tid));
         }
         *c = (tid, i + 1);
         i as usize
@@ -251,6 +304,12 @@ impl JoinState {
             live: 0,
             deep: false,
             prev_same_id: NO_ITEM,
+            thread: NO_ITEM,
+            switched: false,
+            current_on: NO_ITEM,
+            resumes: 0,
+            stacked_samples: 0,
+            ended_below_top: false,
         });
         (self.items.len() - 1) as u32
     }
@@ -266,7 +325,67 @@ impl JoinState {
         it.live = live;
         it.deep = deep;
         it.prev_same_id = prev_same_id;
+        it.thread = t as u32;
         self.threads[t].stack.push((item, live));
+        self.threads[t].open_items += 1;
+        if self.any_switch {
+            self.by_id.insert((m.pid, m.item), item);
+        }
+        self.set_current(t, item, m.time);
+    }
+
+    /// Thread `t` now works on `item` ([`NO_ITEM`]: none) from `time` on. The interval
+    /// of its previous current item is recorded when the thread has switch markers.
+    fn set_current(&mut self, t: usize, item: u32, time: u64) {
+        let th = &mut self.threads[t];
+        let (old, since, tid, switching) = (th.current, th.since, th.tid, th.switching);
+        th.current = item;
+        th.since = time;
+        if switching && old != NO_ITEM {
+            self.items[old as usize].switched = true;
+            if time > since {
+                self.slices.push((old, tid, since, time));
+            }
+        }
+        if item != NO_ITEM {
+            let it = &mut self.items[item as usize];
+            it.current_on = t as u32;
+            if switching {
+                it.switched = true;
+                it.resumes += 1;
+            }
+        }
+    }
+
+    /// Thread `t` gets its first switch marker: from now on its samples go to its
+    /// current item. The first switch marker at all builds the (pid, id) index.
+    fn start_switching(&mut self, t: usize) {
+        if !self.any_switch {
+            self.any_switch = true;
+            for th in &self.threads {
+                for &(item, _) in &th.stack {
+                    let it = &self.items[item as usize];
+                    if it.open {
+                        self.by_id.insert((it.pid, it.id), item);
+                    }
+                }
+            }
+        }
+        if !self.threads[t].switching {
+            self.threads[t].switching = true;
+            self.switching.threads += 1;
+            let cur = self.threads[t].current;
+            if cur != NO_ITEM {
+                self.items[cur as usize].switched = true;
+                self.items[cur as usize].resumes += 1;
+            }
+        }
+    }
+
+    /// The open item `id` of process `pid`, on any thread (after the first switch).
+    fn find_any(&self, pid: u32, id: u64) -> Option<u32> {
+        let &item = self.by_id.get(&(pid, id))?;
+        self.items[item as usize].open.then_some(item)
     }
 
     /// The innermost open item of thread `t` an end of `id` closes; O(1) + [`SHALLOW`].
@@ -287,6 +406,34 @@ impl JoinState {
             .map(|&(item, _)| item)
     }
 
+    /// An end marker closes open item `item` (begun on any thread) at `time`: the thread
+    /// it is current on has no current item, or, without switch markers, the innermost
+    /// open one; an end below the top of a stack without switches is an overlap.
+    fn end_marked(&mut self, item: u32, time: u64) {
+        let owner = self.items[item as usize].thread as usize;
+        let on = self.items[item as usize].current_on;
+        let top = self.threads[owner].stack.last().map(|&(i, _)| i);
+        if top != Some(item) && !self.threads[owner].switching && !self.items[item as usize].switched {
+            self.threads[owner].overlaps += 1;
+            self.items[item as usize].ended_below_top = true;
+        }
+        if self.any_switch {
+            let it = &self.items[item as usize];
+            if self.by_id.get(&(it.pid, it.id)) == Some(&item) {
+                self.by_id.remove(&(it.pid, it.id));
+            }
+        }
+        let was_current = on != NO_ITEM && self.threads[on as usize].current == item;
+        if was_current && self.threads[on as usize].switching {
+            self.set_current(on as usize, NO_ITEM, time);
+        }
+        self.end_item(owner, item, time);
+        if was_current && !self.threads[on as usize].switching {
+            let next = self.threads[on as usize].stack.last().map_or(NO_ITEM, |&(i, _)| i);
+            self.set_current(on as usize, next, time);
+        }
+    }
+
     /// Close open item `item` of thread `t` at `time`: unindex it, mark it closed, pop
     /// the closed entries off the top of the stack.
     fn end_item(&mut self, t: usize, item: u32, time: u64) {
@@ -303,6 +450,7 @@ impl JoinState {
             };
         }
         self.close(item, live, time);
+        self.threads[t].open_items -= 1;
         let items = &self.items;
         let stack = &mut self.threads[t].stack;
         while stack.last().is_some_and(|&(i, _)| !items[i as usize].open) {
@@ -402,6 +550,11 @@ impl JoinState {
             }
             self.reg = Some(reg);
         } else {
+            for t in 0..self.threads.len() {
+                if self.threads[t].switching {
+                    self.set_current(t, NO_ITEM, end);
+                }
+            }
             let mut open = Vec::new();
             for t in &mut self.threads {
                 open.extend(t.stack.drain(..).filter(|&(i, _)| self.items[i as usize].open));
@@ -430,11 +583,19 @@ impl JoinState {
         for (r, f) in by_name.into_iter().enumerate() {
             rank[f as usize] = r as u32;
         }
+        // Current intervals per item, in time order.
+        self.slices.sort_unstable_by_key(|&(item, _, from, _)| (item, from));
+        let mut slice_at = 0usize;
+        let mut ambiguity = super::Ambiguity::default();
         let mut rows = Vec::with_capacity(self.items.len());
         // The classes there are, for the error when `opts.class` names none of them
         // (at most 10 names: the message is one line).
         let mut other_classes: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        for it in &self.items {
+        for (index, it) in self.items.iter().enumerate() {
+            let first = slice_at;
+            while self.slices.get(slice_at).is_some_and(|s| s.0 as usize == index) {
+                slice_at += 1;
+            }
             let class = match it.class {
                 0 => None,
                 c => Some(self.classes.get(&(it.pid, c)).cloned().unwrap_or_else(|| format!("class {c}"))),
@@ -481,6 +642,48 @@ impl JoinState {
                     }
                 })
                 .collect();
+            let (switching, current) = if it.switched {
+                let current: Vec<super::CurrentSlice> = self.slices[first..slice_at]
+                    .iter()
+                    .filter_map(|&(_, tid, from, to)| {
+                        let (b, e) = (from.max(it.begin), to.min(it.end));
+                        (e > b).then_some(super::CurrentSlice { tid, begin_ns: b, end_ns: e })
+                    })
+                    .collect();
+                let current_ns: u64 = current.iter().map(|c| c.end_ns - c.begin_ns).sum();
+                let mut tids: Vec<u32> = current.iter().map(|c| c.tid).collect();
+                tids.sort_unstable();
+                tids.dedup();
+                let wall = it.end.saturating_sub(it.begin);
+                // Wall time covered by no current interval (they may overlap when two
+                // threads claimed the item; then `current_ns` exceeds it).
+                let mut covered = 0u64;
+                let mut reach = it.begin;
+                let mut sorted: Vec<(u64, u64)> = current.iter().map(|c| (c.begin_ns, c.end_ns)).collect();
+                sorted.sort_unstable();
+                for (b, e) in sorted {
+                    if e > reach {
+                        covered += e - b.max(reach);
+                        reach = e;
+                    }
+                }
+                let sw = super::ItemSwitching {
+                    current_ns,
+                    waiting_in_loop_ns: wall.saturating_sub(covered),
+                    resumes: it.resumes,
+                    threads: tids.len() as u32,
+                };
+                (Some(sw), current)
+            } else {
+                (None, Vec::new())
+            };
+            let overlapped = !it.switched && self.threads.get(it.thread as usize).is_some_and(|t| t.overlaps > 0);
+            let ambiguous_samples = if overlapped { it.stacked_samples } else { 0 };
+            let ambiguous = overlapped && (ambiguous_samples > 0 || it.ended_below_top);
+            if ambiguous {
+                ambiguity.items += 1;
+                ambiguity.samples += ambiguous_samples;
+            }
             rows.push(ItemRow {
                 pid: it.pid,
                 tid: it.tid,
@@ -494,6 +697,10 @@ impl JoinState {
                 anomalous: false,
                 responsible: Vec::new(),
                 open_at_end: it.open_at_end,
+                switching,
+                current,
+                ambiguous_samples,
+                ambiguous,
                 functions,
             });
         }
@@ -524,6 +731,8 @@ impl JoinState {
             mad_k: self.opts.mad_k,
             responsible_share: self.opts.responsible_share,
             classes: Vec::new(),
+            switching: self.switching,
+            ambiguity,
         };
         flag_anomalies(&mut report, &self.opts);
         Ok(report)
@@ -548,8 +757,27 @@ impl ResolvedSink for JoinState {
             self.register_sample(s, resolver);
             return;
         }
+        if th.switching {
+            let cur = th.current;
+            match self.items.get(cur as usize) {
+                Some(it) if it.open => {
+                    let live = it.live;
+                    self.count(cur, live, s, resolver);
+                }
+                _ => {
+                    self.outside += 1;
+                    self.switching.loop_samples += 1;
+                }
+            }
+            return;
+        }
         match th.stack.last() {
-            Some(&(item, live)) => self.count(item, live, s, resolver),
+            Some(&(item, live)) => {
+                if th.open_items > 1 {
+                    self.items[item as usize].stacked_samples += 1;
+                }
+                self.count(item, live, s, resolver)
+            }
             None => self.outside += 1,
         }
     }
@@ -579,15 +807,45 @@ impl ResolvedSink for JoinState {
                 }
                 None => self.threads[t].pending_class = m.class,
             },
-            MarkerKind::End => match self.find_open(t, m.item) {
-                Some(item) => {
-                    if m.class != 0 && self.items[item as usize].class == 0 {
-                        self.items[item as usize].class = m.class;
+            MarkerKind::End => {
+                let found = match self.find_open(t, m.item) {
+                    None if self.any_switch && m.item != Marker::UNKNOWN_ITEM => self.find_any(m.pid, m.item),
+                    f => f,
+                };
+                match found {
+                    Some(item) => {
+                        if m.class != 0 && self.items[item as usize].class == 0 {
+                            self.items[item as usize].class = m.class;
+                        }
+                        self.end_marked(item, m.time);
                     }
-                    self.end_item(t, item, m.time);
+                    None => self.unmatched += 1,
                 }
-                None => self.unmatched += 1,
-            },
+            }
+            MarkerKind::Switch => {
+                self.switching.markers += 1;
+                self.start_switching(t);
+                match self.find_any(m.pid, m.item) {
+                    Some(item) => {
+                        let on = self.items[item as usize].current_on;
+                        if on != NO_ITEM && on as usize != t && self.threads[on as usize].current == item {
+                            // Current on one thread at a time: it left the other one.
+                            self.set_current(on as usize, NO_ITEM, m.time);
+                        }
+                        self.set_current(t, item, m.time);
+                    }
+                    None => {
+                        self.unmatched += 1;
+                        self.switching.unknown_items += 1;
+                        self.set_current(t, NO_ITEM, m.time);
+                    }
+                }
+            }
+            MarkerKind::SwitchNone => {
+                self.switching.markers += 1;
+                self.start_switching(t);
+                self.set_current(t, NO_ITEM, m.time);
+            }
         }
     }
 

@@ -7,7 +7,8 @@
 //! - [`join`]: the join, a [`tailprof_format::Sink`] ([`ItemsJoin`]). Per thread a stack
 //!   of open items built from `Marker` records; each sample of the selected event belongs
 //!   to the innermost item open on its thread at its time, otherwise it is counted as
-//!   outside. In register mode (`TraceHeader.extra["item_reg"]`, e.g. `r13`, the paper's
+//!   outside. A thread with switch markers instead attributes each sample to its
+//!   current item (docs/MARKERS.md, "Switch markers"). In register mode (`TraceHeader.extra["item_reg"]`, e.g. `r13`, the paper's
 //!   §V.A) the item id is the register's value captured with the sample (0 = outside)
 //!   and an item's wall time is its first..last sample.
 //! - [`estimate`]: per (item, function) both estimators, the paper's first-to-last
@@ -153,6 +154,59 @@ pub struct ItemsReport<Row = ItemRow> {
     /// Share of an item's excess its `responsible` functions cover.
     pub responsible_share: f64,
     pub classes: Vec<ClassStats>,
+    /// Switch markers and what they did (all zero without switch markers).
+    pub switching: SwitchStats,
+    /// Items whose samples may belong to another item: begin/end markers that overlapped
+    /// on one thread without switch markers (issue 24, "honest output").
+    pub ambiguity: Ambiguity,
+}
+
+/// Switch markers of a trace (docs/MARKERS.md, "Switch markers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct SwitchStats {
+    /// `Switch` and `SwitchNone` markers read.
+    pub markers: u64,
+    /// Threads that had switch markers (their samples go to their current item).
+    pub threads: u64,
+    /// Samples on such threads while they worked on no item (in their event loop);
+    /// included in `outside_samples`.
+    pub loop_samples: u64,
+    /// Switches to an item that was not open (begun before the trace, or its begin
+    /// lost); included in `unmatched_markers`. Samples until the next switch are outside.
+    pub unknown_items: u64,
+}
+
+/// Begin/end markers that overlapped on one thread without switch markers: each sample
+/// went to the innermost open item, but might have been another open item's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Ambiguity {
+    /// Items with `ambiguous_samples > 0`, or that ended while another item begun after
+    /// them was still open on their thread.
+    pub items: u64,
+    /// Sum of the items' `ambiguous_samples`.
+    pub samples: u64,
+}
+
+/// How an item driven by switch markers spent its wall time (begin → end).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ItemSwitching {
+    /// Time the item was current on some thread (summed over threads), on CPU or not.
+    pub current_ns: u64,
+    /// Wall time while it was current on no thread: its own state, "waiting in the
+    /// event loop" (awaiting I/O, a timer, or its turn), never another item's CPU.
+    pub waiting_in_loop_ns: u64,
+    /// Times it became current (its begin included).
+    pub resumes: u64,
+    /// Distinct threads it was current on (a task that moved between threads: > 1).
+    pub threads: u32,
+}
+
+/// One interval during which an item was current on a thread (switch markers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CurrentSlice {
+    pub tid: u32,
+    pub begin_ns: u64,
+    pub end_ns: u64,
 }
 
 /// Duration statistics of one class of items.
@@ -185,6 +239,20 @@ pub struct ItemRow {
     pub responsible: Vec<String>,
     /// The item was still open at the end of the trace (its end is the trace's end).
     pub open_at_end: bool,
+    /// Items named by switch markers (or begun on a thread that has them): current and
+    /// waiting time. `None` for items delimited by begin/end only.
+    pub switching: Option<ItemSwitching>,
+    /// When it was current, per thread, in time order (switch markers only; the per-item
+    /// stacks and off-CPU time use it). Not serialized: `switching` sums it up.
+    #[serde(skip)]
+    pub current: Vec<CurrentSlice>,
+    /// Samples attributed to the item while another item was also open on its thread, on
+    /// a thread where begin/end markers overlapped without switch markers: they may have
+    /// been the other item's. 0 when unambiguous.
+    pub ambiguous_samples: u64,
+    /// The item's attribution is ambiguous (see `ambiguous_samples`; also set for an item
+    /// that ended while an item begun after it was still open on its thread).
+    pub ambiguous: bool,
     /// Sorted by the shown estimate, largest first.
     pub functions: Vec<ItemFunction>,
 }
@@ -215,6 +283,15 @@ impl ItemFunction {
     }
 }
 
+impl ItemRow {
+    /// The time the item was current on a thread, which its on-CPU and off-CPU time
+    /// split: `switching.current_ns` with switch markers (capped at the duration), else
+    /// its whole duration.
+    pub fn current_ns(&self) -> u64 {
+        self.switching.as_ref().map_or(self.duration_ns, |s| s.current_ns.min(self.duration_ns))
+    }
+}
+
 impl<Row> ItemsReport<Row> {
     /// The same report with other rows (`items`); every other field kept.
     pub fn with_rows<R>(self, items: Vec<R>) -> ItemsReport<R> {
@@ -236,6 +313,8 @@ impl<Row> ItemsReport<Row> {
             mad_k: self.mad_k,
             responsible_share: self.responsible_share,
             classes: self.classes,
+            switching: self.switching,
+            ambiguity: self.ambiguity,
         }
     }
 

@@ -90,7 +90,8 @@ fn merge_windows(w: &mut Vec<(u64, u64)>) {
 }
 
 /// Read the trace again and return the samples of event `event` that fall inside the
-/// items of `report` (an item's window on its thread, ends included), named by function.
+/// items of `report` (an item's window on its thread, ends included; with switch markers
+/// the intervals it was current), named by function.
 pub fn item_samples(
     reader: &mut TraceReader,
     report: &ItemsReport,
@@ -99,7 +100,13 @@ pub fn item_samples(
 ) -> Result<ItemSamples, AnalyzeError> {
     let mut windows: FxHashMap<u32, Vec<(u64, u64)>> = FxHashMap::default();
     for r in &report.items {
-        windows.entry(r.tid).or_default().push((r.begin_ns, r.end_ns));
+        if r.current.is_empty() {
+            windows.entry(r.tid).or_default().push((r.begin_ns, r.end_ns));
+        }
+        // With switch markers: only while the item was current, on whichever thread.
+        for c in &r.current {
+            windows.entry(c.tid).or_default().push((c.begin_ns, c.end_ns));
+        }
     }
     for w in windows.values_mut() {
         merge_windows(w);

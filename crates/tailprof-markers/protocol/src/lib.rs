@@ -126,11 +126,27 @@ pub mod record {
     /// `u64 cls`: 0 none; odd: slot-local class `cls >> 1`; even: address of a class
     /// descriptor in the target.
     pub const CLASS: usize = 16;
-    /// `u32 kind` ([`KIND_BEGIN`], [`KIND_END`]), then `u32` reserved.
+    /// `u32 kind` ([`KIND_BEGIN`], [`KIND_END`], [`KIND_SWITCH`], [`KIND_SWITCH_NONE`]),
+    /// then `u32` reserved (0).
     pub const KIND: usize = 24;
 
+    /// The thread starts working on item `item` (it becomes the thread's current item).
     pub const KIND_BEGIN: u32 = 0;
+    /// The thread (or, for an item that moved, any thread) is done with item `item`.
     pub const KIND_END: u32 = 1;
+    /// Switch marker: the thread now works on the already begun item `item` (an event
+    /// loop dispatching to it, a coroutine or task resuming); `cls` is 0. Added without
+    /// a version change: a recorder that does not know it rejects it and counts it
+    /// (`MarkersRejected`, docs/MARKERS.md "Compatibility").
+    pub const KIND_SWITCH: u32 = 2;
+    /// Switch marker: the thread now works on no item (back in its event loop); `item`
+    /// is the item it leaves, or 0, informational only; `cls` is 0.
+    pub const KIND_SWITCH_NONE: u32 = 3;
+    /// Kinds 4..=7 are reserved for item attributes that follow their item's begin
+    /// (OpenTelemetry trace id and span id, issue 24 part 3). A recorder rejects and
+    /// counts kinds it does not know, so runtimes may only write them once the
+    /// recorder says it reads them (docs/MARKERS.md).
+    pub const RESERVED_KINDS: core::ops::RangeInclusive<u32> = 4..=7;
 }
 
 
@@ -169,6 +185,18 @@ mod tests {
         assert_eq!(&MAGIC.to_le_bytes(), b"TTPFMRK1");
     }
 
+    /// Switch markers were added without a version change (docs/MARKERS.md,
+    /// "Compatibility"): recorders of version 1 accept new runtimes and the reverse, so
+    /// the version, the control block size and the record size must stay as they were.
+    #[test]
+    fn switch_markers_keep_version_1_layout() {
+        assert_eq!(VERSION, 1);
+        assert_eq!(control::SIZE, 128);
+        assert_eq!(record::SIZE, 32);
+        assert_eq!((record::KIND_SWITCH, record::KIND_SWITCH_NONE), (2, 3));
+        assert!(!record::RESERVED_KINDS.contains(&record::KIND_SWITCH_NONE));
+    }
+
     /// The C header and the Python module carry the same values.
     #[test]
     fn c_header_and_python_module_agree() {
@@ -179,6 +207,10 @@ mod tests {
         assert_eq!(int(value(&h, "#define TAILPROF_SLOT_CLASSES")), slot::CLASSES as u64);
         assert_eq!(int(value(&h, "#define TAILPROF_SLOT_RING_OFFSET")), slot::RING as u64);
         assert!(h.contains(&std::format!("{CONTROL_SYMBOL} = {{{}, TAILPROF_PROTOCOL_VERSION", control::SIZE)));
+        assert_eq!(int(value(&h, "#define TAILPROF_KIND_BEGIN")), u64::from(record::KIND_BEGIN));
+        assert_eq!(int(value(&h, "#define TAILPROF_KIND_END")), u64::from(record::KIND_END));
+        assert_eq!(int(value(&h, "#define TAILPROF_KIND_SWITCH")), u64::from(record::KIND_SWITCH));
+        assert_eq!(int(value(&h, "#define TAILPROF_KIND_SWITCH_NONE")), u64::from(record::KIND_SWITCH_NONE));
         assert!(h.contains(&std::format!("getenv(\"{ENV_VAR}\")")), "C header reads {ENV_VAR}");
 
         let p = read("python/tailprof_markers.py");
@@ -188,5 +220,9 @@ mod tests {
         assert_eq!(int(value(&p, "CLOCK_MONOTONIC_ID")), u64::from(CLOCK_MONOTONIC_ID));
         assert_eq!(int(value(&p, "SLOT_RING_OFFSET")), slot::RING as u64);
         assert_eq!(int(value(&p, "SLOT_CLASSES")), slot::CLASSES as u64);
+        assert_eq!(int(value(&p, "KIND_BEGIN")), u64::from(record::KIND_BEGIN));
+        assert_eq!(int(value(&p, "KIND_END")), u64::from(record::KIND_END));
+        assert_eq!(int(value(&p, "KIND_SWITCH")), u64::from(record::KIND_SWITCH));
+        assert_eq!(int(value(&p, "KIND_SWITCH_NONE")), u64::from(record::KIND_SWITCH_NONE));
     }
 }

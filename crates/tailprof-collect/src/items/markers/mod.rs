@@ -17,7 +17,7 @@
 //! grow, by at most one per nanosecond since the last drain) and summed saturating; a
 //! marker's time must lie between the region's creation (minus [`PAST_SLACK_NS`]) and the
 //! clock read right after its slot was consumed (plus [`FUTURE_SLACK_NS`]), its kind must be
-//! begin or end, else it is dropped and counted (`LossKind::MarkersRejected`); at most [`MAX_CLASSES_PER_TARGET`] class labels
+//! begin, end or a switch, else it is dropped and counted (`LossKind::MarkersRejected`); at most [`MAX_CLASSES_PER_TARGET`] class labels
 //! are kept per process, further or invalid class references are counted
 //! (`LossKind::ItemClasses`) and the marker keeps class 0. A region the target truncates
 //! becomes empty instead of killing the recorder (`region` maps it under a SIGBUS guard).
@@ -431,6 +431,8 @@ impl MarkerCollector {
                 let kind = match r.kind {
                     record::KIND_BEGIN => MarkerKind::Begin,
                     record::KIND_END => MarkerKind::End,
+                    record::KIND_SWITCH => MarkerKind::Switch,
+                    record::KIND_SWITCH_NONE => MarkerKind::SwitchNone,
                     _ => {
                         rejected += 1;
                         continue;

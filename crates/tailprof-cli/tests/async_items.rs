@@ -1,0 +1,560 @@
+//! Requests that share a thread (issue 24): switch markers make per-item CPU time right
+//! for event-loop and async servers, recorded for real with `tailprof record`.
+//!
+//! - Python asyncio (std lib, tests/data/asyncio_server.py): 50 concurrent requests over
+//!   TCP on one thread, each doing request-specific CPU work split around awaits and
+//!   measuring it with `time.thread_time_ns`. With `install_asyncio()`, each item's on-CPU
+//!   estimate (samples × period) matches its own measured CPU time within sampling error
+//!   (items with ≥ 20 samples) and the sum within 5%; without it the same requests are
+//!   reported as ambiguous.
+//! - C: an epoll loop over pipes (include/tailprof.h) interleaves requests with
+//!   `tailprof_item_switch`; per-item time (top function `work_part`) matches the CPU time
+//!   the program logs around `work_part`.
+//! - Rust: the `Future` adapter (`fut.in_item(id, &CLASS)`) on a hand-written executor with
+//!   two worker threads (not Tokio: its build cost on 2 cores is not worth it for a test);
+//!   tasks move between the workers and stay one item each. The workload is this test
+//!   binary itself, re-run under `tailprof record` (test `rust_future_workload`).
+//!
+//! Skips with a message when perf events cannot be opened, or without python3 / cc. The
+//! bounds are statistical (counts of a 4 kHz cpu-clock), never timings: per item
+//! |samples − truth/period| ≤ 4·√(truth/period) + parts + 2.
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn tailprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tailprof"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn have(cmd: &str) -> bool {
+    tailprof_testkit::have_command(cmd).is_some()
+}
+
+fn cannot_record(err: &str) -> bool {
+    [
+        "perf_event_open",
+        "perf_event_paranoid",
+        "Permission denied",
+        "not permitted",
+    ]
+    .iter()
+    .any(|s| err.contains(s))
+}
+
+/// `record -o TRACE -- CMD` (extra `env`); the trace and the command's stdout, or None
+/// (skip) when perf events cannot be opened here.
+fn record(dir: &Path, name: &str, cmd: &[&str], env: &[(&str, &str)]) -> Option<(PathBuf, String)> {
+    let trace = dir.join(format!("{name}.trace"));
+    let o = tailprof()
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .args(cmd)
+        .envs(env.iter().copied())
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    if !o.status.success() {
+        if cannot_record(&err) {
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::PerfEvents,
+                format_args!("cannot record here: {err}"),
+            );
+            return None;
+        }
+        panic!(
+            "record failed: {err}\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    Some((trace, String::from_utf8_lossy(&o.stdout).into_owned()))
+}
+
+fn items_json(trace: &Path) -> Value {
+    let out = tailprof()
+        .args(["items", "--json", "--top", "0"])
+        .arg(trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "items: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `key ID VALUE` lines of a program's output.
+fn logged(out: &str, key: &str) -> HashMap<u64, u64> {
+    out.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next()? == key).then_some(())?;
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Per item, `est(item)` (ns) against the logged truth (ns): within sampling error for
+/// items with ≥ 20 samples, the sum within 5%. Returns how many items were compared.
+fn check_against_truth(
+    v: &Value,
+    truth: &HashMap<u64, u64>,
+    parts: f64,
+    est: &dyn Fn(&Value) -> f64,
+) -> usize {
+    let interval = v["mean_interval_ns"].as_f64().unwrap();
+    assert!(interval > 0.0, "{v}");
+    let items = v["items"].as_array().unwrap();
+    let (mut sum_est, mut sum_truth, mut compared) = (0.0, 0.0, 0);
+    for it in items {
+        let id = it["id"].as_u64().unwrap();
+        let t = *truth
+            .get(&id)
+            .unwrap_or_else(|| panic!("item {id} is not a request of the program: {it}"))
+            as f64;
+        let e = est(it);
+        sum_est += e;
+        sum_truth += t;
+        if it["samples"].as_u64().unwrap() >= 20 {
+            let n = t / interval;
+            let bound = (4.0 * n.sqrt() + parts + 2.0) * interval;
+            assert!(
+                (e - t).abs() <= bound,
+                "item {id}: estimated {e:.0} ns, measured {t:.0} ns (bound {bound:.0}): {it}"
+            );
+            compared += 1;
+        }
+    }
+    let ids: Vec<u64> = items.iter().map(|it| it["id"].as_u64().unwrap()).collect();
+    assert_eq!(
+        items.len(),
+        truth.len(),
+        "one item per request: items {ids:?}; switching {}, unmatched {}, markers {}, lost {}",
+        v["switching"],
+        v["unmatched_markers"],
+        v["markers"],
+        v["lost_markers"]
+    );
+    let ratio = sum_est / sum_truth;
+    assert!(
+        (0.95..=1.05).contains(&ratio),
+        "sum over items {sum_est:.0} ns vs measured {sum_truth:.0} ns ({ratio:.3})"
+    );
+    compared
+}
+
+fn samples_times_interval(v: &Value) -> impl Fn(&Value) -> f64 {
+    let interval = v["mean_interval_ns"].as_f64().unwrap();
+    move |it: &Value| it["samples"].as_u64().unwrap() as f64 * interval
+}
+
+fn python_server(plain: bool) -> Option<(Value, String)> {
+    if !have("python3") {
+        tailprof_testkit::skip(tailprof_testkit::Need::Python, "python3 not installed");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = root().join("crates/tailprof-cli/tests/data/asyncio_server.py");
+    let py = root().join("python");
+    let mut cmd = vec![
+        "python3",
+        script.to_str().unwrap(),
+        py.to_str().unwrap(),
+        "50",
+    ];
+    if plain {
+        cmd.push("plain");
+    }
+    let (trace, out) = record(dir.path(), "asyncio", &cmd, &[])?;
+    assert!(out.contains("enabled 1"), "markers were not enabled: {out}");
+    Some((items_json(&trace), out))
+}
+
+#[test]
+fn asyncio_items_match_each_requests_own_cpu_time() {
+    let Some((v, out)) = python_server(false) else {
+        return;
+    };
+    assert!(out.contains("installed 1"), "{out}");
+    let truth = logged(&out, "truth");
+    assert_eq!(truth.len(), 50, "{out}");
+    let est = samples_times_interval(&v);
+    let compared = check_against_truth(&v, &truth, 4.0, &est);
+    assert!(compared >= 25, "only {compared} items had 20 samples: {v}");
+    assert_eq!(v["switching"]["threads"], 1, "{}", v["switching"]);
+    assert_eq!(v["ambiguity"]["items"], 0, "{}", v["ambiguity"]);
+    for it in v["items"].as_array().unwrap() {
+        let sw = &it["switching"];
+        // Begin + 4 resumes after the sleeps (at least: drain() may yield too).
+        assert!(sw["resumes"].as_u64().unwrap() >= 5, "{it}");
+        let (cur, wait, wall) = (
+            sw["current_ns"].as_u64().unwrap(),
+            sw["waiting_in_loop_ns"].as_u64().unwrap(),
+            it["duration_ns"].as_u64().unwrap(),
+        );
+        assert_eq!(
+            cur + wait,
+            wall,
+            "one thread: current + waiting = wall: {it}"
+        );
+        assert!(
+            it["cpu_ns"].as_u64().unwrap() <= cur,
+            "on-CPU time only while current: {it}"
+        );
+    }
+}
+
+/// The same server without `install_asyncio()`: begin/end only, the requests overlap on
+/// the loop's thread, and `items` says so instead of printing confident numbers.
+#[test]
+fn asyncio_without_switch_markers_is_reported_ambiguous() {
+    let Some((v, out)) = python_server(true) else {
+        return;
+    };
+    assert!(out.contains("installed 0"), "{out}");
+    let amb = &v["ambiguity"];
+    assert!(amb["items"].as_u64().unwrap() >= 40, "{amb}");
+    assert!(amb["samples"].as_u64().unwrap() > 0, "{amb}");
+    let w = v["warnings"].as_array().unwrap();
+    assert!(
+        w.iter().any(|w| w["kind"] == "ambiguous_attribution"),
+        "{w:?}"
+    );
+    assert_eq!(v["switching"]["markers"], 0);
+}
+
+const EPOLL_LOOP: &str = r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+#include "tailprof.h"
+
+#define N 24
+#define PARTS 4
+static int fds[N][2];
+static volatile unsigned long sink;
+
+static unsigned long long cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* One part of request `id`'s work: spin for ns of thread CPU time. */
+__attribute__((noinline)) unsigned long long work_part(unsigned long long ns) {
+    unsigned long long t0 = cpu_ns(), t;
+    do {
+        for (int i = 0; i < 100000; i++) sink += i;
+        t = cpu_ns();
+    } while (t - t0 < ns);
+    return t - t0;
+}
+
+/* The clients: one byte per request per round, in a shuffled order, so that the loop
+ * interleaves the requests' parts. */
+static void *feeder(void *arg) {
+    (void)arg;
+    unsigned seed = 7;
+    for (int round = 0; round < PARTS; round++) {
+        int order[N];
+        for (int i = 0; i < N; i++) order[i] = i;
+        for (int i = N - 1; i > 0; i--) {
+            int j = rand_r(&seed) % (i + 1), x = order[i];
+            order[i] = order[j];
+            order[j] = x;
+        }
+        for (int i = 0; i < N; i++) {
+            if (write(fds[order[i]][1], "x", 1) != 1) exit(2);
+            usleep(500);
+        }
+    }
+    return 0;
+}
+
+int main(void) {
+    int ep = epoll_create1(0);
+    unsigned long long truth[N] = {0};
+    int parts[N] = {0}, left = N * PARTS;
+    for (int i = 0; i < N; i++) {
+        if (pipe(fds[i])) return 1;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fds[i][0], &ev);
+    }
+    pthread_t t;
+    pthread_create(&t, 0, feeder, 0);
+    while (left > 0) {
+        struct epoll_event evs[8];
+        int n = epoll_wait(ep, evs, 8, -1);
+        for (int k = 0; k < n; k++) {
+            int i = evs[k].data.u32;
+            char c;
+            if (read(fds[i][0], &c, 1) != 1) return 3;
+            unsigned long id = 1000 + i;
+            if (parts[i] == 0)
+                TAILPROF_ITEM_BEGIN_CLASS(id, "pipe");
+            else
+                tailprof_item_switch(id);
+            truth[i] += work_part((unsigned long long)(i % 6 + 1) * 2500000ull);
+            if (++parts[i] == PARTS)
+                tailprof_item_end(id);
+            else
+                tailprof_item_switch_none();
+            left--;
+        }
+    }
+    pthread_join(t, 0);
+    for (int i = 0; i < N; i++) printf("truth %d %llu\n", 1000 + i, truth[i]);
+    return 0;
+}
+"#;
+
+#[test]
+fn c_epoll_loop_with_switch_markers_matches_logged_truth() {
+    let Some(cc) = tailprof_testkit::c_compiler() else {
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no C compiler");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("epoll_loop.c");
+    std::fs::write(&src, EPOLL_LOOP).unwrap();
+    let exe = dir.path().join("epoll_loop");
+    let st = Command::new(cc)
+        .args(["-O1", "-g", "-pthread", "-I"])
+        .arg(root().join("include"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    let Some((trace, out)) = record(dir.path(), "epoll", &[exe.to_str().unwrap()], &[]) else {
+        return;
+    };
+    let truth = logged(&out, "truth");
+    assert_eq!(truth.len(), 24, "{out}");
+    let v = items_json(&trace);
+    // The program measures `work_part` with the thread's CPU clock, a system call, so
+    // part of the truth is kernel time under it: compare the item's samples, and check
+    // that `work_part` is its top function.
+    let est = samples_times_interval(&v);
+    let compared = check_against_truth(&v, &truth, 4.0, &est);
+    assert!(compared >= 12, "only {compared} items had 20 samples: {v}");
+    assert_eq!(v["ambiguity"]["items"], 0, "{}", v["ambiguity"]);
+    assert_eq!(v["unmatched_markers"], 0);
+    for it in v["items"].as_array().unwrap() {
+        assert_eq!(it["class"], "pipe");
+        assert_eq!(it["switching"]["resumes"], 4, "begin + 3 switches: {it}");
+        assert_eq!(it["functions"][0]["name"], "work_part", "{it}");
+    }
+}
+
+/// The Rust workload, run only inside `tailprof record` (see the next test): 16 tasks on a
+/// two-thread executor, each `in_item`, doing request-specific CPU work in 4 parts with a
+/// yield between them (the task goes back to the shared queue, so either worker may
+/// resume it). Prints `truth ID NS` and `threads ID N` (distinct workers that polled it).
+#[test]
+fn rust_future_workload() {
+    if std::env::var_os("TAILPROF_H5_WORKLOAD").is_none() {
+        return;
+    }
+    executor::run();
+}
+
+#[test]
+fn rust_future_adapter_is_one_item_per_task_across_threads() {
+    let exe = std::env::current_exe().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = [
+        exe.to_str().unwrap(),
+        "--exact",
+        "rust_future_workload",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ];
+    let Some((trace, out)) = record(dir.path(), "rust", &cmd, &[("TAILPROF_H5_WORKLOAD", "1")])
+    else {
+        return;
+    };
+    let truth = logged(&out, "truth");
+    let threads = logged(&out, "threads");
+    assert_eq!(truth.len(), executor::TASKS as usize, "{out}");
+    let v = items_json(&trace);
+    let est = samples_times_interval(&v);
+    let compared = check_against_truth(&v, &truth, executor::PARTS as f64, &est);
+    assert!(compared >= 8, "only {compared} items had 20 samples: {v}");
+    let moved = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|it| {
+            let id = it["id"].as_u64().unwrap();
+            let n = it["switching"]["threads"].as_u64().unwrap();
+            // A poll too short to be current over a sample still counts as current time,
+            // so the trace sees every worker that polled the task.
+            assert_eq!(n, threads[&id], "item {id}: {it}");
+            n > 1
+        })
+        .count();
+    assert!(moved > 0, "no task moved between the workers: {out}");
+    assert_eq!(v["switching"]["threads"], 2, "{}", v["switching"]);
+}
+
+/// A minimal multi-thread executor: a shared queue, two workers, wake = push back.
+mod executor {
+    use std::collections::{HashSet, VecDeque};
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Condvar, Mutex};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use tailprof_markers::{ClassLabel, InItem};
+
+    pub const TASKS: u64 = 16;
+    pub const PARTS: u64 = 4;
+    static TASK: ClassLabel = ClassLabel::new(c"task");
+
+    type BoxFut = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+    struct Task {
+        fut: Mutex<Option<BoxFut>>,
+        queue: Arc<Queue>,
+    }
+
+    #[derive(Default)]
+    struct Queue {
+        q: Mutex<(VecDeque<Arc<Task>>, u64)>,
+        cv: Condvar,
+    }
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {
+            let q = self.queue.clone();
+            q.q.lock().unwrap().0.push_back(self);
+            q.cv.notify_one();
+        }
+    }
+
+    fn cpu_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    #[inline(never)]
+    fn spin(ns: u64) -> u64 {
+        let t0 = cpu_ns();
+        let mut x = 0u64;
+        loop {
+            for i in 0..2000u64 {
+                x = std::hint::black_box(x.wrapping_add(i));
+            }
+            let t = cpu_ns();
+            if t - t0 >= ns {
+                return t - t0;
+            }
+        }
+    }
+
+    /// Pending once, waking itself: the task goes back to the queue.
+    struct Yield(bool);
+    impl Future for Yield {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 {
+                return Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    fn tid() -> u32 {
+        // SAFETY: no preconditions.
+        unsafe { libc::gettid() as u32 }
+    }
+
+    pub fn run() {
+        let queue = Arc::new(Queue::default());
+        let report = Arc::new(Mutex::new(Vec::new()));
+        for id in 1..=TASKS {
+            let report = report.clone();
+            let fut = async move {
+                let (mut cpu, mut seen) = (0, HashSet::new());
+                for _ in 0..PARTS {
+                    seen.insert(tid());
+                    cpu += spin((id % 4 + 1) * 4_000_000);
+                    Yield(false).await;
+                }
+                seen.insert(tid());
+                report.lock().unwrap().push((id, cpu, seen.len()));
+            }
+            .in_item(id, &TASK);
+            let task = Arc::new(Task {
+                fut: Mutex::new(Some(Box::pin(fut))),
+                queue: queue.clone(),
+            });
+            queue.q.lock().unwrap().0.push_back(task);
+        }
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let queue = queue.clone();
+                std::thread::spawn(move || loop {
+                    let task = {
+                        let mut g = queue.q.lock().unwrap();
+                        loop {
+                            if g.1 == TASKS {
+                                return;
+                            }
+                            if let Some(t) = g.0.pop_front() {
+                                break t;
+                            }
+                            g = queue.cv.wait(g).unwrap();
+                        }
+                    };
+                    let waker = Waker::from(task.clone());
+                    let mut slot = task.fut.lock().unwrap();
+                    if let Some(mut f) = slot.take() {
+                        if f.as_mut()
+                            .poll(&mut Context::from_waker(&waker))
+                            .is_pending()
+                        {
+                            *slot = Some(f);
+                        } else {
+                            queue.q.lock().unwrap().1 += 1;
+                            queue.cv.notify_all();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        // The harness printed "test rust_future_workload ... " without a newline.
+        println!();
+        for (id, cpu, n) in report.lock().unwrap().iter() {
+            println!("truth {id} {cpu}");
+            println!("threads {id} {n}");
+        }
+    }
+}
