@@ -38,7 +38,7 @@ pub struct ItemsWarning {
 }
 
 /// Things a reader of an items report must not miss.
-pub fn items_warnings<R>(r: &ItemsReport<R>) -> Vec<ItemsWarning> {
+pub fn items_warnings<R: AsRef<tailprof_analyze::items::ItemRow>>(r: &ItemsReport<R>) -> Vec<ItemsWarning> {
     let mut out = Vec::new();
     let mut w = |kind, message| out.push(ItemsWarning { kind, message });
     if r.lost_markers > 0 {
@@ -60,7 +60,7 @@ pub fn items_warnings<R>(r: &ItemsReport<R>) -> Vec<ItemsWarning> {
         );
     }
     if r.ambiguity.items > 0 {
-        let ids: Vec<String> = r.items.iter().filter(|i| i.ambiguous).take(5).map(|i| i.id.to_string()).collect();
+        let ids: Vec<String> = r.items.iter().map(AsRef::as_ref).filter(|i| i.ambiguous).take(5).map(|i| i.id.to_string()).collect();
         let more = if r.ambiguity.items > ids.len() as u64 { ", ..." } else { "" };
         w(
             "ambiguous_attribution",

@@ -7,7 +7,7 @@ use tailprof_analyze::causes::{During, PathState, PreemptedBy, WokenBy};
 use tailprof_analyze::items::document::{
     ItemEntry, ItemEvent, ItemList, ItemMemory, ItemOffCpu, ItemSegment, ItemWaits, ItemsDocument,
 };
-use tailprof_analyze::items::{ClassStats, Estimator, ItemFunction, ItemRow, ItemsReport};
+use tailprof_analyze::items::{Ambiguity, ClassStats, Estimator, ItemFunction, ItemRow, ItemsReport, SwitchStats};
 use tailprof_analyze::offcpu::OffState;
 use tailprof_analyze::stack_explain::TimeSplit;
 use tailprof_analyze::stacks::StatusCount;
@@ -33,6 +33,10 @@ fn row(id: u64, duration_ns: u64, anomalous: bool) -> ItemRow {
             vec![]
         },
         open_at_end: false,
+        switching: None,
+        current: vec![],
+        ambiguous_samples: 0,
+        ambiguous: false,
         functions: vec![ItemFunction {
             name: "parse".into(),
             binary: "/bin/app".into(),
@@ -143,6 +147,8 @@ fn list() -> ItemList {
             mad_ns: 1_000,
             anomalous: 1,
         }],
+        switching: SwitchStats::default(),
+        ambiguity: Ambiguity::default(),
     };
     ItemList {
         report,

@@ -145,6 +145,12 @@ pub struct ItemEntry {
     pub measured_blocked_ns: u64,
 }
 
+impl AsRef<ItemRow> for ItemEntry {
+    fn as_ref(&self) -> &ItemRow {
+        &self.row
+    }
+}
+
 /// One off-CPU stack of an item.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ItemOffCpu {

@@ -283,6 +283,12 @@ impl ItemFunction {
     }
 }
 
+impl AsRef<ItemRow> for ItemRow {
+    fn as_ref(&self) -> &ItemRow {
+        self
+    }
+}
+
 impl ItemRow {
     /// The time the item was current on a thread, which its on-CPU and off-CPU time
     /// split: `switching.current_ns` with switch markers (capped at the duration), else
