@@ -75,7 +75,7 @@ pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout, endian: Endian, 
 
 fn decode_with(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut StackFields) -> Result<DecodedSample, String> {
     layout.decode_with(data, endian, |v| {
-        stack.capture(&v);
+        stack.capture(v);
         DecodedSample {
         ip: v.ip(),
         pid: v.pid(),
