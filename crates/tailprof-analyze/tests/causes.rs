@@ -311,7 +311,13 @@ fn begins_off_cpu(state: SwitchKind) -> Vec<u8> {
         }));
     }
     recs.extend([
-        sw(36 * MS, HOG, HOG, SwitchKind::OutPreempted, Some((PID, REQ))),
+        sw(
+            36 * MS,
+            HOG,
+            HOG,
+            SwitchKind::OutPreempted,
+            Some((PID, REQ)),
+        ),
         sw(36 * MS, PID, REQ, SwitchKind::In, None),
         marker(40 * MS, MarkerKind::End, 3),
     ]);
@@ -326,7 +332,11 @@ fn preempted_by_counts_only_the_runnable_part_inside_the_item() {
     let (_, p) = analyze(&begins_off_cpu(SwitchKind::OutPreempted));
     let i3 = p.item(3).unwrap();
     assert_eq!(i3.runnable_ns, 3 * MS);
-    let c = p.causes.iter().find(|c| c.id == 3).expect("item 3 has causes");
+    let c = p
+        .causes
+        .iter()
+        .find(|c| c.id == 3)
+        .expect("item 3 has causes");
     assert_eq!(c.preempted_by.len(), 1, "{c:#?}");
     // Was 6 ms (the whole interval) before the fix: more than the item's runnable time.
     assert_eq!((c.preempted_by[0].tid, c.preempted_by[0].ns), (HOG, 3 * MS));
@@ -337,7 +347,11 @@ fn woken_by_counts_only_the_blocked_part_inside_the_item() {
     let (_, p) = analyze(&begins_off_cpu(SwitchKind::OutBlocked));
     let i3 = p.item(3).unwrap();
     assert_eq!(i3.blocked_ns, 3 * MS);
-    let c = p.causes.iter().find(|c| c.id == 3).expect("item 3 has causes");
+    let c = p
+        .causes
+        .iter()
+        .find(|c| c.id == 3)
+        .expect("item 3 has causes");
     assert_eq!(c.woken_by.len(), 1, "{c:#?}");
     assert_eq!((c.woken_by[0].tid, c.woken_by[0].ns), (WORKER, 3 * MS));
 }
@@ -366,10 +380,25 @@ fn noise_names_page_faults_syscalls_and_migrations() {
          ffffffff81009000 T _etext\n",
     )
     .unwrap();
-    let k = |a: u64| Frame { ip: 0xffff_ffff_8100_0000 + a + 0x10, kind: FrameKind::Kernel };
-    let fault = w.intern_stack(&[k(0x7000), k(0x6000), k(0x5000), k(0x4000), Frame::user(0x40_1000)]);
+    let k = |a: u64| Frame {
+        ip: 0xffff_ffff_8100_0000 + a + 0x10,
+        kind: FrameKind::Kernel,
+    };
+    let fault = w.intern_stack(&[
+        k(0x7000),
+        k(0x6000),
+        k(0x5000),
+        k(0x4000),
+        Frame::user(0x40_1000),
+    ]);
     let getppid = w.intern_stack(&[k(0x3000), k(0x2000), k(0x1000), Frame::user(0x40_1000)]);
-    let irq = w.intern_stack(&[k(0x8000), k(0x3000), k(0x2000), k(0x1000), Frame::user(0x40_1000)]);
+    let irq = w.intern_stack(&[
+        k(0x8000),
+        k(0x3000),
+        k(0x2000),
+        k(0x1000),
+        Frame::user(0x40_1000),
+    ]);
     let user = w.intern_stack(&[Frame::user(0x40_1000)]);
     w.write(&sw(0, PID, REQ, SwitchKind::In, None)).unwrap();
     w.write(&marker(MS / 2, MarkerKind::Begin, 1)).unwrap();
@@ -377,9 +406,17 @@ fn noise_names_page_faults_syscalls_and_migrations() {
     for (i, &stack) in plan.iter().enumerate() {
         let t = MS + i as u64 * MS;
         if i == 3 {
-            w.write(&sw(t - MS / 4, PID, REQ, SwitchKind::OutPreempted, None)).unwrap();
-            w.write(&Record::Switch(Switch { time: t - MS / 8, pid: PID, tid: REQ, cpu: 1, kind: SwitchKind::In, ..Default::default() }))
+            w.write(&sw(t - MS / 4, PID, REQ, SwitchKind::OutPreempted, None))
                 .unwrap();
+            w.write(&Record::Switch(Switch {
+                time: t - MS / 8,
+                pid: PID,
+                tid: REQ,
+                cpu: 1,
+                kind: SwitchKind::In,
+                ..Default::default()
+            }))
+            .unwrap();
         }
         w.write(&Record::Sample(Sample {
             time: t,
@@ -397,11 +434,19 @@ fn noise_names_page_faults_syscalls_and_migrations() {
     w.write(&marker(10 * MS, MarkerKind::End, 1)).unwrap();
     let bytes = w.finish_into_inner(None).unwrap().0;
     let run = |kernel: KernelSymbols| {
-        let mut sym = Symbolizer::new(SymbolizerOptions { kernel, cache_dir: None, ..Default::default() });
+        let mut sym = Symbolizer::new(SymbolizerOptions {
+            kernel,
+            cache_dir: None,
+            ..Default::default()
+        });
         let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
         let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
         let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
-        let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+        let opts = StackOptions {
+            event: None,
+            filter: StackFilter::default(),
+            timeline: false,
+        };
         let p = stack_profile(&mut r, &opts, ItemSpan::from_rows(&items.items), &mut sym).unwrap();
         (items, p)
     };
@@ -411,7 +456,10 @@ fn noise_names_page_faults_syscalls_and_migrations() {
     assert_eq!(n.page_fault_ns, 3 * MS, "{n:#?}");
     assert_eq!(n.hardirq_ns, MS, "{n:#?}");
     assert_eq!(n.syscalls.len(), 1, "{n:#?}");
-    assert_eq!((n.syscalls[0].name.as_str(), n.syscalls[0].ns), ("getppid", 2 * MS));
+    assert_eq!(
+        (n.syscalls[0].name.as_str(), n.syscalls[0].ns),
+        ("getppid", 2 * MS)
+    );
     assert_eq!((n.unknown_kernel_ns, n.migrations), (0, Some(1)));
     let sx = explain_stacks(&items, &p, 1).unwrap();
     let cx = explain_causes(&items, &p, &sx);
@@ -420,6 +468,10 @@ fn noise_names_page_faults_syscalls_and_migrations() {
     // Without kernel symbols: unknown, not guessed.
     let (_, p) = run(KernelSymbols::Off);
     let n = &p.item(1).unwrap().noise;
-    assert_eq!((n.kernel_samples, n.unknown_kernel_ns, n.page_fault_ns), (6, 6 * MS, 0), "{n:#?}");
+    assert_eq!(
+        (n.kernel_samples, n.unknown_kernel_ns, n.page_fault_ns),
+        (6, 6 * MS, 0),
+        "{n:#?}"
+    );
     assert!(n.syscalls.is_empty());
 }
