@@ -34,7 +34,7 @@ use crate::signals;
     tailprof top --store /tmp/store --since 1h")]
 pub struct AgentArgs {
     /// Config file of `key = value` lines (keys: store, window, frequency, period, event,
-    /// stacks, host, retain_age, retain_size, compact, mmap_pages, push, otlp, slow_threshold,
+    /// stacks, host, retain_age, retain_size, compact, mmap_pages, push, otlp, slow_threshold, causes,
     /// slow_percentile, item_begin, item_end; see docs/STORE.md). Options given here
     /// override it.
     #[arg(long, value_name = "FILE")]
@@ -93,6 +93,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PROBE", requires = "item_begin")]
     item_end: Option<String>,
 
+    /// Keep the causes of retained requests (who woke them, who ran while they waited
+    /// for a CPU): records context switches and wakeups from the first marker on.
+    #[arg(long)]
+    causes: bool,
+
     /// Print the summary as JSON at exit.
     #[arg(long)]
     json: bool,
@@ -121,6 +126,7 @@ fn config_from(a: &AgentArgs) -> Result<AgentConfig, String> {
     set("slow_percentile", a.slow_percentile.clone())?;
     set("item_begin", a.item_begin.clone())?;
     set("item_end", a.item_end.clone())?;
+    set("causes", a.causes.then(|| "true".to_owned()))?;
     Ok(c)
 }
 

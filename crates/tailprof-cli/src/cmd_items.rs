@@ -73,7 +73,8 @@ pub struct ItemsArgs {
     #[arg(long, value_name = "CLASS")]
     class: Option<String>,
 
-    /// Explain one item: its per-function time beside its class's median item.
+    /// Explain one item: its per-function time beside its class's median item (with
+    /// --store: the retained request with this item id, with its causes).
     #[arg(long, value_name = "ID")]
     explain: Option<u64>,
 
@@ -134,7 +135,6 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
         return Ok(());
     }
     let trace_flags: Vec<&str> = [
-        (args.explain.is_some(), "--explain"),
         (args.sort.is_some(), "--sort"),
         (args.estimator.is_some(), "--estimator"),
         (args.min_samples.is_some(), "--min-samples"),
@@ -149,7 +149,7 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
     .collect();
     if !trace_flags.is_empty() {
         anyhow::bail!(
-            "{}: only for a trace, not --store (the store keeps slow requests already explained; it takes --class, --top, --json)",
+            "{}: only for a trace, not --store (the store keeps slow requests already explained; it takes --class, --top, --json, --explain ID)",
             trace_flags.join(", ")
         );
     }
@@ -164,6 +164,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
             args.json,
             args.class.as_deref(),
             args.top,
+            args.explain,
         );
     }
     let trace_path = args.trace.clone().unwrap_or_default();
