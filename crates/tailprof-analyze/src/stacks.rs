@@ -751,15 +751,21 @@ fn kernel_work_of<'a>(
     works: &mut FxHashMap<u32, Option<crate::causes::KernelWork<'a>>>,
 ) -> Option<crate::causes::KernelWork<'a>> {
     *works.entry(fp).or_insert_with(|| {
-        let frames: Vec<(&str, bool)> = paths
-            .get(fp as usize)
-            .into_iter()
-            .flatten()
-            .filter_map(|&f| functions.get(f as usize))
+        let rows: Vec<&FunctionInfo> =
+            paths.get(fp as usize).into_iter().flatten().filter_map(|&f| functions.get(f as usize)).collect();
+        let frames: Vec<(&str, bool)> = rows
+            .iter()
             .filter(|f| is_kernel_binary(&f.binary))
             .map(|f| (f.name.as_str(), f.unknown_reason.is_none() && !f.name.starts_with('[')))
             .collect();
-        crate::causes::kernel_work(&frames)
+        // The innermost user frame below the kernel part (root first: user, then kernel).
+        let caller = rows
+            .iter()
+            .take_while(|f| !is_kernel_binary(&f.binary))
+            .last()
+            .filter(|f| f.unknown_reason.is_none())
+            .map(|f| f.name.as_str());
+        crate::causes::kernel_work(&frames, caller)
     })
 }
 
