@@ -207,9 +207,17 @@ fn cannot_record(err: &str) -> bool {
 
 /// `record -g --off-cpu -o TRACE -- CMD`; None (skip) when perf events cannot be opened.
 fn record(dir: &Path, cmd: &[&str]) -> Option<PathBuf> {
+    record_with(dir, &["--off-cpu"], cmd)
+}
+
+/// `record -g FLAGS -o TRACE -- CMD` (without `--off-cpu`, off-CPU and causes start at
+/// the first marker).
+fn record_with(dir: &Path, flags: &[&str], cmd: &[&str]) -> Option<PathBuf> {
     let trace = dir.join("t.trace");
     let o = tailprof()
-        .args(["record", "-g", "--off-cpu", "-o"])
+        .args(["record", "-g"])
+        .args(flags)
+        .arg("-o")
         .arg(&trace)
         .arg("--")
         .args(cmd)
@@ -410,6 +418,17 @@ fn mutex_waiter_names_the_holder_thread_and_item() {
 
 #[test]
 fn runnable_time_names_the_cpu_hog() {
+    hog_test(&["--off-cpu"]);
+}
+
+/// Regression (issue 21 known gap): without `--off-cpu` the off-CPU events open at the
+/// first marker, and the CPU-wide context switches did not: `preempted_by` was empty.
+#[test]
+fn runnable_time_names_the_cpu_hog_when_off_cpu_starts_at_the_first_marker() {
+    hog_test(&[]);
+}
+
+fn hog_test(flags: &[&str]) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !root() {
         return;
@@ -420,12 +439,16 @@ fn runnable_time_names_the_cpu_hog() {
     };
     let mut hog = Command::new(&bin).args(["hog", "20000"]).spawn().unwrap();
     let hog_pid = hog.id() as u64;
-    let rec = record(dir.path(), &[bin.to_str().unwrap()]);
+    let rec = record_with(dir.path(), flags, &[bin.to_str().unwrap()]);
     let _ = hog.kill();
     let _ = hog.wait();
     let Some(trace) = rec else { return };
     let items = items(&trace);
     assert_eq!(items.len(), 200);
+    // Items that began before off-CPU recording (at the first marker) have no split.
+    let items: Vec<Value> = items.into_iter().filter(|i| !i["runnable_ns"].is_null()).collect();
+    eprintln!("{} items with a wall-time split", items.len());
+    assert!(items.len() >= 100, "{} items with a split", items.len());
     let runnable: u64 = items.iter().map(|i| u(&i["runnable_ns"])).sum();
     let behind_hog: u64 = items
         .iter()
