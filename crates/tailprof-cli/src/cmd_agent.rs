@@ -220,6 +220,13 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                 r.class_labels_dropped, r.requests_in_other_class, r.kept_samples_evicted
             );
         }
+        let cause_drops = r.kept_switches_evicted + r.kept_wakeups_evicted + r.causes_cut;
+        if cause_drops > 0 {
+            eprintln!(
+                "tailprof: warning: causes: {} context switches and {} wakeups evicted early, {} requests' causes cut at the visit bound",
+                r.kept_switches_evicted, r.kept_wakeups_evicted, r.causes_cut
+            );
+        }
         if let Some(e) = &w.last_window_error {
             eprintln!("tailprof: warning: {} windows dropped; last: {e}", w.windows_dropped);
         }
