@@ -844,21 +844,19 @@ impl RecordOutput for Aggregator {
                     t.handle_switch(sw);
                 }
             }
-            Record::Wakeup(w) => {
-                if self.tail.as_ref().is_some_and(|t| t.wants_wakeup(w)) {
-                    let mut frames = std::mem::take(&mut self.frame_buf);
-                    frames.clear();
-                    if !w.stack.is_none() {
-                        let chain: Vec<Frame> = self.stacks.frames_leaf_first(w.stack).take(tailprof_store::MAX_FRAMES).collect();
-                        for f in chain {
-                            frames.push(self.resolve(w.pid, f));
-                        }
+            Record::Wakeup(w) if self.tail.as_ref().is_some_and(|t| t.wants_wakeup(w)) => {
+                let mut frames = std::mem::take(&mut self.frame_buf);
+                frames.clear();
+                if !w.stack.is_none() {
+                    let chain: Vec<Frame> = self.stacks.frames_leaf_first(w.stack).take(tailprof_store::MAX_FRAMES).collect();
+                    for f in chain {
+                        frames.push(self.resolve(w.pid, f));
                     }
-                    if let Some(t) = &mut self.tail {
-                        t.handle_wakeup(w, &frames);
-                    }
-                    self.frame_buf = frames;
                 }
+                if let Some(t) = &mut self.tail {
+                    t.handle_wakeup(w, &frames);
+                }
+                self.frame_buf = frames;
             }
             _ => {}
         }

@@ -90,11 +90,14 @@ struct WakeExtra {
     item: Option<u64>,
 }
 
+/// A waker of a retained request: who, its name, the request it was inside, its stack.
+type RetainedWaker = (tailprof_analyze::causes::SpanWaker, Arc<str>, Option<u64>, Box<[(u32, u64)]>);
+
 /// A retained request's causes (issue 21): wakers (with their stack and request) and
 /// preempters, largest first.
 #[derive(Default)]
 struct RetainedCauses {
-    woken_by: Vec<(tailprof_analyze::causes::SpanWaker, Arc<str>, Option<u64>, Box<[(u32, u64)]>)>,
+    woken_by: Vec<RetainedWaker>,
     preempted_by: Vec<(tailprof_analyze::causes::SpanPreempter, Arc<str>)>,
 }
 

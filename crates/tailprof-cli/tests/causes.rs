@@ -532,7 +532,7 @@ fn kallsyms_copy(dir: &Path) -> Option<PathBuf> {
     let real = text
         .lines()
         .take(1000)
-        .any(|l| l.split_whitespace().next().is_some_and(|a| a.trim_start_matches('0') != ""));
+        .any(|l| l.split_whitespace().next().is_some_and(|a| !a.trim_start_matches('0').is_empty()));
     if !real {
         tailprof_testkit::skip(
             tailprof_testkit::Need::Root,
