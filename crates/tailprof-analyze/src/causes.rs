@@ -468,6 +468,9 @@ pub(crate) struct CauseTracker {
     items: FxHashMap<u32, RawItem>,
     /// With a timeline: the wake edges into items.
     edges: Option<Vec<WakeEdge>>,
+    /// Reused buffers of the critical paths (no allocation per wait).
+    scratch_during: FxHashMap<(PathState, u32), u64>,
+    scratch_samples: Vec<(u32, u64)>,
     pub stats: CauseStats,
 }
 
@@ -653,7 +656,8 @@ impl CauseTracker {
         } else {
             item_at(w.tid, w.time)
         };
-        let mut during = FxHashMap::default();
+        let mut during = std::mem::take(&mut self.scratch_during);
+        during.clear();
         if w.tid != 0 {
             let mut budget = MAX_VISITS;
             self.critical_path(w.tid, iv.begin_ns, w.time, 1, &mut budget, &mut during);
@@ -666,9 +670,10 @@ impl CauseTracker {
             r.largest = (ns, w.path, waker_item, w.tid == 0);
             r.largest_at = w.time;
         }
-        for (k, v) in during {
+        for (&k, &v) in &during {
             *r.during.entry(k).or_default() += v;
         }
+        self.scratch_during = during;
     }
 
     /// What `tid` did in `[b, e)`: off-CPU intervals by state (blocked ones that another
@@ -686,10 +691,12 @@ impl CauseTracker {
         if e <= b {
             return;
         }
+        // Samples per path in the window (few paths: a reused vector searched linearly).
+        let mut samples = std::mem::take(&mut self.scratch_samples);
+        samples.clear();
         let Some(h) = self.hist.get(&tid) else { return };
         let mut cut = false;
         let mut off = 0u64;
-        let mut samples: FxHashMap<u32, u64> = FxHashMap::default();
         let mut nsamples = 0u64;
         let mut nested: Vec<(u32, u64, u64)> = Vec::new();
         for ev in h.iter().rev() {
@@ -704,7 +711,10 @@ impl CauseTracker {
                         break;
                     }
                     if t < e {
-                        *samples.entry(path).or_default() += 1;
+                        match samples.iter_mut().find(|x| x.0 == path) {
+                            Some(x) => x.1 += 1,
+                            None => samples.push((path, 1)),
+                        }
                         nsamples += 1;
                     }
                 }
@@ -760,7 +770,7 @@ impl CauseTracker {
             } else {
                 // Largest remainder: the parts add up to `cpu`.
                 let mut given = 0u64;
-                let mut v: Vec<(u32, u64)> = samples.into_iter().collect();
+                let v = &mut samples;
                 v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 for (i, &(path, n)) in v.iter().enumerate() {
                     let part = if i + 1 == v.len() {
@@ -773,6 +783,7 @@ impl CauseTracker {
                 }
             }
         }
+        self.scratch_samples = samples;
         for (w, nb, ne) in nested {
             let before: u64 = out.values().sum();
             self.critical_path(w, nb, ne, depth + 1, budget, out);
@@ -839,18 +850,22 @@ impl CauseTracker {
                 .unwrap_or_default()
         };
         let mut out: Vec<ItemCauses> = Vec::with_capacity(self.items.len());
+        // Names and interrupt kinds of the wakers' stacks, once per (path, idle).
+        let mut waker_stacks: FxHashMap<(u32, bool), (Vec<String>, Option<IrqKind>)> = FxHashMap::default();
         for (idx, raw) in &self.items {
             let mut woken_by: Vec<WokenBy> = raw
                 .woken
                 .iter()
                 .map(|(&tid, r)| {
-                    let frames = if r.largest.1 == NO_PATH {
-                        Vec::new()
-                    } else {
-                        of_path(r.largest.1)
-                    };
-                    let names: Vec<&str> = frames.iter().map(String::as_str).collect();
-                    let irq = irq_kind(&names, r.largest.3);
+                    let (frames, irq) = waker_stacks
+                        .entry((r.largest.1, r.largest.3))
+                        .or_insert_with(|| {
+                            let frames = if r.largest.1 == NO_PATH { Vec::new() } else { of_path(r.largest.1) };
+                            let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+                            let irq = irq_kind(&names, r.largest.3);
+                            (frames, irq)
+                        })
+                        .clone();
                     let (item, class) = if r.largest.2 == NO_ITEM {
                         (None, None)
                     } else {

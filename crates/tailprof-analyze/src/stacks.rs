@@ -385,6 +385,8 @@ pub struct StackBuilder {
     first_switch: FxHashMap<u32, u64>,
     /// Wakeups and who ran instead (issue 21).
     causes: crate::causes::CauseTracker,
+    /// [`Self::add_interval`]'s items of an interval: (index, overlap), (index, begin, end).
+    scratch_hits: (Vec<(u32, u64)>, Vec<(u32, u64, u64)>),
     /// The sample interval, as the items join measures it (the period of a clock event
     /// with a fixed one, else the median spacing of a thread's samples): noise time.
     fixed_interval: Option<f64>,
@@ -431,6 +433,7 @@ impl StackBuilder {
         let off_cpu_late = header.extra.get("off_cpu_from").is_some_and(|v| v == "first_marker");
         Ok(StackBuilder {
             causes: crate::causes::CauseTracker::new(header, opts.timeline),
+            scratch_hits: Default::default(),
             fixed_interval: header.events.get(event as usize).and_then(crate::items::estimate::period_interval_ns),
             meter: Default::default(),
             last_sample: FxHashMap::default(),
@@ -529,8 +532,10 @@ impl StackBuilder {
         };
         let i = v.partition_point(|s| s.0 < iv.end_ns);
         let mut misses = 0;
-        let mut hits: Vec<(u32, u64)> = Vec::new();
-        let mut bounds: Vec<(u32, u64, u64)> = Vec::new();
+        // Reused buffers: no allocation per interval.
+        let (mut hits, mut bounds) = std::mem::take(&mut self.scratch_hits);
+        hits.clear();
+        bounds.clear();
         for &(b, e, idx) in v[..i].iter().rev() {
             let o = iv.overlap_ns(b, e);
             if o > 0 {
@@ -548,7 +553,7 @@ impl StackBuilder {
             let by_tid = &self.by_tid;
             self.causes.interval(iv, path, &bounds, &|tid, t| item_in(by_tid, tid, t));
         }
-        for (idx, o) in hits {
+        for &(idx, o) in &hits {
             *self.off.entry((idx, path, iv.state)).or_default() += o;
             if active && self.keep[idx as usize] {
                 if let Some(t) = &mut self.timeline {
@@ -558,6 +563,7 @@ impl StackBuilder {
                 }
             }
         }
+        self.scratch_hits = (hits, bounds);
     }
 
     /// Close open off-CPU intervals, symbolize and fold into a [`StackProfile`].
@@ -883,9 +889,12 @@ impl ResolvedSink for StackBuilder {
         if s.event != self.event {
             return;
         }
+        // With causes every sample's path is needed (the critical paths); else only kept ones'.
+        let mut known = None;
         if self.causes.on {
             let path = self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode);
             self.causes.sample(s.tid, s.time, path);
+            known = Some(path);
         }
         self.total += 1;
         if self.fixed_interval.is_none() && !self.meter.is_full() {
@@ -901,7 +910,10 @@ impl ResolvedSink for StackBuilder {
             // Counted nowhere: not in the whole-trace view, in no item.
             return;
         }
-        let path = self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode);
+        let path = match known {
+            Some(p) => p,
+            None => self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode),
+        };
         let e = self.samples.entry((item, path, s.stack_status)).or_default();
         e.0 += 1;
         e.1 = e.1.saturating_add(s.period);
