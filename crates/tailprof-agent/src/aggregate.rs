@@ -653,6 +653,9 @@ impl Sink for Aggregator {
             Record::Sample(s) => self.handle_sample(s),
             Record::Mmap(m) => self.handle_mmap(m),
             Record::Comm(c) => {
+                if let (Some(t), true) = (&mut self.tail, c.pid == c.tid || c.exec) {
+                    t.handle_comm(c.pid, &c.comm);
+                }
                 let id = self.comm_id(&c.comm);
                 if c.pid == c.tid || c.exec {
                     self.set_comm(c.pid, id);
@@ -699,6 +702,27 @@ impl Sink for Aggregator {
                 if let Some(t) = &mut self.tail {
                     t.handle_class(c);
                 }
+            }
+            // Causes of retained requests (issue 21): the recorder opens the switch and
+            // wakeup events at the first marker (`causes = true`).
+            Record::Switch(sw) => {
+                if let Some(t) = &mut self.tail {
+                    t.handle_switch(sw);
+                }
+            }
+            Record::Wakeup(w) if self.tail.as_ref().is_some_and(|t| t.wants_wakeup(w)) => {
+                let mut frames = std::mem::take(&mut self.frame_buf);
+                frames.clear();
+                if !w.stack.is_none() {
+                    let chain: Vec<Frame> = self.stacks.frames_leaf_first(w.stack).take(tailprof_store::MAX_FRAMES).collect();
+                    for f in chain {
+                        frames.push(self.resolve(w.pid, f));
+                    }
+                }
+                if let Some(t) = &mut self.tail {
+                    t.handle_wakeup(w, &frames);
+                }
+                self.frame_buf = frames;
             }
             _ => {}
         }

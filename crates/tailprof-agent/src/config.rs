@@ -53,6 +53,11 @@ pub struct AgentConfig {
     /// Keep a request when it is slower than this percentile of its class's recent
     /// requests (`slow_percentile`, default 99; `off` = 0: only `slow_threshold`).
     pub slow_percentile: f64,
+    /// Keep the causes of retained requests (`causes = true|false`, default false): who
+    /// woke them and who ran while they waited for a CPU (issue 21). Records every
+    /// context switch and `sched:sched_waking` (with the waker's stack) from the first
+    /// marker on; off by default, an always-on cost on busy machines.
+    pub causes: bool,
 }
 
 impl Default for AgentConfig {
@@ -76,6 +81,7 @@ impl Default for AgentConfig {
             item_begin: None,
             item_end: None,
             slow_percentile: 99.0,
+            causes: false,
         }
     }
 }
@@ -198,13 +204,17 @@ impl AgentConfig {
                 Ok(p) if p > 0.0 && p < 100.0 => self.slow_percentile = p,
                 _ => return bad("give a percentile between 0 and 100, e.g. 99, or off"),
             },
+            "causes" => match bool_value(value) {
+                Some(b) => self.causes = b,
+                None => return bad("use true or false"),
+            },
             "item_begin" => self.item_begin = Some(value.to_string()),
             "item_end" => self.item_end = Some(value.to_string()),
             _ => {
                 return Err(ConfigValueError::UnknownKey(format!(
                     "unknown key {key:?} (known: store, window, frequency, period, event, stacks, host, \
                      retain_age, retain_size, compact, mmap_pages, duration, push, otlp, slow_threshold, \
-                     slow_percentile, item_begin, item_end)"
+                     slow_percentile, causes, item_begin, item_end)"
                 )))
             }
         }

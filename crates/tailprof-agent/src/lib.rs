@@ -118,6 +118,8 @@ pub fn run_agent(
     };
     let items = ItemOptions {
         probes,
+        // Causes of retained requests: switches and wakeups from the first marker on.
+        off_cpu_on_markers: cfg.causes,
         ..ItemOptions::default()
     };
     let stacks = StackOptions {
@@ -125,7 +127,7 @@ pub fn run_agent(
             .stacks
             .then_some(tailprof_collect::session::CallGraph::Fp),
         off_cpu: false,
-        no_wakeups: false,
+        no_wakeups: !cfg.causes,
     };
     let mut recorder = Recorder::with_stacks(opts, items, stacks)?;
     let events: Vec<String> = recorder

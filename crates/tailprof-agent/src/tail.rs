@@ -71,6 +71,36 @@ const MAX_PENDING_EXITS: usize = 1 << 18;
 /// A retained request's stacks: (samples, frames innermost first).
 type ItemStacks = Vec<(u64, Box<[(u32, u64)]>)>;
 
+/// Context switches kept at most (about 40 bytes each: 10 MiB), for the causes of the
+/// requests that end (issue 21): who woke them, who ran while they waited for a CPU.
+pub const MAX_KEPT_SWITCHES: usize = 1 << 18;
+/// Wakeups kept at most (only those of threads inside an open request), and the frames
+/// of their wakers' stacks at most.
+pub const MAX_KEPT_WAKEUPS: usize = 1 << 16;
+pub const MAX_KEPT_WAKE_FRAMES: usize = 1 << 18;
+/// Wakers and preempters kept per retained request.
+const MAX_CAUSES_PER_REQUEST: usize = 8;
+/// Process names remembered for causes at most (then forgotten, all at once).
+const MAX_COMMS: usize = 65_536;
+
+/// What a kept wakeup adds to its record: the waker's stack (as kept samples' frames)
+/// and the request the waker was inside.
+struct WakeExtra {
+    frames: Box<[(u32, u64)]>,
+    item: Option<u64>,
+}
+
+/// A waker of a retained request: who, its name, the request it was inside, its stack.
+type RetainedWaker = (tailprof_analyze::causes::SpanWaker, Arc<str>, Option<u64>, Box<[(u32, u64)]>);
+
+/// A retained request's causes (issue 21): wakers (with their stack and request) and
+/// preempters, largest first.
+#[derive(Default)]
+struct RetainedCauses {
+    woken_by: Vec<RetainedWaker>,
+    preempted_by: Vec<(tailprof_analyze::causes::SpanPreempter, Arc<str>)>,
+}
+
 struct KeptSample {
     time: u64,
     tid: u32,
@@ -117,6 +147,12 @@ pub struct TailStats {
     /// Samples evicted from the kept window before [`KEEP_NS`] by the count or frame
     /// bound: requests longer than what is kept are explained only in part.
     pub kept_samples_evicted: u64,
+    /// Context switches and wakeups evicted before [`KEEP_NS`] by [`MAX_KEPT_SWITCHES`],
+    /// [`MAX_KEPT_WAKEUPS`] or [`MAX_KEPT_WAKE_FRAMES`]: causes of long requests in part.
+    pub kept_switches_evicted: u64,
+    pub kept_wakeups_evicted: u64,
+    /// Retained requests whose causes were cut by the analysis' visit bound.
+    pub causes_cut: u64,
 }
 
 pub struct TailRetainer {
@@ -144,7 +180,13 @@ pub struct TailRetainer {
     class_state: Vec<ClassState>,
     /// (class index, bucket upper bound) → requests this window.
     hist: HashMap<(u32, u64), u64>,
-    retained: Vec<(ItemRow, ItemStacks)>,
+    retained: Vec<(ItemRow, ItemStacks, RetainedCauses)>,
+    /// Causes (issue 21): kept context switches and wakeups (time order), process names.
+    switches: VecDeque<tailprof_format::Switch>,
+    wakeups: VecDeque<tailprof_format::Wakeup>,
+    wake_extra: VecDeque<WakeExtra>,
+    wake_frames: usize,
+    comms: HashMap<u32, Arc<str>>,
     pub stats: TailStats,
     /// Open-request entries examined to match ends (a work counter for tests: it grows
     /// linearly with the ends, however many requests are open).
@@ -178,6 +220,11 @@ impl TailRetainer {
             class_state: Vec::new(),
             hist: HashMap::new(),
             retained: Vec::new(),
+            switches: VecDeque::new(),
+            wakeups: VecDeque::new(),
+            wake_extra: VecDeque::new(),
+            wake_frames: 0,
+            comms: HashMap::new(),
             stats: TailStats::default(),
             match_probes: 0,
             mono_to_wall: (
@@ -222,6 +269,96 @@ impl TailRetainer {
     }
 
     pub fn handle_lost(&mut self, _l: &Lost) {}
+
+    /// A process's name (COMM of its main thread), for the causes of retained requests.
+    pub fn handle_comm(&mut self, pid: u32, comm: &str) {
+        if self.comms.len() >= MAX_COMMS && !self.comms.contains_key(&pid) {
+            self.comms.clear();
+        }
+        let comm: String = comm.chars().take(64).collect();
+        self.comms.insert(pid, Arc::from(comm));
+    }
+
+    /// A context switch (in time order), kept for [`KEEP_NS`] at most
+    /// ([`MAX_KEPT_SWITCHES`]): the causes of requests that end later.
+    pub fn handle_switch(&mut self, s: &tailprof_format::Switch) {
+        while let Some(f) = self.switches.front() {
+            let expired = f.time.saturating_add(KEEP_NS) < s.time;
+            if !expired && self.switches.len() < MAX_KEPT_SWITCHES {
+                break;
+            }
+            if !expired {
+                self.stats.kept_switches_evicted += 1;
+            }
+            self.switches.pop_front();
+        }
+        self.switches.push_back(s.clone());
+    }
+
+    /// Whether [`Self::handle_wakeup`] keeps this wakeup (its stack need not be resolved
+    /// otherwise).
+    pub fn wants_wakeup(&self, w: &tailprof_format::Wakeup) -> bool {
+        self.by_tid.contains_key(&w.wakee_tid)
+    }
+
+    /// A wakeup with the waker's stack (`frames` as for samples), kept only when the woken
+    /// thread is inside an open request (nothing else asks who woke it).
+    pub fn handle_wakeup(&mut self, w: &tailprof_format::Wakeup, frames: &[(u32, u64)]) {
+        if !self.by_tid.contains_key(&w.wakee_tid) {
+            return;
+        }
+        let frames = &frames[..frames.len().min(tailprof_store::MAX_FRAMES)];
+        while let Some(f) = self.wakeups.front() {
+            let expired = f.time.saturating_add(KEEP_NS) < w.time;
+            let full = self.wakeups.len() >= MAX_KEPT_WAKEUPS || self.wake_frames + frames.len() > MAX_KEPT_WAKE_FRAMES;
+            if !expired && !full {
+                break;
+            }
+            if !expired {
+                self.stats.kept_wakeups_evicted += 1;
+            }
+            self.wakeups.pop_front();
+            if let Some(x) = self.wake_extra.pop_front() {
+                self.wake_frames -= x.frames.len();
+            }
+        }
+        // The request the waker is inside now: its innermost open one.
+        let item = self.by_tid.get(&w.tid).and_then(|m| m.values().next_back().copied());
+        self.wake_frames += frames.len();
+        self.wakeups.push_back(w.clone());
+        self.wake_extra.push_back(WakeExtra { frames: frames.into(), item });
+    }
+
+    /// Who woke request `(tid, begin..end)` and who ran instead of it, from the kept
+    /// switches and wakeups (empty without switches: the recorder did not record them).
+    fn causes_of(&mut self, tid: u32, begin: u64, end: u64) -> RetainedCauses {
+        if self.switches.is_empty() {
+            return RetainedCauses::default();
+        }
+        let c = tailprof_analyze::causes::span_causes(
+            tid,
+            begin,
+            end,
+            self.switches.make_contiguous(),
+            self.wakeups.make_contiguous(),
+        );
+        if c.cut {
+            self.stats.causes_cut += 1;
+        }
+        let comm = |pid: u32| self.comms.get(&pid).cloned().unwrap_or_else(|| Arc::from(""));
+        RetainedCauses {
+            woken_by: c
+                .woken_by
+                .iter()
+                .take(MAX_CAUSES_PER_REQUEST)
+                .map(|w| {
+                    let x = self.wake_extra.get(w.largest);
+                    (*w, comm(w.pid), x.and_then(|x| x.item), x.map(|x| x.frames.clone()).unwrap_or_default())
+                })
+                .collect(),
+            preempted_by: c.preempted_by.iter().take(MAX_CAUSES_PER_REQUEST).map(|p| (*p, comm(p.pid))).collect(),
+        }
+    }
 
     /// Lets go of the kept samples (counted in `kept_samples_evicted`): the aggregator's
     /// binary indexes they hold are about to change meaning.
@@ -448,6 +585,7 @@ impl TailRetainer {
         }
         let stacks: ItemStacks =
             stacks.into_iter().map(|(k, v)| (v, k.into())).collect();
+        let causes = self.causes_of(tid, o.begin, end);
         self.stats.retained += 1;
         let row = ItemRow {
             begin_us: self.wall_us(o.begin),
@@ -467,7 +605,7 @@ impl TailRetainer {
             off_cpu_ns: dur.saturating_sub(on_cpu),
             explanation: String::new(),
         };
-        self.retained.push((row, stacks));
+        self.retained.push((row, stacks, causes));
     }
 
     /// The window's retained requests (explanations with build-ids filled in) and
@@ -481,28 +619,44 @@ impl TailRetainer {
     ) -> (Vec<ItemRow>, Vec<LatencyRow>) {
         self.apply_exits();
         let mut items = Vec::new();
-        for (mut row, mut stacks) in std::mem::take(&mut self.retained) {
+        let frames_json = |frames: &[(u32, u64)]| -> Vec<serde_json::Value> {
+            frames
+                .iter()
+                .map(|&(b, off)| {
+                    let bid = match b {
+                        u32::MAX => String::new(),
+                        x if x == u32::MAX - 1 => KERNEL_BUILD_ID.to_string(),
+                        x if x == u32::MAX - 2 => String::new(),
+                        x => build_id(x).unwrap_or_default(),
+                    };
+                    serde_json::json!([bid, off])
+                })
+                .collect()
+        };
+        for (mut row, mut stacks, causes) in std::mem::take(&mut self.retained) {
             stacks.sort_by_key(|s| std::cmp::Reverse(s.0));
             let st: Vec<serde_json::Value> = stacks
                 .iter()
                 .take(50)
-                .map(|(n, frames)| {
-                    let fr: Vec<serde_json::Value> = frames
-                        .iter()
-                        .map(|&(b, off)| {
-                            let bid = match b {
-                                u32::MAX => String::new(),
-                                x if x == u32::MAX - 1 => KERNEL_BUILD_ID.to_string(),
-                                x if x == u32::MAX - 2 => String::new(),
-                                x => build_id(x).unwrap_or_default(),
-                            };
-                            serde_json::json!([bid, off])
-                        })
-                        .collect();
-                    serde_json::json!({"samples": n, "frames": fr})
-                })
+                .map(|(n, frames)| serde_json::json!({"samples": n, "frames": frames_json(frames)}))
                 .collect();
-            row.explanation = serde_json::json!({"stacks": st}).to_string();
+            let mut doc = serde_json::json!({"stacks": st});
+            if !causes.woken_by.is_empty() || !causes.preempted_by.is_empty() {
+                // docs/STORE.md, "items": the causes of the request (issue 21).
+                doc["woken_by"] = causes
+                    .woken_by
+                    .iter()
+                    .map(|(w, comm, item, frames)| {
+                        serde_json::json!({"ns": w.ns, "pid": w.pid, "tid": w.tid, "comm": &**comm, "item": item, "frames": frames_json(frames)})
+                    })
+                    .collect();
+                doc["preempted_by"] = causes
+                    .preempted_by
+                    .iter()
+                    .map(|(p, comm)| serde_json::json!({"ns": p.ns, "pid": p.pid, "tid": p.tid, "comm": &**comm}))
+                    .collect();
+            }
+            row.explanation = doc.to_string();
             items.push(row);
         }
         let mut latency: Vec<LatencyRow> = std::mem::take(&mut self.hist)

@@ -19,6 +19,12 @@
 //!   item's thread names the threads that switched in on the CPU it was preempted on,
 //!   with the time each ran there during the interval (from the switch-ins of that CPU).
 //!
+//! - **noise** ([`Noise`], per item in [`crate::stacks::ItemStacks::noise`]): the item's
+//!   samples with kernel frames by what the kernel was doing ([`kernel_work`]: hard and
+//!   soft interrupts, page faults, system calls by name; names trusted only when the
+//!   trace was read with kernel symbols, else "unknown"), as samples × the mean sample
+//!   interval, and its thread's migrations (switch-ins on another CPU inside the item).
+//!
 //! Bounded: per thread the last [`MAX_HISTORY`] samples and off-CPU intervals, per CPU
 //! the last [`MAX_CPU_HISTORY`] switch-ins; older ones are forgotten (counted).
 
@@ -130,6 +136,185 @@ pub fn irq_kind(frames: &[&str], idle: bool) -> Option<IrqKind> {
     )
 }
 
+/// What the kernel was doing in an on-CPU sample (on-CPU noise), from the sample's kernel
+/// frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelWork<'a> {
+    /// A hardware interrupt handler (or the interrupt entry/exit around it).
+    HardIrq,
+    /// A softirq (`__do_softirq`, `ksoftirqd`).
+    SoftIrq,
+    /// The page-fault handler.
+    PageFault,
+    /// A system call, by name (`getppid` from `__x64_sys_getppid`; `?` when the syscall
+    /// entry is on the stack but not the function of the call).
+    Syscall(&'a str),
+    /// Named kernel code that is none of the above (kernel threads, scheduler entry).
+    Other,
+    /// Kernel frames without names (no kernel symbols): the kind is not known.
+    Unknown,
+}
+
+/// Kernel functions of a hardware interrupt (prefixes).
+const HARDIRQ: &[&str] = &[
+    "asm_sysvec_",
+    "sysvec_",
+    "__sysvec_",
+    "asm_common_interrupt",
+    "common_interrupt",
+    "do_IRQ",
+    "handle_irq_event",
+    "handle_edge_irq",
+    "handle_fasteoi_irq",
+    "irq_exit_rcu",
+    "__irq_exit_rcu",
+    "hrtimer_interrupt",
+    "smp_apic_timer_interrupt",
+    "apic_timer_interrupt",
+    "asm_exc_nmi",
+    "exc_nmi",
+];
+const SOFTIRQ: &[&str] = &["__do_softirq", "handle_softirqs", "do_softirq", "do_softirq_own_stack", "run_ksoftirqd"];
+const PAGE_FAULT: &[&str] = &[
+    "asm_exc_page_fault",
+    "exc_page_fault",
+    "do_user_addr_fault",
+    "do_kern_addr_fault",
+    "do_page_fault",
+    "handle_mm_fault",
+    "__handle_mm_fault",
+    "do_mem_abort",
+    "el0_da",
+];
+/// Prefixes of the function of one system call (x86-64, i386 compat, arm64, riscv, the
+/// generic wrappers, older kernels).
+const SYSCALL_FN: &[&str] = &["__x64_sys_", "__ia32_sys_", "__arm64_sys_", "__riscv_sys_", "__do_sys_", "__se_sys_", "SyS_", "ksys_"];
+/// glibc's wrappers of one system call in user space (`__GI___libc_write`,
+/// `__libc_read`, `__GI___ioctl`, `__write_nocancel`): the call's name when the kernel
+/// stack shows only the entry (the call's own function inlined into the dispatcher).
+fn libc_wrapper_call(f: &str) -> Option<&str> {
+    let name = ["__GI___libc_", "__libc_", "__GI___", "__GI_"].iter().find_map(|p| f.strip_prefix(p))?;
+    let name = name.strip_suffix("_nocancel").unwrap_or(name);
+    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')).then_some(name)
+}
+/// The system-call entry (the call's own function may not be on the stack).
+const SYSCALL_ENTRY: &[&str] = &["do_syscall_64", "entry_SYSCALL_64", "x64_sys_call", "do_el0_svc", "el0_svc", "do_fast_syscall_32", "do_int80_syscall_32"];
+
+/// What the kernel part of a sample was doing: `frames` are its kernel frames, root
+/// first, each with whether it has a real name (a kernel symbol). The innermost frame
+/// that says wins (an interrupt during a system call is interrupt time; a page fault in
+/// `read` is page-fault time). Names are trusted only when named: with no kernel symbols
+/// the answer is [`KernelWork::Unknown`], never a guess. A system call whose own function
+/// is not on the kernel stack is named by `user_caller` (the innermost user frame) when
+/// that is a glibc wrapper of one call (`__GI___libc_write` → `write`). `None`: no kernel
+/// frames.
+pub fn kernel_work<'a>(frames: &[(&'a str, bool)], user_caller: Option<&'a str>) -> Option<KernelWork<'a>> {
+    if frames.is_empty() {
+        return None;
+    }
+    let starts = |f: &str, ps: &[&str]| ps.iter().any(|p| f.starts_with(p));
+    let mut entry = false;
+    for &(f, named) in frames.iter().rev() {
+        if !named {
+            continue;
+        }
+        if starts(f, SOFTIRQ) {
+            return Some(KernelWork::SoftIrq);
+        }
+        if starts(f, HARDIRQ) {
+            return Some(KernelWork::HardIrq);
+        }
+        if PAGE_FAULT.contains(&f) {
+            return Some(KernelWork::PageFault);
+        }
+        if let Some(name) = SYSCALL_FN.iter().find_map(|p| f.strip_prefix(p)) {
+            if !name.is_empty() {
+                return Some(KernelWork::Syscall(name));
+            }
+        }
+        entry |= SYSCALL_ENTRY.contains(&f);
+    }
+    Some(if entry {
+        KernelWork::Syscall(user_caller.and_then(libc_wrapper_call).unwrap_or("?"))
+    } else if frames.iter().any(|&(_, named)| !named) {
+        KernelWork::Unknown
+    } else {
+        KernelWork::Other
+    })
+}
+
+/// Time of one system call inside an item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SyscallTime {
+    /// The call's name (`write`), `?` when only the entry was on the stack.
+    pub name: String,
+    pub ns: u64,
+    pub samples: u64,
+}
+
+/// An item's on-CPU noise: its samples with kernel frames by what the kernel was doing
+/// ([`kernel_work`]), as time (samples × the mean sample interval), and how often its
+/// thread changed CPU inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Noise {
+    /// Samples of the item with kernel frames (the rest ran in user space, or had no
+    /// stack).
+    pub kernel_samples: u64,
+    pub hardirq_ns: u64,
+    pub softirq_ns: u64,
+    pub page_fault_ns: u64,
+    /// By call, largest first.
+    pub syscalls: Vec<SyscallTime>,
+    /// Named kernel code of no kind above.
+    pub other_kernel_ns: u64,
+    /// Kernel time whose frames have no names (the trace read without kernel symbols):
+    /// not classified.
+    pub unknown_kernel_ns: u64,
+    /// Switch-ins of the item's thread, inside the item, on another CPU than the one it
+    /// left (`None`: the trace has no context switches).
+    pub migrations: Option<u64>,
+}
+
+impl Noise {
+    /// Per-sample-kind accumulation for one item: `work` of `n` samples.
+    pub(crate) fn add(&mut self, work: KernelWork<'_>, n: u64, interval_ns: f64) {
+        let ns = (n as f64 * interval_ns).round() as u64;
+        self.kernel_samples += n;
+        match work {
+            KernelWork::HardIrq => self.hardirq_ns += ns,
+            KernelWork::SoftIrq => self.softirq_ns += ns,
+            KernelWork::PageFault => self.page_fault_ns += ns,
+            KernelWork::Other => self.other_kernel_ns += ns,
+            KernelWork::Unknown => self.unknown_kernel_ns += ns,
+            KernelWork::Syscall(name) => match self.syscalls.iter_mut().find(|s| s.name == name) {
+                Some(s) => {
+                    s.ns += ns;
+                    s.samples += n;
+                }
+                None => self.syscalls.push(SyscallTime { name: name.to_owned(), ns, samples: n }),
+            },
+        }
+    }
+
+    pub(crate) fn sort(&mut self) {
+        self.syscalls.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
+    }
+
+    /// The kinds with time, as (`hardirq`|`softirq`|`page_fault`|`syscall:NAME`|
+    /// `other_kernel`|`unknown_kernel`, ns).
+    pub fn parts(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = vec![
+            ("hardirq".into(), self.hardirq_ns),
+            ("softirq".into(), self.softirq_ns),
+            ("page_fault".into(), self.page_fault_ns),
+        ];
+        v.extend(self.syscalls.iter().map(|s| (format!("syscall:{}", s.name), s.ns)));
+        v.push(("other_kernel".into(), self.other_kernel_ns));
+        v.push(("unknown_kernel".into(), self.unknown_kernel_ns));
+        v
+    }
+}
+
 /// One step of a waker's critical path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -182,6 +367,8 @@ pub struct WokenBy {
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
+    /// When its largest wakeup happened (trace clock): the wake edge's time.
+    pub at_ns: u64,
     /// The item the waker was inside at its (largest) wakeup, and its class.
     pub item: Option<u64>,
     pub class: Option<String>,
@@ -252,8 +439,9 @@ struct Wake {
 struct RawWaker {
     ns: u64,
     pid: u32,
-    /// (ns, path, item, idle) of the largest wakeup.
+    /// (ns, path, item, idle) of the largest wakeup, and its time.
     largest: (u64, u32, u32, bool),
+    largest_at: u64,
     during: FxHashMap<(PathState, u32), u64>,
 }
 
@@ -280,6 +468,9 @@ pub(crate) struct CauseTracker {
     items: FxHashMap<u32, RawItem>,
     /// With a timeline: the wake edges into items.
     edges: Option<Vec<WakeEdge>>,
+    /// Reused buffers of the critical paths (no allocation per wait).
+    scratch_during: FxHashMap<(PathState, u32), u64>,
+    scratch_samples: Vec<(u32, u64)>,
     pub stats: CauseStats,
 }
 
@@ -375,12 +566,13 @@ impl CauseTracker {
     }
 
     /// A closed off-CPU interval of a thread, `path` its stack's path; `items` the items
-    /// of its thread it overlaps (index, overlap).
+    /// of its thread it overlaps (index, the item's begin and end): each is explained for
+    /// its part of the interval only.
     pub fn interval(
         &mut self,
         iv: &OffInterval,
         path: u32,
-        items: &[(u32, u64)],
+        items: &[(u32, u64, u64)],
         item_at: &dyn Fn(u32, u64) -> u32,
     ) {
         if !self.on {
@@ -407,18 +599,31 @@ impl CauseTracker {
                 });
             }
         }
-        for &(idx, _) in items {
+        for &(idx, ib, ie) in items {
+            // The part of the interval inside the item (an interval may begin before it,
+            // e.g. when off-CPU recording started at the first marker, or end after it).
+            let part = OffInterval {
+                begin_ns: iv.begin_ns.max(ib),
+                end_ns: iv.end_ns.min(ie),
+                ..*iv
+            };
+            if part.end_ns <= part.begin_ns {
+                continue;
+            }
             match iv.state {
                 OffState::Blocked => match &wake {
-                    Some(w) => {
+                    // The wakeup ended the blocked part inside the item (else the item
+                    // ended first, or the wakeup was before it began).
+                    Some(w) if w.time > part.begin_ns => {
                         self.stats.blocked_explained += 1;
-                        self.explain_blocked(idx, iv, w, item_at);
+                        let w = Wake { time: w.time.min(part.end_ns), ..*w };
+                        self.explain_blocked(idx, &part, &w, item_at);
                     }
-                    None => self.stats.blocked_unexplained += 1,
+                    _ => self.stats.blocked_unexplained += 1,
                 },
                 OffState::Runnable => {
                     if let Some(cpu) = out_cpu {
-                        self.explain_runnable(idx, iv, cpu, item_at);
+                        self.explain_runnable(idx, &part, cpu, item_at);
                     }
                 }
             }
@@ -451,7 +656,8 @@ impl CauseTracker {
         } else {
             item_at(w.tid, w.time)
         };
-        let mut during = FxHashMap::default();
+        let mut during = std::mem::take(&mut self.scratch_during);
+        during.clear();
         if w.tid != 0 {
             let mut budget = MAX_VISITS;
             self.critical_path(w.tid, iv.begin_ns, w.time, 1, &mut budget, &mut during);
@@ -462,10 +668,12 @@ impl CauseTracker {
         r.pid = w.pid;
         if ns >= r.largest.0 {
             r.largest = (ns, w.path, waker_item, w.tid == 0);
+            r.largest_at = w.time;
         }
-        for (k, v) in during {
+        for (&k, &v) in &during {
             *r.during.entry(k).or_default() += v;
         }
+        self.scratch_during = during;
     }
 
     /// What `tid` did in `[b, e)`: off-CPU intervals by state (blocked ones that another
@@ -483,10 +691,12 @@ impl CauseTracker {
         if e <= b {
             return;
         }
+        // Samples per path in the window (few paths: a reused vector searched linearly).
+        let mut samples = std::mem::take(&mut self.scratch_samples);
+        samples.clear();
         let Some(h) = self.hist.get(&tid) else { return };
         let mut cut = false;
         let mut off = 0u64;
-        let mut samples: FxHashMap<u32, u64> = FxHashMap::default();
         let mut nsamples = 0u64;
         let mut nested: Vec<(u32, u64, u64)> = Vec::new();
         for ev in h.iter().rev() {
@@ -501,7 +711,10 @@ impl CauseTracker {
                         break;
                     }
                     if t < e {
-                        *samples.entry(path).or_default() += 1;
+                        match samples.iter_mut().find(|x| x.0 == path) {
+                            Some(x) => x.1 += 1,
+                            None => samples.push((path, 1)),
+                        }
                         nsamples += 1;
                     }
                 }
@@ -557,7 +770,7 @@ impl CauseTracker {
             } else {
                 // Largest remainder: the parts add up to `cpu`.
                 let mut given = 0u64;
-                let mut v: Vec<(u32, u64)> = samples.into_iter().collect();
+                let v = &mut samples;
                 v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 for (i, &(path, n)) in v.iter().enumerate() {
                     let part = if i + 1 == v.len() {
@@ -570,6 +783,7 @@ impl CauseTracker {
                 }
             }
         }
+        self.scratch_samples = samples;
         for (w, nb, ne) in nested {
             let before: u64 = out.values().sum();
             self.critical_path(w, nb, ne, depth + 1, budget, out);
@@ -636,18 +850,22 @@ impl CauseTracker {
                 .unwrap_or_default()
         };
         let mut out: Vec<ItemCauses> = Vec::with_capacity(self.items.len());
+        // Names and interrupt kinds of the wakers' stacks, once per (path, idle).
+        let mut waker_stacks: FxHashMap<(u32, bool), (Vec<String>, Option<IrqKind>)> = FxHashMap::default();
         for (idx, raw) in &self.items {
             let mut woken_by: Vec<WokenBy> = raw
                 .woken
                 .iter()
                 .map(|(&tid, r)| {
-                    let frames = if r.largest.1 == NO_PATH {
-                        Vec::new()
-                    } else {
-                        of_path(r.largest.1)
-                    };
-                    let names: Vec<&str> = frames.iter().map(String::as_str).collect();
-                    let irq = irq_kind(&names, r.largest.3);
+                    let (frames, irq) = waker_stacks
+                        .entry((r.largest.1, r.largest.3))
+                        .or_insert_with(|| {
+                            let frames = if r.largest.1 == NO_PATH { Vec::new() } else { of_path(r.largest.1) };
+                            let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+                            let irq = irq_kind(&names, r.largest.3);
+                            (frames, irq)
+                        })
+                        .clone();
                     let (item, class) = if r.largest.2 == NO_ITEM {
                         (None, None)
                     } else {
@@ -671,6 +889,7 @@ impl CauseTracker {
                             .then(a.frames.cmp(&b.frames))
                     });
                     WokenBy {
+                        at_ns: r.largest_at,
                         ns: r.ns,
                         pid: r.pid,
                         tid,
@@ -721,6 +940,149 @@ impl CauseTracker {
     }
 }
 
+/// One waker of a span ([`span_causes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanWaker {
+    pub pid: u32,
+    pub tid: u32,
+    /// Blocked time of the span its wakeups ended.
+    pub ns: u64,
+    /// Index (into the `wakeups` given) of its largest wakeup: the caller's own data for
+    /// it (stack, the item the waker was inside) is found there.
+    pub largest: usize,
+}
+
+/// One thread that ran on the span's CPU while its thread was runnable ([`span_causes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanPreempter {
+    pub pid: u32,
+    pub tid: u32,
+    pub ns: u64,
+}
+
+/// The causes of one span of one thread ([`span_causes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpanCauses {
+    /// Largest first.
+    pub woken_by: Vec<SpanWaker>,
+    pub preempted_by: Vec<SpanPreempter>,
+    /// Records looked at (bounded by [`MAX_VISITS`]; `cut` when the bound stopped it).
+    pub visited: usize,
+    pub cut: bool,
+}
+
+/// Who woke thread `tid` and who ran instead of it during `[begin, end]`, from a window
+/// of raw records in time order (`switches`: its own and CPU-wide ones with `next_prev`;
+/// `wakeups`). The same rules as the stack pass ([`crate::stacks`], module docs above):
+/// each blocked interval inside the span is ended by the thread's last wakeup in it, each
+/// runnable one names who switched in on the CPU it left. This is the agent's form (its
+/// requests are known only at their end, so it explains them from the records it kept),
+/// without the critical path. The thread is taken to be on CPU at `begin` (it wrote the
+/// begin marker). At most [`MAX_VISITS`] records are looked at.
+pub fn span_causes(tid: u32, begin: u64, end: u64, switches: &[Switch], wakeups: &[Wakeup]) -> SpanCauses {
+    let mut woken: Vec<(SpanWaker, u64)> = Vec::new();
+    let mut ran: Vec<SpanPreempter> = Vec::new();
+    let mut budget = MAX_VISITS;
+    // Explains one off-CPU interval [since, until) of the thread (left `cpu`).
+    let mut close = |since: u64, kind: SwitchKind, cpu: u32, until: u64, budget: &mut usize| {
+        let (b, e) = (since.max(begin), until.min(end));
+        if e <= b {
+            return;
+        }
+        if kind == SwitchKind::OutBlocked {
+            // The thread's last wakeup in the interval (by another thread).
+            let lo = wakeups.partition_point(|w| w.time < since);
+            let hi = wakeups.partition_point(|w| w.time <= until);
+            *budget = budget.saturating_sub(hi - lo);
+            let Some(k) = (lo..hi).rev().find(|&k| wakeups[k].wakee_tid == tid && wakeups[k].tid != tid) else {
+                return;
+            };
+            let w = &wakeups[k];
+            let ns = w.time.min(e).saturating_sub(b).max(1);
+            match woken.iter_mut().find(|x| x.0.tid == w.tid && x.0.pid == w.pid) {
+                Some((x, largest)) => {
+                    x.ns = x.ns.saturating_add(ns);
+                    if ns > *largest {
+                        (x.largest, *largest) = (k, ns);
+                    }
+                }
+                None => woken.push((SpanWaker { pid: w.pid, tid: w.tid, ns, largest: k }, ns)),
+            }
+        } else {
+            // Who ran on `cpu` in [b, e): each switch-in there (or the next task a
+            // switch-out names) starts a run; the thread's own switch-out at `since`
+            // names the first.
+            let lo = switches.partition_point(|s| s.time < since);
+            let mut cur: Option<(u64, u32, u32)> = None;
+            for s in &switches[lo..] {
+                if *budget == 0 || s.time >= e {
+                    break;
+                }
+                *budget -= 1;
+                if s.cpu != cpu {
+                    continue;
+                }
+                let starts = match (s.kind, s.next_prev) {
+                    (SwitchKind::In, _) => Some((s.pid, s.tid)),
+                    (_, Some(np)) => Some(np),
+                    _ => None,
+                };
+                if let Some((p, t)) = starts {
+                    if let Some((t0, cp, ct)) = cur.take() {
+                        add_ran(&mut ran, cp, ct, tid, s.time.saturating_sub(t0.max(b)));
+                    }
+                    cur = Some((s.time, p, t));
+                }
+            }
+            if let Some((t0, cp, ct)) = cur {
+                add_ran(&mut ran, cp, ct, tid, e.saturating_sub(t0.max(b)));
+            }
+        }
+    };
+    // (since, kind, cpu) while the thread is off CPU; on CPU at `begin`.
+    let mut off: Option<(u64, SwitchKind, u32)> = None;
+    for s in &switches[switches.partition_point(|s| s.time < begin)..] {
+        if s.time > end || budget == 0 {
+            break;
+        }
+        budget -= 1;
+        if s.tid != tid {
+            continue;
+        }
+        // A thread seen by both its own and a CPU-wide event has each switch twice:
+        // the repeat closes an empty interval.
+        let next = match s.kind {
+            SwitchKind::In => None,
+            k => Some((s.time, k, s.cpu)),
+        };
+        if let Some((since, kind, cpu)) = std::mem::replace(&mut off, next) {
+            close(since, kind, cpu, s.time, &mut budget);
+        }
+    }
+    if let Some((since, kind, cpu)) = off {
+        close(since, kind, cpu, end, &mut budget);
+    }
+    let mut out = SpanCauses {
+        woken_by: woken.into_iter().map(|w| w.0).collect(),
+        preempted_by: ran,
+        visited: MAX_VISITS - budget,
+        cut: budget == 0,
+    };
+    out.woken_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+    out.preempted_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+    out
+}
+
+fn add_ran(ran: &mut Vec<SpanPreempter>, pid: u32, tid: u32, me: u32, ns: u64) {
+    if ns == 0 || tid == me || tid == 0 {
+        return;
+    }
+    match ran.iter_mut().find(|x| x.tid == tid && x.pid == pid) {
+        Some(x) => x.ns = x.ns.saturating_add(ns),
+        None => ran.push(SpanPreempter { pid, tid, ns }),
+    }
+}
+
 /// One cause of an item's wall time beside its class median.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CauseShare {
@@ -748,6 +1110,21 @@ pub struct CauseExplanation {
     pub cpu_stacks: Vec<(Vec<String>, f64)>,
     pub woken_by: Vec<WokenBy>,
     pub preempted_by: Vec<PreemptedBy>,
+    /// The item's on-CPU noise (interrupts, page faults, system calls, migrations).
+    pub noise: Noise,
+    /// Its noise kinds ([`Noise::parts`]) beside the class median, largest excess first
+    /// (kinds with time in the item or the class median).
+    pub noise_shares: Vec<NoiseShare>,
+}
+
+/// One kind of on-CPU noise of an item beside its class median.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NoiseShare {
+    /// `hardirq`, `softirq`, `page_fault`, `syscall:NAME`, `other_kernel`, `unknown_kernel`.
+    pub kind: String,
+    pub ns: u64,
+    pub median_ns: u64,
+    pub excess_ns: i64,
 }
 
 /// Explain item `x.id` by cause: `x` from [`crate::stack_explain::explain_stacks`] over the
@@ -809,7 +1186,40 @@ pub fn explain_causes(
         .map(|d| (d.frames.clone(), d.delta_ns))
         .collect();
     let mine = profile.causes.iter().find(|c| c.id == x.id);
+    let noise = report
+        .items
+        .iter()
+        .position(|r| r.id == x.id)
+        .and_then(|i| profile.items.get(i))
+        .map(|s| s.noise.clone())
+        .unwrap_or_default();
+    let class_parts: Vec<FxHashMap<String, u64>> = members
+        .iter()
+        .map(|&i| profile.items.get(i).map(|s| s.noise.parts().into_iter().collect()).unwrap_or_default())
+        .collect();
+    let mut kinds: Vec<String> = noise.parts().into_iter().filter(|p| p.1 > 0).map(|p| p.0).collect();
+    for m in &class_parts {
+        for (k, &ns) in m {
+            if ns > 0 && !kinds.contains(k) {
+                kinds.push(k.clone());
+            }
+        }
+    }
+    let mine_parts: FxHashMap<String, u64> = noise.parts().into_iter().collect();
+    let mut noise_shares: Vec<NoiseShare> = kinds
+        .into_iter()
+        .map(|kind| {
+            let mut v: Vec<u64> = class_parts.iter().map(|m| m.get(&kind).copied().unwrap_or(0)).collect();
+            let median_ns = crate::stats::median_u64(&mut v).unwrap_or(0);
+            let ns = mine_parts.get(&kind).copied().unwrap_or(0);
+            NoiseShare { kind, ns, median_ns, excess_ns: ns as i64 - median_ns as i64 }
+        })
+        .filter(|s| s.ns > 0 || s.median_ns > 0)
+        .collect();
+    noise_shares.sort_by(|a, b| b.excess_ns.cmp(&a.excess_ns).then(b.ns.cmp(&a.ns)).then(a.kind.cmp(&b.kind)));
     CauseExplanation {
+        noise,
+        noise_shares,
         id: x.id,
         recorded: profile.cause_stats.recorded,
         excess_ns: x.excess_ns,
@@ -945,5 +1355,75 @@ mod tests {
             Some(IrqKind::Network)
         );
         assert_eq!(irq_kind(&[], true), Some(IrqKind::Other));
+    }
+
+    fn named<'a>(v: &[&'a str]) -> Vec<(&'a str, bool)> {
+        v.iter().map(|&f| (f, true)).collect()
+    }
+
+    #[test]
+    fn kernel_work_innermost_context_wins() {
+        assert_eq!(kernel_work(&[], None), None);
+        let getppid = named(&["entry_SYSCALL_64_after_hwframe", "do_syscall_64", "x64_sys_call", "__x64_sys_getppid", "__task_pid_nr_ns"]);
+        assert_eq!(kernel_work(&getppid, None), Some(KernelWork::Syscall("getppid")));
+        // A page fault while copying to user space in `read`: page-fault time.
+        let fault_in_read = named(&[
+            "entry_SYSCALL_64",
+            "do_syscall_64",
+            "__x64_sys_read",
+            "ksys_read",
+            "_copy_to_user",
+            "asm_exc_page_fault",
+            "exc_page_fault",
+            "do_user_addr_fault",
+            "handle_mm_fault",
+            "clear_page_erms",
+        ]);
+        assert_eq!(kernel_work(&fault_in_read, None), Some(KernelWork::PageFault));
+        let user_fault = named(&["asm_exc_page_fault", "exc_page_fault", "do_user_addr_fault", "handle_mm_fault", "clear_page_erms"]);
+        assert_eq!(kernel_work(&user_fault, None), Some(KernelWork::PageFault));
+        // An interrupt during a system call: interrupt time; its softirq: softirq time.
+        let irq = named(&["entry_SYSCALL_64", "do_syscall_64", "__x64_sys_write", "asm_common_interrupt", "common_interrupt", "handle_edge_irq", "virtblk_done"]);
+        assert_eq!(kernel_work(&irq, None), Some(KernelWork::HardIrq));
+        let soft = named(&["asm_sysvec_apic_timer_interrupt", "sysvec_apic_timer_interrupt", "irq_exit_rcu", "__irq_exit_rcu", "handle_softirqs", "net_rx_action"]);
+        assert_eq!(kernel_work(&soft, None), Some(KernelWork::SoftIrq));
+        // The entry without the call's own function: a system call of unknown name.
+        let entry_only = named(&["entry_SYSCALL_64", "do_syscall_64", "syscall_exit_to_user_mode"]);
+        assert_eq!(kernel_work(&entry_only, None), Some(KernelWork::Syscall("?")));
+        // ... named by glibc's wrapper of one call, not by a generic `syscall()`.
+        assert_eq!(kernel_work(&entry_only, Some("__GI___libc_write")), Some(KernelWork::Syscall("write")));
+        assert_eq!(kernel_work(&entry_only, Some("__read_nocancel")), Some(KernelWork::Syscall("?")));
+        assert_eq!(kernel_work(&entry_only, Some("__libc_read")), Some(KernelWork::Syscall("read")));
+        assert_eq!(kernel_work(&entry_only, Some("syscall")), Some(KernelWork::Syscall("?")));
+        // ksys_ functions are named after their call.
+        assert_eq!(kernel_work(&named(&["do_syscall_64", "x64_sys_call", "ksys_write", "vfs_write"]), None), Some(KernelWork::Syscall("write")));
+        assert_eq!(kernel_work(&named(&["ret_from_fork_asm", "kthread", "worker_thread"]), None), Some(KernelWork::Other));
+    }
+
+    #[test]
+    fn kernel_work_without_kernel_symbols_is_unknown_not_guessed() {
+        // No names: unknown, whatever the (placeholder) text says.
+        let none = [("[kernel]", false), ("[kernel]", false)];
+        assert_eq!(kernel_work(&none, None), Some(KernelWork::Unknown));
+        // A placeholder that happens to look like a syscall function is not trusted.
+        assert_eq!(kernel_work(&[("__x64_sys_write", false)], Some("__GI___libc_write")), Some(KernelWork::Unknown));
+        // A named frame still says what it knows.
+        assert_eq!(kernel_work(&[("[kernel]", false), ("exc_page_fault", true)], None), Some(KernelWork::PageFault));
+    }
+
+    #[test]
+    fn noise_adds_time_per_kind_and_sorts_syscalls() {
+        let mut n = Noise::default();
+        n.add(KernelWork::Syscall("write"), 2, 1000.0);
+        n.add(KernelWork::Syscall("getppid"), 5, 1000.0);
+        n.add(KernelWork::Syscall("write"), 1, 1000.0);
+        n.add(KernelWork::PageFault, 4, 1000.0);
+        n.add(KernelWork::Unknown, 1, 1000.0);
+        n.sort();
+        assert_eq!(n.kernel_samples, 13);
+        assert_eq!(n.page_fault_ns, 4000);
+        assert_eq!(n.unknown_kernel_ns, 1000);
+        let names: Vec<(&str, u64)> = n.syscalls.iter().map(|s| (s.name.as_str(), s.ns)).collect();
+        assert_eq!(names, [("getppid", 5000), ("write", 3000)]);
     }
 }

@@ -74,6 +74,9 @@ pub enum AnalyzeError {
     NoItems,
     #[error("no item with id {id} in this trace")]
     NoSuchItem { id: u64 },
+    /// `items --store DIR --explain ID`: no retained request has this item id in the range.
+    #[error("no retained request with item id {id} in the range (see `tailprof items --store DIR` for the ids)")]
+    NoSuchStoredItem { id: u64 },
     /// `--class` names no class of the trace's items (`classes`: at most 10 that exist).
     #[error("no item of class {class:?} in this trace (classes: {})", if classes.is_empty() { "none".to_owned() } else { classes.join(", ") })]
     NoSuchClass { class: String, classes: Vec<String> },

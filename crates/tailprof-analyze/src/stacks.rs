@@ -27,7 +27,7 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    Comm, CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch, Task, TraceHeader, Wakeup,
+    Comm, CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch, SwitchKind, Task, TraceHeader, Wakeup,
     TraceReader,
 };
 
@@ -208,6 +208,8 @@ pub struct ItemStacks {
     /// `off_cpu_from = first_marker`, and the item began before its process's first
     /// `Switch` record): its off-CPU time is only a part, so no wall-time split is claimed.
     pub off_cpu_partial: bool,
+    /// On-CPU noise: interrupts, page faults, system calls and migrations (issue 21).
+    pub noise: crate::causes::Noise,
 }
 
 impl ItemStacks {
@@ -388,6 +390,16 @@ pub struct StackBuilder {
     first_switch: FxHashMap<u32, u64>,
     /// Wakeups and who ran instead (issue 21).
     causes: crate::causes::CauseTracker,
+    /// [`Self::add_interval`]'s items of an interval: (index, overlap), (index, begin, end).
+    scratch_hits: (Vec<(u32, u64)>, Vec<(u32, u64, u64)>),
+    /// The sample interval, as the items join measures it (the period of a clock event
+    /// with a fixed one, else the median spacing of a thread's samples): noise time.
+    fixed_interval: Option<f64>,
+    meter: crate::items::estimate::IntervalMeter,
+    last_sample: FxHashMap<u32, u64>,
+    /// The CPU of each thread's last switch record, and migrations per item.
+    last_cpu: FxHashMap<u32, u32>,
+    migrations: Vec<u64>,
 }
 
 /// The innermost item of `by_tid` open on `tid` at `t` (`NO_ITEM`: none).
@@ -431,6 +443,12 @@ impl StackBuilder {
         let off_cpu_late = header.extra.get("off_cpu_from").is_some_and(|v| v == "first_marker");
         Ok(StackBuilder {
             causes: crate::causes::CauseTracker::new(header, opts.timeline),
+            scratch_hits: Default::default(),
+            fixed_interval: header.events.get(event as usize).and_then(crate::items::estimate::period_interval_ns),
+            meter: Default::default(),
+            last_sample: FxHashMap::default(),
+            last_cpu: FxHashMap::default(),
+            migrations: vec![0; spans.len()],
             off_cpu_late,
             first_switch: FxHashMap::default(),
             event,
@@ -524,13 +542,15 @@ impl StackBuilder {
         };
         let i = v.partition_point(|s| s.0 < iv.end_ns);
         let mut misses = 0;
-        let mut hits: Vec<(u32, u64)> = Vec::new();
-        let mut clips: Vec<(u64, u64)> = Vec::new();
+        // Reused buffers: no allocation per interval.
+        let (mut hits, mut bounds) = std::mem::take(&mut self.scratch_hits);
+        hits.clear();
+        bounds.clear();
         for &(b, e, idx) in v[..i].iter().rev() {
             let o = iv.overlap_ns(b, e);
             if o > 0 {
                 hits.push((idx, o));
-                clips.push((b, e));
+                bounds.push((idx, b, e));
                 misses = 0;
             } else {
                 misses += 1;
@@ -541,9 +561,9 @@ impl StackBuilder {
         }
         {
             let by_tid = &self.by_tid;
-            self.causes.interval(iv, path, &hits, &|tid, t| item_in(by_tid, tid, t));
+            self.causes.interval(iv, path, &bounds, &|tid, t| item_in(by_tid, tid, t));
         }
-        for ((idx, o), (sb, se)) in hits.into_iter().zip(clips) {
+        for (&(idx, o), &(_, sb, se)) in hits.iter().zip(bounds.iter()) {
             *self.off.entry((idx, path, iv.state)).or_default() += o;
             if active && self.keep[idx as usize] {
                 if let Some(t) = &mut self.timeline {
@@ -552,6 +572,7 @@ impl StackBuilder {
                 }
             }
         }
+        self.scratch_hits = (hits, bounds);
     }
 
     /// Close open off-CPU intervals, symbolize and fold into a [`StackProfile`].
@@ -660,17 +681,33 @@ impl StackBuilder {
         });
         let stacks = stack_rows(whole);
         let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole);
+        let interval = self.fixed_interval.or_else(|| self.meter.median()).unwrap_or(0.0);
+        // What each function path's kernel part was doing, once per path.
+        let mut works: FxHashMap<u32, Option<crate::causes::KernelWork<'_>>> = FxHashMap::default();
+        let switches = self.timelines.switches > 0;
         let items = self
             .spans
             .iter()
             .zip(per_item.into_iter().zip(off_item))
-            .map(|(s, (st, off))| {
+            .enumerate()
+            .map(|(i, (s, (st, off)))| {
                 let (off_cpu, runnable_ns, blocked_ns) = off_rows(off);
                 let off_cpu_partial =
                     self.off_cpu_late && self.first_switch.get(&s.pid).is_none_or(|&t| t > s.begin_ns);
-                ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns, off_cpu_partial }
+                let mut noise = crate::causes::Noise {
+                    migrations: switches.then(|| self.migrations.get(i).copied().unwrap_or(0)),
+                    ..Default::default()
+                };
+                for (&(fp, _, _), &(n, _)) in &st {
+                    if let Some(w) = kernel_work_of(fp, &paths, &table.rows, &mut works) {
+                        noise.add(w, n, interval);
+                    }
+                }
+                noise.sort();
+                ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns, off_cpu_partial, noise }
             })
             .collect();
+        drop(works);
         let (causes, cause_stats) = {
             let names = |p: u32| -> Vec<String> {
                 of_path
@@ -717,6 +754,34 @@ impl StackBuilder {
             cause_stats,
         }
     }
+}
+
+/// What the kernel part of function path `fp` was doing ([`crate::causes::kernel_work`]),
+/// remembered per path in `works`. A kernel frame counts as named when it has a symbol
+/// (not `[kernel]`: no kernel symbols).
+fn kernel_work_of<'a>(
+    fp: u32,
+    paths: &[Vec<u32>],
+    functions: &'a [FunctionInfo],
+    works: &mut FxHashMap<u32, Option<crate::causes::KernelWork<'a>>>,
+) -> Option<crate::causes::KernelWork<'a>> {
+    *works.entry(fp).or_insert_with(|| {
+        let rows: Vec<&FunctionInfo> =
+            paths.get(fp as usize).into_iter().flatten().filter_map(|&f| functions.get(f as usize)).collect();
+        let frames: Vec<(&str, bool)> = rows
+            .iter()
+            .filter(|f| is_kernel_binary(&f.binary))
+            .map(|f| (f.name.as_str(), f.unknown_reason.is_none() && !f.name.starts_with('[')))
+            .collect();
+        // The innermost user frame below the kernel part (root first: user, then kernel).
+        let caller = rows
+            .iter()
+            .take_while(|f| !is_kernel_binary(&f.binary))
+            .last()
+            .filter(|f| f.unknown_reason.is_none())
+            .map(|f| f.name.as_str());
+        crate::causes::kernel_work(&frames, caller)
+    })
 }
 
 /// Status name of a frame-pointer or LBR chain judged broken at report time (not a stored
@@ -833,11 +898,19 @@ impl ResolvedSink for StackBuilder {
         if s.event != self.event {
             return;
         }
+        // With causes every sample's path is needed (the critical paths); else only kept ones'.
+        let mut known = None;
         if self.causes.on {
             let path = self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode);
             self.causes.sample(s.tid, s.time, path);
+            known = Some(path);
         }
         self.total += 1;
+        if self.fixed_interval.is_none() && !self.meter.is_full() {
+            if let Some(last) = self.last_sample.insert(s.tid, s.time) {
+                self.meter.add(s.time.saturating_sub(last));
+            }
+        }
         let item = if self.by_tid.is_empty() { NO_ITEM } else { self.item_at(s.tid, s.time) };
         let kept = !self.filter.is_active() || (item != NO_ITEM && self.keep[item as usize]);
         if kept {
@@ -846,7 +919,10 @@ impl ResolvedSink for StackBuilder {
             // Counted nowhere: not in the whole-trace view, in no item.
             return;
         }
-        let path = self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode);
+        let path = match known {
+            Some(p) => p,
+            None => self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode),
+        };
         let e = self.samples.entry((item, path, s.stack_status)).or_default();
         e.0 += 1;
         e.1 = e.1.saturating_add(s.period);
@@ -864,6 +940,13 @@ impl ResolvedSink for StackBuilder {
         self.causes.switch(s);
         if !self.causes.feeds_timelines(s) {
             return;
+        }
+        let prev = self.last_cpu.insert(s.tid, s.cpu);
+        if s.kind == SwitchKind::In && prev.is_some_and(|c| c != s.cpu) && !self.by_tid.is_empty() {
+            let item = self.item_at(s.tid, s.time);
+            if let Some(m) = self.migrations.get_mut(item as usize) {
+                *m += 1;
+            }
         }
         if let Some(iv) = self.timelines.handle(s) {
             self.add_interval(r, &iv);

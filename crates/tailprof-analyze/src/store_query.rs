@@ -653,6 +653,10 @@ pub struct StoredItem {
     pub functions: Vec<(String, u64)>,
     /// Stacks, innermost first, with their samples, most first.
     pub stacks: Vec<(Vec<String>, u64)>,
+    /// Who woke it and who ran while it waited for a CPU (issue 21; the agent's `causes`),
+    /// as in `items --json` without the critical path (`during` empty) and the classes.
+    pub woken_by: Vec<crate::causes::WokenBy>,
+    pub preempted_by: Vec<crate::causes::PreemptedBy>,
 }
 
 /// Latency of a class over the range, from the stored histograms.
@@ -692,7 +696,33 @@ pub fn stored_items(reader: &StoreReader, host: Option<&str>, from_us: i64, to_u
         }
         let mut functions: Vec<(String, u64)> = functions.into_iter().collect();
         functions.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let (wakers, preempters) = tailprof_store::schema::parse_explanation_causes(&r.explanation);
+        let woken_by = wakers
+            .into_iter()
+            .map(|w| {
+                let frames: Vec<String> = w.frames.iter().rev().map(|f| sym.name(f)).collect();
+                let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+                crate::causes::WokenBy {
+                    ns: w.ns,
+                    at_ns: 0,
+                    pid: w.pid,
+                    tid: w.tid,
+                    comm: w.comm,
+                    item: w.item,
+                    class: None,
+                    irq: crate::causes::irq_kind(&names, w.tid == 0),
+                    frames,
+                    during: Vec::new(),
+                }
+            })
+            .collect();
+        let preempted_by = preempters
+            .into_iter()
+            .map(|p| crate::causes::PreemptedBy { ns: p.ns, pid: p.pid, tid: p.tid, comm: p.comm, item: None })
+            .collect();
         items.push(StoredItem {
+            woken_by,
+            preempted_by,
             begin_us: r.begin_us,
             duration_ns: r.duration_ns,
             class: r.class,

@@ -278,3 +278,200 @@ fn interference_sums_by_process_thread_and_class() {
     assert_eq!(x.classes.len(), 1);
     assert_eq!(x.classes[0].total_ns, 18 * MS);
 }
+
+/// A trace whose item 3 (33..40 ms) begins while its thread is already off CPU: runnable
+/// from 30 ms (the hog ran 30..36 ms), or blocked from 30 ms until a worker's wakeup at
+/// 36 ms. Only the part inside the item is the item's.
+fn begins_off_cpu(state: SwitchKind) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header(Some("sched_waking+cpu_switch"))).unwrap();
+    for (pid, tid, comm) in [(PID, REQ, "server"), (HOG, HOG, "hog")] {
+        w.write(&Record::Comm(Comm {
+            time: 0,
+            pid,
+            tid,
+            exec: false,
+            comm: comm.into(),
+        }))
+        .unwrap();
+    }
+    let mut recs = vec![
+        sw(29 * MS, PID, REQ, SwitchKind::In, None),
+        sw(30 * MS, PID, REQ, state, None),
+        sw(30 * MS, HOG, HOG, SwitchKind::In, Some((PID, REQ))),
+        marker(33 * MS, MarkerKind::Begin, 3),
+    ];
+    if state == SwitchKind::OutBlocked {
+        recs.push(Record::Wakeup(Wakeup {
+            time: 36 * MS,
+            pid: PID,
+            tid: WORKER,
+            cpu: 0,
+            wakee_tid: REQ,
+            ..Default::default()
+        }));
+    }
+    recs.extend([
+        sw(
+            36 * MS,
+            HOG,
+            HOG,
+            SwitchKind::OutPreempted,
+            Some((PID, REQ)),
+        ),
+        sw(36 * MS, PID, REQ, SwitchKind::In, None),
+        marker(40 * MS, MarkerKind::End, 3),
+    ]);
+    for r in &recs {
+        w.write(r).unwrap();
+    }
+    w.finish_into_inner(None).unwrap().0
+}
+
+#[test]
+fn preempted_by_counts_only_the_runnable_part_inside_the_item() {
+    let (_, p) = analyze(&begins_off_cpu(SwitchKind::OutPreempted));
+    let i3 = p.item(3).unwrap();
+    assert_eq!(i3.runnable_ns, 3 * MS);
+    let c = p
+        .causes
+        .iter()
+        .find(|c| c.id == 3)
+        .expect("item 3 has causes");
+    assert_eq!(c.preempted_by.len(), 1, "{c:#?}");
+    // Was 6 ms (the whole interval) before the fix: more than the item's runnable time.
+    assert_eq!((c.preempted_by[0].tid, c.preempted_by[0].ns), (HOG, 3 * MS));
+}
+
+#[test]
+fn woken_by_counts_only_the_blocked_part_inside_the_item() {
+    let (_, p) = analyze(&begins_off_cpu(SwitchKind::OutBlocked));
+    let i3 = p.item(3).unwrap();
+    assert_eq!(i3.blocked_ns, 3 * MS);
+    let c = p
+        .causes
+        .iter()
+        .find(|c| c.id == 3)
+        .expect("item 3 has causes");
+    assert_eq!(c.woken_by.len(), 1, "{c:#?}");
+    assert_eq!((c.woken_by[0].tid, c.woken_by[0].ns), (WORKER, 3 * MS));
+}
+
+/// Item 1 (0..10 ms) of a trace with kernel stacks: samples in a page fault, in
+/// `getppid`, in an interrupt, in user code; the thread resumes on CPU 1 once inside.
+#[test]
+fn noise_names_page_faults_syscalls_and_migrations() {
+    use tailprof_analyze::{KernelSymbols, SymbolizerOptions};
+    use tailprof_format::FrameKind;
+    let mut w = TraceWriter::new(Vec::new(), &header(Some("sched_waking"))).unwrap();
+    // The kernel's symbols come from a kallsyms file written here.
+    let dir = tempfile::tempdir().unwrap();
+    let ks = dir.path().join("kallsyms");
+    std::fs::write(
+        &ks,
+        "ffffffff81000000 T _text\n\
+         ffffffff81001000 T entry_SYSCALL_64\n\
+         ffffffff81002000 T do_syscall_64\n\
+         ffffffff81003000 T __x64_sys_getppid\n\
+         ffffffff81004000 T asm_exc_page_fault\n\
+         ffffffff81005000 T exc_page_fault\n\
+         ffffffff81006000 T handle_mm_fault\n\
+         ffffffff81007000 T clear_page_erms\n\
+         ffffffff81008000 T asm_common_interrupt\n\
+         ffffffff81009000 T _etext\n",
+    )
+    .unwrap();
+    let k = |a: u64| Frame {
+        ip: 0xffff_ffff_8100_0000 + a + 0x10,
+        kind: FrameKind::Kernel,
+    };
+    let fault = w.intern_stack(&[
+        k(0x7000),
+        k(0x6000),
+        k(0x5000),
+        k(0x4000),
+        Frame::user(0x40_1000),
+    ]);
+    let getppid = w.intern_stack(&[k(0x3000), k(0x2000), k(0x1000), Frame::user(0x40_1000)]);
+    let irq = w.intern_stack(&[
+        k(0x8000),
+        k(0x3000),
+        k(0x2000),
+        k(0x1000),
+        Frame::user(0x40_1000),
+    ]);
+    let user = w.intern_stack(&[Frame::user(0x40_1000)]);
+    w.write(&sw(0, PID, REQ, SwitchKind::In, None)).unwrap();
+    w.write(&marker(MS / 2, MarkerKind::Begin, 1)).unwrap();
+    let plan = [fault, fault, fault, getppid, getppid, irq, user];
+    for (i, &stack) in plan.iter().enumerate() {
+        let t = MS + i as u64 * MS;
+        if i == 3 {
+            w.write(&sw(t - MS / 4, PID, REQ, SwitchKind::OutPreempted, None))
+                .unwrap();
+            w.write(&Record::Switch(Switch {
+                time: t - MS / 8,
+                pid: PID,
+                tid: REQ,
+                cpu: 1,
+                kind: SwitchKind::In,
+                ..Default::default()
+            }))
+            .unwrap();
+        }
+        w.write(&Record::Sample(Sample {
+            time: t,
+            pid: PID,
+            tid: REQ,
+            ip: 0x40_1000,
+            period: MS,
+            cpumode: CpuMode::Kernel,
+            stack,
+            stack_status: StackStatus::Complete,
+            ..Default::default()
+        }))
+        .unwrap();
+    }
+    w.write(&marker(10 * MS, MarkerKind::End, 1)).unwrap();
+    let bytes = w.finish_into_inner(None).unwrap().0;
+    let run = |kernel: KernelSymbols| {
+        let mut sym = Symbolizer::new(SymbolizerOptions {
+            kernel,
+            cache_dir: None,
+            ..Default::default()
+        });
+        let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
+        let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
+        let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
+        let opts = StackOptions {
+            event: None,
+            filter: StackFilter::default(),
+            timeline: false,
+        };
+        let p = stack_profile(&mut r, &opts, ItemSpan::from_rows(&items.items), &mut sym).unwrap();
+        (items, p)
+    };
+    let (items, p) = run(KernelSymbols::Kallsyms(ks.clone()));
+    let n = &p.item(1).unwrap().noise;
+    assert_eq!(n.kernel_samples, 6, "{n:#?}");
+    assert_eq!(n.page_fault_ns, 3 * MS, "{n:#?}");
+    assert_eq!(n.hardirq_ns, MS, "{n:#?}");
+    assert_eq!(n.syscalls.len(), 1, "{n:#?}");
+    assert_eq!(
+        (n.syscalls[0].name.as_str(), n.syscalls[0].ns),
+        ("getppid", 2 * MS)
+    );
+    assert_eq!((n.unknown_kernel_ns, n.migrations), (0, Some(1)));
+    let sx = explain_stacks(&items, &p, 1).unwrap();
+    let cx = explain_causes(&items, &p, &sx);
+    assert_eq!(cx.noise, *n);
+    assert_eq!(cx.noise_shares[0].kind, "page_fault");
+    // Without kernel symbols: unknown, not guessed.
+    let (_, p) = run(KernelSymbols::Off);
+    let n = &p.item(1).unwrap().noise;
+    assert_eq!(
+        (n.kernel_samples, n.unknown_kernel_ns, n.page_fault_ns),
+        (6, 6 * MS, 0),
+        "{n:#?}"
+    );
+    assert!(n.syscalls.is_empty());
+}

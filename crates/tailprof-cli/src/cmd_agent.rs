@@ -34,7 +34,7 @@ use crate::signals;
     tailprof top --store /tmp/store --since 1h")]
 pub struct AgentArgs {
     /// Config file of `key = value` lines (keys: store, window, frequency, period, event,
-    /// stacks, host, retain_age, retain_size, compact, mmap_pages, push, otlp, slow_threshold,
+    /// stacks, host, retain_age, retain_size, compact, mmap_pages, push, otlp, slow_threshold, causes,
     /// slow_percentile, item_begin, item_end; see docs/STORE.md). Options given here
     /// override it.
     #[arg(long, value_name = "FILE")]
@@ -93,6 +93,11 @@ pub struct AgentArgs {
     #[arg(long, value_name = "PROBE", requires = "item_begin")]
     item_end: Option<String>,
 
+    /// Keep the causes of retained requests (who woke them, who ran while they waited
+    /// for a CPU): records context switches and wakeups from the first marker on.
+    #[arg(long)]
+    causes: bool,
+
     /// Print the summary as JSON at exit.
     #[arg(long)]
     json: bool,
@@ -121,6 +126,7 @@ fn config_from(a: &AgentArgs) -> Result<AgentConfig, String> {
     set("slow_percentile", a.slow_percentile.clone())?;
     set("item_begin", a.item_begin.clone())?;
     set("item_end", a.item_end.clone())?;
+    set("causes", a.causes.then(|| "true".to_owned()))?;
     Ok(c)
 }
 
@@ -212,6 +218,13 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                  {} slow not retained (window full), {} class names dropped, {} in class [other], {} kept samples evicted early",
                 r.unmatched_ends, r.evicted_open, r.abandoned_open, r.slow_not_retained,
                 r.class_labels_dropped, r.requests_in_other_class, r.kept_samples_evicted
+            );
+        }
+        let cause_drops = r.kept_switches_evicted + r.kept_wakeups_evicted + r.causes_cut;
+        if cause_drops > 0 {
+            eprintln!(
+                "tailprof: warning: causes: {} context switches and {} wakeups evicted early, {} requests' causes cut at the visit bound",
+                r.kept_switches_evicted, r.kept_wakeups_evicted, r.causes_cut
             );
         }
         if let Some(e) = &w.last_window_error {

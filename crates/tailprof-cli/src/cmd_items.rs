@@ -72,7 +72,8 @@ pub struct ItemsArgs {
     #[arg(long, value_name = "CLASS")]
     class: Option<String>,
 
-    /// Explain one item: its per-function time beside its class's median item.
+    /// Explain one item: its per-function time beside its class's median item (with
+    /// --store: the retained request with this item id, with its causes).
     #[arg(long, value_name = "ID")]
     explain: Option<u64>,
 
@@ -133,7 +134,6 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
         return Ok(());
     }
     let trace_flags: Vec<&str> = [
-        (args.explain.is_some(), "--explain"),
         (args.sort.is_some(), "--sort"),
         (args.estimator.is_some(), "--estimator"),
         (args.min_samples.is_some(), "--min-samples"),
@@ -148,7 +148,7 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
     .collect();
     if !trace_flags.is_empty() {
         anyhow::bail!(
-            "{}: only for a trace, not --store (the store keeps slow requests already explained; it takes --class, --top, --json)",
+            "{}: only for a trace, not --store (the store keeps slow requests already explained; it takes --class, --top, --json, --explain ID)",
             trace_flags.join(", ")
         );
     }
@@ -161,7 +161,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         let reader = args.store_range.reader()?;
         let (from_us, to_us) = args.store_range.range()?;
         let host = args.store_range.host.as_deref();
-        tailprof_analyze::items::document::stored(&reader, host, from_us, to_us, args.class.as_deref(), args.top)
+        tailprof_analyze::items::document::stored(&reader, host, from_us, to_us, args.class.as_deref(), args.top, args.explain)?
     } else {
         let trace_path = args.trace.clone().unwrap_or_default();
         crate::cmd_report::set_debug_dirs(&args.debug_dir);

@@ -207,9 +207,17 @@ fn cannot_record(err: &str) -> bool {
 
 /// `record -g --off-cpu -o TRACE -- CMD`; None (skip) when perf events cannot be opened.
 fn record(dir: &Path, cmd: &[&str]) -> Option<PathBuf> {
+    record_with(dir, &["--off-cpu"], cmd)
+}
+
+/// `record -g FLAGS -o TRACE -- CMD` (without `--off-cpu`, off-CPU and causes start at
+/// the first marker).
+fn record_with(dir: &Path, flags: &[&str], cmd: &[&str]) -> Option<PathBuf> {
     let trace = dir.join("t.trace");
     let o = tailprof()
-        .args(["record", "-g", "--off-cpu", "-o"])
+        .args(["record", "-g"])
+        .args(flags)
+        .arg("-o")
         .arg(&trace)
         .arg("--")
         .args(cmd)
@@ -410,6 +418,17 @@ fn mutex_waiter_names_the_holder_thread_and_item() {
 
 #[test]
 fn runnable_time_names_the_cpu_hog() {
+    hog_test(&["--off-cpu"]);
+}
+
+/// Regression (issue 21 known gap): without `--off-cpu` the off-CPU events open at the
+/// first marker, and the CPU-wide context switches did not: `preempted_by` was empty.
+#[test]
+fn runnable_time_names_the_cpu_hog_when_off_cpu_starts_at_the_first_marker() {
+    hog_test(&[]);
+}
+
+fn hog_test(flags: &[&str]) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !root() {
         return;
@@ -420,12 +439,16 @@ fn runnable_time_names_the_cpu_hog() {
     };
     let mut hog = Command::new(&bin).args(["hog", "20000"]).spawn().unwrap();
     let hog_pid = hog.id() as u64;
-    let rec = record(dir.path(), &[bin.to_str().unwrap()]);
+    let rec = record_with(dir.path(), flags, &[bin.to_str().unwrap()]);
     let _ = hog.kill();
     let _ = hog.wait();
     let Some(trace) = rec else { return };
     let items = items(&trace);
     assert_eq!(items.len(), 200);
+    // Items that began before off-CPU recording (at the first marker) have no split.
+    let items: Vec<Value> = items.into_iter().filter(|i| !i["runnable_ns"].is_null()).collect();
+    eprintln!("{} items with a wall-time split", items.len());
+    assert!(items.len() >= 100, "{} items with a split", items.len());
     let runnable: u64 = items.iter().map(|i| u(&i["runnable_ns"])).sum();
     let behind_hog: u64 = items
         .iter()
@@ -464,4 +487,134 @@ fn runnable_time_names_the_cpu_hog() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["processes"][0]["pid"].as_u64(), Some(hog_pid), "{v:#}");
     assert!(u(&v["processes"][0]["runnable_ns"]) >= behind_hog);
+}
+
+
+/// Items 1, 3, 5, ... touch 32 MiB of fresh anonymous memory page by page (page faults);
+/// items 2, 4, 6, ... make 100,000 `getppid` and 300,000 `write`s to /dev/null (system
+/// calls). 16 items.
+const NOISE: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "tailprof.h"
+__attribute__((noinline)) void touch_fresh_memory(void) {
+    size_t len = 32u << 20;
+    char *p = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) _exit(3);
+    madvise(p, len, MADV_NOHUGEPAGE);
+    for (size_t i = 0; i < len; i += 4096) p[i] = (char)i;
+    munmap(p, len);
+}
+__attribute__((noinline)) void many_syscalls(int fd) {
+    char c = 0;
+    for (int i = 0; i < 100000; i++) syscall(SYS_getppid);
+    for (int i = 0; i < 300000; i++) if (write(fd, &c, 1) != 1) _exit(4);
+}
+int main(void) {
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd < 0) return 2;
+    for (unsigned long id = 1; id <= 16; id++) {
+        tailprof_item_begin(id);
+        if (id % 2) touch_fresh_memory(); else many_syscalls(fd);
+        tailprof_item_end(id);
+    }
+    return 0;
+}
+"#;
+
+/// A copy of this machine's /proc/kallsyms for the analysis (`TAILPROF_KALLSYMS=FILE`),
+/// or None (skip) when it hides the addresses.
+fn kallsyms_copy(dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let real = text
+        .lines()
+        .take(1000)
+        .any(|l| l.split_whitespace().next().is_some_and(|a| !a.trim_start_matches('0').is_empty()));
+    if !real {
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Root,
+            "/proc/kallsyms shows no addresses: kernel frames cannot be named",
+        );
+        return None;
+    }
+    let f = dir.join("kallsyms");
+    std::fs::write(&f, text).unwrap();
+    Some(f)
+}
+
+fn items_with(trace: &Path, kallsyms: &str) -> Vec<Value> {
+    let out = tailprof()
+        .args(["items", "--json", "--top", "0"])
+        .arg(trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .env("TAILPROF_KALLSYMS", kallsyms)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["items"].as_array().unwrap().clone()
+}
+
+/// On-CPU noise (issue 21, part 5): the page-faulting items' kernel time is named page
+/// faults, the syscall items' is named by call (`getppid`, `write`); without kernel
+/// symbols it is "unknown", not guessed.
+#[test]
+fn noise_names_page_faults_and_syscalls() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = compile(dir.path(), "noise", NOISE) else {
+        return;
+    };
+    let Some(ks) = kallsyms_copy(dir.path()) else {
+        return;
+    };
+    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap()]) else {
+        return;
+    };
+    let items = items_with(&trace, ks.to_str().unwrap());
+    assert_eq!(items.len(), 16);
+    let sum = |odd: bool, f: &dyn Fn(&Value) -> u64| -> u64 {
+        items.iter().filter(|i| (u(&i["id"]) % 2 == 1) == odd).map(|i| f(&i["noise"])).sum()
+    };
+    let syscall = |n: &Value, name: &str| -> u64 {
+        n["syscalls"].as_array().unwrap().iter().filter(|s| s["name"] == name).map(|s| u(&s["ns"])).sum()
+    };
+    let all_syscalls = |n: &Value| -> u64 { n["syscalls"].as_array().unwrap().iter().map(|s| u(&s["ns"])).sum() };
+    let (faults, fault_items_syscalls) = (sum(true, &|n| u(&n["page_fault_ns"])), sum(true, &all_syscalls));
+    let (getppid, write) = (sum(false, &|n| syscall(n, "getppid")), sum(false, &|n| syscall(n, "write")));
+    let syscall_items_faults = sum(false, &|n| u(&n["page_fault_ns"]));
+    let unknown = sum(true, &|n| u(&n["unknown_kernel_ns"])) + sum(false, &|n| u(&n["unknown_kernel_ns"]));
+    eprintln!(
+        "fault items: page faults {faults} ns, syscalls {fault_items_syscalls} ns; syscall items: getppid {getppid} ns, \
+         write {write} ns, page faults {syscall_items_faults} ns; unknown {unknown} ns"
+    );
+    assert!(faults > 0 && faults > fault_items_syscalls, "{items:#?}");
+    assert!(getppid > 0 && write > 0, "{items:#?}");
+    assert!(getppid + write > syscall_items_faults, "{items:#?}");
+    assert_eq!(unknown, 0, "with kernel symbols every kernel frame has a name");
+    // The explanation names them too.
+    let out = tailprof()
+        .args(["items", "--explain", "1"])
+        .arg(&trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .env("TAILPROF_KALLSYMS", &ks)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("page faults ("), "{text}");
+    // Without kernel symbols: the same time, unknown.
+    let items = items_with(&trace, "off");
+    let named: u64 = items
+        .iter()
+        .map(|i| u(&i["noise"]["page_fault_ns"]) + all_syscalls(&i["noise"]))
+        .sum();
+    let unknown: u64 = items.iter().map(|i| u(&i["noise"]["unknown_kernel_ns"])).sum();
+    assert_eq!(named, 0, "no kernel symbols: nothing named");
+    assert!(unknown > 0, "{items:#?}");
 }

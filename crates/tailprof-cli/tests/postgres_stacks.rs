@@ -11,7 +11,9 @@
 //! - `row_lock_wait_is_blocked_time_in_xactlocktablewait`: one session holds a row lock
 //!   (`BEGIN; UPDATE …; SELECT pg_sleep(…); COMMIT`) while another updates the same row;
 //!   the waiting UPDATE's item shows blocked off-CPU time whose stack has
-//!   `XactLockTableWait`.
+//!   `XactLockTableWait`, and (issue 21) its `woken_by` names the holding session's
+//!   backend (its COMMIT releases the lock after the statement's `PortalRun`, so the
+//!   waker is usually outside any item; not asserted).
 //!
 //! Each test starts a private cluster (initdb into a temp dir, Unix socket only, run as
 //! the `postgres` user when we are root, like tests/items_record.rs) and SKIPS, saying
@@ -390,6 +392,11 @@ fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(sleeping, "session A never reached pg_sleep");
+    // The backend of session A: the one that releases the lock at its COMMIT.
+    let holder_pid: u64 = server
+        .psql_c("SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+        .parse()
+        .expect("the holder's backend pid");
     server.psql_c("UPDATE t SET v = v + 2 WHERE id = 1");
     assert!(holder.wait().unwrap().success(), "session A failed");
     let out = stop_recording(rec, reader);
@@ -433,6 +440,27 @@ fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
     eprintln!("waiting UPDATE: wall {wall} ns, blocked {blocked} ns, of which in XactLockTableWait {in_wait} ns");
     assert!(blocked > 0 && in_wait * 2 >= blocked, "most blocked time is the row-lock wait: {it}");
     assert!(blocked * 2 >= wall, "the wait is most of the UPDATE's wall time: {it}");
+
+    // Issue 21: the waiter names the holding session's backend as its waker (the lock's
+    // release at A's COMMIT wakes it; the deadlock check's timer may end an earlier part
+    // of the wait, so not necessarily all of it).
+    let header = tailprof_format::TraceReader::open(&trace).unwrap().header().extra.get("causes").cloned();
+    if header.is_none() {
+        tailprof_testkit::skip(tailprof_testkit::Need::Tracefs, format!("no wakeups recorded; record output:\n{out}"));
+        return;
+    }
+    let woken = it["woken_by"].as_array().expect("woken_by in a trace with wakeups");
+    let wakers: Vec<String> = woken
+        .iter()
+        .map(|w| format!("{} pid {} tid {} item {} irq {} for {} ns", w["comm"], w["pid"], w["tid"], w["item"], w["irq"], w["ns"]))
+        .collect();
+    eprintln!("holder backend pid {holder_pid}; the waiting UPDATE's wakers:\n{}", wakers.join("\n"));
+    let by_holder: u64 = woken
+        .iter()
+        .filter(|w| w["pid"].as_u64() == Some(holder_pid) && w["irq"].is_null())
+        .map(|w| w["ns"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(by_holder > 0, "the holder's backend (pid {holder_pid}) should be among the wakers:\n{}", wakers.join("\n"));
 }
 
 /// Issue 22 item 3: queries as items from PostgreSQL's own USDT probes

@@ -459,7 +459,8 @@ impl Recorder {
             // At the first marker, sched_waking is opened with the target's tasks.
             let cpu_wide_waking = system_wide || (cpu_wide_ok && switch_later.is_none());
             let mut v = String::from(if cpu_wide_waking { "sched_waking" } else { "sched_waking_task" });
-            if cpu_wide_ok && causes.cpu_switch.is_some() && switch_later.is_none() {
+            // (At the first marker, the CPU-wide switches are opened with the others.)
+            if cpu_wide_ok && causes.cpu_switch.is_some() {
                 v.push_str("+cpu_switch");
             }
             header.extra.insert("causes".into(), v);
@@ -513,6 +514,7 @@ impl Recorder {
             sched: sched_later,
             sched_event: off_cpu_event,
             waking: if later { causes.waking.clone().map(|p| (p, waking_event)) } else { None },
+            cpu_switch: if later && cpu_wide_ok { causes.cpu_switch.clone().map(|p| (p, cpu_switch_event)) } else { None },
             ..Default::default()
         };
         if !later {

@@ -11,7 +11,7 @@ use tailprof_analyze::stacks::Timeline;
 
 use crate::firefox::{firefox_json, FirefoxOptions};
 use crate::flamegraph::{flame_section_html, FlameOptions};
-use crate::html::{off_cpu_section_html, render_items_html_with, render_profile_html, HtmlOptions};
+use crate::html::{causes_section_html, off_cpu_section_html, render_items_html_with, render_profile_html, HtmlOptions};
 use crate::perfetto::{add_stack_timeline, perfetto_value, PerfettoOptions, SampleInstant};
 use crate::pprof::{pprof_gzip, PprofOptions};
 use crate::stacks::folded;
@@ -98,6 +98,7 @@ pub fn render_export(
                 );
             };
             let extra = off_cpu_section_html(report, stacks, 20)
+                + &causes_section_html(report, stacks, 10)
                 + &flame_section_html(
                     stacks,
                     Some(report),

@@ -406,7 +406,8 @@ pub fn render_items_html_with(report: &ItemsReport, opts: &HtmlOptions, extra: &
             .collect();
         let _ = writeln!(
             h,
-            "<tr{}><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{:.1}{}</td><td>{}</td></tr>",
+            "<tr id=\"item-{}\"{}><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{:.1}{}</td><td>{}</td></tr>",
+            row.id,
             if row.anomalous { " class=\"anomalous\"" } else { "" },
             row.id,
             escape(row.class.as_deref().unwrap_or("-")),
@@ -604,4 +605,133 @@ pub fn off_cpu_section_html(
     }
     h.push_str("</table>\n");
     h
+}
+
+/// Who held the slow items up (issue 21): for the slowest items with recorded wakeups
+/// (anomalous ones first, at most `max`), each waker (at most 3) with a link to the item
+/// it was inside (`#item-ID`, the items table's rows), and a drawing of the wake edge: the
+/// waker's item and this item on one time axis, this item's blocked time before the
+/// wakeup shaded, an arrow from the waker at its wakeup to this item. Empty when the trace
+/// has no wakeups. `p` must have been built with the spans of `report.items`.
+pub fn causes_section_html(report: &ItemsReport, p: &tailprof_analyze::stacks::StackProfile, max: usize) -> String {
+    if !p.cause_stats.recorded {
+        return String::new();
+    }
+    let by_id: std::collections::HashMap<u64, &ItemRow> = report.items.iter().map(|r| (r.id, r)).collect();
+    let mut slow: Vec<(&ItemRow, &tailprof_analyze::causes::ItemCauses)> = p
+        .causes
+        .iter()
+        .filter(|c| !c.woken_by.is_empty())
+        .filter_map(|c| by_id.get(&c.id).map(|r| (*r, c)))
+        .collect();
+    if slow.is_empty() {
+        return String::new();
+    }
+    slow.sort_by(|a, b| b.0.anomalous.cmp(&a.0.anomalous).then(b.0.duration_ns.cmp(&a.0.duration_ns)).then(a.0.id.cmp(&b.0.id)));
+    let mut h = String::from(
+        "<h2>Who held the slow items up</h2>\n<p class=\"sub\">Per slow item, the threads whose wakeups ended its blocked time (largest first), the item each was inside (a link to its row), and the wake edge: the waker's item above, this item below (blocked time before the wakeup shaded), the arrow at the wakeup.</p>\n",
+    );
+    for (row, c) in slow.into_iter().take(max) {
+        let _ = writeln!(
+            h,
+            "<h3 id=\"causes-{}\">item {} ({}): {}</h3>\n<ul>",
+            row.id,
+            row.id,
+            escape(row.class.as_deref().unwrap_or("no class")),
+            duration(row.duration_ns)
+        );
+        for w in c.woken_by.iter().take(3) {
+            let who = match w.irq {
+                Some(k) => format!("{} interrupt", k.name()),
+                None => format!("{} (pid {}, tid {})", escape(if w.comm.is_empty() { "?" } else { &w.comm }), w.pid, w.tid),
+            };
+            let inside = match w.item {
+                Some(i) if by_id.contains_key(&i) => format!(
+                    ", inside <a href=\"#item-{i}\">item {i}</a>{}",
+                    w.class.as_deref().map(|c| format!(" ({})", escape(c))).unwrap_or_default()
+                ),
+                Some(i) => format!(", inside item {i}"),
+                None => String::new(),
+            };
+            let _ = writeln!(h, "<li>blocked {} woken by {who}{inside}</li>", duration(w.ns));
+        }
+        h.push_str("</ul>\n");
+        if let Some(w) = c.woken_by.iter().find(|w| w.irq.is_none()) {
+            h.push_str(&wake_edge_svg(row, w, w.item.and_then(|i| by_id.get(&i).copied())));
+        }
+    }
+    h
+}
+
+/// The drawing of one wake edge: `waker_item` (when known) above, `row` below.
+fn wake_edge_svg(row: &ItemRow, w: &tailprof_analyze::causes::WokenBy, waker_item: Option<&ItemRow>) -> String {
+    let (width, left, right) = (640.0, 150.0, 20.0);
+    let mut t0 = row.begin_ns.min(w.at_ns.saturating_sub(w.ns));
+    let mut t1 = row.end_ns.max(w.at_ns);
+    if let Some(wi) = waker_item {
+        t0 = t0.min(wi.begin_ns);
+        t1 = t1.max(wi.end_ns);
+    }
+    let span = (t1.saturating_sub(t0)).max(1) as f64;
+    let x = |t: u64| left + (t.saturating_sub(t0)) as f64 / span * (width - left - right);
+    let mut s = format!(
+        "<svg class=\"wake\" width=\"{width}\" height=\"80\" viewBox=\"0 0 {width} 80\" xmlns=\"http://www.w3.org/2000/svg\" font-size=\"11\"><defs><marker id=\"arrow-{id}\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"7\" markerHeight=\"7\" orient=\"auto\"><path d=\"M0,0 L10,5 L0,10 z\" fill=\"#D00\"/></marker></defs>\n",
+        id = row.id
+    );
+    let waker_label = match waker_item {
+        Some(wi) => format!("item {} (tid {})", wi.id, w.tid),
+        None => format!("{} (tid {})", if w.comm.is_empty() { "?" } else { &w.comm }, w.tid),
+    };
+    match waker_item {
+        Some(wi) => {
+            let _ = writeln!(
+                s,
+                "<a href=\"#item-{}\"><text x=\"4\" y=\"22\">{}</text><rect x=\"{:.1}\" y=\"12\" width=\"{:.1}\" height=\"14\" fill=\"#7a9cc6\"><title>waker: item {} {}</title></rect></a>",
+                wi.id,
+                escape(&waker_label),
+                x(wi.begin_ns),
+                (x(wi.end_ns) - x(wi.begin_ns)).max(1.0),
+                wi.id,
+                duration(wi.duration_ns)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "<text x=\"4\" y=\"22\">{}</text><line x1=\"{left}\" x2=\"{:.1}\" y1=\"19\" y2=\"19\" stroke=\"#bbb\"/>",
+                escape(&waker_label),
+                width - right
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"4\" y=\"62\">item {} (tid {})</text><rect x=\"{:.1}\" y=\"52\" width=\"{:.1}\" height=\"14\" fill=\"#c6a27a\"><title>item {} {}</title></rect>",
+        row.id,
+        row.tid,
+        x(row.begin_ns),
+        (x(row.end_ns) - x(row.begin_ns)).max(1.0),
+        row.id,
+        duration(row.duration_ns)
+    );
+    let (bb, be) = (w.at_ns.saturating_sub(w.ns).max(row.begin_ns), w.at_ns.min(row.end_ns));
+    let _ = writeln!(
+        s,
+        "<rect x=\"{:.1}\" y=\"52\" width=\"{:.1}\" height=\"14\" fill=\"#eee\" stroke=\"#999\"><title>blocked {}</title></rect>",
+        x(bb),
+        (x(be) - x(bb)).max(1.0),
+        duration(w.ns)
+    );
+    let xa = x(w.at_ns);
+    let _ = writeln!(
+        s,
+        "<line class=\"wake-edge\" data-waker-tid=\"{}\" data-wakee-item=\"{}\" x1=\"{xa:.1}\" y1=\"27\" x2=\"{xa:.1}\" y2=\"51\" stroke=\"#D00\" stroke-width=\"1.5\" marker-end=\"url(#arrow-{})\"><title>wakeup by tid {} ends {} blocked</title></line>",
+        w.tid,
+        row.id,
+        row.id,
+        w.tid,
+        duration(w.ns)
+    );
+    s.push_str("</svg>\n");
+    s
 }

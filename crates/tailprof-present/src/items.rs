@@ -624,7 +624,10 @@ fn ms(ns: u64) -> String {
 pub fn render_causes(x: &CauseExplanation) -> String {
     let mut out = String::new();
     // Without context switches there is no split (the off-CPU lines say how to get one).
-    let Some(split) = &x.split else { return out };
+    let Some(split) = &x.split else {
+        render_noise(&mut out, x);
+        return out;
+    };
     let _ = writeln!(out, "\nCauses: {} against the class median ({})", signed_ms(x.excess_ns), ms(x.median_duration_ns));
     for share in split {
         let _ = writeln!(
@@ -676,7 +679,37 @@ pub fn render_causes(x: &CauseExplanation) -> String {
             }
         }
     }
+    render_noise(&mut out, x);
     out
+}
+
+/// The on-CPU noise lines of the "Causes" section: kernel work in the item's samples by
+/// kind beside the class median, and migrations.
+fn render_noise(out: &mut String, x: &CauseExplanation) {
+    if x.noise_shares.is_empty() && x.noise.migrations.is_none_or(|m| m == 0) {
+        return;
+    }
+    if !x.noise_shares.is_empty() {
+        let _ = writeln!(out, "  on-CPU noise (kernel work in the item's samples, against the class median):");
+    }
+    for n in &x.noise_shares {
+        let what = match n.kind.as_str() {
+            "hardirq" => "hard interrupts".to_owned(),
+            "softirq" => "soft interrupts".to_owned(),
+            "page_fault" => "page faults".to_owned(),
+            "other_kernel" => "other kernel code".to_owned(),
+            "unknown_kernel" => "kernel, kind unknown (no kernel symbols)".to_owned(),
+            k => match k.strip_prefix("syscall:") {
+                Some("?") => "system calls (unnamed)".to_owned(),
+                Some(name) => format!("syscall {name}"),
+                None => k.to_owned(),
+            },
+        };
+        let _ = writeln!(out, "      {:>10}  {what} ({} here, class median {})", signed_ms(n.excess_ns), ms(n.ns), ms(n.median_ns));
+    }
+    if let Some(m) = x.noise.migrations.filter(|&m| m > 0) {
+        let _ = writeln!(out, "  migrations: {m} (its thread resumed on another CPU inside the item)");
+    }
 }
 
 /// `report --causes`: who cost other requests the most time (blocked behind their

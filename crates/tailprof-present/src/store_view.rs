@@ -414,6 +414,50 @@ pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: us
                 frames.iter().rev().cloned().collect::<Vec<_>>().join(" > ")
             );
         }
+        // Causes kept by the agent (issue 21).
+        for w in it.woken_by.iter().take(5) {
+            let who = match w.irq {
+                Some(k) => format!("{} interrupt", k.name()),
+                None => format!(
+                    "{} (pid {}, tid {})",
+                    if w.comm.is_empty() { "?" } else { &w.comm },
+                    w.pid,
+                    w.tid
+                ),
+            };
+            let inside = w
+                .item
+                .map(|i| format!(", inside item {i}"))
+                .unwrap_or_default();
+            let at = w
+                .frames
+                .iter()
+                .rev()
+                .take(3)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" ← ");
+            let _ = writeln!(
+                out,
+                "  blocked {} woken by {who}{inside}{}",
+                ms(w.ns),
+                if at.is_empty() {
+                    String::new()
+                } else {
+                    format!(", at {at}")
+                }
+            );
+        }
+        for p in it.preempted_by.iter().take(5) {
+            let _ = writeln!(
+                out,
+                "  runnable {} behind {} (pid {}, tid {})",
+                ms(p.ns),
+                if p.comm.is_empty() { "?" } else { &p.comm },
+                p.pid,
+                p.tid
+            );
+        }
     }
     out
 }

@@ -67,6 +67,7 @@ fn entry(row: ItemRow, partial: bool) -> ItemEntry {
             frames: vec!["main".into(), "read".into(), "schedule".into()],
             kernel: vec![false, false, true],
         }],
+        noise: Some(tailprof_analyze::causes::Noise { kernel_samples: 3, page_fault_ns: 750, ..Default::default() }),
         excess_resolvable: anomalous.then_some(true),
         causes: Some(ItemWaits {
             woken_by: vec![WokenBy {
@@ -74,6 +75,7 @@ fn entry(row: ItemRow, partial: bool) -> ItemEntry {
                 pid: 7,
                 tid: 8,
                 comm: "worker".into(),
+                at_ns: 2_500,
                 item: Some(42),
                 class: Some("bg".into()),
                 irq: None,
@@ -390,6 +392,8 @@ fn explained(recorded: bool) -> ItemsDocument {
         cpu_stacks: vec![],
         woken_by: entry(item.clone(), false).causes.unwrap().woken_by,
         preempted_by: vec![],
+        noise: tailprof_analyze::causes::Noise { kernel_samples: 3, page_fault_ns: 750, ..Default::default() },
+        noise_shares: vec![],
     });
     ItemsDocument::Explain(Box::new(ItemExplain {
         functions,
@@ -416,6 +420,8 @@ fn the_explanation_reaches_the_json_with_every_section() {
             "excess_ns",
             "item",
             "losses",
+            "noise",
+            "noise_shares",
             "off_cpu",
             "off_cpu_ns",
             "preempted_by",

@@ -62,6 +62,7 @@ fn profile() -> StackProfile {
             runnable_ns: 0,
             blocked_ns: 0,
             off_cpu_partial: false,
+            noise: Default::default(),
         }],
         switches: 2,
         off_open_at_end: 0,

@@ -233,6 +233,70 @@ pub fn stack_id(frames: &[StoreFrame]) -> u64 {
 /// The stacks of an `items.explanation` (`{"stacks":[{"samples":N,"frames":[[build_id,
 /// offset],...]}]}`), bounded: at most 1000 stacks of [`crate::MAX_FRAMES`] frames.
 /// Anything malformed yields fewer stacks, never an error.
+/// A waker of a retained request, from its explanation's `woken_by` (issue 21).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoredWaker {
+    pub ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// The request the waker was inside.
+    pub item: Option<u64>,
+    /// The waker's stack at its largest wakeup, innermost first.
+    pub frames: Vec<StoreFrame>,
+}
+
+/// A thread that ran on a retained request's CPU while it was runnable (`preempted_by`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoredPreempter {
+    pub ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+}
+
+/// The causes in an `explanation` (`woken_by`, `preempted_by`; empty when absent or
+/// damaged). Bounded like the stacks: at most 64 of each, names of 64 characters.
+pub fn parse_explanation_causes(s: &str) -> (Vec<StoredWaker>, Vec<StoredPreempter>) {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(s) else { return Default::default() };
+    let u = |x: &serde_json::Value, k: &str| x.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+    let id = |x: &serde_json::Value, k: &str| u32::try_from(u(x, k)).unwrap_or(0);
+    let text = |x: &serde_json::Value, k: &str| -> String {
+        x.get(k).and_then(|x| x.as_str()).unwrap_or("").chars().take(64).collect()
+    };
+    let list = |k: &str| v.get(k).and_then(|x| x.as_array()).map(|a| a.iter().take(64).collect::<Vec<_>>()).unwrap_or_default();
+    let wakers = list("woken_by")
+        .into_iter()
+        .map(|w| StoredWaker {
+            ns: u(w, "ns"),
+            pid: id(w, "pid"),
+            tid: id(w, "tid"),
+            comm: text(w, "comm"),
+            item: w.get("item").and_then(|x| x.as_u64()),
+            frames: parse_frames(w.get("frames")),
+        })
+        .collect();
+    let preempters = list("preempted_by")
+        .into_iter()
+        .map(|p| StoredPreempter { ns: u(p, "ns"), pid: id(p, "pid"), tid: id(p, "tid"), comm: text(p, "comm") })
+        .collect();
+    (wakers, preempters)
+}
+
+fn parse_frames(v: Option<&serde_json::Value>) -> Vec<StoreFrame> {
+    v.and_then(|x| x.as_array())
+        .map(|fs| {
+            fs.iter()
+                .take(crate::MAX_FRAMES)
+                .map(|f| StoreFrame {
+                    build_id: f.get(0).and_then(|x| x.as_str()).unwrap_or("").chars().take(80).collect(),
+                    offset: f.get(1).and_then(|x| x.as_u64()).unwrap_or(0),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn parse_explanation(s: &str) -> Vec<(u64, Vec<StoreFrame>)> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(s) else { return Vec::new() };
     let Some(stacks) = v.get("stacks").and_then(|x| x.as_array()) else { return Vec::new() };
@@ -241,20 +305,7 @@ pub fn parse_explanation(s: &str) -> Vec<(u64, Vec<StoreFrame>)> {
         .take(1000)
         .map(|st| {
             let n = st.get("samples").and_then(|x| x.as_u64()).unwrap_or(0);
-            let frames = st
-                .get("frames")
-                .and_then(|x| x.as_array())
-                .map(|fs| {
-                    fs.iter()
-                        .take(crate::MAX_FRAMES)
-                        .map(|f| StoreFrame {
-                            build_id: f.get(0).and_then(|x| x.as_str()).unwrap_or("").chars().take(80).collect(),
-                            offset: f.get(1).and_then(|x| x.as_u64()).unwrap_or(0),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            (n, frames)
+            (n, parse_frames(st.get("frames")))
         })
         .collect()
 }

@@ -121,6 +121,9 @@ pub struct ItemEntry {
     pub off_cpu_partial: bool,
     /// The top [`ITEM_OFF_CPU_STACKS`] off-CPU stacks.
     pub off_cpu: Vec<ItemOffCpu>,
+    /// On-CPU noise (issue 21): kernel work by kind, migrations (`null` without the
+    /// stack pass's data for this item).
+    pub noise: Option<crate::causes::Noise>,
     /// Flagged items: whether the excess over the class median is at least what
     /// sampling resolves.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -227,6 +230,8 @@ impl Serialize for CauseSection {
         if let Some(split) = &x.split {
             m.serialize_entry("causes", split)?;
         }
+        m.serialize_entry("noise", &x.noise)?;
+        m.serialize_entry("noise_shares", &x.noise_shares)?;
         m.end()
     }
 }
@@ -362,9 +367,17 @@ pub fn stored(
     to_us: i64,
     class: Option<&str>,
     top: usize,
-) -> ItemsDocument {
-    let items = crate::store_query::stored_items(reader, host, from_us, to_us, class);
-    ItemsDocument::Stored(Box::new(StoredList { items, top }))
+    explain: Option<u64>,
+) -> Result<ItemsDocument, AnalyzeError> {
+    let mut items = crate::store_query::stored_items(reader, host, from_us, to_us, class);
+    if let Some(id) = explain {
+        // `--explain ID`: the retained request(s) with this item id, whole.
+        items.items.retain(|i| i.item_id == id);
+        if items.items.is_empty() {
+            return Err(AnalyzeError::NoSuchStoredItem { id });
+        }
+    }
+    Ok(ItemsDocument::Stored(Box::new(StoredList { items, top })))
 }
 
 /// Indices of the items `sel` lists, in its order and at most `top`, and how many match
@@ -478,6 +491,7 @@ fn item_list(
                 split,
                 off_cpu_partial: st.is_some_and(|s| s.off_cpu_partial),
                 off_cpu,
+                noise: st.map(|s| s.noise.clone()),
                 excess_resolvable,
                 causes: waits,
                 memory,

@@ -44,6 +44,12 @@ impl IntervalMeter {
         }
     }
 
+    /// No more spacings are kept (callers may stop measuring).
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.deltas.len() >= Self::MAX_KEPT
+    }
+
     /// Median of the spacings seen, `None` without any.
     pub fn median(&mut self) -> Option<f64> {
         if self.deltas.is_empty() {

@@ -30,6 +30,10 @@ pub(super) struct OffCpuLater {
     /// The `sched:sched_waking` event of causes (issue 21) and its decoder index, opened
     /// with the other two.
     pub waking: Option<(crate::attr::AttrPlan, u16)>,
+    /// The CPU-wide context-switch event of causes (who ran while a thread was
+    /// runnable), opened per CPU (not per task) with the others when CPU-wide events
+    /// are permitted.
+    pub cpu_switch: Option<(crate::attr::AttrPlan, u16)>,
     /// Every fd of the two events once opened.
     pub fds: Vec<std::os::fd::OwnedFd>,
     /// CLOCK_MONOTONIC when they were enabled.

@@ -230,6 +230,20 @@ impl Recorder {
                 }
             }
         }
+        // Causes: the CPU-wide context switches, once per CPU (any task).
+        if let Some((plan, event)) = self.off_cpu_later.cpu_switch.clone() {
+            let attr = cpu_wide(&plan.attr);
+            for &(cpu, owner) in &rings {
+                let fd = sys::perf_event_open(&attr, -1, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(|source| RecordError::Io { what: format!("CPU-wide context switches on CPU {cpu}"), source })?;
+                sys::ioctl_set_output(fd.as_fd(), self.fds[owner].as_fd())
+                    .and_then(|_| sys::ioctl_id(fd.as_fd()))
+                    .map(|id| self.emitter.decoder.add_id(id, event))
+                    .and_then(|_| sys::ioctl_enable(fd.as_fd()))
+                    .map_err(|source| RecordError::Io { what: format!("setting up CPU-wide context switches on CPU {cpu}"), source })?;
+                self.off_cpu_later.fds.push(fd);
+            }
+        }
         Ok(self.off_cpu_later.fds.len())
     }
 

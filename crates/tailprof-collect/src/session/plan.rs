@@ -156,7 +156,7 @@ pub(super) struct CausePlans {
     /// and enable-on-exec; opened CPU-wide with neither when permitted).
     pub waking: Option<AttrPlan>,
     /// The CPU-wide context-switch event (not for `-a`, whose side-band event is CPU-wide
-    /// already; not when off-CPU waits for the first marker).
+    /// already; opened at the first marker when off-CPU waits for it).
     pub cpu_switch: Option<AttrPlan>,
 }
 
@@ -182,7 +182,9 @@ pub(super) fn cause_plans(
     let mut waking = off_cpu_attr(&EventSpec::parse("sched:sched_waking")?, &c, o.call_graph.as_ref())?;
     waking.attr.sample_type |= tailprof_perf_abi::sample_type::RAW;
     waking.desc.sample_type = waking.attr.sample_type;
-    let cpu_switch = if o.off_cpu && !system_wide {
+    // At the first marker too (opened then with the other off-CPU events), so runnable
+    // items still name who ran instead.
+    let cpu_switch = if !system_wide {
         let c = SamplingConfig { inherit: false, ..quiet_config(sampling) };
         let mut p = build_attr(&EventSpec::parse("dummy")?, &c)?;
         apply_context_switch(&mut p);

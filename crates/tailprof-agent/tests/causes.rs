@@ -1,0 +1,191 @@
+//! The agent keeps causes (issue 21, part 8): a slow request it retains gets who woke it
+//! (the waker's pid/tid/comm, the request the waker was inside, its stack) and who ran
+//! while it waited for a CPU, stored with the request and read back by `items --store`
+//! (`store_query::stored_items`, the typed `woken_by`/`preempted_by`). Synthetic records
+//! as the recorder hands them to the agent's aggregator: request 1 of thread 11 blocks
+//! 2..15 ms until thread 21, inside its own request 7, wakes it; then it is runnable
+//! 17..19 ms while a hog (pid 30) runs on its CPU.
+
+use tailprof_agent::tail::TailRetainer;
+use tailprof_format::{Marker, MarkerKind, Switch, SwitchKind, Wakeup};
+use tailprof_store::schema::WindowMeta;
+use tailprof_store::{Store, Table};
+
+const MS: u64 = 1_000_000;
+
+fn marker(time: u64, pid: u32, tid: u32, kind: MarkerKind, item: u64) -> Marker {
+    Marker {
+        time,
+        pid,
+        tid,
+        kind,
+        item,
+        ..Marker::default()
+    }
+}
+
+fn sw(time: u64, pid: u32, tid: u32, kind: SwitchKind, next: Option<(u32, u32)>) -> Switch {
+    Switch {
+        time,
+        pid,
+        tid,
+        cpu: 0,
+        kind,
+        next_prev: next,
+        ..Switch::default()
+    }
+}
+
+fn retain(with_switches: bool) -> Vec<tailprof_store::schema::ItemRow> {
+    let mut t = TailRetainer::new(Some(MS), 0.0);
+    t.handle_comm(10, "server");
+    t.handle_comm(20, "locker");
+    t.handle_comm(30, "hog");
+    t.handle_marker(&marker(0, 20, 21, MarkerKind::Begin, 7), "locker");
+    t.handle_marker(&marker(MS, 10, 11, MarkerKind::Begin, 1), "server");
+    if with_switches {
+        t.handle_switch(&sw(2 * MS, 10, 11, SwitchKind::OutBlocked, Some((20, 21))));
+        // An unrelated wakeup (of a thread in no request) is not kept.
+        t.handle_wakeup(
+            &Wakeup {
+                time: 3 * MS,
+                pid: 20,
+                tid: 21,
+                wakee_tid: 99,
+                ..Wakeup::default()
+            },
+            &[(u32::MAX, 1)],
+        );
+        t.handle_wakeup(
+            &Wakeup {
+                time: 15 * MS,
+                pid: 20,
+                tid: 21,
+                wakee_tid: 11,
+                ..Wakeup::default()
+            },
+            &[(u32::MAX, 0xabc), (u32::MAX, 0xdef)],
+        );
+        t.handle_switch(&sw(16 * MS, 10, 11, SwitchKind::In, Some((20, 21))));
+        t.handle_switch(&sw(
+            17 * MS,
+            10,
+            11,
+            SwitchKind::OutPreempted,
+            Some((30, 30)),
+        ));
+        t.handle_switch(&sw(19 * MS, 10, 11, SwitchKind::In, Some((30, 30))));
+    }
+    t.handle_marker(&marker(20 * MS, 10, 11, MarkerKind::End, 1), "server");
+    t.handle_marker(&marker(21 * MS, 20, 21, MarkerKind::End, 7), "locker");
+    let (items, _) = t.take_window(0, 1, &|_| None);
+    items
+}
+
+#[test]
+fn retained_request_keeps_its_waker_and_preempter() {
+    let items = retain(true);
+    let r = items
+        .iter()
+        .find(|r| r.item_id == 1)
+        .expect("request 1 retained");
+    let (wakers, preempters) = tailprof_store::schema::parse_explanation_causes(&r.explanation);
+    assert_eq!(wakers.len(), 1, "{}", r.explanation);
+    let w = &wakers[0];
+    // Blocked from 2 ms to the wakeup at 15 ms.
+    assert_eq!(
+        (w.ns, w.pid, w.tid, w.comm.as_str(), w.item),
+        (13 * MS, 20, 21, "locker", Some(7))
+    );
+    assert_eq!(w.frames.len(), 2);
+    assert_eq!(w.frames[0].offset, 0xabc);
+    assert_eq!(preempters.len(), 1, "{}", r.explanation);
+    let p = &preempters[0];
+    assert_eq!(
+        (p.ns, p.pid, p.tid, p.comm.as_str()),
+        (2 * MS, 30, 30, "hog")
+    );
+}
+
+#[test]
+fn without_switches_nothing_is_claimed() {
+    let items = retain(false);
+    let r = items
+        .iter()
+        .find(|r| r.item_id == 1)
+        .expect("request 1 retained");
+    let (wakers, preempters) = tailprof_store::schema::parse_explanation_causes(&r.explanation);
+    assert!(
+        wakers.is_empty() && preempters.is_empty(),
+        "{}",
+        r.explanation
+    );
+    assert!(!r.explanation.contains("woken_by"));
+}
+
+#[test]
+fn stored_request_reads_back_with_its_causes() {
+    let items = retain(true);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let (store, _) = Store::open(&root).unwrap();
+    let now = tailprof_store::time::now_us();
+    let meta = WindowMeta {
+        schema_version: tailprof_store::schema::SCHEMA_VERSION,
+        host: "h".into(),
+        window_start_us: now - 1_000_000,
+        window_end_us: now,
+        ..WindowMeta::default()
+    };
+    store
+        .ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000))
+        .unwrap();
+    // The agent stores begin times from its own clock; put them in the window.
+    let items: Vec<_> = items
+        .into_iter()
+        .map(|mut r| {
+            r.begin_us = now - 500_000;
+            r
+        })
+        .collect();
+    tailprof_store::write_items(
+        &store.window_file(Table::Items, "h", now - 1_000_000, now),
+        &meta,
+        &items,
+    )
+    .unwrap();
+    let reader = tailprof_store::StoreReader::new(Store::at(&root));
+    let s = tailprof_analyze::store_query::stored_items(
+        &reader,
+        None,
+        now - 3_600_000_000,
+        now + 1_000_000,
+        None,
+    );
+    let it = s
+        .items
+        .iter()
+        .find(|i| i.item_id == 1)
+        .expect("request 1 in the store");
+    assert_eq!(it.woken_by.len(), 1);
+    let w = &it.woken_by[0];
+    assert_eq!(
+        (w.ns, w.tid, w.comm.as_str(), w.item, w.irq),
+        (13 * MS, 21, "locker", Some(7), None)
+    );
+    assert_eq!(it.preempted_by.len(), 1);
+    assert_eq!(
+        (it.preempted_by[0].pid, it.preempted_by[0].ns),
+        (30, 2 * MS)
+    );
+    // The text names them.
+    let text = tailprof_present::store_view::stored_items_text(&s, 0);
+    assert!(
+        text.contains("blocked 13.000 ms woken by locker (pid 20, tid 21), inside item 7"),
+        "{text}"
+    );
+    assert!(
+        text.contains("runnable 2.000 ms behind hog (pid 30, tid 30)"),
+        "{text}"
+    );
+}
