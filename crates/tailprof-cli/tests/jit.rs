@@ -111,6 +111,11 @@ dump_map = mmap.mmap(f.fileno(), 40, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ
 index = 0
 def load(name, t):
     global index
+    # DEBUG_INFO before its load: the code's first instruction is at jit.py line 7 +
+    # the load's index (a made-up source, checked by the test)
+    entry = struct.pack('<QiI', addr, 7 + index, 0) + b'jit.py\0'
+    dbg = struct.pack('<QQ', addr, 1) + entry
+    f.write(struct.pack('<IIQ', 2, 16 + len(dbg), t) + dbg)
     body = struct.pack('<IIQQQQ', pid, pid, addr, addr, len(code), index) + name.encode() + b'\0' + code
     f.write(struct.pack('<IIQ', 0, 16 + len(body), t) + body)
     f.flush()
@@ -172,6 +177,16 @@ fn jitdump_reused_address_names_each_sample_by_the_load_valid_at_its_time() {
     assert!(unnamed * 20 <= jit.len(), "{unnamed} samples in anonymous memory not named, {} named", jit.len());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("JIT code names"), "{stderr}");
+    // DEBUG_INFO: each function's `file:line` in `report --json`'s function rows.
+    let rep = tailprof(&["report", "--json", "--top", "0", trace.to_str().unwrap()], dir.path());
+    let report: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let source_of = |name: &str| {
+        let rows = report["functions"].as_array().unwrap();
+        let row = rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name} row: {report}"));
+        row["source"].as_str().map(str::to_owned)
+    };
+    assert_eq!(source_of("jit_first").as_deref(), Some("jit.py:7"));
+    assert_eq!(source_of("jit_second").as_deref(), Some("jit.py:8"));
 }
 
 const NODE_APP: &str = r#"
