@@ -138,7 +138,9 @@ pub struct Imported {
 /// of the perf.data header first ([`Sink::handle_build_id`]), each stack node before the
 /// first record that uses it ([`Sink::handle_stack`], ids from 1 in order, as a
 /// [`TraceWriter`] would intern them), a [`Sink::handle_round_end`] every 4,096 records,
-/// and at the end the build-ids found in a pipe-mode stream. Stops early, with what was
+/// and at the end the build-ids found in a pipe-mode stream and the JIT names of the
+/// recorded processes' perf maps ([`Sink::handle_jit`], read at import time; a sink that
+/// names samples as they come must keep them for a second pass, as the trace writer does). Stops early, with what was
 /// converted so far, when the sink answers [`tailprof_format::Flow::Stop`]; a sink that failed
 /// ([`Sink::take_error`]) gives [`ImportError::Write`].
 pub fn import_to_sink(path: &Path, opts: &ImportOptions, sink: &mut dyn Sink) -> Result<Imported, ImportError> {
