@@ -100,6 +100,9 @@ struct Binary {
 type AggFrame = (u32, u64);
 const KERNEL_BIN: u32 = u32::MAX - 1;
 const UNKNOWN_BIN: u32 = u32::MAX - 2;
+/// Code a runtime generated (offset = the address; named per process at the window's
+/// end, [`crate::jit`]).
+const JIT_BIN: u32 = u32::MAX - 3;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct AggKey {
@@ -146,6 +149,9 @@ pub struct AggStats {
     /// Binaries not registered because [`MAX_BINARIES`] × 4 were named in one window
     /// (their frames are unknown).
     pub binaries_dropped: u64,
+    /// JIT names (issue 23, [`crate::jit`]).
+    #[serde(flatten)]
+    pub jit: crate::jit::JitStats,
 }
 
 /// The recorder output that aggregates. See the [module docs](self).
@@ -183,6 +189,8 @@ pub struct Aggregator {
     ktext: Option<(u64, u64, u32)>,
     /// This process's vDSO, read on the first `[vdso]` frame (`None` until then).
     vdso: Option<Option<OwnVdso>>,
+    /// Names of code runtimes generated, per process (issue 23).
+    jit: crate::jit::JitNames,
 }
 
 /// The agent's own vDSO image: the kernel maps the same one into every (64-bit) process
@@ -249,6 +257,7 @@ impl Aggregator {
             dropped: Default::default(),
             ktext: None,
             vdso: None,
+            jit: crate::jit::JitNames::new(),
         }
     }
 
@@ -420,8 +429,12 @@ impl Aggregator {
             };
         }
         let Some(m) = self.spaces.find(pid, f.ip) else {
-            return (UNKNOWN_BIN, f.ip);
+            // No file maps it: generated code, if the process publishes names.
+            return (if self.jit.has(pid) { JIT_BIN } else { UNKNOWN_BIN }, f.ip);
         };
+        if self.jit.has(pid) && is_anonymous(&m.path) {
+            return (JIT_BIN, f.ip);
+        }
         let off = m.file_offset(f.ip);
         let bin = self.binary_of(pid, f.ip);
         (bin, off)
@@ -474,10 +487,11 @@ impl Aggregator {
         }
     }
 
-    fn store_frame(&self, f: AggFrame) -> StoreFrame {
+    fn store_frame(&mut self, pid: u32, f: AggFrame) -> StoreFrame {
         let build_id = match f.0 {
             KERNEL_BIN => KERNEL_BUILD_ID.to_string(),
             UNKNOWN_BIN => String::new(),
+            JIT_BIN => self.jit.build_id_of(pid, f.1).unwrap_or_default(),
             b => self.binaries[b as usize].build_id.clone(),
         };
         StoreFrame {
@@ -486,9 +500,11 @@ impl Aggregator {
         }
     }
 
-    fn binary_path(&self, f: Option<&AggFrame>) -> String {
+    fn binary_path(&self, first: Option<&StoreFrame>, f: Option<&AggFrame>) -> String {
         match f.map(|f| f.0) {
             Some(KERNEL_BIN) => "[kernel]".into(),
+            Some(JIT_BIN) if first.is_some_and(|s| !s.build_id.is_empty()) => crate::jit::JIT_PATH.into(),
+            Some(JIT_BIN) => "[unknown]".into(),
             Some(UNKNOWN_BIN) | None => "[unknown]".into(),
             Some(b) => self.binaries[b as usize].path.to_string(),
         }
@@ -516,9 +532,19 @@ impl Aggregator {
         let start = self.window_start_us;
         let end = start + (now_mono.saturating_sub(self.window_start_mono) / 1000) as i64;
         let table = std::mem::take(&mut self.table);
+        // JIT frames: the entries they use, then the tables (new generations) before the
+        // window that names frames with them.
+        for k in table.keys() {
+            for f in k.frames.iter().filter(|f| f.0 == JIT_BIN) {
+                self.jit.use_frame(k.pid, f.1);
+            }
+        }
+        for t in self.jit.take_tables() {
+            let _ = self.jobs.send(Job::JitSymbols(t));
+        }
         let mut rows = Vec::with_capacity(table.len());
         for (k, (count, period)) in table {
-            let frames: Vec<StoreFrame> = k.frames.iter().map(|&f| self.store_frame(f)).collect();
+            let frames: Vec<StoreFrame> = k.frames.iter().map(|&f| self.store_frame(k.pid, f)).collect();
             rows.push(SampleRow {
                 window_start_us: start,
                 window_end_us: end.max(start + 1),
@@ -529,7 +555,7 @@ impl Aggregator {
                     .get(k.event as usize)
                     .cloned()
                     .unwrap_or_else(|| format!("event{}", k.event)),
-                binary: self.binary_path(k.frames.first()),
+                binary: self.binary_path(frames.first(), k.frames.first()),
                 stack_id: stack_id(&frames),
                 frames,
                 truncated: k.truncated,
@@ -563,6 +589,8 @@ impl Aggregator {
         self.window_samples = 0;
         self.window_lost = 0;
         self.window_dropped_rows = 0;
+        self.jit.end_window();
+        self.stats.jit = self.jit.stats;
         // Exited processes' comms stay interned; bound the interner across windows.
         if self.comms.len() > 100_000 {
             self.comms.truncate(1);
@@ -627,6 +655,11 @@ fn open_mapped(pid: u32, start: u64, end: u64) -> std::io::Result<File> {
     tailprof_collect::procfs::open_mapping(pid, start, end)
 }
 
+/// Anonymous memory, where runtimes put the code they generate.
+fn is_anonymous(path: &str) -> bool {
+    path.is_empty() || path.starts_with("//anon") || path.starts_with("[anon")
+}
+
 fn pseudo_build_id(path: &str, f: Option<&File>) -> String {
     let (size, mtime) = f
         .and_then(|f| f.metadata().ok())
@@ -672,6 +705,9 @@ impl Sink for Aggregator {
             }
             Record::Exit(t) => {
                 self.spaces.exit(t);
+                if t.pid == t.tid {
+                    self.jit.exit(t.pid);
+                }
                 if let Some(tail) = &mut self.tail {
                     tail.handle_exit(t.pid, t.tid, t.time);
                 }
@@ -733,6 +769,10 @@ impl Sink for Aggregator {
         Aggregator::handle_sample(self, s);
     }
 
+    fn handle_jit(&mut self, e: &tailprof_format::JitEntry) {
+        self.jit.add(e);
+    }
+
     fn handle_build_id(&mut self, e: &BuildIdEntry) {
         if self.path_build_ids.len() >= MAX_PATH_BUILD_IDS {
             self.path_build_ids.clear(); // mappings keep the build-ids they were given
@@ -744,6 +784,11 @@ impl Sink for Aggregator {
 }
 
 impl RecordOutput for Aggregator {
+    /// The recorder watches perf maps and jitdumps for the agent too (issue 23).
+    fn keeps_jit(&self) -> bool {
+        true
+    }
+
     fn end_round(&mut self) -> Result<(), FormatError> {
         self.maybe_flush(false);
         Ok(())

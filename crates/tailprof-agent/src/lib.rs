@@ -20,6 +20,7 @@
 
 pub mod aggregate;
 pub mod config;
+pub mod jit;
 pub mod names;
 pub mod otlp;
 pub mod push;

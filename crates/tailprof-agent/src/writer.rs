@@ -40,6 +40,9 @@ pub struct SymbolJob {
 pub enum Job {
     Window(WindowBatch),
     Symbols(SymbolJob),
+    /// A JIT symbol table (a process generation's names, [`crate::jit`]): small, written
+    /// at once, before the window that uses it.
+    JitSymbols(crate::jit::JitTable),
 }
 
 /// What the writer did, shared with the agent's front end.
@@ -124,6 +127,20 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
         match job {
             Job::Symbols(j) => {
                 let _ = sym_tx.send(j);
+            }
+            Job::JitSymbols(t) => {
+                let res = write_jit_table(&cfg.store, t);
+                let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                match res {
+                    Ok(n) => {
+                        s.symbol_tables += 1;
+                        s.symbols += n;
+                    }
+                    Err(e) => {
+                        s.symbol_tables_failed += 1;
+                        s.last_error = Some(e);
+                    }
+                }
             }
             Job::Window(w) => {
                 let meta = WindowMeta {
@@ -218,6 +235,19 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
     if let Some(t) = sym_thread {
         let _ = t.join();
     }
+}
+
+/// Writes a JIT symbol table (never replacing one: a generation's table is written once).
+/// Returns the functions written.
+fn write_jit_table(store: &Store, t: crate::jit::JitTable) -> Result<u64, String> {
+    let dest = store.symbols_file(&t.build_id).ok_or_else(|| format!("bad JIT build-id {}", t.build_id))?;
+    if dest.exists() {
+        return Ok(0);
+    }
+    store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string())?;
+    let (_, rows) = tailprof_store::write::write_symbol_table(&dest, &t.build_id, &t.path, t.funcs.into_iter().map(Ok))
+        .map_err(|e| format!("JIT symbols ({}): {e}", t.build_id))?;
+    Ok(rows)
 }
 
 /// The symbolizer's steady-state CPU budget, as a share of one core (the agent's whole

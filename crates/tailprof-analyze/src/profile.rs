@@ -103,6 +103,10 @@ pub struct ProfileRow {
     /// Why the name is not a symbol, when it is not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unknown_reason: Option<String>,
+    /// `file:line` of the function (`--by function`), when known: a JIT function's
+    /// jitdump DEBUG_INFO.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// Samples whose address could not be named, per binary and reason.
@@ -303,7 +307,7 @@ impl ProfileCounts {
                         if let Some(r) = &f.unknown_reason {
                             *unknown.entry((f.binary.clone(), r.clone())).or_default() += c.samples;
                         }
-                        row(f.name, Some(f.binary), None, None, c, f.unknown_reason)
+                        ProfileRow { source: f.source, ..row(f.name, Some(f.binary), None, None, c, f.unknown_reason) }
                     })
                     .collect()
             }
@@ -431,7 +435,7 @@ fn row(
     c: Counts,
     unknown_reason: Option<String>,
 ) -> ProfileRow {
-    ProfileRow { name, binary, pid, tid, samples: c.samples, percent: 0.0, period: c.period, unknown_reason }
+    ProfileRow { name, binary, pid, tid, samples: c.samples, percent: 0.0, period: c.period, unknown_reason, source: None }
 }
 
 /// Display name of event `i` of the header (`event N` when the header has none).

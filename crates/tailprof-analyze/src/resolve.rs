@@ -109,6 +109,9 @@ pub struct FunctionInfo {
     pub binary: String,
     /// Why the name is not a symbol, when it is not.
     pub unknown_reason: Option<String>,
+    /// `file:line` of the function's code, when known: a JIT function's jitdump
+    /// DEBUG_INFO (the first line of its code).
+    pub source: Option<String>,
 }
 
 /// Locations folded into functions by [`Resolver::functions`].
@@ -334,7 +337,12 @@ impl Resolver {
                 _ if b.kind == BinaryKind::Jit => {
                     let e = self.jit.entry(loc.offset as u32);
                     *unknown.entry((e.name.clone(), path)).or_insert_with_key(|(name, _)| {
-                        rows.push(FunctionInfo { name: name.clone(), binary: path.to_owned(), unknown_reason: None });
+                        rows.push(FunctionInfo {
+                            name: name.clone(),
+                            binary: path.to_owned(),
+                            unknown_reason: None,
+                            source: e.source.clone(),
+                        });
                         next
                     })
                 }
@@ -344,6 +352,7 @@ impl Resolver {
                         binary: path.to_owned(),
                         // `fn_4616a0`: a stripped binary's function, named by its .eh_frame range.
                         unknown_reason: symbolizer.is_range_name(*name).then(|| crate::symbolize::RANGE_NAME_REASON.to_owned()),
+                        source: None,
                     });
                     next
                 }),
@@ -354,6 +363,7 @@ impl Resolver {
                             name: name.clone(),
                             binary: path.to_owned(),
                             unknown_reason: Some(reason.to_string()),
+                            source: None,
                         });
                         next
                     })
@@ -587,7 +597,7 @@ pub fn inline_rows(resolver: &Resolver, table: &mut FunctionTable, symbolizer: &
             for f in &fr[..fr.len() - 1] {
                 let key = (symbolizer.name(f.name).to_owned(), b.path.clone());
                 let r = *row_index.entry(key).or_insert_with_key(|(name, binary)| {
-                    table.rows.push(FunctionInfo { name: name.clone(), binary: binary.clone(), unknown_reason: None });
+                    table.rows.push(FunctionInfo { name: name.clone(), binary: binary.clone(), unknown_reason: None, source: None });
                     (table.rows.len() - 1) as u32
                 });
                 rows.push(r);

@@ -55,6 +55,13 @@ pub fn run(args: ImportArgs) -> Result<ExitCode> {
             ui::thousands(summary.wakeups)
         );
     }
+    if summary.jit_names > 0 || summary.skipped_jit_names > 0 {
+        eprintln!(
+            "tailprof: JIT names {} from the recorded processes' /tmp/perf-PID.map, skipped {}",
+            ui::thousands(summary.jit_names),
+            ui::thousands(summary.skipped_jit_names)
+        );
+    }
     if summary.skipped_records > 0 {
         let kinds: Vec<String> = summary.skipped_by_type.iter().map(|(k, v)| format!("{k} {v}")).collect();
         eprintln!("tailprof: note: {} records of kinds tailprof does not keep: {}", summary.skipped_records, kinds.join(", "));

@@ -111,6 +111,11 @@ dump_map = mmap.mmap(f.fileno(), 40, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ
 index = 0
 def load(name, t):
     global index
+    # DEBUG_INFO before its load: the code's first instruction is at jit.py line 7 +
+    # the load's index (a made-up source, checked by the test)
+    entry = struct.pack('<QiI', addr, 7 + index, 0) + b'jit.py\0'
+    dbg = struct.pack('<QQ', addr, 1) + entry
+    f.write(struct.pack('<IIQ', 2, 16 + len(dbg), t) + dbg)
     body = struct.pack('<IIQQQQ', pid, pid, addr, addr, len(code), index) + name.encode() + b'\0' + code
     f.write(struct.pack('<IIQ', 0, 16 + len(body), t) + body)
     f.flush()
@@ -172,6 +177,16 @@ fn jitdump_reused_address_names_each_sample_by_the_load_valid_at_its_time() {
     assert!(unnamed * 20 <= jit.len(), "{unnamed} samples in anonymous memory not named, {} named", jit.len());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("JIT code names"), "{stderr}");
+    // DEBUG_INFO: each function's `file:line` in `report --json`'s function rows.
+    let rep = tailprof(&["report", "--json", "--top", "0", trace.to_str().unwrap()], dir.path());
+    let report: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let source_of = |name: &str| {
+        let rows = report["functions"].as_array().unwrap();
+        let row = rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name} row: {report}"));
+        row["source"].as_str().map(str::to_owned)
+    };
+    assert_eq!(source_of("jit_first").as_deref(), Some("jit.py:7"));
+    assert_eq!(source_of("jit_second").as_deref(), Some("jit.py:8"));
 }
 
 const NODE_APP: &str = r#"
@@ -445,4 +460,89 @@ fn node_split_agrees_with_perf_report() {
     assert!(hot + cold > 50.0, "perf report names too little: {text}");
     let theirs = 100.0 * hot / (hot + cold);
     assert!((ours - theirs).abs() <= 5.0, "hotLoop share: tailprof {ours:.1}%, perf report {theirs:.1}%");
+}
+
+/// Runs `perf` with `args` in `dir`; `None` (after a SKIP message) without perf or where
+/// it cannot record.
+fn perf(dir: &Path, args: &[&str]) -> Option<Output> {
+    if !have("perf") {
+        tailprof_testkit::skip(tailprof_testkit::Need::PerfTool, "perf not installed");
+        return None;
+    }
+    let o = Command::new("perf").args(args).current_dir(dir).output().expect("run perf");
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        if args[0] == "record" {
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format!("perf record failed here: {err}"));
+            return None;
+        }
+        panic!("perf {args:?} failed: {err}");
+    }
+    Some(o)
+}
+
+/// `perf record -k mono` of Node in `dir` with `flag`; `None` after a SKIP message.
+fn perf_record_node(dir: &Path, flag: &str) -> Option<()> {
+    if !have("node") {
+        tailprof_testkit::skip(tailprof_testkit::Need::Node, "node not installed (.ci/run installs nodejs as optional)");
+        return None;
+    }
+    std::fs::write(dir.join("app.js"), NODE_APP).unwrap();
+    perf(dir, &["record", "-k", "mono", "-e", "cpu-clock", "-o", "perf.data", "node", flag, "app.js"]).map(|_| ())
+}
+
+/// (hotLoop samples, coldLoop samples, user samples, binaries of hotLoop's samples).
+fn split_of(samples: &[(u64, String, String)]) -> (usize, usize, usize, Vec<String>) {
+    let hot = samples.iter().filter(|s| s.1.contains("hotLoop")).count();
+    let cold = samples.iter().filter(|s| s.1.contains("coldLoop")).count();
+    let mut bins: Vec<String> = samples.iter().filter(|s| s.1.contains("hotLoop")).map(|s| s.2.clone()).collect();
+    bins.sort();
+    bins.dedup();
+    (hot, cold, samples.len(), bins)
+}
+
+/// Issue 23.4: `perf record -k mono` of `node --perf-basic-prof`, then `import`: the JIT
+/// frames are named from `/tmp/perf-PID.map` (read at import time with the untrusted-file
+/// rules), and the names are in the trace (the map is deleted before reading it). Before:
+/// every JS sample was `[unknown]` in `//anon`.
+#[test]
+fn import_of_perf_record_k_mono_keeps_perf_map_names() {
+    let dir = tempfile::tempdir().unwrap();
+    if perf_record_node(dir.path(), "--perf-basic-prof").is_none() {
+        return;
+    }
+    let o = tailprof(&["import", "perf.data", "-o", "out.tprof"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("JIT names ") && err.contains("/tmp/perf-PID.map"), "{err}");
+    let trace = dir.path().join("out.tprof");
+    for pid in samples_pids(&trace) {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+    let samples = named_samples(&trace);
+    let (hot, cold, _, bins) = split_of(&samples);
+    assert!(hot + cold >= 200, "JS functions not named after import: {hot} + {cold}; {err}");
+    assert!(hot > cold, "hotLoop does 3x coldLoop's work: {hot} vs {cold}");
+    assert_eq!(bins, ["[jit]"]);
+}
+
+/// Issue 23.4: `perf inject --jit` output (`node --perf-prof`, `perf record -k mono`):
+/// the `jitted-PID-N.so` files it writes are ordinary mapped ELF files and resolve.
+#[test]
+fn import_of_perf_inject_jit_output_names_jitted_elf_files() {
+    let dir = tempfile::tempdir().unwrap();
+    if perf_record_node(dir.path(), "--perf-prof").is_none() {
+        return;
+    }
+    if perf(dir.path(), &["inject", "--jit", "-i", "perf.data", "-o", "perf.jit.data"]).is_none() {
+        return;
+    }
+    let o = tailprof(&["import", "perf.jit.data", "-o", "out.tprof"], dir.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let samples = named_samples(&dir.path().join("out.tprof"));
+    let (hot, cold, _, bins) = split_of(&samples);
+    assert!(hot + cold >= 200, "JS functions not named: {hot} + {cold}");
+    assert!(hot > cold, "hotLoop does 3x coldLoop's work: {hot} vs {cold}");
+    let file = |b: &String| b.rsplit('/').next().unwrap_or(b).to_string();
+    assert!(!bins.is_empty() && bins.iter().map(file).all(|b| b.starts_with("jitted-") && b.ends_with(".so")), "{bins:?}");
 }

@@ -150,27 +150,8 @@ pub fn is_jitdump_path(path: &str) -> bool {
         .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// One perf-map line `START SIZE name` (hex, with or without `0x`).
-pub fn parse_map_line(line: &[u8]) -> Option<(u64, u64, String)> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let sp = line.iter().position(|&b| b == b' ')?;
-    let (a, rest) = (&line[..sp], &line[sp + 1..]);
-    let sp = rest.iter().position(|&b| b == b' ')?;
-    let (b, name) = (&rest[..sp], &rest[sp + 1..]);
-    let hex = |s: &[u8]| {
-        let s = std::str::from_utf8(s).ok()?;
-        let s = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
-        if s.is_empty() || s.len() > 16 {
-            return None;
-        }
-        u64::from_str_radix(s, 16).ok()
-    };
-    let (start, size) = (hex(a)?, hex(b)?);
-    if name.is_empty() || size == 0 || start.checked_add(size).is_none() {
-        return None;
-    }
-    Some((start, size, String::from_utf8_lossy(name).into_owned()))
-}
+/// One perf-map line (its home is the format's JIT module, shared with `import`).
+pub use tailprof_format::jit::parse_map_line;
 
 impl JitCollector {
     /// `mono_clock`: the trace's timestamps are CLOCK_MONOTONIC (jitdump load times

@@ -130,6 +130,30 @@ pub fn runtime_advice(exe: &str) -> Option<(&'static str, &'static str)> {
     })
 }
 
+/// One perf-map line `START SIZE name` (hex, with or without `0x`); `None` for a line
+/// that is not one (an empty range, a range that wraps, no name). Used by the recorder
+/// and `import`.
+pub fn parse_map_line(line: &[u8]) -> Option<(u64, u64, String)> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let sp = line.iter().position(|&b| b == b' ')?;
+    let (a, rest) = (&line[..sp], &line[sp + 1..]);
+    let sp = rest.iter().position(|&b| b == b' ')?;
+    let (b, name) = (&rest[..sp], &rest[sp + 1..]);
+    let hex = |s: &[u8]| {
+        let s = std::str::from_utf8(s).ok()?;
+        let s = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
+        if s.is_empty() || s.len() > 16 {
+            return None;
+        }
+        u64::from_str_radix(s, 16).ok()
+    };
+    let (start, size) = (hex(a)?, hex(b)?);
+    if name.is_empty() || size == 0 || start.checked_add(size).is_none() {
+        return None;
+    }
+    Some((start, size, String::from_utf8_lossy(name).into_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,7 @@
 //! [`ImportError`] (or, for recordings that were cut off, a partial import with a warning).
 
 mod header;
+mod perfmap;
 mod reader;
 mod sample;
 mod source;
@@ -115,6 +116,12 @@ pub struct ImportSummary {
     pub switches: u64,
     /// `sched:sched_waking` samples imported as `Wakeup` records (not in `samples`).
     pub wakeups: u64,
+    /// JIT code names copied from the recorded processes' perf maps
+    /// (`/tmp/perf-PID.map`, read at import time: docs/SYMBOLS.md).
+    pub jit_names: u64,
+    /// Perf-map names skipped (bad or long lines, over the bound, a refused file),
+    /// stored as `Lost { JitNames }`.
+    pub skipped_jit_names: u64,
     /// Things the user should know (one line each).
     pub warnings: Vec<String>,
 }
@@ -131,7 +138,9 @@ pub struct Imported {
 /// of the perf.data header first ([`Sink::handle_build_id`]), each stack node before the
 /// first record that uses it ([`Sink::handle_stack`], ids from 1 in order, as a
 /// [`TraceWriter`] would intern them), a [`Sink::handle_round_end`] every 4,096 records,
-/// and at the end the build-ids found in a pipe-mode stream. Stops early, with what was
+/// and at the end the build-ids found in a pipe-mode stream and the JIT names of the
+/// recorded processes' perf maps ([`Sink::handle_jit`], read at import time; a sink that
+/// names samples as they come must keep them for a second pass, as the trace writer does). Stops early, with what was
 /// converted so far, when the sink answers [`tailprof_format::Flow::Stop`]; a sink that failed
 /// ([`Sink::take_error`]) gives [`ImportError::Write`].
 pub fn import_to_sink(path: &Path, opts: &ImportOptions, sink: &mut dyn Sink) -> Result<Imported, ImportError> {
@@ -164,6 +173,7 @@ fn convert(
     let mut stacks = stacks::ImportStacks::new();
     let mut table = tailprof_format::StackTable::new();
     let mut stopped = false;
+    let mut perf_maps = perfmap::PerfMaps::default();
     while let Some(mut r) = reader.next_record()? {
         let t = r.time();
         if t != 0 {
@@ -175,6 +185,9 @@ fn convert(
             table.intern_leaf_first(&f[..f.len().min(tailprof_format::MAX_STACK_DEPTH)])
         });
         let r = reader.finish_record(r);
+        if let tailprof_format::Record::Mmap(m) = &r {
+            perf_maps.note_mmap(m);
+        }
         for d in table.defs_since(known) {
             sink.handle_stack(&d);
         }
@@ -189,8 +202,25 @@ fn convert(
         }
     }
     werr(sink)?;
-    let (header, build_ids, summary) = reader.into_parts();
+    let (header, build_ids, mut summary) = reader.into_parts();
     if !stopped {
+        // JIT names from the processes' perf maps (the trace keeps them; valid for the
+        // whole trace, like every perf-map name).
+        perf_maps.read_all(Path::new("/tmp"), &mut |e| sink.handle_jit(e));
+        if perf_maps.skipped > 0 {
+            let lost = tailprof_format::Lost {
+                time: last.unwrap_or(0),
+                cpu: 0,
+                event: None,
+                kind: tailprof_format::LossKind::JitNames,
+                count: perf_maps.skipped,
+            };
+            sink.handle_record(&tailprof_format::Record::Lost(lost));
+        }
+        summary.jit_names = perf_maps.entries;
+        summary.skipped_jit_names = perf_maps.skipped;
+        summary.warnings.extend(perf_maps.notes);
+        werr(sink)?;
         for e in build_ids.iter().skip(header_ids) {
             sink.handle_build_id(e);
         }

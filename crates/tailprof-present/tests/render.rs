@@ -16,6 +16,7 @@ fn frow(name: &str, binary: &str, samples: u64, total: u64) -> ProfileRow {
         percent: 100.0 * samples as f64 / total as f64,
         period: samples * 1000,
         unknown_reason: None,
+        source: None,
     }
 }
 
