@@ -245,7 +245,7 @@ fn write_jit_table(store: &Store, t: crate::jit::JitTable) -> Result<u64, String
         return Ok(0);
     }
     store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string())?;
-    let (_, rows) = tailprof_store::write::write_symbol_table(&dest, &t.build_id, &t.path, t.funcs.into_iter().map(Ok))
+    let (_, rows) = tailprof_store::write::write_symbol_table(&dest, &t.build_id, &t.path, t.funcs.into_iter().map(Ok::<_, std::convert::Infallible>))
         .map_err(|e| format!("JIT symbols ({}): {e}", t.build_id))?;
     Ok(rows)
 }
