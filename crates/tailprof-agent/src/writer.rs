@@ -138,7 +138,7 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                     }
                     Err(e) => {
                         s.symbol_tables_failed += 1;
-                        s.last_error = Some(e);
+                        s.last_error = Some(e.to_string());
                     }
                 }
             }
@@ -237,16 +237,38 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
     }
 }
 
+/// Why a JIT symbol table was not written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JitTableError {
+    /// The generated id is not a valid store build-id (a bug, not the target's doing).
+    #[error("bad JIT build-id {0}")]
+    BadId(String),
+    /// The store refused the directory or the file.
+    #[error("JIT symbols ({id}): {source}")]
+    Store {
+        id: String,
+        #[source]
+        source: tailprof_store::StoreError,
+    },
+}
+
 /// Writes a JIT symbol table (never replacing one: a generation's table is written once).
 /// Returns the functions written.
-fn write_jit_table(store: &Store, t: crate::jit::JitTable) -> Result<u64, String> {
-    let dest = store.symbols_file(&t.build_id).ok_or_else(|| format!("bad JIT build-id {}", t.build_id))?;
+fn write_jit_table(store: &Store, t: crate::jit::JitTable) -> Result<u64, JitTableError> {
+    let dest = store.symbols_file(&t.build_id).ok_or_else(|| JitTableError::BadId(t.build_id.clone()))?;
     if dest.exists() {
         return Ok(0);
     }
-    store.ensure_dir(&store.symbols_dir()).map_err(|e| e.to_string())?;
-    let (_, rows) = tailprof_store::write::write_symbol_table(&dest, &t.build_id, &t.path, t.funcs.into_iter().map(Ok::<_, std::convert::Infallible>))
-        .map_err(|e| format!("JIT symbols ({}): {e}", t.build_id))?;
+    let id = t.build_id.clone();
+    store.ensure_dir(&store.symbols_dir()).map_err(|source| JitTableError::Store { id: id.clone(), source })?;
+    let (_, rows) = tailprof_store::write::write_symbol_table(
+        &dest,
+        &t.build_id,
+        &t.path,
+        t.funcs.into_iter().map(Ok::<_, std::convert::Infallible>),
+    )
+    .map_err(|source| JitTableError::Store { id, source })?;
     Ok(rows)
 }
 

@@ -540,7 +540,7 @@ impl Converter {
         let d = match decode_sample(&body, &info.layout, info.endian, &mut self.stack_fields) {
             Ok(d) => d,
             Err(e) => {
-                self.malformed("SAMPLE", e);
+                self.malformed("SAMPLE", e.to_string());
                 return None;
             }
         };

@@ -55,7 +55,7 @@ pub(crate) struct DecodedSample {
 /// Decode a sample body (the record without its 8-byte header); its stack fields go to
 /// `stack` (cleared when the body cannot be decoded).
 /// `layout` is [`decoded_layout`] of the sample's event.
-pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut StackFields) -> Result<DecodedSample, String> {
+pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut StackFields) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {
     stack.clear();
     let first = decode_with(data, layout, endian, stack)?;
     // The attr parser drops PERF_FORMAT_LOST; if the READ block would explain the
@@ -73,7 +73,7 @@ pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout, endian: Endian, 
     Ok(first)
 }
 
-fn decode_with(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut StackFields) -> Result<DecodedSample, String> {
+fn decode_with(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut StackFields) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {
     layout.decode_with(data, endian, |v| {
         stack.capture(v);
         DecodedSample {
@@ -95,7 +95,6 @@ fn decode_with(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut S
         trailing: v.rest().len(),
         }
     })
-    .map_err(|e| e.to_string())
 }
 
 /// Which sample_type bits lie after DATA_SRC (their bytes legitimately trail).
@@ -113,7 +112,7 @@ mod tests {
         WEIGHT_STRUCT as S_WEIGHT_STRUCT, ADDR as S_ADDR,
     };
 
-    fn decode(body: &[u8], event: SampleLayout) -> Result<DecodedSample, String> {
+    fn decode(body: &[u8], event: SampleLayout) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {
         decode_sample(body, &decoded_layout(&event), Endian::Little, &mut StackFields::default())
     }
 
