@@ -103,7 +103,7 @@ mod tests {
         assert_eq!(g.major_minor(), Some((1, 26)));
         // Pre-1.18 layout: still Go, version unknown.
         let old = GoBuildInfo::parse(&section(0, b"")).unwrap();
-        assert_eq!((old.version, old.major_minor()), (None, None));
+        assert_eq!((old.major_minor(), old.version), (None, None));
         assert_eq!(
             GoBuildInfo::parse(&section(2, b"go1.16")).unwrap().major_minor(),
             Some((1, 16))
