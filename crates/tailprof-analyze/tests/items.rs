@@ -313,15 +313,15 @@ fn goroutine_mode_keys_items_by_the_goroutine_not_the_thread() {
     let m = |time: u64, tid: u32, kind: MarkerKind, g: u64| {
         Record::Marker(Marker { time, pid: PID, tid, kind, item: g, class: 0, source: MarkerSource::Uprobe })
     };
-    const G1: u64 = 0xc000_0010_00;
-    const G2: u64 = 0xc000_0020_00;
+    const G1: u64 = 0x00c0_0000_1000;
+    const G2: u64 = 0x00c0_0000_2000;
     let recs = vec![
         m(100, 1, MarkerKind::Begin, G1),
         rs(150, 1, 0x1000, G1),
         m(160, 1, MarkerKind::Begin, G2), // another goroutine begins on the same thread
         rs(170, 1, 0x2000, G2),
         rs(200, 2, 0x1000, G1), // G1 moved to thread 2
-        rs(250, 2, 0x1000, 0xc000_0030_00), // a goroutine with no item
+        rs(250, 2, 0x1000, 0x00c0_0000_3000), // a goroutine with no item
         m(300, 2, MarkerKind::End, G1),
         rs(350, 1, 0x2000, G2),
         m(400, 1, MarkerKind::End, G2),

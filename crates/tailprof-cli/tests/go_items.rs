@@ -108,7 +108,10 @@ fn tempdir(tag: &str) -> PathBuf {
 /// The server built with the machine's Go, or None (and a SKIP line).
 fn build(dir: &Path) -> Option<PathBuf> {
     let Some(go) = tailprof_testkit::go() else {
-        tailprof_testkit::skip(tailprof_testkit::Need::Go, "no Go toolchain for the Go server");
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Go,
+            "no Go toolchain for the Go server",
+        );
         return None;
     };
     std::fs::write(dir.join("main.go"), SERVER).unwrap();
@@ -123,7 +126,11 @@ fn build(dir: &Path) -> Option<PathBuf> {
         .arg("main.go")
         .output()
         .expect("run go");
-    assert!(o.status.success(), "go build failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "go build failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     Some(exe)
 }
 
@@ -131,13 +138,19 @@ fn can_record() -> bool {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording uprobes (tracefs uprobe events)");
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Root,
+            "recording uprobes (tracefs uprobe events)",
+        );
     }
     root
 }
 
 fn tailprof(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tailprof")).args(args).output().expect("run tailprof")
+    Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        .args(args)
+        .output()
+        .expect("run tailprof")
 }
 
 #[test]
@@ -153,30 +166,54 @@ fn go_server_items_by_goroutine_from_entry_and_ret_instruction_probes() {
         // Rings large enough for 20,000 probe hits in 2 s from a debug build.
         .args(["record", "-F", "999", "--mmap-pages", "2048", "-o"])
         .arg(&trace)
-        .args(["--item-begin", &format!("{bin}:main.serve"), "--item-end", &format!("{bin}:main.serve%return")])
+        .args([
+            "--item-begin",
+            &format!("{bin}:main.serve"),
+            "--item-end",
+            &format!("{bin}:main.serve%return"),
+        ])
         .arg("--")
         .arg(&exe)
         .args([REQUESTS.to_string(), SLOW_EVERY.to_string()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "record failed: {}\n{stdout}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "record failed: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // The server survived every request (a uretprobe on a Go function would not).
     let slow = REQUESTS / SLOW_EVERY;
-    assert!(stdout.contains(&format!("served {REQUESTS} slow {slow}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("served {REQUESTS} slow {slow}")),
+        "{stdout}"
+    );
 
     let info = tailprof(&["info", "--json", trace.to_str().unwrap()]);
     let info_text = String::from_utf8_lossy(&info.stdout);
     assert!(info_text.contains("goroutine:r14"), "{info_text}");
-    assert!(info_text.contains("main.serve%return(ret)@0x"), "return-instruction sites: {info_text}");
+    assert!(
+        info_text.contains("main.serve%return(ret)@0x"),
+        "return-instruction sites: {info_text}"
+    );
 
     let o = tailprof(&["items", "--json", "--top", "0", trace.to_str().unwrap()]);
-    assert!(o.status.success(), "items failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "items failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["mode"], "goroutine:r14", "{}", v["mode"]);
     let items = v["items"].as_array().expect("items");
     // One item per request: no item lost, none doubled by the prologue's restart.
-    assert_eq!(items.len(), REQUESTS, "unmatched {}", v["unmatched_markers"]);
+    assert_eq!(
+        items.len(),
+        REQUESTS,
+        "unmatched {}",
+        v["unmatched_markers"]
+    );
     assert!(items.iter().all(|i| i["open_at_end"] == false));
     // The slow path's function carries the slow items' time: it is the function with
     // the most samples inside items, and it shows in (about) the slow items only.
@@ -191,8 +228,14 @@ fn go_server_items_by_goroutine_from_entry_and_ret_instruction_probes() {
             *per_fn.entry(name).or_default() += f["samples"].as_u64().unwrap();
         }
     }
-    let top = per_fn.iter().max_by_key(|(_, n)| **n).map(|(f, _)| f.clone());
+    let top = per_fn
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(f, _)| f.clone());
     assert_eq!(top.as_deref(), Some("main.slowWork"), "{per_fn:?}");
-    assert!(with_slow > 0 && with_slow <= slow, "main.slowWork in {with_slow} items, {slow} slow requests");
+    assert!(
+        with_slow > 0 && with_slow <= slow,
+        "main.slowWork in {with_slow} items, {slow} slow requests"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -38,7 +38,9 @@ impl GoBuildInfo {
             .then(|| {
                 let rest = b.get(32..)?;
                 let (len, used) = uvarint(rest)?;
-                let len = usize::try_from(len).ok().filter(|&l| l > 0 && l <= MAX_VERSION)?;
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|&l| l > 0 && l <= MAX_VERSION)?;
                 let s = rest.get(used..used.checked_add(len)?)?;
                 std::str::from_utf8(s).ok().map(str::to_owned)
             })
@@ -105,7 +107,9 @@ mod tests {
         let old = GoBuildInfo::parse(&section(0, b"")).unwrap();
         assert_eq!((old.major_minor(), old.version), (None, None));
         assert_eq!(
-            GoBuildInfo::parse(&section(2, b"go1.16")).unwrap().major_minor(),
+            GoBuildInfo::parse(&section(2, b"go1.16"))
+                .unwrap()
+                .major_minor(),
             Some((1, 16))
         );
     }

@@ -131,7 +131,10 @@ mod tests {
         );
         // A tail call: jmp rel32 out of the function.
         assert_eq!(
-            ret_addresses(&[0x48, 0x85, 0xc0, 0x75, 0x01, 0xc3, 0xe9, 0x00, 0x10, 0, 0], 0x1000),
+            ret_addresses(
+                &[0x48, 0x85, 0xc0, 0x75, 0x01, 0xc3, 0xe9, 0x00, 0x10, 0, 0],
+                0x1000
+            ),
             Err(RetError::TailJump {
                 at: 0x1006,
                 target: 0x200b
