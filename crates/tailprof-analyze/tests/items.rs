@@ -301,6 +301,50 @@ fn register_mode_takes_the_item_from_the_sampled_register() {
 }
 
 #[test]
+fn goroutine_mode_keys_items_by_the_goroutine_not_the_thread() {
+    // Probes on a Go binary: markers carry the goroutine (R14) as their item, samples
+    // carry R14 (bit 22) in regs; a goroutine moves from thread 1 to thread 2.
+    let mut header = cpu_clock_header();
+    header.events[0].regs_user_mask = 1 << 22;
+    header.extra.insert("item_key".into(), "goroutine:r14".into());
+    let rs = |time: u64, tid: u32, ip: u64, g: u64| {
+        Record::Sample(Sample { time, pid: PID, tid, ip, period: PERIOD, cpumode: CpuMode::User, regs: vec![g], ..Default::default() })
+    };
+    let m = |time: u64, tid: u32, kind: MarkerKind, g: u64| {
+        Record::Marker(Marker { time, pid: PID, tid, kind, item: g, class: 0, source: MarkerSource::Uprobe })
+    };
+    const G1: u64 = 0x00c0_0000_1000;
+    const G2: u64 = 0x00c0_0000_2000;
+    let recs = vec![
+        m(100, 1, MarkerKind::Begin, G1),
+        rs(150, 1, 0x1000, G1),
+        m(160, 1, MarkerKind::Begin, G2), // another goroutine begins on the same thread
+        rs(170, 1, 0x2000, G2),
+        rs(200, 2, 0x1000, G1), // G1 moved to thread 2
+        rs(250, 2, 0x1000, 0x00c0_0000_3000), // a goroutine with no item
+        m(300, 2, MarkerKind::End, G1),
+        rs(350, 1, 0x2000, G2),
+        m(400, 1, MarkerKind::End, G2),
+        m(500, 3, MarkerKind::Begin, G1), // the g reused: a new item
+        rs(550, 3, 0x1000, G1),
+        m(600, 1, MarkerKind::End, G1), // ends on another thread
+    ];
+    let r = run(&header, &recs, &ItemsOptions::default()).unwrap();
+    assert_eq!(r.mode, "goroutine:r14");
+    assert_eq!(r.items.len(), 3);
+    let ids: Vec<u64> = r.items.iter().map(|i| i.id).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    let one = r.item(1).unwrap();
+    assert_eq!((one.samples, one.begin_ns, one.end_ns), (2, 100, 300));
+    let two = r.item(2).unwrap();
+    assert_eq!((two.samples, two.begin_ns, two.end_ns), (2, 160, 400));
+    let three = r.item(3).unwrap();
+    assert_eq!((three.samples, three.end_ns, three.open_at_end), (1, 600, false));
+    assert_eq!(r.outside_samples, 1);
+    assert_eq!(r.unmatched_markers, 0);
+}
+
+#[test]
 fn losses_and_missing_markers() {
     // No markers and no register tag: a clear error.
     let recs = vec![s(100, 1, 0x1000)];

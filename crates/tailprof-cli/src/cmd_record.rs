@@ -89,9 +89,10 @@ pub struct RecordArgs {
     #[arg(long, value_name = "BIN:SYMBOL", requires = "item_end")]
     item_begin: Option<String>,
 
-    /// Item end from a uprobe: `BIN:SYMBOL%return` (the function's return),
+    /// Item end from a uprobe: `BIN:SYMBOL%return` (the function's return; on a Go binary
+    /// a probe on each of its RET instructions, never a uretprobe),
     /// `BIN:SYMBOL` (entry of another function) or `usdt:BIN:PROVIDER:NAME`. Closes the
-    /// thread's latest open item.
+    /// thread's latest open item (on a Go binary: the goroutine's, read from R14).
     #[arg(long, value_name = "BIN:SYMBOL[%return]", requires = "item_begin")]
     item_end: Option<String>,
 

@@ -400,9 +400,19 @@ impl Recorder {
             Some(r) => Some(items::item_reg_mask(r)?),
             None => None,
         };
-        let sampling = sampling_config(&opts, clock, item_reg.as_ref().map_or(0, |(mask, _)| *mask));
+        let mut sampling = sampling_config(&opts, clock, item_reg.as_ref().map_or(0, |(mask, _)| *mask));
         let mut plans = build_plans(&opts.events, &sampling)?;
         let probes = prepare_probes(&items, plans.len(), &sampling)?;
+        // Items keyed by goroutine (Go): every sample carries the goroutine register too.
+        if let Some(p) = probes.as_ref().filter(|p| p.prepared.goroutine) {
+            if items.item_reg.is_some() {
+                return Err(RecordError::Options(
+                    "--item-reg cannot be used with probes on a Go binary (items are keyed by goroutine, r14)".into(),
+                ));
+            }
+            sampling = sampling_config(&opts, clock, p.prepared.id_reg_mask);
+            plans = build_plans(&opts.events, &sampling)?;
+        }
         let mut stack_notes = Vec::new();
         let (off_cpu, switch_later) =
             off_cpu_plans(&stack_opts, items.off_cpu_on_markers, &mut plans, &sampling, &mut stack_notes)?;
@@ -554,7 +564,10 @@ impl Recorder {
         let notes = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
         let probe_base = probes.as_ref().map_or(u16::MAX, |p| p.begin_event);
         let probe_markers =
-            probes.as_ref().map(|p| MarkerMaker::new(p.prepared.id_reg_mask != 0, p.prepared.class.clone()));
+            probes.as_ref().map(|p| match p.prepared.goroutine {
+                true => MarkerMaker::for_goroutines(p.prepared.class.clone()),
+                false => MarkerMaker::new(p.prepared.id_reg_mask != 0, p.prepared.class.clone()),
+            });
         Ok(Recorder {
             target: opts.target.clone(),
             specs: opts.events.clone(),

@@ -37,6 +37,13 @@
 //! set bits of the event's `regs_user_mask`), 0 meaning outside; items are keyed by
 //! (pid, id) and may span threads; wall time is first..last sample.
 //!
+//! Goroutine mode (`TraceHeader.extra["item_key"]` = `goroutine:r14`, probes on a Go
+//! binary): markers carry the goroutine (`g`, R14 at the probe) as their `item`, and
+//! samples carry R14 in `regs`. The marker rules above apply per (pid, g) instead of per
+//! thread, so an item follows its goroutine from thread to thread; a sample belongs to
+//! the innermost open item of its (pid, R14). Items are numbered 1, 2, ... in begin
+//! order (a `g` is reused by later goroutines).
+//!
 //! Per-sample cost: a one-entry thread cache (else an FxHashMap lookup), the top of the
 //! thread's stack, [`Resolver::loc`], and a bump in the open item's accumulator, a small
 //! FxHashMap from location to slot that is cleared and reused when the item closes.
@@ -166,6 +173,16 @@ struct RegMode {
     last: Option<(u32, u64, u32, u32)>,
 }
 
+/// Goroutine-mode state: (pid, g) → its entry in `JoinState::threads`.
+#[derive(Debug)]
+struct KeyMode {
+    name: String,
+    /// Index of the key register in `Sample::regs`.
+    index: usize,
+    strands: FxHashMap<(u32, u64), u32>,
+    next_id: u64,
+}
+
 /// The join, a [`tailprof_format::Sink`]; see the module docs.
 pub type ItemsJoin = Resolved<JoinState>;
 
@@ -189,6 +206,7 @@ pub struct JoinState {
     /// position >= [`SHALLOW`].
     deep_ids: FxHashMap<(u32, u64), u32>,
     reg: Option<RegMode>,
+    key: Option<KeyMode>,
     meter: IntervalMeter,
     outside: u64,
     total: u64,
@@ -226,6 +244,17 @@ impl Resolved<JoinState> {
                 last: None,
             })
         });
+        let key = header.extra.get("item_key").and_then(|k| {
+            let name = k.strip_prefix("goroutine:")?;
+            let bit = reg_bit(name)?;
+            let mask = ev.map_or(0, |e| e.regs_user_mask);
+            (mask & (1 << bit) != 0).then(|| KeyMode {
+                name: name.trim().to_owned(),
+                index: (mask & ((1u64 << bit) - 1)).count_ones() as usize,
+                strands: FxHashMap::default(),
+                next_id: 0,
+            })
+        });
         let state = JoinState {
             opts: opts.clone(),
             event,
@@ -241,6 +270,7 @@ impl Resolved<JoinState> {
             classes: FxHashMap::default(),
             deep_ids: FxHashMap::default(),
             reg,
+            key,
             meter: IntervalMeter::default(),
             outside: 0,
             total: 0,
@@ -277,6 +307,21 @@ impl JoinState {
         }
         *c = (tid, i + 1);
         i as usize
+    }
+
+    /// Goroutine mode: the entry of (pid, g) in `threads`, made when `create`.
+    fn strand(&mut self, pid: u32, g: u64, create: bool) -> Option<usize> {
+        let key = self.key.as_mut()?;
+        if let Some(&t) = key.strands.get(&(pid, g)) {
+            return Some(t as usize);
+        }
+        if !create {
+            return None;
+        }
+        let t = self.threads.len() as u32;
+        key.strands.insert((pid, g), t);
+        self.threads.push(Thread::default());
+        Some(t as usize)
     }
 
     fn take_live(&mut self) -> u32 {
@@ -709,9 +754,10 @@ impl JoinState {
         }
         rows.sort_by_key(|r| (r.begin_ns, r.pid, r.tid, r.id));
         let open_at_end = rows.iter().filter(|r| r.open_at_end).count() as u64;
-        let (mode, duration_source) = match &self.reg {
-            Some(r) => (format!("register:{}", r.name), "samples"),
-            None => ("markers".to_owned(), "markers"),
+        let (mode, duration_source) = match (&self.reg, &self.key) {
+            (Some(r), _) => (format!("register:{}", r.name), "samples"),
+            (None, Some(k)) => (format!("goroutine:{}", k.name), "markers"),
+            (None, None) => ("markers".to_owned(), "markers"),
         };
         let mut report = ItemsReport {
             items: rows,
@@ -771,6 +817,19 @@ impl ResolvedSink for JoinState {
             }
             return;
         }
+        let th = match &self.key {
+            Some(k) => {
+                let g = s.regs.get(k.index).copied().unwrap_or(0);
+                match self.strand(s.pid, g, false) {
+                    Some(t) => &self.threads[t],
+                    None => {
+                        self.outside += 1;
+                        return;
+                    }
+                }
+            }
+            None => &self.threads[t],
+        };
         match th.stack.last() {
             Some(&(item, live)) => {
                 if th.open_items > 1 {
@@ -788,7 +847,21 @@ impl ResolvedSink for JoinState {
         if self.reg.is_some() {
             return;
         }
-        let t = self.thread(m.tid);
+        // Goroutine mode: the marker's item is its goroutine; items get sequence ids.
+        let (t, m) = match self.key.as_mut() {
+            Some(k) => {
+                let id = match m.kind {
+                    MarkerKind::Begin => {
+                        k.next_id += 1;
+                        k.next_id
+                    }
+                    _ => Marker::UNKNOWN_ITEM,
+                };
+                let t = self.strand(m.pid, m.item, true).expect("goroutine mode");
+                (t, &Marker { item: id, ..m.clone() })
+            }
+            None => (self.thread(m.tid), m),
+        };
         match m.kind {
             MarkerKind::Begin => {
                 let pending = std::mem::take(&mut self.threads[t].pending_class);

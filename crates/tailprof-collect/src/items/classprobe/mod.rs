@@ -267,7 +267,7 @@ impl TracefsUprobe {
         })?;
         let group = format!("tailprof_{}", std::process::id());
         let name = format!("{prefix}_{:016x}", random_u64());
-        let kind = if probe.spec.ret { 'r' } else { 'p' };
+        let kind = if probe.uretprobe() { 'r' } else { 'p' };
         let args = fetch.map(|f| format!(" arg={f}")).unwrap_or_default();
         // A USDT semaphore: the kernel counts this probe in it while the event exists.
         let ref_ctr = if probe.ref_ctr_offset != 0 { format!("({:#x})", probe.ref_ctr_offset) } else { String::new() };

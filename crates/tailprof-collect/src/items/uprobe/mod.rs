@@ -35,7 +35,9 @@
 //! carry [`Marker::UNKNOWN_ITEM`]: they close the item most recently begun on their
 //! thread, which is right for a function's return even under recursion.
 
+mod goret;
 mod open;
+pub use goret::{ret_addresses, RetError, MAX_FUNCTION_BYTES};
 pub(crate) use open::ProbeSet;
 
 use std::collections::{HashMap, HashSet};
@@ -46,7 +48,8 @@ use std::path::{Path, PathBuf};
 
 use perf_event_open_sys::bindings as b;
 use tailprof_elf::{
-    Elf, ReadAt, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC,
+    Elf, GoBuildInfo, ReadAt, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC,
+    STT_GNU_IFUNC,
 };
 use tailprof_format::{ItemClass, Marker, MarkerKind, MarkerSource, Record, Sample};
 
@@ -88,6 +91,12 @@ pub enum UprobeError {
     PmuMissing,
     #[error("bad item id register: {0}")]
     BadRegister(String),
+    #[error("cannot probe the returns of '{symbol}' in {path}, a Go binary (a uretprobe would corrupt goroutine stacks the runtime moves): {reason}")]
+    GoReturn {
+        symbol: String,
+        path: String,
+        reason: RetError,
+    },
     #[error("USDT probe '{probe}' not found in {path}: {available}")]
     UsdtNotFound {
         probe: String,
@@ -197,9 +206,21 @@ pub struct ResolvedProbe {
     pub ref_ctr_offset: u64,
     /// A USDT site's argument spec ([`crate::items::usdt::parse_args`]); `None` for a function.
     pub usdt_args: Option<String>,
+    /// The binary's Go build information when it is a Go binary (its functions' probes
+    /// read the goroutine register, R14, and `%return` probes sit on `RET`s).
+    pub go: Option<GoBuildInfo>,
+    /// `%return` on a Go binary: an entry uprobe on one `RET` instruction of the function
+    /// (`offset` is the instruction's), never a uretprobe ([`ret_addresses`]).
+    pub ret_insn: bool,
 }
 
 impl ResolvedProbe {
+    /// Whether the kernel probe is a uretprobe (`%return`, but not on a Go binary, where
+    /// the `RET` instructions are probed instead).
+    pub fn uretprobe(&self) -> bool {
+        self.spec.ret && !self.ret_insn
+    }
+
     /// The definition as stored in the trace header: `PATH:SYMBOL[%return]@0xOFFSET`, or
     /// `usdt:PATH:PROVIDER:NAME@0xOFFSET[(0xREF_CTR_OFFSET)]`.
     pub fn describe(&self) -> String {
@@ -220,7 +241,11 @@ impl ResolvedProbe {
             "{}:{}{}@{:#x}",
             self.path.display(),
             self.spec.symbol,
-            if self.spec.ret { "%return" } else { "" },
+            match (self.spec.ret, self.ret_insn) {
+                (true, true) => "%return(ret)",
+                (true, false) => "%return",
+                _ => "",
+            },
             self.offset
         )
     }
@@ -241,11 +266,12 @@ pub(crate) fn find_binary(binary: &str) -> Result<PathBuf, UprobeError> {
     Ok(std::fs::canonicalize(&path).unwrap_or(path))
 }
 
-/// Every place the probe fires: the function's one entry (or return), or each site of a
-/// USDT probe ([`crate::items::usdt::sites`]: one per inlined copy, with its semaphore).
+/// Every place the probe fires: the function's one entry (or return: on a Go binary each
+/// of its `RET` instructions), or each site of a USDT probe
+/// ([`crate::items::usdt::sites`]: one per inlined copy, with its semaphore).
 pub fn resolve_sites(spec: &ProbeSpec) -> Result<Vec<ResolvedProbe>, UprobeError> {
     let Some(provider) = &spec.usdt_provider else {
-        return Ok(vec![resolve(spec)?]);
+        return resolve_function(spec);
     };
     let (path, sites) = crate::items::usdt::sites(&spec.binary, provider, &spec.symbol)?;
     Ok(sites
@@ -257,17 +283,21 @@ pub fn resolve_sites(spec: &ProbeSpec) -> Result<Vec<ResolvedProbe>, UprobeError
             offset: s.offset,
             ref_ctr_offset: s.ref_ctr_offset,
             usdt_args: Some(s.args),
+            go: None,
+            ret_insn: false,
         })
         .collect())
 }
 
 /// Find the binary (as given if it has a '/', else in PATH) and resolve the symbol (a
-/// USDT probe: its first site; [`resolve_sites`] gives all).
+/// USDT probe or a Go `%return`: its first site; [`resolve_sites`] gives all).
 pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
-    if spec.usdt_provider.is_some() {
-        let mut all = resolve_sites(spec)?;
-        return Ok(all.swap_remove(0)); // a found probe has a site
-    }
+    let mut all = resolve_sites(spec)?;
+    Ok(all.swap_remove(0)) // a found probe has a site
+}
+
+/// A function's entry, or its return: a uretprobe, or on a Go binary one probe per `RET`.
+fn resolve_function(spec: &ProbeSpec) -> Result<Vec<ResolvedProbe>, UprobeError> {
     let path = find_binary(&spec.binary)?;
     // Another user may control the path: no final symlink, never blocks, regular files
     // only.
@@ -276,7 +306,7 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
         source,
     };
     let f = crate::procfs::open_untrusted(&path).map_err(read_err)?;
-    let (addr, offset) = symbol_offset(&f, &spec.symbol).map_err(|e| match e {
+    let found = symbol_lookup(&f, &spec.symbol, spec.ret).map_err(|e| match e {
         Lookup::NotElf => UprobeError::NotElf {
             path: path.display().to_string(),
         },
@@ -295,14 +325,28 @@ pub fn resolve(spec: &ProbeSpec) -> Result<ResolvedProbe, UprobeError> {
             path: path.display().to_string(),
             addr,
         },
+        Lookup::GoReturn(reason) => UprobeError::GoReturn {
+            symbol: spec.symbol.clone(),
+            path: path.display().to_string(),
+            reason,
+        },
     })?;
-    Ok(ResolvedProbe {
+    let site = |addr, offset, ret_insn| ResolvedProbe {
         spec: spec.clone(),
-        path,
+        path: path.clone(),
         addr,
         offset,
         ref_ctr_offset: 0,
         usdt_args: None,
+        go: found.go.clone(),
+        ret_insn,
+    };
+    Ok(match &found.rets {
+        Some(rets) => rets
+            .iter()
+            .map(|&a| site(a, a - found.value + found.offset, true))
+            .collect(),
+        None => vec![site(found.value, found.offset, false)],
     })
 }
 
@@ -314,6 +358,17 @@ enum Lookup {
     Io(io::Error),
     Missing(Vec<String>),
     NotLoaded(u64),
+    GoReturn(RetError),
+}
+
+/// A function symbol found by [`symbol_lookup`].
+#[derive(Debug)]
+struct Found {
+    value: u64,
+    offset: u64,
+    go: Option<GoBuildInfo>,
+    /// `%return` on a Go binary: the addresses of its `RET` instructions.
+    rets: Option<Vec<u64>>,
 }
 
 impl From<tailprof_elf::Error> for Lookup {
@@ -335,7 +390,14 @@ const NAME_WINDOW: usize = 256;
 /// `FUNC`/`IFUNC` symbol with a non-zero value named `name` (or `name@VERSION`) in the
 /// `.symtab` tables, then the `.dynsym` ones, translated through the `PT_LOAD` segment
 /// that holds it.
+#[cfg(test)]
 fn symbol_offset<R: ReadAt + ?Sized>(r: &R, name: &str) -> Result<(u64, u64), Lookup> {
+    symbol_lookup(r, name, false).map(|f| (f.value, f.offset))
+}
+
+/// [`symbol_offset`] with the binary's Go build information and, for `ret` on a Go
+/// binary, the function's `RET` instructions (its `st_size` bytes decoded).
+fn symbol_lookup<R: ReadAt + ?Sized>(r: &R, name: &str, ret: bool) -> Result<Found, Lookup> {
     let elf = Elf::parse(r)?;
     if !elf.class().is64 || elf.class().big_endian {
         return Err(Lookup::NotElf);
@@ -371,26 +433,69 @@ fn symbol_offset<R: ReadAt + ?Sized>(r: &R, name: &str) -> Result<(u64, u64), Lo
                 };
                 let base = sname.split('@').next().unwrap_or(sname);
                 if base == name {
-                    found = Some(sym.value);
+                    found = Some((sym.value, sym.size));
                     break 'outer;
                 }
                 close.offer(base);
             }
         }
     }
-    let Some(value) = found else {
+    let Some((value, size)) = found else {
         return Err(Lookup::Missing(close.names()));
     };
+    // A damaged `.go.buildinfo` is read as "not Go" (the entry probe works either way).
+    let go = elf.go_build_info().ok().flatten();
     for ph in elf.program_headers()? {
         let ph = ph?;
         if ph.kind != PT_LOAD || value < ph.vaddr || value - ph.vaddr >= ph.filesz {
             continue;
         }
-        if let Some(offset) = (value - ph.vaddr).checked_add(ph.offset) {
-            return Ok((value, offset));
-        }
+        let Some(offset) = (value - ph.vaddr).checked_add(ph.offset) else {
+            continue;
+        };
+        let rets = match (&go, ret) {
+            (Some(_), true) => Some(go_rets(&elf, value, offset, size, ph.filesz - (value - ph.vaddr))?),
+            _ => None,
+        };
+        return Ok(Found {
+            value,
+            offset,
+            go,
+            rets,
+        });
     }
     Err(Lookup::NotLoaded(value))
+}
+
+/// `e_machine` of x86-64.
+const EM_X86_64: u16 = 62;
+
+/// The `RET` addresses of the function at `value` (file offset `offset`, `size` bytes,
+/// `room` bytes left in its segment).
+fn go_rets<E: ReadAt>(
+    elf: &Elf<E>,
+    value: u64,
+    offset: u64,
+    size: u64,
+    room: u64,
+) -> Result<Vec<u64>, Lookup> {
+    let machine = elf.header().machine;
+    if machine != EM_X86_64 {
+        return Err(Lookup::GoReturn(RetError::NotX86_64(machine)));
+    }
+    if size == 0 {
+        return Err(Lookup::GoReturn(RetError::SizeUnknown));
+    }
+    if size > MAX_FUNCTION_BYTES {
+        return Err(Lookup::GoReturn(RetError::TooLarge(size)));
+    }
+    if size > room {
+        return Err(Lookup::Bad(format!(
+            "function at {value:#x} ({size} bytes) runs past its segment"
+        )));
+    }
+    let code = elf.read_vec(offset, size, MAX_FUNCTION_BYTES)?;
+    ret_addresses(&code, value).map_err(Lookup::GoReturn)
 }
 
 /// Up to five names that contain `name` (or that it contains), or are a small edit away:
@@ -609,6 +714,26 @@ pub struct PreparedProbes {
     pub id_reg: Option<String>,
     pub class: Option<String>,
     pub events: PreparedEvents,
+    /// Items keyed by goroutine ([`GOROUTINE_REG`]): both probes are in a Go binary (Go
+    /// 1.18+ on x86-64, whose ABIInternal keeps the current `g` in R14); `id_reg_mask`
+    /// is then R14's bit, captured by begin and end probes and by every sample.
+    pub goroutine: bool,
+}
+
+/// The register holding the current goroutine (`g`) in Go's amd64 ABIInternal (Go 1.17+).
+pub const GOROUTINE_REG: &str = "r14";
+
+/// Whether probes on these sites can key items by goroutine: all of them in a Go binary
+/// whose build information names Go 1.17 or later, on x86-64 (the recorder's own
+/// architecture: R14 is read from the registers of this machine's tasks).
+fn goroutine_keyed(begin: &[ResolvedProbe], end: &[ResolvedProbe]) -> bool {
+    cfg!(target_arch = "x86_64")
+        && begin.iter().chain(end).all(|p| {
+            p.go
+                .as_ref()
+                .and_then(GoBuildInfo::major_minor)
+                .is_some_and(|v| v >= (1, 17))
+        })
 }
 
 /// The kernel side of [`PreparedProbes`].
@@ -700,6 +825,17 @@ impl ItemProbes {
         };
         let begin = resolve_sites(&self.begin)?;
         let end = resolve_sites(&self.end)?;
+        let goroutine = goroutine_keyed(&begin, &end);
+        let id_reg_mask = if goroutine {
+            if let Some(r) = &self.id_reg {
+                return Err(UprobeError::BadRegister(format!(
+                    "'{r}': items in a Go program are keyed by goroutine ({GOROUTINE_REG}); drop --item-id-reg"
+                )));
+            }
+            parse_regs(GOROUTINE_REG).map_err(|e| UprobeError::BadRegister(e.to_string()))?
+        } else {
+            id_reg_mask
+        };
         let events = match via {
             ProbeVia::Pmu => {
                 let pmu = UprobePmu::probe()?;
@@ -735,6 +871,7 @@ impl ItemProbes {
             id_reg: self.id_reg.clone(),
             class: self.class.clone(),
             events,
+            goroutine,
         })
     }
 }
@@ -758,7 +895,20 @@ pub struct MarkerMaker {
     open: HashMap<u32, u32>,
     /// End hits on a thread with no open item (e.g. recording started mid-request).
     pub unmatched_ends: u64,
+    /// Items keyed by goroutine (`regs[0]` of begin and end hits is R14, the `g`): a
+    /// begin and end carry the `g` as their item, and the join keys them by it.
+    pub goroutine: bool,
+    /// Goroutine mode: the goroutines with an open item (pid, g), at most
+    /// [`MAX_OPEN_GOROUTINES`].
+    open_g: HashSet<(u32, u64)>,
+    /// Goroutine mode: a begin on a goroutine whose item is open (the function entered
+    /// again before it returned: the stack-growth restart of Go's prologue, which runs
+    /// the entry again; recursion is not told apart), dropped.
+    pub repeated_begins: u64,
 }
+
+/// Open goroutine items [`MarkerMaker`] tracks; past it, begins are passed on unchecked.
+pub const MAX_OPEN_GOROUTINES: usize = 1 << 20;
 
 impl MarkerMaker {
     pub fn new(id_from_reg: bool, class: Option<String>) -> Self {
@@ -769,9 +919,22 @@ impl MarkerMaker {
         }
     }
 
+    /// A maker of goroutine-keyed markers ([`PreparedProbes::goroutine`]).
+    pub fn for_goroutines(class: Option<String>) -> Self {
+        MarkerMaker {
+            id_from_reg: true,
+            class,
+            goroutine: true,
+            ..Default::default()
+        }
+    }
+
     /// Records for one hit, in order (an [`ItemClass`] before a process's first marker
     /// when a class is set, then the marker).
     pub fn convert(&mut self, s: &Sample, role: ProbeRole, out: &mut Vec<Record>) {
+        if self.goroutine {
+            return self.convert_goroutine(s, role, out);
+        }
         let class = if self.class.is_some() {
             UPROBE_CLASS_ID
         } else {
@@ -812,6 +975,53 @@ impl MarkerMaker {
             tid: s.tid,
             kind,
             item,
+            class,
+            source: MarkerSource::Uprobe,
+        }));
+    }
+
+    /// Goroutine mode: begin and end carry the hit's `g` (R14) as their item.
+    fn convert_goroutine(&mut self, s: &Sample, role: ProbeRole, out: &mut Vec<Record>) {
+        let g = s.regs.first().copied().unwrap_or(0);
+        let kind = match role {
+            ProbeRole::Begin => {
+                if self.open_g.contains(&(s.pid, g)) {
+                    self.repeated_begins += 1;
+                    return;
+                }
+                if self.open_g.len() < MAX_OPEN_GOROUTINES {
+                    self.open_g.insert((s.pid, g));
+                }
+                MarkerKind::Begin
+            }
+            ProbeRole::End => {
+                if !self.open_g.remove(&(s.pid, g)) {
+                    self.unmatched_ends += 1;
+                }
+                MarkerKind::End
+            }
+        };
+        let class = if self.class.is_some() {
+            UPROBE_CLASS_ID
+        } else {
+            0
+        };
+        if let (Some(name), MarkerKind::Begin) = (&self.class, kind) {
+            if self.classes_declared.insert(s.pid) {
+                out.push(Record::ItemClass(ItemClass {
+                    time: s.time,
+                    pid: s.pid,
+                    id: UPROBE_CLASS_ID,
+                    name: name.clone(),
+                }));
+            }
+        }
+        out.push(Record::Marker(Marker {
+            time: s.time,
+            pid: s.pid,
+            tid: s.tid,
+            kind,
+            item: g,
             class,
             source: MarkerSource::Uprobe,
         }));

@@ -32,8 +32,8 @@ impl ProbeSet {
         UprobeAttrConfig {
             offset: r.offset,
             ref_ctr_offset: r.ref_ctr_offset,
-            ret: r.spec.ret,
-            regs_user: if role == ProbeRole::Begin {
+            ret: r.uretprobe(),
+            regs_user: if role == ProbeRole::Begin || self.prepared.goroutine {
                 self.prepared.id_reg_mask
             } else {
                 0
@@ -111,10 +111,20 @@ impl ProbeSet {
                 "item_id".to_string(),
                 match &self.prepared.id_reg {
                     Some(r) => format!("register:{r}"),
+                    None if self.prepared.goroutine => {
+                        format!("goroutine:{}", super::GOROUTINE_REG)
+                    }
                     None => "sequence".to_string(),
                 },
             ),
         ];
+        if self.prepared.goroutine {
+            // The join keys markers and samples by this register's value (the `g`).
+            v.push((
+                "item_key".to_string(),
+                format!("goroutine:{}", super::GOROUTINE_REG),
+            ));
+        }
         if let Some(c) = &self.prepared.class {
             v.push(("item_class".to_string(), c.clone()));
         }

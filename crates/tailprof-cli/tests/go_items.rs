@@ -1,0 +1,241 @@
+//! Go servers (issue 22 part 4): a Go HTTP server with a fast and a slow path, recorded
+//! with an entry probe and a `%return` probe on its handler. On a Go binary the return
+//! probe sits on the handler's RET instructions (a uretprobe would corrupt goroutine
+//! stacks the runtime moves) and items are keyed by goroutine (R14). Checked: the server
+//! answers all 10,000 requests while probed, the item count is the request count, and
+//! the slow path's function carries the slow items' time. Needs Go
+//! (`/usr/local/go/bin/go` or PATH) and root; skips with a message otherwise. No timing
+//! assertions.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SERVER: &str = r#"
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+)
+
+var sink uint64
+
+//go:noinline
+func slowWork() {
+	x := sink
+	for i := uint64(0); i < 3000000; i++ {
+		x += i ^ (x >> 3)
+	}
+	sink = x
+}
+
+//go:noinline
+func fastWork() {
+	sink++
+}
+
+//go:noinline
+func serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/slow" {
+		slowWork()
+		io.WriteString(w, "slow\n")
+		return
+	}
+	fastWork()
+	io.WriteString(w, "fast\n")
+}
+
+// The server and its clients in one process: 4 client goroutines send N requests over
+// keep-alive connections, every SLOW_EVERY-th to /slow.
+func main() {
+	n, _ := strconv.Atoi(os.Args[1])
+	slowEvery, _ := strconv.Atoi(os.Args[2])
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go (&http.Server{Handler: http.HandlerFunc(serve)}).Serve(ln)
+	url := "http://" + ln.Addr().String()
+	const clients = 4
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, slow := 0, 0
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := c; i < n; i += clients {
+				path := "/fast"
+				if i%slowEvery == 0 {
+					path = "/slow"
+				}
+				resp, err := http.Get(url + path)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "request failed:", err)
+					os.Exit(2)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				ok++
+				if path == "/slow" {
+					slow++
+				}
+				mu.Unlock()
+			}
+		}(c)
+	}
+	wg.Wait()
+	fmt.Printf("served %d slow %d\n", ok, slow)
+}
+"#;
+
+const REQUESTS: usize = 10_000;
+const SLOW_EVERY: usize = 100;
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tailprof-go-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The server built with the machine's Go, or None (and a SKIP line).
+fn build(dir: &Path) -> Option<PathBuf> {
+    let Some(go) = tailprof_testkit::go() else {
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Go,
+            "no Go toolchain for the Go server",
+        );
+        return None;
+    };
+    std::fs::write(dir.join("main.go"), SERVER).unwrap();
+    let exe = dir.join("gosrv");
+    let o = Command::new(go)
+        .current_dir(dir)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "")
+        .env("CGO_ENABLED", "0")
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg("main.go")
+        .output()
+        .expect("run go");
+    assert!(
+        o.status.success(),
+        "go build failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(exe)
+}
+
+fn can_record() -> bool {
+    // SAFETY: plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Root,
+            "recording uprobes (tracefs uprobe events)",
+        );
+    }
+    root
+}
+
+fn tailprof(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        .args(args)
+        .output()
+        .expect("run tailprof")
+}
+
+#[test]
+fn go_server_items_by_goroutine_from_entry_and_ret_instruction_probes() {
+    let dir = tempdir("http");
+    let Some(exe) = build(&dir) else { return };
+    if !can_record() {
+        return;
+    }
+    let trace = dir.join("go.trace");
+    let bin = exe.display().to_string();
+    let o = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        // Rings large enough for 20,000 probe hits in 2 s from a debug build.
+        .args(["record", "-F", "999", "--mmap-pages", "2048", "-o"])
+        .arg(&trace)
+        .args([
+            "--item-begin",
+            &format!("{bin}:main.serve"),
+            "--item-end",
+            &format!("{bin}:main.serve%return"),
+        ])
+        .arg("--")
+        .arg(&exe)
+        .args([REQUESTS.to_string(), SLOW_EVERY.to_string()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "record failed: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The server survived every request (a uretprobe on a Go function would not).
+    let slow = REQUESTS / SLOW_EVERY;
+    assert!(
+        stdout.contains(&format!("served {REQUESTS} slow {slow}")),
+        "{stdout}"
+    );
+
+    let info = tailprof(&["info", "--json", trace.to_str().unwrap()]);
+    let info_text = String::from_utf8_lossy(&info.stdout);
+    assert!(info_text.contains("goroutine:r14"), "{info_text}");
+    assert!(
+        info_text.contains("main.serve%return(ret)@0x"),
+        "return-instruction sites: {info_text}"
+    );
+
+    let o = tailprof(&["items", "--json", "--top", "0", trace.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "items failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "goroutine:r14", "{}", v["mode"]);
+    let items = v["items"].as_array().expect("items");
+    // One item per request: no item lost, none doubled by the prologue's restart.
+    assert_eq!(
+        items.len(),
+        REQUESTS,
+        "unmatched {}",
+        v["unmatched_markers"]
+    );
+    assert!(items.iter().all(|i| i["open_at_end"] == false));
+    // The slow path's function carries the slow items' time: it is the function with
+    // the most samples inside items, and it shows in (about) the slow items only.
+    let mut per_fn: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut with_slow = 0;
+    for it in items {
+        for f in it["functions"].as_array().unwrap() {
+            let name = f["name"].as_str().unwrap_or("").to_string();
+            if name == "main.slowWork" {
+                with_slow += 1;
+            }
+            *per_fn.entry(name).or_default() += f["samples"].as_u64().unwrap();
+        }
+    }
+    let top = per_fn
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(f, _)| f.clone());
+    assert_eq!(top.as_deref(), Some("main.slowWork"), "{per_fn:?}");
+    assert!(
+        with_slow > 0 && with_slow <= slow,
+        "main.slowWork in {with_slow} items, {slow} slow requests"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
