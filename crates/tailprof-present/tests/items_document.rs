@@ -44,6 +44,7 @@ fn row(id: u64, duration_ns: u64, anomalous: bool) -> ItemRow {
             est_ns: 15.254114980095727,
             reliable: true,
         }],
+        events: Default::default(),
     }
 }
 
@@ -143,6 +144,8 @@ fn list() -> ItemList {
             mad_ns: 1_000,
             anomalous: 1,
         }],
+        item_events: 0,
+        item_events_outside: 0,
     };
     ItemList {
         report,

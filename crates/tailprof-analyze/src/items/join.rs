@@ -31,10 +31,11 @@
 //! the adapter keeps the address spaces current, the join only counts.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{ItemClass, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
+use tailprof_format::{ItemClass, ItemEvent, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
 
 use super::anomaly::flag_anomalies;
 use super::estimate::{period_interval_ns, Acc, IntervalMeter};
+use super::events::EventsAcc;
 use super::{Estimator, ItemFunction, ItemRow, ItemsOptions, ItemsReport};
 use crate::profile::event_name;
 use crate::resolve::{LocId, Resolved, ResolvedSink, Resolver};
@@ -154,6 +155,10 @@ pub struct JoinState {
     unmatched: u64,
     lost_markers: u64,
     last_time: u64,
+    /// Events of the items that have any (`--item-event`), by item index.
+    events: FxHashMap<u32, EventsAcc>,
+    item_events: u64,
+    item_events_outside: u64,
 }
 
 impl Resolved<JoinState> {
@@ -199,6 +204,9 @@ impl Resolved<JoinState> {
             unmatched: 0,
             lost_markers: 0,
             last_time: 0,
+            events: FxHashMap::default(),
+            item_events: 0,
+            item_events_outside: 0,
         };
         Ok(Resolved::wrap(header, state))
     }
@@ -434,7 +442,8 @@ impl JoinState {
         // The classes there are, for the error when `opts.class` names none of them
         // (at most 10 names: the message is one line).
         let mut other_classes: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        for it in &self.items {
+        for (index, it) in self.items.iter().enumerate() {
+            let events = self.events.remove(&(index as u32)).map(|a| a.finish(it.end)).unwrap_or_default();
             let class = match it.class {
                 0 => None,
                 c => Some(self.classes.get(&(it.pid, c)).cloned().unwrap_or_else(|| format!("class {c}"))),
@@ -495,6 +504,7 @@ impl JoinState {
                 responsible: Vec::new(),
                 open_at_end: it.open_at_end,
                 functions,
+                events,
             });
         }
         if let (Some(class), true) = (&self.opts.class, rows.is_empty()) {
@@ -524,6 +534,8 @@ impl JoinState {
             mad_k: self.opts.mad_k,
             responsible_share: self.opts.responsible_share,
             classes: Vec::new(),
+            item_events: self.item_events,
+            item_events_outside: self.item_events_outside,
         };
         flag_anomalies(&mut report, &self.opts);
         Ok(report)
@@ -588,6 +600,21 @@ impl ResolvedSink for JoinState {
                 }
                 None => self.unmatched += 1,
             },
+        }
+    }
+
+    /// An `--item-event` hit: kept by the innermost open item of its thread.
+    fn handle_item_event(&mut self, e: &ItemEvent) {
+        self.item_events += 1;
+        self.last_time = self.last_time.max(e.time);
+        if self.reg.is_some() {
+            self.item_events_outside += 1;
+            return;
+        }
+        let t = self.thread(e.tid);
+        match self.threads[t].stack.last() {
+            Some(&(item, _)) => self.events.entry(item).or_default().add(e),
+            None => self.item_events_outside += 1,
         }
     }
 

@@ -42,6 +42,7 @@
 pub mod anomaly;
 pub mod document;
 pub mod estimate;
+pub mod events;
 pub mod explain;
 pub mod join;
 pub mod samples;
@@ -153,6 +154,15 @@ pub struct ItemsReport<Row = ItemRow> {
     /// Share of an item's excess its `responsible` functions cover.
     pub responsible_share: f64,
     pub classes: Vec<ClassStats>,
+    /// `--item-event` records read, and those on no open item (left out of JSON when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub item_events: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub item_events_outside: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Duration statistics of one class of items.
@@ -187,6 +197,10 @@ pub struct ItemRow {
     pub open_at_end: bool,
     /// Sorted by the shown estimate, largest first.
     pub functions: Vec<ItemFunction>,
+    /// Events and spans inside the item (`--item-event`, [`events`]); left out of JSON
+    /// when there are none.
+    #[serde(skip_serializing_if = "events::ItemEvents::is_empty")]
+    pub events: events::ItemEvents,
 }
 
 /// Time of one function within one item.
@@ -236,6 +250,8 @@ impl<Row> ItemsReport<Row> {
             mad_k: self.mad_k,
             responsible_share: self.responsible_share,
             classes: self.classes,
+            item_events: self.item_events,
+            item_events_outside: self.item_events_outside,
         }
     }
 
