@@ -142,7 +142,7 @@ fn usdt_events_and_spans_land_in_their_items() {
         );
         let spans = ev["spans"].as_array().unwrap();
         let waits: Vec<_> = spans.iter().filter(|s| s["name"] == "wait").collect();
-        if id % 2 == 0 {
+        if id.is_multiple_of(2) {
             assert_eq!(waits.len(), 1, "item {id}: {ev}");
             let w = waits[0];
             assert_eq!(w["arg"], (id * 10).to_string(), "the start's argument");

@@ -46,7 +46,7 @@ pub(crate) struct ClassProbes {
 #[derive(Debug)]
 enum ProbeUse {
     Class,
-    Event(EventSpec),
+    Event(Box<EventSpec>),
 }
 
 /// sample_type of a class probe: the uprobe fields plus the tracepoint's raw record.
@@ -107,7 +107,7 @@ impl ClassProbes {
                 let ev = TracefsUprobe::create_event(&root, &resolved, spec)
                     .map_err(|e| create_error(e, &root))?;
                 event_defs.push(format!("{}{fetch}", resolved.describe()));
-                events.push((ProbeUse::Event(spec.clone()), String::new(), ev));
+                events.push((ProbeUse::Event(Box::new(spec.clone())), String::new(), ev));
             }
         }
         // The header's `item_events` entry names each event: `NAME KIND DEFINITION`.
