@@ -120,8 +120,8 @@ pub struct RecordArgs {
 
     /// Timestamped events inside items from a probe: `usdt:BIN:PROVIDER:NAME` or
     /// `BIN:SYMBOL[%return]`, optionally with one argument `:argN[:string|u64|s64]` (N from
-    /// 0 for USDT, arg1..arg6 for a function; default u64; strings are stored as they are,
-    /// cut at 256 bytes). A probe named `X__start` starts span X and `X__done` ends it
+    /// 0 for USDT, arg1..arg6 for a function; default u64; strings are stored cut at 256
+    /// bytes, control characters as `?`, not SQL-shaped). A probe named `X__start` starts span X and `X__done` ends it
     /// (durations in the item's breakdown, `items --explain`, the Perfetto export); others
     /// are instants. At most 256 events per item are kept by the analysis. Needs root and
     /// tracefs. Repeatable.

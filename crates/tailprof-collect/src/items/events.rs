@@ -11,9 +11,9 @@
 //! ([`crate::items::classprobe::ClassProbes`] opens and decodes both): an argument is
 //! read with the same fetch rule as a class argument (a USDT probe's `argN` from its
 //! note, a function's `arg1..arg6` or register), by default as an integer; `:string`
-//! reads the C string it points to, cut at [`ItemEvent::MAX_ARG_TEXT`] bytes and stored
-//! as it is (unlike a class, not reduced to an SQL shape: ask only for arguments that may
-//! be stored).
+//! reads the C string it points to, cut at [`ItemEvent::MAX_ARG_TEXT`] bytes, control
+//! characters replaced by `?`, and otherwise stored as it is (unlike a class, not reduced
+//! to an SQL shape: ask only for arguments that may be stored).
 
 use tailprof_format::{ItemEvent, ItemEventKind};
 
@@ -117,7 +117,9 @@ fn split_pair(s: &str) -> Option<(&str, &str)> {
     (!a.is_empty() && !b.is_empty()).then_some((a, b))
 }
 
-/// Cuts a fetched string to [`ItemEvent::MAX_ARG_TEXT`] bytes at a character boundary.
+/// Cuts a fetched string to [`ItemEvent::MAX_ARG_TEXT`] bytes at a character boundary
+/// and replaces control characters (new lines, terminal escapes from the untrusted
+/// target) with `?`, so the text prints as one harmless line.
 pub fn cut_text(mut t: String) -> String {
     if t.len() > ItemEvent::MAX_ARG_TEXT {
         let mut n = ItemEvent::MAX_ARG_TEXT;
@@ -125,6 +127,12 @@ pub fn cut_text(mut t: String) -> String {
             n -= 1;
         }
         t.truncate(n);
+    }
+    if t.chars().any(char::is_control) {
+        t = t
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
     }
     t
 }
@@ -178,5 +186,6 @@ mod tests {
         let t = cut_text("é".repeat(200));
         assert!(t.len() <= ItemEvent::MAX_ARG_TEXT && t.chars().all(|c| c == 'é'));
         assert_eq!(cut_text("short".into()), "short");
+        assert_eq!(cut_text("a\nb\x1b[2Jc".into()), "a?b?[2Jc");
     }
 }
