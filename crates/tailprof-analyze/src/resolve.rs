@@ -456,6 +456,7 @@ pub trait ResolvedSink {
     fn handle_throttle(&mut self, _t: &Throttle) {}
     fn handle_marker(&mut self, _m: &Marker) {}
     fn handle_item_class(&mut self, _c: &ItemClass) {}
+    fn handle_item_event(&mut self, _e: &tailprof_format::ItemEvent) {}
     /// [`Sink::flow`]: whether the reader should go on (analyses never fail, so there is
     /// no error to take).
     fn flow(&self) -> Flow {
@@ -550,6 +551,9 @@ impl<S: ResolvedSink> Sink for Resolved<S> {
     }
     fn handle_item_class(&mut self, c: &ItemClass) {
         self.inner.handle_item_class(c);
+    }
+    fn handle_item_event(&mut self, e: &tailprof_format::ItemEvent) {
+        self.inner.handle_item_event(e);
     }
     #[inline]
     fn flow(&self) -> Flow {

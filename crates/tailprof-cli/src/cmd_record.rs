@@ -119,6 +119,31 @@ pub struct RecordArgs {
     #[arg(long, value_name = "BIN:SYMBOL:ARG[:TYPE]")]
     item_class_from: Vec<String>,
 
+    /// Timestamped events inside items from a probe: `usdt:BIN:PROVIDER:NAME` or
+    /// `BIN:SYMBOL[%return]`, optionally with one argument `:argN[:string|u64|s64]` (N from
+    /// 0 for USDT, arg1..arg6 for a function; default u64; strings are stored cut at 256
+    /// bytes, control characters as `?`, not SQL-shaped). A probe named `X__start` starts span X and `X__done` ends it
+    /// (durations in the item's breakdown, `items --explain`, the Perfetto export); others
+    /// are instants. At most 256 events per item are kept by the analysis. Needs root and
+    /// tracefs. Repeatable.
+    #[arg(long, value_name = "PROBE[:argN[:TYPE]]")]
+    item_event: Vec<String>,
+
+    /// A span from any two probes: `START,END` (each as in --item-event), named after
+    /// START. Repeatable.
+    #[arg(long, value_name = "START,END")]
+    item_span: Vec<String>,
+
+    /// A ready-made probe set: `postgresql[=BIN]` expands to
+    /// `--item-begin usdt:BIN:postgresql:query__start --item-end usdt:BIN:postgresql:query__done
+    /// --item-class-from usdt:BIN:postgresql:query__start:arg0` and the --item-event probes
+    /// `lock__wait__start:arg1`, `lock__wait__done`, `lwlock__wait__start:arg0:string`,
+    /// `lwlock__wait__done` (items = statements, classes = SQL shapes, lock and LWLock
+    /// waits as spans; no symbols needed). BIN defaults to the newest
+    /// /usr/lib/postgresql/*/bin/postgres, else postgres in PATH. docs/PROBES.md.
+    #[arg(long, value_name = "NAME[=BIN]", conflicts_with_all = ["item_begin", "item_end", "item_reg"])]
+    preset: Option<String>,
+
     /// Register-tag mode: the item id is in this user register (e.g. `r13`, reserved
     /// with -ffixed-r13), captured with every sample; 0 means outside any item.
     #[arg(long, value_name = "REG")]
@@ -243,7 +268,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         target,
         cmdline: std::env::args().collect(),
     };
-    let probes = match (&args.item_begin, &args.item_end) {
+    let preset = args.preset.as_deref().map(tailprof_collect::items::preset::expand).transpose()?;
+    if let Some(p) = &preset {
+        eprintln!("--preset {}: {}", args.preset.as_deref().unwrap_or(""), p.args().join(" "));
+    }
+    let (item_begin, item_end) = match &preset {
+        Some(p) => (Some(p.item_begin.clone()), Some(p.item_end.clone())),
+        None => (args.item_begin.clone(), args.item_end.clone()),
+    };
+    let probes = match (&item_begin, &item_end) {
         (Some(b), Some(e)) => Some(ItemProbes {
             begin: ProbeSpec::parse(b)?,
             end: ProbeSpec::parse(e)?,
@@ -255,12 +288,21 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let class_from = args
         .item_class_from
         .iter()
+        .chain(preset.iter().flat_map(|p| p.item_class_from.iter()))
         .map(|s| tailprof_collect::items::classprobe::ClassSpec::parse(s))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut events = Vec::new();
+    for s in args.item_event.iter().chain(preset.iter().flat_map(|p| p.item_event.iter())) {
+        events.push(tailprof_collect::items::events::EventSpec::parse(s)?);
+    }
+    for s in &args.item_span {
+        events.extend(tailprof_collect::items::events::EventSpec::parse_span(s)?);
+    }
     let items = ItemOptions {
         probes,
         item_reg: args.item_reg.clone(),
         class_from,
+        events,
         // Markers may show up in any target: off-CPU then starts at the first one.
         off_cpu_on_markers: !args.no_off_cpu,
     };
@@ -276,7 +318,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         (None, true) => Some(tailprof_collect::session::CallGraph::Fp),
         (None, false) => None,
     };
-    let items_recorded = items.probes.is_some() || items.item_reg.is_some() || !items.class_from.is_empty();
+    let items_recorded =
+        items.probes.is_some() || items.item_reg.is_some() || !items.class_from.is_empty() || !items.events.is_empty();
     let stack_opts = tailprof_collect::session::StackOptions {
         call_graph,
         off_cpu: !args.no_off_cpu && (args.off_cpu || items_recorded),

@@ -110,7 +110,7 @@ impl Server {
                 ));
             }
         }
-        let port = 30000 + (std::process::id() % 10000) as u16 + tag * 10000;
+        let port = 30000 + (std::process::id() % 8000) as u16 + tag * 8000;
         let s = Server {
             bindir,
             dir,
@@ -513,4 +513,106 @@ fn usdt_query_probes_give_items_and_sql_shapes() {
     for shape in [SERIES_SHAPE, AGG_SHAPE] {
         assert!(items.iter().any(|i| i["class"] == shape), "{shape}");
     }
+}
+
+/// Issue 22 items 2 and 3: `--preset postgresql=BIN` on the stripped binary (no uprobe on
+/// a symbol: only USDT probes). pgbench with two one-statement scripts (simple query
+/// protocol, transaction log `-l`): the items match the log's transactions within 5% and
+/// their classes are the scripts' SQL shapes. Then a row-lock wait (one session holds the
+/// row while another updates it): the waiting UPDATE's item, and no other, carries a
+/// `lock__wait` span inside it.
+#[test]
+fn preset_postgresql_pgbench_items_and_lock_wait_span() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((server, pg)) = setup(3) else { return };
+    let Some(pgbench) = [server.bindir.join("pgbench")].into_iter().find(|p| p.is_file()).or_else(|| which("pgbench")) else {
+        tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "pgbench not found");
+        return;
+    };
+    let preset = vec!["-F".to_string(), "99".into(), "--no-off-cpu".into(), "--preset".into(), format!("postgresql={pg}")];
+
+    // pgbench: items = transactions of the log.
+    let trace = server.dir.join("pgbench.trace");
+    let Some((rec, reader)) = spawn_recording(&preset, &trace) else { return };
+    std::fs::write(server.dir.join("sel.sql"), "\\set id random(1, 20000)\nSELECT v FROM t WHERE id = :id;\n").unwrap();
+    std::fs::write(server.dir.join("upd.sql"), "\\set id random(1, 20000)\nUPDATE t SET v = v + 1 WHERE id = :id;\n").unwrap();
+    let prefix = server.dir.join("pgbench_log");
+    let o = Command::new(&pgbench)
+        .arg("-h")
+        .arg(&server.dir)
+        .args(["-p", &server.port.to_string(), "-U", "postgres", "-n", "-M", "simple", "-c", "2", "-t", "150", "-l"])
+        .arg(format!("--log-prefix={}", prefix.display()))
+        .arg("-f")
+        .arg(format!("{}@1", server.dir.join("sel.sql").display()))
+        .arg("-f")
+        .arg(format!("{}@1", server.dir.join("upd.sql").display()))
+        .arg("postgres")
+        .output()
+        .expect("pgbench");
+    assert!(o.status.success(), "pgbench failed: {}", String::from_utf8_lossy(&o.stderr));
+    let out = stop_recording(rec, reader);
+    assert!(out.contains("--preset postgresql=") && out.contains(":postgresql:lock__wait__start:arg1"), "the expansion is printed: {out}");
+    let mut logged = 0usize;
+    for e in std::fs::read_dir(&server.dir).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("pgbench_log") {
+            logged += std::fs::read_to_string(e.path()).unwrap().lines().filter(|l| !l.trim().is_empty()).count();
+        }
+    }
+    assert_eq!(logged, 300, "pgbench's transaction log");
+    let r = tailprof_format::TraceReader::open(&trace).unwrap();
+    for key in ["item_begin", "item_end"] {
+        let def = r.header().extra.get(key).cloned().unwrap_or_default();
+        assert!(def.lines().all(|l| l.starts_with("usdt:")), "no uprobe on a symbol: {key} = {def}");
+    }
+    let events = r.header().extra.get("item_events").cloned().unwrap_or_default();
+    assert!(events.lines().all(|l| l.contains(" usdt:")) && events.contains("lwlock__wait"), "{events}");
+    let v = tailprof_json(&["items", "--json", "--top", "0", trace.to_str().unwrap()]);
+    let items = v["items"].as_array().expect("items");
+    let sel = items.iter().filter(|i| i["class"] == "select v from t where id = ?").count();
+    let upd = items.iter().filter(|i| i["class"] == "update t set v = v + ? where id = ?").count();
+    eprintln!("pgbench transactions logged: {logged}, items: {} (select {sel}, update {upd})", items.len());
+    assert!((items.len() as f64 - logged as f64).abs() <= 0.05 * logged as f64, "items {} vs transactions {logged}", items.len());
+    assert!((sel + upd) as f64 >= 0.95 * logged as f64, "classes are the scripts' shapes: {sel} + {upd}");
+    assert!(sel > 0 && upd > 0);
+
+    // A row-lock wait: a lock__wait span inside the waiting UPDATE only.
+    let trace = server.dir.join("lockspan.trace");
+    let Some((rec, reader)) = spawn_recording(&preset, &trace) else { return };
+    let mut holder = server
+        .psql_cmd()
+        .arg("-c")
+        .arg("BEGIN; UPDATE t SET v = v + 1 WHERE id = 1; SELECT pg_sleep(1.0); COMMIT;")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("psql");
+    let mut sleeping = false;
+    for _ in 0..600 {
+        if server.psql_c("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == "1" {
+            sleeping = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sleeping, "session A never reached pg_sleep");
+    server.psql_c("UPDATE t SET v = v + 2 WHERE id = 1");
+    assert!(holder.wait().unwrap().success(), "session A failed");
+    let _ = stop_recording(rec, reader);
+    let v = tailprof_json(&["items", "--json", "--top", "0", "--sort", "begin", trace.to_str().unwrap()]);
+    let items = v["items"].as_array().expect("items");
+    let with_wait: Vec<&serde_json::Value> = items
+        .iter()
+        .filter(|it| it["events"]["spans"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == "lock__wait")))
+        .collect();
+    let summary: Vec<String> = items.iter().map(|it| format!("{} {} {}", it["class"], it["duration_ns"], it["events"])).collect();
+    assert_eq!(with_wait.len(), 1, "exactly the waiting UPDATE has a lock__wait span:\n{}", summary.join("\n"));
+    let it = with_wait[0];
+    assert_eq!(it["class"], "update t set v = v + ? where id = ?", "{it}");
+    let (b, e) = (it["begin_ns"].as_u64().unwrap(), it["end_ns"].as_u64().unwrap());
+    let span = it["events"]["spans"].as_array().unwrap().iter().find(|s| s["name"] == "lock__wait").unwrap();
+    let (sb, se) = (span["begin_ns"].as_u64().unwrap(), span["end_ns"].as_u64().unwrap());
+    eprintln!("waiting UPDATE: wall {} ns, lock__wait span {} ns (arg {})", e - b, se - sb, span["arg"]);
+    assert!(b <= sb && sb < se && se <= e && span["unfinished"] == false, "the span lies inside its item: {it}");
+    let text = Command::new(env!("CARGO_BIN_EXE_tailprof")).args(["items", "--explain", &it["id"].to_string(), trace.to_str().unwrap()]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Spans: lock__wait"), "{text}");
 }

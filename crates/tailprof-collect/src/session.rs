@@ -451,8 +451,9 @@ impl Recorder {
                     .into(),
             );
         }
-        // `--item-class-from` events come last (tracefs uprobe events, as tracepoints).
-        let classes = items::classprobe::ClassProbes::prepare(&items.class_from, layouts.len())?;
+        // `--item-class-from` and `--item-event` events come last (tracefs uprobe events, as
+        // tracepoints).
+        let classes = items::classprobe::ClassProbes::prepare(&items.class_from, &items.events, layouts.len())?;
         layouts.extend(classes.iter().flat_map(|c| c.layouts()));
         raise_nofile_limit();
         let mut header = trace_header(&opts, &caps, clock, &plans, item_reg.as_ref().map(|(_, name)| name.as_str()), probes.as_ref());

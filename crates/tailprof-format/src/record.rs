@@ -246,6 +246,59 @@ impl Default for MarkerKind {
     }
 }
 
+/// What an [`ItemEvent`] is (`--item-event`, issue 22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[repr(u8)]
+pub enum ItemEventKind {
+    /// A point in time.
+    #[default]
+    Instant = 0,
+    /// A span begins (`NAME__start`, or the first probe of `--item-span`).
+    SpanStart = 1,
+    /// The span of the same name most recently begun on the thread ends.
+    SpanEnd = 2,
+}
+
+/// A fetched probe argument of an [`ItemEvent`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventArg {
+    U64(u64),
+    I64(i64),
+    /// A string the argument pointed to, cut at [`ItemEvent::MAX_ARG_TEXT`] bytes.
+    Text(String),
+}
+
+impl std::fmt::Display for EventArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventArg::U64(v) => write!(f, "{v}"),
+            EventArg::I64(v) => write!(f, "{v}"),
+            EventArg::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+/// A timestamped event on one thread inside (or outside) an item: a probe hit of
+/// `--item-event` (FORMAT.md side-band kind 11). The analysis puts it in the item open
+/// on its thread at its time; a `SpanStart`/`SpanEnd` pair of one name becomes a span.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ItemEvent {
+    pub time: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub kind: ItemEventKind,
+    /// The event's name (a span's name without `__start`/`__done`).
+    pub name: String,
+    pub arg: Option<EventArg>,
+}
+
+impl ItemEvent {
+    /// Longest event name stored, in bytes.
+    pub const MAX_NAME: usize = 256;
+    /// Longest string argument stored, in bytes.
+    pub const MAX_ARG_TEXT: usize = 256;
+}
+
 /// Declares the name of a class label used by markers of process `pid`
 /// (e.g. a query type). Written before the first marker that uses `id`.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -484,6 +537,8 @@ pub enum Record {
     ItemClass(ItemClass),
     Switch(Switch),
     Wakeup(Wakeup),
+    /// Side-band kind 11 (`--item-event`).
+    ItemEvent(ItemEvent),
 }
 
 impl Record {
@@ -499,6 +554,7 @@ impl Record {
             Record::ItemClass(r) => r.time,
             Record::Switch(r) => r.time,
             Record::Wakeup(r) => r.time,
+            Record::ItemEvent(r) => r.time,
         }
     }
 }
@@ -545,6 +601,8 @@ pub trait Sink {
     fn handle_item_class(&mut self, _c: &ItemClass) {}
     fn handle_switch(&mut self, _s: &Switch) {}
     fn handle_wakeup(&mut self, _w: &Wakeup) {}
+    /// A probe event inside items (`--item-event`).
+    fn handle_item_event(&mut self, _e: &ItemEvent) {}
     /// A stack node, delivered before the first record that uses it, ancestors first.
     /// Not a record: [`Sink::handle_record`] does not see it.
     fn handle_stack(&mut self, _d: &StackDef) {}
@@ -585,6 +643,7 @@ pub trait Sink {
             Record::ItemClass(c) => self.handle_item_class(c),
             Record::Switch(s) => self.handle_switch(s),
             Record::Wakeup(w) => self.handle_wakeup(w),
+            Record::ItemEvent(e) => self.handle_item_event(e),
         }
         self.flow()
     }

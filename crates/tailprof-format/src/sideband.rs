@@ -1,7 +1,7 @@
 //! Side-band records (everything but samples) inside a records chunk.
 //!
 //! Owns the row encoding of `Mmap`, `Comm`, `Fork`, `Exit`, `Lost`, `Throttle`,
-//! `Marker`, `ItemClass`, `Switch` and `Wakeup`
+//! `Marker`, `ItemClass`, `Switch`, `Wakeup` and `ItemEvent`
 //! (FORMAT.md §5.4). Side-band records are rare next to samples, so they are stored
 //! row-wise, each one tagged with its position among the chunk's samples; that position
 //! is what puts them back in their exact original order. Each row is length-prefixed so
@@ -23,6 +23,9 @@ pub const SB_ITEM_CLASS: u8 = 8;
 pub const SB_SWITCH: u8 = 9;
 /// Version 3.
 pub const SB_WAKEUP: u8 = 10;
+/// `--item-event` hits (written by version-4 recorders since issue 22; older readers skip
+/// the unknown kind).
+pub const SB_ITEM_EVENT: u8 = 11;
 
 fn put_opt_u16(out: &mut Vec<u8>, v: Option<u16>) {
     put_uleb(out, v.map_or(0, |e| e as u64 + 1));
@@ -145,6 +148,28 @@ pub fn put_sideband(
             s.push(w.stack_status as u8);
             SB_WAKEUP
         }
+        Record::ItemEvent(e) => {
+            put_uleb(s, e.pid as u64);
+            put_uleb(s, e.tid as u64);
+            s.push(e.kind as u8);
+            put_bytes(s, e.name.as_bytes());
+            match &e.arg {
+                None => s.push(0),
+                Some(EventArg::U64(v)) => {
+                    s.push(1);
+                    put_uleb(s, *v);
+                }
+                Some(EventArg::I64(v)) => {
+                    s.push(2);
+                    put_uleb(s, zigzag(*v));
+                }
+                Some(EventArg::Text(t)) => {
+                    s.push(3);
+                    put_bytes(s, t.as_bytes());
+                }
+            }
+            SB_ITEM_EVENT
+        }
     };
     let time = r.time();
     out.push(kind);
@@ -255,6 +280,25 @@ pub fn get_sideband(
                 },
             },
         }),
+        SB_ITEM_EVENT if version >= 4 => Record::ItemEvent(ItemEvent {
+            time,
+            pid: f.uleb_u32()?,
+            tid: f.uleb_u32()?,
+            kind: match f.u8()? {
+                0 => ItemEventKind::Instant,
+                1 => ItemEventKind::SpanStart,
+                2 => ItemEventKind::SpanEnd,
+                _ => return None,
+            },
+            name: f.string()?,
+            arg: match f.u8()? {
+                0 => None,
+                1 => Some(EventArg::U64(f.uleb()?)),
+                2 => Some(EventArg::I64(unzigzag(f.uleb()?))),
+                3 => Some(EventArg::Text(f.string()?)),
+                _ => return None,
+            },
+        }),
         SB_WAKEUP if version >= 3 => Record::Wakeup(Wakeup {
             time,
             pid: f.uleb_u32()?,
@@ -281,6 +325,7 @@ pub fn sideband_size_hint(r: &Record) -> usize {
         Record::Mmap(m) => 60 + m.path.len() + m.build_id.as_ref().map_or(0, Vec::len),
         Record::Comm(c) => 20 + c.comm.len(),
         Record::ItemClass(c) => 20 + c.name.len(),
+        Record::ItemEvent(e) => 20 + e.name.len() + 40,
         _ => 40,
     }
 }

@@ -487,6 +487,10 @@ fn check_sideband_size(r: &Record) -> Result<(), FormatError> {
     let too_big = match r {
         Record::Mmap(m) => m.path.len() > MAX_STRING || m.build_id.as_ref().is_some_and(|b| b.len() > MAX_STRING),
         Record::Comm(c) => c.comm.len() > MAX_STRING,
+        Record::ItemEvent(e) => {
+            e.name.len() > ItemEvent::MAX_NAME
+                || matches!(&e.arg, Some(EventArg::Text(t)) if t.len() > ItemEvent::MAX_ARG_TEXT)
+        }
         _ => false,
     };
     if too_big {
@@ -549,6 +553,9 @@ impl<W: Write> Sink for TraceWriter<W> {
     }
     fn handle_wakeup(&mut self, w: &Wakeup) {
         self.handle_record(&Record::Wakeup(w.clone()));
+    }
+    fn handle_item_event(&mut self, e: &ItemEvent) {
+        self.handle_record(&Record::ItemEvent(e.clone()));
     }
     fn handle_stack(&mut self, d: &StackDef) {
         // A node the writer already has under that id (a stream re-sending it) is fine.

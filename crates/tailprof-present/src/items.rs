@@ -414,7 +414,47 @@ pub fn render_explanation(x: &Explanation) -> String {
             100.0 * covered
         );
     }
+    render_item_events(&mut out, &it.events, it.begin_ns);
     out
+}
+
+/// An item's spans (per-name totals, then each) and instants (`--item-event`); times
+/// relative to the item's begin. Nothing when it has none.
+pub fn render_item_events(out: &mut String, e: &tailprof_analyze::items::events::ItemEvents, begin: u64) {
+    if e.is_empty() {
+        return;
+    }
+    let arg = |a: &Option<String>| a.as_ref().map(|a| format!(" ({a})")).unwrap_or_default();
+    out.push('\n');
+    if !e.span_totals.is_empty() {
+        let parts: Vec<String> =
+            e.span_totals.iter().map(|t| format!("{} {} ({})", t.name, duration(t.total_ns), t.count)).collect();
+        let _ = writeln!(out, "Spans: {}", parts.join(", "));
+        for sp in &e.spans {
+            let _ = writeln!(
+                out,
+                "  +{} {} {}{}{}",
+                duration(sp.begin_ns.saturating_sub(begin)),
+                sp.name,
+                duration(sp.duration_ns),
+                arg(&sp.arg),
+                if sp.unfinished { " (not ended before the item)" } else { "" }
+            );
+        }
+    }
+    if !e.events.is_empty() {
+        let _ = writeln!(out, "Events:");
+        for ev in &e.events {
+            let _ = writeln!(out, "  +{} {}{}", duration(ev.time_ns.saturating_sub(begin)), ev.name, arg(&ev.arg));
+        }
+    }
+    if e.dropped > 0 || e.unmatched_span_ends > 0 {
+        let _ = writeln!(
+            out,
+            "({} events over the per-item bound not kept, {} span ends without a start)",
+            e.dropped, e.unmatched_span_ends
+        );
+    }
 }
 
 /// The text lines that say where the shown items' wall time went: for each item with

@@ -139,6 +139,20 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
                 }
             }));
         }
+        // `--item-event`: spans as slices (async, so they may overlap the function
+        // slices), instants as thread-scoped instants, on the item's track.
+        for (k, sp) in r.events.spans.iter().enumerate() {
+            let id = format!("{}:{}:{k}", r.tid, r.id);
+            let args = json!({"item": r.id, "arg": sp.arg, "duration_ns": sp.duration_ns, "unfinished": sp.unfinished});
+            events.push(json!({"ph": "b", "cat": "span", "name": sp.name, "id": id, "pid": r.pid, "tid": r.tid, "ts": us(sp.begin_ns), "args": args}));
+            events.push(json!({"ph": "e", "cat": "span", "name": sp.name, "id": id, "pid": r.pid, "tid": r.tid, "ts": us(sp.end_ns)}));
+        }
+        for ev in &r.events.events {
+            events.push(json!({
+                "ph": "i", "s": "t", "cat": "event", "name": ev.name, "pid": r.pid, "tid": r.tid, "ts": us(ev.time_ns),
+                "args": {"item": r.id, "arg": ev.arg},
+            }));
+        }
     }
     for s in samples {
         events.push(json!({

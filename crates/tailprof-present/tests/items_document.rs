@@ -48,6 +48,7 @@ fn row(id: u64, duration_ns: u64, anomalous: bool) -> ItemRow {
             est_ns: 15.254114980095727,
             reliable: true,
         }],
+        events: Default::default(),
     }
 }
 
@@ -151,6 +152,8 @@ fn list() -> ItemList {
         }],
         switching: SwitchStats::default(),
         ambiguity: Ambiguity::default(),
+        item_events: 0,
+        item_events_outside: 0,
     };
     ItemList {
         report,

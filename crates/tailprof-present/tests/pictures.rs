@@ -58,6 +58,7 @@ fn report() -> ItemsReport {
             ambiguous_samples: 0,
             ambiguous: false,
             functions: vec![f_tr, f_load, f_red],
+            events: Default::default(),
         });
         t = end + 300_000;
     }
@@ -84,6 +85,8 @@ fn report() -> ItemsReport {
             ClassStats { class: Some("n=10".into()), items: 6, median_duration_ns: 3 * MS, mad_ns: 10_000, anomalous: 1 },
             ClassStats { class: Some("n=20".into()), items: 6, median_duration_ns: 6 * MS, mad_ns: 10_000, anomalous: 1 },
         ],
+        item_events: 0,
+        item_events_outside: 0,
     }
 }
 

@@ -52,10 +52,11 @@
 //! the adapter keeps the address spaces current, the join only counts.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{ItemClass, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
+use tailprof_format::{ItemClass, ItemEvent, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
 
 use super::anomaly::flag_anomalies;
 use super::estimate::{period_interval_ns, Acc, IntervalMeter};
+use super::events::EventsAcc;
 use super::{Estimator, ItemFunction, ItemRow, ItemsOptions, ItemsReport};
 use crate::profile::event_name;
 use crate::resolve::{LocId, Resolved, ResolvedSink, Resolver};
@@ -221,6 +222,10 @@ pub struct JoinState {
     /// (item, tid, from, to): intervals switched items were current.
     slices: Vec<(u32, u32, u64, u64)>,
     switching: super::SwitchStats,
+    /// Events of the items that have any (`--item-event`), by item index.
+    events: FxHashMap<u32, EventsAcc>,
+    item_events: u64,
+    item_events_outside: u64,
 }
 
 impl Resolved<JoinState> {
@@ -282,6 +287,9 @@ impl Resolved<JoinState> {
             by_id: FxHashMap::default(),
             slices: Vec::new(),
             switching: super::SwitchStats::default(),
+            events: FxHashMap::default(),
+            item_events: 0,
+            item_events_outside: 0,
         };
         Ok(Resolved::wrap(header, state))
     }
@@ -641,6 +649,7 @@ impl JoinState {
             while self.slices.get(slice_at).is_some_and(|s| s.0 as usize == index) {
                 slice_at += 1;
             }
+            let events = self.events.remove(&(index as u32)).map(|a| a.finish(it.end)).unwrap_or_default();
             let class = match it.class {
                 0 => None,
                 c => Some(self.classes.get(&(it.pid, c)).cloned().unwrap_or_else(|| format!("class {c}"))),
@@ -747,6 +756,7 @@ impl JoinState {
                 ambiguous_samples,
                 ambiguous,
                 functions,
+                events,
             });
         }
         if let (Some(class), true) = (&self.opts.class, rows.is_empty()) {
@@ -779,6 +789,8 @@ impl JoinState {
             classes: Vec::new(),
             switching: self.switching,
             ambiguity,
+            item_events: self.item_events,
+            item_events_outside: self.item_events_outside,
         };
         flag_anomalies(&mut report, &self.opts);
         Ok(report)
@@ -919,6 +931,21 @@ impl ResolvedSink for JoinState {
                 self.start_switching(t);
                 self.set_current(t, NO_ITEM, m.time);
             }
+        }
+    }
+
+    /// An `--item-event` hit: kept by the innermost open item of its thread.
+    fn handle_item_event(&mut self, e: &ItemEvent) {
+        self.item_events += 1;
+        self.last_time = self.last_time.max(e.time);
+        if self.reg.is_some() {
+            self.item_events_outside += 1;
+            return;
+        }
+        let t = self.thread(e.tid);
+        match self.threads[t].stack.last() {
+            Some(&(item, _)) => self.events.entry(item).or_default().add(e),
+            None => self.item_events_outside += 1,
         }
     }
 

@@ -43,6 +43,7 @@
 pub mod anomaly;
 pub mod document;
 pub mod estimate;
+pub mod events;
 pub mod explain;
 pub mod join;
 pub mod samples;
@@ -159,6 +160,15 @@ pub struct ItemsReport<Row = ItemRow> {
     /// Items whose samples may belong to another item: begin/end markers that overlapped
     /// on one thread without switch markers (issue 24, "honest output").
     pub ambiguity: Ambiguity,
+    /// `--item-event` records read, and those on no open item (left out of JSON when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub item_events: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub item_events_outside: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Switch markers of a trace (docs/MARKERS.md, "Switch markers").
@@ -255,6 +265,10 @@ pub struct ItemRow {
     pub ambiguous: bool,
     /// Sorted by the shown estimate, largest first.
     pub functions: Vec<ItemFunction>,
+    /// Events and spans inside the item (`--item-event`, [`events`]); left out of JSON
+    /// when there are none.
+    #[serde(skip_serializing_if = "events::ItemEvents::is_empty")]
+    pub events: events::ItemEvents,
 }
 
 /// Time of one function within one item.
@@ -321,6 +335,8 @@ impl<Row> ItemsReport<Row> {
             classes: self.classes,
             switching: self.switching,
             ambiguity: self.ambiguity,
+            item_events: self.item_events,
+            item_events_outside: self.item_events_outside,
         }
     }
 

@@ -8,12 +8,16 @@
 //! * [`usdt`]: `usdt:BIN:PROVIDER:NAME` probe locations and their argument specs.
 //! * [`classprobe`] / [`sqlshape`]: `--item-class-from` (a probed function's argument →
 //!   its SQL shape or integer → an item class) and opening those probes.
+//! * [`events`]: `--item-event`/`--item-span` (probe hits → events and spans inside
+//!   items), opened and decoded with the class probes.
 //!
 //! The recorder (`session`) plans, opens and drains them; [`ItemOptions`] is what it is
 //! asked for.
 
 pub mod classprobe;
+pub mod events;
 pub mod markers;
+pub mod preset;
 pub mod sqlshape;
 pub mod uprobe;
 pub mod usdt;
@@ -36,6 +40,9 @@ pub struct ItemOptions {
     /// hit labels the thread's open item (or the next one it begins) with the value's
     /// class ([`crate::items::classprobe`]).
     pub class_from: Vec<ClassSpec>,
+    /// Events and span ends inside items (`--item-event`, `--item-span`,
+    /// [`crate::items::events`]).
+    pub events: Vec<events::EventSpec>,
     /// Off-CPU time for items from the marker library without `--off-cpu` (issue 7 item
     /// 2): the context-switch and `sched:sched_switch` events are opened when the first
     /// marker shows up (at once when `-p`/`-a` attached a process with the marker library

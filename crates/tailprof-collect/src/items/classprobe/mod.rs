@@ -251,6 +251,20 @@ impl TracefsUprobe {
         Ok(made)
     }
 
+    /// Creates an `--item-event` probe's event: with its argument's fetch-argument at this
+    /// site, or none.
+    pub fn create_event(root: &Path, probe: &ResolvedProbe, spec: &crate::items::events::EventSpec) -> Result<TracefsUprobe, UprobeError> {
+        let Some(arg) = &spec.arg else {
+            return Self::define(root, probe, "evt", None);
+        };
+        let fetch = arg.fetch_arg_at(probe)?;
+        let mut made = Self::define(root, probe, "evt", Some(&fetch))?;
+        let format = std::fs::read_to_string(made.dir().join("format")).map_err(|e| made.io_err("read event format", e))?;
+        made.layout = parse_format(&format, "arg")
+            .ok_or_else(|| made.io_err("no arg field in event format", std::io::ErrorKind::InvalidData.into()))?;
+        Ok(made)
+    }
+
     /// Creates `p:GROUP/NAME PATH:OFFSET` (`r:` for a `%return` probe), no arguments,
     /// with an unpredictable name.
     pub fn create_plain(root: &Path, probe: &ResolvedProbe) -> Result<TracefsUprobe, UprobeError> {

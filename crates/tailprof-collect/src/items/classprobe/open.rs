@@ -4,11 +4,13 @@
 use std::io;
 
 use tailprof_format::{
-    ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample,
+    EventArg, ItemClass, ItemEvent, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record,
+    Sample,
 };
 
 use super::{ClassId, ClassSpec, ClassTable, TracefsUprobe};
 use crate::attr::{ClockChoice, PerfEventAttr, ATTR_SIZE};
+use crate::items::events::EventSpec;
 use crate::items::{classprobe, uprobe};
 use crate::parse::Layout;
 use crate::sys::{self, CollectError};
@@ -19,12 +21,16 @@ use crate::sys::{self, CollectError};
 /// thread's open item (or the next one it begins), preceded by an `ItemClass`
 /// declaration the first time a process shows a label.
 ///
+/// `--item-event` probes are opened and drained the same way, after the class probes:
+/// each hit becomes an [`ItemEvent`] record (with the fetched argument when asked for).
+///
 /// Owned by the emitter, which the recorder drops after its perf fds: the tracefs
 /// events are removed only once no perf event uses them.
 #[derive(Debug)]
 pub(crate) struct ClassProbes {
-    /// One tracefs event per spec, in decoder order from `base`.
-    events: Vec<(ClassSpec, String, TracefsUprobe)>,
+    /// One tracefs event per site of every spec, in decoder order from `base`: what a
+    /// hit means, the definition (header), the event.
+    events: Vec<(ProbeUse, String, TracefsUprobe)>,
     /// Decoder index of the first class event.
     pub base: u16,
     table: ClassTable,
@@ -36,18 +42,27 @@ pub(crate) struct ClassProbes {
     mounted: Option<std::path::PathBuf>,
 }
 
+/// What a hit of one of [`ClassProbes`]' events is turned into.
+#[derive(Debug)]
+enum ProbeUse {
+    Class,
+    Event(Box<EventSpec>),
+}
+
 /// sample_type of a class probe: the uprobe fields plus the tracepoint's raw record.
 pub(crate) const CLASS_SAMPLE_TYPE: u64 =
     uprobe::UPROBE_SAMPLE_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_RAW as u64;
 
 impl ClassProbes {
-    /// Resolve every spec and create its tracefs event (mounting tracefs when absent).
-    /// `base` is the decoder index the first event gets. `None` without specs.
+    /// Resolve every spec (classes, then events) and create their tracefs events
+    /// (mounting tracefs when absent). `base` is the decoder index the first event gets.
+    /// `None` without specs.
     pub fn prepare(
         specs: &[ClassSpec],
+        event_specs: &[EventSpec],
         base: usize,
     ) -> Result<Option<ClassProbes>, crate::session::RecordError> {
-        if specs.is_empty() {
+        if specs.is_empty() && event_specs.is_empty() {
             return Ok(None);
         }
         let base = u16::try_from(base)
@@ -70,7 +85,41 @@ impl ClassProbes {
                 let ev = TracefsUprobe::create(&root, &resolved, spec)
                     .map_err(|e| create_error(e, &root))?;
                 let desc = format!("{}:{fetch}", resolved.describe());
-                events.push((spec.clone(), desc, ev));
+                events.push((ProbeUse::Class, desc, ev));
+            }
+        }
+        let mut event_defs = Vec::new();
+        for spec in event_specs {
+            for resolved in uprobe::resolve_sites(&spec.probe)? {
+                let fetch = match &spec.arg {
+                    Some(a) => format!(":{}", a.fetch_arg_at(&resolved)?),
+                    None => String::new(),
+                };
+                let (root, we_mounted) = crate::tracefs::ensure_mounted().map_err(|source| {
+                    crate::session::RecordError::Io {
+                        what: "--item-event needs tracefs".into(),
+                        source,
+                    }
+                })?;
+                if we_mounted {
+                    mounted = Some(root.clone());
+                }
+                let ev = TracefsUprobe::create_event(&root, &resolved, spec)
+                    .map_err(|e| create_error(e, &root))?;
+                event_defs.push(format!("{}{fetch}", resolved.describe()));
+                events.push((ProbeUse::Event(Box::new(spec.clone())), String::new(), ev));
+            }
+        }
+        // The header's `item_events` entry names each event: `NAME KIND DEFINITION`.
+        let mut defs = event_defs.into_iter();
+        for (u, desc, _) in events.iter_mut() {
+            if let ProbeUse::Event(spec) = u {
+                let kind = match spec.kind {
+                    tailprof_format::ItemEventKind::Instant => "instant",
+                    tailprof_format::ItemEventKind::SpanStart => "span_start",
+                    tailprof_format::ItemEventKind::SpanEnd => "span_end",
+                };
+                *desc = format!("{} {kind} {}", spec.name, defs.next().unwrap_or_default());
             }
         }
         Ok(Some(ClassProbes {
@@ -133,7 +182,7 @@ impl ClassProbes {
     ) -> Result<std::os::fd::OwnedFd, CollectError> {
         sys::perf_event_open(attr, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(|e| {
             let spec = self.events.get(i).map_or(String::new(), |e| e.1.clone());
-            let event = format!("--item-class-from probe {spec}");
+            let event = format!("--item-class-from/--item-event probe {spec}");
             let source = io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0));
             match e.raw_os_error() {
                 Some(libc::EACCES) | Some(libc::EPERM) => CollectError::Permission {
@@ -159,10 +208,26 @@ impl ClassProbes {
             .collect()
     }
 
-    /// `TraceHeader.extra` entry: the definitions, one per line.
+    /// `TraceHeader.extra` entries: the class definitions (`item_class_from`) and the
+    /// events (`item_events`: `NAME KIND DEFINITION`), one per line.
     pub fn header_extra(&self) -> Vec<(String, String)> {
-        let defs: Vec<&str> = self.events.iter().map(|e| e.1.as_str()).collect();
-        vec![("item_class_from".to_string(), defs.join("\n"))]
+        let of = |class: bool| {
+            let defs: Vec<&str> = self
+                .events
+                .iter()
+                .filter(|e| matches!(e.0, ProbeUse::Class) == class)
+                .map(|e| e.1.as_str())
+                .collect();
+            defs.join("\n")
+        };
+        let mut out = Vec::new();
+        for (key, class) in [("item_class_from", true), ("item_events", false)] {
+            let v = of(class);
+            if !v.is_empty() {
+                out.push((key.to_string(), v));
+            }
+        }
+        out
     }
 
     /// One-line notes for the user (tracefs mounted by us).
@@ -171,7 +236,7 @@ impl ClassProbes {
             .iter()
             .map(|r| {
                 format!(
-                    "tracefs was not mounted: mounted it at {} (for --item-class-from)",
+                    "tracefs was not mounted: mounted it at {} (for --item-class-from/--item-event)",
                     r.display()
                 )
             })
@@ -185,15 +250,52 @@ impl ClassProbes {
         let Some(idx) = s.event.checked_sub(self.base).map(usize::from) else {
             return;
         };
-        let Some((_, _, ev)) = self.events.get(idx) else {
+        let Some((using, _, ev)) = self.events.get(idx) else {
             return;
         };
         let sl = perf_layout();
-        let value = rec
-            .get(tailprof_perf_abi::HEADER_LEN..)
-            .and_then(|body| sl.decode(body, tailprof_perf_abi::Endian::NATIVE).ok())
-            .and_then(|v| v.raw())
-            .and_then(|raw| classprobe::decode_raw(&ev.layout, raw));
+        let raw_value = || {
+            rec.get(tailprof_perf_abi::HEADER_LEN..)
+                .and_then(|body| sl.decode(body, tailprof_perf_abi::Endian::NATIVE).ok())
+                .and_then(|v| v.raw())
+                .and_then(|raw| classprobe::decode_raw(&ev.layout, raw))
+        };
+        if let ProbeUse::Event(spec) = using {
+            let arg = match &spec.arg {
+                None => None,
+                Some(a) => match raw_value() {
+                    Some(classprobe::ArgValue::Text(t)) => {
+                        Some(EventArg::Text(crate::items::events::cut_text(t)))
+                    }
+                    Some(classprobe::ArgValue::Int(i)) => Some(match a.ty {
+                        classprobe::ArgType::S64 => EventArg::I64(i as i64),
+                        _ => EventArg::U64(i as u64),
+                    }),
+                    None => {
+                        // The event is kept; its argument is counted as malformed.
+                        self.undecoded = self.undecoded.saturating_add(1);
+                        out.push(Record::Lost(Lost {
+                            time: s.time,
+                            cpu: s.cpu,
+                            event: None,
+                            kind: LossKind::Malformed,
+                            count: 1,
+                        }));
+                        None
+                    }
+                },
+            };
+            out.push(Record::ItemEvent(ItemEvent {
+                time: s.time,
+                pid: s.pid,
+                tid: s.tid,
+                kind: spec.kind,
+                name: spec.name.clone(),
+                arg,
+            }));
+            return;
+        }
+        let value = raw_value();
         let Some(value) = value else {
             // Stored as a malformed record: counted and shown like every loss.
             self.undecoded = self.undecoded.saturating_add(1);
@@ -313,7 +415,7 @@ mod tests {
         }
         let exe = std::env::current_exe().unwrap();
         let spec = ClassSpec::parse(&format!("{}:main:rdi", exe.display())).unwrap();
-        let mut c = ClassProbes::prepare(&[spec], 5).unwrap().unwrap();
+        let mut c = ClassProbes::prepare(&[spec], &[], 5).unwrap().unwrap();
         assert!(c.owns(5) && !c.owns(4) && !c.owns(6));
         assert!(c.header_extra()[0].1.contains(":main@0x"));
         let layout = c.events[0].2.layout;
