@@ -5,7 +5,7 @@
 //!
 //! The layout is specified in docs/MARKERS.md; its constants are defined once, in
 //! `tailprof-markers-protocol`, shared with the Rust marker runtime (`include/tailprof.h`
-//! and `python/tailprof_markers.py` mirror them, checked by that crate's tests). All
+//! and `python/tailprof_markers/__init__.py` mirror them, checked by that crate's tests). All
 //! fields are little-endian and naturally aligned.
 
 use std::fs::{File, OpenOptions};
