@@ -256,6 +256,22 @@ pub struct ItemClass {
     pub name: String,
 }
 
+/// The trace context of an item (OpenTelemetry / W3C trace context): written after the
+/// item's begin by the marker runtimes' `item_trace` (docs/MARKERS.md). `item` is the
+/// item's id on thread `tid` of `pid` (a begin before it names the same id).
+/// Side-band kind 11 (FORMAT.md): readers that do not know it skip it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ItemTrace {
+    pub time: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub item: u64,
+    /// The 16-byte trace id, in W3C byte order.
+    pub trace_id: [u8; 16],
+    /// The 8-byte span id, in W3C byte order.
+    pub span_id: [u8; 8],
+}
+
 /// Id of an interned call stack: a node of a [`crate::StackTable`], i.e. a frame plus
 /// the id of its caller's node. Ids are only meaningful together with the table that
 /// made them (the writer's while writing; the one fed by [`Sink::handle_stack`] while
@@ -484,6 +500,7 @@ pub enum Record {
     ItemClass(ItemClass),
     Switch(Switch),
     Wakeup(Wakeup),
+    ItemTrace(ItemTrace),
 }
 
 impl Record {
@@ -499,6 +516,7 @@ impl Record {
             Record::ItemClass(r) => r.time,
             Record::Switch(r) => r.time,
             Record::Wakeup(r) => r.time,
+            Record::ItemTrace(r) => r.time,
         }
     }
 }
@@ -545,6 +563,7 @@ pub trait Sink {
     fn handle_item_class(&mut self, _c: &ItemClass) {}
     fn handle_switch(&mut self, _s: &Switch) {}
     fn handle_wakeup(&mut self, _w: &Wakeup) {}
+    fn handle_item_trace(&mut self, _t: &ItemTrace) {}
     /// A stack node, delivered before the first record that uses it, ancestors first.
     /// Not a record: [`Sink::handle_record`] does not see it.
     fn handle_stack(&mut self, _d: &StackDef) {}
@@ -585,6 +604,7 @@ pub trait Sink {
             Record::ItemClass(c) => self.handle_item_class(c),
             Record::Switch(s) => self.handle_switch(s),
             Record::Wakeup(w) => self.handle_wakeup(w),
+            Record::ItemTrace(t) => self.handle_item_trace(t),
         }
         self.flow()
     }
