@@ -227,6 +227,8 @@ impl Region {
         r.u32(header::RING_RECORDS).store(ring, Ordering::Relaxed);
         r.u32(header::SLOT_SIZE).store(slot_size, Ordering::Relaxed);
         r.u32(header::SLOTS_OFFSET).store(header::SIZE as u32, Ordering::Relaxed);
+        // Record kinds beyond begin/end/switch that this recorder reads.
+        r.u32(header::FEATURES).store(header::FEATURE_TRACE_CONTEXT, Ordering::Relaxed);
         // Magic last: a reader that sees it sees a complete header.
         r.u64(header::MAGIC).store(MAGIC, Ordering::Release);
         Ok(r)
