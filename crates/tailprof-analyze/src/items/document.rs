@@ -284,6 +284,10 @@ impl<A: Sink, B: Sink> Sink for Both<'_, A, B> {
         self.0.handle_item_class(c);
         self.1.handle_item_class(c);
     }
+    fn handle_item_trace(&mut self, t: &tailprof_format::ItemTrace) {
+        self.0.handle_item_trace(t);
+        self.1.handle_item_trace(t);
+    }
     fn handle_switch(&mut self, s: &tailprof_format::Switch) {
         self.0.handle_switch(s);
         self.1.handle_switch(s);
