@@ -335,11 +335,11 @@ fn through_the_trace_format() {
     assert_eq!(r.items[0].class.as_deref(), Some("n=3"));
 }
 
-/// Issue 24 part 3: an item's trace context reaches its row as W3C hex; `trace_id`
-/// keeps only that trace's item, with the anomaly flags of the whole class; an unknown
-/// trace id is an error that says how many items carry one.
+/// Issue 24 part 3: an item's trace context reaches its row as W3C hex; the selection's
+/// `trace_id` lists only that trace's item, with the anomaly flags of the whole class.
 #[test]
 fn trace_ids_reach_rows_and_select_items() {
+    use tailprof_analyze::items::document::{select, ItemSelection};
     use tailprof_analyze::items::parse_trace_id;
     use tailprof_format::ItemTrace;
     let Some(p) = Prog::build() else { return };
@@ -364,16 +364,12 @@ fn trace_ids_reach_rows_and_select_items() {
     assert_eq!(q4.span_id.as_deref(), Some("0404040404040404"));
 
     let want = parse_trace_id("AB000000000000000000000000000004").unwrap();
-    let opts = ItemsOptions { trace_id: Some(want), ..Default::default() };
-    let r = run(&cpu_clock_header(), &recs, &opts).unwrap();
-    assert_eq!(r.items.iter().map(|i| i.id).collect::<Vec<_>>(), vec![4]);
-    assert!(r.items[0].anomalous && cold.contains(&4), "flagged against its whole class");
-
-    let opts = ItemsOptions { trace_id: parse_trace_id("ffff"), ..Default::default() };
-    match run(&cpu_clock_header(), &recs, &opts) {
-        Err(AnalyzeError::NoSuchTraceId { with_trace, .. }) => assert_eq!(with_trace, 12),
-        other => panic!("{other:?}"),
-    }
+    let sel = ItemSelection { trace_id: Some(want), ..Default::default() };
+    let (shown, matching) = select(&r, &sel);
+    assert_eq!((shown.iter().map(|&i| r.items[i].id).collect::<Vec<_>>(), matching), (vec![4], 1));
+    assert!(r.items[shown[0]].anomalous && cold.contains(&4), "flagged against its whole class");
+    let sel = ItemSelection { trace_id: parse_trace_id("ffff"), ..Default::default() };
+    assert_eq!(select(&r, &sel).1, 0);
     assert_eq!(parse_trace_id("0"), None);
     assert_eq!(parse_trace_id("xyz"), None);
     assert_eq!(parse_trace_id(&"1".repeat(33)), None);

@@ -744,15 +744,6 @@ impl JoinState {
             ambiguity,
         };
         flag_anomalies(&mut report, &self.opts);
-        if let Some(want) = self.opts.trace_id {
-            let want = super::hex_id(&want);
-            let with_trace = report.items.iter().filter(|r| r.trace_id.is_some()).count();
-            report.items.retain(|r| r.trace_id.as_deref() == Some(want.as_str()));
-            if report.items.is_empty() {
-                return Err(AnalyzeError::NoSuchTraceId { trace_id: want, with_trace });
-            }
-            report.open_at_end = report.items.iter().filter(|r| r.open_at_end).count() as u64;
-        }
         Ok(report)
     }
 }

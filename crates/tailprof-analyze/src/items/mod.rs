@@ -65,9 +65,6 @@ pub struct ItemsOptions {
     pub event: Option<u16>,
     /// Keep only items of this class (by name).
     pub class: Option<String>,
-    /// Keep only the items of this trace (OpenTelemetry trace id, [`parse_trace_id`]);
-    /// applied after the anomaly flags, which compare with the whole class.
-    pub trace_id: Option<[u8; 16]>,
     /// Estimates resting on fewer samples are marked unreliable.
     pub min_reliable_samples: u64,
     /// Flag items whose duration is more than this many robust standard deviations
@@ -87,7 +84,6 @@ impl Default for ItemsOptions {
         ItemsOptions {
             event: None,
             class: None,
-            trace_id: None,
             min_reliable_samples: 5,
             mad_k: 3.5,
             min_excess_ratio: 0.2,
