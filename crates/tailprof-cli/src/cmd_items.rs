@@ -108,8 +108,8 @@ pub struct ItemsArgs {
     items: Vec<u64>,
 
     /// Only the items of this OpenTelemetry trace (32 hex digits as Jaeger or Tempo show
-    /// it; items whose runtime wrote the trace context, docs/MARKERS.md). With --store:
-    /// the retained slow requests of that trace.
+    /// it; items whose runtime wrote the trace context, docs/MARKERS.md). For trace
+    /// files only (the agent's store does not keep trace ids yet).
     #[arg(long = "trace-id", value_name = "ID", value_parser = parse_trace_id_arg)]
     trace_id: Option<[u8; 16]>,
 }
@@ -153,6 +153,8 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
         (!args.debug_dir.is_empty(), "--debug-dir"),
         (args.slow, "--slow"),
         (!args.items.is_empty(), "--item"),
+        // The agent's store does not keep trace ids yet (docs/MARKERS.md, "Trace context").
+        (args.trace_id.is_some(), "--trace-id"),
     ]
     .into_iter()
     .filter_map(|(given, f)| given.then_some(f))
