@@ -66,7 +66,9 @@ impl ItemSelection {
     pub fn matches(&self, it: &ItemRow) -> bool {
         (!self.slow_only || it.anomalous)
             && (self.only.is_empty() || self.only.contains(&it.id))
-            && self.trace_id.is_none_or(|t| it.trace_id.as_deref() == Some(super::hex_id(&t).as_str()))
+            && self
+                .trace_id
+                .is_none_or(|t| it.trace_id.as_deref() == Some(super::hex_id(&t).as_str()))
     }
 }
 
@@ -361,7 +363,10 @@ pub fn document(
     if let Some(t) = q.selection.trace_id {
         if !report.items.iter().any(|it| q.selection.matches(it)) {
             let with_trace = report.items.iter().filter(|r| r.trace_id.is_some()).count();
-            return Err(AnalyzeError::NoSuchTraceId { trace_id: super::hex_id(&t), with_trace });
+            return Err(AnalyzeError::NoSuchTraceId {
+                trace_id: super::hex_id(&t),
+                with_trace,
+            });
         }
     }
     let memory = match memory {
