@@ -587,7 +587,7 @@ fn otel_spans_become_items_and_trace_id_finds_the_slow_one() {
     let Some((trace, out)) = record(
         dir.path(),
         "otel",
-        &[&"python3", &script.to_str().unwrap(), &py.to_str().unwrap()],
+        &["python3", script.to_str().unwrap(), py.to_str().unwrap()],
         &[],
     ) else {
         return;

@@ -221,7 +221,7 @@ mod tests {
         assert_eq!((record::KIND_TRACE_ID, record::KIND_SPAN_ID), (4, 5));
         assert!(!record::RESERVED_KINDS.contains(&record::KIND_SPAN_ID));
         assert_eq!(header::FEATURES + 4, header::NOSLOT_DROPPED);
-        assert!(header::NEXT_SLOT + 4 <= header::FEATURES);
+        const { assert!(header::NEXT_SLOT + 4 <= header::FEATURES) };
     }
 
     /// The C header and the Python module carry the same values.
