@@ -46,11 +46,17 @@
 #define TAILPROF_PROTOCOL_VERSION 1u
 
 /* Record kinds (docs/MARKERS.md). Switch markers (2, 3) came later without a version
- * change: an older recorder rejects and counts them; kinds 4..7 are reserved. */
+ * change: an older recorder rejects and counts them. Trace context (4, 5: an item's
+ * OpenTelemetry trace id and span id) is written only when the region header's
+ * `features` (offset 60) has TAILPROF_FEATURE_TRACE_CONTEXT; kinds 6..7 are reserved. */
 #define TAILPROF_KIND_BEGIN 0u
 #define TAILPROF_KIND_END 1u
 #define TAILPROF_KIND_SWITCH 2u
 #define TAILPROF_KIND_SWITCH_NONE 3u
+#define TAILPROF_KIND_TRACE_ID 4u
+#define TAILPROF_KIND_SPAN_ID 5u
+#define TAILPROF_HDR_FEATURES 60
+#define TAILPROF_FEATURE_TRACE_CONTEXT 1u
 
 /* Class label descriptor: one `static const` per call site (see TAILPROF_ITEM_BEGIN_CLASS).
  * Records carry its address; the recorder reads the name from the process once. Must be at
@@ -72,6 +78,7 @@ struct tailprof_class {
 #define TAILPROF_ITEM_BEGIN_CLASS(id, name) ((void)sizeof(id), (void)sizeof(name))
 #define tailprof_item_switch(id) ((void)sizeof(id))
 #define tailprof_item_switch_none() ((void)0)
+#define tailprof_item_trace(id, trace_id, span_id) ((void)sizeof(id), (void)sizeof(trace_id), (void)sizeof(span_id))
 
 #else /* !TAILPROF_DISABLE */
 
@@ -125,7 +132,7 @@ struct tailprof_region_header {
     uint32_t slot_size;
     uint32_t slots_offset;
     uint32_t next_slot;    /* atomic bump allocator, may exceed nslots */
-    uint32_t reserved0;
+    uint32_t features;     /* TAILPROF_FEATURE_*: record kinds the recorder reads */
     uint64_t noslot_dropped; /* markers dropped because every slot was taken */
 };
 
@@ -339,6 +346,52 @@ static inline __attribute__((always_inline)) void tailprof__emit(uint64_t id, ui
     __atomic_store_n(&t->slot->head, h + 1, __ATOMIC_RELEASE);
 }
 
+static inline uint64_t tailprof__be64(const uint8_t *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return v;
+}
+
+/* Appends the trace-context pair (TRACE_ID, SPAN_ID) with one head store, or nothing. */
+static inline void tailprof__emit_trace(uint64_t id, const uint8_t trace_id[16], const uint8_t span_id[8])
+{
+    struct tailprof__tls *t = &tailprof__tls;
+    struct timespec ts;
+    struct tailprof_record *r;
+    uint64_t h, now;
+    if (__builtin_expect(t->slot == 0 ||
+                             t->gen != __atomic_load_n(&tailprof_control.generation, __ATOMIC_RELAXED), 0)) {
+        if (!tailprof__slow(t))
+            return;
+    }
+    if (!(__atomic_load_n(&t->hdr->features, __ATOMIC_RELAXED) & TAILPROF_FEATURE_TRACE_CONTEXT))
+        return; /* an older recorder: it would reject these kinds */
+    h = t->head;
+    if (h + 1 - t->cached_tail > t->mask) {
+        t->cached_tail = __atomic_load_n(&t->slot->tail, __ATOMIC_ACQUIRE);
+        if (h + 1 - t->cached_tail > t->mask) {
+            __atomic_store_n(&t->slot->dropped, t->slot->dropped + 2, __ATOMIC_RELAXED);
+            return;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    r = &t->ring[h & t->mask];
+    r->time = now;
+    r->item = tailprof__be64(trace_id);
+    r->cls = tailprof__be64(trace_id + 8);
+    r->kind = TAILPROF_KIND_TRACE_ID;
+    r = &t->ring[(h + 1) & t->mask];
+    r->time = now;
+    r->item = id;
+    r->cls = tailprof__be64(span_id);
+    r->kind = TAILPROF_KIND_SPAN_ID;
+    t->head = h + 2;
+    __atomic_store_n(&t->slot->head, h + 2, __ATOMIC_RELEASE);
+}
+
 #ifdef TAILPROF_MARKER_FUNCTIONS
 #define TAILPROF__MARKER_FN(f, id) f(id)
 #else
@@ -383,6 +436,15 @@ static inline void tailprof_item_switch_none(void)
 {
     if (__builtin_expect(__atomic_load_n(&tailprof_control.state, __ATOMIC_RELAXED) != 0, 0))
         tailprof__emit(0, 0, TAILPROF_KIND_SWITCH_NONE);
+}
+
+/* Trace context of item `id`, begun before on this thread: its OpenTelemetry (W3C)
+ * trace id (16 bytes) and span id (8 bytes). `tailprof items --trace-id` finds the item.
+ * Written only when the recorder reads trace context (else nothing). */
+static inline void tailprof_item_trace(uint64_t id, const uint8_t trace_id[16], const uint8_t span_id[8])
+{
+    if (__builtin_expect(__atomic_load_n(&tailprof_control.state, __ATOMIC_RELAXED) != 0, 0))
+        tailprof__emit_trace(id, trace_id, span_id);
 }
 
 #define TAILPROF_ITEM_BEGIN(id) tailprof_item_begin(id)

@@ -160,3 +160,62 @@ def test_asyncio_not_installed_without_recorder(monkeypatch):
             await asyncio.sleep(0)
 
     asyncio.run(main())
+
+
+def _set_features(path, bits):
+    with open(path, "r+b") as f:
+        f.seek(60)
+        f.write(struct.pack("<I", bits))
+
+
+def test_trace_context_only_when_the_recorder_reads_it(monkeypatch, tmp_path):
+    """item_trace writes the trace-id/span-id pair (kinds 4, 5; ids as big-endian words)
+    only when the header's features announce it; an older recorder gets nothing."""
+    path = tmp_path / "region"
+    make_region(path, os.getpid())
+    tm = load(monkeypatch, path)
+    trace_id = 0x4bf92f3577b34da6a3ce929d0e0e4736
+    tm.item_begin(7)
+    tm.item_trace(7, trace_id, 0x00f067aa0ba902b7)
+    tm.item_end(7)
+    assert [r[3] for r in slot(path.read_bytes(), 0)[4]] == [0, 1]
+    path2 = tmp_path / "region2"
+    make_region(path2, os.getpid())
+    _set_features(path2, 1)
+    tm = load(monkeypatch, path2)
+    tm.item_begin(7)
+    tm.item_trace(7, trace_id.to_bytes(16, "big"), bytes.fromhex("00f067aa0ba902b7"))
+    tm.item_end(7)
+    recs = slot(path2.read_bytes(), 0)[4]
+    assert [(r[1], r[2], r[3]) for r in recs] == [
+        (7, 0, 0), (0x4bf92f3577b34da6, 0xa3ce929d0e0e4736, 4), (7, 0x00f067aa0ba902b7, 5), (7, 0, 1)]
+    assert recs[1][0] == recs[2][0], "one clock read for the pair"
+
+
+def test_otel_span_processor(monkeypatch, tmp_path):
+    """SERVER and root spans become items (class = span name, item id = span id, trace
+    context written); INTERNAL child spans do not."""
+    import pytest
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.trace import SpanKind
+    except ImportError:
+        pytest.skip("opentelemetry: the OpenTelemetry Python SDK is not installed")
+    path = tmp_path / "region"
+    make_region(path, os.getpid())
+    _set_features(path, 1)
+    tm = load(monkeypatch, path)
+    from tailprof_markers.otel import TailprofSpanProcessor
+    provider = TracerProvider()
+    provider.add_span_processor(TailprofSpanProcessor())
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("GET /x", kind=SpanKind.SERVER) as s:
+        with tracer.start_as_current_span("child"):
+            pass
+    c = s.get_span_context()
+    state, tid, dropped, head, recs, classes = slot(path.read_bytes(), 0)
+    got = [(r[1], r[2], r[3]) for r in recs]
+    cls = got[0][1]
+    assert classes[cls] == "GET /x"
+    assert got == [(c.span_id, cls, 0), (c.trace_id >> 64, c.trace_id & (2**64 - 1), 4),
+                   (c.span_id, c.span_id, 5), (c.span_id, 0, 1)]

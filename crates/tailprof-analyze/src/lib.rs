@@ -80,6 +80,10 @@ pub enum AnalyzeError {
     /// `--class` names no class of the trace's items (`classes`: at most 10 that exist).
     #[error("no item of class {class:?} in this trace (classes: {})", if classes.is_empty() { "none".to_owned() } else { classes.join(", ") })]
     NoSuchClass { class: String, classes: Vec<String> },
+    /// `--trace-id` names no item of the trace (`with_trace`: how many items carry a
+    /// trace id at all).
+    #[error("no item of trace {trace_id} in this trace ({with_trace} items carry a trace id)")]
+    NoSuchTraceId { trace_id: String, with_trace: usize },
     #[error(transparent)]
     Read(#[from] tailprof_format::FormatError),
     /// The per-item memory traffic of the items document failed.

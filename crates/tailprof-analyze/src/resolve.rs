@@ -457,6 +457,7 @@ pub trait ResolvedSink {
     fn handle_marker(&mut self, _m: &Marker) {}
     fn handle_item_class(&mut self, _c: &ItemClass) {}
     fn handle_item_event(&mut self, _e: &tailprof_format::ItemEvent) {}
+    fn handle_item_trace(&mut self, _t: &tailprof_format::ItemTrace) {}
     /// [`Sink::flow`]: whether the reader should go on (analyses never fail, so there is
     /// no error to take).
     fn flow(&self) -> Flow {
@@ -554,6 +555,9 @@ impl<S: ResolvedSink> Sink for Resolved<S> {
     }
     fn handle_item_event(&mut self, e: &tailprof_format::ItemEvent) {
         self.inner.handle_item_event(e);
+    }
+    fn handle_item_trace(&mut self, t: &tailprof_format::ItemTrace) {
+        self.inner.handle_item_trace(t);
     }
     #[inline]
     fn flow(&self) -> Flow {

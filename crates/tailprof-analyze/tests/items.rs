@@ -378,3 +378,43 @@ fn through_the_trace_format() {
     assert_eq!(r.items.iter().filter(|i| i.anomalous).map(|i| i.id).collect::<Vec<_>>(), cold);
     assert_eq!(r.items[0].class.as_deref(), Some("n=3"));
 }
+
+/// Issue 24 part 3: an item's trace context reaches its row as W3C hex; the selection's
+/// `trace_id` lists only that trace's item, with the anomaly flags of the whole class.
+#[test]
+fn trace_ids_reach_rows_and_select_items() {
+    use tailprof_analyze::items::document::{select, ItemSelection};
+    use tailprof_analyze::items::parse_trace_id;
+    use tailprof_format::ItemTrace;
+    let Some(p) = Prog::build() else { return };
+    let (mut recs, cold) = planted_trace(&p);
+    // Trace context for every query, right after its begin.
+    let mut i = 0;
+    while i < recs.len() {
+        if let Record::Marker(m) = &recs[i] {
+            if m.kind == MarkerKind::Begin {
+                let mut trace_id = [0u8; 16];
+                trace_id[0] = 0xab;
+                trace_id[15] = m.item as u8;
+                let t = ItemTrace { time: m.time, pid: PID, tid: m.tid, item: m.item, trace_id, span_id: [m.item as u8; 8] };
+                recs.insert(i + 1, Record::ItemTrace(t));
+            }
+        }
+        i += 1;
+    }
+    let r = run(&cpu_clock_header(), &recs, &ItemsOptions::default()).unwrap();
+    let q4 = r.item(4).unwrap();
+    assert_eq!(q4.trace_id.as_deref(), Some("ab000000000000000000000000000004"));
+    assert_eq!(q4.span_id.as_deref(), Some("0404040404040404"));
+
+    let want = parse_trace_id("AB000000000000000000000000000004").unwrap();
+    let sel = ItemSelection { trace_id: Some(want), ..Default::default() };
+    let (shown, matching) = select(&r, &sel);
+    assert_eq!((shown.iter().map(|&i| r.items[i].id).collect::<Vec<_>>(), matching), (vec![4], 1));
+    assert!(r.items[shown[0]].anomalous && cold.contains(&4), "flagged against its whole class");
+    let sel = ItemSelection { trace_id: parse_trace_id("ffff"), ..Default::default() };
+    assert_eq!(select(&r, &sel).1, 0);
+    assert_eq!(parse_trace_id("0"), None);
+    assert_eq!(parse_trace_id("xyz"), None);
+    assert_eq!(parse_trace_id(&"1".repeat(33)), None);
+}

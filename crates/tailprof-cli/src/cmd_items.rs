@@ -107,6 +107,17 @@ pub struct ItemsArgs {
     /// Only this item; repeatable.
     #[arg(long = "item", value_name = "ID")]
     items: Vec<u64>,
+
+    /// Only the items of this OpenTelemetry trace (32 hex digits as Jaeger or Tempo show
+    /// it; items whose runtime wrote the trace context, docs/MARKERS.md). For trace
+    /// files only (the agent's store does not keep trace ids yet).
+    #[arg(long = "trace-id", value_name = "ID", value_parser = parse_trace_id_arg)]
+    trace_id: Option<[u8; 16]>,
+}
+
+fn parse_trace_id_arg(s: &str) -> Result<[u8; 16], String> {
+    tailprof_analyze::items::parse_trace_id(s)
+        .ok_or_else(|| format!("not a trace id: {s:?} (up to 32 hex digits, not all zero)"))
 }
 
 /// Flags that apply to one source only, given with the other: an error that says why
@@ -142,6 +153,8 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
         (!args.debug_dir.is_empty(), "--debug-dir"),
         (args.slow, "--slow"),
         (!args.items.is_empty(), "--item"),
+        // The agent's store does not keep trace ids yet (docs/MARKERS.md, "Trace context").
+        (args.trace_id.is_some(), "--trace-id"),
     ]
     .into_iter()
     .filter_map(|(given, f)| given.then_some(f))
@@ -157,6 +170,9 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
 
 pub fn run(args: ItemsArgs) -> Result<ExitCode> {
     check_source_flags(&args)?;
+    if args.trace_id.is_some() && args.explain.is_some() {
+        anyhow::bail!("--trace-id lists the items of a trace; --explain explains one item by its id: give one of them");
+    }
     let doc = if args.store_range.store.is_some() {
         let reader = args.store_range.reader()?;
         let (from_us, to_us) = args.store_range.range()?;
@@ -191,6 +207,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
                 },
                 slow_only: args.slow,
                 only: args.items.clone(),
+                trace_id: args.trace_id,
             },
             explain: args.explain,
             // With a last-level-cache-miss event: each item's memory traffic (issue 8).

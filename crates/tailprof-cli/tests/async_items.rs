@@ -558,3 +558,138 @@ mod executor {
         }
     }
 }
+
+/// Issue 24 part 3: OpenTelemetry Python SDK spans become items through
+/// `tailprof_markers.otel.TailprofSpanProcessor` (tests/data/otel_spans.py): every SERVER
+/// span is one item with the span name as class and the span's trace and span id, the
+/// INTERNAL child spans are not items, and `--trace-id` finds the slow request, whose
+/// `--explain` names its trace.
+#[test]
+fn otel_spans_become_items_and_trace_id_finds_the_slow_one() {
+    if !have("python3") {
+        tailprof_testkit::skip(tailprof_testkit::Need::Python, "python3 not installed");
+        return;
+    }
+    let probe = Command::new("python3")
+        .args(["-c", "import opentelemetry.sdk.trace"])
+        .output()
+        .unwrap();
+    if !probe.status.success() {
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::OpenTelemetry,
+            "the OpenTelemetry Python SDK is not installed (pip install opentelemetry-sdk)",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = root().join("crates/tailprof-cli/tests/data/otel_spans.py");
+    let py = root().join("python");
+    let Some((trace, out)) = record(
+        dir.path(),
+        "otel",
+        &["python3", script.to_str().unwrap(), py.to_str().unwrap()],
+        &[],
+    ) else {
+        return;
+    };
+    assert!(
+        out.contains("enabled 1") && out.contains("installed 1"),
+        "{out}"
+    );
+    // span TRACE SPAN NAME...
+    let spans: Vec<(String, String, String)> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("span "))
+        .map(|l| {
+            let mut w = l.splitn(3, ' ');
+            (
+                w.next().unwrap().to_owned(),
+                w.next().unwrap().to_owned(),
+                w.next().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(spans.len(), 15, "{out}");
+    let slow = out
+        .lines()
+        .find_map(|l| l.strip_prefix("slow "))
+        .expect("slow line")
+        .to_owned();
+
+    let v = items_json(&trace);
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(
+        items.len(),
+        15,
+        "one item per SERVER span, none for the child spans: {v}"
+    );
+    for (trace_id, span_id, name) in &spans {
+        let it = items
+            .iter()
+            .find(|it| it["trace_id"] == trace_id.as_str())
+            .unwrap_or_else(|| panic!("no item of trace {trace_id}: {v}"));
+        assert_eq!(it["span_id"], span_id.as_str(), "{it}");
+        assert_eq!(it["class"], name.as_str(), "{it}");
+        assert_eq!(
+            it["id"].as_u64().unwrap(),
+            u64::from_str_radix(span_id, 16).unwrap(),
+            "item id = span id: {it}"
+        );
+    }
+    assert_eq!(
+        v["switching"]["threads"], 1,
+        "spans follow their task: {}",
+        v["switching"]
+    );
+    assert_eq!(v["ambiguity"]["items"], 0, "{}", v["ambiguity"]);
+
+    // --trace-id (upper case, as some UIs show it) finds exactly the slow request.
+    let o = tailprof()
+        .args(["items", "--json", "--trace-id", &slow.to_uppercase()])
+        .arg(&trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sel: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sel = sel["items"].as_array().unwrap();
+    assert_eq!(sel.len(), 1, "{sel:?}");
+    assert_eq!(sel[0]["trace_id"], slow.as_str());
+    let slowest = items
+        .iter()
+        .max_by_key(|it| it["samples"].as_u64().unwrap())
+        .unwrap();
+    assert_eq!(
+        slowest["trace_id"],
+        slow.as_str(),
+        "the slow request has the most samples"
+    );
+
+    let id = sel[0]["id"].as_u64().unwrap().to_string();
+    let o = tailprof()
+        .args(["items", "--explain", &id])
+        .arg(&trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains(&format!("# Trace {slow}, span ")),
+        "{text}"
+    );
+
+    // An unknown trace id is an error that names it.
+    let o = tailprof()
+        .args(["items", "--trace-id", "0123456789abcdef0123456789abcdef"])
+        .arg(&trace)
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("0123456789abcdef0123456789abcdef")
+            && err.contains("15 items"),
+        "{err}"
+    );
+}

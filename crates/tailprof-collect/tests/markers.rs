@@ -275,9 +275,11 @@ fn python_module_launched() {
     mc.finish(&mut recs);
 }
 
-/// Issue 24: switch markers from the C header decode to `Switch` / `SwitchNone`; a record
-/// of a reserved kind (a newer runtime) is rejected and counted, never guessed, and the
-/// markers around it are kept (docs/MARKERS.md, "Compatibility").
+/// Issue 24: switch markers from the C header decode to `Switch` / `SwitchNone`, the
+/// trace-context pair to one `ItemTrace` (W3C byte order); a record of a reserved kind (a
+/// newer runtime) and a span-id record without its trace-id record are rejected and
+/// counted, never guessed, and the markers around them are kept (docs/MARKERS.md,
+/// "Compatibility").
 #[test]
 fn switch_markers_decode_and_reserved_kinds_are_rejected() {
     let Some(exe) = build_fixture("switches", "") else { return };
@@ -288,6 +290,7 @@ fn switch_markers_decode_and_reserved_kinds_are_rejected() {
     let env = mc.prepare_child(p.pid()).unwrap();
     p.send(&format!("{}\n", env[0].1));
     assert_eq!(p.line(), "ready");
+    let pid = p.pid();
     p.send("go\n");
     assert_eq!(p.line(), "done");
     let mut recs = Vec::new();
@@ -305,5 +308,14 @@ fn switch_markers_decode_and_reserved_kinds_are_rejected() {
         kinds,
         vec![(MarkerKind::Begin, 7), (MarkerKind::SwitchNone, 0), (MarkerKind::Switch, 7), (MarkerKind::End, 7)]
     );
-    assert_eq!((s.markers, s.rejected), (4, 1));
+    let traces: Vec<(u32, u64, [u8; 16], [u8; 8])> = recs
+        .iter()
+        .filter_map(|r| match r {
+            Record::ItemTrace(t) => Some((t.pid, t.item, t.trace_id, t.span_id)),
+            _ => None,
+        })
+        .collect();
+    let trace_id = [0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36];
+    assert_eq!(traces, vec![(pid, 7, trace_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])]);
+    assert_eq!((s.markers, s.rejected), (5, 2));
 }

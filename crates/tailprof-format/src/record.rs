@@ -309,6 +309,22 @@ pub struct ItemClass {
     pub name: String,
 }
 
+/// The trace context of an item (OpenTelemetry / W3C trace context): written after the
+/// item's begin by the marker runtimes' `item_trace` (docs/MARKERS.md). `item` is the
+/// item's id on thread `tid` of `pid` (a begin before it names the same id).
+/// Side-band kind 12 (FORMAT.md): readers that do not know it skip it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ItemTrace {
+    pub time: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub item: u64,
+    /// The 16-byte trace id, in W3C byte order.
+    pub trace_id: [u8; 16],
+    /// The 8-byte span id, in W3C byte order.
+    pub span_id: [u8; 8],
+}
+
 /// Id of an interned call stack: a node of a [`crate::StackTable`], i.e. a frame plus
 /// the id of its caller's node. Ids are only meaningful together with the table that
 /// made them (the writer's while writing; the one fed by [`Sink::handle_stack`] while
@@ -539,6 +555,7 @@ pub enum Record {
     Wakeup(Wakeup),
     /// Side-band kind 11 (`--item-event`).
     ItemEvent(ItemEvent),
+    ItemTrace(ItemTrace),
 }
 
 impl Record {
@@ -555,6 +572,7 @@ impl Record {
             Record::Switch(r) => r.time,
             Record::Wakeup(r) => r.time,
             Record::ItemEvent(r) => r.time,
+            Record::ItemTrace(r) => r.time,
         }
     }
 }
@@ -603,6 +621,7 @@ pub trait Sink {
     fn handle_wakeup(&mut self, _w: &Wakeup) {}
     /// A probe event inside items (`--item-event`).
     fn handle_item_event(&mut self, _e: &ItemEvent) {}
+    fn handle_item_trace(&mut self, _t: &ItemTrace) {}
     /// A stack node, delivered before the first record that uses it, ancestors first.
     /// Not a record: [`Sink::handle_record`] does not see it.
     fn handle_stack(&mut self, _d: &StackDef) {}
@@ -644,6 +663,7 @@ pub trait Sink {
             Record::Switch(s) => self.handle_switch(s),
             Record::Wakeup(w) => self.handle_wakeup(w),
             Record::ItemEvent(e) => self.handle_item_event(e),
+            Record::ItemTrace(t) => self.handle_item_trace(t),
         }
         self.flow()
     }

@@ -1,7 +1,7 @@
 //! Side-band records (everything but samples) inside a records chunk.
 //!
 //! Owns the row encoding of `Mmap`, `Comm`, `Fork`, `Exit`, `Lost`, `Throttle`,
-//! `Marker`, `ItemClass`, `Switch`, `Wakeup` and `ItemEvent`
+//! `Marker`, `ItemClass`, `Switch`, `Wakeup`, `ItemEvent` and `ItemTrace`
 //! (FORMAT.md §5.4). Side-band records are rare next to samples, so they are stored
 //! row-wise, each one tagged with its position among the chunk's samples; that position
 //! is what puts them back in their exact original order. Each row is length-prefixed so
@@ -26,6 +26,9 @@ pub const SB_WAKEUP: u8 = 10;
 /// `--item-event` hits (written by version-4 recorders since issue 22; older readers skip
 /// the unknown kind).
 pub const SB_ITEM_EVENT: u8 = 11;
+/// Added in version 5 without a version change: older readers skip the row (an unknown
+/// kind) and lose only the trace context.
+pub const SB_ITEM_TRACE: u8 = 12;
 
 fn put_opt_u16(out: &mut Vec<u8>, v: Option<u16>) {
     put_uleb(out, v.map_or(0, |e| e as u64 + 1));
@@ -169,6 +172,14 @@ pub fn put_sideband(
                 }
             }
             SB_ITEM_EVENT
+        }
+        Record::ItemTrace(t) => {
+            put_uleb(s, t.pid as u64);
+            put_uleb(s, t.tid as u64);
+            put_uleb(s, t.item);
+            s.extend_from_slice(&t.trace_id);
+            s.extend_from_slice(&t.span_id);
+            SB_ITEM_TRACE
         }
     };
     let time = r.time();
@@ -314,6 +325,14 @@ pub fn get_sideband(
             },
             stack_status: StackStatus::from_u8(f.u8()?),
         }),
+        SB_ITEM_TRACE => Record::ItemTrace(ItemTrace {
+            time,
+            pid: f.uleb_u32()?,
+            tid: f.uleb_u32()?,
+            item: f.uleb()?,
+            trace_id: f.take(16)?.try_into().ok()?,
+            span_id: f.take(8)?.try_into().ok()?,
+        }),
         _ => return Some((pos_delta, None)),
     };
     Some((pos_delta, Some(rec)))
@@ -327,5 +346,31 @@ pub fn sideband_size_hint(r: &Record) -> usize {
         Record::ItemClass(c) => 20 + c.name.len(),
         Record::ItemEvent(e) => 20 + e.name.len() + 40,
         _ => 40,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that does not know side-band kind 12 (one from before trace context)
+    /// skips the whole row and reads on: old readers lose only the trace context.
+    #[test]
+    fn item_trace_row_is_skippable_by_kind() {
+        let r = Record::ItemTrace(ItemTrace { time: 5, pid: 1, tid: 2, item: 3, trace_id: [7; 16], span_id: [9; 8] });
+        let (mut out, mut scratch, mut prev) = (Vec::new(), Vec::new(), 0u64);
+        assert!(put_sideband(&mut out, &mut scratch, 0, &mut prev, &r, 0));
+        let after = out.len();
+        out.extend_from_slice(&[SB_THROTTLE, 0, 0, 3, 0, 0, 1]);
+        let mut p = 0;
+        let mut rd = ByteReader::new(&out);
+        assert_eq!(get_sideband(&mut rd, &mut p, 5, 0), Some((0, Some(r))));
+        // The same row under a kind this build does not know: skipped, then the next row.
+        out[0] = 200;
+        let mut p = 0;
+        let mut rd = ByteReader::new(&out);
+        assert_eq!(get_sideband(&mut rd, &mut p, 5, 0), Some((0, None)));
+        assert_eq!(out.len() - rd.remaining(), after);
+        assert!(matches!(get_sideband(&mut rd, &mut p, 5, 0), Some((0, Some(Record::Throttle(_))))));
     }
 }

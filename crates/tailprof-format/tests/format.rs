@@ -657,3 +657,21 @@ fn switch_markers_round_trip_and_need_version_5() {
     assert!(s.damaged_chunks >= 1, "{s:?}");
     assert!(!sink.0.iter().any(|r| matches!(r, Record::Marker(m) if m.kind == MarkerKind::Switch)));
 }
+
+/// Issue 24 part 3: an item's trace context (side-band kind 12) round-trips in version 5,
+/// in order with the markers around it.
+#[test]
+fn item_trace_round_trips() {
+    use tailprof_format::{ItemTrace, Marker, MarkerKind, MarkerSource};
+    let trace_id: [u8; 16] = *b"\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e\x47\x36";
+    let records = vec![
+        Record::Marker(Marker { time: 10, pid: 1, tid: 2, kind: MarkerKind::Begin, item: 7, class: 0, source: MarkerSource::Api }),
+        Record::ItemTrace(ItemTrace { time: 10, pid: 1, tid: 2, item: 7, trace_id, span_id: *b"\x00\xf0\x67\xaa\x0b\xa9\x02\xb7" }),
+        Record::Marker(Marker { time: 40, pid: 1, tid: 2, kind: MarkerKind::End, item: 7, class: 0, source: MarkerSource::Api }),
+    ];
+    let (bytes, _) = write_trace(&records, WriterOptions::default(), &[]);
+    let mut sink = VecSink::default();
+    let s = TraceReader::from_bytes(bytes).unwrap().read_all(&mut sink).unwrap();
+    assert_eq!(sink.0, records);
+    assert_eq!(s.damaged_chunks, 0);
+}

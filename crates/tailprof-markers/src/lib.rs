@@ -117,6 +117,17 @@ pub fn item_switch_none() {
     runtime::mark(0, 0, KIND_SWITCH_NONE);
 }
 
+/// Trace context of item `id`, begun before on this thread: its OpenTelemetry (W3C)
+/// trace id and span id, so `tailprof items --trace-id` finds the item. Written only
+/// when the recorder reads trace context (docs/MARKERS.md).
+#[inline]
+pub fn item_trace(id: u64, trace_id: [u8; 16], span_id: [u8; 8]) {
+    #[cfg(not(feature = "disable"))]
+    runtime::mark_trace(id, trace_id, span_id);
+    #[cfg(feature = "disable")]
+    let _ = (id, trace_id, span_id);
+}
+
 /// Marks an item for its lifetime: begin in `new`, end on drop (on this thread).
 #[must_use = "the item ends when the guard is dropped"]
 pub struct ItemGuard {

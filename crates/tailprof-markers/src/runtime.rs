@@ -98,38 +98,71 @@ pub(crate) fn mark(id: u64, cls: u64, kind: u32) {
 
 #[inline(always)]
 fn emit(id: u64, cls: u64, kind: u32) {
+    append(&[(id, cls, kind)], false);
+}
+
+/// Appends `records` (one, or the trace-context pair) with one `head` store, all or
+/// none: a full ring counts them all as dropped. `feature_trace`: only when the
+/// recorder's header announces [`header::FEATURE_TRACE_CONTEXT`] (else nothing).
+#[inline(always)]
+fn append(records: &[(u64, u64, u32)], feature_trace: bool) {
     let _ = TLS.try_with(|t| {
         let stale = t.slot.get().is_null() || t.gen.get() != tailprof_control.generation.load(Ordering::Relaxed);
         if stale && !slow(t) {
             return;
         }
+        if feature_trace
+            && au32(t.hdr.get(), header::FEATURES).load(Ordering::Relaxed) & header::FEATURE_TRACE_CONTEXT == 0
+        {
+            return;
+        }
         let slot = t.slot.get();
         let h = t.head.get();
         let mask = t.mask.get();
-        if h.wrapping_sub(t.cached_tail.get()) > mask {
+        let n = records.len() as u64;
+        let last = h + n - 1;
+        if last.wrapping_sub(t.cached_tail.get()) > mask {
             t.cached_tail.set(au64(slot, slot_field::TAIL).load(Ordering::Acquire));
-            if h.wrapping_sub(t.cached_tail.get()) > mask {
+            if last.wrapping_sub(t.cached_tail.get()) > mask {
                 let d = au64(slot, slot_field::DROPPED);
-                d.store(d.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                d.store(d.load(Ordering::Relaxed) + n, Ordering::Relaxed);
                 return;
             }
         }
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: valid out-pointer.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        // SAFETY: the record lies inside this thread's ring; only this thread writes it
-        // until the release store of `head` publishes it.
-        unsafe {
-            let r = slot.add(SLOT_RING_OFFSET + ((h & mask) as usize) * RECORD_SIZE) as *mut u64;
-            r.add(protocol::record::TIME / 8).write((ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64);
-            r.add(protocol::record::ITEM / 8).write(id);
-            r.add(protocol::record::CLASS / 8).write(cls);
-            // `u32 kind` and the reserved `u32` after it, little-endian.
-            r.add(protocol::record::KIND / 8).write(kind as u64);
+        let now = (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64;
+        for (i, &(id, cls, kind)) in records.iter().enumerate() {
+            // SAFETY: the record lies inside this thread's ring; only this thread writes
+            // it until the release store of `head` publishes it.
+            unsafe {
+                let r = slot.add(SLOT_RING_OFFSET + (((h + i as u64) & mask) as usize) * RECORD_SIZE) as *mut u64;
+                r.add(protocol::record::TIME / 8).write(now);
+                r.add(protocol::record::ITEM / 8).write(id);
+                r.add(protocol::record::CLASS / 8).write(cls);
+                // `u32 kind` and the reserved `u32` after it, little-endian.
+                r.add(protocol::record::KIND / 8).write(kind as u64);
+            }
         }
-        t.head.set(h + 1);
-        au64(slot, slot_field::HEAD).store(h + 1, Ordering::Release);
+        t.head.set(h + n);
+        au64(slot, slot_field::HEAD).store(h + n, Ordering::Release);
     });
+}
+
+/// The trace-context pair of item `id` (docs/MARKERS.md), when enabled.
+pub(crate) fn mark_trace(id: u64, trace_id: [u8; 16], span_id: [u8; 8]) {
+    if tailprof_control.state.load(Ordering::Relaxed) != STATE_OFF {
+        let hi = u64::from_be_bytes(trace_id[..8].try_into().expect("8 bytes"));
+        let lo = u64::from_be_bytes(trace_id[8..].try_into().expect("8 bytes"));
+        append(
+            &[
+                (hi, lo, protocol::record::KIND_TRACE_ID),
+                (id, u64::from_be_bytes(span_id), protocol::record::KIND_SPAN_ID),
+            ],
+            true,
+        );
+    }
 }
 
 /// No usable slot: set the thread up for the current generation, or count the marker.

@@ -320,6 +320,9 @@ pub fn render_explanation(x: &Explanation) -> String {
         it.anomaly_score,
         if it.anomalous { " (ANOMALOUS)" } else { "" }
     );
+    if let Some(t) = &it.trace_id {
+        let _ = writeln!(out, "# Trace {t}, span {} (OpenTelemetry)", it.span_id.as_deref().unwrap_or("-"));
+    }
     let pct = if b.median_duration_ns == 0 {
         0.0
     } else {

@@ -37,6 +37,8 @@ fn row(id: u64, duration_ns: u64, anomalous: bool) -> ItemRow {
         current: vec![],
         ambiguous_samples: 0,
         ambiguous: false,
+        trace_id: None,
+        span_id: None,
         functions: vec![ItemFunction {
             name: "parse".into(),
             binary: "/bin/app".into(),

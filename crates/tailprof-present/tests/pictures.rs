@@ -57,6 +57,8 @@ fn report() -> ItemsReport {
             current: Vec::new(),
             ambiguous_samples: 0,
             ambiguous: false,
+            trace_id: None,
+            span_id: None,
             functions: vec![f_tr, f_load, f_red],
             events: Default::default(),
         });

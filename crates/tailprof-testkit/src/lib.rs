@@ -52,6 +52,8 @@ pub enum Need {
     Python,
     /// The `duckdb` Python module.
     DuckDb,
+    /// The OpenTelemetry Python SDK (`opentelemetry-sdk`).
+    OpenTelemetry,
     /// PostgreSQL server binaries (`/usr/lib/postgresql/*/bin/postgres`) and `psql`.
     Postgres,
     /// `useradd` (tests that create an unprivileged user).
@@ -72,7 +74,7 @@ pub enum Need {
 
 impl Need {
     /// Every need, in the order summaries list them.
-    pub const ALL: [Need; 20] = [
+    pub const ALL: [Need; 21] = [
         Need::Root,
         Need::PerfEvents,
         Need::SystemWide,
@@ -85,6 +87,7 @@ impl Need {
         Need::GoModules,
         Need::Python,
         Need::DuckDb,
+        Need::OpenTelemetry,
         Need::Postgres,
         Need::Useradd,
         Need::TestData,
@@ -110,6 +113,7 @@ impl Need {
             Need::GoModules => "go-modules",
             Need::Python => "python3",
             Need::DuckDb => "duckdb",
+            Need::OpenTelemetry => "opentelemetry",
             Need::Postgres => "postgres",
             Need::Useradd => "useradd",
             Need::TestData => "testdata",

@@ -55,6 +55,21 @@ pub struct ItemSelection {
     pub slow_only: bool,
     /// Only these items (`--item ID`); empty: all.
     pub only: Vec<u64>,
+    /// Only the items of this trace (`--trace-id ID`, OpenTelemetry trace id,
+    /// [`super::parse_trace_id`]). A listing filter: anomaly flags and class medians
+    /// still compare with every item of the class.
+    pub trace_id: Option<[u8; 16]>,
+}
+
+impl ItemSelection {
+    /// Whether `it` passes the filters (not `top`).
+    pub fn matches(&self, it: &ItemRow) -> bool {
+        (!self.slow_only || it.anomalous)
+            && (self.only.is_empty() || self.only.contains(&it.id))
+            && self
+                .trace_id
+                .is_none_or(|t| it.trace_id.as_deref() == Some(super::hex_id(&t).as_str()))
+    }
 }
 
 /// What `tailprof items TRACE` asks for.
@@ -289,6 +304,10 @@ impl<A: Sink, B: Sink> Sink for Both<'_, A, B> {
         self.0.handle_item_class(c);
         self.1.handle_item_class(c);
     }
+    fn handle_item_trace(&mut self, t: &tailprof_format::ItemTrace) {
+        self.0.handle_item_trace(t);
+        self.1.handle_item_trace(t);
+    }
     fn handle_switch(&mut self, s: &tailprof_format::Switch) {
         self.0.handle_switch(s);
         self.1.handle_switch(s);
@@ -346,6 +365,15 @@ pub fn document(
             losses,
         })));
     }
+    if let Some(t) = q.selection.trace_id {
+        if !report.items.iter().any(|it| q.selection.matches(it)) {
+            let with_trace = report.items.iter().filter(|r| r.trace_id.is_some()).count();
+            return Err(AnalyzeError::NoSuchTraceId {
+                trace_id: super::hex_id(&t),
+                with_trace,
+            });
+        }
+    }
     let memory = match memory {
         Some(m) => crate::bandwidth::finish_item_memory(m).map_err(Box::new)?,
         None => None,
@@ -384,10 +412,7 @@ pub fn stored(
 /// before `top`.
 pub fn select(report: &ItemsReport, sel: &ItemSelection) -> (Vec<usize>, usize) {
     let mut v: Vec<usize> = (0..report.items.len())
-        .filter(|&i| {
-            let it = &report.items[i];
-            (!sel.slow_only || it.anomalous) && (sel.only.is_empty() || sel.only.contains(&it.id))
-        })
+        .filter(|&i| sel.matches(&report.items[i]))
         .collect();
     let items = &report.items;
     v.sort_by(|&a, &b| {

@@ -52,7 +52,7 @@
 //! the adapter keeps the address spaces current, the join only counts.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{ItemClass, ItemEvent, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
+use tailprof_format::{ItemClass, ItemEvent, ItemTrace, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
 
 use super::anomaly::flag_anomalies;
 use super::estimate::{period_interval_ns, Acc, IntervalMeter};
@@ -116,6 +116,8 @@ struct ItemState {
     stacked_samples: u64,
     /// Ended while not at the top of its thread's stack (classic mode): an overlap.
     ended_below_top: bool,
+    /// Index of its trace context in `JoinState::traces`, or [`NO_ITEM`].
+    trace: u32,
 }
 
 /// Stack positions below this are found by a scan; items pushed above are indexed.
@@ -226,6 +228,8 @@ pub struct JoinState {
     events: FxHashMap<u32, EventsAcc>,
     item_events: u64,
     item_events_outside: u64,
+    /// Trace contexts (trace id, span id) of items, indexed by `ItemState::trace`.
+    traces: Vec<([u8; 16], [u8; 8])>,
 }
 
 impl Resolved<JoinState> {
@@ -290,6 +294,7 @@ impl Resolved<JoinState> {
             events: FxHashMap::default(),
             item_events: 0,
             item_events_outside: 0,
+            traces: Vec::new(),
         };
         Ok(Resolved::wrap(header, state))
     }
@@ -363,6 +368,7 @@ impl JoinState {
             resumes: 0,
             stacked_samples: 0,
             ended_below_top: false,
+            trace: NO_ITEM,
         });
         (self.items.len() - 1) as u32
     }
@@ -738,7 +744,10 @@ impl JoinState {
                 ambiguity.items += 1;
                 ambiguity.samples += ambiguous_samples;
             }
+            let trace = self.traces.get(it.trace as usize);
             rows.push(ItemRow {
+                trace_id: trace.map(|t| super::hex_id(&t.0)),
+                span_id: trace.map(|t| super::hex_id(&t.1)),
                 pid: it.pid,
                 tid: it.tid,
                 id: it.id,
@@ -951,6 +960,31 @@ impl ResolvedSink for JoinState {
 
     fn handle_item_class(&mut self, c: &ItemClass) {
         self.classes.insert((c.pid, c.id), c.name.clone());
+    }
+    /// The trace context of the open item `t.item` of its thread (else of its process,
+    /// after switch markers); for no open item it is counted as unmatched.
+    fn handle_item_trace(&mut self, t: &ItemTrace) {
+        self.last_time = self.last_time.max(t.time);
+        if self.reg.is_some() {
+            return;
+        }
+        let th = self.thread(t.tid);
+        let found = match self.find_open(th, t.item) {
+            None if self.any_switch => self.find_any(t.pid, t.item),
+            f => f,
+        };
+        match found {
+            Some(item) if self.traces.len() < u32::MAX as usize - 1 => {
+                let it = &mut self.items[item as usize];
+                if it.trace == NO_ITEM {
+                    it.trace = self.traces.len() as u32;
+                    self.traces.push((t.trace_id, t.span_id));
+                } else {
+                    self.traces[it.trace as usize] = (t.trace_id, t.span_id);
+                }
+            }
+            _ => self.unmatched += 1,
+        }
     }
     fn handle_lost(&mut self, l: &Lost) {
         if l.kind == LossKind::Markers {

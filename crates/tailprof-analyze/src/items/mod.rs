@@ -263,12 +263,37 @@ pub struct ItemRow {
     /// The item's attribution is ambiguous (see `ambiguous_samples`; also set for an item
     /// that ended while an item begun after it was still open on its thread).
     pub ambiguous: bool,
+    /// OpenTelemetry (W3C) trace id, 32 lowercase hex digits, when the item's runtime
+    /// wrote its trace context (docs/MARKERS.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// Its span id, 16 lowercase hex digits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
     /// Sorted by the shown estimate, largest first.
     pub functions: Vec<ItemFunction>,
     /// Events and spans inside the item (`--item-event`, [`events`]); left out of JSON
     /// when there are none.
     #[serde(skip_serializing_if = "events::ItemEvents::is_empty")]
     pub events: events::ItemEvents,
+}
+
+/// Lowercase hex of `bytes` (the W3C trace-context form of trace and span ids).
+pub fn hex_id(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A trace id as users copy it from a tracing UI: 32 hex digits (W3C), or fewer (Jaeger
+/// shows 64-bit ids as 16), taken as the low bytes; upper or lower case, an optional
+/// `0x`. `None` for anything else, or for the all-zero id (invalid in W3C).
+pub fn parse_trace_id(s: &str) -> Option<[u8; 16]> {
+    let s = s.trim();
+    let s = s.strip_prefix("0x").unwrap_or(s);
+    if s.is_empty() || s.len() > 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let v = u128::from_str_radix(s, 16).ok()?;
+    (v != 0).then(|| v.to_be_bytes())
 }
 
 /// Time of one function within one item.

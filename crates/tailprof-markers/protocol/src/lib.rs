@@ -1,7 +1,7 @@
 //! The marker shared-memory protocol (docs/MARKERS.md) as constants, defined once for
 //! both Rust sides: the marker runtime linked into programs (`tailprof-markers`) and the
 //! recorder (`tailprof_collect::items::markers`). The C header `include/tailprof.h` and
-//! `python/tailprof_markers.py` mirror these values in their languages; the tests below
+//! `python/tailprof_markers/__init__.py` mirror these values in their languages; the tests below
 //! read both files and fail when they drift.
 //!
 //! A separate crate rather than a module of `tailprof-markers`, so the recorder does not
@@ -82,8 +82,15 @@ pub mod header {
     pub const SLOTS_OFFSET: usize = 52;
     /// `u32 next_slot`: atomic bump allocator, may exceed `nslots`.
     pub const NEXT_SLOT: usize = 56;
+    /// `u32 features` the recorder reads (was reserved, 0): [`FEATURE_TRACE_CONTEXT`].
+    /// Written by the recorder before `magic`; a runtime writes a record kind that needs
+    /// a feature only when its bit is set.
+    pub const FEATURES: usize = 60;
     /// `u64 noslot_dropped`: markers of threads that found no free slot.
     pub const NOSLOT_DROPPED: usize = 64;
+    /// `features` bit: the recorder reads [`crate::record::KIND_TRACE_ID`] and
+    /// [`crate::record::KIND_SPAN_ID`].
+    pub const FEATURE_TRACE_CONTEXT: u32 = 1;
     /// Bytes of the fields above (the rest of the header is reserved).
     pub const FIELDS_LEN: usize = 72;
 }
@@ -142,11 +149,19 @@ pub mod record {
     /// Switch marker: the thread now works on no item (back in its event loop); `item`
     /// is the item it leaves, or 0, informational only; `cls` is 0.
     pub const KIND_SWITCH_NONE: u32 = 3;
-    /// Kinds 4..=7 are reserved for item attributes that follow their item's begin
-    /// (OpenTelemetry trace id and span id, issue 24 part 3). A recorder rejects and
-    /// counts kinds it does not know, so runtimes may only write them once the
-    /// recorder says it reads them (docs/MARKERS.md).
-    pub const RESERVED_KINDS: core::ops::RangeInclusive<u32> = 4..=7;
+    /// Trace context, first of a pair (OpenTelemetry, W3C trace context): `item` and `cls`
+    /// are the trace id's bytes 0..8 and 8..16, each read as a big-endian u64. Always
+    /// immediately followed, in the same ring, by a [`KIND_SPAN_ID`] record; the pair is
+    /// published with one `head` store. Written only when the region header's
+    /// `features` has [`crate::header::FEATURE_TRACE_CONTEXT`] (an older recorder would
+    /// reject and count them), after the item's begin.
+    pub const KIND_TRACE_ID: u32 = 4;
+    /// Trace context, second of the pair: `item` is the item the trace context belongs
+    /// to (begun before on this thread), `cls` the span id's 8 bytes read as a
+    /// big-endian u64. A span record without its trace record right before is rejected.
+    pub const KIND_SPAN_ID: u32 = 5;
+    /// Kinds 6..=7 stay reserved for further item attributes (docs/MARKERS.md).
+    pub const RESERVED_KINDS: core::ops::RangeInclusive<u32> = 6..=7;
 }
 
 
@@ -197,6 +212,18 @@ mod tests {
         assert!(!record::RESERVED_KINDS.contains(&record::KIND_SWITCH_NONE));
     }
 
+    /// Trace context was added the same way: kinds from the reserved range, a feature
+    /// bit in the header word that was reserved (so an old recorder, which leaves it 0,
+    /// never receives them), no version change.
+    #[test]
+    fn trace_context_keeps_version_1_layout() {
+        assert_eq!(VERSION, 1);
+        assert_eq!((record::KIND_TRACE_ID, record::KIND_SPAN_ID), (4, 5));
+        assert!(!record::RESERVED_KINDS.contains(&record::KIND_SPAN_ID));
+        assert_eq!(header::FEATURES + 4, header::NOSLOT_DROPPED);
+        const { assert!(header::NEXT_SLOT + 4 <= header::FEATURES) };
+    }
+
     /// The C header and the Python module carry the same values.
     #[test]
     fn c_header_and_python_module_agree() {
@@ -211,9 +238,13 @@ mod tests {
         assert_eq!(int(value(&h, "#define TAILPROF_KIND_END")), u64::from(record::KIND_END));
         assert_eq!(int(value(&h, "#define TAILPROF_KIND_SWITCH")), u64::from(record::KIND_SWITCH));
         assert_eq!(int(value(&h, "#define TAILPROF_KIND_SWITCH_NONE")), u64::from(record::KIND_SWITCH_NONE));
+        assert_eq!(int(value(&h, "#define TAILPROF_KIND_TRACE_ID")), u64::from(record::KIND_TRACE_ID));
+        assert_eq!(int(value(&h, "#define TAILPROF_KIND_SPAN_ID")), u64::from(record::KIND_SPAN_ID));
+        assert_eq!(int(value(&h, "#define TAILPROF_HDR_FEATURES")), header::FEATURES as u64);
+        assert_eq!(int(value(&h, "#define TAILPROF_FEATURE_TRACE_CONTEXT")), u64::from(header::FEATURE_TRACE_CONTEXT));
         assert!(h.contains(&std::format!("getenv(\"{ENV_VAR}\")")), "C header reads {ENV_VAR}");
 
-        let p = read("python/tailprof_markers.py");
+        let p = read("python/tailprof_markers/__init__.py");
         assert_eq!(value(&p, "ENV_VAR"), std::format!("\"{ENV_VAR}\""));
         assert_eq!(int(value(&p, "MAGIC")), MAGIC);
         assert_eq!(int(value(&p, "VERSION")), u64::from(VERSION));
@@ -224,5 +255,9 @@ mod tests {
         assert_eq!(int(value(&p, "KIND_END")), u64::from(record::KIND_END));
         assert_eq!(int(value(&p, "KIND_SWITCH")), u64::from(record::KIND_SWITCH));
         assert_eq!(int(value(&p, "KIND_SWITCH_NONE")), u64::from(record::KIND_SWITCH_NONE));
+        assert_eq!(int(value(&p, "KIND_TRACE_ID")), u64::from(record::KIND_TRACE_ID));
+        assert_eq!(int(value(&p, "KIND_SPAN_ID")), u64::from(record::KIND_SPAN_ID));
+        assert_eq!(int(value(&p, "HDR_FEATURES")), header::FEATURES as u64);
+        assert_eq!(int(value(&p, "FEATURE_TRACE_CONTEXT")), u64::from(header::FEATURE_TRACE_CONTEXT));
     }
 }

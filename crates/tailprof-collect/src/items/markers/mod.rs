@@ -45,7 +45,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tailprof_format::{ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record};
+use tailprof_format::{ItemClass, ItemTrace, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record};
 
 use crate::sys::CollectError;
 use region::{control, RawRecord, Region};
@@ -427,7 +427,45 @@ impl MarkerCollector {
             t.region.consume(slot, &mut scratch);
             // Everything just consumed was published before this clock read.
             let latest = monotonic_ns().saturating_add(FUTURE_SLACK_NS);
+            // A trace-id record waiting for the span-id record right after it.
+            let mut trace_hi_lo: Option<(u64, u64)> = None;
             for r in &scratch {
+                let pending = trace_hi_lo.take();
+                if r.kind == record::KIND_TRACE_ID || r.kind == record::KIND_SPAN_ID {
+                    // A span record without its trace record, or a trace record not followed
+                    // by its span record, is rejected (the pair is published at once).
+                    if pending.is_some() && r.kind == record::KIND_TRACE_ID {
+                        rejected += 1;
+                    }
+                    if r.time < earliest || r.time > latest {
+                        rejected += 1 + u64::from(pending.is_some() && r.kind == record::KIND_SPAN_ID);
+                        continue;
+                    }
+                    if r.kind == record::KIND_TRACE_ID {
+                        trace_hi_lo = Some((r.item, r.cls));
+                        continue;
+                    }
+                    let Some((hi, lo)) = pending else {
+                        rejected += 1;
+                        continue;
+                    };
+                    let mut trace_id = [0u8; 16];
+                    trace_id[..8].copy_from_slice(&hi.to_be_bytes());
+                    trace_id[8..].copy_from_slice(&lo.to_be_bytes());
+                    out.push(Record::ItemTrace(ItemTrace {
+                        time: r.time,
+                        pid,
+                        tid,
+                        item: r.item,
+                        trace_id,
+                        span_id: r.cls.to_be_bytes(),
+                    }));
+                    stats.markers += 1;
+                    continue;
+                }
+                if pending.is_some() {
+                    rejected += 1;
+                }
                 let kind = match r.kind {
                     record::KIND_BEGIN => MarkerKind::Begin,
                     record::KIND_END => MarkerKind::End,
@@ -484,6 +522,9 @@ impl MarkerCollector {
                     source: MarkerSource::Api,
                 }));
                 stats.markers += 1;
+            }
+            if trace_hi_lo.is_some() {
+                rejected += 1;
             }
             let d = t.region.slot_dropped(slot);
             lost = lost.saturating_add(counter_delta(&mut t.seen_dropped[slot as usize], d, max_drops));

@@ -5,7 +5,7 @@
 //!
 //! The layout is specified in docs/MARKERS.md; its constants are defined once, in
 //! `tailprof-markers-protocol`, shared with the Rust marker runtime (`include/tailprof.h`
-//! and `python/tailprof_markers.py` mirror them, checked by that crate's tests). All
+//! and `python/tailprof_markers/__init__.py` mirror them, checked by that crate's tests). All
 //! fields are little-endian and naturally aligned.
 
 use std::fs::{File, OpenOptions};
@@ -227,6 +227,8 @@ impl Region {
         r.u32(header::RING_RECORDS).store(ring, Ordering::Relaxed);
         r.u32(header::SLOT_SIZE).store(slot_size, Ordering::Relaxed);
         r.u32(header::SLOTS_OFFSET).store(header::SIZE as u32, Ordering::Relaxed);
+        // Record kinds beyond begin/end/switch that this recorder reads.
+        r.u32(header::FEATURES).store(header::FEATURE_TRACE_CONTEXT, Ordering::Relaxed);
         // Magic last: a reader that sees it sees a complete header.
         r.u64(header::MAGIC).store(MAGIC, Ordering::Release);
         Ok(r)

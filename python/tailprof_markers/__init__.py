@@ -48,7 +48,7 @@ import time
 from contextlib import contextmanager
 
 __all__ = ["item_begin", "item_end", "item", "enabled", "item_switch", "item_switch_none",
-           "install_asyncio", "async_item"]
+           "install_asyncio", "async_item", "item_trace", "current_item"]
 
 ENV_VAR = "TAILPROF_MARKERS"
 MAGIC = 0x314B524D46505454
@@ -60,10 +60,14 @@ KIND_BEGIN = 0
 KIND_END = 1
 KIND_SWITCH = 2
 KIND_SWITCH_NONE = 3
+KIND_TRACE_ID = 4
+KIND_SPAN_ID = 5
+HDR_FEATURES = 60
+FEATURE_TRACE_CONTEXT = 1
 RECORD = struct.Struct("<QQQI4x")
 U64 = struct.Struct("<Q")
 U32 = struct.Struct("<I")
-HEADER = struct.Struct("<QIIQQIIIIIIII")  # magic .. next_slot, reserved0
+HEADER = struct.Struct("<QIIQQIIIIIIII")  # magic .. next_slot, features
 
 _clock = time.clock_gettime_ns
 _MONO = time.CLOCK_MONOTONIC
@@ -192,6 +196,48 @@ def _emit(item_id, cls, kind):
     U64.pack_into(mm, t.slot + 64, h + 1)  # publish
 
 
+def _emit_trace(item_id, trace_hi, trace_lo, span):
+    """The trace-context pair, published with one head store (all or nothing)."""
+    t = _thread()
+    if t.slot is None:
+        t.region.count_noslot()
+        return
+    mm = t.region.mm
+    (features,) = U32.unpack_from(mm, HDR_FEATURES)
+    if not features & FEATURE_TRACE_CONTEXT:
+        return  # an older recorder would reject these kinds
+    ts = _clock(_MONO)
+    mask = t.region.mask
+    h = t.head
+    if h + 1 - t.tail > mask:
+        (t.tail,) = U64.unpack_from(mm, t.slot + 128)
+        if h + 1 - t.tail > mask:
+            (d,) = U64.unpack_from(mm, t.slot + 8)
+            U64.pack_into(mm, t.slot + 8, d + 2)
+            return
+    ring = t.slot + SLOT_RING_OFFSET
+    RECORD.pack_into(mm, ring + (h & mask) * RECORD.size, ts, trace_hi, trace_lo, KIND_TRACE_ID)
+    RECORD.pack_into(mm, ring + ((h + 1) & mask) * RECORD.size, ts,
+                     item_id & 0xFFFFFFFFFFFFFFFF, span, KIND_SPAN_ID)
+    t.head = h + 2
+    U64.pack_into(mm, t.slot + 64, h + 2)  # publish both
+
+
+def item_trace(item_id, trace_id, span_id):
+    """Trace context of item ``item_id`` (begun before on this thread): its
+    OpenTelemetry/W3C trace id (an int < 2**128 or 16 bytes) and span id (an int < 2**64
+    or 8 bytes), so ``tailprof items --trace-id`` finds the item. Written only when the
+    recorder reads trace context."""
+    if _region is None:
+        return
+    if isinstance(trace_id, (bytes, bytearray)):
+        trace_id = int.from_bytes(trace_id, "big")
+    if isinstance(span_id, (bytes, bytearray)):
+        span_id = int.from_bytes(span_id, "big")
+    _emit_trace(item_id, (trace_id >> 64) & 0xFFFFFFFFFFFFFFFF, trace_id & 0xFFFFFFFFFFFFFFFF,
+                span_id & 0xFFFFFFFFFFFFFFFF)
+
+
 def item_begin(item_id, cls=None):
     """The calling thread starts working on item ``item_id`` (optional class label)."""
     if _region is not None:
@@ -302,6 +348,31 @@ def install_asyncio(loop=None):
     factory._tailprof = True
     loop.set_task_factory(factory)
     return True
+
+
+def current_item():
+    """The item the running asyncio task works on (set by ``async_item`` or
+    ``set_task_item``), or None."""
+    return _current_item.get()
+
+
+def set_task_item(item_id):
+    """Make ``item_id`` (begun before) the running task's item, as ``async_item`` does;
+    returns a token for ``reset_task_item``. For integrations whose scope is not an
+    ``async with`` block (``tailprof_markers.otel``)."""
+    return _current_item.set(item_id)
+
+
+def reset_task_item(token):
+    """Undo ``set_task_item``; switches back to the enclosing item if there is one."""
+    try:
+        _current_item.reset(token)
+    except (ValueError, RuntimeError):
+        # Reset from another context (or twice) (a span ended elsewhere): leave this one alone.
+        return
+    outer = _current_item.get()
+    if outer is not None:
+        item_switch(outer)
 
 
 class async_item:
