@@ -73,15 +73,7 @@ impl ClassProbes {
             // One event per site (a USDT probe inlined at several places has several).
             for resolved in uprobe::resolve_sites(&spec.probe)? {
                 let fetch = spec.fetch_arg_at(&resolved)?;
-                let (root, we_mounted) = crate::tracefs::ensure_mounted().map_err(|source| {
-                    crate::session::RecordError::Io {
-                        what: "--item-class-from needs tracefs".into(),
-                        source,
-                    }
-                })?;
-                if we_mounted {
-                    mounted = Some(root.clone());
-                }
+                let root = tracefs_root("--item-class-from", &mut mounted)?;
                 let ev = TracefsUprobe::create(&root, &resolved, spec)
                     .map_err(|e| create_error(e, &root))?;
                 let desc = format!("{}:{fetch}", resolved.describe());
@@ -95,15 +87,7 @@ impl ClassProbes {
                     Some(a) => format!(":{}", a.fetch_arg_at(&resolved)?),
                     None => String::new(),
                 };
-                let (root, we_mounted) = crate::tracefs::ensure_mounted().map_err(|source| {
-                    crate::session::RecordError::Io {
-                        what: "--item-event needs tracefs".into(),
-                        source,
-                    }
-                })?;
-                if we_mounted {
-                    mounted = Some(root.clone());
-                }
+                let root = tracefs_root("--item-event", &mut mounted)?;
                 let ev = TracefsUprobe::create_event(&root, &resolved, spec)
                     .map_err(|e| create_error(e, &root))?;
                 event_defs.push(format!("{}{fetch}", resolved.describe()));
@@ -473,4 +457,19 @@ mod tests {
         );
         assert_eq!(out.len(), 4);
     }
+}
+
+/// tracefs's root for `flag`'s probes, mounted when absent (then remembered in `mounted`,
+/// so the caller can say so and unmount it).
+fn tracefs_root(
+    flag: &str,
+    mounted: &mut Option<std::path::PathBuf>,
+) -> Result<std::path::PathBuf, crate::session::RecordError> {
+    let (root, we_mounted) = crate::tracefs::ensure_mounted().map_err(|source| {
+        crate::session::RecordError::Io { what: format!("{flag} needs tracefs"), source }
+    })?;
+    if we_mounted {
+        *mounted = Some(root.clone());
+    }
+    Ok(root)
 }
