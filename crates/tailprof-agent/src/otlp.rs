@@ -338,6 +338,10 @@ pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), crat
 /// the writer's stats (`otlp_pushes`, `otlp_failures`, `last_error`).
 pub fn send_counted(url: Option<&str>, store: &Store, w: &WindowBatch, stats: &std::sync::Mutex<crate::writer::WriterStats>) {
     let Some(url) = url else { return };
+    if w.rows.is_empty() {
+        // nothing is sent for an empty window, so nothing is counted as pushed
+        return;
+    }
     let r = push_window(url, store, w);
     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
     match r {

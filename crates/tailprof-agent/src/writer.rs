@@ -174,7 +174,8 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                         s.last_window_error = Some(msg);
                     }
                 }
-                if let Some(url) = &cfg.push {
+                if let Some(url) = cfg.push.as_ref().filter(|_| !w.rows.is_empty()) {
+                    // an empty window sends nothing and is not counted as pushed
                     let r = crate::push::push_window(url, &cfg.store, &w);
                     let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                     match r {

@@ -262,22 +262,38 @@ fn elf_with_functions(n: usize, strtab: &[u8], name_at: impl Fn(usize) -> u32) -
 }
 
 /// Peak resident KiB of a child running this test binary's test `name` (with `env` set).
-#[allow(clippy::zombie_processes)] // reaped by wait4 below (to read its rusage)
+///
+/// The child reports its own `VmHWM` (see `report_peak`). `wait4`'s `ru_maxrss` is not
+/// usable here: std spawns with `CLONE_VM|CLONE_VFORK`, and at `execve` the kernel folds the
+/// *parent's* high-water mark (this whole test harness, other tests included) into the
+/// child's `maxrss`, so a busy harness made the child look 3× its size.
 fn child_peak_kib(name: &str, env: (&str, &str)) -> (bool, i64) {
-    let child = Command::new(std::env::current_exe().unwrap())
+    let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(env.0, env.1)
-        .spawn()
+        .stderr(std::process::Stdio::inherit())
+        .output()
         .unwrap();
-    let mut status = 0;
-    // SAFETY: an out-parameter rusage and status for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    assert_eq!(r, child.id() as i32);
-    (
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        ru.ru_maxrss,
-    )
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let kib = stdout
+        .lines()
+        // libtest prints "test NAME ... " on the same line
+        .find_map(|l| l.split_once("tailprof-test-peak-kib ").map(|(_, v)| v))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("the child reported no peak: {stdout}"));
+    (out.status.success(), kib)
+}
+
+/// In a child of `child_peak_kib`: print this process's peak resident size (`VmHWM`, per
+/// address space, so it starts fresh at `execve`).
+fn report_peak() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: i64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/self/status");
+    println!("tailprof-test-peak-kib {kib}");
 }
 
 /// Finding 4: 8,200 functions sharing one 1 MB name (a 1.26 MB file). Before, every row
@@ -302,6 +318,7 @@ fn finding_4_functions_sharing_a_megabyte_name_stay_bounded() {
             .all(|r| r.name.len()
                 == tailprof_elf::MAX_NAME_BYTES + tailprof_elf::TRUNCATED_MARK.len()));
         assert!(rows[0].name.ends_with(tailprof_elf::TRUNCATED_MARK));
+        report_peak();
         return;
     }
     let (ok, kib) = child_peak_kib(
@@ -510,6 +527,7 @@ fn finding_6_mmap_churn_and_forks_stay_bounded() {
         );
         assert!(bytes <= MAX_MAP_BYTES, "{bytes}");
         assert!(agg.stats.mappings_evicted >= 65_000 - MAX_MAPS_PER_PROC as u64);
+        report_peak();
         return;
     }
     let (ok, kib) = child_peak_kib(
@@ -706,6 +724,7 @@ fn finding_9_garbage_markers_and_endless_items_stay_bounded() {
         }
         assert_eq!(windows, 30);
         eprintln!("finding 9: {} open, {:?}", t.open_requests(), t.stats);
+        report_peak();
         return;
     }
     let (ok, kib) = child_peak_kib(
