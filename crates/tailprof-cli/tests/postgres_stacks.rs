@@ -23,7 +23,7 @@
 //! ratios, and the measured values are printed.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
@@ -31,160 +31,7 @@ use std::time::Duration;
 /// The two tests record system-wide: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// The newest `/usr/lib/postgresql/N/bin` holding postgres, initdb and pg_ctl.
-fn pg_bindir() -> Option<PathBuf> {
-    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let v = e.file_name().to_str()?.parse().ok()?;
-            Some((v, e.path().join("bin")))
-        })
-        .filter(|(_, d)| {
-            ["postgres", "initdb", "pg_ctl"]
-                .iter()
-                .all(|b| d.join(b).is_file())
-        })
-        .collect();
-    dirs.sort();
-    dirs.pop().map(|(_, d)| d)
-}
-
-fn which(cmd: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(cmd))
-        .find(|p| p.is_file())
-}
-
-/// A private PostgreSQL server; stopped and removed on drop.
-struct Server {
-    bindir: PathBuf,
-    dir: PathBuf,
-    port: u16,
-    as_user: Option<String>,
-}
-
-impl Server {
-    fn cmd(&self, prog: &str) -> Command {
-        let exe = self.bindir.join(prog);
-        match &self.as_user {
-            Some(u) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", u, "--"]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        }
-    }
-
-    fn start(bindir: PathBuf, tag: u16) -> Result<Server, String> {
-        let root = unsafe { libc::geteuid() } == 0;
-        let as_user = if root {
-            let ok = Command::new("id")
-                .arg("-u")
-                .arg("postgres")
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if !ok || which("runuser").is_none() {
-                return Err("running as root and there is no 'postgres' user (or no runuser) to run the server".into());
-            }
-            Some("postgres".to_string())
-        } else {
-            None
-        };
-        let dir = std::env::temp_dir().join(format!("tailprof-pgstacks-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        if as_user.is_some() {
-            let o = Command::new("chown")
-                .arg("postgres")
-                .arg(&dir)
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !o.status.success() {
-                return Err(format!(
-                    "chown postgres {}: {}",
-                    dir.display(),
-                    String::from_utf8_lossy(&o.stderr)
-                ));
-            }
-        }
-        let port = 30000 + (std::process::id() % 8000) as u16 + tag * 8000;
-        let s = Server {
-            bindir,
-            dir,
-            port,
-            as_user,
-        };
-        let data = s.dir.join("data");
-        let o = s
-            .cmd("initdb")
-            .args(["-A", "trust", "-U", "postgres", "-N", "-D"])
-            .arg(&data)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !o.status.success() {
-            panic!("initdb failed: {}", String::from_utf8_lossy(&o.stderr));
-        }
-        let opts = format!(
-            "-c listen_addresses='' -k {} -p {} -c fsync=off",
-            s.dir.display(),
-            s.port
-        );
-        let o = s
-            .cmd("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .args(["-o", &opts, "-w", "-l"])
-            .arg(s.dir.join("log"))
-            .arg("start")
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !o.status.success() {
-            let log = std::fs::read_to_string(s.dir.join("log")).unwrap_or_default();
-            panic!(
-                "pg_ctl start failed: {}\n{log}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        Ok(s)
-    }
-
-    /// psql on the private socket, quiet, stopping at the first error.
-    fn psql_cmd(&self) -> Command {
-        let psql = self.bindir.join("psql");
-        let psql = if psql.is_file() { psql } else { which("psql").expect("psql") };
-        let mut c = Command::new(psql);
-        c.arg("-h").arg(&self.dir).args(["-p", &self.port.to_string(), "-U", "postgres", "-q", "-X", "-At", "-v", "ON_ERROR_STOP=1"]);
-        c
-    }
-
-    /// Run a file of statements (one query each); panics on failure.
-    fn psql_file(&self, sql_file: &Path) {
-        let o = self.psql_cmd().arg("-f").arg(sql_file).output().expect("psql");
-        assert!(o.status.success(), "psql failed: {}", String::from_utf8_lossy(&o.stderr));
-    }
-
-    /// Run one query string (`-c`: sent as one simple query); its output.
-    fn psql_c(&self, sql: &str) -> String {
-        let o = self.psql_cmd().arg("-c").arg(sql).output().expect("psql");
-        assert!(o.status.success(), "psql -c {sql:?} failed: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self
-            .cmd("pg_ctl")
-            .arg("-D")
-            .arg(self.dir.join("data"))
-            .args(["-m", "immediate", "stop"])
-            .output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use tailprof_testkit::postgres::Server;
 
 /// A started server with table `t(id, v)` of 20,000 rows, or why the test skips.
 fn setup(tag: u16) -> Option<(Server, String)> {
@@ -193,26 +40,12 @@ fn setup(tag: u16) -> Option<(Server, String)> {
         tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording system-wide with uprobes and tracefs needs root");
         return None;
     }
-    let Some(bindir) = pg_bindir() else {
-        tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/postgres); `apt-get install -y postgresql`");
-        return None;
-    };
-    if !bindir.join("psql").is_file() && which("psql").is_none() {
-        tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "psql not found");
-        return None;
-    }
-    let server = match Server::start(bindir.clone(), tag) {
-        Ok(s) => s,
-        Err(why) => {
-            tailprof_testkit::skip(tailprof_testkit::Need::Postgres, &why);
-            return None;
-        }
-    };
+    let Some(server) = Server::start(tag) else { return None };
     server.psql_c(
         "CREATE TABLE t(id int PRIMARY KEY, v int NOT NULL); INSERT INTO t SELECT g, g % 97 FROM generate_series(1, 20000) g;",
     );
     server.psql_c("VACUUM ANALYZE t");
-    let pg = bindir.join("postgres").display().to_string();
+    let pg = server.postgres().display().to_string();
     Some((server, pg))
 }
 
@@ -525,7 +358,7 @@ fn usdt_query_probes_give_items_and_sql_shapes() {
 fn preset_postgresql_pgbench_items_and_lock_wait_span() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some((server, pg)) = setup(3) else { return };
-    let Some(pgbench) = [server.bindir.join("pgbench")].into_iter().find(|p| p.is_file()).or_else(|| which("pgbench")) else {
+    let Some(pgbench) = [server.bindir.join("pgbench")].into_iter().find(|p| p.is_file()).or_else(|| tailprof_testkit::have_command("pgbench")) else {
         tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "pgbench not found");
         return;
     };

@@ -23,6 +23,8 @@ use std::fmt::{self, Display};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+pub mod postgres;
+
 /// What a skipped test lacked. [`Need::name`] is the word `$TAILPROF_REQUIRE` and the skip
 /// log use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
