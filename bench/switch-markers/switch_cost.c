@@ -156,8 +156,8 @@ int main(int argc, char **argv)
         struct tailprof_slot *s =
             (struct tailprof_slot *)((char *)region + region->slots_offset + (uint64_t)i * region->slot_size);
         if (s->dropped || region->noslot_dropped) {
-            fprintf(stderr, "markers dropped (%llu): the drainer fell behind, results invalid\n",
-                    (unsigned long long)s->dropped);
+            fprintf(stderr, "markers dropped (%llu in slot %u, %llu without a slot, next_slot %u): results invalid\n",
+                    (unsigned long long)s->dropped, i, (unsigned long long)region->noslot_dropped, region->next_slot);
             return 1;
         }
     }
