@@ -1,5 +1,6 @@
 """Python: cost of a switch marker against a begin+end pair (enabled, region built here,
-ring large enough not to fill), and the overhead of install_asyncio() on a request loop.
+ring large enough not to fill), of the trace-context pair (item_trace), and the overhead
+of install_asyncio() on a request loop.
 Medians of REPS repeats, methods in turn. Usage: python3 py_switch_cost.py [OPS] [REQS]
 
 The asyncio part: REQS requests, 10 000 per second of wall time (a producer starts one
@@ -30,8 +31,9 @@ def enable():
     with open(path, "wb") as f:
         f.truncate(size)
         f.seek(0)
-        f.write(struct.pack("<QIIQQIIIIIII", 0x314B524D46505454, 1, 4096, size, 9, os.getpid(), 1,
-                            1, ring, slot_size, 4096, 0))
+        # ... next_slot 0, features: bit 0 = trace context (kinds 4, 5).
+        f.write(struct.pack("<QIIQQIIIIIIII", 0x314B524D46505454, 1, 4096, size, 9, os.getpid(), 1,
+                            1, ring, slot_size, 4096, 0, 1))
     os.environ["TAILPROF_MARKERS"] = path
     tp = importlib.reload(tp)
     assert tp.enabled()
@@ -58,6 +60,26 @@ def switch():
     for i in range(ops):
         s(i)
     return (time.perf_counter_ns() - t0) / ops
+
+
+TRACE_ID = 0x4bf92f3577b34da6a3ce929d0e0e4736
+SPAN_ID = 0x00f067aa0ba902b7
+
+
+def head():
+    return struct.unpack_from("<Q", tp._region.mm, tp._tls.t.slot + 64)[0]
+
+
+def trace():
+    """item_trace: the trace-context pair (two records, one head store)."""
+    tr = tp.item_trace
+    h0 = head()
+    t0 = time.perf_counter_ns()
+    for i in range(ops):
+        tr(i, TRACE_ID, SPAN_ID)
+    dt = (time.perf_counter_ns() - t0) / ops
+    assert head() == h0 + 2 * ops, "trace context not written: results invalid"
+    return dt
 
 
 def work(n):
@@ -91,11 +113,12 @@ def loop(install):
     return asyncio.run(main())
 
 
-res = {"py_begin_end_pair": [], "py_switch": [], "asyncio_cpu_per_req_plain": [], "asyncio_cpu_per_req_installed": []}
+res = {"py_begin_end_pair": [], "py_switch": [], "py_trace_context": [], "asyncio_cpu_per_req_plain": [], "asyncio_cpu_per_req_installed": []}
 for rep in range(5):
     enable()  # a fresh region each repetition: the rings never fill
     res["py_begin_end_pair"].append(pair())
     res["py_switch"].append(switch())
+    res["py_trace_context"].append(trace())
     check()
     enable()
     res["asyncio_cpu_per_req_plain"].append(loop(False))

@@ -4,6 +4,8 @@
  *   switch    tailprof_item_switch (one marker: an event loop dispatching to an item)
  *   resume    tailprof_item_switch + tailprof_item_switch_none (a coroutine step)
  *   disabled  tailprof_item_switch with no recorder (the disabled path)
+ *   trace     tailprof_item_trace (the trace-context pair, kinds 4 and 5: one clock read,
+ *             two records, one head store), the region announcing the feature
  * Usage: switch_cost [REPS] [OPS]. Prints ns per operation (per pair / per marker). */
 #include "tailprof.h"
 #include <pthread.h>
@@ -11,8 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NMETHODS 4
-static const char *names[NMETHODS] = {"c_begin_end_pair", "c_switch", "c_switch_plus_none", "c_switch_disabled"};
+#define NMETHODS 5
+static const char *names[NMETHODS] = {"c_begin_end_pair", "c_switch", "c_switch_plus_none", "c_switch_disabled",
+                                      "c_trace_context"};
+static const uint8_t trace_id[16] = {0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6,
+                                     0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36};
+static const uint8_t span_id[8] = {0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7};
 static volatile int stop_drainer;
 static struct tailprof_region_header *region;
 static char region_path[96];
@@ -49,6 +55,7 @@ static void make_region(void)
     region->ring_records = ring;
     region->slot_size = slot_size;
     region->slots_offset = 4096;
+    region->features = TAILPROF_FEATURE_TRACE_CONTEXT;
     __atomic_store_n(&region->magic, TAILPROF_REGION_MAGIC, __ATOMIC_RELEASE);
 }
 
@@ -98,6 +105,10 @@ static double run(int method, long ops)
             __asm__ volatile("" ::: "memory");
             tailprof_item_switch_none();
             break;
+        case 4:
+            tailprof_item_trace((uint64_t)i, trace_id, span_id);
+            __asm__ volatile("" ::: "memory");
+            break;
         }
     }
     return (double)(now_ns() - t0) / (double)ops;
@@ -118,6 +129,18 @@ int main(int argc, char **argv)
     if (reps > 64)
         reps = 64;
     make_region();
+    /* The trace context is written only when the region announces it: check it is. */
+    enable(1);
+    tailprof_item_begin(0);
+    struct tailprof_slot *s0 = (struct tailprof_slot *)((char *)region + region->slots_offset);
+    uint64_t h0 = __atomic_load_n(&s0->head, __ATOMIC_ACQUIRE);
+    tailprof_item_trace(0, trace_id, span_id);
+    tailprof_item_end(0);
+    if (__atomic_load_n(&s0->head, __ATOMIC_ACQUIRE) != h0 + 3) {
+        fprintf(stderr, "trace context not written: results invalid\n");
+        return 1;
+    }
+    enable(0);
     pthread_create(&th, 0, drainer, 0);
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < NMETHODS; k++) {
@@ -133,8 +156,8 @@ int main(int argc, char **argv)
         struct tailprof_slot *s =
             (struct tailprof_slot *)((char *)region + region->slots_offset + (uint64_t)i * region->slot_size);
         if (s->dropped || region->noslot_dropped) {
-            fprintf(stderr, "markers dropped (%llu): the drainer fell behind, results invalid\n",
-                    (unsigned long long)s->dropped);
+            fprintf(stderr, "markers dropped (%llu in slot %u, %llu without a slot, next_slot %u): results invalid\n",
+                    (unsigned long long)s->dropped, i, (unsigned long long)region->noslot_dropped, region->next_slot);
             return 1;
         }
     }

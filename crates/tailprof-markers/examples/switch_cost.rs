@@ -1,7 +1,10 @@
-//! Rust: cost of a switch marker against a begin+end pair, and of an `in_item` future's
-//! poll, enabled (a region built here the way the recorder does, a drainer thread), side
-//! by side, medians of repeats. Used by bench/switch-markers.sh.
-//!   cargo run --release -p tailprof-markers --example switch_cost [REPS] [OPS]
+//! Rust: cost of a switch marker against a begin+end pair, of an `in_item` future's poll
+//! and of the trace-context pair (`item_trace`), enabled (a region built here the way the
+//! recorder does, announcing trace context, a drainer thread), side by side, medians of
+//! repeats. With the feature `tracing`, also one `tracing` span's life (new, enter, exit,
+//! close) on a registry with `TailprofLayer` (an item: 4 markers) and without it.
+//! Used by bench/switch-markers.sh.
+//!   cargo run --release -p tailprof-markers --features tracing --example switch_cost [REPS] [OPS]
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,10 +12,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use tailprof_markers::{item_begin, item_end, item_switch, item_switch_none, ClassLabel, InItem};
+use tailprof_markers::{
+    item_begin, item_end, item_switch, item_switch_none, item_trace, ClassLabel, InItem,
+};
 use tailprof_markers_protocol::{header, slot, MAGIC};
 
 static REQ: ClassLabel = ClassLabel::new(c"req");
+const TRACE_ID: [u8; 16] = *b"\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e\x47\x36";
+const SPAN_ID: [u8; 8] = *b"\x00\xf0\x67\xaa\x0b\xa9\x02\xb7";
 const NSLOTS: u32 = 2;
 const RING: u32 = 1 << 19;
 
@@ -58,6 +65,7 @@ fn main() {
     put32(&mut h, header::RING_RECORDS, RING);
     put32(&mut h, header::SLOT_SIZE, slot_size as u32);
     put32(&mut h, header::SLOTS_OFFSET, header::SIZE as u32);
+    put32(&mut h, header::FEATURES, header::FEATURE_TRACE_CONTEXT);
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -100,7 +108,32 @@ fn main() {
     });
     item_begin(0); // maps the region (slow path once)
     item_end(0);
-    let methods: [(&str, &dyn Fn(u64)); 4] = [
+    // The trace context is written only when the region announces it: check it is.
+    let head = || {
+        // SAFETY: inside the mapping (slot 0, this thread's).
+        unsafe { AtomicU64::from_ptr((base + header::SIZE + slot::HEAD) as *mut u64) }
+            .load(Ordering::Acquire)
+    };
+    let h0 = head();
+    item_trace(0, TRACE_ID, SPAN_ID);
+    assert_eq!(head(), h0 + 2, "trace context not written: results invalid");
+    #[cfg(feature = "tracing")]
+    let with_layer = tracing::Dispatch::new(tracing_subscriber::layer::SubscriberExt::with(
+        tracing_subscriber::registry(),
+        tailprof_markers::TailprofLayer::new(),
+    ));
+    #[cfg(feature = "tracing")]
+    let without = tracing::Dispatch::new(tracing_subscriber::registry());
+    #[cfg(feature = "tracing")]
+    let span = |d: &tracing::Dispatch| {
+        tracing::dispatcher::with_default(d, || {
+            for _ in 0..ops {
+                tracing::info_span!("req").in_scope(|| std::hint::black_box(()));
+            }
+        })
+    };
+    #[allow(unused_mut)]
+    let mut methods: Vec<(&str, &dyn Fn(u64))> = vec![
         ("rust_begin_end_pair", &|i| {
             item_begin(i);
             item_end(i);
@@ -111,13 +144,25 @@ fn main() {
             item_switch_none();
         }),
         ("rust_in_item_poll", &|_| {}),
+        ("rust_trace_context", &|i| item_trace(i, TRACE_ID, SPAN_ID)),
     ];
+    #[cfg(feature = "tracing")]
+    {
+        methods.push(("rust_tracing_span_no_layer", &|_| {}));
+        methods.push(("rust_tracing_span_tailprof_layer", &|_| {}));
+    }
     let mut res = vec![Vec::new(); methods.len()];
     let waker = Waker::noop();
     for r in 0..reps {
         for k in 0..methods.len() {
             let m = (k + r) % methods.len();
             let t0 = Instant::now();
+            #[cfg(feature = "tracing")]
+            if m >= 5 {
+                span(if m == 5 { &without } else { &with_layer });
+                res[m].push(t0.elapsed().as_nanos() as f64 / ops as f64);
+                continue;
+            }
             if m == 3 {
                 // One item of 9 polls per 8 ops: begin, 7 switch/none pairs, end.
                 let mut cx = Context::from_waker(waker);

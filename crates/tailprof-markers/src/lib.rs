@@ -35,6 +35,10 @@
 //! let fut = serve(7).in_item(7, &REQUEST); // hand `fut` to any executor
 //! # drop(fut);
 //! ```
+//!
+//! With the feature `tracing`, [`TailprofLayer`] makes `tracing` spans items (by default
+//! root spans and spans with `otel.kind = "server"`), following each span across awaits
+//! and threads the same way: `tracing_subscriber::registry().with(TailprofLayer::new())`.
 
 use std::ffi::{c_char, CStr};
 use std::future::Future;
@@ -48,6 +52,33 @@ use tailprof_markers_protocol::record::{KIND_BEGIN, KIND_END, KIND_SWITCH, KIND_
 mod runtime;
 #[cfg(not(feature = "disable"))]
 pub use runtime::{tailprof_control, ControlBlock};
+
+#[cfg(feature = "tracing")]
+mod tracing_layer;
+#[cfg(feature = "tracing")]
+pub use tracing_layer::TailprofLayer;
+
+/// False once the runtime knows that no recorder collects markers (one relaxed load):
+/// lets integrations skip their own bookkeeping. True before the first marker decided.
+#[cfg(all(feature = "tracing", not(feature = "disable")))]
+#[inline(always)]
+pub(crate) fn enabled() -> bool {
+    runtime::active()
+}
+#[cfg(all(feature = "tracing", feature = "disable"))]
+#[inline(always)]
+pub(crate) fn enabled() -> bool {
+    false
+}
+/// The generation of the region markers go to (changes with every attach).
+#[cfg(all(feature = "tracing", not(feature = "disable")))]
+pub(crate) fn generation() -> u64 {
+    runtime::generation()
+}
+#[cfg(all(feature = "tracing", feature = "disable"))]
+pub(crate) fn generation() -> u64 {
+    0
+}
 
 /// A class label (e.g. a query type) for grouping items that should behave alike. Put it
 /// in a `static`: records carry its address and the recorder reads the name once.

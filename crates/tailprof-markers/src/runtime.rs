@@ -89,6 +89,19 @@ fn au32(p: *mut u8, off: usize) -> &'static AtomicU32 {
     unsafe { AtomicU32::from_ptr(p.add(off) as *mut u32) }
 }
 
+/// Not known to be off (one relaxed load).
+#[cfg(feature = "tracing")]
+#[inline(always)]
+pub(crate) fn active() -> bool {
+    tailprof_control.state.load(Ordering::Relaxed) != STATE_OFF
+}
+
+#[cfg(feature = "tracing")]
+#[inline(always)]
+pub(crate) fn generation() -> u64 {
+    tailprof_control.generation.load(Ordering::Relaxed)
+}
+
 #[inline(always)]
 pub(crate) fn mark(id: u64, cls: u64, kind: u32) {
     if tailprof_control.state.load(Ordering::Relaxed) != STATE_OFF {
