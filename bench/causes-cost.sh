@@ -80,7 +80,7 @@ for n in "${NAMES[@]}"; do
     *) inc=- ;;
     esac
     if [ "$ev" -gt 0 ]; then
-        printf '%-12s %10.0f %12.3f %10d %12d %12.0f %12.2f %10d %10.0f %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" "$ev" "$by" "$(echo "$rec * 1000000000 / $ev" | bc -l)" "$(echo "$by / $ev" | bc -l)" "$lo" "$(echo "$rec * 1000000000 / $N" | bc -l)" "$(printf '%.0f' "$inc" 2>/dev/null || echo -)"
+        printf '%-12s %10.0f %12.3f %10d %12d %12.0f %12.2f %10d %10.0f %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" "$ev" "$by" "$(echo "$rec * 1000000000 / $ev" | bc -l)" "$(echo "$by / $ev" | bc -l)" "$lo" "$(echo "$rec * 1000000000 / $N" | bc -l)" "$([ "$inc" = - ] && echo - || printf '%.0f' "$inc")"
     else
         printf '%-12s %10.0f %12.3f %10s %12s %12s %12s %10s %10s %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" - - - - - - -
     fi
