@@ -8,11 +8,16 @@
 #   tp-wake     tailprof record -e cpu-clock -c 250000 -g --off-cpu   (wakeups + CPU-wide switches)
 #   perf-sw     perf record -e cpu-clock -c 250000 -g --switch-events -e sched:sched_switch
 #   perf-a      perf record -a -e sched:sched_waking -g --switch-events   (the issue's comparator)
+#   tp-wake-base  tp-wake with another tailprof binary, $TAILPROF_BASE (only when set: a
+#               before/after of a recorder change in the same run)
 # Reported per configuration: workload ns per round trip; recorder CPU = user+sys of the
 # whole command (recorder + workload, /usr/bin/time) minus the workload alone's; the events
 # written (tailprof: samples + switch + wakeup records; perf: SAMPLE + SWITCH +
 # SWITCH_CPU_WIDE records, `perf report --stats`), bytes of the output file, and CPU ns and
-# bytes per event.
+# bytes per event; kernel ring losses (tailprof's lost_records; perf's LOST records); and
+# the CPU per round trip over the workload alone. "causes/rt" is what wakeups + CPU-wide
+# switches add per round trip: tp-wake minus tp-nowake (tailprof: the off-CPU recording it
+# adds to), perf-a minus none (perf: all it records is wakeups + CPU-wide switches).
 # Usage: bench/causes-cost.sh [RUNS] [ROUND_TRIPS]    (root)
 set -euo pipefail
 RUNS=${1:-5}
@@ -24,11 +29,14 @@ W=$(mktemp -d /tmp/causes-cost.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 cc -O2 -pthread -o "$W/pingpong" "$ROOT/bench/workloads/pingpong.c"
 NAMES=(none tp-nowake tp-wake perf-sw perf-a)
+BASE=${TAILPROF_BASE:-}
+[ -n "$BASE" ] && NAMES+=(tp-wake-base)
 cmd() {
     case $1 in
     none) echo env ;;
     tp-nowake) echo "$TP" record -e cpu-clock -c 250000 -g --off-cpu --no-wakeups -o "$W/t.trace" -- ;;
     tp-wake) echo "$TP" record -e cpu-clock -c 250000 -g --off-cpu -o "$W/t.trace" -- ;;
+    tp-wake-base) echo "$BASE" record -e cpu-clock -c 250000 -g --off-cpu -o "$W/t.trace" -- ;;
     perf-sw) echo perf record -q -e cpu-clock -c 250000 -g --switch-events -e sched:sched_switch -o "$W/perf.data" -- ;;
     perf-a) echo perf record -q -a -e sched:sched_waking -g --switch-events -o "$W/perf.data" -- ;;
     esac
@@ -38,6 +46,13 @@ events() {
     none) echo 0 ;;
     tp-*) "$TP" info --json "$W/t.trace" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["samples"] + sum(d["switches"].values()) + d.get("wakeups", 0))' ;;
     perf-*) perf report --stats -i "$W/perf.data" 2>/dev/null | awk '$1 ~ /^(SAMPLE|SWITCH|SWITCH_CPU_WIDE)$/ && $2 == "events:" {s += $3} END {print s+0}' ;;
+    esac
+}
+lost() {
+    case $1 in
+    none) echo 0 ;;
+    tp-*) "$TP" info --json "$W/t.trace" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("lost_records", 0))' ;;
+    perf-*) perf report --stats -i "$W/perf.data" 2>/dev/null | awk '$1 == "LOST" && $2 == "events:" {s += $3} END {print s+0}' ;;
     esac
 }
 for i in $(seq "$RUNS"); do
@@ -50,17 +65,23 @@ for i in $(seq "$RUNS"); do
         [ -f "$out" ] || out=$W/perf.data
         if [ -f "$out" ]; then stat -c %s "$out" >>"$W/$n.bytes"; else echo 0 >>"$W/$n.bytes"; fi
         events "$n" >>"$W/$n.ev"
+        lost "$n" >>"$W/$n.lost"
     done
 done
 med() { sort -n "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 base=$(med "$W/none.cpu")
-printf '%-10s %10s %12s %10s %12s %12s %12s\n' config ns/rt rec-CPU-s events bytes CPU-ns/ev bytes/ev
+printf '%-12s %10s %12s %10s %12s %12s %12s %10s %10s %10s\n' config ns/rt rec-CPU-s events bytes CPU-ns/ev bytes/ev lost CPU-ns/rt causes/rt
 for n in "${NAMES[@]}"; do
-    ns=$(med "$W/$n.ns"); cpu=$(med "$W/$n.cpu"); ev=$(med "$W/$n.ev"); by=$(med "$W/$n.bytes")
+    ns=$(med "$W/$n.ns"); cpu=$(med "$W/$n.cpu"); ev=$(med "$W/$n.ev"); by=$(med "$W/$n.bytes"); lo=$(med "$W/$n.lost")
     rec=$(echo "$cpu - $base" | bc -l)
+    case $n in
+    tp-wake*) inc=$(echo "($cpu - $(med "$W/tp-nowake.cpu")) * 1000000000 / $N" | bc -l) ;;
+    perf-a) inc=$(echo "$rec * 1000000000 / $N" | bc -l) ;;
+    *) inc=- ;;
+    esac
     if [ "$ev" -gt 0 ]; then
-        printf '%-10s %10.0f %12.3f %10d %12d %12.0f %12.2f\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" "$ev" "$by" "$(echo "$rec * 1000000000 / $ev" | bc -l)" "$(echo "$by / $ev" | bc -l)"
+        printf '%-12s %10.0f %12.3f %10d %12d %12.0f %12.2f %10d %10.0f %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" "$ev" "$by" "$(echo "$rec * 1000000000 / $ev" | bc -l)" "$(echo "$by / $ev" | bc -l)" "$lo" "$(echo "$rec * 1000000000 / $N" | bc -l)" "$([ "$inc" = - ] && echo - || printf '%.0f' "$inc")"
     else
-        printf '%-10s %10.0f %12.3f %10s %12s %12s %12s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" - - - -
+        printf '%-12s %10.0f %12.3f %10s %12s %12s %12s %10s %10s %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" - - - - - - -
     fi
 done

@@ -451,6 +451,14 @@ impl Recorder {
                     .into(),
             );
         }
+        // Switches recorded once (issue 21, recording cost): when the CPU-wide context
+        // switches are opened with the target's events, the per-task side-band event
+        // carries none; the tracked threads' own switches come from the CPU-wide event
+        // (stacks::CauseFilter::own_from_cpu_wide), so the kernel writes each switch once.
+        let own_from_cpu_wide = stack_opts.off_cpu && switch_later.is_none() && cpu_wide_ok && causes.cpu_switch.is_some();
+        if own_from_cpu_wide {
+            drop_task_switches(&mut plans);
+        }
         // `--item-class-from` and `--item-event` events come last (tracefs uprobe events, as
         // tracepoints).
         let classes = items::classprobe::ClassProbes::prepare(&items.class_from, &items.events, layouts.len())?;
@@ -487,7 +495,7 @@ impl Recorder {
             }
             let mut sm = StackMaker::new(stack_opts.call_graph, ev, off_cpu_event);
             if causes.waking.is_some() {
-                sm.set_causes(waking_event, cpu_switch_event, system_wide, wakee_field());
+                sm.set_causes(waking_event, cpu_switch_event, system_wide, wakee_field(), own_from_cpu_wide);
             }
             sm
         });

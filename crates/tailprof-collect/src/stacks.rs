@@ -135,6 +135,10 @@ pub(crate) struct CauseFilter {
     pub cpu_switch_event: u16,
     /// System-wide: only item threads are tracked.
     pub system_wide: bool,
+    /// The per-task events carry no context switches (`attr.context_switch` is off on
+    /// them): tracked threads' own switches come from the CPU-wide event too, so the
+    /// kernel writes each switch once instead of twice (issue 21, recording cost).
+    pub own_from_cpu_wide: bool,
     /// Where the wakee's tid is in the raw record: (offset, size).
     pub wakee_field: (usize, usize),
     tracked: HashSet<u32>,
@@ -182,10 +186,13 @@ impl CauseFilter {
         }
     }
 
-    /// A switch record: update the runnable set; whether to keep it.
-    fn keep_switch(&mut self, w: &Switch, event: Option<u16>) -> bool {
+    /// A switch record: update the runnable set; whether to keep it, and whether it is a
+    /// tracked thread's own switch (`Some(true)`: it belongs to the thread timelines, with
+    /// its off-CPU stack and without `next_prev`) or only to the CPU history (`Some(false)`).
+    fn keep_switch(&mut self, w: &Switch, event: Option<u16>) -> Option<bool> {
         let cpu_wide_extra = event == Some(self.cpu_switch_event) && self.cpu_switch_event != u16::MAX;
-        if !cpu_wide_extra {
+        let own = !cpu_wide_extra || (self.own_from_cpu_wide && self.tracked.contains(&w.tid));
+        if own {
             if !self.system_wide {
                 self.track(w.tid);
             }
@@ -199,7 +206,7 @@ impl CauseFilter {
                     }
                 }
             }
-            return true;
+            return Some(true);
         }
         let keep = !self.tracked.contains(&w.tid)
             && (!self.runnable.is_empty() || w.next_prev.is_some_and(|(_, t)| self.tracked.contains(&t)));
@@ -208,7 +215,7 @@ impl CauseFilter {
         } else {
             self.cpu_switches_dropped += 1;
         }
-        keep
+        keep.then_some(false)
     }
 
     /// A wakeup of `wakee`: whether to keep it (then the wakee is runnable).
@@ -288,8 +295,24 @@ impl StackMaker {
 
     /// Record wakeups (`waking_event`) and filter them and the CPU-wide switches
     /// (`cpu_switch_event`, `u16::MAX`: none) by [`CauseFilter`].
-    pub(crate) fn set_causes(&mut self, waking_event: u16, cpu_switch_event: u16, system_wide: bool, wakee_field: (usize, usize)) {
-        self.causes = Some(CauseFilter { waking_event, cpu_switch_event, system_wide, wakee_field, ..Default::default() });
+    /// With `own_from_cpu_wide`, tracked threads' own switches come from the CPU-wide event
+    /// ([`CauseFilter::own_from_cpu_wide`]).
+    pub(crate) fn set_causes(
+        &mut self,
+        waking_event: u16,
+        cpu_switch_event: u16,
+        system_wide: bool,
+        wakee_field: (usize, usize),
+        own_from_cpu_wide: bool,
+    ) {
+        self.causes = Some(CauseFilter {
+            waking_event,
+            cpu_switch_event,
+            system_wide,
+            wakee_field,
+            own_from_cpu_wide,
+            ..Default::default()
+        });
     }
 
     /// Whether `event` is the sched_waking event.
@@ -452,33 +475,38 @@ impl StackMaker {
         if tid == 0 {
             return None;
         }
-        let is_cpu_switch = self.causes.as_ref().is_some_and(|c| Some(c.cpu_switch_event) == event);
         let time = sw.sample_id.time.unwrap_or(0);
         let kind = match sw.direction {
             SwitchDirection::In => SwitchKind::In,
             SwitchDirection::OutPreempted => SwitchKind::OutPreempted,
             SwitchDirection::OutBlocked => SwitchKind::OutBlocked,
         };
-        let (mut stack, mut stack_status) = (StackId::NONE, StackStatus::None);
-        if kind.is_out() && self.off_cpu_event != u16::MAX && !is_cpu_switch {
-            match self.pending_off.remove(&tid) {
-                Some((t, id, st)) if time.saturating_sub(t) <= OFF_CPU_MATCH_NS => (stack, stack_status) = (id, st),
-                _ => self.switch_out_without_stack += 1,
-            }
-        }
-        let w = Switch {
+        let mut w = Switch {
             time,
             pid,
             tid,
             cpu: sw.sample_id.cpu.unwrap_or(ring_cpu),
             kind,
-            stack,
-            stack_status,
+            stack: StackId::NONE,
+            stack_status: StackStatus::None,
             next_prev: sw.next_prev,
         };
         if let Some(c) = &mut self.causes {
-            if !c.keep_switch(&w, event) {
-                return None;
+            let own = c.keep_switch(&w, event)?;
+            let extra = event == Some(c.cpu_switch_event) && c.cpu_switch_event != u16::MAX;
+            if !own {
+                return Some(Record::Switch(w));
+            }
+            if extra {
+                // A tracked thread's own switch, written by the CPU-wide event (the
+                // per-task events have no context switches): as the per-task record was.
+                w.next_prev = None;
+            }
+        }
+        if kind.is_out() && self.off_cpu_event != u16::MAX {
+            match self.pending_off.remove(&tid) {
+                Some((t, id, st)) if time.saturating_sub(t) <= OFF_CPU_MATCH_NS => (w.stack, w.stack_status) = (id, st),
+                _ => self.switch_out_without_stack += 1,
             }
         }
         Some(Record::Switch(w))
@@ -680,41 +708,86 @@ mod tests {
         let mut c = CauseFilter { waking_event: 5, cpu_switch_event: 6, ..Default::default() };
         let sw = |tid: u32, kind, next_prev| Switch { time: 1, pid: tid, tid, kind, next_prev, ..Default::default() };
         // Thread 10 of the target, seen through its per-task switch record.
-        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)).is_some());
         assert!(!c.keep_wakeup(99), "the wakee is not tracked");
         // CPU-wide records: another thread while no target thread is runnable, dropped; a
         // copy of a tracked thread's own switch, dropped.
-        assert!(!c.keep_switch(&sw(50, SwitchKind::In, Some((1, 1))), Some(6)));
-        assert!(!c.keep_switch(&sw(10, SwitchKind::OutPreempted, Some((50, 50))), Some(6)));
+        assert!(c.keep_switch(&sw(50, SwitchKind::In, Some((1, 1))), Some(6)).is_none());
+        assert!(c.keep_switch(&sw(10, SwitchKind::OutPreempted, Some((50, 50))), Some(6)).is_none());
         // Thread 10 preempted: who runs meanwhile is kept.
-        assert!(c.keep_switch(&sw(10, SwitchKind::OutPreempted, None), Some(0)));
-        assert!(c.keep_switch(&sw(50, SwitchKind::In, Some((10, 10))), Some(6)));
-        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
-        assert!(!c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)));
+        assert!(c.keep_switch(&sw(10, SwitchKind::OutPreempted, None), Some(0)).is_some());
+        assert!(c.keep_switch(&sw(50, SwitchKind::In, Some((10, 10))), Some(6)).is_some());
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)).is_some());
+        assert!(c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)).is_none());
         // A record naming a tracked thread as the other task is kept.
-        assert!(c.keep_switch(&sw(60, SwitchKind::OutPreempted, Some((10, 10))), Some(6)));
+        assert!(c.keep_switch(&sw(60, SwitchKind::OutPreempted, Some((10, 10))), Some(6)).is_some());
         // A kept wakeup makes its wakee runnable until it runs.
         assert!(c.keep_wakeup(10));
-        assert!(c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)));
-        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)));
-        assert!(!c.keep_switch(&sw(61, SwitchKind::In, Some((50, 50))), Some(6)));
+        assert!(c.keep_switch(&sw(60, SwitchKind::In, Some((50, 50))), Some(6)).is_some());
+        assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)).is_some());
+        assert!(c.keep_switch(&sw(61, SwitchKind::In, Some((50, 50))), Some(6)).is_none());
         assert_eq!((c.wakeups_kept, c.wakeups_dropped), (1, 1));
         // An exited thread is forgotten.
         c.observe(&Record::Exit(tailprof_format::Task { pid: 10, tid: 10, ..Default::default() }));
         assert!(!c.keep_wakeup(10));
         // System-wide: only threads that wrote a marker are tracked.
         let mut s = CauseFilter { system_wide: true, cpu_switch_event: u16::MAX, ..Default::default() };
-        assert!(s.keep_switch(&sw(7, SwitchKind::In, Some((0, 0))), Some(0)));
+        assert!(s.keep_switch(&sw(7, SwitchKind::In, Some((0, 0))), Some(0)).is_some());
         assert!(!s.keep_wakeup(7));
         s.observe(&Record::Marker(tailprof_format::Marker { tid: 7, ..Default::default() }));
         assert!(s.keep_wakeup(7));
+    }
+
+    /// Issue 21, recording cost: with no context switches on the per-task events, a
+    /// tracked thread's own switches come from the CPU-wide event; they are kept as the
+    /// per-task records were (no `next_prev`, with the sched_switch stack), and the
+    /// filter of the other threads' records is unchanged.
+    #[test]
+    fn own_switches_from_the_cpu_wide_event_are_kept_as_per_task_records() {
+        use tailprof_perf_abi::{record_type, sample_type as st, SampleLayout};
+        let layout = SampleLayout::new(st::TID | st::TIME | st::CPU).with_sample_id_all(true);
+        let mut sm = StackMaker::new(None, vec![(layout, 0, 0); 3], 1);
+        sm.set_causes(2, 0, false, (24, 4), true);
+        // A CPU-wide switch record: header, next_prev pid/tid, sample_id (pid, tid, time, cpu).
+        let rec = |tid: u32, out: bool, preempt: bool, other: u32, time: u64| {
+            let misc: u16 = if out { 0x2000 } else { 0 } | if preempt { 0x4000 } else { 0 };
+            let mut r = record_type::SWITCH_CPU_WIDE.to_ne_bytes().to_vec();
+            r.extend_from_slice(&misc.to_ne_bytes());
+            r.extend_from_slice(&40u16.to_ne_bytes());
+            for v in [other, other, tid, tid] {
+                r.extend_from_slice(&v.to_ne_bytes());
+            }
+            r.extend_from_slice(&time.to_ne_bytes());
+            r.extend_from_slice(&1u32.to_ne_bytes());
+            r.extend_from_slice(&0u32.to_ne_bytes());
+            r
+        };
+        // Untracked: no target thread is runnable, dropped.
+        assert!(sm.switch(&rec(10, true, true, 50, 100), Some(0), 1).is_none());
+        sm.observe_cause(&Record::Comm(tailprof_format::Comm { pid: 10, tid: 10, ..Default::default() }));
+        // Its off-CPU stack (a sched_switch sample) is attached to its switch-out.
+        sm.pending_off.insert(10, (150, StackId(7), StackStatus::Complete));
+        let Some(Record::Switch(w)) = sm.switch(&rec(10, true, true, 50, 200), Some(0), 1) else { panic!("dropped") };
+        assert_eq!((w.tid, w.kind, w.next_prev, w.stack, w.cpu), (10, SwitchKind::OutPreempted, None, StackId(7), 1));
+        // Thread 10 is runnable: who runs instead is kept, with its other task.
+        let Some(Record::Switch(o)) = sm.switch(&rec(50, false, false, 10, 201), Some(0), 1) else { panic!("dropped") };
+        assert_eq!((o.tid, o.next_prev), (50, Some((10, 10))));
+        let Some(Record::Switch(i)) = sm.switch(&rec(10, false, false, 50, 300), Some(0), 1) else { panic!("dropped") };
+        assert_eq!((i.kind, i.next_prev), (SwitchKind::In, None));
+        // Nobody runnable again: others' records are dropped.
+        assert!(sm.switch(&rec(60, false, false, 0, 301), Some(0), 0).is_none());
+        // Without the mode, the CPU-wide copy of a tracked thread's switch is dropped.
+        let mut old = StackMaker::new(None, vec![(layout, 0, 0); 3], 1);
+        old.set_causes(2, 0, false, (24, 4), false);
+        old.observe_cause(&Record::Comm(tailprof_format::Comm { pid: 10, tid: 10, ..Default::default() }));
+        assert!(old.switch(&rec(10, true, true, 50, 200), Some(0), 1).is_none());
     }
 
     #[test]
     fn untracked_threads_are_named_once() {
         let me = std::process::id();
         let mut sm = StackMaker::new(None, Vec::new(), u16::MAX);
-        sm.set_causes(0, 1, false, (24, 4));
+        sm.set_causes(0, 1, false, (24, 4), false);
         let w = Record::Wakeup(Wakeup { time: 5, pid: me, tid: me, wakee_tid: 1, ..Default::default() });
         let mut out = Vec::new();
         sm.describe(&w, &mut out);

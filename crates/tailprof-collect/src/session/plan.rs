@@ -195,6 +195,15 @@ pub(super) fn cause_plans(
     Ok(CausePlans { waking: Some(waking), cpu_switch })
 }
 
+/// The per-task events without context switches (`attr.context_switch` off on every
+/// plan): when the CPU-wide switch event of causes is open from the start, it writes the
+/// target's switches too, and the per-task copies would only double the kernel's work.
+pub(super) fn drop_task_switches(plans: &mut [AttrPlan]) {
+    for p in plans {
+        p.attr.set_context_switch(0);
+    }
+}
+
 /// Whether this process may open CPU-wide events: root (or CAP_PERFMON, which the
 /// kernel checks the same way at `perf_event_paranoid` ≥ 1) or `perf_event_paranoid` ≤ 0.
 pub(super) fn cpu_wide_permitted(caps: &Capabilities) -> bool {
