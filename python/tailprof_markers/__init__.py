@@ -261,9 +261,11 @@ def _class_ref(t, cls):
 
 
 def _emit(item_id, cls, kind):
-    region = _current_region()
-    if region is None:
-        return
+    region = _region
+    if region is None or region.generation != _ctl[2]:  # attached (again), or never
+        region = _current_region()
+        if region is None:
+            return
     t = _thread(region)
     if t.slot is None:
         t.region.count_noslot()
