@@ -213,3 +213,33 @@ fn hostile_control_memfd_of_another_user_is_refused() {
     };
     hostile("owner", &[&uid.to_string()], &format!("owned by uid {uid}"));
 }
+
+/// `record -a` (and the agent, which records the same way: `Target::SystemWide` attaches
+/// every running process with a control block at the start) attaches a running Python
+/// program through its memfd too.
+#[test]
+fn record_a_attaches_a_running_python_program() {
+    let Some(py) = Py::start(&data("python_attach_target.py"), &[]) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("a.trace");
+    let o = tailprof()
+        .args(["record", "-a", "-o"])
+        .arg(&trace)
+        .args(["--", "sleep", "2"])
+        .env("TAILPROF_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() {
+        if cannot_record(&stderr) {
+            tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("cannot record -a here: {stderr}"));
+            return;
+        }
+        panic!("record -a failed: {stderr}");
+    }
+    let v = items_json(&trace);
+    let pid = u64::from(py.pid());
+    let ours: Vec<&Value> = v["items"].as_array().unwrap().iter().filter(|it| it["pid"].as_u64() == Some(pid)).collect();
+    assert!(ours.len() >= 20, "{} items of the Python program\n{stderr}", ours.len());
+    assert!(ours.iter().all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))), "classes named");
+}
