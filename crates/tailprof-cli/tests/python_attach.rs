@@ -104,8 +104,21 @@ impl Drop for Py {
 /// `record -p PID -o TRACE` for about `secs` seconds after it says it records, stopped
 /// with SIGINT; its stderr, or None (skip) when perf events cannot be opened.
 fn record_p(pid: u32, trace: &Path, secs: u64) -> Option<String> {
+    record_while(&["-p", &pid.to_string()], trace, secs, || ())
+}
+
+/// `record ARGS -o TRACE`: once it says it records, `during()`, then `secs` seconds, then
+/// SIGINT; its stderr, or None (skip) when perf events cannot be opened.
+fn record_while<T>(
+    args: &[&str],
+    trace: &Path,
+    secs: u64,
+    during: impl FnOnce() -> T,
+) -> Option<String> {
     let mut rec = tailprof()
-        .args(["record", "-p", &pid.to_string(), "-o"])
+        .arg("record")
+        .args(args)
+        .arg("-o")
         .arg(trace)
         .env("TAILPROF_CACHE_DIR", "off")
         .stderr(Stdio::piped())
@@ -125,13 +138,16 @@ fn record_p(pid: u32, trace: &Path, secs: u64) -> Option<String> {
         all
     });
     let started = rx.recv_timeout(Duration::from_secs(60)).is_ok();
+    let mut kept = None;
     if started {
+        kept = Some(during());
         std::thread::sleep(Duration::from_secs(secs));
         // SAFETY: signalling our own child.
         unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     }
     let status = rec.wait().unwrap();
     let stderr = reader.join().unwrap();
+    drop(kept);
     if !status.success() || !started {
         if cannot_record(&stderr) {
             tailprof_testkit::skip(
@@ -140,7 +156,7 @@ fn record_p(pid: u32, trace: &Path, secs: u64) -> Option<String> {
             );
             return None;
         }
-        panic!("record -p failed ({status}): {stderr}");
+        panic!("record {args:?} failed ({status}): {stderr}");
     }
     Some(stderr)
 }
@@ -321,6 +337,49 @@ fn record_a_attaches_a_running_python_program() {
     assert!(
         ours.len() >= 20,
         "{} items of the Python program\n{stderr}",
+        ours.len()
+    );
+    assert!(
+        ours.iter()
+            .all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))),
+        "classes named"
+    );
+}
+
+/// `record -a` (and the agent) attaches a Python program that starts while it records: the
+/// follower sees the Python runtime mapped and watches the process until its control
+/// memfd appears.
+#[test]
+fn record_a_attaches_a_python_program_started_later() {
+    if tailprof_testkit::have_command("python3").is_none() {
+        tailprof_testkit::skip(tailprof_testkit::Need::Python, "python3 not found");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("later.trace");
+    let mut pid = 0;
+    let Some(stderr) = record_while(&["-a"], &trace, 4, || {
+        let py = Py::start(&data("python_attach_target.py"), &[]).unwrap();
+        pid = py.pid();
+        py
+    }) else {
+        return;
+    };
+    // Other processes of the machine may start too: at least ours was attached late.
+    assert!(
+        stderr.contains("process(es) that started while recording"),
+        "the follow note: {stderr}"
+    );
+    let v = items_json(&trace);
+    let ours: Vec<&Value> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|it| it["pid"].as_u64() == Some(u64::from(pid)))
+        .collect();
+    assert!(
+        ours.len() >= 20,
+        "{} items of the Python program started while recording\n{stderr}",
         ours.len()
     );
     assert!(

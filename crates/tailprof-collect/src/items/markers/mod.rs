@@ -343,10 +343,10 @@ impl MarkerCollector {
     }
 
     /// [`MarkerCollector::attach`] with the control block addresses already looked up
-    /// ([`find_symbol_in_process`], done off the drain loop by the marker follower's
-    /// worker): only the block is validated and written here.
-    pub(crate) fn attach_found(&mut self, pid: u32, found: std::io::Result<Vec<u64>>) -> Result<bool, CollectError> {
-        self.attach_controls(pid, found, MemfdControls::default())
+    /// ([`find_symbol_in_process`], [`find_memfd_controls`], done off the drain loop by the
+    /// marker follower's worker): only the block is validated and written here.
+    pub(crate) fn attach_found(&mut self, pid: u32, found: follower::Found) -> Result<bool, CollectError> {
+        self.attach_controls(pid, found.symbols, found.memfd)
     }
 
     fn attach_controls(
