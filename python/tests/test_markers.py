@@ -332,3 +332,22 @@ def test_forked_child_gets_its_own_control_block(monkeypatch, tmp_path):
     os.waitpid(pid, 0)
     assert got == b"ok", got
     assert _control_mappings() == [(_control_mappings()[0][0], parent_inode)]
+
+
+def test_install_asyncio_always_for_a_later_attach(monkeypatch):
+    """Without a recorder install_asyncio() installs nothing, unless always=True: a program
+    that expects `record -p` later gets its switch markers then."""
+    monkeypatch.delenv("TAILPROF_MARKERS", raising=False)
+    import asyncio
+    import tailprof_markers
+    tm = importlib.reload(tailprof_markers)
+
+    async def main():
+        assert not tm.install_asyncio()
+        assert asyncio.get_running_loop().get_task_factory() is None
+        assert tm.install_asyncio(always=True)
+        assert asyncio.get_running_loop().get_task_factory() is not None
+        async with tm.async_item(5):
+            await asyncio.create_task(asyncio.sleep(0))
+
+    asyncio.run(main())
