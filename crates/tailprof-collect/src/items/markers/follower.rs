@@ -65,7 +65,7 @@ pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs
 #[derive(Debug, Default)]
 pub(crate) struct MarkerFollower {
     /// (device, inode) → (build-id, defines the control symbol, is a Python runtime).
-    files: std::collections::HashMap<(u64, u64), (Option<Vec<u8>>, bool, bool)>,
+    files: std::collections::HashMap<(u64, u64), FileAnswer>,
     /// Files handed to the worker, not answered yet: their owner (uid) and the other
     /// processes that mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
     scanning: std::collections::HashMap<(u64, u64), (u32, Vec<u32>)>,
@@ -111,6 +111,10 @@ impl From<io::Result<Vec<u64>>> for Found {
         }
     }
 }
+
+/// What the worker found about one file: (build-id, defines the control symbol, is a
+/// Python runtime).
+type FileAnswer = (Option<Vec<u8>>, bool, bool);
 
 /// What the follower's worker is asked.
 #[derive(Debug)]
