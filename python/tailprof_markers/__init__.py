@@ -228,9 +228,14 @@ def _after_fork_child():
     _region = None
     old_mm, old = _ctl_mm, _ctl
     _ctl_mm, _ctl = _new_control()
-    old.release()
-    if old_mm is not None:
-        old_mm.close()  # unmapped in the child only
+    try:
+        old.release()
+        if old_mm is not None:
+            old_mm.close()  # unmapped in the child only
+    except BufferError:
+        # A view of it is still alive (a thread of the parent was reading the block):
+        # the child keeps the mapping but never reads or writes it again.
+        pass
 
 
 def enabled():
