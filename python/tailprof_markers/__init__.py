@@ -24,11 +24,16 @@ Same shared-memory protocol as include/tailprof.h (docs/MARKERS.md): records go 
 per-thread single-producer ring in the recorder's region; a full ring is counted, never
 blocks. Timestamps are ``time.clock_gettime_ns(CLOCK_MONOTONIC)``, the trace clock.
 
-Enabling: environment only. ``tailprof record -- python3 app.py`` puts the region path
-in ``TAILPROF_MARKERS``, read at import. ``tailprof record -p PID`` cannot enable a pure
-Python process (there is no native ``tailprof_control`` symbol to write); use the C or
-Rust library for servers that must be attachable. With no recorder, a call is one global
-load and a branch.
+Enabling: ``tailprof record -- python3 app.py`` puts the region path in
+``TAILPROF_MARKERS``, read at import. A process started without tailprof can be attached
+later (``tailprof record -p PID``, ``record -a``, the agent): at import the module creates
+its control block (docs/MARKERS.md, "Control block") in a 128-byte ``memfd`` named
+``tailprof_control``, mapped shared; it shows in ``/proc/PID/maps`` as
+``/memfd:tailprof_control (deleted)``, where the recorder finds it, checks it and writes
+the region's path, generation and state into it. Each thread notices the new generation
+at its next marker and maps the region. Without a recorder a call is one read of the
+block's ``state`` word (a memoryview subscript) and a branch. Where ``memfd_create`` is
+missing, the block is private memory: the environment still works, attaching does not.
 
 Class names: each thread writes the names it uses into its slot's small class table (16
 entries, 59 bytes each); a 17th distinct class on one thread is recorded without class.
@@ -68,6 +73,14 @@ RECORD = struct.Struct("<QQQI4x")
 U64 = struct.Struct("<Q")
 U32 = struct.Struct("<I")
 HEADER = struct.Struct("<QIIQQIIIIIIII")  # magic .. next_slot, features
+CONTROL_MEMFD = "tailprof_control"
+CTL_SIZE = 128
+CTL_STATE = 8
+CTL_GENERATION = 16
+CTL_PATH = 24
+CTL_PATH_LEN = 96
+STATE_OFF = 0
+STATE_ON = 2
 
 _clock = time.clock_gettime_ns
 _MONO = time.CLOCK_MONOTONIC
@@ -126,8 +139,40 @@ class _Thread:
         self.classes = {}
 
 
-_region = None
+_region = None  # the region the control block named when last looked at
+_bad_generation = 0  # a generation whose region could not be mapped (not retried)
 _tls = threading.local()
+_switch_lock = threading.Lock()
+
+
+def _new_control():
+    """The control block: (mmap or None, its u64 words). A shared memfd the recorder can
+    find in /proc/PID/maps and write (``record -p``); private memory where there is no
+    memfd_create (then only the environment enables markers)."""
+    try:
+        fd = os.memfd_create(CONTROL_MEMFD, os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None, memoryview(bytearray(CTL_SIZE)).cast("Q")
+    try:
+        os.ftruncate(fd, CTL_SIZE)
+        mm = mmap.mmap(fd, CTL_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError:
+        return None, memoryview(bytearray(CTL_SIZE)).cast("Q")
+    finally:
+        os.close(fd)  # the mapping keeps the memfd
+    words = memoryview(mm).cast("Q")
+    U32.pack_into(mm, 0, CTL_SIZE)
+    U32.pack_into(mm, 4, VERSION)
+    return mm, words
+
+
+# The hot path reads _ctl[1] (``state``: 0 off, 2 on); _ctl[2] is ``generation``.
+_ctl_mm, _ctl = _new_control()
+
+
+def _control_path():
+    raw = _ctl[CTL_PATH // 8:(CTL_PATH + CTL_PATH_LEN) // 8].tobytes()
+    return os.fsdecode(raw.split(b"\0", 1)[0])
 
 
 def _open_from_env():
@@ -139,23 +184,69 @@ def _open_from_env():
         _region = _Region(path)
     except (OSError, ValueError):
         _region = None
+        return
+    # As the C library does: path, then generation, then state.
+    raw = os.fsencode(path)[:CTL_PATH_LEN - 1]
+    _ctl[CTL_PATH // 8:(CTL_PATH + CTL_PATH_LEN) // 8] = memoryview(
+        raw.ljust(CTL_PATH_LEN, b"\0")).cast("Q")
+    _ctl[CTL_GENERATION // 8] = _region.generation
+    _ctl[CTL_STATE // 8] = STATE_ON
+
+
+def _current_region():
+    """The region the control block names now (mapped once per generation), or None."""
+    r = _region
+    g = _ctl[CTL_GENERATION // 8]
+    if r is not None and r.generation == g:
+        return r
+    if g == _bad_generation or not _ctl[CTL_STATE // 8]:
+        return None
+    return _switch_region(g)
+
+
+def _switch_region(g):
+    # A recorder attached (again): the path was written before the generation.
+    global _region, _bad_generation
+    with _switch_lock:
+        if _region is not None and _region.generation == g:
+            return _region
+        try:
+            r = _Region(_control_path())
+            if r.generation != g:
+                raise ValueError("the region is not the control block's generation")
+        except (OSError, ValueError):
+            _bad_generation = g
+            return None
+        _region = r
+        return r
 
 
 def _after_fork_child():
-    # The child is another process: its markers must not land in the parent's rings.
-    global _region
+    # The child is another process: its markers must not land in the parent's rings, and
+    # the inherited control block is the parent's (shared): the child gets its own.
+    global _region, _ctl_mm, _ctl
     _region = None
+    old_mm, old = _ctl_mm, _ctl
+    _ctl_mm, _ctl = _new_control()
+    try:
+        old.release()
+        if old_mm is not None:
+            old_mm.close()  # unmapped in the child only
+    except BufferError:
+        # A view of it is still alive (a thread of the parent was reading the block):
+        # the child keeps the mapping but never reads or writes it again.
+        pass
 
 
 def enabled():
     """Whether a recorder is collecting this process's markers."""
-    return _region is not None
+    return bool(_ctl[CTL_STATE // 8]) and _current_region() is not None
 
 
-def _thread():
+def _thread(region):
     t = getattr(_tls, "t", None)
-    if t is None or t.region is not _region:
-        t = _tls.t = _Thread(_region)
+    if t is None or t.region is not region:
+        t = _tls.t = _Thread(region)
     return t
 
 
@@ -175,7 +266,12 @@ def _class_ref(t, cls):
 
 
 def _emit(item_id, cls, kind):
-    t = _thread()
+    region = _region
+    if region is None or region.generation != _ctl[2]:  # attached (again), or never
+        region = _current_region()
+        if region is None:
+            return
+    t = _thread(region)
     if t.slot is None:
         t.region.count_noslot()
         return
@@ -198,7 +294,10 @@ def _emit(item_id, cls, kind):
 
 def _emit_trace(item_id, trace_hi, trace_lo, span):
     """The trace-context pair, published with one head store (all or nothing)."""
-    t = _thread()
+    region = _current_region()
+    if region is None:
+        return
+    t = _thread(region)
     if t.slot is None:
         t.region.count_noslot()
         return
@@ -228,7 +327,7 @@ def item_trace(item_id, trace_id, span_id):
     OpenTelemetry/W3C trace id (an int < 2**128 or 16 bytes) and span id (an int < 2**64
     or 8 bytes), so ``tailprof items --trace-id`` finds the item. Written only when the
     recorder reads trace context."""
-    if _region is None:
+    if not _ctl[1]:
         return
     if isinstance(trace_id, (bytes, bytearray)):
         trace_id = int.from_bytes(trace_id, "big")
@@ -240,26 +339,26 @@ def item_trace(item_id, trace_id, span_id):
 
 def item_begin(item_id, cls=None):
     """The calling thread starts working on item ``item_id`` (optional class label)."""
-    if _region is not None:
+    if _ctl[1]:
         _emit(item_id, cls, KIND_BEGIN)
 
 
 def item_end(item_id):
     """The calling thread is done with item ``item_id``."""
-    if _region is not None:
+    if _ctl[1]:
         _emit(item_id, None, KIND_END)
 
 
 def item_switch(item_id):
     """Switch marker: the calling thread now works on item ``item_id`` (begun before,
     on any thread), e.g. an event loop dispatching to it."""
-    if _region is not None:
+    if _ctl[1]:
         _emit(item_id, None, KIND_SWITCH)
 
 
 def item_switch_none():
     """Switch marker: the calling thread now works on no item (back in its event loop)."""
-    if _region is not None:
+    if _ctl[1]:
         _emit(0, None, KIND_SWITCH_NONE)
 
 
@@ -326,13 +425,14 @@ class _StepMarker(collections.abc.Coroutine):
         return getattr(self._coro, name)
 
 
-def install_asyncio(loop=None):
+def install_asyncio(loop=None, always=False):
     """Mark every step of every task created from now on in ``loop`` (default: the
     running loop) with switch markers, so that ``async with async_item(...)`` makes the
     request's task current exactly while it runs. Chains a task factory already set.
     Returns False (and installs nothing) when no recorder collects this process's
-    markers, so the uninstrumented path costs nothing."""
-    if _region is None:
+    markers, so the uninstrumented path costs nothing (a recorder that attaches later,
+    ``record -p``, then gets begin/end markers only; ``always=True`` installs anyway)."""
+    if not always and not enabled():
         return False
     import asyncio
     loop = loop or asyncio.get_running_loop()

@@ -219,3 +219,135 @@ def test_otel_span_processor(monkeypatch, tmp_path):
     assert classes[cls] == "GET /x"
     assert got == [(c.span_id, cls, 0), (c.trace_id >> 64, c.trace_id & (2**64 - 1), 4),
                    (c.span_id, c.span_id, 5), (c.span_id, 0, 1)]
+
+
+def _control_mappings(pid="self"):
+    """(start, inode) of every /memfd:tailprof_control mapping of a process."""
+    out = []
+    with open("/proc/%s/maps" % pid) as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].strip() == "/memfd:tailprof_control (deleted)":
+                out.append((int(parts[0].split("-")[0], 16), int(parts[4])))
+    return out
+
+
+def _attach_as_recorder(path, generation, state=2):
+    """What the recorder does for ``record -p``: find the memfd in /proc/PID/maps and write
+    path, then generation, then state at its address in the process's memory."""
+    (addr, _), = _control_mappings()
+    fd = os.open("/proc/self/mem", os.O_RDWR)
+    try:
+        os.pwrite(fd, os.fsencode(str(path)).ljust(96, b"\0")[:96], addr + 24)
+        os.pwrite(fd, struct.pack("<Q", generation), addr + 16)
+        os.pwrite(fd, struct.pack("<Q", state), addr + 8)
+    finally:
+        os.close(fd)
+
+
+def test_attach_later_through_the_memfd_control_block(monkeypatch, tmp_path):
+    """Started without a recorder: the control block is a 128-byte memfd named
+    tailprof_control in /proc/PID/maps, state 0; a recorder that writes a region there
+    enables the markers (classes too), a second attach (new generation) moves every thread
+    to the new region, and state 0 stops them."""
+    monkeypatch.delenv("TAILPROF_MARKERS", raising=False)
+    import tailprof_markers
+    tm = importlib.reload(tailprof_markers)
+    maps = _control_mappings()
+    assert len(maps) == 1, maps
+    addr, _ = maps[0]
+    with open("/proc/self/mem", "rb") as mem:
+        mem.seek(addr)
+        size, version, state = struct.unpack("<IIQ", mem.read(16))
+    assert (size, version, state) == (128, 1, 0)
+    assert not tm.enabled()
+    tm.item_begin(1, "before")  # nothing to write to: ignored
+    first = tmp_path / "first"
+    make_region(first, os.getpid(), generation=11)
+    _attach_as_recorder(first, 11)
+    assert tm.enabled()
+    tm.item_begin(2, "query")
+    tm.item_end(2)
+    state, tid, dropped, head, recs, classes = slot(first.read_bytes(), 0)
+    assert (state, tid, dropped, head) == (1, threading.get_native_id(), 0, 2)
+    assert [(r[1], r[3]) for r in recs] == [(2, 0), (2, 1)] and classes[recs[0][2]] == "query"
+    second = tmp_path / "second"
+    make_region(second, os.getpid(), generation=13)
+    _attach_as_recorder(second, 13)
+    tm.item_begin(3)
+    tm.item_end(3)
+    assert slot(first.read_bytes(), 0)[3] == 2, "the old region gets nothing more"
+    assert [(r[1], r[3]) for r in slot(second.read_bytes(), 0)[4]] == [(3, 0), (3, 1)]
+    _attach_as_recorder(second, 13, state=0)
+    assert not tm.enabled()
+    tm.item_begin(4)
+    assert slot(second.read_bytes(), 0)[3] == 2, "state 0: no more markers"
+
+
+def test_attach_with_a_region_for_another_process_is_ignored(monkeypatch, tmp_path):
+    monkeypatch.delenv("TAILPROF_MARKERS", raising=False)
+    import tailprof_markers
+    tm = importlib.reload(tailprof_markers)
+    other = tmp_path / "other"
+    make_region(other, os.getpid() + 1, generation=5)
+    _attach_as_recorder(other, 5)
+    assert not tm.enabled()
+    tm.item_begin(1)
+    assert slot(other.read_bytes(), 0)[3] == 0
+
+
+def test_env_enabled_process_publishes_its_region_in_the_control_block(monkeypatch, tmp_path):
+    """``record -- python3 app.py``: the block says on, with the environment's region, so
+    the recorder can switch it off at the end like a C program's."""
+    path = tmp_path / "region"
+    make_region(path, os.getpid(), generation=9)
+    load(monkeypatch, path)
+    (addr, _), = _control_mappings()
+    with open("/proc/self/mem", "rb") as mem:
+        mem.seek(addr + 8)
+        state, generation, raw = struct.unpack("<QQ96s", mem.read(112))
+    assert (state, generation) == (2, 9)
+    assert raw.split(b"\0", 1)[0] == os.fsencode(str(path))
+
+
+def test_forked_child_gets_its_own_control_block(monkeypatch, tmp_path):
+    """The memfd is shared across fork: the child must not keep (or write) the parent's."""
+    monkeypatch.delenv("TAILPROF_MARKERS", raising=False)
+    import tailprof_markers
+    tm = importlib.reload(tailprof_markers)
+    (_, parent_inode), = _control_mappings()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            maps = _control_mappings()
+            tm.item_begin(1)
+            ok = len(maps) == 1 and maps[0][1] != parent_inode and not tm.enabled()
+            os.write(w, b"ok" if ok else repr(maps).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 4096)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == b"ok", got
+    assert _control_mappings() == [(_control_mappings()[0][0], parent_inode)]
+
+
+def test_install_asyncio_always_for_a_later_attach(monkeypatch):
+    """Without a recorder install_asyncio() installs nothing, unless always=True: a program
+    that expects `record -p` later gets its switch markers then."""
+    monkeypatch.delenv("TAILPROF_MARKERS", raising=False)
+    import asyncio
+    import tailprof_markers
+    tm = importlib.reload(tailprof_markers)
+
+    async def main():
+        assert not tm.install_asyncio()
+        assert asyncio.get_running_loop().get_task_factory() is None
+        assert tm.install_asyncio(always=True)
+        assert asyncio.get_running_loop().get_task_factory() is not None
+        async with tm.async_item(5):
+            await asyncio.create_task(asyncio.sleep(0))
+
+    asyncio.run(main())

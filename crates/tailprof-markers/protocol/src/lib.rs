@@ -19,6 +19,10 @@
 pub const VERSION: u32 = 1;
 /// Name of the control block symbol every C/Rust runtime exports.
 pub const CONTROL_SYMBOL: &str = "tailprof_control";
+/// Name of the memfd in which a runtime without native symbols (Python) publishes its
+/// control block: `memfd_create(CONTROL_MEMFD)`, mapped shared, seen in `/proc/PID/maps`
+/// as `/memfd:tailprof_control (deleted)` (docs/MARKERS.md, "Control block in a memfd").
+pub const CONTROL_MEMFD: &str = "tailprof_control";
 /// Environment variable through which a launched command finds its region.
 pub const ENV_VAR: &str = "TAILPROF_MARKERS";
 /// Region files for running processes are created as `<dir>/tailprof.<pid>.<random hex>`
@@ -246,6 +250,14 @@ mod tests {
 
         let p = read("python/tailprof_markers/__init__.py");
         assert_eq!(value(&p, "ENV_VAR"), std::format!("\"{ENV_VAR}\""));
+        assert_eq!(value(&p, "CONTROL_MEMFD"), std::format!("\"{CONTROL_MEMFD}\""));
+        assert_eq!(int(value(&p, "CTL_SIZE")), control::SIZE as u64);
+        assert_eq!(int(value(&p, "CTL_STATE")), control::STATE as u64);
+        assert_eq!(int(value(&p, "CTL_GENERATION")), control::GENERATION as u64);
+        assert_eq!(int(value(&p, "CTL_PATH")), control::PATH as u64);
+        assert_eq!(int(value(&p, "CTL_PATH_LEN")), control::PATH_LEN as u64);
+        assert_eq!(int(value(&p, "STATE_OFF")), control::STATE_OFF);
+        assert_eq!(int(value(&p, "STATE_ON")), control::STATE_ON);
         assert_eq!(int(value(&p, "MAGIC")), MAGIC);
         assert_eq!(int(value(&p, "VERSION")), u64::from(VERSION));
         assert_eq!(int(value(&p, "CLOCK_MONOTONIC_ID")), u64::from(CLOCK_MONOTONIC_ID));

@@ -21,6 +21,14 @@ pub const MAX_SCAN_PENDING: usize = 64;
 pub const MAX_SCAN_PENDING_PER_OWNER: usize = MAX_SCAN_PENDING / 4;
 /// Other processes remembered per file being looked at (more: counted in `scan_dropped`).
 const MAX_WAITING_PER_FILE: usize = 64;
+/// A symbol only a Python runtime defines (the `python3.X` executable or `libpython`,
+/// in `.dynsym`): a process mapping such a file is watched for a control memfd.
+pub const PYTHON_RUNTIME_SYMBOL: &str = "Py_BytesMain";
+/// How long a Python process that started while recording is watched for its control
+/// memfd (the `tailprof_markers` module creates it at import), looked for once a second.
+pub const PYTHON_WATCH_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// Python processes watched at once at most (more: counted in `scan_dropped`).
+pub const MAX_PYTHON_WATCHED: usize = 256;
 /// How long stopping waits for a scan in progress at most (it is told to stop and gives
 /// up at its next read; a read that hangs is left behind, the thread detached).
 pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -46,10 +54,18 @@ pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs
 /// jobs not done are counted. Markers a process wrote before it was attached are not
 /// recorded (the library writes none while off, and keeps no count of them): the note
 /// says how many processes were attached late.
+///
+/// Python programs publish their control block in a memfd (docs/MARKERS.md), a data
+/// mapping no MMAP2 record shows. So a process that maps a Python runtime (a file defining
+/// [`PYTHON_RUNTIME_SYMBOL`], found by the same worker scan) is watched: once a second,
+/// for [`PYTHON_WATCH_FOR`], the worker looks for its control memfd
+/// ([`crate::items::markers::find_memfd_controls`], with its checks); found (or refused),
+/// the process is queued for attaching like a marked one. At most [`MAX_PYTHON_WATCHED`]
+/// processes are watched at once.
 #[derive(Debug, Default)]
 pub(crate) struct MarkerFollower {
-    /// (device, inode) → (build-id, defines the control symbol).
-    files: std::collections::HashMap<(u64, u64), (Option<Vec<u8>>, bool)>,
+    /// (device, inode) → (build-id, defines the control symbol, is a Python runtime).
+    files: std::collections::HashMap<(u64, u64), FileAnswer>,
     /// Files handed to the worker, not answered yet: their owner (uid) and the other
     /// processes that mapped them meanwhile (at most [`MAX_WAITING_PER_FILE`] each).
     scanning: std::collections::HashMap<(u64, u64), (u32, Vec<u32>)>,
@@ -58,7 +74,12 @@ pub(crate) struct MarkerFollower {
     /// The worker (started at the first job).
     worker: Option<ScanWorker>,
     /// Processes to attach, with their control block addresses (looked up by the worker).
-    pub queue: Vec<(u32, io::Result<Vec<u64>>)>,
+    pub queue: Vec<(u32, Found)>,
+    /// Python processes watched for a control memfd, until when.
+    python_watch: std::collections::HashMap<u32, std::time::Instant>,
+    /// When the watched processes were last looked at, and memfd lookups not answered yet.
+    python_round: Option<std::time::Instant>,
+    python_in_flight: usize,
     /// Processes attached after the start, attach failures (first error kept), and
     /// processes not attached because a bound was reached.
     pub attached: u64,
@@ -74,6 +95,27 @@ pub(crate) struct MarkerFollower {
     pub last_reap_ns: u64,
 }
 
+/// A process's control blocks as the worker found them: `tailprof_control` symbol
+/// addresses, and control memfd mappings (Python).
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub symbols: io::Result<Vec<u64>>,
+    pub memfd: crate::items::markers::MemfdControls,
+}
+
+impl From<io::Result<Vec<u64>>> for Found {
+    fn from(symbols: io::Result<Vec<u64>>) -> Found {
+        Found {
+            symbols,
+            memfd: Default::default(),
+        }
+    }
+}
+
+/// What the worker found about one file: (build-id, defines the control symbol, is a
+/// Python runtime).
+type FileAnswer = (Option<Vec<u8>>, bool, bool);
+
 /// What the follower's worker is asked.
 #[derive(Debug)]
 enum ScanJob {
@@ -88,23 +130,31 @@ enum ScanJob {
     },
     /// Look up the control blocks of `pid` (it maps a file known to define the symbol).
     Process { pid: u32 },
+    /// Look for the control memfd of `pid` (a watched Python process).
+    Memfd { pid: u32 },
 }
 
 /// What the worker answers.
 #[derive(Debug)]
 enum ScanDone {
     /// `marked`: `None` when the scan was stopped (not remembered). `found`: the process's
-    /// control blocks when the file defines the symbol.
+    /// control blocks when the file defines the symbol. `python`: the file is a Python
+    /// runtime.
     File {
         key: (u64, u64),
         build_id: Option<Vec<u8>>,
         marked: Option<bool>,
+        python: bool,
         pid: u32,
         found: Option<io::Result<Vec<u64>>>,
     },
     Process {
         pid: u32,
         found: io::Result<Vec<u64>>,
+    },
+    Memfd {
+        pid: u32,
+        found: io::Result<crate::items::markers::MemfdControls>,
     },
 }
 
@@ -160,12 +210,20 @@ impl ScanWorker {
                             symtab,
                         } => {
                             let marked = check(&file, symtab, &st);
+                            let python = marked == Some(false)
+                                && crate::items::markers::file_defines_until(
+                                    &file,
+                                    PYTHON_RUNTIME_SYMBOL,
+                                    false,
+                                    &st,
+                                ) == Some(true);
                             drop(file);
                             let found = (marked == Some(true)).then(|| lookup(pid));
                             ScanDone::File {
                                 key,
                                 build_id,
                                 marked,
+                                python,
                                 pid,
                                 found,
                             }
@@ -173,6 +231,10 @@ impl ScanWorker {
                         ScanJob::Process { pid } => ScanDone::Process {
                             pid,
                             found: lookup(pid),
+                        },
+                        ScanJob::Memfd { pid } => ScanDone::Memfd {
+                            pid,
+                            found: crate::items::markers::find_memfd_controls(pid),
                         },
                     };
                     if tx.send(answer).is_err() {
@@ -209,9 +271,11 @@ impl MarkerFollower {
         }
         let key = (dev, inode);
         match self.files.get(&key) {
-            Some((id, marked)) if *id == m.build_id => {
+            Some((id, marked, python)) if *id == m.build_id => {
                 if *marked && !self.queue.iter().any(|(p, _)| *p == m.pid) {
                     self.send(ScanJob::Process { pid: m.pid });
+                } else if *python {
+                    self.watch_python(m.pid);
                 }
             }
             _ if self.scanning.contains_key(&key) => {
@@ -295,6 +359,41 @@ impl MarkerFollower {
         waiting
     }
 
+    /// Watch a Python process for its control memfd (module docs).
+    fn watch_python(&mut self, pid: u32) {
+        if self.python_watch.contains_key(&pid) {
+            return;
+        }
+        if self.python_watch.len() >= MAX_PYTHON_WATCHED {
+            self.scan_dropped += 1;
+            return;
+        }
+        self.python_watch
+            .insert(pid, std::time::Instant::now() + PYTHON_WATCH_FOR);
+    }
+
+    /// About once a second: ask the worker to look for the watched processes' control
+    /// memfds (a new round only when the last one is answered); forget the expired.
+    fn python_round(&mut self) {
+        let now = std::time::Instant::now();
+        if self.python_watch.is_empty()
+            || self.python_in_flight > 0
+            || self
+                .python_round
+                .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
+        {
+            return;
+        }
+        self.python_round = Some(now);
+        self.python_watch.retain(|_, until| *until > now);
+        let pids: Vec<u32> = self.python_watch.keys().copied().collect();
+        for pid in pids {
+            if self.send(ScanJob::Memfd { pid }) {
+                self.python_in_flight += 1;
+            }
+        }
+    }
+
     fn send(&mut self, job: ScanJob) -> bool {
         if self.worker.is_none() {
             match ScanWorker::start(check_control_symbol) {
@@ -329,6 +428,7 @@ impl MarkerFollower {
                     key,
                     build_id,
                     marked,
+                    python,
                     pid,
                     found,
                 } => {
@@ -340,18 +440,43 @@ impl MarkerFollower {
                     if self.files.len() >= MAX_FOLLOW_FILES {
                         self.files.clear();
                     }
-                    self.files.insert(key, (build_id, marked));
+                    self.files.insert(key, (build_id, marked, python));
                     if marked {
                         for p in waiting.into_iter().filter(|&p| p != pid) {
                             self.send(ScanJob::Process { pid: p });
                         }
+                    } else if python {
+                        for p in waiting.into_iter().chain([pid]) {
+                            self.watch_python(p);
+                        }
                     }
                     match found {
-                        Some(found) => (pid, found),
+                        Some(found) => (pid, Found::from(found)),
                         None => continue,
                     }
                 }
-                ScanDone::Process { pid, found } => (pid, found),
+                ScanDone::Process { pid, found } => (pid, Found::from(found)),
+                ScanDone::Memfd { pid, found } => {
+                    self.python_in_flight = self.python_in_flight.saturating_sub(1);
+                    match found {
+                        // Found or refused: attach (or say why not), watch no more.
+                        Ok(m) if !m.addrs.is_empty() || !m.refused.is_empty() => {
+                            self.python_watch.remove(&pid);
+                            (
+                                pid,
+                                Found {
+                                    symbols: Ok(Vec::new()),
+                                    memfd: m,
+                                },
+                            )
+                        }
+                        Ok(_) => continue, // not yet imported: looked at again next round
+                        Err(_) => {
+                            self.python_watch.remove(&pid); // gone
+                            continue;
+                        }
+                    }
+                }
             };
             if self.queue.iter().any(|(p, _)| *p == pid) {
                 continue;
@@ -362,6 +487,7 @@ impl MarkerFollower {
                 self.queue.push((pid, found));
             }
         }
+        self.python_round();
     }
 
     /// The recording stops: take the answers there are, tell a scan in progress to give
@@ -470,8 +596,8 @@ mod tests {
         }
         assert_eq!(
             f.files.get(&(7, 7)),
-            Some(&(None, false)),
-            "the test binary has no control block"
+            Some(&(None, false, false)),
+            "the test binary has no control block and is no Python runtime"
         );
         assert!(f.queue.is_empty() && f.scanning.is_empty());
         f.stop();

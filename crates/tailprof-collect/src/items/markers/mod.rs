@@ -39,6 +39,7 @@ mod elf;
 pub(crate) mod follower;
 pub(crate) use follower::MarkerFollower;
 mod guard;
+mod memfd;
 mod region;
 
 use std::collections::HashMap;
@@ -54,11 +55,14 @@ use tailprof_markers_protocol::{record, slot};
 pub use elf::{
     file_defines, file_defines_until, find_symbol_in_process, find_symbol_in_process_until, symbol_file_offset,
 };
+pub use memfd::{find_memfd_controls, MemfdControls};
 
 /// Environment variable through which a launched command finds its region.
 pub const ENV_VAR: &str = tailprof_markers_protocol::ENV_VAR;
 /// Name of the control block the marker libraries export.
 pub const CONTROL_SYMBOL: &str = tailprof_markers_protocol::CONTROL_SYMBOL;
+/// Name of the memfd in which the Python runtime publishes its control block.
+pub const CONTROL_MEMFD: &str = tailprof_markers_protocol::CONTROL_MEMFD;
 
 /// Most bytes of a process's environment searched by
 /// [`MarkerCollector::launched_by_other_recorder`].
@@ -328,28 +332,51 @@ impl MarkerCollector {
     }
 
     /// Enable markers in a running process; `Ok(false)` when it has no marker library
-    /// (no `tailprof_control` symbol in any mapped ELF file), which is not an error. An
-    /// error (one line) when the symbol is there but does not hold a valid control block
-    /// in a writable mapping of that very file: nothing is written then.
+    /// (no `tailprof_control` symbol in any mapped ELF file and no `tailprof_control`
+    /// memfd, the pure-Python runtime's block), which is not an error. An error (one line)
+    /// when the symbol is there but does not hold a valid control block in a writable
+    /// mapping of that very file, or the memfd is refused (module `memfd`: mapping, file
+    /// type, owner, size) or holds no valid block: nothing is written then.
     pub fn attach(&mut self, pid: u32) -> Result<bool, CollectError> {
-        self.attach_found(pid, find_symbol_in_process(pid, CONTROL_SYMBOL))
+        let memfd = find_memfd_controls(pid).map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
+        self.attach_controls(pid, find_symbol_in_process(pid, CONTROL_SYMBOL), memfd)
     }
 
     /// [`MarkerCollector::attach`] with the control block addresses already looked up
-    /// ([`find_symbol_in_process`], done off the drain loop by the marker follower's
-    /// worker): only the block is validated and written here.
-    pub(crate) fn attach_found(&mut self, pid: u32, found: std::io::Result<Vec<u64>>) -> Result<bool, CollectError> {
+    /// ([`find_symbol_in_process`], [`find_memfd_controls`], done off the drain loop by the
+    /// marker follower's worker): only the block is validated and written here.
+    pub(crate) fn attach_found(&mut self, pid: u32, found: follower::Found) -> Result<bool, CollectError> {
+        self.attach_controls(pid, found.symbols, found.memfd)
+    }
+
+    fn attach_controls(
+        &mut self,
+        pid: u32,
+        found: std::io::Result<Vec<u64>>,
+        memfd: MemfdControls,
+    ) -> Result<bool, CollectError> {
         let found = found.map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
-        let addrs: Vec<u64> =
-            found.iter().copied().filter(|&a| read_control(pid, a).is_some_and(|b| control_ok(&b))).collect();
+        let valid = |a: &u64| read_control(pid, *a).is_some_and(|b| control_ok(&b));
+        let mut addrs: Vec<u64> = found.iter().copied().filter(valid).collect();
+        addrs.extend(memfd.addrs.iter().copied().filter(valid));
         if addrs.is_empty() {
-            return match found.first() {
-                None => Ok(false),
-                Some(a) => Err(CollectError::Other(format!(
+            return match (found.first(), memfd.refused.first(), memfd.addrs.first()) {
+                (None, None, None) => Ok(false),
+                (Some(a), _, _) => Err(CollectError::Other(format!(
                     "process {pid}: '{CONTROL_SYMBOL}' at {a:#x} is not a valid marker control block (size, version, \
                      state or reserved word wrong); markers not enabled, nothing written"
                 ))),
+                (None, Some(why), _) => Err(CollectError::Other(format!(
+                    "process {pid}: refused its marker control memfd {why}; markers not enabled, nothing written"
+                ))),
+                (None, None, Some(a)) => Err(CollectError::Other(format!(
+                    "process {pid}: memfd '{CONTROL_MEMFD}' at {a:#x} is not a valid marker control block (size, \
+                     version, state or reserved word wrong); markers not enabled, nothing written"
+                ))),
             };
+        }
+        if let Some(why) = memfd.refused.first() {
+            self.warnings.push(format!("process {pid}: refused a marker control memfd {why}; nothing written to it"));
         }
         let i = self.create_region(pid, false)?;
         let t = &mut self.targets[i];
@@ -555,6 +582,8 @@ impl MarkerCollector {
             if t.controls.is_empty() {
                 // Launched command: it enabled itself from the environment.
                 t.controls = find_symbol_in_process(t.pid, CONTROL_SYMBOL).unwrap_or_default();
+                // A Python program publishes its block in a memfd (checked like at attach).
+                t.controls.extend(find_memfd_controls(t.pid).map(|m| m.addrs).unwrap_or_default());
             }
             for &a in &t.controls {
                 let Some(b) = read_control(t.pid, a) else { continue };
