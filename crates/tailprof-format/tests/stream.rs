@@ -206,7 +206,11 @@ fn item_events_round_trip() {
             tid: 5,
             kind: ItemEventKind::Instant,
             name: "tick".into(),
-            args: vec![EventArg::I64(-7), EventArg::U64(3), EventArg::Text("ShareLock".into())],
+            args: vec![
+                EventArg::I64(-7),
+                EventArg::U64(3),
+                EventArg::Text("ShareLock".into()),
+            ],
             at: EventAt::Begin,
         },
         ItemEvent {

@@ -134,7 +134,11 @@ impl EventsAcc {
             ItemEventKind::SpanEnd => match self.open.iter().rposition(|(n, _, _)| *n == e.name) {
                 Some(i) => {
                     let (name, begin, start) = self.open.remove(i);
-                    let (arg, args) = if start.0.is_some() { start } else { (arg, args) };
+                    let (arg, args) = if start.0.is_some() {
+                        start
+                    } else {
+                        (arg, args)
+                    };
                     self.done.spans.push(SpanRow {
                         name,
                         begin_ns: begin,
@@ -286,14 +290,27 @@ mod tests {
         let mut start = ev(10, ItemEventKind::SpanStart, "lock__wait", None);
         start.args = vec![EventArg::U64(16384), EventArg::U64(0), EventArg::I64(-5)];
         a.add(&start);
-        a.add(&ev(20, ItemEventKind::SpanEnd, "lock__wait", Some(EventArg::U64(1))));
+        a.add(&ev(
+            20,
+            ItemEventKind::SpanEnd,
+            "lock__wait",
+            Some(EventArg::U64(1)),
+        ));
         let d = a.finish(30);
         assert_eq!(d.spans[0].arg.as_deref(), Some("16384"));
         assert_eq!(d.spans[0].args, ["16384", "0", "-5"]);
-        assert_eq!(args_text(&d.spans[0].arg, &d.spans[0].args).as_deref(), Some("16384, 0, -5"));
+        assert_eq!(
+            args_text(&d.spans[0].arg, &d.spans[0].args).as_deref(),
+            Some("16384, 0, -5")
+        );
         // One argument: `args` stays empty (no key in the JSON: the shape of before).
         let mut a = EventsAcc::default();
-        a.add(&ev(1, ItemEventKind::Instant, "tick", Some(EventArg::U64(7))));
+        a.add(&ev(
+            1,
+            ItemEventKind::Instant,
+            "tick",
+            Some(EventArg::U64(7)),
+        ));
         let e = &a.finish(2).events[0];
         assert_eq!((e.arg.as_deref(), e.args.len()), (Some("7"), 0));
     }

@@ -83,9 +83,7 @@ impl EventSpec {
             Some((r, "s64")) => (r, Some(ArgType::S64)),
             _ => (head, None),
         };
-        let first = rest
-            .rsplit_once(':')
-            .filter(|(_, a)| arg_item(a).is_some());
+        let first = rest.rsplit_once(':').filter(|(_, a)| arg_item(a).is_some());
         let (probe, args) = match first {
             Some((probe_text, a)) => {
                 let probe = ProbeSpec::parse(probe_text)?;
@@ -93,7 +91,10 @@ impl EventSpec {
                 let mut items = vec![(a, ty)];
                 for m in &more {
                     items.push(arg_item(m).ok_or_else(|| {
-                        bad(s, "after the first argument: ,argN[:string|u64|s64] items only")
+                        bad(
+                            s,
+                            "after the first argument: ,argN[:string|u64|s64] items only",
+                        )
                     })?);
                 }
                 if items.len() > ItemEvent::MAX_ARGS {
@@ -254,9 +255,13 @@ mod tests {
             ]
         );
         assert!(e.args.iter().all(|a| a.probe == e.probe));
-        let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__start:arg0:string,arg1:s64").unwrap();
+        let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__start:arg0:string,arg1:s64")
+            .unwrap();
         let got: Vec<_> = e.args.iter().map(|a| (a.usdt_arg, a.ty)).collect();
-        assert_eq!(got, vec![(Some(0), ArgType::String), (Some(1), ArgType::S64)]);
+        assert_eq!(
+            got,
+            vec![(Some(0), ArgType::String), (Some(1), ArgType::S64)]
+        );
         let e = EventSpec::parse("/bin/x:write:arg1,arg3:s64").unwrap();
         let regs: Vec<_> = e.args.iter().map(|a| a.reg.as_str()).collect();
         assert_eq!(regs, ["di", "dx"]);
