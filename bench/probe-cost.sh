@@ -5,8 +5,9 @@
 # tailprof.h, side by side in one run: one C program (bench/probe-cost/probe_cost.c) with
 # every kind compiled in, recorded with `tailprof record` and each row's probes, methods
 # rotating every repetition; the program times its own loop (ns per begin+end pair).
-# Prints one TSV row per run, then per method the median, the ratio to the USDT pair and to
-# the marker pair. The machine may be noisy: read the medians and ratios, not single runs.
+# Prints one TSV row per run, then per method the median, the ratios of the medians to the
+# USDT pair and to the marker pair, and the median over repetitions of the ratio to the USDT
+# pair of the same repetition. The machine may be noisy: read the medians and ratios, not single runs.
 # Usage: bench/probe-cost.sh [REPS] [N]   (defaults 5 100000). Needs root (uprobes),
 # <sys/sdt.h> (systemtap-sdt-dev), cc. TAILPROF=path/to/tailprof (default: the release
 # build if there is one, else the debug build).
@@ -60,10 +61,14 @@ for ((r = 0; r < REPS; r++)); do
     done
 done
 med() { awk -v m="$1" '$2 == m {print $3}' "$W/rows" | median; }
-U=$(med usdt)
-M=$(med markers)
-printf '\nmethod\tmedian_ns\tx_usdt\tx_markers\n'
+# rmed METHOD BASE: the median over repetitions of METHOD / BASE within one repetition
+# (drift of a shared machine cancels in a ratio of neighbouring runs).
+rmed() {
+    awk -v m="$1" -v b="$2" '{v[$1 " " $2] = $3; r[$1] = 1}
+        END { for (k in r) if ((k " " m) in v && (k " " b) in v && v[k " " b] > 0) print v[k " " m] / v[k " " b] }' "$W/rows" | median
+}
+printf '\nmethod\tmedian_ns\tx_usdt\tx_markers\tx_usdt_per_rep\n'
 for m in "${METHODS[@]}"; do
-    v=$(med "$m")
-    awk -v m="$m" -v v="$v" -v u="$U" -v k="$M" 'BEGIN { printf "%s\t%.1f\t%.3f\t%.1f\n", m, v, v / u, v / k }'
+    printf '%s\t%.1f\t%.3f\t%.1f\t%.3f\n' "$m" "$(med "$m")" "$(awk -v a="$(med "$m")" -v b="$(med usdt)" 'BEGIN{print a / b}')" \
+        "$(awk -v a="$(med "$m")" -v b="$(med markers)" 'BEGIN{print a / b}')" "$(rmed "$m" usdt)"
 done

@@ -71,8 +71,10 @@ pub struct ItemEvents {
     pub unmatched_span_ends: u64,
 }
 
-/// The text of an event's arguments: (the first, all of them when two or more).
-fn arg_texts(e: &ItemEvent) -> (Option<String>, Vec<String>) {
+/// The text of an event's arguments: the first, and all of them when two or more.
+type ArgTexts = (Option<String>, Vec<String>);
+
+fn arg_texts(e: &ItemEvent) -> ArgTexts {
     let all: Vec<String> = e.args.iter().map(|a| a.to_string()).collect();
     let first = all.first().cloned();
     (first, if all.len() > 1 { all } else { Vec::new() })
@@ -100,8 +102,8 @@ impl ItemEvents {
 #[derive(Debug, Default)]
 pub(crate) struct EventsAcc {
     done: ItemEvents,
-    /// (name, begin, (first argument, all arguments)) of open spans, innermost last.
-    open: Vec<(String, u64, (Option<String>, Vec<String>))>,
+    /// (name, begin, its arguments) of open spans, innermost last.
+    open: Vec<(String, u64, ArgTexts)>,
 }
 
 impl EventsAcc {
