@@ -233,3 +233,39 @@ fn go_items_get_off_cpu_time_only_where_their_goroutine_blocked_the_thread() {
         "samples on both threads"
     );
 }
+
+/// Go items keyed by goroutine: events carry a thread, not a goroutine. One on a
+/// begin/end probe goes to the item its hit begins/ends; any other to the item of the
+/// goroutine last seen on its thread (by a sample's R14 or a probe's `g`).
+#[test]
+fn go_events_go_to_the_goroutine_last_seen_on_their_thread() {
+    const G1: u64 = 0xc000_1000;
+    const G2: u64 = 0xc000_2000;
+    use ItemEventKind::Instant;
+    let recs = vec![
+        event(90, 1, Instant, "handle", 1, EventAt::Begin), // before its begin marker
+        marker(100, 1, MarkerKind::Begin, G1),
+        marker(110, 2, MarkerKind::Begin, G2),
+        sample(120, 2, Some(G1)), // G1 moved to thread 2
+        event(130, 2, Instant, "lock", 7, EventAt::Free),
+        sample(140, 1, Some(G2)), // G2 moved to thread 1
+        event(150, 1, Instant, "lock", 8, EventAt::Free),
+        marker(200, 2, MarkerKind::End, G1),
+        event(201, 2, Instant, "handle.return", 9, EventAt::End), // after its end marker
+        event(210, 1, Instant, "handle.return", 10, EventAt::End), // before its end marker
+        marker(211, 1, MarkerKind::End, G2),
+    ];
+    let r = items(&bytes(&header(true), &recs));
+    assert_eq!(r.items.len(), 2);
+    let args = |i: usize| -> Vec<String> {
+        r.items[i]
+            .events
+            .events
+            .iter()
+            .map(|e| e.arg.clone().unwrap())
+            .collect()
+    };
+    assert_eq!(args(0), ["1", "7", "9"], "G1's item");
+    assert_eq!(args(1), ["8", "10"], "G2's item");
+    assert_eq!(r.item_events_outside, 0);
+}
