@@ -8,12 +8,13 @@
 # Prints one TSV row per run, then per method the median, the ratios of the medians to the
 # USDT pair and to the marker pair, and the median over repetitions of the ratio to the USDT
 # pair of the same repetition. The machine may be noisy: read the medians and ratios, not single runs.
-# Usage: bench/probe-cost.sh [REPS] [N]   (defaults 5 100000). Needs root (uprobes),
+# Usage: bench/probe-cost.sh [REPS] [N]   (defaults 7 20000; N iterations in batches of 1,000
+# with an untimed 100 ms pause after each, so no ring fills and nothing is dropped). Needs root (uprobes),
 # <sys/sdt.h> (systemtap-sdt-dev), cc. TAILPROF=path/to/tailprof (default: the release
 # build if there is one, else the debug build).
 set -euo pipefail
-REPS=${1:-5}
-N=${2:-100000}
+REPS=${1:-7}
+N=${2:-20000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
 T=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -50,14 +51,18 @@ rec() {
     if [[ " ${a[*]} " != *" -- "* ]]; then a=(-- "${a[@]}"); fi
     "$TAILPROF" record --mmap-pages 1024 -o "$W/t.trace" "${a[@]}" 2>"$W/err" | tail -n 1 ||
         { cat "$W/err" >&2; die "record failed"; }
+    # Lost records and dropped markers of the run (both should be 0).
+    sed -n 's/.*| lost \([0-9,]*\) |.*/\1/p; s/.*dropped markers \([0-9,]*\).*/\1/p' "$W/err" | tr -d , | paste -sd ' ' >"$W/counts"
 }
 
 METHODS=(none markers usdt usdt_events uprobe_fn uprobe_ret)
-printf 'rep\tmethod\tns_per_pair\n'
+printf 'rep\tmethod\tns_per_pair\tlost_records\tdropped_markers\n'
 for ((r = 0; r < REPS; r++)); do
     for m in $(rotate "$r" "${METHODS[@]}"); do
+        echo "- -" >"$W/counts"
         v=$(run "$m")
-        printf '%d\t%s\t%s\n' "$r" "$m" "$v" | tee -a "$W/rows"
+        read -r lost dropped _ <"$W/counts" || true
+        printf '%d\t%s\t%s\t%s\t%s\n' "$r" "$m" "$v" "${lost:--}" "${dropped:--}" | tee -a "$W/rows"
     done
 done
 med() { awk -v m="$1" '$2 == m {print $3}' "$W/rows" | median; }
