@@ -249,6 +249,16 @@ fn go_events_go_to_the_goroutine_last_seen_on_their_thread() {
         sample(120, 2, Some(G1)), // G1 moved to thread 2
         event(130, 2, Instant, "lock", 7, EventAt::Free),
         sample(140, 1, Some(G2)), // G2 moved to thread 1
+        // A class label (a class probe's marker carries no goroutine) changes nothing.
+        Record::Marker(Marker {
+            time: 145,
+            pid: PID,
+            tid: 1,
+            kind: MarkerKind::Label,
+            item: Marker::UNKNOWN_ITEM,
+            class: 3,
+            source: MarkerSource::Uprobe,
+        }),
         event(150, 1, Instant, "lock", 8, EventAt::Free),
         marker(200, 2, MarkerKind::End, G1),
         event(201, 2, Instant, "handle.return", 9, EventAt::End), // after its end marker

@@ -963,7 +963,8 @@ impl ResolvedSink for JoinState {
         }
         // The OS thread's entry (boundary groups, goroutine runs).
         let tt = self.thread(m.tid);
-        if self.key.is_some() {
+        if self.key.is_some() && matches!(m.kind, MarkerKind::Begin | MarkerKind::End) {
+            // The probe read the goroutine (labels of class probes carry none).
             self.threads[tt].go_g = m.item;
         }
         // Goroutine mode: the marker's item is its goroutine; items get sequence ids.
