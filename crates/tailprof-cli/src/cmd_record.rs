@@ -120,13 +120,14 @@ pub struct RecordArgs {
     item_class_from: Vec<String>,
 
     /// Timestamped events inside items from a probe: `usdt:BIN:PROVIDER:NAME` or
-    /// `BIN:SYMBOL[%return]`, optionally with one argument `:argN[:string|u64|s64]` (N from
-    /// 0 for USDT, arg1..arg6 for a function; default u64; strings are stored cut at 256
-    /// bytes, control characters as `?`, not SQL-shaped). A probe named `X__start` starts span X and `X__done` ends it
-    /// (durations in the item's breakdown, `items --explain`, the Perfetto export); others
-    /// are instants. At most 256 events per item are kept by the analysis. Needs root and
-    /// tracefs. Repeatable.
-    #[arg(long, value_name = "PROBE[:argN[:TYPE]]")]
+    /// `BIN:SYMBOL[%return]`, optionally with arguments `:argN[:string|u64|s64][,argM[:TYPE]]...`
+    /// (at most 6; N from 0 for USDT, arg1..arg6 for a function; default u64; strings are
+    /// stored cut at 256 bytes, control characters as `?`, not SQL-shaped). A probe named
+    /// `X__start` starts span X and `X__done` ends it (durations in the item's breakdown,
+    /// `items --explain`, the Perfetto export); others are instants. An event on the very
+    /// probe of --item-begin/--item-end belongs to the item that hit begins/ends. At most
+    /// 256 events per item are kept by the analysis. Needs root and tracefs. Repeatable.
+    #[arg(long, value_name = "PROBE[:argN[:TYPE][,argM...]]")]
     item_event: Vec<String>,
 
     /// A span from any two probes: `START,END` (each as in --item-event), named after
@@ -137,7 +138,7 @@ pub struct RecordArgs {
     /// A ready-made probe set: `postgresql[=BIN]` expands to
     /// `--item-begin usdt:BIN:postgresql:query__start --item-end usdt:BIN:postgresql:query__done
     /// --item-class-from usdt:BIN:postgresql:query__start:arg0` and the --item-event probes
-    /// `lock__wait__start:arg1`, `lock__wait__done`, `lwlock__wait__start:arg0:string`,
+    /// `lock__wait__start:arg1,arg0,arg4,arg5`, `lock__wait__done`, `lwlock__wait__start:arg0:string`,
     /// `lwlock__wait__done` (items = statements, classes = SQL shapes, lock and LWLock
     /// waits as spans; no symbols needed). BIN defaults to the newest
     /// /usr/lib/postgresql/*/bin/postgres, else postgres in PATH. docs/PROBES.md.

@@ -219,3 +219,133 @@ fn usdt_events_and_spans_land_in_their_items() {
     assert_eq!(n("i", "event", "note"), REQUESTS);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 22 part 3: events on the very probes of `--item-begin`/`--item-end` (a second
+/// uprobe at the same site, with its own timestamp) belong to the item their hit begins
+/// or ends, never to none: `request__start`/`request__done` as events make one
+/// `request` span per item, inside it, with its argument; and an event with several
+/// arguments (`note:arg0,arg1:string`) keeps all of them in order, in JSON, `--explain`
+/// and Perfetto.
+#[test]
+fn boundary_probe_events_and_several_arguments() {
+    let dir = std::env::temp_dir().join(format!("tailprof-item-events-b-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(exe) = compile(&dir) else { return };
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Root,
+            "recording USDT events (tracefs uprobe events)",
+        );
+        return;
+    }
+    let p = |name: &str| format!("usdt:{}:app:{name}", exe.display());
+    let trace = dir.join("b.trace");
+    let o = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        .args(["record", "-F", "999", "-o"])
+        .arg(&trace)
+        .args([
+            "--item-begin",
+            &p("request__start"),
+            "--item-end",
+            &p("request__done"),
+        ])
+        .args(["--item-event", &format!("{}:arg0", p("request__start"))])
+        .args(["--item-event", &format!("{}:arg0", p("request__done"))])
+        .args(["--item-event", &format!("{}:arg0,arg1:string", p("note"))])
+        .arg("--")
+        .arg(&exe)
+        .arg(REQUESTS.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "record failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let o = tailprof(&[
+        "items",
+        "--json",
+        "--top",
+        "0",
+        "--sort",
+        "begin",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len() as u64, REQUESTS, "{v}");
+    // 8 starts, 8 dones, 8 notes inside items; one note after them.
+    assert_eq!(v["item_events"], 3 * REQUESTS + 1, "{v}");
+    assert_eq!(
+        v["item_events_outside"], 1,
+        "only the note after the last item: {v}"
+    );
+    for (k, it) in items.iter().enumerate() {
+        let id = k as u64 + 1;
+        let ev = &it["events"];
+        let (begin, end) = (
+            it["begin_ns"].as_u64().unwrap(),
+            it["end_ns"].as_u64().unwrap(),
+        );
+        let spans: Vec<_> = ev["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["name"] == "request")
+            .collect();
+        assert_eq!(spans.len(), 1, "item {id}: {ev}");
+        let s = spans[0];
+        assert_eq!(
+            (s["arg"].as_str(), s["unfinished"].as_bool()),
+            (Some(id.to_string().as_str()), Some(false)),
+            "{s}"
+        );
+        let (b, e) = (
+            s["begin_ns"].as_u64().unwrap(),
+            s["end_ns"].as_u64().unwrap(),
+        );
+        assert!(
+            begin <= b && b <= e && e <= end,
+            "the boundary span inside its item: {s} in {begin}..{end}"
+        );
+        let notes = ev["events"].as_array().unwrap();
+        assert_eq!(notes.len(), 1, "{ev}");
+        assert_eq!(notes[0]["arg"], id.to_string());
+        assert_eq!(
+            notes[0]["args"],
+            serde_json::json!([id.to_string(), "hello"]),
+            "{ev}"
+        );
+    }
+    let o = tailprof(&["items", "--explain", "3", trace.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("note (3, hello)") && text.contains("request"),
+        "{text}"
+    );
+    let out = dir.join("b.json");
+    let o = tailprof(&[
+        "export",
+        "--perfetto",
+        out.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pf: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let notes: Vec<_> = pf["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "event" && e["name"] == "note")
+        .collect();
+    assert_eq!(notes.len() as u64, REQUESTS);
+    assert!(
+        notes.iter().all(|n| n["args"]["args"][1] == "hello"),
+        "{notes:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

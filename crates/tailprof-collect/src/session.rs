@@ -461,7 +461,12 @@ impl Recorder {
         }
         // `--item-class-from` and `--item-event` events come last (tracefs uprobe events, as
         // tracepoints).
-        let classes = items::classprobe::ClassProbes::prepare(&items.class_from, &items.events, layouts.len())?;
+        let classes = items::classprobe::ClassProbes::prepare(
+            &items.class_from,
+            &items.events,
+            probes.as_ref().map(|p| (&p.prepared.begin[..], &p.prepared.end[..])),
+            layouts.len(),
+        )?;
         layouts.extend(classes.iter().flat_map(|c| c.layouts()));
         raise_nofile_limit();
         let mut header = trace_header(&opts, &caps, clock, &plans, item_reg.as_ref().map(|(_, name)| name.as_str()), probes.as_ref());

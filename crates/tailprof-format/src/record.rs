@@ -278,6 +278,20 @@ impl std::fmt::Display for EventArg {
     }
 }
 
+/// Where an [`ItemEvent`]'s probe sits relative to the item boundaries (FORMAT.md
+/// side-band kind 11, an optional trailing field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[repr(u8)]
+pub enum EventAt {
+    /// Anywhere: the event belongs to the item open on its thread at its time.
+    #[default]
+    Free = 0,
+    /// At a site of the item-begin probe: it belongs to the item that hit begins.
+    Begin = 1,
+    /// At a site of the item-end probe: it belongs to the item that hit ends.
+    End = 2,
+}
+
 /// A timestamped event on one thread inside (or outside) an item: a probe hit of
 /// `--item-event` (FORMAT.md side-band kind 11). The analysis puts it in the item open
 /// on its thread at its time; a `SpanStart`/`SpanEnd` pair of one name becomes a span.
@@ -289,7 +303,10 @@ pub struct ItemEvent {
     pub kind: ItemEventKind,
     /// The event's name (a span's name without `__start`/`__done`).
     pub name: String,
-    pub arg: Option<EventArg>,
+    /// The fetched arguments in the order asked for (at most [`ItemEvent::MAX_ARGS`]).
+    pub args: Vec<EventArg>,
+    /// Whether the probe is also the item's begin or end probe.
+    pub at: EventAt,
 }
 
 impl ItemEvent {
@@ -297,6 +314,8 @@ impl ItemEvent {
     pub const MAX_NAME: usize = 256;
     /// Longest string argument stored, in bytes.
     pub const MAX_ARG_TEXT: usize = 256;
+    /// Most arguments per event.
+    pub const MAX_ARGS: usize = 6;
 }
 
 /// Declares the name of a class label used by markers of process `pid`

@@ -41,6 +41,61 @@ fn get_opt_u16(r: &mut ByteReader<'_>) -> Option<Option<u16>> {
     }
 }
 
+fn put_event_arg(s: &mut Vec<u8>, a: &EventArg) {
+    match a {
+        EventArg::U64(v) => {
+            s.push(1);
+            put_uleb(s, *v);
+        }
+        EventArg::I64(v) => {
+            s.push(2);
+            put_uleb(s, zigzag(*v));
+        }
+        EventArg::Text(t) => {
+            s.push(3);
+            put_bytes(s, t.as_bytes());
+        }
+    }
+}
+
+/// One event argument after its tag `tag` (1 u64, 2 i64, 3 text); `None`: damage.
+fn get_event_arg(f: &mut ByteReader<'_>, tag: u8) -> Option<EventArg> {
+    Some(match tag {
+        1 => EventArg::U64(f.uleb()?),
+        2 => EventArg::I64(unzigzag(f.uleb()?)),
+        3 => EventArg::Text(f.string()?),
+        _ => return None,
+    })
+}
+
+/// The fields of an `ItemEvent` row after its name: the first argument, then the
+/// optional trailing ones (further arguments, the position at an item boundary).
+fn get_event_args(f: &mut ByteReader<'_>) -> Option<(Vec<EventArg>, EventAt)> {
+    let mut args = Vec::new();
+    match f.u8()? {
+        0 => {}
+        t => args.push(get_event_arg(f, t)?),
+    }
+    let mut at = EventAt::Free;
+    if f.remaining() > 0 {
+        let more = f.uleb()?;
+        if more as usize + args.len() > ItemEvent::MAX_ARGS || (more > 0 && args.is_empty()) {
+            return None;
+        }
+        for _ in 0..more {
+            let t = f.u8()?;
+            args.push(get_event_arg(f, t)?);
+        }
+        at = match f.u8()? {
+            0 => EventAt::Free,
+            1 => EventAt::Begin,
+            2 => EventAt::End,
+            _ => return None,
+        };
+    }
+    Some((args, at))
+}
+
 fn put_task(out: &mut Vec<u8>, t: &Task) {
     for v in [t.pid, t.ppid, t.tid, t.ptid] {
         put_uleb(out, v as u64);
@@ -156,20 +211,19 @@ pub fn put_sideband(
             put_uleb(s, e.tid as u64);
             s.push(e.kind as u8);
             put_bytes(s, e.name.as_bytes());
-            match &e.arg {
+            match e.args.first() {
                 None => s.push(0),
-                Some(EventArg::U64(v)) => {
-                    s.push(1);
-                    put_uleb(s, *v);
+                Some(a) => put_event_arg(s, a),
+            }
+            // Optional trailing fields (readers of the one-argument row ignore them):
+            // only written when there is something past the first argument.
+            if e.args.len() > 1 || e.at != EventAt::Free {
+                let more = e.args.get(1..).unwrap_or(&[]);
+                put_uleb(s, more.len() as u64);
+                for a in more {
+                    put_event_arg(s, a);
                 }
-                Some(EventArg::I64(v)) => {
-                    s.push(2);
-                    put_uleb(s, zigzag(*v));
-                }
-                Some(EventArg::Text(t)) => {
-                    s.push(3);
-                    put_bytes(s, t.as_bytes());
-                }
+                s.push(e.at as u8);
             }
             SB_ITEM_EVENT
         }
@@ -291,25 +345,18 @@ pub fn get_sideband(
                 },
             },
         }),
-        SB_ITEM_EVENT if version >= 4 => Record::ItemEvent(ItemEvent {
-            time,
-            pid: f.uleb_u32()?,
-            tid: f.uleb_u32()?,
-            kind: match f.u8()? {
+        SB_ITEM_EVENT if version >= 4 => {
+            let (pid, tid) = (f.uleb_u32()?, f.uleb_u32()?);
+            let kind = match f.u8()? {
                 0 => ItemEventKind::Instant,
                 1 => ItemEventKind::SpanStart,
                 2 => ItemEventKind::SpanEnd,
                 _ => return None,
-            },
-            name: f.string()?,
-            arg: match f.u8()? {
-                0 => None,
-                1 => Some(EventArg::U64(f.uleb()?)),
-                2 => Some(EventArg::I64(unzigzag(f.uleb()?))),
-                3 => Some(EventArg::Text(f.string()?)),
-                _ => return None,
-            },
-        }),
+            };
+            let name = f.string()?;
+            let (args, at) = get_event_args(f)?;
+            Record::ItemEvent(ItemEvent { time, pid, tid, kind, name, args, at })
+        }
         SB_WAKEUP if version >= 3 => Record::Wakeup(Wakeup {
             time,
             pid: f.uleb_u32()?,
@@ -344,7 +391,7 @@ pub fn sideband_size_hint(r: &Record) -> usize {
         Record::Mmap(m) => 60 + m.path.len() + m.build_id.as_ref().map_or(0, Vec::len),
         Record::Comm(c) => 20 + c.comm.len(),
         Record::ItemClass(c) => 20 + c.name.len(),
-        Record::ItemEvent(e) => 20 + e.name.len() + 40,
+        Record::ItemEvent(e) => 20 + e.name.len() + 4 + e.args.iter().map(|a| 12 + if let EventArg::Text(t) = a { t.len() } else { 0 }).sum::<usize>(),
         _ => 40,
     }
 }
@@ -372,5 +419,51 @@ mod tests {
         assert_eq!(get_sideband(&mut rd, &mut p, 5, 0), Some((0, None)));
         assert_eq!(out.len() - rd.remaining(), after);
         assert!(matches!(get_sideband(&mut rd, &mut p, 5, 0), Some((0, Some(Record::Throttle(_))))));
+    }
+
+    fn event(args: Vec<EventArg>, at: EventAt) -> Record {
+        Record::ItemEvent(ItemEvent { time: 9, pid: 1, tid: 2, kind: ItemEventKind::SpanStart, name: "lock__wait".into(), args, at })
+    }
+
+    fn row(r: &Record) -> Vec<u8> {
+        let (mut out, mut scratch, mut prev) = (Vec::new(), Vec::new(), 0u64);
+        assert!(put_sideband(&mut out, &mut scratch, 0, &mut prev, r, 0));
+        out
+    }
+
+    fn read(bytes: &[u8]) -> Option<(u32, Option<Record>)> {
+        get_sideband(&mut ByteReader::new(bytes), &mut 0, 5, 0)
+    }
+
+    /// Several arguments and the boundary position are trailing fields: an event with at
+    /// most one argument and no position is the row version-4 readers wrote, byte for
+    /// byte; a row with them reads back whole; an old reader (which stops after the first
+    /// argument) still gets the first one.
+    #[test]
+    fn item_event_arguments_are_trailing_fields() {
+        let one = event(vec![EventArg::U64(16384)], EventAt::Free);
+        let bytes = row(&one);
+        // kind, pos, time, len; pid, tid, kind; name (len + 10); tag, value (3 bytes).
+        assert_eq!(bytes.len(), 4 + 3 + 11 + 4, "no trailing bytes: {bytes:?}");
+        assert_eq!(read(&bytes), Some((0, Some(one))));
+        let many = event(
+            vec![EventArg::U64(1663), EventArg::U64(16384), EventArg::I64(-1), EventArg::Text("AccessShareLock".into())],
+            EventAt::Begin,
+        );
+        let bytes = row(&many);
+        assert_eq!(read(&bytes), Some((0, Some(many.clone()))));
+        // What a reader of the one-argument row sees: the same bytes up to the first
+        // argument, the rest ignored.
+        let first = row(&event(vec![EventArg::U64(1663)], EventAt::Free));
+        assert_eq!(bytes[4..first.len()], first[4..], "the first argument is where it was");
+        let no_args_at_end = event(Vec::new(), EventAt::End);
+        assert_eq!(read(&row(&no_args_at_end)), Some((0, Some(no_args_at_end))));
+        // Damage: more arguments than the bound, an unknown position.
+        let mut bad = row(&many);
+        let at = bad.len() - 1;
+        bad[at] = 7;
+        assert_eq!(read(&bad), None);
+        let too_many = event(vec![EventArg::U64(1); ItemEvent::MAX_ARGS + 1], EventAt::Free);
+        assert_eq!(read(&row(&too_many)), None);
     }
 }

@@ -489,7 +489,8 @@ fn check_sideband_size(r: &Record) -> Result<(), FormatError> {
         Record::Comm(c) => c.comm.len() > MAX_STRING,
         Record::ItemEvent(e) => {
             e.name.len() > ItemEvent::MAX_NAME
-                || matches!(&e.arg, Some(EventArg::Text(t)) if t.len() > ItemEvent::MAX_ARG_TEXT)
+                || e.args.len() > ItemEvent::MAX_ARGS
+                || e.args.iter().any(|a| matches!(a, EventArg::Text(t) if t.len() > ItemEvent::MAX_ARG_TEXT))
         }
         _ => false,
     };

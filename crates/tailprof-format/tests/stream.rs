@@ -188,7 +188,8 @@ fn item_events_round_trip() {
             tid: 4,
             kind: ItemEventKind::SpanStart,
             name: "lock__wait".into(),
-            arg: Some(EventArg::U64(16384)),
+            args: vec![EventArg::U64(16384)],
+            at: EventAt::Free,
         },
         ItemEvent {
             time: 12,
@@ -196,7 +197,8 @@ fn item_events_round_trip() {
             tid: 4,
             kind: ItemEventKind::SpanEnd,
             name: "lock__wait".into(),
-            arg: None,
+            args: Vec::new(),
+            at: EventAt::End,
         },
         ItemEvent {
             time: 13,
@@ -204,7 +206,12 @@ fn item_events_round_trip() {
             tid: 5,
             kind: ItemEventKind::Instant,
             name: "tick".into(),
-            arg: Some(EventArg::I64(-7)),
+            args: vec![
+                EventArg::I64(-7),
+                EventArg::U64(3),
+                EventArg::Text("ShareLock".into()),
+            ],
+            at: EventAt::Begin,
         },
         ItemEvent {
             time: 14,
@@ -212,7 +219,8 @@ fn item_events_round_trip() {
             tid: 5,
             kind: ItemEventKind::Instant,
             name: "q".into(),
-            arg: Some(EventArg::Text("select 1".into())),
+            args: vec![EventArg::Text("select 1".into())],
+            at: EventAt::Free,
         },
     ];
     let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();

@@ -427,7 +427,9 @@ pub fn render_item_events(out: &mut String, e: &tailprof_analyze::items::events:
     if e.is_empty() {
         return;
     }
-    let arg = |a: &Option<String>| a.as_ref().map(|a| format!(" ({a})")).unwrap_or_default();
+    let arg = |a: &Option<String>, all: &[String]| {
+        tailprof_analyze::items::events::args_text(a, all).map(|a| format!(" ({a})")).unwrap_or_default()
+    };
     out.push('\n');
     if !e.span_totals.is_empty() {
         let parts: Vec<String> =
@@ -440,7 +442,7 @@ pub fn render_item_events(out: &mut String, e: &tailprof_analyze::items::events:
                 duration(sp.begin_ns.saturating_sub(begin)),
                 sp.name,
                 duration(sp.duration_ns),
-                arg(&sp.arg),
+                arg(&sp.arg, &sp.args),
                 if sp.unfinished { " (not ended before the item)" } else { "" }
             );
         }
@@ -448,7 +450,7 @@ pub fn render_item_events(out: &mut String, e: &tailprof_analyze::items::events:
     if !e.events.is_empty() {
         let _ = writeln!(out, "Events:");
         for ev in &e.events {
-            let _ = writeln!(out, "  +{} {}{}", duration(ev.time_ns.saturating_sub(begin)), ev.name, arg(&ev.arg));
+            let _ = writeln!(out, "  +{} {}{}", duration(ev.time_ns.saturating_sub(begin)), ev.name, arg(&ev.arg, &ev.args));
         }
     }
     if e.dropped > 0 || e.unmatched_span_ends > 0 {

@@ -143,14 +143,21 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
         // slices), instants as thread-scoped instants, on the item's track.
         for (k, sp) in r.events.spans.iter().enumerate() {
             let id = format!("{}:{}:{k}", r.tid, r.id);
-            let args = json!({"item": r.id, "arg": sp.arg, "duration_ns": sp.duration_ns, "unfinished": sp.unfinished});
+            let mut args = json!({"item": r.id, "arg": sp.arg, "duration_ns": sp.duration_ns, "unfinished": sp.unfinished});
+            if !sp.args.is_empty() {
+                args["args"] = json!(sp.args);
+            }
             events.push(json!({"ph": "b", "cat": "span", "name": sp.name, "id": id, "pid": r.pid, "tid": r.tid, "ts": us(sp.begin_ns), "args": args}));
             events.push(json!({"ph": "e", "cat": "span", "name": sp.name, "id": id, "pid": r.pid, "tid": r.tid, "ts": us(sp.end_ns)}));
         }
         for ev in &r.events.events {
+            let mut args = json!({"item": r.id, "arg": ev.arg});
+            if !ev.args.is_empty() {
+                args["args"] = json!(ev.args);
+            }
             events.push(json!({
                 "ph": "i", "s": "t", "cat": "event", "name": ev.name, "pid": r.pid, "tid": r.tid, "ts": us(ev.time_ns),
-                "args": {"item": r.id, "arg": ev.arg},
+                "args": args,
             }));
         }
     }

@@ -23,9 +23,12 @@ pub const MAX_OPEN_SPANS: usize = 64;
 pub struct EventRow {
     pub name: String,
     pub time_ns: u64,
-    /// The probe's argument as text (a number or the string it pointed to).
+    /// The probe's (first) argument as text (a number or the string it pointed to).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arg: Option<String>,
+    /// Every argument in the order asked for, when there are two or more.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
 }
 
 /// One span inside an item.
@@ -35,8 +38,12 @@ pub struct SpanRow {
     pub begin_ns: u64,
     pub end_ns: u64,
     pub duration_ns: u64,
+    /// The start's (first) argument, else the end's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arg: Option<String>,
+    /// All the start's arguments (else the end's), when there are two or more.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
     /// Its end was not seen before the item ended (closed at the item's end).
     pub unfinished: bool,
 }
@@ -64,6 +71,24 @@ pub struct ItemEvents {
     pub unmatched_span_ends: u64,
 }
 
+/// The text of an event's arguments: the first, and all of them when two or more.
+type ArgTexts = (Option<String>, Vec<String>);
+
+fn arg_texts(e: &ItemEvent) -> ArgTexts {
+    let all: Vec<String> = e.args.iter().map(|a| a.to_string()).collect();
+    let first = all.first().cloned();
+    (first, if all.len() > 1 { all } else { Vec::new() })
+}
+
+/// An event's arguments as shown in `--explain`: `a`, or `a, b, c`.
+pub fn args_text(arg: &Option<String>, args: &[String]) -> Option<String> {
+    if args.len() > 1 {
+        Some(args.join(", "))
+    } else {
+        arg.clone()
+    }
+}
+
 impl ItemEvents {
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
@@ -77,8 +102,8 @@ impl ItemEvents {
 #[derive(Debug, Default)]
 pub(crate) struct EventsAcc {
     done: ItemEvents,
-    /// (name, begin, arg) of open spans, innermost last.
-    open: Vec<(String, u64, Option<String>)>,
+    /// (name, begin, its arguments) of open spans, innermost last.
+    open: Vec<(String, u64, ArgTexts)>,
 }
 
 impl EventsAcc {
@@ -87,7 +112,7 @@ impl EventsAcc {
     }
 
     pub(crate) fn add(&mut self, e: &ItemEvent) {
-        let arg = e.arg.as_ref().map(|a| a.to_string());
+        let (arg, args) = arg_texts(e);
         match e.kind {
             ItemEventKind::Instant => {
                 if self.kept() >= MAX_EVENTS_PER_ITEM {
@@ -98,6 +123,7 @@ impl EventsAcc {
                     name: e.name.clone(),
                     time_ns: e.time,
                     arg,
+                    args,
                 });
             }
             ItemEventKind::SpanStart => {
@@ -105,17 +131,23 @@ impl EventsAcc {
                     self.done.dropped += 1;
                     return;
                 }
-                self.open.push((e.name.clone(), e.time, arg));
+                self.open.push((e.name.clone(), e.time, (arg, args)));
             }
             ItemEventKind::SpanEnd => match self.open.iter().rposition(|(n, _, _)| *n == e.name) {
                 Some(i) => {
-                    let (name, begin, start_arg) = self.open.remove(i);
+                    let (name, begin, start) = self.open.remove(i);
+                    let (arg, args) = if start.0.is_some() {
+                        start
+                    } else {
+                        (arg, args)
+                    };
                     self.done.spans.push(SpanRow {
                         name,
                         begin_ns: begin,
                         end_ns: e.time.max(begin),
                         duration_ns: e.time.saturating_sub(begin),
-                        arg: start_arg.or(arg),
+                        arg,
+                        args,
                         unfinished: false,
                     });
                 }
@@ -126,13 +158,14 @@ impl EventsAcc {
 
     /// The item ended at `end`: open spans close there; totals per name.
     pub(crate) fn finish(mut self, end: u64) -> ItemEvents {
-        for (name, begin, arg) in self.open.drain(..) {
+        for (name, begin, (arg, args)) in self.open.drain(..) {
             self.done.spans.push(SpanRow {
                 name,
                 begin_ns: begin,
                 end_ns: end.max(begin),
                 duration_ns: end.saturating_sub(begin),
                 arg,
+                args,
                 unfinished: true,
             });
         }
@@ -176,7 +209,8 @@ mod tests {
             tid: 1,
             kind,
             name: name.into(),
-            arg,
+            args: arg.into_iter().collect(),
+            ..ItemEvent::default()
         }
     }
 
@@ -230,7 +264,8 @@ mod tests {
             vec![EventRow {
                 name: "tick".into(),
                 time_ns: 15,
-                arg: Some("-1".into())
+                arg: Some("-1".into()),
+                args: Vec::new(),
             }]
         );
         assert_eq!(
@@ -247,5 +282,38 @@ mod tests {
         }
         let d = a.finish(1000);
         assert_eq!((d.events.len(), d.dropped), (MAX_EVENTS_PER_ITEM, 10));
+    }
+
+    /// Several arguments (PostgreSQL's `lock__wait__start(field1..4, type, mode)`): the
+    /// span keeps all of the start's, in order; the first stays `arg`.
+    #[test]
+    fn spans_keep_every_argument() {
+        let mut a = EventsAcc::default();
+        let mut start = ev(10, ItemEventKind::SpanStart, "lock__wait", None);
+        start.args = vec![EventArg::U64(16384), EventArg::U64(0), EventArg::I64(-5)];
+        a.add(&start);
+        a.add(&ev(
+            20,
+            ItemEventKind::SpanEnd,
+            "lock__wait",
+            Some(EventArg::U64(1)),
+        ));
+        let d = a.finish(30);
+        assert_eq!(d.spans[0].arg.as_deref(), Some("16384"));
+        assert_eq!(d.spans[0].args, ["16384", "0", "-5"]);
+        assert_eq!(
+            args_text(&d.spans[0].arg, &d.spans[0].args).as_deref(),
+            Some("16384, 0, -5")
+        );
+        // One argument: `args` stays empty (no key in the JSON: the shape of before).
+        let mut a = EventsAcc::default();
+        a.add(&ev(
+            1,
+            ItemEventKind::Instant,
+            "tick",
+            Some(EventArg::U64(7)),
+        ));
+        let e = &a.finish(2).events[0];
+        assert_eq!((e.arg.as_deref(), e.args.len()), (Some("7"), 0));
     }
 }

@@ -52,7 +52,9 @@
 //! the adapter keeps the address spaces current, the join only counts.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{ItemClass, ItemEvent, ItemTrace, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader};
+use tailprof_format::{
+    EventAt, ItemClass, ItemEvent, ItemTrace, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader,
+};
 
 use super::anomaly::flag_anomalies;
 use super::estimate::{period_interval_ns, Acc, IntervalMeter};
@@ -118,6 +120,8 @@ struct ItemState {
     ended_below_top: bool,
     /// Index of its trace context in `JoinState::traces`, or [`NO_ITEM`].
     trace: u32,
+    /// Goroutine mode: its goroutine was seen on threads (its runs are in `slices`).
+    go_runs: bool,
 }
 
 /// Stack positions below this are found by a scan; items pushed above are indexed.
@@ -158,7 +162,35 @@ struct Thread {
     overlaps: u64,
     /// Open items on `stack`.
     open_items: u32,
+    /// The boundary group this OS thread is in: the records of one hit of a boundary
+    /// probe (its begin or end marker, and the `--item-event`s at the same site).
+    group: Group,
+    /// Names of the boundary events given to the group's item so far.
+    group_names: Vec<String>,
+    /// Events at the begin probe seen before their begin marker (at most [`MAX_PENDING`]).
+    pending: Vec<ItemEvent>,
+    /// Goroutine mode: the goroutine (`g`) last seen on this OS thread (0: none yet).
+    go_g: u64,
+    /// Goroutine mode: (item, first, last time) its goroutine has been seen on this OS
+    /// thread without another goroutine seen in between.
+    run: Option<(u32, u64, u64)>,
 }
+
+/// See [`Thread::group`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    #[default]
+    None,
+    /// After the begin marker of this item.
+    Begin(u32),
+    /// After the end marker of this item.
+    End(u32),
+    /// Begin-probe events wait for their marker (`Thread::pending`).
+    Pending,
+}
+
+/// Begin-probe events held per thread until their begin marker.
+const MAX_PENDING: usize = 16;
 
 impl Thread {
     fn new(tid: u32) -> Thread {
@@ -337,6 +369,49 @@ impl JoinState {
         Some(t as usize)
     }
 
+    /// Goroutine mode: OS thread `tt` was seen running `item`'s goroutine at `time`
+    /// ([`NO_ITEM`]: a goroutine of no open item, or the scheduler). A run of one item
+    /// grows until another goroutine is seen on the thread; closed runs become the item's
+    /// current slices (off-CPU time of the thread inside a run counts for the item).
+    fn observe(&mut self, tt: usize, item: u32, time: u64) {
+        let th = &mut self.threads[tt];
+        match th.run {
+            Some((i, from, _)) if i == item => th.run = Some((i, from, time)),
+            prev => {
+                th.run = (item != NO_ITEM).then_some((item, time, time));
+                let tid = th.tid;
+                if let Some((i, from, to)) = prev {
+                    self.slices.push((i, tid, from, to));
+                }
+                if item != NO_ITEM {
+                    self.items[item as usize].go_runs = true;
+                }
+            }
+        }
+    }
+
+    /// Goroutine mode: the run on OS thread `tt` ends (its item ended there).
+    fn end_run(&mut self, tt: usize) {
+        let th = &mut self.threads[tt];
+        if let Some((i, from, to)) = th.run.take() {
+            let tid = th.tid;
+            self.slices.push((i, tid, from, to));
+        }
+    }
+
+    /// Begin-probe events that waited for a marker that did not come: outside.
+    fn drop_pending(&mut self, tt: usize) {
+        let th = &mut self.threads[tt];
+        self.item_events_outside += th.pending.len() as u64;
+        th.pending.clear();
+        th.group = Group::None;
+        th.group_names.clear();
+    }
+
+    fn add_event(&mut self, item: u32, e: &ItemEvent) {
+        self.events.entry(item).or_default().add(e);
+    }
+
     fn take_live(&mut self) -> u32 {
         if let Some(i) = self.free_lives.pop() {
             return i;
@@ -369,6 +444,7 @@ impl JoinState {
             stacked_samples: 0,
             ended_below_top: false,
             trace: NO_ITEM,
+            go_runs: false,
         });
         (self.items.len() - 1) as u32
     }
@@ -613,6 +689,8 @@ impl JoinState {
                 if self.threads[t].switching {
                     self.set_current(t, NO_ITEM, end);
                 }
+                self.end_run(t);
+                self.drop_pending(t);
             }
             let mut open = Vec::new();
             for t in &mut self.threads {
@@ -734,6 +812,17 @@ impl JoinState {
                     threads: tids.len() as u32,
                 };
                 (Some(sw), current)
+            } else if it.go_runs {
+                // Goroutine mode: where its goroutine was seen, per thread (a run seen
+                // once is one instant).
+                let current = self.slices[first..slice_at]
+                    .iter()
+                    .filter_map(|&(_, tid, from, to)| {
+                        let (b, e) = (from.max(it.begin), to.min(it.end));
+                        (e >= b).then_some(super::CurrentSlice { tid, begin_ns: b, end_ns: e })
+                    })
+                    .collect();
+                (None, current)
             } else {
                 (None, Vec::new())
             };
@@ -841,7 +930,11 @@ impl ResolvedSink for JoinState {
         let th = match &self.key {
             Some(k) => {
                 let g = s.regs.get(k.index).copied().unwrap_or(0);
-                match self.strand(s.pid, g, false) {
+                self.threads[t].go_g = g;
+                let strand = self.strand(s.pid, g, false);
+                let item = strand.and_then(|st| self.threads[st].stack.last()).map_or(NO_ITEM, |&(i, _)| i);
+                self.observe(t, item, s.time);
+                match strand {
                     Some(t) => &self.threads[t],
                     None => {
                         self.outside += 1;
@@ -868,6 +961,12 @@ impl ResolvedSink for JoinState {
         if self.reg.is_some() {
             return;
         }
+        // The OS thread's entry (boundary groups, goroutine runs).
+        let tt = self.thread(m.tid);
+        if self.key.is_some() && matches!(m.kind, MarkerKind::Begin | MarkerKind::End) {
+            // The probe read the goroutine (labels of class probes carry none).
+            self.threads[tt].go_g = m.item;
+        }
         // Goroutine mode: the marker's item is its goroutine; items get sequence ids.
         let (t, m) = match self.key.as_mut() {
             Some(k) => {
@@ -891,6 +990,22 @@ impl ResolvedSink for JoinState {
                 } else {
                     self.begin_item(t, m);
                 }
+                let item = (self.items.len() - 1) as u32;
+                if self.key.is_some() {
+                    self.observe(tt, item, m.time);
+                }
+                // Events of this hit's begin probe that came first belong to it.
+                let th = &mut self.threads[tt];
+                let waiting = if th.group == Group::Pending { std::mem::take(&mut th.pending) } else { Vec::new() };
+                if th.group != Group::Pending {
+                    self.drop_pending(tt);
+                }
+                let th = &mut self.threads[tt];
+                th.group = Group::Begin(item);
+                th.group_names = waiting.iter().map(|e| e.name.clone()).collect();
+                for e in waiting {
+                    self.add_event(item, &ItemEvent { time: e.time.max(m.time), ..e });
+                }
             }
             MarkerKind::Label => match self.threads[t].stack.last() {
                 Some(&(item, _)) => {
@@ -906,17 +1021,24 @@ impl ResolvedSink for JoinState {
                     None if self.any_switch && m.item != Marker::UNKNOWN_ITEM => self.find_any(m.pid, m.item),
                     f => f,
                 };
+                self.drop_pending(tt);
                 match found {
                     Some(item) => {
                         if m.class != 0 && self.items[item as usize].class == 0 {
                             self.items[item as usize].class = m.class;
                         }
                         self.end_marked(item, m.time);
+                        if self.key.is_some() {
+                            self.observe(tt, item, m.time);
+                            self.end_run(tt);
+                        }
+                        self.threads[tt].group = Group::End(item);
                     }
                     None => self.unmatched += 1,
                 }
             }
             MarkerKind::Switch => {
+                self.drop_pending(tt);
                 self.switching.markers += 1;
                 self.start_switching(t);
                 match self.find_any(m.pid, m.item) {
@@ -936,6 +1058,7 @@ impl ResolvedSink for JoinState {
                 }
             }
             MarkerKind::SwitchNone => {
+                self.drop_pending(tt);
                 self.switching.markers += 1;
                 self.start_switching(t);
                 self.set_current(t, NO_ITEM, m.time);
@@ -943,7 +1066,10 @@ impl ResolvedSink for JoinState {
         }
     }
 
-    /// An `--item-event` hit: kept by the innermost open item of its thread.
+    /// An `--item-event` hit: kept by the innermost open item of its thread (goroutine
+    /// mode: of the goroutine last seen on its thread). One at a site of the begin or end
+    /// probe ([`EventAt`]) belongs to the item that very hit begins or ends, whichever
+    /// record came first, with its time clamped into the item (docs/PROBES.md).
     fn handle_item_event(&mut self, e: &ItemEvent) {
         self.item_events += 1;
         self.last_time = self.last_time.max(e.time);
@@ -951,9 +1077,53 @@ impl ResolvedSink for JoinState {
             self.item_events_outside += 1;
             return;
         }
-        let t = self.thread(e.tid);
+        let tt = self.thread(e.tid);
+        let th = &mut self.threads[tt];
+        let new_name = !th.group_names.contains(&e.name);
+        match (e.at, th.group) {
+            (EventAt::Begin, Group::Begin(item)) if new_name => {
+                th.group_names.push(e.name.clone());
+                let begin = self.items[item as usize].begin;
+                self.add_event(item, &ItemEvent { time: e.time.max(begin), ..e.clone() });
+                return;
+            }
+            (EventAt::Begin, g) => {
+                // Its begin marker comes next: wait for it.
+                if g != Group::Pending || !new_name {
+                    self.drop_pending(tt);
+                }
+                let th = &mut self.threads[tt];
+                th.group = Group::Pending;
+                if th.pending.len() < MAX_PENDING {
+                    th.group_names.push(e.name.clone());
+                    th.pending.push(e.clone());
+                } else {
+                    self.item_events_outside += 1;
+                }
+                return;
+            }
+            (EventAt::End, Group::End(item)) if new_name => {
+                th.group_names.push(e.name.clone());
+                let end = self.items[item as usize].end;
+                self.add_event(item, &ItemEvent { time: e.time.min(end), ..e.clone() });
+                return;
+            }
+            // Free, or at the end probe before its marker: the item open now (the one
+            // the marker will end).
+            _ => self.drop_pending(tt),
+        }
+        let t = match &self.key {
+            Some(_) => match self.strand(e.pid, self.threads[tt].go_g, false) {
+                Some(t) => t,
+                None => {
+                    self.item_events_outside += 1;
+                    return;
+                }
+            },
+            None => tt,
+        };
         match self.threads[t].stack.last() {
-            Some(&(item, _)) => self.events.entry(item).or_default().add(e),
+            Some(&(item, _)) => self.add_event(item, e),
             None => self.item_events_outside += 1,
         }
     }

@@ -252,7 +252,8 @@ pub struct ItemRow {
     /// Items named by switch markers (or begun on a thread that has them): current and
     /// waiting time. `None` for items delimited by begin/end only.
     pub switching: Option<ItemSwitching>,
-    /// When it was current, per thread, in time order (switch markers only; the per-item
+    /// When it was current, per thread, in time order (switch markers; in goroutine mode
+    /// the runs where its goroutine was seen on a thread, docs/PROBES.md; the per-item
     /// stacks and off-CPU time use it). Not serialized: `switching` sums it up.
     #[serde(skip)]
     pub current: Vec<CurrentSlice>,

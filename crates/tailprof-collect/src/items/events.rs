@@ -1,4 +1,4 @@
-//! `--item-event PROBE[:argN[:TYPE]]` and `--item-span START,END` (issue 22 item 2):
+//! `--item-event PROBE[:argN[:TYPE][,argM[:TYPE]...]]` and `--item-span START,END` (issue 22 item 2):
 //! timestamped events inside items, from USDT probes or function uprobes.
 //!
 //! Each hit becomes an [`ItemEvent`](tailprof_format::ItemEvent) record on the hitting
@@ -15,7 +15,7 @@
 //! characters replaced by `?`, and otherwise stored as it is (unlike a class, not reduced
 //! to an SQL shape: ask only for arguments that may be stored).
 
-use tailprof_format::{ItemEvent, ItemEventKind};
+use tailprof_format::{EventAt, ItemEvent, ItemEventKind};
 
 use crate::items::classprobe::{ArgType, ClassSpec};
 use crate::items::uprobe::{ProbeSpec, UprobeError};
@@ -24,13 +24,16 @@ use crate::items::uprobe::{ProbeSpec, UprobeError};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventSpec {
     pub probe: ProbeSpec,
-    /// The argument to fetch (the probe, its position and type), as for
-    /// `--item-class-from`; `None`: no argument.
-    pub arg: Option<ClassSpec>,
+    /// The arguments to fetch (the probe, its position and type each), as for
+    /// `--item-class-from`, in the order given; at most [`ItemEvent::MAX_ARGS`].
+    pub args: Vec<ClassSpec>,
     /// The event's name: the USDT probe's or function's name, a span's without
     /// `__start`/`__done`.
     pub name: String,
     pub kind: ItemEventKind,
+    /// Whether its probe is also the item-begin or item-end probe (set when the
+    /// recorder resolves the sites, [`EventAt::Free`] until then).
+    pub at: EventAt,
 }
 
 fn bad(s: &str, reason: &str) -> UprobeError {
@@ -40,34 +43,85 @@ fn bad(s: &str, reason: &str) -> UprobeError {
     }
 }
 
+/// `argN[:TYPE]`: (N as written, its type) when `s` is one.
+fn arg_item(s: &str) -> Option<(&str, Option<ArgType>)> {
+    let (a, ty) = match s.split_once(':') {
+        Some((a, "string")) => (a, Some(ArgType::String)),
+        Some((a, "u64")) => (a, Some(ArgType::U64)),
+        Some((a, "s64")) => (a, Some(ArgType::S64)),
+        Some(_) => return None,
+        None => (s, None),
+    };
+    a.strip_prefix("arg")
+        .is_some_and(|n| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
+        .then_some((a, ty))
+}
+
+fn type_name(t: ArgType) -> &'static str {
+    match t {
+        ArgType::String => "string",
+        ArgType::U64 => "u64",
+        ArgType::S64 => "s64",
+    }
+}
+
 impl EventSpec {
-    /// Parses `PROBE[:argN[:string|u64|s64]]` where PROBE is `usdt:BIN:PROVIDER:NAME`,
-    /// `BIN:FUNCTION` or `BIN:FUNCTION%return`. `argN` counts from 0 for a USDT probe and
-    /// from 1 for a function (`arg1` = the first argument register), as in
-    /// `--item-class-from`. Without a type the argument is read as an unsigned integer.
+    /// Parses `PROBE[:argN[:TYPE][,argM[:TYPE]...]]` where PROBE is
+    /// `usdt:BIN:PROVIDER:NAME`, `BIN:FUNCTION` or `BIN:FUNCTION%return` and TYPE is
+    /// `string`, `u64` or `s64`. `argN` counts from 0 for a USDT probe and from 1 for a
+    /// function (`arg1` = the first argument register), as in `--item-class-from`.
+    /// Without a type an argument is read as an unsigned integer. At most
+    /// [`ItemEvent::MAX_ARGS`] arguments, each once.
     pub fn parse(s: &str) -> Result<EventSpec, UprobeError> {
-        let (rest, ty) = match s.rsplit_once(':') {
+        // `PROBE:argN[:T]` first, then `,argM[:T]` items.
+        let mut parts = s.split(',');
+        let head = parts.next().unwrap_or("");
+        let more: Vec<&str> = parts.collect();
+        let (rest, ty) = match head.rsplit_once(':') {
             Some((r, "string")) => (r, Some(ArgType::String)),
             Some((r, "u64")) => (r, Some(ArgType::U64)),
             Some((r, "s64")) => (r, Some(ArgType::S64)),
-            _ => (s, None),
+            _ => (head, None),
         };
-        let has_arg = rest.rsplit_once(':').is_some_and(|(_, a)| {
-            a.strip_prefix("arg")
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        });
-        let (probe, arg) = if has_arg {
-            let ty = match ty.unwrap_or(ArgType::U64) {
-                ArgType::String => "string",
-                ArgType::U64 => "u64",
-                ArgType::S64 => "s64",
-            };
-            let cs = ClassSpec::parse(&format!("{rest}:{ty}"))?;
-            (cs.probe.clone(), Some(cs))
-        } else if ty.is_some() {
-            return Err(bad(s, "a type needs an argument: PROBE:argN:TYPE"));
-        } else {
-            (ProbeSpec::parse(rest)?, None)
+        let first = rest.rsplit_once(':').filter(|(_, a)| arg_item(a).is_some());
+        let (probe, args) = match first {
+            Some((probe_text, a)) => {
+                let probe = ProbeSpec::parse(probe_text)?;
+                let mut args = Vec::with_capacity(1 + more.len());
+                let mut items = vec![(a, ty)];
+                for m in &more {
+                    items.push(arg_item(m).ok_or_else(|| {
+                        bad(
+                            s,
+                            "after the first argument: ,argN[:string|u64|s64] items only",
+                        )
+                    })?);
+                }
+                if items.len() > ItemEvent::MAX_ARGS {
+                    return Err(bad(
+                        s,
+                        &format!("at most {} arguments per event", ItemEvent::MAX_ARGS),
+                    ));
+                }
+                for (i, (a, _)) in items.iter().enumerate() {
+                    if items[..i].iter().any(|(b, _)| b == a) {
+                        return Err(bad(s, &format!("{a} is asked for twice")));
+                    }
+                }
+                for (a, ty) in items {
+                    let ty = type_name(ty.unwrap_or(ArgType::U64));
+                    let cs = ClassSpec::parse(&format!("{probe_text}:{a}:{ty}"))?;
+                    args.push(cs);
+                }
+                (probe, args)
+            }
+            None if ty.is_some() => {
+                return Err(bad(s, "a type needs an argument: PROBE:argN:TYPE"))
+            }
+            None if !more.is_empty() => {
+                return Err(bad(s, "a comma only separates arguments: PROBE:argN,argM"))
+            }
+            None => (ProbeSpec::parse(rest)?, Vec::new()),
         };
         let full = if probe.ret {
             format!("{}.return", probe.symbol)
@@ -86,9 +140,10 @@ impl EventSpec {
         }
         Ok(EventSpec {
             probe,
-            arg,
+            args,
             name,
             kind,
+            at: EventAt::Free,
         })
     }
 
@@ -105,12 +160,15 @@ impl EventSpec {
     }
 }
 
-/// Splits `A,B` at the comma that starts a probe (`usdt:` or a path), so commas inside
-/// neither side are ambiguous only when both sides have one (refused).
+/// Splits `A,B` at the one comma that starts a probe (not an `argN` item of A's
+/// argument list); more than one such comma is ambiguous (refused).
 fn split_pair(s: &str) -> Option<(&str, &str)> {
-    let mut commas = s.match_indices(',').map(|(i, _)| i);
-    let i = commas.next()?;
-    if commas.next().is_some() {
+    let mut probe_commas = s
+        .match_indices(',')
+        .map(|(i, _)| i)
+        .filter(|&i| arg_item(s[i + 1..].split(',').next().unwrap_or("")).is_none());
+    let i = probe_commas.next()?;
+    if probe_commas.next().is_some() {
         return None;
     }
     let (a, b) = (&s[..i], &s[i + 1..]);
@@ -148,21 +206,21 @@ mod tests {
             (e.name.as_str(), e.kind),
             ("lock__wait", ItemEventKind::SpanStart)
         );
-        let a = e.arg.unwrap();
-        assert_eq!((a.usdt_arg, a.ty), (Some(1), ArgType::U64));
+        let a = &e.args[0];
+        assert_eq!((e.args.len(), a.usdt_arg, a.ty), (1, Some(1), ArgType::U64));
         let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__done").unwrap();
         assert_eq!(
-            (e.name.as_str(), e.kind, e.arg),
-            ("lwlock__wait", ItemEventKind::SpanEnd, None)
+            (e.name.as_str(), e.kind, e.args.len()),
+            ("lwlock__wait", ItemEventKind::SpanEnd, 0)
         );
         let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__start:arg0:string").unwrap();
-        assert_eq!(e.arg.unwrap().ty, ArgType::String);
+        assert_eq!(e.args[0].ty, ArgType::String);
         let e = EventSpec::parse("/bin/x:flush").unwrap();
         assert_eq!((e.name.as_str(), e.kind), ("flush", ItemEventKind::Instant));
         let e = EventSpec::parse("/bin/x:flush%return").unwrap();
         assert_eq!(e.name, "flush.return");
         let e = EventSpec::parse("/bin/x:write:arg2:s64").unwrap();
-        assert_eq!(e.arg.unwrap().reg, "si");
+        assert_eq!(e.args[0].reg, "si");
         assert!(
             EventSpec::parse("/bin/x:write:s64").is_err(),
             "a type without an argument"
@@ -179,6 +237,46 @@ mod tests {
         );
         assert!(EventSpec::parse_span("/bin/x:a").is_err());
         assert!(EventSpec::parse_span("/bin/x:a,/bin/y:b,/bin/z:c").is_err());
+    }
+
+    /// Several arguments (issue 22 part 3): PostgreSQL's `lock__wait__start(field1..4,
+    /// type, mode)` as `arg0,arg1,arg5`, types per argument, bounded, and `--item-span`
+    /// still finds the comma between its two probes.
+    #[test]
+    fn several_arguments_per_event() {
+        let e = EventSpec::parse("usdt:/pg:postgresql:lock__wait__start:arg0,arg1,arg5").unwrap();
+        let got: Vec<_> = e.args.iter().map(|a| (a.usdt_arg, a.ty)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(0), ArgType::U64),
+                (Some(1), ArgType::U64),
+                (Some(5), ArgType::U64)
+            ]
+        );
+        assert!(e.args.iter().all(|a| a.probe == e.probe));
+        let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__start:arg0:string,arg1:s64")
+            .unwrap();
+        let got: Vec<_> = e.args.iter().map(|a| (a.usdt_arg, a.ty)).collect();
+        assert_eq!(
+            got,
+            vec![(Some(0), ArgType::String), (Some(1), ArgType::S64)]
+        );
+        let e = EventSpec::parse("/bin/x:write:arg1,arg3:s64").unwrap();
+        let regs: Vec<_> = e.args.iter().map(|a| a.reg.as_str()).collect();
+        assert_eq!(regs, ["di", "dx"]);
+        for wrong in [
+            "usdt:/pg:p:n:arg0,arg1,arg2,arg3,arg4,arg5,arg6",
+            "usdt:/pg:p:n:arg0,arg0",
+            "usdt:/pg:p:n:arg0,flush",
+            "usdt:/pg:p:n,arg0",
+            "usdt:/pg:p:n:arg0,arg1:text",
+        ] {
+            assert!(EventSpec::parse(wrong).is_err(), "{wrong}");
+        }
+        let [s, d] = EventSpec::parse_span("/bin/x:lock:arg1,arg2,/bin/x:unlock:arg1").unwrap();
+        assert_eq!((s.args.len(), d.args.len()), (2, 1));
+        assert_eq!(d.name, "lock");
     }
 
     #[test]

@@ -48,8 +48,10 @@ impl Preset {
 
 /// `postgresql` with the server binary `bin`: items = statements of simple-query messages
 /// (`query__start`/`query__done`), classes = the SQL shape of `query__start`'s query text,
-/// spans = heavyweight lock waits (argument: `locktag_field2`, the relation OID of a
-/// relation, page or tuple lock) and LWLock waits (argument: the tranche name).
+/// spans = heavyweight lock waits (arguments: `locktag_field2`, the relation OID of a
+/// relation, page or tuple lock; `locktag_field1`, the database OID, or the transaction
+/// id a row-lock wait waits for; `locktag_type`; the lock mode) and LWLock waits
+/// (argument: the tranche name).
 pub fn postgresql(bin: &Path) -> Preset {
     let p = |name: &str| format!("usdt:{}:postgresql:{name}", bin.display());
     Preset {
@@ -57,7 +59,7 @@ pub fn postgresql(bin: &Path) -> Preset {
         item_end: p("query__done"),
         item_class_from: vec![format!("{}:arg0", p("query__start"))],
         item_event: vec![
-            format!("{}:arg1", p("lock__wait__start")),
+            format!("{}:arg1,arg0,arg4,arg5", p("lock__wait__start")),
             p("lock__wait__done"),
             format!("{}:arg0:string", p("lwlock__wait__start")),
             p("lwlock__wait__done"),
@@ -119,7 +121,7 @@ mod tests {
             "--item-begin usdt:/opt/pg/bin/postgres:postgresql:query__start \
              --item-end usdt:/opt/pg/bin/postgres:postgresql:query__done \
              --item-class-from usdt:/opt/pg/bin/postgres:postgresql:query__start:arg0 \
-             --item-event usdt:/opt/pg/bin/postgres:postgresql:lock__wait__start:arg1 \
+             --item-event usdt:/opt/pg/bin/postgres:postgresql:lock__wait__start:arg1,arg0,arg4,arg5 \
              --item-event usdt:/opt/pg/bin/postgres:postgresql:lock__wait__done \
              --item-event usdt:/opt/pg/bin/postgres:postgresql:lwlock__wait__start:arg0:string \
              --item-event usdt:/opt/pg/bin/postgres:postgresql:lwlock__wait__done"

@@ -238,6 +238,8 @@ pub struct TracefsUprobe {
     pub id: u64,
     /// Where the fetch-argument sits in the raw record (zero without one).
     pub layout: ArgLayout,
+    /// An `--item-event` probe's arguments, in order (`layout` is the first).
+    pub layouts: Vec<ArgLayout>,
 }
 
 impl TracefsUprobe {
@@ -251,17 +253,24 @@ impl TracefsUprobe {
         Ok(made)
     }
 
-    /// Creates an `--item-event` probe's event: with its argument's fetch-argument at this
-    /// site, or none.
+    /// Creates an `--item-event` probe's event: with its arguments' fetch-arguments at
+    /// this site (fields `arg0`, `arg1`, ... in the spec's order), or none.
     pub fn create_event(root: &Path, probe: &ResolvedProbe, spec: &crate::items::events::EventSpec) -> Result<TracefsUprobe, UprobeError> {
-        let Some(arg) = &spec.arg else {
-            return Self::define(root, probe, "evt", None);
-        };
-        let fetch = arg.fetch_arg_at(probe)?;
-        let mut made = Self::define(root, probe, "evt", Some(&fetch))?;
+        let mut fetches = Vec::with_capacity(spec.args.len());
+        for (i, a) in spec.args.iter().enumerate() {
+            fetches.push(format!("arg{i}={}", a.fetch_arg_at(probe)?));
+        }
+        if fetches.is_empty() {
+            return Self::define_args(root, probe, "evt", "");
+        }
+        let mut made = Self::define_args(root, probe, "evt", &format!(" {}", fetches.join(" ")))?;
         let format = std::fs::read_to_string(made.dir().join("format")).map_err(|e| made.io_err("read event format", e))?;
-        made.layout = parse_format(&format, "arg")
-            .ok_or_else(|| made.io_err("no arg field in event format", std::io::ErrorKind::InvalidData.into()))?;
+        for i in 0..spec.args.len() {
+            let l = parse_format(&format, &format!("arg{i}"))
+                .ok_or_else(|| made.io_err("an argument field is missing in the event format", std::io::ErrorKind::InvalidData.into()))?;
+            made.layouts.push(l);
+        }
+        made.layout = made.layouts[0];
         Ok(made)
     }
 
@@ -274,6 +283,13 @@ impl TracefsUprobe {
     /// Writes the definition and reads the event's id. Once the definition is written,
     /// the returned value (or its drop on error) removes it again.
     fn define(root: &Path, probe: &ResolvedProbe, prefix: &str, fetch: Option<&str>) -> Result<TracefsUprobe, UprobeError> {
+        let args = fetch.map(|f| format!(" arg={f}")).unwrap_or_default();
+        Self::define_args(root, probe, prefix, &args)
+    }
+
+    /// [`TracefsUprobe::define`] with the definition's argument list as it is written
+    /// (empty, or starting with a space).
+    fn define_args(root: &Path, probe: &ResolvedProbe, prefix: &str, args: &str) -> Result<TracefsUprobe, UprobeError> {
         let io = |what: &str, source| UprobeError::Read { path: format!("{} ({what})", root.display()), source };
         let path = probe.path.to_str().filter(|p| !p.contains([' ', '\n', ':'])).ok_or_else(|| UprobeError::BadSpec {
             spec: probe.path.display().to_string(),
@@ -282,13 +298,19 @@ impl TracefsUprobe {
         let group = format!("tailprof_{}", std::process::id());
         let name = format!("{prefix}_{:016x}", random_u64());
         let kind = if probe.uretprobe() { 'r' } else { 'p' };
-        let args = fetch.map(|f| format!(" arg={f}")).unwrap_or_default();
         // A USDT semaphore: the kernel counts this probe in it while the event exists.
         let ref_ctr = if probe.ref_ctr_offset != 0 { format!("({:#x})", probe.ref_ctr_offset) } else { String::new() };
         let def = format!("{kind}:{group}/{name} {path}:{:#x}{ref_ctr}{args}\n", probe.offset);
         let mut f = std::fs::OpenOptions::new().append(true).open(root.join("uprobe_events")).map_err(|e| io("open uprobe_events", e))?;
         f.write_all(def.as_bytes()).map_err(|e| io("write uprobe_events", e))?;
-        let mut made = TracefsUprobe { root: root.to_path_buf(), group, name, id: 0, layout: ArgLayout { offset: 0, data_loc: false, size: 0, signed: false } };
+        let mut made = TracefsUprobe {
+            root: root.to_path_buf(),
+            group,
+            name,
+            id: 0,
+            layout: ArgLayout { offset: 0, data_loc: false, size: 0, signed: false },
+            layouts: Vec::new(),
+        };
         let id = std::fs::read_to_string(made.dir().join("id")).map_err(|e| made.io_err("read event id", e))?;
         made.id = id.trim().parse().map_err(|_| made.io_err("parse event id", std::io::ErrorKind::InvalidData.into()))?;
         Ok(made)

@@ -4,7 +4,7 @@
 use std::io;
 
 use tailprof_format::{
-    EventArg, ItemClass, ItemEvent, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record,
+    EventArg, EventAt, ItemClass, ItemEvent, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record,
     Sample,
 };
 
@@ -57,9 +57,12 @@ impl ClassProbes {
     /// Resolve every spec (classes, then events) and create their tracefs events
     /// (mounting tracefs when absent). `base` is the decoder index the first event gets.
     /// `None` without specs.
+    /// `boundaries`: the sites of the item-begin and item-end probes, so that an event at
+    /// one of them is marked [`EventAt::Begin`]/[`EventAt::End`].
     pub fn prepare(
         specs: &[ClassSpec],
         event_specs: &[EventSpec],
+        boundaries: Option<(&[uprobe::ResolvedProbe], &[uprobe::ResolvedProbe])>,
         base: usize,
     ) -> Result<Option<ClassProbes>, crate::session::RecordError> {
         if specs.is_empty() && event_specs.is_empty() {
@@ -83,15 +86,31 @@ impl ClassProbes {
         let mut event_defs = Vec::new();
         for spec in event_specs {
             for resolved in uprobe::resolve_sites(&spec.probe)? {
-                let fetch = match &spec.arg {
-                    Some(a) => format!(":{}", a.fetch_arg_at(&resolved)?),
-                    None => String::new(),
-                };
+                let mut fetch = String::new();
+                for (i, a) in spec.args.iter().enumerate() {
+                    fetch.push(if i == 0 { ':' } else { ',' });
+                    fetch.push_str(&a.fetch_arg_at(&resolved)?);
+                }
                 let root = tracefs_root("--item-event", &mut mounted)?;
                 let ev = TracefsUprobe::create_event(&root, &resolved, spec)
                     .map_err(|e| create_error(e, &root))?;
-                event_defs.push(format!("{}{fetch}", resolved.describe()));
-                events.push((ProbeUse::Event(Box::new(spec.clone())), String::new(), ev));
+                // The item it belongs to, when its site is also a boundary probe's.
+                let same = |sites: &[uprobe::ResolvedProbe]| {
+                    sites.iter().any(|b| b.path == resolved.path && b.offset == resolved.offset)
+                };
+                let mut spec = spec.clone();
+                spec.at = match boundaries {
+                    Some((begin, _)) if same(begin) => EventAt::Begin,
+                    Some((_, end)) if same(end) => EventAt::End,
+                    _ => EventAt::Free,
+                };
+                let at = match spec.at {
+                    EventAt::Begin => " at_begin",
+                    EventAt::End => " at_end",
+                    EventAt::Free => "",
+                };
+                event_defs.push(format!("{}{fetch}{at}", resolved.describe()));
+                events.push((ProbeUse::Event(Box::new(spec)), String::new(), ev));
             }
         }
         // The header's `item_events` entry names each event: `NAME KIND DEFINITION`.
@@ -245,18 +264,23 @@ impl ClassProbes {
                 .and_then(|raw| classprobe::decode_raw(&ev.layout, raw))
         };
         if let ProbeUse::Event(spec) = using {
-            let arg = match &spec.arg {
-                None => None,
-                Some(a) => match raw_value() {
+            let body = rec
+                .get(tailprof_perf_abi::HEADER_LEN..)
+                .and_then(|body| sl.decode(body, tailprof_perf_abi::Endian::NATIVE).ok());
+            let raw = body.as_ref().and_then(|v| v.raw());
+            let mut args = Vec::with_capacity(spec.args.len());
+            for (a, layout) in spec.args.iter().zip(&ev.layouts) {
+                match raw.and_then(|raw| classprobe::decode_raw(layout, raw)) {
                     Some(classprobe::ArgValue::Text(t)) => {
-                        Some(EventArg::Text(crate::items::events::cut_text(t)))
+                        args.push(EventArg::Text(crate::items::events::cut_text(t)))
                     }
-                    Some(classprobe::ArgValue::Int(i)) => Some(match a.ty {
+                    Some(classprobe::ArgValue::Int(i)) => args.push(match a.ty {
                         classprobe::ArgType::S64 => EventArg::I64(i as i64),
                         _ => EventArg::U64(i as u64),
                     }),
                     None => {
-                        // The event is kept; its argument is counted as malformed.
+                        // The event is kept with the arguments before this one; the
+                        // record is counted as malformed.
                         self.undecoded = self.undecoded.saturating_add(1);
                         out.push(Record::Lost(Lost {
                             time: s.time,
@@ -265,17 +289,18 @@ impl ClassProbes {
                             kind: LossKind::Malformed,
                             count: 1,
                         }));
-                        None
+                        break;
                     }
-                },
-            };
+                }
+            }
             out.push(Record::ItemEvent(ItemEvent {
                 time: s.time,
                 pid: s.pid,
                 tid: s.tid,
                 kind: spec.kind,
                 name: spec.name.clone(),
-                arg,
+                args,
+                at: spec.at,
             }));
             return;
         }
@@ -399,7 +424,7 @@ mod tests {
         }
         let exe = std::env::current_exe().unwrap();
         let spec = ClassSpec::parse(&format!("{}:main:rdi", exe.display())).unwrap();
-        let mut c = ClassProbes::prepare(&[spec], &[], 5).unwrap().unwrap();
+        let mut c = ClassProbes::prepare(&[spec], &[], None, 5).unwrap().unwrap();
         assert!(c.owns(5) && !c.owns(4) && !c.owns(6));
         assert!(c.header_extra()[0].1.contains(":main@0x"));
         let layout = c.events[0].2.layout;
