@@ -913,6 +913,71 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
+    /// `--call-graph dwarf`: UNWINDING_INFO is split into `.eh_frame` and `.eh_frame_hdr`
+    /// and goes with the next CODE_LOAD; a load without it says so (empty); a move is
+    /// passed on; a malformed record (header size over the data) is counted, not used.
+    #[test]
+    fn jitdump_unwinding_info_goes_with_the_next_load() {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join(format!("jit-{pid}.dump"));
+        let mut b = Vec::new();
+        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&[0u8; 16]);
+        let unwind = |len: u64, hdr: u64, data: &[u8]| {
+            let mut u = Vec::new();
+            for w in [len, hdr, len] {
+                u.extend_from_slice(&w.to_le_bytes());
+            }
+            u.extend_from_slice(data);
+            rec(JIT_CODE_UNWINDING_INFO, 50, &u)
+        };
+        b.extend(unwind(6, 2, b"EEEEHH"));
+        b.extend(rec(JIT_CODE_LOAD, 100, &load(0x5000, 0x40, 7, "with")));
+        b.extend(rec(JIT_CODE_LOAD, 110, &load(0x6000, 0x40, 8, "without")));
+        b.extend(unwind(4, 9, b"EEEE"));
+        b.extend(rec(JIT_CODE_LOAD, 120, &load(0x7000, 0x40, 9, "malformed")));
+        let mut mv = Vec::new();
+        for w in [pid, pid] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        for w in [0x5000u64, 0x5000, 0x9000, 0x40, 7] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend(rec(JIT_CODE_MOVE, 130, &mv));
+        std::fs::write(&path, &b).unwrap();
+        let m = Mmap { pid, tid: pid, prot: 5, path: path.display().to_string(), ..Default::default() };
+        let mut off = JitCollector::new(JitLimits::default(), true);
+        off.note_mmap(&m);
+        off.poll(1, true);
+        assert!(off.take_unwind().is_empty(), "not read without --call-graph dwarf");
+        let mut c = JitCollector::new(JitLimits::default(), true);
+        c.set_unwind(true);
+        c.note_mmap(&m);
+        c.poll(1, true);
+        let ops = c.take_unwind();
+        let load = |start: u64, eh: &[u8], hdr: &[u8]| JitUnwindOp::Load {
+            pid,
+            info: tailprof_unwind::JitUnwind { code: start..start + 0x40, eh_frame: eh.to_vec(), eh_frame_hdr: hdr.to_vec() },
+        };
+        assert_eq!(
+            ops,
+            [
+                load(0x5000, b"EEEE", b"HH"),
+                load(0x6000, b"", b""),
+                load(0x7000, b"", b""),
+                JitUnwindOp::Move { pid, from: 0x5000, to: 0x9000, size: 0x40 }
+            ]
+        );
+        assert_eq!(c.unwind_skipped(), 1);
+        assert_eq!(c.take_entries().len(), 4, "names as before");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A jitdump of many tiny records of an unknown kind stops at the record bound,
     /// counted once (the CPU a hostile file can cost is bounded).
     #[test]
