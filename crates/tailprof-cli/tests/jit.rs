@@ -187,6 +187,14 @@ fn jitdump_reused_address_names_each_sample_by_the_load_valid_at_its_time() {
     };
     assert_eq!(source_of("jit_first").as_deref(), Some("jit.py:7"));
     assert_eq!(source_of("jit_second").as_deref(), Some("jit.py:8"));
+    // ... and in the text report's Source column.
+    let text = tailprof(&["report", "--top", "0", trace.to_str().unwrap()], dir.path());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Source"), "{text}");
+    for (name, src) in [("jit_first", "jit.py:7"), ("jit_second", "jit.py:8")] {
+        let line = text.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("no {name} row: {text}"));
+        assert!(line.trim_end().ends_with(src), "{line}");
+    }
 }
 
 /// A program running machine code without frame pointers (`push rbp; xor ebp, ebp;

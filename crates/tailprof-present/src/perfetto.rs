@@ -136,6 +136,7 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
                     "est_ns": f.map(|f| f.est_ns),
                     "span_ns": f.map(|f| f.span_ns),
                     "reliable": f.map(|f| f.reliable),
+                    "source": f.and_then(|f| f.source.as_deref()),
                 }
             }));
         }
