@@ -169,6 +169,8 @@ pub struct JitCollector {
     unwind: bool,
     unwind_out: Vec<JitUnwindOp>,
     unwind_skipped: u64,
+    /// Read buffer of the perf maps (reused across maps and polls).
+    scratch: Vec<u8>,
 }
 
 /// Whether `path` names a jitdump (`.../jit-<digits>.dump`).
@@ -201,6 +203,7 @@ impl JitCollector {
             unwind: false,
             unwind_out: Vec::new(),
             unwind_skipped: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -449,13 +452,28 @@ impl JitCollector {
             self.notes.push(format!("perf map of process {pid}: only the first {} MiB read", limits.map_bytes >> 20));
             return false;
         }
-        let want = (limits.poll_bytes as u64).min(left) as usize;
-        let mut buf = vec![0u8; want];
-        let n = match p.map.file.as_ref().expect("open").read_at(&mut buf, p.map.offset) {
+        // Nothing new (most polls of most maps): one fstat, no buffer. Else at most what
+        // was appended, into the collector's one scratch buffer (allocating and freeing
+        // a `poll_bytes` buffer per map and poll cost 50 µs each: docs/BENCHMARKS.md
+        // "Perf-map polling").
+        let file = p.map.file.as_ref().expect("open");
+        let new = file.metadata().map_or(0, |m| m.len().saturating_sub(p.map.offset));
+        if new == 0 {
+            return false;
+        }
+        let want = (limits.poll_bytes as u64).min(left).min(new) as usize;
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.resize(want, 0);
+        let n = match file.read_at(&mut buf, p.map.offset) {
             Ok(n) => n,
-            Err(_) => return false,
+            Err(_) => {
+                self.scratch = buf;
+                return false;
+            }
         };
         if n == 0 {
+            self.scratch = buf;
             return false;
         }
         p.map.offset += n as u64;
@@ -500,10 +518,14 @@ impl JitCollector {
             }
         }
         self.skipped += skipped;
+        // Kept for the next read unless it grew large (a map read from its start).
+        if buf.capacity() <= 1 << 20 {
+            self.scratch = buf;
+        }
         for (start, size, name) in lines {
             self.add(pid, JitEntry { pid, time: 0, start, size, origin: JitOrigin::PerfMap, name, source: None });
         }
-        n == want
+        n == want && (n as u64) < new
     }
 
     /// One bounded walk of jitdump `i` of `pid`; whether there may be more to read now.
