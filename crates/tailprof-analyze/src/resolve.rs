@@ -114,6 +114,21 @@ pub struct FunctionInfo {
     pub source: Option<String>,
 }
 
+impl FunctionInfo {
+    /// [`FunctionInfo::source`] as file and line ([`split_source`]).
+    pub fn source_file_line(&self) -> Option<(&str, u32)> {
+        self.source.as_deref().and_then(split_source)
+    }
+}
+
+/// A `file:line` source (a JIT function's jitdump DEBUG_INFO) split into its file and
+/// line, the one parser every view uses (pprof's `Function.filename`/`start_line`, …);
+/// `None` when it does not end in `:LINE`.
+pub fn split_source(s: &str) -> Option<(&str, u32)> {
+    let (file, line) = s.rsplit_once(':')?;
+    Some((file, line.parse().ok()?))
+}
+
 /// Locations folded into functions by [`Resolver::functions`].
 #[derive(Debug, Clone, Default)]
 pub struct FunctionTable {

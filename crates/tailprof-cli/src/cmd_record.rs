@@ -432,6 +432,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             ui::thousands(rec.skipped_jit_names)
         );
     }
+    if rec.jit_unwind_infos > 0 || rec.jit_unwind_skipped > 0 || (rec.jit_names > 0 && rec.unwind_fallback_frames > 0) {
+        eprintln!(
+            "tailprof: --call-graph dwarf: JIT functions with unwind information {} (frames {}) | skipped {} | frames without unwind information walked by frame pointers {}",
+            ui::thousands(rec.jit_unwind_infos),
+            ui::thousands(rec.jit_cfi_frames),
+            ui::thousands(rec.jit_unwind_skipped),
+            ui::thousands(rec.unwind_fallback_frames)
+        );
+    }
     if rec.spooled > 0 {
         eprintln!(
             "tailprof: the recorder fell behind at times: its drain thread held {} records for it",

@@ -187,6 +187,133 @@ fn jitdump_reused_address_names_each_sample_by_the_load_valid_at_its_time() {
     };
     assert_eq!(source_of("jit_first").as_deref(), Some("jit.py:7"));
     assert_eq!(source_of("jit_second").as_deref(), Some("jit.py:8"));
+    // ... and in the text report's Source column.
+    let text = tailprof(&["report", "--top", "0", trace.to_str().unwrap()], dir.path());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Source"), "{text}");
+    for (name, src) in [("jit_first", "jit.py:7"), ("jit_second", "jit.py:8")] {
+        let line = text.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("no {name} row: {text}"));
+        assert!(line.trim_end().ends_with(src), "{line}");
+    }
+}
+
+/// A program running machine code without frame pointers (`push rbp; xor ebp, ebp;
+/// sub rsp, 16; loop; add rsp, 16; pop rbp; ret`: rbp is 0 inside, so a frame-pointer walk
+/// stops at it) called through ctypes (libffi's `ffi_call_unix64`), named by a jitdump,
+/// with an UNWINDING_INFO record (`.eh_frame` + `.eh_frame_hdr` laid out after the code,
+/// as V8 writes them) when its second argument is 1.
+const JIT_UNWIND_PROGRAM: &str = r#"
+import ctypes, mmap, os, struct, sys, time
+
+def now():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+code = (bytes([0x55, 0x31, 0xed, 0x48, 0x83, 0xec, 0x10, 0x48, 0xb9]) + struct.pack('<Q', 3_000_000)
+        + bytes([0x48, 0xff, 0xc9, 0x75, 0xfb, 0x48, 0x83, 0xc4, 0x10, 0x5d, 0xc3]))
+assert len(code) == 28
+mem = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+mem.write(code)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+fn = ctypes.CFUNCTYPE(None)(addr)
+
+# .eh_frame at addr + align8(len(code)): a CIE (CFA = rsp + 8, return address at CFA - 8,
+# pointers pcrel|sdata4) and one FDE: after push rbp CFA = rsp + 16 (rbp at CFA - 16),
+# after sub rsp CFA = rsp + 32, after add rsp CFA = rsp + 16, after pop rbp CFA = rsp + 8.
+eh_at = (len(code) + 7) // 8 * 8
+cie = bytes([0, 0, 0, 0, 1]) + b'zR\0' + bytes([1, 0x78, 16, 1, 0x1b, 0x0c, 7, 8, 0x90, 1])
+cie += bytes(-len(cie) % 4)
+eh = struct.pack('<I', len(cie)) + cie
+fde_at = len(eh)
+insns = bytes([0x41, 0x0e, 16, 0x86, 2, 0x46, 0x0e, 32, 0x40 | 19, 0x0e, 16, 0x41, 0x0e, 8, 0xc6])
+body = struct.pack('<Iii', fde_at + 4, -(eh_at + fde_at + 8), len(code)) + bytes([0]) + insns
+body += bytes(-len(body) % 4)
+eh += struct.pack('<I', len(body)) + body + bytes(4)
+# .eh_frame_hdr right after it: eh_frame_ptr pcrel, count udata4, table datarel|sdata4.
+hdr = bytes([1, 0x1b, 0x03, 0x3b]) + struct.pack('<iIii', -(len(eh) + 4), 1, -(eh_at + len(eh)), fde_at - len(eh))
+
+pid = os.getpid()
+path = os.path.join(sys.argv[1], f"jit-{pid}.dump")
+f = open(path, "w+b")
+f.write(struct.pack('<IIIIIIQQ', 0x4A695444, 1, 40, 62, 0, pid, now(), 0))
+f.flush()
+dump_map = mmap.mmap(f.fileno(), 40, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
+t = now()
+if sys.argv[2] == "1":
+    data = eh + hdr
+    u = struct.pack('<QQQ', len(data), len(hdr), len(data)) + data
+    f.write(struct.pack('<IIQ', 4, 16 + len(u), t) + u)
+body = struct.pack('<IIQQQQ', pid, pid, addr, addr, len(code), 0) + b'jit_unwound\0' + code
+f.write(struct.pack('<IIQ', 0, 16 + len(body), t) + body)
+f.flush()
+# The recorder reads jitdumps about every 100 ms: samples before it has read the record
+# are walked with the fallback (documented), so wait for it before running the code.
+time.sleep(0.5)
+end = now() + 1_200_000_000
+while now() < end:
+    fn()
+"#;
+
+/// Issue 23: `--call-graph dwarf` walks JIT code with the jitdump's UNWINDING_INFO: the
+/// function keeps no frame pointer, yet its stacks reach its caller (libffi's
+/// `ffi_call_unix64`, then ctypes and the interpreter); without the record the walk
+/// falls back to frame pointers (which stop there), and the recorder counts those frames.
+#[test]
+fn dwarf_unwinding_through_jit_code_uses_jitdump_unwinding_info() {
+    if !have("python3") {
+        tailprof_testkit::skip(tailprof_testkit::Need::Python, "python3 not installed");
+        return;
+    }
+    if !cfg!(target_arch = "x86_64") {
+        tailprof_testkit::skip(tailprof_testkit::Need::Fact, "the test's machine code is x86-64");
+        return;
+    }
+    let mut reach = Vec::new();
+    for with_info in ["1", "0"] {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = dir.path().join("jit.py");
+        std::fs::write(&prog, JIT_UNWIND_PROGRAM).unwrap();
+        let d = dir.path().to_str().unwrap();
+        let cmd = ["python3", prog.to_str().unwrap(), d, with_info];
+        let Some((trace, o)) = record_with(dir.path(), &["--call-graph", "dwarf"], &cmd) else { return };
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        let rep = tailprof(&["report", "--by", "stack", "--json", "--top", "0", trace.to_str().unwrap()], dir.path());
+        assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+        let (mut leaf, mut caller) = (0u64, 0u64);
+        let mut seen = Vec::new();
+        for st in json["stacks"].as_array().unwrap() {
+            let frames: Vec<&str> = st["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+            let samples = st["samples"].as_u64().unwrap();
+            if frames.last().is_some_and(|f| f.contains("jit_unwound")) {
+                leaf += samples;
+                // libffi's `ffi_call_unix64` is a local symbol (unnamed when stripped):
+                // the stack reaches the caller when it reaches libffi's `ffi_call` or
+                // ctypes' `_ctypes_callproc` above it.
+                if frames.iter().any(|f| f.contains("ffi_call") || f.contains("_ctypes_callproc")) {
+                    caller += samples;
+                }
+                if seen.len() < 3 {
+                    seen.push(frames.join(" <- "));
+                }
+            }
+        }
+        assert!(leaf >= 50, "too few stacks with the JIT function at the leaf ({leaf}); {stderr}");
+        let counted = stderr
+            .lines()
+            .find(|l| l.contains("--call-graph dwarf: JIT functions with unwind information"))
+            .unwrap_or_else(|| panic!("no unwinding summary: {stderr}"))
+            .to_owned();
+        reach.push((with_info, leaf, caller, counted, seen));
+    }
+    eprintln!("{reach:?}");
+    let (_, leaf, caller, counted, seen) = &reach[0];
+    assert!(caller * 10 >= leaf * 9, "with UNWINDING_INFO {caller} of {leaf} stacks reach the caller: {seen:?}");
+    assert!(counted.contains("unwind information 1 ("), "{counted}");
+    let (_, leaf, caller, counted, seen) = &reach[1];
+    assert!(caller * 10 <= *leaf, "without UNWINDING_INFO {caller} of {leaf} stacks reach the caller: {seen:?}");
+    assert!(counted.contains("unwind information 0 (frames 0)"), "{counted}");
+    let fallback: u64 = counted.rsplit(' ').next().unwrap().replace(',', "").parse().unwrap();
+    assert!(fallback >= *leaf, "{counted}");
 }
 
 const NODE_APP: &str = r#"

@@ -13,6 +13,15 @@
 //! entries per process. What is skipped is counted ([`JitCollector::skipped`], stored as
 //! `Lost { kind: JitNames }`). Files stay open once opened, so what a process wrote just
 //! before it exited is read after it is gone.
+//!
+//! With `--call-graph dwarf` ([`JitCollector::set_unwind`]) a jitdump's UNWINDING_INFO
+//! records (the `.eh_frame` + `.eh_frame_hdr` of the code its next CODE_LOAD loads) are
+//! read too, at most [`MAX_UNWIND_RECORD`] bytes each, and handed to the recorder's
+//! unwinder ([`JitCollector::take_unwind`] → [`tailprof_unwind::Unwinder::add_jit`]), with
+//! every CODE_LOAD (a load without the record drops what an earlier load at its address
+//! had) and CODE_MOVE. They are not copied into the trace: stacks are unwound while
+//! recording and the trace keeps only their frames. Malformed or oversized records are
+//! counted ([`JitCollector::unwind_skipped`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -64,6 +73,10 @@ const JIT_CODE_LOAD: u32 = 0;
 const JIT_CODE_MOVE: u32 = 1;
 const JIT_CODE_DEBUG_INFO: u32 = 2;
 const JIT_CODE_CLOSE: u32 = 3;
+const JIT_CODE_UNWINDING_INFO: u32 = 4;
+/// Largest UNWINDING_INFO data read (`.eh_frame` + `.eh_frame_hdr` of one function; V8's
+/// are a few hundred bytes).
+pub const MAX_UNWIND_RECORD: u64 = 1 << 20;
 /// `JiTD` as a native (little-endian) u32.
 const JITDUMP_MAGIC: u32 = 0x4A69_5444;
 const JITDUMP_MAGIC_SWAPPED: u32 = 0x4454_694A;
@@ -102,6 +115,18 @@ struct DumpState {
     debug: Option<(u64, String)>,
     /// Names by code index (for CODE_MOVE).
     names: HashMap<u64, String>,
+    /// `.eh_frame` and `.eh_frame_hdr` of the next CODE_LOAD (UNWINDING_INFO precedes
+    /// its load).
+    unwind: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What the recorder's unwinder learns from a jitdump ([`JitCollector::take_unwind`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JitUnwindOp {
+    /// Code loaded with its unwind information, or without (empty `eh_frame`).
+    Load { pid: u32, info: tailprof_unwind::JitUnwind },
+    /// Code moved.
+    Move { pid: u32, from: u64, to: u64, size: u64 },
 }
 
 #[derive(Debug, Default)]
@@ -140,6 +165,12 @@ pub struct JitCollector {
     gone_advice: Vec<String>,
     /// A process exited since the last poll (the next one is not delayed).
     exits: bool,
+    /// Read UNWINDING_INFO records for the unwinder (`--call-graph dwarf`).
+    unwind: bool,
+    unwind_out: Vec<JitUnwindOp>,
+    unwind_skipped: u64,
+    /// Read buffer of the perf maps (reused across maps and polls).
+    scratch: Vec<u8>,
 }
 
 /// Whether `path` names a jitdump (`.../jit-<digits>.dump`).
@@ -169,7 +200,26 @@ impl JitCollector {
             enabled: true,
             gone_advice: Vec::new(),
             exits: false,
+            unwind: false,
+            unwind_out: Vec::new(),
+            unwind_skipped: 0,
+            scratch: Vec::new(),
         }
+    }
+
+    /// Also read jitdumps' unwind information for the recorder's unwinder (module docs).
+    pub fn set_unwind(&mut self, on: bool) {
+        self.unwind = on;
+    }
+
+    /// Unwind information found since the last call, for the recorder's unwinder.
+    pub fn take_unwind(&mut self) -> Vec<JitUnwindOp> {
+        std::mem::take(&mut self.unwind_out)
+    }
+
+    /// UNWINDING_INFO records not used: malformed, or over [`MAX_UNWIND_RECORD`].
+    pub fn unwind_skipped(&self) -> u64 {
+        self.unwind_skipped
     }
 
     /// Turns the collector off (nothing is opened or read) or on.
@@ -245,6 +295,7 @@ impl JitCollector {
                 records: 0,
                 debug: None,
                 names: HashMap::new(),
+                unwind: None,
             });
         }
     }
@@ -401,13 +452,28 @@ impl JitCollector {
             self.notes.push(format!("perf map of process {pid}: only the first {} MiB read", limits.map_bytes >> 20));
             return false;
         }
-        let want = (limits.poll_bytes as u64).min(left) as usize;
-        let mut buf = vec![0u8; want];
-        let n = match p.map.file.as_ref().expect("open").read_at(&mut buf, p.map.offset) {
+        // Nothing new (most polls of most maps): one fstat, no buffer. Else at most what
+        // was appended, into the collector's one scratch buffer (allocating and freeing
+        // a `poll_bytes` buffer per map and poll cost 50 µs each: docs/BENCHMARKS.md
+        // "Perf-map polling").
+        let file = p.map.file.as_ref().expect("open");
+        let new = file.metadata().map_or(0, |m| m.len().saturating_sub(p.map.offset));
+        if new == 0 {
+            return false;
+        }
+        let want = (limits.poll_bytes as u64).min(left).min(new) as usize;
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.resize(want, 0);
+        let n = match file.read_at(&mut buf, p.map.offset) {
             Ok(n) => n,
-            Err(_) => return false,
+            Err(_) => {
+                self.scratch = buf;
+                return false;
+            }
         };
         if n == 0 {
+            self.scratch = buf;
             return false;
         }
         p.map.offset += n as u64;
@@ -452,10 +518,14 @@ impl JitCollector {
             }
         }
         self.skipped += skipped;
+        // Kept for the next read unless it grew large (a map read from its start).
+        if buf.capacity() <= 1 << 20 {
+            self.scratch = buf;
+        }
         for (start, size, name) in lines {
             self.add(pid, JitEntry { pid, time: 0, start, size, origin: JitOrigin::PerfMap, name, source: None });
         }
-        n == want
+        n == want && (n as u64) < new
     }
 
     /// One bounded walk of jitdump `i` of `pid`; whether there may be more to read now.
@@ -485,6 +555,9 @@ impl JitCollector {
             }
         }
         let mono = self.mono_clock;
+        let want_unwind = self.unwind;
+        let mut unwind_ops = Vec::new();
+        let mut unwind_skipped = 0u64;
         let mut found = Vec::new();
         let mut skipped = 0u64;
         let mut more = false;
@@ -574,12 +647,23 @@ impl JitCollector {
                         if d.names.len() < limits.entries_per_process {
                             d.names.insert(index, name.clone());
                         }
+                        if want_unwind {
+                            let (eh_frame, eh_frame_hdr) = d.unwind.take().unwrap_or_default();
+                            if let Some(end) = addr.checked_add(size).filter(|&e| e > addr) {
+                                let info = tailprof_unwind::JitUnwind { code: addr..end, eh_frame, eh_frame_hdr };
+                                unwind_ops.push(JitUnwindOp::Load { pid, info });
+                            }
+                        }
                         found.push(JitEntry { pid, time, start: addr, size, origin: JitOrigin::JitLoad, name, source });
                     }
                     JIT_CODE_MOVE if b.len() >= 48 => {
+                        let old_addr = rd64(&b[16..24], d.swapped);
                         let new_addr = rd64(&b[24..32], d.swapped);
                         let size = rd64(&b[32..40], d.swapped);
                         let index = rd64(&b[40..48], d.swapped);
+                        if want_unwind {
+                            unwind_ops.push(JitUnwindOp::Move { pid, from: old_addr, to: new_addr, size });
+                        }
                         match d.names.get(&index) {
                             Some(name) => found.push(JitEntry {
                                 pid,
@@ -603,6 +687,24 @@ impl JitCollector {
                             d.debug = Some((addr, format!("{file}:{line}")));
                         }
                     }
+                    JIT_CODE_UNWINDING_INFO if want_unwind => {
+                        // {u64 unwinding_size, u64 eh_frame_hdr_size, u64 mapped_size}, then
+                        // the .eh_frame followed by its .eh_frame_hdr.
+                        let fields = (b.len() >= 24).then(|| (rd64(&b[0..8], d.swapped), rd64(&b[8..16], d.swapped)));
+                        d.unwind = None;
+                        match fields {
+                            Some((len, hdr)) if len <= MAX_UNWIND_RECORD && hdr <= len && 16 + 24 + len <= total => {
+                                let mut data = vec![0u8; len as usize];
+                                if f.read_exact_at(&mut data, d.offset + 16 + 24).is_ok() {
+                                    let eh_frame_hdr = data.split_off((len - hdr) as usize);
+                                    d.unwind = Some((data, eh_frame_hdr));
+                                } else {
+                                    unwind_skipped += 1;
+                                }
+                            }
+                            _ => unwind_skipped += 1,
+                        }
+                    }
                     JIT_CODE_CLOSE => {
                         d.done = true;
                         d.file = None;
@@ -619,6 +721,8 @@ impl JitCollector {
             }
         }
         self.skipped += skipped;
+        self.unwind_skipped += unwind_skipped;
+        self.unwind_out.extend(unwind_ops);
         for e in found {
             if e.size == 0 || e.start.checked_add(e.size).is_none() {
                 self.skipped += 1;
@@ -829,6 +933,71 @@ mod tests {
         // The long line, the garbage line, and `fourth` over the bound of 3 entries.
         assert_eq!(c.skipped(), 3);
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// `--call-graph dwarf`: UNWINDING_INFO is split into `.eh_frame` and `.eh_frame_hdr`
+    /// and goes with the next CODE_LOAD; a load without it says so (empty); a move is
+    /// passed on; a malformed record (header size over the data) is counted, not used.
+    #[test]
+    fn jitdump_unwinding_info_goes_with_the_next_load() {
+        let pid = std::process::id();
+        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join(format!("jit-{pid}.dump"));
+        let mut b = Vec::new();
+        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&[0u8; 16]);
+        let unwind = |len: u64, hdr: u64, data: &[u8]| {
+            let mut u = Vec::new();
+            for w in [len, hdr, len] {
+                u.extend_from_slice(&w.to_le_bytes());
+            }
+            u.extend_from_slice(data);
+            rec(JIT_CODE_UNWINDING_INFO, 50, &u)
+        };
+        b.extend(unwind(6, 2, b"EEEEHH"));
+        b.extend(rec(JIT_CODE_LOAD, 100, &load(0x5000, 0x40, 7, "with")));
+        b.extend(rec(JIT_CODE_LOAD, 110, &load(0x6000, 0x40, 8, "without")));
+        b.extend(unwind(4, 9, b"EEEE"));
+        b.extend(rec(JIT_CODE_LOAD, 120, &load(0x7000, 0x40, 9, "malformed")));
+        let mut mv = Vec::new();
+        for w in [pid, pid] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        for w in [0x5000u64, 0x5000, 0x9000, 0x40, 7] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend(rec(JIT_CODE_MOVE, 130, &mv));
+        std::fs::write(&path, &b).unwrap();
+        let m = Mmap { pid, tid: pid, prot: 5, path: path.display().to_string(), ..Default::default() };
+        let mut off = JitCollector::new(JitLimits::default(), true);
+        off.note_mmap(&m);
+        off.poll(1, true);
+        assert!(off.take_unwind().is_empty(), "not read without --call-graph dwarf");
+        let mut c = JitCollector::new(JitLimits::default(), true);
+        c.set_unwind(true);
+        c.note_mmap(&m);
+        c.poll(1, true);
+        let ops = c.take_unwind();
+        let load = |start: u64, eh: &[u8], hdr: &[u8]| JitUnwindOp::Load {
+            pid,
+            info: tailprof_unwind::JitUnwind { code: start..start + 0x40, eh_frame: eh.to_vec(), eh_frame_hdr: hdr.to_vec() },
+        };
+        assert_eq!(
+            ops,
+            [
+                load(0x5000, b"EEEE", b"HH"),
+                load(0x6000, b"", b""),
+                load(0x7000, b"", b""),
+                JitUnwindOp::Move { pid, from: 0x5000, to: 0x9000, size: 0x40 }
+            ]
+        );
+        assert_eq!(c.unwind_skipped(), 1);
+        assert_eq!(c.take_entries().len(), 4, "names as before");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A jitdump of many tiny records of an unknown kind stops at the record bound,

@@ -174,6 +174,15 @@ pub struct RecordSummary {
     pub jit_names: u64,
     /// JIT code names skipped (stored as `Lost { kind: JitNames }`).
     pub skipped_jit_names: u64,
+    /// `--call-graph dwarf`: JIT code ranges whose jitdump UNWINDING_INFO the unwinder
+    /// used, and records of it skipped (malformed, over a bound).
+    pub jit_unwind_infos: u64,
+    pub jit_unwind_skipped: u64,
+    /// `--call-graph dwarf`: frames unwound through JIT unwind information, and frames in
+    /// code without unwind information walked with the frame-pointer fallback (counted
+    /// as of the last JIT poll).
+    pub jit_cfi_frames: u64,
+    pub unwind_fallback_frames: u64,
     /// What the user should know about the run (the CLI prints each as a warning).
     pub warnings: Vec<RunWarning>,
     /// Paths evicted from the build-id cache (least recently used first) because it held
@@ -558,6 +567,7 @@ impl Recorder {
         }
         rec.emitter.jit =
             crate::jit::JitCollector::new(crate::jit::JitLimits::default(), matches!(clock, ClockChoice::Monotonic));
+        rec.emitter.jit.set_unwind(rec.emitter.stacks.as_ref().is_some_and(StackMaker::unwinds_while_draining));
         rec.open_target(&opts.target, &caps, opts.mmap_pages)?;
         rec.open_cpu_wide()?;
         rec.start_off_cpu_later()?;
@@ -796,6 +806,16 @@ impl Recorder {
         self.emitter.jit.poll(now, last);
         for e in self.emitter.jit.take_entries() {
             out.handle_jit(&e);
+        }
+        let ops = self.emitter.jit.take_unwind();
+        if let Some(sm) = self.emitter.stacks.as_mut() {
+            sm.jit_unwind(ops);
+            let st = sm.unwind_stats();
+            let sum = &mut self.emitter.summary;
+            sum.jit_unwind_infos = st.jit_unwind_added;
+            sum.jit_unwind_skipped = st.jit_unwind_refused + self.emitter.jit.unwind_skipped();
+            sum.unwind_fallback_frames = st.fallback_frames;
+            sum.jit_cfi_frames = st.jit_cfi_frames;
         }
         self.emitter.summary.jit_names = self.emitter.jit.entries();
     }

@@ -433,6 +433,25 @@ impl StackMaker {
         &self.trim_buf
     }
 
+    /// Unwind information of JIT code (jitdump UNWINDING_INFO, CODE_LOAD, CODE_MOVE) for
+    /// the unwinder (dwarf mode only).
+    pub(crate) fn jit_unwind(&mut self, ops: Vec<crate::jit::JitUnwindOp>) {
+        let Some(u) = &mut self.unwinder else { return };
+        for op in ops {
+            match op {
+                crate::jit::JitUnwindOp::Load { pid, info } => {
+                    u.add_jit(pid, info);
+                }
+                crate::jit::JitUnwindOp::Move { pid, from, to, size } => u.move_jit(pid, from, to, size),
+            }
+        }
+    }
+
+    /// The unwinder's counters (zero outside dwarf mode).
+    pub(crate) fn unwind_stats(&self) -> tailprof_unwind::UnwindStats {
+        self.unwinder.as_ref().map(Unwinder::stats).unwrap_or_default()
+    }
+
     /// Follow the side-band that changes address spaces (dwarf mode only): the unwinder's
     /// one record glue ([`Unwinder::observe`], shared with `import`). `file` is the mapped
     /// file's `(st_dev, st_ino)` from the raw MMAP2 record.

@@ -1,5 +1,15 @@
 //! Formatting of numbers, byte counts, durations and times for text output.
 
+/// A function's name with its source location when known (`hotLoop (app.js:3)`: a JIT
+/// function's jitdump DEBUG_INFO, computed by the analysis), as the text and HTML views
+/// show it.
+pub fn name_with_source(name: &str, source: Option<&str>) -> String {
+    match source {
+        Some(s) if !s.is_empty() => format!("{name} ({s})"),
+        _ => name.to_owned(),
+    }
+}
+
 /// `1234567` -> `1,234,567`.
 #[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87; MSRV is 1.85
 pub fn thousands(n: u64) -> String {

@@ -369,7 +369,7 @@ pub fn render_items_html_with(report: &ItemsReport, opts: &HtmlOptions, extra: &
                         let _ = writeln!(
                             h,
                             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}%</td></tr>",
-                            escape(&d.name),
+                            escape(&crate::fmt::name_with_source(&d.name, d.source.as_deref())),
                             duration(d.item_ns as u64),
                             duration(d.median_ns as u64),
                             signed_duration(d.delta_ns),
@@ -398,7 +398,7 @@ pub fn render_items_html_with(report: &ItemsReport, opts: &HtmlOptions, extra: &
             .map(|f| {
                 format!(
                     "{} {}{}",
-                    escape(&f.name),
+                    escape(&crate::fmt::name_with_source(&f.name, f.source.as_deref())),
                     duration(shown_ns(report, f) as u64),
                     if f.reliable { "" } else { " (few samples)" }
                 )

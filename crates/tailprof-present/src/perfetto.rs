@@ -127,7 +127,7 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
             r.functions.iter().map(|f| (f.name.clone(), f.first_ns, shown_ns(report, f))).collect();
         for sl in layout_functions(begin, end, &funcs) {
             let f = r.functions.iter().find(|f| f.name == sl.name);
-            events.push(json!({
+            let mut ev = json!({
                 "ph": "X", "cat": "function", "name": sl.name, "pid": r.pid, "tid": r.tid,
                 "ts": us(sl.start_ns), "dur": us(sl.end_ns - sl.start_ns),
                 "args": {
@@ -137,7 +137,12 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
                     "span_ns": f.map(|f| f.span_ns),
                     "reliable": f.map(|f| f.reliable),
                 }
-            }));
+            });
+            // A JIT function's `file:line` (jitdump DEBUG_INFO), only when known.
+            if let Some(src) = f.and_then(|f| f.source.as_deref()) {
+                ev["args"]["source"] = src.into();
+            }
+            events.push(ev);
         }
         // `--item-event`: spans as slices (async, so they may overlap the function
         // slices), instants as thread-scoped instants, on the item's track.

@@ -195,7 +195,13 @@ pub fn pprof_profile(p: &StackProfile, opts: &PprofOptions) -> Profile {
         .enumerate()
         .map(|(i, f)| {
             let name = st.id(&f.name);
-            Function { id: i as u64 + 1, name, system_name: name, filename: st.id(&f.binary), start_line: 0 }
+            // A function with a source location (a JIT function's DEBUG_INFO) names its
+            // file and line; others their binary, as before.
+            let (filename, start_line) = match f.source_file_line() {
+                Some((file, line)) => (st.id(file), i64::from(line)),
+                None => (st.id(&f.binary), 0),
+            };
+            Function { id: i as u64 + 1, name, system_name: name, filename, start_line }
         })
         .collect();
     let n = function.len() as u64;
@@ -209,7 +215,13 @@ pub fn pprof_profile(p: &StackProfile, opts: &PprofOptions) -> Profile {
     }
     let location: Vec<Location> = function
         .iter()
-        .map(|f| Location { id: f.id, mapping_id: 1, address: 0, line: vec![Line { function_id: f.id, line: 0 }], is_folded: false })
+        .map(|f| Location {
+            id: f.id,
+            mapping_id: 1,
+            address: 0,
+            line: vec![Line { function_id: f.id, line: f.start_line }],
+            is_folded: false,
+        })
         .collect();
     let locs_leaf_first = |path: u32| -> Vec<u64> {
         p.paths.get(path as usize).map(|v| v.iter().rev().map(|&f| f as u64 + 1).collect()).unwrap_or_default()

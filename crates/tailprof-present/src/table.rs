@@ -148,10 +148,16 @@ pub fn render_profile(p: &FlatProfile, opts: &TableOptions) -> String {
     if opts.show_period {
         head.push(("Period", Align::Right));
     }
+    // Source locations (a JIT function's jitdump DEBUG_INFO) get a column when a shown row
+    // has one.
+    let sources = p.group_by == GroupBy::Function && p.rows[..shown].iter().any(|r| r.source.is_some());
     match p.group_by {
         GroupBy::Function => head.extend([("Function", Align::Left), ("Binary", Align::Left)]),
         GroupBy::Binary => head.extend([("Binary", Align::Left), ("Path", Align::Left)]),
         GroupBy::Thread => head.extend([("PID", Align::Right), ("TID", Align::Right), ("Thread", Align::Left)]),
+    }
+    if sources {
+        head.push(("Source", Align::Left));
     }
     let rows: Vec<Vec<String>> = p.rows[..shown]
         .iter()
@@ -165,6 +171,9 @@ pub fn render_profile(p: &FlatProfile, opts: &TableOptions) -> String {
                 GroupBy::Function => {
                     cells.push(r.name.clone());
                     cells.push(tailprof_analyze::maps::short_name(&bin).to_owned());
+                    if sources {
+                        cells.push(r.source.clone().unwrap_or_default());
+                    }
                 }
                 GroupBy::Binary => {
                     cells.push(r.name.clone());

@@ -49,6 +49,7 @@ fn row(id: u64, duration_ns: u64, anomalous: bool) -> ItemRow {
             // Not a short decimal: its digits must come out as computed (no re-parse).
             est_ns: 15.254114980095727,
             reliable: true,
+            source: None,
         }],
         events: Default::default(),
     }
@@ -348,6 +349,7 @@ fn explained(recorded: bool) -> ItemsDocument {
             delta_ns: 3_000.0,
             share_of_excess: 1.0,
             reliable: true,
+            source: None,
         }],
         responsible: vec!["parse".into()],
     };
@@ -406,6 +408,22 @@ fn explained(recorded: bool) -> ItemsDocument {
         causes,
         losses: LossTable::default(),
     }))
+}
+
+/// Issue 23: `--explain` shows a JIT function's `file:line` (jitdump DEBUG_INFO) next to
+/// its name in the text and keeps it in the JSON diff.
+#[test]
+fn the_explanation_shows_jit_source_lines() {
+    let mut doc = explained(true);
+    if let ItemsDocument::Explain(x) = &mut doc {
+        x.functions.diffs[0].source = Some("app.js:12".into());
+    }
+    let text = render_document(&doc);
+    assert!(text.contains("parse (app.js:12)"), "{text}");
+    let v: Value = serde_json::from_str(&document_json(&doc).unwrap()).unwrap();
+    assert_eq!(v["diffs"][0]["source"], "app.js:12");
+    let plain: Value = serde_json::from_str(&document_json(&explained(true)).unwrap()).unwrap();
+    assert!(plain["diffs"][0].get("source").is_none(), "left out when unknown");
 }
 
 #[test]

@@ -21,6 +21,7 @@ fn func(name: &str, first: u64, samples: u64) -> ItemFunction {
         span_ns: samples.saturating_sub(1) * MS / 4,
         est_ns: samples as f64 * MS as f64 / 4.0,
         reliable: samples >= 5,
+        source: None,
     }
 }
 
@@ -109,6 +110,36 @@ fn html_has_one_bar_per_item_and_marks_anomalies() {
     for bad in ["<script", "<link", "src=", "@import", "url("] {
         assert!(!page.contains(bad), "external resource or script: {bad}");
     }
+}
+
+/// Issue 23: a JIT function's `file:line` (jitdump DEBUG_INFO, `ItemFunction::source`)
+/// is shown next to its name in the HTML report's items and explanations, and in
+/// Perfetto's function slices.
+#[test]
+fn jit_source_lines_in_html_and_perfetto() {
+    let mut r = report();
+    for it in &mut r.items {
+        for f in &mut it.functions {
+            if f.name == "transform_points" {
+                f.source = Some("points.js:17".into());
+            }
+        }
+    }
+    let page = render_items_html(&r, &HtmlOptions::default());
+    assert!(page.contains("transform_points (points.js:17)"), "{page}");
+    assert!(!page.contains("load_points ("), "only functions with a source");
+    let v: Value = serde_json::from_str(&perfetto_json(&r, &[], &PerfettoOptions::default()).unwrap()).unwrap();
+    let slices: Vec<&Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "function" && e["name"] == "transform_points")
+        .collect();
+    assert!(!slices.is_empty());
+    assert!(slices.iter().all(|e| e["args"]["source"] == "points.js:17"), "{slices:?}");
+    // Left out where unknown (earlier exports are unchanged).
+    let other = v["traceEvents"].as_array().unwrap().iter().find(|e| e["cat"] == "function" && e["name"] == "load_points");
+    assert!(other.unwrap()["args"].get("source").is_none());
 }
 
 #[test]

@@ -69,6 +69,29 @@ Samples  Percent  Function                   Binary
     assert_eq!(got, want, "\n{got}");
 }
 
+/// Issue 23: a JIT function's `file:line` (jitdump DEBUG_INFO) gets a Source column in
+/// the function table, only when a shown row has one.
+#[test]
+fn function_table_shows_jit_source_lines() {
+    let total = 100;
+    let mut hot = frow("LazyCompile:*hotLoop", "[jit]", 75, total);
+    hot.source = Some("/srv/app.js:3".into());
+    let rows = vec![hot, frow("main", "/usr/bin/node", 25, total)];
+    let got = render_profile(&profile(GroupBy::Function, rows.clone(), 0), &TableOptions { top: None, show_period: false });
+    let want = "\
+# Event:   cpu-clock
+# Samples: 100
+# Lost:    0 (0.00%)
+
+Samples  Percent  Function              Binary  Source
+     75   75.00%  LazyCompile:*hotLoop  [jit]   /srv/app.js:3
+     25   25.00%  main                  node
+";
+    assert_eq!(got, want, "\n{got}");
+    let plain = render_profile(&profile(GroupBy::Function, rows[1..].to_vec(), 0), &TableOptions::default());
+    assert!(!plain.contains("Source"), "{plain}");
+}
+
 #[test]
 fn binary_and_thread_tables() {
     let p = profile(

@@ -131,6 +131,24 @@ fn pprof_round_trips() {
     assert_eq!(name_of_loc(*off[0].last().unwrap()), "[blocked]");
 }
 
+/// Issue 23: a function with a source location (a JIT function's DEBUG_INFO) names its
+/// file and line in pprof (`Function.filename`, `start_line`, the location's `Line`);
+/// others keep their binary as the file name.
+#[test]
+fn pprof_names_jit_source_lines() {
+    let mut p = profile();
+    p.functions[0].source = Some("/srv/app.js:42".into());
+    let name0 = p.functions[0].name.clone();
+    let raw = pprof::pprof_profile(&p, &pprof::PprofOptions::default());
+    let s = |i: i64| raw.string_table[i as usize].as_str();
+    let f0 = raw.function.iter().find(|f| s(f.name) == name0).unwrap();
+    assert_eq!((s(f0.filename), f0.start_line), ("/srv/app.js", 42));
+    let loc = raw.location.iter().find(|l| l.line[0].function_id == f0.id).unwrap();
+    assert_eq!(loc.line[0].line, 42);
+    let f1 = raw.function.iter().find(|f| s(f.name) == p.functions[1].name).unwrap();
+    assert_eq!((s(f1.filename), f1.start_line), (p.functions[1].binary.as_str(), 0));
+}
+
 #[test]
 fn flame_graphs_are_svg() {
     let p = profile();

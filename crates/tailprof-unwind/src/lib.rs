@@ -22,6 +22,17 @@
 //! `.text`) are read, through `tailprof-elf` (the one reader of untrusted ELF files), with
 //! every size checked against the file and the limits in [`Limits`].
 //!
+//! # Code that runtimes generate
+//! JIT code lives in anonymous memory: no file, no CFI. A runtime's jitdump may carry an
+//! UNWINDING_INFO record (`.eh_frame` + `.eh_frame_hdr`) for the code it loads next; the
+//! recorder hands it over with [`Unwinder::add_jit`] (and [`Unwinder::move_jit`] for
+//! CODE_MOVE), and the code range becomes a framehop module of its process (bounded:
+//! [`Limits::max_jit_bytes`], [`Limits::max_jit_modules`],
+//! [`Limits::max_jit_total_bytes`], refusals counted). JIT code without it, like every
+//! code without CFI, is walked with framehop's frame-pointer fallback rule (V8 and
+//! HotSpot with `-XX:+PreserveFramePointer` keep frame pointers); such frames are counted
+//! ([`UnwindStats::fallback_frames`]).
+//!
 //! # Bounded work per sample
 //! At most [`Limits::max_frames`] frames; every stack read is a bounds-checked lookup in the
 //! copy; no file is read while unwinding except a mapping seen for the first time.
@@ -36,7 +47,7 @@
 //! `UserMissing` without registers or a stack copy (a kernel thread). A walk that ends
 //! normally but used the frame-pointer fallback in code without CFI is `Unknown`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::ops::{Deref, Range};
@@ -124,6 +135,12 @@ pub struct Limits {
     pub max_section: u64,
     /// Bytes of all cached module sections together.
     pub max_cache_bytes: usize,
+    /// Bytes of JIT unwind information ([`JitUnwind`]) kept per process.
+    pub max_jit_bytes: usize,
+    /// JIT code ranges with unwind information kept per process.
+    pub max_jit_modules: usize,
+    /// Bytes of JIT unwind information kept for all processes together.
+    pub max_jit_total_bytes: usize,
 }
 
 impl Default for Limits {
@@ -134,6 +151,9 @@ impl Default for Limits {
             max_mappings: 8192,
             max_section: 256 << 20,
             max_cache_bytes: 1 << 30,
+            max_jit_bytes: 32 << 20,
+            max_jit_modules: 1 << 16,
+            max_jit_total_bytes: 256 << 20,
         }
     }
 }
@@ -175,6 +195,92 @@ impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         &self.0
+    }
+}
+
+/// Unwind information a runtime published for code it generated: a jitdump's
+/// UNWINDING_INFO record (docs/SYMBOLS.md "Code that runtimes generate"), which applies to
+/// the CODE_LOAD after it. The runtime encodes the `.eh_frame` (and its `.eh_frame_hdr`)
+/// for a layout in which the `.eh_frame` follows the code at `code.start +
+/// align8(code length)` and the `.eh_frame_hdr` follows the `.eh_frame` (the layout of
+/// `perf inject --jit`'s ELF files); the unwinder places them there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JitUnwind {
+    /// The code's address range.
+    pub code: Range<u64>,
+    /// `.eh_frame` bytes (CIEs and FDEs); empty: the code has no unwind information.
+    pub eh_frame: Vec<u8>,
+    /// `.eh_frame_hdr` bytes (the binary-search table); may be empty (framehop then
+    /// indexes the `.eh_frame` itself).
+    pub eh_frame_hdr: Vec<u8>,
+}
+
+/// Largest JIT code range given unwind information (framehop's relative addresses are
+/// 32-bit).
+pub const MAX_JIT_CODE: u64 = 1 << 30;
+
+/// One JIT code range with unwind information, as kept per process.
+#[derive(Debug)]
+struct JitModule {
+    end: u64,
+    eh_frame: Bytes,
+    eh_frame_hdr: Option<Bytes>,
+}
+
+impl JitModule {
+    fn bytes(&self) -> usize {
+        self.eh_frame.len() + self.eh_frame_hdr.as_ref().map_or(0, |h| h.len())
+    }
+
+    /// The framehop module for the code at `start..self.end`: svma = avma, the sections
+    /// where the runtime's layout puts them ([`JitUnwind`]).
+    fn module(&self, start: u64) -> Module<Bytes> {
+        let eh_at = start.wrapping_add((self.end - start).next_multiple_of(8));
+        let eh_end = eh_at.wrapping_add(self.eh_frame.len() as u64);
+        let hdr_end = eh_end.wrapping_add(self.eh_frame_hdr.as_ref().map_or(0, |h| h.len() as u64));
+        let sections = ExplicitModuleSectionInfo {
+            base_svma: start,
+            text_svma: Some(start..self.end),
+            eh_frame_svma: Some(eh_at..eh_end),
+            eh_frame: Some(self.eh_frame.clone()),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|_| eh_end..hdr_end),
+            eh_frame_hdr: self.eh_frame_hdr.clone(),
+            ..Default::default()
+        };
+        Module::new("[jit]".to_owned(), start..self.end, start, sections)
+    }
+}
+
+/// The JIT code ranges of one process that have unwind information, by start.
+#[derive(Debug, Default)]
+struct JitTable {
+    by_start: BTreeMap<u64, JitModule>,
+    bytes: usize,
+}
+
+impl JitTable {
+    /// Whether `a` is in a range with unwind information.
+    fn covers(&self, a: u64) -> bool {
+        self.by_start.range(..=a).next_back().is_some_and(|(_, m)| a < m.end)
+    }
+
+    /// Removes the ranges overlapping `r`; returns their starts and their bytes.
+    fn remove_overlapping(&mut self, r: &Range<u64>) -> (Vec<u64>, usize) {
+        let mut gone = Vec::new();
+        if let Some((&s, m)) = self.by_start.range(..r.start).next_back() {
+            if m.end > r.start {
+                gone.push(s);
+            }
+        }
+        gone.extend(self.by_start.range(r.start..r.end).map(|(&s, _)| s));
+        let mut bytes = 0;
+        for s in &gone {
+            if let Some(m) = self.by_start.remove(s) {
+                bytes += m.bytes();
+            }
+        }
+        self.bytes -= bytes;
+        (gone, bytes)
     }
 }
 
@@ -269,7 +375,7 @@ impl Process {
 
     /// Rebuild from the current mappings: what was loaded for the same mapping of the
     /// same file is added again, the rest loads lazily.
-    fn rebuild(&mut self, maps: &[Mapping], gen: u32) {
+    fn rebuild(&mut self, maps: &[Mapping], gen: u32, jit: Option<&JitTable>) {
         let old = std::mem::take(&mut self.maps);
         self.unwinder = arch::NativeUnwinder::new();
         self.cache = arch::NativeCache::new();
@@ -286,6 +392,9 @@ impl Process {
                 }
             }
             self.maps.push(l);
+        }
+        for (&start, m) in jit.iter().flat_map(|t| t.by_start.iter()) {
+            self.unwinder.add_module(m.module(start));
         }
         self.dirty = self.maps.iter().any(|l| l.state.is_none());
     }
@@ -308,6 +417,17 @@ pub struct UnwindStats {
     pub files_read: u64,
     pub files_failed: u64,
     pub processes_evicted: u64,
+    /// JIT code ranges given unwind information ([`Unwinder::add_jit`]).
+    pub jit_unwind_added: u64,
+    /// JIT unwind information refused: over [`Limits::max_jit_bytes`],
+    /// [`Limits::max_jit_modules`], [`Limits::max_jit_total_bytes`] or [`MAX_JIT_CODE`].
+    pub jit_unwind_refused: u64,
+    /// Frames of finished stacks unwound through JIT unwind information.
+    pub jit_cfi_frames: u64,
+    /// Frames of finished stacks in code without unwind information (JIT code without
+    /// UNWINDING_INFO, anonymous memory, a file that could not be read), from which the
+    /// walk went on with framehop's frame-pointer fallback.
+    pub fallback_frames: u64,
 }
 
 /// The address spaces (the one model, fed by [`Unwinder::observe`]), framehop's modules
@@ -323,6 +443,11 @@ pub struct Unwinder {
     stats: UnwindStats,
     /// The addresses in not yet loaded mappings of the current walk (kept: one allocation).
     unloaded: Vec<u64>,
+    /// JIT code ranges with unwind information, per process (the source of truth: the
+    /// derived [`Process`] state adds them as framehop modules).
+    jit: rustc_hash::FxHashMap<u32, JitTable>,
+    /// Bytes in `jit` over all processes.
+    jit_bytes: usize,
 }
 
 impl std::fmt::Debug for Unwinder {
@@ -343,6 +468,8 @@ impl Unwinder {
             tick: 0,
             stats: UnwindStats::default(),
             unloaded: Vec::new(),
+            jit: Default::default(),
+            jit_bytes: 0,
         }
     }
 
@@ -373,12 +500,103 @@ impl Unwinder {
                 // The derived state is a cache: freed now, rebuilt for a late sample.
                 if t.pid == t.tid {
                     self.procs.remove(&t.pid);
+                    self.forget_jit(t.pid);
                 }
+            }
+            Record::Comm(c) if c.exec && c.pid == c.tid => {
+                // A new program: the old one's generated code is gone.
+                self.spaces.apply(r);
+                self.forget_jit(c.pid);
             }
             other => {
                 self.spaces.apply(other);
             }
         }
+    }
+
+    fn forget_jit(&mut self, pid: u32) {
+        if let Some(t) = self.jit.remove(&pid) {
+            self.jit_bytes -= t.bytes;
+        }
+    }
+
+    /// JIT code of `pid` was loaded at `info.code` (a jitdump CODE_LOAD), with the unwind
+    /// information of the UNWINDING_INFO record before it, or none (`info.eh_frame`
+    /// empty). Unwind information of earlier code that the range overlaps (a reused
+    /// address) is dropped either way, so code without its own unwind information is
+    /// walked with the frame-pointer fallback, never with another function's rules.
+    /// Returns whether the information was kept; refusals over the bounds ([`Limits`])
+    /// are counted (`jit_unwind_refused`). Ignored for a process whose address space is
+    /// not known (gone).
+    pub fn add_jit(&mut self, pid: u32, info: JitUnwind) -> bool {
+        if !self.spaces.knows(pid) || info.code.start >= info.code.end {
+            return false;
+        }
+        let (gone, freed) = self.jit.get_mut(&pid).map(|t| t.remove_overlapping(&info.code)).unwrap_or_default();
+        self.jit_bytes -= freed;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            for s in &gone {
+                p.unwinder.remove_module(*s);
+            }
+        }
+        if info.eh_frame.is_empty() {
+            return false;
+        }
+        let m = JitModule {
+            end: info.code.end,
+            eh_frame: Bytes(Arc::new(info.eh_frame)),
+            eh_frame_hdr: (!info.eh_frame_hdr.is_empty()).then(|| Bytes(Arc::new(info.eh_frame_hdr))),
+        };
+        let t = self.jit.entry(pid).or_default();
+        if info.code.end - info.code.start > MAX_JIT_CODE
+            || t.by_start.len() >= self.limits.max_jit_modules
+            || t.bytes + m.bytes() > self.limits.max_jit_bytes
+            || self.jit_bytes + m.bytes() > self.limits.max_jit_total_bytes
+        {
+            self.stats.jit_unwind_refused += 1;
+            return false;
+        }
+        t.bytes += m.bytes();
+        self.jit_bytes += m.bytes();
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.unwinder.add_module(m.module(info.code.start));
+        }
+        t.by_start.insert(info.code.start, m);
+        self.stats.jit_unwind_added += 1;
+        true
+    }
+
+    /// JIT code of `pid` moved from `from` to `to` (a jitdump CODE_MOVE; `size` bytes):
+    /// its unwind information (position-independent, laid out after the code) moves with
+    /// it. Whatever the new range overlaps is dropped.
+    pub fn move_jit(&mut self, pid: u32, from: u64, to: u64, size: u64) {
+        let Some(t) = self.jit.get_mut(&pid) else { return };
+        let m = match t.by_start.get(&from) {
+            Some(m) if m.end.wrapping_sub(from) == size => t.by_start.remove(&from),
+            _ => None,
+        };
+        if let Some(m) = &m {
+            t.bytes -= m.bytes();
+            self.jit_bytes -= m.bytes();
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.unwinder.remove_module(from);
+            }
+        }
+        let Some(end) = to.checked_add(size) else { return };
+        let info = match m {
+            Some(m) => JitUnwind {
+                code: to..end,
+                eh_frame: m.eh_frame.to_vec(),
+                eh_frame_hdr: m.eh_frame_hdr.map(|h| h.to_vec()).unwrap_or_default(),
+            },
+            None => JitUnwind { code: to..end, ..Default::default() },
+        };
+        self.add_jit(pid, info);
+    }
+
+    /// Bytes of JIT unwind information kept (all processes).
+    pub fn jit_bytes(&self) -> usize {
+        self.jit_bytes
     }
 
     /// Whether an address space of `pid` with some mapping is known.
@@ -400,7 +618,7 @@ impl Unwinder {
         let p = self.procs.entry(pid).or_insert_with(Process::new);
         p.last_use = self.tick;
         if p.gen != gen {
-            p.rebuild(self.spaces.mappings(pid), gen);
+            p.rebuild(self.spaces.mappings(pid), gen, self.jit.get(&pid));
         }
         p
     }
@@ -487,6 +705,7 @@ impl Unwinder {
         unloaded.clear();
         unloaded.push(regs.ip);
         let mut status = StackStatus::UnwindError;
+        let mut counts = WalkCounts::default();
         for walk in 0..MAX_WALKS {
             if !unloaded.is_empty() {
                 let loaded = self.load_mappings(pid, &unloaded);
@@ -497,13 +716,16 @@ impl Unwinder {
             out.truncate(start_len);
             unloaded.clear();
             let p = self.procs.get_mut(&pid).expect("present");
-            status = walk_stack(p, regs, stack, out, self.limits.max_frames, &mut unloaded);
+            counts = WalkCounts::default();
+            status = walk_stack(p, self.jit.get(&pid), regs, stack, out, self.limits.max_frames, &mut unloaded, &mut counts);
             if unloaded.is_empty() {
                 break;
             }
         }
         self.unloaded = unloaded;
         self.stats.frames += (out.len() - start_len) as u64;
+        self.stats.jit_cfi_frames += counts.jit_cfi;
+        self.stats.fallback_frames += counts.fallback;
         status
     }
 }
@@ -511,9 +733,26 @@ impl Unwinder {
 /// Walks per stack at most (each one after loading the mappings the previous one found).
 pub const MAX_WALKS: usize = 4;
 
+/// Frames of one walk by the kind of unwind information they had.
+#[derive(Debug, Default, Clone, Copy)]
+struct WalkCounts {
+    jit_cfi: u64,
+    fallback: u64,
+}
+
 /// One framehop walk; addresses in mappings whose unwind information is not loaded yet go
-/// to `unloaded`.
-fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>, max_frames: usize, unloaded: &mut Vec<u64>) -> StackStatus {
+/// to `unloaded`. Frames in JIT code with unwind information (`jit`) count as having CFI.
+#[allow(clippy::too_many_arguments)]
+fn walk_stack(
+    p: &mut Process,
+    jit: Option<&JitTable>,
+    regs: &UserRegs,
+    stack: &[u8],
+    out: &mut Vec<Frame>,
+    max_frames: usize,
+    unloaded: &mut Vec<u64>,
+    counts: &mut WalkCounts,
+) -> StackStatus {
     let start_len = out.len();
     let sp = regs.sp;
     let end = sp.saturating_add(stack.len() as u64);
@@ -529,16 +768,18 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
     // `has_cfi` with the last mapping found remembered: a walk's frames are mostly in one
     // or two files, so most frames cost one range check, not a scan of the mappings.
     let mut last_cfi: Range<u64> = 0..0;
-    let mut has_cfi = |a: u64| -> bool {
+    // Where `a`'s unwind information comes from: 0 none, 1 a file, 2 the runtime (JIT).
+    let mut cfi = |a: u64| -> u8 {
         if last_cfi.contains(&a) {
-            return true;
+            return 1;
         }
         match maps.iter().find(|l| l.state == Some(true) && l.mapping.contains(a)) {
             Some(l) => {
                 last_cfi = l.mapping.start..l.mapping.end;
-                true
+                1
             }
-            None => false,
+            None if jit.is_some_and(|t| t.covers(a)) => 2,
+            None => 0,
         }
     };
     let mut no_cfi_seen = false;
@@ -556,8 +797,11 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
                 };
                 last_addr = fa.address_for_lookup();
                 out.push(Frame::user(ip));
-                if !has_cfi(last_addr) {
+                let kind = cfi(last_addr);
+                counts.jit_cfi += u64::from(kind == 2);
+                if kind == 0 {
                     no_cfi_seen = true;
+                    counts.fallback += 1;
                     if pending(last_addr) {
                         unloaded.push(last_addr);
                     }
@@ -569,7 +813,7 @@ fn walk_stack(p: &mut Process, regs: &UserRegs, stack: &[u8], out: &mut Vec<Fram
             // stack) is the outermost frame, whatever a further step says.
             Err(_) if at_entry(maps, last_addr) => return StackStatus::Complete,
             Err(framehop::Error::CouldNotReadStack(a)) if a >= end => return StackStatus::CopyExhausted,
-            Err(_) if !has_cfi(last_addr) => return StackStatus::NoUnwindInfo,
+            Err(_) if cfi(last_addr) == 0 => return StackStatus::NoUnwindInfo,
             Err(_) => return StackStatus::UnwindError,
         }
     }
@@ -824,6 +1068,89 @@ mod tests {
             assert_eq!((u.stats().files_read, u.stats().files_failed), (read, 1 - read));
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `.eh_frame` for a function at the start of its code range laid out as a runtime
+    /// lays it out (docs of [`JitUnwind`]): `push rbp` (1 byte), then 6 bytes, then the
+    /// body with `CFA = rsp + 32`, the return address at CFA - 8, rbp at CFA - 16.
+    fn jit_eh_frame(code_len: u64) -> Vec<u8> {
+        let mut cie = vec![0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x1b, 0x0c, 7, 8, 0x90, 1];
+        while cie.len() % 4 != 0 {
+            cie.push(0);
+        }
+        let mut e = ((cie.len()) as u32).to_le_bytes().to_vec();
+        e.extend(cie);
+        let fde_at = e.len();
+        // pc_begin (pcrel sdata4) is relative to its own field at fde_at + 8; the
+        // .eh_frame starts align8(code_len) after the code.
+        let eh_at = code_len.next_multiple_of(8) as i64;
+        let pc_begin = -(eh_at + fde_at as i64 + 8) as i32;
+        let mut body = Vec::new();
+        body.extend_from_slice(&((fde_at + 4) as u32).to_le_bytes()); // CIE pointer
+        body.extend_from_slice(&pc_begin.to_le_bytes());
+        body.extend_from_slice(&(code_len as u32).to_le_bytes());
+        body.push(0); // augmentation length
+        body.extend_from_slice(&[0x41, 0x0e, 16, 0x86, 2, 0x46, 0x0e, 32]);
+        while (body.len() + 4) % 4 != 0 {
+            body.push(0);
+        }
+        e.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        e.extend(body);
+        e.extend_from_slice(&[0; 4]);
+        e
+    }
+
+    /// Issue 23: JIT code with a jitdump UNWINDING_INFO is walked with its CFI (it reaches
+    /// the caller the frame pointer would skip); without it (never given, dropped by a
+    /// load at the same address, or refused over the bound) the frame-pointer fallback
+    /// is used and counted; a move carries the information along; garbage never panics.
+    #[test]
+    fn jit_unwind_info_reaches_the_caller_and_the_fallback_is_counted() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let (code, other, caller, fp_caller) = (0x10000u64, 0x50000u64, 0x20010u64, 0x30010u64);
+        let sp = 0x7000_0000u64;
+        let fp = sp + 0x100;
+        let mut stack = vec![0u8; 0x200];
+        stack[24..32].copy_from_slice(&caller.to_le_bytes()); // [CFA - 8]: return address
+        stack[0x108..0x110].copy_from_slice(&fp_caller.to_le_bytes()); // [rbp + 8]
+        let walk = |u: &mut Unwinder, ip: u64| {
+            let mut out = Vec::new();
+            u.unwind(9, &UserRegs { ip, sp, fp, lr: 0 }, &stack, &mut out);
+            out.iter().map(|f| f.ip).collect::<Vec<_>>()
+        };
+        let mut u = Unwinder::new(Box::new(open_host_file), Limits::default());
+        u.observe(&mmap(9, code, 0x100000, 0, "//anon", None), None);
+        let code_len = 28;
+        let info = JitUnwind { code: code..code + code_len, eh_frame: jit_eh_frame(code_len), eh_frame_hdr: Vec::new() };
+        assert_eq!(walk(&mut u, code + 17), [code + 17, fp_caller], "no unwind information yet: frame pointers");
+        assert_eq!(u.stats().fallback_frames, 2);
+        assert!(u.add_jit(9, info.clone()));
+        assert_eq!(walk(&mut u, code + 17), [code + 17, caller], "the JIT function's CFI");
+        assert_eq!((u.stats().jit_cfi_frames, u.stats().fallback_frames), (1, 3));
+        // Moved: the information follows the code.
+        u.move_jit(9, code, other, code_len);
+        assert_eq!(walk(&mut u, other + 17), [other + 17, caller]);
+        assert_eq!(walk(&mut u, code + 17), [code + 17, fp_caller]);
+        // A load without information at an overlapping address drops it.
+        u.add_jit(9, JitUnwind { code: other + 8..other + 64, ..Default::default() });
+        assert_eq!(walk(&mut u, other + 17), [other + 17, fp_caller]);
+        assert_eq!(u.jit_bytes(), 0);
+        // Garbage as .eh_frame / .eh_frame_hdr: no panic, the fallback.
+        for (eh, hdr) in [(vec![0xff; 64], vec![]), (jit_eh_frame(code_len), vec![1, 0x1b, 3, 0x3b, 0xff, 0xff, 0xff, 0x7f, 9, 0, 0, 0])] {
+            u.add_jit(9, JitUnwind { code: code..code + code_len, eh_frame: eh, eh_frame_hdr: hdr });
+            let frames = walk(&mut u, code + 17);
+            assert_eq!(frames[0], code + 17);
+        }
+        // Bounded: over the per-process bytes, refused and counted.
+        let mut u = Unwinder::new(Box::new(open_host_file), Limits { max_jit_bytes: 100, ..Limits::default() });
+        u.observe(&mmap(9, code, 0x100000, 0, "//anon", None), None);
+        assert!(!u.add_jit(9, JitUnwind { eh_frame: vec![0; 101], ..info.clone() }));
+        assert_eq!(u.stats().jit_unwind_refused, 1);
+        assert_eq!(walk(&mut u, code + 17), [code + 17, fp_caller]);
+        // A process not known (gone): nothing kept.
+        assert!(!u.add_jit(10, info));
     }
 
     fn mmap(pid: u32, start: u64, len: u64, pgoff: u64, path: &str, build_id: Option<Vec<u8>>) -> Record {

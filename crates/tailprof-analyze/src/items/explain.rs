@@ -52,6 +52,9 @@ pub struct FunctionDiff {
     pub share_of_excess: f64,
     /// The item's estimate rests on at least `min_reliable_samples` samples.
     pub reliable: bool,
+    /// `file:line` of the function, when known (a JIT function's jitdump DEBUG_INFO).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// An item explained against its class.
@@ -129,6 +132,7 @@ pub fn diffs(item: &ItemRow, base: &Baseline, e: Estimator) -> Vec<FunctionDiff>
             delta_ns: v - m,
             share_of_excess: 0.0,
             reliable: f.reliable,
+            source: f.source.clone(),
         });
     }
     for f in &base.functions {
@@ -140,6 +144,7 @@ pub fn diffs(item: &ItemRow, base: &Baseline, e: Estimator) -> Vec<FunctionDiff>
                 delta_ns: -f.median_ns,
                 share_of_excess: 0.0,
                 reliable: false,
+                source: None,
             });
         }
     }

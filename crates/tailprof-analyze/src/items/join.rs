@@ -777,6 +777,7 @@ impl JoinState {
                         span_ns: a.span(),
                         est_ns: a.count as f64 * interval,
                         reliable: a.count >= min_rel,
+                        source: info.source.clone(),
                     }
                 })
                 .collect();

@@ -311,6 +311,10 @@ pub struct ItemFunction {
     pub est_ns: f64,
     /// `samples >= min_reliable_samples`.
     pub reliable: bool,
+    /// `file:line` of the function, when known (a JIT function's jitdump DEBUG_INFO:
+    /// [`crate::resolve::FunctionInfo::source`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl ItemFunction {
