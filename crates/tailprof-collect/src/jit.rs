@@ -41,6 +41,9 @@ pub struct JitLimits {
     pub line_len: usize,
     /// Entries copied per process (perf map and jitdumps together).
     pub entries_per_process: usize,
+    /// Entries copied in all, whatever the number of processes (`-a` next to thousands of
+    /// processes that each publish a full map must not make the trace grow without end).
+    pub entries_total: u64,
     /// Bytes walked of one jitdump (code bytes are skipped, not read).
     pub dump_bytes: u64,
     /// Records walked of one jitdump (tiny garbage records cost a read each).
@@ -59,6 +62,7 @@ impl Default for JitLimits {
             map_bytes: 64 << 20,
             line_len: 4096,
             entries_per_process: 1 << 18,
+            entries_total: 1 << 22,
             dump_bytes: 1 << 30,
             dump_records: 4_000_000,
             poll_bytes: 4 << 20,
@@ -156,6 +160,8 @@ pub struct JitCollector {
     mono_clock: bool,
     skipped: u64,
     entries: u64,
+    /// Entries skipped by [`JitLimits::entries_total`] (a note is written at the first).
+    skipped_total: u64,
     last_poll: u64,
     notes: Vec<String>,
     out: Vec<JitEntry>,
@@ -194,6 +200,7 @@ impl JitCollector {
             mono_clock,
             skipped: 0,
             entries: 0,
+            skipped_total: 0,
             last_poll: 0,
             notes: Vec::new(),
             out: Vec::new(),
@@ -402,6 +409,14 @@ impl JitCollector {
     fn add(&mut self, pid: u32, e: JitEntry) {
         let Some(p) = self.procs.get_mut(&pid) else { return };
         if p.entries >= self.limits.entries_per_process {
+            self.skipped += 1;
+            return;
+        }
+        if self.entries >= self.limits.entries_total {
+            if self.skipped_total == 0 {
+                self.notes.push(format!("JIT names: only the first {} of the recording kept", self.limits.entries_total));
+            }
+            self.skipped_total += 1;
             self.skipped += 1;
             return;
         }
@@ -777,6 +792,14 @@ fn status(pid: u32) -> (Option<String>, Option<u32>) {
 mod tests {
     use super::*;
 
+    /// Tests that register this process also read its `/tmp/perf-PID.map`: one at a time,
+    /// or one test's map lands in another's entries.
+    static OWN_PID: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn own_pid() -> (u32, std::sync::MutexGuard<'static, ()>) {
+        (std::process::id(), OWN_PID.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     #[test]
     fn map_lines_with_and_without_0x() {
         assert_eq!(
@@ -829,7 +852,7 @@ mod tests {
     /// impossible stops the file and is counted.
     #[test]
     fn jitdump_loads_moves_debug_info_incrementally() {
-        let pid = std::process::id();
+        let (pid, _serial) = own_pid();
         let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir).unwrap();
@@ -910,7 +933,7 @@ mod tests {
     /// counted, entries past the per-process bound are counted.
     #[test]
     fn perf_map_is_read_incrementally_within_bounds() {
-        let pid = std::process::id();
+        let (pid, _serial) = own_pid();
         let path = format!("/tmp/perf-{pid}.map");
         let _ = std::fs::remove_file(&path);
         std::fs::write(&path, "1000 10 first\n2000 2").unwrap();
@@ -935,12 +958,33 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
+    /// The recording's bound on entries holds whatever the number of processes: past it,
+    /// entries are counted as skipped and one note says so (before, only the per-process
+    /// bound existed: 4,096 processes × 262,144 names).
+    #[test]
+    fn entries_past_the_recordings_bound_are_counted() {
+        let (pid, _serial) = own_pid();
+        let path = format!("/tmp/perf-{pid}.map");
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, "1000 10 a\n2000 10 b\n3000 10 c\n4000 10 d\n").unwrap();
+        let limits = JitLimits { entries_per_process: 10, entries_total: 2, ..JitLimits::default() };
+        let mut c = JitCollector::new(limits, true);
+        c.note_process(pid);
+        c.poll(1, true);
+        let got = c.take_entries();
+        assert_eq!(got.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(c.skipped(), 2);
+        let notes = c.take_notes();
+        assert_eq!(notes.iter().filter(|n| n.contains("only the first 2")).count(), 1, "{notes:?}");
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// `--call-graph dwarf`: UNWINDING_INFO is split into `.eh_frame` and `.eh_frame_hdr`
     /// and goes with the next CODE_LOAD; a load without it says so (empty); a move is
     /// passed on; a malformed record (header size over the data) is counted, not used.
     #[test]
     fn jitdump_unwinding_info_goes_with_the_next_load() {
-        let pid = std::process::id();
+        let (pid, _serial) = own_pid();
         let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir).unwrap();
@@ -1004,7 +1048,7 @@ mod tests {
     /// counted once (the CPU a hostile file can cost is bounded).
     #[test]
     fn jitdump_record_bound_is_counted() {
-        let pid = std::process::id();
+        let (pid, _serial) = own_pid();
         let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir).unwrap();
