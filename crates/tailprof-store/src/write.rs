@@ -266,6 +266,8 @@ pub fn write_items(path: &Path, meta: &WindowMeta, rows: &[ItemRow]) -> Result<u
         Col::I64(rows.iter().map(|r| sat_i64(r.samples)).collect()),
         Col::I64(rows.iter().map(|r| sat_i64(r.off_cpu_ns)).collect()),
         Col::Str(rows.iter().map(|r| ba(&r.explanation)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.trace_id)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.span_id)).collect()),
     ];
     write_table(path, ITEMS_SCHEMA, Some(meta), rows.len(), cols)
 }
