@@ -10,8 +10,8 @@
 //! - the critical path (issue 21 part 8, `--causes`): a request thread hands each request
 //!   to a worker through a condition variable; one in three takes the worker's slow path
 //!   (15 ms of thread CPU time in `worker_slow_path`). The retained slow requests name the
-//!   worker as waker, and what it did meanwhile (`during`) is mostly on CPU in
-//!   `worker_slow_path`.
+//!   worker as waker, and what it did meanwhile (`during`) holds its 15 ms on CPU in
+//!   `worker_slow_path` (on a loaded machine the rest is mostly `runnable`).
 //!
 //! The programs wait until the agent has attached to them (its control block's state), so
 //! no marker is lost to timing. Bounds are statistical (sample counts), never timings.
@@ -388,17 +388,21 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
         if w["tid"] == it["tid"] || w["pid"] != it["pid"] {
             continue;
         }
-        // What the worker did during the wait, largest first.
+        // What the worker did during the wait, largest first. Its on-CPU part is mostly
+        // `worker_slow_path`, and holds the slow path's 15 ms of CPU (at least 10 ms of it
+        // in samples on that stack). Not "most of the wait": on a loaded machine the
+        // worker may wait for a CPU longer than it runs (then the path says `runnable`).
         let during = w["during"].as_array().unwrap();
-        let total: u64 = during.iter().map(|d| d["ns"].as_u64().unwrap()).sum();
+        let ns = |d: &Value| d["ns"].as_u64().unwrap();
+        let cpu: u64 = during.iter().filter(|d| d["state"] == "cpu").map(|d| ns(d)).sum();
         let slow_path: u64 = during
             .iter()
             .filter(|d| d["state"] == "cpu" && d["frames"].as_array().unwrap().iter().any(|f| f == "worker_slow_path"))
-            .map(|d| d["ns"].as_u64().unwrap())
+            .map(|d| ns(d))
             .sum();
-        if total > 0 && slow_path * 2 > total {
+        if slow_path * 2 > cpu && slow_path >= 10_000_000 {
             named += 1;
         }
     }
-    assert!(named * 3 >= slow.len() * 2, "{named} of {} slow requests name worker_slow_path for most of the wait:\n{v:#}", slow.len());
+    assert!(named * 3 >= slow.len() * 2, "{named} of {} slow requests name worker_slow_path for most of the waker's CPU time:\n{v:#}", slow.len());
 }
