@@ -187,7 +187,10 @@ fn root() -> bool {
     // SAFETY: plain getter.
     let r = unsafe { libc::geteuid() } == 0;
     if !r {
-        tailprof_testkit::skip(tailprof_testkit::Need::Root, "the agent samples system-wide and records switches (root)");
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Root,
+            "the agent samples system-wide and records switches (root)",
+        );
     }
     r
 }
@@ -218,7 +221,15 @@ fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
 }
 
 fn cannot_record(err: &str) -> bool {
-    ["perf_event_open", "tracefs", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
+    [
+        "perf_event_open",
+        "tracefs",
+        "perf_event_paranoid",
+        "Permission denied",
+        "not permitted",
+    ]
+    .iter()
+    .any(|s| err.contains(s))
 }
 
 /// A running agent; its stderr lines so far.
@@ -243,7 +254,16 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Running> {
     let mut child = tailprof()
         .args(["agent", "--store"])
         .arg(store)
-        .args(["--window", "1s", "-F", &FREQ.to_string(), "--duration", "300s", "--slow-percentile", "off"])
+        .args([
+            "--window",
+            "1s",
+            "-F",
+            &FREQ.to_string(),
+            "--duration",
+            "300s",
+            "--slow-percentile",
+            "off",
+        ])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -256,7 +276,11 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Running> {
             let _ = tx.send(l);
         }
     });
-    let mut r = Running { child, lines: rx, log: Vec::new() };
+    let mut r = Running {
+        child,
+        lines: rx,
+        log: Vec::new(),
+    };
     loop {
         match r.lines.recv_timeout(std::time::Duration::from_secs(120)) {
             Ok(l) => {
@@ -271,7 +295,10 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Running> {
                 let st = r.child.wait().unwrap();
                 let text = r.log.join("\n");
                 if cannot_record(&text) {
-                    tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide recording is not allowed here: {text}"));
+                    tailprof_testkit::skip(
+                        tailprof_testkit::Need::SystemWide,
+                        format_args!("system-wide recording is not allowed here: {text}"),
+                    );
                     return None;
                 }
                 panic!("tailprof agent exited ({st}) before recording:\n{text}");
@@ -293,7 +320,13 @@ impl Running {
 }
 
 fn items(store: &Path, extra: &[&str]) -> std::process::Output {
-    tailprof().args(["items", "--store"]).arg(store).args(["--since", "1d", "--json"]).args(extra).output().unwrap()
+    tailprof()
+        .args(["items", "--store"])
+        .arg(store)
+        .args(["--since", "1d", "--json"])
+        .args(extra)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -303,9 +336,13 @@ fn switch_markers_and_trace_ids_in_the_agents_retained_requests() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "epoll_loop", EPOLL_LOOP) else { return };
+    let Some(bin) = compile(dir.path(), "epoll_loop", EPOLL_LOOP) else {
+        return;
+    };
     let store = dir.path().join("store");
-    let Some(agent) = start_agent(&store, &["--slow-threshold", "1ms"]) else { return };
+    let Some(agent) = start_agent(&store, &["--slow-threshold", "1ms"]) else {
+        return;
+    };
     let out = Command::new(&bin).output().unwrap();
     assert!(out.status.success());
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -323,8 +360,12 @@ fn switch_markers_and_trace_ids_in_the_agents_retained_requests() {
     let o = items(&store, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mine: Vec<&Value> =
-        v["items"].as_array().unwrap().iter().filter(|it| it["comm"] == "epoll_loop").collect();
+    let mine: Vec<&Value> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|it| it["comm"] == "epoll_loop")
+        .collect();
     assert_eq!(mine.len(), 24, "every request is retained:\n{v:#}\n{log}");
     let period_ns = 1e9 / FREQ as f64;
     let (mut got, mut want) = (0u64, 0f64);
@@ -336,26 +377,44 @@ fn switch_markers_and_trace_ids_in_the_agents_retained_requests() {
         assert_eq!(it["switching"]["resumes"], 4, "begin + 3 switches: {it}");
         // Its own samples: within 4 standard deviations (+3) of its own CPU time.
         let expect = t / period_ns;
-        assert!((n as f64 - expect).abs() <= 4.0 * expect.sqrt() + 3.0, "item {id}: {n} samples, truth {expect:.1}: {it}");
+        assert!(
+            (n as f64 - expect).abs() <= 4.0 * expect.sqrt() + 3.0,
+            "item {id}: {n} samples, truth {expect:.1}: {it}"
+        );
         if n >= 5 {
             assert_eq!(it["functions"][0][0], "work_part", "{it}");
         }
         got += n;
         want += expect;
         let i = id - 1000;
-        assert_eq!(it["trace_id"], format!("ab{}{:02x}", "0".repeat(28), i + 1), "{it}");
+        assert_eq!(
+            it["trace_id"],
+            format!("ab{}{:02x}", "0".repeat(28), i + 1),
+            "{it}"
+        );
     }
-    assert!((got as f64 - want).abs() <= 0.15 * want, "the requests' samples {got} against their CPU time {want:.0} samples");
+    assert!(
+        (got as f64 - want).abs() <= 0.15 * want,
+        "the requests' samples {got} against their CPU time {want:.0} samples"
+    );
     // The trace id finds its request; an unknown one is an error.
     let o = items(&store, &["--trace-id", &format!("ab{}06", "0".repeat(28))]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let ids: Vec<u64> = v["items"].as_array().unwrap().iter().map(|it| it["item_id"].as_u64().unwrap()).collect();
+    let ids: Vec<u64> = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|it| it["item_id"].as_u64().unwrap())
+        .collect();
     assert_eq!(ids, [1005], "{v:#}");
     let o = items(&store, &["--trace-id", &format!("ab{}ff", "0".repeat(28))]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no retained request of trace ab") && err.trim().lines().count() == 1, "{err}");
+    assert!(
+        err.contains("no retained request of trace ab") && err.trim().lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
@@ -365,9 +424,13 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "handoff", HANDOFF) else { return };
+    let Some(bin) = compile(dir.path(), "handoff", HANDOFF) else {
+        return;
+    };
     let store = dir.path().join("store");
-    let Some(agent) = start_agent(&store, &["--slow-threshold", "10ms", "--causes"]) else { return };
+    let Some(agent) = start_agent(&store, &["--slow-threshold", "10ms", "--causes"]) else {
+        return;
+    };
     let st = Command::new(&bin).arg("30").status().unwrap();
     assert!(st.success());
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -381,10 +444,16 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
         .iter()
         .filter(|it| it["comm"] == "handoff" && it["item_id"].as_u64().unwrap() % 3 == 0)
         .collect();
-    assert!(slow.len() >= 8, "only {} slow requests retained:\n{v:#}\n{log}", slow.len());
+    assert!(
+        slow.len() >= 8,
+        "only {} slow requests retained:\n{v:#}\n{log}",
+        slow.len()
+    );
     let mut named = 0;
     for it in &slow {
-        let Some(w) = it["woken_by"].as_array().and_then(|a| a.first()) else { continue };
+        let Some(w) = it["woken_by"].as_array().and_then(|a| a.first()) else {
+            continue;
+        };
         if w["tid"] == it["tid"] || w["pid"] != it["pid"] {
             continue;
         }
@@ -394,10 +463,21 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
         // worker may wait for a CPU longer than it runs (then the path says `runnable`).
         let during = w["during"].as_array().unwrap();
         let ns = |d: &Value| d["ns"].as_u64().unwrap();
-        let cpu: u64 = during.iter().filter(|d| d["state"] == "cpu").map(|d| ns(d)).sum();
+        let cpu: u64 = during
+            .iter()
+            .filter(|d| d["state"] == "cpu")
+            .map(|d| ns(d))
+            .sum();
         let slow_path: u64 = during
             .iter()
-            .filter(|d| d["state"] == "cpu" && d["frames"].as_array().unwrap().iter().any(|f| f == "worker_slow_path"))
+            .filter(|d| {
+                d["state"] == "cpu"
+                    && d["frames"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f == "worker_slow_path")
+            })
             .map(|d| ns(d))
             .sum();
         if slow_path * 2 > cpu && slow_path >= 10_000_000 {
