@@ -147,7 +147,6 @@ struct Retained {
 
 /// A thread's current request (switch markers).
 struct ThreadCur {
-    pid: u32,
     /// Has had a switch marker.
     switching: bool,
     current: Option<(u32, u64)>,
@@ -583,8 +582,10 @@ impl TailRetainer {
                 if let Some(m) = self.classes.remove(&pid) {
                     self.class_labels -= m.len();
                 }
-                self.threads.retain(|_, t| t.pid != pid);
-            } else if self.threads.get(&tid).is_some_and(|t| t.current.is_none_or(|k| !self.open.contains_key(&k))) {
+            }
+            // Every thread has its own exit record: forget its current request (unless a
+            // request begun after the exit made a new thread with the id current).
+            if self.threads.get(&tid).is_some_and(|t| t.current.is_none_or(|k| !self.open.contains_key(&k))) {
                 self.threads.remove(&tid);
             }
         }
@@ -599,10 +600,13 @@ impl TailRetainer {
         // The thread it was current on has none now (its interval is not needed: the
         // request is gone).
         if let Some(on) = o.current_on {
-            if let Some(t) = self.threads.get_mut(&on) {
-                if t.current == Some(key) {
-                    t.current = None;
+            match self.threads.get_mut(&on) {
+                Some(t) if t.current == Some(key) && t.switching => t.current = None,
+                // Begin/end rules: nothing to follow until its next request.
+                Some(t) if t.current == Some(key) => {
+                    self.threads.remove(&on);
                 }
+                _ => {}
             }
         }
         if let Some(m) = self.by_tid.get_mut(&key.0) {
@@ -659,12 +663,12 @@ impl TailRetainer {
                 slices: Vec::new(),
             },
         );
-        self.set_current(m.tid, m.pid, Some(key), m.time);
+        self.set_current(m.tid, Some(key), m.time);
     }
 
     /// Thread `tid` now works on request `key` (`None`: none) from `time` on; the interval
     /// of its previous current request is kept when the thread has switch markers.
-    fn set_current(&mut self, tid: u32, pid: u32, key: Option<(u32, u64)>, time: u64) {
+    fn set_current(&mut self, tid: u32, key: Option<(u32, u64)>, time: u64) {
         if !self.threads.contains_key(&tid) {
             if key.is_none() {
                 return;
@@ -673,7 +677,7 @@ impl TailRetainer {
                 self.stats.threads_untracked += 1;
                 return;
             }
-            self.threads.insert(tid, ThreadCur { pid, switching: false, current: None, since: time });
+            self.threads.insert(tid, ThreadCur { switching: false, current: None, since: time });
         }
         let Some(th) = self.threads.get_mut(&tid) else { return };
         let (old, since, switching) = (th.current, th.since, th.switching);
@@ -706,13 +710,13 @@ impl TailRetainer {
     }
 
     /// Thread `tid` gets a switch marker: from now on its samples go to its current request.
-    fn start_switching(&mut self, tid: u32, pid: u32, time: u64) {
+    fn start_switching(&mut self, tid: u32, time: u64) {
         if !self.threads.contains_key(&tid) {
             if self.threads.len() >= MAX_THREADS {
                 self.stats.threads_untracked += 1;
                 return;
             }
-            self.threads.insert(tid, ThreadCur { pid, switching: true, current: None, since: time });
+            self.threads.insert(tid, ThreadCur { switching: true, current: None, since: time });
             return;
         }
         let Some(th) = self.threads.get_mut(&tid) else { return };
@@ -744,7 +748,7 @@ impl TailRetainer {
             // Class labels (`--item-class-from`) are applied by the items join.
             MarkerKind::Label => {}
             MarkerKind::Switch => {
-                self.start_switching(m.tid, m.pid, m.time);
+                self.start_switching(m.tid, m.time);
                 self.match_probes += 1;
                 match self.by_pid_id.get(&(m.pid, m.item)).copied() {
                     Some(key) => {
@@ -752,20 +756,20 @@ impl TailRetainer {
                         if let Some(on) = on.filter(|&on| on != m.tid) {
                             if self.threads.get(&on).is_some_and(|t| t.current == Some(key)) {
                                 // Current on one thread at a time: it left the other one.
-                                self.set_current(on, m.pid, None, m.time);
+                                self.set_current(on, None, m.time);
                             }
                         }
-                        self.set_current(m.tid, m.pid, Some(key), m.time);
+                        self.set_current(m.tid, Some(key), m.time);
                     }
                     None => {
                         self.stats.switch_unknown += 1;
-                        self.set_current(m.tid, m.pid, None, m.time);
+                        self.set_current(m.tid, None, m.time);
                     }
                 }
             }
             MarkerKind::SwitchNone => {
-                self.start_switching(m.tid, m.pid, m.time);
-                self.set_current(m.tid, m.pid, None, m.time);
+                self.start_switching(m.tid, m.time);
+                self.set_current(m.tid, None, m.time);
             }
             MarkerKind::End => {
                 self.match_probes += 1;
@@ -791,12 +795,12 @@ impl TailRetainer {
                 let on = on.filter(|on| self.threads.get(on).is_some_and(|t| t.current == Some(key)));
                 let switching = on.is_some_and(|on| self.threads.get(&on).is_some_and(|t| t.switching));
                 if let (Some(on), true) = (on, switching) {
-                    self.set_current(on, m.pid, None, m.time);
+                    self.set_current(on, None, m.time);
                 }
                 let Some(o) = self.remove_open(key) else { return };
                 if let (Some(on), false) = (on, switching) {
                     let next = self.by_tid.get(&on).and_then(|x| x.values().next_back()).map(|&item| (on, item));
-                    self.set_current(on, m.pid, next, m.time);
+                    self.set_current(on, next, m.time);
                 }
                 let class_id = if m.class != 0 { m.class } else { o.class };
                 self.finish(key.0, key.1, &o, class_id, m.time);
