@@ -269,8 +269,14 @@ pub struct TailRetainer {
     mono_to_wall: (u64, i64),
 }
 
+/// A kept stack (innermost first).
+type Frames<'k> = &'k [(u32, u64)];
+
+/// A waker's critical path while being summed: (state, stack) → ns.
+type DuringAcc<'k> = BTreeMap<(PathState, Option<Frames<'k>>), u64>;
+
 /// A thread's kept samples in a window, by their stack (for the critical paths).
-fn samples_of<'k>(kept: &'k VecDeque<KeptSample>) -> impl FnMut(u32, u64, u64, &mut Vec<&'k [(u32, u64)]>) + 'k {
+fn samples_of<'k>(kept: &'k VecDeque<KeptSample>) -> impl FnMut(u32, u64, u64, &mut Vec<Frames<'k>>) + 'k {
     move |t, b, e, out| {
         let first = kept.partition_point(|s| s.time < b);
         out.extend(kept.range(first..).take_while(|s| s.time < e).filter(|s| s.tid == t).map(|s| &*s.frames));
@@ -438,7 +444,7 @@ impl TailRetainer {
         let mut woken: Vec<SpanWaker> = Vec::new();
         let mut largest_ns: Vec<u64> = Vec::new();
         let mut ran: Vec<SpanPreempter> = Vec::new();
-        let mut during: Vec<((u32, u32), std::collections::BTreeMap<(PathState, Option<&[(u32, u64)]>), u64>)> = Vec::new();
+        let mut during: Vec<((u32, u32), DuringAcc)> = Vec::new();
         let mut cut = false;
         for &i in &order {
             let (tid, b, e) = spans[i];

@@ -38,7 +38,7 @@ use crate::offcpu::{OffInterval, OffState};
 
 // The agent's critical path of a span's wakers (issue 21 part 8), from raw records.
 mod span_path;
-pub use span_path::{span_critical_paths, PathPart, SpanPaths, WakerPath};
+pub use span_path::{span_critical_paths, PathPart, SampleKeys, SpanPaths, WakerPath};
 
 /// Critical path depth (the waker, the waker's waker, ...).
 pub const MAX_DEPTH: u32 = 3;

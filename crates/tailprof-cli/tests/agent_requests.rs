@@ -466,7 +466,7 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
         let cpu: u64 = during
             .iter()
             .filter(|d| d["state"] == "cpu")
-            .map(|d| ns(d))
+            .map(&ns)
             .sum();
         let slow_path: u64 = during
             .iter()
@@ -478,7 +478,7 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
                         .iter()
                         .any(|f| f == "worker_slow_path")
             })
-            .map(|d| ns(d))
+            .map(&ns)
             .sum();
         if slow_path * 2 > cpu && slow_path >= 10_000_000 {
             named += 1;

@@ -46,10 +46,14 @@ pub struct SpanPaths<K> {
 
 type Acc<K> = BTreeMap<(PathState, Option<K>), u64>;
 
+/// The caller's samples: `(tid, b, e, out)` pushes the stack key of every sample of
+/// thread `tid` in `[b, e)`.
+pub type SampleKeys<'a, K> = dyn FnMut(u32, u64, u64, &mut Vec<K>) + 'a;
+
 struct Walk<'a, 'b, K> {
     switches: &'a [Switch],
     wakeups: &'a [Wakeup],
-    samples: &'b mut dyn FnMut(u32, u64, u64, &mut Vec<K>),
+    samples: &'b mut SampleKeys<'b, K>,
     budget: usize,
     cut: bool,
     keys: Vec<K>,
@@ -65,7 +69,7 @@ pub fn span_critical_paths<K: Copy + Ord>(
     end: u64,
     switches: &[Switch],
     wakeups: &[Wakeup],
-    samples: &mut dyn FnMut(u32, u64, u64, &mut Vec<K>),
+    samples: &mut SampleKeys<'_, K>,
 ) -> SpanPaths<K> {
     let mut w = Walk {
         switches,

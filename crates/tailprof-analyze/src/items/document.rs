@@ -389,6 +389,7 @@ pub fn document(
 
 /// The slow requests the agent retained in `reader`'s store (`items --store`), only those
 /// of OpenTelemetry trace `trace_id` when given (`--trace-id`).
+#[allow(clippy::too_many_arguments)] // the flags of `items --store`, one each
 pub fn stored(
     reader: &tailprof_store::StoreReader,
     host: Option<&str>,
