@@ -463,11 +463,7 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
         // worker may wait for a CPU longer than it runs (then the path says `runnable`).
         let during = w["during"].as_array().unwrap();
         let ns = |d: &Value| d["ns"].as_u64().unwrap();
-        let cpu: u64 = during
-            .iter()
-            .filter(|d| d["state"] == "cpu")
-            .map(&ns)
-            .sum();
+        let cpu: u64 = during.iter().filter(|d| d["state"] == "cpu").map(&ns).sum();
         let slow_path: u64 = during
             .iter()
             .filter(|d| {
@@ -485,4 +481,91 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
         }
     }
     assert!(named * 3 >= slow.len() * 2, "{named} of {} slow requests name worker_slow_path for most of the waker's CPU time:\n{v:#}", slow.len());
+}
+
+/// `items --store DIR --trace-id ID` on a store written here (no root needed): the
+/// requests of that trace, in the trace form; an unknown trace is one error line.
+#[test]
+fn trace_id_finds_stored_requests() {
+    use tailprof_store::schema::{ItemRow, WindowMeta, SCHEMA_VERSION};
+    use tailprof_store::{Store, Table};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let (store, _) = Store::open(&root).unwrap();
+    let now = tailprof_store::time::now_us();
+    let meta = WindowMeta {
+        schema_version: SCHEMA_VERSION,
+        host: "h".into(),
+        window_start_us: now - 1_000_000,
+        window_end_us: now,
+        ..WindowMeta::default()
+    };
+    store
+        .ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000))
+        .unwrap();
+    let row = |id: u64, trace: &str| ItemRow {
+        begin_us: now - 500_000,
+        duration_ns: 5_000_000 * id,
+        class: "GET".into(),
+        item_id: id,
+        pid: 7,
+        tid: 7,
+        comm: "srv".into(),
+        reason: "threshold".into(),
+        limit_ns: 1_000_000,
+        samples: 0,
+        off_cpu_ns: 0,
+        explanation: r#"{"stacks":[]}"#.into(),
+        trace_id: trace.into(),
+        span_id: if trace.is_empty() {
+            String::new()
+        } else {
+            format!("{id:016x}")
+        },
+    };
+    let t1 = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let rows = [
+        row(1, t1),
+        row(2, "00000000000000000000000000000abc"),
+        row(3, ""),
+    ];
+    tailprof_store::write_items(
+        &store.window_file(Table::Items, "h", now - 1_000_000, now),
+        &meta,
+        &rows,
+    )
+    .unwrap();
+    // Upper case and Jaeger's short form are the same ids.
+    for (arg, want) in [(t1.to_uppercase(), 1u64), ("abc".to_string(), 2)] {
+        let o = items(&root, &["--trace-id", &arg]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let got: Vec<u64> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["item_id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(got, [want], "{v:#}");
+        assert_eq!(v["items"][0]["span_id"], format!("{want:016x}"));
+    }
+    let o = items(&root, &["--trace-id", "1234"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no retained request of trace 00000000000000000000000000001234")
+            && err.contains("2 retained requests carry a trace id"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // The text form names the trace.
+    let o = tailprof()
+        .args(["items", "--store"])
+        .arg(&root)
+        .args(["--since", "1d", "--trace-id", t1])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("trace {t1} span 0000000000000001"))
+    );
 }
