@@ -9,7 +9,7 @@
 # 100 round trips of the main thread are one request, so the agent's retainer sees requests
 # and, with --causes, records every context switch and the wakeups of the marked threads
 # from the first marker on, and explains its retained slow requests (the class's p99, the
-# default) with their wakers, preempters and critical paths. The workload waits (≤ 10 s)
+# default) with their wakers, preempters and critical paths. The workload waits (≤ 60 s)
 # until the agent has attached, then runs SECONDS.
 #
 # Per repetition, in rotated order: no agent, `tailprof agent` (defaults), `tailprof agent
@@ -22,6 +22,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 SECS=${1:-20}
 REPS=${2:-3}
+WARM=${WARM:-12}
 TAILPROF=${TAILPROF:-target/release/tailprof}
 need cc; need python3; [ -x "$TAILPROF" ] || die "$TAILPROF missing: cargo build --release -p tailprof"
 W=$(mktemp -d /tmp/tailprof-bench-agent-causes.XXXXXX)
@@ -49,9 +50,12 @@ static void *pong(void *arg) {
 /* argv: SECONDS WAIT(0|1). Prints round trips, then context switches of both threads. */
 int main(int argc, char **argv) {
     double secs = atof(argv[1]);
-    if (atoi(argv[2]))
-        for (int w = 1000; w > 0 && __atomic_load_n(&tailprof_control.state, __ATOMIC_ACQUIRE) != TAILPROF_STATE_ON; w--)
+    if (atoi(argv[2])) {
+        double t0 = now();
+        for (int w = 6000; w > 0 && __atomic_load_n(&tailprof_control.state, __ATOMIC_ACQUIRE) != TAILPROF_STATE_ON; w--)
             usleep(10000);
+        fprintf(stderr, "attached %d after %.1f s\n", __atomic_load_n(&tailprof_control.state, __ATOMIC_ACQUIRE) == TAILPROF_STATE_ON, now() - t0);
+    }
     pthread_t t;
     char c = 'x';
     if (pipe(ab) || pipe(ba) || pthread_create(&t, 0, pong, 0)) return 1;
@@ -73,45 +77,52 @@ int main(int argc, char **argv) {
 C
 cc -O2 -fno-omit-frame-pointer -pthread -Iinclude -o "$W/pp" "$W/pp.c"
 
-# rusage OUT CMD...: runs CMD, writes its pid to OUT.pid, then "CPU_SECONDS MAXRSS_KIB" (wait4) to OUT.
-rusage() {
-    python3 -c 'import os, subprocess, sys
-p = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=open(sys.argv[1] + ".err", "w"))
-open(sys.argv[1] + ".pid", "w").write(str(p.pid))
-_, st, ru = os.wait4(p.pid, 0)
-open(sys.argv[1], "w").write(f"{ru.ru_utime + ru.ru_stime} {ru.ru_maxrss}")' "$@"
+# agent_ticks PID: utime+stime (clock ticks) of the agent's threads but its symbolizer
+# (which works within its own CPU budget on the binaries running, whatever the workload).
+agent_ticks() {
+    local t n=0 v
+    for t in /proc/"$1"/task/*; do
+        [ "$(cat "$t/comm" 2>/dev/null)" = tailprof-symbol ] && continue
+        v=$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0)
+        n=$((n + v))
+    done
+    echo "$n"
 }
+HZ=$(getconf CLK_TCK)
 
-# run MODE: one repetition; prints "MODE agent_cpu_s agent_maxrss_kib trips switches".
+# run MODE: one repetition; prints "MODE agent_cpu_s agent_hwm_kib trips switches":
+# the agent's CPU (all threads but the symbolizer) while the workload ran, its peak RSS.
 run() {
-    local mode=$1 d="$W/$1" apid="" out
+    local mode=$1 d="$W/$1" apid="" t1=0 t2=0 hwm=0
     rm -rf "$d"; mkdir -p "$d"
     case $mode in
         none) ;;
-        agent) rusage "$d/ru" "$TAILPROF" agent --store "$d/store" --duration "$((SECS + 15))s" & apid=$! ;;
-        causes) rusage "$d/ru" "$TAILPROF" agent --store "$d/store" --duration "$((SECS + 15))s" --causes & apid=$! ;;
+        agent) "$TAILPROF" agent --store "$d/store" --duration "$((SECS + WARM + 30))s" 2>"$d/err" & apid=$! ;;
+        causes) "$TAILPROF" agent --store "$d/store" --duration "$((SECS + WARM + 30))s" --causes 2>"$d/err" & apid=$! ;;
     esac
-    [ -n "$apid" ] && sleep 3
-    "$W/pp" "$SECS" "$([ -n "$apid" ] && echo 1 || echo 0)" > "$d/trips" &
+    if [ -n "$apid" ]; then
+        sleep "$WARM"
+        t1=$(agent_ticks "$apid")
+    fi
+    "$W/pp" "$SECS" "$([ -n "$apid" ] && echo 1 || echo 0)" > "$d/trips" 2> "$d/attach" &
     local pp=$!
     sleep 1
-    # voluntary + involuntary context switches of both threads, read just before the end
-    local sw=0
+    # voluntary + involuntary context switches of both threads, read until the end
+    local sw=0 s
     while kill -0 "$pp" 2>/dev/null; do
-        local s
         s=$(cat /proc/"$pp"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}')
         [ "$s" -gt 0 ] && sw=$s
         sleep 0.5
     done
     wait "$pp"
     if [ -n "$apid" ]; then
-        kill -INT "$(cat "$d/ru.pid")" 2>/dev/null || true
+        t2=$(agent_ticks "$apid")
+        hwm=$(awk '/VmHWM/ {print $2}' /proc/"$apid"/status)
+        kill -INT "$apid" 2>/dev/null || true
         wait "$apid" || true
-        out=$(cat "$d/ru")
-    else
-        out="0 0"
     fi
-    echo "$mode $out $(cat "$d/trips") $sw"
+    [ -n "$apid" ] && log "$mode: $(cat "$d/attach"); $(tail -1 "$d/err")"
+    echo "$mode $(python3 -c "print(($t2 - $t1) / $HZ)") $hwm $(cat "$d/trips") $sw"
 }
 
 : > "$W/results"
@@ -130,15 +141,16 @@ by = {}
 for m, cpu, rss, trips, sw in rows:
     by.setdefault(m, []).append((float(cpu), int(rss), int(trips), int(sw)))
 med = lambda xs: statistics.median(xs)
-print(f"marked ping-pong, {secs:.0f} s per run (agent: {secs + 15:.0f} s), medians of {len(by['none'])} runs")
-print(f"{'':10} {'agent CPU':>10} {'peak RSS':>9} {'trips/s':>9} {'switches/s':>11}")
+print(f"marked ping-pong, {secs:.0f} s per run, medians of {len(by['none'])} runs")
+print(f"{'':10} {'agent CPU':>10} {'peak RSS':>9} {'trips/s':>9} {'switches/s':>11} {'agent ns/switch':>16}")
 for m in ("none", "agent", "causes"):
     v = by[m]
     cpu = med([x[0] for x in v]); rss = med([x[1] for x in v])
     tps = med([x[2] / secs for x in v]); sps = med([x[3] / secs for x in v])
+    per = med([1e9 * x[0] / max(x[3], 1) for x in v])
     name = {"none": "no agent", "agent": "agent", "causes": "--causes"}[m]
-    print(f"{name:10} {100 * cpu / (secs + 15):9.1f}% {rss / 1024:7.0f}MB {tps:9.0f} {sps:11.0f}")
-extra = med([x[0] for x in by["causes"]]) - med([x[0] for x in by["agent"]])
-sw = med([x[3] for x in by["causes"]])
-print(f"--causes adds {extra:.2f} s of agent CPU over the run: {1e9 * extra / max(sw, 1):.0f} ns per context switch of the workload ({sw} switches)")
+    print(f"{name:10} {100 * cpu / secs:9.1f}% {rss / 1024:7.0f}MB {tps:9.0f} {sps:11.0f} {per:16.0f}")
+a = med([1e9 * x[0] / max(x[3], 1) for x in by["agent"]])
+c = med([1e9 * x[0] / max(x[3], 1) for x in by["causes"]])
+print(f"--causes adds {c - a:.0f} ns of agent CPU per context switch of the workload")
 PY
