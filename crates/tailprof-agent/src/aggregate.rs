@@ -739,6 +739,12 @@ impl Sink for Aggregator {
                     t.handle_class(c);
                 }
             }
+            // Trace context of a request (issue 24): stored with it when retained.
+            Record::ItemTrace(it) => {
+                if let Some(t) = &mut self.tail {
+                    t.handle_item_trace(it);
+                }
+            }
             // Causes of retained requests (issue 21): the recorder opens the switch and
             // wakeup events at the first marker (`causes = true`).
             Record::Switch(sw) => {
@@ -746,10 +752,13 @@ impl Sink for Aggregator {
                     t.handle_switch(sw);
                 }
             }
-            Record::Wakeup(w) if self.tail.as_ref().is_some_and(|t| t.wants_wakeup(w)) => {
+            // Every wakeup (the critical paths follow wakers' wakers); the waker's stack is
+            // resolved only for a thread inside an open request.
+            Record::Wakeup(w) if self.tail.is_some() => {
+                let want = self.tail.as_ref().is_some_and(|t| t.wants_wakeup(w));
                 let mut frames = std::mem::take(&mut self.frame_buf);
                 frames.clear();
-                if !w.stack.is_none() {
+                if want && !w.stack.is_none() {
                     let chain: Vec<Frame> = self.stacks.frames_leaf_first(w.stack).take(tailprof_store::MAX_FRAMES).collect();
                     for f in chain {
                         frames.push(self.resolve(w.pid, f));

@@ -22,6 +22,19 @@
 //! | class names declared | [`MAX_CLASS_LABELS`], [`MAX_CLASS_LABELS_PER_PROCESS`] | ignored (`class_labels_dropped`; shown as `classN`) |
 //! | distinct classes with history and histogram | [`MAX_CLASSES`] | counted under `[other]` (`requests_in_other_class`) |
 //! | retained requests per window | [`MAX_RETAINED_PER_WINDOW`] | not retained (`slow_not_retained`) |
+//! | threads with a current request (switch markers) | [`MAX_THREADS`] | further threads keep the begin/end rules (`threads_untracked`) |
+//! | current intervals of requests (switch markers) | [`MAX_SLICES_PER_REQUEST`], [`MAX_SLICES`] | not kept: the request's samples in part (`slices_dropped`) |
+//!
+//! Switch markers (issue 24, docs/MARKERS.md) follow the items join
+//! (`tailprof_analyze::items::join`): every thread has a current request (a begin makes
+//! the new one current, a switch the named open request of the process, a switch to
+//! none none, the end of the current one none); once a thread has had a switch marker,
+//! the requests current on it are *switched*: a switched request's samples are those of
+//! the threads it was current on while it was (its current intervals), its off-CPU time
+//! is counted only while current, and the rest of its wall time is waiting in its event
+//! loop (`switching` in the explanation). Other requests keep begin → end on their thread.
+//!
+//! Trace context (`ItemTrace` records) is stored with the request (`trace_id`, `span_id`).
 //!
 //! Ends are matched through indexes, never by scanning the open requests: an end with
 //! an id finds `(tid, id)` in a hash map; an end without one
@@ -33,8 +46,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
-use tailprof_format::{ItemClass, Lost, Marker, MarkerKind, Sample};
-use tailprof_store::schema::{ItemRow, LatencyRow, KERNEL_BUILD_ID};
+use tailprof_analyze::causes::{PathState, SpanPreempter, SpanWaker};
+use tailprof_format::{ItemClass, ItemTrace, Lost, Marker, MarkerKind, Sample};
+use tailprof_store::schema::{
+    ItemExplanation, ItemRow, LatencyRow, StoreFrame, StoredDuring, StoredPreempter, StoredStack, StoredState,
+    StoredSwitching, StoredWaker, KERNEL_BUILD_ID,
+};
 
 /// How long full-resolution samples are kept (longest request that can be explained).
 pub const KEEP_NS: u64 = 30_000_000_000;
@@ -74,12 +91,21 @@ type ItemStacks = Vec<(u64, Box<[(u32, u64)]>)>;
 /// Context switches kept at most (about 40 bytes each: 10 MiB), for the causes of the
 /// requests that end (issue 21): who woke them, who ran while they waited for a CPU.
 pub const MAX_KEPT_SWITCHES: usize = 1 << 18;
-/// Wakeups kept at most (only those of threads inside an open request), and the frames
+/// Wakeups kept at most (those the recorder keeps: of threads that wrote markers; the
+/// waker's stack only when the woken thread is inside an open request), and the frames
 /// of their wakers' stacks at most.
-pub const MAX_KEPT_WAKEUPS: usize = 1 << 16;
+pub const MAX_KEPT_WAKEUPS: usize = 1 << 17;
 pub const MAX_KEPT_WAKE_FRAMES: usize = 1 << 18;
-/// Wakers and preempters kept per retained request.
+/// Wakers and preempters kept per retained request, and critical-path parts per waker.
 const MAX_CAUSES_PER_REQUEST: usize = 8;
+const MAX_DURING_PER_WAKER: usize = 8;
+/// Current intervals of a switched request whose causes are explained (the longest).
+const MAX_CAUSE_SLICES: usize = 64;
+/// Threads whose current request is followed (switch markers) at most.
+pub const MAX_THREADS: usize = 65_536;
+/// Current intervals kept per open request, and in all.
+pub const MAX_SLICES_PER_REQUEST: usize = 1024;
+pub const MAX_SLICES: usize = 1 << 18;
 /// Process names remembered for causes at most (then forgotten, all at once).
 const MAX_COMMS: usize = 65_536;
 
@@ -90,15 +116,41 @@ struct WakeExtra {
     item: Option<u64>,
 }
 
-/// A waker of a retained request: who, its name, the request it was inside, its stack.
-type RetainedWaker = (tailprof_analyze::causes::SpanWaker, Arc<str>, Option<u64>, Box<[(u32, u64)]>);
+/// A part of a waker's critical path: state, time, stack (innermost first; empty: none).
+type DuringPart = (PathState, u64, Box<[(u32, u64)]>);
+
+/// A waker of a retained request: who, its name, the request it was inside, its stack,
+/// what it did while the request waited.
+struct RetainedWaker {
+    waker: SpanWaker,
+    comm: Arc<str>,
+    item: Option<u64>,
+    frames: Box<[(u32, u64)]>,
+    during: Vec<DuringPart>,
+}
 
 /// A retained request's causes (issue 21): wakers (with their stack and request) and
 /// preempters, largest first.
 #[derive(Default)]
 struct RetainedCauses {
     woken_by: Vec<RetainedWaker>,
-    preempted_by: Vec<(tailprof_analyze::causes::SpanPreempter, Arc<str>)>,
+    preempted_by: Vec<(SpanPreempter, Arc<str>)>,
+}
+
+/// A request ended and retained, waiting for the window's end.
+struct Retained {
+    row: ItemRow,
+    stacks: ItemStacks,
+    causes: RetainedCauses,
+    switching: Option<StoredSwitching>,
+}
+
+/// A thread's current request (switch markers).
+struct ThreadCur {
+    /// Has had a switch marker.
+    switching: bool,
+    current: Option<(u32, u64)>,
+    since: u64,
 }
 
 struct KeptSample {
@@ -115,6 +167,15 @@ struct Open {
     pid: u32,
     class: u32,
     comm: Arc<str>,
+    /// Its trace context (trace id, span id).
+    trace: Option<([u8; 16], [u8; 8])>,
+    /// Switch markers drove it: its samples are those of `slices`.
+    switched: bool,
+    /// The thread it was last made current on.
+    current_on: Option<u32>,
+    resumes: u64,
+    /// When it was current: (tid, from, to).
+    slices: Vec<(u32, u64, u64)>,
 }
 
 /// A class's recent durations and the cached percentile of them.
@@ -153,6 +214,13 @@ pub struct TailStats {
     pub kept_wakeups_evicted: u64,
     /// Retained requests whose causes were cut by the analysis' visit bound.
     pub causes_cut: u64,
+    /// Threads whose current request was not followed ([`MAX_THREADS`]).
+    pub threads_untracked: u64,
+    /// Current intervals of switched requests not kept ([`MAX_SLICES_PER_REQUEST`],
+    /// [`MAX_SLICES`]).
+    pub slices_dropped: u64,
+    /// Switch markers to a request that is not open (begun before the agent saw it).
+    pub switch_unknown: u64,
 }
 
 pub struct TailRetainer {
@@ -180,7 +248,14 @@ pub struct TailRetainer {
     class_state: Vec<ClassState>,
     /// (class index, bucket upper bound) → requests this window.
     hist: HashMap<(u32, u64), u64>,
-    retained: Vec<(ItemRow, ItemStacks, RetainedCauses)>,
+    retained: Vec<Retained>,
+    /// (pid, item) → open request (switch markers and ends find requests of other
+    /// threads; the latest begun of an id).
+    by_pid_id: HashMap<(u32, u64), (u32, u64)>,
+    /// tid → its current request.
+    threads: HashMap<u32, ThreadCur>,
+    /// Current intervals kept in all.
+    slices: usize,
     /// Causes (issue 21): kept context switches and wakeups (time order), process names.
     switches: VecDeque<tailprof_format::Switch>,
     wakeups: VecDeque<tailprof_format::Wakeup>,
@@ -192,6 +267,20 @@ pub struct TailRetainer {
     /// linearly with the ends, however many requests are open).
     pub match_probes: u64,
     mono_to_wall: (u64, i64),
+}
+
+/// A kept stack (innermost first).
+type Frames<'k> = &'k [(u32, u64)];
+
+/// A waker's critical path while being summed: (state, stack) → ns.
+type DuringAcc<'k> = BTreeMap<(PathState, Option<Frames<'k>>), u64>;
+
+/// A thread's kept samples in a window, by their stack (for the critical paths).
+fn samples_of<'k>(kept: &'k VecDeque<KeptSample>) -> impl FnMut(u32, u64, u64, &mut Vec<Frames<'k>>) + 'k {
+    move |t, b, e, out| {
+        let first = kept.partition_point(|s| s.time < b);
+        out.extend(kept.range(first..).take_while(|s| s.time < e).filter(|s| s.tid == t).map(|s| &*s.frames));
+    }
 }
 
 /// The log2 bucket upper bound of a duration.
@@ -220,6 +309,9 @@ impl TailRetainer {
             class_state: Vec::new(),
             hist: HashMap::new(),
             retained: Vec::new(),
+            by_pid_id: HashMap::new(),
+            threads: HashMap::new(),
+            slices: 0,
             switches: VecDeque::new(),
             wakeups: VecDeque::new(),
             wake_extra: VecDeque::new(),
@@ -295,19 +387,17 @@ impl TailRetainer {
         self.switches.push_back(s.clone());
     }
 
-    /// Whether [`Self::handle_wakeup`] keeps this wakeup (its stack need not be resolved
-    /// otherwise).
+    /// Whether [`Self::handle_wakeup`] keeps the waker's stack of this wakeup (it need not
+    /// be resolved otherwise): the woken thread is inside an open request.
     pub fn wants_wakeup(&self, w: &tailprof_format::Wakeup) -> bool {
         self.by_tid.contains_key(&w.wakee_tid)
     }
 
-    /// A wakeup with the waker's stack (`frames` as for samples), kept only when the woken
-    /// thread is inside an open request (nothing else asks who woke it).
+    /// A wakeup (in time order) with the waker's stack (`frames` as for samples; kept only
+    /// when the woken thread is inside an open request: nothing else asks who woke it).
+    /// Every wakeup is kept (bounded), for the critical paths: who woke a request's waker.
     pub fn handle_wakeup(&mut self, w: &tailprof_format::Wakeup, frames: &[(u32, u64)]) {
-        if !self.by_tid.contains_key(&w.wakee_tid) {
-            return;
-        }
-        let frames = &frames[..frames.len().min(tailprof_store::MAX_FRAMES)];
+        let frames: &[(u32, u64)] = if self.wants_wakeup(w) { &frames[..frames.len().min(tailprof_store::MAX_FRAMES)] } else { &[] };
         while let Some(f) = self.wakeups.front() {
             let expired = f.time.saturating_add(KEEP_NS) < w.time;
             let full = self.wakeups.len() >= MAX_KEPT_WAKEUPS || self.wake_frames + frames.len() > MAX_KEPT_WAKE_FRAMES;
@@ -322,41 +412,114 @@ impl TailRetainer {
                 self.wake_frames -= x.frames.len();
             }
         }
-        // The request the waker is inside now: its innermost open one.
-        let item = self.by_tid.get(&w.tid).and_then(|m| m.values().next_back().copied());
+        // The request the waker is inside now: its current one (switch markers), else its
+        // innermost open one.
+        let item = match self.threads.get(&w.tid) {
+            Some(t) if t.switching => t.current.map(|k| k.1),
+            _ => self.by_tid.get(&w.tid).and_then(|m| m.values().next_back().copied()),
+        };
         self.wake_frames += frames.len();
         self.wakeups.push_back(w.clone());
         self.wake_extra.push_back(WakeExtra { frames: frames.into(), item });
     }
 
-    /// Who woke request `(tid, begin..end)` and who ran instead of it, from the kept
-    /// switches and wakeups (empty without switches: the recorder did not record them).
-    fn causes_of(&mut self, tid: u32, begin: u64, end: u64) -> RetainedCauses {
-        if self.switches.is_empty() {
+    /// Who woke request `tid`'s spans (`(tid, from, to)`: begin → end, or the intervals it
+    /// was current) and who ran instead of it, and what its wakers did meanwhile, from the
+    /// kept switches, wakeups and samples (empty without switches: the recorder did not
+    /// record them).
+    fn causes_of(&mut self, spans: &[(u32, u64, u64)]) -> RetainedCauses {
+        if self.switches.is_empty() || spans.is_empty() {
             return RetainedCauses::default();
         }
-        let c = tailprof_analyze::causes::span_causes(
-            tid,
-            begin,
-            end,
-            self.switches.make_contiguous(),
-            self.wakeups.make_contiguous(),
-        );
-        if c.cut {
+        let switches: &[tailprof_format::Switch] = self.switches.make_contiguous();
+        let wakeups: &[tailprof_format::Wakeup] = self.wakeups.make_contiguous();
+        let mut samples = samples_of(&self.kept);
+        // The longest spans (a switched request may have many current intervals).
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        if spans.len() > MAX_CAUSE_SLICES {
+            order.sort_by_key(|&i| std::cmp::Reverse(spans[i].2 - spans[i].1));
+            order.truncate(MAX_CAUSE_SLICES);
             self.stats.causes_cut += 1;
         }
+        let mut woken: Vec<SpanWaker> = Vec::new();
+        let mut largest_ns: Vec<u64> = Vec::new();
+        let mut ran: Vec<SpanPreempter> = Vec::new();
+        let mut during: Vec<((u32, u32), DuringAcc)> = Vec::new();
+        let mut cut = false;
+        for &i in &order {
+            let (tid, b, e) = spans[i];
+            let c = tailprof_analyze::causes::span_causes(tid, b, e, switches, wakeups);
+            let p = tailprof_analyze::causes::span_critical_paths(tid, b, e, switches, wakeups, &mut samples);
+            cut |= c.cut || p.cut;
+            for w in c.woken_by {
+                // The blocked time of its largest wakeup in this span (to keep the largest).
+                let big = w.ns;
+                match woken.iter().position(|x| x.pid == w.pid && x.tid == w.tid) {
+                    Some(k) => {
+                        woken[k].ns = woken[k].ns.saturating_add(w.ns);
+                        if big > largest_ns[k] {
+                            (woken[k].largest, largest_ns[k]) = (w.largest, big);
+                        }
+                    }
+                    None => {
+                        woken.push(w);
+                        largest_ns.push(big);
+                    }
+                }
+            }
+            for r in c.preempted_by {
+                match ran.iter_mut().find(|x| x.pid == r.pid && x.tid == r.tid) {
+                    Some(x) => x.ns = x.ns.saturating_add(r.ns),
+                    None => ran.push(r),
+                }
+            }
+            for wp in p.wakers {
+                let k = match during.iter().position(|d| d.0 == (wp.pid, wp.tid)) {
+                    Some(k) => k,
+                    None => {
+                        during.push(((wp.pid, wp.tid), Default::default()));
+                        during.len() - 1
+                    }
+                };
+                for part in wp.parts {
+                    *during[k].1.entry((part.state, part.stack)).or_default() += part.ns;
+                }
+            }
+        }
+        if cut {
+            self.stats.causes_cut += 1;
+        }
+        woken.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+        ran.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
         let comm = |pid: u32| self.comms.get(&pid).cloned().unwrap_or_else(|| Arc::from(""));
         RetainedCauses {
-            woken_by: c
-                .woken_by
+            woken_by: woken
                 .iter()
                 .take(MAX_CAUSES_PER_REQUEST)
                 .map(|w| {
                     let x = self.wake_extra.get(w.largest);
-                    (*w, comm(w.pid), x.and_then(|x| x.item), x.map(|x| x.frames.clone()).unwrap_or_default())
+                    let mut parts: Vec<DuringPart> = during
+                        .iter()
+                        .find(|d| d.0 == (w.pid, w.tid))
+                        .map(|d| {
+                            d.1.iter()
+                                .filter(|(_, &ns)| ns > 0)
+                                .map(|(&(state, stack), &ns)| (state, ns, stack.map(Box::from).unwrap_or_default()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    parts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)).then(a.2.cmp(&b.2)));
+                    parts.truncate(MAX_DURING_PER_WAKER);
+                    RetainedWaker {
+                        waker: *w,
+                        comm: comm(w.pid),
+                        item: x.and_then(|x| x.item),
+                        frames: x.map(|x| x.frames.clone()).unwrap_or_default(),
+                        during: parts,
+                    }
                 })
                 .collect(),
-            preempted_by: c.preempted_by.iter().take(MAX_CAUSES_PER_REQUEST).map(|p| (*p, comm(p.pid))).collect(),
+            preempted_by: ran.iter().take(MAX_CAUSES_PER_REQUEST).map(|p| (*p, comm(p.pid))).collect(),
         }
     }
 
@@ -391,6 +554,7 @@ impl TailRetainer {
     pub fn handle_exit(&mut self, pid: u32, tid: u32, time: u64) {
         let process = pid == tid;
         let relevant = self.by_tid.contains_key(&tid)
+            || self.threads.contains_key(&tid)
             || (process && (self.by_pid.contains_key(&pid) || self.classes.contains_key(&pid)));
         if !relevant {
             return;
@@ -425,11 +589,32 @@ impl TailRetainer {
                     self.class_labels -= m.len();
                 }
             }
+            // Every thread has its own exit record: forget its current request (unless a
+            // request begun after the exit made a new thread with the id current).
+            if self.threads.get(&tid).is_some_and(|t| t.current.is_none_or(|k| !self.open.contains_key(&k))) {
+                self.threads.remove(&tid);
+            }
         }
     }
 
     fn remove_open(&mut self, key: (u32, u64)) -> Option<Open> {
         let o = self.open.remove(&key)?;
+        self.slices -= o.slices.len();
+        if self.by_pid_id.get(&(o.pid, key.1)) == Some(&key) {
+            self.by_pid_id.remove(&(o.pid, key.1));
+        }
+        // The thread it was current on has none now (its interval is not needed: the
+        // request is gone).
+        if let Some(on) = o.current_on {
+            match self.threads.get_mut(&on) {
+                Some(t) if t.current == Some(key) && t.switching => t.current = None,
+                // Begin/end rules: nothing to follow until its next request.
+                Some(t) if t.current == Some(key) => {
+                    self.threads.remove(&on);
+                }
+                _ => {}
+            }
+        }
         if let Some(m) = self.by_tid.get_mut(&key.0) {
             m.remove(&o.seq);
             if m.is_empty() {
@@ -468,6 +653,7 @@ impl TailRetainer {
         self.by_tid.entry(m.tid).or_default().insert(seq, m.item);
         self.by_pid.entry(m.pid).or_default().insert(seq, key);
         self.order.insert(seq, key);
+        self.by_pid_id.insert((m.pid, m.item), key);
         self.open.insert(
             key,
             Open {
@@ -476,35 +662,154 @@ impl TailRetainer {
                 pid: m.pid,
                 class: m.class,
                 comm: Arc::from(comm),
+                trace: None,
+                switched: false,
+                current_on: None,
+                resumes: 0,
+                slices: Vec::new(),
             },
         );
+        self.set_current(m.tid, Some(key), m.time);
+    }
+
+    /// Thread `tid` now works on request `key` (`None`: none) from `time` on; the interval
+    /// of its previous current request is kept when the thread has switch markers.
+    fn set_current(&mut self, tid: u32, key: Option<(u32, u64)>, time: u64) {
+        if !self.threads.contains_key(&tid) {
+            if key.is_none() {
+                return;
+            }
+            if self.threads.len() >= MAX_THREADS {
+                self.stats.threads_untracked += 1;
+                return;
+            }
+            self.threads.insert(tid, ThreadCur { switching: false, current: None, since: time });
+        }
+        let Some(th) = self.threads.get_mut(&tid) else { return };
+        let (old, since, switching) = (th.current, th.since, th.switching);
+        th.current = key;
+        th.since = time;
+        if !switching && key.is_none() {
+            // Begin/end rules: nothing to follow until its next request.
+            self.threads.remove(&tid);
+        }
+        if let (true, Some(old)) = (switching, old) {
+            if let Some(o) = self.open.get_mut(&old) {
+                o.switched = true;
+                if time > since {
+                    if o.slices.len() >= MAX_SLICES_PER_REQUEST || self.slices >= MAX_SLICES {
+                        self.stats.slices_dropped += 1;
+                    } else {
+                        o.slices.push((tid, since, time));
+                        self.slices += 1;
+                    }
+                }
+            }
+        }
+        if let Some(o) = key.and_then(|k| self.open.get_mut(&k)) {
+            o.current_on = Some(tid);
+            if switching {
+                o.switched = true;
+                o.resumes += 1;
+            }
+        }
+    }
+
+    /// Thread `tid` gets a switch marker: from now on its samples go to its current request.
+    fn start_switching(&mut self, tid: u32, time: u64) {
+        if !self.threads.contains_key(&tid) {
+            if self.threads.len() >= MAX_THREADS {
+                self.stats.threads_untracked += 1;
+                return;
+            }
+            self.threads.insert(tid, ThreadCur { switching: true, current: None, since: time });
+            return;
+        }
+        let Some(th) = self.threads.get_mut(&tid) else { return };
+        if !th.switching {
+            th.switching = true;
+            if let Some(o) = th.current.and_then(|k| self.open.get_mut(&k)) {
+                o.switched = true;
+                o.resumes += 1;
+            }
+        }
+    }
+
+    /// The trace context of an open request (after its begin, on its thread; after switch
+    /// markers, of its process).
+    pub fn handle_item_trace(&mut self, t: &ItemTrace) {
+        let key = if self.open.contains_key(&(t.tid, t.item)) {
+            Some((t.tid, t.item))
+        } else {
+            self.by_pid_id.get(&(t.pid, t.item)).copied()
+        };
+        if let Some(o) = key.and_then(|k| self.open.get_mut(&k)) {
+            o.trace = Some((t.trace_id, t.span_id));
+        }
     }
 
     pub fn handle_marker(&mut self, m: &Marker, comm: &str) {
         match m.kind {
             MarkerKind::Begin => self.begin(m, comm),
             // Class labels (`--item-class-from`) are applied by the items join.
-            // Switch markers (issue 24) are not used by the agent yet: a request's wall
-            // time is still begin → end on its thread; `tailprof items` applies them.
-            MarkerKind::Label | MarkerKind::Switch | MarkerKind::SwitchNone => {}
+            MarkerKind::Label => {}
+            MarkerKind::Switch => {
+                self.start_switching(m.tid, m.time);
+                self.match_probes += 1;
+                match self.by_pid_id.get(&(m.pid, m.item)).copied() {
+                    Some(key) => {
+                        let on = self.open.get(&key).and_then(|o| o.current_on);
+                        if let Some(on) = on.filter(|&on| on != m.tid) {
+                            if self.threads.get(&on).is_some_and(|t| t.current == Some(key)) {
+                                // Current on one thread at a time: it left the other one.
+                                self.set_current(on, None, m.time);
+                            }
+                        }
+                        self.set_current(m.tid, Some(key), m.time);
+                    }
+                    None => {
+                        self.stats.switch_unknown += 1;
+                        self.set_current(m.tid, None, m.time);
+                    }
+                }
+            }
+            MarkerKind::SwitchNone => {
+                self.start_switching(m.tid, m.time);
+                self.set_current(m.tid, None, m.time);
+            }
             MarkerKind::End => {
+                self.match_probes += 1;
                 let key = if m.item == Marker::UNKNOWN_ITEM {
                     // the innermost open request of the thread
-                    self.match_probes += 1;
                     self.by_tid
                         .get(&m.tid)
                         .and_then(|x| x.values().next_back())
                         .map(|&item| (m.tid, item))
-                } else {
-                    self.match_probes += 1;
+                } else if self.open.contains_key(&(m.tid, m.item)) {
                     Some((m.tid, m.item))
+                } else {
+                    // begun on another thread (a task that moved)
+                    self.by_pid_id.get(&(m.pid, m.item)).copied()
                 };
-                let Some((key, o)) = key.and_then(|k| Some((k, self.remove_open(k)?))) else {
+                let Some(key) = key.filter(|k| self.open.contains_key(k)) else {
                     self.stats.unmatched_ends += 1;
                     return;
                 };
+                // The thread it is current on: none current now (switch markers), or,
+                // with begin/end rules, the innermost request still open.
+                let on = self.open.get(&key).and_then(|o| o.current_on);
+                let on = on.filter(|on| self.threads.get(on).is_some_and(|t| t.current == Some(key)));
+                let switching = on.is_some_and(|on| self.threads.get(&on).is_some_and(|t| t.switching));
+                if let (Some(on), true) = (on, switching) {
+                    self.set_current(on, None, m.time);
+                }
+                let Some(o) = self.remove_open(key) else { return };
+                if let (Some(on), false) = (on, switching) {
+                    let next = self.by_tid.get(&on).and_then(|x| x.values().next_back()).map(|&item| (on, item));
+                    self.set_current(on, next, m.time);
+                }
                 let class_id = if m.class != 0 { m.class } else { o.class };
-                self.finish(m.tid, key.1, &o, class_id, m.time);
+                self.finish(key.0, key.1, &o, class_id, m.time);
             }
         }
     }
@@ -568,25 +873,53 @@ impl TailRetainer {
             self.stats.slow_not_retained += 1;
             return;
         }
+        // A switched request: the intervals it was current; else begin → end on its thread.
+        let spans: Vec<(u32, u64, u64)> = if o.switched { o.slices.clone() } else { vec![(tid, o.begin, end)] };
         let mut stacks: HashMap<&[(u32, u64)], u64> = HashMap::new();
         let (mut samples, mut on_cpu) = (0u64, 0u64);
-        // Kept samples are in time order (the recorder hands records over sorted by
-        // time): start at the request's begin, stop after its end.
-        let first = self.kept.partition_point(|s| s.time < o.begin);
-        for s in self
-            .kept
-            .range(first..)
-            .take_while(|s| s.time <= end)
-            .filter(|s| s.tid == tid)
-        {
-            *stacks.entry(&s.frames).or_insert(0) += 1;
-            samples += 1;
-            on_cpu = on_cpu.saturating_add(s.period);
+        for &(t, b, e) in &spans {
+            // Kept samples are in time order (the recorder hands records over sorted by
+            // time): start at the span's begin, stop after its end.
+            let first = self.kept.partition_point(|s| s.time < b);
+            let last_inclusive = !o.switched;
+            for s in self
+                .kept
+                .range(first..)
+                .take_while(|s| s.time < e || (last_inclusive && s.time == e))
+                .filter(|s| s.tid == t)
+            {
+                *stacks.entry(&s.frames).or_insert(0) += 1;
+                samples += 1;
+                on_cpu = on_cpu.saturating_add(s.period);
+            }
         }
-        let stacks: ItemStacks =
-            stacks.into_iter().map(|(k, v)| (v, k.into())).collect();
-        let causes = self.causes_of(tid, o.begin, end);
+        let stacks: ItemStacks = stacks.into_iter().map(|(k, v)| (v, k.into())).collect();
+        let switching = o.switched.then(|| {
+            let current_ns: u64 = spans.iter().map(|s| s.2 - s.1).sum();
+            // Wall time covered by no current interval.
+            let mut iv: Vec<(u64, u64)> = spans.iter().map(|s| (s.1, s.2)).collect();
+            iv.sort_unstable();
+            let (mut covered, mut reach) = (0u64, o.begin);
+            for (b, e) in iv {
+                let b = b.max(reach);
+                if e > b {
+                    covered += e - b;
+                    reach = e;
+                }
+            }
+            let mut tids: Vec<u32> = spans.iter().map(|s| s.0).collect();
+            tids.sort_unstable();
+            tids.dedup();
+            StoredSwitching {
+                current_ns,
+                waiting_in_loop_ns: dur.saturating_sub(covered),
+                resumes: o.resumes,
+                threads: tids.len() as u32,
+            }
+        });
+        let causes = self.causes_of(&spans);
         self.stats.retained += 1;
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         let row = ItemRow {
             begin_us: self.wall_us(o.begin),
             duration_ns: dur,
@@ -602,10 +935,13 @@ impl TailRetainer {
             },
             limit_ns: limit,
             samples,
-            off_cpu_ns: dur.saturating_sub(on_cpu),
+            // Off CPU while current (switched), else over its wall time.
+            off_cpu_ns: switching.map_or(dur, |s| s.current_ns).saturating_sub(on_cpu),
             explanation: String::new(),
+            trace_id: o.trace.map(|t| hex(&t.0)).unwrap_or_default(),
+            span_id: o.trace.map(|t| hex(&t.1)).unwrap_or_default(),
         };
-        self.retained.push((row, stacks, causes));
+        self.retained.push(Retained { row, stacks, causes, switching });
     }
 
     /// The window's retained requests (explanations with build-ids filled in) and
@@ -619,44 +955,58 @@ impl TailRetainer {
     ) -> (Vec<ItemRow>, Vec<LatencyRow>) {
         self.apply_exits();
         let mut items = Vec::new();
-        let frames_json = |frames: &[(u32, u64)]| -> Vec<serde_json::Value> {
+        let frames_of = |frames: &[(u32, u64)]| -> Vec<StoreFrame> {
             frames
                 .iter()
-                .map(|&(b, off)| {
-                    let bid = match b {
+                .map(|&(b, offset)| StoreFrame {
+                    build_id: match b {
                         u32::MAX => String::new(),
                         x if x == u32::MAX - 1 => KERNEL_BUILD_ID.to_string(),
                         x if x == u32::MAX - 2 => String::new(),
                         x => build_id(x).unwrap_or_default(),
-                    };
-                    serde_json::json!([bid, off])
+                    },
+                    offset,
                 })
                 .collect()
         };
-        for (mut row, mut stacks, causes) in std::mem::take(&mut self.retained) {
+        for Retained { mut row, mut stacks, causes, switching } in std::mem::take(&mut self.retained) {
             stacks.sort_by_key(|s| std::cmp::Reverse(s.0));
-            let st: Vec<serde_json::Value> = stacks
-                .iter()
-                .take(50)
-                .map(|(n, frames)| serde_json::json!({"samples": n, "frames": frames_json(frames)}))
-                .collect();
-            let mut doc = serde_json::json!({"stacks": st});
-            if !causes.woken_by.is_empty() || !causes.preempted_by.is_empty() {
-                // docs/STORE.md, "items": the causes of the request (issue 21).
-                doc["woken_by"] = causes
+            // docs/STORE.md, "items".
+            let doc = ItemExplanation {
+                stacks: stacks.iter().take(50).map(|(n, frames)| StoredStack { samples: *n, frames: frames_of(frames) }).collect(),
+                woken_by: causes
                     .woken_by
                     .iter()
-                    .map(|(w, comm, item, frames)| {
-                        serde_json::json!({"ns": w.ns, "pid": w.pid, "tid": w.tid, "comm": &**comm, "item": item, "frames": frames_json(frames)})
+                    .map(|w| StoredWaker {
+                        ns: w.waker.ns,
+                        pid: w.waker.pid,
+                        tid: w.waker.tid,
+                        comm: w.comm.to_string(),
+                        item: w.item,
+                        frames: frames_of(&w.frames),
+                        during: w
+                            .during
+                            .iter()
+                            .map(|(state, ns, frames)| StoredDuring {
+                                state: match state {
+                                    PathState::Cpu => StoredState::Cpu,
+                                    PathState::Blocked => StoredState::Blocked,
+                                    PathState::Runnable => StoredState::Runnable,
+                                },
+                                ns: *ns,
+                                frames: frames_of(frames),
+                            })
+                            .collect(),
                     })
-                    .collect();
-                doc["preempted_by"] = causes
+                    .collect(),
+                preempted_by: causes
                     .preempted_by
                     .iter()
-                    .map(|(p, comm)| serde_json::json!({"ns": p.ns, "pid": p.pid, "tid": p.tid, "comm": &**comm}))
-                    .collect();
-            }
-            row.explanation = doc.to_string();
+                    .map(|(p, comm)| StoredPreempter { ns: p.ns, pid: p.pid, tid: p.tid, comm: comm.to_string() })
+                    .collect(),
+                switching,
+            };
+            row.explanation = doc.to_json();
             items.push(row);
         }
         let mut latency: Vec<LatencyRow> = std::mem::take(&mut self.hist)

@@ -4,11 +4,13 @@
 //! (`store_query::stored_items`, the typed `woken_by`/`preempted_by`). Synthetic records
 //! as the recorder hands them to the agent's aggregator: request 1 of thread 11 blocks
 //! 2..15 ms until thread 21, inside its own request 7, wakes it; then it is runnable
-//! 17..19 ms while a hog (pid 30) runs on its CPU.
+//! 17..19 ms while a hog (pid 30) runs on its CPU. The locker was on CPU all along, its
+//! samples at 4, 8 and 12 ms on two stacks: the critical path of the wait (`during`) is
+//! 13 ms on CPU split 2:1 over them, as the trace analysis would say.
 
 use tailprof_agent::tail::TailRetainer;
-use tailprof_format::{Marker, MarkerKind, Switch, SwitchKind, Wakeup};
-use tailprof_store::schema::WindowMeta;
+use tailprof_format::{Marker, MarkerKind, Sample, Switch, SwitchKind, Wakeup};
+use tailprof_store::schema::{ItemExplanation, StoredState, WindowMeta};
 use tailprof_store::{Store, Table};
 
 const MS: u64 = 1_000_000;
@@ -45,6 +47,10 @@ fn retain(with_switches: bool) -> Vec<tailprof_store::schema::ItemRow> {
     t.handle_marker(&marker(MS, 10, 11, MarkerKind::Begin, 1), "server");
     if with_switches {
         t.handle_switch(&sw(2 * MS, 10, 11, SwitchKind::OutBlocked, Some((20, 21))));
+        for (at, leaf) in [(4 * MS, 0x111), (8 * MS, 0x222), (12 * MS, 0x111)] {
+            let s = Sample { time: at, pid: 20, tid: 21, period: MS, ..Default::default() };
+            t.handle_sample(&s, &[(u32::MAX, leaf), (u32::MAX, 0x999)]);
+        }
         // An unrelated wakeup (of a thread in no request) is not kept.
         t.handle_wakeup(
             &Wakeup {
@@ -89,7 +95,8 @@ fn retained_request_keeps_its_waker_and_preempter() {
         .iter()
         .find(|r| r.item_id == 1)
         .expect("request 1 retained");
-    let (wakers, preempters) = tailprof_store::schema::parse_explanation_causes(&r.explanation);
+    let doc = ItemExplanation::parse(&r.explanation);
+    let (wakers, preempters) = (doc.woken_by, doc.preempted_by);
     assert_eq!(wakers.len(), 1, "{}", r.explanation);
     let w = &wakers[0];
     // Blocked from 2 ms to the wakeup at 15 ms.
@@ -99,6 +106,15 @@ fn retained_request_keeps_its_waker_and_preempter() {
     );
     assert_eq!(w.frames.len(), 2);
     assert_eq!(w.frames[0].offset, 0xabc);
+    // The critical path: the locker on CPU the whole 13 ms, 2:1 over its two stacks.
+    let during: Vec<(StoredState, u64, u64)> = w.during.iter().map(|d| (d.state, d.ns, d.frames[0].offset)).collect();
+    let two_thirds = 13 * MS * 2 / 3;
+    assert_eq!(
+        during,
+        vec![(StoredState::Cpu, two_thirds, 0x111), (StoredState::Cpu, 13 * MS - two_thirds, 0x222)],
+        "{}",
+        r.explanation
+    );
     assert_eq!(preempters.len(), 1, "{}", r.explanation);
     let p = &preempters[0];
     assert_eq!(
@@ -114,7 +130,8 @@ fn without_switches_nothing_is_claimed() {
         .iter()
         .find(|r| r.item_id == 1)
         .expect("request 1 retained");
-    let (wakers, preempters) = tailprof_store::schema::parse_explanation_causes(&r.explanation);
+    let doc = ItemExplanation::parse(&r.explanation);
+    let (wakers, preempters) = (doc.woken_by, doc.preempted_by);
     assert!(
         wakers.is_empty() && preempters.is_empty(),
         "{}",
@@ -173,6 +190,12 @@ fn stored_request_reads_back_with_its_causes() {
         (w.ns, w.tid, w.comm.as_str(), w.item, w.irq),
         (13 * MS, 21, "locker", Some(7), None)
     );
+    // The critical path reads back in the trace analysis' shape.
+    let during: Vec<(&str, u64)> = w.during.iter().map(|d| (d.state.name(), d.ns)).collect();
+    assert_eq!(during, vec![("cpu", 13 * MS * 2 / 3), ("cpu", 13 * MS - 13 * MS * 2 / 3)]);
+    let json = serde_json::to_value(&it.woken_by[0]).unwrap();
+    assert_eq!(json["during"][0]["state"], "cpu", "{json}");
+    assert!(json["during"][0]["frames"].is_array(), "{json}");
     assert_eq!(it.preempted_by.len(), 1);
     assert_eq!(
         (it.preempted_by[0].pid, it.preempted_by[0].ns),
@@ -188,4 +211,5 @@ fn stored_request_reads_back_with_its_causes() {
         text.contains("runnable 2.000 ms behind hog (pid 30, tid 30)"),
         "{text}"
     );
+    assert!(text.contains("meanwhile cpu 8.667 ms"), "{text}");
 }

@@ -36,6 +36,10 @@ use tailprof_format::{Comm, Switch, SwitchKind, TraceHeader, Wakeup};
 
 use crate::offcpu::{OffInterval, OffState};
 
+// The agent's critical path of a span's wakers (issue 21 part 8), from raw records.
+mod span_path;
+pub use span_path::{span_critical_paths, PathPart, SampleKeys, SpanPaths, WakerPath};
+
 /// Critical path depth (the waker, the waker's waker, ...).
 pub const MAX_DEPTH: u32 = 3;
 /// History entries visited per item's critical paths at most.

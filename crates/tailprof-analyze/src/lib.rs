@@ -84,6 +84,10 @@ pub enum AnalyzeError {
     /// trace id at all).
     #[error("no item of trace {trace_id} in this trace ({with_trace} items carry a trace id)")]
     NoSuchTraceId { trace_id: String, with_trace: usize },
+    /// `items --store DIR --trace-id ID`: no retained request of that trace in the range
+    /// (`with_trace`: retained requests that carry a trace id at all).
+    #[error("no retained request of trace {trace_id} in the range ({with_trace} retained requests carry a trace id; the agent keeps only slow requests)")]
+    NoSuchStoredTraceId { trace_id: String, with_trace: usize },
     #[error(transparent)]
     Read(#[from] tailprof_format::FormatError),
     /// The per-item memory traffic of the items document failed.

@@ -653,10 +653,18 @@ pub struct StoredItem {
     pub functions: Vec<(String, u64)>,
     /// Stacks, innermost first, with their samples, most first.
     pub stacks: Vec<(Vec<String>, u64)>,
-    /// Who woke it and who ran while it waited for a CPU (issue 21; the agent's `causes`),
-    /// as in `items --json` without the critical path (`during` empty) and the classes.
+    /// Who woke it (with the critical path, `during`) and who ran while it waited for a
+    /// CPU (issue 21; the agent's `causes`), as in `items --json` without the classes.
     pub woken_by: Vec<crate::causes::WokenBy>,
     pub preempted_by: Vec<crate::causes::PreemptedBy>,
+    /// Switch markers drove it (issue 24): its current and event-loop time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switching: Option<tailprof_store::schema::StoredSwitching>,
+    /// OpenTelemetry trace and span id (lowercase hex), when its runtime wrote them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
 }
 
 /// Latency of a class over the range, from the stored histograms.
@@ -680,14 +688,35 @@ pub struct StoredItems {
 
 /// `tailprof items --store`: the retained slow requests of a range (slowest first) and
 /// the per-class latency of all requests from the histograms.
+///
+/// `trace_id`: only the requests of that OpenTelemetry trace.
 pub fn stored_items(reader: &StoreReader, host: Option<&str>, from_us: i64, to_us: i64, class: Option<&str>) -> StoredItems {
+    stored_items_of(reader, host, from_us, to_us, class, None)
+}
+
+/// [`stored_items`], only the requests of trace `trace_id` (lowercase hex, 32 digits) when
+/// given.
+pub fn stored_items_of(
+    reader: &StoreReader,
+    host: Option<&str>,
+    from_us: i64,
+    to_us: i64,
+    class: Option<&str>,
+    trace_id: Option<&str>,
+) -> StoredItems {
     let (rows, read) = reader.items(host, from_us, to_us);
     let mut sym = StoreSymbols::new(reader);
     let mut items = Vec::new();
-    for r in rows.into_iter().filter(|r| class.is_none_or(|c| c == r.class)) {
+    for r in rows
+        .into_iter()
+        .filter(|r| class.is_none_or(|c| c == r.class))
+        .filter(|r| trace_id.is_none_or(|t| t == r.trace_id))
+    {
         let mut functions: HashMap<String, u64> = HashMap::new();
         let mut stacks = Vec::new();
-        for (n, fr) in tailprof_store::schema::parse_explanation(&r.explanation) {
+        let doc = tailprof_store::schema::ItemExplanation::parse(&r.explanation);
+        for st in &doc.stacks {
+            let (n, fr) = (st.samples, &st.frames);
             let frames: Vec<String> = fr.iter().map(|f| sym.name(f)).collect();
             if let Some(leaf) = frames.first() {
                 *functions.entry(leaf.clone()).or_default() += n;
@@ -696,12 +725,29 @@ pub fn stored_items(reader: &StoreReader, host: Option<&str>, from_us: i64, to_u
         }
         let mut functions: Vec<(String, u64)> = functions.into_iter().collect();
         functions.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let (wakers, preempters) = tailprof_store::schema::parse_explanation_causes(&r.explanation);
-        let woken_by = wakers
+        let woken_by = doc
+            .woken_by
             .into_iter()
             .map(|w| {
                 let frames: Vec<String> = w.frames.iter().rev().map(|f| sym.name(f)).collect();
                 let names: Vec<&str> = frames.iter().map(String::as_str).collect();
+                let irq = crate::causes::irq_kind(&names, w.tid == 0);
+                // As in a trace: an interrupt woke it, the interrupted task did not make
+                // it wait; stacks root first.
+                let during = w
+                    .during
+                    .iter()
+                    .filter(|_| irq.is_none())
+                    .map(|d| crate::causes::During {
+                        state: match d.state {
+                            tailprof_store::schema::StoredState::Cpu => crate::causes::PathState::Cpu,
+                            tailprof_store::schema::StoredState::Blocked => crate::causes::PathState::Blocked,
+                            tailprof_store::schema::StoredState::Runnable => crate::causes::PathState::Runnable,
+                        },
+                        ns: d.ns,
+                        frames: d.frames.iter().rev().map(|f| sym.name(f)).collect(),
+                    })
+                    .collect();
                 crate::causes::WokenBy {
                     ns: w.ns,
                     at_ns: 0,
@@ -710,19 +756,24 @@ pub fn stored_items(reader: &StoreReader, host: Option<&str>, from_us: i64, to_u
                     comm: w.comm,
                     item: w.item,
                     class: None,
-                    irq: crate::causes::irq_kind(&names, w.tid == 0),
+                    irq,
                     frames,
-                    during: Vec::new(),
+                    during,
                 }
             })
             .collect();
-        let preempted_by = preempters
+        let preempted_by = doc
+            .preempted_by
             .into_iter()
             .map(|p| crate::causes::PreemptedBy { ns: p.ns, pid: p.pid, tid: p.tid, comm: p.comm, item: None })
             .collect();
+        let id = |s: String| (!s.is_empty()).then(|| s.chars().take(32).collect());
         items.push(StoredItem {
             woken_by,
             preempted_by,
+            switching: doc.switching,
+            trace_id: id(r.trace_id),
+            span_id: id(r.span_id),
             begin_us: r.begin_us,
             duration_ns: r.duration_ns,
             class: r.class,

@@ -220,6 +220,13 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                 r.class_labels_dropped, r.requests_in_other_class, r.kept_samples_evicted
             );
         }
+        let switch_drops = r.threads_untracked + r.slices_dropped + r.switch_unknown;
+        if switch_drops > 0 {
+            eprintln!(
+                "tailprof: warning: switch markers: {} threads not followed (bound), {} current intervals not kept (bound), {} switches to a request not open",
+                r.threads_untracked, r.slices_dropped, r.switch_unknown
+            );
+        }
         let cause_drops = r.kept_switches_evicted + r.kept_wakeups_evicted + r.causes_cut;
         if cause_drops > 0 {
             eprintln!(

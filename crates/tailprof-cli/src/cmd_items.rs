@@ -109,8 +109,8 @@ pub struct ItemsArgs {
     items: Vec<u64>,
 
     /// Only the items of this OpenTelemetry trace (32 hex digits as Jaeger or Tempo show
-    /// it; items whose runtime wrote the trace context, docs/MARKERS.md). For trace
-    /// files only (the agent's store does not keep trace ids yet).
+    /// it; items whose runtime wrote the trace context, docs/MARKERS.md). With --store:
+    /// the retained slow requests of that trace.
     #[arg(long = "trace-id", value_name = "ID", value_parser = parse_trace_id_arg)]
     trace_id: Option<[u8; 16]>,
 }
@@ -153,15 +153,13 @@ fn check_source_flags(args: &ItemsArgs) -> Result<()> {
         (!args.debug_dir.is_empty(), "--debug-dir"),
         (args.slow, "--slow"),
         (!args.items.is_empty(), "--item"),
-        // The agent's store does not keep trace ids yet (docs/MARKERS.md, "Trace context").
-        (args.trace_id.is_some(), "--trace-id"),
     ]
     .into_iter()
     .filter_map(|(given, f)| given.then_some(f))
     .collect();
     if !trace_flags.is_empty() {
         anyhow::bail!(
-            "{}: only for a trace, not --store (the store keeps slow requests already explained; it takes --class, --top, --json, --explain ID)",
+            "{}: only for a trace, not --store (the store keeps slow requests already explained; it takes --class, --top, --json, --explain ID, --trace-id ID)",
             trace_flags.join(", ")
         );
     }
@@ -177,7 +175,16 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         let reader = args.store_range.reader()?;
         let (from_us, to_us) = args.store_range.range()?;
         let host = args.store_range.host.as_deref();
-        tailprof_analyze::items::document::stored(&reader, host, from_us, to_us, args.class.as_deref(), args.top, args.explain)?
+        tailprof_analyze::items::document::stored(
+            &reader,
+            host,
+            from_us,
+            to_us,
+            args.class.as_deref(),
+            args.top,
+            args.explain,
+            args.trace_id,
+        )?
     } else {
         let trace_path = args.trace.clone().unwrap_or_default();
         crate::cmd_report::set_debug_dirs(&args.debug_dir);

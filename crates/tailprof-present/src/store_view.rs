@@ -398,6 +398,19 @@ pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: us
             it.samples,
             ms(it.off_cpu_ns)
         );
+        if let (Some(t), Some(sp)) = (&it.trace_id, &it.span_id) {
+            let _ = writeln!(out, "  trace {t} span {sp}");
+        }
+        if let Some(sw) = &it.switching {
+            let _ = writeln!(
+                out,
+                "  current {} on {} thread(s), {} resumes; waiting in its event loop {}",
+                ms(sw.current_ns),
+                sw.threads,
+                sw.resumes,
+                ms(sw.waiting_in_loop_ns)
+            );
+        }
         for (name, n) in it.functions.iter().take(10) {
             let _ = writeln!(
                 out,
@@ -447,6 +460,17 @@ pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: us
                     format!(", at {at}")
                 }
             );
+            // The critical path: what the waker did meanwhile.
+            for d in w.during.iter().take(4) {
+                let place = d.frames.iter().rev().take(3).cloned().collect::<Vec<_>>().join(" ← ");
+                let _ = writeln!(
+                    out,
+                    "      meanwhile {} {}{}",
+                    d.state.name(),
+                    ms(d.ns),
+                    if place.is_empty() { String::new() } else { format!(" in {place}") }
+                );
+            }
         }
         for p in it.preempted_by.iter().take(5) {
             let _ = writeln!(

@@ -432,6 +432,9 @@ pub fn read_items_file(path: &Path) -> Result<Vec<ItemRow>> {
                 samples: u(row.get_long(9)?),
                 off_cpu_ns: u(row.get_long(10)?),
                 explanation: row.get_string(11)?.clone(),
+                // Files written before the trace context columns have 12.
+                trace_id: if row.len() > 12 { row.get_string(12)?.clone() } else { String::new() },
+                span_id: if row.len() > 13 { row.get_string(13)?.clone() } else { String::new() },
             })
         };
         rows.push(f().map_err(|e| StoreError::pq(path, e))?);

@@ -123,8 +123,16 @@ pub struct ItemRow {
     pub samples: u64,
     /// Time not covered by samples (duration - samples × period), ns: off-CPU estimate.
     pub off_cpu_ns: u64,
-    /// JSON: `{"functions":[{"name","samples"}...], "stacks":[{"frames":[...],"samples"}...]}`.
+    /// JSON: [`ItemExplanation`].
     pub explanation: String,
+    /// OpenTelemetry (W3C) trace id of the request, 32 lowercase hex digits, when its
+    /// runtime wrote its trace context (docs/MARKERS.md); empty otherwise, and in files
+    /// written before the column existed.
+    #[serde(default)]
+    pub trace_id: String,
+    /// Its span id, 16 lowercase hex digits (empty: none).
+    #[serde(default)]
+    pub span_id: String,
 }
 
 pub const ITEMS_SCHEMA: &str = "message tailprof_items {
@@ -140,6 +148,8 @@ pub const ITEMS_SCHEMA: &str = "message tailprof_items {
   required int64 samples;
   required int64 off_cpu_ns;
   required binary explanation (STRING);
+  required binary trace_id (STRING);
+  required binary span_id (STRING);
 }";
 
 /// Per-file facts, stored as JSON in the key-value metadata (`tailprof.window`).
@@ -230,82 +240,148 @@ pub fn stack_id(frames: &[StoreFrame]) -> u64 {
     h
 }
 
-/// The stacks of an `items.explanation` (`{"stacks":[{"samples":N,"frames":[[build_id,
-/// offset],...]}]}`), bounded: at most 1000 stacks of [`crate::MAX_FRAMES`] frames.
-/// Anything malformed yields fewer stacks, never an error.
+/// An `items.explanation` (docs/STORE.md, "items"), typed: what the agent writes and
+/// readers parse. Frames are `[build_id, offset]` pairs, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ItemExplanation {
+    /// The request's samples by stack, most first.
+    #[serde(default)]
+    pub stacks: Vec<StoredStack>,
+    /// Who ended its blocked time (issue 21; `causes = true`), largest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub woken_by: Vec<StoredWaker>,
+    /// Who ran on its CPU while it was runnable, largest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preempted_by: Vec<StoredPreempter>,
+    /// Switch markers drove the request (issue 24): when it was current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switching: Option<StoredSwitching>,
+}
+
+/// Samples of a retained request on one stack.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StoredStack {
+    pub samples: u64,
+    #[serde(with = "frame_pairs")]
+    pub frames: Vec<StoreFrame>,
+}
+
 /// A waker of a retained request, from its explanation's `woken_by` (issue 21).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StoredWaker {
     pub ns: u64,
     pub pid: u32,
     pub tid: u32,
+    #[serde(default)]
     pub comm: String,
     /// The request the waker was inside.
+    #[serde(default)]
     pub item: Option<u64>,
     /// The waker's stack at its largest wakeup, innermost first.
+    #[serde(default, with = "frame_pairs")]
+    pub frames: Vec<StoreFrame>,
+    /// The critical path: what the waker did while the request waited, largest first
+    /// (absent in files written before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub during: Vec<StoredDuring>,
+}
+
+/// One part of a waker's critical path.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StoredDuring {
+    pub state: StoredState,
+    pub ns: u64,
+    /// The stack (on CPU: its samples' stack), innermost first; empty when none says.
+    #[serde(default, with = "frame_pairs")]
     pub frames: Vec<StoreFrame>,
 }
 
+/// A critical path part's state (`cpu`, `blocked`, `runnable`, as in `items --json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoredState {
+    #[default]
+    Cpu,
+    Blocked,
+    Runnable,
+}
+
 /// A thread that ran on a retained request's CPU while it was runnable (`preempted_by`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StoredPreempter {
     pub ns: u64,
     pub pid: u32,
     pub tid: u32,
+    #[serde(default)]
     pub comm: String,
 }
 
-/// The causes in an `explanation` (`woken_by`, `preempted_by`; empty when absent or
-/// damaged). Bounded like the stacks: at most 64 of each, names of 64 characters.
-pub fn parse_explanation_causes(s: &str) -> (Vec<StoredWaker>, Vec<StoredPreempter>) {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(s) else { return Default::default() };
-    let u = |x: &serde_json::Value, k: &str| x.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-    let id = |x: &serde_json::Value, k: &str| u32::try_from(u(x, k)).unwrap_or(0);
-    let text = |x: &serde_json::Value, k: &str| -> String {
-        x.get(k).and_then(|x| x.as_str()).unwrap_or("").chars().take(64).collect()
-    };
-    let list = |k: &str| v.get(k).and_then(|x| x.as_array()).map(|a| a.iter().take(64).collect::<Vec<_>>()).unwrap_or_default();
-    let wakers = list("woken_by")
-        .into_iter()
-        .map(|w| StoredWaker {
-            ns: u(w, "ns"),
-            pid: id(w, "pid"),
-            tid: id(w, "tid"),
-            comm: text(w, "comm"),
-            item: w.get("item").and_then(|x| x.as_u64()),
-            frames: parse_frames(w.get("frames")),
-        })
-        .collect();
-    let preempters = list("preempted_by")
-        .into_iter()
-        .map(|p| StoredPreempter { ns: u(p, "ns"), pid: id(p, "pid"), tid: id(p, "tid"), comm: text(p, "comm") })
-        .collect();
-    (wakers, preempters)
+/// A request driven by switch markers: its time current on some thread (its samples
+/// are those), the rest of its wall time waiting in its event loop, how often it
+/// became current and on how many threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StoredSwitching {
+    pub current_ns: u64,
+    pub waiting_in_loop_ns: u64,
+    pub resumes: u64,
+    pub threads: u32,
 }
 
-fn parse_frames(v: Option<&serde_json::Value>) -> Vec<StoreFrame> {
-    v.and_then(|x| x.as_array())
-        .map(|fs| {
-            fs.iter()
-                .take(crate::MAX_FRAMES)
-                .map(|f| StoreFrame {
-                    build_id: f.get(0).and_then(|x| x.as_str()).unwrap_or("").chars().take(80).collect(),
-                    offset: f.get(1).and_then(|x| x.as_u64()).unwrap_or(0),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// Frames as `[build_id, offset]` pairs.
+mod frame_pairs {
+    use super::StoreFrame;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[StoreFrame], s: S) -> Result<S::Ok, S::Error> {
+        let pairs: Vec<(&str, u64)> = v.iter().map(|f| (f.build_id.as_str(), f.offset)).collect();
+        pairs.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<StoreFrame>, D::Error> {
+        let pairs: Vec<(String, u64)> = Vec::deserialize(d)?;
+        Ok(pairs.into_iter().map(|(build_id, offset)| StoreFrame { build_id, offset }).collect())
+    }
 }
 
-pub fn parse_explanation(s: &str) -> Vec<(u64, Vec<StoreFrame>)> {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(s) else { return Vec::new() };
-    let Some(stacks) = v.get("stacks").and_then(|x| x.as_array()) else { return Vec::new() };
-    stacks
-        .iter()
-        .take(1000)
-        .map(|st| {
-            let n = st.get("samples").and_then(|x| x.as_u64()).unwrap_or(0);
-            (n, parse_frames(st.get("frames")))
-        })
-        .collect()
+/// At most this many stacks, wakers, preempters and critical-path parts are read from
+/// one explanation (names of 64 characters, build-ids of 80).
+pub const MAX_EXPLANATION_STACKS: usize = 1000;
+pub const MAX_EXPLANATION_CAUSES: usize = 64;
+
+impl ItemExplanation {
+    /// The JSON stored in the `explanation` column.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Parses a stored explanation, bounded (see [`MAX_EXPLANATION_STACKS`]): the file is
+    /// not trusted. Anything malformed yields an empty explanation, never an error.
+    pub fn parse(s: &str) -> ItemExplanation {
+        let mut x: ItemExplanation = serde_json::from_str(s).unwrap_or_default();
+        let frames = |f: &mut Vec<StoreFrame>| {
+            f.truncate(crate::MAX_FRAMES);
+            for fr in f.iter_mut() {
+                if fr.build_id.len() > 80 {
+                    fr.build_id = fr.build_id.chars().take(80).collect();
+                }
+            }
+        };
+        let name = |c: &mut String| {
+            if c.len() > 64 {
+                *c = c.chars().take(64).collect();
+            }
+        };
+        x.stacks.truncate(MAX_EXPLANATION_STACKS);
+        x.stacks.iter_mut().for_each(|st| frames(&mut st.frames));
+        x.woken_by.truncate(MAX_EXPLANATION_CAUSES);
+        for w in &mut x.woken_by {
+            name(&mut w.comm);
+            frames(&mut w.frames);
+            w.during.truncate(MAX_EXPLANATION_CAUSES);
+            w.during.iter_mut().for_each(|d| frames(&mut d.frames));
+        }
+        x.preempted_by.truncate(MAX_EXPLANATION_CAUSES);
+        x.preempted_by.iter_mut().for_each(|p| name(&mut p.comm));
+        x
+    }
 }

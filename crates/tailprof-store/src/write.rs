@@ -266,6 +266,60 @@ pub fn write_items(path: &Path, meta: &WindowMeta, rows: &[ItemRow]) -> Result<u
         Col::I64(rows.iter().map(|r| sat_i64(r.samples)).collect()),
         Col::I64(rows.iter().map(|r| sat_i64(r.off_cpu_ns)).collect()),
         Col::Str(rows.iter().map(|r| ba(&r.explanation)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.trace_id)).collect()),
+        Col::Str(rows.iter().map(|r| ba(&r.span_id)).collect()),
     ];
     write_table(path, ITEMS_SCHEMA, Some(meta), rows.len(), cols)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `items` files written before the trace context columns (12 columns) still read:
+    /// their requests have no trace id; new files keep it.
+    #[test]
+    fn items_without_the_trace_columns_read_as_no_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let old_schema = ITEMS_SCHEMA.replace("  required binary trace_id (STRING);\n  required binary span_id (STRING);\n", "");
+        assert_ne!(old_schema, ITEMS_SCHEMA);
+        let row = ItemRow {
+            begin_us: 1,
+            duration_ns: 2,
+            class: "c".into(),
+            item_id: 3,
+            pid: 4,
+            tid: 5,
+            comm: "x".into(),
+            reason: "threshold".into(),
+            limit_ns: 6,
+            samples: 7,
+            off_cpu_ns: 8,
+            explanation: "{}".into(),
+            trace_id: "ab".repeat(16),
+            span_id: "cd".repeat(8),
+        };
+        let r = std::slice::from_ref(&row);
+        let cols = vec![
+            Col::I64(vec![1]),
+            Col::I64(vec![2]),
+            Col::Str(vec![ba("c")]),
+            Col::I64(vec![3]),
+            Col::I32(vec![4]),
+            Col::I32(vec![5]),
+            Col::Str(vec![ba("x")]),
+            Col::Str(vec![ba("threshold")]),
+            Col::I64(vec![6]),
+            Col::I64(vec![7]),
+            Col::I64(vec![8]),
+            Col::Str(vec![ba("{}")]),
+        ];
+        let old = dir.path().join("old.parquet");
+        write_table(&old, &old_schema, Some(&WindowMeta::default()), 1, cols).unwrap();
+        let got = crate::read::read_items_file(&old).unwrap();
+        assert_eq!(got, vec![ItemRow { trace_id: String::new(), span_id: String::new(), ..row.clone() }]);
+        let new = dir.path().join("new.parquet");
+        write_items(&new, &WindowMeta::default(), r).unwrap();
+        assert_eq!(crate::read::read_items_file(&new).unwrap(), vec![row]);
+    }
 }

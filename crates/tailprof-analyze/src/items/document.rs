@@ -387,7 +387,9 @@ pub fn document(
     ))))
 }
 
-/// The slow requests the agent retained in `reader`'s store (`items --store`).
+/// The slow requests the agent retained in `reader`'s store (`items --store`), only those
+/// of OpenTelemetry trace `trace_id` when given (`--trace-id`).
+#[allow(clippy::too_many_arguments)] // the flags of `items --store`, one each
 pub fn stored(
     reader: &tailprof_store::StoreReader,
     host: Option<&str>,
@@ -396,8 +398,22 @@ pub fn stored(
     class: Option<&str>,
     top: usize,
     explain: Option<u64>,
+    trace_id: Option<[u8; 16]>,
 ) -> Result<ItemsDocument, AnalyzeError> {
-    let mut items = crate::store_query::stored_items(reader, host, from_us, to_us, class);
+    let hex = trace_id.map(|t| super::hex_id(&t));
+    let mut items = crate::store_query::stored_items_of(reader, host, from_us, to_us, class, hex.as_deref());
+    if let Some(trace_id) = hex {
+        // `--trace-id ID`: the retained requests of that trace (a request is retained only
+        // when slow, so a trace's fast requests are not in the store).
+        if items.items.is_empty() {
+            let with_trace = crate::store_query::stored_items(reader, host, from_us, to_us, class)
+                .items
+                .iter()
+                .filter(|i| i.trace_id.is_some())
+                .count();
+            return Err(AnalyzeError::NoSuchStoredTraceId { trace_id, with_trace });
+        }
+    }
     if let Some(id) = explain {
         // `--explain ID`: the retained request(s) with this item id, whole.
         items.items.retain(|i| i.item_id == id);
