@@ -31,6 +31,7 @@ use tailprof_format::{
     TraceReader,
 };
 
+use crate::item_maps::ItemMaps;
 use crate::items::ItemRow;
 use crate::offcpu::{OffInterval, OffState, Timelines};
 use crate::profile::event_name;
@@ -374,8 +375,13 @@ pub struct StackBuilder {
     path_keys: FxHashMap<PathKey, u32>,
     /// Resolved paths, root first.
     loc_paths: Vec<Vec<LocId>>,
-    samples: FxHashMap<(u32, u32, StackStatus), (u64, u64)>,
-    off: FxHashMap<(u32, u32, OffState), u64>,
+    /// Kept samples (the whole-trace view) by (path, status): (samples, period).
+    samples: FxHashMap<(u32, StackStatus), (u64, u64)>,
+    /// Per item index: samples by (path, status), dense ([`ItemMaps`]).
+    item_samples: ItemMaps<(u32, StackStatus), (u64, u64)>,
+    /// Off-CPU time of the whole-trace view by (path, state), and per item index.
+    off: FxHashMap<(u32, OffState), u64>,
+    item_off: ItemMaps<(u32, OffState), u64>,
     timelines: Timelines,
     statuses: [u64; 8],
     total: u64,
@@ -460,7 +466,9 @@ impl StackBuilder {
             path_keys: FxHashMap::default(),
             loc_paths: Vec::new(),
             samples: FxHashMap::default(),
+            item_samples: ItemMaps::default(),
             off: FxHashMap::default(),
+            item_off: ItemMaps::default(),
             timelines: Timelines::new(),
             statuses: [0; 8],
             total: 0,
@@ -527,10 +535,11 @@ impl StackBuilder {
             return;
         }
         let path = self.path_of(r, iv.pid, iv.stack, None, CpuMode::Unknown);
-        *self.off.entry((NO_ITEM, path, iv.state)).or_default() += len;
         let slice = OffSlice { pid: iv.pid, tid: iv.tid, begin_ns: iv.begin_ns, end_ns: iv.end_ns, state: iv.state, path };
         let active = self.filter.is_active();
         if !active {
+            // The whole-trace view: every interval whole (with a filter, the kept items' parts).
+            *self.off.entry((path, iv.state)).or_default() += len;
             if let Some(t) = &mut self.timeline {
                 t.off_cpu.push(slice);
             }
@@ -564,8 +573,9 @@ impl StackBuilder {
             self.causes.interval(iv, path, &bounds, &|tid, t| item_in(by_tid, tid, t));
         }
         for (&(idx, o), &(_, sb, se)) in hits.iter().zip(bounds.iter()) {
-            *self.off.entry((idx, path, iv.state)).or_default() += o;
+            *self.item_off.entry(idx, (path, iv.state)) += o;
             if active && self.keep[idx as usize] {
+                *self.off.entry((path, iv.state)).or_default() += o;
                 if let Some(t) = &mut self.timeline {
                     let (b, e) = (iv.begin_ns.max(sb), iv.end_ns.min(se));
                     t.off_cpu.push(OffSlice { begin_ns: b, end_ns: e, ..slice });
@@ -607,66 +617,37 @@ impl StackBuilder {
                 })
             })
             .collect();
-        let active = self.filter.is_active();
-        let kept = |item: u32, keep: &[bool]| {
-            if active {
-                item != NO_ITEM && keep.get(item as usize).copied().unwrap_or(false)
-            } else {
-                true
-            }
-        };
-        let n_items = self.spans.len();
         // Stacks the recorder could not judge (frame-pointer and LBR chains): judged now
-        // by their outermost frame's name (see [`chain_end`]).
-        let mut ends: FxHashMap<u32, ChainEnd> = FxHashMap::default();
+        // by their outermost frame's name (see [`chain_end`]), once per location path.
+        let mut ends: Vec<Option<ChainEnd>> = vec![None; self.loc_paths.len()];
+        let mut end_of = |p: u32| -> ChainEnd {
+            *ends[p as usize].get_or_insert_with(|| chain_end(&self.loc_paths[p as usize], resolver, &table))
+        };
         let mut moved = [0u64; 3];
-        for (&(item, p, status), &(n, _)) in &self.samples {
+        for (&(p, status), &(n, _)) in &self.samples {
             if status == StackStatus::Unknown {
-                let end = *ends.entry(p).or_insert_with(|| chain_end(&self.loc_paths[p as usize], resolver, &table));
-                if kept(item, &self.keep) {
-                    moved[end as usize] += n;
-                }
+                moved[end_of(p) as usize] += n;
             }
         }
+        // (complete, truncated) of a sample's stack.
+        let mut judged = |p: u32, status: StackStatus| match (status == StackStatus::Unknown).then(|| end_of(p)) {
+            Some(ChainEnd::Entry) => (true, false),
+            Some(ChainEnd::Broken) => (false, true),
+            _ => (status == StackStatus::Complete, status.is_truncated()),
+        };
         let mut whole: FxHashMap<(u32, bool, bool), (u64, u64)> = FxHashMap::default();
-        let mut per_item: Vec<FxHashMap<(u32, bool, bool), (u64, u64)>> = vec![FxHashMap::default(); n_items];
         let (mut samples, mut period) = (0u64, 0u64);
-        for (&(item, p, status), &(n, per)) in &self.samples {
-            let fp = of_path[p as usize];
-            let (complete, truncated) = match (status, ends.get(&p)) {
-                (StackStatus::Unknown, Some(ChainEnd::Entry)) => (true, false),
-                (StackStatus::Unknown, Some(ChainEnd::Broken)) => (false, true),
-                _ => (status == StackStatus::Complete, status.is_truncated()),
-            };
-            if kept(item, &self.keep) {
-                let e = whole.entry((fp, complete, truncated)).or_default();
-                e.0 += n;
-                e.1 = e.1.saturating_add(per);
-                samples += n;
-                period = period.saturating_add(per);
-            }
-            if let Some(m) = per_item.get_mut(item as usize) {
-                let e = m.entry((fp, complete, truncated)).or_default();
-                e.0 += n;
-                e.1 = e.1.saturating_add(per);
-            }
+        for (&(p, status), &(n, per)) in &self.samples {
+            let (complete, truncated) = judged(p, status);
+            let e = whole.entry((of_path[p as usize], complete, truncated)).or_default();
+            e.0 += n;
+            e.1 = e.1.saturating_add(per);
+            samples += n;
+            period = period.saturating_add(per);
         }
         let mut off_whole: FxHashMap<(u32, OffState), u64> = FxHashMap::default();
-        let mut off_item: Vec<FxHashMap<(u32, OffState), u64>> = vec![FxHashMap::default(); n_items];
-        for (&(item, p, state), &ns) in &self.off {
-            let fp = of_path[p as usize];
-            if item == NO_ITEM {
-                if !active {
-                    *off_whole.entry((fp, state)).or_default() += ns;
-                }
-                continue;
-            }
-            if active && kept(item, &self.keep) {
-                *off_whole.entry((fp, state)).or_default() += ns;
-            }
-            if let Some(m) = off_item.get_mut(item as usize) {
-                *m.entry((fp, state)).or_default() += ns;
-            }
+        for (&(p, state), &ns) in &self.off {
+            *off_whole.entry((of_path[p as usize], state)).or_default() += ns;
         }
         let timeline = self.timeline.take().map(|mut t| {
             for s in &mut t.samples {
@@ -679,32 +660,44 @@ impl StackBuilder {
             t.wakes = self.causes.take_edges();
             t
         });
-        let stacks = stack_rows(whole);
-        let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole);
+        let stacks = stack_rows(whole.into_iter());
+        let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole.into_iter());
         let interval = self.fixed_interval.or_else(|| self.meter.median()).unwrap_or(0.0);
         // What each function path's kernel part was doing, once per path.
-        let mut works: FxHashMap<u32, Option<crate::causes::KernelWork<'_>>> = FxHashMap::default();
+        let mut works: Vec<Option<Option<crate::causes::KernelWork<'_>>>> = vec![None; paths.len()];
         let switches = self.timelines.switches > 0;
+        // Per item: its entries keyed by function path, merged (two location paths may
+        // fold into one function path), in reused buffers.
+        let mut st: Vec<((u32, bool, bool), (u64, u64))> = Vec::new();
+        let mut off: Vec<((u32, OffState), u64)> = Vec::new();
         let items = self
             .spans
             .iter()
-            .zip(per_item.into_iter().zip(off_item))
             .enumerate()
-            .map(|(i, (s, (st, off)))| {
-                let (off_cpu, runnable_ns, blocked_ns) = off_rows(off);
+            .map(|(i, s)| {
+                st.clear();
+                for (&(p, status), &v) in self.item_samples.get(i as u32) {
+                    let (complete, truncated) = judged(p, status);
+                    st.push(((of_path[p as usize], complete, truncated), v));
+                }
+                merge_rows(&mut st, |a, b| (a.0 + b.0, a.1.saturating_add(b.1)));
+                off.clear();
+                off.extend(self.item_off.get(i as u32).map(|(&(p, state), &ns)| ((of_path[p as usize], state), ns)));
+                merge_rows(&mut off, |a, b| a + b);
+                let (off_cpu, runnable_ns, blocked_ns) = off_rows(off.iter().copied());
                 let off_cpu_partial =
                     self.off_cpu_late && self.first_switch.get(&s.pid).is_none_or(|&t| t > s.begin_ns);
                 let mut noise = crate::causes::Noise {
                     migrations: switches.then(|| self.migrations.get(i).copied().unwrap_or(0)),
                     ..Default::default()
                 };
-                for (&(fp, _, _), &(n, _)) in &st {
+                for &((fp, _, _), (n, _)) in &st {
                     if let Some(w) = kernel_work_of(fp, &paths, &table.rows, &mut works) {
                         noise.add(w, n, interval);
                     }
                 }
                 noise.sort();
-                ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns, off_cpu_partial, noise }
+                ItemStacks { id: s.id, stacks: stack_rows(st.iter().copied()), off_cpu, runnable_ns, blocked_ns, off_cpu_partial, noise }
             })
             .collect();
         drop(works);
@@ -763,9 +756,10 @@ fn kernel_work_of<'a>(
     fp: u32,
     paths: &[Vec<u32>],
     functions: &'a [FunctionInfo],
-    works: &mut FxHashMap<u32, Option<crate::causes::KernelWork<'a>>>,
+    works: &mut [Option<Option<crate::causes::KernelWork<'a>>>],
 ) -> Option<crate::causes::KernelWork<'a>> {
-    *works.entry(fp).or_insert_with(|| {
+    let Some(slot) = works.get_mut(fp as usize) else { return None };
+    *slot.get_or_insert_with(|| {
         let rows: Vec<&FunctionInfo> =
             paths.get(fp as usize).into_iter().flatten().filter_map(|&f| functions.get(f as usize)).collect();
         let frames: Vec<(&str, bool)> = rows
@@ -864,19 +858,35 @@ fn chain_end(locs: &[LocId], resolver: &Resolver, table: &crate::resolve::Functi
     }
 }
 
-fn stack_rows(m: FxHashMap<(u32, bool, bool), (u64, u64)>) -> Vec<StackRow> {
+/// Sums the values of equal keys of `v` (sorts it by key).
+fn merge_rows<K: Ord + Copy, V: Copy>(v: &mut Vec<(K, V)>, add: impl Fn(V, V) -> V) {
+    if v.len() < 2 {
+        return;
+    }
+    v.sort_unstable_by_key(|e| e.0);
+    let mut w = 0;
+    for r in 1..v.len() {
+        if v[r].0 == v[w].0 {
+            v[w].1 = add(v[w].1, v[r].1);
+        } else {
+            w += 1;
+            v[w] = v[r];
+        }
+    }
+    v.truncate(w + 1);
+}
+
+fn stack_rows(m: impl Iterator<Item = ((u32, bool, bool), (u64, u64))>) -> Vec<StackRow> {
     let mut v: Vec<StackRow> = m
-        .into_iter()
         .map(|((path, complete, truncated), (samples, period))| StackRow { path, samples, period, complete, truncated })
         .collect();
     v.sort_unstable_by(|a, b| b.samples.cmp(&a.samples).then(a.path.cmp(&b.path)).then(b.complete.cmp(&a.complete)).then(a.truncated.cmp(&b.truncated)));
     v
 }
 
-fn off_rows(m: FxHashMap<(u32, OffState), u64>) -> (Vec<OffRow>, u64, u64) {
+fn off_rows(m: impl Iterator<Item = ((u32, OffState), u64)>) -> (Vec<OffRow>, u64, u64) {
     let (mut r, mut b) = (0u64, 0u64);
     let mut v: Vec<OffRow> = m
-        .into_iter()
         .map(|((path, state), ns)| {
             match state {
                 OffState::Runnable => r = r.saturating_add(ns),
@@ -923,9 +933,16 @@ impl ResolvedSink for StackBuilder {
             Some(p) => p,
             None => self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode),
         };
-        let e = self.samples.entry((item, path, s.stack_status)).or_default();
-        e.0 += 1;
-        e.1 = e.1.saturating_add(s.period);
+        if kept {
+            let e = self.samples.entry((path, s.stack_status)).or_default();
+            e.0 += 1;
+            e.1 = e.1.saturating_add(s.period);
+        }
+        if item != NO_ITEM {
+            let e = self.item_samples.entry(item, (path, s.stack_status));
+            e.0 += 1;
+            e.1 = e.1.saturating_add(s.period);
+        }
         if kept {
             if let Some(t) = &mut self.timeline {
                 t.samples.push(TimedSample { time_ns: s.time, pid: s.pid, tid: s.tid, path });
