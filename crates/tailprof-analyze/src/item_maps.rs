@@ -74,11 +74,6 @@ impl<K: Copy + Eq + Hash, V: Default> ItemMaps<K, V> {
         });
         list.chain(self.spill.get(&item).into_iter().flatten())
     }
-
-    /// One past the largest item index with entries (or more).
-    pub fn items(&self) -> u32 {
-        self.heads.len() as u32
-    }
 }
 
 #[cfg(test)]
@@ -107,6 +102,5 @@ mod tests {
         let mut v: Vec<(u32, u64)> = m.get(5).map(|(k, v)| (*k, *v)).collect();
         v.sort_unstable();
         assert_eq!(v, (0..200u32).map(|k| (k, k as u64 + 1)).collect::<Vec<_>>());
-        assert_eq!(m.items(), 6);
     }
 }

@@ -7,6 +7,7 @@ use rustc_hash::FxHashMap;
 use tailprof_format::{Comm, Switch, SwitchKind, TraceHeader, Wakeup};
 
 use super::*;
+use crate::item_maps::ItemMaps;
 use crate::offcpu::{OffInterval, OffState};
 
 #[derive(Debug, Clone, Copy)]
@@ -40,13 +41,6 @@ struct RawWaker {
     /// (ns, path, item, idle) of the largest wakeup, and its time.
     largest: (u64, u32, u32, bool),
     largest_at: u64,
-    during: FxHashMap<(PathState, u32), u64>,
-}
-
-#[derive(Debug, Default)]
-struct RawItem {
-    woken: FxHashMap<u32, RawWaker>,
-    preempted: FxHashMap<u32, (u64, u32, u32)>,
 }
 
 /// The causes analysis' state while reading (embedded in the stack builder, which owns
@@ -63,12 +57,19 @@ pub(crate) struct CauseTracker {
     wake: FxHashMap<u32, Wake>,
     out_cpu: FxHashMap<u32, u32>,
     cpus: FxHashMap<u32, VecDeque<(u64, u32, u32)>>,
-    items: FxHashMap<u32, RawItem>,
+    /// Per item index (dense): its wakers by tid, their critical paths by (waker tid,
+    /// state, path), and who ran while it was runnable by tid: (ns, pid, item).
+    woken: ItemMaps<u32, RawWaker>,
+    during: ItemMaps<(u32, PathState, u32), u64>,
+    preempted: ItemMaps<u32, (u64, u32, u32)>,
+    /// Items with an explained interval (their causes are listed, maybe empty).
+    touched: Vec<bool>,
     /// With a timeline: the wake edges into items.
     edges: Option<Vec<WakeEdge>>,
     /// Reused buffers of the critical paths (no allocation per wait).
     scratch_during: FxHashMap<(PathState, u32), u64>,
     scratch_samples: Vec<(u32, u64)>,
+    scratch_ran: Vec<(u64, u32, u32, u64)>,
     pub stats: CauseStats,
 }
 
@@ -260,16 +261,16 @@ impl CauseTracker {
             let mut budget = MAX_VISITS;
             self.critical_path(w.tid, iv.begin_ns, w.time, 1, &mut budget, &mut during);
         }
-        let it = self.items.entry(idx).or_default();
-        let r = it.woken.entry(w.tid).or_default();
+        self.touch(idx);
+        let r = self.woken.entry(idx, w.tid);
         r.ns = r.ns.saturating_add(ns);
         r.pid = w.pid;
         if ns >= r.largest.0 {
             r.largest = (ns, w.path, waker_item, w.tid == 0);
             r.largest_at = w.time;
         }
-        for (&k, &v) in &during {
-            *r.during.entry(k).or_default() += v;
+        for (&(state, path), &v) in &during {
+            *self.during.entry(idx, (w.tid, state, path)) += v;
         }
         self.scratch_during = during;
     }
@@ -401,11 +402,16 @@ impl CauseTracker {
         cpu: u32,
         item_at: &dyn Fn(u32, u64) -> u32,
     ) {
+        if !self.cpus.contains_key(&cpu) {
+            return;
+        }
+        self.touch(idx);
         let Some(h) = self.cpus.get(&cpu) else { return };
         let (b, e) = (iv.begin_ns, iv.end_ns);
         // The switch-ins of the CPU from the last one at or before `b` to `e`.
         let start = h.partition_point(|x| x.0 <= b).saturating_sub(1);
-        let mut ran: Vec<(u64, u32, u32, u64)> = Vec::new();
+        let mut ran = std::mem::take(&mut self.scratch_ran);
+        ran.clear();
         let mut i = start;
         while i < h.len() && h[i].0 < e {
             let (t, pid, tid) = h[i];
@@ -416,14 +422,22 @@ impl CauseTracker {
             }
             i += 1;
         }
-        let it = self.items.entry(idx).or_default();
-        for (o, pid, tid, at) in ran {
-            let e = it
-                .preempted
-                .entry(tid)
-                .or_insert((0, pid, item_at(tid, at)));
+        for &(o, pid, tid, at) in &ran {
+            let e = self.preempted.entry(idx, tid);
+            if *e == (0, 0, 0) {
+                *e = (0, pid, item_at(tid, at));
+            }
             e.0 = e.0.saturating_add(o);
         }
+        self.scratch_ran = ran;
+    }
+
+    fn touch(&mut self, idx: u32) {
+        let i = idx as usize;
+        if i >= self.touched.len() {
+            self.touched.resize(i + 1, false);
+        }
+        self.touched[i] = true;
     }
 
     /// The wake edges collected for a timeline (empty without one).
@@ -447,13 +461,19 @@ impl CauseTracker {
                 .cloned()
                 .unwrap_or_default()
         };
-        let mut out: Vec<ItemCauses> = Vec::with_capacity(self.items.len());
+        let mut out: Vec<ItemCauses> = Vec::new();
         // Names and interrupt kinds of the wakers' stacks, once per (path, idle).
         let mut waker_stacks: FxHashMap<(u32, bool), (Vec<String>, Option<IrqKind>)> = FxHashMap::default();
-        for (idx, raw) in &self.items {
-            let mut woken_by: Vec<WokenBy> = raw
+        // An item's critical-path entries, by waker tid (reused).
+        let mut during_of: Vec<((u32, PathState, u32), u64)> = Vec::new();
+        for (idx, _) in self.touched.iter().enumerate().filter(|t| *t.1) {
+            let idx = idx as u32;
+            during_of.clear();
+            during_of.extend(self.during.get(idx).map(|(&k, &v)| (k, v)));
+            during_of.sort_unstable_by_key(|e| e.0);
+            let mut woken_by: Vec<WokenBy> = self
                 .woken
-                .iter()
+                .get(idx)
                 .map(|(&tid, r)| {
                     let (frames, irq) = waker_stacks
                         .entry((r.largest.1, r.largest.3))
@@ -471,11 +491,12 @@ impl CauseTracker {
                         (Some(id), c)
                     };
                     // An interrupt woke the thread: the interrupted task did not make it wait.
-                    let mut during: Vec<During> = r
-                        .during
+                    let lo = during_of.partition_point(|e| e.0 .0 < tid);
+                    let hi = during_of.partition_point(|e| e.0 .0 <= tid);
+                    let mut during: Vec<During> = during_of[lo..hi]
                         .iter()
-                        .filter(|(_, &ns)| ns > 0 && irq.is_none())
-                        .map(|(&(state, p), &ns)| During {
+                        .filter(|&&(_, ns)| ns > 0 && irq.is_none())
+                        .map(|&((_, state, p), ns)| During {
                             state,
                             ns,
                             frames: if p == NO_PATH { Vec::new() } else { of_path(p) },
@@ -502,22 +523,26 @@ impl CauseTracker {
                 .collect();
             woken_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
             // Interrupts are one waker per kind, whichever task they interrupted (its
-            // pid/tid/comm are those of the largest such wakeup).
-            let mut merged: Vec<WokenBy> = Vec::with_capacity(woken_by.len());
-            for w in woken_by {
-                match merged
-                    .iter_mut()
-                    .find(|m| m.irq.is_some() && m.irq == w.irq)
-                {
-                    Some(m) => m.ns = m.ns.saturating_add(w.ns),
-                    None => merged.push(w),
+            // pid/tid/comm are those of the largest such wakeup): merged in place, in
+            // order.
+            let mut kept = 0;
+            for i in 0..woken_by.len() {
+                let same = woken_by[i]
+                    .irq
+                    .and_then(|k| woken_by[..kept].iter().position(|m| m.irq == Some(k)));
+                match same {
+                    Some(j) => woken_by[j].ns = woken_by[j].ns.saturating_add(woken_by[i].ns),
+                    None => {
+                        woken_by.swap(kept, i);
+                        kept += 1;
+                    }
                 }
             }
-            merged.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
-            let woken_by = merged;
-            let mut preempted_by: Vec<PreemptedBy> = raw
+            woken_by.truncate(kept);
+            woken_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+            let mut preempted_by: Vec<PreemptedBy> = self
                 .preempted
-                .iter()
+                .get(idx)
                 .map(|(&tid, &(ns, pid, item))| PreemptedBy {
                     ns,
                     pid,
@@ -528,7 +553,7 @@ impl CauseTracker {
                 .collect();
             preempted_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
             out.push(ItemCauses {
-                id: span(*idx).0,
+                id: span(idx).0,
                 woken_by,
                 preempted_by,
             });
