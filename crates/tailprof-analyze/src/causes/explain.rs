@@ -118,9 +118,20 @@ pub fn explain_causes(
         .unwrap_or_default();
     let class_parts: Vec<FxHashMap<String, u64>> = members
         .iter()
-        .map(|&i| profile.items.get(i).map(|s| s.noise.parts().into_iter().collect()).unwrap_or_default())
+        .map(|&i| {
+            profile
+                .items
+                .get(i)
+                .map(|s| s.noise.parts().into_iter().collect())
+                .unwrap_or_default()
+        })
         .collect();
-    let mut kinds: Vec<String> = noise.parts().into_iter().filter(|p| p.1 > 0).map(|p| p.0).collect();
+    let mut kinds: Vec<String> = noise
+        .parts()
+        .into_iter()
+        .filter(|p| p.1 > 0)
+        .map(|p| p.0)
+        .collect();
     for m in &class_parts {
         for (k, &ns) in m {
             if ns > 0 && !kinds.contains(k) {
@@ -132,14 +143,27 @@ pub fn explain_causes(
     let mut noise_shares: Vec<NoiseShare> = kinds
         .into_iter()
         .map(|kind| {
-            let mut v: Vec<u64> = class_parts.iter().map(|m| m.get(&kind).copied().unwrap_or(0)).collect();
+            let mut v: Vec<u64> = class_parts
+                .iter()
+                .map(|m| m.get(&kind).copied().unwrap_or(0))
+                .collect();
             let median_ns = crate::stats::median_u64(&mut v).unwrap_or(0);
             let ns = mine_parts.get(&kind).copied().unwrap_or(0);
-            NoiseShare { kind, ns, median_ns, excess_ns: ns as i64 - median_ns as i64 }
+            NoiseShare {
+                kind,
+                ns,
+                median_ns,
+                excess_ns: ns as i64 - median_ns as i64,
+            }
         })
         .filter(|s| s.ns > 0 || s.median_ns > 0)
         .collect();
-    noise_shares.sort_by(|a, b| b.excess_ns.cmp(&a.excess_ns).then(b.ns.cmp(&a.ns)).then(a.kind.cmp(&b.kind)));
+    noise_shares.sort_by(|a, b| {
+        b.excess_ns
+            .cmp(&a.excess_ns)
+            .then(b.ns.cmp(&a.ns))
+            .then(a.kind.cmp(&b.kind))
+    });
     CauseExplanation {
         noise,
         noise_shares,
@@ -191,13 +215,27 @@ pub struct Interference {
 
 /// Sums the causes of every item of `profile` (built over `report`'s items) by waker /
 /// preempter process, thread and item class.
-pub fn interference(report: &crate::items::ItemsReport, profile: &crate::stacks::StackProfile) -> Interference {
-    let class_of: FxHashMap<u64, Option<String>> = report.items.iter().map(|i| (i.id, i.class.clone())).collect();
+pub fn interference(
+    report: &crate::items::ItemsReport,
+    profile: &crate::stacks::StackProfile,
+) -> Interference {
+    let class_of: FxHashMap<u64, Option<String>> = report
+        .items
+        .iter()
+        .map(|i| (i.id, i.class.clone()))
+        .collect();
     type Key = (u32, Option<u32>, Option<Option<String>>, Option<IrqKind>);
-    let mut rows: FxHashMap<Key, (InterferenceRow, rustc_hash::FxHashSet<u64>)> = FxHashMap::default();
+    let mut rows: FxHashMap<Key, (InterferenceRow, rustc_hash::FxHashSet<u64>)> =
+        FxHashMap::default();
     let mut add = |key: Key, comm: &str, item: u64, blocked: u64, runnable: u64| {
         let (r, items) = rows.entry(key.clone()).or_insert_with(|| {
-            let r = InterferenceRow { pid: key.0, tid: key.1, class: key.2.clone().flatten(), irq: key.3, ..Default::default() };
+            let r = InterferenceRow {
+                pid: key.0,
+                tid: key.1,
+                class: key.2.clone().flatten(),
+                irq: key.3,
+                ..Default::default()
+            };
             (r, Default::default())
         });
         if r.comm.is_empty() {
@@ -229,7 +267,10 @@ pub fn interference(report: &crate::items::ItemsReport, profile: &crate::stacks:
             add((0, None, Some(class), None), "", c.id, 0, p.ns);
         }
     }
-    let mut out = Interference { recorded: profile.cause_stats.recorded, ..Default::default() };
+    let mut out = Interference {
+        recorded: profile.cause_stats.recorded,
+        ..Default::default()
+    };
     for ((_, tid, class, _), (mut r, items)) in rows {
         r.total_ns = r.blocked_ns.saturating_add(r.runnable_ns);
         r.items = items.len() as u64;
@@ -243,8 +284,14 @@ pub fn interference(report: &crate::items::ItemsReport, profile: &crate::stacks:
         }
     }
     for v in [&mut out.processes, &mut out.threads, &mut out.classes] {
-        v.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)).then(a.tid.cmp(&b.tid)).then(a.class.cmp(&b.class)).then(a.comm.cmp(&b.comm)));
+        v.sort_by(|a, b| {
+            b.total_ns
+                .cmp(&a.total_ns)
+                .then(a.pid.cmp(&b.pid))
+                .then(a.tid.cmp(&b.tid))
+                .then(a.class.cmp(&b.class))
+                .then(a.comm.cmp(&b.comm))
+        });
     }
     out
 }
-

@@ -153,4 +153,3 @@ pub struct CauseStats {
     pub forgotten: u64,
     pub cut_paths: u64,
 }
-

@@ -186,7 +186,9 @@ impl CauseTracker {
             _ => (u32::MAX, 0),
         };
         let out_cpu = self.out_cpu.remove(&iv.tid);
-        if let (Some(e), Some(w), false, OffState::Blocked) = (&mut self.edges, &wake, items.is_empty(), iv.state) {
+        if let (Some(e), Some(w), false, OffState::Blocked) =
+            (&mut self.edges, &wake, items.is_empty(), iv.state)
+        {
             if e.len() < MAX_WAKE_EDGES {
                 e.push(WakeEdge {
                     time_ns: w.time,
@@ -215,7 +217,10 @@ impl CauseTracker {
                     // ended first, or the wakeup was before it began).
                     Some(w) if w.time > part.begin_ns => {
                         self.stats.blocked_explained += 1;
-                        let w = Wake { time: w.time.min(part.end_ns), ..*w };
+                        let w = Wake {
+                            time: w.time.min(part.end_ns),
+                            ..*w
+                        };
                         self.explain_blocked(idx, &part, &w, item_at);
                     }
                     _ => self.stats.blocked_unexplained += 1,
@@ -409,7 +414,18 @@ impl CauseTracker {
         let Some(h) = self.cpus.get(&cpu) else { return };
         let (b, e) = (iv.begin_ns, iv.end_ns);
         // The switch-ins of the CPU from the last one at or before `b` to `e`.
-        let start = h.partition_point(|x| x.0 <= b).saturating_sub(1);
+        // (Usually among the last few: searched from the end, then by halves.)
+        let mut p = h.len();
+        let mut steps = 0;
+        while p > 0 && h[p - 1].0 > b {
+            p -= 1;
+            steps += 1;
+            if steps == 16 {
+                p = h.partition_point(|x| x.0 <= b);
+                break;
+            }
+        }
+        let start = p.saturating_sub(1);
         let mut ran = std::mem::take(&mut self.scratch_ran);
         ran.clear();
         let mut i = start;
@@ -463,7 +479,8 @@ impl CauseTracker {
         };
         let mut out: Vec<ItemCauses> = Vec::new();
         // Names and interrupt kinds of the wakers' stacks, once per (path, idle).
-        let mut waker_stacks: FxHashMap<(u32, bool), (Vec<String>, Option<IrqKind>)> = FxHashMap::default();
+        let mut waker_stacks: FxHashMap<(u32, bool), (Vec<String>, Option<IrqKind>)> =
+            FxHashMap::default();
         // An item's critical-path entries, by waker tid (reused).
         let mut during_of: Vec<((u32, PathState, u32), u64)> = Vec::new();
         for (idx, _) in self.touched.iter().enumerate().filter(|t| *t.1) {
@@ -478,7 +495,11 @@ impl CauseTracker {
                     let (frames, irq) = waker_stacks
                         .entry((r.largest.1, r.largest.3))
                         .or_insert_with(|| {
-                            let frames = if r.largest.1 == NO_PATH { Vec::new() } else { of_path(r.largest.1) };
+                            let frames = if r.largest.1 == NO_PATH {
+                                Vec::new()
+                            } else {
+                                of_path(r.largest.1)
+                            };
                             let names: Vec<&str> = frames.iter().map(String::as_str).collect();
                             let irq = irq_kind(&names, r.largest.3);
                             (frames, irq)
@@ -562,4 +583,3 @@ impl CauseTracker {
         (out, self.stats)
     }
 }
-
