@@ -458,6 +458,9 @@ pub struct StackBuilder {
 #[derive(Debug, Default)]
 struct ThreadSpans {
     spans: Vec<(u64, u64, u32)>,
+    /// The largest end among `spans[..=i]`: a backward scan for spans overlapping an
+    /// interval stops where this is at or before the interval's begin.
+    max_end: Vec<u64>,
     /// The last lookup's partition point: a thread's records come in time order, so the
     /// next one is usually there or a few spans later.
     at: std::cell::Cell<usize>,
@@ -536,6 +539,15 @@ impl StackBuilder {
         }
         for v in by_tid.values_mut() {
             v.spans.sort_unstable();
+            let mut m = 0;
+            v.max_end = v
+                .spans
+                .iter()
+                .map(|s| {
+                    m = m.max(s.1);
+                    m
+                })
+                .collect();
         }
         let keep = spans.iter().map(|s| opts.filter.keeps(s)).collect();
         let keep_len = spans.len();
@@ -599,7 +611,7 @@ impl StackBuilder {
         ip: Option<u64>,
         mode: CpuMode,
     ) -> u32 {
-        let gen = r.spaces().generation(pid);
+        let gen = r.generation(pid);
         let key: PathKey = if r.stacks().contains(stack) {
             (pid, gen, stack.0, false)
         } else if let Some(ip) = ip {
@@ -661,19 +673,24 @@ impl StackBuilder {
                 t.off_cpu.push(slice);
             }
         }
-        let Some(v) = self.by_tid.get(&iv.tid).map(|ts| &ts.spans) else {
+        let Some(ts) = self.by_tid.get(&iv.tid) else {
             let by_tid = &self.by_tid;
             self.causes
                 .interval(iv, path, &[], &|tid, t| item_in(by_tid, tid, t));
             return;
         };
+        let v = &ts.spans;
         let i = v.partition_point(|s| s.0 < iv.end_ns);
         let mut misses = 0;
         // Reused buffers: no allocation per interval.
         let (mut hits, mut bounds) = std::mem::take(&mut self.scratch_hits);
         hits.clear();
         bounds.clear();
-        for &(b, e, idx) in v[..i].iter().rev() {
+        for (j, &(b, e, idx)) in v[..i].iter().enumerate().rev() {
+            if ts.max_end[j] <= iv.begin_ns {
+                // No span at or before this one ends after the interval begins.
+                break;
+            }
             let o = iv.overlap_ns(b, e);
             if o > 0 {
                 hits.push((idx, o));
