@@ -680,7 +680,8 @@ impl StackBuilder {
             return;
         };
         let v = &ts.spans;
-        let i = v.partition_point(|s| s.0 < iv.end_ns);
+        // The spans that begin before the interval ends (`len > 0`: `end_ns >= 1`).
+        let i = begun(ts, iv.end_ns - 1);
         let mut misses = 0;
         // Reused buffers: no allocation per interval.
         let (mut hits, mut bounds) = std::mem::take(&mut self.scratch_hits);
