@@ -26,8 +26,9 @@
 //!   interval, and its thread's migrations (switch-ins on another CPU inside the item).
 //!
 //! Bounded: per thread the last [`MAX_HISTORY`] samples and off-CPU intervals, per CPU
-//! the last [`MAX_CPU_HISTORY`] switch-ins; older ones are forgotten (counted).
-
+//! the last [`MAX_CPU_HISTORY`] switch-ins; older ones are forgotten (counted). Per item
+//! (a million in a large trace) the state is dense by item index, not a map per item.
+//!
 //! The parts: [`kernel`] (interrupt kinds of wakers, on-CPU noise from kernel frames),
 //! `tracker` (the stack pass' state: wakers with their critical paths, preemption),
 //! [`span`] (the agent's per-span form), [`explain`] (`items --explain`'s "Causes" and
