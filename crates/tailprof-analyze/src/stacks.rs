@@ -817,7 +817,7 @@ impl StackBuilder {
         let switches = self.timelines.switches > 0;
         // Per item: its entries keyed by function path, merged (two location paths may
         // fold into one function path), in reused buffers.
-        let mut st: Vec<((u32, bool, bool), (u64, u64))> = Vec::new();
+        let mut st: Vec<(StackKey, (u64, u64))> = Vec::new();
         let mut off: Vec<((u32, OffState), u64)> = Vec::new();
         let items = self
             .spans
@@ -941,9 +941,7 @@ fn kernel_work_of<'a>(
     functions: &'a [FunctionInfo],
     works: &mut [Option<Option<crate::causes::KernelWork<'a>>>],
 ) -> Option<crate::causes::KernelWork<'a>> {
-    let Some(slot) = works.get_mut(fp as usize) else {
-        return None;
-    };
+    let slot = works.get_mut(fp as usize)?;
     *slot.get_or_insert_with(|| {
         let rows: Vec<&FunctionInfo> = paths
             .get(fp as usize)
@@ -1070,6 +1068,9 @@ fn chain_end(
         ChainEnd::Broken
     }
 }
+
+/// A stack row's key: (function path, complete, truncated).
+type StackKey = (u32, bool, bool);
 
 /// Sums the values of equal keys of `v` (sorts it by key).
 fn merge_rows<K: Ord + Copy, V: Copy>(v: &mut Vec<(K, V)>, add: impl Fn(V, V) -> V) {
