@@ -20,8 +20,9 @@
 //! analysis runs on one thread; CPU time, not wall time, on a shared machine).
 //!
 //! Run with
-//! `cargo run --release -p tailprof-analyze --example causes_throughput [items] [repeats]`
-//! (pinned to one CPU: `taskset -c 1 target/release/examples/causes_throughput`).
+//! `cargo run --release -p tailprof-analyze --example causes_throughput [items] [repeats] [only]`
+//! (pinned to one CPU: `taskset -c 1 target/release/examples/causes_throughput`). `only`
+//! = `causes` runs only the pass with causes (to profile it, e.g. under `perf record`).
 
 use std::time::Instant;
 
@@ -213,7 +214,10 @@ fn build(n: u64, causes: bool) -> (Vec<u8>, u64) {
 
 /// This thread's CPU time, s (the machine may be shared: wall time would count others').
 fn cpu_s() -> f64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: writes the timespec given.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
@@ -231,6 +235,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let repeats: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    let only_causes = args.next().is_some_and(|a| a == "causes");
     let t0 = Instant::now();
     let (with, records) = build(n, true);
     let (without, _) = build(n, false);
@@ -255,6 +260,14 @@ fn main() {
     };
     let (mut decode, mut plain, mut causes) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeats {
+        if only_causes {
+            let mut r = TraceReader::from_bytes(with.clone()).unwrap();
+            let t = cpu_s();
+            let p = stack_profile(&mut r, &opts, spans.clone(), &mut sym).unwrap();
+            causes.push(cpu_s() - t);
+            assert_eq!(p.causes.len() as u64, n);
+            continue;
+        }
         let mut r = TraceReader::from_bytes(with.clone()).unwrap();
         let t = cpu_s();
         r.read_all(&mut Nothing).unwrap();
@@ -289,6 +302,9 @@ fn main() {
         ("stacks, no causes", plain),
         ("stacks + causes", causes),
     ] {
+        if v.is_empty() {
+            continue;
+        }
         let s = median(v);
         println!(
             "{name:<20} {s:>7.3} s  {:>6.2} M records/s",

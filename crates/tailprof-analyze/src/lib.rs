@@ -38,6 +38,7 @@ pub mod causes;
 pub mod export;
 pub mod info;
 pub mod items;
+mod item_maps;
 pub mod measured;
 pub use tailprof_symbolize::maps;
 pub mod offcpu;

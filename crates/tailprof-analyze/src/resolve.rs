@@ -232,8 +232,10 @@ impl Resolver {
         self.keys.len()
     }
 
+    /// The generation of `pid`'s address space ([`AddressSpaces::generation`]),
+    /// remembered for the last pid asked.
     #[inline]
-    fn generation(&mut self, pid: u32) -> u32 {
+    pub(crate) fn generation(&mut self, pid: u32) -> u32 {
         match self.last_gen {
             Some((p, g)) if p == pid => g,
             _ => {

@@ -27,10 +27,11 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    Comm, CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch, SwitchKind, Task, TraceHeader, Wakeup,
-    TraceReader,
+    Comm, CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch,
+    SwitchKind, Task, TraceHeader, TraceReader, Wakeup,
 };
 
+use crate::item_maps::ItemMaps;
 use crate::items::ItemRow;
 use crate::offcpu::{OffInterval, OffState, Timelines};
 use crate::profile::event_name;
@@ -99,7 +100,10 @@ impl StackFilter {
     /// Whether an item passes the filter.
     pub fn keeps(&self, s: &ItemSpan) -> bool {
         (self.items.is_empty() || self.items.contains(&s.id))
-            && self.class.as_ref().is_none_or(|c| s.class.as_deref() == Some(c.as_str()))
+            && self
+                .class
+                .as_ref()
+                .is_none_or(|c| s.class.as_deref() == Some(c.as_str()))
             && (!self.slow || s.anomalous)
     }
 
@@ -110,7 +114,14 @@ impl StackFilter {
         }
         let mut p = Vec::new();
         if !self.items.is_empty() {
-            p.push(format!("items {}", self.items.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")));
+            p.push(format!(
+                "items {}",
+                self.items
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
         if let Some(c) = &self.class {
             p.push(format!("class {c}"));
@@ -224,7 +235,11 @@ pub fn status_counts(counts: &[u64; 8]) -> Vec<StatusCount> {
         .iter()
         .zip(counts)
         .filter(|(_, n)| **n > 0)
-        .map(|(s, &n)| StatusCount { status: s.name(), reason: s.reason(), samples: n })
+        .map(|(s, &n)| StatusCount {
+            status: s.name(),
+            reason: s.reason(),
+            samples: n,
+        })
         .collect()
 }
 
@@ -286,7 +301,11 @@ impl StackProfile {
     pub fn frames(&self, p: u32) -> Vec<&str> {
         self.paths
             .get(p as usize)
-            .map(|v| v.iter().map(|&f| self.functions[f as usize].name.as_str()).collect())
+            .map(|v| {
+                v.iter()
+                    .map(|&f| self.functions[f as usize].name.as_str())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -301,7 +320,11 @@ impl StackProfile {
 
     /// Kept samples with a recorded stack (any status but `none`).
     pub fn samples_with_stacks(&self) -> u64 {
-        self.statuses.iter().filter(|s| s.status != StackStatus::None.name()).map(|s| s.samples).sum()
+        self.statuses
+            .iter()
+            .filter(|s| s.status != StackStatus::None.name())
+            .map(|s| s.samples)
+            .sum()
     }
 
     /// Flat view of the stack rows: per leaf function (self) and per function anywhere on
@@ -317,13 +340,27 @@ impl StackProfile {
         self.flat_by(rows, true)
     }
 
-    fn flat_by<'a>(&'a self, rows: impl Iterator<Item = (u32, u64)>, user_leaf: bool) -> Vec<FlatRow<'a>> {
+    fn flat_by<'a>(
+        &'a self,
+        rows: impl Iterator<Item = (u32, u64)>,
+        user_leaf: bool,
+    ) -> Vec<FlatRow<'a>> {
         let mut acc: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
         let mut seen: Vec<u32> = Vec::new();
         for (p, n) in rows {
-            let Some(path) = self.paths.get(p as usize) else { continue };
-            let user = || path.iter().rev().find(|&&f| !is_kernel_binary(&self.functions[f as usize].binary));
-            let leaf = if user_leaf { user().or(path.last()) } else { path.last() };
+            let Some(path) = self.paths.get(p as usize) else {
+                continue;
+            };
+            let user = || {
+                path.iter()
+                    .rev()
+                    .find(|&&f| !is_kernel_binary(&self.functions[f as usize].binary))
+            };
+            let leaf = if user_leaf {
+                user().or(path.last())
+            } else {
+                path.last()
+            };
             if let Some(&leaf) = leaf {
                 acc.entry(leaf).or_default().0 += n;
             }
@@ -337,9 +374,18 @@ impl StackProfile {
         }
         let mut v: Vec<FlatRow> = acc
             .into_iter()
-            .map(|(f, (s, t))| FlatRow { name: &self.functions[f as usize].name, self_value: s, total_value: t })
+            .map(|(f, (s, t))| FlatRow {
+                name: &self.functions[f as usize].name,
+                self_value: s,
+                total_value: t,
+            })
             .collect();
-        v.sort_by(|a, b| b.self_value.cmp(&a.self_value).then(b.total_value.cmp(&a.total_value)).then(a.name.cmp(b.name)));
+        v.sort_by(|a, b| {
+            b.self_value
+                .cmp(&a.self_value)
+                .then(b.total_value.cmp(&a.total_value))
+                .then(a.name.cmp(b.name))
+        });
         v
     }
 }
@@ -370,12 +416,17 @@ pub struct StackBuilder {
     filter: StackFilter,
     spans: Vec<ItemSpan>,
     keep: Vec<bool>,
-    by_tid: FxHashMap<u32, Vec<(u64, u64, u32)>>,
+    by_tid: FxHashMap<u32, ThreadSpans>,
     path_keys: FxHashMap<PathKey, u32>,
     /// Resolved paths, root first.
     loc_paths: Vec<Vec<LocId>>,
-    samples: FxHashMap<(u32, u32, StackStatus), (u64, u64)>,
-    off: FxHashMap<(u32, u32, OffState), u64>,
+    /// Kept samples (the whole-trace view) by (path, status): (samples, period).
+    samples: FxHashMap<(u32, StackStatus), (u64, u64)>,
+    /// Per item index: samples by (path, status), dense ([`ItemMaps`]).
+    item_samples: ItemMaps<(u32, StackStatus), (u64, u64)>,
+    /// Off-CPU time of the whole-trace view by (path, state), and per item index.
+    off: FxHashMap<(u32, OffState), u64>,
+    item_off: ItemMaps<(u32, OffState), u64>,
     timelines: Timelines,
     statuses: [u64; 8],
     total: u64,
@@ -402,10 +453,48 @@ pub struct StackBuilder {
     migrations: Vec<u64>,
 }
 
+/// The item spans of one thread, by begin: (begin, end, item index), with where the
+/// last lookup ended.
+#[derive(Debug, Default)]
+struct ThreadSpans {
+    spans: Vec<(u64, u64, u32)>,
+    /// The largest end among `spans[..=i]`: a backward scan for spans overlapping an
+    /// interval stops where this is at or before the interval's begin.
+    max_end: Vec<u64>,
+    /// The last lookup's partition point: a thread's records come in time order, so the
+    /// next one is usually there or a few spans later.
+    at: std::cell::Cell<usize>,
+}
+
+/// The number of spans of `ts` that begin at or before `t`, starting from the last
+/// lookup's answer (a binary search when `t` is before it or far after it).
+fn begun(ts: &ThreadSpans, t: u64) -> usize {
+    let v = &ts.spans;
+    let mut i = ts.at.get().min(v.len());
+    if i > 0 && v[i - 1].0 > t {
+        i = v.partition_point(|s| s.0 <= t);
+    } else {
+        let mut steps = 0;
+        while i < v.len() && v[i].0 <= t {
+            i += 1;
+            steps += 1;
+            if steps == 8 {
+                i = v.partition_point(|s| s.0 <= t);
+                break;
+            }
+        }
+    }
+    ts.at.set(i);
+    i
+}
+
 /// The innermost item of `by_tid` open on `tid` at `t` (`NO_ITEM`: none).
-fn item_in(by_tid: &FxHashMap<u32, Vec<(u64, u64, u32)>>, tid: u32, t: u64) -> u32 {
-    let Some(v) = by_tid.get(&tid) else { return NO_ITEM };
-    let i = v.partition_point(|s| s.0 <= t);
+fn item_in(by_tid: &FxHashMap<u32, ThreadSpans>, tid: u32, t: u64) -> u32 {
+    let Some(ts) = by_tid.get(&tid) else {
+        return NO_ITEM;
+    };
+    let i = begun(ts, t);
+    let v = &ts.spans;
     // Latest begin first: the innermost of nested items. Items of one thread rarely
     // nest deeply; look back a bounded number of spans.
     for &(_, end, idx) in v[..i].iter().rev().take(16) {
@@ -419,7 +508,11 @@ fn item_in(by_tid: &FxHashMap<u32, Vec<(u64, u64, u32)>>, tid: u32, t: u64) -> u
 impl StackBuilder {
     /// A builder for `header`'s trace; `spans` are the items samples and off-CPU time
     /// are attributed to (empty: none). Fails if `opts.event` names no event.
-    pub fn new(header: &TraceHeader, opts: &StackOptions, spans: Vec<ItemSpan>) -> Result<Self, AnalyzeError> {
+    pub fn new(
+        header: &TraceHeader,
+        opts: &StackOptions,
+        spans: Vec<ItemSpan>,
+    ) -> Result<Self, AnalyzeError> {
         let event = opts.event.unwrap_or(0);
         if !header.events.is_empty() && event as usize >= header.events.len() {
             return Err(AnalyzeError::NoSuchEvent {
@@ -427,24 +520,48 @@ impl StackBuilder {
                 available: header.events.iter().map(|e| e.name.clone()).collect(),
             });
         }
-        let mut by_tid: FxHashMap<u32, Vec<(u64, u64, u32)>> = FxHashMap::default();
+        let mut by_tid: FxHashMap<u32, ThreadSpans> = FxHashMap::default();
         for (i, s) in spans.iter().enumerate() {
             if s.current.is_empty() {
-                by_tid.entry(s.tid).or_default().push((s.begin_ns, s.end_ns, i as u32));
+                by_tid
+                    .entry(s.tid)
+                    .or_default()
+                    .spans
+                    .push((s.begin_ns, s.end_ns, i as u32));
             }
             for c in &s.current {
-                by_tid.entry(c.tid).or_default().push((c.begin_ns, c.end_ns, i as u32));
+                by_tid
+                    .entry(c.tid)
+                    .or_default()
+                    .spans
+                    .push((c.begin_ns, c.end_ns, i as u32));
             }
         }
         for v in by_tid.values_mut() {
-            v.sort_unstable();
+            v.spans.sort_unstable();
+            let mut m = 0;
+            v.max_end = v
+                .spans
+                .iter()
+                .map(|s| {
+                    m = m.max(s.1);
+                    m
+                })
+                .collect();
         }
         let keep = spans.iter().map(|s| opts.filter.keeps(s)).collect();
-        let off_cpu_late = header.extra.get("off_cpu_from").is_some_and(|v| v == "first_marker");
+        let keep_len = spans.len();
+        let off_cpu_late = header
+            .extra
+            .get("off_cpu_from")
+            .is_some_and(|v| v == "first_marker");
         Ok(StackBuilder {
             causes: crate::causes::CauseTracker::new(header, opts.timeline),
             scratch_hits: Default::default(),
-            fixed_interval: header.events.get(event as usize).and_then(crate::items::estimate::period_interval_ns),
+            fixed_interval: header
+                .events
+                .get(event as usize)
+                .and_then(crate::items::estimate::period_interval_ns),
             meter: Default::default(),
             last_sample: FxHashMap::default(),
             last_cpu: FxHashMap::default(),
@@ -460,7 +577,9 @@ impl StackBuilder {
             path_keys: FxHashMap::default(),
             loc_paths: Vec::new(),
             samples: FxHashMap::default(),
+            item_samples: ItemMaps::with_items(keep_len),
             off: FxHashMap::default(),
+            item_off: ItemMaps::with_items(keep_len),
             timelines: Timelines::new(),
             statuses: [0; 8],
             total: 0,
@@ -484,8 +603,15 @@ impl StackBuilder {
 
     /// The resolved path of `stack` (or of the lone `ip` when it has none; an empty path
     /// without `ip`) for `pid`.
-    fn path_of(&mut self, r: &mut Resolver, pid: u32, stack: StackId, ip: Option<u64>, mode: CpuMode) -> u32 {
-        let gen = r.spaces().generation(pid);
+    fn path_of(
+        &mut self,
+        r: &mut Resolver,
+        pid: u32,
+        stack: StackId,
+        ip: Option<u64>,
+        mode: CpuMode,
+    ) -> u32 {
+        let gen = r.generation(pid);
         let key: PathKey = if r.stacks().contains(stack) {
             (pid, gen, stack.0, false)
         } else if let Some(ip) = ip {
@@ -510,7 +636,11 @@ impl StackBuilder {
                 }
                 // Callers' ips are return addresses: look up the call instruction.
                 let ip = if i == 0 { f.ip } else { f.ip.saturating_sub(1) };
-                let cpumode = if f.kind == FrameKind::Kernel { CpuMode::Kernel } else { CpuMode::User };
+                let cpumode = if f.kind == FrameKind::Kernel {
+                    CpuMode::Kernel
+                } else {
+                    CpuMode::User
+                };
                 locs.push(r.loc_of(pid, ip, cpumode));
             }
             locs
@@ -527,26 +657,41 @@ impl StackBuilder {
             return;
         }
         let path = self.path_of(r, iv.pid, iv.stack, None, CpuMode::Unknown);
-        *self.off.entry((NO_ITEM, path, iv.state)).or_default() += len;
-        let slice = OffSlice { pid: iv.pid, tid: iv.tid, begin_ns: iv.begin_ns, end_ns: iv.end_ns, state: iv.state, path };
+        let slice = OffSlice {
+            pid: iv.pid,
+            tid: iv.tid,
+            begin_ns: iv.begin_ns,
+            end_ns: iv.end_ns,
+            state: iv.state,
+            path,
+        };
         let active = self.filter.is_active();
         if !active {
+            // The whole-trace view: every interval whole (with a filter, the kept items' parts).
+            *self.off.entry((path, iv.state)).or_default() += len;
             if let Some(t) = &mut self.timeline {
                 t.off_cpu.push(slice);
             }
         }
-        let Some(v) = self.by_tid.get(&iv.tid) else {
+        let Some(ts) = self.by_tid.get(&iv.tid) else {
             let by_tid = &self.by_tid;
-            self.causes.interval(iv, path, &[], &|tid, t| item_in(by_tid, tid, t));
+            self.causes
+                .interval(iv, path, &[], &|tid, t| item_in(by_tid, tid, t));
             return;
         };
-        let i = v.partition_point(|s| s.0 < iv.end_ns);
+        let v = &ts.spans;
+        // The spans that begin before the interval ends (`len > 0`: `end_ns >= 1`).
+        let i = begun(ts, iv.end_ns - 1);
         let mut misses = 0;
         // Reused buffers: no allocation per interval.
         let (mut hits, mut bounds) = std::mem::take(&mut self.scratch_hits);
         hits.clear();
         bounds.clear();
-        for &(b, e, idx) in v[..i].iter().rev() {
+        for (j, &(b, e, idx)) in v[..i].iter().enumerate().rev() {
+            if ts.max_end[j] <= iv.begin_ns {
+                // No span at or before this one ends after the interval begins.
+                break;
+            }
             let o = iv.overlap_ns(b, e);
             if o > 0 {
                 hits.push((idx, o));
@@ -561,14 +706,20 @@ impl StackBuilder {
         }
         {
             let by_tid = &self.by_tid;
-            self.causes.interval(iv, path, &bounds, &|tid, t| item_in(by_tid, tid, t));
+            self.causes
+                .interval(iv, path, &bounds, &|tid, t| item_in(by_tid, tid, t));
         }
         for (&(idx, o), &(_, sb, se)) in hits.iter().zip(bounds.iter()) {
-            *self.off.entry((idx, path, iv.state)).or_default() += o;
+            *self.item_off.entry(idx, (path, iv.state)) += o;
             if active && self.keep[idx as usize] {
+                *self.off.entry((path, iv.state)).or_default() += o;
                 if let Some(t) = &mut self.timeline {
                     let (b, e) = (iv.begin_ns.max(sb), iv.end_ns.min(se));
-                    t.off_cpu.push(OffSlice { begin_ns: b, end_ns: e, ..slice });
+                    t.off_cpu.push(OffSlice {
+                        begin_ns: b,
+                        end_ns: e,
+                        ..slice
+                    });
                 }
             }
         }
@@ -607,66 +758,42 @@ impl StackBuilder {
                 })
             })
             .collect();
-        let active = self.filter.is_active();
-        let kept = |item: u32, keep: &[bool]| {
-            if active {
-                item != NO_ITEM && keep.get(item as usize).copied().unwrap_or(false)
-            } else {
-                true
-            }
-        };
-        let n_items = self.spans.len();
         // Stacks the recorder could not judge (frame-pointer and LBR chains): judged now
-        // by their outermost frame's name (see [`chain_end`]).
-        let mut ends: FxHashMap<u32, ChainEnd> = FxHashMap::default();
+        // by their outermost frame's name (see [`chain_end`]), once per location path.
+        let mut ends: Vec<Option<ChainEnd>> = vec![None; self.loc_paths.len()];
+        let mut end_of = |p: u32| -> ChainEnd {
+            *ends[p as usize]
+                .get_or_insert_with(|| chain_end(&self.loc_paths[p as usize], resolver, &table))
+        };
         let mut moved = [0u64; 3];
-        for (&(item, p, status), &(n, _)) in &self.samples {
+        for (&(p, status), &(n, _)) in &self.samples {
             if status == StackStatus::Unknown {
-                let end = *ends.entry(p).or_insert_with(|| chain_end(&self.loc_paths[p as usize], resolver, &table));
-                if kept(item, &self.keep) {
-                    moved[end as usize] += n;
-                }
+                moved[end_of(p) as usize] += n;
             }
         }
+        // (complete, truncated) of a sample's stack.
+        let mut judged = |p: u32, status: StackStatus| match (status == StackStatus::Unknown)
+            .then(|| end_of(p))
+        {
+            Some(ChainEnd::Entry) => (true, false),
+            Some(ChainEnd::Broken) => (false, true),
+            _ => (status == StackStatus::Complete, status.is_truncated()),
+        };
         let mut whole: FxHashMap<(u32, bool, bool), (u64, u64)> = FxHashMap::default();
-        let mut per_item: Vec<FxHashMap<(u32, bool, bool), (u64, u64)>> = vec![FxHashMap::default(); n_items];
         let (mut samples, mut period) = (0u64, 0u64);
-        for (&(item, p, status), &(n, per)) in &self.samples {
-            let fp = of_path[p as usize];
-            let (complete, truncated) = match (status, ends.get(&p)) {
-                (StackStatus::Unknown, Some(ChainEnd::Entry)) => (true, false),
-                (StackStatus::Unknown, Some(ChainEnd::Broken)) => (false, true),
-                _ => (status == StackStatus::Complete, status.is_truncated()),
-            };
-            if kept(item, &self.keep) {
-                let e = whole.entry((fp, complete, truncated)).or_default();
-                e.0 += n;
-                e.1 = e.1.saturating_add(per);
-                samples += n;
-                period = period.saturating_add(per);
-            }
-            if let Some(m) = per_item.get_mut(item as usize) {
-                let e = m.entry((fp, complete, truncated)).or_default();
-                e.0 += n;
-                e.1 = e.1.saturating_add(per);
-            }
+        for (&(p, status), &(n, per)) in &self.samples {
+            let (complete, truncated) = judged(p, status);
+            let e = whole
+                .entry((of_path[p as usize], complete, truncated))
+                .or_default();
+            e.0 += n;
+            e.1 = e.1.saturating_add(per);
+            samples += n;
+            period = period.saturating_add(per);
         }
         let mut off_whole: FxHashMap<(u32, OffState), u64> = FxHashMap::default();
-        let mut off_item: Vec<FxHashMap<(u32, OffState), u64>> = vec![FxHashMap::default(); n_items];
-        for (&(item, p, state), &ns) in &self.off {
-            let fp = of_path[p as usize];
-            if item == NO_ITEM {
-                if !active {
-                    *off_whole.entry((fp, state)).or_default() += ns;
-                }
-                continue;
-            }
-            if active && kept(item, &self.keep) {
-                *off_whole.entry((fp, state)).or_default() += ns;
-            }
-            if let Some(m) = off_item.get_mut(item as usize) {
-                *m.entry((fp, state)).or_default() += ns;
-            }
+        for (&(p, state), &ns) in &self.off {
+            *off_whole.entry((of_path[p as usize], state)).or_default() += ns;
         }
         let timeline = self.timeline.take().map(|mut t| {
             for s in &mut t.samples {
@@ -679,32 +806,62 @@ impl StackBuilder {
             t.wakes = self.causes.take_edges();
             t
         });
-        let stacks = stack_rows(whole);
-        let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole);
-        let interval = self.fixed_interval.or_else(|| self.meter.median()).unwrap_or(0.0);
+        let stacks = stack_rows(whole.into_iter());
+        let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole.into_iter());
+        let interval = self
+            .fixed_interval
+            .or_else(|| self.meter.median())
+            .unwrap_or(0.0);
         // What each function path's kernel part was doing, once per path.
-        let mut works: FxHashMap<u32, Option<crate::causes::KernelWork<'_>>> = FxHashMap::default();
+        let mut works: Vec<Option<Option<crate::causes::KernelWork<'_>>>> = vec![None; paths.len()];
         let switches = self.timelines.switches > 0;
+        // Per item: its entries keyed by function path, merged (two location paths may
+        // fold into one function path), in reused buffers.
+        let mut st: Vec<(StackKey, (u64, u64))> = Vec::new();
+        let mut off: Vec<((u32, OffState), u64)> = Vec::new();
         let items = self
             .spans
             .iter()
-            .zip(per_item.into_iter().zip(off_item))
             .enumerate()
-            .map(|(i, (s, (st, off)))| {
-                let (off_cpu, runnable_ns, blocked_ns) = off_rows(off);
-                let off_cpu_partial =
-                    self.off_cpu_late && self.first_switch.get(&s.pid).is_none_or(|&t| t > s.begin_ns);
+            .map(|(i, s)| {
+                st.clear();
+                for (&(p, status), &v) in self.item_samples.get(i as u32) {
+                    let (complete, truncated) = judged(p, status);
+                    st.push(((of_path[p as usize], complete, truncated), v));
+                }
+                merge_rows(&mut st, |a, b| (a.0 + b.0, a.1.saturating_add(b.1)));
+                off.clear();
+                off.extend(
+                    self.item_off
+                        .get(i as u32)
+                        .map(|(&(p, state), &ns)| ((of_path[p as usize], state), ns)),
+                );
+                merge_rows(&mut off, |a, b| a + b);
+                let (off_cpu, runnable_ns, blocked_ns) = off_rows(off.iter().copied());
+                let off_cpu_partial = self.off_cpu_late
+                    && self
+                        .first_switch
+                        .get(&s.pid)
+                        .is_none_or(|&t| t > s.begin_ns);
                 let mut noise = crate::causes::Noise {
                     migrations: switches.then(|| self.migrations.get(i).copied().unwrap_or(0)),
                     ..Default::default()
                 };
-                for (&(fp, _, _), &(n, _)) in &st {
+                for &((fp, _, _), (n, _)) in &st {
                     if let Some(w) = kernel_work_of(fp, &paths, &table.rows, &mut works) {
                         noise.add(w, n, interval);
                     }
                 }
                 noise.sort();
-                ItemStacks { id: s.id, stacks: stack_rows(st), off_cpu, runnable_ns, blocked_ns, off_cpu_partial, noise }
+                ItemStacks {
+                    id: s.id,
+                    stacks: stack_rows(st.iter().copied()),
+                    off_cpu,
+                    runnable_ns,
+                    blocked_ns,
+                    off_cpu_partial,
+                    noise,
+                }
             })
             .collect();
         drop(works);
@@ -713,22 +870,41 @@ impl StackBuilder {
                 of_path
                     .get(p as usize)
                     .and_then(|&fp| paths.get(fp as usize))
-                    .map(|v| v.iter().map(|&f| table.rows[f as usize].name.clone()).collect())
+                    .map(|v| {
+                        v.iter()
+                            .map(|&f| table.rows[f as usize].name.clone())
+                            .collect()
+                    })
                     .unwrap_or_default()
             };
             let spans = &self.spans;
-            let span = |i: u32| spans.get(i as usize).map_or((0, None), |s| (s.id, s.class.clone()));
+            let span = |i: u32| {
+                spans
+                    .get(i as usize)
+                    .map_or((0, None), |s| (s.id, s.class.clone()))
+            };
             std::mem::take(&mut self.causes).finish(&names, &span)
         };
         let mut counts = self.statuses;
         let unknown = StackStatus::Unknown as usize;
-        counts[unknown] = counts[unknown].saturating_sub(moved[ChainEnd::Entry as usize] + moved[ChainEnd::Broken as usize]);
+        counts[unknown] = counts[unknown]
+            .saturating_sub(moved[ChainEnd::Entry as usize] + moved[ChainEnd::Broken as usize]);
         counts[StackStatus::Complete as usize] += moved[ChainEnd::Entry as usize];
         let mut statuses = status_counts(&counts);
         if moved[ChainEnd::Broken as usize] > 0 {
             // Before `unknown`, the last code: statuses stay in code order otherwise.
-            let at = statuses.iter().position(|s| s.status == StackStatus::Unknown.name()).unwrap_or(statuses.len());
-            statuses.insert(at, StatusCount { status: BROKEN, reason: BROKEN_REASON, samples: moved[ChainEnd::Broken as usize] });
+            let at = statuses
+                .iter()
+                .position(|s| s.status == StackStatus::Unknown.name())
+                .unwrap_or(statuses.len());
+            statuses.insert(
+                at,
+                StatusCount {
+                    status: BROKEN,
+                    reason: BROKEN_REASON,
+                    samples: moved[ChainEnd::Broken as usize],
+                },
+            );
         }
         StackProfile {
             event: self.event_name,
@@ -763,15 +939,25 @@ fn kernel_work_of<'a>(
     fp: u32,
     paths: &[Vec<u32>],
     functions: &'a [FunctionInfo],
-    works: &mut FxHashMap<u32, Option<crate::causes::KernelWork<'a>>>,
+    works: &mut [Option<Option<crate::causes::KernelWork<'a>>>],
 ) -> Option<crate::causes::KernelWork<'a>> {
-    *works.entry(fp).or_insert_with(|| {
-        let rows: Vec<&FunctionInfo> =
-            paths.get(fp as usize).into_iter().flatten().filter_map(|&f| functions.get(f as usize)).collect();
+    let slot = works.get_mut(fp as usize)?;
+    *slot.get_or_insert_with(|| {
+        let rows: Vec<&FunctionInfo> = paths
+            .get(fp as usize)
+            .into_iter()
+            .flatten()
+            .filter_map(|&f| functions.get(f as usize))
+            .collect();
         let frames: Vec<(&str, bool)> = rows
             .iter()
             .filter(|f| is_kernel_binary(&f.binary))
-            .map(|f| (f.name.as_str(), f.unknown_reason.is_none() && !f.name.starts_with('[')))
+            .map(|f| {
+                (
+                    f.name.as_str(),
+                    f.unknown_reason.is_none() && !f.name.starts_with('['),
+                )
+            })
             .collect();
         // The innermost user frame below the kernel part (root first: user, then kernel).
         let caller = rows
@@ -840,21 +1026,40 @@ enum ChainEnd {
 
 /// `fn_<hex>`: a function of a stripped binary named by its `.eh_frame` range.
 fn is_range_name(name: &str) -> bool {
-    name.strip_prefix("fn_").is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    name.strip_prefix("fn_")
+        .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The end of the chain `locs` (root first): its outermost user location, or its
 /// outermost location when it has no user part.
-fn chain_end(locs: &[LocId], resolver: &Resolver, table: &crate::resolve::FunctionTable) -> ChainEnd {
+fn chain_end(
+    locs: &[LocId],
+    resolver: &Resolver,
+    table: &crate::resolve::FunctionTable,
+) -> ChainEnd {
     use crate::maps::BinaryKind;
-    let kind = |l: &LocId| resolver.locations().get(l.index()).map(|loc| resolver.spaces().binary(loc.binary).kind);
-    let kernel = |k: Option<BinaryKind>| matches!(k, Some(BinaryKind::Kernel | BinaryKind::KernelModule));
-    let Some(root) = locs.iter().find(|l| !kernel(kind(l))).or(locs.first()) else { return ChainEnd::Unnamed };
+    let kind = |l: &LocId| {
+        resolver
+            .locations()
+            .get(l.index())
+            .map(|loc| resolver.spaces().binary(loc.binary).kind)
+    };
+    let kernel =
+        |k: Option<BinaryKind>| matches!(k, Some(BinaryKind::Kernel | BinaryKind::KernelModule));
+    let Some(root) = locs.iter().find(|l| !kernel(kind(l))).or(locs.first()) else {
+        return ChainEnd::Unnamed;
+    };
     match kind(root) {
         Some(BinaryKind::Unmapped | BinaryKind::Anon) | None => return ChainEnd::Broken,
         _ => {}
     }
-    let Some(f) = table.of_loc.get(root.index()).and_then(|&r| table.rows.get(r as usize)) else { return ChainEnd::Unnamed };
+    let Some(f) = table
+        .of_loc
+        .get(root.index())
+        .and_then(|&r| table.rows.get(r as usize))
+    else {
+        return ChainEnd::Unnamed;
+    };
     if is_entry_function(&f.name) {
         ChainEnd::Entry
     } else if f.unknown_reason.is_some() || is_range_name(&f.name) {
@@ -864,19 +1069,52 @@ fn chain_end(locs: &[LocId], resolver: &Resolver, table: &crate::resolve::Functi
     }
 }
 
-fn stack_rows(m: FxHashMap<(u32, bool, bool), (u64, u64)>) -> Vec<StackRow> {
+/// A stack row's key: (function path, complete, truncated).
+type StackKey = (u32, bool, bool);
+
+/// Sums the values of equal keys of `v` (sorts it by key).
+fn merge_rows<K: Ord + Copy, V: Copy>(v: &mut Vec<(K, V)>, add: impl Fn(V, V) -> V) {
+    if v.len() < 2 {
+        return;
+    }
+    v.sort_unstable_by_key(|e| e.0);
+    let mut w = 0;
+    for r in 1..v.len() {
+        if v[r].0 == v[w].0 {
+            v[w].1 = add(v[w].1, v[r].1);
+        } else {
+            w += 1;
+            v[w] = v[r];
+        }
+    }
+    v.truncate(w + 1);
+}
+
+fn stack_rows(m: impl Iterator<Item = ((u32, bool, bool), (u64, u64))>) -> Vec<StackRow> {
     let mut v: Vec<StackRow> = m
-        .into_iter()
-        .map(|((path, complete, truncated), (samples, period))| StackRow { path, samples, period, complete, truncated })
+        .map(
+            |((path, complete, truncated), (samples, period))| StackRow {
+                path,
+                samples,
+                period,
+                complete,
+                truncated,
+            },
+        )
         .collect();
-    v.sort_unstable_by(|a, b| b.samples.cmp(&a.samples).then(a.path.cmp(&b.path)).then(b.complete.cmp(&a.complete)).then(a.truncated.cmp(&b.truncated)));
+    v.sort_unstable_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then(a.path.cmp(&b.path))
+            .then(b.complete.cmp(&a.complete))
+            .then(a.truncated.cmp(&b.truncated))
+    });
     v
 }
 
-fn off_rows(m: FxHashMap<(u32, OffState), u64>) -> (Vec<OffRow>, u64, u64) {
+fn off_rows(m: impl Iterator<Item = ((u32, OffState), u64)>) -> (Vec<OffRow>, u64, u64) {
     let (mut r, mut b) = (0u64, 0u64);
     let mut v: Vec<OffRow> = m
-        .into_iter()
         .map(|((path, state), ns)| {
             match state {
                 OffState::Runnable => r = r.saturating_add(ns),
@@ -885,7 +1123,11 @@ fn off_rows(m: FxHashMap<(u32, OffState), u64>) -> (Vec<OffRow>, u64, u64) {
             OffRow { path, state, ns }
         })
         .collect();
-    v.sort_unstable_by(|a, b| b.ns.cmp(&a.ns).then(a.path.cmp(&b.path)).then(a.state.cmp(&b.state)));
+    v.sort_unstable_by(|a, b| {
+        b.ns.cmp(&a.ns)
+            .then(a.path.cmp(&b.path))
+            .then(a.state.cmp(&b.state))
+    });
     (v, r, b)
 }
 
@@ -911,7 +1153,11 @@ impl ResolvedSink for StackBuilder {
                 self.meter.add(s.time.saturating_sub(last));
             }
         }
-        let item = if self.by_tid.is_empty() { NO_ITEM } else { self.item_at(s.tid, s.time) };
+        let item = if self.by_tid.is_empty() {
+            NO_ITEM
+        } else {
+            self.item_at(s.tid, s.time)
+        };
         let kept = !self.filter.is_active() || (item != NO_ITEM && self.keep[item as usize]);
         if kept {
             self.statuses[s.stack_status as usize] += 1;
@@ -923,12 +1169,24 @@ impl ResolvedSink for StackBuilder {
             Some(p) => p,
             None => self.path_of(r, s.pid, s.stack, Some(s.ip), s.cpumode),
         };
-        let e = self.samples.entry((item, path, s.stack_status)).or_default();
-        e.0 += 1;
-        e.1 = e.1.saturating_add(s.period);
+        if kept {
+            let e = self.samples.entry((path, s.stack_status)).or_default();
+            e.0 += 1;
+            e.1 = e.1.saturating_add(s.period);
+        }
+        if item != NO_ITEM {
+            let e = self.item_samples.entry(item, (path, s.stack_status));
+            e.0 += 1;
+            e.1 = e.1.saturating_add(s.period);
+        }
         if kept {
             if let Some(t) = &mut self.timeline {
-                t.samples.push(TimedSample { time_ns: s.time, pid: s.pid, tid: s.tid, path });
+                t.samples.push(TimedSample {
+                    time_ns: s.time,
+                    pid: s.pid,
+                    tid: s.tid,
+                    path,
+                });
             }
         }
     }
@@ -955,7 +1213,11 @@ impl ResolvedSink for StackBuilder {
     fn handle_wakeup(&mut self, w: &Wakeup, r: &mut Resolver) {
         self.last_time = self.last_time.max(w.time);
         if self.causes.on {
-            let path = if w.stack.is_none() { crate::causes::NO_PATH } else { self.path_of(r, w.pid, w.stack, None, CpuMode::Kernel) };
+            let path = if w.stack.is_none() {
+                crate::causes::NO_PATH
+            } else {
+                self.path_of(r, w.pid, w.stack, None, CpuMode::Kernel)
+            };
             self.causes.wakeup(w, path);
         }
     }
@@ -999,12 +1261,18 @@ pub fn stack_report(
     symbolizer: &mut Symbolizer,
 ) -> Result<(Option<crate::items::ItemsReport>, StackProfile), AnalyzeError> {
     let items = if need_items || opts.filter.is_active() {
-        let io = crate::items::ItemsOptions { event: opts.event, ..Default::default() };
+        let io = crate::items::ItemsOptions {
+            event: opts.event,
+            ..Default::default()
+        };
         Some(crate::items::items_report(reader, &io, symbolizer)?)
     } else {
         None
     };
-    let spans = items.as_ref().map(|r| ItemSpan::from_rows(&r.items)).unwrap_or_default();
+    let spans = items
+        .as_ref()
+        .map(|r| ItemSpan::from_rows(&r.items))
+        .unwrap_or_default();
     if opts.filter.is_active() {
         for id in &opts.filter.items {
             if !spans.iter().any(|s| s.id == *id) {
@@ -1013,12 +1281,17 @@ pub fn stack_report(
         }
         if let Some(c) = &opts.filter.class {
             if !spans.iter().any(|s| s.class.as_deref() == Some(c.as_str())) {
-                let mut classes: Vec<String> =
-                    spans.iter().map(|s| s.class.clone().unwrap_or_else(|| "(no class)".to_owned())).collect();
+                let mut classes: Vec<String> = spans
+                    .iter()
+                    .map(|s| s.class.clone().unwrap_or_else(|| "(no class)".to_owned()))
+                    .collect();
                 classes.sort();
                 classes.dedup();
                 classes.truncate(10);
-                return Err(AnalyzeError::NoSuchClass { class: c.clone(), classes });
+                return Err(AnalyzeError::NoSuchClass {
+                    class: c.clone(),
+                    classes,
+                });
             }
         }
     }
@@ -1034,6 +1307,10 @@ pub fn item_stacks(
     event: Option<u16>,
     symbolizer: &mut Symbolizer,
 ) -> Result<StackProfile, AnalyzeError> {
-    let opts = StackOptions { event, filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions {
+        event,
+        filter: StackFilter::default(),
+        timeline: false,
+    };
     stack_profile(reader, &opts, ItemSpan::from_rows(&items.items), symbolizer)
 }
