@@ -66,11 +66,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(data: &[u8]) -> Scratch {
-        let p = std::env::temp_dir().join(format!(
-            "tailprof-fuzz-{}-{}.data",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
+        let p = std::env::temp_dir().join(format!("tailprof-fuzz-{}-{}.data", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
         let mut f = std::fs::File::create(&p).expect("scratch file");
         f.write_all(data).expect("scratch file");
         Scratch(p)
@@ -149,7 +145,8 @@ impl Sink for FirstN {
 /// `sample_id` trailer: decoded or refused, never a panic.
 fn check_side_band(data: &[u8]) {
     use tailprof_perf_abi::{sample_type as st, Endian, SampleLayout};
-    let layouts = [SampleLayout::new(0), SampleLayout::new(st::TID | st::TIME | st::ID | st::CPU | st::IDENTIFIER).with_sample_id_all(true)];
+    let layouts =
+        [SampleLayout::new(0), SampleLayout::new(st::TID | st::TIME | st::ID | st::CPU | st::IDENTIFIER).with_sample_id_all(true)];
     for endian in [Endian::Little, Endian::Big] {
         for l in &layouts {
             if let Ok(Some((tailprof_perf_abi::SideBand::Mmap(m), _))) = l.decode_side_band(data, endian) {

@@ -36,7 +36,9 @@ fn main() {
             println!("{bid} {n} rows {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
         }
     }
-    println!("window_start_us rows samples otlp_bytes otlp_first_ms otlp_warm_ms pprof_bytes pprof_first_ms pprof_warm_ms pprof_uncached_ms");
+    println!(
+        "window_start_us rows samples otlp_bytes otlp_first_ms otlp_warm_ms pprof_bytes pprof_first_ms pprof_warm_ms pprof_uncached_ms"
+    );
     let mut files = reader.files(Table::Samples, None, i64::MIN, i64::MAX);
     files.sort_by_key(|f| f.start_us);
     for f in files {
@@ -72,10 +74,19 @@ fn main() {
             ut.push(ms(t));
         }
         if let Some(o) = &out {
-            std::fs::write(o.join(format!("{}.otlp.pb", w.start_us)), tailprof_agent::otlp::window_request(&store, &w).encode_to_vec()).expect("write the request");
+            std::fs::write(o.join(format!("{}.otlp.pb", w.start_us)), tailprof_agent::otlp::window_request(&store, &w).encode_to_vec())
+                .expect("write the request");
         }
         let (o0, p0) = (ot.remove(0), pt.remove(0));
-        println!("{} {} {} {ob} {o0:.1} {:.1} {pb} {p0:.1} {:.1} {:.1}", w.start_us, rows.len(), w.samples, median(ot), median(pt), median(ut));
+        println!(
+            "{} {} {} {ob} {o0:.1} {:.1} {pb} {p0:.1} {:.1} {:.1}",
+            w.start_us,
+            rows.len(),
+            w.samples,
+            median(ot),
+            median(pt),
+            median(ut)
+        );
     }
     let cached = tailprof_agent::names::with_cache(&store, |c| c.cached());
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

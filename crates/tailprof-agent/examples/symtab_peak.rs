@@ -49,14 +49,21 @@ fn main() {
         ["--kallsyms", out] => {
             // the kernel's table, as the agent builds it
             let f = std::fs::File::open("/proc/kallsyms").unwrap_or_else(|e| die(format!("/proc/kallsyms: {e}")));
-            let t = tailprof_agent::symtab::write_kallsyms_table(f, "00", "[kernel.kallsyms]", std::path::Path::new(out)).unwrap_or_else(|e| die(e.to_string()));
+            let t = tailprof_agent::symtab::write_kallsyms_table(f, "00", "[kernel.kallsyms]", std::path::Path::new(out))
+                .unwrap_or_else(|e| die(e.to_string()));
             (t.functions, t.skipped)
         }
         ["--blazesym", file, out] => {
             let funcs = tailprof_agent::symtab::reference_table(file).unwrap_or_else(|e| die(format!("{file}: {e}")));
             let rows: Vec<tailprof_store::schema::SymbolRow> = funcs
                 .into_iter()
-                .map(|(start, size, name)| tailprof_store::schema::SymbolRow { build_id: "00".into(), binary: file.to_string(), start, size, name })
+                .map(|(start, size, name)| tailprof_store::schema::SymbolRow {
+                    build_id: "00".into(),
+                    binary: file.to_string(),
+                    start,
+                    size,
+                    name,
+                })
                 .collect();
             eprintln!("after the table: VmHWM {} KiB, VmRSS {} KiB", status("VmHWM:"), status("VmRSS:"));
             tailprof_store::write_symbols(std::path::Path::new(out), &rows).unwrap_or_else(|e| die(format!("{out}: {e}")));
@@ -64,7 +71,8 @@ fn main() {
         }
         [file, out] if !file.starts_with("--") => {
             let f = std::fs::File::open(file).unwrap_or_else(|e| die(format!("{file}: {e}")));
-            let t = tailprof_agent::symtab::write_elf_table(&f, "00", file, std::path::Path::new(out)).unwrap_or_else(|e| die(format!("{file}: {e}")));
+            let t = tailprof_agent::symtab::write_elf_table(&f, "00", file, std::path::Path::new(out))
+                .unwrap_or_else(|e| die(format!("{file}: {e}")));
             (t.functions, t.skipped)
         }
         _ => {

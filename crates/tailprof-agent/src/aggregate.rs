@@ -22,12 +22,10 @@ use std::sync::Arc;
 use tailprof_collect::session::RecordOutput;
 use tailprof_format::addrspace::{AddressSpaces, SpaceLimits};
 use tailprof_format::{
-    build_id_hex, BuildIdEntry, CpuMode, Flow, FormatError, Frame, FrameKind, LossKind, Record, Sample, Sink, StackId,
-    StackStatus, StackTable,
+    build_id_hex, BuildIdEntry, CpuMode, Flow, FormatError, Frame, FrameKind, LossKind, Record, Sample, Sink, StackId, StackStatus,
+    StackTable,
 };
-use tailprof_store::schema::{
-    stack_id, SampleRow, StoreFrame, KERNEL_BUILD_ID, NO_BUILD_ID_PREFIX,
-};
+use tailprof_store::schema::{stack_id, SampleRow, StoreFrame, KERNEL_BUILD_ID, NO_BUILD_ID_PREFIX};
 
 use crate::tail::TailRetainer;
 use crate::writer::{Job, SymbolJob, WindowBatch};
@@ -222,13 +220,7 @@ fn is_kernel_ip(ip: u64) -> bool {
 }
 
 impl Aggregator {
-    pub fn new(
-        events: Vec<String>,
-        window_us: i64,
-        host: String,
-        jobs: Sender<Job>,
-        tail: Option<TailRetainer>,
-    ) -> Self {
+    pub fn new(events: Vec<String>, window_us: i64, host: String, jobs: Sender<Job>, tail: Option<TailRetainer>) -> Self {
         let comm_ids = HashMap::from([(String::new(), 0)]);
         Aggregator {
             spaces: AddressSpaces::new(space_limits()),
@@ -361,12 +353,7 @@ impl Aggregator {
                 let build_id = given
                     .map(|b| b.to_string())
                     .or_else(|| self.path_build_ids.get(&*full_path).cloned())
-                    .or_else(|| {
-                        opened
-                            .as_ref()
-                            .and_then(tailprof_collect::buildid::read_build_id_from)
-                            .map(|b| build_id_hex(&b))
-                    })
+                    .or_else(|| opened.as_ref().and_then(tailprof_collect::buildid::read_build_id_from).map(|b| build_id_hex(&b)))
                     .unwrap_or_else(|| pseudo_build_id(&path, opened.as_ref()));
                 (build_id, opened)
             }
@@ -387,18 +374,11 @@ impl Aggregator {
             }
             None => {
                 let b = self.binaries.len() as u32;
-                self.binaries.push(Binary {
-                    build_id: build_id.clone(),
-                    path: path.clone(),
-                });
+                self.binaries.push(Binary { build_id: build_id.clone(), path: path.clone() });
                 self.bin_ids.insert(build_id.clone(), b);
                 self.stats.binaries += 1;
                 if let Some(file) = opened {
-                    let _ = self.jobs.send(Job::Symbols(SymbolJob {
-                        build_id,
-                        path: path.to_string(),
-                        file,
-                    }));
+                    let _ = self.jobs.send(Job::Symbols(SymbolJob { build_id, path: path.to_string(), file }));
                 }
                 b
             }
@@ -445,36 +425,21 @@ impl Aggregator {
         self.window_samples += 1;
         let mut frames = std::mem::take(&mut self.frame_buf);
         frames.clear();
-        let leaf = if s.cpumode == CpuMode::Kernel {
-            Frame::kernel(s.ip)
-        } else {
-            Frame::user(s.ip)
-        };
-        let mut chain: Vec<Frame> = if s.stack.is_none() {
-            Vec::new()
-        } else {
-            self.stacks.frames_leaf_first(s.stack).collect()
-        };
+        let leaf = if s.cpumode == CpuMode::Kernel { Frame::kernel(s.ip) } else { Frame::user(s.ip) };
+        let mut chain: Vec<Frame> = if s.stack.is_none() { Vec::new() } else { self.stacks.frames_leaf_first(s.stack).collect() };
         if chain.first().map(|f| f.ip) != Some(s.ip) {
             chain.insert(0, leaf);
         }
         for f in chain.iter().take(tailprof_store::MAX_FRAMES) {
             frames.push(self.resolve(s.pid, *f));
         }
-        let truncated = chain.len() > tailprof_store::MAX_FRAMES
-            || !matches!(s.stack_status, StackStatus::Complete | StackStatus::None);
+        let truncated = chain.len() > tailprof_store::MAX_FRAMES || !matches!(s.stack_status, StackStatus::Complete | StackStatus::None);
         self.spaces.touch(s.pid);
         let comm = self.proc_comm.get(&s.pid).copied().unwrap_or(0);
         if let Some(t) = &mut self.tail {
             t.handle_sample(s, &frames);
         }
-        let key = AggKey {
-            pid: s.pid,
-            comm,
-            event: s.event,
-            truncated,
-            frames: frames.as_slice().into(),
-        };
+        let key = AggKey { pid: s.pid, comm, event: s.event, truncated, frames: frames.as_slice().into() };
         self.frame_buf = frames;
         if let Some(v) = self.table.get_mut(&key) {
             v.0 += 1;
@@ -494,10 +459,7 @@ impl Aggregator {
             JIT_BIN => self.jit.build_id_of(pid, f.1).unwrap_or_default(),
             b => self.binaries[b as usize].build_id.clone(),
         };
-        StoreFrame {
-            build_id,
-            offset: f.1,
-        }
+        StoreFrame { build_id, offset: f.1 }
     }
 
     fn binary_path(&self, first: Option<&StoreFrame>, f: Option<&AggFrame>) -> String {
@@ -524,8 +486,7 @@ impl Aggregator {
     /// Ends the current window if it is due (or `force`), handing it to the writer.
     pub fn maybe_flush(&mut self, force: bool) {
         let now_mono = tailprof_collect::session::monotonic_ns();
-        let due = now_mono.saturating_sub(self.window_start_mono)
-            >= (self.window_us as u64).saturating_mul(1000);
+        let due = now_mono.saturating_sub(self.window_start_mono) >= (self.window_us as u64).saturating_mul(1000);
         if !due && !force {
             return;
         }
@@ -550,11 +511,7 @@ impl Aggregator {
                 window_end_us: end.max(start + 1),
                 pid: k.pid,
                 comm: self.comms.get(k.comm as usize).cloned().unwrap_or_default(),
-                event: self
-                    .events
-                    .get(k.event as usize)
-                    .cloned()
-                    .unwrap_or_else(|| format!("event{}", k.event)),
+                event: self.events.get(k.event as usize).cloned().unwrap_or_else(|| format!("event{}", k.event)),
                 binary: self.binary_path(frames.first(), k.frames.first()),
                 stack_id: stack_id(&frames),
                 frames,
@@ -564,9 +521,7 @@ impl Aggregator {
             });
         }
         let (items, latency) = match &mut self.tail {
-            Some(t) => t.take_window(start, end.max(start + 1), &|bin| {
-                self.binaries.get(bin as usize).map(|b| b.build_id.clone())
-            }),
+            Some(t) => t.take_window(start, end.max(start + 1), &|bin| self.binaries.get(bin as usize).map(|b| b.build_id.clone())),
             None => (Vec::new(), Vec::new()),
         };
         let batch = WindowBatch {
@@ -661,16 +616,9 @@ fn is_anonymous(path: &str) -> bool {
 }
 
 fn pseudo_build_id(path: &str, f: Option<&File>) -> String {
-    let (size, mtime) = f
-        .and_then(|f| f.metadata().ok())
-        .map(|m| (m.size(), m.mtime()))
-        .unwrap_or((0, 0));
+    let (size, mtime) = f.and_then(|f| f.metadata().ok()).map(|m| (m.size(), m.mtime())).unwrap_or((0, 0));
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in path
-        .bytes()
-        .chain(size.to_le_bytes())
-        .chain(mtime.to_le_bytes())
-    {
+    for b in path.bytes().chain(size.to_le_bytes()).chain(mtime.to_le_bytes()) {
         h ^= b as u64;
         h = h.wrapping_mul(0x100_0000_01b3);
     }
@@ -726,11 +674,7 @@ impl Sink for Aggregator {
             }
             Record::Marker(m) => {
                 if let Some(t) = &mut self.tail {
-                    let comm = self
-                        .proc_comm
-                        .get(&m.pid)
-                        .map(|&c| self.comms[c as usize].clone())
-                        .unwrap_or_default();
+                    let comm = self.proc_comm.get(&m.pid).map(|&c| self.comms[c as usize].clone()).unwrap_or_default();
                     t.handle_marker(m, &comm);
                 }
             }

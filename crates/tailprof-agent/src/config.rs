@@ -116,23 +116,13 @@ pub enum ConfigValueError {
     UnknownKey(String),
     /// A value the key does not accept; `what` says what it takes.
     #[error("{key} = {value:?}: {what}")]
-    BadValue {
-        key: String,
-        value: String,
-        what: String,
-    },
+    BadValue { key: String, value: String, what: String },
 }
 
 impl AgentConfig {
     /// Sets one key. `Err` carries what is wrong and what is accepted.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigValueError> {
-        let bad = |what: &str| {
-            Err(ConfigValueError::BadValue {
-                key: key.to_string(),
-                value: value.to_string(),
-                what: what.to_string(),
-            })
-        };
+        let bad = |what: &str| Err(ConfigValueError::BadValue { key: key.to_string(), value: value.to_string(), what: what.to_string() });
         match key {
             "store" => {
                 if value.is_empty() {
@@ -233,14 +223,10 @@ impl AgentConfig {
         let cfg_err = |msg: String| AgentError::Config(format!("{}: {msg}", path.display()));
         let md = std::fs::metadata(path).map_err(|e| cfg_err(format!("cannot read it: {e}")))?;
         if !md.is_file() || md.len() > MAX_CONFIG_BYTES {
-            return Err(cfg_err(format!(
-                "not a regular file of at most {MAX_CONFIG_BYTES} bytes"
-            )));
+            return Err(cfg_err(format!("not a regular file of at most {MAX_CONFIG_BYTES} bytes")));
         }
-        let text =
-            std::fs::read_to_string(path).map_err(|e| cfg_err(format!("cannot read it: {e}")))?;
-        self.apply_text(&text)
-            .map_err(|(line, msg)| cfg_err(format!("line {line}: {msg}")))
+        let text = std::fs::read_to_string(path).map_err(|e| cfg_err(format!("cannot read it: {e}")))?;
+        self.apply_text(&text).map_err(|(line, msg)| cfg_err(format!("line {line}: {msg}")))
     }
 
     /// Applies config text; `Err((line, message))`.
@@ -254,10 +240,7 @@ impl AgentConfig {
                 return Err((i + 1, format!("{line:?} is not `key = value`")));
             };
             let v = v.trim();
-            let v = v
-                .strip_prefix('"')
-                .and_then(|x| x.strip_suffix('"'))
-                .unwrap_or(v);
+            let v = v.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(v);
             self.set(k.trim(), v).map_err(|m| (i + 1, m.to_string()))?;
         }
         Ok(())
@@ -266,9 +249,7 @@ impl AgentConfig {
     /// Checks combinations.
     pub fn validate(&self) -> Result<(), AgentError> {
         if self.item_begin.is_some() != self.item_end.is_some() {
-            return Err(AgentError::Config(
-                "item_begin and item_end go together: set both or neither".into(),
-            ));
+            return Err(AgentError::Config("item_begin and item_end go together: set both or neither".into()));
         }
         Ok(())
     }
@@ -282,10 +263,7 @@ mod tests {
     fn parses_and_rejects() {
         let mut c = AgentConfig::default();
         c.apply_text("# comment\nwindow = 5s\nfrequency=99 # trailing\nstore = \"/tmp/x\"\nretain_size = 1G\n").unwrap();
-        assert_eq!(
-            (c.window_us, c.frequency, c.retain_bytes),
-            (5_000_000, 99, Some(1 << 30))
-        );
+        assert_eq!((c.window_us, c.frequency, c.retain_bytes), (5_000_000, 99, Some(1 << 30)));
         assert_eq!(c.store, PathBuf::from("/tmp/x"));
         let e = c.apply_text("window = 5s\nfrequncy = 9\n").unwrap_err();
         assert_eq!(e.0, 2);

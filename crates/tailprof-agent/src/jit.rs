@@ -75,10 +75,7 @@ struct Proc {
 
 impl Proc {
     fn build_id(&self) -> String {
-        format!(
-            "{NO_BUILD_ID_PREFIX}{:016x}{:08x}",
-            self.seed, self.generation
-        )
+        format!("{NO_BUILD_ID_PREFIX}{:016x}{:08x}", self.seed, self.generation)
     }
 
     /// The used entry covering `ip`.
@@ -122,8 +119,7 @@ impl JitNames {
     /// Keeps entry `e` within the bounds (see the constants).
     pub fn add(&mut self, e: &JitEntry) {
         let cost = e.name.len() + e.source.as_ref().map_or(0, String::len) + 64;
-        if self.bytes + cost > MAX_JIT_BYTES || e.size == 0 || e.start.checked_add(e.size).is_none()
-        {
+        if self.bytes + cost > MAX_JIT_BYTES || e.size == 0 || e.start.checked_add(e.size).is_none() {
             self.stats.jit_entries_dropped += 1;
             return;
         }
@@ -140,10 +136,7 @@ impl JitNames {
             let mut seed = 0xcbf2_9ce4_8422_2325u64;
             fnv(&mut seed, b"jit");
             fnv(&mut seed, &e.pid.to_le_bytes());
-            fnv(
-                &mut seed,
-                &tailprof_collect::session::monotonic_ns().to_le_bytes(),
-            );
+            fnv(&mut seed, &tailprof_collect::session::monotonic_ns().to_le_bytes());
             fnv(&mut seed, &tailprof_store::time::now_us().to_le_bytes());
             let p = Proc {
                 table: JitTables::new(),
@@ -238,20 +231,8 @@ impl JitNames {
         for p in self.procs.values_mut().filter(|p| p.dirty) {
             p.generation = p.generation.wrapping_add(1);
             p.dirty = false;
-            let funcs = p
-                .used
-                .iter()
-                .map(|(&start, (size, name))| SymbolFn {
-                    start,
-                    size: *size,
-                    name: name.clone(),
-                })
-                .collect();
-            out.push(JitTable {
-                build_id: p.build_id(),
-                path: JIT_PATH.into(),
-                funcs,
-            });
+            let funcs = p.used.iter().map(|(&start, (size, name))| SymbolFn { start, size: *size, name: name.clone() }).collect();
+            out.push(JitTable { build_id: p.build_id(), path: JIT_PATH.into(), funcs });
         }
         self.stats.jit_symbol_tables += out.len() as u64;
         out
@@ -260,11 +241,7 @@ impl JitNames {
     /// The pseudo build-id naming `ip` of `pid` (after [`Self::use_frame`] and
     /// [`Self::take_tables`]), or `None`: unnamed (counted).
     pub fn build_id_of(&mut self, pid: u32, ip: u64) -> Option<String> {
-        let named = self
-            .procs
-            .get(&pid)
-            .filter(|p| p.used_at(ip).is_some())
-            .map(Proc::build_id);
+        let named = self.procs.get(&pid).filter(|p| p.used_at(ip).is_some()).map(Proc::build_id);
         if named.is_none() {
             self.stats.jit_frames_unnamed += 1;
         }
@@ -283,15 +260,7 @@ mod tests {
     use tailprof_format::JitOrigin;
 
     fn e(pid: u32, time: u64, start: u64, size: u64, name: &str) -> JitEntry {
-        JitEntry {
-            pid,
-            time,
-            start,
-            size,
-            origin: JitOrigin::PerfMap,
-            name: name.into(),
-            source: None,
-        }
+        JitEntry { pid, time, start, size, origin: JitOrigin::PerfMap, name: name.into(), source: None }
     }
 
     #[test]
@@ -329,10 +298,7 @@ mod tests {
         let mut j = JitNames::new();
         j.add(&e(1, 0, 0x1000, 0x10, "f"));
         j.exit(1);
-        assert!(
-            j.use_frame(1, 0x1008),
-            "an exited process's frames of this window are named"
-        );
+        assert!(j.use_frame(1, 0x1008), "an exited process's frames of this window are named");
         assert_eq!(j.take_tables().len(), 1);
         j.end_window();
         assert!(!j.has(1));

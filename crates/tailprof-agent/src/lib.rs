@@ -34,9 +34,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use serde::Serialize;
 use tailprof_collect::attr::{ClockChoice, SamplingConfig};
 use tailprof_collect::event::EventSpec;
-use tailprof_collect::session::{
-    ItemOptions, Progress, RecordOptions, Recorder, StackOptions, Target,
-};
+use tailprof_collect::session::{ItemOptions, Progress, RecordOptions, Recorder, StackOptions, Target};
 
 pub use config::AgentConfig;
 pub use writer::WriterStats;
@@ -80,21 +78,13 @@ pub struct AgentSummary {
 /// `stop`), then flushes the current window and waits for the writer, a bounded time
 /// ([`writer::STOP_WITHIN`] + [`SHUTDOWN_GRACE`]: symbol tables not done by then are
 /// counted in `WriterStats::symbol_tables_dropped_at_stop`).
-pub fn run_agent(
-    cfg: &AgentConfig,
-    stop: &AtomicBool,
-    on_window: &mut dyn FnMut(&Progress),
-) -> Result<AgentSummary, AgentError> {
+pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool, on_window: &mut dyn FnMut(&Progress)) -> Result<AgentSummary, AgentError> {
     cfg.validate()?;
     let (store, removed) = tailprof_store::Store::open(&cfg.store)?;
     let spec = EventSpec::parse(&cfg.event)?;
     let sampling = SamplingConfig {
         period: cfg.period,
-        freq: if cfg.period.is_some() {
-            None
-        } else {
-            Some(cfg.frequency)
-        },
+        freq: if cfg.period.is_some() { None } else { Some(cfg.frequency) },
         clock: ClockChoice::Monotonic,
         inherit: true,
         disabled: true,
@@ -124,29 +114,19 @@ pub fn run_agent(
         ..ItemOptions::default()
     };
     let stacks = StackOptions {
-        call_graph: cfg
-            .stacks
-            .then_some(tailprof_collect::session::CallGraph::Fp),
+        call_graph: cfg.stacks.then_some(tailprof_collect::session::CallGraph::Fp),
         off_cpu: false,
         no_wakeups: !cfg.causes,
     };
     let mut recorder = Recorder::with_stacks(opts, items, stacks)?;
-    let events: Vec<String> = recorder
-        .header()
-        .events
-        .iter()
-        .map(|e| e.name.clone())
-        .collect();
+    let events: Vec<String> = recorder.header().events.iter().map(|e| e.name.clone()).collect();
 
     let (tx, rx) = mpsc::channel();
     let wstats = Arc::new(Mutex::new(WriterStats::default()));
     let dropped = writer::DroppedBinaries::default();
     let wcfg = writer::WriterConfig {
         store: store.clone(),
-        retain: tailprof_store::RetainPolicy {
-            max_age_us: cfg.retain_age_us,
-            max_bytes: cfg.retain_bytes,
-        },
+        retain: tailprof_store::RetainPolicy { max_age_us: cfg.retain_age_us, max_bytes: cfg.retain_bytes },
         compact: cfg.compact,
         push: cfg.push.clone(),
         otlp: cfg.otlp.clone(),
@@ -158,14 +138,9 @@ pub fn run_agent(
     let handle = std::thread::Builder::new()
         .name("tailprof-writer".into())
         .spawn(move || writer::run_writer(wcfg, rx, ws))
-        .map_err(|e| {
-            tailprof_store::StoreError::Options(format!("cannot start the writer thread: {e}"))
-        })?;
+        .map_err(|e| tailprof_store::StoreError::Options(format!("cannot start the writer thread: {e}")))?;
 
-    let tail = Some(tail::TailRetainer::new(
-        cfg.slow_threshold_ns,
-        cfg.slow_percentile,
-    ));
+    let tail = Some(tail::TailRetainer::new(cfg.slow_threshold_ns, cfg.slow_percentile));
     let mut agg = aggregate::Aggregator::new(events, cfg.window_us, cfg.host.clone(), tx, tail);
     agg.set_dropped_binaries(dropped);
     agg.register_kernel();

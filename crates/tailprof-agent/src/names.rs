@@ -140,7 +140,10 @@ impl NameCache {
     fn trim(&mut self) {
         while self.bytes > MAX_CACHED_BYTES {
             let now = self.clock;
-            let Some(victim) = self.tables.iter().filter(|(_, v)| v.1 < now).min_by_key(|(k, v)| (v.1, k.as_str())).map(|(k, _)| k.clone()) else { break };
+            let Some(victim) = self.tables.iter().filter(|(_, v)| v.1 < now).min_by_key(|(k, v)| (v.1, k.as_str())).map(|(k, _)| k.clone())
+            else {
+                break;
+            };
             if let Some((v, _)) = self.tables.remove(&victim) {
                 self.bytes -= v.bytes();
             }
@@ -219,7 +222,15 @@ mod tests {
     use super::*;
 
     fn rows(bid: &str, n: u64) -> Vec<SymbolRow> {
-        (0..n).map(|i| SymbolRow { build_id: bid.into(), binary: format!("/b/{bid}"), start: 0x1000 + i * 0x10, size: if i % 2 == 0 { 0x10 } else { 0 }, name: format!("f{i}") }).collect()
+        (0..n)
+            .map(|i| SymbolRow {
+                build_id: bid.into(),
+                binary: format!("/b/{bid}"),
+                start: 0x1000 + i * 0x10,
+                size: if i % 2 == 0 { 0x10 } else { 0 },
+                name: format!("f{i}"),
+            })
+            .collect()
     }
 
     #[test]

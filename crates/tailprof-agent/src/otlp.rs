@@ -25,13 +25,11 @@
 
 use std::collections::HashMap;
 
-use opentelemetry_proto::tonic::collector::profiles::v1development::{
-    ExportProfilesServiceRequest, ExportProfilesServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::profiles::v1development::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::profiles::v1development::{
-    Function, KeyValueAndUnit, Line, Location, Mapping, Profile, ProfilesDictionary,
-    ResourceProfiles, Sample, ScopeProfiles, Stack, ValueType,
+    Function, KeyValueAndUnit, Line, Location, Mapping, Profile, ProfilesDictionary, ResourceProfiles, Sample, ScopeProfiles, Stack,
+    ValueType,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
@@ -178,7 +176,12 @@ impl<'a> Dict<'a> {
                     None => {
                         let f = self.d.function_table.len() as i32;
                         // system_name (the mangled name) is not in the store: left empty
-                        self.d.function_table.push(Function { name_strindex: s, system_name_strindex: 0, filename_strindex: 0, start_line: 0 });
+                        self.d.function_table.push(Function {
+                            name_strindex: s,
+                            system_name_strindex: 0,
+                            filename_strindex: 0,
+                            start_line: 0,
+                        });
                         self.functions.insert(s, f);
                         f
                     }
@@ -248,7 +251,13 @@ fn request_with(names: &mut NameCache, w: &WindowBatch) -> ExportProfilesService
     let mut by_proc: HashMap<(u32, &str), PerEvent> = HashMap::new();
     for r in &w.rows {
         let stack = dict.stack(r);
-        let e = by_proc.entry((r.pid, r.comm.as_str())).or_default().entry(r.event.clone()).or_default().entry((stack, r.truncated)).or_insert((0, 0));
+        let e = by_proc
+            .entry((r.pid, r.comm.as_str()))
+            .or_default()
+            .entry(r.event.clone())
+            .or_default()
+            .entry((stack, r.truncated))
+            .or_insert((0, 0));
         e.0 = e.0.saturating_add(r.count);
         e.1 = e.1.saturating_add(r.period);
     }
@@ -288,7 +297,14 @@ fn request_with(names: &mut NameCache, w: &WindowBatch) -> ExportProfilesService
                     duration_nano,
                     period_type: Some(period_type),
                     period: period.checked_div(count).unwrap_or(0).min(i64::MAX as u64) as i64,
-                    profile_id: profile_id(&[w.host.as_bytes(), &w.start_us.to_le_bytes(), &pid.to_le_bytes(), comm.as_bytes(), event.as_bytes(), ty.as_bytes()]),
+                    profile_id: profile_id(&[
+                        w.host.as_bytes(),
+                        &w.start_us.to_le_bytes(),
+                        &pid.to_le_bytes(),
+                        comm.as_bytes(),
+                        event.as_bytes(),
+                        ty.as_bytes(),
+                    ]),
                     ..Default::default()
                 });
             }
@@ -304,7 +320,11 @@ fn request_with(names: &mut NameCache, w: &WindowBatch) -> ExportProfilesService
         resource_profiles.push(ResourceProfiles {
             resource: Some(resource),
             scope_profiles: vec![ScopeProfiles {
-                scope: Some(InstrumentationScope { name: "tailprof".into(), version: env!("CARGO_PKG_VERSION").into(), ..Default::default() }),
+                scope: Some(InstrumentationScope {
+                    name: "tailprof".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    ..Default::default()
+                }),
                 profiles,
                 schema_url: String::new(),
             }],
@@ -328,7 +348,10 @@ pub fn push_window(url: &str, store: &Store, w: &WindowBatch) -> Result<(), crat
     // A partial success names the profiles the receiver dropped.
     if let Ok(r) = ExportProfilesServiceResponse::decode(resp.as_slice()) {
         if let Some(p) = r.partial_success.filter(|p| p.rejected_profiles > 0) {
-            return Err(crate::push::PushError::Rejected(format!("endpoint rejected {} profiles: {}", p.rejected_profiles, p.error_message)));
+            return Err(crate::push::PushError::Rejected(format!(
+                "endpoint rejected {} profiles: {}",
+                p.rejected_profiles, p.error_message
+            )));
         }
     }
     Ok(())
@@ -421,7 +444,14 @@ mod tests {
         assert_eq!((s(0), d.mapping_table[0].clone(), d.stack_table[0].clone()), ("", Mapping::default(), Stack::default()));
         assert_eq!(req.resource_profiles.len(), 2);
         let rp = &req.resource_profiles[0];
-        let attrs: Vec<(String, String)> = rp.resource.as_ref().unwrap().attributes.iter().map(|k| (k.key.clone(), format!("{:?}", k.value.as_ref().unwrap().value.as_ref().unwrap()))).collect();
+        let attrs: Vec<(String, String)> = rp
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes
+            .iter()
+            .map(|k| (k.key.clone(), format!("{:?}", k.value.as_ref().unwrap().value.as_ref().unwrap())))
+            .collect();
         assert!(attrs.contains(&("process.pid".into(), "IntValue(10)".into())), "{attrs:?}");
         assert!(attrs.contains(&("process.executable.name".into(), "StringValue(\"app\")".into())));
         assert!(attrs.contains(&("host.name".into(), "StringValue(\"h1\")".into())));

@@ -76,7 +76,11 @@ fn export_of(names: &mut crate::names::NameCache, w: &WindowBatch) -> StackExpor
         match bid {
             KERNEL_BUILD_ID => "[kernel]".into(),
             "" => "[unknown]".into(),
-            _ => paths.get(bid).map(|p| p.to_string()).or_else(|| names.table(bid).map(|t| t.binary.clone())).unwrap_or_else(|| bid.to_string()),
+            _ => paths
+                .get(bid)
+                .map(|p| p.to_string())
+                .or_else(|| names.table(bid).map(|t| t.binary.clone()))
+                .unwrap_or_else(|| bid.to_string()),
         }
     };
     let mut export = group_stacks(&w.rows, |f| {
@@ -145,11 +149,24 @@ fn timed_out(e: &std::io::Error) -> bool {
 /// code, the status line and the response body (at most `max_body` bytes, as far as
 /// `Content-Length` says; 0: the body is not read). Connecting may take 5 s, the rest
 /// at most [`EXCHANGE_DEADLINE`] in all.
-pub fn http_post(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize) -> Result<(u32, String, Vec<u8>), PushError> {
+pub fn http_post(
+    hostport: &str,
+    target: &str,
+    content_type: &str,
+    body: &[u8],
+    max_body: usize,
+) -> Result<(u32, String, Vec<u8>), PushError> {
     http_post_within(hostport, target, content_type, body, max_body, EXCHANGE_DEADLINE)
 }
 
-fn http_post_within(hostport: &str, target: &str, content_type: &str, body: &[u8], max_body: usize, limit: Duration) -> Result<(u32, String, Vec<u8>), PushError> {
+fn http_post_within(
+    hostport: &str,
+    target: &str,
+    content_type: &str,
+    body: &[u8],
+    max_body: usize,
+    limit: Duration,
+) -> Result<(u32, String, Vec<u8>), PushError> {
     let head = format!(
         "POST {target} HTTP/1.1\r\nHost: {hostport}\r\nUser-Agent: tailprof/{}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         env!("CARGO_PKG_VERSION"),
@@ -241,10 +258,26 @@ mod tests {
         let (store, _) = Store::open(dir.path()).unwrap();
         store.ensure_dir(&store.symbols_dir()).unwrap();
         let t = |b: &str, s, z, n: &str| SymbolRow { build_id: b.into(), binary: "/x/app".into(), start: s, size: z, name: n.into() };
-        tailprof_store::write_symbols(&store.symbols_file("ab").unwrap(), &[t("ab", 0x10, 0x10, "main"), t("ab", 0x20, 0, "work"), t("ab", 0x40, 0x8, "leaf")]).unwrap();
+        tailprof_store::write_symbols(
+            &store.symbols_file("ab").unwrap(),
+            &[t("ab", 0x10, 0x10, "main"), t("ab", 0x20, 0, "work"), t("ab", 0x40, 0x8, "leaf")],
+        )
+        .unwrap();
         let row = |pid, comm: &str, bin: &str, fr: &[(&str, u64)], count| {
             let frames: Vec<StoreFrame> = fr.iter().map(|&(b, o)| StoreFrame { build_id: b.into(), offset: o }).collect();
-            SampleRow { window_start_us: 0, window_end_us: 1, pid, comm: comm.into(), event: "cpu-clock".into(), binary: bin.into(), stack_id: stack_id(&frames), frames, truncated: false, count, period: count * 10 }
+            SampleRow {
+                window_start_us: 0,
+                window_end_us: 1,
+                pid,
+                comm: comm.into(),
+                event: "cpu-clock".into(),
+                binary: bin.into(),
+                stack_id: stack_id(&frames),
+                frames,
+                truncated: false,
+                count,
+                period: count * 10,
+            }
         };
         let rows = vec![
             row(1, "app", "/x/app", &[("ab", 0x44), ("ab", 0x25), ("ab", 0x12)], 5),
@@ -252,8 +285,26 @@ mod tests {
             row(2, "", "/y/lib", &[("cd", 0x99), ("ab", 0x12)], 3),
             row(3, "k", "[kernel]", &[(KERNEL_BUILD_ID, 7), ("", 9)], 1),
         ];
-        let w = WindowBatch { host: "h".into(), start_us: 0, end_us: 1, samples: 11, lost_samples: 0, losses: Default::default(), dropped_rows: 0, events: vec![], rows: rows.clone(), items: vec![], latency: vec![] };
-        let want = tailprof_analyze::store_query::stacks_of_rows(&tailprof_store::StoreReader::new(store.clone()), &rows, 0, 1, tailprof_store::ReadStats::default());
+        let w = WindowBatch {
+            host: "h".into(),
+            start_us: 0,
+            end_us: 1,
+            samples: 11,
+            lost_samples: 0,
+            losses: Default::default(),
+            dropped_rows: 0,
+            events: vec![],
+            rows: rows.clone(),
+            items: vec![],
+            latency: vec![],
+        };
+        let want = tailprof_analyze::store_query::stacks_of_rows(
+            &tailprof_store::StoreReader::new(store.clone()),
+            &rows,
+            0,
+            1,
+            tailprof_store::ReadStats::default(),
+        );
         let got = crate::names::with_cache(&store, |c| {
             c.begin_window();
             export_of(c, &w)

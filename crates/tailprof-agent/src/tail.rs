@@ -49,8 +49,8 @@ use serde::Serialize;
 use tailprof_analyze::causes::{PathState, SpanPreempter, SpanWaker};
 use tailprof_format::{ItemClass, ItemTrace, Lost, Marker, MarkerKind, Sample};
 use tailprof_store::schema::{
-    ItemExplanation, ItemRow, LatencyRow, StoreFrame, StoredDuring, StoredPreempter, StoredStack, StoredState,
-    StoredSwitching, StoredWaker, KERNEL_BUILD_ID,
+    ItemExplanation, ItemRow, LatencyRow, StoreFrame, StoredDuring, StoredPreempter, StoredStack, StoredState, StoredSwitching,
+    StoredWaker, KERNEL_BUILD_ID,
 };
 
 /// How long full-resolution samples are kept (longest request that can be explained).
@@ -319,10 +319,7 @@ impl TailRetainer {
             comms: HashMap::new(),
             stats: TailStats::default(),
             match_probes: 0,
-            mono_to_wall: (
-                tailprof_collect::session::monotonic_ns(),
-                tailprof_store::time::now_us(),
-            ),
+            mono_to_wall: (tailprof_collect::session::monotonic_ns(), tailprof_store::time::now_us()),
         }
     }
 
@@ -340,8 +337,7 @@ impl TailRetainer {
         let frames = &frames[..frames.len().min(MAX_KEPT_FRAMES)];
         while let Some(f) = self.kept.front() {
             let expired = f.time.saturating_add(KEEP_NS) < s.time;
-            let full = self.kept.len() >= MAX_KEPT_SAMPLES
-                || self.kept_frames + frames.len() > MAX_KEPT_FRAMES;
+            let full = self.kept.len() >= MAX_KEPT_SAMPLES || self.kept_frames + frames.len() > MAX_KEPT_FRAMES;
             if !expired && !full {
                 break;
             }
@@ -352,12 +348,7 @@ impl TailRetainer {
             self.kept.pop_front();
         }
         self.kept_frames += frames.len();
-        self.kept.push_back(KeptSample {
-            time: s.time,
-            tid: s.tid,
-            period: s.period,
-            frames: frames.into(),
-        });
+        self.kept.push_back(KeptSample { time: s.time, tid: s.tid, period: s.period, frames: frames.into() });
     }
 
     pub fn handle_lost(&mut self, _l: &Lost) {}
@@ -538,9 +529,7 @@ impl TailRetainer {
             if let Some(m) = self.classes.get_mut(&c.pid) {
                 m.insert(c.id, name);
             }
-        } else if self.class_labels < MAX_CLASS_LABELS
-            && self.classes.get(&c.pid).is_none_or(|m| m.len() < MAX_CLASS_LABELS_PER_PROCESS)
-        {
+        } else if self.class_labels < MAX_CLASS_LABELS && self.classes.get(&c.pid).is_none_or(|m| m.len() < MAX_CLASS_LABELS_PER_PROCESS) {
             self.class_labels += 1;
             self.classes.entry(c.pid).or_default().insert(c.id, name);
         } else {
@@ -573,9 +562,7 @@ impl TailRetainer {
             let victims: Vec<(u32, u64)> = if process {
                 self.by_pid.get(&pid).map_or_else(Vec::new, |m| m.values().copied().collect())
             } else {
-                self.by_tid
-                    .get(&tid)
-                    .map_or_else(Vec::new, |m| m.values().map(|&i| (tid, i)).collect())
+                self.by_tid.get(&tid).map_or_else(Vec::new, |m| m.values().map(|&i| (tid, i)).collect())
             };
             for k in victims {
                 // A request begun after the exit belongs to a new thread with a reused id.
@@ -738,11 +725,8 @@ impl TailRetainer {
     /// The trace context of an open request (after its begin, on its thread; after switch
     /// markers, of its process).
     pub fn handle_item_trace(&mut self, t: &ItemTrace) {
-        let key = if self.open.contains_key(&(t.tid, t.item)) {
-            Some((t.tid, t.item))
-        } else {
-            self.by_pid_id.get(&(t.pid, t.item)).copied()
-        };
+        let key =
+            if self.open.contains_key(&(t.tid, t.item)) { Some((t.tid, t.item)) } else { self.by_pid_id.get(&(t.pid, t.item)).copied() };
         if let Some(o) = key.and_then(|k| self.open.get_mut(&k)) {
             o.trace = Some((t.trace_id, t.span_id));
         }
@@ -781,10 +765,7 @@ impl TailRetainer {
                 self.match_probes += 1;
                 let key = if m.item == Marker::UNKNOWN_ITEM {
                     // the innermost open request of the thread
-                    self.by_tid
-                        .get(&m.tid)
-                        .and_then(|x| x.values().next_back())
-                        .map(|&item| (m.tid, item))
+                    self.by_tid.get(&m.tid).and_then(|x| x.values().next_back()).map(|&item| (m.tid, item))
                 } else if self.open.contains_key(&(m.tid, m.item)) {
                     Some((m.tid, m.item))
                 } else {
@@ -882,12 +863,7 @@ impl TailRetainer {
             // time): start at the span's begin, stop after its end.
             let first = self.kept.partition_point(|s| s.time < b);
             let last_inclusive = !o.switched;
-            for s in self
-                .kept
-                .range(first..)
-                .take_while(|s| s.time < e || (last_inclusive && s.time == e))
-                .filter(|s| s.tid == t)
-            {
+            for s in self.kept.range(first..).take_while(|s| s.time < e || (last_inclusive && s.time == e)).filter(|s| s.tid == t) {
                 *stacks.entry(&s.frames).or_insert(0) += 1;
                 samples += 1;
                 on_cpu = on_cpu.saturating_add(s.period);
@@ -910,12 +886,7 @@ impl TailRetainer {
             let mut tids: Vec<u32> = spans.iter().map(|s| s.0).collect();
             tids.sort_unstable();
             tids.dedup();
-            StoredSwitching {
-                current_ns,
-                waiting_in_loop_ns: dur.saturating_sub(covered),
-                resumes: o.resumes,
-                threads: tids.len() as u32,
-            }
+            StoredSwitching { current_ns, waiting_in_loop_ns: dur.saturating_sub(covered), resumes: o.resumes, threads: tids.len() as u32 }
         });
         let causes = self.causes_of(&spans);
         self.stats.retained += 1;
@@ -928,11 +899,7 @@ impl TailRetainer {
             pid: o.pid,
             tid,
             comm: o.comm.to_string(),
-            reason: if reason == "p99" {
-                format!("p{}", self.percentile)
-            } else {
-                reason.into()
-            },
+            reason: if reason == "p99" { format!("p{}", self.percentile) } else { reason.into() },
             limit_ns: limit,
             samples,
             // Off CPU while current (switched), else over its wall time.
@@ -947,12 +914,7 @@ impl TailRetainer {
     /// The window's retained requests (explanations with build-ids filled in) and
     /// latency histogram rows. Drops the open requests of threads that exited in the
     /// previous window.
-    pub fn take_window(
-        &mut self,
-        start: i64,
-        end: i64,
-        build_id: &dyn Fn(u32) -> Option<String>,
-    ) -> (Vec<ItemRow>, Vec<LatencyRow>) {
+    pub fn take_window(&mut self, start: i64, end: i64, build_id: &dyn Fn(u32) -> Option<String>) -> (Vec<ItemRow>, Vec<LatencyRow>) {
         self.apply_exits();
         let mut items = Vec::new();
         let frames_of = |frames: &[(u32, u64)]| -> Vec<StoreFrame> {
@@ -1030,15 +992,7 @@ mod tests {
     use tailprof_format::MarkerSource;
 
     fn mk(kind: MarkerKind, t: u64, item: u64) -> Marker {
-        Marker {
-            time: t,
-            pid: 1,
-            tid: 2,
-            kind,
-            item,
-            class: 0,
-            source: MarkerSource::default(),
-        }
+        Marker { time: t, pid: 1, tid: 2, kind, item, class: 0, source: MarkerSource::default() }
     }
 
     #[test]
@@ -1049,13 +1003,7 @@ mod tests {
             r.handle_marker(&mk(MarkerKind::Begin, t, i), "srv");
             r.handle_marker(&mk(MarkerKind::End, t + 1_000_000, i), "srv");
         }
-        let s = Sample {
-            time: 600_000_000,
-            tid: 2,
-            pid: 1,
-            period: 1_000_000,
-            ..Default::default()
-        };
+        let s = Sample { time: 600_000_000, tid: 2, pid: 1, period: 1_000_000, ..Default::default() };
         r.handle_sample(&s, &[(0, 0x10)]);
         r.handle_marker(&mk(MarkerKind::Begin, 590_000_000, 99), "srv");
         r.handle_marker(&mk(MarkerKind::End, 640_000_000, 99), "srv");

@@ -203,28 +203,14 @@ pub fn run_writer(cfg: WriterConfig, jobs: Receiver<Job>, stats: Arc<Mutex<Write
                     used.clear();
                     if cfg.compact {
                         match tailprof_store::compact(&cfg.store, &w.host, hour * 3_600_000_000) {
-                            Ok(c) => {
-                                stats
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .compacted_files += c.files_merged
-                            }
+                            Ok(c) => stats.lock().unwrap_or_else(|p| p.into_inner()).compacted_files += c.files_merged,
                             Err(e) => note_err(&stats, e.to_string()),
                         }
                     }
                 }
                 if cfg.retain.max_age_us.is_some() || cfg.retain.max_bytes.is_some() {
-                    match tailprof_store::retain(
-                        &cfg.store,
-                        &cfg.retain,
-                        tailprof_store::time::now_us(),
-                    ) {
-                        Ok(r) => {
-                            stats
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .retention_removed += r.removed_by_age + r.removed_by_size
-                        }
+                    match tailprof_store::retain(&cfg.store, &cfg.retain, tailprof_store::time::now_us()) {
+                        Ok(r) => stats.lock().unwrap_or_else(|p| p.into_inner()).retention_removed += r.removed_by_age + r.removed_by_size,
                         Err(e) => note_err(&stats, e.to_string()),
                     }
                 }
@@ -263,13 +249,9 @@ fn write_jit_table(store: &Store, t: crate::jit::JitTable) -> Result<u64, JitTab
     }
     let id = t.build_id.clone();
     store.ensure_dir(&store.symbols_dir()).map_err(|source| JitTableError::Store { id: id.clone(), source })?;
-    let (_, rows) = tailprof_store::write::write_symbol_table(
-        &dest,
-        &t.build_id,
-        &t.path,
-        t.funcs.into_iter().map(Ok::<_, std::convert::Infallible>),
-    )
-    .map_err(|source| JitTableError::Store { id, source })?;
+    let (_, rows) =
+        tailprof_store::write::write_symbol_table(&dest, &t.build_id, &t.path, t.funcs.into_iter().map(Ok::<_, std::convert::Infallible>))
+            .map_err(|source| JitTableError::Store { id, source })?;
     Ok(rows)
 }
 
@@ -579,27 +561,15 @@ fn write_window(store: &Store, meta: &WindowMeta, w: &WindowBatch) -> tailprof_s
     let mut bytes = 0;
     if !w.rows.is_empty() || w.lost_samples > 0 || w.losses.any() || meta.dropped_windows > 0 {
         store.ensure_dir(&store.partition_dir(Table::Samples, &w.host, w.start_us))?;
-        bytes += tailprof_store::write_samples(
-            &store.window_file(Table::Samples, &w.host, w.start_us, w.end_us),
-            meta,
-            &w.rows,
-        )?;
+        bytes += tailprof_store::write_samples(&store.window_file(Table::Samples, &w.host, w.start_us, w.end_us), meta, &w.rows)?;
     }
     if !w.latency.is_empty() {
         store.ensure_dir(&store.partition_dir(Table::Latency, &w.host, w.start_us))?;
-        bytes += tailprof_store::write_latency(
-            &store.window_file(Table::Latency, &w.host, w.start_us, w.end_us),
-            meta,
-            &w.latency,
-        )?;
+        bytes += tailprof_store::write_latency(&store.window_file(Table::Latency, &w.host, w.start_us, w.end_us), meta, &w.latency)?;
     }
     if !w.items.is_empty() {
         store.ensure_dir(&store.partition_dir(Table::Items, &w.host, w.start_us))?;
-        bytes += tailprof_store::write_items(
-            &store.window_file(Table::Items, &w.host, w.start_us, w.end_us),
-            meta,
-            &w.items,
-        )?;
+        bytes += tailprof_store::write_items(&store.window_file(Table::Items, &w.host, w.start_us, w.end_us), meta, &w.items)?;
     }
     Ok(bytes)
 }

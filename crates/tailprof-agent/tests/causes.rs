@@ -16,26 +16,11 @@ use tailprof_store::{Store, Table};
 const MS: u64 = 1_000_000;
 
 fn marker(time: u64, pid: u32, tid: u32, kind: MarkerKind, item: u64) -> Marker {
-    Marker {
-        time,
-        pid,
-        tid,
-        kind,
-        item,
-        ..Marker::default()
-    }
+    Marker { time, pid, tid, kind, item, ..Marker::default() }
 }
 
 fn sw(time: u64, pid: u32, tid: u32, kind: SwitchKind, next: Option<(u32, u32)>) -> Switch {
-    Switch {
-        time,
-        pid,
-        tid,
-        cpu: 0,
-        kind,
-        next_prev: next,
-        ..Switch::default()
-    }
+    Switch { time, pid, tid, cpu: 0, kind, next_prev: next, ..Switch::default() }
 }
 
 fn retain(with_switches: bool) -> Vec<tailprof_store::schema::ItemRow> {
@@ -52,34 +37,13 @@ fn retain(with_switches: bool) -> Vec<tailprof_store::schema::ItemRow> {
             t.handle_sample(&s, &[(u32::MAX, leaf), (u32::MAX, 0x999)]);
         }
         // An unrelated wakeup (of a thread in no request) is not kept.
+        t.handle_wakeup(&Wakeup { time: 3 * MS, pid: 20, tid: 21, wakee_tid: 99, ..Wakeup::default() }, &[(u32::MAX, 1)]);
         t.handle_wakeup(
-            &Wakeup {
-                time: 3 * MS,
-                pid: 20,
-                tid: 21,
-                wakee_tid: 99,
-                ..Wakeup::default()
-            },
-            &[(u32::MAX, 1)],
-        );
-        t.handle_wakeup(
-            &Wakeup {
-                time: 15 * MS,
-                pid: 20,
-                tid: 21,
-                wakee_tid: 11,
-                ..Wakeup::default()
-            },
+            &Wakeup { time: 15 * MS, pid: 20, tid: 21, wakee_tid: 11, ..Wakeup::default() },
             &[(u32::MAX, 0xabc), (u32::MAX, 0xdef)],
         );
         t.handle_switch(&sw(16 * MS, 10, 11, SwitchKind::In, Some((20, 21))));
-        t.handle_switch(&sw(
-            17 * MS,
-            10,
-            11,
-            SwitchKind::OutPreempted,
-            Some((30, 30)),
-        ));
+        t.handle_switch(&sw(17 * MS, 10, 11, SwitchKind::OutPreempted, Some((30, 30))));
         t.handle_switch(&sw(19 * MS, 10, 11, SwitchKind::In, Some((30, 30))));
     }
     t.handle_marker(&marker(20 * MS, 10, 11, MarkerKind::End, 1), "server");
@@ -91,52 +55,31 @@ fn retain(with_switches: bool) -> Vec<tailprof_store::schema::ItemRow> {
 #[test]
 fn retained_request_keeps_its_waker_and_preempter() {
     let items = retain(true);
-    let r = items
-        .iter()
-        .find(|r| r.item_id == 1)
-        .expect("request 1 retained");
+    let r = items.iter().find(|r| r.item_id == 1).expect("request 1 retained");
     let doc = ItemExplanation::parse(&r.explanation);
     let (wakers, preempters) = (doc.woken_by, doc.preempted_by);
     assert_eq!(wakers.len(), 1, "{}", r.explanation);
     let w = &wakers[0];
     // Blocked from 2 ms to the wakeup at 15 ms.
-    assert_eq!(
-        (w.ns, w.pid, w.tid, w.comm.as_str(), w.item),
-        (13 * MS, 20, 21, "locker", Some(7))
-    );
+    assert_eq!((w.ns, w.pid, w.tid, w.comm.as_str(), w.item), (13 * MS, 20, 21, "locker", Some(7)));
     assert_eq!(w.frames.len(), 2);
     assert_eq!(w.frames[0].offset, 0xabc);
     // The critical path: the locker on CPU the whole 13 ms, 2:1 over its two stacks.
     let during: Vec<(StoredState, u64, u64)> = w.during.iter().map(|d| (d.state, d.ns, d.frames[0].offset)).collect();
     let two_thirds = 13 * MS * 2 / 3;
-    assert_eq!(
-        during,
-        vec![(StoredState::Cpu, two_thirds, 0x111), (StoredState::Cpu, 13 * MS - two_thirds, 0x222)],
-        "{}",
-        r.explanation
-    );
+    assert_eq!(during, vec![(StoredState::Cpu, two_thirds, 0x111), (StoredState::Cpu, 13 * MS - two_thirds, 0x222)], "{}", r.explanation);
     assert_eq!(preempters.len(), 1, "{}", r.explanation);
     let p = &preempters[0];
-    assert_eq!(
-        (p.ns, p.pid, p.tid, p.comm.as_str()),
-        (2 * MS, 30, 30, "hog")
-    );
+    assert_eq!((p.ns, p.pid, p.tid, p.comm.as_str()), (2 * MS, 30, 30, "hog"));
 }
 
 #[test]
 fn without_switches_nothing_is_claimed() {
     let items = retain(false);
-    let r = items
-        .iter()
-        .find(|r| r.item_id == 1)
-        .expect("request 1 retained");
+    let r = items.iter().find(|r| r.item_id == 1).expect("request 1 retained");
     let doc = ItemExplanation::parse(&r.explanation);
     let (wakers, preempters) = (doc.woken_by, doc.preempted_by);
-    assert!(
-        wakers.is_empty() && preempters.is_empty(),
-        "{}",
-        r.explanation
-    );
+    assert!(wakers.is_empty() && preempters.is_empty(), "{}", r.explanation);
     assert!(!r.explanation.contains("woken_by"));
 }
 
@@ -154,9 +97,7 @@ fn stored_request_reads_back_with_its_causes() {
         window_end_us: now,
         ..WindowMeta::default()
     };
-    store
-        .ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000))
-        .unwrap();
+    store.ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000)).unwrap();
     // The agent stores begin times from its own clock; put them in the window.
     let items: Vec<_> = items
         .into_iter()
@@ -165,31 +106,13 @@ fn stored_request_reads_back_with_its_causes() {
             r
         })
         .collect();
-    tailprof_store::write_items(
-        &store.window_file(Table::Items, "h", now - 1_000_000, now),
-        &meta,
-        &items,
-    )
-    .unwrap();
+    tailprof_store::write_items(&store.window_file(Table::Items, "h", now - 1_000_000, now), &meta, &items).unwrap();
     let reader = tailprof_store::StoreReader::new(Store::at(&root));
-    let s = tailprof_analyze::store_query::stored_items(
-        &reader,
-        None,
-        now - 3_600_000_000,
-        now + 1_000_000,
-        None,
-    );
-    let it = s
-        .items
-        .iter()
-        .find(|i| i.item_id == 1)
-        .expect("request 1 in the store");
+    let s = tailprof_analyze::store_query::stored_items(&reader, None, now - 3_600_000_000, now + 1_000_000, None);
+    let it = s.items.iter().find(|i| i.item_id == 1).expect("request 1 in the store");
     assert_eq!(it.woken_by.len(), 1);
     let w = &it.woken_by[0];
-    assert_eq!(
-        (w.ns, w.tid, w.comm.as_str(), w.item, w.irq),
-        (13 * MS, 21, "locker", Some(7), None)
-    );
+    assert_eq!((w.ns, w.tid, w.comm.as_str(), w.item, w.irq), (13 * MS, 21, "locker", Some(7), None));
     // The critical path reads back in the trace analysis' shape.
     let during: Vec<(&str, u64)> = w.during.iter().map(|d| (d.state.name(), d.ns)).collect();
     assert_eq!(during, vec![("cpu", 13 * MS * 2 / 3), ("cpu", 13 * MS - 13 * MS * 2 / 3)]);
@@ -197,19 +120,10 @@ fn stored_request_reads_back_with_its_causes() {
     assert_eq!(json["during"][0]["state"], "cpu", "{json}");
     assert!(json["during"][0]["frames"].is_array(), "{json}");
     assert_eq!(it.preempted_by.len(), 1);
-    assert_eq!(
-        (it.preempted_by[0].pid, it.preempted_by[0].ns),
-        (30, 2 * MS)
-    );
+    assert_eq!((it.preempted_by[0].pid, it.preempted_by[0].ns), (30, 2 * MS));
     // The text names them.
     let text = tailprof_present::store_view::stored_items_text(&s, 0);
-    assert!(
-        text.contains("blocked 13.000 ms woken by locker (pid 20, tid 21), inside item 7"),
-        "{text}"
-    );
-    assert!(
-        text.contains("runnable 2.000 ms behind hog (pid 30, tid 30)"),
-        "{text}"
-    );
+    assert!(text.contains("blocked 13.000 ms woken by locker (pid 20, tid 21), inside item 7"), "{text}");
+    assert!(text.contains("runnable 2.000 ms behind hog (pid 30, tid 30)"), "{text}");
     assert!(text.contains("meanwhile cpu 8.667 ms"), "{text}");
 }

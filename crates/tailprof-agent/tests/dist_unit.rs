@@ -23,37 +23,16 @@ fn settings() -> Vec<(String, String)> {
 }
 
 fn get(s: &[(String, String)], key: &str) -> Option<String> {
-    s.iter()
-        .rev()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.clone())
+    s.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.clone())
 }
 
 #[test]
 fn unit_keeps_capabilities_memory_and_protections() {
     let s = settings();
-    let mut caps: Vec<String> = get(&s, "CapabilityBoundingSet")
-        .unwrap()
-        .split_whitespace()
-        .map(String::from)
-        .collect();
+    let mut caps: Vec<String> = get(&s, "CapabilityBoundingSet").unwrap().split_whitespace().map(String::from).collect();
     caps.sort();
-    assert_eq!(
-        caps,
-        [
-            "CAP_DAC_READ_SEARCH",
-            "CAP_PERFMON",
-            "CAP_SYS_ADMIN",
-            "CAP_SYS_PTRACE"
-        ]
-    );
-    assert_eq!(
-        get(&s, "AmbientCapabilities")
-            .unwrap()
-            .split_whitespace()
-            .count(),
-        4
-    );
+    assert_eq!(caps, ["CAP_DAC_READ_SEARCH", "CAP_PERFMON", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"]);
+    assert_eq!(get(&s, "AmbientCapabilities").unwrap().split_whitespace().count(), 4);
     for (k, v) in [
         ("NoNewPrivileges", "yes"),
         ("ProtectSystem", "strict"),
@@ -74,39 +53,20 @@ fn unit_keeps_capabilities_memory_and_protections() {
 
 #[test]
 fn systemd_analyze_security_rates_the_unit() {
-    let out = match Command::new("systemd-analyze")
-        .args(["security", "--offline=yes", "--no-pager"])
-        .arg(unit())
-        .output()
-    {
+    let out = match Command::new("systemd-analyze").args(["security", "--offline=yes", "--no-pager"]).arg(unit()).output() {
         Ok(o) => o,
         Err(e) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::SystemdAnalyze,
-                format!("no systemd-analyze ({e})"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::SystemdAnalyze, format!("no systemd-analyze ({e})"));
             return;
         }
     };
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    if !out.status.success()
-        && (text.contains("unrecognized option") || text.contains("Unknown option"))
-    {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::SystemdAnalyze,
-            "systemd-analyze has no --offline",
-        );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && (text.contains("unrecognized option") || text.contains("Unknown option")) {
+        tailprof_testkit::skip(tailprof_testkit::Need::SystemdAnalyze, "systemd-analyze has no --offline");
         return;
     }
-    assert!(
-        out.status.success(),
-        "systemd-analyze security failed:\n{text}"
-    );
-    let good = |setting: &str| {
-        text.lines()
-            .any(|l| l.trim_start().starts_with('✓') && l.contains(setting))
-    };
+    assert!(out.status.success(), "systemd-analyze security failed:\n{text}");
+    let good = |setting: &str| text.lines().any(|l| l.trim_start().starts_with('✓') && l.contains(setting));
     for setting in [
         "NoNewPrivileges=",
         "ProtectSystem=",

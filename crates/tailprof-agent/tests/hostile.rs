@@ -53,11 +53,7 @@ fn finding_1_stale_mapping_path_swapped_for_fifo_device_or_pty() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     // The attacker's FIFO and pty (a pty pair opened here stands for the attacker's).
     let fifo = dir.path().join("lib.so");
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
@@ -74,14 +70,9 @@ fn finding_1_stale_mapping_path_swapped_for_fifo_device_or_pty() {
     };
     let mut name = [0 as libc::c_char; 128];
     // SAFETY: the buffer is large enough and NUL-terminated by ptsname_r.
-    assert_eq!(
-        unsafe { libc::ptsname_r(master, name.as_mut_ptr(), name.len()) },
-        0
-    );
+    assert_eq!(unsafe { libc::ptsname_r(master, name.as_mut_ptr(), name.len()) }, 0);
     // SAFETY: NUL-terminated by ptsname_r.
-    let pts = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let pts = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
 
     // A writer blocked in open(2) of the FIFO returns as soon as anyone opens it for
     // reading: it tells whether the aggregator opened the FIFO, even for a moment.
@@ -108,69 +99,24 @@ fn finding_1_stale_mapping_path_swapped_for_fifo_device_or_pty() {
         .collect();
 
     let (tx, rx) = mpsc::channel::<Job>();
-    let mut agg = Aggregator::new(
-        vec!["cpu-clock".into()],
-        3_600_000_000,
-        "h".into(),
-        tx,
-        None,
-    );
+    let mut agg = Aggregator::new(vec!["cpu-clock".into()], 3_600_000_000, "h".into(), tx, None);
     let stale = 0x1000_0000u64; // not mapped in sleep
-    let paths = [
-        fifo.to_str().unwrap().to_string(),
-        "/dev/full".into(),
-        pts.clone(),
-        "/dev".into(),
-    ];
+    let paths = [fifo.to_str().unwrap().to_string(), "/dev/full".into(), pts.clone(), "/dev".into()];
     for (i, path) in paths.iter().enumerate() {
         let start = stale + i as u64 * 0x10_0000;
-        let mmap = Mmap {
-            pid,
-            tid: pid,
-            start,
-            len: 0x1000,
-            prot: 5,
-            cpumode: CpuMode::User,
-            path: path.clone(),
-            ..Mmap::default()
-        };
+        let mmap = Mmap { pid, tid: pid, start, len: 0x1000, prot: 5, cpumode: CpuMode::User, path: path.clone(), ..Mmap::default() };
         agg.write_record(&Record::Mmap(mmap)).unwrap();
-        let s = Sample {
-            pid,
-            tid: pid,
-            ip: start + 0x10,
-            period: 1,
-            cpumode: CpuMode::User,
-            ..Sample::default()
-        };
+        let s = Sample { pid, tid: pid, ip: start + 0x10, period: 1, cpumode: CpuMode::User, ..Sample::default() };
         agg.write_record(&Record::Sample(s)).unwrap();
         for &k in &keys {
-            assert_eq!(
-                open_fds_of(k),
-                0,
-                "{path}: the aggregator opened an attacker-chosen file"
-            );
+            assert_eq!(open_fds_of(k), 0, "{path}: the aggregator opened an attacker-chosen file");
         }
     }
     std::thread::sleep(std::time::Duration::from_millis(100)); // let a released writer note it
-    assert!(
-        !opened_fifo.load(std::sync::atomic::Ordering::SeqCst),
-        "the aggregator opened the attacker's FIFO"
-    );
-    assert_eq!(
-        agg.stats.mappings_forgotten,
-        paths.len() as u64,
-        "stale ranges are forgotten and counted"
-    );
+    assert!(!opened_fifo.load(std::sync::atomic::Ordering::SeqCst), "the aggregator opened the attacker's FIFO");
+    assert_eq!(agg.stats.mappings_forgotten, paths.len() as u64, "stale ranges are forgotten and counted");
     // A second sample in a forgotten range opens nothing and stays unknown.
-    let s = Sample {
-        pid,
-        tid: pid,
-        ip: stale + 0x20,
-        period: 1,
-        cpumode: CpuMode::User,
-        ..Sample::default()
-    };
+    let s = Sample { pid, tid: pid, ip: stale + 0x20, period: 1, cpumode: CpuMode::User, ..Sample::default() };
     agg.write_record(&Record::Sample(s)).unwrap();
     assert_eq!(agg.stats.mappings_forgotten, paths.len() as u64);
     // The live text mapping of the same process: its very file is opened (regular).
@@ -186,14 +132,7 @@ fn finding_1_stale_mapping_path_swapped_for_fifo_device_or_pty() {
         ..Mmap::default()
     };
     agg.write_record(&Record::Mmap(mmap)).unwrap();
-    let s = Sample {
-        pid,
-        tid: pid,
-        ip: text.start + 0x10,
-        period: 1,
-        cpumode: CpuMode::User,
-        ..Sample::default()
-    };
+    let s = Sample { pid, tid: pid, ip: text.start + 0x10, period: 1, cpumode: CpuMode::User, ..Sample::default() };
     agg.write_record(&Record::Sample(s)).unwrap();
     let jobs: Vec<Job> = rx.try_iter().collect();
     let opened: Vec<(u64, u64)> = jobs
@@ -203,16 +142,9 @@ fn finding_1_stale_mapping_path_swapped_for_fifo_device_or_pty() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        opened,
-        [(text.dev, text.inode)],
-        "only the live mapping's own file is opened"
-    );
+    assert_eq!(opened, [(text.dev, text.inode)], "only the live mapping's own file is opened");
     // release the writer thread
-    let _r = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&fifo);
+    let _r = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo);
     writer.join().unwrap();
     let _ = victim.kill();
     let _ = victim.wait();
@@ -313,18 +245,12 @@ fn finding_4_functions_sharing_a_megabyte_name_stay_bounded() {
         let t = tailprof_agent::symtab::write_elf_table(&f, "ab", "hostile.so", &out).unwrap();
         assert_eq!(t.functions, 8200);
         let rows = tailprof_store::read::read_symbols_file(&out).unwrap();
-        assert!(rows
-            .iter()
-            .all(|r| r.name.len()
-                == tailprof_elf::MAX_NAME_BYTES + tailprof_elf::TRUNCATED_MARK.len()));
+        assert!(rows.iter().all(|r| r.name.len() == tailprof_elf::MAX_NAME_BYTES + tailprof_elf::TRUNCATED_MARK.len()));
         assert!(rows[0].name.ends_with(tailprof_elf::TRUNCATED_MARK));
         report_peak();
         return;
     }
-    let (ok, kib) = child_peak_kib(
-        "finding_4_functions_sharing_a_megabyte_name_stay_bounded",
-        ("TAILPROF_H3_FINDING4", "1"),
-    );
+    let (ok, kib) = child_peak_kib("finding_4_functions_sharing_a_megabyte_name_stay_bounded", ("TAILPROF_H3_FINDING4", "1"));
     assert!(ok, "the child failed");
     eprintln!("finding 4: peak RSS {} MiB", kib / 1024);
     // The test harness and the read-back of the table count too; the agent's whole
@@ -339,9 +265,7 @@ fn finding_4_functions_sharing_a_megabyte_name_stay_bounded() {
 /// bounded whatever is queued.
 #[test]
 fn finding_5_stop_is_bounded_whatever_the_symbolizer_has_queued() {
-    use tailprof_agent::writer::{
-        run_writer, DroppedBinaries, Job, SymbolJob, WriterConfig, WriterStats,
-    };
+    use tailprof_agent::writer::{run_writer, DroppedBinaries, Job, SymbolJob, WriterConfig, WriterStats};
     let dir = tempfile::tempdir().unwrap();
     let n = 400_000;
     let mut strtab = vec![0u8];
@@ -373,12 +297,7 @@ fn finding_5_stop_is_bounded_whatever_the_symbolizer_has_queued() {
     let jobs = 20u64;
     for i in 0..jobs {
         let file = std::fs::File::open(&p).unwrap();
-        tx.send(Job::Symbols(SymbolJob {
-            build_id: format!("{i:040x}"),
-            path: "big.so".into(),
-            file,
-        }))
-        .unwrap();
+        tx.send(Job::Symbols(SymbolJob { build_id: format!("{i:040x}"), path: "big.so".into(), file })).unwrap();
     }
     std::thread::sleep(std::time::Duration::from_secs(1)); // the first job is under way
     let t0 = std::time::Instant::now();
@@ -390,16 +309,9 @@ fn finding_5_stop_is_bounded_whatever_the_symbolizer_has_queued() {
         "finding 5: stopped in {took:?}: {} tables written, {} dropped at stop, {} failed",
         s.symbol_tables, s.symbol_tables_dropped_at_stop, s.symbol_tables_failed
     );
-    assert_eq!(
-        s.symbol_tables + s.symbol_tables_dropped_at_stop + s.symbol_tables_failed,
-        jobs,
-        "every job accounted for"
-    );
+    assert_eq!(s.symbol_tables + s.symbol_tables_dropped_at_stop + s.symbol_tables_failed, jobs, "every job accounted for");
     assert_eq!(s.symbol_tables_failed, 0, "{:?}", s.last_error);
-    assert!(
-        s.symbol_tables_dropped_at_stop > 0,
-        "something was queued at the stop"
-    );
+    assert!(s.symbol_tables_dropped_at_stop > 0, "something was queued at the stop");
     // Generous: the bound is stop_within plus one pace step, not the queue's length.
     assert!(took < std::time::Duration::from_secs(30), "{took:?}");
 }
@@ -411,13 +323,7 @@ fn finding_5_stop_is_bounded_whatever_the_symbolizer_has_queued() {
 fn finding_10_losses_are_counted_by_their_true_kind() {
     use tailprof_format::{LossKind, Lost};
     let (tx, rx) = mpsc::channel::<Job>();
-    let mut agg = Aggregator::new(
-        vec!["cpu-clock".into()],
-        3_600_000_000,
-        "h".into(),
-        tx,
-        None,
-    );
+    let mut agg = Aggregator::new(vec!["cpu-clock".into()], 3_600_000_000, "h".into(), tx, None);
     let kinds = [
         (LossKind::Samples, 1),
         (LossKind::RingFull, 20),
@@ -427,25 +333,12 @@ fn finding_10_losses_are_counted_by_their_true_kind() {
         (LossKind::ItemClasses, 600_000),
     ];
     for (kind, count) in kinds {
-        agg.write_record(&Record::Lost(Lost {
-            time: 1,
-            cpu: 0,
-            event: Some(0),
-            kind,
-            count,
-        }))
-        .unwrap();
+        agg.write_record(&Record::Lost(Lost { time: 1, cpu: 0, event: Some(0), kind, count })).unwrap();
     }
     let s = agg.stats;
-    assert_eq!(
-        s.lost_samples, 1,
-        "only PERF_RECORD_LOST_SAMPLES are lost samples"
-    );
+    assert_eq!(s.lost_samples, 1, "only PERF_RECORD_LOST_SAMPLES are lost samples");
     assert_eq!((s.losses.lost_records, s.losses.lost_markers), (20, 4_300));
-    assert_eq!(
-        (s.losses.malformed_records, s.losses.dropped_item_classes),
-        (50_000, 600_000)
-    );
+    assert_eq!((s.losses.malformed_records, s.losses.dropped_item_classes), (50_000, 600_000));
     agg.maybe_flush(true);
     let w = rx
         .try_iter()
@@ -455,10 +348,7 @@ fn finding_10_losses_are_counted_by_their_true_kind() {
         })
         .expect("a window");
     assert_eq!(w.lost_samples, 1);
-    assert_eq!(
-        w.losses, s.losses,
-        "the window carries the same counts to the store"
-    );
+    assert_eq!(w.losses, s.losses, "the window carries the same counts to the store");
 }
 
 /// A pid no process has (beyond the kernel's largest pid_max, 2^22).
@@ -475,13 +365,7 @@ fn finding_6_mmap_churn_and_forks_stay_bounded() {
     use tailprof_agent::aggregate::{MAX_MAPS_PER_PROC, MAX_MAP_BYTES};
     if std::env::var_os("TAILPROF_H3_FINDING6").is_some() {
         let (tx, _rx) = mpsc::channel::<Job>();
-        let mut agg = Aggregator::new(
-            vec!["cpu-clock".into()],
-            3_600_000_000,
-            "h".into(),
-            tx,
-            None,
-        );
+        let mut agg = Aggregator::new(vec!["cpu-clock".into()], 3_600_000_000, "h".into(), tx, None);
         let path = format!("/tmp/{}", "p".repeat(3800));
         let pid = NO_PID;
         for i in 0..65_000u64 {
@@ -500,14 +384,7 @@ fn finding_6_mmap_churn_and_forks_stay_bounded() {
         }
         for c in 1..=300u32 {
             let child = pid + c;
-            agg.write_record(&Record::Fork(tailprof_format::Task {
-                pid: child,
-                ppid: pid,
-                tid: child,
-                ptid: pid,
-                time: 1,
-            }))
-            .unwrap();
+            agg.write_record(&Record::Fork(tailprof_format::Task { pid: child, ppid: pid, tid: child, ptid: pid, time: 1 })).unwrap();
             // a sample in one of its (inherited) mappings: resolving it changes the child's list
             let ip = 0x1000_0000 + (65_000 - u64::from(c)) * 0x2000 + 0x10;
             agg.write_record(&Record::Sample(Sample {
@@ -521,19 +398,13 @@ fn finding_6_mmap_churn_and_forks_stay_bounded() {
             .unwrap();
         }
         let (procs, _maps, bytes, _) = agg.held();
-        eprintln!(
-            "finding 6: {procs} processes, {bytes} bytes of mapping lists, {:?}",
-            agg.stats
-        );
+        eprintln!("finding 6: {procs} processes, {bytes} bytes of mapping lists, {:?}", agg.stats);
         assert!(bytes <= MAX_MAP_BYTES, "{bytes}");
         assert!(agg.stats.mappings_evicted >= 65_000 - MAX_MAPS_PER_PROC as u64);
         report_peak();
         return;
     }
-    let (ok, kib) = child_peak_kib(
-        "finding_6_mmap_churn_and_forks_stay_bounded",
-        ("TAILPROF_H3_FINDING6", "1"),
-    );
+    let (ok, kib) = child_peak_kib("finding_6_mmap_churn_and_forks_stay_bounded", ("TAILPROF_H3_FINDING6", "1"));
     assert!(ok, "the child failed");
     eprintln!("finding 6: peak RSS {} MiB", kib / 1024);
     assert!(kib < 100 * 1024, "peak RSS {kib} KiB");
@@ -549,13 +420,7 @@ fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
     use tailprof_agent::aggregate::MAX_BINARIES;
     use tailprof_agent::writer::DroppedBinaries;
     let (tx, rx) = mpsc::channel::<Job>();
-    let mut agg = Aggregator::new(
-        vec!["cpu-clock".into()],
-        3_600_000_000,
-        "h".into(),
-        tx,
-        None,
-    );
+    let mut agg = Aggregator::new(vec!["cpu-clock".into()], 3_600_000_000, "h".into(), tx, None);
     let pid = NO_PID;
     let n = 119_426u64;
     for i in 0..n {
@@ -574,15 +439,8 @@ fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
             ..Mmap::default()
         };
         agg.write_record(&Record::Mmap(m)).unwrap();
-        agg.write_record(&Record::Sample(Sample {
-            pid,
-            tid: pid,
-            ip: start + 1,
-            period: 1,
-            cpumode: CpuMode::User,
-            ..Sample::default()
-        }))
-        .unwrap();
+        agg.write_record(&Record::Sample(Sample { pid, tid: pid, ip: start + 1, period: 1, cpumode: CpuMode::User, ..Sample::default() }))
+            .unwrap();
         if i % 10_000 == 9_999 {
             agg.maybe_flush(true); // a window ends
             assert!(agg.held().3 <= MAX_BINARIES, "{:?}", agg.held());
@@ -595,9 +453,7 @@ fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
     drop(rx);
 
     // The retry, with a real mapping of a process of the unprivileged user.
-    let Some(who) =
-        attacker("finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried")
-    else {
+    let Some(who) = attacker("finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried") else {
         return;
     };
     let mut victim = spawn_as(who, &["sleep", "30"]);
@@ -611,13 +467,7 @@ fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
         .expect("an executable file mapping of sleep");
     let (tx, rx) = mpsc::channel::<Job>();
     let dropped = DroppedBinaries::default();
-    let mut agg = Aggregator::new(
-        vec!["cpu-clock".into()],
-        3_600_000_000,
-        "h".into(),
-        tx,
-        None,
-    );
+    let mut agg = Aggregator::new(vec!["cpu-clock".into()], 3_600_000_000, "h".into(), tx, None);
     agg.set_dropped_binaries(dropped.clone());
     let mmap = Mmap {
         pid: vpid,
@@ -631,19 +481,8 @@ fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
         build_id: Some(vec![0xab; 20]),
         ..Mmap::default()
     };
-    let sample = Sample {
-        pid: vpid,
-        tid: vpid,
-        ip: text.start + 0x10,
-        period: 1,
-        cpumode: CpuMode::User,
-        ..Sample::default()
-    };
-    let jobs = |rx: &mpsc::Receiver<Job>| {
-        rx.try_iter()
-            .filter(|j| matches!(j, Job::Symbols(_)))
-            .count()
-    };
+    let sample = Sample { pid: vpid, tid: vpid, ip: text.start + 0x10, period: 1, cpumode: CpuMode::User, ..Sample::default() };
+    let jobs = |rx: &mpsc::Receiver<Job>| rx.try_iter().filter(|j| matches!(j, Job::Symbols(_))).count();
     agg.write_record(&Record::Mmap(mmap.clone())).unwrap();
     agg.write_record(&Record::Sample(sample.clone())).unwrap();
     assert_eq!(jobs(&rx), 1, "the first sample queues the binary");
@@ -653,11 +492,7 @@ fn finding_8_distinct_binaries_are_bounded_and_a_dropped_one_is_retried() {
     dropped.note(&"ab".repeat(20));
     agg.write_record(&Record::Mmap(mmap)).unwrap();
     agg.write_record(&Record::Sample(sample)).unwrap();
-    assert_eq!(
-        jobs(&rx),
-        1,
-        "dropped by the symbolizer: queued again when sampled again"
-    );
+    assert_eq!(jobs(&rx), 1, "dropped by the symbolizer: queued again when sampled again");
     let _ = victim.kill();
     let _ = victim.wait();
 }
@@ -690,30 +525,11 @@ fn finding_9_garbage_markers_and_endless_items_stay_bounded() {
                     let time = round * 1_000_000_000 + u64::from(th);
                     for _ in 0..20 {
                         let class = rnd() as u32;
-                        t.handle_class(&ItemClass {
-                            time,
-                            pid,
-                            id: class,
-                            name: format!("{:0>128}", rnd()),
-                        });
-                        let m = Marker {
-                            time,
-                            pid,
-                            tid,
-                            kind: MarkerKind::Begin,
-                            item: rnd(),
-                            class,
-                            ..Marker::default()
-                        };
+                        t.handle_class(&ItemClass { time, pid, id: class, name: format!("{:0>128}", rnd()) });
+                        let m = Marker { time, pid, tid, kind: MarkerKind::Begin, item: rnd(), class, ..Marker::default() };
                         t.handle_marker(&m, "garbage");
                     }
-                    let s = Sample {
-                        time,
-                        pid,
-                        tid,
-                        period: 1,
-                        ..Sample::default()
-                    };
+                    let s = Sample { time, pid, tid, period: 1, ..Sample::default() };
                     t.handle_sample(&s, &frames);
                 }
             }
@@ -727,10 +543,7 @@ fn finding_9_garbage_markers_and_endless_items_stay_bounded() {
         report_peak();
         return;
     }
-    let (ok, kib) = child_peak_kib(
-        "finding_9_garbage_markers_and_endless_items_stay_bounded",
-        ("TAILPROF_H3_FINDING9", "1"),
-    );
+    let (ok, kib) = child_peak_kib("finding_9_garbage_markers_and_endless_items_stay_bounded", ("TAILPROF_H3_FINDING9", "1"));
     assert!(ok, "the child failed");
     eprintln!("finding 9: peak RSS {} MiB", kib / 1024);
     assert!(kib < 100 * 1024, "peak RSS {kib} KiB");
@@ -743,9 +556,7 @@ fn finding_9_garbage_markers_and_endless_items_stay_bounded() {
 #[test]
 fn fairness_one_users_binaries_cannot_crowd_out_another_users() {
     use std::os::unix::fs::chown;
-    use tailprof_agent::writer::{
-        run_writer, DroppedBinaries, SymbolJob, WriterConfig, WriterStats, MAX_DEFERRED_PER_OWNER,
-    };
+    use tailprof_agent::writer::{run_writer, DroppedBinaries, SymbolJob, WriterConfig, WriterStats, MAX_DEFERRED_PER_OWNER};
     let Some(who) = attacker("fairness_one_users_binaries_cannot_crowd_out_another_users") else {
         return;
     };
@@ -768,11 +579,7 @@ fn fairness_one_users_binaries_cannot_crowd_out_another_users() {
         let p = dir.path().join(format!("bin{i}"));
         std::fs::write(&p, b"not an ELF file").unwrap();
         chown(&p, Some(uid), None).unwrap();
-        Job::Symbols(SymbolJob {
-            build_id: format!("{i:040x}"),
-            path: p.display().to_string(),
-            file: std::fs::File::open(&p).unwrap(),
-        })
+        Job::Symbols(SymbolJob { build_id: format!("{i:040x}"), path: p.display().to_string(), file: std::fs::File::open(&p).unwrap() })
     };
     let flood = 600u32;
     for i in 0..flood {
@@ -784,20 +591,8 @@ fn fairness_one_users_binaries_cannot_crowd_out_another_users() {
     drop(tx);
     writer.join().unwrap();
     let s = stats.lock().unwrap().clone();
-    eprintln!(
-        "fairness: {} dropped, {} failed (not ELF)",
-        s.symbol_tables_dropped, s.symbol_tables_failed
-    );
-    assert!(
-        !dropped.take(&format!("{flood:040x}")),
-        "root's binary was dropped"
-    );
-    assert!(
-        s.symbol_tables_dropped >= 1
-            && s.symbol_tables_dropped <= u64::from(flood) - MAX_DEFERRED_PER_OWNER as u64
-    );
-    assert_eq!(
-        s.symbol_tables_dropped + s.symbol_tables_failed + s.symbol_tables,
-        u64::from(flood) + 1
-    );
+    eprintln!("fairness: {} dropped, {} failed (not ELF)", s.symbol_tables_dropped, s.symbol_tables_failed);
+    assert!(!dropped.take(&format!("{flood:040x}")), "root's binary was dropped");
+    assert!(s.symbol_tables_dropped >= 1 && s.symbol_tables_dropped <= u64::from(flood) - MAX_DEFERRED_PER_OWNER as u64);
+    assert_eq!(s.symbol_tables_dropped + s.symbol_tables_failed + s.symbol_tables, u64::from(flood) + 1);
 }

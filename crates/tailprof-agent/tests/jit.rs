@@ -26,15 +26,8 @@ console.log(x);
 fn agent_names_a_node_process_hot_js_function_in_top() {
     static STOP: AtomicBool = AtomicBool::new(false);
     static STARTED: AtomicBool = AtomicBool::new(false);
-    if !Command::new("sh")
-        .args(["-c", "command -v node"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Node,
-            "node not installed (.ci/run installs nodejs as optional)",
-        );
+    if !Command::new("sh").args(["-c", "command -v node"]).output().is_ok_and(|o| o.status.success()) {
+        tailprof_testkit::skip(tailprof_testkit::Need::Node, "node not installed (.ci/run installs nodejs as optional)");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -60,12 +53,7 @@ fn agent_names_a_node_process_hot_js_function_in_top() {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let child = Command::new("node")
-            .args(["--perf-basic-prof", "app.js"])
-            .current_dir(&app_dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = Command::new("node").args(["--perf-basic-prof", "app.js"]).current_dir(&app_dir).stdout(Stdio::null()).spawn().unwrap();
         let pid = child.id();
         let st = child.wait_with_output().unwrap().status;
         assert!(st.success());
@@ -74,28 +62,15 @@ fn agent_names_a_node_process_hot_js_function_in_top() {
         STOP.store(true, Ordering::SeqCst);
         Some(pid)
     });
-    let res =
-        tailprof_agent::run_agent(&cfg, &STOP, &mut |_| STARTED.store(true, Ordering::SeqCst));
+    let res = tailprof_agent::run_agent(&cfg, &STOP, &mut |_| STARTED.store(true, Ordering::SeqCst));
     STOP.store(true, Ordering::SeqCst);
     let pid = work.join().unwrap();
     let summary = match res {
         Ok(s) => s,
         Err(e) => {
             let m = e.to_string();
-            if [
-                "perf_event_open",
-                "perf_event_paranoid",
-                "Permission denied",
-                "EACCES",
-                "not permitted",
-            ]
-            .iter()
-            .any(|s| m.contains(s))
-            {
-                tailprof_testkit::skip(
-                    tailprof_testkit::Need::SystemWide,
-                    format_args!("system-wide sampling is not allowed here: {m}"),
-                );
+            if ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"].iter().any(|s| m.contains(s)) {
+                tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide sampling is not allowed here: {m}"));
                 return;
             }
             panic!("agent failed: {m}");
@@ -106,55 +81,19 @@ fn agent_names_a_node_process_hot_js_function_in_top() {
     let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     let agg = &summary.aggregation;
     assert!(agg.jit.jit_entries > 0, "no JIT names copied: {agg:?}");
-    assert!(
-        agg.jit.jit_symbol_tables > 0,
-        "no JIT symbol table: {agg:?}"
-    );
-    assert_eq!(
-        summary.writer.symbol_tables_failed, 0,
-        "{:?}",
-        summary.writer.last_error
-    );
+    assert!(agg.jit.jit_symbol_tables > 0, "no JIT symbol table: {agg:?}");
+    assert_eq!(summary.writer.symbol_tables_failed, 0, "{:?}", summary.writer.last_error);
 
     let (store, _) = Store::open(&store_dir).unwrap();
     let reader = StoreReader::new(store);
-    let q = SampleQuery {
-        from_us: 0,
-        to_us: i64::MAX,
-        host: None,
-        pid: Some(pid),
-        binary: None,
-    };
+    let q = SampleQuery { from_us: 0, to_us: i64::MAX, host: None, pid: Some(pid), binary: None };
     let rep = top(&reader, &q, GroupBy::Function, 10);
-    let self_of = |name: &str| {
-        rep.rows
-            .iter()
-            .filter(|r| r.name.contains(name))
-            .map(|r| r.self_samples)
-            .sum::<u64>()
-    };
+    let self_of = |name: &str| rep.rows.iter().filter(|r| r.name.contains(name)).map(|r| r.self_samples).sum::<u64>();
     let (hot, cold) = (self_of("hotLoop"), self_of("coldLoop"));
-    let shown: Vec<(&str, u64)> = rep
-        .rows
-        .iter()
-        .map(|r| (r.name.as_str(), r.self_samples))
-        .collect();
+    let shown: Vec<(&str, u64)> = rep.rows.iter().map(|r| (r.name.as_str(), r.self_samples)).collect();
     assert!(hot > 0, "hotLoop not named by top: {shown:?}");
-    assert!(
-        rep.rows[0].name.contains("hotLoop"),
-        "the hot function leads: {shown:?}"
-    );
-    assert!(
-        hot > cold,
-        "hotLoop ({hot}) does 3x coldLoop's ({cold}) work: {shown:?}"
-    );
+    assert!(rep.rows[0].name.contains("hotLoop"), "the hot function leads: {shown:?}");
+    assert!(hot > cold, "hotLoop ({hot}) does 3x coldLoop's ({cold}) work: {shown:?}");
     let by_bin = top(&reader, &q, GroupBy::Binary, 10);
-    assert!(
-        by_bin
-            .rows
-            .iter()
-            .any(|r| r.name == tailprof_agent::jit::JIT_PATH),
-        "{:?}",
-        by_bin.rows
-    );
+    assert!(by_bin.rows.iter().any(|r| r.name == tailprof_agent::jit::JIT_PATH), "{:?}", by_bin.rows);
 }

@@ -109,7 +109,14 @@ fn otlp_requests_carry_what_the_store_holds_for_each_window() {
 
     let store_dir = tmp.path().join("store");
     let mut cfg = AgentConfig::default();
-    for (k, v) in [("window", "1s"), ("frequency", "499"), ("compact", "false"), ("retain_age", "none"), ("retain_size", "none"), ("host", "otlp-test")] {
+    for (k, v) in [
+        ("window", "1s"),
+        ("frequency", "499"),
+        ("compact", "false"),
+        ("retain_age", "none"),
+        ("retain_size", "none"),
+        ("host", "otlp-test"),
+    ] {
         cfg.set(k, v).unwrap();
     }
     cfg.store = store_dir.clone();
@@ -202,8 +209,12 @@ fn otlp_requests_carry_what_the_store_holds_for_each_window() {
                         let Some(line) = loc.lines.first() else { continue };
                         let name = s(d.function_table[line.function_index as usize].name_strindex);
                         let m = &d.mapping_table[loc.mapping_index as usize];
-                        if let Some(a) = m.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| s(a.key_strindex) == BUILD_ID_ATTR) {
-                            let Some(Value::StringValue(bid)) = a.value.clone().and_then(|v| v.value) else { panic!("build-id is a string") };
+                        if let Some(a) =
+                            m.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| s(a.key_strindex) == BUILD_ID_ATTR)
+                        {
+                            let Some(Value::StringValue(bid)) = a.value.clone().and_then(|v| v.value) else {
+                                panic!("build-id is a string")
+                            };
                             let table = tables.entry(bid.clone()).or_insert_with(|| reader.symbols(&bid).unwrap());
                             let want = tailprof_analyze::store_query::lookup(table, loc.address).map(|r| r.name.as_str());
                             assert_eq!(Some(name), want, "{bid}+0x{:x}", loc.address);

@@ -42,7 +42,10 @@ fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
     let go = tailprof_testkit::go()
         .filter(|go| Command::new(go).arg("version").env("GOTOOLCHAIN", "local").output().is_ok_and(|o| o.status.success()));
     let Some(go) = go else {
-        tailprof_testkit::skip(tailprof_testkit::Need::Go, "no Go toolchain (the check decodes with the OpenTelemetry Collector's Go pdata)");
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Go,
+            "no Go toolchain (the check decodes with the OpenTelemetry Collector's Go pdata)",
+        );
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -50,11 +53,18 @@ fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
     let app = "0123456789abcdef0123456789abcdef01234567";
     let libc = "89abcdef0123456789abcdef0123456789abcdef";
     let table = |bid: &str, bin: &str, fns: &[(u64, u64, &str)]| -> Vec<SymbolRow> {
-        fns.iter().map(|&(start, size, name)| SymbolRow { build_id: bid.into(), binary: bin.into(), start, size, name: name.into() }).collect()
+        fns.iter()
+            .map(|&(start, size, name)| SymbolRow { build_id: bid.into(), binary: bin.into(), start, size, name: name.into() })
+            .collect()
     };
     store.ensure_dir(&store.symbols_dir()).unwrap();
-    tailprof_store::write_symbols(&store.symbols_file(app).unwrap(), &table(app, "/srv/app", &[(0x1000, 0x100, "main"), (0x1100, 0x80, "handle"), (0x1180, 0x80, "parse")])).unwrap();
-    tailprof_store::write_symbols(&store.symbols_file(libc).unwrap(), &table(libc, "/lib/libc.so.6", &[(0x9000, 0x200, "memcpy")])).unwrap();
+    tailprof_store::write_symbols(
+        &store.symbols_file(app).unwrap(),
+        &table(app, "/srv/app", &[(0x1000, 0x100, "main"), (0x1100, 0x80, "handle"), (0x1180, 0x80, "parse")]),
+    )
+    .unwrap();
+    tailprof_store::write_symbols(&store.symbols_file(libc).unwrap(), &table(libc, "/lib/libc.so.6", &[(0x9000, 0x200, "memcpy")]))
+        .unwrap();
     let rows = vec![
         row(100, "app", "/srv/app", &[(app, 0x1190), (app, 0x1120), (app, 0x1010)], 40, false),
         row(100, "app", "/srv/app", &[(app, 0x1120), (app, 0x1010)], 25, false),
@@ -83,17 +93,38 @@ fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
     let file = tmp.path().join("window.otlp.pb");
     std::fs::write(&file, &body).unwrap();
 
-    let out = Command::new(&go).args(["run", "."]).arg(&file).current_dir(&go_dir).env("GOTOOLCHAIN", "local").env("GOFLAGS", "-mod=readonly").output().unwrap();
+    let out = Command::new(&go)
+        .args(["run", "."])
+        .arg(&file)
+        .current_dir(&go_dir)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=readonly")
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        let env_problem = ["requires go >=", "go.mod requires go", "dial tcp", "no such host", "i/o timeout", "proxy.golang.org", "connection refused", "TLS handshake", "toolchain"];
+        let env_problem = [
+            "requires go >=",
+            "go.mod requires go",
+            "dial tcp",
+            "no such host",
+            "i/o timeout",
+            "proxy.golang.org",
+            "connection refused",
+            "TLS handshake",
+            "toolchain",
+        ];
         if env_problem.iter().any(|p| stderr.contains(p)) {
-            tailprof_testkit::skip(tailprof_testkit::Need::GoModules, format_args!("the Go check cannot be built here (Go >= 1.26 and the module proxy are needed): {}", stderr.trim()));
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::GoModules,
+                format_args!("the Go check cannot be built here (Go >= 1.26 and the module proxy are needed): {}", stderr.trim()),
+            );
             return;
         }
         panic!("the Go check failed: {stderr}");
     }
-    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let got: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     assert!(got["error"].is_null(), "pdata rejected the request: {}", got["error"]);
 
     // the same from the rows: leaf named by the store's table, else binary+offset
@@ -104,7 +135,8 @@ fn the_collectors_pdata_decodes_the_request_with_the_stored_counts_and_names() {
     };
     for r in &rows {
         let f = &r.frames[0];
-        let name = names(&f.build_id, f.offset).unwrap_or_else(|| format!("{}+0x{:x}", if f.build_id.is_empty() { "" } else { r.binary.as_str() }, f.offset));
+        let name = names(&f.build_id, f.offset)
+            .unwrap_or_else(|| format!("{}+0x{:x}", if f.build_id.is_empty() { "" } else { r.binary.as_str() }, f.offset));
         *want.entry(format!("{} {name}", r.pid)).or_insert(0) += r.count as i64;
     }
     let leaves: BTreeMap<String, i64> = got["leaves"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_i64().unwrap())).collect();

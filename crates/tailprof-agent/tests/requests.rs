@@ -17,33 +17,16 @@ use tailprof_store::{Store, Table};
 const MS: u64 = 1_000_000;
 
 fn marker(time: u64, tid: u32, kind: MarkerKind, item: u64) -> Marker {
-    Marker {
-        time,
-        pid: 1,
-        tid,
-        kind,
-        item,
-        ..Marker::default()
-    }
+    Marker { time, pid: 1, tid, kind, item, ..Marker::default() }
 }
 
 fn sample(t: &mut TailRetainer, time: u64, tid: u32, leaf: u64) {
-    let s = Sample {
-        time,
-        pid: 1,
-        tid,
-        period: MS,
-        ..Default::default()
-    };
+    let s = Sample { time, pid: 1, tid, period: MS, ..Default::default() };
     t.handle_sample(&s, &[(u32::MAX, leaf)]);
 }
 
 fn leaves(r: &ItemRow) -> Vec<(u64, u64)> {
-    let mut v: Vec<(u64, u64)> = ItemExplanation::parse(&r.explanation)
-        .stacks
-        .iter()
-        .map(|s| (s.frames[0].offset, s.samples))
-        .collect();
+    let mut v: Vec<(u64, u64)> = ItemExplanation::parse(&r.explanation).stacks.iter().map(|s| (s.frames[0].offset, s.samples)).collect();
     v.sort();
     v
 }
@@ -79,41 +62,17 @@ fn interleaved() -> Vec<ItemRow> {
 #[test]
 fn switch_markers_give_each_request_its_own_samples() {
     let items = interleaved();
-    let r1 = items
-        .iter()
-        .find(|r| r.item_id == 1)
-        .expect("request 1 retained");
-    let r2 = items
-        .iter()
-        .find(|r| r.item_id == 2)
-        .expect("request 2 retained");
+    let r1 = items.iter().find(|r| r.item_id == 1).expect("request 1 retained");
+    let r2 = items.iter().find(|r| r.item_id == 2).expect("request 2 retained");
     // Request 1 spans 0..20 ms on thread 5, where request 2's samples at 12 and 14 ms are.
-    assert_eq!(
-        (r1.samples, leaves(r1)),
-        (6, vec![(0xa, 6)]),
-        "{}",
-        r1.explanation
-    );
-    assert_eq!(
-        (r2.samples, leaves(r2)),
-        (3, vec![(0xb, 3)]),
-        "{}",
-        r2.explanation
-    );
-    let s1 = ItemExplanation::parse(&r1.explanation)
-        .switching
-        .expect("request 1 is switched");
-    assert_eq!(
-        (s1.current_ns, s1.waiting_in_loop_ns, s1.resumes, s1.threads),
-        (15 * MS, 5 * MS, 2, 1)
-    );
+    assert_eq!((r1.samples, leaves(r1)), (6, vec![(0xa, 6)]), "{}", r1.explanation);
+    assert_eq!((r2.samples, leaves(r2)), (3, vec![(0xb, 3)]), "{}", r2.explanation);
+    let s1 = ItemExplanation::parse(&r1.explanation).switching.expect("request 1 is switched");
+    assert_eq!((s1.current_ns, s1.waiting_in_loop_ns, s1.resumes, s1.threads), (15 * MS, 5 * MS, 2, 1));
     // Off CPU only while current: 15 ms current, 6 samples of 1 ms.
     assert_eq!(r1.off_cpu_ns, 9 * MS);
     let s2 = ItemExplanation::parse(&r2.explanation).switching.unwrap();
-    assert_eq!(
-        (s2.current_ns, s2.waiting_in_loop_ns, s2.resumes),
-        (10 * MS, 5 * MS, 2)
-    );
+    assert_eq!((s2.current_ns, s2.waiting_in_loop_ns, s2.resumes), (10 * MS, 5 * MS, 2));
 }
 
 #[test]
@@ -131,15 +90,8 @@ fn a_task_that_moves_between_threads_stays_one_request() {
     let (items, _) = t.take_window(0, 1, &|_| None);
     assert_eq!(t.stats.unmatched_ends, 0);
     assert_eq!(items.len(), 1);
-    assert_eq!(
-        leaves(&items[0]),
-        vec![(0xa, 2)],
-        "{}",
-        items[0].explanation
-    );
-    let sw = ItemExplanation::parse(&items[0].explanation)
-        .switching
-        .unwrap();
+    assert_eq!(leaves(&items[0]), vec![(0xa, 2)], "{}", items[0].explanation);
+    let sw = ItemExplanation::parse(&items[0].explanation).switching.unwrap();
     assert_eq!((sw.threads, sw.current_ns), (2, 4 * MS));
 }
 
@@ -152,9 +104,7 @@ fn without_switch_markers_begin_to_end_on_the_thread_as_before() {
     t.handle_marker(&marker(2 * MS, 5, End, 1), "srv");
     let (items, _) = t.take_window(0, 1, &|_| None);
     assert_eq!(items[0].samples, 1);
-    assert!(ItemExplanation::parse(&items[0].explanation)
-        .switching
-        .is_none());
+    assert!(ItemExplanation::parse(&items[0].explanation).switching.is_none());
     assert!(!items[0].explanation.contains("switching"));
 }
 
@@ -171,21 +121,13 @@ fn current_intervals_are_bounded_and_counted() {
     }
     t.handle_marker(&marker(10 * n, 5, End, 1), "loop");
     // n intervals closed by the switches to none, one by the end; MAX kept.
-    assert_eq!(
-        t.stats.slices_dropped,
-        n + 1 - MAX_SLICES_PER_REQUEST as u64
-    );
+    assert_eq!(t.stats.slices_dropped, n + 1 - MAX_SLICES_PER_REQUEST as u64);
     let (items, _) = t.take_window(0, 1, &|_| None);
-    let sw = ItemExplanation::parse(&items[0].explanation)
-        .switching
-        .unwrap();
+    let sw = ItemExplanation::parse(&items[0].explanation).switching.unwrap();
     assert_eq!(sw.resumes, n + 1);
 }
 
-fn write_and_read(
-    items: Vec<ItemRow>,
-    trace_id: Option<&str>,
-) -> tailprof_analyze::store_query::StoredItems {
+fn write_and_read(items: Vec<ItemRow>, trace_id: Option<&str>) -> tailprof_analyze::store_query::StoredItems {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
     let (store, _) = Store::open(&root).unwrap();
@@ -197,9 +139,7 @@ fn write_and_read(
         window_end_us: now,
         ..WindowMeta::default()
     };
-    store
-        .ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000))
-        .unwrap();
+    store.ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000)).unwrap();
     let items: Vec<_> = items
         .into_iter()
         .map(|mut r| {
@@ -207,21 +147,9 @@ fn write_and_read(
             r
         })
         .collect();
-    tailprof_store::write_items(
-        &store.window_file(Table::Items, "h", now - 1_000_000, now),
-        &meta,
-        &items,
-    )
-    .unwrap();
+    tailprof_store::write_items(&store.window_file(Table::Items, "h", now - 1_000_000, now), &meta, &items).unwrap();
     let reader = tailprof_store::StoreReader::new(Store::at(&root));
-    tailprof_analyze::store_query::stored_items_of(
-        &reader,
-        None,
-        now - 3_600_000_000,
-        now + 1_000_000,
-        None,
-        trace_id,
-    )
+    tailprof_analyze::store_query::stored_items_of(&reader, None, now - 3_600_000_000, now + 1_000_000, None, trace_id)
 }
 
 #[test]
@@ -234,14 +162,7 @@ fn trace_context_is_stored_and_found_by_trace_id() {
     for (id, tid) in [(1u64, 5u32), (2, 6)] {
         t.handle_marker(&marker(0, tid, Begin, id), "srv");
         if id == 1 {
-            t.handle_item_trace(&ItemTrace {
-                time: 0,
-                pid: 1,
-                tid,
-                item: id,
-                trace_id,
-                span_id: [0xcd; 8],
-            });
+            t.handle_item_trace(&ItemTrace { time: 0, pid: 1, tid, item: id, trace_id, span_id: [0xcd; 8] });
         }
     }
     t.handle_marker(&marker(5 * MS, 5, End, 1), "srv");
@@ -249,26 +170,16 @@ fn trace_context_is_stored_and_found_by_trace_id() {
     let (items, _) = t.take_window(0, 1, &|_| None);
     let r1 = items.iter().find(|r| r.item_id == 1).unwrap();
     let hex = "ab000000000000000000000000000001";
-    assert_eq!(
-        (r1.trace_id.as_str(), r1.span_id.as_str()),
-        (hex, "cdcdcdcdcdcdcdcd")
-    );
+    assert_eq!((r1.trace_id.as_str(), r1.span_id.as_str()), (hex, "cdcdcdcdcdcdcdcd"));
     assert_eq!(items.iter().find(|r| r.item_id == 2).unwrap().trace_id, "");
     // Stored, read back, and searched.
     let all = write_and_read(items.clone(), None);
     assert_eq!(all.items.len(), 2);
     let found = write_and_read(items.clone(), Some(hex));
-    assert_eq!(
-        found.items.iter().map(|i| i.item_id).collect::<Vec<_>>(),
-        [1]
-    );
+    assert_eq!(found.items.iter().map(|i| i.item_id).collect::<Vec<_>>(), [1]);
     assert_eq!(found.items[0].trace_id.as_deref(), Some(hex));
     assert_eq!(found.items[0].span_id.as_deref(), Some("cdcdcdcdcdcdcdcd"));
     let v = serde_json::to_value(&found.items[0]).unwrap();
     assert_eq!(v["trace_id"], hex);
-    assert!(
-        write_and_read(items, Some("ab000000000000000000000000000002"))
-            .items
-            .is_empty()
-    );
+    assert!(write_and_read(items, Some("ab000000000000000000000000000002")).items.is_empty());
 }

@@ -42,7 +42,14 @@ fn streamed_table_equals_the_blazesym_table_on_real_binaries() {
         assert!(!got.is_empty(), "{}", bin.display());
         if got != want {
             let d = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
-            panic!("{}: {} rows streamed, {} by blazesym; first difference at {d}: {:?} vs {:?}", bin.display(), got.len(), want.len(), got.get(d), want.get(d));
+            panic!(
+                "{}: {} rows streamed, {} by blazesym; first difference at {d}: {:?} vs {:?}",
+                bin.display(),
+                got.len(),
+                want.len(),
+                got.get(d),
+                want.get(d)
+            );
         }
         eprintln!("{}: {} functions", bin.display(), got.len());
         multi_group |= got.len() > tailprof_store::write::SYMBOL_GROUP_ROWS;
@@ -233,10 +240,10 @@ fn build_elf(is64: bool, bad: bool) -> Vec<u8> {
 
 fn expected(bad: bool) -> Vec<(u64, u64, String)> {
     let mut v = vec![
-        (0x1010, 0x10, "a_alias".to_string()), // aliases: the smaller name
-        (0x1040, 0x40, "big".to_string()),     // same start: the larger; .symtab before .dynsym
+        (0x1010, 0x10, "a_alias".to_string()),          // aliases: the smaller name
+        (0x1040, 0x40, "big".to_string()),              // same start: the larger; .symtab before .dynsym
         (0x10c0, 0x10, "ns::compute(int)".to_string()), // IFUNC, demangled
-        (0x10e0, 0x10, "dyn_only".to_string()), // .dynsym only (dyn_inside is inside big)
+        (0x10e0, 0x10, "dyn_only".to_string()),         // .dynsym only (dyn_inside is inside big)
     ];
     if bad {
         v.insert(2, (0x1080, 0x20, "xfn".to_string())); // through .symtab_shndx
@@ -302,13 +309,14 @@ fn librustc_driver_is_indexed_when_present() {
     let home = std::env::var_os("RUSTUP_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".rustup")));
-    let lib = home.and_then(|h| {
-        std::fs::read_dir(h.join("toolchains")).ok()?.flatten().find_map(|t| {
-            std::fs::read_dir(t.path().join("lib")).ok()?.flatten().map(|e| e.path()).find(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
+    let lib =
+        home.and_then(|h| {
+            std::fs::read_dir(h.join("toolchains")).ok()?.flatten().find_map(|t| {
+                std::fs::read_dir(t.path().join("lib")).ok()?.flatten().map(|e| e.path()).find(|p| {
+                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("librustc_driver-") && n.ends_with(".so"))
+                })
             })
-        })
-    });
+        });
     let Some(lib) = lib else {
         tailprof_testkit::skip(tailprof_testkit::Need::Fact, "no librustc_driver-*.so under $RUSTUP_HOME/toolchains/*/lib");
         return;

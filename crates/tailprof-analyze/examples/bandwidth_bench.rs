@@ -95,8 +95,25 @@ fn main() {
         assert_eq!(r.samples as usize, samples);
     }
     let m = samples as f64 / 1e6;
-    println!("samples            {samples} ({} bins of 100 µs, {:.1} s of trace, true l = {})", bins, (truth.end() - truth.start()) as f64 / 1e9, truth.l);
-    println!("binning            {:.3} s  {:.1} M samples/s  (of which the per-sample pass {:.3} s: {:.1} M samples/s)", best_bin, m / best_bin, best_feed, m / best_feed);
+    println!(
+        "samples            {samples} ({} bins of 100 µs, {:.1} s of trace, true l = {})",
+        bins,
+        (truth.end() - truth.start()) as f64 / 1e9,
+        truth.l
+    );
+    println!(
+        "binning            {:.3} s  {:.1} M samples/s  (of which the per-sample pass {:.3} s: {:.1} M samples/s)",
+        best_bin,
+        m / best_bin,
+        best_feed,
+        m / best_feed
+    );
     println!("decode only        {:.3} s  {:.1} M samples/s", best_decode, m / best_decode);
-    println!("end to end (file)  {:.3} s  {:.1} M samples/s  (--no-items: {:.3} s, {:.1} M samples/s)", best_e2e, m / best_e2e, best_e2e_plain, m / best_e2e_plain);
+    println!(
+        "end to end (file)  {:.3} s  {:.1} M samples/s  (--no-items: {:.3} s, {:.1} M samples/s)",
+        best_e2e,
+        m / best_e2e,
+        best_e2e_plain,
+        m / best_e2e_plain
+    );
 }

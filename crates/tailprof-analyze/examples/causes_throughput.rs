@@ -30,8 +30,8 @@ use tailprof_analyze::items::{items_report, ItemsOptions};
 use tailprof_analyze::stacks::{stack_profile, ItemSpan, StackFilter, StackOptions};
 use tailprof_analyze::Symbolizer;
 use tailprof_format::{
-    CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, Sink,
-    StackStatus, Switch, SwitchKind, TraceHeader, TraceReader, TraceWriter, Wakeup,
+    CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, Sink, StackStatus, Switch, SwitchKind, TraceHeader,
+    TraceReader, TraceWriter, Wakeup,
 };
 
 const PID: u32 = 1000;
@@ -43,19 +43,11 @@ impl Sink for Nothing {}
 
 fn build(n: u64, causes: bool) -> (Vec<u8>, u64) {
     let mut header = TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(100 * US),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(100 * US), ..Default::default() }],
         ..Default::default()
     };
     if causes {
-        header
-            .extra
-            .insert("causes".into(), "sched_waking+cpu_switch".into());
+        header.extra.insert("causes".into(), "sched_waking+cpu_switch".into());
     }
     let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
     w.write(&Record::Mmap(Mmap {
@@ -70,17 +62,11 @@ fn build(n: u64, causes: bool) -> (Vec<u8>, u64) {
     }))
     .unwrap();
     let stack = |w: &mut TraceWriter<Vec<u8>>, leaf: u64| {
-        w.intern_stack(&[
-            Frame::user(0x40_0000 + leaf),
-            Frame::user(0x40_1000),
-            Frame::user(0x40_2000),
-            Frame::user(0x40_3000),
-        ])
+        w.intern_stack(&[Frame::user(0x40_0000 + leaf), Frame::user(0x40_1000), Frame::user(0x40_2000), Frame::user(0x40_3000)])
     };
     let req_stack = stack(&mut w, 0x100);
     let worker_stack = stack(&mut w, 0x200);
-    let wake_stack =
-        w.intern_stack(&[Frame::kernel(0xffff_ffff_8100_1000), Frame::user(0x40_0300)]);
+    let wake_stack = w.intern_stack(&[Frame::kernel(0xffff_ffff_8100_1000), Frame::user(0x40_0300)]);
     let mut records = 0u64;
     let mut put = |w: &mut TraceWriter<Vec<u8>>, r: Record| {
         w.write(&r).unwrap();
@@ -99,32 +85,11 @@ fn build(n: u64, causes: bool) -> (Vec<u8>, u64) {
             ..Default::default()
         })
     };
-    let sw = |time: u64,
-              pid: u32,
-              tid: u32,
-              cpu: u32,
-              kind: SwitchKind,
-              next_prev: Option<(u32, u32)>| {
-        Record::Switch(Switch {
-            time,
-            pid,
-            tid,
-            cpu,
-            kind,
-            next_prev,
-            ..Default::default()
-        })
+    let sw = |time: u64, pid: u32, tid: u32, cpu: u32, kind: SwitchKind, next_prev: Option<(u32, u32)>| {
+        Record::Switch(Switch { time, pid, tid, cpu, kind, next_prev, ..Default::default() })
     };
     let marker = |time: u64, tid: u32, kind: MarkerKind, item: u64| {
-        Record::Marker(Marker {
-            time,
-            pid: PID,
-            tid,
-            kind,
-            item,
-            class: 0,
-            source: MarkerSource::Api,
-        })
+        Record::Marker(Marker { time, pid: PID, tid, kind, item, class: 0, source: MarkerSource::Api })
     };
     for k in 0..n {
         let t = 10 * US + k * 1000 * US;
@@ -145,14 +110,8 @@ fn build(n: u64, causes: bool) -> (Vec<u8>, u64) {
                 stack_status: StackStatus::Unknown,
             }),
         );
-        put(
-            &mut w,
-            sw(t + 30 * US, PID, req, cpu, SwitchKind::OutBlocked, None),
-        );
-        put(
-            &mut w,
-            sw(t + 30 * US, PID, worker, cpu, SwitchKind::In, None),
-        );
+        put(&mut w, sw(t + 30 * US, PID, req, cpu, SwitchKind::OutBlocked, None));
+        put(&mut w, sw(t + 30 * US, PID, worker, cpu, SwitchKind::In, None));
         put(&mut w, sample(t + 130 * US, worker, worker_stack));
         put(
             &mut w,
@@ -166,45 +125,13 @@ fn build(n: u64, causes: bool) -> (Vec<u8>, u64) {
                 stack_status: StackStatus::Unknown,
             }),
         );
-        put(
-            &mut w,
-            sw(t + 410 * US, PID, worker, cpu, SwitchKind::OutBlocked, None),
-        );
-        put(
-            &mut w,
-            sw(t + 420 * US, PID, req, cpu, SwitchKind::In, None),
-        );
+        put(&mut w, sw(t + 410 * US, PID, worker, cpu, SwitchKind::OutBlocked, None));
+        put(&mut w, sw(t + 420 * US, PID, req, cpu, SwitchKind::In, None));
         if k % 4 == 0 {
-            put(
-                &mut w,
-                sw(t + 500 * US, PID, req, cpu, SwitchKind::OutPreempted, None),
-            );
-            put(
-                &mut w,
-                sw(
-                    t + 500 * US,
-                    HOG,
-                    HOG,
-                    cpu,
-                    SwitchKind::In,
-                    Some((PID, req)),
-                ),
-            );
-            put(
-                &mut w,
-                sw(
-                    t + 700 * US,
-                    HOG,
-                    HOG,
-                    cpu,
-                    SwitchKind::OutPreempted,
-                    Some((PID, req)),
-                ),
-            );
-            put(
-                &mut w,
-                sw(t + 700 * US, PID, req, cpu, SwitchKind::In, None),
-            );
+            put(&mut w, sw(t + 500 * US, PID, req, cpu, SwitchKind::OutPreempted, None));
+            put(&mut w, sw(t + 500 * US, HOG, HOG, cpu, SwitchKind::In, Some((PID, req))));
+            put(&mut w, sw(t + 700 * US, HOG, HOG, cpu, SwitchKind::OutPreempted, Some((PID, req))));
+            put(&mut w, sw(t + 700 * US, PID, req, cpu, SwitchKind::In, None));
         }
         put(&mut w, sample(t + 800 * US, req, req_stack));
         put(&mut w, marker(t + 900 * US, req, MarkerKind::End, k + 1));
@@ -214,10 +141,7 @@ fn build(n: u64, causes: bool) -> (Vec<u8>, u64) {
 
 /// This thread's CPU time, s (the machine may be shared: wall time would count others').
 fn cpu_s() -> f64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes the timespec given.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
@@ -230,10 +154,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let n: u64 = args
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
+    let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     let repeats: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
     let only_causes = args.next().is_some_and(|a| a == "causes");
     let t0 = Instant::now();
@@ -245,19 +166,10 @@ fn main() {
         t0.elapsed().as_secs_f64()
     );
     let mut sym = Symbolizer::default();
-    let items = items_report(
-        &mut TraceReader::from_bytes(with.clone()).unwrap(),
-        &ItemsOptions::default(),
-        &mut sym,
-    )
-    .unwrap();
+    let items = items_report(&mut TraceReader::from_bytes(with.clone()).unwrap(), &ItemsOptions::default(), &mut sym).unwrap();
     assert_eq!(items.items.len() as u64, n);
     let spans = ItemSpan::from_rows(&items.items);
-    let opts = StackOptions {
-        event: None,
-        filter: StackFilter::default(),
-        timeline: false,
-    };
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
     let (mut decode, mut plain, mut causes) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeats {
         if only_causes {
@@ -285,30 +197,14 @@ fn main() {
         causes.push(cpu_s() - t);
         // Every item was woken by its worker; every fourth ran behind the hog.
         assert_eq!(p.causes.len() as u64, n);
-        assert_eq!(
-            p.causes
-                .iter()
-                .filter(|c| !c.preempted_by.is_empty())
-                .count() as u64,
-            n.div_ceil(4)
-        );
-        assert!(p
-            .causes
-            .iter()
-            .all(|c| c.woken_by.first().is_some_and(|w| w.ns == 370 * US)));
+        assert_eq!(p.causes.iter().filter(|c| !c.preempted_by.is_empty()).count() as u64, n.div_ceil(4));
+        assert!(p.causes.iter().all(|c| c.woken_by.first().is_some_and(|w| w.ns == 370 * US)));
     }
-    for (name, v) in [
-        ("decode", decode),
-        ("stacks, no causes", plain),
-        ("stacks + causes", causes),
-    ] {
+    for (name, v) in [("decode", decode), ("stacks, no causes", plain), ("stacks + causes", causes)] {
         if v.is_empty() {
             continue;
         }
         let s = median(v);
-        println!(
-            "{name:<20} {s:>7.3} s  {:>6.2} M records/s",
-            records as f64 / s / 1e6
-        );
+        println!("{name:<20} {s:>7.3} s  {:>6.2} M records/s", records as f64 / s / 1e6);
     }
 }

@@ -18,8 +18,7 @@ use tailprof_analyze::items::{items_report, ItemsJoin, ItemsOptions};
 use tailprof_analyze::Symbolizer;
 use tailprof_format::synth::Rng;
 use tailprof_format::{
-    CpuMode, EventDesc, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, Sink, TraceHeader, TraceReader,
-    TraceWriter,
+    CpuMode, EventDesc, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, Sink, TraceHeader, TraceReader, TraceWriter,
 };
 
 const THREADS: u32 = 4;
@@ -31,13 +30,7 @@ impl Sink for Nothing {}
 
 fn build(n: u64) -> (Vec<u8>, u64) {
     let header = TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         ..Default::default()
     };
     let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
@@ -74,8 +67,7 @@ fn build(n: u64) -> (Vec<u8>, u64) {
         // Log-uniform over 3000 addresses: a few are hot.
         let rank = (3000f64.powf(rng.unit()) as u64).saturating_sub(1);
         let ip = 0x40_0000 + (rank * 97 % 0x10_0000);
-        w.write_sample(&Sample { time: t, pid: 1, tid, ip, period: PERIOD, cpumode: CpuMode::User, ..Default::default() })
-            .unwrap();
+        w.write_sample(&Sample { time: t, pid: 1, tid, ip, period: PERIOD, cpumode: CpuMode::User, ..Default::default() }).unwrap();
         count[th] += 1;
         if pos == PER_ITEM {
             if let Some(id) = open[th].take() {
@@ -134,11 +126,7 @@ fn main() {
     println!("  decode only (read_all, no-op sink)  {d:.3} s  {:6.1} M samples/s", msps(d));
     println!("  decode + join (no symbolization)    {j:.3} s  {:6.1} M samples/s", msps(j));
     println!("  items_report (everything)           {f:.3} s  {:6.1} M samples/s", msps(f));
-    println!(
-        "  join alone (decode+join - decode)   {:.3} s  {:6.1} M samples/s",
-        j - d,
-        msps((j - d).max(1e-9))
-    );
+    println!("  join alone (decode+join - decode)   {:.3} s  {:6.1} M samples/s", j - d, msps((j - d).max(1e-9)));
     println!(
         "report: {} items, {} outside samples, {} anomalous, {} functions in item 0",
         rep.items.len(),

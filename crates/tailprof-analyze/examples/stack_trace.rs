@@ -19,13 +19,7 @@ fn main() {
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(5_000_000);
     const PERIOD: u64 = 250_000;
     let header = TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         ..Default::default()
     };
     let mut w = match TraceWriter::create(out.as_ref(), &header) {

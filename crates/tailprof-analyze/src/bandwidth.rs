@@ -41,15 +41,15 @@ pub mod bursts;
 pub mod datasrc;
 pub mod loss;
 pub mod poisson;
+mod report;
 #[cfg(any(test, feature = "testing"))]
 pub mod synth;
-mod report;
 pub use report::*;
 
 use rustc_hash::FxHashMap;
 use tailprof_format::{
-    BuildIdEntry, Comm, EventDesc, FormatError, ItemClass, Lost, LossKind, Marker, Mmap, Sample, Sink, Task,
-    Throttle, TraceHeader, TraceReader,
+    BuildIdEntry, Comm, EventDesc, FormatError, ItemClass, LossKind, Lost, Marker, Mmap, Sample, Sink, Task, Throttle, TraceHeader,
+    TraceReader,
 };
 
 use crate::items::{ItemsJoin, ItemsOptions};
@@ -226,11 +226,7 @@ impl BandwidthBuilder {
         };
         let counter_event = counter_index(h).filter(|&c| c != event);
         let want_items = opts.items || opts.by == Some(BwGroupBy::Item);
-        let join = if want_items {
-            Some(ItemsJoin::new(h, &ItemsOptions { event: Some(event), ..Default::default() })?)
-        } else {
-            None
-        };
+        let join = if want_items { Some(ItemsJoin::new(h, &ItemsOptions { event: Some(event), ..Default::default() })?) } else { None };
         let groups = matches!(opts.by, Some(BwGroupBy::Cpu | BwGroupBy::Process | BwGroupBy::Thread)).then(Groups::default);
         Ok(BandwidthBuilder {
             opts: opts.clone(),
@@ -362,11 +358,7 @@ impl BandwidthBuilder {
         }
         self.counts.resize(nbins, 0);
         self.periods.resize(nbins, 0);
-        let mean_period = if self.used > 0 {
-            self.period_sum as f64 / self.used as f64
-        } else {
-            self.fixed_period.unwrap_or(1) as f64
-        };
+        let mean_period = if self.used > 0 { self.period_sum as f64 / self.used as f64 } else { self.fixed_period.unwrap_or(1) as f64 };
         let period_varies = self.fixed_period.is_none();
 
         // Loss model.

@@ -43,24 +43,13 @@ pub struct ExportData {
 /// `req`. Without items in the trace, `report` is `None` (the views render the samples
 /// alone); fails with [`AnalyzeError::NoItems`] when a filter needs items and the trace
 /// has none, and [`AnalyzeError::NoSuchItem`] for an `--item` id that is not in it.
-pub fn export_data(
-    reader: &mut TraceReader,
-    req: &ExportRequest,
-    symbolizer: &mut Symbolizer,
-) -> Result<ExportData, AnalyzeError> {
+pub fn export_data(reader: &mut TraceReader, req: &ExportRequest, symbolizer: &mut Symbolizer) -> Result<ExportData, AnalyzeError> {
     let first = reader.header().events.first();
     let period = first.and_then(|e| e.sample_period).unwrap_or(0);
-    let clock_interval_ns = first
-        .filter(|e| e.is_clock())
-        .and_then(|e| e.sample_period)
-        .unwrap_or(0);
+    let clock_interval_ns = first.filter(|e| e.is_clock()).and_then(|e| e.sample_period).unwrap_or(0);
     let event = select_event(reader.header(), req.event.as_deref())?;
     let report = if req.items || req.filter.is_active() {
-        let opts = ItemsOptions {
-            event: req.event.as_ref().map(|_| event),
-            class: req.filter.class.clone(),
-            ..Default::default()
-        };
+        let opts = ItemsOptions { event: req.event.as_ref().map(|_| event), class: req.filter.class.clone(), ..Default::default() };
         match items_report(reader, &opts, symbolizer) {
             Ok(r) => Some(r),
             // A trace without items still gets its views (flame graphs, samples); only
@@ -71,30 +60,17 @@ pub fn export_data(
     } else {
         None
     };
-    let spans = report
-        .as_ref()
-        .map(|r| ItemSpan::from_rows(&r.items))
-        .unwrap_or_default();
+    let spans = report.as_ref().map(|r| ItemSpan::from_rows(&r.items)).unwrap_or_default();
     for id in &req.filter.items {
         if !spans.iter().any(|s| s.id == *id) {
             return Err(AnalyzeError::NoSuchItem { id: *id });
         }
     }
-    let opts = StackOptions {
-        event: Some(event),
-        filter: req.filter.clone(),
-        timeline: req.timeline,
-    };
+    let opts = StackOptions { event: Some(event), filter: req.filter.clone(), timeline: req.timeline };
     let stacks = stack_profile(reader, &opts, spans, symbolizer)?;
     let instants = match (&report, req.instants) {
         (Some(r), true) => Some(item_samples(reader, r, event, symbolizer)?),
         _ => None,
     };
-    Ok(ExportData {
-        report,
-        stacks,
-        instants,
-        period,
-        clock_interval_ns,
-    })
+    Ok(ExportData { report, stacks, instants, period, clock_interval_ns })
 }

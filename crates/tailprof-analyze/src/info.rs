@@ -7,8 +7,8 @@
 use rustc_hash::FxHashSet;
 use serde::Serialize;
 use tailprof_format::{
-    BuildIdEntry, ClockInfo, Comm, EventDesc, Mmap, ReadSummary, Sample, Sink, StackStatusCounts, SwitchCounts, Task,
-    TraceHeader, TraceReader, TraceStats,
+    BuildIdEntry, ClockInfo, Comm, EventDesc, Mmap, ReadSummary, Sample, Sink, StackStatusCounts, SwitchCounts, Task, TraceHeader,
+    TraceReader, TraceStats,
 };
 
 use crate::maps::KERNEL_PID;
@@ -258,12 +258,7 @@ impl TraceInfo {
             })
             // One event: its samples are all the samples, known without the full pass.
             .or_else(|| (header.events.len() == 1).then(|| vec![summary.samples]));
-        let events = header
-            .events
-            .iter()
-            .enumerate()
-            .map(|(i, e)| event_info(i, e, per_event.as_ref().map(|v| v[i])))
-            .collect();
+        let events = header.events.iter().enumerate().map(|(i, e)| event_info(i, e, per_event.as_ref().map(|v| v[i]))).collect();
         let duration_ns = trailer_duration_ns.or(match (stats.first_time, stats.last_time) {
             (Some(a), Some(b)) if b >= a => Some(b - a),
             _ => None,
@@ -330,14 +325,8 @@ mod tests {
             ..Default::default()
         };
         let summary = ReadSummary { chunks: 3, bytes: 1000, complete: true, ..Default::default() };
-        let stats = TraceStats {
-            samples: 4,
-            lost_records: 2,
-            lost_samples: 1,
-            first_time: Some(100),
-            last_time: Some(350),
-            ..Default::default()
-        };
+        let stats =
+            TraceStats { samples: 4, lost_records: 2, lost_samples: 1, first_time: Some(100), last_time: Some(350), ..Default::default() };
         let mut c = RecordCounter::default();
         for (event, pid, tid) in [(0, 1, 1), (0, 1, 2), (1, 3, 3), (0, 1, 1)] {
             c.handle_sample(&Sample { event, pid, tid, ..Default::default() });

@@ -35,21 +35,14 @@ pub(crate) struct ItemMaps<K, V> {
 
 impl<K, V> Default for ItemMaps<K, V> {
     fn default() -> Self {
-        ItemMaps {
-            heads: Vec::new(),
-            nodes: Vec::new(),
-            spill: FxHashMap::default(),
-        }
+        ItemMaps { heads: Vec::new(), nodes: Vec::new(), spill: FxHashMap::default() }
     }
 }
 
 impl<K: Copy + Eq + Hash, V: Default> ItemMaps<K, V> {
     /// Maps for items `0..n` (more grow on demand).
     pub fn with_items(n: usize) -> Self {
-        ItemMaps {
-            heads: vec![(END, 0); n],
-            ..Default::default()
-        }
+        ItemMaps { heads: vec![(END, 0); n], ..Default::default() }
     }
 
     /// The value of `key` in item `item`'s map, inserted as `V::default()` if absent.
@@ -71,11 +64,7 @@ impl<K: Copy + Eq + Hash, V: Default> ItemMaps<K, V> {
             return self.spill.entry(item).or_default().entry(key).or_default();
         }
         let at = self.nodes.len() as u32;
-        self.nodes.push(Node {
-            key,
-            value: V::default(),
-            next: head,
-        });
+        self.nodes.push(Node { key, value: V::default(), next: head });
         self.heads[i] = (at, len + 1);
         &mut self.nodes[at as usize].value
     }
@@ -114,15 +103,9 @@ mod tests {
             *m.entry(5, k) += k as u64;
             *m.entry(5, k) += 1;
         }
-        assert_eq!(
-            m.spill.get(&5).map(|s| s.len()),
-            Some(200 - LIST_MAX as usize)
-        );
+        assert_eq!(m.spill.get(&5).map(|s| s.len()), Some(200 - LIST_MAX as usize));
         let mut v: Vec<(u32, u64)> = m.get(5).map(|(k, v)| (*k, *v)).collect();
         v.sort_unstable();
-        assert_eq!(
-            v,
-            (0..200u32).map(|k| (k, k as u64 + 1)).collect::<Vec<_>>()
-        );
+        assert_eq!(v, (0..200u32).map(|k| (k, k as u64 + 1)).collect::<Vec<_>>());
     }
 }

@@ -37,8 +37,8 @@ pub mod bandwidth;
 pub mod causes;
 pub mod export;
 pub mod info;
-pub mod items;
 mod item_maps;
+pub mod items;
 pub mod measured;
 pub use tailprof_symbolize::maps;
 pub mod offcpu;
@@ -54,14 +54,11 @@ pub use tailprof_symbolize as symbolize;
 
 pub use info::{trace_info, RecordCounter, TraceInfo};
 pub use items::{
-    explain, items_report, ClassStats, Estimator, Explanation, FunctionDiff, ItemFunction, ItemRow,
-    ItemsOptions, ItemsReport,
+    explain, items_report, ClassStats, Estimator, Explanation, FunctionDiff, ItemFunction, ItemRow, ItemsOptions, ItemsReport,
 };
 pub use maps::AddressSpaces;
+pub use profile::{flat_profile, select_event, FlatProfile, GroupBy, ProfileBuilder, ProfileOptions, ProfileRow};
 pub use resolve::{LocId, Resolved, ResolvedSink, Resolver};
-pub use profile::{
-    flat_profile, select_event, FlatProfile, GroupBy, ProfileBuilder, ProfileOptions, ProfileRow,
-};
 pub use symbolize::{KernelSymbols, Symbolizer, SymbolizerOptions, UnknownReason};
 
 /// Errors of the analyze stage.

@@ -9,9 +9,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::overhead::predict::PebsGuidance;
-use crate::overhead::{
-    Basis, Calibration, LineFit, OverheadEstimate, PlanOutput, Point, RateModel, Refusal,
-};
+use crate::overhead::{Basis, Calibration, LineFit, OverheadEstimate, PlanOutput, Point, RateModel, Refusal};
 
 /// The machine's hardware counters, as `stat` reports them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -112,15 +112,7 @@ impl Timelines {
 }
 
 fn close(tid: u32, p: Pending, end: u64) -> OffInterval {
-    OffInterval {
-        pid: p.pid,
-        tid,
-        begin_ns: p.since,
-        end_ns: end.max(p.since),
-        state: p.state,
-        stack: p.stack,
-        stack_status: p.status,
-    }
+    OffInterval { pid: p.pid, tid, begin_ns: p.since, end_ns: end.max(p.since), state: p.state, stack: p.stack, stack_status: p.status }
 }
 
 #[cfg(test)]

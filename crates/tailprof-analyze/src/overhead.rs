@@ -41,8 +41,8 @@ use serde::{Deserialize, Serialize};
 
 pub use fit::{assess, fit_line, FitPolicy, LineFit, Point, Refusal};
 pub use predict::{
-    overhead_at, overhead_estimate, predict_elapsed, recommend_period, relative_error, slowdown_at, OverheadEstimate,
-    PlanInput, PlanLimit, PlanOutput, RateModel,
+    overhead_at, overhead_estimate, predict_elapsed, recommend_period, relative_error, slowdown_at, OverheadEstimate, PlanInput, PlanLimit,
+    PlanOutput, RateModel,
 };
 
 /// What time a calibration (or an overhead measurement) is based on.
@@ -108,8 +108,7 @@ pub struct Calibration {
 /// character outside `[A-Za-z0-9._-]` turned into `_`, joined by `__`, plus `.json`.
 pub fn calibration_file_name(cpu_model: &str, kernel: &str, event: &str) -> String {
     let clean = |s: &str| -> String {
-        let t: String =
-            s.trim().chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+        let t: String = s.trim().chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
         let t = t.trim_matches('_').to_string();
         let t = if t.len() > 80 { t[..80].to_string() } else { t };
         if t.is_empty() {
@@ -127,10 +126,7 @@ mod tests {
 
     #[test]
     fn file_names() {
-        assert_eq!(
-            calibration_file_name("AMD EPYC", "6.18.44-fc-v669", "cpu-clock"),
-            "AMD_EPYC__6.18.44-fc-v669__cpu-clock.json"
-        );
+        assert_eq!(calibration_file_name("AMD EPYC", "6.18.44-fc-v669", "cpu-clock"), "AMD_EPYC__6.18.44-fc-v669__cpu-clock.json");
         assert_eq!(
             calibration_file_name("Intel(R) Xeon(R) CPU E5-2630 v4 @ 2.20GHz", "4.9", "cpu/event=0xc2,umask=0x1/pp"),
             "Intel_R__Xeon_R__CPU_E5-2630_v4___2.20GHz__4.9__cpu_event_0xc2_umask_0x1_pp.json"

@@ -14,7 +14,7 @@
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
-use tailprof_format::{Lost, LossKind, ReadSummary, Sample, Throttle, TraceHeader, TraceReader};
+use tailprof_format::{LossKind, Lost, ReadSummary, Sample, Throttle, TraceHeader, TraceReader};
 
 use crate::maps::{short_name, AddressSpaces, BinaryId};
 use crate::resolve::{Resolved, ResolvedSink, Resolver};
@@ -48,10 +48,7 @@ pub fn select_event(header: &TraceHeader, spec: Option<&str>) -> Result<u16, Ana
     }
     match spec.parse::<u16>() {
         Ok(i) if (i as usize) < header.events.len().max(1) => Ok(i),
-        _ => Err(AnalyzeError::NoSuchEvent {
-            spec: spec.to_owned(),
-            available: header.events.iter().map(|e| e.name.clone()).collect(),
-        }),
+        _ => Err(AnalyzeError::NoSuchEvent { spec: spec.to_owned(), available: header.events.iter().map(|e| e.name.clone()).collect() }),
     }
 }
 
@@ -318,10 +315,7 @@ impl ProfileCounts {
                     let path = resolver.spaces().binary(loc.binary).path.as_str();
                     folded.entry(path).or_default().merge(self.loc_counts.get(i).copied().unwrap_or_default());
                 }
-                folded
-                    .into_iter()
-                    .map(|(path, c)| row(short_name(path).to_owned(), Some(path.to_owned()), None, None, c, None))
-                    .collect()
+                folded.into_iter().map(|(path, c)| row(short_name(path).to_owned(), Some(path.to_owned()), None, None, c, None)).collect()
             }
             GroupBy::Thread => self
                 .threads
@@ -389,12 +383,7 @@ impl ProfileCounts {
             .iter()
             .enumerate()
             .filter(|(i, c)| *i < header_events || c.samples > 0)
-            .map(|(i, c)| EventTotal {
-                index: i as u16,
-                name: event_name(&self.header, i as u16),
-                samples: c.samples,
-                period: c.period,
-            })
+            .map(|(i, c)| EventTotal { index: i as u16, name: event_name(&self.header, i as u16), samples: c.samples, period: c.period })
             .collect();
         FlatProfile {
             group_by: self.by,
@@ -427,14 +416,7 @@ impl ProfileCounts {
     }
 }
 
-fn row(
-    name: String,
-    binary: Option<String>,
-    pid: Option<u32>,
-    tid: Option<u32>,
-    c: Counts,
-    unknown_reason: Option<String>,
-) -> ProfileRow {
+fn row(name: String, binary: Option<String>, pid: Option<u32>, tid: Option<u32>, c: Counts, unknown_reason: Option<String>) -> ProfileRow {
     ProfileRow { name, binary, pid, tid, samples: c.samples, percent: 0.0, period: c.period, unknown_reason, source: None }
 }
 
@@ -479,11 +461,7 @@ impl ResolvedSink for ProfileCounts {
 /// Build a flat profile of a whole trace: reads every record once, then symbolizes.
 /// The trace's build-id table is applied after reading (the reader fills it while
 /// reading) and the reader's [`ReadSummary`] is attached to the profile.
-pub fn flat_profile(
-    reader: &mut TraceReader,
-    opts: &ProfileOptions,
-    symbolizer: &mut Symbolizer,
-) -> Result<FlatProfile, AnalyzeError> {
+pub fn flat_profile(reader: &mut TraceReader, opts: &ProfileOptions, symbolizer: &mut Symbolizer) -> Result<FlatProfile, AnalyzeError> {
     let mut b = ProfileBuilder::new(reader.header(), opts)?;
     let summary = reader.read_all(&mut b)?;
     b.add_build_ids(reader.build_ids());

@@ -48,8 +48,8 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    BuildIdEntry, Comm, CpuMode, Flow, ItemClass, Lost, Marker, Mmap, Sample, Sink, StackDef, StackTable, Switch, Task,
-    Throttle, TraceHeader, Wakeup,
+    BuildIdEntry, Comm, CpuMode, Flow, ItemClass, Lost, Marker, Mmap, Sample, Sink, StackDef, StackTable, Switch, Task, Throttle,
+    TraceHeader, Wakeup,
 };
 
 use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
@@ -429,10 +429,7 @@ impl Resolver {
                 out[*i as usize] = Some(r);
             }
         }
-        let results = out
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(UnknownReason::Other { why: "not symbolized".into() })))
-            .collect();
+        let results = out.into_iter().map(|r| r.unwrap_or(Err(UnknownReason::Other { why: "not symbolized".into() }))).collect();
         (results, note)
     }
 }
@@ -589,11 +586,7 @@ impl<S: ResolvedSink> Sink for Resolved<S> {
 /// Locations without DWARF inline records are that one row.
 pub fn inline_rows(resolver: &Resolver, table: &mut FunctionTable, symbolizer: &mut Symbolizer) -> Vec<Vec<u32>> {
     let locs = resolver.locations();
-    let mut out: Vec<Vec<u32>> = locs
-        .iter()
-        .enumerate()
-        .map(|(i, _)| vec![table.of_loc.get(i).copied().unwrap_or(0)])
-        .collect();
+    let mut out: Vec<Vec<u32>> = locs.iter().enumerate().map(|(i, _)| vec![table.of_loc.get(i).copied().unwrap_or(0)]).collect();
     let mut per_binary: FxHashMap<BinaryId, Vec<usize>> = FxHashMap::default();
     for (i, loc) in locs.iter().enumerate() {
         if resolver.spaces().binary(loc.binary).kind == BinaryKind::File {

@@ -67,27 +67,13 @@ pub struct TimeSplit {
 /// The split of an item's time (`samples` from its items row, `duration_ns` its
 /// [`crate::items::ItemRow::current_ns`]: the wall time, or with switch markers the time
 /// it was current; the rest is waiting in the event loop, `switching` in the row).
-pub fn time_split(
-    duration_ns: u64,
-    samples: u64,
-    interval_ns: f64,
-    stacks: Option<&ItemStacks>,
-    switches: bool,
-) -> TimeSplit {
+pub fn time_split(duration_ns: u64, samples: u64, interval_ns: f64, stacks: Option<&ItemStacks>, switches: bool) -> TimeSplit {
     match stacks {
         Some(s) if switches && !s.off_cpu_partial => {
             let off = s.off_cpu_ns().min(duration_ns);
-            TimeSplit {
-                cpu_ns: duration_ns - off,
-                off_cpu_ns: Some(off),
-                runnable_ns: Some(s.runnable_ns),
-                blocked_ns: Some(s.blocked_ns),
-            }
+            TimeSplit { cpu_ns: duration_ns - off, off_cpu_ns: Some(off), runnable_ns: Some(s.runnable_ns), blocked_ns: Some(s.blocked_ns) }
         }
-        _ => TimeSplit {
-            cpu_ns: ((samples as f64 * interval_ns).round() as u64).min(duration_ns),
-            ..Default::default()
-        },
+        _ => TimeSplit { cpu_ns: ((samples as f64 * interval_ns).round() as u64).min(duration_ns), ..Default::default() },
     }
 }
 
@@ -136,31 +122,14 @@ pub struct StackExplanation {
 
 /// Explain item `id` of `report` by stack. `profile` must have been built with the spans
 /// of `report.items` ([`crate::stacks::ItemSpan::from_rows`]).
-pub fn explain_stacks(
-    report: &ItemsReport,
-    profile: &StackProfile,
-    id: u64,
-) -> Result<StackExplanation, AnalyzeError> {
-    let idx = report
-        .items
-        .iter()
-        .position(|i| i.id == id)
-        .ok_or(AnalyzeError::NoSuchItem { id })?;
+pub fn explain_stacks(report: &ItemsReport, profile: &StackProfile, id: u64) -> Result<StackExplanation, AnalyzeError> {
+    let idx = report.items.iter().position(|i| i.id == id).ok_or(AnalyzeError::NoSuchItem { id })?;
     let row = &report.items[idx];
-    let mine = profile
-        .items
-        .get(idx)
-        .filter(|s| s.id == id)
-        .ok_or(AnalyzeError::NoSuchItem { id })?;
+    let mine = profile.items.get(idx).filter(|s| s.id == id).ok_or(AnalyzeError::NoSuchItem { id })?;
     let interval = report.mean_interval_ns;
-    let members: Vec<usize> = (0..report.items.len())
-        .filter(|&i| report.items[i].class == row.class)
-        .collect();
+    let members: Vec<usize> = (0..report.items.len()).filter(|&i| report.items[i].class == row.class).collect();
     let n = members.len();
-    let mut durations: Vec<u64> = members
-        .iter()
-        .map(|&i| report.items[i].duration_ns)
-        .collect();
+    let mut durations: Vec<u64> = members.iter().map(|&i| report.items[i].duration_ns).collect();
     durations.sort_unstable();
     let median_duration_ns = match n {
         0 => 0,
@@ -181,19 +150,10 @@ pub fn explain_stacks(
             per_path.entry(p).or_default().push(c as f64 * interval);
         }
         for o in &s.off_cpu {
-            per_off
-                .entry((o.path, o.state))
-                .or_default()
-                .push(o.ns as f64);
+            per_off.entry((o.path, o.state)).or_default().push(o.ns as f64);
         }
     }
-    let names = |p: u32| {
-        profile
-            .frames(p)
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>()
-    };
+    let names = |p: u32| profile.frames(p).into_iter().map(str::to_owned).collect::<Vec<_>>();
     let mut mine_by_path: FxHashMap<u32, u64> = FxHashMap::default();
     let mut incomplete_samples = 0;
     for r in &mine.stacks {
@@ -211,26 +171,10 @@ pub fn explain_stacks(
             continue;
         }
         let est_ns = samples as f64 * interval;
-        stacks.push(StackDiff {
-            path: p,
-            frames: names(p),
-            samples,
-            est_ns,
-            median_ns,
-            delta_ns: est_ns - median_ns,
-        });
+        stacks.push(StackDiff { path: p, frames: names(p), samples, est_ns, median_ns, delta_ns: est_ns - median_ns });
     }
-    stacks.sort_by(|a, b| {
-        b.delta_ns
-            .total_cmp(&a.delta_ns)
-            .then(b.samples.cmp(&a.samples))
-            .then(a.path.cmp(&b.path))
-    });
-    let mine_off: FxHashMap<(u32, OffState), u64> = mine
-        .off_cpu
-        .iter()
-        .map(|o| ((o.path, o.state), o.ns))
-        .collect();
+    stacks.sort_by(|a, b| b.delta_ns.total_cmp(&a.delta_ns).then(b.samples.cmp(&a.samples)).then(a.path.cmp(&b.path)));
+    let mine_off: FxHashMap<(u32, OffState), u64> = mine.off_cpu.iter().map(|o| ((o.path, o.state), o.ns)).collect();
     let mut off_cpu: Vec<OffDiff> = Vec::new();
     for ((p, state), mut v) in per_off {
         let median_ns = median_with_zeros(&mut v, n).unwrap_or(0.0);
@@ -241,30 +185,11 @@ pub fn explain_stacks(
         let kernel = profile
             .paths
             .get(p as usize)
-            .map(|v| {
-                v.iter()
-                    .map(|&f| {
-                        crate::stacks::is_kernel_binary(&profile.functions[f as usize].binary)
-                    })
-                    .collect()
-            })
+            .map(|v| v.iter().map(|&f| crate::stacks::is_kernel_binary(&profile.functions[f as usize].binary)).collect())
             .unwrap_or_default();
-        off_cpu.push(OffDiff {
-            path: p,
-            frames: names(p),
-            kernel,
-            state,
-            ns,
-            median_ns,
-            delta_ns: ns as f64 - median_ns,
-        });
+        off_cpu.push(OffDiff { path: p, frames: names(p), kernel, state, ns, median_ns, delta_ns: ns as f64 - median_ns });
     }
-    off_cpu.sort_by(|a, b| {
-        b.delta_ns
-            .total_cmp(&a.delta_ns)
-            .then(b.ns.cmp(&a.ns))
-            .then(a.path.cmp(&b.path))
-    });
+    off_cpu.sort_by(|a, b| b.delta_ns.total_cmp(&a.delta_ns).then(b.ns.cmp(&a.ns)).then(a.path.cmp(&b.path)));
     let excess_ns = row.duration_ns as i64 - median_duration_ns as i64;
     let resolution_ns = report.min_reliable_samples.max(1) as f64 * interval;
     let resolvable = excess_ns as f64 >= resolution_ns;
@@ -291,13 +216,7 @@ pub fn explain_stacks(
         median_duration_ns,
         excess_ns,
         anomalous: row.anomalous,
-        split: time_split(
-            row.current_ns(),
-            row.samples,
-            interval,
-            Some(mine),
-            profile.switches > 0,
-        ),
+        split: time_split(row.current_ns(), row.samples, interval, Some(mine), profile.switches > 0),
         interval_ns: interval,
         resolution_ns,
         resolvable,

@@ -27,8 +27,8 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use tailprof_format::{
-    Comm, CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch,
-    SwitchKind, Task, TraceHeader, TraceReader, Wakeup,
+    Comm, CpuMode, Frame, FrameKind, Mmap, ReadSummary, Sample, StackId, StackStatus, Switch, SwitchKind, Task, TraceHeader, TraceReader,
+    Wakeup,
 };
 
 use crate::item_maps::ItemMaps;
@@ -100,10 +100,7 @@ impl StackFilter {
     /// Whether an item passes the filter.
     pub fn keeps(&self, s: &ItemSpan) -> bool {
         (self.items.is_empty() || self.items.contains(&s.id))
-            && self
-                .class
-                .as_ref()
-                .is_none_or(|c| s.class.as_deref() == Some(c.as_str()))
+            && self.class.as_ref().is_none_or(|c| s.class.as_deref() == Some(c.as_str()))
             && (!self.slow || s.anomalous)
     }
 
@@ -114,14 +111,7 @@ impl StackFilter {
         }
         let mut p = Vec::new();
         if !self.items.is_empty() {
-            p.push(format!(
-                "items {}",
-                self.items
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            p.push(format!("items {}", self.items.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")));
         }
         if let Some(c) = &self.class {
             p.push(format!("class {c}"));
@@ -235,11 +225,7 @@ pub fn status_counts(counts: &[u64; 8]) -> Vec<StatusCount> {
         .iter()
         .zip(counts)
         .filter(|(_, n)| **n > 0)
-        .map(|(s, &n)| StatusCount {
-            status: s.name(),
-            reason: s.reason(),
-            samples: n,
-        })
+        .map(|(s, &n)| StatusCount { status: s.name(), reason: s.reason(), samples: n })
         .collect()
 }
 
@@ -299,14 +285,7 @@ pub struct StackProfile {
 impl StackProfile {
     /// The names of path `p`, root first.
     pub fn frames(&self, p: u32) -> Vec<&str> {
-        self.paths
-            .get(p as usize)
-            .map(|v| {
-                v.iter()
-                    .map(|&f| self.functions[f as usize].name.as_str())
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.paths.get(p as usize).map(|v| v.iter().map(|&f| self.functions[f as usize].name.as_str()).collect()).unwrap_or_default()
     }
 
     /// The stacks of item `id` (`None`: no such item among the spans).
@@ -320,11 +299,7 @@ impl StackProfile {
 
     /// Kept samples with a recorded stack (any status but `none`).
     pub fn samples_with_stacks(&self) -> u64 {
-        self.statuses
-            .iter()
-            .filter(|s| s.status != StackStatus::None.name())
-            .map(|s| s.samples)
-            .sum()
+        self.statuses.iter().filter(|s| s.status != StackStatus::None.name()).map(|s| s.samples).sum()
     }
 
     /// Flat view of the stack rows: per leaf function (self) and per function anywhere on
@@ -340,27 +315,15 @@ impl StackProfile {
         self.flat_by(rows, true)
     }
 
-    fn flat_by<'a>(
-        &'a self,
-        rows: impl Iterator<Item = (u32, u64)>,
-        user_leaf: bool,
-    ) -> Vec<FlatRow<'a>> {
+    fn flat_by<'a>(&'a self, rows: impl Iterator<Item = (u32, u64)>, user_leaf: bool) -> Vec<FlatRow<'a>> {
         let mut acc: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
         let mut seen: Vec<u32> = Vec::new();
         for (p, n) in rows {
             let Some(path) = self.paths.get(p as usize) else {
                 continue;
             };
-            let user = || {
-                path.iter()
-                    .rev()
-                    .find(|&&f| !is_kernel_binary(&self.functions[f as usize].binary))
-            };
-            let leaf = if user_leaf {
-                user().or(path.last())
-            } else {
-                path.last()
-            };
+            let user = || path.iter().rev().find(|&&f| !is_kernel_binary(&self.functions[f as usize].binary));
+            let leaf = if user_leaf { user().or(path.last()) } else { path.last() };
             if let Some(&leaf) = leaf {
                 acc.entry(leaf).or_default().0 += n;
             }
@@ -372,20 +335,9 @@ impl StackProfile {
                 }
             }
         }
-        let mut v: Vec<FlatRow> = acc
-            .into_iter()
-            .map(|(f, (s, t))| FlatRow {
-                name: &self.functions[f as usize].name,
-                self_value: s,
-                total_value: t,
-            })
-            .collect();
-        v.sort_by(|a, b| {
-            b.self_value
-                .cmp(&a.self_value)
-                .then(b.total_value.cmp(&a.total_value))
-                .then(a.name.cmp(b.name))
-        });
+        let mut v: Vec<FlatRow> =
+            acc.into_iter().map(|(f, (s, t))| FlatRow { name: &self.functions[f as usize].name, self_value: s, total_value: t }).collect();
+        v.sort_by(|a, b| b.self_value.cmp(&a.self_value).then(b.total_value.cmp(&a.total_value)).then(a.name.cmp(b.name)));
         v
     }
 }
@@ -508,11 +460,7 @@ fn item_in(by_tid: &FxHashMap<u32, ThreadSpans>, tid: u32, t: u64) -> u32 {
 impl StackBuilder {
     /// A builder for `header`'s trace; `spans` are the items samples and off-CPU time
     /// are attributed to (empty: none). Fails if `opts.event` names no event.
-    pub fn new(
-        header: &TraceHeader,
-        opts: &StackOptions,
-        spans: Vec<ItemSpan>,
-    ) -> Result<Self, AnalyzeError> {
+    pub fn new(header: &TraceHeader, opts: &StackOptions, spans: Vec<ItemSpan>) -> Result<Self, AnalyzeError> {
         let event = opts.event.unwrap_or(0);
         if !header.events.is_empty() && event as usize >= header.events.len() {
             return Err(AnalyzeError::NoSuchEvent {
@@ -523,18 +471,10 @@ impl StackBuilder {
         let mut by_tid: FxHashMap<u32, ThreadSpans> = FxHashMap::default();
         for (i, s) in spans.iter().enumerate() {
             if s.current.is_empty() {
-                by_tid
-                    .entry(s.tid)
-                    .or_default()
-                    .spans
-                    .push((s.begin_ns, s.end_ns, i as u32));
+                by_tid.entry(s.tid).or_default().spans.push((s.begin_ns, s.end_ns, i as u32));
             }
             for c in &s.current {
-                by_tid
-                    .entry(c.tid)
-                    .or_default()
-                    .spans
-                    .push((c.begin_ns, c.end_ns, i as u32));
+                by_tid.entry(c.tid).or_default().spans.push((c.begin_ns, c.end_ns, i as u32));
             }
         }
         for v in by_tid.values_mut() {
@@ -551,17 +491,11 @@ impl StackBuilder {
         }
         let keep = spans.iter().map(|s| opts.filter.keeps(s)).collect();
         let keep_len = spans.len();
-        let off_cpu_late = header
-            .extra
-            .get("off_cpu_from")
-            .is_some_and(|v| v == "first_marker");
+        let off_cpu_late = header.extra.get("off_cpu_from").is_some_and(|v| v == "first_marker");
         Ok(StackBuilder {
             causes: crate::causes::CauseTracker::new(header, opts.timeline),
             scratch_hits: Default::default(),
-            fixed_interval: header
-                .events
-                .get(event as usize)
-                .and_then(crate::items::estimate::period_interval_ns),
+            fixed_interval: header.events.get(event as usize).and_then(crate::items::estimate::period_interval_ns),
             meter: Default::default(),
             last_sample: FxHashMap::default(),
             last_cpu: FxHashMap::default(),
@@ -603,14 +537,7 @@ impl StackBuilder {
 
     /// The resolved path of `stack` (or of the lone `ip` when it has none; an empty path
     /// without `ip`) for `pid`.
-    fn path_of(
-        &mut self,
-        r: &mut Resolver,
-        pid: u32,
-        stack: StackId,
-        ip: Option<u64>,
-        mode: CpuMode,
-    ) -> u32 {
+    fn path_of(&mut self, r: &mut Resolver, pid: u32, stack: StackId, ip: Option<u64>, mode: CpuMode) -> u32 {
         let gen = r.generation(pid);
         let key: PathKey = if r.stacks().contains(stack) {
             (pid, gen, stack.0, false)
@@ -636,11 +563,7 @@ impl StackBuilder {
                 }
                 // Callers' ips are return addresses: look up the call instruction.
                 let ip = if i == 0 { f.ip } else { f.ip.saturating_sub(1) };
-                let cpumode = if f.kind == FrameKind::Kernel {
-                    CpuMode::Kernel
-                } else {
-                    CpuMode::User
-                };
+                let cpumode = if f.kind == FrameKind::Kernel { CpuMode::Kernel } else { CpuMode::User };
                 locs.push(r.loc_of(pid, ip, cpumode));
             }
             locs
@@ -657,14 +580,7 @@ impl StackBuilder {
             return;
         }
         let path = self.path_of(r, iv.pid, iv.stack, None, CpuMode::Unknown);
-        let slice = OffSlice {
-            pid: iv.pid,
-            tid: iv.tid,
-            begin_ns: iv.begin_ns,
-            end_ns: iv.end_ns,
-            state: iv.state,
-            path,
-        };
+        let slice = OffSlice { pid: iv.pid, tid: iv.tid, begin_ns: iv.begin_ns, end_ns: iv.end_ns, state: iv.state, path };
         let active = self.filter.is_active();
         if !active {
             // The whole-trace view: every interval whole (with a filter, the kept items' parts).
@@ -675,8 +591,7 @@ impl StackBuilder {
         }
         let Some(ts) = self.by_tid.get(&iv.tid) else {
             let by_tid = &self.by_tid;
-            self.causes
-                .interval(iv, path, &[], &|tid, t| item_in(by_tid, tid, t));
+            self.causes.interval(iv, path, &[], &|tid, t| item_in(by_tid, tid, t));
             return;
         };
         let v = &ts.spans;
@@ -706,8 +621,7 @@ impl StackBuilder {
         }
         {
             let by_tid = &self.by_tid;
-            self.causes
-                .interval(iv, path, &bounds, &|tid, t| item_in(by_tid, tid, t));
+            self.causes.interval(iv, path, &bounds, &|tid, t| item_in(by_tid, tid, t));
         }
         for (&(idx, o), &(_, sb, se)) in hits.iter().zip(bounds.iter()) {
             *self.item_off.entry(idx, (path, iv.state)) += o;
@@ -715,11 +629,7 @@ impl StackBuilder {
                 *self.off.entry((path, iv.state)).or_default() += o;
                 if let Some(t) = &mut self.timeline {
                     let (b, e) = (iv.begin_ns.max(sb), iv.end_ns.min(se));
-                    t.off_cpu.push(OffSlice {
-                        begin_ns: b,
-                        end_ns: e,
-                        ..slice
-                    });
+                    t.off_cpu.push(OffSlice { begin_ns: b, end_ns: e, ..slice });
                 }
             }
         }
@@ -761,10 +671,8 @@ impl StackBuilder {
         // Stacks the recorder could not judge (frame-pointer and LBR chains): judged now
         // by their outermost frame's name (see [`chain_end`]), once per location path.
         let mut ends: Vec<Option<ChainEnd>> = vec![None; self.loc_paths.len()];
-        let mut end_of = |p: u32| -> ChainEnd {
-            *ends[p as usize]
-                .get_or_insert_with(|| chain_end(&self.loc_paths[p as usize], resolver, &table))
-        };
+        let mut end_of =
+            |p: u32| -> ChainEnd { *ends[p as usize].get_or_insert_with(|| chain_end(&self.loc_paths[p as usize], resolver, &table)) };
         let mut moved = [0u64; 3];
         for (&(p, status), &(n, _)) in &self.samples {
             if status == StackStatus::Unknown {
@@ -772,9 +680,7 @@ impl StackBuilder {
             }
         }
         // (complete, truncated) of a sample's stack.
-        let mut judged = |p: u32, status: StackStatus| match (status == StackStatus::Unknown)
-            .then(|| end_of(p))
-        {
+        let mut judged = |p: u32, status: StackStatus| match (status == StackStatus::Unknown).then(|| end_of(p)) {
             Some(ChainEnd::Entry) => (true, false),
             Some(ChainEnd::Broken) => (false, true),
             _ => (status == StackStatus::Complete, status.is_truncated()),
@@ -783,9 +689,7 @@ impl StackBuilder {
         let (mut samples, mut period) = (0u64, 0u64);
         for (&(p, status), &(n, per)) in &self.samples {
             let (complete, truncated) = judged(p, status);
-            let e = whole
-                .entry((of_path[p as usize], complete, truncated))
-                .or_default();
+            let e = whole.entry((of_path[p as usize], complete, truncated)).or_default();
             e.0 += n;
             e.1 = e.1.saturating_add(per);
             samples += n;
@@ -808,10 +712,7 @@ impl StackBuilder {
         });
         let stacks = stack_rows(whole.into_iter());
         let (off_cpu, runnable_ns, blocked_ns) = off_rows(off_whole.into_iter());
-        let interval = self
-            .fixed_interval
-            .or_else(|| self.meter.median())
-            .unwrap_or(0.0);
+        let interval = self.fixed_interval.or_else(|| self.meter.median()).unwrap_or(0.0);
         // What each function path's kernel part was doing, once per path.
         let mut works: Vec<Option<Option<crate::causes::KernelWork<'_>>>> = vec![None; paths.len()];
         let switches = self.timelines.switches > 0;
@@ -831,18 +732,10 @@ impl StackBuilder {
                 }
                 merge_rows(&mut st, |a, b| (a.0 + b.0, a.1.saturating_add(b.1)));
                 off.clear();
-                off.extend(
-                    self.item_off
-                        .get(i as u32)
-                        .map(|(&(p, state), &ns)| ((of_path[p as usize], state), ns)),
-                );
+                off.extend(self.item_off.get(i as u32).map(|(&(p, state), &ns)| ((of_path[p as usize], state), ns)));
                 merge_rows(&mut off, |a, b| a + b);
                 let (off_cpu, runnable_ns, blocked_ns) = off_rows(off.iter().copied());
-                let off_cpu_partial = self.off_cpu_late
-                    && self
-                        .first_switch
-                        .get(&s.pid)
-                        .is_none_or(|&t| t > s.begin_ns);
+                let off_cpu_partial = self.off_cpu_late && self.first_switch.get(&s.pid).is_none_or(|&t| t > s.begin_ns);
                 let mut noise = crate::causes::Noise {
                     migrations: switches.then(|| self.migrations.get(i).copied().unwrap_or(0)),
                     ..Default::default()
@@ -853,15 +746,7 @@ impl StackBuilder {
                     }
                 }
                 noise.sort();
-                ItemStacks {
-                    id: s.id,
-                    stacks: stack_rows(st.iter().copied()),
-                    off_cpu,
-                    runnable_ns,
-                    blocked_ns,
-                    off_cpu_partial,
-                    noise,
-                }
+                ItemStacks { id: s.id, stacks: stack_rows(st.iter().copied()), off_cpu, runnable_ns, blocked_ns, off_cpu_partial, noise }
             })
             .collect();
         drop(works);
@@ -870,41 +755,22 @@ impl StackBuilder {
                 of_path
                     .get(p as usize)
                     .and_then(|&fp| paths.get(fp as usize))
-                    .map(|v| {
-                        v.iter()
-                            .map(|&f| table.rows[f as usize].name.clone())
-                            .collect()
-                    })
+                    .map(|v| v.iter().map(|&f| table.rows[f as usize].name.clone()).collect())
                     .unwrap_or_default()
             };
             let spans = &self.spans;
-            let span = |i: u32| {
-                spans
-                    .get(i as usize)
-                    .map_or((0, None), |s| (s.id, s.class.clone()))
-            };
+            let span = |i: u32| spans.get(i as usize).map_or((0, None), |s| (s.id, s.class.clone()));
             std::mem::take(&mut self.causes).finish(&names, &span)
         };
         let mut counts = self.statuses;
         let unknown = StackStatus::Unknown as usize;
-        counts[unknown] = counts[unknown]
-            .saturating_sub(moved[ChainEnd::Entry as usize] + moved[ChainEnd::Broken as usize]);
+        counts[unknown] = counts[unknown].saturating_sub(moved[ChainEnd::Entry as usize] + moved[ChainEnd::Broken as usize]);
         counts[StackStatus::Complete as usize] += moved[ChainEnd::Entry as usize];
         let mut statuses = status_counts(&counts);
         if moved[ChainEnd::Broken as usize] > 0 {
             // Before `unknown`, the last code: statuses stay in code order otherwise.
-            let at = statuses
-                .iter()
-                .position(|s| s.status == StackStatus::Unknown.name())
-                .unwrap_or(statuses.len());
-            statuses.insert(
-                at,
-                StatusCount {
-                    status: BROKEN,
-                    reason: BROKEN_REASON,
-                    samples: moved[ChainEnd::Broken as usize],
-                },
-            );
+            let at = statuses.iter().position(|s| s.status == StackStatus::Unknown.name()).unwrap_or(statuses.len());
+            statuses.insert(at, StatusCount { status: BROKEN, reason: BROKEN_REASON, samples: moved[ChainEnd::Broken as usize] });
         }
         StackProfile {
             event: self.event_name,
@@ -943,29 +809,15 @@ fn kernel_work_of<'a>(
 ) -> Option<crate::causes::KernelWork<'a>> {
     let slot = works.get_mut(fp as usize)?;
     *slot.get_or_insert_with(|| {
-        let rows: Vec<&FunctionInfo> = paths
-            .get(fp as usize)
-            .into_iter()
-            .flatten()
-            .filter_map(|&f| functions.get(f as usize))
-            .collect();
+        let rows: Vec<&FunctionInfo> = paths.get(fp as usize).into_iter().flatten().filter_map(|&f| functions.get(f as usize)).collect();
         let frames: Vec<(&str, bool)> = rows
             .iter()
             .filter(|f| is_kernel_binary(&f.binary))
-            .map(|f| {
-                (
-                    f.name.as_str(),
-                    f.unknown_reason.is_none() && !f.name.starts_with('['),
-                )
-            })
+            .map(|f| (f.name.as_str(), f.unknown_reason.is_none() && !f.name.starts_with('[')))
             .collect();
         // The innermost user frame below the kernel part (root first: user, then kernel).
-        let caller = rows
-            .iter()
-            .take_while(|f| !is_kernel_binary(&f.binary))
-            .last()
-            .filter(|f| f.unknown_reason.is_none())
-            .map(|f| f.name.as_str());
+        let caller =
+            rows.iter().take_while(|f| !is_kernel_binary(&f.binary)).last().filter(|f| f.unknown_reason.is_none()).map(|f| f.name.as_str());
         crate::causes::kernel_work(&frames, caller)
     })
 }
@@ -1026,26 +878,15 @@ enum ChainEnd {
 
 /// `fn_<hex>`: a function of a stripped binary named by its `.eh_frame` range.
 fn is_range_name(name: &str) -> bool {
-    name.strip_prefix("fn_")
-        .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+    name.strip_prefix("fn_").is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The end of the chain `locs` (root first): its outermost user location, or its
 /// outermost location when it has no user part.
-fn chain_end(
-    locs: &[LocId],
-    resolver: &Resolver,
-    table: &crate::resolve::FunctionTable,
-) -> ChainEnd {
+fn chain_end(locs: &[LocId], resolver: &Resolver, table: &crate::resolve::FunctionTable) -> ChainEnd {
     use crate::maps::BinaryKind;
-    let kind = |l: &LocId| {
-        resolver
-            .locations()
-            .get(l.index())
-            .map(|loc| resolver.spaces().binary(loc.binary).kind)
-    };
-    let kernel =
-        |k: Option<BinaryKind>| matches!(k, Some(BinaryKind::Kernel | BinaryKind::KernelModule));
+    let kind = |l: &LocId| resolver.locations().get(l.index()).map(|loc| resolver.spaces().binary(loc.binary).kind);
+    let kernel = |k: Option<BinaryKind>| matches!(k, Some(BinaryKind::Kernel | BinaryKind::KernelModule));
     let Some(root) = locs.iter().find(|l| !kernel(kind(l))).or(locs.first()) else {
         return ChainEnd::Unnamed;
     };
@@ -1053,11 +894,7 @@ fn chain_end(
         Some(BinaryKind::Unmapped | BinaryKind::Anon) | None => return ChainEnd::Broken,
         _ => {}
     }
-    let Some(f) = table
-        .of_loc
-        .get(root.index())
-        .and_then(|&r| table.rows.get(r as usize))
-    else {
+    let Some(f) = table.of_loc.get(root.index()).and_then(|&r| table.rows.get(r as usize)) else {
         return ChainEnd::Unnamed;
     };
     if is_entry_function(&f.name) {
@@ -1091,23 +928,10 @@ fn merge_rows<K: Ord + Copy, V: Copy>(v: &mut Vec<(K, V)>, add: impl Fn(V, V) ->
 }
 
 fn stack_rows(m: impl Iterator<Item = ((u32, bool, bool), (u64, u64))>) -> Vec<StackRow> {
-    let mut v: Vec<StackRow> = m
-        .map(
-            |((path, complete, truncated), (samples, period))| StackRow {
-                path,
-                samples,
-                period,
-                complete,
-                truncated,
-            },
-        )
-        .collect();
+    let mut v: Vec<StackRow> =
+        m.map(|((path, complete, truncated), (samples, period))| StackRow { path, samples, period, complete, truncated }).collect();
     v.sort_unstable_by(|a, b| {
-        b.samples
-            .cmp(&a.samples)
-            .then(a.path.cmp(&b.path))
-            .then(b.complete.cmp(&a.complete))
-            .then(a.truncated.cmp(&b.truncated))
+        b.samples.cmp(&a.samples).then(a.path.cmp(&b.path)).then(b.complete.cmp(&a.complete)).then(a.truncated.cmp(&b.truncated))
     });
     v
 }
@@ -1123,11 +947,7 @@ fn off_rows(m: impl Iterator<Item = ((u32, OffState), u64)>) -> (Vec<OffRow>, u6
             OffRow { path, state, ns }
         })
         .collect();
-    v.sort_unstable_by(|a, b| {
-        b.ns.cmp(&a.ns)
-            .then(a.path.cmp(&b.path))
-            .then(a.state.cmp(&b.state))
-    });
+    v.sort_unstable_by(|a, b| b.ns.cmp(&a.ns).then(a.path.cmp(&b.path)).then(a.state.cmp(&b.state)));
     (v, r, b)
 }
 
@@ -1153,11 +973,7 @@ impl ResolvedSink for StackBuilder {
                 self.meter.add(s.time.saturating_sub(last));
             }
         }
-        let item = if self.by_tid.is_empty() {
-            NO_ITEM
-        } else {
-            self.item_at(s.tid, s.time)
-        };
+        let item = if self.by_tid.is_empty() { NO_ITEM } else { self.item_at(s.tid, s.time) };
         let kept = !self.filter.is_active() || (item != NO_ITEM && self.keep[item as usize]);
         if kept {
             self.statuses[s.stack_status as usize] += 1;
@@ -1181,12 +997,7 @@ impl ResolvedSink for StackBuilder {
         }
         if kept {
             if let Some(t) = &mut self.timeline {
-                t.samples.push(TimedSample {
-                    time_ns: s.time,
-                    pid: s.pid,
-                    tid: s.tid,
-                    path,
-                });
+                t.samples.push(TimedSample { time_ns: s.time, pid: s.pid, tid: s.tid, path });
             }
         }
     }
@@ -1213,11 +1024,7 @@ impl ResolvedSink for StackBuilder {
     fn handle_wakeup(&mut self, w: &Wakeup, r: &mut Resolver) {
         self.last_time = self.last_time.max(w.time);
         if self.causes.on {
-            let path = if w.stack.is_none() {
-                crate::causes::NO_PATH
-            } else {
-                self.path_of(r, w.pid, w.stack, None, CpuMode::Kernel)
-            };
+            let path = if w.stack.is_none() { crate::causes::NO_PATH } else { self.path_of(r, w.pid, w.stack, None, CpuMode::Kernel) };
             self.causes.wakeup(w, path);
         }
     }
@@ -1261,18 +1068,12 @@ pub fn stack_report(
     symbolizer: &mut Symbolizer,
 ) -> Result<(Option<crate::items::ItemsReport>, StackProfile), AnalyzeError> {
     let items = if need_items || opts.filter.is_active() {
-        let io = crate::items::ItemsOptions {
-            event: opts.event,
-            ..Default::default()
-        };
+        let io = crate::items::ItemsOptions { event: opts.event, ..Default::default() };
         Some(crate::items::items_report(reader, &io, symbolizer)?)
     } else {
         None
     };
-    let spans = items
-        .as_ref()
-        .map(|r| ItemSpan::from_rows(&r.items))
-        .unwrap_or_default();
+    let spans = items.as_ref().map(|r| ItemSpan::from_rows(&r.items)).unwrap_or_default();
     if opts.filter.is_active() {
         for id in &opts.filter.items {
             if !spans.iter().any(|s| s.id == *id) {
@@ -1281,17 +1082,11 @@ pub fn stack_report(
         }
         if let Some(c) = &opts.filter.class {
             if !spans.iter().any(|s| s.class.as_deref() == Some(c.as_str())) {
-                let mut classes: Vec<String> = spans
-                    .iter()
-                    .map(|s| s.class.clone().unwrap_or_else(|| "(no class)".to_owned()))
-                    .collect();
+                let mut classes: Vec<String> = spans.iter().map(|s| s.class.clone().unwrap_or_else(|| "(no class)".to_owned())).collect();
                 classes.sort();
                 classes.dedup();
                 classes.truncate(10);
-                return Err(AnalyzeError::NoSuchClass {
-                    class: c.clone(),
-                    classes,
-                });
+                return Err(AnalyzeError::NoSuchClass { class: c.clone(), classes });
             }
         }
     }
@@ -1307,10 +1102,6 @@ pub fn item_stacks(
     event: Option<u16>,
     symbolizer: &mut Symbolizer,
 ) -> Result<StackProfile, AnalyzeError> {
-    let opts = StackOptions {
-        event,
-        filter: StackFilter::default(),
-        timeline: false,
-    };
+    let opts = StackOptions { event, filter: StackFilter::default(), timeline: false };
     stack_profile(reader, &opts, ItemSpan::from_rows(&items.items), symbolizer)
 }

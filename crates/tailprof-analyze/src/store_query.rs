@@ -476,7 +476,12 @@ impl Grouper {
     }
 }
 
-fn group_range(reader: &StoreReader, sym: &mut StoreSymbols<'_>, q: &SampleQuery, by: GroupBy) -> (HashMap<String, (u64, u64)>, u64, ReadStats) {
+fn group_range(
+    reader: &StoreReader,
+    sym: &mut StoreSymbols<'_>,
+    q: &SampleQuery,
+    by: GroupBy,
+) -> (HashMap<String, (u64, u64)>, u64, ReadStats) {
     let mut g = Grouper::new(by);
     let read = reader.sample_batches(q, &mut |_, b| {
         sym.learn_binaries_batch(b);
@@ -508,7 +513,15 @@ pub fn top(reader: &StoreReader, q: &SampleQuery, by: GroupBy, limit: usize) -> 
     top_report(m, total, read, q, by, limit, sym.missing_tables)
 }
 
-fn top_report(m: HashMap<String, (u64, u64)>, total: u64, read: ReadStats, q: &SampleQuery, by: GroupBy, limit: usize, missing: u64) -> TopReport {
+fn top_report(
+    m: HashMap<String, (u64, u64)>,
+    total: u64,
+    read: ReadStats,
+    q: &SampleQuery,
+    by: GroupBy,
+    limit: usize,
+    missing: u64,
+) -> TopReport {
     let mut out: Vec<TopRow> = m
         .into_iter()
         .map(|(name, (s, t))| TopRow { name, self_samples: s, self_pct: pct(s, total), total_samples: t, total_pct: pct(t, total) })
@@ -555,7 +568,14 @@ pub fn diff(reader: &StoreReader, qa: &SampleQuery, qb: &SampleQuery, by: GroupB
         .map(|n| {
             let a = ma.get(n).map_or(0, |v| v.0);
             let b = mb.get(n).map_or(0, |v| v.0);
-            DiffRow { name: n.clone(), a_samples: a, b_samples: b, a_pct: pct(a, ta), b_pct: pct(b, tb), delta_pct: pct(b, tb) - pct(a, ta) }
+            DiffRow {
+                name: n.clone(),
+                a_samples: a,
+                b_samples: b,
+                a_pct: pct(a, ta),
+                b_pct: pct(b, tb),
+                delta_pct: pct(b, tb) - pct(a, ta),
+            }
         })
         .filter(|r| r.a_samples + r.b_samples > 0)
         .collect();
@@ -630,7 +650,8 @@ pub fn group_stacks(rows: &[SampleRow], mut name: impl FnMut(&tailprof_store::sc
         e.1 += r.count;
         e.2 = e.2.saturating_add(r.period);
     }
-    let mut stacks: Vec<ExportStack> = m.into_iter().map(|(frames, (binaries, count, period))| ExportStack { frames, binaries, count, period }).collect();
+    let mut stacks: Vec<ExportStack> =
+        m.into_iter().map(|(frames, (binaries, count, period))| ExportStack { frames, binaries, count, period }).collect();
     stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
     StackExport { from_us: 0, to_us: 0, event, samples: total, stacks, read: ReadStats::default() }
 }
@@ -707,11 +728,7 @@ pub fn stored_items_of(
     let (rows, read) = reader.items(host, from_us, to_us);
     let mut sym = StoreSymbols::new(reader);
     let mut items = Vec::new();
-    for r in rows
-        .into_iter()
-        .filter(|r| class.is_none_or(|c| c == r.class))
-        .filter(|r| trace_id.is_none_or(|t| t == r.trace_id))
-    {
+    for r in rows.into_iter().filter(|r| class.is_none_or(|c| c == r.class)).filter(|r| trace_id.is_none_or(|t| t == r.trace_id)) {
         let mut functions: HashMap<String, u64> = HashMap::new();
         let mut stacks = Vec::new();
         let doc = tailprof_store::schema::ItemExplanation::parse(&r.explanation);

@@ -23,8 +23,8 @@ use tailprof_analyze::stack_explain::explain_stacks;
 use tailprof_analyze::stacks::{stack_profile, ItemSpan, StackFilter, StackOptions};
 use tailprof_analyze::{KernelSymbols, Symbolizer, SymbolizerOptions};
 use tailprof_format::{
-    Comm, CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample,
-    StackId, StackStatus, Switch, SwitchKind, TraceHeader, TraceReader, TraceWriter, Wakeup,
+    Comm, CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, StackId, StackStatus, Switch, SwitchKind,
+    TraceHeader, TraceReader, TraceWriter, Wakeup,
 };
 
 const PID: u32 = 100;
@@ -36,10 +36,7 @@ const US: u64 = 1000;
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
@@ -58,63 +55,24 @@ fn sample(time: u64, pid: u32, tid: u32, stack: StackId, cpumode: CpuMode) -> Re
     })
 }
 
-fn sw(
-    time: u64,
-    pid: u32,
-    tid: u32,
-    cpu: u32,
-    kind: SwitchKind,
-    next_prev: Option<(u32, u32)>,
-) -> Record {
-    Record::Switch(Switch {
-        time,
-        pid,
-        tid,
-        cpu,
-        kind,
-        next_prev,
-        ..Default::default()
-    })
+fn sw(time: u64, pid: u32, tid: u32, cpu: u32, kind: SwitchKind, next_prev: Option<(u32, u32)>) -> Record {
+    Record::Switch(Switch { time, pid, tid, cpu, kind, next_prev, ..Default::default() })
 }
 
 fn wake(time: u64, pid: u32, tid: u32, cpu: u32, wakee_tid: u32, stack: StackId) -> Record {
-    Record::Wakeup(Wakeup {
-        time,
-        pid,
-        tid,
-        cpu,
-        wakee_tid,
-        stack,
-        stack_status: StackStatus::Unknown,
-    })
+    Record::Wakeup(Wakeup { time, pid, tid, cpu, wakee_tid, stack, stack_status: StackStatus::Unknown })
 }
 
 fn marker(time: u64, tid: u32, kind: MarkerKind, item: u64) -> Record {
-    Record::Marker(Marker {
-        time,
-        pid: PID,
-        tid,
-        kind,
-        item,
-        class: 0,
-        source: MarkerSource::Api,
-    })
+    Record::Marker(Marker { time, pid: PID, tid, kind, item, class: 0, source: MarkerSource::Api })
 }
 
 fn trace() -> Vec<u8> {
     let mut header = TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(100 * US),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(100 * US), ..Default::default() }],
         ..Default::default()
     };
-    header
-        .extra
-        .insert("causes".into(), "sched_waking+cpu_switch".into());
+    header.extra.insert("causes".into(), "sched_waking+cpu_switch".into());
     let mut w = TraceWriter::new(Vec::new(), &header).unwrap();
     w.write(&Record::Mmap(Mmap {
         time: 0,
@@ -127,48 +85,17 @@ fn trace() -> Vec<u8> {
         ..Default::default()
     }))
     .unwrap();
-    for (pid, tid, comm) in [
-        (PID, PID, "server"),
-        (PID, 111, "worker-a"),
-        (HOG, HOG, "hog"),
-        (OTHER, OTHER, "other"),
-    ] {
-        w.write(&Record::Comm(Comm {
-            time: 0,
-            pid,
-            tid,
-            exec: false,
-            comm: comm.into(),
-        }))
-        .unwrap();
+    for (pid, tid, comm) in [(PID, PID, "server"), (PID, 111, "worker-a"), (HOG, HOG, "hog"), (OTHER, OTHER, "other")] {
+        w.write(&Record::Comm(Comm { time: 0, pid, tid, exec: false, comm: comm.into() })).unwrap();
     }
     let user = |w: &mut TraceWriter<Vec<u8>>, leaf: u64, mid: u64| {
-        w.intern_stack(&[
-            Frame::user(0x40_0000 + leaf),
-            Frame::user(0x40_1000 + mid),
-            Frame::user(0x40_2000),
-        ])
+        w.intern_stack(&[Frame::user(0x40_0000 + leaf), Frame::user(0x40_1000 + mid), Frame::user(0x40_2000)])
     };
-    let stacks = [
-        user(&mut w, 0x100, 0),
-        user(&mut w, 0x200, 0),
-        user(&mut w, 0x300, 0x10),
-        user(&mut w, 0x100, 0x20),
-    ];
+    let stacks = [user(&mut w, 0x100, 0), user(&mut w, 0x200, 0), user(&mut w, 0x300, 0x10), user(&mut w, 0x100, 0x20)];
     // Kernel frames named by the kallsyms file of `symbolizer` (leaf first).
     let k = |a: u64| Frame::kernel(0xffff_ffff_8100_0000 + a + 0x10);
-    let write = w.intern_stack(&[
-        k(0x2000),
-        k(0x3000),
-        Frame::user(0x40_0500),
-        Frame::user(0x40_2000),
-    ]);
-    let fault = w.intern_stack(&[
-        k(0x6000),
-        k(0x7000),
-        Frame::user(0x40_0600),
-        Frame::user(0x40_2000),
-    ]);
+    let write = w.intern_stack(&[k(0x2000), k(0x3000), Frame::user(0x40_0500), Frame::user(0x40_2000)]);
+    let fault = w.intern_stack(&[k(0x6000), k(0x7000), Frame::user(0x40_0600), Frame::user(0x40_2000)]);
     let wake_user = w.intern_stack(&[k(0x1000), Frame::user(0x40_0300)]);
     let wake_irq = w.intern_stack(&[k(0x5000), k(0x4000)]);
     let mut rng = Lcg(21);
@@ -190,11 +117,7 @@ fn trace() -> Vec<u8> {
                     1 => fault,
                     k => stacks[k as usize % 4],
                 };
-                let mode = if st == write || st == fault {
-                    CpuMode::Kernel
-                } else {
-                    CpuMode::User
-                };
+                let mode = if st == write || st == fault { CpuMode::Kernel } else { CpuMode::User };
                 recs.push(sample(now, PID, req, st, mode));
                 now += 20 * US + rng.next(60) * US;
             }
@@ -213,13 +136,7 @@ fn trace() -> Vec<u8> {
                     recs.push(sw(now + 5 * US, PID, wk, c, SwitchKind::In, None));
                     let mut wt = now + 10 * US;
                     for _ in 0..1 + rng.next(4) {
-                        recs.push(sample(
-                            wt,
-                            PID,
-                            wk,
-                            stacks[rng.next(4) as usize],
-                            CpuMode::User,
-                        ));
+                        recs.push(sample(wt, PID, wk, stacks[rng.next(4) as usize], CpuMode::User));
                         wt += 30 * US + rng.next(50) * US;
                     }
                     if rng.next(2) == 0 {
@@ -239,14 +156,7 @@ fn trace() -> Vec<u8> {
                     recs.push(wake(wt + 10 * US, PID, wk, c, req, wake_user));
                     recs.push(sw(wt + 15 * US, PID, wk, c, SwitchKind::OutBlocked, None));
                     let back = cpu(&mut rng);
-                    recs.push(sw(
-                        wt + 20 * US + rng.next(30) * US,
-                        PID,
-                        req,
-                        back,
-                        SwitchKind::In,
-                        None,
-                    ));
+                    recs.push(sw(wt + 20 * US + rng.next(30) * US, PID, req, back, SwitchKind::In, None));
                     now = wt + 60 * US;
                 }
                 // Preempted by the hog (CPU-wide records with next_prev).
@@ -255,14 +165,7 @@ fn trace() -> Vec<u8> {
                     let len = 50 * US + rng.next(200) * US;
                     recs.push(sw(now, PID, req, c, SwitchKind::OutPreempted, None));
                     recs.push(sw(now, HOG, HOG, c, SwitchKind::In, Some((PID, req))));
-                    recs.push(sw(
-                        now + len,
-                        HOG,
-                        HOG,
-                        c,
-                        SwitchKind::OutPreempted,
-                        Some((PID, req)),
-                    ));
+                    recs.push(sw(now + len, HOG, HOG, c, SwitchKind::OutPreempted, Some((PID, req))));
                     recs.push(sw(now + len, PID, req, c, SwitchKind::In, None));
                     now += len + 10 * US;
                 }
@@ -271,11 +174,7 @@ fn trace() -> Vec<u8> {
                     let c = cpu(&mut rng);
                     let len = 30 * US + rng.next(300) * US;
                     recs.push(sw(now, PID, req, c, SwitchKind::OutBlocked, None));
-                    let (wp, wt, ws) = if rng.next(2) == 0 {
-                        (0, 0, wake_irq)
-                    } else {
-                        (OTHER, OTHER, wake_user)
-                    };
+                    let (wp, wt, ws) = if rng.next(2) == 0 { (0, 0, wake_irq) } else { (OTHER, OTHER, wake_user) };
                     recs.push(wake(now + len, wp, wt, c, req, ws));
                     recs.push(sw(now + len + 5 * US, PID, req, c, SwitchKind::In, None));
                     now += len + 20 * US;
@@ -285,13 +184,7 @@ fn trace() -> Vec<u8> {
                 recs.push(marker(now, req, MarkerKind::End, id));
                 now += 10 * US;
             }
-            recs.push(sample(
-                now,
-                PID,
-                req,
-                stacks[rng.next(4) as usize],
-                CpuMode::User,
-            ));
+            recs.push(sample(now, PID, req, stacks[rng.next(4) as usize], CpuMode::User));
             recs.push(marker(now + 20 * US, req, MarkerKind::End, item));
             // Outside any item.
             recs.push(sample(now + 100 * US, PID, req, stacks[1], CpuMode::User));
@@ -327,11 +220,7 @@ fn symbolizer(dir: &std::path::Path) -> Symbolizer {
          ffffffff81008000 T _etext\n",
     )
     .unwrap();
-    Symbolizer::new(SymbolizerOptions {
-        kernel: KernelSymbols::Kallsyms(ks),
-        cache_dir: None,
-        ..Default::default()
-    })
+    Symbolizer::new(SymbolizerOptions { kernel: KernelSymbols::Kallsyms(ks), cache_dir: None, ..Default::default() })
 }
 
 fn render() -> String {
@@ -342,21 +231,11 @@ fn render() -> String {
     let items = items_report(&mut read(), &ItemsOptions::default(), &mut sym).unwrap();
     let spans = ItemSpan::from_rows(&items.items);
     let profile = |filter: StackFilter, sym: &mut Symbolizer| {
-        let opts = StackOptions {
-            event: None,
-            filter,
-            timeline: true,
-        };
+        let opts = StackOptions { event: None, filter, timeline: true };
         stack_profile(&mut read(), &opts, spans.clone(), sym).unwrap()
     };
     let whole = profile(StackFilter::default(), &mut sym);
-    let filtered = profile(
-        StackFilter {
-            items: vec![1, 2, 3, 5, 8, 13, 21, 34],
-            ..Default::default()
-        },
-        &mut sym,
-    );
+    let filtered = profile(StackFilter { items: vec![1, 2, 3, 5, 8, 13, 21, 34], ..Default::default() }, &mut sym);
     let mut by_len: Vec<&tailprof_analyze::items::ItemRow> = items.items.iter().collect();
     by_len.sort_by_key(|r| (std::cmp::Reverse(r.end_ns - r.begin_ns), r.id));
     let explained: Vec<_> = by_len
@@ -369,10 +248,7 @@ fn render() -> String {
         .collect();
     let q = ItemsQuery {
         options: ItemsOptions::default(),
-        selection: ItemSelection {
-            sort: ItemSort::Id,
-            ..Default::default()
-        },
+        selection: ItemSelection { sort: ItemSort::Id, ..Default::default() },
         explain: None,
         memory: false,
     };
@@ -406,15 +282,10 @@ fn causes_output_is_unchanged() {
         std::fs::write(&path, &actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
     if expected != actual {
         let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
-        let at = e
-            .iter()
-            .zip(&a)
-            .position(|(x, y)| x != y)
-            .unwrap_or(e.len().min(a.len()));
+        let at = e.iter().zip(&a).position(|(x, y)| x != y).unwrap_or(e.len().min(a.len()));
         let show = |v: &[&str]| v[at.saturating_sub(3)..(at + 5).min(v.len())].join("\n");
         panic!(
             "causes output changed at line {} of {} (UPDATE_GOLDEN=1 to accept):\nexpected:\n{}\nactual:\n{}",

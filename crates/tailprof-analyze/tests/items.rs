@@ -8,9 +8,7 @@ use common::*;
 use std::path::PathBuf;
 use tailprof_analyze::items::{explain, ItemsJoin, ItemsOptions, ItemsReport};
 use tailprof_analyze::{AnalyzeError, Estimator, Symbolizer};
-use tailprof_format::{
-    CpuMode, EventDesc, ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample, Sink, TraceHeader,
-};
+use tailprof_format::{CpuMode, EventDesc, ItemClass, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample, Sink, TraceHeader};
 
 const PROG: &str = r#"
 __attribute__((noinline)) int f1(int x) { for (int i = 0; i < x; i++) __asm__ volatile(""); return x * 3; }
@@ -45,13 +43,7 @@ impl Prog {
 
 fn cpu_clock_header() -> TraceHeader {
     TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         ..Default::default()
     }
 }
@@ -106,8 +98,8 @@ fn join_attributes_samples_to_items_on_each_thread() {
         end(150, 1, 2),
         s(160, 1, f1),
         end(200, 1, 1),
-        s(300, 1, f3),      // outside
-        end(310, 1, 99),    // unmatched end
+        s(300, 1, f3),       // outside
+        end(310, 1, 99),     // unmatched end
         begin(400, 1, 5, 0), // never closed
         s(410, 1, f2),
         s(500, 1, f2),
@@ -183,8 +175,7 @@ fn both_estimators_on_known_counts_and_intervals() {
         recs.push(s(t, 1, f1));
     }
     recs.push(end(t + 1, 1, 1));
-    let r = run(&TraceHeader::default(), &recs, &ItemsOptions { estimator: Estimator::Span, ..Default::default() })
-        .unwrap();
+    let r = run(&TraceHeader::default(), &recs, &ItemsOptions { estimator: Estimator::Span, ..Default::default() }).unwrap();
     assert_eq!((r.mean_interval_ns, r.interval_source.as_str()), (50_000.0, "measured"));
     assert_eq!(r.shown_estimator, Estimator::Span);
     let f = &r.item(1).unwrap().functions[0];
@@ -201,8 +192,7 @@ fn planted_trace(p: &Prog) -> (Vec<Record>, Vec<u64>) {
         Record::ItemClass(ItemClass { time: 0, pid: PID, id: 1, name: "n=3".into() }),
         Record::ItemClass(ItemClass { time: 0, pid: PID, id: 2, name: "n=5".into() }),
     ];
-    let queries: [(u64, u32); 12] =
-        [(1, 3), (2, 3), (3, 3), (4, 5), (5, 3), (6, 5), (7, 5), (8, 3), (9, 5), (10, 3), (11, 5), (12, 3)];
+    let queries: [(u64, u32); 12] = [(1, 3), (2, 3), (3, 3), (4, 5), (5, 3), (6, 5), (7, 5), (8, 3), (9, 5), (10, 3), (11, 5), (12, 3)];
     let cold = vec![1, 4];
     let mut t = 1_000_000;
     for (id, n) in queries {
@@ -256,8 +246,7 @@ fn mad_flags_exactly_the_planted_slow_items_and_names_the_function() {
     assert!(matches!(explain(&r, 999), Err(AnalyzeError::NoSuchItem { id: 999 })));
 
     // --class keeps one class; stats follow.
-    let r = run(&cpu_clock_header(), &recs, &ItemsOptions { class: Some("n=5".into()), ..Default::default() })
-        .unwrap();
+    let r = run(&cpu_clock_header(), &recs, &ItemsOptions { class: Some("n=5".into()), ..Default::default() }).unwrap();
     assert_eq!(r.items.len(), 5);
     assert_eq!(r.items.iter().filter(|i| i.anomalous).map(|i| i.id).collect::<Vec<_>>(), vec![4]);
 }
@@ -320,7 +309,7 @@ fn goroutine_mode_keys_items_by_the_goroutine_not_the_thread() {
         rs(150, 1, 0x1000, G1),
         m(160, 1, MarkerKind::Begin, G2), // another goroutine begins on the same thread
         rs(170, 1, 0x2000, G2),
-        rs(200, 2, 0x1000, G1), // G1 moved to thread 2
+        rs(200, 2, 0x1000, G1),               // G1 moved to thread 2
         rs(250, 2, 0x1000, 0x00c0_0000_3000), // a goroutine with no item
         m(300, 2, MarkerKind::End, G1),
         rs(350, 1, 0x2000, G2),
@@ -350,11 +339,8 @@ fn losses_and_missing_markers() {
     let recs = vec![s(100, 1, 0x1000)];
     assert!(matches!(run(&cpu_clock_header(), &recs, &ItemsOptions::default()), Err(AnalyzeError::NoItems)));
     // Dropped markers are reported.
-    let recs = vec![
-        begin(10, 1, 1, 0),
-        Record::Lost(Lost { time: 20, cpu: 0, event: None, kind: LossKind::Markers, count: 17 }),
-        end(30, 1, 1),
-    ];
+    let recs =
+        vec![begin(10, 1, 1, 0), Record::Lost(Lost { time: 20, cpu: 0, event: None, kind: LossKind::Markers, count: 17 }), end(30, 1, 1)];
     let r = run(&cpu_clock_header(), &recs, &ItemsOptions::default()).unwrap();
     assert_eq!(r.lost_markers, 17);
     // A bad event index is an error, not a panic.

@@ -8,9 +8,8 @@ use tailprof_analyze::items::{items_report, ItemsOptions, ItemsReport};
 use tailprof_analyze::stacks::{stack_profile, ItemSpan, StackFilter, StackOptions};
 use tailprof_analyze::Symbolizer;
 use tailprof_format::{
-    CpuMode, EventArg, EventAt, EventDesc, ItemEvent, ItemEventKind, Marker, MarkerKind,
-    MarkerSource, Record, Sample, StackId, StackStatus, Switch, SwitchKind, TraceHeader,
-    TraceReader, TraceWriter,
+    CpuMode, EventArg, EventAt, EventDesc, ItemEvent, ItemEventKind, Marker, MarkerKind, MarkerSource, Record, Sample, StackId,
+    StackStatus, Switch, SwitchKind, TraceHeader, TraceReader, TraceWriter,
 };
 
 const PID: u32 = 100;
@@ -35,27 +34,11 @@ fn header(go: bool) -> TraceHeader {
 }
 
 fn marker(time: u64, tid: u32, kind: MarkerKind, item: u64) -> Record {
-    Record::Marker(Marker {
-        time,
-        pid: PID,
-        tid,
-        kind,
-        item,
-        class: 0,
-        source: MarkerSource::Uprobe,
-    })
+    Record::Marker(Marker { time, pid: PID, tid, kind, item, class: 0, source: MarkerSource::Uprobe })
 }
 
 fn event(time: u64, tid: u32, kind: ItemEventKind, name: &str, arg: u64, at: EventAt) -> Record {
-    Record::ItemEvent(ItemEvent {
-        time,
-        pid: PID,
-        tid,
-        kind,
-        name: name.into(),
-        args: vec![EventArg::U64(arg)],
-        at,
-    })
+    Record::ItemEvent(ItemEvent { time, pid: PID, tid, kind, name: name.into(), args: vec![EventArg::U64(arg)], at })
 }
 
 fn sample(time: u64, tid: u32, g: Option<u64>) -> Record {
@@ -72,16 +55,7 @@ fn sample(time: u64, tid: u32, g: Option<u64>) -> Record {
 }
 
 fn switch(time: u64, tid: u32, kind: SwitchKind) -> Record {
-    Record::Switch(Switch {
-        time,
-        pid: PID,
-        tid,
-        cpu: 0,
-        kind,
-        stack: StackId::NONE,
-        stack_status: StackStatus::Complete,
-        next_prev: None,
-    })
+    Record::Switch(Switch { time, pid: PID, tid, cpu: 0, kind, stack: StackId::NONE, stack_status: StackStatus::Complete, next_prev: None })
 }
 
 fn bytes(h: &TraceHeader, recs: &[Record]) -> Vec<u8> {
@@ -133,37 +107,14 @@ fn events_at_the_begin_and_end_probes_belong_to_the_item_that_hit_begins_or_ends
     assert_eq!(r.items.len(), 3);
     let args = |i: usize| -> Vec<(String, u64)> {
         let it = &r.items[i];
-        it.events
-            .events
-            .iter()
-            .map(|e| (e.arg.clone().unwrap(), e.time_ns))
-            .collect()
+        it.events.events.iter().map(|e| (e.arg.clone().unwrap(), e.time_ns)).collect()
     };
-    assert_eq!(
-        args(0),
-        [("11".to_string(), 3_000), ("12".to_string(), 900_000)],
-        "clamped into item 1"
-    );
-    assert_eq!(
-        args(1),
-        [
-            ("21".to_string(), 905_000),
-            ("0".to_string(), 950_000),
-            ("22".to_string(), 990_000)
-        ]
-    );
-    assert_eq!(
-        args(2),
-        [("31".to_string(), 961_000), ("32".to_string(), 970_000)]
-    );
+    assert_eq!(args(0), [("11".to_string(), 3_000), ("12".to_string(), 900_000)], "clamped into item 1");
+    assert_eq!(args(1), [("21".to_string(), 905_000), ("0".to_string(), 950_000), ("22".to_string(), 990_000)]);
+    assert_eq!(args(2), [("31".to_string(), 961_000), ("32".to_string(), 970_000)]);
     for it in &r.items {
         for e in &it.events.events {
-            assert!(
-                (it.begin_ns..=it.end_ns).contains(&e.time_ns),
-                "{e:?} outside {}..{}",
-                it.begin_ns,
-                it.end_ns
-            );
+            assert!((it.begin_ns..=it.end_ns).contains(&e.time_ns), "{e:?} outside {}..{}", it.begin_ns, it.end_ns);
         }
     }
     assert_eq!((r.item_events, r.item_events_outside), (8, 1));
@@ -198,40 +149,15 @@ fn go_items_get_off_cpu_time_only_where_their_goroutine_blocked_the_thread() {
     let r = items(&b);
     assert_eq!(r.items.len(), 1);
     let it = &r.items[0];
-    assert_eq!(
-        (it.samples, it.begin_ns, it.end_ns),
-        (4, 100 * ms, 230 * ms)
-    );
-    let runs: Vec<(u32, u64, u64)> = it
-        .current
-        .iter()
-        .map(|c| (c.tid, c.begin_ns / ms, c.end_ns / ms))
-        .collect();
+    assert_eq!((it.samples, it.begin_ns, it.end_ns), (4, 100 * ms, 230 * ms));
+    let runs: Vec<(u32, u64, u64)> = it.current.iter().map(|c| (c.tid, c.begin_ns / ms, c.end_ns / ms)).collect();
     assert_eq!(runs, [(1, 100, 160), (2, 200, 230)]);
     let mut rd = TraceReader::from_bytes(b).unwrap();
-    let opts = StackOptions {
-        event: None,
-        filter: StackFilter::default(),
-        timeline: false,
-    };
-    let p = stack_profile(
-        &mut rd,
-        &opts,
-        ItemSpan::from_rows(&r.items),
-        &mut Symbolizer::default(),
-    )
-    .unwrap();
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let p = stack_profile(&mut rd, &opts, ItemSpan::from_rows(&r.items), &mut Symbolizer::default()).unwrap();
     let st = p.items.iter().find(|s| s.id == it.id).unwrap();
-    assert_eq!(
-        st.blocked_ns,
-        30 * ms,
-        "the system call's 30 ms, not the scheduler's 40 ms"
-    );
-    assert_eq!(
-        st.stacks.iter().map(|s| s.samples).sum::<u64>(),
-        4,
-        "samples on both threads"
-    );
+    assert_eq!(st.blocked_ns, 30 * ms, "the system call's 30 ms, not the scheduler's 40 ms");
+    assert_eq!(st.stacks.iter().map(|s| s.samples).sum::<u64>(), 4, "samples on both threads");
 }
 
 /// Go items keyed by goroutine: events carry a thread, not a goroutine. One on a
@@ -267,14 +193,7 @@ fn go_events_go_to_the_goroutine_last_seen_on_their_thread() {
     ];
     let r = items(&bytes(&header(true), &recs));
     assert_eq!(r.items.len(), 2);
-    let args = |i: usize| -> Vec<String> {
-        r.items[i]
-            .events
-            .events
-            .iter()
-            .map(|e| e.arg.clone().unwrap())
-            .collect()
-    };
+    let args = |i: usize| -> Vec<String> { r.items[i].events.events.iter().map(|e| e.arg.clone().unwrap()).collect() };
     assert_eq!(args(0), ["1", "7", "9"], "G1's item");
     assert_eq!(args(1), ["8", "10"], "G2's item");
     assert_eq!(r.item_events_outside, 0);

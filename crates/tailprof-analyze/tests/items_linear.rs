@@ -12,13 +12,7 @@ const PERIOD: u64 = 1_000;
 
 fn header() -> TraceHeader {
     TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         ..Default::default()
     }
 }

@@ -8,8 +8,7 @@ use tailprof_analyze::items::{ItemsJoin, ItemsOptions, ItemsReport};
 use tailprof_analyze::stacks::{stack_profile, ItemSpan, StackFilter, StackOptions};
 use tailprof_analyze::Symbolizer;
 use tailprof_format::{
-    CpuMode, EventDesc, Marker, MarkerKind, MarkerSource, Record, Sample, Sink, Switch, SwitchKind,
-    TraceHeader, TraceReader, TraceWriter,
+    CpuMode, EventDesc, Marker, MarkerKind, MarkerSource, Record, Sample, Sink, Switch, SwitchKind, TraceHeader, TraceReader, TraceWriter,
 };
 
 const PID: u32 = 100;
@@ -17,39 +16,17 @@ const PERIOD: u64 = 100_000;
 
 fn header() -> TraceHeader {
     TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         ..Default::default()
     }
 }
 
 fn s(time: u64, tid: u32) -> Record {
-    Record::Sample(Sample {
-        time,
-        pid: PID,
-        tid,
-        ip: 0x1000,
-        period: PERIOD,
-        cpumode: CpuMode::User,
-        ..Default::default()
-    })
+    Record::Sample(Sample { time, pid: PID, tid, ip: 0x1000, period: PERIOD, cpumode: CpuMode::User, ..Default::default() })
 }
 
 fn m(time: u64, tid: u32, kind: MarkerKind, item: u64) -> Record {
-    Record::Marker(Marker {
-        time,
-        pid: PID,
-        tid,
-        kind,
-        item,
-        class: 0,
-        source: MarkerSource::Api,
-    })
+    Record::Marker(Marker { time, pid: PID, tid, kind, item, class: 0, source: MarkerSource::Api })
 }
 
 fn begin(time: u64, tid: u32, item: u64) -> Record {
@@ -103,33 +80,14 @@ fn switch_markers_attribute_samples_to_the_current_item() {
     let (a, b) = (r.item(1).unwrap(), r.item(2).unwrap());
     assert_eq!((a.samples, b.samples), (3, 2));
     assert_eq!((r.outside_samples, r.switching.loop_samples), (4, 4));
-    assert_eq!(
-        (
-            r.switching.markers,
-            r.switching.threads,
-            r.switching.unknown_items
-        ),
-        (6, 1, 0)
-    );
+    assert_eq!((r.switching.markers, r.switching.threads, r.switching.unknown_items), (6, 1, 0));
     assert_eq!(r.unmatched_markers, 0);
     let sa = a.switching.as_ref().expect("A is driven by switch markers");
     // Current 100..110, 140..150, 175..190; wall 100..190.
-    assert_eq!(
-        (sa.current_ns, sa.waiting_in_loop_ns, sa.resumes, sa.threads),
-        (35, 55, 3, 1)
-    );
+    assert_eq!((sa.current_ns, sa.waiting_in_loop_ns, sa.resumes, sa.threads), (35, 55, 3, 1));
     let sb = b.switching.as_ref().unwrap();
-    assert_eq!(
-        (sb.current_ns, sb.waiting_in_loop_ns, sb.resumes, sb.threads),
-        (20, 30, 2, 1)
-    );
-    assert_eq!(
-        a.current
-            .iter()
-            .map(|c| (c.begin_ns, c.end_ns))
-            .collect::<Vec<_>>(),
-        vec![(100, 110), (140, 150), (175, 190)]
-    );
+    assert_eq!((sb.current_ns, sb.waiting_in_loop_ns, sb.resumes, sb.threads), (20, 30, 2, 1));
+    assert_eq!(a.current.iter().map(|c| (c.begin_ns, c.end_ns)).collect::<Vec<_>>(), vec![(100, 110), (140, 150), (175, 190)]);
     assert!(!a.ambiguous && !b.ambiguous);
     assert_eq!(r.ambiguity.items, 0);
 }
@@ -156,15 +114,9 @@ fn an_item_moving_between_threads_stays_one_item() {
     let r = run(&recs);
     assert_eq!(r.items.len(), 1);
     let it = &r.items[0];
-    assert_eq!(
-        (it.id, it.tid, it.samples, it.open_at_end),
-        (7, 1, 4, false)
-    );
+    assert_eq!((it.id, it.tid, it.samples, it.open_at_end), (7, 1, 4, false));
     let sw = it.switching.as_ref().unwrap();
-    assert_eq!(
-        (sw.current_ns, sw.waiting_in_loop_ns, sw.threads),
-        (40, 30, 2)
-    );
+    assert_eq!((sw.current_ns, sw.waiting_in_loop_ns, sw.threads), (40, 30, 2));
     assert_eq!((r.unmatched_markers, r.switching.loop_samples), (0, 1));
 }
 
@@ -182,14 +134,7 @@ fn switch_to_unknown_item_is_counted_not_guessed() {
     ];
     let r = run(&recs);
     assert_eq!(r.item(1).unwrap().samples, 1);
-    assert_eq!(
-        (
-            r.switching.unknown_items,
-            r.unmatched_markers,
-            r.outside_samples
-        ),
-        (1, 1, 1)
-    );
+    assert_eq!((r.switching.unknown_items, r.unmatched_markers, r.outside_samples), (1, 1, 1));
 }
 
 /// Classic traces keep their meaning: nested items go to the innermost, and are not
@@ -219,16 +164,10 @@ fn overlapping_items_without_switches_are_reported_ambiguous() {
     recs.sort_by_key(|r| r.time());
     let r = run(&recs);
     let samples = |id| r.item(id).unwrap().samples;
-    assert_eq!(
-        (samples(3), samples(4), samples(1), samples(2)),
-        (2, 1, 1, 3)
-    );
+    assert_eq!((samples(3), samples(4), samples(1), samples(2)), (2, 1, 1, 3));
     for id in [3, 4] {
         let it = r.item(id).unwrap();
-        assert!(
-            !it.ambiguous && it.ambiguous_samples == 0,
-            "nested item {id} is not ambiguous"
-        );
+        assert!(!it.ambiguous && it.ambiguous_samples == 0, "nested item {id} is not ambiguous");
     }
     let (a, b) = (r.item(1).unwrap(), r.item(2).unwrap());
     assert!(a.ambiguous && b.ambiguous);
@@ -242,16 +181,7 @@ fn overlapping_items_without_switches_are_reported_ambiguous() {
 #[test]
 fn blocked_time_is_charged_only_to_the_current_item() {
     const MS: u64 = 1_000_000;
-    let sw = |time, kind| {
-        Record::Switch(Switch {
-            time,
-            pid: PID,
-            tid: 1,
-            cpu: 0,
-            kind,
-            ..Default::default()
-        })
-    };
+    let sw = |time, kind| Record::Switch(Switch { time, pid: PID, tid: 1, cpu: 0, kind, ..Default::default() });
     let recs = vec![
         begin(MS, 1, 1),
         s(MS + 10, 1),
@@ -274,24 +204,12 @@ fn blocked_time_is_charged_only_to_the_current_item() {
     let bytes = w.finish_into_inner(None).unwrap().0;
     let mut sym = Symbolizer::default();
     let mut reader = TraceReader::from_bytes(bytes.clone()).unwrap();
-    let items =
-        tailprof_analyze::items::items_report(&mut reader, &ItemsOptions::default(), &mut sym)
-            .unwrap();
+    let items = tailprof_analyze::items::items_report(&mut reader, &ItemsOptions::default(), &mut sym).unwrap();
     // The switch markers survive the file (format version 5).
     assert_eq!(items.switching.markers, 4);
     let mut reader = TraceReader::from_bytes(bytes).unwrap();
-    let opts = StackOptions {
-        event: None,
-        filter: StackFilter::default(),
-        timeline: false,
-    };
-    let p = stack_profile(
-        &mut reader,
-        &opts,
-        ItemSpan::from_rows(&items.items),
-        &mut sym,
-    )
-    .unwrap();
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let p = stack_profile(&mut reader, &opts, ItemSpan::from_rows(&items.items), &mut sym).unwrap();
     let blocked = |id| p.item(id).unwrap().blocked_ns;
     assert_eq!((blocked(1), blocked(2)), (MS, 0));
 }

@@ -7,9 +7,7 @@ use common::*;
 use std::io::Write;
 use tailprof_analyze::profile::GroupBy;
 use tailprof_analyze::{select_event, KernelSymbols, ProfileOptions, SymbolizerOptions};
-use tailprof_format::{
-    Comm, CpuMode, EventDesc, LossKind, Lost, Mmap, Record, Sample, Sink, Task, Throttle, TraceHeader,
-};
+use tailprof_format::{Comm, CpuMode, EventDesc, LossKind, Lost, Mmap, Record, Sample, Sink, Task, Throttle, TraceHeader};
 
 const PROG_A: &str = r#"
 __attribute__((noinline)) int alpha(int x) { for (int i = 0; i < x; i++) __asm__ volatile(""); return x * 3; }
@@ -52,10 +50,7 @@ fn exec_and_fork_change_what_an_address_means() {
     // The parent still runs prog_a.
     recs.push(Record::Sample(sample(20, 10, ip)));
     let p = profile(&recs, &by(GroupBy::Function), SymbolizerOptions::default());
-    assert_eq!(
-        rows(&p),
-        vec![("alpha".into(), 4), ("gamma_fn".into(), 4), (format!("[unknown] {ip:#x}"), 1)]
-    );
+    assert_eq!(rows(&p), vec![("alpha".into(), 4), ("gamma_fn".into(), 4), (format!("[unknown] {ip:#x}"), 1)]);
     assert_eq!(p.samples, 9);
     // 2 keys: (10, ip) and (11, ip); locations: alpha, unmapped, gamma.
     assert_eq!(p.stats.unique_keys, 2);
@@ -64,14 +59,7 @@ fn exec_and_fork_change_what_an_address_means() {
     let t = profile(&recs, &by(GroupBy::Thread), SymbolizerOptions::default());
     let mut got: Vec<(String, Option<u32>, u64)> = t.rows.iter().map(|r| (r.name.clone(), r.tid, r.samples)).collect();
     got.sort();
-    assert_eq!(
-        got,
-        vec![
-            ("prog_a".into(), Some(10), 2),
-            ("prog_a".into(), Some(11), 2),
-            ("prog_b".into(), Some(11), 5)
-        ]
-    );
+    assert_eq!(got, vec![("prog_a".into(), Some(10), 2), ("prog_a".into(), Some(11), 2), ("prog_b".into(), Some(11), 5)]);
 }
 
 #[test]
@@ -114,10 +102,7 @@ fn kernel_samples() {
     writeln!(f, "ffffffff81000000 T _text\nffffffff81000100 T schedule\nffffffff81000200 t tick\nffffffff81000300 T _etext").unwrap();
     let with = SymbolizerOptions { kernel: KernelSymbols::Kallsyms(ks.clone()), ..Default::default() };
     let p = profile(&recs, &by(GroupBy::Function), with.clone());
-    assert_eq!(
-        rows(&p),
-        vec![("schedule".into(), 2), ("[unknown] 0x400000".into(), 1), ("tick".into(), 1)]
-    );
+    assert_eq!(rows(&p), vec![("schedule".into(), 2), ("[unknown] 0x400000".into(), 1), ("tick".into(), 1)]);
     assert_eq!(p.rows[0].binary.as_deref(), Some("[kernel]"));
     assert!(p.kernel_symbols.as_deref().unwrap().contains("kallsyms"));
 
@@ -226,8 +211,7 @@ fn threads_named_by_comm_at_sample_time() {
         Record::Sample(sample(8, 99, 0x10)),
     ];
     let p = profile(&recs, &by(GroupBy::Thread), SymbolizerOptions::default());
-    let got: Vec<(String, Option<u32>, Option<u32>, u64)> =
-        p.rows.iter().map(|r| (r.name.clone(), r.pid, r.tid, r.samples)).collect();
+    let got: Vec<(String, Option<u32>, Option<u32>, u64)> = p.rows.iter().map(|r| (r.name.clone(), r.pid, r.tid, r.samples)).collect();
     assert_eq!(
         got,
         vec![

@@ -5,8 +5,8 @@
 use tailprof_analyze::maps::{BinaryKind, BIN_UNMAPPED};
 use tailprof_analyze::resolve::{LocId, Resolved, ResolvedSink, Resolver};
 use tailprof_format::{
-    Comm, CpuMode, Frame, ItemClass, Lost, LossKind, Marker, MarkerKind, Mmap, Sample, Sink, StackDef, StackId,
-    Switch, Task, Throttle, TraceHeader,
+    Comm, CpuMode, Frame, ItemClass, LossKind, Lost, Marker, MarkerKind, Mmap, Sample, Sink, StackDef, StackId, Switch, Task, Throttle,
+    TraceHeader,
 };
 
 const PID: u32 = 10;
@@ -109,8 +109,21 @@ fn side_band_is_applied_before_the_analysis_sees_records() {
     assert_eq!(
         log.events,
         [
-            "sample", "mmap /bin/first", "sample", "comm second", "mmap /bin/second", "sample", "fork", "exit",
-            "lost 3", "throttle", "class c", "marker", "stack", "stack", "switch"
+            "sample",
+            "mmap /bin/first",
+            "sample",
+            "comm second",
+            "mmap /bin/second",
+            "sample",
+            "fork",
+            "exit",
+            "lost 3",
+            "throttle",
+            "class c",
+            "marker",
+            "stack",
+            "stack",
+            "switch"
         ]
     );
     // Each sample resolved against the mappings of its time.

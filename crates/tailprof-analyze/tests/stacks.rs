@@ -12,8 +12,8 @@ use tailprof_analyze::stack_explain::explain_stacks;
 use tailprof_analyze::stacks::{stack_profile, ItemSpan, StackFilter, StackOptions, StackProfile};
 use tailprof_analyze::Symbolizer;
 use tailprof_format::{
-    CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Record, Sample, StackId, StackStatus, Switch,
-    SwitchKind, TraceHeader, TraceReader, TraceWriter,
+    CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Record, Sample, StackId, StackStatus, Switch, SwitchKind, TraceHeader,
+    TraceReader, TraceWriter,
 };
 
 const PROG: &str = r#"
@@ -53,13 +53,7 @@ impl Prog {
 
 fn header() -> TraceHeader {
     TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         ..Default::default()
     }
 }

@@ -85,7 +85,14 @@ fn store_with_windows() -> (tempfile::TempDir, Store) {
     for w in 0..60i64 {
         let start = T0 + w * 12 * W;
         let rows = window_rows(&mut rng, start, 40 + (w as usize * 7) % 90);
-        let meta = WindowMeta { schema_version: SCHEMA_VERSION, host: "h1".into(), window_start_us: start, window_end_us: start + W, samples: rows.iter().map(|r| r.count).sum(), ..Default::default() };
+        let meta = WindowMeta {
+            schema_version: SCHEMA_VERSION,
+            host: "h1".into(),
+            window_start_us: start,
+            window_end_us: start + W,
+            samples: rows.iter().map(|r| r.count).sum(),
+            ..Default::default()
+        };
         store.ensure_dir(&store.partition_dir(Table::Samples, "h1", start)).unwrap();
         write_samples(&store.window_file(Table::Samples, "h1", start, start + W), &meta, &rows).unwrap();
     }
@@ -161,12 +168,14 @@ fn diff_by_columns_equals_row_path() {
         let b = top_of_rows(&reader, &rows_by_records(&reader, &qb), &qb, by, 0);
         assert_eq!((d.a_samples, d.b_samples), (a.samples, b.samples), "{by:?}");
         assert!(d.a_samples > 0 && d.b_samples > 0);
-        let self_of = |t: &tailprof_analyze::store_query::TopReport, n: &str| t.rows.iter().find(|r| r.name == n).map_or(0, |r| r.self_samples);
+        let self_of =
+            |t: &tailprof_analyze::store_query::TopReport, n: &str| t.rows.iter().find(|r| r.name == n).map_or(0, |r| r.self_samples);
         for r in &d.rows {
             assert_eq!(r.a_samples, self_of(&a, &r.name), "{by:?} {}", r.name);
             assert_eq!(r.b_samples, self_of(&b, &r.name), "{by:?} {}", r.name);
         }
-        let with_self = a.rows.iter().chain(&b.rows).filter(|r| r.self_samples > 0).map(|r| &r.name).collect::<std::collections::HashSet<_>>();
+        let with_self =
+            a.rows.iter().chain(&b.rows).filter(|r| r.self_samples > 0).map(|r| &r.name).collect::<std::collections::HashSet<_>>();
         assert_eq!(d.rows.len(), with_self.len(), "{by:?}");
     }
 }

@@ -72,10 +72,7 @@ __attribute__((noinline)) int lib_two(int x) { return lib_one(x) - 1; }
     };
     let Some(exe) = compile("cc", dir.path(), "main", PROG, &["-O1", "-g"]) else { return };
     let (exe_base, lib_base) = (0x5555_5555_4000, 0x7f12_3456_0000);
-    let mut recs = vec![
-        Record::Mmap(exec_mmap(7, &exe, exe_base, None)),
-        Record::Mmap(exec_mmap(7, &lib, lib_base, None)),
-    ];
+    let mut recs = vec![Record::Mmap(exec_mmap(7, &exe, exe_base, None)), Record::Mmap(exec_mmap(7, &lib, lib_base, None))];
     recs.extend(user_samples(7, lib_base + nm(&lib, "lib_two") + 1, 4));
     recs.extend(user_samples(7, lib_base + nm(&lib, "lib_one"), 1));
     recs.extend(user_samples(7, exe_base + nm(&exe, "beta"), 2));
@@ -227,10 +224,7 @@ fn missing_binary_and_unmapped_addresses() {
     recs.extend(user_samples(2, 0x40_0010, 2));
     recs.extend(user_samples(2, 0x90_0000, 1));
     let p = profile(&recs, &opts(), SymbolizerOptions::default());
-    assert_eq!(
-        rows(&p),
-        vec![("[unknown] bin+0x1010".into(), 2), ("[unknown] 0x900000".into(), 1)]
-    );
+    assert_eq!(rows(&p), vec![("[unknown] bin+0x1010".into(), 2), ("[unknown] 0x900000".into(), 1)]);
     assert_eq!(p.rows[0].unknown_reason.as_deref(), Some("binary not found on disk"));
     assert_eq!(p.rows[1].unknown_reason.as_deref(), Some("no mapping covers the address"));
 }

@@ -41,10 +41,7 @@ fn build(dir: &Path, name: &str, salt: u32) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, PROG).unwrap();
     let out = dir.join(name);
-    run(Command::new("cc")
-        .args(["-O2", "-g", "-Wl,--build-id", &format!("-DSALT={salt}"), "-o"])
-        .arg(&out)
-        .arg(&src));
+    run(Command::new("cc").args(["-O2", "-g", "-Wl,--build-id", &format!("-DSALT={salt}"), "-o"]).arg(&out).arg(&src));
     out
 }
 
@@ -63,8 +60,7 @@ fn sym(bin: &Path, name: &str) -> (u64, u64) {
     out.lines()
         .find_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 4 && f[3] == name)
-                .then(|| (u64::from_str_radix(f[0], 16).unwrap(), u64::from_str_radix(f[1], 16).unwrap()))
+            (f.len() == 4 && f[3] == name).then(|| (u64::from_str_radix(f[0], 16).unwrap(), u64::from_str_radix(f[1], 16).unwrap()))
         })
         .unwrap_or_else(|| panic!("{name} not in nm -S {}", bin.display()))
 }
@@ -73,7 +69,8 @@ fn sym(bin: &Path, name: &str) -> (u64, u64) {
 fn file_offset(bin: &Path, v: u64) -> u64 {
     let out = run(Command::new("readelf").arg("-lW").arg(bin));
     for l in out.lines().filter(|l| l.trim_start().starts_with("LOAD")) {
-        let f: Vec<u64> = l.split_whitespace().skip(1).take(5).map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
+        let f: Vec<u64> =
+            l.split_whitespace().skip(1).take(5).map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
         let (off, vaddr, filesz) = (f[0], f[1], f[3]);
         if v >= vaddr && v < vaddr + filesz {
             return v - vaddr + off;
@@ -140,8 +137,7 @@ fn stripped_binary_is_named_by_eh_frame_ranges() {
 fn debug_dir_by_build_id_in_both_layouts_and_wrong_build_id_refused() {
     let f = fixture(2);
     let id = build_id(&f.full);
-    let (head, rest): (String, String) =
-        (format!("{:02x}", id[0]), id[1..].iter().map(|b| format!("{b:02x}")).collect());
+    let (head, rest): (String, String) = (format!("{:02x}", id[0]), id[1..].iter().map(|b| format!("{b:02x}")).collect());
     for layout in [format!(".build-id/{head}/{rest}.debug"), format!("{head}/{rest}")] {
         let dd = f.dir.join(format!("dd-{}", layout.len()));
         let p = dd.join(&layout);
@@ -171,10 +167,7 @@ fn debug_dir_by_build_id_in_both_layouts_and_wrong_build_id_refused() {
 fn gnu_debuglink_next_to_the_binary_with_crc_check() {
     let f = fixture(4);
     let linked = f.dir.join("linked");
-    run(Command::new("objcopy")
-        .arg(format!("--add-gnu-debuglink={}", f.debug.display()))
-        .arg(&f.stripped)
-        .arg(&linked));
+    run(Command::new("objcopy").arg(format!("--add-gnu-debuglink={}", f.debug.display())).arg(&f.stripped).arg(&linked));
     // objcopy stores the base name; the debug file sits next to the binary.
     let mut s = Symbolizer::default();
     let b = file(&linked);
@@ -320,10 +313,7 @@ fn debian_postgres_when_installed() {
 /// The MMAP record of `bin`'s executable segment at `base` (PIE), as the kernel reports it.
 fn exec_mmap(pid: u32, bin: &Path, base: u64) -> tailprof_format::Mmap {
     let out = run(Command::new("readelf").arg("-lW").arg(bin));
-    let l = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("LOAD") && l.contains(" R E "))
-        .expect("executable PT_LOAD");
+    let l = out.lines().find(|l| l.trim_start().starts_with("LOAD") && l.contains(" R E ")).expect("executable PT_LOAD");
     let f: Vec<u64> = l.split_whitespace().skip(1).take(5).map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
     let (off, vaddr, memsz) = (f[0], f[1], f[4]);
     let start = base + (vaddr & !0xfff);
@@ -344,8 +334,8 @@ fn exec_mmap(pid: u32, bin: &Path, base: u64) -> tailprof_format::Mmap {
 
 #[test]
 fn resolver_rows_expand_inlined_functions_and_name_stripped_ranges() {
-    use tailprof_analyze::resolve::Resolver;
     use tailprof_analyze::resolve::inline_rows;
+    use tailprof_analyze::resolve::Resolver;
     use tailprof_format::{CpuMode, Sample, TraceHeader};
     let f = fixture(8);
     let base = 0x5555_5555_4000u64;

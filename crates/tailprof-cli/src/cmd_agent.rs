@@ -188,7 +188,8 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
             );
         }
         let a = &s.aggregation;
-        if a.processes_untracked + a.mappings_dropped + a.comms_dropped + a.mappings_evicted + a.processes_evicted + a.binaries_dropped > 0 {
+        if a.processes_untracked + a.mappings_dropped + a.comms_dropped + a.mappings_evicted + a.processes_evicted + a.binaries_dropped > 0
+        {
             eprintln!(
                 "tailprof: warning: bounds reached: {} mappings and {} processes evicted (least recently used), {} binaries not registered, {} command names dropped (their frames show as unknown)",
                 a.mappings_evicted + a.mappings_dropped, a.processes_evicted + a.processes_untracked, a.binaries_dropped, a.comms_dropped
@@ -210,14 +211,24 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
             );
         }
         let r = &s.requests;
-        let req_drops = r.unmatched_ends + r.evicted_open + r.abandoned_open + r.slow_not_retained
-            + r.class_labels_dropped + r.requests_in_other_class + r.kept_samples_evicted;
+        let req_drops = r.unmatched_ends
+            + r.evicted_open
+            + r.abandoned_open
+            + r.slow_not_retained
+            + r.class_labels_dropped
+            + r.requests_in_other_class
+            + r.kept_samples_evicted;
         if req_drops > 0 {
             eprintln!(
                 "tailprof: warning: requests: {} ends unmatched, {} open evicted at the bound, {} abandoned (thread exited), \
                  {} slow not retained (window full), {} class names dropped, {} in class [other], {} kept samples evicted early",
-                r.unmatched_ends, r.evicted_open, r.abandoned_open, r.slow_not_retained,
-                r.class_labels_dropped, r.requests_in_other_class, r.kept_samples_evicted
+                r.unmatched_ends,
+                r.evicted_open,
+                r.abandoned_open,
+                r.slow_not_retained,
+                r.class_labels_dropped,
+                r.requests_in_other_class,
+                r.kept_samples_evicted
             );
         }
         let switch_drops = r.threads_untracked + r.slices_dropped + r.switch_unknown;

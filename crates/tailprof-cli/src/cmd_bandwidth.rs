@@ -124,20 +124,11 @@ pub struct BandwidthArgs {
 /// `100us`, `1ms`, `2.5s`, `250ns`, `1000` (ns).
 pub fn parse_duration(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let (num, mult) = [
-        ("ns", 1.0),
-        ("us", 1e3),
-        ("µs", 1e3),
-        ("ms", 1e6),
-        ("s", 1e9),
-    ]
-    .iter()
-    .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
-    .unwrap_or((t, 1.0));
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration (e.g. 100us, 1ms, 0.5s)"))?;
+    let (num, mult) = [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)]
+        .iter()
+        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
+        .unwrap_or((t, 1.0));
+    let v: f64 = num.trim().parse().map_err(|_| format!("'{s}' is not a duration (e.g. 100us, 1ms, 0.5s)"))?;
     let ns = v * mult;
     if !(ns.is_finite() && ns >= 1.0) {
         return Err(format!("'{s}': the bin must be at least 1 ns"));
@@ -154,10 +145,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (e.g. 512M, 1G)"))?;
+    let v: f64 = num.trim().parse().map_err(|_| format!("'{s}' is not a size (e.g. 512M, 1G)"))?;
     if !(v.is_finite() && v > 0.0) {
         return Err(format!("'{s}': the size must be positive"));
     }
@@ -177,10 +165,7 @@ fn describe_probe(r: &ProbeResult) -> String {
 
 pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
     if !(args.saturation > 0.0 && args.saturation <= 1.5) {
-        bail!(
-            "--saturation must be a share of the peak in (0, 1.5] (got {})",
-            args.saturation
-        );
+        bail!("--saturation must be a share of the peak in (0, 1.5] (got {})", args.saturation);
     }
     let mut peak: Option<(f64, String)> = args.peak.map(|p| (p, "--peak".to_string()));
     if let Some(p) = args.peak {
@@ -189,16 +174,8 @@ pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
         }
     }
     if args.probe {
-        let opts = ProbeOptions {
-            buffer_bytes: args.probe_size,
-            threads: args.probe_threads,
-            runs: args.probe_runs,
-            ..Default::default()
-        };
-        eprintln!(
-            "tailprof: measuring the machine's read bandwidth (streaming reads, {} runs)...",
-            opts.runs
-        );
+        let opts = ProbeOptions { buffer_bytes: args.probe_size, threads: args.probe_threads, runs: args.probe_runs, ..Default::default() };
+        eprintln!("tailprof: measuring the machine's read bandwidth (streaming reads, {} runs)...", opts.runs);
         let r = probe::run_probe(&opts)?;
         let path = tailprof_measure::probe_store::save(&r)?;
         if args.trace.is_none() {
@@ -211,19 +188,12 @@ pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        eprintln!(
-            "tailprof: {}; saved to {}",
-            describe_probe(&r),
-            path.display()
-        );
+        eprintln!("tailprof: {}; saved to {}", describe_probe(&r), path.display());
         if peak.is_none() {
             peak = Some((r.peak_gbps, "probe, just measured".into()));
         }
     }
-    let trace = args
-        .trace
-        .as_ref()
-        .expect("clap requires TRACE without --probe");
+    let trace = args.trace.as_ref().expect("clap requires TRACE without --probe");
     if peak.is_none() {
         // A stored probe result is optional; a damaged one is reported and ignored.
         match tailprof_measure::probe_store::load() {
@@ -256,22 +226,13 @@ pub fn run(args: BandwidthArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     let report = bandwidth_report(&mut reader, &opts).with_context(|| name.clone())?;
-    let v = BandwidthView {
-        top: args.top,
-        subtitle: Some(name.clone()),
-        ..Default::default()
-    };
+    let v = BandwidthView { top: args.top, subtitle: Some(name.clone()), ..Default::default() };
     if let Some(path) = &args.html {
         let page = view::render_bandwidth_html(&report, &v);
-        tailprof_format::atomic::write_file(path, page)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        tailprof_format::atomic::write_file(path, page).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("tailprof: wrote {}", path.display());
     }
-    let out = if args.json {
-        view::bandwidth_json_string(&report)? + "\n"
-    } else {
-        view::render_bandwidth(&report, &v)
-    };
+    let out = if args.json { view::bandwidth_json_string(&report)? + "\n" } else { view::render_bandwidth(&report, &v) };
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes())?;
     stdout.flush()?;

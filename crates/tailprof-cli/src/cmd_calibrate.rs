@@ -40,12 +40,7 @@ pub const EXIT_REFUSED: u8 = 3;
     tailprof calibrate -e instructions --json")]
 pub struct CalibrateArgs {
     /// Event to calibrate.
-    #[arg(
-        short = 'e',
-        long = "event",
-        value_name = "EVENT",
-        default_value = "cpu-clock"
-    )]
+    #[arg(short = 'e', long = "event", value_name = "EVENT", default_value = "cpu-clock")]
     event: String,
 
     /// Runs per design point (unprofiled and each period).
@@ -140,10 +135,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
     measure::clear_status();
     let report = report?;
     if args.json {
-        println!(
-            "{}",
-            tailprof_present::json::document(&calibration_json(&report))?
-        );
+        println!("{}", tailprof_present::json::document(&calibration_json(&report))?);
     } else {
         print!("{}", calibration_text(&report));
     }

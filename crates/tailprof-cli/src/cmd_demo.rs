@@ -32,7 +32,6 @@ use tailprof_present::overhead::{accuracy_line, accuracy_markdown, accuracy_swee
 
 use crate::cmd_export::{load_report, sample_instants, write_html, write_perfetto};
 
-
 /// Run the paper's sample application under the profiler and explain its slow queries.
 ///
 /// Builds examples/queries.c (two threads pinned to cores 0 and 1; the worker runs
@@ -128,8 +127,14 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
 
     let verdict = if flagged == cold { "exactly the cold queries" } else { "NOT exactly the cold queries" };
     println!("\nflagged {:?}; cold (first of each n) {:?}: {verdict}", flagged, cold);
-    println!("\nwrote:\n  {}   (open in a browser)\n  {}   (open at https://ui.perfetto.dev)\n  {}\n  {}   (tailprof items {} --explain ID)",
-        html.display(), perfetto.display(), items_json.display(), run.trace.display(), run.trace.display());
+    println!(
+        "\nwrote:\n  {}   (open in a browser)\n  {}   (open at https://ui.perfetto.dev)\n  {}\n  {}   (tailprof items {} --explain ID)",
+        html.display(),
+        perfetto.display(),
+        items_json.display(),
+        run.trace.display(),
+        run.trace.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -56,9 +56,7 @@ pub struct DiffArgs {
 
 fn parse_range(s: &str, what: &str) -> Result<(i64, i64)> {
     let now = now_us();
-    let bad = || {
-        format!("--{what} {s:?}: give FROM..TO (times like 2026-11-23T20:00Z, @UNIX_SECONDS, -2h, now) or a duration like 1h")
-    };
+    let bad = || format!("--{what} {s:?}: give FROM..TO (times like 2026-11-23T20:00Z, @UNIX_SECONDS, -2h, now) or a duration like 1h");
     if let Some((a, b)) = s.split_once("..") {
         let f = parse_time_us(a, now).with_context(bad)?;
         let t = parse_time_us(b, now).with_context(bad)?;
@@ -75,29 +73,15 @@ pub fn run(a: DiffArgs) -> Result<ExitCode> {
         Some(r) => r,
         None => tailprof_store::default_root()?,
     };
-    anyhow::ensure!(
-        root.is_dir(),
-        "no store at {} (start `tailprof agent`, or give --store DIR)",
-        root.display()
-    );
+    anyhow::ensure!(root.is_dir(), "no store at {} (start `tailprof agent`, or give --store DIR)", root.display());
     let reader = StoreReader::new(Store::at(&root));
     let (af, at) = parse_range(&a.a, "a")?;
     let (bf, bt) = parse_range(&a.b, "b")?;
-    let q = |from_us, to_us| SampleQuery {
-        from_us,
-        to_us,
-        host: a.host.clone(),
-        pid: a.pid,
-        binary: a.binary.clone(),
-    };
+    let q = |from_us, to_us| SampleQuery { from_us, to_us, host: a.host.clone(), pid: a.pid, binary: a.binary.clone() };
     let d = diff(&reader, &q(af, at), &q(bf, bt), a.by.into(), a.top);
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(
-            out,
-            "{}",
-            tailprof_present::json::document(&store_view::diff_json(&d))?
-        )?;
+        writeln!(out, "{}", tailprof_present::json::document(&store_view::diff_json(&d))?)?;
     } else {
         out.write_all(store_view::diff_text(&d).as_bytes())?;
     }

@@ -102,106 +102,64 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
     .filter_map(|(k, p)| p.as_ref().map(|p| (k, p)))
     .collect();
     if outputs.is_empty() {
-        bail!("nothing to export: give --html OUT.html, --perfetto OUT.json, --pprof OUT.pb.gz, --firefox OUT.json and/or --folded OUT.txt");
+        bail!(
+            "nothing to export: give --html OUT.html, --perfetto OUT.json, --pprof OUT.pb.gz, --firefox OUT.json and/or --folded OUT.txt"
+        );
     }
     // Flags for one format given without it: an error that says why (issue 18).
     if args.no_samples && args.perfetto.is_none() {
-        bail!(
-            "--no-samples leaves samples out of the Perfetto trace: it needs --perfetto OUT.json"
-        );
+        bail!("--no-samples leaves samples out of the Perfetto trace: it needs --perfetto OUT.json");
     }
     if args.off_cpu && args.pprof.is_none() {
         bail!("--off-cpu adds off-CPU time to the pprof profile: it needs --pprof OUT.pb.gz (the HTML report, Perfetto and Firefox exports show off-CPU time whenever the trace has context switches)");
     }
     let req = ExportRequest {
         event: args.event.clone(),
-        filter: StackFilter {
-            items: args.items.clone(),
-            class: args.class.clone(),
-            in_items: args.in_items,
-            slow: args.slow,
-        },
+        filter: StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow },
         items: args.html.is_some() || args.perfetto.is_some(),
         timeline: args.perfetto.is_some() || args.firefox.is_some(),
         instants: args.perfetto.is_some() && !args.no_samples,
     };
-    let mut reader = TraceReader::open(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let mut reader = TraceReader::open(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
     let mut sym = crate::cmd_report::symbolizer();
-    let data = export_data(&mut reader, &req, &mut sym)
-        .with_context(|| format!("cannot export {}", args.file.display()))?;
-    let style = ExportStyle {
-        subtitle: Some(format!("trace {}", args.file.display())),
-        items: args.items.clone(),
-        off_cpu: args.off_cpu,
-    };
+    let data = export_data(&mut reader, &req, &mut sym).with_context(|| format!("cannot export {}", args.file.display()))?;
+    let style = ExportStyle { subtitle: Some(format!("trace {}", args.file.display())), items: args.items.clone(), off_cpu: args.off_cpu };
     for (kind, out) in outputs {
         let r = render_export(&data, kind, &style)?;
-        tailprof_format::atomic::write_file(out, r.bytes)
-            .with_context(|| format!("cannot write {}", out.display()))?;
-        eprintln!(
-            "tailprof: wrote {} ({}); open it with {}",
-            out.display(),
-            r.summary,
-            r.viewer
-        );
+        tailprof_format::atomic::write_file(out, r.bytes).with_context(|| format!("cannot write {}", out.display()))?;
+        eprintln!("tailprof: wrote {} ({}); open it with {}", out.display(), r.summary, r.viewer);
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Open `file` and join its items with its samples.
 pub fn load_report(file: &Path, event: Option<&str>, class: Option<String>) -> Result<ItemsReport> {
-    let mut reader =
-        TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let mut reader = TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     let event = match event {
         Some(spec) => Some(select_event(reader.header(), Some(spec))?),
         None => None,
     };
-    let opts = ItemsOptions {
-        event,
-        class,
-        ..Default::default()
-    };
+    let opts = ItemsOptions { event, class, ..Default::default() };
     let mut sym = crate::cmd_report::symbolizer();
     Ok(items_report(&mut reader, &opts, &mut sym)?)
 }
 
 pub fn write_html(out: &Path, report: &ItemsReport, opts: &HtmlOptions) -> Result<()> {
-    tailprof_format::atomic::write_file(out, render_items_html(report, opts))
-        .with_context(|| format!("cannot write {}", out.display()))
+    tailprof_format::atomic::write_file(out, render_items_html(report, opts)).with_context(|| format!("cannot write {}", out.display()))
 }
 
-pub fn write_perfetto(
-    out: &Path,
-    report: &ItemsReport,
-    samples: &[SampleInstant],
-    names: BTreeMap<u32, String>,
-) -> Result<()> {
+pub fn write_perfetto(out: &Path, report: &ItemsReport, samples: &[SampleInstant], names: BTreeMap<u32, String>) -> Result<()> {
     let text = perfetto_json(report, samples, &PerfettoOptions { names })?;
-    tailprof_format::atomic::write_file(out, text)
-        .with_context(|| format!("cannot write {}", out.display()))
+    tailprof_format::atomic::write_file(out, text).with_context(|| format!("cannot write {}", out.display()))
 }
 
 /// The samples inside items as instants, named by function, and thread names (tid → comm).
-pub fn sample_instants(
-    file: &Path,
-    report: &ItemsReport,
-    event: Option<&str>,
-) -> Result<(Vec<SampleInstant>, BTreeMap<u32, String>)> {
-    let mut reader =
-        TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+pub fn sample_instants(file: &Path, report: &ItemsReport, event: Option<&str>) -> Result<(Vec<SampleInstant>, BTreeMap<u32, String>)> {
+    let mut reader = TraceReader::open(file).with_context(|| format!("cannot read {}", file.display()))?;
     let event = select_event(reader.header(), event)?;
     let mut sym = crate::cmd_report::symbolizer();
     let found = item_samples(&mut reader, report, event, &mut sym)?;
-    let samples = found
-        .samples
-        .into_iter()
-        .map(|s| SampleInstant {
-            pid: s.pid,
-            tid: s.tid,
-            time_ns: s.time_ns,
-            function: s.function,
-        })
-        .collect();
+    let samples =
+        found.samples.into_iter().map(|s| SampleInstant { pid: s.pid, tid: s.tid, time_ns: s.time_ns, function: s.function }).collect();
     Ok((samples, found.names))
 }

@@ -11,7 +11,9 @@ use crate::ui;
 /// tailprof trace, keeping addresses, weights, data sources, registers, lost-sample and
 /// throttle records, side-band records and build-ids.
 #[derive(Args, Debug)]
-#[command(after_help = "Example:\n  perf record -e cycles:pp -c 20003 -o perf.data -- ./app\n  tailprof import perf.data -o app.trace\n  tailprof report app.trace")]
+#[command(
+    after_help = "Example:\n  perf record -e cycles:pp -c 20003 -o perf.data -- ./app\n  tailprof import perf.data -o app.trace\n  tailprof report app.trace"
+)]
 pub struct ImportArgs {
     /// The perf.data file to convert (file or pipe mode, zstd-compressed records too).
     #[arg(value_name = "PERF_DATA")]
@@ -49,11 +51,7 @@ pub fn run(args: ImportArgs) -> Result<ExitCode> {
         ui::bytes(out_bytes)
     );
     if summary.switches > 0 || summary.wakeups > 0 {
-        eprintln!(
-            "tailprof: context switches {}, wakeups {}",
-            ui::thousands(summary.switches),
-            ui::thousands(summary.wakeups)
-        );
+        eprintln!("tailprof: context switches {}, wakeups {}", ui::thousands(summary.switches), ui::thousands(summary.wakeups));
     }
     if summary.jit_names > 0 || summary.skipped_jit_names > 0 {
         eprintln!(

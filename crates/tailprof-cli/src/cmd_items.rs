@@ -116,8 +116,7 @@ pub struct ItemsArgs {
 }
 
 fn parse_trace_id_arg(s: &str) -> Result<[u8; 16], String> {
-    tailprof_analyze::items::parse_trace_id(s)
-        .ok_or_else(|| format!("not a trace id: {s:?} (up to 32 hex digits, not all zero)"))
+    tailprof_analyze::items::parse_trace_id(s).ok_or_else(|| format!("not a trace id: {s:?} (up to 32 hex digits, not all zero)"))
 }
 
 /// Flags that apply to one source only, given with the other: an error that says why
@@ -189,8 +188,7 @@ pub fn run(args: ItemsArgs) -> Result<ExitCode> {
         let trace_path = args.trace.clone().unwrap_or_default();
         crate::cmd_report::set_debug_dirs(&args.debug_dir);
         let name = trace_path.display().to_string();
-        let mut reader =
-            TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
+        let mut reader = TraceReader::open(&trace_path).with_context(|| format!("cannot read {name}"))?;
         let event = select_event(reader.header(), args.event.as_deref())?;
         let query = ItemsQuery {
             options: ItemsOptions {

@@ -11,10 +11,8 @@ use std::process::ExitCode;
 /// usdt:BIN:PROVIDER:NAME:argN`; and the functions a uprobe can use
 /// (`--item-begin BIN:FUNCTION`). See docs/PROBES.md.
 #[derive(Args, Debug)]
-#[command(
-    after_help = "Examples:\n  tailprof probes /usr/lib/postgresql/15/bin/postgres\n  \
-    tailprof probes ./server --functions\n  tailprof probes ./server --json"
-)]
+#[command(after_help = "Examples:\n  tailprof probes /usr/lib/postgresql/15/bin/postgres\n  \
+    tailprof probes ./server --functions\n  tailprof probes ./server --json")]
 pub struct ProbesArgs {
     /// The binary (a path, or a name looked up in PATH).
     #[arg(value_name = "BIN")]
@@ -43,11 +41,7 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
         let _ = writeln!(out, "USDT probes: {} ({} sites)", l.probes.len(), sites);
         for p in &l.probes {
             let first = &p.sites[0];
-            let sem = if first.semaphore != 0 {
-                format!("  semaphore {:#x}", first.semaphore)
-            } else {
-                String::new()
-            };
+            let sem = if first.semaphore != 0 { format!("  semaphore {:#x}", first.semaphore) } else { String::new() };
             let _ = writeln!(
                 out,
                 "  usdt:{}:{}:{}  {} site{}{sem}  args: {}",
@@ -56,11 +50,7 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
                 p.name,
                 p.sites.len(),
                 if p.sites.len() == 1 { "" } else { "s" },
-                if first.args.is_empty() {
-                    "(none)"
-                } else {
-                    &first.args
-                }
+                if first.args.is_empty() { "(none)" } else { &first.args }
             );
             for s in p.sites.iter().skip(1).filter(|s| s.args != first.args) {
                 let _ = writeln!(out, "      site {:#x} args: {}", s.pc, s.args);
@@ -69,11 +59,7 @@ pub fn run(args: ProbesArgs) -> Result<ExitCode> {
         if l.skipped_notes > 0 {
             let _ = writeln!(out, "  ({} malformed probe notes skipped)", l.skipped_notes);
         }
-        let _ = writeln!(
-            out,
-            "Functions a uprobe can use (BIN:FUNCTION): {}",
-            l.functions.len()
-        );
+        let _ = writeln!(out, "Functions a uprobe can use (BIN:FUNCTION): {}", l.functions.len());
         if args.functions {
             for f in &l.functions {
                 let _ = writeln!(out, "  {f}");

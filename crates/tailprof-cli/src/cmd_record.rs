@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use tailprof_collect::attr::{parse_regs, ClockChoice, SamplingConfig};
 use tailprof_collect::bandwidth::{self, BandwidthRequest, CounterSibling, Mode as BandwidthMode};
 use tailprof_collect::event::EventSpec;
-use tailprof_collect::session::{finish_trace_file, ItemOptions, Progress, RecordOptions, Recorder, Target, TraceFile};
 use tailprof_collect::items::uprobe::{ItemProbes, ProbeSpec};
+use tailprof_collect::session::{finish_trace_file, ItemOptions, Progress, RecordOptions, Recorder, Target, TraceFile};
 
 use crate::{signals, ui};
 
@@ -262,13 +262,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     };
 
     let bw_target = target.clone();
-    let opts = RecordOptions {
-        events,
-        sampling,
-        mmap_pages: args.mmap_pages,
-        target,
-        cmdline: std::env::args().collect(),
-    };
+    let opts = RecordOptions { events, sampling, mmap_pages: args.mmap_pages, target, cmdline: std::env::args().collect() };
     let preset = args.preset.as_deref().map(tailprof_collect::items::preset::expand).transpose()?;
     if let Some(p) = &preset {
         eprintln!("--preset {}: {}", args.preset.as_deref().unwrap_or(""), p.args().join(" "));
@@ -312,15 +306,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // a new temporary file (0600, never following a symlink) next to the final name; if
     // the recorder cannot start, dropping it removes it and an existing trace of that name
     // is untouched (docs/SECURITY.md, "Output files").
-    let file = TraceFile::create(&args.output)
-        .with_context(|| format!("cannot create output file {}", args.output.display()))?;
+    let file = TraceFile::create(&args.output).with_context(|| format!("cannot create output file {}", args.output.display()))?;
     let call_graph = match (&args.call_graph, args.call_graph_fp) {
         (Some(s), _) => Some(tailprof_collect::session::CallGraph::parse(s).map_err(anyhow::Error::msg)?),
         (None, true) => Some(tailprof_collect::session::CallGraph::Fp),
         (None, false) => None,
     };
-    let items_recorded =
-        items.probes.is_some() || items.item_reg.is_some() || !items.class_from.is_empty() || !items.events.is_empty();
+    let items_recorded = items.probes.is_some() || items.item_reg.is_some() || !items.class_from.is_empty() || !items.events.is_empty();
     let stack_opts = tailprof_collect::session::StackOptions {
         call_graph,
         off_cpu: !args.no_off_cpu && (args.off_cpu || items_recorded),
@@ -408,11 +400,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let rec = run_result?;
     // Notices from while recording (e.g. a process truncated its marker region).
     for note in &recorder.notes()[notes_before..] {
-        let what = if note.starts_with("off-CPU recording enabled") || note.starts_with("markers: attached") {
-            "note"
-        } else {
-            "warning"
-        };
+        let what = if note.starts_with("off-CPU recording enabled") || note.starts_with("markers: attached") { "note" } else { "warning" };
         eprintln!("tailprof: {what}: {note}");
     }
 
@@ -442,25 +430,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         );
     }
     if rec.spooled > 0 {
-        eprintln!(
-            "tailprof: the recorder fell behind at times: its drain thread held {} records for it",
-            ui::thousands(rec.spooled)
-        );
+        eprintln!("tailprof: the recorder fell behind at times: its drain thread held {} records for it", ui::thousands(rec.spooled));
     }
-    eprintln!(
-        "tailprof: item markers {} | dropped markers {}",
-        ui::thousands(rec.markers),
-        ui::thousands(rec.lost_markers)
-    );
+    eprintln!("tailprof: item markers {} | dropped markers {}", ui::thousands(rec.markers), ui::thousands(rec.lost_markers));
     for w in &rec.warnings {
         eprintln!("tailprof: warning: {w}");
     }
-    eprintln!(
-        "tailprof: wrote {} | {} | {:.2} bytes/sample",
-        args.output.display(),
-        ui::bytes(written.bytes),
-        bps
-    );
+    eprintln!("tailprof: wrote {} | {} | {:.2} bytes/sample", args.output.display(), ui::bytes(written.bytes), bps);
     let st = &written.stats.sample_stacks;
     let with_stack = tailprof_format::StackStatus::ALL.iter().map(|&x| st.get(x)).sum::<u64>();
     if with_stack > 0 {

@@ -111,31 +111,15 @@ pub struct ReportArgs {
 
 /// Stack, off-CPU, folded and filtered views: one stack profile (after an items pass
 /// when a filter needs items).
-fn run_stacks(
-    args: &ReportArgs,
-    mut reader: TraceReader,
-    event: u16,
-    top: Option<usize>,
-) -> Result<String> {
+fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Option<usize>) -> Result<String> {
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
     use tailprof_present::stacks as view;
-    let filter = StackFilter {
-        items: args.items.clone(),
-        class: args.class.clone(),
-        in_items: args.in_items,
-        slow: args.slow,
-    };
-    let opts = StackOptions {
-        event: Some(event),
-        filter,
-        timeline: false,
-    };
+    let filter = StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow };
+    let opts = StackOptions { event: Some(event), filter, timeline: false };
     let mut symbolizer = symbolizer();
-    let (_, p) = stack_report(&mut reader, &opts, false, &mut symbolizer)
-        .with_context(|| format!("cannot read {}", args.trace.display()))?;
-    let json = |v: serde_json::Value| -> Result<String> {
-        Ok(tailprof_present::json::document(&v)? + "\n")
-    };
+    let (_, p) =
+        stack_report(&mut reader, &opts, false, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let json = |v: serde_json::Value| -> Result<String> { Ok(tailprof_present::json::document(&v)? + "\n") };
     Ok(match (args.off_cpu, args.folded, args.json) {
         (true, true, _) => view::folded_off_cpu(&p),
         (true, _, true) => json(view::off_cpu_json(&p, top))?,
@@ -153,15 +137,11 @@ fn run_causes(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
     let opts = StackOptions { event: Some(event), filter: StackFilter::default(), timeline: false };
     let mut symbolizer = symbolizer();
-    let (items, p) = stack_report(&mut reader, &opts, true, &mut symbolizer)
-        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let (items, p) =
+        stack_report(&mut reader, &opts, true, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let items = items.context("no items in this trace")?;
     let x = tailprof_analyze::causes::interference(&items, &p);
-    Ok(if args.json {
-        tailprof_present::items::interference_json(&x)?
-    } else {
-        tailprof_present::items::render_interference(&x, top)
-    })
+    Ok(if args.json { tailprof_present::items::interference_json(&x)? } else { tailprof_present::items::render_interference(&x, top) })
 }
 
 /// `--debug-dir` of the running command (set once by its `run`).
@@ -184,8 +164,7 @@ pub(crate) fn symbolizer() -> Symbolizer {
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     set_debug_dirs(&args.debug_dir);
-    let mut reader = TraceReader::open(&args.trace)
-        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
     let filtered = !args.items.is_empty() || args.class.is_some() || args.in_items || args.slow;
     if args.causes {
@@ -220,24 +199,15 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         event: Some(event),
     };
     let mut symbolizer = symbolizer();
-    let profile = flat_profile(&mut reader, &opts, &mut symbolizer)
-        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let profile = flat_profile(&mut reader, &opts, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let top = if args.top == 0 { None } else { Some(args.top) };
-    let losses = trace_losses(&mut reader)
-        .with_context(|| format!("cannot read {}", args.trace.display()))?;
+    let losses = trace_losses(&mut reader).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let out = if args.json {
-        let mut s =
-            present_losses::document_with_losses(&json::profile_json(&profile, top)?, &losses)?;
+        let mut s = present_losses::document_with_losses(&json::profile_json(&profile, top)?, &losses)?;
         s.push('\n');
         s
     } else {
-        let mut s = table::render_profile(
-            &profile,
-            &table::TableOptions {
-                top,
-                ..Default::default()
-            },
-        );
+        let mut s = table::render_profile(&profile, &table::TableOptions { top, ..Default::default() });
         append_losses(&mut s, &losses);
         s
     };

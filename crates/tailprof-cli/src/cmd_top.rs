@@ -59,10 +59,7 @@ impl StoreRange {
             None => tailprof_store::default_root()?,
         };
         if !root.is_dir() {
-            bail!(
-                "no store at {} (start `tailprof agent`, or give --store DIR)",
-                root.display()
-            );
+            bail!("no store at {} (start `tailprof agent`, or give --store DIR)", root.display());
         }
         Ok(StoreReader::new(Store::at(&root)))
     }
@@ -76,15 +73,11 @@ impl StoreRange {
             return Ok((now - d, now + 1));
         }
         let from = match &self.from {
-            Some(f) => parse_time_us(f, now).with_context(|| {
-                format!("--from {f:?}: give 2026-11-23T20:00:00Z, @UNIX_SECONDS or -2h")
-            })?,
+            Some(f) => parse_time_us(f, now).with_context(|| format!("--from {f:?}: give 2026-11-23T20:00:00Z, @UNIX_SECONDS or -2h"))?,
             None => now - 3_600_000_000,
         };
         let to = match &self.to {
-            Some(t) => parse_time_us(t, now).with_context(|| {
-                format!("--to {t:?}: give 2026-11-23T21:00:00Z, @UNIX_SECONDS or now")
-            })?,
+            Some(t) => parse_time_us(t, now).with_context(|| format!("--to {t:?}: give 2026-11-23T21:00:00Z, @UNIX_SECONDS or now"))?,
             None => now + 1,
         };
         if from >= to {
@@ -140,20 +133,13 @@ pub struct TopArgs {
 }
 
 fn write_out(path: &Path, bytes: &[u8]) -> Result<()> {
-    tailprof_store::atomic::write_file(path, bytes)
-        .with_context(|| format!("cannot write {}", path.display()))
+    tailprof_store::atomic::write_file(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
 
 pub fn run(a: TopArgs) -> Result<ExitCode> {
     let reader = a.range.reader()?;
     let (from_us, to_us) = a.range.range()?;
-    let q = SampleQuery {
-        from_us,
-        to_us,
-        host: a.range.host.clone(),
-        pid: a.pid,
-        binary: a.binary.clone(),
-    };
+    let q = SampleQuery { from_us, to_us, host: a.range.host.clone(), pid: a.pid, binary: a.binary.clone() };
     let report = top(&reader, &q, a.by.into(), a.top);
     if a.folded.is_some() || a.pprof.is_some() || a.flamegraph.is_some() {
         let e = export_stacks(&reader, &q);
@@ -169,11 +155,7 @@ pub fn run(a: TopArgs) -> Result<ExitCode> {
     }
     let mut out = std::io::stdout().lock();
     if a.json {
-        writeln!(
-            out,
-            "{}",
-            tailprof_present::json::document(&store_view::top_json(&report))?
-        )?;
+        writeln!(out, "{}", tailprof_present::json::document(&store_view::top_json(&report))?)?;
     } else {
         out.write_all(store_view::top_text(&report).as_bytes())?;
     }

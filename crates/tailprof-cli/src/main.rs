@@ -4,20 +4,20 @@
 
 mod cmd_agent;
 mod cmd_bandwidth;
-mod cmd_diff;
-mod cmd_top;
-mod cmd_demo;
-mod cmd_export;
 mod cmd_calibrate;
+mod cmd_demo;
+mod cmd_diff;
+mod cmd_export;
 mod cmd_import;
 mod cmd_info;
+mod cmd_items;
 mod cmd_overhead;
 mod cmd_plan;
 mod cmd_probes;
-mod cmd_items;
 mod cmd_record;
 mod cmd_report;
 mod cmd_stat;
+mod cmd_top;
 mod measure;
 mod signals;
 mod ui;

@@ -29,10 +29,7 @@ pub fn one_line(err: &anyhow::Error) -> String {
 
 /// `tailprof report | head` must exit quietly (like ripgrep): a broken pipe is not an error.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    err.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 pub fn stderr_is_tty() -> bool {

@@ -153,7 +153,10 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Agent> {
                 let text = a.log.join("\n");
                 let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
                 if skip.iter().any(|s| text.contains(s)) {
-                    tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide sampling is not allowed here: {text}"));
+                    tailprof_testkit::skip(
+                        tailprof_testkit::Need::SystemWide,
+                        format_args!("system-wide sampling is not allowed here: {text}"),
+                    );
                     return None;
                 }
                 panic!("tailprof agent exited ({st}) before recording:\n{text}");
@@ -170,7 +173,10 @@ fn finish_agent(mut a: Agent) -> Option<String> {
     if !st.success() {
         let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "EACCES", "not permitted"];
         if skip.iter().any(|s| stderr.contains(s)) {
-            tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide sampling is not allowed here: {}", stderr.trim()));
+            tailprof_testkit::skip(
+                tailprof_testkit::Need::SystemWide,
+                format_args!("system-wide sampling is not allowed here: {}", stderr.trim()),
+            );
             return None;
         }
         panic!("tailprof agent failed:\n{stderr}");
@@ -221,12 +227,7 @@ fn duckdb_self(store: &Path, comm: &str) -> Option<Vec<(String, u64)>> {
          WHERE s.comm = '{comm}' GROUP BY 1 ORDER BY 2 DESC"
     );
     let out = duckdb(&sql)?;
-    Some(
-        out.lines()
-            .filter_map(|l| l.split_once('|'))
-            .map(|(a, b)| (a.to_string(), b.trim().parse().unwrap()))
-            .collect(),
-    )
+    Some(out.lines().filter_map(|l| l.split_once('|')).map(|(a, b)| (a.to_string(), b.trim().parse().unwrap())).collect())
 }
 
 #[test]
@@ -248,7 +249,8 @@ fn agent_top_matches_the_workload_split_and_duckdb() {
     assert!(v["read"]["files"].as_u64().unwrap() >= 3, "several windows expected: {}", v["read"]);
     assert_eq!(v["read"]["bad_files"], 0);
     // main is on every workload stack (frame-pointer call chains).
-    let main_total = v["functions"].as_array().unwrap().iter().find(|r| r["name"] == "main").map_or(0, |r| r["total_samples"].as_u64().unwrap());
+    let main_total =
+        v["functions"].as_array().unwrap().iter().find(|r| r["name"] == "main").map_or(0, |r| r["total_samples"].as_u64().unwrap());
     assert!(main_total >= a + b, "main should be on the stacks of spin_a and spin_b: {main_total} < {}", a + b);
 
     // The store is private.
@@ -261,7 +263,8 @@ fn agent_top_matches_the_workload_split_and_duckdb() {
     }
 
     // diff: the same range against itself shows no change.
-    let out = tailprof().args(["diff", "--store"]).arg(&store).args(["--a", "1d", "--b", "1d", "--json", "--binary", "work"]).output().unwrap();
+    let out =
+        tailprof().args(["diff", "--store"]).arg(&store).args(["--a", "1d", "--b", "1d", "--json", "--binary", "work"]).output().unwrap();
     assert!(out.status.success());
     let d: Value = serde_json::from_slice(&out.stdout).unwrap();
     for r in d["functions"].as_array().unwrap() {
@@ -314,7 +317,8 @@ fn replaced_binary_still_symbolizes_in_both_windows() {
     for f in ["spin_a", "spin_b", "spin_c", "spin_d"] {
         assert!(self_samples(&v, f) > 0, "{f} missing:\n{v:#}");
     }
-    let unnamed: Vec<&Value> = v["functions"].as_array().unwrap().iter().filter(|r| r["name"].as_str().unwrap().starts_with("[work+")).collect();
+    let unnamed: Vec<&Value> =
+        v["functions"].as_array().unwrap().iter().filter(|r| r["name"].as_str().unwrap().starts_with("[work+")).collect();
     let unnamed_n: u64 = unnamed.iter().map(|r| r["samples"].as_u64().unwrap()).sum();
     assert!(unnamed_n * 20 <= v["samples"].as_u64().unwrap(), "frames without names: {unnamed:?}");
     // Two build-ids, two symbol tables.
@@ -355,7 +359,8 @@ fn sigkill_leaves_no_partial_file_and_the_store_reads_back() {
     let v = top_json(&store, &[]);
     assert_eq!(v["read"]["bad_files"], 0);
     assert!(v["read"]["files"].as_u64().unwrap() > before, "{}", v["read"]);
-    let temps: Vec<PathBuf> = walk(&store).into_iter().filter(|p| tailprof_format::atomic::is_temp_name(&p.file_name().unwrap().to_string_lossy())).collect();
+    let temps: Vec<PathBuf> =
+        walk(&store).into_iter().filter(|p| tailprof_format::atomic::is_temp_name(&p.file_name().unwrap().to_string_lossy())).collect();
     assert!(temps.is_empty(), "stale temporary files after a restart: {temps:?}");
 }
 
@@ -508,7 +513,13 @@ fn slow_request_is_retained_with_its_explanation_fast_ones_are_not() {
     let src = tmp.path().join("srv.c");
     std::fs::write(&src, SERVER).unwrap();
     let bin = tmp.path().join("srv");
-    let ok = Command::new("cc").args(["-O0", "-fno-omit-frame-pointer", "-o"]).arg(&bin).arg(&src).status().map(|s| s.success()).unwrap_or(false);
+    let ok = Command::new("cc")
+        .args(["-O0", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     if !ok {
         tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
         return;
@@ -518,7 +529,22 @@ fn slow_request_is_retained_with_its_explanation_fast_ones_are_not() {
     let end = format!("{}:request_end", bin.display());
     let Some(agent) = start_agent(
         &store,
-        &["--window", "1s", "-F", "499", "--duration", "120s", "--item-begin", &begin, "--item-end", &end, "--slow-threshold", "100ms", "--slow-percentile", "off"],
+        &[
+            "--window",
+            "1s",
+            "-F",
+            "499",
+            "--duration",
+            "120s",
+            "--item-begin",
+            &begin,
+            "--item-end",
+            &end,
+            "--slow-threshold",
+            "100ms",
+            "--slow-percentile",
+            "off",
+        ],
     ) else {
         return;
     };
@@ -555,7 +581,8 @@ fn full_disk_drops_and_counts_windows_without_crashing() {
     let mnt = tmp.path().join("small");
     std::fs::create_dir(&mnt).unwrap();
     // A 64 KiB file system, filled up: every window write hits ENOSPC.
-    let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
+    let ok =
+        Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(&mnt).status().map(|s| s.success()).unwrap_or(false);
     if !ok {
         tailprof_testkit::skip(tailprof_testkit::Need::Root, "cannot mount a small tmpfs here (needs root)");
         return;

@@ -20,10 +20,7 @@ fn otlp_is_in_the_help() {
 #[test]
 fn a_bad_otlp_url_is_one_line_and_nonzero() {
     let tmp = tempfile::tempdir().unwrap();
-    for (args, what) in [
-        (vec!["--otlp", "https://collector:4318"], "--otlp"),
-        (vec!["--otlp", "http://"], "--otlp"),
-    ] {
+    for (args, what) in [(vec!["--otlp", "https://collector:4318"], "--otlp"), (vec!["--otlp", "http://"], "--otlp")] {
         let out = tailprof().args(["agent", "--store"]).arg(tmp.path().join("s")).args(&args).output().unwrap();
         assert!(!out.status.success(), "{args:?} was accepted");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -192,10 +192,7 @@ fn root() -> bool {
     // SAFETY: plain getter.
     let r = unsafe { libc::geteuid() } == 0;
     if !r {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Root,
-            "the agent samples system-wide and records switches (root)",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "the agent samples system-wide and records switches (root)");
     }
     r
 }
@@ -226,15 +223,7 @@ fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
 }
 
 fn cannot_record(err: &str) -> bool {
-    [
-        "perf_event_open",
-        "tracefs",
-        "perf_event_paranoid",
-        "Permission denied",
-        "not permitted",
-    ]
-    .iter()
-    .any(|s| err.contains(s))
+    ["perf_event_open", "tracefs", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
 }
 
 /// A running agent; its stderr lines so far.
@@ -259,16 +248,7 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Running> {
     let mut child = tailprof()
         .args(["agent", "--store"])
         .arg(store)
-        .args([
-            "--window",
-            "1s",
-            "-F",
-            &FREQ.to_string(),
-            "--duration",
-            "300s",
-            "--slow-percentile",
-            "off",
-        ])
+        .args(["--window", "1s", "-F", &FREQ.to_string(), "--duration", "300s", "--slow-percentile", "off"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -281,11 +261,7 @@ fn start_agent(store: &Path, extra: &[&str]) -> Option<Running> {
             let _ = tx.send(l);
         }
     });
-    let mut r = Running {
-        child,
-        lines: rx,
-        log: Vec::new(),
-    };
+    let mut r = Running { child, lines: rx, log: Vec::new() };
     loop {
         match r.lines.recv_timeout(std::time::Duration::from_secs(120)) {
             Ok(l) => {
@@ -341,8 +317,7 @@ fn other_recorders(ours: u32) -> Vec<u32> {
             let is = |a: &[u8], s: &str| a == s.as_bytes();
             args.first().is_some_and(|a0| a0.ends_with(b"tailprof"))
                 && (args.iter().any(|a| is(a, "agent"))
-                    || (args.iter().any(|a| is(a, "record"))
-                        && args.iter().any(|a| is(a, "-a") || is(a, "--all-cpus"))))
+                    || (args.iter().any(|a| is(a, "record")) && args.iter().any(|a| is(a, "-a") || is(a, "--all-cpus"))))
         })
         .collect()
 }
@@ -361,13 +336,7 @@ fn taken_by_another_recorder(seen: usize, want: usize, others: &[u32]) -> bool {
 }
 
 fn items(store: &Path, extra: &[&str]) -> std::process::Output {
-    tailprof()
-        .args(["items", "--store"])
-        .arg(store)
-        .args(["--since", "1d", "--json"])
-        .args(extra)
-        .output()
-        .unwrap()
+    tailprof().args(["items", "--store"]).arg(store).args(["--since", "1d", "--json"]).args(extra).output().unwrap()
 }
 
 #[test]
@@ -403,12 +372,7 @@ fn switch_markers_and_trace_ids_in_the_agents_retained_requests() {
     let o = items(&store, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mine: Vec<&Value> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|it| it["comm"] == "epoll_loop")
-        .collect();
+    let mine: Vec<&Value> = v["items"].as_array().unwrap().iter().filter(|it| it["comm"] == "epoll_loop").collect();
     if taken_by_another_recorder(mine.len(), 24, &others) {
         return;
     }
@@ -423,44 +387,26 @@ fn switch_markers_and_trace_ids_in_the_agents_retained_requests() {
         assert_eq!(it["switching"]["resumes"], 4, "begin + 3 switches: {it}");
         // Its own samples: within 4 standard deviations (+3) of its own CPU time.
         let expect = t / period_ns;
-        assert!(
-            (n as f64 - expect).abs() <= 4.0 * expect.sqrt() + 3.0,
-            "item {id}: {n} samples, truth {expect:.1}: {it}"
-        );
+        assert!((n as f64 - expect).abs() <= 4.0 * expect.sqrt() + 3.0, "item {id}: {n} samples, truth {expect:.1}: {it}");
         if n >= 5 {
             assert_eq!(it["functions"][0][0], "work_part", "{it}");
         }
         got += n;
         want += expect;
         let i = id - 1000;
-        assert_eq!(
-            it["trace_id"],
-            format!("ab{}{:02x}", "0".repeat(28), i + 1),
-            "{it}"
-        );
+        assert_eq!(it["trace_id"], format!("ab{}{:02x}", "0".repeat(28), i + 1), "{it}");
     }
-    assert!(
-        (got as f64 - want).abs() <= 0.15 * want,
-        "the requests' samples {got} against their CPU time {want:.0} samples"
-    );
+    assert!((got as f64 - want).abs() <= 0.15 * want, "the requests' samples {got} against their CPU time {want:.0} samples");
     // The trace id finds its request; an unknown one is an error.
     let o = items(&store, &["--trace-id", &format!("ab{}06", "0".repeat(28))]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let ids: Vec<u64> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|it| it["item_id"].as_u64().unwrap())
-        .collect();
+    let ids: Vec<u64> = v["items"].as_array().unwrap().iter().map(|it| it["item_id"].as_u64().unwrap()).collect();
     assert_eq!(ids, [1005], "{v:#}");
     let o = items(&store, &["--trace-id", &format!("ab{}ff", "0".repeat(28))]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("no retained request of trace ab") && err.trim().lines().count() == 1,
-        "{err}"
-    );
+    assert!(err.contains("no retained request of trace ab") && err.trim().lines().count() == 1, "{err}");
 }
 
 #[test]
@@ -486,20 +432,12 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
     let o = items(&store, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let slow: Vec<&Value> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|it| it["comm"] == "handoff" && it["item_id"].as_u64().unwrap() % 3 == 0)
-        .collect();
+    let slow: Vec<&Value> =
+        v["items"].as_array().unwrap().iter().filter(|it| it["comm"] == "handoff" && it["item_id"].as_u64().unwrap() % 3 == 0).collect();
     if taken_by_another_recorder(slow.len(), 8, &others) {
         return;
     }
-    assert!(
-        slow.len() >= 8,
-        "only {} slow requests retained:\n{v:#}\n{log}",
-        slow.len()
-    );
+    assert!(slow.len() >= 8, "only {} slow requests retained:\n{v:#}\n{log}", slow.len());
     // Requests that began before the agent's switch and wakeup events were open have no
     // causes (the events open at the first marker); the others name the worker.
     let (mut named, mut woken) = (0, 0);
@@ -520,25 +458,14 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
         let cpu: u64 = during.iter().filter(|d| d["state"] == "cpu").map(&ns).sum();
         let slow_path: u64 = during
             .iter()
-            .filter(|d| {
-                d["state"] == "cpu"
-                    && d["frames"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|f| f == "worker_slow_path")
-            })
+            .filter(|d| d["state"] == "cpu" && d["frames"].as_array().unwrap().iter().any(|f| f == "worker_slow_path"))
             .map(&ns)
             .sum();
         if slow_path * 2 > cpu && slow_path >= 10_000_000 {
             named += 1;
         }
     }
-    assert!(
-        woken >= 6,
-        "only {woken} of {} slow requests have a waker:\n{v:#}\n{log}",
-        slow.len()
-    );
+    assert!(woken >= 6, "only {woken} of {} slow requests have a waker:\n{v:#}\n{log}", slow.len());
     assert!(
         named * 3 >= woken * 2,
         "{named} of {woken} woken slow requests name the worker and worker_slow_path for most of its CPU time:\n{v:#}"
@@ -562,9 +489,7 @@ fn trace_id_finds_stored_requests() {
         window_end_us: now,
         ..WindowMeta::default()
     };
-    store
-        .ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000))
-        .unwrap();
+    store.ensure_dir(&store.partition_dir(Table::Items, "h", now - 1_000_000)).unwrap();
     let row = |id: u64, trace: &str| ItemRow {
         begin_us: now - 500_000,
         duration_ns: 5_000_000 * id,
@@ -579,35 +504,17 @@ fn trace_id_finds_stored_requests() {
         off_cpu_ns: 0,
         explanation: r#"{"stacks":[]}"#.into(),
         trace_id: trace.into(),
-        span_id: if trace.is_empty() {
-            String::new()
-        } else {
-            format!("{id:016x}")
-        },
+        span_id: if trace.is_empty() { String::new() } else { format!("{id:016x}") },
     };
     let t1 = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let rows = [
-        row(1, t1),
-        row(2, "00000000000000000000000000000abc"),
-        row(3, ""),
-    ];
-    tailprof_store::write_items(
-        &store.window_file(Table::Items, "h", now - 1_000_000, now),
-        &meta,
-        &rows,
-    )
-    .unwrap();
+    let rows = [row(1, t1), row(2, "00000000000000000000000000000abc"), row(3, "")];
+    tailprof_store::write_items(&store.window_file(Table::Items, "h", now - 1_000_000, now), &meta, &rows).unwrap();
     // Upper case and Jaeger's short form are the same ids.
     for (arg, want) in [(t1.to_uppercase(), 1u64), ("abc".to_string(), 2)] {
         let o = items(&root, &["--trace-id", &arg]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-        let got: Vec<u64> = v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["item_id"].as_u64().unwrap())
-            .collect();
+        let got: Vec<u64> = v["items"].as_array().unwrap().iter().map(|i| i["item_id"].as_u64().unwrap()).collect();
         assert_eq!(got, [want], "{v:#}");
         assert_eq!(v["items"][0]["span_id"], format!("{want:016x}"));
     }
@@ -621,13 +528,6 @@ fn trace_id_finds_stored_requests() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     // The text form names the trace.
-    let o = tailprof()
-        .args(["items", "--store"])
-        .arg(&root)
-        .args(["--since", "1d", "--trace-id", t1])
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains(&format!("trace {t1} span 0000000000000001"))
-    );
+    let o = tailprof().args(["items", "--store"]).arg(&root).args(["--since", "1d", "--trace-id", t1]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("trace {t1} span 0000000000000001")));
 }

@@ -33,12 +33,7 @@ fn python_server(plain: bool) -> Option<(Value, String)> {
     let dir = tempfile::tempdir().unwrap();
     let script = root().join("crates/tailprof-cli/tests/data/asyncio_server.py");
     let py = root().join("python");
-    let mut cmd = vec![
-        "python3",
-        script.to_str().unwrap(),
-        py.to_str().unwrap(),
-        "50",
-    ];
+    let mut cmd = vec!["python3", script.to_str().unwrap(), py.to_str().unwrap(), "50"];
     if plain {
         cmd.push("plain");
     }
@@ -64,20 +59,10 @@ fn asyncio_items_match_each_requests_own_cpu_time() {
         let sw = &it["switching"];
         // Begin + 4 resumes after the sleeps (at least: drain() may yield too).
         assert!(sw["resumes"].as_u64().unwrap() >= 5, "{it}");
-        let (cur, wait, wall) = (
-            sw["current_ns"].as_u64().unwrap(),
-            sw["waiting_in_loop_ns"].as_u64().unwrap(),
-            it["duration_ns"].as_u64().unwrap(),
-        );
-        assert_eq!(
-            cur + wait,
-            wall,
-            "one thread: current + waiting = wall: {it}"
-        );
-        assert!(
-            it["cpu_ns"].as_u64().unwrap() <= cur,
-            "on-CPU time only while current: {it}"
-        );
+        let (cur, wait, wall) =
+            (sw["current_ns"].as_u64().unwrap(), sw["waiting_in_loop_ns"].as_u64().unwrap(), it["duration_ns"].as_u64().unwrap());
+        assert_eq!(cur + wait, wall, "one thread: current + waiting = wall: {it}");
+        assert!(it["cpu_ns"].as_u64().unwrap() <= cur, "on-CPU time only while current: {it}");
     }
 }
 
@@ -93,10 +78,7 @@ fn asyncio_without_switch_markers_is_reported_ambiguous() {
     assert!(amb["items"].as_u64().unwrap() >= 40, "{amb}");
     assert!(amb["samples"].as_u64().unwrap() > 0, "{amb}");
     let w = v["warnings"].as_array().unwrap();
-    assert!(
-        w.iter().any(|w| w["kind"] == "ambiguous_attribution"),
-        "{w:?}"
-    );
+    assert!(w.iter().any(|w| w["kind"] == "ambiguous_attribution"), "{w:?}");
     assert_eq!(v["switching"]["markers"], 0);
 }
 
@@ -199,14 +181,8 @@ fn c_epoll_loop_with_switch_markers_matches_logged_truth() {
     let src = dir.path().join("epoll_loop.c");
     std::fs::write(&src, EPOLL_LOOP).unwrap();
     let exe = dir.path().join("epoll_loop");
-    let st = Command::new(cc)
-        .args(["-O1", "-g", "-pthread", "-I"])
-        .arg(root().join("include"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
+    let st =
+        Command::new(cc).args(["-O1", "-g", "-pthread", "-I"]).arg(root().join("include")).arg("-o").arg(&exe).arg(&src).status().unwrap();
     assert!(st.success(), "cc failed");
     let Some((trace, out)) = record(dir.path(), "epoll", &[exe.to_str().unwrap()], &[]) else {
         return;
@@ -245,16 +221,8 @@ fn rust_future_workload() {
 fn rust_future_adapter_is_one_item_per_task_across_threads() {
     let exe = std::env::current_exe().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cmd = [
-        exe.to_str().unwrap(),
-        "--exact",
-        "rust_future_workload",
-        "--nocapture",
-        "--test-threads",
-        "1",
-    ];
-    let Some((trace, out)) = record(dir.path(), "rust", &cmd, &[("TAILPROF_H5_WORKLOAD", "1")])
-    else {
+    let cmd = [exe.to_str().unwrap(), "--exact", "rust_future_workload", "--nocapture", "--test-threads", "1"];
+    let Some((trace, out)) = record(dir.path(), "rust", &cmd, &[("TAILPROF_H5_WORKLOAD", "1")]) else {
         return;
     };
     let truth = logged(&out, "truth");
@@ -317,10 +285,7 @@ mod executor {
     }
 
     fn cpu_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: valid out-pointer.
         unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -376,10 +341,7 @@ mod executor {
                 report.lock().unwrap().push((id, cpu, seen.len()));
             }
             .in_item(id, &TASK);
-            let task = Arc::new(Task {
-                fut: Mutex::new(Some(Box::pin(fut))),
-                queue: queue.clone(),
-            });
+            let task = Arc::new(Task { fut: Mutex::new(Some(Box::pin(fut))), queue: queue.clone() });
             queue.q.lock().unwrap().0.push_back(task);
         }
         let workers: Vec<_> = (0..2)
@@ -401,10 +363,7 @@ mod executor {
                     let waker = Waker::from(task.clone());
                     let mut slot = task.fut.lock().unwrap();
                     if let Some(mut f) = slot.take() {
-                        if f.as_mut()
-                            .poll(&mut Context::from_waker(&waker))
-                            .is_pending()
-                        {
+                        if f.as_mut().poll(&mut Context::from_waker(&waker)).is_pending() {
                             *slot = Some(f);
                         } else {
                             queue.q.lock().unwrap().1 += 1;
@@ -437,10 +396,7 @@ fn otel_spans_become_items_and_trace_id_finds_the_slow_one() {
         tailprof_testkit::skip(tailprof_testkit::Need::Python, "python3 not installed");
         return;
     }
-    let probe = Command::new("python3")
-        .args(["-c", "import opentelemetry.sdk.trace"])
-        .output()
-        .unwrap();
+    let probe = Command::new("python3").args(["-c", "import opentelemetry.sdk.trace"]).output().unwrap();
     if !probe.status.success() {
         tailprof_testkit::skip(
             tailprof_testkit::Need::OpenTelemetry,
@@ -451,63 +407,32 @@ fn otel_spans_become_items_and_trace_id_finds_the_slow_one() {
     let dir = tempfile::tempdir().unwrap();
     let script = root().join("crates/tailprof-cli/tests/data/otel_spans.py");
     let py = root().join("python");
-    let Some((trace, out)) = record(
-        dir.path(),
-        "otel",
-        &["python3", script.to_str().unwrap(), py.to_str().unwrap()],
-        &[],
-    ) else {
+    let Some((trace, out)) = record(dir.path(), "otel", &["python3", script.to_str().unwrap(), py.to_str().unwrap()], &[]) else {
         return;
     };
-    assert!(
-        out.contains("enabled 1") && out.contains("installed 1"),
-        "{out}"
-    );
+    assert!(out.contains("enabled 1") && out.contains("installed 1"), "{out}");
     // span TRACE SPAN NAME...
     let spans: Vec<(String, String, String)> = out
         .lines()
         .filter_map(|l| l.strip_prefix("span "))
         .map(|l| {
             let mut w = l.splitn(3, ' ');
-            (
-                w.next().unwrap().to_owned(),
-                w.next().unwrap().to_owned(),
-                w.next().unwrap().to_owned(),
-            )
+            (w.next().unwrap().to_owned(), w.next().unwrap().to_owned(), w.next().unwrap().to_owned())
         })
         .collect();
     assert_eq!(spans.len(), 15, "{out}");
-    let slow = out
-        .lines()
-        .find_map(|l| l.strip_prefix("slow "))
-        .expect("slow line")
-        .to_owned();
+    let slow = out.lines().find_map(|l| l.strip_prefix("slow ")).expect("slow line").to_owned();
 
     let v = items_json(&trace);
     let items = v["items"].as_array().unwrap();
-    assert_eq!(
-        items.len(),
-        15,
-        "one item per SERVER span, none for the child spans: {v}"
-    );
+    assert_eq!(items.len(), 15, "one item per SERVER span, none for the child spans: {v}");
     for (trace_id, span_id, name) in &spans {
-        let it = items
-            .iter()
-            .find(|it| it["trace_id"] == trace_id.as_str())
-            .unwrap_or_else(|| panic!("no item of trace {trace_id}: {v}"));
+        let it = items.iter().find(|it| it["trace_id"] == trace_id.as_str()).unwrap_or_else(|| panic!("no item of trace {trace_id}: {v}"));
         assert_eq!(it["span_id"], span_id.as_str(), "{it}");
         assert_eq!(it["class"], name.as_str(), "{it}");
-        assert_eq!(
-            it["id"].as_u64().unwrap(),
-            u64::from_str_radix(span_id, 16).unwrap(),
-            "item id = span id: {it}"
-        );
+        assert_eq!(it["id"].as_u64().unwrap(), u64::from_str_radix(span_id, 16).unwrap(), "item id = span id: {it}");
     }
-    assert_eq!(
-        v["switching"]["threads"], 1,
-        "spans follow their task: {}",
-        v["switching"]
-    );
+    assert_eq!(v["switching"]["threads"], 1, "spans follow their task: {}", v["switching"]);
     assert_eq!(v["ambiguity"]["items"], 0, "{}", v["ambiguity"]);
 
     // --trace-id (upper case, as some UIs show it) finds exactly the slow request.
@@ -522,28 +447,13 @@ fn otel_spans_become_items_and_trace_id_finds_the_slow_one() {
     let sel = sel["items"].as_array().unwrap();
     assert_eq!(sel.len(), 1, "{sel:?}");
     assert_eq!(sel[0]["trace_id"], slow.as_str());
-    let slowest = items
-        .iter()
-        .max_by_key(|it| it["samples"].as_u64().unwrap())
-        .unwrap();
-    assert_eq!(
-        slowest["trace_id"],
-        slow.as_str(),
-        "the slow request has the most samples"
-    );
+    let slowest = items.iter().max_by_key(|it| it["samples"].as_u64().unwrap()).unwrap();
+    assert_eq!(slowest["trace_id"], slow.as_str(), "the slow request has the most samples");
 
     let id = sel[0]["id"].as_u64().unwrap().to_string();
-    let o = tailprof()
-        .args(["items", "--explain", &id])
-        .arg(&trace)
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
+    let o = tailprof().args(["items", "--explain", &id]).arg(&trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success() && text.contains(&format!("# Trace {slow}, span ")),
-        "{text}"
-    );
+    assert!(o.status.success() && text.contains(&format!("# Trace {slow}, span ")), "{text}");
 
     // An unknown trace id is an error that names it.
     let o = tailprof()
@@ -553,10 +463,5 @@ fn otel_spans_become_items_and_trace_id_finds_the_slow_one() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success()
-            && err.contains("0123456789abcdef0123456789abcdef")
-            && err.contains("15 items"),
-        "{err}"
-    );
+    assert!(!o.status.success() && err.contains("0123456789abcdef0123456789abcdef") && err.contains("15 items"), "{err}");
 }

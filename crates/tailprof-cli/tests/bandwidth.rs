@@ -56,7 +56,12 @@ fn record_bandwidth_without_a_pmu_says_what_is_missing() {
     assert!(err.contains("tailprof bandwidth run.trace"), "{err}");
     assert!(!out.exists(), "no trace file is left behind");
     // The counter and soft-tsc options fail the same way; misuse is a usage error.
-    let o = tailprof().args(["record", "--bandwidth", "--bandwidth-counter", "--soft-tsc", "-o"]).arg(&out).args(["--", "true"]).output().unwrap();
+    let o = tailprof()
+        .args(["record", "--bandwidth", "--bandwidth-counter", "--soft-tsc", "-o"])
+        .arg(&out)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
     assert!(!o.status.success() && stderr(&o).contains("needs a hardware PMU"));
     let o = tailprof().args(["record", "--bandwidth", "-e", "cycles", "--", "true"]).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -70,11 +75,7 @@ const IMPORTS: &[(&str, u64, &[(MemLevel, u64)])] = &[
     ("ubench__perf-mem-9973", 9973, &[(MemLevel::L1, 124), (MemLevel::Lfb, 1)]),
     ("ubench__perf-mem-19946", 19946, &[(MemLevel::L1, 63)]),
     ("ubench__perf-mem-39891", 39891, &[(MemLevel::L1, 31)]),
-    (
-        "perf_data_converter__perf.data.weight_struct",
-        0,
-        &[(MemLevel::L1, 4), (MemLevel::Lfb, 5), (MemLevel::L2, 1), (MemLevel::L3, 4)],
-    ),
+    ("perf_data_converter__perf.data.weight_struct", 0, &[(MemLevel::L1, 4), (MemLevel::Lfb, 5), (MemLevel::L2, 1), (MemLevel::L3, 4)]),
 ];
 
 fn import(src: &Path, dir: &Path) -> PathBuf {
@@ -129,9 +130,10 @@ fn bandwidth_runs_end_to_end_on_real_recordings() {
         let text = stdout(&tailprof().arg("bandwidth").arg(&trace).output().unwrap());
         assert!(text.contains("memory bandwidth from "), "{file}: {text}");
         assert!(text.contains(&format!("DRAM filter: 0 of {total} samples")), "{file}: {text}");
-        let v: serde_json::Value =
-            serde_json::from_str(&stdout(&tailprof().arg("bandwidth").arg(&trace).args(["--json", "--bin", "1ms", "--dram-filter", "off"]).output().unwrap()))
-                .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&stdout(
+            &tailprof().arg("bandwidth").arg(&trace).args(["--json", "--bin", "1ms", "--dram-filter", "off"]).output().unwrap(),
+        ))
+        .unwrap();
         assert_eq!(v["bin_ns"], 1_000_000);
         assert_eq!(v["samples_used"], total, "{file}");
         let bins = v["bins"].as_array().unwrap();
@@ -140,7 +142,8 @@ fn bandwidth_runs_end_to_end_on_real_recordings() {
         assert!(bins.iter().all(|b| b["gbps_low"].as_f64().unwrap() <= b["gbps"].as_f64().unwrap()
             && b["gbps"].as_f64().unwrap() <= b["gbps_high"].as_f64().unwrap()));
         let html = dir.path().join("r.html");
-        let o = tailprof().arg("bandwidth").arg(&trace).args(["--dram-filter", "off", "--by", "thread", "--html"]).arg(&html).output().unwrap();
+        let o =
+            tailprof().arg("bandwidth").arg(&trace).args(["--dram-filter", "off", "--by", "thread", "--html"]).arg(&html).output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
     }

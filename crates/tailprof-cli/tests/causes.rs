@@ -161,10 +161,7 @@ fn root() -> bool {
     // SAFETY: plain getter.
     let r = unsafe { libc::geteuid() } == 0;
     if !r {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Root,
-            "recording wakeups and CPU-wide switches",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording wakeups and CPU-wide switches");
     }
     r
 }
@@ -194,15 +191,7 @@ fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
 }
 
 fn cannot_record(err: &str) -> bool {
-    [
-        "perf_event_open",
-        "tracefs",
-        "perf_event_paranoid",
-        "Permission denied",
-        "not permitted",
-    ]
-    .iter()
-    .any(|s| err.contains(s))
+    ["perf_event_open", "tracefs", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
 }
 
 /// `record -g --off-cpu -o TRACE -- CMD`; None (skip) when perf events cannot be opened.
@@ -214,48 +203,25 @@ fn record(dir: &Path, cmd: &[&str]) -> Option<PathBuf> {
 /// the first marker).
 fn record_with(dir: &Path, flags: &[&str], cmd: &[&str]) -> Option<PathBuf> {
     let trace = dir.join("t.trace");
-    let o = tailprof()
-        .args(["record", "-g"])
-        .args(flags)
-        .arg("-o")
-        .arg(&trace)
-        .arg("--")
-        .args(cmd)
-        .output()
-        .unwrap();
+    let o = tailprof().args(["record", "-g"]).args(flags).arg("-o").arg(&trace).arg("--").args(cmd).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     if !o.status.success() {
         if cannot_record(&err) {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format!("cannot record here: {err}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format!("cannot record here: {err}"));
             return None;
         }
         panic!("record failed: {err}");
     }
     if err.contains("CPU-wide events not permitted") || err.contains("wakeups not recorded") {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::SystemWide,
-            format!("no wakeups or CPU-wide events here: {err}"),
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format!("no wakeups or CPU-wide events here: {err}"));
         return None;
     }
     Some(trace)
 }
 
 fn items(trace: &Path) -> Vec<Value> {
-    let out = tailprof()
-        .args(["items", "--json", "--top", "0"])
-        .arg(trace)
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tailprof().args(["items", "--json", "--top", "0"]).arg(trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["items"].as_array().unwrap().clone()
 }
@@ -265,9 +231,7 @@ fn u(v: &Value) -> u64 {
 }
 
 fn has_frame(frames: &Value, name: &str) -> bool {
-    frames
-        .as_array()
-        .is_some_and(|f| f.iter().any(|x| x.as_str() == Some(name)))
+    frames.as_array().is_some_and(|f| f.iter().any(|x| x.as_str() == Some(name)))
 }
 
 #[test]
@@ -285,49 +249,28 @@ fn slow_handoff_requests_name_the_worker_and_its_slow_path() {
     };
     let items = items(&trace);
     assert_eq!(items.len(), 30);
-    let slow: Vec<&Value> = items
-        .iter()
-        .filter(|i| u(&i["id"]).is_multiple_of(3))
-        .collect();
+    let slow: Vec<&Value> = items.iter().filter(|i| u(&i["id"]).is_multiple_of(3)).collect();
     let mut named = 0;
     for it in &slow {
         let (pid, tid) = (u(&it["pid"]), u(&it["tid"]));
         let woken = it["woken_by"].as_array().expect("woken_by");
         let Some(w) = woken.first() else { continue };
         // The worker: another thread of the same process, outside any item.
-        if u(&w["pid"]) != pid || u(&w["tid"]) == tid || !w["item"].is_null() || !w["irq"].is_null()
-        {
+        if u(&w["pid"]) != pid || u(&w["tid"]) == tid || !w["item"].is_null() || !w["irq"].is_null() {
             continue;
         }
-        assert!(
-            u(&w["ns"]) > 0 && w["frames"].as_array().is_some_and(|f| !f.is_empty()),
-            "{w}"
-        );
+        assert!(u(&w["ns"]) > 0 && w["frames"].as_array().is_some_and(|f| !f.is_empty()), "{w}");
         let during = w["during"].as_array().unwrap();
-        let cpu: u64 = during
-            .iter()
-            .filter(|d| d["state"] == "cpu")
-            .map(|d| u(&d["ns"]))
-            .sum();
-        let slow_path: u64 = during
-            .iter()
-            .filter(|d| d["state"] == "cpu" && has_frame(&d["frames"], "worker_slow_path"))
-            .map(|d| u(&d["ns"]))
-            .sum();
+        let cpu: u64 = during.iter().filter(|d| d["state"] == "cpu").map(|d| u(&d["ns"])).sum();
+        let slow_path: u64 =
+            during.iter().filter(|d| d["state"] == "cpu" && has_frame(&d["frames"], "worker_slow_path")).map(|d| u(&d["ns"])).sum();
         // Largest first.
-        assert!(
-            during.windows(2).all(|p| u(&p[0]["ns"]) >= u(&p[1]["ns"])),
-            "{w}"
-        );
+        assert!(during.windows(2).all(|p| u(&p[0]["ns"]) >= u(&p[1]["ns"])), "{w}");
         if slow_path * 2 > cpu && cpu > 0 {
             named += 1;
         }
     }
-    assert!(
-        named * 3 >= slow.len() * 2,
-        "{named} of {} slow requests name the worker's slow path: {slow:#?}",
-        slow.len()
-    );
+    assert!(named * 3 >= slow.len() * 2, "{named} of {} slow requests name the worker's slow path: {slow:#?}", slow.len());
     // The fast requests are woken by the worker too, without the slow path.
     let fast_slow_path = items
         .iter()
@@ -336,45 +279,18 @@ fn slow_handoff_requests_name_the_worker_and_its_slow_path() {
         .flat_map(|w| w["during"].as_array().cloned().unwrap_or_default())
         .filter(|d| has_frame(&d["frames"], "worker_slow_path"))
         .count();
-    assert!(
-        fast_slow_path <= 2,
-        "fast requests should not wait for the slow path ({fast_slow_path})"
-    );
+    assert!(fast_slow_path <= 2, "fast requests should not wait for the slow path ({fast_slow_path})");
     // The Perfetto export draws the wake edges: flows from the worker to the requests.
     let pf = dir.path().join("t.perfetto.json");
-    let out = tailprof()
-        .args(["export"])
-        .arg(&trace)
-        .arg("--perfetto")
-        .arg(&pf)
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tailprof().args(["export"]).arg(&trace).arg("--perfetto").arg(&pf).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let doc: Value = serde_json::from_slice(&std::fs::read(&pf).unwrap()).unwrap();
-    let flows = doc["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["cat"] == "wake" && e["ph"] == "f")
-        .count();
+    let flows = doc["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "wake" && e["ph"] == "f").count();
     assert!(flows >= 20, "{flows} wake flows for 30 requests");
     // The text names the waker and the slow path in its Causes section.
-    let out = tailprof()
-        .args(["items", "--explain", "3"])
-        .arg(&trace)
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
+    let out = tailprof().args(["items", "--explain", "3"]).arg(&trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("\nCauses: ") && text.contains("woken by "),
-        "{text}"
-    );
+    assert!(out.status.success() && text.contains("\nCauses: ") && text.contains("woken by "), "{text}");
 }
 
 #[test]
@@ -392,8 +308,7 @@ fn mutex_waiter_names_the_holder_thread_and_item() {
     };
     let items = items(&trace);
     assert_eq!(items.len(), 12);
-    let by_id: std::collections::HashMap<u64, &Value> =
-        items.iter().map(|i| (u(&i["id"]), i)).collect();
+    let by_id: std::collections::HashMap<u64, &Value> = items.iter().map(|i| (u(&i["id"]), i)).collect();
     let mut named = 0;
     for it in &items {
         for w in it["woken_by"].as_array().unwrap() {
@@ -401,19 +316,13 @@ fn mutex_waiter_names_the_holder_thread_and_item() {
                 continue;
             };
             // The holder: the other thread, inside an item of the other series.
-            if u(&w["tid"]) == u(&holder["tid"])
-                && u(&holder["tid"]) != u(&it["tid"])
-                && u(&holder["id"]) / 1000 != u(&it["id"]) / 1000
-            {
+            if u(&w["tid"]) == u(&holder["tid"]) && u(&holder["tid"]) != u(&it["tid"]) && u(&holder["id"]) / 1000 != u(&it["id"]) / 1000 {
                 assert!(u(&w["ns"]) > 0);
                 named += 1;
             }
         }
     }
-    assert!(
-        named >= 3,
-        "waiters should name the holding thread's item: {items:#?}"
-    );
+    assert!(named >= 3, "waiters should name the holding thread's item: {items:#?}");
 }
 
 #[test]
@@ -460,12 +369,7 @@ fn hog_test(flags: &[&str]) {
     assert!(
         behind_hog as f64 >= 0.8 * runnable as f64,
         "runnable {runnable} ns, behind the hog {behind_hog} ns: {:#?}",
-        items
-            .iter()
-            .map(|i| &i["preempted_by"])
-            .filter(|p| p.as_array().is_some_and(|a| !a.is_empty()))
-            .take(5)
-            .collect::<Vec<_>>()
+        items.iter().map(|i| &i["preempted_by"]).filter(|p| p.as_array().is_some_and(|a| !a.is_empty())).take(5).collect::<Vec<_>>()
     );
     let comm_named = items
         .iter()
@@ -473,22 +377,12 @@ fn hog_test(flags: &[&str]) {
         .any(|p| u(&p["pid"]) == hog_pid && p["comm"] == "pinned");
     assert!(comm_named, "the hog's comm should be named");
     // The whole-trace view ranks the hog first.
-    let out = tailprof()
-        .args(["report", "--causes", "--json"])
-        .arg(&trace)
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tailprof().args(["report", "--causes", "--json"]).arg(&trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["processes"][0]["pid"].as_u64(), Some(hog_pid), "{v:#}");
     assert!(u(&v["processes"][0]["runnable_ns"]) >= behind_hog);
 }
-
 
 /// Items 1, 3, 5, ... touch 32 MiB of fresh anonymous memory page by page (page faults);
 /// items 2, 4, 6, ... make 100,000 `getppid` and 300,000 `write`s to /dev/null (system
@@ -529,15 +423,9 @@ int main(void) {
 /// or None (skip) when it hides the addresses.
 fn kallsyms_copy(dir: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
-    let real = text
-        .lines()
-        .take(1000)
-        .any(|l| l.split_whitespace().next().is_some_and(|a| !a.trim_start_matches('0').is_empty()));
+    let real = text.lines().take(1000).any(|l| l.split_whitespace().next().is_some_and(|a| !a.trim_start_matches('0').is_empty()));
     if !real {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Root,
-            "/proc/kallsyms shows no addresses: kernel frames cannot be named",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "/proc/kallsyms shows no addresses: kernel frames cannot be named");
         return None;
     }
     let f = dir.join("kallsyms");
@@ -610,10 +498,7 @@ fn noise_names_page_faults_and_syscalls() {
     assert!(out.status.success() && text.contains("page faults ("), "{text}");
     // Without kernel symbols: the same time, unknown.
     let items = items_with(&trace, "off");
-    let named: u64 = items
-        .iter()
-        .map(|i| u(&i["noise"]["page_fault_ns"]) + all_syscalls(&i["noise"]))
-        .sum();
+    let named: u64 = items.iter().map(|i| u(&i["noise"]["page_fault_ns"]) + all_syscalls(&i["noise"])).sum();
     let unknown: u64 = items.iter().map(|i| u(&i["noise"]["unknown_kernel_ns"])).sum();
     assert_eq!(named, 0, "no kernel symbols: nothing named");
     assert!(unknown > 0, "{items:#?}");

@@ -94,10 +94,8 @@ fn threads_carry_their_tids() {
     let trace = dir.path().join("threads.trace");
     let o = record(&trace, &["-c", "100000"], &[bin.to_str().unwrap(), "3", "300"]);
     assert!(o.status.success(), "record failed: {}", stderr(&o));
-    let printed: Vec<u64> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("tid ").and_then(|t| t.trim().parse().ok()))
-        .collect();
+    let printed: Vec<u64> =
+        String::from_utf8_lossy(&o.stdout).lines().filter_map(|l| l.strip_prefix("tid ").and_then(|t| t.trim().parse().ok())).collect();
     assert_eq!(printed.len(), 3, "the program prints its 3 worker tids: {:?}", String::from_utf8_lossy(&o.stdout));
     let rep = json(&tailprof().arg("report").arg(&trace).args(["--by", "thread", "--json"]).output().unwrap());
     let tids: Vec<u64> = rep["threads"].as_array().expect("threads array").iter().map(|t| t["tid"].as_u64().unwrap()).collect();
@@ -228,10 +226,8 @@ fn hardware_event_without_pmu_is_explained() {
 #[test]
 fn refused_perf_event_open_is_one_clear_line() {
     // As an unprivileged user with perf_event_paranoid >= 1, system-wide recording is refused.
-    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(2);
+    let paranoid: i32 =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(2);
     let is_root = unsafe { libc::geteuid() } == 0;
     if !is_root {
         tailprof_testkit::skip(tailprof_testkit::Need::Root, "needs root (to drop to nobody with setpriv)");
@@ -356,7 +352,10 @@ fn all_cpus_with_a_command_records_until_it_exits() {
     let trace = dir.path().join("a.trace");
     let o = record(&trace, &["-a", "-c", "100000"], &["sleep", "0.3"]);
     if !o.status.success() && stderr(&o).contains("perf_event") {
-        tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide recording is not possible here: {}", stderr(&o)));
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::SystemWide,
+            format_args!("system-wide recording is not possible here: {}", stderr(&o)),
+        );
         return;
     }
     assert!(o.status.success(), "{}", stderr(&o));

@@ -16,19 +16,15 @@ use std::sync::Mutex;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn run_demo(dir: &Path, extra: &[&str]) -> Option<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .arg("demo")
-        .arg("--out")
-        .arg(dir)
-        .args(extra)
-        .output()
-        .expect("run tailprof demo");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tailprof")).arg("demo").arg("--out").arg(dir).args(extra).output().expect("run tailprof demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         let skip = ["perf_event_open", "perf_event_paranoid", "Permission denied", "no C compiler"];
         if skip.iter().any(|s| stderr.contains(s)) {
-            let need = if stderr.contains("no C compiler") { tailprof_testkit::Need::CCompiler } else { tailprof_testkit::Need::PerfEvents };
+            let need =
+                if stderr.contains("no C compiler") { tailprof_testkit::Need::CCompiler } else { tailprof_testkit::Need::PerfEvents };
             tailprof_testkit::skip(need, format_args!("tailprof demo cannot run here: {}", stderr.trim()));
             return None;
         }
@@ -174,12 +170,9 @@ fn finding_1_demo_dir_attack() {
     as_attacker(who, &["mkdir", "-m", "0755", &p("theirs")]);
 
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for (out, why) in [
-        (p("d"), "belongs to uid"),
-        (p("d2"), "belongs to uid"),
-        (p("d3"), "symbolic link"),
-        (p("theirs/new"), "belongs to uid"),
-    ] {
+    for (out, why) in
+        [(p("d"), "belongs to uid"), (p("d2"), "belongs to uid"), (p("d3"), "symbolic link"), (p("theirs/new"), "belongs to uid")]
+    {
         let o = Command::new(env!("CARGO_BIN_EXE_tailprof")).args(["demo", "--out", &out]).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "demo accepted {out}: {err}");

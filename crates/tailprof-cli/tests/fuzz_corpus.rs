@@ -20,8 +20,7 @@ use std::path::{Path, PathBuf};
 
 use tailprof_format::synth::{random_records, Rng};
 use tailprof_format::{
-    ClockInfo, EventDesc, LossKind, Lost, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, TraceHeader, TraceWriter,
-    WriterOptions,
+    ClockInfo, EventDesc, LossKind, Lost, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, TraceHeader, TraceWriter, WriterOptions,
 };
 
 fn corpus_dir(target: &str) -> PathBuf {

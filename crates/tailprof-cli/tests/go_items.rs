@@ -108,10 +108,7 @@ fn tempdir(tag: &str) -> PathBuf {
 /// The server built with the machine's Go, or None (and a SKIP line).
 fn build(dir: &Path) -> Option<PathBuf> {
     let Some(go) = tailprof_testkit::go() else {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Go,
-            "no Go toolchain for the Go server",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::Go, "no Go toolchain for the Go server");
         return None;
     };
     std::fs::write(dir.join("main.go"), SERVER).unwrap();
@@ -126,11 +123,7 @@ fn build(dir: &Path) -> Option<PathBuf> {
         .arg("main.go")
         .output()
         .expect("run go");
-    assert!(
-        o.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "go build failed: {}", String::from_utf8_lossy(&o.stderr));
     Some(exe)
 }
 
@@ -138,19 +131,13 @@ fn can_record() -> bool {
     // SAFETY: plain getter.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Root,
-            "recording uprobes (tracefs uprobe events)",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording uprobes (tracefs uprobe events)");
     }
     root
 }
 
 fn tailprof(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .args(args)
-        .output()
-        .expect("run tailprof")
+    Command::new(env!("CARGO_BIN_EXE_tailprof")).args(args).output().expect("run tailprof")
 }
 
 #[test]
@@ -166,54 +153,30 @@ fn go_server_items_by_goroutine_from_entry_and_ret_instruction_probes() {
         // Rings large enough for 20,000 probe hits in 2 s from a debug build.
         .args(["record", "-F", "999", "--mmap-pages", "2048", "-o"])
         .arg(&trace)
-        .args([
-            "--item-begin",
-            &format!("{bin}:main.serve"),
-            "--item-end",
-            &format!("{bin}:main.serve%return"),
-        ])
+        .args(["--item-begin", &format!("{bin}:main.serve"), "--item-end", &format!("{bin}:main.serve%return")])
         .arg("--")
         .arg(&exe)
         .args([REQUESTS.to_string(), SLOW_EVERY.to_string()])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "record failed: {}\n{stdout}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "record failed: {}\n{stdout}", String::from_utf8_lossy(&o.stderr));
     // The server survived every request (a uretprobe on a Go function would not).
     let slow = REQUESTS / SLOW_EVERY;
-    assert!(
-        stdout.contains(&format!("served {REQUESTS} slow {slow}")),
-        "{stdout}"
-    );
+    assert!(stdout.contains(&format!("served {REQUESTS} slow {slow}")), "{stdout}");
 
     let info = tailprof(&["info", "--json", trace.to_str().unwrap()]);
     let info_text = String::from_utf8_lossy(&info.stdout);
     assert!(info_text.contains("goroutine:r14"), "{info_text}");
-    assert!(
-        info_text.contains("main.serve%return(ret)@0x"),
-        "return-instruction sites: {info_text}"
-    );
+    assert!(info_text.contains("main.serve%return(ret)@0x"), "return-instruction sites: {info_text}");
 
     let o = tailprof(&["items", "--json", "--top", "0", trace.to_str().unwrap()]);
-    assert!(
-        o.status.success(),
-        "items failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "items failed: {}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["mode"], "goroutine:r14", "{}", v["mode"]);
     let items = v["items"].as_array().expect("items");
     // One item per request: no item lost, none doubled by the prologue's restart.
-    assert_eq!(
-        items.len(),
-        REQUESTS,
-        "unmatched {}",
-        v["unmatched_markers"]
-    );
+    assert_eq!(items.len(), REQUESTS, "unmatched {}", v["unmatched_markers"]);
     assert!(items.iter().all(|i| i["open_at_end"] == false));
     // The slow path's function carries the slow items' time: it is the function with
     // the most samples inside items, and it shows in (about) the slow items only.
@@ -228,15 +191,9 @@ fn go_server_items_by_goroutine_from_entry_and_ret_instruction_probes() {
             *per_fn.entry(name).or_default() += f["samples"].as_u64().unwrap();
         }
     }
-    let top = per_fn
-        .iter()
-        .max_by_key(|(_, n)| **n)
-        .map(|(f, _)| f.clone());
+    let top = per_fn.iter().max_by_key(|(_, n)| **n).map(|(f, _)| f.clone());
     assert_eq!(top.as_deref(), Some("main.slowWork"), "{per_fn:?}");
-    assert!(
-        with_slow > 0 && with_slow <= slow,
-        "main.slowWork in {with_slow} items, {slow} slow requests"
-    );
+    assert!(with_slow > 0 && with_slow <= slow, "main.slowWork in {with_slow} items, {slow} slow requests");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -282,10 +239,7 @@ func main() {
 fn go_system_call_blocks_are_the_items_off_cpu_time() {
     let dir = tempdir("offcpu");
     let Some(go) = tailprof_testkit::go() else {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Go,
-            "no Go toolchain for the Go program",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::Go, "no Go toolchain for the Go program");
         return;
     };
     if !can_record() {
@@ -303,47 +257,22 @@ fn go_system_call_blocks_are_the_items_off_cpu_time() {
         .arg("main.go")
         .output()
         .expect("run go");
-    assert!(
-        o.status.success(),
-        "go build failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "go build failed: {}", String::from_utf8_lossy(&o.stderr));
     const N: usize = 200;
     let trace = dir.join("s.trace");
     let bin = exe.display().to_string();
     let o = Command::new(env!("CARGO_BIN_EXE_tailprof"))
         .args(["record", "--off-cpu", "-F", "999", "-o"])
         .arg(&trace)
-        .args([
-            "--item-begin",
-            &format!("{bin}:main.handle"),
-            "--item-end",
-            &format!("{bin}:main.handle%return"),
-        ])
+        .args(["--item-begin", &format!("{bin}:main.handle"), "--item-end", &format!("{bin}:main.handle%return")])
         .arg("--")
         .arg(&exe)
         .arg(N.to_string())
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "record failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let o = tailprof(&[
-        "items",
-        "--json",
-        "--top",
-        "0",
-        "--sort",
-        "begin",
-        trace.to_str().unwrap(),
-    ]);
-    assert!(
-        o.status.success(),
-        "items failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "record failed: {}", String::from_utf8_lossy(&o.stderr));
+    let o = tailprof(&["items", "--json", "--top", "0", "--sort", "begin", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "items failed: {}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["mode"], "goroutine:r14");
     let items = v["items"].as_array().unwrap();
@@ -354,11 +283,7 @@ fn go_system_call_blocks_are_the_items_off_cpu_time() {
             .map(|rows| {
                 rows.iter()
                     .filter(|r| r["state"] == "blocked")
-                    .filter(|r| {
-                        r["frames"]
-                            .as_array()
-                            .is_some_and(|f| f.iter().any(|f| f == "syscall.Nanosleep"))
-                    })
+                    .filter(|r| r["frames"].as_array().is_some_and(|f| f.iter().any(|f| f == "syscall.Nanosleep")))
                     .map(|r| r["ns"].as_u64().unwrap_or(0))
                     .sum()
             })
@@ -369,28 +294,14 @@ fn go_system_call_blocks_are_the_items_off_cpu_time() {
         let ns = nanosleep_ns(it);
         if k % 2 == 0 {
             with_syscall += (ns > 0) as usize;
-            assert!(
-                ns <= it["duration_ns"].as_u64().unwrap(),
-                "item {k}: {ns} ns blocked in its call: {it}"
-            );
+            assert!(ns <= it["duration_ns"].as_u64().unwrap(), "item {k}: {ns} ns blocked in its call: {it}");
         } else {
-            assert_eq!(
-                ns, 0,
-                "item {k} parked: no system call of another item in it: {}",
-                it["off_cpu"]
-            );
+            assert_eq!(ns, 0, "item {k} parked: no system call of another item in it: {}", it["off_cpu"]);
         }
     }
     // The runtime may hand a blocked thread's P to another thread and resume the
     // goroutine there (docs/PROBES.md: then not counted); most stay.
-    assert!(
-        with_syscall >= N / 4,
-        "{with_syscall} of {} system-call items carry their block",
-        N / 2
-    );
-    eprintln!(
-        "system-call items with their block: {with_syscall} of {}",
-        N / 2
-    );
+    assert!(with_syscall >= N / 4, "{with_syscall} of {} system-call items carry their block", N / 2);
+    eprintln!("system-call items with their block: {with_syscall} of {}", N / 2);
     let _ = std::fs::remove_dir_all(&dir);
 }

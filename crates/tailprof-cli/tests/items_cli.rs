@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{compile, exec_mmap, nm};
-use tailprof_format::{
-    CpuMode, EventDesc, ItemClass, Marker, MarkerKind, MarkerSource, Record, Sample, TraceHeader, TraceWriter,
-};
+use tailprof_format::{CpuMode, EventDesc, ItemClass, Marker, MarkerKind, MarkerSource, Record, Sample, TraceHeader, TraceWriter};
 
 const PROG: &str = r#"
 __attribute__((noinline)) int parse(int x) { for (int i = 0; i < x; i++) __asm__ volatile(""); return x * 3; }
@@ -46,13 +44,7 @@ fn marker(time: u64, kind: MarkerKind, item: u64, class: u32) -> Record {
 /// `compute_uncached` for a long time.
 fn write_trace(bin: &Path, out: &Path, with_markers: bool) {
     let header = TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         source: "record".into(),
         ..Default::default()
     };
@@ -62,8 +54,7 @@ fn write_trace(bin: &Path, out: &Path, with_markers: bool) {
     w.write(&Record::Mmap(exec_mmap(PID, bin, BASE, None))).unwrap();
     w.write(&Record::ItemClass(ItemClass { time: 0, pid: PID, id: 1, name: "small".into() })).unwrap();
     w.write(&Record::ItemClass(ItemClass { time: 0, pid: PID, id: 2, name: "large".into() })).unwrap();
-    let queries: [(u64, u64); 12] =
-        [(1, 3), (2, 3), (3, 3), (4, 5), (5, 3), (6, 5), (7, 5), (8, 3), (9, 5), (10, 3), (11, 5), (12, 3)];
+    let queries: [(u64, u64); 12] = [(1, 3), (2, 3), (3, 3), (4, 5), (5, 3), (6, 5), (7, 5), (8, 3), (9, 5), (10, 3), (11, 5), (12, 3)];
     let mut t = 1_000_000u64;
     for (id, n) in queries {
         let class = if n == 3 { 1 } else { 2 };
@@ -213,7 +204,17 @@ fn label_markers_class_open_and_next_items() {
         source: "record".into(),
         ..Default::default()
     };
-    let label = |time, class| Record::Marker(Marker { time, pid: PID, tid: TID, kind: MarkerKind::Label, item: Marker::UNKNOWN_ITEM, class, source: MarkerSource::Uprobe });
+    let label = |time, class| {
+        Record::Marker(Marker {
+            time,
+            pid: PID,
+            tid: TID,
+            kind: MarkerKind::Label,
+            item: Marker::UNKNOWN_ITEM,
+            class,
+            source: MarkerSource::Uprobe,
+        })
+    };
     let (sel, upd) = (0x4000_0000, 0x4000_0001);
     let mut w = TraceWriter::create(&path, &header).unwrap();
     w.write(&Record::ItemClass(ItemClass { time: 0, pid: PID, id: 7, name: "own".into() })).unwrap();
@@ -236,15 +237,8 @@ fn label_markers_class_open_and_next_items() {
     w.finish(None).unwrap();
     let o = tailprof().arg("items").arg(&path).args(["--json", "--sort", "id"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
-    let mut got: Vec<(u64, String)> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| (i["id"].as_u64().unwrap(), i["class"].as_str().unwrap_or("").to_string()))
-        .collect();
+    let mut got: Vec<(u64, String)> =
+        v["items"].as_array().unwrap().iter().map(|i| (i["id"].as_u64().unwrap(), i["class"].as_str().unwrap_or("").to_string())).collect();
     got.sort();
-    assert_eq!(
-        got,
-        vec![(1, "select ? from t".into()), (2, "update t set v = ?".into()), (3, "own".into()), (4, String::new())]
-    );
+    assert_eq!(got, vec![(1, "select ? from t".into()), (2, "update t set v = ?".into()), (3, "own".into()), (4, String::new())]);
 }

@@ -60,11 +60,7 @@ fn uprobe_items_on_postgres_queries_system_wide() {
         let out = reader.join().unwrap();
         if out.contains("permission denied") || out.contains("no uprobe PMU") {
             tailprof_testkit::skip(
-                if out.contains("no uprobe PMU") {
-                    tailprof_testkit::Need::Uprobe
-                } else {
-                    tailprof_testkit::Need::PerfEvents
-                },
+                if out.contains("no uprobe PMU") { tailprof_testkit::Need::Uprobe } else { tailprof_testkit::Need::PerfEvents },
                 &out,
             );
             return;
@@ -72,9 +68,7 @@ fn uprobe_items_on_postgres_queries_system_wide() {
         panic!("tailprof record did not start:\n{out}");
     }
     let sql = server.dir.join("q.sql");
-    let text: String = (1..=QUERIES)
-        .map(|i| format!("SELECT count(*) FROM generate_series(1, {});\n", i * 20000))
-        .collect();
+    let text: String = (1..=QUERIES).map(|i| format!("SELECT count(*) FROM generate_series(1, {});\n", i * 20000)).collect();
     std::fs::write(&sql, text).unwrap();
     server.psql_file(&sql);
     // SAFETY: signalling our own child.
@@ -86,14 +80,8 @@ fn uprobe_items_on_postgres_queries_system_wide() {
 
     let mut r = TraceReader::open(&trace).unwrap();
     let extra = r.header().extra.clone();
-    assert!(
-        extra["item_begin"].contains("postgres:PortalRun@0x"),
-        "{extra:?}"
-    );
-    assert!(
-        extra["item_end"].contains("postgres:PortalRun%return@0x"),
-        "{extra:?}"
-    );
+    assert!(extra["item_begin"].contains("postgres:PortalRun@0x"), "{extra:?}");
+    assert!(extra["item_end"].contains("postgres:PortalRun%return@0x"), "{extra:?}");
     let mut sink = VecSink::default();
     r.read_all(&mut sink).unwrap();
     let postmaster = server.postmaster_pid();
@@ -117,25 +105,12 @@ fn uprobe_items_on_postgres_queries_system_wide() {
             MarkerKind::Label | MarkerKind::Switch | MarkerKind::SwitchNone => {}
         }
     }
-    let (pid, (begins, ends)) = per_pid
-        .iter()
-        .max_by_key(|(_, v)| v.0)
-        .map(|(p, v)| (*p, *v))
-        .expect("no markers at all");
+    let (pid, (begins, ends)) = per_pid.iter().max_by_key(|(_, v)| v.0).map(|(p, v)| (*p, *v)).expect("no markers at all");
     eprintln!("markers per pid: {per_pid:?}");
     // Every marker of the backend came from the uprobes (it has no marker runtime).
     assert!(markers.iter().filter(|m| m.pid == pid).all(|m| m.source == MarkerSource::Uprobe));
-    assert_ne!(
-        pid, postmaster,
-        "queries run in a forked backend, not the postmaster"
-    );
-    assert!(
-        begins >= QUERIES,
-        "backend {pid}: {begins} begins for {QUERIES} queries"
-    );
+    assert_ne!(pid, postmaster, "queries run in a forked backend, not the postmaster");
+    assert!(begins >= QUERIES, "backend {pid}: {begins} begins for {QUERIES} queries");
     assert_eq!(begins, ends, "every PortalRun returned");
-    assert!(sink
-        .0
-        .iter()
-        .any(|r| matches!(r, Record::ItemClass(c) if c.name == "query" && c.pid == pid)));
+    assert!(sink.0.iter().any(|r| matches!(r, Record::ItemClass(c) if c.name == "query" && c.pid == pid)));
 }

@@ -164,11 +164,7 @@ fn jitdump_reused_address_names_each_sample_by_the_load_valid_at_its_time() {
     let jit: Vec<_> = samples.iter().filter(|s| s.1.starts_with("jit_")).collect();
     let before = jit.iter().filter(|s| s.0 < t1).count();
     let after = jit.iter().filter(|s| s.0 >= t1).count();
-    assert!(
-        before >= 100 && after >= 100,
-        "too few JIT samples: {before} before, {after} after; {:?}",
-        &samples[..samples.len().min(20)]
-    );
+    assert!(before >= 100 && after >= 100, "too few JIT samples: {before} before, {after} after; {:?}", &samples[..samples.len().min(20)]);
     for s in &jit {
         let want = if s.0 < t1 { "jit_first" } else { "jit_second" };
         assert_eq!(s.1, want, "sample at {} (second load at {t1})", s.0);
@@ -334,11 +330,8 @@ fn node_split(flag: &str) -> Option<(f64, f64)> {
     std::fs::write(dir.path().join("app.js"), NODE_APP).unwrap();
     let (trace, o) = record(dir.path(), &["node", flag, "app.js"])?;
     // Names come from the trace: the runtime's files are gone.
-    let pid_files: Vec<PathBuf> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "dump"))
-        .collect();
+    let pid_files: Vec<PathBuf> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "dump")).collect();
     for p in pid_files {
         std::fs::remove_file(p).unwrap();
     }
@@ -404,7 +397,8 @@ fn hostile_perf_maps_are_refused_or_bounded_and_counted() {
     for (what, setup) in cases {
         let dir = tempfile::tempdir().unwrap();
         // The shell makes the file for its own pid, then becomes the workload (same pid).
-        let script = format!("rm -f /tmp/perf-$$.map; {setup}; exec python3 -c 'import time; e=time.time()+0.3\nwhile time.time()<e: pass'");
+        let script =
+            format!("rm -f /tmp/perf-$$.map; {setup}; exec python3 -c 'import time; e=time.time()+0.3\nwhile time.time()<e: pass'");
         let Some((trace, o)) = record(dir.path(), &["sh", "-c", &script]) else { return };
         for pid in samples_pids(&trace) {
             let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
@@ -436,10 +430,7 @@ fn node_without_a_flag_report_names_the_runtime_and_the_flag() {
     std::fs::write(dir.path().join("app.js"), NODE_APP).unwrap();
     let Some((trace, rec)) = record(dir.path(), &["node", "app.js"]) else { return };
     let rec_err = String::from_utf8_lossy(&rec.stderr);
-    assert!(
-        rec_err.lines().any(|l| l.contains("node (pid") && l.contains("--perf-basic-prof")),
-        "record gives no advice: {rec_err}"
-    );
+    assert!(rec_err.lines().any(|l| l.contains("node (pid") && l.contains("--perf-basic-prof")), "record gives no advice: {rec_err}");
     let o = tailprof(&["report", trace.to_str().unwrap()], dir.path());
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert!(text.lines().any(|l| l.contains("JIT code of node (pid") && l.contains("--perf-basic-prof")), "{text}");
@@ -472,10 +463,9 @@ fn java_dump_perf_map_at_exit_names_the_hot_method() {
 "#,
     )
     .unwrap();
-    let Some((trace, o)) = record(
-        dir.path(),
-        &["java", "-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit", "Hot.java"],
-    ) else {
+    let Some((trace, o)) =
+        record(dir.path(), &["java", "-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit", "Hot.java"])
+    else {
         return;
     };
     for pid in samples_pids(&trace) {
@@ -538,19 +528,7 @@ fn node_split_agrees_with_perf_report() {
     std::fs::write(dir.path().join("app.js"), NODE_APP).unwrap();
     let data = dir.path().join("perf.data");
     let rec = Command::new("perf")
-        .args([
-            "record",
-            "-k",
-            "mono",
-            "-e",
-            "cpu-clock",
-            "-o",
-            data.to_str().unwrap(),
-            "--",
-            "node",
-            "--perf-basic-prof",
-            "app.js",
-        ])
+        .args(["record", "-k", "mono", "-e", "cpu-clock", "-o", data.to_str().unwrap(), "--", "node", "--perf-basic-prof", "app.js"])
         .current_dir(dir.path())
         .output()
         .unwrap();
@@ -565,10 +543,7 @@ fn node_split_agrees_with_perf_report() {
         .unwrap();
     let text = String::from_utf8_lossy(&rep.stdout);
     let share = |f: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.contains(f))
-            .filter_map(|l| l.split_whitespace().next()?.trim_end_matches('%').parse::<f64>().ok())
-            .sum()
+        text.lines().filter(|l| l.contains(f)).filter_map(|l| l.split_whitespace().next()?.trim_end_matches('%').parse::<f64>().ok()).sum()
     };
     let (hot, cold) = (share("hotLoop"), share("coldLoop"));
     // The perf map perf read is left by node: remove it (its pid from `--sort pid`: "PID:comm").
@@ -578,9 +553,7 @@ fn node_split_agrees_with_perf_report() {
         .output()
         .unwrap();
     for l in String::from_utf8_lossy(&pids.stdout).lines() {
-        if let Some(pid) =
-            l.split_whitespace().nth(1).and_then(|w| w.split(':').next()).and_then(|p| p.parse::<u32>().ok())
-        {
+        if let Some(pid) = l.split_whitespace().nth(1).and_then(|w| w.split(':').next()).and_then(|p| p.parse::<u32>().ok()) {
             let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
         }
     }

@@ -257,7 +257,10 @@ fn start(args: &[&str], ready: &str) -> Option<Running> {
                 let st = r.child.wait().unwrap();
                 let text = r.log.join("\n");
                 if cannot_record(&text) {
-                    tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("system-wide recording is not allowed here: {text}"));
+                    tailprof_testkit::skip(
+                        tailprof_testkit::Need::SystemWide,
+                        format_args!("system-wide recording is not allowed here: {text}"),
+                    );
                     return None;
                 }
                 panic!("tailprof {args:?} exited ({st}) before recording:\n{text}");
@@ -312,8 +315,19 @@ fn agent_retains_a_slow_request_of_a_marked_program_started_later() {
     let Some(bin) = compile(dir.path(), "late", PROG) else { return };
     let store = dir.path().join("store");
     let args = [
-        "agent", "--store", store.to_str().unwrap(), "--window", "1s", "-F", "499", "--duration", "4s",
-        "--slow-threshold", "100ms", "--slow-percentile", "off",
+        "agent",
+        "--store",
+        store.to_str().unwrap(),
+        "--window",
+        "1s",
+        "-F",
+        "499",
+        "--duration",
+        "4s",
+        "--slow-threshold",
+        "100ms",
+        "--slow-percentile",
+        "off",
     ];
     let Some(agent) = start(&args, "agent: recording") else { return };
     // 30 requests (ids 7001..7030) after 300 ms; the last one also sleeps 150 ms in slow_path.

@@ -169,12 +169,8 @@ fn overhead_prints_the_documented_json() {
     assert_eq!(v["alpha_ns"], 10000.0);
     assert_eq!(v["base_runs_s"].as_array().unwrap().len(), 2);
     // predicted = base + α × samples / threads, exactly.
-    let (b, n, t, p) = (
-        v["base_s"].as_f64().unwrap(),
-        v["samples"].as_f64().unwrap(),
-        v["threads"].as_f64().unwrap(),
-        v["predicted_s"].as_f64().unwrap(),
-    );
+    let (b, n, t, p) =
+        (v["base_s"].as_f64().unwrap(), v["samples"].as_f64().unwrap(), v["threads"].as_f64().unwrap(), v["predicted_s"].as_f64().unwrap());
     assert!((p - (b + 1e-5 * n / t)).abs() < 1e-9, "{v:#}");
     let e = v["error_pct"].as_f64().unwrap();
     let m = v["profiled_s"].as_f64().unwrap();
@@ -207,7 +203,15 @@ fn plan_recommends_a_period_within_the_budget() {
     let v = json(&o);
     has_keys(
         &v,
-        &["period", "predicted_overhead_pct", "sample_interval_ns", "samples_per_s", "trace_mb_per_s", "ring_pages_per_cpu", "record_command"],
+        &[
+            "period",
+            "predicted_overhead_pct",
+            "sample_interval_ns",
+            "samples_per_s",
+            "trace_mb_per_s",
+            "ring_pages_per_cpu",
+            "record_command",
+        ],
     );
     // α = 12 µs, 5%: period ≥ α (1 + b) / b = 252 µs, rounded up to 2 digits.
     assert_eq!(v["period"], 260_000);

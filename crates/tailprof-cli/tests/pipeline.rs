@@ -39,10 +39,7 @@ fn data_dir() -> PathBuf {
 /// machine kept from earlier runs).
 fn tailprof_cmd() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tailprof"));
-    c.env_remove("DEBUGINFOD_URLS")
-        .env("NO_COLOR", "1")
-        .env("TAILPROF_KALLSYMS", "off")
-        .env("TAILPROF_CACHE_DIR", "off");
+    c.env_remove("DEBUGINFOD_URLS").env("NO_COLOR", "1").env("TAILPROF_KALLSYMS", "off").env("TAILPROF_CACHE_DIR", "off");
     c
 }
 
@@ -50,12 +47,7 @@ fn tailprof_cmd() -> Command {
 /// output), as [`tailprof_cmd`].
 fn tailprof_in(dir: &Path, args: &[&str]) -> String {
     let out = tailprof_cmd().args(args).current_dir(dir).output().expect("run tailprof");
-    assert!(
-        out.status.success(),
-        "tailprof {args:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "tailprof {args:?} failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
@@ -126,8 +118,7 @@ fn queries_items_explain_export() {
 /// Instant events of a Perfetto export: count per name, and the first and last one.
 fn instants_digest(perfetto: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(perfetto).unwrap();
-    let instants: Vec<&serde_json::Value> =
-        v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "i").collect();
+    let instants: Vec<&serde_json::Value> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "i").collect();
     let mut per_name = std::collections::BTreeMap::<String, u64>::new();
     for e in &instants {
         *per_name.entry(e["name"].as_str().unwrap_or("").to_owned()).or_default() += 1;

@@ -41,9 +41,7 @@ fn setup(tag: u16) -> Option<(Server, String)> {
         return None;
     }
     let Some(server) = Server::start(tag) else { return None };
-    server.psql_c(
-        "CREATE TABLE t(id int PRIMARY KEY, v int NOT NULL); INSERT INTO t SELECT g, g % 97 FROM generate_series(1, 20000) g;",
-    );
+    server.psql_c("CREATE TABLE t(id int PRIMARY KEY, v int NOT NULL); INSERT INTO t SELECT g, g % 97 FROM generate_series(1, 20000) g;");
     server.psql_c("VACUUM ANALYZE t");
     let pg = server.postgres().display().to_string();
     Some((server, pg))
@@ -52,10 +50,8 @@ fn setup(tag: u16) -> Option<(Server, String)> {
 /// `tailprof record -a --call-graph dwarf` with queries as items and their classes from
 /// the SQL text; returns once events are enabled (None: the kernel refused, skip).
 fn start_recording(pg: &str, trace: &Path, extra: &[&str]) -> Option<(Child, std::thread::JoinHandle<String>)> {
-    let mut args: Vec<String> = ["-F", "199", "--call-graph", "dwarf", "--mmap-pages", "1024", "--item-begin"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> =
+        ["-F", "199", "--call-graph", "dwarf", "--mmap-pages", "1024", "--item-begin"].iter().map(|s| s.to_string()).collect();
     args.extend([
         format!("{pg}:PortalRun"),
         "--item-end".into(),
@@ -96,7 +92,13 @@ fn spawn_recording(args: &[String], trace: &Path) -> Option<(Child, std::thread:
         let _ = rec.wait();
         let out = reader.join().unwrap();
         if out.contains("ermission denied") || out.contains("no uprobe PMU") || out.contains("needs tracefs") {
-            let need = if out.contains("no uprobe PMU") { tailprof_testkit::Need::Uprobe } else if out.contains("needs tracefs") { tailprof_testkit::Need::Tracefs } else { tailprof_testkit::Need::PerfEvents };
+            let need = if out.contains("no uprobe PMU") {
+                tailprof_testkit::Need::Uprobe
+            } else if out.contains("needs tracefs") {
+                tailprof_testkit::Need::Tracefs
+            } else {
+                tailprof_testkit::Need::PerfEvents
+            };
             tailprof_testkit::skip(need, &out);
             return None;
         }
@@ -226,10 +228,8 @@ fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
     }
     assert!(sleeping, "session A never reached pg_sleep");
     // The backend of session A: the one that releases the lock at its COMMIT.
-    let holder_pid: u64 = server
-        .psql_c("SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
-        .parse()
-        .expect("the holder's backend pid");
+    let holder_pid: u64 =
+        server.psql_c("SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep'").parse().expect("the holder's backend pid");
     server.psql_c("UPDATE t SET v = v + 2 WHERE id = 1");
     assert!(holder.wait().unwrap().success(), "session A failed");
     let out = stop_recording(rec, reader);
@@ -244,7 +244,9 @@ fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
             it["off_cpu"].as_array().is_some_and(|o| {
                 o.iter().any(|e| {
                     e["state"] == "blocked"
-                        && e["frames"].as_array().is_some_and(|f| f.iter().any(|x| x.as_str().is_some_and(|s| s.contains("XactLockTableWait"))))
+                        && e["frames"]
+                            .as_array()
+                            .is_some_and(|f| f.iter().any(|x| x.as_str().is_some_and(|s| s.contains("XactLockTableWait"))))
                 })
             })
         })
@@ -259,14 +261,22 @@ fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
         })
         .collect();
     eprintln!("items:\n{}", summary.join("\n"));
-    assert_eq!(waited.len(), 1, "exactly the waiting UPDATE is blocked in XactLockTableWait; items:\n{}\nrecord output:\n{out}", summary.join("\n"));
+    assert_eq!(
+        waited.len(),
+        1,
+        "exactly the waiting UPDATE is blocked in XactLockTableWait; items:\n{}\nrecord output:\n{out}",
+        summary.join("\n")
+    );
     let it = waited[0];
     let blocked = it["blocked_ns"].as_u64().unwrap_or(0);
     let in_wait: u64 = it["off_cpu"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["state"] == "blocked" && e["frames"].as_array().is_some_and(|f| f.iter().any(|x| x.as_str().is_some_and(|s| s.contains("XactLockTableWait")))))
+        .filter(|e| {
+            e["state"] == "blocked"
+                && e["frames"].as_array().is_some_and(|f| f.iter().any(|x| x.as_str().is_some_and(|s| s.contains("XactLockTableWait"))))
+        })
         .map(|e| e["ns"].as_u64().unwrap_or(0))
         .sum();
     let wall = it["duration_ns"].as_u64().unwrap_or(0);
@@ -288,11 +298,8 @@ fn row_lock_wait_is_blocked_time_in_xactlocktablewait() {
         .map(|w| format!("{} pid {} tid {} item {} irq {} for {} ns", w["comm"], w["pid"], w["tid"], w["item"], w["irq"], w["ns"]))
         .collect();
     eprintln!("holder backend pid {holder_pid}; the waiting UPDATE's wakers:\n{}", wakers.join("\n"));
-    let by_holder: u64 = woken
-        .iter()
-        .filter(|w| w["pid"].as_u64() == Some(holder_pid) && w["irq"].is_null())
-        .map(|w| w["ns"].as_u64().unwrap_or(0))
-        .sum();
+    let by_holder: u64 =
+        woken.iter().filter(|w| w["pid"].as_u64() == Some(holder_pid) && w["irq"].is_null()).map(|w| w["ns"].as_u64().unwrap_or(0)).sum();
     assert!(by_holder > 0, "the holder's backend (pid {holder_pid}) should be among the wakers:\n{}", wakers.join("\n"));
 }
 
@@ -336,7 +343,10 @@ fn usdt_query_probes_give_items_and_sql_shapes() {
     let _ = stop_recording(rec, reader);
     let r = tailprof_format::TraceReader::open(&trace).unwrap();
     let begin = r.header().extra.get("item_begin").cloned().unwrap_or_default();
-    assert!(begin.starts_with("usdt:") && begin.contains(":postgresql:query__start@0x") && begin.contains("("), "semaphore as ref_ctr_offset: {begin}");
+    assert!(
+        begin.starts_with("usdt:") && begin.contains(":postgresql:query__start@0x") && begin.contains("("),
+        "semaphore as ref_ctr_offset: {begin}"
+    );
     let v = tailprof_json(&["items", "--json", "--top", "0", trace.to_str().unwrap()]);
     let items = v["items"].as_array().expect("items");
     let shaped = items.iter().filter(|i| i["class"] == SERIES_SHAPE || i["class"] == AGG_SHAPE).count();
@@ -358,7 +368,9 @@ fn usdt_query_probes_give_items_and_sql_shapes() {
 fn preset_postgresql_pgbench_items_and_lock_wait_span() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some((server, pg)) = setup(3) else { return };
-    let Some(pgbench) = [server.bindir.join("pgbench")].into_iter().find(|p| p.is_file()).or_else(|| tailprof_testkit::have_command("pgbench")) else {
+    let Some(pgbench) =
+        [server.bindir.join("pgbench")].into_iter().find(|p| p.is_file()).or_else(|| tailprof_testkit::have_command("pgbench"))
+    else {
         tailprof_testkit::skip(tailprof_testkit::Need::Postgres, "pgbench not found");
         return;
     };
@@ -432,10 +444,8 @@ fn preset_postgresql_pgbench_items_and_lock_wait_span() {
     let _ = stop_recording(rec, reader);
     let v = tailprof_json(&["items", "--json", "--top", "0", "--sort", "begin", trace.to_str().unwrap()]);
     let items = v["items"].as_array().expect("items");
-    let with_wait: Vec<&serde_json::Value> = items
-        .iter()
-        .filter(|it| it["events"]["spans"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == "lock__wait")))
-        .collect();
+    let with_wait: Vec<&serde_json::Value> =
+        items.iter().filter(|it| it["events"]["spans"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == "lock__wait"))).collect();
     let summary: Vec<String> = items.iter().map(|it| format!("{} {} {}", it["class"], it["duration_ns"], it["events"])).collect();
     assert_eq!(with_wait.len(), 1, "exactly the waiting UPDATE has a lock__wait span:\n{}", summary.join("\n"));
     let it = with_wait[0];
@@ -445,7 +455,10 @@ fn preset_postgresql_pgbench_items_and_lock_wait_span() {
     let (sb, se) = (span["begin_ns"].as_u64().unwrap(), span["end_ns"].as_u64().unwrap());
     eprintln!("waiting UPDATE: wall {} ns, lock__wait span {} ns (arg {})", e - b, se - sb, span["arg"]);
     assert!(b <= sb && sb < se && se <= e && span["unfinished"] == false, "the span lies inside its item: {it}");
-    let text = Command::new(env!("CARGO_BIN_EXE_tailprof")).args(["items", "--explain", &it["id"].to_string(), trace.to_str().unwrap()]).output().unwrap();
+    let text = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        .args(["items", "--explain", &it["id"].to_string(), trace.to_str().unwrap()])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("Spans: lock__wait"), "{text}");
 }

@@ -25,20 +25,11 @@ fn root() -> PathBuf {
 }
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
 fn cannot_record(err: &str) -> bool {
-    [
-        "perf_event_open",
-        "perf_event_paranoid",
-        "Permission denied",
-        "not permitted",
-    ]
-    .iter()
-    .any(|s| err.contains(s))
+    ["perf_event_open", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
 }
 
 /// A Python process started without tailprof; killed when dropped.
@@ -74,11 +65,7 @@ impl Py {
             }
         });
         let stdin = child.stdin.take();
-        let py = Py {
-            child,
-            stdin,
-            lines,
-        };
+        let py = Py { child, stdin, lines };
         assert_eq!(py.line(), "ready");
         Some(py)
     }
@@ -88,9 +75,7 @@ impl Py {
     }
 
     fn line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("a line from the Python program")
+        self.lines.recv_timeout(Duration::from_secs(60)).expect("a line from the Python program")
     }
 }
 
@@ -109,12 +94,7 @@ fn record_p(pid: u32, trace: &Path, secs: u64) -> Option<String> {
 
 /// `record ARGS -o TRACE`: once it says it records, `during()`, then `secs` seconds, then
 /// SIGINT; its stderr, or None (skip) when perf events cannot be opened.
-fn record_while<T>(
-    args: &[&str],
-    trace: &Path,
-    secs: u64,
-    during: impl FnOnce() -> T,
-) -> Option<String> {
+fn record_while<T>(args: &[&str], trace: &Path, secs: u64, during: impl FnOnce() -> T) -> Option<String> {
     let mut rec = tailprof()
         .arg("record")
         .args(args)
@@ -150,10 +130,7 @@ fn record_while<T>(
     drop(kept);
     if !status.success() || !started {
         if cannot_record(&stderr) {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format_args!("cannot record here: {stderr}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("cannot record here: {stderr}"));
             return None;
         }
         panic!("record {args:?} failed ({status}): {stderr}");
@@ -162,30 +139,16 @@ fn record_while<T>(
 }
 
 fn items_json(trace: &Path) -> Value {
-    let out = tailprof()
-        .args(["items", "--json", "--top", "0"])
-        .arg(trace)
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "items: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tailprof().args(["items", "--json", "--top", "0"]).arg(trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
+    assert!(out.status.success(), "items: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// (item count, class names) of a trace's items.
 fn items_and_classes(trace: &Path) -> (usize, std::collections::BTreeSet<String>) {
     let v = items_json(trace);
-    let items = v["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no items array: {v}"));
-    let classes = items
-        .iter()
-        .filter_map(|it| it["class"].as_str().map(str::to_string))
-        .collect();
+    let items = v["items"].as_array().unwrap_or_else(|| panic!("no items array: {v}"));
+    let classes = items.iter().filter_map(|it| it["class"].as_str().map(str::to_string)).collect();
     (items.len(), classes)
 }
 
@@ -200,44 +163,29 @@ fn python_program_started_without_tailprof_is_attached_twice() {
         let Some(stderr) = record_p(py.pid(), &trace, 2) else {
             return;
         };
-        assert!(
-            !stderr.contains("has no marker library"),
-            "{round} attach found no control block: {stderr}"
-        );
+        assert!(!stderr.contains("has no marker library"), "{round} attach found no control block: {stderr}");
         assert!(!stderr.contains("cannot attach"), "{round}: {stderr}");
         let (n, classes) = items_and_classes(&trace);
         // ~2 s of a loop of items of about a millisecond: hundreds; at least some.
         assert!(n >= 20, "{round} attach: {n} items\n{stderr}");
-        let want: std::collections::BTreeSet<String> =
-            ["fast", "slow"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(
-            classes, want,
-            "{round} attach: classes named by the program"
-        );
+        let want: std::collections::BTreeSet<String> = ["fast", "slow"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(classes, want, "{round} attach: classes named by the program");
     }
     // The recorder switched the markers off at the end: the block says state 0.
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", py.pid())).unwrap();
-    let line = maps
-        .lines()
-        .find(|l| l.ends_with("/memfd:tailprof_control (deleted)"))
-        .expect("the control memfd");
+    let line = maps.lines().find(|l| l.ends_with("/memfd:tailprof_control (deleted)")).expect("the control memfd");
     let start = u64::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
     let mut mem = std::fs::File::open(format!("/proc/{}/mem", py.pid())).unwrap();
     let mut b = [0u8; 16];
     use std::io::{Read, Seek, SeekFrom};
     mem.seek(SeekFrom::Start(start)).unwrap();
     mem.read_exact(&mut b).unwrap();
-    assert_eq!(
-        u64::from_le_bytes(b[8..16].try_into().unwrap()),
-        0,
-        "state is off after the recording"
-    );
+    assert_eq!(u64::from_le_bytes(b[8..16].try_into().unwrap()), 0, "state is off after the recording");
 }
 
 /// One hostile process: refused with one line naming the reason, its memfd unchanged.
 fn hostile(mode: &str, args: &[&str], reason: &str) {
-    let Some(mut py) = Py::start(&data("python_attach_hostile.py"), &[&[mode], args].concat())
-    else {
+    let Some(mut py) = Py::start(&data("python_attach_hostile.py"), &[&[mode], args].concat()) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -245,27 +193,12 @@ fn hostile(mode: &str, args: &[&str], reason: &str) {
     let Some(stderr) = record_p(py.pid(), &trace, 1) else {
         return;
     };
-    let lines: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("tailprof_control"))
-        .collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "{mode}: one line about the control block: {stderr}"
-    );
-    assert!(
-        lines[0].contains("nothing written") && lines[0].contains(reason),
-        "{mode}: {}",
-        lines[0]
-    );
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("tailprof_control")).collect();
+    assert_eq!(lines.len(), 1, "{mode}: one line about the control block: {stderr}");
+    assert!(lines[0].contains("nothing written") && lines[0].contains(reason), "{mode}: {}", lines[0]);
     let mut stdin = py.stdin.take().unwrap();
     writeln!(stdin, "done").unwrap();
-    assert_eq!(
-        py.line(),
-        "unchanged",
-        "{mode}: the recorder wrote into the refused memfd"
-    );
+    assert_eq!(py.line(), "unchanged", "{mode}: the recorder wrote into the refused memfd");
 }
 
 #[test]
@@ -278,10 +211,7 @@ fn hostile_control_memfd_of_the_wrong_size_is_refused() {
     if !tailprof_testkit::is_root() {
         // Without map_files the recorder cannot see the file's size (and runs as the
         // target's user: module memfd docs); the block itself is valid.
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::Root,
-            "the memfd's size is read through /proc/PID/map_files",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::Root, "the memfd's size is read through /proc/PID/map_files");
         return;
     }
     hostile("size", &[], "8192 bytes");
@@ -289,10 +219,9 @@ fn hostile_control_memfd_of_the_wrong_size_is_refused() {
 
 #[test]
 fn hostile_control_memfd_of_another_user_is_refused() {
-    let Some((uid, _)) = tailprof_testkit::unprivileged_user(
-        "tailprof-atk",
-        "a root process holding a control memfd owned by another user",
-    ) else {
+    let Some((uid, _)) =
+        tailprof_testkit::unprivileged_user("tailprof-atk", "a root process holding a control memfd owned by another user")
+    else {
         return;
     };
     hostile("owner", &[&uid.to_string()], &format!("owned by uid {uid}"));
@@ -308,42 +237,21 @@ fn record_a_attaches_a_running_python_program() {
     };
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("a.trace");
-    let o = tailprof()
-        .args(["record", "-a", "-o"])
-        .arg(&trace)
-        .args(["--", "sleep", "2"])
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
+    let o =
+        tailprof().args(["record", "-a", "-o"]).arg(&trace).args(["--", "sleep", "2"]).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     if !o.status.success() {
         if cannot_record(&stderr) {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::SystemWide,
-                format_args!("cannot record -a here: {stderr}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::SystemWide, format_args!("cannot record -a here: {stderr}"));
             return;
         }
         panic!("record -a failed: {stderr}");
     }
     let v = items_json(&trace);
     let pid = u64::from(py.pid());
-    let ours: Vec<&Value> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|it| it["pid"].as_u64() == Some(pid))
-        .collect();
-    assert!(
-        ours.len() >= 20,
-        "{} items of the Python program\n{stderr}",
-        ours.len()
-    );
-    assert!(
-        ours.iter()
-            .all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))),
-        "classes named"
-    );
+    let ours: Vec<&Value> = v["items"].as_array().unwrap().iter().filter(|it| it["pid"].as_u64() == Some(pid)).collect();
+    assert!(ours.len() >= 20, "{} items of the Python program\n{stderr}", ours.len());
+    assert!(ours.iter().all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))), "classes named");
 }
 
 /// `record -a` (and the agent) attaches a Python program that starts while it records: the
@@ -366,25 +274,9 @@ fn record_a_attaches_a_python_program_started_later() {
         return;
     };
     // Other processes of the machine may start too: at least ours was attached late.
-    assert!(
-        stderr.contains("process(es) that started while recording"),
-        "the follow note: {stderr}"
-    );
+    assert!(stderr.contains("process(es) that started while recording"), "the follow note: {stderr}");
     let v = items_json(&trace);
-    let ours: Vec<&Value> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|it| it["pid"].as_u64() == Some(u64::from(pid)))
-        .collect();
-    assert!(
-        ours.len() >= 20,
-        "{} items of the Python program started while recording\n{stderr}",
-        ours.len()
-    );
-    assert!(
-        ours.iter()
-            .all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))),
-        "classes named"
-    );
+    let ours: Vec<&Value> = v["items"].as_array().unwrap().iter().filter(|it| it["pid"].as_u64() == Some(u64::from(pid))).collect();
+    assert!(ours.len() >= 20, "{} items of the Python program started while recording\n{stderr}", ours.len());
+    assert!(ours.iter().all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))), "classes named");
 }

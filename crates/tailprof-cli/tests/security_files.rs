@@ -20,9 +20,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use tailprof_format::{
-    EventDesc, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample, TraceHeader, TraceReader, TraceWriter,
-};
+use tailprof_format::{EventDesc, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample, TraceHeader, TraceReader, TraceWriter};
 
 const ATTACKER: &str = "tailprof-atk";
 
@@ -149,8 +147,7 @@ fn lossy_trace(out: &Path) {
         w.write(&marker(t, MarkerKind::Begin, item)).unwrap();
         for k in 0..20 {
             t += 1000;
-            w.write_sample(&Sample { time: t, ip: 0x4000 + 16 * (k % 3), pid: 7, tid: 7, period: 1000, ..Default::default() })
-                .unwrap();
+            w.write_sample(&Sample { time: t, ip: 0x4000 + 16 * (k % 3), pid: 7, tid: 7, period: 1000, ..Default::default() }).unwrap();
         }
         t += 1000;
         w.write(&marker(t, MarkerKind::End, item)).unwrap();
@@ -282,10 +279,7 @@ fn finding_7_failed_record_keeps_an_existing_trace() {
     let trace = s.private.join("keep.trace");
     std::fs::write(&trace, b"an earlier trace\n").unwrap();
     let t = trace.to_str().unwrap();
-    for args in [
-        vec!["record", "-o", t, "-p", "999999999"],
-        vec!["record", "-o", t, "--", "/nonexistent/command"],
-    ] {
+    for args in [vec!["record", "-o", t, "-p", "999999999"], vec!["record", "-o", t, "--", "/nonexistent/command"]] {
         let o = run(tailprof().args(&args));
         assert!(!o.status.success(), "{args:?} should fail");
         assert_eq!(std::fs::read(&trace).unwrap(), b"an earlier trace\n", "{args:?} touched the existing trace");

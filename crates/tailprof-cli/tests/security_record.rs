@@ -310,13 +310,8 @@ fn record(args: &[&str], scene: &Scene) -> Recorded {
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let err_path = scene.out.join(format!("stderr.{n}"));
     let err = std::fs::File::create(&err_path).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err)
-        .spawn()
-        .unwrap();
+    let child =
+        Command::new(env!("CARGO_BIN_EXE_tailprof")).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(err).spawn().unwrap();
     let pid = child.id() as libc::pid_t;
     let start = Instant::now();
     let mut status = 0;

@@ -146,12 +146,12 @@ fn fp_chain_of_max_depth_is_truncated() {
     if !can_record() {
         return;
     }
-    let max: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(127);
+    let max: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(127);
     if max >= 300 {
-        tailprof_testkit::skip(tailprof_testkit::Need::Fact, format_args!("kernel.perf_event_max_stack is {max}, the recursion is 300 deep"));
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::Fact,
+            format_args!("kernel.perf_event_max_stack is {max}, the recursion is 300 deep"),
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -83,11 +83,7 @@ fn sleeping_items_show_blocked_time_in_the_sleeping_function() {
         }
         panic!("record failed: {err}");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .args(["items", "--json", "--top", "0"])
-        .arg(&trace)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tailprof")).args(["items", "--json", "--top", "0"]).arg(&trace).output().unwrap();
     assert!(out.status.success(), "items: {}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let items = v["items"].as_array().unwrap();
@@ -95,8 +91,7 @@ fn sleeping_items_show_blocked_time_in_the_sleeping_function() {
     assert!(v["switches"].as_u64().unwrap() > 0, "no context switches recorded with --off-cpu");
     for it in items {
         let id = it["id"].as_u64().unwrap();
-        let (wall, cpu, off) =
-            (it["duration_ns"].as_u64().unwrap(), it["cpu_ns"].as_u64().unwrap(), it["off_cpu_ns"].as_u64().unwrap());
+        let (wall, cpu, off) = (it["duration_ns"].as_u64().unwrap(), it["cpu_ns"].as_u64().unwrap(), it["off_cpu_ns"].as_u64().unwrap());
         assert_eq!(cpu + off, wall, "item {id}");
         let waits_here = it["off_cpu"].as_array().unwrap().iter().any(|o| {
             o["state"] == "blocked"

@@ -107,15 +107,8 @@ fn compile(dir: &Path, name: &str, src: &str, flags: &[&str]) -> PathBuf {
 }
 
 fn record(trace: &Path, args: &[&str], cmd: &[&str]) {
-    let o = Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .arg("record")
-        .arg("-o")
-        .arg(trace)
-        .args(args)
-        .arg("--")
-        .args(cmd)
-        .output()
-        .unwrap();
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_tailprof")).arg("record").arg("-o").arg(trace).args(args).arg("--").args(cmd).output().unwrap();
     assert!(o.status.success(), "record failed: {}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -293,8 +286,7 @@ fn blocked_in_wait_for_disk(mode: &[&str]) {
     record(&trace, &args, &[bin.to_str().unwrap(), "30"]);
     let t = Trace::read(&trace, &bin);
     let pids = t.pids();
-    let outs: Vec<&Switch> =
-        t.c.switches.iter().filter(|s| pids.contains(&s.pid) && s.kind == SwitchKind::OutBlocked).collect();
+    let outs: Vec<&Switch> = t.c.switches.iter().filter(|s| pids.contains(&s.pid) && s.kind == SwitchKind::OutBlocked).collect();
     let with_fn = outs
         .iter()
         .filter(|s| {
@@ -347,8 +339,7 @@ fn off_cpu_preempted_threads() {
     record(&trace, &["--off-cpu"], &[bin.to_str().unwrap(), "0.5"]);
     let t = Trace::read(&trace, &bin);
     let pids = t.pids();
-    let pre: Vec<&Switch> =
-        t.c.switches.iter().filter(|s| pids.contains(&s.pid) && s.kind == SwitchKind::OutPreempted).collect();
+    let pre: Vec<&Switch> = t.c.switches.iter().filter(|s| pids.contains(&s.pid) && s.kind == SwitchKind::OutPreempted).collect();
     let tids: std::collections::BTreeSet<u32> = pre.iter().map(|s| s.tid).collect();
     eprintln!("{} preempted switch-outs on {} threads", pre.len(), tids.len());
     assert!(pre.len() >= 4, "{} preempted switch-outs", pre.len());

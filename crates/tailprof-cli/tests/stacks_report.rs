@@ -8,8 +8,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tailprof_format::{
-    CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, StackId, StackStatus, Switch,
-    SwitchKind, TraceHeader, TraceWriter,
+    CpuMode, EventDesc, Frame, Marker, MarkerKind, MarkerSource, Mmap, Record, Sample, StackId, StackStatus, Switch, SwitchKind,
+    TraceHeader, TraceWriter,
 };
 
 const PROG: &str = r#"
@@ -89,13 +89,7 @@ fn fixture() -> Option<Fixture> {
     }
     let at = |f: &str, off: u64| BASE + nm(&bin, f) + off;
     let header = TraceHeader {
-        events: vec![EventDesc {
-            name: "cpu-clock".into(),
-            attr_type: 1,
-            config: 0,
-            sample_period: Some(PERIOD),
-            ..Default::default()
-        }],
+        events: vec![EventDesc { name: "cpu-clock".into(), attr_type: 1, config: 0, sample_period: Some(PERIOD), ..Default::default() }],
         ..Default::default()
     };
     let trace = dir.path().join("t.trace");
@@ -119,7 +113,9 @@ fn fixture() -> Option<Fixture> {
     let b = w.intern_stack(&stack("caller_b"));
     let wait = w.intern_stack(&[Frame::user(at("wait_here", 2)), Frame::user(at("main", 9))]);
     let marker = |time, kind, item| Record::Marker(Marker { time, pid: PID, tid: PID, kind, item, class: 0, source: MarkerSource::Api });
-    let sw = |time, kind, stack| Record::Switch(Switch { time, pid: PID, tid: PID, cpu: 0, kind, stack, stack_status: StackStatus::Complete, next_prev: None });
+    let sw = |time, kind, stack| {
+        Record::Switch(Switch { time, pid: PID, tid: PID, cpu: 0, kind, stack, stack_status: StackStatus::Complete, next_prev: None })
+    };
     let mut t = 1_000_000u64;
     for item in 1..=10u64 {
         w.write(&marker(t, MarkerKind::Begin, item)).unwrap();
@@ -176,10 +172,7 @@ fn report_stack_views_and_filters() {
     let Some(fx) = fixture() else { return };
     let v = json(&["report", &fx.trace, "--by", "stack", "--json"]);
     assert_eq!(v["samples"], 100);
-    assert_eq!(
-        by_frames(&v),
-        vec![(strs(&["main", "caller_b", "leaf"]), 70), (strs(&["main", "caller_a", "leaf"]), 30)]
-    );
+    assert_eq!(by_frames(&v), vec![(strs(&["main", "caller_b", "leaf"]), 70), (strs(&["main", "caller_a", "leaf"]), 30)]);
     assert_eq!(v["stacks"][0]["complete"], true);
     assert_eq!(v["statuses"]["complete"], 100);
     let folded = run(&["report", &fx.trace, "--folded"]);
@@ -208,8 +201,7 @@ fn items_show_off_cpu_time_and_explain_by_stack() {
     let Some(fx) = fixture() else { return };
     let v = json(&["items", &fx.trace, "--json", "--top", "0"]);
     for it in v["items"].as_array().unwrap() {
-        let (cpu, off, wall) =
-            (it["cpu_ns"].as_u64().unwrap(), it["off_cpu_ns"].as_u64().unwrap(), it["duration_ns"].as_u64().unwrap());
+        let (cpu, off, wall) = (it["cpu_ns"].as_u64().unwrap(), it["off_cpu_ns"].as_u64().unwrap(), it["duration_ns"].as_u64().unwrap());
         assert_eq!(cpu + off, wall);
         // 10 samples of 1 ms: the on-CPU part agrees with sampling within one period.
         assert!((cpu as i64 - 10 * PERIOD as i64).abs() <= PERIOD as i64, "{it}");

@@ -49,7 +49,10 @@ fn top_function(report: &serde_json::Value, binary: &Path) -> String {
 fn stripped_binary_then_debug_dir() {
     let o = tailprof().args(["record", "-o", "/dev/null", "--", "true"]).output().unwrap();
     if !o.status.success() {
-        tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("recording is not possible here: {}", String::from_utf8_lossy(&o.stderr)));
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::PerfEvents,
+            format_args!("recording is not possible here: {}", String::from_utf8_lossy(&o.stderr)),
+        );
         return;
     }
     let d = tempfile::tempdir().unwrap();

@@ -35,14 +35,7 @@ fn tokio_workload() {
 fn record_tokio(mode: &str) -> Option<(serde_json::Value, String)> {
     let exe = std::env::current_exe().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cmd = [
-        exe.to_str().unwrap(),
-        "--exact",
-        "tokio_workload",
-        "--nocapture",
-        "--test-threads",
-        "1",
-    ];
+    let cmd = [exe.to_str().unwrap(), "--exact", "tokio_workload", "--nocapture", "--test-threads", "1"];
     let (trace, out) = record(dir.path(), mode, &cmd, &[("TAILPROF_TOKIO_WORKLOAD", mode)])?;
     Some((items_json(&trace), out))
 }
@@ -67,10 +60,7 @@ fn check_tasks(v: &serde_json::Value, out: &str) {
         })
         .count();
     assert!(moved > 0, "no task moved between the workers: {out}");
-    eprintln!(
-        "{compared} items compared, {moved} of {} moved between the workers",
-        items.len()
-    );
+    eprintln!("{compared} items compared, {moved} of {} moved between the workers", items.len());
     assert_eq!(v["switching"]["threads"], 2, "{}", v["switching"]);
     assert_eq!(v["ambiguity"]["items"], 0, "{}", v["ambiguity"]);
     assert_eq!(v["unmatched_markers"], 0, "{v}");
@@ -79,10 +69,7 @@ fn check_tasks(v: &serde_json::Value, out: &str) {
         // Begin + a resume after each of the PARTS awaits, at least.
         let resumes = it["switching"]["resumes"].as_u64().unwrap();
         assert!(resumes > server::PARTS, "{it}");
-        assert!(
-            it["cpu_ns"].as_u64().unwrap() <= it["switching"]["current_ns"].as_u64().unwrap(),
-            "on-CPU time only while current: {it}"
-        );
+        assert!(it["cpu_ns"].as_u64().unwrap() <= it["switching"]["current_ns"].as_u64().unwrap(), "on-CPU time only while current: {it}");
     }
 }
 

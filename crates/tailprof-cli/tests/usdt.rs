@@ -120,10 +120,7 @@ fn can_record() -> bool {
 }
 
 fn tailprof(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tailprof"))
-        .args(args)
-        .output()
-        .expect("run tailprof")
+    Command::new(env!("CARGO_BIN_EXE_tailprof")).args(args).output().expect("run tailprof")
 }
 
 /// `record` of the program with `args` before `--`; returns the trace and the program's
@@ -139,30 +136,14 @@ fn record(dir: &Path, exe: &Path, tag: &str, args: &[String]) -> (PathBuf, Strin
         .arg(REQUESTS.to_string())
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "record {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "record {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
     (trace, String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
 /// The items of a trace in start order.
 fn items(trace: &Path) -> Vec<serde_json::Value> {
-    let o = tailprof(&[
-        "items",
-        "--json",
-        "--top",
-        "0",
-        "--sort",
-        "begin",
-        trace.to_str().unwrap(),
-    ]);
-    assert!(
-        o.status.success(),
-        "items failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = tailprof(&["items", "--json", "--top", "0", "--sort", "begin", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "items failed: {}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     v["items"].as_array().expect("items array").clone()
 }
@@ -172,12 +153,7 @@ fn usdt(exe: &Path, probe: &str) -> String {
 }
 
 fn begin_end(exe: &Path) -> Vec<String> {
-    vec![
-        "--item-begin".into(),
-        usdt(exe, "request__start"),
-        "--item-end".into(),
-        usdt(exe, "request__done"),
-    ]
+    vec!["--item-begin".into(), usdt(exe, "request__start"), "--item-end".into(), usdt(exe, "request__done")]
 }
 
 #[test]
@@ -188,28 +164,13 @@ fn probes_lists_sites_args_and_semaphores() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let probes = v["probes"].as_array().unwrap();
-    let get = |name: &str| {
-        probes
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("{name}: {v}"))
-    };
+    let get = |name: &str| probes.iter().find(|p| p["name"] == name).unwrap_or_else(|| panic!("{name}: {v}"));
     let names: Vec<&str> = probes.iter().map(|p| p["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        ["detail", "operands", "request__done", "request__start"]
-    );
+    assert_eq!(names, ["detail", "operands", "request__done", "request__start"]);
     assert!(probes.iter().all(|p| p["provider"] == "app"));
-    assert_eq!(
-        get("request__done")["sites"].as_array().unwrap().len(),
-        2,
-        "the probe written twice has two sites"
-    );
+    assert_eq!(get("request__done")["sites"].as_array().unwrap().len(), 2, "the probe written twice has two sites");
     let detail = &get("detail")["sites"][0];
-    assert!(
-        detail["semaphore"].as_u64().unwrap() > 0 && detail["ref_ctr_offset"].as_u64().unwrap() > 0,
-        "{detail}"
-    );
+    assert!(detail["semaphore"].as_u64().unwrap() > 0 && detail["ref_ctr_offset"].as_u64().unwrap() > 0, "{detail}");
     assert_eq!(get("request__start")["sites"][0]["semaphore"], 0);
     // The file offset of a site holds the probe's nop (x86-64).
     let bytes = std::fs::read(&exe).unwrap();
@@ -218,23 +179,10 @@ fn probes_lists_sites_args_and_semaphores() {
             assert_eq!(bytes[s["offset"].as_u64().unwrap() as usize], 0x90, "{s}");
         }
     }
-    assert!(
-        v["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f == "handle"),
-        "uprobe-able functions are listed"
-    );
+    assert!(v["functions"].as_array().unwrap().iter().any(|f| f == "handle"), "uprobe-able functions are listed");
     let text = tailprof(&["probes", exe.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(
-        text.contains(&format!(
-            "usdt:{}:app:request__done  2 sites",
-            exe.display()
-        )),
-        "{text}"
-    );
+    assert!(text.contains(&format!("usdt:{}:app:request__done  2 sites", exe.display())), "{text}");
     // Not ELF: one line, non-zero.
     let o = tailprof(&["probes", "/proc/self/status"]);
     assert!(!o.status.success());
@@ -249,38 +197,17 @@ fn usdt_items_with_classes_from_a_string_argument() {
         return;
     }
     let mut args = begin_end(&exe);
-    args.extend([
-        "--item-class-from".into(),
-        format!("{}:arg1", usdt(&exe, "request__start")),
-    ]);
+    args.extend(["--item-class-from".into(), format!("{}:arg1", usdt(&exe, "request__start"))]);
     let (trace, stdout) = record(&dir, &exe, "items", &args);
     // Nothing probed the semaphore's probe: the expensive argument was never computed.
     assert!(stdout.contains("expensive 0"), "{stdout}");
     let r = tailprof_format::TraceReader::open(&trace).unwrap();
-    let end = r
-        .header()
-        .extra
-        .get("item_end")
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(
-        end.lines().count(),
-        2,
-        "both sites of request__done in the header: {end}"
-    );
+    let end = r.header().extra.get("item_end").cloned().unwrap_or_default();
+    assert_eq!(end.lines().count(), 2, "both sites of request__done in the header: {end}");
     let items = items(&trace);
-    assert_eq!(
-        items.len(),
-        REQUESTS,
-        "{}",
-        serde_json::to_string_pretty(&items).unwrap()
-    );
+    assert_eq!(items.len(), REQUESTS, "{}", serde_json::to_string_pretty(&items).unwrap());
     for (i, it) in items.iter().enumerate() {
-        let want = if i % 3 == 0 {
-            UPDATE_SHAPE
-        } else {
-            SELECT_SHAPE
-        };
+        let want = if i % 3 == 0 { UPDATE_SHAPE } else { SELECT_SHAPE };
         assert_eq!(it["class"].as_str(), Some(want), "request {i}: {it}");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -298,55 +225,25 @@ fn usdt_arguments_of_every_operand_kind_decode() {
     // checked, not the registers).
     let o = tailprof(&["probes", "--json", exe.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let spec = v["probes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "operands")
-        .unwrap()["sites"][0]["args"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let spec =
+        v["probes"].as_array().unwrap().iter().find(|p| p["name"] == "operands").unwrap()["sites"][0]["args"].as_str().unwrap().to_string();
     let ops: Vec<&str> = spec.split(' ').collect();
     assert_eq!(ops.len(), 5, "{spec}");
     assert!(ops[0].starts_with("-8@%r"), "{spec}");
-    assert!(
-        ops[1].starts_with("-4@%e") || ops[1].ends_with('d'),
-        "a 32-bit register: {spec}"
-    );
-    assert!(
-        ops[2].contains("(%r") && !ops[2].contains(','),
-        "memory at base+offset: {spec}"
-    );
-    assert!(
-        ops[3].contains("(%rbp)") || ops[3].contains("(%rsp)"),
-        "a frame slot: {spec}"
-    );
+    assert!(ops[1].starts_with("-4@%e") || ops[1].ends_with('d'), "a 32-bit register: {spec}");
+    assert!(ops[2].contains("(%r") && !ops[2].contains(','), "memory at base+offset: {spec}");
+    assert!(ops[3].contains("(%rbp)") || ops[3].contains("(%rsp)"), "a frame slot: {spec}");
     assert_eq!(ops[4], "-4@$42", "{spec}");
-    let expect = [
-        |id: i64| id * 3,
-        |id| 1000 - id,
-        |id| 99 + id,
-        |id| id * 5,
-        |_| 42,
-    ];
+    let expect = [|id: i64| id * 3, |id| 1000 - id, |id| 99 + id, |id| id * 5, |_| 42];
     for (n, f) in expect.iter().enumerate() {
         let mut args = begin_end(&exe);
-        args.extend([
-            "--item-class-from".into(),
-            format!("{}:arg{n}:s64", usdt(&exe, "operands")),
-        ]);
+        args.extend(["--item-class-from".into(), format!("{}:arg{n}:s64", usdt(&exe, "operands"))]);
         let (trace, _) = record(&dir, &exe, &format!("arg{n}"), &args);
         let items = items(&trace);
         assert_eq!(items.len(), REQUESTS);
         for (i, it) in items.iter().enumerate() {
             let want = f(i as i64 + 1).to_string();
-            assert_eq!(
-                it["class"].as_str(),
-                Some(want.as_str()),
-                "arg{n} ({}), request {i}: {it}",
-                ops[n]
-            );
+            assert_eq!(it["class"].as_str(), Some(want.as_str()), "arg{n} ({}), request {i}: {it}", ops[n]);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -359,41 +256,20 @@ fn usdt_semaphore_is_set_only_while_recording() {
     if !can_record() {
         return;
     }
-    let alone = Command::new(&exe)
-        .arg(REQUESTS.to_string())
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&alone.stdout).trim(),
-        "expensive 0",
-        "not recorded: the guard is off"
-    );
+    let alone = Command::new(&exe).arg(REQUESTS.to_string()).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&alone.stdout).trim(), "expensive 0", "not recorded: the guard is off");
     let mut args = begin_end(&exe);
-    args.extend([
-        "--item-class-from".into(),
-        format!("{}:arg0:s64", usdt(&exe, "detail")),
-    ]);
+    args.extend(["--item-class-from".into(), format!("{}:arg0:s64", usdt(&exe, "detail"))]);
     let (trace, stdout) = record(&dir, &exe, "sem", &args);
-    assert_eq!(
-        stdout.trim(),
-        format!("expensive {REQUESTS}"),
-        "recorded: the kernel set the semaphore"
-    );
+    assert_eq!(stdout.trim(), format!("expensive {REQUESTS}"), "recorded: the kernel set the semaphore");
     let items = items(&trace);
     assert_eq!(items.len(), REQUESTS);
     for (i, it) in items.iter().enumerate() {
         let want = ((i as i64 + 1) * 1000 + 7).to_string();
-        assert_eq!(
-            it["class"].as_str(),
-            Some(want.as_str()),
-            "request {i}: {it}"
-        );
+        assert_eq!(it["class"].as_str(), Some(want.as_str()), "request {i}: {it}");
     }
     // The semaphore's counter is dropped with the probe: a later run is off again.
-    let after = Command::new(&exe)
-        .arg(REQUESTS.to_string())
-        .output()
-        .unwrap();
+    let after = Command::new(&exe).arg(REQUESTS.to_string()).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "expensive 0");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -416,12 +292,7 @@ fn wrong_usdt_names_list_the_available_probes() {
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
-    assert!(
-        err.contains("app:request__begin")
-            && err.contains("app:request__start")
-            && err.contains("app:detail"),
-        "{err}"
-    );
+    assert!(err.contains("app:request__begin") && err.contains("app:request__start") && err.contains("app:detail"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     let o = tailprof(&[
         "record",

@@ -90,8 +90,8 @@ pub const DEFAULT_PRECISE_PERIOD: u64 = 100_003;
 pub const DEFAULT_PRECISE_MEM_PERIOD: u64 = 10_007;
 
 use tailprof_perf_abi::sample_type::{
-    ADDR as S_ADDR, DATA_SRC as S_DATA_SRC, IDENTIFIER as S_IDENTIFIER, IP as S_IP, PERIOD as S_PERIOD,
-    REGS_INTR as S_REGS_INTR, REGS_USER as S_REGS_USER, TID as S_TID, TIME as S_TIME, WEIGHT_STRUCT as S_WEIGHT_STRUCT,
+    ADDR as S_ADDR, DATA_SRC as S_DATA_SRC, IDENTIFIER as S_IDENTIFIER, IP as S_IP, PERIOD as S_PERIOD, REGS_INTR as S_REGS_INTR,
+    REGS_USER as S_REGS_USER, TID as S_TID, TIME as S_TIME, WEIGHT_STRUCT as S_WEIGHT_STRUCT,
 };
 
 /// sample_type bits every event gets (see the module docs for why not CPU, and when
@@ -248,9 +248,7 @@ pub fn samples_carry_period(rate: Rate) -> bool {
 /// Build the attr for one event.
 pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, EventError> {
     let rate = match (cfg.period, cfg.freq) {
-        (Some(_), Some(_)) => {
-            return Err(EventError::BadSampling("give either a period (-c) or a frequency (-F), not both".into()))
-        }
+        (Some(_), Some(_)) => return Err(EventError::BadSampling("give either a period (-c) or a frequency (-F), not both".into())),
         (Some(0), None) => return Err(EventError::BadSampling("the sampling period must be > 0".into())),
         (None, Some(0)) => return Err(EventError::BadSampling("the sampling frequency must be > 0".into())),
         (Some(p), None) => Rate::Period(p),
@@ -533,10 +531,7 @@ pub fn parse_regs(list: &str) -> Result<u64, EventError> {
             None => {
                 let hint = match t.strip_prefix('e').and_then(|r| REGS.iter().position(|(_, al)| al.contains(&r))) {
                     Some(i) => format!("registers are sampled as 64-bit; use {}", REGS[i].0),
-                    None => format!(
-                        "known: {}, gp, all",
-                        REGS.iter().map(|r| r.0).collect::<Vec<_>>().join(",")
-                    ),
+                    None => format!("known: {}, gp, all", REGS.iter().map(|r| r.0).collect::<Vec<_>>().join(",")),
                 };
                 return Err(EventError::BadRegister { reg: tok.to_string(), hint });
             }
@@ -552,9 +547,31 @@ pub fn reg_names(mask: u64) -> Vec<&'static str> {
 }
 
 const SAMPLE_NAMES: [&str; 25] = [
-    "IP", "TID", "TIME", "ADDR", "READ", "CALLCHAIN", "ID", "CPU", "PERIOD", "STREAM_ID", "RAW",
-    "BRANCH_STACK", "REGS_USER", "STACK_USER", "WEIGHT", "DATA_SRC", "IDENTIFIER", "TRANSACTION",
-    "REGS_INTR", "PHYS_ADDR", "AUX", "CGROUP", "DATA_PAGE_SIZE", "CODE_PAGE_SIZE", "WEIGHT_STRUCT",
+    "IP",
+    "TID",
+    "TIME",
+    "ADDR",
+    "READ",
+    "CALLCHAIN",
+    "ID",
+    "CPU",
+    "PERIOD",
+    "STREAM_ID",
+    "RAW",
+    "BRANCH_STACK",
+    "REGS_USER",
+    "STACK_USER",
+    "WEIGHT",
+    "DATA_SRC",
+    "IDENTIFIER",
+    "TRANSACTION",
+    "REGS_INTR",
+    "PHYS_ADDR",
+    "AUX",
+    "CGROUP",
+    "DATA_PAGE_SIZE",
+    "CODE_PAGE_SIZE",
+    "WEIGHT_STRUCT",
 ];
 
 /// `PERF_SAMPLE_*` names of the bits in `st` (unknown bits as `bitN`).
@@ -650,7 +667,6 @@ pub fn attr_golden_text(a: &PerfEventAttr) -> String {
     kv("config3", format!("{:#x}", a.config3));
     out
 }
-
 
 /// Bytes of user stack copied per sample in dwarf mode unless `dwarf,BYTES` says
 /// otherwise. Measured (docs/STACKS.md): the 99th percentile of what reaching the

@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(tsc_to_ns(1024, &c), 7 + 410);
         assert_eq!(tsc_to_ns(1025, &c), 7 + 410);
         assert_eq!(tsc_to_ns(1027, &c), 7 + 410 + 1); // 3*410 >> 10 = 1
-        // Large TSC where tsc * mult overflows u64: must equal the exact 128-bit result.
+                                                      // Large TSC where tsc * mult overflows u64: must equal the exact 128-bit result.
         let c = TscConversion { time_shift: 31, time_mult: 715_827_883, time_zero: 12345 };
         let tsc = 0x00ff_ffff_ffff_ffffu64;
         let exact = 12345 + ((tsc as u128 * 715_827_883u128) >> 31) as u64;
@@ -290,10 +290,7 @@ mod tests {
         assert_eq!(c.clock_info(ClockChoice::PerfDefault), ClockInfo::Perf);
         c.tsc = Some(TscConversion { time_shift: 31, time_mult: 3, time_zero: 9 });
         assert_eq!(c.clock_choice(), ClockChoice::PerfDefault);
-        assert_eq!(
-            c.clock_info(ClockChoice::PerfDefault),
-            ClockInfo::PerfTsc { time_shift: 31, time_mult: 3, time_zero: 9 }
-        );
+        assert_eq!(c.clock_info(ClockChoice::PerfDefault), ClockInfo::PerfTsc { time_shift: 31, time_mult: 3, time_zero: 9 });
     }
 
     #[test]

@@ -171,11 +171,7 @@ impl EventSpec {
     }
 
     /// Parse with explicit PMU and tracefs roots (`None`: [`TRACEFS_ROOTS`]).
-    pub fn parse_with_roots(
-        s: &str,
-        sysfs_root: &Path,
-        tracefs_root: Option<&Path>,
-    ) -> Result<EventSpec, EventError> {
+    pub fn parse_with_roots(s: &str, sysfs_root: &Path, tracefs_root: Option<&Path>) -> Result<EventSpec, EventError> {
         let s = s.trim();
         if s.is_empty() {
             return Err(EventError::Empty);
@@ -411,11 +407,10 @@ impl Ctx<'_> {
         for (alias, path) in &alias_list {
             let text = read_trimmed(path).map_err(|r| self.sysfs_err(path, r))?;
             for t in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                self.apply_term(&mut spec, pmu, &formats, t)
-                    .map_err(|e| match e {
-                        EventError::BadTerm { reason, .. } => self.sysfs_err(path, reason),
-                        other => other,
-                    })?;
+                self.apply_term(&mut spec, pmu, &formats, t).map_err(|e| match e {
+                    EventError::BadTerm { reason, .. } => self.sysfs_err(path, reason),
+                    other => other,
+                })?;
             }
             if alias.starts_with("mem-loads") || alias.starts_with("mem-stores") {
                 spec.mem = true;
@@ -427,13 +422,7 @@ impl Ctx<'_> {
         Ok(spec)
     }
 
-    fn apply_term(
-        &self,
-        spec: &mut EventSpec,
-        pmu: &str,
-        formats: &BTreeMap<String, Format>,
-        term: &str,
-    ) -> Result<(), EventError> {
+    fn apply_term(&self, spec: &mut EventSpec, pmu: &str, formats: &BTreeMap<String, Format>, term: &str) -> Result<(), EventError> {
         let (key, value) = match term.split_once('=') {
             Some((k, v)) => (k.trim(), Some(v.trim())),
             None => (term, None),
@@ -476,12 +465,7 @@ impl Ctx<'_> {
                 let mut known: Vec<String> = formats.keys().cloned().collect();
                 known.extend(["config", "config1", "config2"].map(String::from));
                 known.extend(list_dir(&self.root.join(pmu).join("events")).into_iter().filter(|e| !e.contains('.')));
-                return Err(EventError::UnknownTerm {
-                    event: self.typed.into(),
-                    pmu: pmu.into(),
-                    term: key.into(),
-                    known,
-                });
+                return Err(EventError::UnknownTerm { event: self.typed.into(), pmu: pmu.into(), term: key.into(), known });
             }
         }
         Ok(())
@@ -614,11 +598,7 @@ fn tracepoint(typed: &str, subsys: &str, event: &str, tracefs_root: Option<&Path
                 cands = list_dir(&root.join("events"));
             }
             let near = close_matches(event, &cands);
-            return Err(err(format!(
-                "no such tracepoint under {}/events{}",
-                root.display(),
-                did_you_mean(&near)
-            )));
+            return Err(err(format!("no such tracepoint under {}/events{}", root.display(), did_you_mean(&near))));
         }
         Err(e) => return Err(err(format!("cannot read {}: {e} (tracefs usually needs root)", id_path.display()))),
     };
@@ -639,9 +619,8 @@ fn read_trimmed(p: &Path) -> std::io::Result<String> {
 
 /// Sorted names in a directory (empty when it does not exist).
 pub(crate) fn list_dir(p: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(p)
-        .map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
+    let mut v: Vec<String> =
+        fs::read_dir(p).map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect()).unwrap_or_default();
     v.sort();
     v
 }

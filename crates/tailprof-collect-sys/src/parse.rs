@@ -693,7 +693,9 @@ mod tests {
     #[test]
     fn plain_samples_decode_as_the_general_path() {
         for bits in 0..8u64 {
-            let t = st::IP | st::TID | st::TIME
+            let t = st::IP
+                | st::TID
+                | st::TIME
                 | if bits & 1 != 0 { st::IDENTIFIER } else { 0 }
                 | if bits & 2 != 0 { st::CPU } else { 0 }
                 | if bits & 4 != 0 { st::PERIOD } else { 0 };
@@ -807,13 +809,7 @@ mod tests {
         let rf = read_format::TOTAL_TIME_ENABLED | read_format::ID;
         let mut d = Decoder::new(vec![
             Layout { sample_type: BASIC | st::IDENTIFIER, ..Layout::default() },
-            Layout {
-                sample_type: t,
-                read_format: rf,
-                regs_user_mask: 0b1011,
-                sample_id_all: true,
-                ..Layout::default()
-            },
+            Layout { sample_type: t, read_format: rf, regs_user_mask: 0b1011, sample_id_all: true, ..Layout::default() },
         ]);
         d.add_id(77, 1);
         d.add_id(55, 0);

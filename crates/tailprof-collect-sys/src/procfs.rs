@@ -24,8 +24,7 @@ pub const KERNEL_PID: u32 = u32::MAX;
 
 /// Thread ids of process `pid` (from /proc/PID/task), sorted.
 pub fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
-    let mut v: Vec<u32> =
-        fs::read_dir(format!("/proc/{pid}/task"))?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    let mut v: Vec<u32> = fs::read_dir(format!("/proc/{pid}/task"))?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     v.sort_unstable();
     Ok(v)
 }
@@ -104,10 +103,10 @@ fn parse_dev(s: &str) -> Option<u64> {
     Some(libc::makedev(u32::from_str_radix(maj, 16).ok()?, u32::from_str_radix(min, 16).ok()?))
 }
 
+use tailprof_elf::open::reopen_checked;
 /// The one untrusted-file opener ([`tailprof_elf::open`]; docs/SECURITY.md), for every path
 /// a profiled process can influence (mapped files, their `/proc/PID/root/...` forms).
 pub use tailprof_elf::open::{open_untrusted, open_untrusted_as};
-use tailprof_elf::open::reopen_checked;
 
 /// Open the file behind mapping `m` of process `pid`, safely (issue 10, finding 3): first
 /// through `/proc/PID/map_files/START-END` (the kernel's reference to the mapped file

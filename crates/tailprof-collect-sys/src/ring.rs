@@ -67,26 +67,12 @@ impl Ring {
     /// Map `1 + data_pages` pages of the perf fd. `data_pages` must be a power of two.
     pub fn map(fd: BorrowedFd<'_>, data_pages: usize, cpu: u32) -> io::Result<Ring> {
         if data_pages == 0 || !data_pages.is_power_of_two() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("ring size must be a power of two pages, not {data_pages}"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("ring size must be a power of two pages, not {data_pages}")));
         }
         let page = page_size();
-        let len = (1 + data_pages)
-            .checked_mul(page)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "ring too large"))?;
+        let len = (1 + data_pages).checked_mul(page).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "ring too large"))?;
         // SAFETY: a fresh shared mapping of a perf fd; checked for MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -209,11 +195,9 @@ impl std::fmt::Debug for Ring {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
 
     const PAGE: usize = 4096;
 
@@ -297,4 +281,3 @@ mod tests {
         assert!(Ring::map(fd.as_fd(), 3, 0).is_err());
     }
 }
-

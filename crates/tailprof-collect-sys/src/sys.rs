@@ -65,13 +65,7 @@ fn paranoid_text(p: Option<i32>) -> String {
 
 /// `perf_event_open(2)`. The attr is copied (the kernel may write `size` back on E2BIG).
 /// `flags`: [`PERF_FLAG_FD_CLOEXEC`] etc.
-pub fn perf_event_open(
-    attr: &PerfEventAttr,
-    pid: i32,
-    cpu: i32,
-    group_fd: i32,
-    flags: u64,
-) -> io::Result<OwnedFd> {
+pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32, group_fd: i32, flags: u64) -> io::Result<OwnedFd> {
     let mut copy = *attr;
     // SAFETY: `copy` is a valid, initialized perf_event_attr whose `size` field does not
     // exceed its real size; the kernel only reads (and on E2BIG writes `size` of) it.
@@ -124,11 +118,7 @@ pub fn ioctl_id(fd: impl AsFd) -> io::Result<u64> {
 pub fn explain_open_error(err: &io::Error, spec: &EventSpec, caps: &Capabilities) -> CollectError {
     let event = spec.name.clone();
     let errno = err.raw_os_error().unwrap_or(0);
-    let open = |hint: String| CollectError::Open {
-        event: event.clone(),
-        hint,
-        source: clone_err(err),
-    };
+    let open = |hint: String| CollectError::Open { event: event.clone(), hint, source: clone_err(err) };
     let pmu_missing_errno = matches!(errno, libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV | libc::EINVAL);
     if pmu_missing_errno && spec.needs_hardware_pmu() && !caps.has_cpu_pmu {
         return CollectError::NoHardwarePmu { event };
@@ -210,13 +200,12 @@ fn precise_hint(spec: &EventSpec, caps: &Capabilities) -> String {
     let base = base_name(spec);
     let sep = if base.ends_with('/') { "" } else { ":" };
     match caps.max_precise {
-        Some(0) => format!(
-            "this PMU has no precise sampling (no PEBS/IBS) but precise_ip={p} was requested; drop the :p modifiers ({base})"
-        ),
-        Some(m) if m < p => format!(
-            "precise_ip={p} exceeds this PMU's maximum ({m}); use {base}{sep}{} or {base}{sep}P",
-            "p".repeat(m as usize)
-        ),
+        Some(0) => {
+            format!("this PMU has no precise sampling (no PEBS/IBS) but precise_ip={p} was requested; drop the :p modifiers ({base})")
+        }
+        Some(m) if m < p => {
+            format!("precise_ip={p} exceeds this PMU's maximum ({m}); use {base}{sep}{} or {base}{sep}P", "p".repeat(m as usize))
+        }
         _ if p > 1 => format!(
             "precise_ip={p} was rejected (this event may not support that precision); try a lower precision: {base}{sep}{}",
             "p".repeat(p as usize - 1)
@@ -256,9 +245,8 @@ mod tests {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let len = page * 2;
         // SAFETY: mapping a perf fd's ring (1 header + 1 data page); unmapped below.
-        let ring = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-        };
+        let ring =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
         assert_ne!(ring, libc::MAP_FAILED, "{}", io::Error::last_os_error());
         let cfg = SamplingConfig { sideband: false, ..Default::default() };
         let plan2 = build_attr(&EventSpec::parse("task-clock").unwrap(), &cfg).unwrap();

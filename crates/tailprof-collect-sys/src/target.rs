@@ -75,9 +75,7 @@ pub fn resolve_command(cmd: &str) -> Result<PathBuf, LaunchError> {
         }
     }
     match non_exec {
-        Some(p) => {
-            Err(LaunchError::Exec { cmd: p.display().to_string(), source: io::Error::from_raw_os_error(libc::EACCES) })
-        }
+        Some(p) => Err(LaunchError::Exec { cmd: p.display().to_string(), source: io::Error::from_raw_os_error(libc::EACCES) }),
         None => Err(LaunchError::NotFound(cmd.into())),
     }
 }
@@ -137,8 +135,7 @@ pub fn spawn_stopped(argv: &[String]) -> Result<Child, LaunchError> {
     let io_err = |source| LaunchError::Io { cmd: cmd.clone(), source };
     let nul = |_| LaunchError::Exec { cmd: cmd.clone(), source: io::Error::from_raw_os_error(libc::EINVAL) };
     let cpath = CString::new(path.as_os_str().as_bytes()).map_err(nul)?;
-    let cargs: Vec<CString> =
-        argv.iter().map(|a| CString::new(OsStr::new(a).as_bytes())).collect::<Result<_, _>>().map_err(nul)?;
+    let cargs: Vec<CString> = argv.iter().map(|a| CString::new(OsStr::new(a).as_bytes())).collect::<Result<_, _>>().map_err(nul)?;
     let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     let (go_r, go_w) = pipe_cloexec().map_err(io_err)?;
@@ -225,9 +222,9 @@ unsafe fn child_after_fork(
     bufs: EnvBufs,
 ) -> ! {
     libc::close(go_w); // so a dying parent means EOF for us
-    // Die with the recorder (issue 10): a recorder killed with SIGKILL must not leave the
-    // command running unobserved. The signal survives exec (not for set-uid programs,
-    // which the kernel exempts). If the parent died before the prctl, exit now.
+                       // Die with the recorder (issue 10): a recorder killed with SIGKILL must not leave the
+                       // command running unobserved. The signal survives exec (not for set-uid programs,
+                       // which the kernel exempts). If the parent died before the prctl, exit now.
     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
     if libc::getppid() != parent {
         libc::_exit(127);

@@ -55,17 +55,12 @@ fn run(name: &str, dec: &Decoder, recs: &[(usize, usize)], buf: &[u8], reps: usi
                     Ok(Decoded::Sample) => {}
                     other => panic!("{other:?}"),
                 }
-                sum = sum.wrapping_add(
-                    s.ip ^ s.time ^ s.period ^ u64::from(s.tid) ^ s.regs.len() as u64,
-                );
+                sum = sum.wrapping_add(s.ip ^ s.time ^ s.period ^ u64::from(s.tid) ^ s.regs.len() as u64);
             }
         }
         best = best.min(t0.elapsed().as_nanos() as f64 / (ROUNDS * recs.len()) as f64);
     }
-    println!(
-        "{name}: {best:.2} ns/record (best of {reps}, {} x {ROUNDS} records, checksum {sum:x})",
-        recs.len()
-    );
+    println!("{name}: {best:.2} ns/record (best of {reps}, {} x {ROUNDS} records, checksum {sum:x})", recs.len());
 }
 
 /// `Decoder::plain` over the records: what the recorder does per plain sample it drains.
@@ -78,23 +73,16 @@ fn run_plain(name: &str, dec: &Decoder, recs: &[(usize, usize)], buf: &[u8], rep
             for &(at, len) in recs {
                 let r = black_box(&buf[at..at + len]);
                 let s = dec.plain(r, 3).expect("a plain sample");
-                sum = sum
-                    .wrapping_add(s.ip ^ s.time ^ s.period ^ u64::from(s.tid) ^ u64::from(s.cpu));
+                sum = sum.wrapping_add(s.ip ^ s.time ^ s.period ^ u64::from(s.tid) ^ u64::from(s.cpu));
             }
         }
         best = best.min(t0.elapsed().as_nanos() as f64 / (ROUNDS * recs.len()) as f64);
     }
-    println!(
-        "{name}: {best:.2} ns/record (best of {reps}, {} x {ROUNDS} records, checksum {sum:x})",
-        recs.len()
-    );
+    println!("{name}: {best:.2} ns/record (best of {reps}, {} x {ROUNDS} records, checksum {sum:x})", recs.len());
 }
 
 fn main() {
-    let a: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|s| s.parse().unwrap())
-        .collect();
+    let a: Vec<usize> = std::env::args().skip(1).map(|s| s.parse().unwrap()).collect();
     let n = a.first().copied().unwrap_or(8192);
     let reps = a.get(1).copied().unwrap_or(5);
     // 1: fixed layouts only, 2: general path only, 3: plain only, otherwise all.
@@ -104,12 +92,8 @@ fn main() {
 
     // The full fixed layout: IDENTIFIER IP TID TIME CPU PERIOD (the recorder's default
     // before issue 9; it now requests neither CPU nor, at a fixed period, PERIOD).
-    let layout = Layout {
-        sample_type: BASE_SAMPLE_TYPE | st::CPU | st::PERIOD,
-        sample_id_all: true,
-        default_period: 10_000,
-        ..Layout::default()
-    };
+    let layout =
+        Layout { sample_type: BASE_SAMPLE_TYPE | st::CPU | st::PERIOD, sample_id_all: true, default_period: 10_000, ..Layout::default() };
     let mut dec = Decoder::new(vec![layout]);
     dec.add_id(7, 0);
     let mut buf = Vec::new();
@@ -117,25 +101,13 @@ fn main() {
     for i in 0..n as u64 {
         let r = record(
             if i % 3 == 0 { 1 } else { 2 },
-            &[
-                7,
-                0x40_1000 + (i * 37) % 4096,
-                pair(100, 100 + (i % 3) as u32),
-                1_000_000 + i * 10_000,
-                pair((i % 2) as u32, 0),
-                10_000,
-            ],
+            &[7, 0x40_1000 + (i * 37) % 4096, pair(100, 100 + (i % 3) as u32), 1_000_000 + i * 10_000, pair((i % 2) as u32, 0), 10_000],
         );
         recs.push((buf.len(), r.len()));
         buf.extend_from_slice(&r);
     }
     // The 40-byte layout, the recorder's default: the same records without CPU and PERIOD.
-    let layout40 = Layout {
-        sample_type: BASE_SAMPLE_TYPE,
-        sample_id_all: true,
-        default_period: 10_000,
-        ..Layout::default()
-    };
+    let layout40 = Layout { sample_type: BASE_SAMPLE_TYPE, sample_id_all: true, default_period: 10_000, ..Layout::default() };
     let mut dec40 = Decoder::new(vec![layout40]);
     dec40.add_id(7, 0);
     let mut buf40 = Vec::new();
@@ -143,12 +115,7 @@ fn main() {
     for i in 0..n as u64 {
         let r = record(
             if i % 3 == 0 { 1 } else { 2 },
-            &[
-                7,
-                0x40_1000 + (i * 37) % 4096,
-                pair(100, 100 + (i % 3) as u32),
-                1_000_000 + i * 10_000,
-            ],
+            &[7, 0x40_1000 + (i * 37) % 4096, pair(100, 100 + (i % 3) as u32), 1_000_000 + i * 10_000],
         );
         recs40.push((buf40.len(), r.len()));
         buf40.extend_from_slice(&r);
@@ -158,13 +125,7 @@ fn main() {
             run("56-byte layout (fixed offsets)", &dec, &recs, &buf, reps);
         }
         if with40 {
-            run(
-                "40-byte layout (fixed offsets)",
-                &dec40,
-                &recs40,
-                &buf40,
-                reps,
-            );
+            run("40-byte layout (fixed offsets)", &dec40, &recs40, &buf40, reps);
         }
     }
     if which == 0 || which == 3 {
@@ -177,22 +138,8 @@ fn main() {
     }
 
     // General path: IP TID TIME ADDR CPU PERIOD CALLCHAIN REGS_USER WEIGHT DATA_SRC.
-    let t = st::IP
-        | st::TID
-        | st::TIME
-        | st::ADDR
-        | st::CPU
-        | st::PERIOD
-        | st::CALLCHAIN
-        | st::REGS_USER
-        | st::WEIGHT
-        | st::DATA_SRC;
-    let layout = Layout {
-        sample_type: t,
-        regs_user_mask: 0b111,
-        sample_id_all: true,
-        ..Layout::default()
-    };
+    let t = st::IP | st::TID | st::TIME | st::ADDR | st::CPU | st::PERIOD | st::CALLCHAIN | st::REGS_USER | st::WEIGHT | st::DATA_SRC;
+    let layout = Layout { sample_type: t, regs_user_mask: 0b111, sample_id_all: true, ..Layout::default() };
     let dec = Decoder::new(vec![layout]);
     let mut buf = Vec::new();
     let mut recs = Vec::with_capacity(n);
@@ -223,12 +170,6 @@ fn main() {
         buf.extend_from_slice(&r);
     }
     if which == 0 || which == 2 {
-        run(
-            "general path (callchain, regs, weight, data_src)",
-            &dec,
-            &recs,
-            &buf,
-            reps,
-        );
+        run("general path (callchain, regs, weight, data_src)", &dec, &recs, &buf, reps);
     }
 }

@@ -68,7 +68,11 @@ fn main() {
     let layout = Layout { sample_type, sample_id_all: true, default_period: period, ..Layout::default() };
     let mut layouts = vec![layout];
     for ev in 1..events {
-        let t = if ev == 1 { st::IDENTIFIER | st::TID | st::TIME } else { st::IDENTIFIER | st::IP | st::TID | st::TIME | st::CALLCHAIN | st::RAW };
+        let t = if ev == 1 {
+            st::IDENTIFIER | st::TID | st::TIME
+        } else {
+            st::IDENTIFIER | st::IP | st::TID | st::TIME | st::CALLCHAIN | st::RAW
+        };
         layouts.push(Layout { sample_type: t, sample_id_all: true, ..Layout::default() });
     }
     let mut dec = Decoder::new(layouts);

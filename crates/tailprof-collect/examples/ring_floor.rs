@@ -53,7 +53,7 @@ impl Counts {
         let u64_at = |off: usize| rec.get(off..off + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()));
         match ty {
             SAMPLE => self.samples += 1,
-            LOST => self.lost += u64_at(16), // header, id, lost
+            LOST => self.lost += u64_at(16),        // header, id, lost
             LOST_SAMPLES => self.lost += u64_at(8), // header, lost
             _ => {}
         }
@@ -145,8 +145,7 @@ fn run(a: Args) -> Result<Counts, String> {
     for (i, fd) in fds.iter().enumerate() {
         epoll_add(&ep, fd.as_raw_fd(), i as u64)?;
     }
-    let mut child =
-        if a.cmd.is_empty() { None } else { Some(target::spawn_stopped(&a.cmd).map_err(|e| e.to_string())?) };
+    let mut child = if a.cmd.is_empty() { None } else { Some(target::spawn_stopped(&a.cmd).map_err(|e| e.to_string())?) };
     if let Some(pidfd) = child.as_ref().and_then(|c| c.pidfd()) {
         epoll_add(&ep, pidfd.as_raw_fd(), PIDFD_TOKEN)?;
     }
@@ -190,10 +189,7 @@ fn run(a: Args) -> Result<Counts, String> {
 
 fn main() {
     match parse_args().and_then(run) {
-        Ok(c) => println!(
-            "{{\"records\":{},\"samples\":{},\"lost\":{},\"wakeups\":{}}}",
-            c.records, c.samples, c.lost, c.wakeups
-        ),
+        Ok(c) => println!("{{\"records\":{},\"samples\":{},\"lost\":{},\"wakeups\":{}}}", c.records, c.samples, c.lost, c.wakeups),
         Err(e) => {
             eprintln!("ring_floor: error: {e}");
             std::process::exit(1);

@@ -175,9 +175,9 @@ impl Machine {
             .unwrap_or_default();
         pmus.sort();
         let core_pmu = CORE_PMUS.iter().find(|p| pmus.iter().any(|q| q == *p)).map(|p| p.to_string());
-        let pmu_name = core_pmu.as_ref().and_then(|p| {
-            std::fs::read_to_string(sysfs_root.join(p).join("caps/pmu_name")).ok().map(|s| s.trim().to_string())
-        });
+        let pmu_name = core_pmu
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(sysfs_root.join(p).join("caps/pmu_name")).ok().map(|s| s.trim().to_string()));
         let arm_part = match (field("CPU implementer"), field("CPU part")) {
             (Some(i), Some(p)) => parse_num(&i).zip(parse_num(&p)),
             _ => None,
@@ -317,11 +317,9 @@ fn intel_gen_from_pmu_name(n: &str) -> Option<IntelGen> {
         "nehalem" | "westmere" => IntelGen::NehalemWestmere,
         "sandybridge" | "ivybridge" => IntelGen::SandyIvy,
         "haswell" | "broadwell" => IntelGen::HaswellBroadwell,
-        "skylake" | "icelake" | "sapphire_rapids" | "granite_rapids" | "emerald_rapids" | "diamond_rapids" => {
-            IntelGen::SkylakeOrLater
-        }
-        "goldmont" | "goldmont_plus" | "tremont" | "gracemont" | "crestmont" | "sierra_forest" | "grand_ridge"
-        | "skymont" | "clearwater_forest" | "darkmont" => IntelGen::Atom,
+        "skylake" | "icelake" | "sapphire_rapids" | "granite_rapids" | "emerald_rapids" | "diamond_rapids" => IntelGen::SkylakeOrLater,
+        "goldmont" | "goldmont_plus" | "tremont" | "gracemont" | "crestmont" | "sierra_forest" | "grand_ridge" | "skymont"
+        | "clearwater_forest" | "darkmont" => IntelGen::Atom,
         n if n.ends_with("_hybrid") => IntelGen::SkylakeOrLater,
         _ => return None,
     })
@@ -335,10 +333,8 @@ fn intel_gen_from_model(family: u32, model: u32) -> IntelGen {
         0x1a | 0x1e | 0x1f | 0x2e | 0x25 | 0x2c | 0x2f => IntelGen::NehalemWestmere,
         0x2a | 0x2d | 0x3a | 0x3e => IntelGen::SandyIvy,
         0x3c | 0x3f | 0x45 | 0x46 | 0x3d | 0x47 | 0x4f | 0x56 => IntelGen::HaswellBroadwell,
-        0x4e | 0x5e | 0x55 | 0x8e | 0x9e | 0xa5 | 0xa6 | 0x7d | 0x7e | 0x6a | 0x6c | 0x8c | 0x8d | 0xa7 | 0x8f
-        | 0xcf | 0xad | 0xae | 0x97 | 0x9a | 0xb7 | 0xba | 0xbf | 0xaa | 0xac | 0xc5 | 0xc6 | 0xbd => {
-            IntelGen::SkylakeOrLater
-        }
+        0x4e | 0x5e | 0x55 | 0x8e | 0x9e | 0xa5 | 0xa6 | 0x7d | 0x7e | 0x6a | 0x6c | 0x8c | 0x8d | 0xa7 | 0x8f | 0xcf | 0xad | 0xae
+        | 0x97 | 0x9a | 0xb7 | 0xba | 0xbf | 0xaa | 0xac | 0xc5 | 0xc6 | 0xbd => IntelGen::SkylakeOrLater,
         0x5c | 0x5f | 0x7a | 0x86 | 0x96 | 0x9c | 0xbe | 0xaf | 0xb6 => IntelGen::Atom,
         _ => IntelGen::Unknown,
     }
@@ -631,8 +627,8 @@ impl CounterSibling {
             }
             Target::Pid(pid) => {
                 attr.set_enable_on_exec(0);
-                let tids = crate::procfs::thread_ids(*pid)
-                    .map_err(|e| BandwidthError::Counter(format!("listing the threads of {pid}: {e}")))?;
+                let tids =
+                    crate::procfs::thread_ids(*pid).map_err(|e| BandwidthError::Counter(format!("listing the threads of {pid}: {e}")))?;
                 for tid in tids {
                     fds.push((u32::MAX, tid, open(&attr, tid as i32, -1)?));
                 }
@@ -666,8 +662,7 @@ impl CounterSibling {
         self.fds
             .iter()
             .map(|(cpu, pid, fd)| {
-                let (value, en, run) =
-                    read_counter(fd).map_err(|e| BandwidthError::Counter(format!("reading '{}': {e}", self.name)))?;
+                let (value, en, run) = read_counter(fd).map_err(|e| BandwidthError::Counter(format!("reading '{}': {e}", self.name)))?;
                 Ok(CounterReading { cpu: *cpu, pid: *pid, value, time_enabled_ns: en, time_running_ns: run })
             })
             .collect()

@@ -161,8 +161,8 @@ pub fn count_command(events: &[EventSpec], argv: &[String]) -> Result<CountResul
     let mut fds = Vec::with_capacity(events.len());
     for spec in events {
         let attr = counting_attr(spec);
-        let fd = sys::perf_event_open(&attr, pid, -1, -1, sys::PERF_FLAG_FD_CLOEXEC)
-            .map_err(|e| sys::explain_open_error(&e, spec, &caps))?;
+        let fd =
+            sys::perf_event_open(&attr, pid, -1, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(|e| sys::explain_open_error(&e, spec, &caps))?;
         fds.push(fd);
     }
     let t0 = crate::session::monotonic_ns();
@@ -171,8 +171,8 @@ pub fn count_command(events: &[EventSpec], argv: &[String]) -> Result<CountResul
     let elapsed_ns = crate::session::monotonic_ns().saturating_sub(t0);
     let mut out = Vec::with_capacity(events.len());
     for (spec, fd) in events.iter().zip(&fds) {
-        let (value, time_enabled_ns, time_running_ns) = read_counter(fd)
-            .map_err(|source| CountError::Io { what: format!("reading counter '{}'", spec.name), source })?;
+        let (value, time_enabled_ns, time_running_ns) =
+            read_counter(fd).map_err(|source| CountError::Io { what: format!("reading counter '{}'", spec.name), source })?;
         out.push(CountedEvent { name: spec.name.clone(), value, time_enabled_ns, time_running_ns });
     }
     Ok(CountResult { events: out, elapsed_ns, exit_status: status })
@@ -317,14 +317,10 @@ pub fn last_level_cache(cpu_root: &Path) -> Option<CacheInfo> {
         if read("type").as_deref() == Some("Instruction") {
             continue;
         }
-        let (Some(level), Some(size)) = (read("level").and_then(|s| s.parse().ok()), read("size").and_then(|s| parse_size(&s)))
-        else {
+        let (Some(level), Some(size)) = (read("level").and_then(|s| s.parse().ok()), read("size").and_then(|s| parse_size(&s))) else {
             continue;
         };
-        let shared = read("shared_cpu_list")
-            .and_then(|s| crate::caps::parse_cpu_list(&s))
-            .map(|v| v.len() as u32)
-            .unwrap_or(1);
+        let shared = read("shared_cpu_list").and_then(|s| crate::caps::parse_cpu_list(&s)).map(|v| v.len() as u32).unwrap_or(1);
         if best.is_none_or(|b| level > b.level) {
             best = Some(CacheInfo { level, size_bytes: size, shared_by_cpus: shared.max(1) });
         }
@@ -427,8 +423,8 @@ pub fn count_command_interval(
         for (spec, group) in events.iter().zip(fds) {
             let mut sum = (0u64, 0u64, 0u64);
             for fd in group {
-                let (v, e, r) = read_counter(fd)
-                    .map_err(|source| CountError::Io { what: format!("reading counter '{}'", spec.name), source })?;
+                let (v, e, r) =
+                    read_counter(fd).map_err(|source| CountError::Io { what: format!("reading counter '{}'", spec.name), source })?;
                 sum = (sum.0 + v, sum.1 + e, sum.2 + r);
             }
             out.push(sum);
@@ -441,15 +437,12 @@ pub fn count_command_interval(
     let mut last_t = 0u64;
     let mut deadline = t0 + interval_ns;
     loop {
-        let exited = wait_exit_until(&mut child, deadline)
-            .map_err(|source| CountError::Io { what: "waiting for the command".into(), source })?;
+        let exited =
+            wait_exit_until(&mut child, deadline).map_err(|source| CountError::Io { what: "waiting for the command".into(), source })?;
         let now = crate::session::monotonic_ns();
         let cur = read_all(&fds)?;
-        let deltas: Vec<(u64, u64, u64)> = cur
-            .iter()
-            .zip(&prev)
-            .map(|(c, p)| (c.0.wrapping_sub(p.0), c.1.wrapping_sub(p.1), c.2.wrapping_sub(p.2)))
-            .collect();
+        let deltas: Vec<(u64, u64, u64)> =
+            cur.iter().zip(&prev).map(|(c, p)| (c.0.wrapping_sub(p.0), c.1.wrapping_sub(p.1), c.2.wrapping_sub(p.2))).collect();
         let t = now.saturating_sub(t0);
         on_tick(&IntervalTick { t_ns: t, len_ns: t - last_t, deltas });
         prev = cur;
@@ -570,9 +563,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tailprof-counting-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let cache = dir.join("cpu/cpu0/cache");
-        for (idx, level, ty, size, shared) in
-            [(0, 1, "Data", "48K", "0,8"), (1, 1, "Instruction", "32K", "0,8"), (2, 2, "Unified", "1280K", "0,8"), (3, 3, "Unified", "30720K", "0-15")]
-        {
+        for (idx, level, ty, size, shared) in [
+            (0, 1, "Data", "48K", "0,8"),
+            (1, 1, "Instruction", "32K", "0,8"),
+            (2, 2, "Unified", "1280K", "0,8"),
+            (3, 3, "Unified", "30720K", "0-15"),
+        ] {
             let d = cache.join(format!("index{idx}"));
             fs::create_dir_all(&d).unwrap();
             fs::write(d.join("level"), format!("{level}\n")).unwrap();
@@ -615,10 +611,8 @@ mod tests {
     #[test]
     fn counts_a_real_command() {
         let events = [EventSpec::parse("task-clock").unwrap(), EventSpec::parse("context-switches").unwrap()];
-        let argv: Vec<String> = ["sh", "-c", "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; exit 3"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let argv: Vec<String> =
+            ["sh", "-c", "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; exit 3"].iter().map(|s| s.to_string()).collect();
         let r = match count_command(&events, &argv) {
             Ok(r) => r,
             Err(e) if is_perm(&e) => {

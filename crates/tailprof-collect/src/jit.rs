@@ -182,9 +182,7 @@ pub struct JitCollector {
 /// Whether `path` names a jitdump (`.../jit-<digits>.dump`).
 pub fn is_jitdump_path(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
-    name.strip_prefix("jit-")
-        .and_then(|r| r.strip_suffix(".dump"))
-        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+    name.strip_prefix("jit-").and_then(|r| r.strip_suffix(".dump")).is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// One perf-map line (its home is the format's JIT module, shared with `import`).
@@ -286,8 +284,8 @@ impl JitCollector {
             return;
         }
         let jitdump = is_jitdump_path(&m.path);
-        let anon_exec = m.prot & libc::PROT_EXEC as u32 != 0
-            && (m.path.is_empty() || m.path.starts_with("//anon") || m.path.starts_with("[anon"));
+        let anon_exec =
+            m.prot & libc::PROT_EXEC as u32 != 0 && (m.path.is_empty() || m.path.starts_with("//anon") || m.path.starts_with("[anon"));
         let Some(p) = self.proc_mut(m.pid) else { return };
         p.anon_exec |= anon_exec;
         if jitdump && p.dumps.len() < 16 && !p.dumps.iter().any(|d| d.path == m.path) {
@@ -319,8 +317,7 @@ impl JitCollector {
         for pid in pids {
             // An exited process is read to its end once, then forgotten.
             let whole = last || self.procs.get(&pid).is_some_and(|p| p.exited);
-            let rounds =
-                if whole { 1 + (self.limits.map_bytes / self.limits.poll_bytes.max(1) as u64) as usize } else { 1 };
+            let rounds = if whole { 1 + (self.limits.map_bytes / self.limits.poll_bytes.max(1) as u64) as usize } else { 1 };
             for _ in 0..rounds {
                 if !self.poll_map(pid, now, whole) {
                     break;
@@ -328,8 +325,7 @@ impl JitCollector {
             }
             let n = self.procs.get(&pid).map_or(0, |p| p.dumps.len());
             for i in 0..n {
-                let rounds =
-                    if whole { 1 + self.limits.dump_bytes as usize / (self.limits.poll_bytes.max(1)) } else { 1 };
+                let rounds = if whole { 1 + self.limits.dump_bytes as usize / (self.limits.poll_bytes.max(1)) } else { 1 };
                 for _ in 0..rounds {
                     if !self.poll_dump(pid, i) {
                         break;
@@ -391,8 +387,7 @@ impl JitCollector {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && path.starts_with("/proc/") => Err(false),
             Err(e) => {
                 // A symlink (ELOOP), a FIFO or device, FUSE, no permission.
-                let why =
-                    if e.raw_os_error() == Some(libc::ELOOP) { "a symbolic link".to_owned() } else { e.to_string() };
+                let why = if e.raw_os_error() == Some(libc::ELOOP) { "a symbolic link".to_owned() } else { e.to_string() };
                 self.refuse(pid, path, &why);
                 Err(true)
             }
@@ -802,10 +797,7 @@ mod tests {
 
     #[test]
     fn map_lines_with_and_without_0x() {
-        assert_eq!(
-            parse_map_line(b"7f00a0 40 LazyCompile:*hot /a.js:3"),
-            Some((0x7f00a0, 0x40, "LazyCompile:*hot /a.js:3".into()))
-        );
+        assert_eq!(parse_map_line(b"7f00a0 40 LazyCompile:*hot /a.js:3"), Some((0x7f00a0, 0x40, "LazyCompile:*hot /a.js:3".into())));
         assert_eq!(parse_map_line(b"0x10 0x20 Interpreter"), Some((0x10, 0x20, "Interpreter".into())));
         assert_eq!(parse_map_line(b"10 0 empty"), None);
         assert_eq!(parse_map_line(b"zz 10 bad"), None);
@@ -877,15 +869,7 @@ mod tests {
         std::fs::write(&path, &first).unwrap();
 
         let mut c = JitCollector::new(JitLimits::default(), true);
-        let m = Mmap {
-            pid,
-            tid: pid,
-            start: 0x1000,
-            len: 4096,
-            prot: 5,
-            path: path.display().to_string(),
-            ..Default::default()
-        };
+        let m = Mmap { pid, tid: pid, start: 0x1000, len: 4096, prot: 5, path: path.display().to_string(), ..Default::default() };
         c.note_mmap(&m);
         c.poll(1, true);
         let got = c.take_entries();
@@ -1063,8 +1047,7 @@ mod tests {
         }
         b.extend(rec(JIT_CODE_LOAD, 100, &load(0x5000, 0x40, 7, "after the bound")));
         std::fs::write(&path, &b).unwrap();
-        let mut c =
-            JitCollector::new(JitLimits { dump_records: 1000, poll_records: 300, ..JitLimits::default() }, true);
+        let mut c = JitCollector::new(JitLimits { dump_records: 1000, poll_records: 300, ..JitLimits::default() }, true);
         c.note_mmap(&Mmap { pid, tid: pid, prot: 5, path: path.display().to_string(), ..Default::default() });
         c.poll(1, true);
         assert!(c.take_entries().is_empty());

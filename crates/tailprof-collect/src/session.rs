@@ -74,32 +74,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tailprof_format::{FormatError, LossKind, Lost, Record, TraceHeader, TraceWriter};
 
 use crate::attr::{apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, AttrPlan, ClockChoice, SamplingConfig};
-use crate::stacks::StackMaker;
-pub use crate::stacks::{CallGraph, StackOptions};
 use crate::caps::Capabilities;
 use crate::event::{EventError, EventSpec};
+use crate::items::uprobe::{MarkerMaker, ProbeRole, UprobeError};
 use crate::parse::{Decoder, Layout};
+use crate::procfs;
 use crate::ring::{Ring, RoundQueue};
+use crate::stacks::StackMaker;
+pub use crate::stacks::{CallGraph, StackOptions};
 use crate::sys::{self, CollectError};
 use crate::target::{self, Child, LaunchError};
-use crate::items::uprobe::{MarkerMaker, ProbeRole, UprobeError};
-use crate::procfs;
 
 mod emit;
 mod epoll;
 use epoll::Epoll;
-mod spool;
 mod offcpu_later;
-mod record_queue;
-mod output;
 mod open;
+mod output;
 mod plan;
-use plan::*;
-use emit::Emitter;
-pub use output::{finish as finish_trace_file, FileTraceWriter, RecordOutput, TraceFile, VecOutput};
-pub use crate::items::ItemOptions;
+mod record_queue;
+mod spool;
 use crate::items;
 use crate::items::markers::MarkerCollector;
+pub use crate::items::ItemOptions;
+use emit::Emitter;
+pub use output::{finish as finish_trace_file, FileTraceWriter, RecordOutput, TraceFile, VecOutput};
+use plan::*;
 
 /// What to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,12 +225,7 @@ impl std::fmt::Display for RunWarning {
 /// [`RunWarning::CommandFailedWithoutMarkers`] when it applies: a launched command that
 /// failed by itself (`stopped`: the recorder was stopped and may have signalled it), with
 /// item probes and no marker.
-pub(crate) fn command_failure_warning(
-    exit_status: Option<i32>,
-    stopped: bool,
-    probes: bool,
-    markers: u64,
-) -> Option<RunWarning> {
+pub(crate) fn command_failure_warning(exit_status: Option<i32>, stopped: bool, probes: bool, markers: u64) -> Option<RunWarning> {
     match exit_status {
         Some(code) if code != 0 && !stopped && probes && markers == 0 => {
             Some(RunWarning::CommandFailedWithoutMarkers { exit_status: code })
@@ -423,8 +418,7 @@ impl Recorder {
             plans = build_plans(&opts.events, &sampling)?;
         }
         let mut stack_notes = Vec::new();
-        let (off_cpu, switch_later) =
-            off_cpu_plans(&stack_opts, items.off_cpu_on_markers, &mut plans, &sampling, &mut stack_notes)?;
+        let (off_cpu, switch_later) = off_cpu_plans(&stack_opts, items.off_cpu_on_markers, &mut plans, &sampling, &mut stack_notes)?;
         let mut layouts = decoder_layouts(&plans, probes.as_ref(), clock);
         let off_cpu_event = match &off_cpu {
             Some(p) => {
@@ -499,10 +493,8 @@ impl Recorder {
             header.extra.insert("causes".into(), v);
         }
         let stack_maker = (stack_opts.call_graph.is_some() || stack_opts.off_cpu || switch_later.is_some()).then(|| {
-            let mut ev: Vec<_> = plans
-                .iter()
-                .map(|p| (layout_of(p).sample_layout(), p.attr.sample_regs_user, p.desc.regs_user_mask))
-                .collect();
+            let mut ev: Vec<_> =
+                plans.iter().map(|p| (layout_of(p).sample_layout(), p.attr.sample_regs_user, p.desc.regs_user_mask)).collect();
             // Probe events: no stacks; keep their registers as they are.
             for l in &layouts[plans.len()..] {
                 ev.push((l.sample_layout(), l.regs_user_mask, l.regs_user_mask));
@@ -565,8 +557,7 @@ impl Recorder {
         if matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_)) {
             rec.emitter.follow = Some(items::markers::MarkerFollower::default());
         }
-        rec.emitter.jit =
-            crate::jit::JitCollector::new(crate::jit::JitLimits::default(), matches!(clock, ClockChoice::Monotonic));
+        rec.emitter.jit = crate::jit::JitCollector::new(crate::jit::JitLimits::default(), matches!(clock, ClockChoice::Monotonic));
         rec.emitter.jit.set_unwind(rec.emitter.stacks.as_ref().is_some_and(StackMaker::unwinds_while_draining));
         rec.open_target(&opts.target, &caps, opts.mmap_pages)?;
         rec.open_cpu_wide()?;
@@ -587,11 +578,10 @@ impl Recorder {
     ) -> Result<Recorder, RecordError> {
         let notes = plans.iter().flat_map(|p| p.notes.iter().cloned()).collect();
         let probe_base = probes.as_ref().map_or(u16::MAX, |p| p.begin_event);
-        let probe_markers =
-            probes.as_ref().map(|p| match p.prepared.goroutine {
-                true => MarkerMaker::for_goroutines(p.prepared.class.clone()),
-                false => MarkerMaker::new(p.prepared.id_reg_mask != 0, p.prepared.class.clone()),
-            });
+        let probe_markers = probes.as_ref().map(|p| match p.prepared.goroutine {
+            true => MarkerMaker::for_goroutines(p.prepared.class.clone()),
+            false => MarkerMaker::new(p.prepared.id_reg_mask != 0, p.prepared.class.clone()),
+        });
         Ok(Recorder {
             target: opts.target.clone(),
             specs: opts.events.clone(),
@@ -784,10 +774,7 @@ impl Recorder {
         let jit_skipped = self.emitter.jit.skipped();
         if jit_skipped > 0 {
             let time = self.emitter.last_time;
-            self.emitter.record(
-                Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::JitNames, count: jit_skipped }),
-                out,
-            )?;
+            self.emitter.record(Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::JitNames, count: jit_skipped }), out)?;
         }
         self.emitter.summary.skipped_jit_names = jit_skipped;
         self.notes.extend(self.emitter.jit.take_notes());
@@ -1007,7 +994,9 @@ impl Recorder {
     /// Whether the target ended in a way the pidfd could not tell us.
     fn target_gone(&mut self) -> bool {
         match (&self.target, &mut self.child) {
-            (Target::Command(_) | Target::SystemWideCommand(_), Some(c)) if c.pidfd().is_none() => matches!(c.try_wait(), Ok(Some(_)) | Err(_)),
+            (Target::Command(_) | Target::SystemWideCommand(_), Some(c)) if c.pidfd().is_none() => {
+                matches!(c.try_wait(), Ok(Some(_)) | Err(_))
+            }
             (Target::Pid(pid), _) if self.pidfd.is_none() => !procfs::process_alive(*pid),
             _ => false,
         }

@@ -73,10 +73,7 @@ pub struct StackOptions {
 
 /// `kernel.perf_event_max_stack` (the kernel's callchain depth limit), 127 if unknown.
 pub fn kernel_max_stack() -> usize {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(127)
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(127)
 }
 
 /// Entries of the core PMU's LBR (`/sys/bus/event_source/devices/cpu/caps/branches`,
@@ -208,8 +205,8 @@ impl CauseFilter {
             }
             return Some(true);
         }
-        let keep = !self.tracked.contains(&w.tid)
-            && (!self.runnable.is_empty() || w.next_prev.is_some_and(|(_, t)| self.tracked.contains(&t)));
+        let keep =
+            !self.tracked.contains(&w.tid) && (!self.runnable.is_empty() || w.next_prev.is_some_and(|(_, t)| self.tracked.contains(&t)));
         if keep {
             self.cpu_switches_kept += 1;
         } else {
@@ -305,14 +302,8 @@ impl StackMaker {
         wakee_field: (usize, usize),
         own_from_cpu_wide: bool,
     ) {
-        self.causes = Some(CauseFilter {
-            waking_event,
-            cpu_switch_event,
-            system_wide,
-            wakee_field,
-            own_from_cpu_wide,
-            ..Default::default()
-        });
+        self.causes =
+            Some(CauseFilter { waking_event, cpu_switch_event, system_wide, wakee_field, own_from_cpu_wide, ..Default::default() });
     }
 
     /// Whether `event` is the sched_waking event.
@@ -558,7 +549,9 @@ impl StackMaker {
                     let token = (stack.dyn_size == PRE_UNWOUND && stack.data.len() == 8)
                         .then(|| u64::from_ne_bytes(stack.data.try_into().unwrap_or_default()));
                     match (ur, &mut self.unwinder) {
-                        (Some(_), _) if token.is_some_and(|t| take_pre_unwound(&mut self.pre, &mut self.spare, &mut self.frames, t)) => StackStatus::Complete,
+                        (Some(_), _) if token.is_some_and(|t| take_pre_unwound(&mut self.pre, &mut self.spare, &mut self.frames, t)) => {
+                            StackStatus::Complete
+                        }
                         (Some(ur), _) if token.is_some() => {
                             self.frames.push(Frame::user(ur.ip));
                             StackStatus::UnwindError

@@ -22,7 +22,9 @@ pub fn ensure_mounted() -> io::Result<(PathBuf, bool)> {
     let fstype = c"tracefs";
     let tgt = c"/sys/kernel/tracing";
     // SAFETY: NUL-terminated constant strings; no data argument.
-    let rc = unsafe { libc::mount(src.as_ptr(), tgt.as_ptr(), fstype.as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, std::ptr::null()) };
+    let rc = unsafe {
+        libc::mount(src.as_ptr(), tgt.as_ptr(), fstype.as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, std::ptr::null())
+    };
     if rc != 0 {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(

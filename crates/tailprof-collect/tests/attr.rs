@@ -62,8 +62,7 @@ fn render(args: &str) -> String {
         }
     }
     let event = event.expect("-e");
-    let spec = EventSpec::parse_with_sysfs(&event, &manifest().join("tests/fixtures/sysfs"))
-        .unwrap_or_else(|e| panic!("{event}: {e}"));
+    let spec = EventSpec::parse_with_sysfs(&event, &manifest().join("tests/fixtures/sysfs")).unwrap_or_else(|e| panic!("{event}: {e}"));
     let plan = build_attr(&spec, &cfg).unwrap_or_else(|e| panic!("{args}: {e}"));
     let mut out = format!("# args: {args}\n");
     out.push_str(&attr_golden_text(&plan.attr));
@@ -128,20 +127,10 @@ fn golden_attrs() {
 /// perf-clock, watermark ones (a cross-check on the notes logic, independent of text).
 #[test]
 fn golden_eligibility_summary() {
-    let eligible: Vec<&str> = CASES
-        .iter()
-        .filter(|(_, args)| render(args).contains("large_pebs_eligible=1"))
-        .map(|(n, _)| *n)
-        .collect();
+    let eligible: Vec<&str> = CASES.iter().filter(|(_, args)| render(args).contains("large_pebs_eligible=1")).map(|(n, _)| *n).collect();
     assert_eq!(
         eligible,
-        [
-            "cycles_pp_c20003_perf_clock",
-            "mem_loads_ldlat_terms",
-            "mem_loads_alias_max_precise",
-            "raw_r01d1_pp",
-            "regs_precise_user_only"
-        ]
+        ["cycles_pp_c20003_perf_clock", "mem_loads_ldlat_terms", "mem_loads_alias_max_precise", "raw_r01d1_pp", "regs_precise_user_only"]
     );
 }
 
@@ -160,8 +149,7 @@ fn fixtures_exist() {
 #[test]
 fn golden_uprobe_attrs() {
     use tailprof_collect::items::uprobe::{uprobe_attr, ProbeEvent, ProbeVia, UprobeAttrConfig, UprobePmu};
-    let pmu = UprobePmu::probe_at(&manifest().join("tests/fixtures/sysfs/uprobe"))
-        .unwrap_or(UprobePmu { pmu_type: 8, retprobe_bit: 0 });
+    let pmu = UprobePmu::probe_at(&manifest().join("tests/fixtures/sysfs/uprobe")).unwrap_or(UprobePmu { pmu_type: 8, retprobe_bit: 0 });
     let pmu_ev = ProbeEvent::Pmu { pmu, path_ptr: 0x7f00_0000_1000 };
     let tp_ev = ProbeEvent::Tracepoint { id: 1234 };
     let base = UprobeAttrConfig {

@@ -8,10 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tailprof_collect::attr::{build_attr, attr_golden_text, ClockChoice, LARGE_PEBS_FLAGS};
-use tailprof_collect::bandwidth::{
-    choose, sampling_config, BandwidthError, BandwidthRequest, Machine, Method, Mode,
-};
+use tailprof_collect::attr::{attr_golden_text, build_attr, ClockChoice, LARGE_PEBS_FLAGS};
+use tailprof_collect::bandwidth::{choose, sampling_config, BandwidthError, BandwidthRequest, Machine, Method, Mode};
 use tailprof_collect::counting::counting_attr;
 
 /// (golden name, machine, args). Args: `--soft-tsc`, `--counter`, `-c PERIOD`,

@@ -13,9 +13,7 @@ use std::sync::atomic::AtomicBool;
 use tailprof_collect::attr::SamplingConfig;
 use tailprof_collect::event::EventSpec;
 use tailprof_collect::items::uprobe::{ItemProbes, ProbeSpec, UprobeError};
-use tailprof_collect::session::{
-    ItemOptions, RecordError, RecordOptions, Recorder, RunWarning, Target, VecOutput,
-};
+use tailprof_collect::session::{ItemOptions, RecordError, RecordOptions, Recorder, RunWarning, Target, VecOutput};
 use tailprof_collect::sys::CollectError;
 use tailprof_format::{Marker, MarkerKind, MarkerSource, Record, Sample};
 
@@ -29,19 +27,11 @@ fn tmp(name: &str) -> PathBuf {
 fn regtag(dir: &Path) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/regtag.c");
     let exe = dir.join("regtag");
-    match Command::new("cc")
-        .args(["-O1", "-g", "-ffixed-r13", "-no-pie", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
+    match Command::new("cc").args(["-O1", "-g", "-ffixed-r13", "-no-pie", "-o"]).arg(&exe).arg(&src).output() {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("cc regtag.c failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::CCompiler,
-                format_args!("no C compiler (cc: {e})"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("no C compiler (cc: {e})"));
             None
         }
     }
@@ -54,10 +44,7 @@ fn functions(exe: &Path) -> BTreeMap<String, (u64, u64)> {
     for l in String::from_utf8_lossy(&out.stdout).lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() == 4 && (f[2] == "T" || f[2] == "t") {
-            let (a, s) = (
-                u64::from_str_radix(f[0], 16).unwrap(),
-                u64::from_str_radix(f[1], 16).unwrap(),
-            );
+            let (a, s) = (u64::from_str_radix(f[0], 16).unwrap(), u64::from_str_radix(f[1], 16).unwrap());
             m.insert(f[3].to_string(), (a, a + s));
         }
     }
@@ -69,10 +56,7 @@ fn opts(exe: &Path, args: &[&str]) -> RecordOptions {
     argv.extend(args.iter().map(|s| s.to_string()));
     RecordOptions {
         events: vec![EventSpec::parse("cpu-clock").unwrap()],
-        sampling: SamplingConfig {
-            period: Some(100_000),
-            ..SamplingConfig::default()
-        },
+        sampling: SamplingConfig { period: Some(100_000), ..SamplingConfig::default() },
         mmap_pages: 64,
         target: Target::Command(argv),
         cmdline: vec!["test".into()],
@@ -84,10 +68,7 @@ fn record(o: RecordOptions, items: ItemOptions) -> Option<(Recorder, VecOutput)>
     let mut rec = match Recorder::with_items(o, items) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format_args!("perf_event_open refused: {e}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
             return None;
         }
         Err(RecordError::Uprobe(UprobeError::PmuMissing)) => {
@@ -97,9 +78,7 @@ fn record(o: RecordOptions, items: ItemOptions) -> Option<(Recorder, VecOutput)>
         Err(e) => panic!("Recorder::with_items: {e}"),
     };
     let mut out = VecOutput::default();
-    let s = rec
-        .run_to(&mut out, &AtomicBool::new(false), &mut |_| {})
-        .expect("run");
+    let s = rec.run_to(&mut out, &AtomicBool::new(false), &mut |_| {}).expect("run");
     assert_eq!(s.exit_status, Some(0), "{s:?}");
     assert_eq!((s.malformed, s.out_of_order), (0, 0), "{s:?}");
     assert!(s.warnings.is_empty(), "{s:?}");
@@ -118,29 +97,13 @@ fn register_tag_mode_samples_carry_the_item_ids() {
     let dir = tmp("regtag");
     let Some(exe) = regtag(&dir) else { return };
     let funcs = functions(&exe);
-    let work: Vec<(u64, u64)> = ["work_sum", "work_poly", "work_mix", "run_slice"]
-        .iter()
-        .map(|f| funcs[*f])
-        .collect();
-    let Some((rec, out)) = record(
-        opts(&exe, &["6", "40"]),
-        ItemOptions {
-            item_reg: Some("r13".into()),
-            ..Default::default()
-        },
-    ) else {
+    let work: Vec<(u64, u64)> = ["work_sum", "work_poly", "work_mix", "run_slice"].iter().map(|f| funcs[*f]).collect();
+    let Some((rec, out)) = record(opts(&exe, &["6", "40"]), ItemOptions { item_reg: Some("r13".into()), ..Default::default() }) else {
         return;
     };
     let header = rec.header();
-    assert_eq!(
-        header.extra.get("item_reg").map(String::as_str),
-        Some("r13")
-    );
-    assert_ne!(
-        header.events[0].regs_user_mask & (1 << 21),
-        0,
-        "r13 is bit 21 of sample_regs_user"
-    );
+    assert_eq!(header.extra.get("item_reg").map(String::as_str), Some("r13"));
+    assert_ne!(header.events[0].regs_user_mask & (1 << 21), 0, "r13 is bit 21 of sample_regs_user");
     let ids: BTreeSet<u64> = (1001..=1006).collect();
     let (mut inside, mut tagged, mut seen) = (0u64, 0u64, BTreeSet::new());
     for s in samples(&out) {
@@ -149,24 +112,15 @@ fn register_tag_mode_samples_carry_the_item_ids() {
             inside += 1;
             let r13 = s.regs[0];
             if r13 != 0 {
-                assert!(
-                    ids.contains(&r13),
-                    "r13 = {r13} inside a work function is not an item id"
-                );
+                assert!(ids.contains(&r13), "r13 = {r13} inside a work function is not an item id");
                 tagged += 1;
                 seen.insert(r13);
             }
         }
     }
     eprintln!("{inside} samples in the work functions, {tagged} tagged, ids {seen:?}");
-    assert!(
-        inside >= 50,
-        "too few samples in the work functions ({inside}) to judge"
-    );
-    assert!(
-        tagged * 100 >= inside * 98,
-        "only {tagged} of {inside} samples in work functions carry an item id"
-    );
+    assert!(inside >= 50, "too few samples in the work functions ({inside}) to judge");
+    assert!(tagged * 100 >= inside * 98, "only {tagged} of {inside} samples in work functions carry an item id");
     assert!(seen.len() >= 4, "ids seen: {seen:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -192,26 +146,12 @@ fn uprobe_boundaries_become_markers() {
         id_reg: None,
         class: Some("slice".into()),
     };
-    let Some((rec, out)) = record(
-        opts(&exe, &["3", "20"]),
-        ItemOptions {
-            probes: Some(probes),
-            ..Default::default()
-        },
-    ) else {
+    let Some((rec, out)) = record(opts(&exe, &["3", "20"]), ItemOptions { probes: Some(probes), ..Default::default() }) else {
         return;
     };
     let h = rec.header();
-    assert!(
-        h.extra["item_begin"].contains(":run_slice@0x"),
-        "{:?}",
-        h.extra
-    );
-    assert!(
-        h.extra["item_end"].contains(":run_slice%return@0x"),
-        "{:?}",
-        h.extra
-    );
+    assert!(h.extra["item_begin"].contains(":run_slice@0x"), "{:?}", h.extra);
+    assert!(h.extra["item_end"].contains(":run_slice%return@0x"), "{:?}", h.extra);
     assert_eq!(h.extra["item_id"], "sequence");
     assert_eq!(h.events.len(), 1, "probe events are not sampling events");
     let ms = markers(&out);
@@ -220,35 +160,19 @@ fn uprobe_boundaries_become_markers() {
     assert_eq!(begins.len(), 60, "3 items x 20 slices");
     assert_eq!(ends, 60);
     assert!(ms.iter().all(|m| m.source == MarkerSource::Uprobe));
-    assert!(ms
-        .iter()
-        .filter(|m| m.kind == MarkerKind::End)
-        .all(|m| m.item == Marker::UNKNOWN_ITEM));
-    assert_eq!(
-        begins.iter().map(|m| m.item).collect::<Vec<_>>(),
-        (1..=60).collect::<Vec<u64>>()
-    );
+    assert!(ms.iter().filter(|m| m.kind == MarkerKind::End).all(|m| m.item == Marker::UNKNOWN_ITEM));
+    assert_eq!(begins.iter().map(|m| m.item).collect::<Vec<_>>(), (1..=60).collect::<Vec<u64>>());
     let pid = rec.child_pid().unwrap();
     assert!(ms.iter().all(|m| m.pid == pid));
     // Begin and end alternate on the thread, and the class is declared first.
     for w in ms.chunks(2) {
         assert_eq!((w[0].kind, w[1].kind), (MarkerKind::Begin, MarkerKind::End));
     }
-    let first_class = out
-        .records
-        .iter()
-        .position(|r| matches!(r, Record::ItemClass(c) if c.name == "slice"));
-    let first_marker = out
-        .records
-        .iter()
-        .position(|r| matches!(r, Record::Marker(_)));
+    let first_class = out.records.iter().position(|r| matches!(r, Record::ItemClass(c) if c.name == "slice"));
+    let first_marker = out.records.iter().position(|r| matches!(r, Record::Marker(_)));
     assert!(first_class.is_some() && first_class < first_marker);
     // Samples taken inside a slice fall between a begin and its end.
-    let summary_markers = out
-        .records
-        .iter()
-        .filter(|r| matches!(r, Record::Marker(_)))
-        .count();
+    let summary_markers = out.records.iter().filter(|r| matches!(r, Record::Marker(_))).count();
     assert_eq!(summary_markers, 120);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -264,37 +188,17 @@ fn uprobe_symbol_errors_are_clear() {
         id_reg: None,
         class: None,
     };
-    let e = Recorder::with_items(
-        opts(&exe, &[]),
-        ItemOptions {
-            probes: Some(probes),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let e = Recorder::with_items(opts(&exe, &[]), ItemOptions { probes: Some(probes), ..Default::default() }).unwrap_err();
     let msg = e.to_string();
-    assert!(
-        msg.contains("symbol 'run_slise' not found") && msg.contains("run_slice"),
-        "{msg}"
-    );
+    assert!(msg.contains("symbol 'run_slise' not found") && msg.contains("run_slice"), "{msg}");
     let probes = ItemProbes {
         begin: ProbeSpec::parse("/nonexistent/tailprof-bin:f").unwrap(),
         end: ProbeSpec::parse("/nonexistent/tailprof-bin:f%return").unwrap(),
         id_reg: None,
         class: None,
     };
-    let e = Recorder::with_items(
-        opts(&exe, &[]),
-        ItemOptions {
-            probes: Some(probes),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "probe binary not found: /nonexistent/tailprof-bin"
-    );
+    let e = Recorder::with_items(opts(&exe, &[]), ItemOptions { probes: Some(probes), ..Default::default() }).unwrap_err();
+    assert_eq!(e.to_string(), "probe binary not found: /nonexistent/tailprof-bin");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -329,21 +233,11 @@ fn marked(dir: &Path) -> Option<PathBuf> {
     std::fs::write(&src, MARKED_C).unwrap();
     let inc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
     let exe = dir.join("marked");
-    match Command::new("cc")
-        .args(["-O1", "-g", "-I"])
-        .arg(&inc)
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
+    match Command::new("cc").args(["-O1", "-g", "-I"]).arg(&inc).arg("-o").arg(&exe).arg(&src).output() {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("cc marked.c failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::CCompiler,
-                format_args!("no C compiler (cc: {e})"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("no C compiler (cc: {e})"));
             None
         }
     }
@@ -352,43 +246,21 @@ fn marked(dir: &Path) -> Option<PathBuf> {
 fn check_api_markers(out: &VecOutput, pid: u32, items: u64) {
     let ms = markers(out);
     let mine: Vec<&&Marker> = ms.iter().filter(|m| m.pid == pid).collect();
-    let begins: Vec<u64> = mine
-        .iter()
-        .filter(|m| m.kind == MarkerKind::Begin)
-        .map(|m| m.item)
-        .collect();
-    let ends: Vec<u64> = mine
-        .iter()
-        .filter(|m| m.kind == MarkerKind::End)
-        .map(|m| m.item)
-        .collect();
+    let begins: Vec<u64> = mine.iter().filter(|m| m.kind == MarkerKind::Begin).map(|m| m.item).collect();
+    let ends: Vec<u64> = mine.iter().filter(|m| m.kind == MarkerKind::End).map(|m| m.item).collect();
     assert_eq!(begins, (1..=items).collect::<Vec<_>>());
     assert_eq!(ends, (1..=items).collect::<Vec<_>>());
-    assert!(mine
-        .iter()
-        .all(|m| m.source == MarkerSource::Api && m.time > 0));
+    assert!(mine.iter().all(|m| m.source == MarkerSource::Api && m.time > 0));
     let class = mine[0].class;
     assert_ne!(class, 0);
-    let classes: Vec<&Record> = out
-        .records
-        .iter()
-        .filter(|r| matches!(r, Record::ItemClass(_)))
-        .collect();
+    let classes: Vec<&Record> = out.records.iter().filter(|r| matches!(r, Record::ItemClass(_))).collect();
     assert!(
         classes.iter().any(|r| matches!(r, Record::ItemClass(c) if c.pid == pid && c.id == class && c.name == "job")),
         "class {class} of pid {pid} not declared: {classes:?}"
     );
     // Samples and markers are merged in time order (the writer got them sorted).
-    let times: Vec<u64> = out
-        .records
-        .iter()
-        .map(|r| r.time())
-        .filter(|&t| t != 0)
-        .collect();
-    assert!(
-        times.windows(2).all(|w| w[0] <= w[1]),
-        "records out of time order"
-    );
+    let times: Vec<u64> = out.records.iter().map(|r| r.time()).filter(|&t| t != 0).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "records out of time order");
 }
 
 #[test]
@@ -408,35 +280,20 @@ fn api_markers_from_an_attached_process() {
     let dir = tmp("api-attach");
     let Some(exe) = marked(&dir) else { return };
     let go = dir.join("go");
-    let mut child = Command::new(&exe)
-        .arg("15")
-        .arg(&go)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Command::new(&exe).arg("15").arg(&go).stdout(std::process::Stdio::null()).spawn().unwrap();
     let pid = child.id();
-    let o = RecordOptions {
-        target: Target::Pid(pid),
-        ..opts(&exe, &[])
-    };
+    let o = RecordOptions { target: Target::Pid(pid), ..opts(&exe, &[]) };
     let mut rec = match Recorder::new(o) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format_args!("perf_event_open refused: {e}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
             let _ = child.kill();
             let _ = child.wait();
             return;
         }
         Err(e) => panic!("{e}"),
     };
-    assert!(
-        rec.notes().iter().all(|n| !n.contains("no marker library")),
-        "{:?}",
-        rec.notes()
-    );
+    assert!(rec.notes().iter().all(|n| !n.contains("no marker library")), "{:?}", rec.notes());
     let mut out = VecOutput::default();
     let mut started = false;
     let s = rec
@@ -487,22 +344,11 @@ fn threaded(dir: &Path) -> Option<PathBuf> {
     let src = dir.join("threaded.c");
     std::fs::write(&src, THREADED_C).unwrap();
     let exe = dir.join("threaded");
-    match Command::new("cc")
-        .args(["-O1", "-g", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-    {
+    match Command::new("cc").args(["-O1", "-g", "-pthread", "-o"]).arg(&exe).arg(&src).output() {
         Ok(o) if o.status.success() => Some(exe),
-        Ok(o) => panic!(
-            "cc threaded.c failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        ),
+        Ok(o) => panic!("cc threaded.c failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::CCompiler,
-                format_args!("no C compiler (cc: {e})"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("no C compiler (cc: {e})"));
             None
         }
     }
@@ -521,11 +367,7 @@ fn threaded_probes(exe: &Path, end: &str) -> ItemProbes {
 /// Begins and ends of the worker threads (not the main thread), all from uprobes.
 fn check_threaded_markers(out: &VecOutput, pid: u32) {
     let ms = markers(out);
-    assert!(
-        ms.iter()
-            .all(|m| m.source == MarkerSource::Uprobe && m.pid == pid),
-        "{ms:?}"
-    );
+    assert!(ms.iter().all(|m| m.source == MarkerSource::Uprobe && m.pid == pid), "{ms:?}");
     let begins = ms.iter().filter(|m| m.kind == MarkerKind::Begin).count();
     let ends = ms.iter().filter(|m| m.kind == MarkerKind::End).count();
     assert_eq!((begins, ends), (THREADED_JOBS, THREADED_JOBS));
@@ -542,10 +384,7 @@ fn uprobe_items_do_not_break_threads_of_a_launched_command() {
     let dir = tmp("uprobe-threads");
     let Some(exe) = threaded(&dir) else { return };
     for end in ["job%return", "job_done"] {
-        let items = ItemOptions {
-            probes: Some(threaded_probes(&exe, end)),
-            ..Default::default()
-        };
+        let items = ItemOptions { probes: Some(threaded_probes(&exe, end)), ..Default::default() };
         let Some((rec, out)) = record(opts(&exe, &[]), items) else {
             return;
         };
@@ -562,21 +401,12 @@ fn uprobe_items_do_not_break_threads_created_after_attach() {
     let go = dir.join("go");
     let mut child = Command::new(&exe).arg(&go).spawn().unwrap();
     let pid = child.id();
-    let o = RecordOptions {
-        target: Target::Pid(pid),
-        ..opts(&exe, &[])
-    };
-    let items = ItemOptions {
-        probes: Some(threaded_probes(&exe, "job%return")),
-        ..Default::default()
-    };
+    let o = RecordOptions { target: Target::Pid(pid), ..opts(&exe, &[]) };
+    let items = ItemOptions { probes: Some(threaded_probes(&exe, "job%return")), ..Default::default() };
     let mut rec = match Recorder::with_items(o, items) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format_args!("perf_event_open refused: {e}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
             let _ = child.kill();
             let _ = child.wait();
             return;
@@ -610,39 +440,22 @@ fn a_failing_command_with_probes_and_no_markers_is_a_warning() {
     let Some(exe) = threaded(&dir) else { return };
     // `job` of `threaded` probed, but the command is a shell that exits 3 without
     // running it.
-    let o = RecordOptions {
-        target: Target::Command(vec!["/bin/sh".into(), "-c".into(), "exit 3".into()]),
-        ..opts(&exe, &[])
-    };
-    let items = ItemOptions {
-        probes: Some(threaded_probes(&exe, "job%return")),
-        ..Default::default()
-    };
+    let o = RecordOptions { target: Target::Command(vec!["/bin/sh".into(), "-c".into(), "exit 3".into()]), ..opts(&exe, &[]) };
+    let items = ItemOptions { probes: Some(threaded_probes(&exe, "job%return")), ..Default::default() };
     let mut rec = match Recorder::with_items(o, items) {
         Ok(r) => r,
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format_args!("perf_event_open refused: {e}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
             return;
         }
         Err(e) => panic!("{e}"),
     };
     let mut out = VecOutput::default();
-    let s = rec
-        .run_to(&mut out, &AtomicBool::new(false), &mut |_| {})
-        .expect("run");
+    let s = rec.run_to(&mut out, &AtomicBool::new(false), &mut |_| {}).expect("run");
     assert_eq!(s.exit_status, Some(3));
-    assert_eq!(
-        s.warnings,
-        [RunWarning::CommandFailedWithoutMarkers { exit_status: 3 }]
-    );
+    assert_eq!(s.warnings, [RunWarning::CommandFailedWithoutMarkers { exit_status: 3 }]);
     // The same probes on the program itself: it succeeds, no warning (`record` checks).
-    let items = ItemOptions {
-        probes: Some(threaded_probes(&exe, "job%return")),
-        ..Default::default()
-    };
+    let items = ItemOptions { probes: Some(threaded_probes(&exe, "job%return")), ..Default::default() };
     let Some((_, _)) = record(opts(&exe, &[]), items) else {
         return;
     };

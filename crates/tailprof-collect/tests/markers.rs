@@ -304,10 +304,7 @@ fn switch_markers_decode_and_reserved_kinds_are_rejected() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        kinds,
-        vec![(MarkerKind::Begin, 7), (MarkerKind::SwitchNone, 0), (MarkerKind::Switch, 7), (MarkerKind::End, 7)]
-    );
+    assert_eq!(kinds, vec![(MarkerKind::Begin, 7), (MarkerKind::SwitchNone, 0), (MarkerKind::Switch, 7), (MarkerKind::End, 7)]);
     let traces: Vec<(u32, u64, [u8; 16], [u8; 8])> = recs
         .iter()
         .filter_map(|r| match r {

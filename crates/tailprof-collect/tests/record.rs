@@ -42,11 +42,7 @@ impl Drop for TempDir {
 fn compile(dir: &TempDir, name: &str) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/record/{name}.c"));
     let exe = dir.path(name);
-    let out = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output();
+    let out = Command::new("cc").args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"]).arg(&exe).arg(&src).output();
     match out {
         Ok(o) if o.status.success() => Some(exe),
         Ok(o) => panic!("cc {name}.c failed: {}", String::from_utf8_lossy(&o.stderr)),
@@ -174,8 +170,7 @@ fn threads_have_distinct_tids() {
     let pid = rec.child_pid().unwrap();
     let out = run(rec, &never(), &mut || {});
     assert_eq!(out.summary.exit_status, Some(0));
-    let want: BTreeSet<u32> =
-        std::fs::read_to_string(&tids_file).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect();
+    let want: BTreeSet<u32> = std::fs::read_to_string(&tids_file).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_eq!(want.len(), 3);
     let got: BTreeSet<u32> = out.samples().filter(|s| s.pid == pid).map(|s| s.tid).collect();
     assert!(want.is_subset(&got), "thread ids {want:?} not all sampled; sampled {got:?}");
@@ -186,8 +181,7 @@ fn fork_exec_child_is_described() {
     let dir = TempDir::new("forkexec");
     let (Some(fe), Some(busy)) = (compile(&dir, "forkexec"), compile(&dir, "busy")) else { return };
     let busy_s = busy.to_str().unwrap().to_string();
-    let Some(rec) = recorder(opts(Target::Command(argv(&[fe.to_str().unwrap(), &busy_s, "200"])), &["cpu-clock"]))
-    else {
+    let Some(rec) = recorder(opts(Target::Command(argv(&[fe.to_str().unwrap(), &busy_s, "200"])), &["cpu-clock"])) else {
         return;
     };
     let parent = rec.child_pid().unwrap();
@@ -205,10 +199,7 @@ fn fork_exec_child_is_described() {
         out.records.iter().any(|r| matches!(r, Record::Comm(c) if c.pid == child && c.exec && c.comm == "busy")),
         "exec comm of the child"
     );
-    assert!(
-        out.records.iter().any(|r| matches!(r, Record::Mmap(m) if m.pid == child && m.path == busy_s)),
-        "mmap of the child binary"
-    );
+    assert!(out.records.iter().any(|r| matches!(r, Record::Mmap(m) if m.pid == child && m.path == busy_s)), "mmap of the child binary");
     assert!(out.pids().contains(&child), "the child was sampled");
     assert!(out.records.iter().any(|r| matches!(r, Record::Exit(t) if t.pid == child)));
 }
@@ -277,10 +268,7 @@ fn system_wide_sees_several_processes() {
     assert!(!cpus.is_empty());
     // Already-running processes were described from /proc.
     let busy_s = busy.to_str().unwrap();
-    assert!(out
-        .records
-        .iter()
-        .any(|r| matches!(r, Record::Mmap(m) if m.time == 0 && m.pid == bg.id() && m.path == busy_s)));
+    assert!(out.records.iter().any(|r| matches!(r, Record::Mmap(m) if m.time == 0 && m.pid == bg.id() && m.path == busy_s)));
 }
 
 /// `-a -- CMD`: system-wide until the command exits, its status passed through.
@@ -352,9 +340,7 @@ fn stop_flag_ends_recording_and_data_reads_back() {
 fn two_events_share_a_ring_and_are_told_apart() {
     let dir = TempDir::new("twoev");
     let Some(exe) = compile(&dir, "busy") else { return };
-    let Some(rec) =
-        recorder(opts(Target::Command(argv(&[exe.to_str().unwrap(), "300"])), &["cpu-clock", "task-clock"]))
-    else {
+    let Some(rec) = recorder(opts(Target::Command(argv(&[exe.to_str().unwrap(), "300"])), &["cpu-clock", "task-clock"])) else {
         return;
     };
     let out = run(rec, &never(), &mut || {});

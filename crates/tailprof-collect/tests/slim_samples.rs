@@ -166,10 +166,7 @@ fn check_cpus(out: &Recorded, cpus: &[u32]) {
         assert!(online.contains(&cpu), "CPU {cpu} is not online ({online:?}): {r:?}");
     }
     for cpu in cpus {
-        assert!(
-            per_pinned.get(cpu).is_some_and(|&n| n > 0),
-            "the thread pinned to CPU {cpu} was not sampled: {per_pinned:?}"
-        );
+        assert!(per_pinned.get(cpu).is_some_and(|&n| n > 0), "the thread pinned to CPU {cpu} was not sampled: {per_pinned:?}");
     }
     eprintln!("samples of pinned threads per CPU: {per_pinned:?}; spooled {}", out.summary.spooled);
 }

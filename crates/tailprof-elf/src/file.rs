@@ -17,31 +17,59 @@ impl Class {
     }
     pub fn u16(self, b: &[u8], at: usize) -> u16 {
         let a = Self::bytes(b, at);
-        if self.big_endian { u16::from_be_bytes(a) } else { u16::from_le_bytes(a) }
+        if self.big_endian {
+            u16::from_be_bytes(a)
+        } else {
+            u16::from_le_bytes(a)
+        }
     }
     pub fn u32(self, b: &[u8], at: usize) -> u32 {
         let a = Self::bytes(b, at);
-        if self.big_endian { u32::from_be_bytes(a) } else { u32::from_le_bytes(a) }
+        if self.big_endian {
+            u32::from_be_bytes(a)
+        } else {
+            u32::from_le_bytes(a)
+        }
     }
     pub fn u64(self, b: &[u8], at: usize) -> u64 {
         let a = Self::bytes(b, at);
-        if self.big_endian { u64::from_be_bytes(a) } else { u64::from_le_bytes(a) }
+        if self.big_endian {
+            u64::from_be_bytes(a)
+        } else {
+            u64::from_le_bytes(a)
+        }
     }
     /// An address-sized field (`Addr`, `Off`, `Xword`/`Word`) at the class's offset.
     pub fn word(self, b: &[u8], at32: usize, at64: usize) -> u64 {
-        if self.is64 { self.u64(b, at64) } else { u64::from(self.u32(b, at32)) }
+        if self.is64 {
+            self.u64(b, at64)
+        } else {
+            u64::from(self.u32(b, at32))
+        }
     }
     /// Size of one section header.
     pub fn section_header_size(self) -> usize {
-        if self.is64 { 64 } else { 40 }
+        if self.is64 {
+            64
+        } else {
+            40
+        }
     }
     /// Size of one program header.
     pub fn program_header_size(self) -> usize {
-        if self.is64 { 56 } else { 32 }
+        if self.is64 {
+            56
+        } else {
+            32
+        }
     }
     /// Size of one symbol.
     pub fn symbol_size(self) -> usize {
-        if self.is64 { 24 } else { 16 }
+        if self.is64 {
+            24
+        } else {
+            16
+        }
     }
 }
 

@@ -38,9 +38,7 @@ impl GoBuildInfo {
             .then(|| {
                 let rest = b.get(32..)?;
                 let (len, used) = uvarint(rest)?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&l| l > 0 && l <= MAX_VERSION)?;
+                let len = usize::try_from(len).ok().filter(|&l| l > 0 && l <= MAX_VERSION)?;
                 let s = rest.get(used..used.checked_add(len)?)?;
                 std::str::from_utf8(s).ok().map(str::to_owned)
             })
@@ -106,12 +104,7 @@ mod tests {
         // Pre-1.18 layout: still Go, version unknown.
         let old = GoBuildInfo::parse(&section(0, b"")).unwrap();
         assert_eq!((old.major_minor(), old.version), (None, None));
-        assert_eq!(
-            GoBuildInfo::parse(&section(2, b"go1.16"))
-                .unwrap()
-                .major_minor(),
-            Some((1, 16))
-        );
+        assert_eq!(GoBuildInfo::parse(&section(2, b"go1.16")).unwrap().major_minor(), Some((1, 16)));
     }
 
     #[test]

@@ -38,8 +38,8 @@
 
 use std::io;
 
-pub mod open;
 pub mod gobuild;
+pub mod open;
 pub mod stapsdt;
 
 pub const SHT_NULL: u32 = 0;
@@ -129,8 +129,8 @@ mod notes;
 mod read;
 mod symbols;
 
-pub use gobuild::GoBuildInfo;
 pub use file::{Class, Elf, Header, ProgramHeader, ProgramHeaders, SectionHeader};
+pub use gobuild::GoBuildInfo;
 pub use notes::{file_build_id, gnu_build_id, notes, Note, Notes, MAX_NOTE_BYTES, MAX_NOTE_HEADERS};
 pub use read::{read_exact_at, ReadAt};
 pub use symbols::{StringTable, Symbol, SymbolSection, SymbolTable, Symbols};

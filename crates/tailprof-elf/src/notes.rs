@@ -252,8 +252,8 @@ mod tests {
         let phoff = f.len();
         let shoff = phoff + segments.len() * phsz;
         f.resize(shoff + (sections.len() + 1) * shsz, 0); // section 0 is the null section
-        // (first entry, entry size, where the type is, the type, where offset, size and
-        // alignment are, the areas, their offsets)
+                                                          // (first entry, entry size, where the type is, the type, where offset, size and
+                                                          // alignment are, the areas, their offsets)
         let tables = [
             (phoff, phsz, 0, PT_NOTE, if c.is64 { [8, 32, 48] } else { [4, 16, 28] }, segments, &seg_at),
             (shoff + shsz, shsz, 4, SHT_NOTE, if c.is64 { [24, 32, 48] } else { [16, 20, 32] }, sections, &sec_at),
@@ -296,7 +296,8 @@ mod tests {
             let both = elf_with_notes(c, &[prop.clone(), (id(0xaa), 4)], &[(id(0xbb), 4)]);
             assert_eq!(file_build_id(&both), Some(vec![0xaa; 20]), "{c:?}: the segment's");
             assert_eq!(Elf::parse(&both).unwrap().build_id(), Some(vec![0xaa; 20]), "{c:?}: parsed the same");
-            let sections_only = elf_with_notes(c, std::slice::from_ref(&prop), &[(note_aligned(be, 4, b"GNU\0", 1, &[0; 4]), 4), (id(0xbb), 4)]);
+            let sections_only =
+                elf_with_notes(c, std::slice::from_ref(&prop), &[(note_aligned(be, 4, b"GNU\0", 1, &[0; 4]), 4), (id(0xbb), 4)]);
             assert_eq!(file_build_id(&sections_only), Some(vec![0xbb; 20]), "{c:?}: the section's");
             // an 8-aligned area holding the id is read with 8-byte padding
             let name7 = note_aligned(be, 8, b"GNU\0", NT_GNU_BUILD_ID, &[0xcc; 20]);
@@ -433,6 +434,4 @@ mod tests {
         b[shoff..shoff + w].fill(0);
         assert_eq!(file_build_id(&b), None);
     }
-
 }
-

@@ -16,16 +16,10 @@ use std::path::Path;
 pub fn open_untrusted(path: &Path) -> io::Result<File> {
     // First an O_PATH handle: it opens nothing (no FIFO rendezvous, no device open
     // routine runs), so the type can be checked before the file is really opened.
-    let handle = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
+    let handle = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)?;
     let before = handle.metadata()?;
     if !before.file_type().is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is not a regular file", path.display()),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
     }
     // Re-open exactly that inode for reading (no second path walk the target could race).
     reopen_checked(&handle, before.dev(), before.ino(), path)
@@ -39,10 +33,7 @@ pub fn open_untrusted_as(path: &Path, dev: u64, ino: u64) -> io::Result<File> {
     if m.dev() != dev || m.ino() != ino {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!(
-                "{} is not the mapped file any more (device/inode changed)",
-                path.display()
-            ),
+            format!("{} is not the mapped file any more (device/inode changed)", path.display()),
         ));
     }
     Ok(f)
@@ -57,15 +48,10 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 pub fn reopen_checked(h: &File, dev: u64, ino: u64, what: &Path) -> io::Result<File> {
     // SAFETY: a zeroed statfs is a valid out-parameter; fstatfs on our fd.
     let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatfs(h.as_raw_fd(), &mut sfs) } == 0
-        && sfs.f_type as i64 == FUSE_SUPER_MAGIC
-    {
+    if unsafe { libc::fstatfs(h.as_raw_fd(), &mut sfs) } == 0 && sfs.f_type as i64 == FUSE_SUPER_MAGIC {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!(
-                "{} is on a FUSE file system (not opened: its daemon could block us)",
-                what.display()
-            ),
+            format!("{} is on a FUSE file system (not opened: its daemon could block us)", what.display()),
         ));
     }
     let f = fs::OpenOptions::new()
@@ -74,10 +60,7 @@ pub fn reopen_checked(h: &File, dev: u64, ino: u64, what: &Path) -> io::Result<F
         .open(format!("/proc/self/fd/{}", h.as_raw_fd()))?;
     let m = f.metadata()?;
     if !m.file_type().is_file() || m.dev() != dev || m.ino() != ino {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} changed while opening", what.display()),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} changed while opening", what.display())));
     }
     Ok(f)
 }

@@ -54,31 +54,16 @@ pub fn stapsdt_probes<R: ReadAt>(elf: &Elf<R>) -> Result<StapsdtProbes> {
         return Ok(StapsdtProbes::default());
     };
     if sec.kind != SHT_NOTE {
-        return Err(Error::Malformed(format!(
-            ".note.stapsdt has section type {} (not SHT_NOTE)",
-            sec.kind
-        )));
+        return Err(Error::Malformed(format!(".note.stapsdt has section type {} (not SHT_NOTE)", sec.kind)));
     }
     let area = elf.section_data(&sec, MAX_STAPSDT_BYTES)?;
     let base = elf.section_by_name(b".stapsdt.base")?.map(|(_, s)| s.addr);
-    Ok(parse_notes(
-        &area,
-        elf.class().is64,
-        elf.class().big_endian,
-        sec.addralign,
-        base,
-    ))
+    Ok(parse_notes(&area, elf.class().is64, elf.class().big_endian, sec.addralign, base))
 }
 
 /// Parses a `.note.stapsdt` area (see the module docs). `base` is the actual address of
 /// `.stapsdt.base` (None: no such section, no adjustment).
-pub fn parse_notes(
-    area: &[u8],
-    is64: bool,
-    big_endian: bool,
-    align: u64,
-    base: Option<u64>,
-) -> StapsdtProbes {
+pub fn parse_notes(area: &[u8], is64: bool, big_endian: bool, align: u64, base: Option<u64>) -> StapsdtProbes {
     let mut out = StapsdtProbes::default();
     let word = if is64 { 8 } else { 4 };
     let c = crate::Class { is64, big_endian };
@@ -131,13 +116,7 @@ fn parse_desc(d: &[u8], c: crate::Class, word: usize, base: Option<u64>) -> Opti
             a.wrapping_add(delta)
         }
     };
-    Some(StapsdtProbe {
-        provider,
-        name,
-        pc: adjust(pc),
-        semaphore: if semaphore == 0 { 0 } else { adjust(semaphore) },
-        args,
-    })
+    Some(StapsdtProbe { provider, name, pc: adjust(pc), semaphore: if semaphore == 0 { 0 } else { adjust(semaphore) }, args })
 }
 
 /// The file offset of virtual address `addr`: through the `PT_LOAD` segment whose file
@@ -187,22 +166,9 @@ mod tests {
 
     #[test]
     fn parses_probes_and_adjusts_for_prelink() {
-        let mut area = note(
-            b"stapsdt\0",
-            NT_STAPSDT,
-            &desc(
-                0x1000,
-                0x2000,
-                0x3000,
-                &["app", "req__start", "8@%rdi -4@4(%r12)"],
-            ),
-        );
+        let mut area = note(b"stapsdt\0", NT_STAPSDT, &desc(0x1000, 0x2000, 0x3000, &["app", "req__start", "8@%rdi -4@4(%r12)"]));
         area.extend(note(b"GNU\0", 3, &[1; 20]));
-        area.extend(note(
-            b"stapsdt\0",
-            NT_STAPSDT,
-            &desc(0x1100, 0x2000, 0, &["app", "req__done", ""]),
-        ));
+        area.extend(note(b"stapsdt\0", NT_STAPSDT, &desc(0x1100, 0x2000, 0, &["app", "req__done", ""])));
         let p = parse_notes(&area, true, false, 4, Some(0x2000));
         assert_eq!(p.skipped, 0);
         assert_eq!(p.probes.len(), 2);
@@ -219,56 +185,32 @@ mod tests {
         assert_eq!((p.probes[1].semaphore, p.probes[1].args.as_str()), (0, ""));
         // Prelinked: .stapsdt.base moved by 0x10000, so did the PC and the semaphore.
         let moved = parse_notes(&area, true, false, 4, Some(0x12000));
-        assert_eq!(
-            (moved.probes[0].pc, moved.probes[0].semaphore),
-            (0x11000, 0x13000)
-        );
+        assert_eq!((moved.probes[0].pc, moved.probes[0].semaphore), (0x11000, 0x13000));
         assert_eq!(moved.probes[1].semaphore, 0, "no semaphore stays none");
     }
 
     #[test]
     fn hostile_notes_are_skipped_never_a_panic() {
-        let good = note(
-            b"stapsdt\0",
-            NT_STAPSDT,
-            &desc(0x1000, 0, 0, &["p", "n", "8@%rdi"]),
-        );
+        let good = note(b"stapsdt\0", NT_STAPSDT, &desc(0x1000, 0, 0, &["p", "n", "8@%rdi"]));
         // Truncated anywhere: no panic, never a wrong probe.
         for cut in 0..good.len() {
             let p = parse_notes(&good[..cut], true, false, 4, None);
-            assert!(
-                p.probes.is_empty() || p.probes[0].args == "8@%rdi",
-                "{cut}: {p:?}"
-            );
+            assert!(p.probes.is_empty() || p.probes[0].args == "8@%rdi", "{cut}: {p:?}");
         }
         // Descriptor too short, strings missing their NUL, empty names, long strings.
         let short = note(b"stapsdt\0", NT_STAPSDT, &[0; 20]);
-        let no_nul = note(
-            b"stapsdt\0",
-            NT_STAPSDT,
-            &[&[0u8; 24][..], b"p\0n\0args"].concat(),
-        );
+        let no_nul = note(b"stapsdt\0", NT_STAPSDT, &[&[0u8; 24][..], b"p\0n\0args"].concat());
         let empty = note(b"stapsdt\0", NT_STAPSDT, &desc(1, 0, 0, &["", "n", ""]));
         let long = "x".repeat(MAX_STAPSDT_STRING + 1);
         let huge = note(b"stapsdt\0", NT_STAPSDT, &desc(1, 0, 0, &["p", &long, ""]));
-        let bad_utf8 = note(
-            b"stapsdt\0",
-            NT_STAPSDT,
-            &[&[0u8; 24][..], b"p\0\xff\xfe\0\0"].concat(),
-        );
+        let bad_utf8 = note(b"stapsdt\0", NT_STAPSDT, &[&[0u8; 24][..], b"p\0\xff\xfe\0\0"].concat());
         let area = [short, no_nul, empty, huge, bad_utf8, good.clone()].concat();
         let p = parse_notes(&area, true, false, 4, None);
         assert_eq!((p.probes.len(), p.skipped), (1, 5));
         // A size that claims more than the area: counted, the walk ends.
         let mut liar = good.clone();
         liar[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        let p = parse_notes(
-            &[good.clone(), liar, good.clone()].concat(),
-            true,
-            false,
-            4,
-            None,
-        );
+        let p = parse_notes(&[good.clone(), liar, good.clone()].concat(), true, false, 4, None);
         assert_eq!((p.probes.len(), p.skipped), (1, 1));
         // Garbage.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -286,11 +228,7 @@ mod tests {
 
     #[test]
     fn many_probes_are_bounded() {
-        let one = note(
-            b"stapsdt\0",
-            NT_STAPSDT,
-            &desc(0x1000, 0, 0, &["p", "n", ""]),
-        );
+        let one = note(b"stapsdt\0", NT_STAPSDT, &desc(0x1000, 0, 0, &["p", "n", ""]));
         let area = one.repeat(MAX_STAPSDT_PROBES + 3);
         let p = parse_notes(&area, true, false, 4, None);
         assert_eq!((p.probes.len(), p.skipped), (MAX_STAPSDT_PROBES, 3));

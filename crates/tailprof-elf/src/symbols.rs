@@ -98,7 +98,8 @@ impl<R: ReadAt> Elf<R> {
         let header = *self.sections.get(index).ok_or_else(|| Error::Malformed(format!("no section {index}")))?;
         let link = header.link as usize;
         let strings = self.sections.get(link).filter(|s| s.kind == SHT_STRTAB && link != 0);
-        let strings = *strings.ok_or_else(|| Error::Malformed(format!("symbol table {index} links to section {link}, not a string table")))?;
+        let strings =
+            *strings.ok_or_else(|| Error::Malformed(format!("symbol table {index} links to section {link}, not a string table")))?;
         let within = |s: &SectionHeader| s.offset.checked_add(s.size).is_some_and(|end| end <= self.len);
         if !within(&strings) || !within(&header) {
             return Err(Error::Malformed(format!("symbol table {index} or its strings run past the end of the file")));

@@ -257,7 +257,11 @@ fn every_class_and_byte_order() {
             assert_eq!((i, text.offset, text.size), (1, 0x40, 0x40));
             let got: Vec<(String, u64, u64, SymbolSection)> =
                 symbols(&elf, SHT_SYMTAB).into_iter().skip(1).map(|(n, s)| (n, s.value, s.size, s.section())).collect();
-            assert_eq!(got, [("alpha".into(), 0x10, 8, SymbolSection::Index(1)), ("beta".into(), 0x20, 8, SymbolSection::Index(1))], "64 {is64} be {be}");
+            assert_eq!(
+                got,
+                [("alpha".into(), 0x10, 8, SymbolSection::Index(1)), ("beta".into(), 0x20, 8, SymbolSection::Index(1))],
+                "64 {is64} be {be}"
+            );
             assert!(elf.symbol_table(SHT_DYNSYM).unwrap().is_none());
             assert_eq!(elf.program_headers().unwrap().count(), 0);
             assert_eq!(elf.section_data(&text, 1 << 10).unwrap(), vec![0x90; 0x40]);
@@ -434,12 +438,15 @@ fn huge_section_sizes_are_errors_without_allocating() {
 #[test]
 fn random_byte_flips_never_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = c_program(dir.path()).or_else(|| Some(PathBuf::from("/bin/true")).filter(|p| p.is_file())).unwrap_or_else(|| std::env::current_exe().unwrap());
+    let bin = c_program(dir.path())
+        .or_else(|| Some(PathBuf::from("/bin/true")).filter(|p| p.is_file()))
+        .unwrap_or_else(|| std::env::current_exe().unwrap());
     let orig = std::fs::read(&bin).unwrap();
     let elf = Elf::parse(orig.clone()).unwrap();
     let h = *elf.header();
     let shsz = elf.class().section_header_size() as u64;
-    let mut regions: Vec<(u64, u64)> = vec![(0, 64), (h.phoff, u64::from(h.phnum) * u64::from(h.phentsize)), (h.shoff, elf.sections().len() as u64 * shsz)];
+    let mut regions: Vec<(u64, u64)> =
+        vec![(0, 64), (h.phoff, u64::from(h.phnum) * u64::from(h.phentsize)), (h.shoff, elf.sections().len() as u64 * shsz)];
     if let Some(t) = elf.symbol_table(SHT_SYMTAB).unwrap() {
         regions.push((t.header.offset, t.header.size.min(4096)));
     }
@@ -588,10 +595,20 @@ fn build_id_note_by_section_and_by_segment_with_alignments() {
     assert_eq!(sec.kind, SHT_NOTE);
     assert_eq!(sec.addralign, 4);
     let data = elf.section_data(&sec, 1 << 12).unwrap();
-    let id = notes(&data, be, sec.addralign).map(|n| n.unwrap()).find(|n| n.kind == NT_GNU_BUILD_ID && n.name == b"GNU\0").unwrap().desc.to_vec();
+    let id = notes(&data, be, sec.addralign)
+        .map(|n| n.unwrap())
+        .find(|n| n.kind == NT_GNU_BUILD_ID && n.name == b"GNU\0")
+        .unwrap()
+        .desc
+        .to_vec();
     assert!(id.len() >= 8);
     // The same note through the program headers: a PT_NOTE segment covering the section.
-    let seg = elf.program_headers().unwrap().map(|p| p.unwrap()).find(|p| p.kind == PT_NOTE && p.offset <= sec.offset && sec.offset < p.offset + p.filesz).expect("a PT_NOTE segment");
+    let seg = elf
+        .program_headers()
+        .unwrap()
+        .map(|p| p.unwrap())
+        .find(|p| p.kind == PT_NOTE && p.offset <= sec.offset && sec.offset < p.offset + p.filesz)
+        .expect("a PT_NOTE segment");
     assert!(seg.align == 4 || seg.align == 8);
     let bytes = elf.read_vec(seg.offset, seg.filesz, 1 << 16).unwrap();
     assert!(notes(&bytes, be, seg.align).any(|n| n.is_ok_and(|n| n.kind == NT_GNU_BUILD_ID && n.desc == id.as_slice())));

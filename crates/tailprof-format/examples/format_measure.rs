@@ -125,7 +125,12 @@ fn columns(workloads: &[Workload], n: usize) {
         let f = |x: usize| x as f64 / n as f64;
         println!(
             "-- {}: time {:.3}  ip-table {:.3}  ip-index {:.3}  thread {:.3}  cpu {:.3}",
-            w.name(), f(t), f(ipt), f(ipi), f(th), f(cpu)
+            w.name(),
+            f(t),
+            f(ipt),
+            f(ipi),
+            f(th),
+            f(cpu)
         );
     }
 }
@@ -148,12 +153,7 @@ fn whole(workloads: &[Workload], n: usize) {
     for w in workloads {
         let s = w.samples(1, n);
         let mut line = format!("-- {:<32}", w.name());
-        for (codec, level) in [
-            (TimeCodec::Paper16, 1),
-            (TimeCodec::Leb128, 1),
-            (TimeCodec::Planes, 1),
-            (TimeCodec::Planes, 3),
-        ] {
+        for (codec, level) in [(TimeCodec::Paper16, 1), (TimeCodec::Leb128, 1), (TimeCodec::Planes, 1), (TimeCodec::Planes, 3)] {
             let (b, _) = write(&s, WriterOptions { time_codec: codec, zstd_level: level, ..Default::default() });
             line += &format!("  {}/zstd{level} {:.3}", codec.name(), b.len() as f64 / n as f64);
         }
@@ -210,7 +210,9 @@ fn speed(n: usize) {
         let m = |secs: f64| n as f64 / secs / 1e6;
         println!(
             "  read_all {:.1} M samples/s, for_each_sample {:.1} M samples/s, summarize {:.2} ms",
-            m(best_all), m(best_fe), best_sum * 1e3
+            m(best_all),
+            m(best_fe),
+            best_sum * 1e3
         );
     }
 }
@@ -261,11 +263,13 @@ fn stack_chunk(table: &StackTable, ids: &[StackId]) -> [usize; 6] {
     })) + 4;
     let pdist = |i: usize, g: StackId| {
         let p = table.parent(g);
-        if p.is_none() { 0 } else { i as u64 + 1 - local[&p] }
+        if p.is_none() {
+            0
+        } else {
+            i as u64 + 1 - local[&p]
+        }
     };
-    let a = a_ft
-        + uleb_blob(nodes.iter().enumerate().map(|(i, &g)| pdist(i, g)))
-        + uleb_blob(nodes.iter().map(|&g| frank[&frame(g)]));
+    let a = a_ft + uleb_blob(nodes.iter().enumerate().map(|(i, &g)| pdist(i, g))) + uleb_blob(nodes.iter().map(|&g| frank[&frame(g)]));
     // B: DFS preorder, pop count, ip as zigzag delta from the parent's ip.
     let mut children: std::collections::BTreeMap<StackId, Vec<StackId>> = Default::default();
     nodes.iter().for_each(|&g| children.entry(table.parent(g)).or_default().push(g));

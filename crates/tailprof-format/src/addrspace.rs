@@ -114,12 +114,7 @@ pub struct SpaceLimits {
 
 impl Default for SpaceLimits {
     fn default() -> Self {
-        SpaceLimits {
-            max_processes: 65_536,
-            max_mappings: 65_536,
-            max_bytes: 1 << 30,
-            max_exited: 1024,
-        }
+        SpaceLimits { max_processes: 65_536, max_mappings: 65_536, max_bytes: 1 << 30, max_exited: 1024 }
     }
 }
 
@@ -150,12 +145,7 @@ struct Space<T> {
 
 impl<T> Space<T> {
     fn new(gen: u32) -> Self {
-        Space {
-            gen,
-            maps: Arc::new(Vec::new()),
-            last_use: 0,
-            exited: None,
-        }
+        Space { gen, maps: Arc::new(Vec::new()), last_use: 0, exited: None }
     }
 
     fn find(&self, ip: u64) -> Option<usize> {
@@ -253,11 +243,7 @@ impl<T: Clone + Default> AddressSpaces<T> {
             end: m.start.saturating_add(m.len),
             pgoff: m.pgoff,
             path: Arc::from(m.path.as_str()),
-            build_id: m
-                .build_id
-                .as_deref()
-                .filter(|b| !b.is_empty())
-                .map(Arc::from),
+            build_id: m.build_id.as_deref().filter(|b| !b.is_empty()).map(Arc::from),
             file: file.filter(|&f| f != (0, 0)),
             prot: m.prot,
             seq: self.tick,
@@ -271,11 +257,7 @@ impl<T: Clone + Default> AddressSpaces<T> {
         let max_maps = self.limits.max_mappings.max(1);
         let mut bytes = self.bytes;
         let mut evicted = 0;
-        let space = if kernel {
-            &mut self.kernel
-        } else {
-            self.spaces.get_mut(&pid).expect("ensured")
-        };
+        let space = if kernel { &mut self.kernel } else { self.spaces.get_mut(&pid).expect("ensured") };
         space.gen = gen;
         space.exited = None;
         let maps = make_mut(&mut bytes, &mut space.maps);
@@ -311,11 +293,7 @@ impl<T: Clone + Default> AddressSpaces<T> {
             self.evict_bytes(pid);
         }
         at?;
-        let space = if kernel {
-            &mut self.kernel
-        } else {
-            self.spaces.get_mut(&pid)?
-        };
+        let space = if kernel { &mut self.kernel } else { self.spaces.get_mut(&pid)? };
         let i = space.find(m.start)?;
         Arc::make_mut(&mut space.maps).get_mut(i)
     }
@@ -356,11 +334,7 @@ impl<T: Clone + Default> AddressSpaces<T> {
         if parent == child {
             return;
         }
-        let maps = self
-            .spaces
-            .get(&parent)
-            .map(|s| s.maps.clone())
-            .unwrap_or_default();
+        let maps = self.spaces.get(&parent).map(|s| s.maps.clone()).unwrap_or_default();
         if let Some(old) = self.spaces.remove(&child) {
             release(&mut self.bytes, old.maps);
         }
@@ -446,12 +420,7 @@ impl<T: Clone + Default> AddressSpaces<T> {
         let mut lasts: Vec<u64> = self.spaces.values().map(|s| s.last_use).collect();
         let k = lasts.len() / 8;
         let (_, &mut limit, _) = lasts.select_nth_unstable(k);
-        let old: Vec<u32> = self
-            .spaces
-            .iter()
-            .filter(|(_, s)| s.last_use <= limit)
-            .map(|(&p, _)| p)
-            .collect();
+        let old: Vec<u32> = self.spaces.iter().filter(|(_, s)| s.last_use <= limit).map(|(&p, _)| p).collect();
         for pid in old {
             if let Some(s) = self.spaces.get(&pid) {
                 self.counters.mappings_evicted += s.maps.len() as u64;
@@ -468,12 +437,8 @@ impl<T: Clone + Default> AddressSpaces<T> {
         if self.bytes <= self.limits.max_bytes {
             return;
         }
-        let mut order: Vec<(u64, u32)> = self
-            .spaces
-            .iter()
-            .filter(|(&p, s)| p != keep && !s.maps.is_empty())
-            .map(|(&p, s)| (s.last_use, p))
-            .collect();
+        let mut order: Vec<(u64, u32)> =
+            self.spaces.iter().filter(|(&p, s)| p != keep && !s.maps.is_empty()).map(|(&p, s)| (s.last_use, p)).collect();
         order.sort_unstable();
         for (_, pid) in order {
             if self.bytes <= self.limits.max_bytes / 8 * 7 {
@@ -547,11 +512,7 @@ impl<T: Clone + Default> AddressSpaces<T> {
     /// The mapping of `pid` covering `ip` right now.
     #[inline]
     pub fn find(&self, pid: u32, ip: u64) -> Option<&Mapping<T>> {
-        let s = if pid == KERNEL_PID {
-            &self.kernel
-        } else {
-            self.spaces.get(&pid)?
-        };
+        let s = if pid == KERNEL_PID { &self.kernel } else { self.spaces.get(&pid)? };
         s.find(ip).map(|i| &s.maps[i])
     }
 
@@ -567,11 +528,7 @@ impl<T: Clone + Default> AddressSpaces<T> {
                 self.evict_bytes(pid);
             }
         }
-        let s = if pid == KERNEL_PID {
-            &mut self.kernel
-        } else {
-            self.spaces.get_mut(&pid)?
-        };
+        let s = if pid == KERNEL_PID { &mut self.kernel } else { self.spaces.get_mut(&pid)? };
         let i = s.find(ip)?;
         make_mut(&mut self.bytes, &mut s.maps).get_mut(i)
     }
@@ -626,10 +583,7 @@ pub const KERNEL_HALF: u64 = 0xffff_0000_0000_0000;
 
 /// The list itself, for changing it: a list shared with a forked process is copied first
 /// and the copy's cost counted.
-fn make_mut<'a, T: Clone>(
-    bytes: &mut usize,
-    maps: &'a mut Arc<Vec<Mapping<T>>>,
-) -> &'a mut Vec<Mapping<T>> {
+fn make_mut<'a, T: Clone>(bytes: &mut usize, maps: &'a mut Arc<Vec<Mapping<T>>>) -> &'a mut Vec<Mapping<T>> {
     if Arc::strong_count(maps) > 1 {
         *bytes += list_cost(maps);
     }
@@ -654,17 +608,10 @@ fn cut<T: Clone>(maps: &mut Vec<Mapping<T>>, start: u64, end: u64) -> (usize, us
     while j < maps.len() && maps[j].start < end {
         let x = &maps[j];
         if x.start < start {
-            head = Some(Mapping {
-                end: start,
-                ..x.clone()
-            });
+            head = Some(Mapping { end: start, ..x.clone() });
         }
         if x.end > end {
-            tail = Some(Mapping {
-                start: end,
-                pgoff: x.pgoff.wrapping_add(end - x.start),
-                ..x.clone()
-            });
+            tail = Some(Mapping { start: end, pgoff: x.pgoff.wrapping_add(end - x.start), ..x.clone() });
         }
         j += 1;
     }

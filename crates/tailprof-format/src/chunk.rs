@@ -117,15 +117,7 @@ impl ChunkHeader {
 }
 
 /// Builds the complete bytes of one chunk: header (with CRC) followed by `meta` and `body`.
-pub fn frame_chunk(
-    out: &mut Vec<u8>,
-    kind: ChunkKind,
-    flags: u8,
-    seq: u32,
-    meta: &[u8],
-    body: &[u8],
-    raw_body_len: usize,
-) {
+pub fn frame_chunk(out: &mut Vec<u8>, kind: ChunkKind, flags: u8, seq: u32, meta: &[u8], body: &[u8], raw_body_len: usize) {
     let h = ChunkHeader {
         kind: kind as u8,
         flags,

@@ -187,14 +187,7 @@ pub fn put_ulebs(buf: &mut Vec<u8>, n: usize, get: impl Fn(usize) -> u64) {
 /// Appends an optional column: `present(i)` says whether row `i` has a value, `values`
 /// holds the present values in row order. With `delta`, values are stored as zigzag
 /// differences from the previous present value (good for addresses).
-pub fn put_opt_column(
-    out: &mut Vec<u8>,
-    pk: &mut Packer,
-    n: usize,
-    present: impl Fn(usize) -> bool,
-    values: &[u64],
-    delta: bool,
-) {
+pub fn put_opt_column(out: &mut Vec<u8>, pk: &mut Packer, n: usize, present: impl Fn(usize) -> bool, values: &[u64], delta: bool) {
     if values.is_empty() {
         out.push(OPT_NONE);
         return;
@@ -384,8 +377,7 @@ mod tests {
             assert!(r.is_empty());
             let mut k = 0;
             let got: Vec<Option<u64>> = (0..n).map(|i| c.get(i, &mut k)).collect();
-            let want: Vec<Option<u64>> =
-                (0..n).map(|i| present(i).then(|| 1000 - i as u64 * 7)).collect();
+            let want: Vec<Option<u64>> = (0..n).map(|i| present(i).then(|| 1000 - i as u64 * 7)).collect();
             assert_eq!(got, want);
         }
     }
@@ -434,7 +426,8 @@ mod tests {
 
     #[test]
     fn put_ulebs_matches_put_uleb() {
-        let vals: Vec<u64> = (0..2000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 64)).chain([0, 127, 128, u64::MAX]).collect();
+        let vals: Vec<u64> =
+            (0..2000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 64)).chain([0, 127, 128, u64::MAX]).collect();
         let mut a = vec![9u8];
         put_ulebs(&mut a, vals.len(), |i| vals[i]);
         let mut b = vec![9u8];

@@ -15,8 +15,8 @@
 
 use crate::chunk::{RawChunk, FLAG_ZSTD, MAX_RAW_BODY};
 use crate::columns::{Col, OptCol, Unpacker};
-use crate::meta::{RecordsMeta, MAX_CHUNK_RECORDS};
 use crate::encode::nodes_within_limits;
+use crate::meta::{RecordsMeta, MAX_CHUNK_RECORDS};
 use crate::record::{CpuMode, Flow, Frame, FrameKind, Record, Sample, Sink, StackDef, StackId, StackStatus};
 use crate::sideband::get_sideband;
 use crate::stack::StackTable;
@@ -110,11 +110,7 @@ impl Default for ChunkDecoder {
 
 /// Returns the decompressed (or stored) body of an intact chunk into `raw`.
 /// `None` when the declared or actual sizes are wrong.
-pub fn chunk_body<'a>(
-    c: &RawChunk<'a>,
-    dctx: &mut Option<zstd::bulk::Decompressor<'static>>,
-    raw: &'a mut Vec<u8>,
-) -> Option<&'a [u8]> {
+pub fn chunk_body<'a>(c: &RawChunk<'a>, dctx: &mut Option<zstd::bulk::Decompressor<'static>>, raw: &'a mut Vec<u8>) -> Option<&'a [u8]> {
     let want = c.header.raw_body_len as usize;
     if want > MAX_RAW_BODY {
         return None;

@@ -37,10 +37,7 @@ pub fn data_dir() -> Result<PathBuf, DataDirError> {
 }
 
 /// The rule of [`data_dir`] over any environment (`env(name)`) and effective uid.
-pub fn data_dir_from(
-    env: impl Fn(&str) -> Option<OsString>,
-    euid: u32,
-) -> Result<PathBuf, DataDirError> {
+pub fn data_dir_from(env: impl Fn(&str) -> Option<OsString>, euid: u32) -> Result<PathBuf, DataDirError> {
     let nonempty = |k: &str| env(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     if let Some(home) = nonempty("TAILPROF_HOME") {
         return Ok(home);
@@ -66,10 +63,7 @@ pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
         return Ok(());
     }
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         // The umask may have cleared bits, never added them: make sure of 0700.
@@ -92,10 +86,7 @@ pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     if !md.is_dir() || md.uid() != euid || md.mode() & 0o022 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "{}: not a directory of this user, or writable by others",
-                dir.display()
-            ),
+            format!("{}: not a directory of this user, or writable by others", dir.display()),
         ));
     }
     Ok(())
@@ -107,40 +98,19 @@ mod tests {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
-        move |k| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| OsString::from(v))
-        }
+        move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from(v))
     }
 
     #[test]
     fn data_dir_rule() {
-        let all = [
-            ("TAILPROF_HOME", "/th"),
-            ("XDG_DATA_HOME", "/xdg"),
-            ("HOME", "/home/u"),
-        ];
+        let all = [("TAILPROF_HOME", "/th"), ("XDG_DATA_HOME", "/xdg"), ("HOME", "/home/u")];
         assert_eq!(data_dir_from(env(&all), 1000), Ok(PathBuf::from("/th")));
         assert_eq!(data_dir_from(env(&all), 0), Ok(PathBuf::from("/th")));
-        let no_th = [
-            ("TAILPROF_HOME", ""),
-            ("XDG_DATA_HOME", "/xdg"),
-            ("HOME", "/home/u"),
-        ];
-        assert_eq!(
-            data_dir_from(env(&no_th), 0),
-            Ok(PathBuf::from("/var/lib/tailprof"))
-        );
-        assert_eq!(
-            data_dir_from(env(&no_th), 1000),
-            Ok(PathBuf::from("/xdg/tailprof"))
-        );
+        let no_th = [("TAILPROF_HOME", ""), ("XDG_DATA_HOME", "/xdg"), ("HOME", "/home/u")];
+        assert_eq!(data_dir_from(env(&no_th), 0), Ok(PathBuf::from("/var/lib/tailprof")));
+        assert_eq!(data_dir_from(env(&no_th), 1000), Ok(PathBuf::from("/xdg/tailprof")));
         let home = [("XDG_DATA_HOME", ""), ("HOME", "/home/u")];
-        assert_eq!(
-            data_dir_from(env(&home), 1000),
-            Ok(PathBuf::from("/home/u/.local/share/tailprof"))
-        );
+        assert_eq!(data_dir_from(env(&home), 1000), Ok(PathBuf::from("/home/u/.local/share/tailprof")));
     }
 
     /// Regression (issue 20): the store's resolver fell back to `/tmp/.local/share/tailprof`
@@ -148,10 +118,7 @@ mod tests {
     #[test]
     fn data_dir_without_home_is_an_error_not_tmp() {
         assert_eq!(data_dir_from(env(&[]), 1000), Err(DataDirError::NoHome));
-        assert_eq!(
-            data_dir_from(env(&[("HOME", "")]), 1000),
-            Err(DataDirError::NoHome)
-        );
+        assert_eq!(data_dir_from(env(&[("HOME", "")]), 1000), Err(DataDirError::NoHome));
     }
 
     #[test]

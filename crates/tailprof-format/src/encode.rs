@@ -229,9 +229,7 @@ impl SampleFields {
                 s.event,
                 s.cpumode as u8,
                 s.stack_status as u8,
-                (s.addr.is_some() as u8 * HAS_ADDR)
-                    | (s.weight.is_some() as u8 * HAS_WEIGHT)
-                    | (s.data_src.is_some() as u8 * HAS_DATA_SRC),
+                (s.addr.is_some() as u8 * HAS_ADDR) | (s.weight.is_some() as u8 * HAS_WEIGHT) | (s.data_src.is_some() as u8 * HAS_DATA_SRC),
                 s.regs.len(),
             ),
         }
@@ -469,17 +467,15 @@ impl ChunkBuilder {
         self.meta.records += 1;
         self.meta.note_time(r.time());
         match r {
-            Record::Lost(l) => {
-                match l.kind {
-                    LossKind::RingFull => self.meta.lost_records = self.meta.lost_records.saturating_add(l.count),
-                    LossKind::Samples => self.meta.lost_samples = self.meta.lost_samples.saturating_add(l.count),
-                    LossKind::Markers => self.meta.lost_markers = self.meta.lost_markers.saturating_add(l.count),
-                    k => {
-                        let c = &mut self.meta.losses[k as usize];
-                        *c = c.saturating_add(u32::try_from(l.count).unwrap_or(u32::MAX));
-                    }
+            Record::Lost(l) => match l.kind {
+                LossKind::RingFull => self.meta.lost_records = self.meta.lost_records.saturating_add(l.count),
+                LossKind::Samples => self.meta.lost_samples = self.meta.lost_samples.saturating_add(l.count),
+                LossKind::Markers => self.meta.lost_markers = self.meta.lost_markers.saturating_add(l.count),
+                k => {
+                    let c = &mut self.meta.losses[k as usize];
+                    *c = c.saturating_add(u32::try_from(l.count).unwrap_or(u32::MAX));
                 }
-            }
+            },
             Record::Throttle(t) if t.throttled => self.meta.throttle_events += 1,
             Record::Throttle(_) => self.meta.unthrottle_events += 1,
             Record::Switch(w) => {
@@ -632,14 +628,7 @@ impl ChunkBuilder {
         slot_rank
     }
 
-    fn encode_samples(
-        &mut self,
-        body: &mut Vec<u8>,
-        pk: &mut Packer,
-        codec: TimeCodec,
-        slot_rank: &[u32],
-        between: &mut dyn FnMut(),
-    ) {
+    fn encode_samples(&mut self, body: &mut Vec<u8>, pk: &mut Packer, codec: TimeCodec, slot_rank: &[u32], between: &mut dyn FnMut()) {
         let rows = &self.rows[..];
         let n = rows.len();
         let base = rows[0].time;

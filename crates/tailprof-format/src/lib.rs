@@ -48,9 +48,9 @@ pub mod timecode;
 pub mod varint;
 pub mod writer;
 
+pub use encode::{MAX_CHUNK_NODES, MAX_STACK_DEPTH};
 pub use jit::{JitEntry, JitOrigin};
 pub use reader::TraceReader;
-pub use encode::{MAX_CHUNK_NODES, MAX_STACK_DEPTH};
 pub use record::*;
 pub use stack::StackTable;
 pub use timecode::TimeCodec;
@@ -62,7 +62,11 @@ pub use writer::{TraceWriter, WriteSummary, WriterOptions};
 #[non_exhaustive]
 pub enum FormatError {
     #[error("{path}: {source}")]
-    Io { path: String, #[source] source: std::io::Error },
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("I/O error: {0}")]
     RawIo(#[from] std::io::Error),
     /// The file does not start with the trace magic. `perf_data` is set when it starts

@@ -148,13 +148,7 @@ impl LossTable {
             };
             push("damaged_chunks", r.damaged_chunks, Severity::Error, "chunks skipped because their checksum or contents were bad", "");
             push("damaged_bytes", r.damaged_bytes, Severity::Error, "bytes inside damaged chunks", "");
-            push(
-                "truncated_bytes",
-                r.truncated_bytes,
-                Severity::DataLoss,
-                "bytes of a cut-off tail (the recorder did not finish)",
-                "",
-            );
+            push("truncated_bytes", r.truncated_bytes, Severity::DataLoss, "bytes of a cut-off tail (the recorder did not finish)", "");
             push("duplicate_chunks", r.duplicate_chunks, Severity::Error, "chunks that repeat an earlier chunk, skipped", "");
             push(
                 "skipped_records",

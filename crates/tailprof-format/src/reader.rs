@@ -45,8 +45,7 @@ enum Mode<'s> {
 impl TraceReader {
     /// Reads `path` and validates its file header and header chunk.
     pub fn open(path: &Path) -> Result<Self, FormatError> {
-        let buf = std::fs::read(path)
-            .map_err(|source| FormatError::Io { path: path.display().to_string(), source })?;
+        let buf = std::fs::read(path).map_err(|source| FormatError::Io { path: path.display().to_string(), source })?;
         Self::from_bytes(buf)
     }
 
@@ -92,17 +91,14 @@ impl TraceReader {
                         b.len()
                     )))
                 }
-                Probe::Corrupt { .. } => {
-                    return Err(FormatError::BadHeader("trace header chunk fails its checksum".into()))
-                }
+                Probe::Corrupt { .. } => return Err(FormatError::BadHeader("trace header chunk fails its checksum".into())),
                 Probe::NotAChunk => return Err(FormatError::BadHeader("no trace header chunk".into())),
             };
             let mut raw = Vec::new();
             let mut dctx = None;
-            let json = chunk_body(&c, &mut dctx, &mut raw)
-                .ok_or_else(|| FormatError::BadHeader("trace header chunk has a bad body".into()))?;
-            header = serde_json::from_slice::<TraceHeader>(json)
-                .map_err(|e| FormatError::BadHeader(format!("trace header JSON: {e}")))?;
+            let json =
+                chunk_body(&c, &mut dctx, &mut raw).ok_or_else(|| FormatError::BadHeader("trace header chunk has a bad body".into()))?;
+            header = serde_json::from_slice::<TraceHeader>(json).map_err(|e| FormatError::BadHeader(format!("trace header JSON: {e}")))?;
             body_start = hlen + c.header.total_len();
         }
         let mut decoder = ChunkDecoder::default();

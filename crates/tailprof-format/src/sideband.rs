@@ -114,14 +114,7 @@ fn get_task(r: &mut ByteReader<'_>, time: u64) -> Option<Task> {
 /// the chunk's stack list, FORMAT.md §5.5); ignored for other kinds.
 ///
 /// Returns `false` for `Record::Sample`, which does not belong here.
-pub fn put_sideband(
-    out: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
-    pos_delta: u32,
-    prev_time: &mut u64,
-    r: &Record,
-    stack_ref: u64,
-) -> bool {
+pub fn put_sideband(out: &mut Vec<u8>, scratch: &mut Vec<u8>, pos_delta: u32, prev_time: &mut u64, r: &Record, stack_ref: u64) -> bool {
     scratch.clear();
     let s = scratch;
     let kind = match r {
@@ -251,12 +244,7 @@ pub fn put_sideband(
 /// A `Switch`'s or `Wakeup`'s `stack` comes back as the chunk-local stack reference (`StackId(k)`),
 /// which the caller checks against `max_stack_ref` and maps to a stack id. Rows of kinds
 /// newer than the trace's format `version` are damage.
-pub fn get_sideband(
-    r: &mut ByteReader<'_>,
-    prev_time: &mut u64,
-    version: u16,
-    max_stack_ref: u64,
-) -> Option<(u32, Option<Record>)> {
+pub fn get_sideband(r: &mut ByteReader<'_>, prev_time: &mut u64, version: u16, max_stack_ref: u64) -> Option<(u32, Option<Record>)> {
     let kind = r.u8()?;
     let pos_delta = r.uleb_u32()?;
     let time = prev_time.wrapping_add(unzigzag(r.uleb()?) as u64);
@@ -279,28 +267,13 @@ pub fn get_sideband(
                 n => Some(f.take(n - 1)?.to_vec()),
             },
         }),
-        SB_COMM => Record::Comm(Comm {
-            time,
-            pid: f.uleb_u32()?,
-            tid: f.uleb_u32()?,
-            exec: f.u8()? != 0,
-            comm: f.string()?,
-        }),
+        SB_COMM => Record::Comm(Comm { time, pid: f.uleb_u32()?, tid: f.uleb_u32()?, exec: f.u8()? != 0, comm: f.string()? }),
         SB_FORK => Record::Fork(get_task(f, time)?),
         SB_EXIT => Record::Exit(get_task(f, time)?),
-        SB_LOST => Record::Lost(Lost {
-            time,
-            cpu: f.uleb_u32()?,
-            event: get_opt_u16(f)?,
-            kind: LossKind::from_u8(f.u8()?)?,
-            count: f.uleb()?,
-        }),
-        SB_THROTTLE => Record::Throttle(Throttle {
-            time,
-            cpu: f.uleb_u32()?,
-            event: get_opt_u16(f)?,
-            throttled: f.u8()? != 0,
-        }),
+        SB_LOST => {
+            Record::Lost(Lost { time, cpu: f.uleb_u32()?, event: get_opt_u16(f)?, kind: LossKind::from_u8(f.u8()?)?, count: f.uleb()? })
+        }
+        SB_THROTTLE => Record::Throttle(Throttle { time, cpu: f.uleb_u32()?, event: get_opt_u16(f)?, throttled: f.u8()? != 0 }),
         SB_MARKER => Record::Marker(Marker {
             time,
             pid: f.uleb_u32()?,
@@ -391,7 +364,9 @@ pub fn sideband_size_hint(r: &Record) -> usize {
         Record::Mmap(m) => 60 + m.path.len() + m.build_id.as_ref().map_or(0, Vec::len),
         Record::Comm(c) => 20 + c.comm.len(),
         Record::ItemClass(c) => 20 + c.name.len(),
-        Record::ItemEvent(e) => 20 + e.name.len() + 4 + e.args.iter().map(|a| 12 + if let EventArg::Text(t) = a { t.len() } else { 0 }).sum::<usize>(),
+        Record::ItemEvent(e) => {
+            20 + e.name.len() + 4 + e.args.iter().map(|a| 12 + if let EventArg::Text(t) = a { t.len() } else { 0 }).sum::<usize>()
+        }
         _ => 40,
     }
 }

@@ -191,9 +191,9 @@ pub fn random_records(rng: &mut Rng, n: usize) -> Vec<Record> {
     let cpumodes = [CpuMode::Unknown, CpuMode::Kernel, CpuMode::User, CpuMode::Hypervisor, CpuMode::GuestKernel, CpuMode::GuestUser];
     for _ in 0..n {
         t = match rng.below(100) {
-            0 => t.saturating_sub(rng.below(1 << 20)),     // out of order
+            0 => t.saturating_sub(rng.below(1 << 20)),          // out of order
             1 => t.saturating_add(rng.range(1 << 32, 1 << 40)), // idle gap
-            2 => t,                                          // same time
+            2 => t,                                             // same time
             _ => t.saturating_add(rng.below(1 << 20)),
         };
         let time = if rng.chance(0.02) { 0 } else { t };
@@ -210,10 +210,20 @@ pub fn random_records(rng: &mut Rng, n: usize) -> Vec<Record> {
                 path: random_string(rng, 12),
                 build_id: rng.chance(0.5).then(|| (0..rng.below(21)).map(|_| rng.below(256) as u8).collect()),
             }),
-            1 => Record::Comm(Comm { time, pid: wide(rng) as u32, tid: wide(rng) as u32, exec: rng.chance(0.5), comm: random_string(rng, 4) }),
+            1 => Record::Comm(Comm {
+                time,
+                pid: wide(rng) as u32,
+                tid: wide(rng) as u32,
+                exec: rng.chance(0.5),
+                comm: random_string(rng, 4),
+            }),
             2 | 3 => {
                 let task = Task { time, pid: wide(rng) as u32, ppid: wide(rng) as u32, tid: wide(rng) as u32, ptid: wide(rng) as u32 };
-                if rng.chance(0.5) { Record::Fork(task) } else { Record::Exit(task) }
+                if rng.chance(0.5) {
+                    Record::Fork(task)
+                } else {
+                    Record::Exit(task)
+                }
             }
             4 => Record::Lost(Lost {
                 time,
@@ -222,7 +232,12 @@ pub fn random_records(rng: &mut Rng, n: usize) -> Vec<Record> {
                 kind: [LossKind::RingFull, LossKind::Samples, LossKind::Markers][rng.below(3) as usize],
                 count: wide(rng),
             }),
-            5 => Record::Throttle(Throttle { time, cpu: wide(rng) as u32, event: rng.chance(0.5).then(|| wide(rng) as u16), throttled: rng.chance(0.5) }),
+            5 => Record::Throttle(Throttle {
+                time,
+                cpu: wide(rng) as u32,
+                event: rng.chance(0.5).then(|| wide(rng) as u16),
+                throttled: rng.chance(0.5),
+            }),
             6 => Record::Marker(Marker {
                 time,
                 pid: wide(rng) as u32,

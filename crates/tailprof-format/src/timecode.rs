@@ -273,10 +273,7 @@ mod tests {
         assert_eq!(enc(0x8000), [0x00, 0x80, 0x00, 0x80]);
         assert_eq!(enc(250_000), [0x03, 0x80, 0x90, 0xd0]); // 0x3d090
         assert_eq!(enc(0x7fff_fffe), [0xff, 0xff, 0xfe, 0xff]);
-        assert_eq!(
-            enc(0x7fff_ffff),
-            [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0xff, 0x7f, 0xff, 0xff]
-        );
+        assert_eq!(enc(0x7fff_ffff), [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0xff, 0x7f, 0xff, 0xff]);
         assert_eq!(
             enc(10_000_000_000), // 10 s = 0x2_540b_e400
             [0xff, 0xff, 0xff, 0xff, 0, 0, 0x02, 0, 0x0b, 0x54, 0x00, 0xe4]
@@ -286,8 +283,19 @@ mod tests {
     #[test]
     fn paper16_round_trip_edges() {
         let vals = [
-            0u64, 1, 0x7fff, 0x8000, 0xffff, 0x1_0000, 0x7fff_fffe, 0x7fff_ffff, 0x8000_0000,
-            u32::MAX as u64, 1 << 32, u64::MAX, u64::MAX - 1,
+            0u64,
+            1,
+            0x7fff,
+            0x8000,
+            0xffff,
+            0x1_0000,
+            0x7fff_fffe,
+            0x7fff_ffff,
+            0x8000_0000,
+            u32::MAX as u64,
+            1 << 32,
+            u64::MAX,
+            u64::MAX - 1,
         ];
         let mut b = Vec::new();
         for &v in &vals {
@@ -318,7 +326,13 @@ mod tests {
                 let mut times = Vec::new();
                 codec.decode_times(&b, deltas.len(), 10, &mut times).unwrap();
                 let mut t = 10u64;
-                let want: Vec<u64> = deltas.iter().map(|d| { t += d; t }).collect();
+                let want: Vec<u64> = deltas
+                    .iter()
+                    .map(|d| {
+                        t += d;
+                        t
+                    })
+                    .collect();
                 assert_eq!(times, want, "{codec:?}");
                 // Too few or too many bytes are damage, never a panic.
                 for cut in 0..b.len() {

@@ -124,14 +124,9 @@ impl TraceWriter<std::io::BufWriter<std::fs::File>> {
     }
 
     /// [`Self::create`] with explicit [`WriterOptions`].
-    pub fn create_with_options(
-        path: &Path,
-        header: &TraceHeader,
-        opts: WriterOptions,
-    ) -> Result<Self, FormatError> {
+    pub fn create_with_options(path: &Path, header: &TraceHeader, opts: WriterOptions) -> Result<Self, FormatError> {
         let name = path.display().to_string();
-        let f = std::fs::File::create(path)
-            .map_err(|source| FormatError::Io { path: name.clone(), source })?;
+        let f = std::fs::File::create(path).map_err(|source| FormatError::Io { path: name.clone(), source })?;
         let mut w = Self::build(std::io::BufWriter::with_capacity(256 << 10, f), opts, Some(name));
         w.start(header)?;
         Ok(w)
@@ -179,8 +174,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn start(&mut self, header: &TraceHeader) -> Result<(), FormatError> {
-        let json = serde_json::to_vec(header)
-            .map_err(|e| FormatError::BadHeader(format!("cannot serialize trace header: {e}")))?;
+        let json = serde_json::to_vec(header).map_err(|e| FormatError::BadHeader(format!("cannot serialize trace header: {e}")))?;
         if json.len() > MAX_PAYLOAD {
             return Err(FormatError::BadHeader("trace header too large".into()));
         }
@@ -296,9 +290,7 @@ impl<W: Write> TraceWriter<W> {
 
     #[inline]
     fn close_if_full(&mut self) -> Result<(), FormatError> {
-        if self.builder.records() >= self.opts.max_records
-            || self.builder.raw_estimate >= self.opts.max_raw_bytes
-        {
+        if self.builder.records() >= self.opts.max_records || self.builder.raw_estimate >= self.opts.max_raw_bytes {
             self.close_chunk()?;
         }
         Ok(())
@@ -358,9 +350,7 @@ impl<W: Write> TraceWriter<W> {
     /// rings while a large chunk is encoded. The bytes written do not depend on it.
     pub fn end_round_with(&mut self, between: &mut dyn FnMut()) -> Result<(), FormatError> {
         let n = self.builder.records();
-        if n >= self.opts.round_records
-            || (n >= self.opts.min_records && self.builder.time_span() >= self.opts.round_span_ns)
-        {
+        if n >= self.opts.round_records || (n >= self.opts.min_records && self.builder.time_span() >= self.opts.round_span_ns) {
             self.close_chunk_with(between)?;
         }
         Ok(())
@@ -401,8 +391,7 @@ impl<W: Write> TraceWriter<W> {
         if self.builder.is_empty() {
             return Ok(());
         }
-        let mut meta =
-            self.builder.encode_with(&mut self.body, &mut self.packer, self.opts.time_codec, &self.stacks, between);
+        let mut meta = self.builder.encode_with(&mut self.body, &mut self.packer, self.opts.time_codec, &self.stacks, between);
         let mut meta_bytes = meta.to_bytes();
         if !nodes_within_limits(self.builder.stack_nodes(), meta_bytes.len() + self.body.len()) {
             // Stack nodes that compress extremely well (deep recursion of one frame) would
@@ -454,25 +443,14 @@ impl<W: Write> TraceWriter<W> {
         self.close_chunk()?;
         self.write_build_ids()?;
         self.write_jit()?;
-        let trailer = Trailer {
-            clean_end: true,
-            stats: self.stats.clone(),
-            duration_ns,
-            chunks: self.chunks,
-            records: self.records,
-        };
+        let trailer = Trailer { clean_end: true, stats: self.stats.clone(), duration_ns, chunks: self.chunks, records: self.records };
         let json = serde_json::to_vec(&trailer).map_err(|e| FormatError::BadHeader(e.to_string()))?;
         self.frame.clear();
         frame_chunk(&mut self.frame, ChunkKind::Trailer, 0, self.seq, &[], &json, json.len());
         self.emit_frame()?;
         self.chunks += 1;
         self.flush_out()?;
-        let summary = WriteSummary {
-            bytes: self.bytes,
-            chunks: self.chunks,
-            stats: self.stats.clone(),
-            duration_ns,
-        };
+        let summary = WriteSummary { bytes: self.bytes, chunks: self.chunks, stats: self.stats.clone(), duration_ns };
         match self.out.take() {
             Some(out) => Ok((out, summary)),
             None => Err(FormatError::RawIo(std::io::Error::other("trace writer has no output"))),
@@ -616,7 +594,14 @@ mod tests {
             for round in 0..5u64 {
                 for i in 0..700u64 {
                     let t = round * 10_000_000 + i * 10_000;
-                    let s = Sample { time: t, ip: 0x1000 + (i * 7919) % 300, tid: (i % 3) as u32, cpu: (i % 2) as u32, period: 1, ..Default::default() };
+                    let s = Sample {
+                        time: t,
+                        ip: 0x1000 + (i * 7919) % 300,
+                        tid: (i % 3) as u32,
+                        cpu: (i % 2) as u32,
+                        period: 1,
+                        ..Default::default()
+                    };
                     w.write_sample(&s).unwrap();
                 }
                 if hooked {

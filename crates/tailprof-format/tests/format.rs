@@ -127,9 +127,7 @@ fn sideband_keeps_its_place_among_samples() {
     let s = |time, ip| Record::Sample(Sample { time, ip, pid: 1, tid: 1, period: 1, ..Default::default() });
     let comm = |time| Record::Comm(Comm { time, pid: 1, tid: 1, exec: false, comm: format!("c{time}") });
     let lost = |time| Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::RingFull, count: 3 });
-    let records = vec![
-        comm(0), lost(0), s(10, 1), s(10, 2), comm(9), s(11, 1), lost(20), lost(5), s(30, 3), comm(31), comm(1),
-    ];
+    let records = vec![comm(0), lost(0), s(10, 1), s(10, 2), comm(9), s(11, 1), lost(20), lost(5), s(30, 3), comm(31), comm(1)];
     for opts in [small_chunks(), WriterOptions::default()] {
         let (bytes, _) = write_trace(&records, opts, &[]);
         assert_eq!(read_back(bytes).0, records);
@@ -432,7 +430,15 @@ fn jit_entries_are_delivered_before_records_and_survive_chunking() {
     }
     let mut w = TraceWriter::new(Vec::new(), &TraceHeader::default()).unwrap();
     w.write_sample(&Sample { time: 10, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
-    w.add_jit(JitEntry { pid: 1, time: 5, start: 0x1000, size: 16, origin: JitOrigin::JitLoad, name: "a".into(), source: Some("x.js:1".into()) });
+    w.add_jit(JitEntry {
+        pid: 1,
+        time: 5,
+        start: 0x1000,
+        size: 16,
+        origin: JitOrigin::JitLoad,
+        name: "a".into(),
+        source: Some("x.js:1".into()),
+    });
     w.flush_chunk().unwrap();
     w.write_sample(&Sample { time: 20, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
     w.add_jit(JitEntry { pid: 1, time: 15, start: 0x1000, size: 16, origin: JitOrigin::JitLoad, name: "b".into(), source: None });
@@ -523,7 +529,11 @@ fn crc32c_of(chunk: &[u8]) -> u32 {
 #[test]
 fn realistic_recording_costs_at_most_8_bytes_per_sample() {
     let n = 500_000;
-    for w in [Workload::REALISTIC, Workload::CpuClock { period_ns: 10_000, threads: 4, ips: 3000 }, Workload::CpuClock { period_ns: 1_000_000, threads: 1, ips: 3000 }] {
+    for w in [
+        Workload::REALISTIC,
+        Workload::CpuClock { period_ns: 10_000, threads: 4, ips: 3000 },
+        Workload::CpuClock { period_ns: 1_000_000, threads: 1, ips: 3000 },
+    ] {
         let samples = w.samples(42, n);
         let mut tw = TraceWriter::new(Vec::new(), &header()).unwrap();
         for (i, s) in samples.iter().enumerate() {
@@ -537,10 +547,13 @@ fn realistic_recording_costs_at_most_8_bytes_per_sample() {
         println!("{}: {per:.2} bytes/sample ({} chunks)", w.name(), ws.chunks);
         assert!(per <= 8.0, "{}: {per:.2} bytes/sample", w.name());
         let mut got = 0usize;
-        TraceReader::from_bytes(bytes).unwrap().for_each_sample(&mut |s| {
-            assert_eq!(s, &samples[got]);
-            got += 1;
-        }).unwrap();
+        TraceReader::from_bytes(bytes)
+            .unwrap()
+            .for_each_sample(&mut |s| {
+                assert_eq!(s, &samples[got]);
+                got += 1;
+            })
+            .unwrap();
         assert_eq!(got, n);
     }
 }
@@ -553,10 +566,13 @@ fn for_each_sample_matches_read_all() {
     let mut r = TraceReader::from_bytes(bytes).unwrap();
     let mut got = Vec::new();
     let s = r.for_each_sample(&mut |s| got.push(s.clone())).unwrap();
-    let want: Vec<Sample> = records.iter().filter_map(|r| match r {
-        Record::Sample(s) => Some(s.clone()),
-        _ => None,
-    }).collect();
+    let want: Vec<Sample> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Sample(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(got, want);
     assert_eq!(s.samples, want.len() as u64);
 }
@@ -594,9 +610,8 @@ fn every_loss_kind_is_stored_counted_and_tabled() {
 /// A chunk copied again later in the file is skipped and counted, not read twice.
 #[test]
 fn duplicated_chunks_are_detected_not_counted_twice() {
-    let records: Vec<Record> = (1..=200u64)
-        .map(|t| Record::Sample(Sample { time: t, ip: 0x1000 + t, pid: 1, tid: 1, period: 1, ..Default::default() }))
-        .collect();
+    let records: Vec<Record> =
+        (1..=200u64).map(|t| Record::Sample(Sample { time: t, ip: 0x1000 + t, pid: 1, tid: 1, period: 1, ..Default::default() })).collect();
     let (bytes, _) = write_trace(&records, small_chunks(), &[]);
     let starts = chunk_starts(&bytes);
     assert!(starts.len() >= 4, "need several chunks, got {}", starts.len());
@@ -635,15 +650,9 @@ fn find_last_chunk_start(bytes: &[u8]) -> usize {
 #[test]
 fn switch_markers_round_trip_and_need_version_5() {
     use tailprof_format::{Marker, MarkerKind, MarkerSource};
-    let m = |time, kind, item| {
-        Record::Marker(Marker { time, pid: 1, tid: 2, kind, item, class: 0, source: MarkerSource::Api })
-    };
-    let records = vec![
-        m(10, MarkerKind::Begin, 7),
-        m(20, MarkerKind::SwitchNone, 0),
-        m(30, MarkerKind::Switch, 7),
-        m(40, MarkerKind::End, 7),
-    ];
+    let m = |time, kind, item| Record::Marker(Marker { time, pid: 1, tid: 2, kind, item, class: 0, source: MarkerSource::Api });
+    let records =
+        vec![m(10, MarkerKind::Begin, 7), m(20, MarkerKind::SwitchNone, 0), m(30, MarkerKind::Switch, 7), m(40, MarkerKind::End, 7)];
     let (bytes, _) = write_trace(&records, WriterOptions::default(), &[]);
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 5);
     let mut sink = VecSink::default();

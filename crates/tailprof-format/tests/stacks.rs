@@ -91,8 +91,7 @@ fn stacks_and_switches_round_trip_through_many_chunks() {
         let mut samples = Vec::new();
         r.for_each_sample(&mut |s| samples.push(s.clone())).unwrap();
         let got: Vec<Resolved> = samples.iter().map(|s| resolve(&Record::Sample(s.clone()), r.stacks())).collect();
-        let want_samples: Vec<Resolved> =
-            want(&table, &records).into_iter().filter(|x| matches!(x.0, Record::Sample(_))).collect();
+        let want_samples: Vec<Resolved> = want(&table, &records).into_iter().filter(|x| matches!(x.0, Record::Sample(_))).collect();
         assert_eq!(got, want_samples, "seed {seed}");
     }
 }
@@ -244,7 +243,15 @@ fn wakeups_and_cpu_wide_switches_round_trip() {
     let mut table = StackTable::default();
     let s = table.intern_leaf_first(&[Frame::kernel(0xffff_ffff_8100_0010), Frame::user(0x401000), Frame::user(0x400f00)]);
     let records = vec![
-        Record::Switch(Switch { time: 10, pid: 7, tid: 8, cpu: 1, kind: SwitchKind::OutPreempted, next_prev: Some((99, 100)), ..Default::default() }),
+        Record::Switch(Switch {
+            time: 10,
+            pid: 7,
+            tid: 8,
+            cpu: 1,
+            kind: SwitchKind::OutPreempted,
+            next_prev: Some((99, 100)),
+            ..Default::default()
+        }),
         Record::Switch(Switch { time: 11, pid: 99, tid: 100, cpu: 1, kind: SwitchKind::In, next_prev: Some((0, 0)), ..Default::default() }),
         Record::Wakeup(Wakeup { time: 12, pid: 7, tid: 9, cpu: 0, wakee_tid: 8, stack: s, stack_status: StackStatus::Unknown }),
         Record::Wakeup(Wakeup { time: 13, pid: 0, tid: 0, cpu: 1, wakee_tid: 8, ..Default::default() }),
@@ -359,7 +366,12 @@ fn realistic_stacks_cost_little_per_sample() {
         let without = encode(false);
         let stack_part = (with.len() as f64 - without.len() as f64) / n as f64;
         let depth: usize = data.iter().map(|(_, f)| f.len()).sum::<usize>() / n;
-        println!("{}: {:.3} bytes/sample for stacks (mean depth {depth}), {:.3} in all", wl.name(), stack_part, with.len() as f64 / n as f64);
+        println!(
+            "{}: {:.3} bytes/sample for stacks (mean depth {depth}), {:.3} in all",
+            wl.name(),
+            stack_part,
+            with.len() as f64 / n as f64
+        );
         // perf -g stores 8 bytes per frame (~200 bytes/sample here); the issue asks for at
         // most a quarter of perf.data in all.
         assert!(stack_part < 4.0, "{}: {stack_part}", wl.name());

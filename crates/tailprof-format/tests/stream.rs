@@ -5,35 +5,18 @@ use tailprof_format::synth::{intern_all, random_build_ids, random_stacked_record
 use tailprof_format::*;
 
 fn header() -> TraceHeader {
-    TraceHeader {
-        source: "record".into(),
-        clock: Some(ClockInfo::Monotonic),
-        ..Default::default()
-    }
+    TraceHeader { source: "record".into(), clock: Some(ClockInfo::Monotonic), ..Default::default() }
 }
 
 /// At most 7 records per chunk, so a short trace spans many chunks.
 fn small_chunks() -> WriterOptions {
-    WriterOptions {
-        max_records: 7,
-        round_records: 5,
-        min_records: 2,
-        ..Default::default()
-    }
+    WriterOptions { max_records: 7, round_records: 5, min_records: 2, ..Default::default() }
 }
 
 fn samples(n: u64) -> Vec<u8> {
     let mut w = TraceWriter::with_options(Vec::new(), &header(), small_chunks()).unwrap();
     for t in 0..n {
-        w.write_sample(&Sample {
-            time: 1_000 + t,
-            ip: 0x1000 + t % 5,
-            pid: 1,
-            tid: 1,
-            period: 1,
-            ..Default::default()
-        })
-        .unwrap();
+        w.write_sample(&Sample { time: 1_000 + t, ip: 0x1000 + t % 5, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
     }
     w.finish_into_inner(Some(n)).unwrap().0
 }
@@ -63,22 +46,13 @@ impl Sink for FirstN {
 fn reader_stops_reading_when_the_sink_stops() {
     let bytes = samples(2_000);
     let mut all = VecSink::default();
-    let full = TraceReader::from_bytes(bytes.clone())
-        .unwrap()
-        .read_all(&mut all)
-        .unwrap();
+    let full = TraceReader::from_bytes(bytes.clone()).unwrap().read_all(&mut all).unwrap();
     assert_eq!(all.0.len(), 2_000);
     assert!(full.complete && !full.stopped_early);
     assert!(full.chunks > 250, "{full:?}");
 
-    let mut first = FirstN {
-        limit: 10,
-        ..Default::default()
-    };
-    let s = TraceReader::from_bytes(bytes)
-        .unwrap()
-        .read_all(&mut first)
-        .unwrap();
+    let mut first = FirstN { limit: 10, ..Default::default() };
+    let s = TraceReader::from_bytes(bytes).unwrap().read_all(&mut first).unwrap();
     assert_eq!(first.seen, all.0[..10]);
     assert!(s.stopped_early && !s.complete, "{s:?}");
     // Only the chunks holding those records were decoded: the header chunk and two chunks
@@ -105,10 +79,7 @@ fn a_trace_copied_through_the_writer_as_a_sink_reads_back_the_same() {
 
         // Copy: reader → writer (as a Sink).
         let mut copy = TraceWriter::new(Vec::new(), &header()).unwrap();
-        TraceReader::from_bytes(original.clone())
-            .unwrap()
-            .read_all(&mut copy)
-            .unwrap();
+        TraceReader::from_bytes(original.clone()).unwrap().read_all(&mut copy).unwrap();
         let copied = copy.finish_into_inner(Some(1)).unwrap().0;
 
         let read = |bytes: Vec<u8>| {
@@ -155,10 +126,7 @@ fn a_failing_sink_stops_the_reader_with_its_error() {
     // A writer that already has stacks of its own cannot take the stream's ids.
     let mut target = TraceWriter::new(Vec::new(), &header()).unwrap();
     target.intern_stack(&[Frame::user(0xdead), Frame::user(0xbeef)]);
-    let err = TraceReader::from_bytes(bytes)
-        .unwrap()
-        .read_all(&mut target)
-        .unwrap_err();
+    let err = TraceReader::from_bytes(bytes).unwrap().read_all(&mut target).unwrap_err();
     assert!(matches!(err, FormatError::BadStackDef(_)), "{err}");
     assert_eq!(target.flow(), Flow::Continue, "the error was taken");
 }
@@ -191,26 +159,14 @@ fn item_events_round_trip() {
             args: vec![EventArg::U64(16384)],
             at: EventAt::Free,
         },
-        ItemEvent {
-            time: 12,
-            pid: 3,
-            tid: 4,
-            kind: ItemEventKind::SpanEnd,
-            name: "lock__wait".into(),
-            args: Vec::new(),
-            at: EventAt::End,
-        },
+        ItemEvent { time: 12, pid: 3, tid: 4, kind: ItemEventKind::SpanEnd, name: "lock__wait".into(), args: Vec::new(), at: EventAt::End },
         ItemEvent {
             time: 13,
             pid: 3,
             tid: 5,
             kind: ItemEventKind::Instant,
             name: "tick".into(),
-            args: vec![
-                EventArg::I64(-7),
-                EventArg::U64(3),
-                EventArg::Text("ShareLock".into()),
-            ],
+            args: vec![EventArg::I64(-7), EventArg::U64(3), EventArg::Text("ShareLock".into())],
             at: EventAt::Begin,
         },
         ItemEvent {
@@ -227,17 +183,11 @@ fn item_events_round_trip() {
     for e in &evs {
         w.write(&Record::ItemEvent(e.clone())).unwrap();
     }
-    let too_long = ItemEvent {
-        name: "x".repeat(ItemEvent::MAX_NAME + 1),
-        ..evs[0].clone()
-    };
+    let too_long = ItemEvent { name: "x".repeat(ItemEvent::MAX_NAME + 1), ..evs[0].clone() };
     assert!(w.write(&Record::ItemEvent(too_long)).is_err());
     let bytes = w.finish_into_inner(None).unwrap().0;
     let mut sink = VecSink::default();
-    TraceReader::from_bytes(bytes)
-        .unwrap()
-        .read_all(&mut sink)
-        .unwrap();
+    TraceReader::from_bytes(bytes).unwrap().read_all(&mut sink).unwrap();
     let got: Vec<ItemEvent> = sink
         .0
         .into_iter()

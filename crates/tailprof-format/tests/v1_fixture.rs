@@ -144,8 +144,7 @@ fn write_fixture_bytes() -> Vec<u8> {
     for r in fixture_records() {
         w.write(&r).unwrap();
     }
-    w.add_build_id(BuildIdEntry { path: "/usr/bin/app".into(), build_id: vec![0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4] })
-        .unwrap();
+    w.add_build_id(BuildIdEntry { path: "/usr/bin/app".into(), build_id: vec![0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4] }).unwrap();
     w.finish_into_inner(Some(9_999_000)).unwrap().0
 }
 

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use linux_perf_data::linux_perf_event_reader::{
-    AttrFlags, ClockId, HardwareCacheId, HardwareCacheOp, HardwareCacheOpResult, HardwareEventId, PerfClock,
-    PerfEventAttr, PerfEventType, SamplingPolicy, SoftwareCounterType,
+    AttrFlags, ClockId, HardwareCacheId, HardwareCacheOp, HardwareCacheOpResult, HardwareEventId, PerfClock, PerfEventAttr, PerfEventType,
+    SamplingPolicy, SoftwareCounterType,
 };
 use linux_perf_data::{AttributeDescription, PerfFile};
 use tailprof_format::{BuildIdEntry, ClockInfo, EventDesc, TraceHeader};
@@ -128,9 +128,7 @@ fn type_config(attr: &PerfEventAttr, pmus: &BTreeMap<u32, String>) -> (u32, u64,
             let (name, num) = cache_name(id, op, res);
             (PERF_TYPE_HW_CACHE, (u64::from(pmu.0) << 32) | num, 0, 0, pmu_prefix(pmu.0, &name))
         }
-        PerfEventType::Breakpoint(_, addr, len) => {
-            (PERF_TYPE_BREAKPOINT, 0, addr.0, len.0, format!("mem:{:#x}/{}", addr.0, len.0))
-        }
+        PerfEventType::Breakpoint(_, addr, len) => (PERF_TYPE_BREAKPOINT, 0, addr.0, len.0, format!("mem:{:#x}/{}", addr.0, len.0)),
         PerfEventType::DynamicPmu(ty, config, config1, config2) => {
             let name = if ty == PERF_TYPE_RAW {
                 format!("raw {config:#x}")
@@ -171,7 +169,11 @@ pub(crate) fn event_desc(ad: &AttributeDescription, pmus: &BTreeMap<u32, String>
                 m.push('k');
             }
             m.extend(std::iter::repeat_n('p', precise as usize));
-            if m.is_empty() { synthesized } else { format!("{synthesized}:{m}") }
+            if m.is_empty() {
+                synthesized
+            } else {
+                format!("{synthesized}:{m}")
+            }
         }
     };
     let (sample_period, sample_freq) = match attr.sampling_policy {
@@ -222,9 +224,8 @@ fn feature<T, E: std::fmt::Display>(r: Result<Option<T>, E>, what: &str, warning
 
 /// The trace header for a parsed perf.data file.
 pub(crate) fn build_header(pf: &PerfFile, pipe: bool, warnings: &mut Vec<String>) -> TraceHeader {
-    let pmus: BTreeMap<u32, String> = feature(pf.pmu_mappings(), "PMU_MAPPINGS", warnings)
-        .map(|m| m.0.into_iter().collect())
-        .unwrap_or_default();
+    let pmus: BTreeMap<u32, String> =
+        feature(pf.pmu_mappings(), "PMU_MAPPINGS", warnings).map(|m| m.0.into_iter().collect()).unwrap_or_default();
     let attrs = pf.event_attributes();
     let mut h = TraceHeader { source: "import".into(), ..Default::default() };
     h.events = attrs.iter().map(|a| event_desc(a, &pmus)).collect();
@@ -233,19 +234,14 @@ pub(crate) fn build_header(pf: &PerfFile, pipe: bool, warnings: &mut Vec<String>
         Some(PerfClock::ClockId(c)) => ClockInfo::Clockid { clockid: clock_number(c) },
         _ => ClockInfo::Perf,
     });
-    h.cmdline = feature(pf.cmdline(), "CMDLINE", warnings)
-        .map(|v| v.into_iter().map(str::to_string).collect())
-        .unwrap_or_default();
+    h.cmdline = feature(pf.cmdline(), "CMDLINE", warnings).map(|v| v.into_iter().map(str::to_string).collect()).unwrap_or_default();
     h.hostname = feature(pf.hostname(), "HOSTNAME", warnings).map(str::to_string);
     h.os_release = feature(pf.os_release(), "OSRELEASE", warnings).map(str::to_string);
     h.arch = feature(pf.arch(), "ARCH", warnings).map(str::to_string);
     h.cpu_desc = feature(pf.cpu_desc(), "CPUDESC", warnings).map(str::to_string);
     let ex = &mut h.extra;
     ex.insert("perf.file_mode".into(), if pipe { "pipe" } else { "file" }.into());
-    ex.insert(
-        "perf.byte_order".into(),
-        format!("{:?}", pf.endian()).replace("Endian", "-endian").to_lowercase(),
-    );
+    ex.insert("perf.byte_order".into(), format!("{:?}", pf.endian()).replace("Endian", "-endian").to_lowercase());
     if let Some(n) = feature(pf.nr_cpus(), "NRCPUS", warnings) {
         h.nr_cpus = Some(n.nr_cpus_online);
         ex.insert("perf.nr_cpus_online".into(), n.nr_cpus_online.to_string());

@@ -158,9 +158,7 @@ fn convert(
     out: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Imported, Option<u64>), ImportError> {
-    let werr = |sink: &mut dyn Sink| {
-        sink_result(sink).map_err(|source| ImportError::Write { path: out.to_path_buf(), source })
-    };
+    let werr = |sink: &mut dyn Sink| sink_result(sink).map_err(|source| ImportError::Write { path: out.to_path_buf(), source });
     let header_ids = reader.build_ids().len();
     for e in reader.build_ids() {
         sink.handle_build_id(e);

@@ -87,8 +87,7 @@ impl PerfMaps {
     fn refuse(&mut self, path: &Path, why: &str) {
         self.skipped += 1;
         if self.notes.len() < 8 {
-            self.notes
-                .push(format!("JIT names of {} not read: {why}", path.display()));
+            self.notes.push(format!("JIT names of {} not read: {why}", path.display()));
         }
     }
 
@@ -103,10 +102,7 @@ impl PerfMaps {
         loop {
             line.clear();
             // At most MAX_LINE + 1 bytes of a line are held; the rest is skipped.
-            let n = match (&mut r)
-                .take(MAX_LINE as u64 + 1)
-                .read_until(b'\n', &mut line)
-            {
+            let n = match (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
@@ -135,15 +131,7 @@ impl PerfMaps {
             }
             kept += 1;
             self.entries += 1;
-            out(&JitEntry {
-                pid,
-                time: 0,
-                start,
-                size,
-                origin: JitOrigin::PerfMap,
-                name,
-                source: None,
-            });
+            out(&JitEntry { pid, time: 0, start, size, origin: JitOrigin::PerfMap, name, source: None });
         }
     }
 }
@@ -154,16 +142,7 @@ mod tests {
     use tailprof_format::CpuMode;
 
     fn anon(pid: u32) -> Mmap {
-        Mmap {
-            pid,
-            tid: pid,
-            start: 0x1000,
-            len: 0x1000,
-            prot: 5,
-            cpumode: CpuMode::User,
-            path: "//anon".into(),
-            ..Default::default()
-        }
+        Mmap { pid, tid: pid, start: 0x1000, len: 0x1000, prot: 5, cpumode: CpuMode::User, path: "//anon".into(), ..Default::default() }
     }
 
     #[test]
@@ -175,11 +154,7 @@ mod tests {
             format!("1000 20 JS:*hot a.js:1\n{long}\n\x00\u{ff} garbage\n2000 0x10 cold\n3000 0 empty\nzz"),
         )
         .unwrap();
-        std::os::unix::fs::symlink(
-            dir.path().join("perf-41.map"),
-            dir.path().join("perf-42.map"),
-        )
-        .unwrap();
+        std::os::unix::fs::symlink(dir.path().join("perf-41.map"), dir.path().join("perf-42.map")).unwrap();
         let mut m = PerfMaps::default();
         for pid in [41, 42, 43] {
             m.note_mmap(&anon(pid));
@@ -189,23 +164,11 @@ mod tests {
         m.note_mmap(&file_backed);
         std::fs::write(dir.path().join("perf-44.map"), "1000 20 not-looked-up\n").unwrap();
         let mut got = Vec::new();
-        m.read_all(dir.path(), &mut |e| {
-            got.push((e.pid, e.start, e.size, e.name.clone()))
-        });
-        assert_eq!(
-            got,
-            [
-                (41, 0x1000, 0x20, "JS:*hot a.js:1".to_string()),
-                (41, 0x2000, 0x10, "cold".to_string())
-            ]
-        );
+        m.read_all(dir.path(), &mut |e| got.push((e.pid, e.start, e.size, e.name.clone())));
+        assert_eq!(got, [(41, 0x1000, 0x20, "JS:*hot a.js:1".to_string()), (41, 0x2000, 0x10, "cold".to_string())]);
         // the long line, the garbage line, the empty range, the cut last line; the symlink
         assert_eq!(m.skipped, 5, "{:?}", m.notes);
         assert_eq!(m.entries, 2);
-        assert!(
-            m.notes.iter().any(|n| n.contains("perf-42.map")),
-            "{:?}",
-            m.notes
-        );
+        assert!(m.notes.iter().any(|n| n.contains("perf-42.map")), "{:?}", m.notes);
     }
 }

@@ -11,15 +11,15 @@ use std::sync::Arc;
 use linux_perf_data::linux_perf_event_reader::{constants::PERF_RECORD_MISC_BUILD_ID_SIZE, CommonData, RawEventRecord, RecordType};
 use linux_perf_data::{Endianness, PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter, RawUserRecord, UserRecordType};
 use tailprof_format::{
-    BuildIdEntry, Comm, CpuMode, Lost, LossKind, Mmap, Record, Sample, Switch, SwitchKind, Task, Throttle, TraceHeader, Wakeup,
+    BuildIdEntry, Comm, CpuMode, LossKind, Lost, Mmap, Record, Sample, Switch, SwitchKind, Task, Throttle, TraceHeader, Wakeup,
 };
 
 use tailprof_perf_abi::{Endian, RecordHeader, SampleLayout, SideBand, SwitchDirection, HEADER_LEN};
 
 use crate::header::{build_header, event_info, header_build_ids, EventInfo};
 use crate::sample::{decode_sample, has_fields_after_data_src};
-use crate::stacks::StackFields;
 use crate::source::{prepare, SourceReader, StreamWarnings};
+use crate::stacks::StackFields;
 use crate::{ImportError, ImportOptions, ImportSummary, UNKNOWN_CPU};
 
 /// PERF_RECORD_HEADER_BUILD_ID: build-ids in pipe-mode streams.
@@ -185,13 +185,13 @@ impl PerfDataReader {
                     self.conv.summary.samples = self.conv.summary.samples.saturating_sub(1);
                     self.conv.summary.wakeups += 1;
                     Record::Wakeup(Wakeup {
-                    time: s.time,
-                    pid: s.pid,
-                    tid: s.tid,
-                    cpu: s.cpu,
-                    wakee_tid,
-                    stack: s.stack,
-                    stack_status: s.stack_status,
+                        time: s.time,
+                        pid: s.pid,
+                        tid: s.tid,
+                        cpu: s.cpu,
+                        wakee_tid,
+                        stack: s.stack,
+                        stack_status: s.stack_status,
                     })
                 }
                 None => Record::Sample(s),
@@ -293,14 +293,11 @@ fn map_parse_error(path: &Path, e: linux_perf_data::Error, pos: u64) -> ImportEr
             corrupt(format!("{io} (near byte {pos})"))
         }
         E::IoError(io) => ImportError::Io { path: path_buf.clone(), source: io },
-        E::Read(ReadError::PerfEventData) => {
-            truncated(format!("a record extends past the end of the data (near byte {pos})"))
-        }
+        E::Read(ReadError::PerfEventData) => truncated(format!("a record extends past the end of the data (near byte {pos})")),
         E::Read(r) => corrupt(format!("{r}")),
-        E::UnrecognizedMagicValue(m) => ImportError::NotPerfData {
-            path: path_buf.clone(),
-            found: format!("magic {:?}", String::from_utf8_lossy(&m)),
-        },
+        E::UnrecognizedMagicValue(m) => {
+            ImportError::NotPerfData { path: path_buf.clone(), found: format!("magic {:?}", String::from_utf8_lossy(&m)) }
+        }
         E::NoAttributes => corrupt("the file describes no events".into()),
         E::NoIdentifierDespiteMultiEvent(i) => ImportError::Unsupported {
             path: path_buf.clone(),
@@ -329,23 +326,47 @@ fn record_size_at(path: &Path, at: u64) -> Option<u16> {
 
 fn type_name(t: RecordType) -> String {
     let s = format!("{t:?}");
-    if s.starts_with("Unknown") || s.starts_with("User type") { format!("type {}", t.0) } else { s }
+    if s.starts_with("Unknown") || s.starts_with("User type") {
+        format!("type {}", t.0)
+    } else {
+        s
+    }
 }
 
 /// perf's names for its user record types (tools/perf/util/event.h).
 fn user_type_name(t: UserRecordType) -> String {
     const NAMES: [&str; 20] = [
-        "HEADER_ATTR", "HEADER_EVENT_TYPE", "HEADER_TRACING_DATA", "HEADER_BUILD_ID", "FINISHED_ROUND",
-        "ID_INDEX", "AUXTRACE_INFO", "AUXTRACE", "AUXTRACE_ERROR", "THREAD_MAP", "CPU_MAP",
-        "STAT_CONFIG", "STAT", "STAT_ROUND", "EVENT_UPDATE", "TIME_CONV", "HEADER_FEATURE",
-        "COMPRESSED", "FINISHED_INIT", "COMPRESSED2",
+        "HEADER_ATTR",
+        "HEADER_EVENT_TYPE",
+        "HEADER_TRACING_DATA",
+        "HEADER_BUILD_ID",
+        "FINISHED_ROUND",
+        "ID_INDEX",
+        "AUXTRACE_INFO",
+        "AUXTRACE",
+        "AUXTRACE_ERROR",
+        "THREAD_MAP",
+        "CPU_MAP",
+        "STAT_CONFIG",
+        "STAT",
+        "STAT_ROUND",
+        "EVENT_UPDATE",
+        "TIME_CONV",
+        "HEADER_FEATURE",
+        "COMPRESSED",
+        "FINISHED_INIT",
+        "COMPRESSED2",
     ];
     let n = t.record_type().0;
     match n.checked_sub(64).and_then(|i| NAMES.get(i as usize)) {
         Some(name) => name.to_string(),
         None => {
             let s = format!("{t:?}");
-            if s.starts_with("Unknown") { format!("type {n}") } else { s.trim_matches('"').to_string() }
+            if s.starts_with("Unknown") {
+                format!("type {n}")
+            } else {
+                s.trim_matches('"').to_string()
+            }
         }
     }
 }
@@ -471,7 +492,11 @@ impl Converter {
             SideBand::Comm { pid, tid, exec, comm } => Record::Comm(Comm { time: self.stamp(t), pid, tid, exec, comm: lossy(comm) }),
             SideBand::Fork(f) | SideBand::Exit(f) => {
                 let task = Task { time: self.stamp(t), pid: f.pid, ppid: f.ppid, tid: f.tid, ptid: f.ptid };
-                if rtype == RecordType::FORK { Record::Fork(task) } else { Record::Exit(task) }
+                if rtype == RecordType::FORK {
+                    Record::Fork(task)
+                } else {
+                    Record::Exit(task)
+                }
             }
             SideBand::Lost { id, count } => {
                 self.summary.lost_events += 1;
@@ -643,10 +668,7 @@ mod tests {
             user_regs_count: 0,
             sample_regs_intr: 0,
             intr_regs_count: 0,
-            id_parse_info: RecordIdParseInfo {
-                nonsample_record_id_offset_from_end: None,
-                sample_record_id_offset_from_start: None,
-            },
+            id_parse_info: RecordIdParseInfo { nonsample_record_id_offset_from_end: None, sample_record_id_offset_from_start: None },
             nonsample_record_time_offset_from_end: None,
             sample_record_time_offset_from_start: None,
         }

@@ -55,7 +55,12 @@ pub(crate) struct DecodedSample {
 /// Decode a sample body (the record without its 8-byte header); its stack fields go to
 /// `stack` (cleared when the body cannot be decoded).
 /// `layout` is [`decoded_layout`] of the sample's event.
-pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut StackFields) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {
+pub(crate) fn decode_sample(
+    data: &[u8],
+    layout: &SampleLayout,
+    endian: Endian,
+    stack: &mut StackFields,
+) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {
     stack.clear();
     let first = decode_with(data, layout, endian, stack)?;
     // The attr parser drops PERF_FORMAT_LOST; if the READ block would explain the
@@ -73,26 +78,31 @@ pub(crate) fn decode_sample(data: &[u8], layout: &SampleLayout, endian: Endian, 
     Ok(first)
 }
 
-fn decode_with(data: &[u8], layout: &SampleLayout, endian: Endian, stack: &mut StackFields) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {
+fn decode_with(
+    data: &[u8],
+    layout: &SampleLayout,
+    endian: Endian,
+    stack: &mut StackFields,
+) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {
     layout.decode_with(data, endian, |v| {
         stack.capture(v);
         DecodedSample {
-        ip: v.ip(),
-        pid: v.pid(),
-        tid: v.tid(),
-        time: v.time(),
-        addr: v.addr(),
-        id: v.identifier().or(v.id()),
-        cpu: v.cpu(),
-        period: v.period(),
-        regs: v.regs_user().map(|r| r.values.to_vec()).unwrap_or_default(),
-        weight: v.weight().map(|w| w.value()),
-        data_src: v.data_src(),
-        raw_pid: v.raw().and_then(|r| r.get(24..28)).map(|b| {
-            let b: [u8; 4] = b.try_into().expect("4 bytes");
-            endian.u32(b)
-        }),
-        trailing: v.rest().len(),
+            ip: v.ip(),
+            pid: v.pid(),
+            tid: v.tid(),
+            time: v.time(),
+            addr: v.addr(),
+            id: v.identifier().or(v.id()),
+            cpu: v.cpu(),
+            period: v.period(),
+            regs: v.regs_user().map(|r| r.values.to_vec()).unwrap_or_default(),
+            weight: v.weight().map(|w| w.value()),
+            data_src: v.data_src(),
+            raw_pid: v.raw().and_then(|r| r.get(24..28)).map(|b| {
+                let b: [u8; 4] = b.try_into().expect("4 bytes");
+                endian.u32(b)
+            }),
+            trailing: v.rest().len(),
         }
     })
 }
@@ -107,9 +117,9 @@ mod tests {
     use super::*;
     use tailprof_perf_abi::read_format::{GROUP as F_GROUP, ID as F_ID};
     use tailprof_perf_abi::sample_type::{
-        CALLCHAIN as S_CALLCHAIN, CPU as S_CPU, DATA_SRC as S_DATA_SRC, IP as S_IP, RAW as S_RAW, READ as S_READ,
+        ADDR as S_ADDR, CALLCHAIN as S_CALLCHAIN, CPU as S_CPU, DATA_SRC as S_DATA_SRC, IP as S_IP, RAW as S_RAW, READ as S_READ,
         REGS_USER as S_REGS_USER, STACK_USER as S_STACK_USER, TID as S_TID, TIME as S_TIME, WEIGHT as S_WEIGHT,
-        WEIGHT_STRUCT as S_WEIGHT_STRUCT, ADDR as S_ADDR,
+        WEIGHT_STRUCT as S_WEIGHT_STRUCT,
     };
 
     fn decode(body: &[u8], event: SampleLayout) -> Result<DecodedSample, tailprof_perf_abi::DecodeError> {

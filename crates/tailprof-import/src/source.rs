@@ -10,8 +10,8 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
-use std::path::Path;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -148,12 +148,7 @@ pub(crate) fn prepare(path: &Path, file: &mut File, recover: bool) -> Result<Pre
                 found: format!("only {have} bytes: {}", describe_magic(other)),
             })
         }
-        other => {
-            return Err(ImportError::NotPerfData {
-                path: path.to_path_buf(),
-                found: format!("magic {}", describe_magic(other)),
-            })
-        }
+        other => return Err(ImportError::NotPerfData { path: path.to_path_buf(), found: format!("magic {}", describe_magic(other)) }),
     };
     if have < 16 {
         return Err(ImportError::Truncated { path: path.to_path_buf(), detail: "the file ends inside its header".into() });
@@ -262,8 +257,7 @@ fn check_file_header(
         }
         if matches!(bit, FEAT_CMDLINE | FEAT_EVENT_DESC | FEAT_PMU_MAPPINGS) {
             let data = read_at(file, path, off, size)?;
-            check_feature(bit, Bytes { data: &data, be: hb.be })
-                .map_err(|d| corrupt(path, format!("header feature {bit}: {d}")))?;
+            check_feature(bit, Bytes { data: &data, be: hb.be }).map_err(|d| corrupt(path, format!("header feature {bit}: {d}")))?;
         }
         sections.push((bit, off, size));
     }
@@ -480,7 +474,10 @@ fn check_pipe_prefix(path: &Path, file: &mut File, be: bool, file_len: u64) -> R
         }
         let mut body = vec![0u8; (size - 8) as usize];
         if r.read_exact(&mut body).is_err() {
-            return Err(ImportError::Truncated { path: path.to_path_buf(), detail: format!("the file ends inside the record at byte {pos}") });
+            return Err(ImportError::Truncated {
+                path: path.to_path_buf(),
+                detail: format!("the file ends inside the record at byte {pos}"),
+            });
         }
         if ty == PERF_RECORD_HEADER_FEATURE {
             let bb = Bytes { data: &body, be };
@@ -541,21 +538,9 @@ impl SourceReader {
         file.seek(SeekFrom::Start(0))?;
         let position = Arc::new(AtomicU64::new(0));
         let warnings: StreamWarnings = Arc::default();
-        let guard = FramingGuard {
-            be: big_endian,
-            next: records.0,
-            start: records.0,
-            end: records.1,
-            patch: None,
-            warnings: warnings.clone(),
-        };
-        let r = SourceReader {
-            inner: BufReader::with_capacity(1 << 18, file),
-            pos: 0,
-            overlay,
-            position: position.clone(),
-            guard,
-        };
+        let guard =
+            FramingGuard { be: big_endian, next: records.0, start: records.0, end: records.1, patch: None, warnings: warnings.clone() };
+        let r = SourceReader { inner: BufReader::with_capacity(1 << 18, file), pos: 0, overlay, position: position.clone(), guard };
         Ok((r, position, warnings))
     }
 
@@ -677,8 +662,7 @@ impl Seek for SourceReader {
                     Some(ov) => ov.tail_at + ov.tail.len() as u64,
                     None => self.inner.get_ref().metadata()?.len(),
                 };
-                end.checked_add_signed(d)
-                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the start of the file"))?
+                end.checked_add_signed(d).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before the start of the file"))?
             }
         };
         // BufReader keeps its own position; move it relative to ours to keep its buffer.

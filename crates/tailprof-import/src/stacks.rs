@@ -20,7 +20,6 @@
 //! A BRANCH_STACK without CALLCHAIN (`perf record -b`) is a branch sample, not a stack,
 //! and is not kept here.
 
-
 use tailprof_format::{Frame, Record, Sample, StackId, StackStatus};
 use tailprof_perf_abi::{regs_abi, SampleView};
 use tailprof_unwind::{Limits, Unwinder, UserRegs};
@@ -108,7 +107,11 @@ impl Default for ImportStacks {
 
 impl ImportStacks {
     pub fn new() -> ImportStacks {
-        ImportStacks { unwinder: Unwinder::new(Box::new(tailprof_unwind::open_host_file), Limits::default()), frames: Vec::with_capacity(256), counts: [0; 8] }
+        ImportStacks {
+            unwinder: Unwinder::new(Box::new(tailprof_unwind::open_host_file), Limits::default()),
+            frames: Vec::with_capacity(256),
+            counts: [0; 8],
+        }
     }
 
     /// Follow side-band records; give the sample just decoded (whose stack fields are
@@ -135,37 +138,37 @@ impl ImportStacks {
 
 /// The frames (into `frames`) and status of sample `s` from its stack fields `c` (taken).
 fn stack_of(s: &Sample, c: &mut StackFields, frames: &mut Vec<Frame>, unwinder: &mut Unwinder) -> StackStatus {
-            if !std::mem::take(&mut c.valid) {
-                return StackStatus::None;
-            }
-            frames.clear();
-            let chain = c.has_chain.then(|| tailprof_unwind::callchain_frames(c.chain.iter().copied(), frames));
-            let kernel_sample = s.cpumode.is_kernel();
-            if c.has_stack {
-                match &c.regs {
-                    Some((abi, _, _)) if *abi == regs_abi::NONE => StackStatus::UserMissing,
-                    Some((_, mask, vals)) => match UserRegs::from_perf(*mask, |i| vals.get(i).copied()) {
-                        Some(ur) if !c.stack.is_empty() => unwinder.unwind(s.pid, &ur, &c.stack, frames),
-                        Some(ur) => {
-                            frames.push(Frame::user(ur.ip));
-                            StackStatus::CopyExhausted
-                        }
-                        None => StackStatus::UserMissing,
-                    },
-                    None => StackStatus::UserMissing,
+    if !std::mem::take(&mut c.valid) {
+        return StackStatus::None;
+    }
+    frames.clear();
+    let chain = c.has_chain.then(|| tailprof_unwind::callchain_frames(c.chain.iter().copied(), frames));
+    let kernel_sample = s.cpumode.is_kernel();
+    if c.has_stack {
+        match &c.regs {
+            Some((abi, _, _)) if *abi == regs_abi::NONE => StackStatus::UserMissing,
+            Some((_, mask, vals)) => match UserRegs::from_perf(*mask, |i| vals.get(i).copied()) {
+                Some(ur) if !c.stack.is_empty() => unwinder.unwind(s.pid, &ur, &c.stack, frames),
+                Some(ur) => {
+                    frames.push(Frame::user(ur.ip));
+                    StackStatus::CopyExhausted
                 }
-            } else if c.has_branches && c.has_chain {
-                // perf's LBR call graph (callee order, as `perf script` prints it): when
-                // the chain has a user part, the kernel part, then the most recent branch's
-                // target, then each entry's source; otherwise the chain as is.
-                if cc_has_user(&c.chain) {
-                    frames.retain(|f| f.kind == tailprof_format::FrameKind::Kernel);
-                    tailprof_unwind::lbr_frames(c.branches.iter().copied(), frames);
-                }
-                StackStatus::Unknown
-            } else if let Some(cc) = chain {
-                tailprof_unwind::callchain_status(&cc, c.chain.len(), !kernel_sample, PERF_MAX_STACK)
-            } else {
-                StackStatus::None
-            }
+                None => StackStatus::UserMissing,
+            },
+            None => StackStatus::UserMissing,
+        }
+    } else if c.has_branches && c.has_chain {
+        // perf's LBR call graph (callee order, as `perf script` prints it): when
+        // the chain has a user part, the kernel part, then the most recent branch's
+        // target, then each entry's source; otherwise the chain as is.
+        if cc_has_user(&c.chain) {
+            frames.retain(|f| f.kind == tailprof_format::FrameKind::Kernel);
+            tailprof_unwind::lbr_frames(c.branches.iter().copied(), frames);
+        }
+        StackStatus::Unknown
+    } else if let Some(cc) = chain {
+        tailprof_unwind::callchain_status(&cc, c.chain.len(), !kernel_sample, PERF_MAX_STACK)
+    } else {
+        StackStatus::None
+    }
 }

@@ -89,7 +89,11 @@ fn every_recording_imports_with_the_expected_counts() {
         for smp in samples(&recs) {
             let ev = &imp.header.events[smp.event as usize];
             assert!(smp.period > 0, "{name}: zero period");
-            assert_eq!(smp.regs.len(), if ev.sample_type & (1 << 12) != 0 { ev.regs_user_mask.count_ones() as usize } else { 0 }, "{name}: regs");
+            assert_eq!(
+                smp.regs.len(),
+                if ev.sample_type & (1 << 12) != 0 { ev.regs_user_mask.count_ones() as usize } else { 0 },
+                "{name}: regs"
+            );
             assert_eq!(smp.addr.is_some(), ev.sample_type & (1 << 3) != 0, "{name}: addr presence");
             assert_eq!(smp.data_src.is_some(), ev.sample_type & (1 << 15) != 0, "{name}: data_src presence");
             assert_eq!(smp.weight.is_some(), ev.sample_type & (1 << 14 | 1 << 24) != 0, "{name}: weight presence");

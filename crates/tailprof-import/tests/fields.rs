@@ -75,9 +75,12 @@ fn every_sample_field_matches_perf_report_dump() {
 
 #[test]
 fn perf_mem_recordings_keep_address_weight_and_data_source() {
-    for (name, period) in
-        [("ubench__perf-mem-4986", 4986), ("ubench__perf-mem-9973", 9973), ("ubench__perf-mem-19946", 19946), ("ubench__perf-mem-39891", 39891)]
-    {
+    for (name, period) in [
+        ("ubench__perf-mem-4986", 4986),
+        ("ubench__perf-mem-9973", 9973),
+        ("ubench__perf-mem-19946", 19946),
+        ("ubench__perf-mem-39891", 39891),
+    ] {
         let Some(path) = corpus_file(name) else { return };
         let (imp, recs) = import(&path);
         let ev = &imp.header.events[0];

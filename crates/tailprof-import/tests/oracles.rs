@@ -10,8 +10,7 @@ use tailprof_format::{ClockInfo, LossKind, Record};
 
 #[test]
 fn xeon6126_per_ip_counts_match_perf_annotate_exactly() {
-    let (Some(data), Some(report)) =
-        (corpus_file("ubench__xeon6126_perf-dla1_dat-x"), corpus_file("ubench__xeon6126_perf-dla1_rpt-x.txt"))
+    let (Some(data), Some(report)) = (corpus_file("ubench__xeon6126_perf-dla1_dat-x"), corpus_file("ubench__xeon6126_perf-dla1_rpt-x.txt"))
     else {
         return;
     };
@@ -102,8 +101,7 @@ fn check_metadata(name: &str, imp: &tailprof_import::Imported, root: &Msg) {
     assert_eq!(imp.header.cpu_desc, val("cpu_description"), "{name}");
     assert_eq!(imp.header.extra.get("perf.cpuid").cloned(), val("cpu_id"), "{name}");
     assert_eq!(imp.header.extra.get("perf.version").cloned(), val("perf_version"), "{name}");
-    let tokens: Vec<String> =
-        sm.children("perf_command_line_token").iter().map(|t| t.get("value").unwrap().to_string()).collect();
+    let tokens: Vec<String> = sm.children("perf_command_line_token").iter().map(|t| t.get("value").unwrap().to_string()).collect();
     assert_eq!(imp.header.cmdline, tokens, "{name}");
     // uint32_metadata type 7 = NRCPUS: [available, online]
     let nr = root.children("uint32_metadata").into_iter().find(|m| m.get("type") == Some("7")).unwrap();

@@ -19,7 +19,10 @@ use tailprof_format::{Frame, FrameKind, Mmap, Sample, Sink, StackDef, StackStatu
 fn corpus(name: &str) -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/perf");
     if !dir.is_dir() {
-        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("perf.data test corpus not found at {} (test skipped)", dir.display()));
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::TestData,
+            format_args!("perf.data test corpus not found at {} (test skipped)", dir.display()),
+        );
         return None;
     }
     let p = dir.join(name);
@@ -234,7 +237,10 @@ fn fresh(mode: &[&str], flags: &[&str]) -> Option<(Imported, Vec<Vec<u64>>)> {
         .output()
         .unwrap();
     if !rec.status.success() || !data.is_file() {
-        tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf record failed here: {}", String::from_utf8_lossy(&rec.stderr).lines().next().unwrap_or("")));
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::PerfEvents,
+            format_args!("perf record failed here: {}", String::from_utf8_lossy(&rec.stderr).lines().next().unwrap_or("")),
+        );
         return None;
     }
     Some((import(&data), perf_script(&data)))

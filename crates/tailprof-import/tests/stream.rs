@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use tailprof_format::{FormatError, Flow, Record, Sink};
+use tailprof_format::{Flow, FormatError, Record, Sink};
 use tailprof_import::{import_to_sink, ImportError, ImportOptions};
 
 /// Takes the first `limit` records, then stops; or fails at the first record.

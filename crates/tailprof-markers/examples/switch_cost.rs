@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use tailprof_markers::{
-    item_begin, item_end, item_switch, item_switch_none, item_trace, ClassLabel, InItem,
-};
+use tailprof_markers::{item_begin, item_end, item_switch, item_switch_none, item_trace, ClassLabel, InItem};
 use tailprof_markers_protocol::{header, slot, MAGIC};
 
 static REQ: ClassLabel = ClassLabel::new(c"req");
@@ -46,10 +44,7 @@ impl Future for Steps {
 fn main() {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(11);
-    let ops: u64 = args
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(2_000_000);
+    let ops: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
     let slot_size = slot::size(RING) as usize;
     let size = header::SIZE + NSLOTS as usize * slot_size;
     let path = format!("/dev/shm/tailprof-rsbench.{}", std::process::id());
@@ -66,27 +61,14 @@ fn main() {
     put32(&mut h, header::SLOT_SIZE, slot_size as u32);
     put32(&mut h, header::SLOTS_OFFSET, header::SIZE as u32);
     put32(&mut h, header::FEATURES, header::FEATURE_TRACE_CONTEXT);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
     f.set_len(size as u64).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &h, 0).unwrap();
     std::env::set_var("TAILPROF_MARKERS", &path);
     // SAFETY: mapping the file just sized.
     let base = unsafe {
         use std::os::unix::io::AsRawFd;
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
+        libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
     } as usize;
     assert_ne!(base, libc::MAP_FAILED as usize);
     static STOP: AtomicBool = AtomicBool::new(false);
@@ -95,12 +77,8 @@ fn main() {
             for i in 0..NSLOTS as usize {
                 let s = base + header::SIZE + i * slot_size;
                 // SAFETY: inside the mapping; 8-aligned words.
-                let (head, tail) = unsafe {
-                    (
-                        AtomicU64::from_ptr((s + slot::HEAD) as *mut u64),
-                        AtomicU64::from_ptr((s + slot::TAIL) as *mut u64),
-                    )
-                };
+                let (head, tail) =
+                    unsafe { (AtomicU64::from_ptr((s + slot::HEAD) as *mut u64), AtomicU64::from_ptr((s + slot::TAIL) as *mut u64)) };
                 tail.store(head.load(Ordering::Acquire), Ordering::Release);
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -111,8 +89,7 @@ fn main() {
     // The trace context is written only when the region announces it: check it is.
     let head = || {
         // SAFETY: inside the mapping (slot 0, this thread's).
-        unsafe { AtomicU64::from_ptr((base + header::SIZE + slot::HEAD) as *mut u64) }
-            .load(Ordering::Acquire)
+        unsafe { AtomicU64::from_ptr((base + header::SIZE + slot::HEAD) as *mut u64) }.load(Ordering::Acquire)
     };
     let h0 = head();
     item_trace(0, TRACE_ID, SPAN_ID);
@@ -193,13 +170,8 @@ fn main() {
         }
     }
     // SAFETY: inside the mapping.
-    let noslot = unsafe {
-        AtomicU64::from_ptr((base + header::NOSLOT_DROPPED) as *mut u64).load(Ordering::Acquire)
-    };
-    assert!(
-        written > 0 && dropped == 0 && noslot == 0,
-        "markers written {written}, dropped {dropped}, no slot {noslot}"
-    );
+    let noslot = unsafe { AtomicU64::from_ptr((base + header::NOSLOT_DROPPED) as *mut u64).load(Ordering::Acquire) };
+    assert!(written > 0 && dropped == 0 && noslot == 0, "markers written {written}, dropped {dropped}, no slot {noslot}");
     let _ = std::fs::remove_file(&path);
     for (m, v) in res.iter_mut().enumerate() {
         v.sort_by(f64::total_cmp);

@@ -6,8 +6,8 @@ use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use tailprof_markers_protocol::{self as protocol, control, header, CLOCK_MONOTONIC_ID, ENV_VAR, MAGIC, VERSION};
 use protocol::slot as slot_field;
+use tailprof_markers_protocol::{self as protocol, control, header, CLOCK_MONOTONIC_ID, ENV_VAR, MAGIC, VERSION};
 
 const STATE_OFF: u64 = control::STATE_OFF;
 const STATE_INIT: u64 = control::STATE_INIT;
@@ -124,9 +124,7 @@ fn append(records: &[(u64, u64, u32)], feature_trace: bool) {
         if stale && !slow(t) {
             return;
         }
-        if feature_trace
-            && au32(t.hdr.get(), header::FEATURES).load(Ordering::Relaxed) & header::FEATURE_TRACE_CONTEXT == 0
-        {
+        if feature_trace && au32(t.hdr.get(), header::FEATURES).load(Ordering::Relaxed) & header::FEATURE_TRACE_CONTEXT == 0 {
             return;
         }
         let slot = t.slot.get();
@@ -168,13 +166,7 @@ pub(crate) fn mark_trace(id: u64, trace_id: [u8; 16], span_id: [u8; 8]) {
     if tailprof_control.state.load(Ordering::Relaxed) != STATE_OFF {
         let hi = u64::from_be_bytes(trace_id[..8].try_into().expect("8 bytes"));
         let lo = u64::from_be_bytes(trace_id[8..].try_into().expect("8 bytes"));
-        append(
-            &[
-                (hi, lo, protocol::record::KIND_TRACE_ID),
-                (id, u64::from_be_bytes(span_id), protocol::record::KIND_SPAN_ID),
-            ],
-            true,
-        );
+        append(&[(hi, lo, protocol::record::KIND_TRACE_ID), (id, u64::from_be_bytes(span_id), protocol::record::KIND_SPAN_ID)], true);
     }
 }
 
@@ -243,9 +235,8 @@ fn map(gen: u64, path: &[u8]) -> *mut u8 {
         return std::ptr::null_mut();
     }
     // SAFETY: mapping a file we validated to be at least `size` bytes (per its header).
-    let p = unsafe {
-        libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
-    };
+    let p =
+        unsafe { libc::mmap(std::ptr::null_mut(), size as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
     if p == libc::MAP_FAILED {
         std::ptr::null_mut()
     } else {

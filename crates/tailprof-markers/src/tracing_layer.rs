@@ -57,11 +57,7 @@ impl Default for TailprofLayer {
 impl TailprofLayer {
     /// Root spans and `otel.kind = "server"` spans are items.
     pub fn new() -> TailprofLayer {
-        TailprofLayer {
-            roots: true,
-            server: true,
-            select: None,
-        }
+        TailprofLayer { roots: true, server: true, select: None }
     }
 
     /// Whether root spans (no parent) are items (default true).
@@ -168,9 +164,7 @@ fn class_of(name: &'static str) -> Option<&'static ClassLabel> {
     }
     let cname = CString::new(name.replace('\0', "?")).ok()?;
     // Leaked on purpose: the recorder reads the label by address, once, at any time.
-    let label: &'static ClassLabel = Box::leak(Box::new(ClassLabel::new(Box::leak(
-        cname.into_boxed_c_str(),
-    ))));
+    let label: &'static ClassLabel = Box::leak(Box::new(ClassLabel::new(Box::leak(cname.into_boxed_c_str()))));
     map.insert(name, label);
     Some(label)
 }
@@ -244,17 +238,9 @@ where
         if !item {
             return;
         }
-        let item_id = f
-            .item_id
-            .or(f.span_id.map(u64::from_be_bytes))
-            .unwrap_or_else(|| NEXT_ID.fetch_add(1, Ordering::Relaxed));
+        let item_id = f.item_id.or(f.span_id.map(u64::from_be_bytes)).unwrap_or_else(|| NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let trace = f.trace_id.zip(f.span_id);
-        span.extensions_mut().insert(SpanItem {
-            id: item_id,
-            class: class_of(meta.name()),
-            trace,
-            begun: AtomicBool::new(false),
-        });
+        span.extensions_mut().insert(SpanItem { id: item_id, class: class_of(meta.name()), trace, begun: AtomicBool::new(false) });
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -316,10 +302,7 @@ where
         let Some(item) = ext.get::<SpanItem>() else {
             return;
         };
-        let back = ENTERED
-            .try_with(|e| e.borrow_mut().pop(item.id))
-            .ok()
-            .flatten();
+        let back = ENTERED.try_with(|e| e.borrow_mut().pop(item.id)).ok().flatten();
         match back {
             Some(outer) => crate::item_switch(outer),
             None => crate::item_switch_none(),
@@ -346,22 +329,12 @@ mod tests {
 
     #[test]
     fn hex_ids_parse_like_w3c() {
-        assert_eq!(
-            hex::<8>("00f067aa0ba902b7"),
-            Some([0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])
-        );
-        assert_eq!(
-            hex::<8>("00F067AA0BA902B7"),
-            Some([0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7])
-        );
+        assert_eq!(hex::<8>("00f067aa0ba902b7"), Some([0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]));
+        assert_eq!(hex::<8>("00F067AA0BA902B7"), Some([0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]));
         assert_eq!(hex::<8>("0000000000000000"), None, "all zero is invalid");
         assert_eq!(hex::<8>("00f067aa0ba902b"), None, "too short");
         assert_eq!(hex::<8>("00f067aa0ba902bx"), None);
-        assert_eq!(
-            hex::<8>("+0f067aa0ba902b7"),
-            None,
-            "from_str_radix would take a sign"
-        );
+        assert_eq!(hex::<8>("+0f067aa0ba902b7"), None, "from_str_radix would take a sign");
         assert!(hex::<16>("4bf92f3577b34da6a3ce929d0e0e4736").is_some());
     }
 

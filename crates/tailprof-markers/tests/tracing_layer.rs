@@ -20,10 +20,7 @@ fn tid() -> u32 {
 }
 
 /// (tid, kind, item, class name) of every marker, the trace records by item.
-type Decoded = (
-    Vec<(u32, MarkerKind, u64, String)>,
-    HashMap<u64, ([u8; 16], [u8; 8])>,
-);
+type Decoded = (Vec<(u32, MarkerKind, u64, String)>, HashMap<u64, ([u8; 16], [u8; 8])>);
 
 fn decode(recs: &[Record]) -> Decoded {
     let mut classes = HashMap::new();
@@ -34,11 +31,7 @@ fn decode(recs: &[Record]) -> Decoded {
                 classes.insert(c.id, c.name.clone());
             }
             Record::Marker(m) => {
-                let cls = if m.class == 0 {
-                    String::new()
-                } else {
-                    classes[&m.class].clone()
-                };
+                let cls = if m.class == 0 { String::new() } else { classes[&m.class].clone() };
                 ms.push((m.tid, m.kind, m.item, cls));
             }
             Record::ItemTrace(t) => {
@@ -63,16 +56,12 @@ fn spans_become_items_that_follow_them_across_threads() {
     });
 
     let mut mc = MarkerCollector::new();
-    assert!(
-        mc.attach(pid).unwrap(),
-        "tailprof_control found in the test binary"
-    );
+    assert!(mc.attach(pid).unwrap(), "tailprof_control found in the test binary");
     let main_tid = tid();
     let (request, other_tid) = tracing::dispatcher::with_default(&dispatch, || {
         early.in_scope(|| {});
         // A root span carrying W3C ids: item id = span id, class = span name.
-        let request =
-            tracing::info_span!("request", trace_id = TRACE, span_id = "00f067aa0ba902b7");
+        let request = tracing::info_span!("request", trace_id = TRACE, span_id = "00f067aa0ba902b7");
         // Its children: an INTERNAL one (not an item) and a SERVER one with its own id.
         let db = tracing::info_span!(parent: &request, "db");
         let handler = tracing::info_span!(parent: &request, "handler", otel.kind = "server", tailprof.item_id = 77u64);
@@ -99,12 +88,7 @@ fn spans_become_items_that_follow_them_across_threads() {
 
     // Selection by a function, roots and server spans off.
     let picky = Dispatch::new(
-        tracing_subscriber::registry().with(
-            TailprofLayer::new()
-                .roots(false)
-                .server(false)
-                .select(|m| m.name() == "picked"),
-        ),
+        tracing_subscriber::registry().with(TailprofLayer::new().roots(false).server(false).select(|m| m.name() == "picked")),
     );
     tracing::dispatcher::with_default(&picky, || {
         tracing::info_span!("root_not_selected", otel.kind = "server").in_scope(|| {});
@@ -115,17 +99,9 @@ fn spans_become_items_that_follow_them_across_threads() {
     let stats = mc.finish(&mut recs);
     assert_eq!((stats.dropped, stats.rejected), (0, 0), "{stats:?}");
     let (ms, traces) = decode(&recs);
-    let bare = ms
-        .iter()
-        .find(|m| m.3 == "bare")
-        .expect("bare span is an item")
-        .2;
+    let bare = ms.iter().find(|m| m.3 == "bare").expect("bare span is an item").2;
     assert!(bare >= 1 << 63, "counter ids start at 2^63: {bare:#x}");
-    let picked = ms
-        .iter()
-        .find(|m| m.3 == "picked")
-        .expect("picked span is an item")
-        .2;
+    let picked = ms.iter().find(|m| m.3 == "picked").expect("picked span is an item").2;
     use MarkerKind::*;
     let n = String::new;
     let want = vec![
@@ -150,10 +126,6 @@ fn spans_become_items_that_follow_them_across_threads() {
     for (i, b) in trace_id.iter_mut().enumerate() {
         *b = u8::from_str_radix(&TRACE[2 * i..2 * i + 2], 16).unwrap();
     }
-    assert_eq!(
-        traces.len(),
-        1,
-        "only the span with ids has a trace context"
-    );
+    assert_eq!(traces.len(), 1, "only the span with ids has a trace context");
     assert_eq!(traces[&SPAN], (trace_id, SPAN.to_be_bytes()));
 }

@@ -19,7 +19,6 @@ pub const MIN_ACCURACY_INTERVALS: f64 = 20.0;
 /// Log lines beyond this many are ignored (the example writes a few per query).
 pub const MAX_TRUTH_LINES: usize = 1_000_000;
 
-
 /// Read the example's log (see the module docs).
 pub fn parse_truth(text: &str) -> BTreeMap<u64, Truth> {
     let mut out: BTreeMap<u64, Truth> = BTreeMap::new();
@@ -44,7 +43,6 @@ pub fn parse_truth(text: &str) -> BTreeMap<u64, Truth> {
     }
     out
 }
-
 
 /// Compare each item's per-function estimates with the logged truth.
 pub fn accuracy(report: &ItemsReport, truth: &BTreeMap<u64, Truth>, period: u64) -> Accuracy {

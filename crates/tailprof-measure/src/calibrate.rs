@@ -12,19 +12,16 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use tailprof_analyze::overhead::{
-    assess, fit_line, slowdown_at, Basis, Calibration, FitPolicy, Point, RateModel,
-    CALIBRATION_VERSION,
-};
+use tailprof_analyze::overhead::{assess, fit_line, slowdown_at, Basis, Calibration, FitPolicy, Point, RateModel, CALIBRATION_VERSION};
 use tailprof_analyze::stats::median;
 use tailprof_collect::event::EventSpec;
 
 use crate::calibration::{self, MachineKey};
 
-pub use tailprof_analyze::measured::{CalibrationReport, PeriodRow};
-pub use tailprof_present::fmt::{ns_text, period_text};
 use crate::error::{MeasureError, Result};
 use crate::run::{self, Placement, ProfileSetup, ProfiledRun, Scratch, Timed};
+pub use tailprof_analyze::measured::{CalibrationReport, PeriodRow};
+pub use tailprof_present::fmt::{ns_text, period_text};
 
 /// Periods swept for cpu-clock/task-clock (ns): 1 ms down to the kernel's 10 µs floor.
 pub const CLOCK_PERIODS: [u64; 7] = [1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000];
@@ -39,13 +36,8 @@ pub const MAX_SLOWDOWN: f64 = 2.0;
 /// meet to be saved, with its wider interval said (a busy machine): a cost clearly above
 /// zero (the interval excludes 0), known within ±100%, from at least 4 runs over 2
 /// design points, R² ≥ 0.5, at most 1 run in 3 an outlier.
-pub const LENIENT_POLICY: FitPolicy = FitPolicy {
-    min_points: 4,
-    min_groups: 2,
-    max_relative_half_width: 1.0,
-    min_r2: 0.5,
-    max_outlier_fraction: 0.34,
-};
+pub const LENIENT_POLICY: FitPolicy =
+    FitPolicy { min_points: 4, min_groups: 2, max_relative_half_width: 1.0, min_r2: 0.5, max_outlier_fraction: 0.34 };
 
 /// How to calibrate.
 #[derive(Debug, Clone)]
@@ -72,16 +64,12 @@ pub struct CalibrateConfig {
     pub command: Vec<String>,
 }
 
-
-
 /// The busy loop: a multiply-add chain kept in a register (no loads or stores).
 #[inline(never)]
 pub fn spin(iters: u64) -> u64 {
     let mut x: u64 = 1;
     for _ in 0..iters {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: an empty asm block that only claims to read and write `x`'s register.
         unsafe {
@@ -108,22 +96,16 @@ pub fn iterations_for(seconds: f64) -> u64 {
     ((seconds / best) as u64).max(1000)
 }
 
-
 /// Check the options before anything runs.
 pub fn check_config(cfg: &CalibrateConfig) -> Result<()> {
     if cfg.repeats == 0 {
         return Err(MeasureError::Invalid("--repeats must be at least 1".into()));
     }
     if !(cfg.seconds > 0.0 && cfg.seconds <= 600.0) {
-        return Err(MeasureError::Invalid(format!(
-            "--seconds must be between 0 and 600 (got {})",
-            cfg.seconds
-        )));
+        return Err(MeasureError::Invalid(format!("--seconds must be between 0 and 600 (got {})", cfg.seconds)));
     }
     if cfg.periods.contains(&0) {
-        return Err(MeasureError::Invalid(
-            "--periods must be greater than zero".into(),
-        ));
+        return Err(MeasureError::Invalid("--periods must be greater than zero".into()));
     }
     if !cfg.spec.is_clock() && !cfg.spec.needs_hardware_pmu() {
         return Err(MeasureError::Invalid(format!(
@@ -141,11 +123,7 @@ struct Design {
 
 /// Run the calibration experiment. `status` gets a short progress line before each run;
 /// `stop` (Ctrl-C) ends it with [`MeasureError::Interrupted`].
-pub fn calibrate(
-    cfg: &CalibrateConfig,
-    stop: &AtomicBool,
-    status: &dyn Fn(&str),
-) -> Result<CalibrationReport> {
+pub fn calibrate(cfg: &CalibrateConfig, stop: &AtomicBool, status: &dyn Fn(&str)) -> Result<CalibrationReport> {
     check_config(cfg)?;
     let spec = &cfg.spec;
     let clock = spec.is_clock();
@@ -174,16 +152,8 @@ pub fn calibrate(
     } else {
         (cfg.pin.then(|| cpus[0]), None)
     };
-    let place = Placement {
-        cpu: loop_cpu,
-        recorder_cpus: rec_cpus.as_deref(),
-        show_output: false,
-    };
-    let setup = |p: u64| ProfileSetup {
-        spec: spec.clone(),
-        period: Some(p),
-        mmap_pages: cfg.mmap_pages,
-    };
+    let place = Placement { cpu: loop_cpu, recorder_cpus: rec_cpus.as_deref(), show_output: false };
+    let setup = |p: u64| ProfileSetup { spec: spec.clone(), period: Some(p), mmap_pages: cfg.mmap_pages };
     let scratch = Scratch::new()?;
     let mut base: Vec<Timed> = Vec::new();
     let mut designs: Vec<Design> = Vec::new();
@@ -227,19 +197,12 @@ pub fn calibrate(
                     "periods from {} down skipped: at α ≈ {} they would slow the loop down {}",
                     period_text(p, clock),
                     ns_text(a_ns),
-                    if predicted.is_finite() {
-                        format!("{predicted:.1}×")
-                    } else {
-                        "without bound (period ≤ α)".into()
-                    }
+                    if predicted.is_finite() { format!("{predicted:.1}×") } else { "without bound (period ≤ α)".into() }
                 ));
                 break;
             }
         }
-        status(&format!(
-            "calibrate: pilot, period {}",
-            period_text(p, clock)
-        ));
+        status(&format!("calibrate: pilot, period {}", period_text(p, clock)));
         let r = profiled(p)?;
         if r.throttled > 0 {
             notes.push(format!(
@@ -253,19 +216,10 @@ pub fn calibrate(
             let a_s = ((t - t_base) / r.samples as f64).max(0.0);
             // Counted events: events per second of the unprofiled run, from this run's
             // samples × period.
-            let model = if clock {
-                RateModel::Time
-            } else {
-                RateModel::Count {
-                    events_per_cpu_s: r.samples as f64 * p as f64 / t_base,
-                }
-            };
+            let model = if clock { RateModel::Time } else { RateModel::Count { events_per_cpu_s: r.samples as f64 * p as f64 / t_base } };
             alpha_est = Some((a_s * 1e9, model));
         }
-        designs.push(Design {
-            period: p,
-            runs: vec![r],
-        });
+        designs.push(Design { period: p, runs: vec![r] });
         if t / t_base > MAX_SLOWDOWN && i + 1 < periods.len() {
             notes.push(format!(
                 "periods below {} skipped: the busy loop already ran {:.1}× slower there",
@@ -282,30 +236,17 @@ pub fn calibrate(
             check_stop()?;
             let idx = (k + rep) % points_per_repeat;
             if idx == designs.len() {
-                status(&format!(
-                    "calibrate: repeat {}/{}, unprofiled",
-                    rep + 1,
-                    cfg.repeats
-                ));
+                status(&format!("calibrate: repeat {}/{}, unprofiled", rep + 1, cfg.repeats));
                 base.push(unprofiled()?);
             } else {
                 let p = designs[idx].period;
-                status(&format!(
-                    "calibrate: repeat {}/{}, period {}",
-                    rep + 1,
-                    cfg.repeats,
-                    period_text(p, clock)
-                ));
+                status(&format!("calibrate: repeat {}/{}, period {}", rep + 1, cfg.repeats, period_text(p, clock)));
                 let r = profiled(p)?;
                 designs[idx].runs.push(r);
             }
         }
     }
-    let statuses = base.iter().map(|t| t.status).chain(
-        designs
-            .iter()
-            .flat_map(|d| d.runs.iter().map(|r| r.timed.status)),
-    );
+    let statuses = base.iter().map(|t| t.status).chain(designs.iter().flat_map(|d| d.runs.iter().map(|r| r.timed.status)));
     if let Some(st) = statuses.into_iter().find(|s| *s != 0) {
         return Err(MeasureError::CommandFailed(format!(
             "the {} failed with exit status {st}",
@@ -314,10 +255,7 @@ pub fn calibrate(
     }
 
     if busy_runs.get() > 0 {
-        notes.push(format!(
-            "{} runs started while other processes kept the machine busy",
-            busy_runs.get()
-        ));
+        notes.push(format!("{} runs started while other processes kept the machine busy", busy_runs.get()));
     }
     let mut report = settle(cfg, key, load0, iters, &base, &designs, notes)?;
     if report.verdict.is_ok() && cfg.save && !workload {
@@ -350,16 +288,8 @@ fn settle(
             "CPU-time"
         }
     };
-    if cfg.basis_fallback
-        && report
-            .other_fit
-            .as_ref()
-            .is_some_and(|f| assess(f, &FitPolicy::default()).is_ok())
-    {
-        let other = CalibrateConfig {
-            basis: report.other_basis,
-            ..cfg.clone()
-        };
+    if cfg.basis_fallback && report.other_fit.as_ref().is_some_and(|f| assess(f, &FitPolicy::default()).is_ok()) {
+        let other = CalibrateConfig { basis: report.other_basis, ..cfg.clone() };
         let mut n = notes;
         n.push(format!(
             "the {} fit was refused ({}); the {} fit is used instead (other processes' load does not inflate it)",
@@ -403,63 +333,32 @@ fn summarize(
     let basis = cfg.basis;
     let workload = !cfg.command.is_empty();
     let points_in = |b: Basis| -> Vec<Point> {
-        let mut pts: Vec<Point> = base
-            .iter()
-            .map(|t| Point {
-                group: 0,
-                samples: 0.0,
-                time_s: t.time(b),
-            })
-            .collect();
+        let mut pts: Vec<Point> = base.iter().map(|t| Point { group: 0, samples: 0.0, time_s: t.time(b) }).collect();
         for d in designs {
             for r in d.runs.iter().filter(|r| r.throttled == 0) {
-                pts.push(Point {
-                    group: d.period,
-                    samples: r.samples as f64,
-                    time_s: r.timed.time(b),
-                });
+                pts.push(Point { group: d.period, samples: r.samples as f64, time_s: r.timed.time(b) });
             }
         }
         pts
     };
     let points = points_in(basis);
-    let other_basis = if basis == Basis::Wall {
-        Basis::Cpu
-    } else {
-        Basis::Wall
-    };
+    let other_basis = if basis == Basis::Wall { Basis::Cpu } else { Basis::Wall };
     let other_fit = fit_line(&points_in(other_basis));
-    let throttled_runs = designs
-        .iter()
-        .flat_map(|d| d.runs.iter())
-        .filter(|r| r.throttled > 0)
-        .count();
+    let throttled_runs = designs.iter().flat_map(|d| d.runs.iter()).filter(|r| r.throttled > 0).count();
     if throttled_runs > 0 {
-        notes.push(format!(
-            "{throttled_runs} throttled runs left out of the fit"
-        ));
+        notes.push(format!("{throttled_runs} throttled runs left out of the fit"));
     }
     let all_runs: Vec<&ProfiledRun> = designs.iter().flat_map(|d| d.runs.iter()).collect();
     let total_samples: u64 = all_runs.iter().map(|r| r.samples).sum();
     if total_samples == 0 {
-        return Err(MeasureError::Invalid(format!(
-            "the busy loop produced no '{}' samples at any period; nothing to fit",
-            spec.name
-        )));
+        return Err(MeasureError::Invalid(format!("the busy loop produced no '{}' samples at any period; nothing to fit", spec.name)));
     }
-    let bytes_per_sample =
-        Some(all_runs.iter().map(|r| r.bytes).sum::<u64>() as f64 / total_samples as f64);
-    let recorder_cpu =
-        Some(all_runs.iter().map(|r| r.recorder_cpu_s).sum::<f64>() * 1e9 / total_samples as f64);
-    let base_med =
-        median(&base.iter().map(|t| t.time(basis)).collect::<Vec<_>>()).unwrap_or(f64::NAN);
+    let bytes_per_sample = Some(all_runs.iter().map(|r| r.bytes).sum::<u64>() as f64 / total_samples as f64);
+    let recorder_cpu = Some(all_runs.iter().map(|r| r.recorder_cpu_s).sum::<f64>() * 1e9 / total_samples as f64);
+    let base_med = median(&base.iter().map(|t| t.time(basis)).collect::<Vec<_>>()).unwrap_or(f64::NAN);
 
-    let fit = fit_line(&points).ok_or_else(|| {
-        MeasureError::Invalid(
-            "every run took the same number of samples; nothing to fit (try other --periods)"
-                .into(),
-        )
-    })?;
+    let fit = fit_line(&points)
+        .ok_or_else(|| MeasureError::Invalid("every run took the same number of samples; nothing to fit (try other --periods)".into()))?;
     let verdict = assess(&fit, &FitPolicy::default());
     let calibration = Calibration {
         version: CALIBRATION_VERSION,
@@ -476,10 +375,7 @@ fn summarize(
         recorder_cpu_ns_per_sample: recorder_cpu,
         periods: designs.iter().map(|d| d.period).collect(),
         points: points.clone(),
-        created_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
+        created_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         tailprof_version: env!("CARGO_PKG_VERSION").to_string(),
         loadavg: load0,
         notes: notes.clone(),
@@ -494,13 +390,7 @@ fn summarize(
         throttled_runs: 0,
     }];
     rows.extend(designs.iter().map(|d| {
-        let el = median(
-            &d.runs
-                .iter()
-                .map(|r| r.timed.time(basis))
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or(f64::NAN);
+        let el = median(&d.runs.iter().map(|r| r.timed.time(basis)).collect::<Vec<_>>()).unwrap_or(f64::NAN);
         PeriodRow {
             period: Some(d.period),
             runs: d.runs.len(),
@@ -562,11 +452,7 @@ mod tests {
 
     fn run(time: f64, samples: u64, throttled: u64) -> ProfiledRun {
         ProfiledRun {
-            timed: Timed {
-                elapsed_s: time * 2.0,
-                cpu_s: time,
-                status: 0,
-            },
+            timed: Timed { elapsed_s: time * 2.0, cpu_s: time, status: 0 },
             samples,
             lost: 0,
             throttled,
@@ -580,94 +466,37 @@ mod tests {
     fn runs_become_a_fit_a_table_and_a_calibration() {
         // CPU time = 0.5 s + 10 µs per sample, three repeats with a little noise; one
         // throttled run, which the fit leaves out.
-        let key = MachineKey {
-            cpu_model: "cpu".into(),
-            kernel: "6.1".into(),
-            online_cpus: 2,
-        };
+        let key = MachineKey { cpu_model: "cpu".into(), kernel: "6.1".into(), online_cpus: 2 };
         let noise = [0.0, 1e-4, -1e-4];
-        let base: Vec<Timed> = noise
-            .iter()
-            .map(|n| Timed {
-                elapsed_s: 1.0,
-                cpu_s: 0.5 + n,
-                status: 0,
-            })
-            .collect();
+        let base: Vec<Timed> = noise.iter().map(|n| Timed { elapsed_s: 1.0, cpu_s: 0.5 + n, status: 0 }).collect();
         let designs: Vec<Design> = [(1_000_000u64, 500u64), (200_000, 2_500), (50_000, 10_000)]
             .iter()
-            .map(|&(p, n)| Design {
-                period: p,
-                runs: noise
-                    .iter()
-                    .map(|e| run(0.5 + 10e-6 * n as f64 + e, n, 0))
-                    .collect(),
-            })
-            .chain(std::iter::once(Design {
-                period: 20_000,
-                runs: vec![run(9.0, 25_000, 1)],
-            }))
+            .map(|&(p, n)| Design { period: p, runs: noise.iter().map(|e| run(0.5 + 10e-6 * n as f64 + e, n, 0)).collect() })
+            .chain(std::iter::once(Design { period: 20_000, runs: vec![run(9.0, 25_000, 1)] }))
             .collect();
-        let r = summarize(
-            &config(),
-            key.clone(),
-            Some(0.5),
-            1000,
-            &base,
-            &designs,
-            vec!["pilot".into()],
-        )
-        .unwrap();
+        let r = summarize(&config(), key.clone(), Some(0.5), 1000, &base, &designs, vec!["pilot".into()]).unwrap();
         assert!((r.fit.alpha_ns() - 10_000.0).abs() < 100.0, "{:?}", r.fit);
         assert!(r.verdict.is_ok(), "{:?}", r.verdict);
         assert_eq!(r.points.len(), 12, "throttled run left out");
         assert_eq!(r.rows.len(), 5);
-        assert_eq!(
-            (r.rows[0].period, r.rows[0].runs, r.rows[0].overhead_pct),
-            (None, 3, 0.0)
-        );
+        assert_eq!((r.rows[0].period, r.rows[0].runs, r.rows[0].overhead_pct), (None, 3, 0.0));
         assert_eq!(r.rows[3].samples_median, Some(10_000.0));
-        assert!(
-            (r.rows[3].overhead_pct - 20.0).abs() < 0.1,
-            "{:?}",
-            r.rows[3]
-        );
+        assert!((r.rows[3].overhead_pct - 20.0).abs() < 0.1, "{:?}", r.rows[3]);
         assert_eq!(r.rows[4].throttled_runs, 1);
-        assert_eq!(
-            r.notes,
-            vec![
-                "pilot".to_string(),
-                "1 throttled runs left out of the fit".to_string()
-            ]
-        );
+        assert_eq!(r.notes, vec!["pilot".to_string(), "1 throttled runs left out of the fit".to_string()]);
         assert_eq!(r.bytes_per_sample, Some(3.0));
         assert_eq!(r.other_basis, Basis::Wall);
         assert_eq!(r.saved_to, None, "summarize never saves");
         let c = &r.calibration;
-        assert_eq!(
-            (c.alpha_ns, c.basis, c.periods.len(), &c.cpu_model),
-            (r.fit.alpha_ns(), Basis::Cpu, 4, &key.cpu_model)
-        );
+        assert_eq!((c.alpha_ns, c.basis, c.periods.len(), &c.cpu_model), (r.fit.alpha_ns(), Basis::Cpu, 4, &key.cpu_model));
         assert!(crate::calibration::validate(c, "cpu-clock").is_ok());
     }
 
     /// CPU time 0.5 s + 10 µs per sample at `periods`, each run's wall time inflated by
     /// `wall_noise[i]` of another process's load.
-    fn busy_runs(
-        periods: &[(u64, u64)],
-        wall_noise: &[f64],
-        cpu_noise: &[f64],
-    ) -> (Vec<Timed>, Vec<Design>) {
-        let t = |cpu: f64, i: usize| Timed {
-            elapsed_s: cpu * (1.0 + wall_noise[i % wall_noise.len()]),
-            cpu_s: cpu,
-            status: 0,
-        };
-        let base: Vec<Timed> = cpu_noise
-            .iter()
-            .enumerate()
-            .map(|(i, e)| t(0.5 + e, i))
-            .collect();
+    fn busy_runs(periods: &[(u64, u64)], wall_noise: &[f64], cpu_noise: &[f64]) -> (Vec<Timed>, Vec<Design>) {
+        let t = |cpu: f64, i: usize| Timed { elapsed_s: cpu * (1.0 + wall_noise[i % wall_noise.len()]), cpu_s: cpu, status: 0 };
+        let base: Vec<Timed> = cpu_noise.iter().enumerate().map(|(i, e)| t(0.5 + e, i)).collect();
         let designs = periods
             .iter()
             .enumerate()
@@ -690,117 +519,46 @@ mod tests {
     #[test]
     fn busy_machine_wall_fit_refused_falls_back_to_cpu_time() {
         // Issue 18: `tailprof calibrate` exited 3 on a busy machine and saved nothing.
-        let key = MachineKey {
-            cpu_model: "cpu".into(),
-            kernel: "6.1".into(),
-            online_cpus: 2,
-        };
+        let key = MachineKey { cpu_model: "cpu".into(), kernel: "6.1".into(), online_cpus: 2 };
         let wall = [0.0, 0.9, 0.1, 1.5, 0.05, 0.7, 0.3, 1.1];
-        let (base, designs) = busy_runs(
-            &[(1_000_000, 500), (200_000, 2_500), (50_000, 10_000)],
-            &wall,
-            &[0.0, 1e-4, -1e-4],
-        );
-        let cfg = CalibrateConfig {
-            basis: Basis::Wall,
-            basis_fallback: true,
-            ..config()
-        };
+        let (base, designs) = busy_runs(&[(1_000_000, 500), (200_000, 2_500), (50_000, 10_000)], &wall, &[0.0, 1e-4, -1e-4]);
+        let cfg = CalibrateConfig { basis: Basis::Wall, basis_fallback: true, ..config() };
         let strict = summarize(&cfg, key.clone(), None, 1000, &base, &designs, vec![]).unwrap();
-        assert!(
-            strict.verdict.is_err(),
-            "the wall fit should be refused here: {:?}",
-            strict.fit
-        );
+        assert!(strict.verdict.is_err(), "the wall fit should be refused here: {:?}", strict.fit);
         let r = settle(&cfg, key.clone(), None, 1000, &base, &designs, vec![]).unwrap();
         assert!(r.verdict.is_ok(), "{:?}", r.verdict);
         assert_eq!((r.basis, r.calibration.basis), (Basis::Cpu, Basis::Cpu));
         assert!((r.fit.alpha_ns() - 10_000.0).abs() < 200.0, "{:?}", r.fit);
-        assert!(
-            r.notes
-                .iter()
-                .any(|n| n.contains("wall-clock fit was refused")),
-            "{:?}",
-            r.notes
-        );
+        assert!(r.notes.iter().any(|n| n.contains("wall-clock fit was refused")), "{:?}", r.notes);
         // With --basis wall given, no fallback: refused as before.
-        let fixed = CalibrateConfig {
-            basis_fallback: false,
-            ..cfg
-        };
-        assert!(settle(&fixed, key, None, 1000, &base, &designs, vec![])
-            .unwrap()
-            .verdict
-            .is_err());
+        let fixed = CalibrateConfig { basis_fallback: false, ..cfg };
+        assert!(settle(&fixed, key, None, 1000, &base, &designs, vec![]).unwrap().verdict.is_err());
     }
 
     #[test]
     fn noisy_but_clear_fit_is_saved_with_its_wider_interval_said() {
         // Two design points only (the pilot skipped the rest) and noisy CPU times: the
         // strict policy wants 3; the cost is still clearly above zero.
-        let key = MachineKey {
-            cpu_model: "cpu".into(),
-            kernel: "6.1".into(),
-            online_cpus: 2,
-        };
-        let (base, designs) = busy_runs(
-            &[(50_000, 10_000)],
-            &[0.0],
-            &[0.0, 0.004, -0.004, 0.002, -0.002],
-        );
-        let cfg = CalibrateConfig {
-            basis: Basis::Cpu,
-            basis_fallback: true,
-            ..config()
-        };
+        let key = MachineKey { cpu_model: "cpu".into(), kernel: "6.1".into(), online_cpus: 2 };
+        let (base, designs) = busy_runs(&[(50_000, 10_000)], &[0.0], &[0.0, 0.004, -0.004, 0.002, -0.002]);
+        let cfg = CalibrateConfig { basis: Basis::Cpu, basis_fallback: true, ..config() };
         let strict = summarize(&cfg, key.clone(), None, 1000, &base, &designs, vec![]).unwrap();
-        assert!(
-            matches!(strict.verdict, Err(tailprof_analyze::overhead::Refusal::TooFewPoints { .. })),
-            "{:?}",
-            strict.verdict
-        );
+        assert!(matches!(strict.verdict, Err(tailprof_analyze::overhead::Refusal::TooFewPoints { .. })), "{:?}", strict.verdict);
         let r = settle(&cfg, key.clone(), None, 1000, &base, &designs, vec![]).unwrap();
         assert!(r.verdict.is_ok(), "{:?}", r.verdict);
-        assert!(
-            r.notes.iter().any(|n| n.contains("wider interval")),
-            "{:?}",
-            r.notes
-        );
-        assert_eq!(
-            r.calibration.notes, r.notes,
-            "the note is saved with the calibration"
-        );
+        assert!(r.notes.iter().any(|n| n.contains("wider interval")), "{:?}", r.notes);
+        assert_eq!(r.calibration.notes, r.notes, "the note is saved with the calibration");
         // No detectable cost is still refused.
-        let (base, designs) = busy_runs(
-            &[(50_000, 10)],
-            &[0.0],
-            &[0.0, 0.004, -0.004, 0.002, -0.002],
-        );
-        assert!(settle(&cfg, key, None, 1000, &base, &designs, vec![])
-            .unwrap()
-            .verdict
-            .is_err());
+        let (base, designs) = busy_runs(&[(50_000, 10)], &[0.0], &[0.0, 0.004, -0.004, 0.002, -0.002]);
+        assert!(settle(&cfg, key, None, 1000, &base, &designs, vec![]).unwrap().verdict.is_err());
     }
 
     #[test]
     fn no_samples_or_one_sample_count_cannot_be_fitted() {
-        let key = MachineKey {
-            cpu_model: "cpu".into(),
-            kernel: "6.1".into(),
-            online_cpus: 2,
-        };
-        let base = vec![Timed {
-            elapsed_s: 1.0,
-            cpu_s: 1.0,
-            status: 0,
-        }];
-        let none = vec![Design {
-            period: 1_000_000,
-            runs: vec![run(1.0, 0, 0)],
-        }];
-        let e = summarize(&config(), key, None, 0, &base, &none, vec![])
-            .unwrap_err()
-            .to_string();
+        let key = MachineKey { cpu_model: "cpu".into(), kernel: "6.1".into(), online_cpus: 2 };
+        let base = vec![Timed { elapsed_s: 1.0, cpu_s: 1.0, status: 0 }];
+        let none = vec![Design { period: 1_000_000, runs: vec![run(1.0, 0, 0)] }];
+        let e = summarize(&config(), key, None, 0, &base, &none, vec![]).unwrap_err().to_string();
         assert!(e.contains("no 'cpu-clock' samples"), "{e}");
     }
 
@@ -809,10 +567,7 @@ mod tests {
         // α = 12 µs: 20 µs slows the loop 2.5× (skipped), 50 µs 1.3× (kept).
         assert!(slowdown_at(20_000, 12_000.0, RateModel::Time) > MAX_SLOWDOWN);
         assert!(slowdown_at(50_000, 12_000.0, RateModel::Time) < MAX_SLOWDOWN);
-        assert_eq!(
-            slowdown_at(10_000, 12_000.0, RateModel::Time),
-            f64::INFINITY
-        );
+        assert_eq!(slowdown_at(10_000, 12_000.0, RateModel::Time), f64::INFINITY);
     }
 
     #[test]
@@ -830,36 +585,12 @@ mod tests {
             save: false,
             command: vec![],
         };
-        assert!(check_config(&cfg)
-            .unwrap_err()
-            .to_string()
-            .contains("--repeats"));
-        let c = CalibrateConfig {
-            repeats: 1,
-            seconds: 0.0,
-            ..cfg.clone()
-        };
-        assert!(check_config(&c)
-            .unwrap_err()
-            .to_string()
-            .contains("--seconds"));
-        let c = CalibrateConfig {
-            repeats: 1,
-            periods: vec![0],
-            ..cfg.clone()
-        };
-        assert!(check_config(&c)
-            .unwrap_err()
-            .to_string()
-            .contains("--periods"));
-        let c = CalibrateConfig {
-            repeats: 1,
-            spec: EventSpec::parse("page-faults").unwrap(),
-            ..cfg
-        };
-        assert!(check_config(&c)
-            .unwrap_err()
-            .to_string()
-            .contains("cannot calibrate 'page-faults'"));
+        assert!(check_config(&cfg).unwrap_err().to_string().contains("--repeats"));
+        let c = CalibrateConfig { repeats: 1, seconds: 0.0, ..cfg.clone() };
+        assert!(check_config(&c).unwrap_err().to_string().contains("--seconds"));
+        let c = CalibrateConfig { repeats: 1, periods: vec![0], ..cfg.clone() };
+        assert!(check_config(&c).unwrap_err().to_string().contains("--periods"));
+        let c = CalibrateConfig { repeats: 1, spec: EventSpec::parse("page-faults").unwrap(), ..cfg };
+        assert!(check_config(&c).unwrap_err().to_string().contains("cannot calibrate 'page-faults'"));
     }
 }

@@ -21,7 +21,6 @@ use tailprof_collect::caps::Capabilities;
 use crate::error::{MeasureError, Result};
 use crate::private::{create_private_dir_all, read_regular, write_private};
 
-
 pub use tailprof_analyze::measured::{AlphaSource, MachineKey};
 
 /// The key of a machine with these capabilities.
@@ -97,9 +96,8 @@ pub fn load_in(dir: &Path, key: &MachineKey, event: &str) -> Result<Option<(Cali
         Ok(None) => return Ok(None),
         Err(e) => return Err(MeasureError::BadCalibration(format!("cannot read {}: {e}; {}", p.display(), redo(event)))),
     };
-    let cal: Calibration = serde_json::from_slice(&bytes).map_err(|e| {
-        MeasureError::BadCalibration(format!("{} is not a tailprof calibration file ({e}); {}", p.display(), redo(event)))
-    })?;
+    let cal: Calibration = serde_json::from_slice(&bytes)
+        .map_err(|e| MeasureError::BadCalibration(format!("{} is not a tailprof calibration file ({e}); {}", p.display(), redo(event))))?;
     validate(&cal, event).map_err(|why| MeasureError::BadCalibration(format!("{}: {why}; {}", p.display(), redo(event))))?;
     Ok(Some((cal, p)))
 }
@@ -162,15 +160,12 @@ fn check_alpha(field: &'static str, a: f64) -> std::result::Result<(), Implausib
     }
 }
 
-
 /// α for `event`: `alpha_arg` (`--alpha`) when given, else the stored calibration.
 /// `Ok(None)` when neither exists.
 pub fn alpha_for(key: &MachineKey, event: &str, alpha_arg: Option<f64>) -> Result<Option<AlphaSource>> {
     if let Some(a) = alpha_arg {
         if !(a.is_finite() && (0.0..=MAX_ALPHA_NS).contains(&a)) {
-            return Err(MeasureError::Invalid(format!(
-                "--alpha must be a non-negative number of nanoseconds, at most 10 ms (got {a})"
-            )));
+            return Err(MeasureError::Invalid(format!("--alpha must be a non-negative number of nanoseconds, at most 10 ms (got {a})")));
         }
         return Ok(Some(AlphaSource { alpha_ns: a, ci_ns: None, calibration: None, path: None }));
     }
@@ -234,7 +229,10 @@ mod tests {
         std::fs::write(&p, text).unwrap();
         let e = load_in(&dir, &key, "cpu-clock").unwrap_err().to_string();
         assert_eq!(e.lines().count(), 1);
-        assert!(e.contains(&p.display().to_string()) && e.contains("alpha_ns = -5") && e.contains("tailprof calibrate -e cpu-clock"), "{e}");
+        assert!(
+            e.contains(&p.display().to_string()) && e.contains("alpha_ns = -5") && e.contains("tailprof calibrate -e cpu-clock"),
+            "{e}"
+        );
         // Garbage and symlinks are refused, too.
         std::fs::write(&p, "not json").unwrap();
         assert!(load_in(&dir, &key, "cpu-clock").unwrap_err().to_string().contains("is not a tailprof calibration file"));

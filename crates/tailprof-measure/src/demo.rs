@@ -39,9 +39,7 @@ pub fn build_example(dir: &Path) -> Result<PathBuf> {
     let hdr = dir.join("tailprof.h");
     write_private(&hdr, TAILPROF_H.as_bytes()).map_err(|e| MeasureError::io("cannot write", &hdr, e))?;
     let cc = find_c_compiler().ok_or_else(|| {
-        MeasureError::Invalid(
-            "no C compiler found (tried $CC, cc, gcc, clang); install one (e.g. `apt-get install gcc`) or set CC".into(),
-        )
+        MeasureError::Invalid("no C compiler found (tried $CC, cc, gcc, clang); install one (e.g. `apt-get install gcc`) or set CC".into())
     })?;
     let exe = dir.join("queries");
     let out = Command::new(&cc)

@@ -11,17 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 
 use tailprof_analyze::overhead::predict::{parallelism, relative_error};
-use tailprof_analyze::stats::{mean, median};
 use tailprof_analyze::overhead::{overhead_estimate, predict_elapsed, OverheadEstimate};
+use tailprof_analyze::stats::{mean, median};
 use tailprof_collect::attr::{default_rate, Rate};
 use tailprof_collect::event::EventSpec;
 
 use crate::calibrate::period_text;
 use crate::calibration::{self, AlphaSource};
 
-pub use tailprof_analyze::measured::{OverheadReport, Prediction};
 use crate::error::{MeasureError, Result};
 use crate::run::{self, Placement, ProfileSetup, ProfiledRun, Scratch, Timed};
+pub use tailprof_analyze::measured::{OverheadReport, Prediction};
 
 /// How to measure.
 #[derive(Debug, Clone)]
@@ -44,8 +44,6 @@ pub struct OverheadConfig {
     pub show_output: bool,
     pub command: Vec<String>,
 }
-
-
 
 /// Check the options before anything runs.
 pub fn check_config(cfg: &OverheadConfig) -> Result<()> {
@@ -195,10 +193,8 @@ fn summarize(
     let samples_runs: Vec<f64> = pairs.iter().map(|(_, p)| p.iter().map(|r| r.samples as f64).sum()).collect();
     let samples = median(&samples_runs).unwrap_or(0.0);
     let per_instance = samples / k as f64;
-    let threads = median(
-        &pairs.iter().flat_map(|(b, _)| b.iter().map(|t| parallelism(t.cpu_s, t.elapsed_s, ncpus))).collect::<Vec<_>>(),
-    )
-    .unwrap_or(1.0);
+    let threads = median(&pairs.iter().flat_map(|(b, _)| b.iter().map(|t| parallelism(t.cpu_s, t.elapsed_s, ncpus))).collect::<Vec<_>>())
+        .unwrap_or(1.0);
     let all: Vec<&ProfiledRun> = pairs.iter().flat_map(|(_, p)| p.iter()).collect();
     let lost: u64 = all.iter().map(|r| r.lost).sum();
     let throttled: u64 = all.iter().map(|r| r.throttled).sum();

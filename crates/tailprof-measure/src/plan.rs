@@ -18,8 +18,8 @@ use tailprof_perf_abi::{sample_record_size, SampleLayout, VariableSizes};
 use crate::calibrate::period_text;
 use crate::calibration;
 
-pub use tailprof_analyze::measured::PlanReport;
 use crate::error::{MeasureError, Result};
+pub use tailprof_analyze::measured::PlanReport;
 
 /// How long the ring should hold records: the recorder polls every 100 ms; 0.5 s also
 /// covers a recorder that is descheduled for a while.
@@ -44,16 +44,13 @@ pub struct PlanConfig {
     pub command: Vec<String>,
 }
 
-
 /// "2", "2%", "0.5 %" -> 0.02, 0.005; anything else, or outside (0, 100), is an error.
 pub fn parse_budget(s: &str) -> Result<f64> {
     let t = s.trim();
     let t = t.strip_suffix('%').unwrap_or(t).trim();
     match t.parse::<f64>() {
         Ok(v) if v > 0.0 && v < 100.0 && v.is_finite() => Ok(v / 100.0),
-        _ => Err(MeasureError::Invalid(format!(
-            "--budget must be a percentage between 0 and 100, such as 2 or 0.5% (got '{s}')"
-        ))),
+        _ => Err(MeasureError::Invalid(format!("--budget must be a percentage between 0 and 100, such as 2 or 0.5% (got '{s}')"))),
     }
 }
 
@@ -108,9 +105,8 @@ pub fn plan(cfg: &PlanConfig) -> Result<PlanReport> {
         }
         RateModel::Count { events_per_cpu_s: events / cpu_s }
     };
-    let max_rate: Option<f64> = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
+    let max_rate: Option<f64> =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok().and_then(|s| s.trim().parse().ok());
     let input = PlanInput {
         alpha_ns: alpha.alpha_ns,
         budget: cfg.budget,
@@ -157,7 +153,9 @@ pub fn plan(cfg: &PlanConfig) -> Result<PlanReport> {
         ));
     }
     if bytes_per_sample.is_some() {
-        notes.push("trace bytes per sample were measured on the calibration busy loop; code with more distinct addresses compresses less".into());
+        notes.push(
+            "trace bytes per sample were measured on the calibration busy loop; code with more distinct addresses compresses less".into(),
+        );
     }
     let record_command = format!(
         "tailprof record -e {} -c {}{} -- {}",

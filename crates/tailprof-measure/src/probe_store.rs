@@ -9,12 +9,7 @@ use tailprof_collect::caps::Capabilities;
 
 /// The calibration directory ([`crate::datadir`]).
 pub fn store_dir() -> Result<PathBuf, ProbeError> {
-    crate::datadir::calibration_dir().map_err(|e| {
-        ProbeError::Options(
-            e.to_string()
-                .replace("calibration files", "the probe result"),
-        )
-    })
+    crate::datadir::calibration_dir().map_err(|e| ProbeError::Options(e.to_string().replace("calibration files", "the probe result")))
 }
 
 fn slug(s: &str) -> String {
@@ -37,10 +32,8 @@ pub fn probe_file_name(cpu_model: &str, kernel: &str) -> String {
 /// Where this machine's result is (or would be) stored.
 pub fn probe_path() -> Result<PathBuf, ProbeError> {
     let caps = Capabilities::probe();
-    Ok(store_dir()?.join(probe_file_name(
-        caps.cpu_desc.as_deref().unwrap_or("unknown CPU"),
-        caps.os_release.as_deref().unwrap_or("unknown kernel"),
-    )))
+    Ok(store_dir()?
+        .join(probe_file_name(caps.cpu_desc.as_deref().unwrap_or("unknown CPU"), caps.os_release.as_deref().unwrap_or("unknown kernel"))))
 }
 
 /// Store `r` for its machine, replacing an older result; returns the path.
@@ -63,17 +56,10 @@ pub fn load() -> Result<Option<(ProbeResult, PathBuf)>, ProbeError> {
     let text = match std::fs::read_to_string(&p) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(ProbeError::Io {
-                what: format!("reading {}", p.display()),
-                source,
-            })
-        }
+        Err(source) => return Err(ProbeError::Io { what: format!("reading {}", p.display()), source }),
     };
-    let r: ProbeResult = serde_json::from_str(&text).map_err(|e| ProbeError::BadFile {
-        path: p.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    let r: ProbeResult =
+        serde_json::from_str(&text).map_err(|e| ProbeError::BadFile { path: p.display().to_string(), reason: e.to_string() })?;
     Ok(Some((r, p)))
 }
 
@@ -83,9 +69,6 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(
-            probe_file_name("Intel(R) Xeon(R) Processor", "6.1.0-x"),
-            "bandwidth-peak-intel_r_xeon_r_processor-6.1.0_x.json"
-        );
+        assert_eq!(probe_file_name("Intel(R) Xeon(R) Processor", "6.1.0-x"), "bandwidth-peak-intel_r_xeon_r_processor-6.1.0_x.json");
     }
 }

@@ -139,7 +139,12 @@ fn read_timed(out: &Path) -> Result<Timed> {
 }
 
 /// Start the wrapper for one unprofiled run (see [`wait_unprofiled`]).
-pub fn spawn_unprofiled(scratch: &Scratch, cpu: Option<usize>, show_output: bool, cmd: &[String]) -> Result<(std::process::Child, PathBuf)> {
+pub fn spawn_unprofiled(
+    scratch: &Scratch,
+    cpu: Option<usize>,
+    show_output: bool,
+    cmd: &[String],
+) -> Result<(std::process::Child, PathBuf)> {
     let out = scratch.file("time");
     let argv = timed_argv(&out, cpu, show_output, cmd)?;
     let child = Command::new(&argv[0]).args(&argv[1..]).spawn().map_err(|e| MeasureError::os("cannot start the timing wrapper", e))?;

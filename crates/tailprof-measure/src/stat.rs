@@ -2,8 +2,8 @@
 //! optional periodic reads (`--interval`, the periodic-counting baseline of `tailprof
 //! bandwidth`). Returns a [`StatReport`] that `tailprof-present` renders.
 
-use tailprof_collect::caps::Capabilities;
 use tailprof_analyze::measured::CounterSummary;
+use tailprof_collect::caps::Capabilities;
 use tailprof_collect::counting::{count_command, count_command_interval, hardware_counters, CounterInfo, IntervalTick};
 
 pub use tailprof_analyze::measured::{StatEvent, StatInterval, StatReport};
@@ -31,8 +31,6 @@ pub struct StatConfig {
     pub interval_ns: Option<u64>,
 }
 
-
-
 /// One `--interval` read as a report row.
 fn interval_row(t: &IntervalTick) -> StatInterval {
     {
@@ -45,8 +43,6 @@ fn interval_row(t: &IntervalTick) -> StatInterval {
         }
     }
 }
-
-
 
 /// Counts the configured events over one run of the command. `on_tick` sees every
 /// `--interval` read as it happens (for live output); the reads are also in the report.

@@ -112,9 +112,7 @@ const fn offsets(id: bool, cpu: bool, period: bool) -> (usize, usize, usize, usi
 /// (the length is a constant here), then loads at constant offsets. Bytes past the fields
 /// are ignored (as [`crate::SampleView::rest`]).
 #[inline(always)]
-fn decode_in<const AT: usize, const BE: bool, const ID: bool, const CPU: bool, const PERIOD: bool>(
-    bytes: &[u8],
-) -> Option<BasicSample> {
+fn decode_in<const AT: usize, const BE: bool, const ID: bool, const CPU: bool, const PERIOD: bool>(bytes: &[u8]) -> Option<BasicSample> {
     let (ip, cpu_at, period_at, len) = offsets(ID, CPU, PERIOD);
     let (ip, cpu_at, period_at) = (AT + ip, AT + cpu_at, AT + period_at);
     let w = bytes.get(..AT + len)?;

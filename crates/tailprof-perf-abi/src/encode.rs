@@ -92,11 +92,7 @@ impl SampleData {
             stream_id: v.stream_id(),
             cpu: v.cpu(),
             period: v.period(),
-            read: v.read().map(|r| ReadData {
-                time_enabled: r.time_enabled(),
-                time_running: r.time_running(),
-                values: r.iter().collect(),
-            }),
+            read: v.read().map(|r| ReadData { time_enabled: r.time_enabled(), time_running: r.time_running(), values: r.iter().collect() }),
             callchain: v.callchain().map(|c| c.to_vec()),
             raw: v.raw().map(|r| r.to_vec()),
             branch_stack: v.branch_stack().map(|b| BranchData {

@@ -34,7 +34,6 @@ pub struct SampleLayout {
     pub(crate) regs_intr_count: u8,
 }
 
-
 impl Default for SampleLayout {
     fn default() -> Self {
         SampleLayout::new(0)
@@ -165,8 +164,7 @@ const ONE_WORD: u64 = st::IDENTIFIER
     | st::CODE_PAGE_SIZE;
 
 /// Fields whose size depends on the record (or, for READ, on `read_format`).
-const VARIABLE: u64 =
-    st::CALLCHAIN | st::RAW | st::BRANCH_STACK | st::REGS_USER | st::STACK_USER | st::REGS_INTR | st::AUX;
+const VARIABLE: u64 = st::CALLCHAIN | st::RAW | st::BRANCH_STACK | st::REGS_USER | st::STACK_USER | st::REGS_INTR | st::AUX;
 
 impl SampleLayout {
     /// A layout with only `sample_type` set; add the rest with the `with_*` methods.
@@ -229,9 +227,7 @@ impl SampleLayout {
             if self.sample_type & FIELD_BITS[f] != 0 {
                 let size = match f {
                     F_READ if !group_read => self.read_len(1) as usize,
-                    F_READ | F_CALLCHAIN | F_RAW | F_BRANCH_STACK | F_REGS_USER | F_STACK_USER | F_REGS_INTR | F_AUX => {
-                        break
-                    }
+                    F_READ | F_CALLCHAIN | F_RAW | F_BRANCH_STACK | F_REGS_USER | F_STACK_USER | F_REGS_INTR | F_AUX => break,
                     _ => 8,
                 };
                 prefix[f] = at as u16;

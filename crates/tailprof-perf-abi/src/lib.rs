@@ -45,8 +45,5 @@ pub use consts::{branch_sample_type, context, misc, read_format, record_type, re
 pub use endian::{Endian, U64s};
 pub use layout::{sample_record_size, SampleLayout, VariableSizes};
 pub use record::{RecordHeader, SampleId, SwitchDirection, SwitchRecord};
+pub use sample::{BranchEntry, BranchStack, DecodeError, ReadValue, ReadValues, Regs, SampleView, StackUser, Weight};
 pub use sideband::{MmapRecord, SideBand, TaskRecord, MAX_MMAP2_BUILD_ID};
-pub use sample::{
-    BranchEntry, BranchStack, DecodeError, ReadValue, ReadValues, Regs, SampleView, StackUser,
-    Weight,
-};

@@ -170,12 +170,7 @@ impl SampleLayout {
         let next_prev = match h.kind {
             record_type::SWITCH_CPU_WIDE => {
                 let (Some(pid), Some(tid)) = (endian.u32_at(body, 0), endian.u32_at(body, 4)) else {
-                    return Err(DecodeError::Truncated {
-                        field: "next_prev_pid/tid",
-                        at: HEADER_LEN,
-                        need: 8,
-                        len: rec.len(),
-                    });
+                    return Err(DecodeError::Truncated { field: "next_prev_pid/tid", at: HEADER_LEN, need: 8, len: rec.len() });
                 };
                 Some((pid, tid))
             }

@@ -416,10 +416,7 @@ impl<'a> SampleView<'a> {
         let hw = self.layout.branch_hw_index();
         let hw_index = hw.then(|| self.word(o + 8));
         let entries_at = o + 8 + 8 * hw as usize;
-        let counters = self
-            .layout
-            .branch_counters()
-            .then(|| U64s::new(self.bytes(entries_at + 24 * nr, 8 * nr), self.endian));
+        let counters = self.layout.branch_counters().then(|| U64s::new(self.bytes(entries_at + 24 * nr, 8 * nr), self.endian));
         Some(BranchStack { hw_index, entries: self.bytes(entries_at, 24 * nr), counters, endian: self.endian })
     }
 
@@ -626,12 +623,7 @@ impl SampleLayout {
     /// assert_eq!(depth, Ok(1));
     /// ```
     #[inline(always)]
-    pub fn decode_with<'a, R>(
-        &'a self,
-        body: &'a [u8],
-        endian: Endian,
-        f: impl FnOnce(&SampleView<'a>) -> R,
-    ) -> Result<R, DecodeError> {
+    pub fn decode_with<'a, R>(&'a self, body: &'a [u8], endian: Endian, f: impl FnOnce(&SampleView<'a>) -> R) -> Result<R, DecodeError> {
         if body.len() < self.prefix_len as usize {
             return Err(self.short_prefix(body.len()));
         }

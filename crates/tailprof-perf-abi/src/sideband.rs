@@ -63,10 +63,20 @@ pub enum SideBand<'a> {
     Fork(TaskRecord),
     Exit(TaskRecord),
     /// Records lost to a full ring (`id` of the event whose ring it was).
-    Lost { id: u64, count: u64 },
+    Lost {
+        id: u64,
+        count: u64,
+    },
     /// Samples the PMU dropped.
-    LostSamples { count: u64 },
-    Throttle { throttled: bool, time: u64, id: u64, stream_id: u64 },
+    LostSamples {
+        count: u64,
+    },
+    Throttle {
+        throttled: bool,
+        time: u64,
+        id: u64,
+        stream_id: u64,
+    },
 }
 
 /// Bounds-checked reader over a record body.
@@ -164,13 +174,8 @@ impl SampleLayout {
                 SideBand::Comm { pid, tid, exec: h.misc & misc::COMM_EXEC != 0, comm: c.cstr() }
             }
             record_type::FORK | record_type::EXIT => {
-                let t = TaskRecord {
-                    pid: c.u32("pid")?,
-                    ppid: c.u32("ppid")?,
-                    tid: c.u32("tid")?,
-                    ptid: c.u32("ptid")?,
-                    time: c.u64("time")?,
-                };
+                let t =
+                    TaskRecord { pid: c.u32("pid")?, ppid: c.u32("ppid")?, tid: c.u32("tid")?, ptid: c.u32("ptid")?, time: c.u64("time")? };
                 if h.kind == record_type::FORK {
                     SideBand::Fork(t)
                 } else {
@@ -281,7 +286,14 @@ mod tests {
             let mut u = [0u8; 24];
             u[0] = 20;
             let mut records = vec![rec(record_type::MMAP2, misc::MMAP_BUILD_ID, &mmap2_body(u, endian, &[1, 2, 3]), endian)];
-            for kind in [record_type::MMAP, record_type::COMM, record_type::FORK, record_type::LOST, record_type::LOST_SAMPLES, record_type::THROTTLE] {
+            for kind in [
+                record_type::MMAP,
+                record_type::COMM,
+                record_type::FORK,
+                record_type::LOST,
+                record_type::LOST_SAMPLES,
+                record_type::THROTTLE,
+            ] {
                 records.push(rec(kind, 0, &[0xff; 56], endian));
             }
             for r in &records {

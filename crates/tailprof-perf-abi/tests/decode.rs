@@ -3,9 +3,8 @@
 
 use tailprof_perf_abi::encode::{BranchData, ReadData, RegsData, SampleData, StackData};
 use tailprof_perf_abi::{
-    branch_sample_type as bst, context, misc, read_format as rf, record_type, regs_abi, sample_type as st,
-    BranchEntry, DecodeError, Endian, ReadValue, RecordHeader, SampleLayout, SwitchDirection, VariableSizes, Weight,
-    HEADER_LEN,
+    branch_sample_type as bst, context, misc, read_format as rf, record_type, regs_abi, sample_type as st, BranchEntry, DecodeError,
+    Endian, ReadValue, RecordHeader, SampleLayout, SwitchDirection, VariableSizes, Weight, HEADER_LEN,
 };
 
 const ENDIANS: [Endian; 2] = [Endian::Little, Endian::Big];
@@ -124,8 +123,7 @@ fn every_field_by_hand_in_kernel_order() {
 /// The single (non-group) read block puts `value` first and id/lost after the times.
 #[test]
 fn single_read_block_and_plain_weight() {
-    let layout = SampleLayout::new(st::IP | st::READ | st::WEIGHT)
-        .with_read_format(rf::TOTAL_TIME_RUNNING | rf::ID | rf::LOST);
+    let layout = SampleLayout::new(st::IP | st::READ | st::WEIGHT).with_read_format(rf::TOTAL_TIME_RUNNING | rf::ID | rf::LOST);
     for e in ENDIANS {
         let body = W(Vec::new(), e).w(&[1, 42, 30, 9, 2, 321]).0;
         let s = layout.decode(&body, e).unwrap();

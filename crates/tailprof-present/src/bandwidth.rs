@@ -158,13 +158,34 @@ pub fn render_bandwidth(r: &BandwidthReport, view: &BandwidthView) -> String {
         vec!["mean".into(), gbps(s.mean_gbps), range(s.mean_gbps_low, s.mean_gbps_high)],
         vec!["mean, loss-corrected".into(), gbps(s.mean_gbps_corrected), String::new()],
         if s.peak_gbps > 0.0 {
-            vec!["peak bin".into(), gbps(s.peak_gbps), format!("at +{} (low {})", duration(s.peak_start_ns.saturating_sub(r.start_ns)), gbps(s.peak_gbps_low))]
+            vec![
+                "peak bin".into(),
+                gbps(s.peak_gbps),
+                format!("at +{} (low {})", duration(s.peak_start_ns.saturating_sub(r.start_ns)), gbps(s.peak_gbps_low)),
+            ]
         } else {
             vec!["peak bin".into(), "-".into(), "no samples counted".into()]
         },
-        vec!["p50 / p90 / p99".into(), format!("{} / {} / {}", trim_unit(s.p50_gbps), trim_unit(s.p90_gbps), gbps(s.p99_gbps)), String::new()],
-        vec!["resolution".into(), gbps(s.resolution_gbps), format!("one sample per bin; {} bins below {} samples", thousands(s.below_resolution_bins), min_samples_text(r))],
-        vec!["gaps".into(), format!("{} bins", thousands(s.gap_bins)), format!("lost records {}, lost samples {}, throttled {}x", thousands(r.lost_records), thousands(r.lost_samples), thousands(r.throttles))],
+        vec![
+            "p50 / p90 / p99".into(),
+            format!("{} / {} / {}", trim_unit(s.p50_gbps), trim_unit(s.p90_gbps), gbps(s.p99_gbps)),
+            String::new(),
+        ],
+        vec![
+            "resolution".into(),
+            gbps(s.resolution_gbps),
+            format!("one sample per bin; {} bins below {} samples", thousands(s.below_resolution_bins), min_samples_text(r)),
+        ],
+        vec![
+            "gaps".into(),
+            format!("{} bins", thousands(s.gap_bins)),
+            format!(
+                "lost records {}, lost samples {}, throttled {}x",
+                thousands(r.lost_records),
+                thousands(r.lost_samples),
+                thousands(r.throttles)
+            ),
+        ],
     ];
     let mut table = String::new();
     render_table(&mut table, &[("", Align::Left), ("", Align::Right), ("", Align::Left)], &rows);
@@ -187,7 +208,8 @@ pub fn render_bandwidth(r: &BandwidthReport, view: &BandwidthView) -> String {
         let _ = writeln!(out, "\ntimeline (max {}): |{}|", gbps(s.peak_gbps), sparkline(r, view.spark_width));
     }
     if !r.levels.is_empty() {
-        let lv: Vec<String> = r.levels.iter().map(|l| format!("{} {}{}", l.name, thousands(l.samples), if l.memory { "*" } else { "" })).collect();
+        let lv: Vec<String> =
+            r.levels.iter().map(|l| format!("{} {}{}", l.name, thousands(l.samples), if l.memory { "*" } else { "" })).collect();
         let _ = writeln!(out, "data sources: {} (* = memory)", lv.join(", "));
     }
     let top = |n: usize| if view.top == 0 { n } else { view.top.min(n) };
@@ -215,7 +237,14 @@ pub fn render_bandwidth(r: &BandwidthReport, view: &BandwidthView) -> String {
             .collect();
         render_table(
             &mut out,
-            &[("start", Align::Right), ("length", Align::Right), ("bytes", Align::Right), ("mean", Align::Right), ("95%", Align::Left), ("peak bin", Align::Right)],
+            &[
+                ("start", Align::Right),
+                ("length", Align::Right),
+                ("bytes", Align::Right),
+                ("mean", Align::Right),
+                ("95%", Align::Left),
+                ("peak bin", Align::Right),
+            ],
             &rows,
         );
     } else {
@@ -232,7 +261,11 @@ pub fn render_bandwidth(r: &BandwidthReport, view: &BandwidthView) -> String {
             .iter()
             .map(|g| vec![g.label.clone(), thousands(g.samples), bytes(g.bytes), gbps(g.mean_gbps), gbps(g.peak_gbps)])
             .collect();
-        render_table(&mut out, &[(by, Align::Left), ("samples", Align::Right), ("bytes", Align::Right), ("mean", Align::Right), ("peak bin", Align::Right)], &rows);
+        render_table(
+            &mut out,
+            &[(by, Align::Left), ("samples", Align::Right), ("bytes", Align::Right), ("mean", Align::Right), ("peak bin", Align::Right)],
+            &rows,
+        );
     }
     if !r.items.is_empty() {
         let _ = writeln!(out, "\nby item ({} items; mean bandwidth over each item's duration)", r.items.len());
@@ -254,7 +287,15 @@ pub fn render_bandwidth(r: &BandwidthReport, view: &BandwidthView) -> String {
             .collect();
         render_table(
             &mut out,
-            &[("item", Align::Right), ("class", Align::Left), ("duration", Align::Right), ("samples", Align::Right), ("bytes", Align::Right), ("mean", Align::Right), ("95%", Align::Left)],
+            &[
+                ("item", Align::Right),
+                ("class", Align::Left),
+                ("duration", Align::Right),
+                ("samples", Align::Right),
+                ("bytes", Align::Right),
+                ("mean", Align::Right),
+                ("95%", Align::Left),
+            ],
             &rows,
         );
     }
@@ -272,7 +313,11 @@ pub fn render_bandwidth(r: &BandwidthReport, view: &BandwidthView) -> String {
                 ]
             })
             .collect();
-        render_table(&mut out, &[("start", Align::Right), ("length", Align::Right), ("cpu", Align::Right), ("kind", Align::Left), ("count", Align::Right)], &rows);
+        render_table(
+            &mut out,
+            &[("start", Align::Right), ("length", Align::Right), ("cpu", Align::Right), ("kind", Align::Left), ("count", Align::Right)],
+            &rows,
+        );
     }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
@@ -356,10 +401,24 @@ pub fn bandwidth_svg(r: &BandwidthReport) -> String {
     let step = nice_step(ymax, 5.0);
     let mut v = 0.0;
     while v <= ymax + 1e-12 {
-        let _ = write!(s, r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##, LEFT + W, y(v), y(v), LEFT - 4.0, y(v) + 4.0, tick(v, step));
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            LEFT + W,
+            y(v),
+            y(v),
+            LEFT - 4.0,
+            y(v) + 4.0,
+            tick(v, step)
+        );
         v += step;
     }
-    let _ = write!(s, r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">GB/s</text>"#, TOP + PLOT_H / 2.0, TOP + PLOT_H / 2.0);
+    let _ = write!(
+        s,
+        r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">GB/s</text>"#,
+        TOP + PLOT_H / 2.0,
+        TOP + PLOT_H / 2.0
+    );
     // Bursts.
     for b in &r.bursts {
         let _ = write!(
@@ -399,7 +458,11 @@ pub fn bandwidth_svg(r: &BandwidthReport) -> String {
         }
         let _ = write!(s, r##"<polygon points="{}" fill="#9ecae1" fill-opacity="0.6" stroke="none"/>"##, band.trim_end());
         if r.loss.applies() && (r.loss.factor - 1.0).abs() > 1e-9 {
-            let _ = write!(s, r##"<polyline points="{}" fill="none" stroke="#d95f02" stroke-width="1" stroke-dasharray="4 2"/>"##, corr.trim_end());
+            let _ = write!(
+                s,
+                r##"<polyline points="{}" fill="none" stroke="#d95f02" stroke-width="1" stroke-dasharray="4 2"/>"##,
+                corr.trim_end()
+            );
         }
         let _ = write!(s, r##"<polyline points="{}" fill="none" stroke="#08519c" stroke-width="1.2"/>"##, line.trim_end());
     }
@@ -430,14 +493,33 @@ pub fn bandwidth_svg(r: &BandwidthReport) -> String {
     }
     // X axis.
     let base = TOP + PLOT_H;
-    let _ = write!(s, r##"<line x1="{LEFT}" x2="{}" y1="{base}" y2="{base}" stroke="#333"/><line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{base}" stroke="#333"/>"##, LEFT + W);
+    let _ = write!(
+        s,
+        r##"<line x1="{LEFT}" x2="{}" y1="{base}" y2="{base}" stroke="#333"/><line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{base}" stroke="#333"/>"##,
+        LEFT + W
+    );
     let tstep = nice_step(span, 8.0);
     let mut t = 0.0;
     while t <= span + 1e-9 {
-        let _ = write!(s, r##"<line x1="{:.1}" x2="{:.1}" y1="{base}" y2="{}" stroke="#333"/><text x="{:.1}" y="{}" text-anchor="middle">{}</text>"##, x(t0 + t), x(t0 + t), base + 4.0, x(t0 + t), base + 16.0, escape(&duration(t as u64)));
+        let _ = write!(
+            s,
+            r##"<line x1="{:.1}" x2="{:.1}" y1="{base}" y2="{}" stroke="#333"/><text x="{:.1}" y="{}" text-anchor="middle">{}</text>"##,
+            x(t0 + t),
+            x(t0 + t),
+            base + 4.0,
+            x(t0 + t),
+            base + 16.0,
+            escape(&duration(t as u64))
+        );
         t += tstep;
     }
-    let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">time since start (bins of {})</text>"#, LEFT + W / 2.0, base + 30.0, escape(&duration(r.bin_ns)));
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">time since start (bins of {})</text>"#,
+        LEFT + W / 2.0,
+        base + 30.0,
+        escape(&duration(r.bin_ns))
+    );
     // Items.
     if !r.items.is_empty() {
         let top = base + 40.0;
@@ -526,7 +608,12 @@ pub fn render_bandwidth_html(r: &BandwidthReport, view: &BandwidthView) -> Strin
     row(&mut h, "peak bin", gbps(s.peak_gbps), format!("at +{}", duration(s.peak_start_ns.saturating_sub(r.start_ns))));
     row(&mut h, "p50 / p90 / p99", format!("{} / {} / {}", trim_unit(s.p50_gbps), trim_unit(s.p90_gbps), gbps(s.p99_gbps)), String::new());
     row(&mut h, "resolution", gbps(s.resolution_gbps), format!("{} bins below resolution", thousands(s.below_resolution_bins)));
-    row(&mut h, "gaps", format!("{} bins", thousands(s.gap_bins)), format!("lost records {}, lost samples {}, throttled {}x", r.lost_records, r.lost_samples, r.throttles));
+    row(
+        &mut h,
+        "gaps",
+        format!("{} bins", thousands(s.gap_bins)),
+        format!("lost records {}, lost samples {}, throttled {}x", r.lost_records, r.lost_samples, r.throttles),
+    );
     h.push_str("</table>\n");
     let _ = writeln!(h, "<p>Loss model: {}</p>", escape(&r.loss.describe()));
     if let Some(sat) = &r.saturation {
@@ -544,7 +631,11 @@ pub fn render_bandwidth_html(r: &BandwidthReport, view: &BandwidthView) -> Strin
     h.push('\n');
     let top = |n: usize| if view.top == 0 { n } else { view.top.min(n) };
     if !r.bursts.is_empty() {
-        let _ = writeln!(h, "<h2>Bursts ({})</h2><table><tr><th>start</th><th>length</th><th>bytes</th><th>mean</th><th>95%</th><th>peak bin</th></tr>", r.bursts.len());
+        let _ = writeln!(
+            h,
+            "<h2>Bursts ({})</h2><table><tr><th>start</th><th>length</th><th>bytes</th><th>mean</th><th>95%</th><th>peak bin</th></tr>",
+            r.bursts.len()
+        );
         for b in &r.bursts[..top(r.bursts.len())] {
             let _ = writeln!(
                 h,
@@ -642,7 +733,8 @@ mod tests {
             throttle: vec![(0, 2_000_000, 4_000_000)],
             ..Default::default()
         };
-        let opts = BandwidthOptions { items: true, by: Some(BwGroupBy::Cpu), peak_gbps: Some((12.0, "probe".into())), ..Default::default() };
+        let opts =
+            BandwidthOptions { items: true, by: Some(BwGroupBy::Cpu), peak_gbps: Some((12.0, "probe".into())), ..Default::default() };
         let r = report(&cfg, &opts);
         let t = render_bandwidth(&r, &BandwidthView::default());
         assert!(t.contains("memory bandwidth from MEM_LOAD_RETIRED.L3_MISS (pebs; one sample per 1,009 events)"), "{t}");

@@ -60,58 +60,22 @@ pub enum ExportError {
 }
 
 /// Renders `kind` from `d`.
-pub fn render_export(
-    d: &ExportData,
-    kind: ExportKind,
-    style: &ExportStyle,
-) -> Result<Rendered, ExportError> {
+pub fn render_export(d: &ExportData, kind: ExportKind, style: &ExportStyle) -> Result<Rendered, ExportError> {
     let stacks = &d.stacks;
-    let r = |bytes: Vec<u8>, summary: String, viewer| {
-        Ok(Rendered {
-            kind,
-            bytes,
-            summary,
-            viewer,
-        })
-    };
+    let r = |bytes: Vec<u8>, summary: String, viewer| Ok(Rendered { kind, bytes, summary, viewer });
     match kind {
         ExportKind::Html => {
-            let opts = HtmlOptions {
-                subtitle: style.subtitle.clone(),
-                ..Default::default()
-            };
+            let opts = HtmlOptions { subtitle: style.subtitle.clone(), ..Default::default() };
             let Some(report) = d.report.as_ref() else {
                 // A trace without items: its flame graphs.
-                let flames = flame_section_html(
-                    stacks,
-                    None,
-                    &FlameOptions {
-                        items: style.items.clone(),
-                        ..Default::default()
-                    },
-                );
+                let flames = flame_section_html(stacks, None, &FlameOptions { items: style.items.clone(), ..Default::default() });
                 let page = render_profile_html(&opts, stacks.samples, &flames);
-                return r(
-                    page.into_bytes(),
-                    format!("no items, {} samples", stacks.samples),
-                    "a web browser",
-                );
+                return r(page.into_bytes(), format!("no items, {} samples", stacks.samples), "a web browser");
             };
             let extra = off_cpu_section_html(report, stacks, 20)
                 + &causes_section_html(report, stacks, 10)
-                + &flame_section_html(
-                    stacks,
-                    Some(report),
-                    &FlameOptions {
-                        items: style.items.clone(),
-                        ..Default::default()
-                    },
-                );
-            r(
-                render_items_html_with(report, &opts, &extra).into_bytes(),
-                format!("{} items", report.items.len()),
-                "a web browser",
-            )
+                + &flame_section_html(stacks, Some(report), &FlameOptions { items: style.items.clone(), ..Default::default() });
+            r(render_items_html_with(report, &opts, &extra).into_bytes(), format!("{} items", report.items.len()), "a web browser")
         }
         ExportKind::Perfetto => {
             let Some(report) = d.report.as_ref() else {
@@ -121,30 +85,17 @@ pub fn render_export(
                     "displayTimeUnit": "ms",
                     "otherData": {"generator": "tailprof", "mode": "no items"},
                 });
-                let (shown, off) = stacks
-                    .timeline
-                    .as_ref()
-                    .map_or((0, 0), |t| (t.samples.len(), t.off_cpu.len()));
+                let (shown, off) = stacks.timeline.as_ref().map_or((0, 0), |t| (t.samples.len(), t.off_cpu.len()));
                 add_stack_timeline(&mut doc, stacks);
-                let bytes =
-                    serde_json::to_vec(&doc).map_err(|e| ExportError::Encode(e.to_string()))?;
-                return r(
-                    bytes,
-                    format!("no items, {shown} samples, {off} off-CPU slices"),
-                    "https://ui.perfetto.dev",
-                );
+                let bytes = serde_json::to_vec(&doc).map_err(|e| ExportError::Encode(e.to_string()))?;
+                return r(bytes, format!("no items, {shown} samples, {off} off-CPU slices"), "https://ui.perfetto.dev");
             };
             let (instants, names): (Vec<SampleInstant>, BTreeMap<u32, String>) = match &d.instants {
                 Some(found) => (
                     found
                         .samples
                         .iter()
-                        .map(|s| SampleInstant {
-                            pid: s.pid,
-                            tid: s.tid,
-                            time_ns: s.time_ns,
-                            function: s.function.clone(),
-                        })
+                        .map(|s| SampleInstant { pid: s.pid, tid: s.tid, time_ns: s.time_ns, function: s.function.clone() })
                         .collect(),
                     found.names.clone(),
                 ),
@@ -168,47 +119,20 @@ pub fn render_export(
             };
             let off = stacks.timeline.as_ref().map_or(0, |t| t.off_cpu.len());
             let bytes = serde_json::to_vec(&doc).map_err(|e| ExportError::Encode(e.to_string()))?;
-            r(
-                bytes,
-                format!(
-                    "{} items, {shown} samples, {off} off-CPU slices",
-                    report.items.len()
-                ),
-                "https://ui.perfetto.dev",
-            )
+            r(bytes, format!("{} items, {shown} samples, {off} off-CPU slices", report.items.len()), "https://ui.perfetto.dev")
         }
         ExportKind::Pprof => {
-            let opts = PprofOptions {
-                off_cpu: style.off_cpu,
-                period: d.period.min(i64::MAX as u64) as i64,
-                ..Default::default()
-            };
-            let bytes =
-                pprof_gzip(stacks, &opts).map_err(|e| ExportError::Encode(e.to_string()))?;
-            r(
-                bytes,
-                format!("{} stacks", stacks.stacks.len()),
-                "go tool pprof -top",
-            )
+            let opts = PprofOptions { off_cpu: style.off_cpu, period: d.period.min(i64::MAX as u64) as i64, ..Default::default() };
+            let bytes = pprof_gzip(stacks, &opts).map_err(|e| ExportError::Encode(e.to_string()))?;
+            r(bytes, format!("{} stacks", stacks.stacks.len()), "go tool pprof -top")
         }
         ExportKind::Firefox => {
-            let opts = FirefoxOptions {
-                interval_ns: d.clock_interval_ns,
-                ..Default::default()
-            };
-            let text = firefox_json(stacks, &opts)
-                .ok_or(ExportError::NoTimeline)?
-                .map_err(|e| ExportError::Encode(e.to_string()))?;
-            r(
-                text.into_bytes(),
-                format!("{} stacks", stacks.stacks.len()),
-                "https://profiler.firefox.com",
-            )
+            let opts = FirefoxOptions { interval_ns: d.clock_interval_ns, ..Default::default() };
+            let text = firefox_json(stacks, &opts).ok_or(ExportError::NoTimeline)?.map_err(|e| ExportError::Encode(e.to_string()))?;
+            r(text.into_bytes(), format!("{} stacks", stacks.stacks.len()), "https://profiler.firefox.com")
         }
-        ExportKind::Folded => r(
-            folded(stacks).into_bytes(),
-            format!("{} stacks", stacks.stacks.len()),
-            "flamegraph.pl, inferno or speedscope",
-        ),
+        ExportKind::Folded => {
+            r(folded(stacks).into_bytes(), format!("{} stacks", stacks.stacks.len()), "flamegraph.pl, inferno or speedscope")
+        }
     }
 }

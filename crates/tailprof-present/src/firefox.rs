@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use fxprof_processed_profile::{
-    CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo, Profile, ReferenceTimestamp,
-    SamplingInterval, ThreadHandle, Timestamp,
+    CategoryColor, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo, Profile, ReferenceTimestamp, SamplingInterval, ThreadHandle,
+    Timestamp,
 };
 use tailprof_analyze::stacks::StackProfile;
 
@@ -37,11 +37,8 @@ pub fn firefox_profile(p: &StackProfile, opts: &FirefoxOptions) -> Option<Profil
     let first = t.samples.first().map(|s| s.time_ns).into_iter().chain(t.off_cpu.first().map(|o| o.begin_ns)).min().unwrap_or(0);
     let origin_ms = opts.unix_origin_ns.map_or(0.0, |o| (o as f64 + first as f64) / 1e6);
     let product = if opts.product.is_empty() { "tailprof" } else { opts.product.as_str() };
-    let mut prof = Profile::new(
-        product,
-        ReferenceTimestamp::from_millis_since_unix_epoch(origin_ms),
-        SamplingInterval::from_nanos(interval),
-    );
+    let mut prof =
+        Profile::new(product, ReferenceTimestamp::from_millis_since_unix_epoch(origin_ms), SamplingInterval::from_nanos(interval));
     let user: CategoryPairHandle = prof.add_category("User", CategoryColor::Yellow).into();
     let kernel: CategoryPairHandle = prof.add_category("Kernel", CategoryColor::Orange).into();
     let off: CategoryPairHandle = prof.add_category("Off-CPU", CategoryColor::Gray).into();
@@ -84,9 +81,7 @@ pub fn firefox_profile(p: &StackProfile, opts: &FirefoxOptions) -> Option<Profil
     let mut stack_cache: HashMap<(u32, u32), Option<fxprof_processed_profile::StackHandle>> = HashMap::new();
     for s in &t.samples {
         let th = thread_of(&mut prof, s.pid, s.tid, s.time_ns);
-        let stack = *stack_cache
-            .entry((s.tid, s.path))
-            .or_insert_with(|| prof.intern_stack_frames(th, frames_of(s.path).into_iter()));
+        let stack = *stack_cache.entry((s.tid, s.path)).or_insert_with(|| prof.intern_stack_frames(th, frames_of(s.path).into_iter()));
         prof.add_sample(th, ts(s.time_ns), stack, CpuDelta::from_nanos(interval), 1);
     }
     let state_label = [prof.intern_string("[runnable]"), prof.intern_string("[blocked]")];

@@ -98,9 +98,7 @@ fn class_rows(report: &ItemsReport, p: &StackProfile, keep: impl Fn(usize) -> bo
             e.1 += r.period;
         }
     }
-    m.into_iter()
-        .map(|((path, complete, truncated), (samples, period))| StackRow { path, samples, period, complete, truncated })
-        .collect()
+    m.into_iter().map(|((path, complete, truncated), (samples, period))| StackRow { path, samples, period, complete, truncated }).collect()
 }
 
 /// One graph in the page.
@@ -137,7 +135,9 @@ impl Default for FlameOptions {
 pub fn flame_section_html(p: &StackProfile, report: Option<&ItemsReport>, opts: &FlameOptions) -> String {
     let mut h = String::from("<h2>Flame graphs</h2>\n");
     if p.samples_with_stacks() == 0 {
-        h.push_str("<p class=\"sub\">No call stacks in this trace (record with -g / --call-graph): the graphs show sampled functions only.</p>\n");
+        h.push_str(
+            "<p class=\"sub\">No call stacks in this trace (record with -g / --call-graph): the graphs show sampled functions only.</p>\n",
+        );
     }
     let whole = match p.filter.describe() {
         Some(f) => format!("Samples of {f}"),
@@ -160,9 +160,8 @@ pub fn flame_section_html(p: &StackProfile, report: Option<&ItemsReport>, opts: 
     slow.sort_by(|&a, &b| report.items[b].duration_ns.cmp(&report.items[a].duration_ns));
     if !slow.is_empty() {
         let slow_rows = class_rows(report, p, |i| report.items[i].anomalous);
-        let base = class_rows(report, p, |i| {
-            !report.items[i].anomalous && slow.iter().any(|&s| report.items[s].class == report.items[i].class)
-        });
+        let base =
+            class_rows(report, p, |i| !report.items[i].anomalous && slow.iter().any(|&s| report.items[s].class == report.items[i].class));
         frame(
             &mut h,
             "Slow items against their classes (differential: red = more than the class, blue = less)",

@@ -44,19 +44,13 @@ pub fn items_warnings<R: AsRef<tailprof_analyze::items::ItemRow>>(r: &ItemsRepor
     if r.lost_markers > 0 {
         w(
             "lost_markers",
-            format!(
-                "{} markers were dropped (a marker ring was full): some items are missing or merged",
-                thousands(r.lost_markers)
-            ),
+            format!("{} markers were dropped (a marker ring was full): some items are missing or merged", thousands(r.lost_markers)),
         );
     }
     if r.unmatched_markers > 0 {
         w(
             "unmatched_markers",
-            format!(
-                "{} markers matched nothing (an end without its begin, or a begin never ended)",
-                thousands(r.unmatched_markers)
-            ),
+            format!("{} markers matched nothing (an end without its begin, or a begin never ended)", thousands(r.unmatched_markers)),
         );
     }
     if r.ambiguity.items > 0 {
@@ -73,40 +67,20 @@ pub fn items_warnings<R: AsRef<tailprof_analyze::items::ItemRow>>(r: &ItemsRepor
         );
     }
     if r.open_at_end > 0 {
-        w(
-            "open_at_end",
-            format!(
-                "{} items were still open when the trace ended; their end is the trace's end",
-                r.open_at_end
-            ),
-        );
+        w("open_at_end", format!("{} items were still open when the trace ended; their end is the trace's end", r.open_at_end));
     }
     if r.mean_interval_ns <= 0.0 {
-        w(
-            "no_interval",
-            "the sample interval is unknown (too few samples): count x interval estimates are 0"
-                .into(),
-        );
+        w("no_interval", "the sample interval is unknown (too few samples): count x interval estimates are 0".into());
     }
     if r.duration_source == "samples" {
-        w(
-            "register_mode",
-            format!(
-                "{}: no markers exist, so an item's duration is its first..last sample",
-                r.mode
-            ),
-        );
+        w("register_mode", format!("{}: no markers exist, so an item's duration is its first..last sample", r.mode));
     }
     out
 }
 
 /// An estimate in ns, `~`-prefixed when unreliable.
 fn est(ns: f64, reliable: bool) -> String {
-    format!(
-        "{}{}",
-        if reliable { "" } else { "~" },
-        duration(ns.max(0.0).round() as u64)
-    )
+    format!("{}{}", if reliable { "" } else { "~" }, duration(ns.max(0.0).round() as u64))
 }
 
 /// `+1.20 ms` / `-300 ns`.
@@ -121,10 +95,7 @@ fn class_name(c: &Option<String>) -> &str {
 
 /// Left/right-aligned columns (`true` = right), rendered by the shared table code.
 fn table(out: &mut String, head: &[(&str, bool)], rows: &[Vec<String>]) {
-    let head: Vec<(&str, Align)> = head
-        .iter()
-        .map(|&(h, right)| (h, if right { Align::Right } else { Align::Left }))
-        .collect();
+    let head: Vec<(&str, Align)> = head.iter().map(|&(h, right)| (h, if right { Align::Right } else { Align::Left })).collect();
     render_table(out, &head, rows);
 }
 
@@ -163,11 +134,7 @@ fn summary(out: &mut String, list: &ItemList) {
             thousands(r.switching.loop_samples)
         );
     }
-    let src = if r.interval_source == "period" {
-        "the sampling period"
-    } else {
-        "median spacing of samples"
-    };
+    let src = if r.interval_source == "period" { "the sampling period" } else { "median spacing of samples" };
     let _ = writeln!(
         out,
         "# Estimate:  {}; interval {} ({src}); ~ = fewer than {} samples",
@@ -252,24 +219,10 @@ pub fn render_items(list: &ItemList) -> String {
             ]
         })
         .collect();
-    table(
-        &mut out,
-        &[
-            ("Class", false),
-            ("Items", true),
-            ("Median", true),
-            ("MAD", true),
-            ("Anomalous", true),
-        ],
-        &rows,
-    );
+    table(&mut out, &[("Class", false), ("Items", true), ("Median", true), ("MAD", true), ("Anomalous", true)], &rows);
     let slow = &list.anomalous;
     if !slow.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nAnomalous items (duration > median + {} x 1.4826 MAD):",
-            r.mad_k
-        );
+        let _ = writeln!(out, "\nAnomalous items (duration > median + {} x 1.4826 MAD):", r.mad_k);
         for it in slow {
             let median = r.class_stats(&it.class).map_or(0, |c| c.median_duration_ns);
             let _ = writeln!(
@@ -280,11 +233,7 @@ pub fn render_items(list: &ItemList) -> String {
                 duration(it.duration_ns),
                 duration(median),
                 it.anomaly_score,
-                if it.responsible.is_empty() {
-                    "-".into()
-                } else {
-                    it.responsible.join(", ")
-                }
+                if it.responsible.is_empty() { "-".into() } else { it.responsible.join(", ") }
             );
             let excess = it.duration_ns.saturating_sub(median);
             let resolution = r.resolution_ns();
@@ -323,11 +272,7 @@ pub fn render_explanation(x: &Explanation) -> String {
     if let Some(t) = &it.trace_id {
         let _ = writeln!(out, "# Trace {t}, span {} (OpenTelemetry)", it.span_id.as_deref().unwrap_or("-"));
     }
-    let pct = if b.median_duration_ns == 0 {
-        0.0
-    } else {
-        100.0 * x.excess_ns as f64 / b.median_duration_ns as f64
-    };
+    let pct = if b.median_duration_ns == 0 { 0.0 } else { 100.0 * x.excess_ns as f64 / b.median_duration_ns as f64 };
     let _ = writeln!(
         out,
         "# Class {}: {} items, median duration {}; this item: {} ({:+.0}%)",
@@ -352,70 +297,31 @@ pub fn render_explanation(x: &Explanation) -> String {
                 est(d.item_ns, d.reliable || d.item_ns == 0.0),
                 duration(d.median_ns.round() as u64),
                 signed(d.delta_ns),
-                if d.share_of_excess > 0.0 {
-                    format!("{:.1}%", 100.0 * d.share_of_excess)
-                } else {
-                    String::new()
-                },
+                if d.share_of_excess > 0.0 { format!("{:.1}%", 100.0 * d.share_of_excess) } else { String::new() },
             ]
         })
         .collect();
-    table(
-        &mut out,
-        &[
-            ("Function", false),
-            ("Item", true),
-            ("Median", true),
-            ("Delta", true),
-            ("Share of excess", true),
-        ],
-        &rows,
-    );
+    table(&mut out, &[("Function", false), ("Item", true), ("Median", true), ("Delta", true), ("Share of excess", true)], &rows);
     out.push('\n');
     if x.excess_ns <= 0 {
         let took = match x.excess_ns {
             0 => "took its class median".to_owned(),
-            e => format!(
-                "took {} less than its class median",
-                duration(e.unsigned_abs())
-            ),
+            e => format!("took {} less than its class median", duration(e.unsigned_abs())),
         };
-        let _ = writeln!(
-            out,
-            "Responsible: none (this item {took}: there is no excess to explain)"
-        );
+        let _ = writeln!(out, "Responsible: none (this item {took}: there is no excess to explain)");
     } else if x.responsible.is_empty() {
         out.push_str("Responsible: none (no function takes longer than in the median item)\n");
     } else {
-        let covered: f64 = x
-            .diffs
-            .iter()
-            .filter(|d| x.responsible.contains(&d.name))
-            .map(|d| d.share_of_excess)
-            .sum();
+        let covered: f64 = x.diffs.iter().filter(|d| x.responsible.contains(&d.name)).map(|d| d.share_of_excess).sum();
         // How much evidence: the item's samples in the responsible functions.
-        let samples: u64 = it
-            .functions
-            .iter()
-            .filter(|f| x.responsible.contains(&f.name))
-            .map(|f| f.samples)
-            .sum();
-        let few = x
-            .diffs
-            .iter()
-            .filter(|d| x.responsible.contains(&d.name))
-            .any(|d| !d.reliable);
+        let samples: u64 = it.functions.iter().filter(|f| x.responsible.contains(&f.name)).map(|f| f.samples).sum();
+        let few = x.diffs.iter().filter(|d| x.responsible.contains(&d.name)).any(|d| !d.reliable);
         let evidence = match (samples, few) {
             (1, _) => "; from 1 sample: too few to tell".to_owned(),
             (n, true) => format!("; from {n} samples, some too few to tell (~)"),
             (n, false) => format!("; from {n} samples"),
         };
-        let _ = writeln!(
-            out,
-            "Responsible: {} ({:.0}% of the excess{evidence})",
-            x.responsible.join(", "),
-            100.0 * covered
-        );
+        let _ = writeln!(out, "Responsible: {} ({:.0}% of the excess{evidence})", x.responsible.join(", "), 100.0 * covered);
     }
     render_item_events(&mut out, &it.events, it.begin_ns);
     out
@@ -432,8 +338,7 @@ pub fn render_item_events(out: &mut String, e: &tailprof_analyze::items::events:
     };
     out.push('\n');
     if !e.span_totals.is_empty() {
-        let parts: Vec<String> =
-            e.span_totals.iter().map(|t| format!("{} {} ({})", t.name, duration(t.total_ns), t.count)).collect();
+        let parts: Vec<String> = e.span_totals.iter().map(|t| format!("{} {} ({})", t.name, duration(t.total_ns), t.count)).collect();
         let _ = writeln!(out, "Spans: {}", parts.join(", "));
         for sp in &e.spans {
             let _ = writeln!(
@@ -454,11 +359,8 @@ pub fn render_item_events(out: &mut String, e: &tailprof_analyze::items::events:
         }
     }
     if e.dropped > 0 || e.unmatched_span_ends > 0 {
-        let _ = writeln!(
-            out,
-            "({} events over the per-item bound not kept, {} span ends without a start)",
-            e.dropped, e.unmatched_span_ends
-        );
+        let _ =
+            writeln!(out, "({} events over the per-item bound not kept, {} span ends without a start)", e.dropped, e.unmatched_span_ends);
     }
 }
 
@@ -507,10 +409,7 @@ pub fn render_items_off_cpu(list: &ItemList) -> String {
     if lines.is_empty() {
         out.push_str("\nOff-CPU: the shown items never left the CPU\n");
     } else {
-        let _ = write!(
-            out,
-            "\nOff-CPU time of the items (from context switches):\n{lines}"
-        );
+        let _ = write!(out, "\nOff-CPU time of the items (from context switches):\n{lines}");
     }
     out
 }
@@ -553,11 +452,7 @@ pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "\n# On CPU by stack (leaf ← callers), item vs class median ({} items):",
-        x.class_items
-    );
+    let _ = writeln!(out, "\n# On CPU by stack (leaf ← callers), item vs class median ({} items):", x.class_items);
     let rows: Vec<Vec<String>> = x
         .stacks
         .iter()
@@ -573,26 +468,12 @@ pub fn render_stack_explanation(x: &StackExplanation, top: usize) -> String {
             ]
         })
         .collect();
-    table(
-        &mut out,
-        &[
-            ("Samples", true),
-            ("Item", true),
-            ("Median", true),
-            ("Delta", true),
-            ("Stack", false),
-        ],
-        &rows,
-    );
+    table(&mut out, &[("Samples", true), ("Item", true), ("Median", true), ("Delta", true), ("Stack", false)], &rows);
     if x.stacks.len() > top {
         let _ = writeln!(out, "({} more stacks)", x.stacks.len() - top);
     }
     if x.incomplete_samples > 0 {
-        let _ = writeln!(
-            out,
-            "note: {} of the item's samples have truncated stacks",
-            thousands(x.incomplete_samples)
-        );
+        let _ = writeln!(out, "note: {} of the item's samples have truncated stacks", thousands(x.incomplete_samples));
     }
     if let Some(n) = &x.note {
         let _ = writeln!(out, "note: {n}");
@@ -636,9 +517,7 @@ struct ListJson<'a> {
 /// `schema_version` (and, for a list of items, its `warnings`).
 pub fn document_json(doc: &ItemsDocument) -> Result<String, PresentError> {
     match doc {
-        ItemsDocument::List(list) => {
-            crate::json::document(&ListJson { list, warnings: items_warnings(&list.report) })
-        }
+        ItemsDocument::List(list) => crate::json::document(&ListJson { list, warnings: items_warnings(&list.report) }),
         other => crate::json::document(other),
     }
 }

@@ -48,9 +48,7 @@ pub fn document<T: serde::Serialize + ?Sized>(doc: &T) -> Result<String, Present
 /// A flat profile as a JSON value; `top` limits the rows.
 pub fn profile_json(p: &FlatProfile, top: Option<usize>) -> Result<Value, PresentError> {
     let mut v = serde_json::to_value(p)?;
-    let obj = v
-        .as_object_mut()
-        .expect("FlatProfile serializes to an object");
+    let obj = v.as_object_mut().expect("FlatProfile serializes to an object");
     let mut rows = match obj.remove("rows") {
         Some(Value::Array(a)) => a,
         _ => Vec::new(),
@@ -58,22 +56,12 @@ pub fn profile_json(p: &FlatProfile, top: Option<usize>) -> Result<Value, Presen
     if let Some(n) = top.filter(|&n| n < rows.len()) {
         let rest = &p.rows[n..];
         let samples: u64 = rest.iter().map(|r| r.samples).sum();
-        let percent = if p.samples == 0 {
-            0.0
-        } else {
-            100.0 * samples as f64 / p.samples as f64
-        };
-        obj.insert(
-            "more".into(),
-            json!({"rows": rest.len(), "samples": samples, "percent": percent}),
-        );
+        let percent = if p.samples == 0 { 0.0 } else { 100.0 * samples as f64 / p.samples as f64 };
+        obj.insert("more".into(), json!({"rows": rest.len(), "samples": samples, "percent": percent}));
         rows.truncate(n);
     }
     obj.insert(rows_key(p.group_by).into(), Value::Array(rows));
-    obj.insert(
-        "warnings".into(),
-        serde_json::to_value(profile_warnings(p))?,
-    );
+    obj.insert("warnings".into(), serde_json::to_value(profile_warnings(p))?);
     Ok(v)
 }
 
@@ -85,9 +73,7 @@ pub fn profile_json_string(p: &FlatProfile, top: Option<usize>) -> Result<String
 /// Trace info as a JSON value.
 pub fn info_json(i: &TraceInfo) -> Result<Value, PresentError> {
     let mut v = serde_json::to_value(i)?;
-    let obj = v
-        .as_object_mut()
-        .expect("TraceInfo serializes to an object");
+    let obj = v.as_object_mut().expect("TraceInfo serializes to an object");
     obj.insert("warnings".into(), serde_json::to_value(info_warnings(i))?);
     Ok(v)
 }

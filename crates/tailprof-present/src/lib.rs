@@ -34,19 +34,19 @@
 
 pub mod bandwidth;
 pub mod export;
-pub mod flamegraph;
 pub mod firefox;
+pub mod flamegraph;
 pub mod fmt;
 pub mod html;
 pub mod items;
 pub mod json;
-pub mod overhead;
 pub mod losses;
+pub mod overhead;
 pub mod perfetto;
 pub mod pprof;
 pub mod stacks;
-pub mod store_view;
 pub mod stat;
+pub mod store_view;
 pub mod table;
 pub mod warnings;
 

@@ -8,9 +8,7 @@ use std::fmt::Write as _;
 use std::collections::BTreeMap;
 
 use tailprof_analyze::items::ItemsReport;
-use tailprof_analyze::measured::{
-    Accuracy, AlphaSource, CalibrationReport, OverheadReport, PlanReport, Prediction, Truth,
-};
+use tailprof_analyze::measured::{Accuracy, AlphaSource, CalibrationReport, OverheadReport, PlanReport, Prediction, Truth};
 use tailprof_analyze::overhead::{Basis, OverheadEstimate, RateModel};
 
 use crate::fmt::{bytes, duration, ns_text as ns, period_text, thousands};
@@ -124,15 +122,7 @@ pub fn calibration_text(r: &CalibrationReport) -> String {
     }
     if let Some(f) = &r.other_fit {
         let (lo, hi) = f.alpha_ci_ns();
-        let _ = writeln!(
-            s,
-            "({} time basis: α = {} [{}, {}], R² = {:.4})",
-            r.other_basis.name(),
-            ns(f.alpha_ns()),
-            ns(lo),
-            ns(hi),
-            f.r2
-        );
+        let _ = writeln!(s, "({} time basis: α = {} [{}, {}], R² = {:.4})", r.other_basis.name(), ns(f.alpha_ns()), ns(lo), ns(hi), f.r2);
     }
     match (&r.verdict, &r.saved_to) {
         (Ok(()), Some(p)) => {
@@ -253,11 +243,8 @@ pub fn overhead_text(r: &OverheadReport) -> String {
             );
         }
         _ => {
-            let _ = writeln!(
-                s,
-                "  predicted -  (no calibration for {}: run `tailprof calibrate -e {}`, or pass --alpha)",
-                r.event, r.event
-            );
+            let _ =
+                writeln!(s, "  predicted -  (no calibration for {}: run `tailprof calibrate -e {}`, or pass --alpha)", r.event, r.event);
         }
     }
     if let (Some(w), Some(c)) = (r.implied_alpha_ns, r.implied_alpha_cpu_ns) {
@@ -389,18 +376,25 @@ pub fn demo_items_text(report: &ItemsReport, truth: &BTreeMap<u64, Truth>) -> St
         flagged,
         report.mad_k
     );
-    let _ = writeln!(s, "{:>4}  {:<6} {:>10} {:>8} {:>7}  {:<5} {:<4}  top functions ({})", "id", "class", "duration", "samples", "score", "flag", "log", report.shown_estimator.describe());
+    let _ = writeln!(
+        s,
+        "{:>4}  {:<6} {:>10} {:>8} {:>7}  {:<5} {:<4}  top functions ({})",
+        "id",
+        "class",
+        "duration",
+        "samples",
+        "score",
+        "flag",
+        "log",
+        report.shown_estimator.describe()
+    );
     let mut rows: Vec<_> = report.items.iter().collect();
     // Flagged queries first, then the slowest.
     rows.sort_by_key(|r| (std::cmp::Reverse(r.anomalous), std::cmp::Reverse(r.duration_ns)));
     let shown = rows.iter().filter(|r| r.anomalous).count().max(8) + 4;
     for r in rows.iter().take(shown) {
-        let tops: Vec<String> = r
-            .functions
-            .iter()
-            .take(3)
-            .map(|f| format!("{} {}", f.name, duration(f.shown_ns(report.shown_estimator) as u64)))
-            .collect();
+        let tops: Vec<String> =
+            r.functions.iter().take(3).map(|f| format!("{} {}", f.name, duration(f.shown_ns(report.shown_estimator) as u64))).collect();
         let log = match truth.get(&r.id) {
             Some(t) if t.cold => "cold",
             Some(_) => "warm",

@@ -123,8 +123,7 @@ pub fn perfetto_value(report: &ItemsReport, samples: &[SampleInstant], opts: &Pe
                 "anomaly_score": r.anomaly_score, "anomalous": r.anomalous, "responsible": r.responsible,
             }
         }));
-        let funcs: Vec<(String, u64, f64)> =
-            r.functions.iter().map(|f| (f.name.clone(), f.first_ns, shown_ns(report, f))).collect();
+        let funcs: Vec<(String, u64, f64)> = r.functions.iter().map(|f| (f.name.clone(), f.first_ns, shown_ns(report, f))).collect();
         for sl in layout_functions(begin, end, &funcs) {
             let f = r.functions.iter().find(|f| f.name == sl.name);
             let mut ev = json!({
@@ -214,7 +213,8 @@ pub fn add_stack_timeline(doc: &mut Value, p: &StackProfile) -> (usize, usize) {
         for &f in p.paths.get(path as usize).map(Vec::as_slice).unwrap_or(&[]) {
             let next = nodes.len() as u64 + 1;
             let id = *nodes.entry((parent, f)).or_insert_with(|| {
-                let mut o = json!({"name": p.functions[f as usize].name, "category": crate::stacks::short_binary(&p.functions[f as usize].binary)});
+                let mut o =
+                    json!({"name": p.functions[f as usize].name, "category": crate::stacks::short_binary(&p.functions[f as usize].binary)});
                 if parent != 0 {
                     o["parent"] = json!(parent.to_string());
                 }
@@ -254,8 +254,12 @@ pub fn add_stack_timeline(doc: &mut Value, p: &StackProfile) -> (usize, usize) {
         let id = i + 1;
         let args = json!({"waker_tid": w.waker_tid, "wakee_tid": w.wakee_tid, "blocked_until_ns": w.resume_ns});
         events.push(json!({"ph": "X", "cat": "wake", "name": "wakeup", "pid": w.waker_pid, "tid": w.waker_tid, "ts": us(w.time_ns), "dur": 0, "args": args}));
-        events.push(json!({"ph": "s", "cat": "wake", "name": "wakeup", "id": id, "pid": w.waker_pid, "tid": w.waker_tid, "ts": us(w.time_ns)}));
-        events.push(json!({"ph": "X", "cat": "wake", "name": "woken", "pid": w.wakee_pid, "tid": w.wakee_tid, "ts": us(w.resume_ns), "dur": 0}));
+        events.push(
+            json!({"ph": "s", "cat": "wake", "name": "wakeup", "id": id, "pid": w.waker_pid, "tid": w.waker_tid, "ts": us(w.time_ns)}),
+        );
+        events.push(
+            json!({"ph": "X", "cat": "wake", "name": "woken", "pid": w.wakee_pid, "tid": w.wakee_tid, "ts": us(w.resume_ns), "dur": 0}),
+        );
         events.push(json!({"ph": "f", "bp": "e", "cat": "wake", "name": "wakeup", "id": id, "pid": w.wakee_pid, "tid": w.wakee_tid, "ts": us(w.resume_ns)}));
     }
     let n = (t.samples.len(), t.off_cpu.len());

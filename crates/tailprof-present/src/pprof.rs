@@ -180,10 +180,8 @@ pub fn pprof_profile(p: &StackProfile, opts: &PprofOptions) -> Profile {
     let with_off = opts.off_cpu && p.switches > 0;
     let (ev_type, ev_unit) = if time_event(&p.event) { ("cpu", "nanoseconds") } else { (p.event.as_str(), "events") };
     let samples_name = st.id("samples");
-    let mut sample_type = vec![
-        ValueType { r#type: samples_name, unit: st.id("count") },
-        ValueType { r#type: st.id(ev_type), unit: st.id(ev_unit) },
-    ];
+    let mut sample_type =
+        vec![ValueType { r#type: samples_name, unit: st.id("count") }, ValueType { r#type: st.id(ev_type), unit: st.id(ev_unit) }];
     if with_off {
         sample_type.push(ValueType { r#type: st.id("off_cpu"), unit: st.id("nanoseconds") });
     }
@@ -223,9 +221,8 @@ pub fn pprof_profile(p: &StackProfile, opts: &PprofOptions) -> Profile {
             is_folded: false,
         })
         .collect();
-    let locs_leaf_first = |path: u32| -> Vec<u64> {
-        p.paths.get(path as usize).map(|v| v.iter().rev().map(|&f| f as u64 + 1).collect()).unwrap_or_default()
-    };
+    let locs_leaf_first =
+        |path: u32| -> Vec<u64> { p.paths.get(path as usize).map(|v| v.iter().rev().map(|&f| f as u64 + 1).collect()).unwrap_or_default() };
     let nvals = sample_type.len();
     let mut sample: Vec<Sample> = Vec::with_capacity(p.stacks.len() + p.off_cpu.len());
     for r in &p.stacks {

@@ -25,7 +25,17 @@ pub const LINE_FRAMES: usize = 6;
 
 /// One folded-stacks frame name: no `;`, no line breaks.
 pub fn folded_name(name: &str) -> String {
-    name.chars().map(|c| if c == ';' { ':' } else if c == '\n' || c == '\r' { ' ' } else { c }).collect()
+    name.chars()
+        .map(|c| {
+            if c == ';' {
+                ':'
+            } else if c == '\n' || c == '\r' {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// Folded stacks of the profile's kept samples, one line per distinct stack (complete
@@ -107,10 +117,8 @@ fn common_json(p: &StackProfile) -> serde_json::Map<String, Value> {
 pub fn stacks_json(p: &StackProfile, top: Option<usize>) -> Value {
     let mut m = common_json(p);
     let n = top.unwrap_or(usize::MAX).min(p.stacks.len());
-    let stacks: Vec<Value> = p.stacks[..n]
-        .iter()
-        .map(|r| json!({"frames": p.frames(r.path), "samples": r.samples, "complete": r.complete}))
-        .collect();
+    let stacks: Vec<Value> =
+        p.stacks[..n].iter().map(|r| json!({"frames": p.frames(r.path), "samples": r.samples, "complete": r.complete})).collect();
     m.insert("stacks".into(), Value::Array(stacks));
     if n < p.stacks.len() {
         m.insert("more_stacks".into(), json!(p.stacks.len() - n));
@@ -162,7 +170,13 @@ pub fn render_stacks(p: &StackProfile, top: Option<usize>) -> String {
             vec![
                 share(r.samples, p.samples),
                 thousands(r.samples),
-                if r.truncated { "trunc".into() } else if r.complete { String::new() } else { "?".into() },
+                if r.truncated {
+                    "trunc".into()
+                } else if r.complete {
+                    String::new()
+                } else {
+                    "?".into()
+                },
                 stack_line(&p.frames(r.path), 12),
             ]
         })
@@ -192,10 +206,7 @@ pub fn off_cpu_line(state: OffState, ns: u64, frames: &[&str], kernel: &[bool]) 
 
 /// Which frames of path `p` are kernel frames (by the function's binary).
 pub fn kernel_frames(p: &StackProfile, path: u32) -> Vec<bool> {
-    p.paths
-        .get(path as usize)
-        .map(|v| v.iter().map(|&f| is_kernel_binary(&p.functions[f as usize].binary)).collect())
-        .unwrap_or_default()
+    p.paths.get(path as usize).map(|v| v.iter().map(|&f| is_kernel_binary(&p.functions[f as usize].binary)).collect()).unwrap_or_default()
 }
 
 pub use tailprof_analyze::stacks::is_kernel_binary;
@@ -224,12 +235,8 @@ pub fn off_cpu_json(p: &StackProfile, top: Option<usize>) -> Value {
         }
     }
     m.insert("functions".into(), Value::Array(flat));
-    let stacks: Vec<Value> = p
-        .off_cpu
-        .iter()
-        .take(n)
-        .map(|r| json!({"state": r.state.name(), "ns": r.ns, "frames": p.frames(r.path)}))
-        .collect();
+    let stacks: Vec<Value> =
+        p.off_cpu.iter().take(n).map(|r| json!({"state": r.state.name(), "ns": r.ns, "frames": p.frames(r.path)})).collect();
     m.insert("stacks".into(), Value::Array(stacks));
     Value::Object(m)
 }
@@ -257,7 +264,8 @@ pub fn render_off_cpu(p: &StackProfile, top: Option<usize>) -> String {
         let _ = writeln!(out, "note: {} threads were still off CPU when the trace ended (counted up to its end)", p.off_open_at_end);
     }
     if p.off_double_outs > 0 {
-        let _ = writeln!(out, "note: {} switch-ins were missing (lost records); those intervals end at the next switch-out", p.off_double_outs);
+        let _ =
+            writeln!(out, "note: {} switch-ins were missing (lost records); those intervals end at the next switch-out", p.off_double_outs);
     }
     let n = top.unwrap_or(usize::MAX);
     for (state, total) in [(OffState::Blocked, p.blocked_ns), (OffState::Runnable, p.runnable_ns)] {
@@ -271,11 +279,7 @@ pub fn render_off_cpu(p: &StackProfile, top: Option<usize>) -> String {
             .take(n)
             .map(|f| vec![share(f.self_value, total), duration(f.self_value), duration(f.total_value), f.name.to_owned()])
             .collect();
-        render_table(
-            &mut out,
-            &[("%", Align::Right), ("self", Align::Right), ("total", Align::Right), ("function", Align::Left)],
-            &rows,
-        );
+        render_table(&mut out, &[("%", Align::Right), ("self", Align::Right), ("total", Align::Right), ("function", Align::Left)], &rows);
         let _ = writeln!(out, "\n{} by stack:", state.name());
         for r in p.off_cpu.iter().filter(|r| r.state == state).take(n) {
             let _ = writeln!(out, "  {:>7}  {}", share(r.ns, total), off_row_line(p, r));

@@ -58,7 +58,8 @@ pub fn interval_text(t: &StatInterval, names: &[String]) -> String {
 pub fn stat_text(r: &StatReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "counts for `{}` ({:.3} s elapsed)\n", r.command.join(" "), r.elapsed_ns as f64 / 1e9);
-    let _ = writeln!(out, "  {:>18}  {:<22} {:>16}  {:>14}  {:>14}  {:>7}", "count", "event", "per second", "enabled", "running", "running");
+    let _ =
+        writeln!(out, "  {:>18}  {:<22} {:>16}  {:>14}  {:>14}  {:>7}", "count", "event", "per second", "enabled", "running", "running");
     for e in &r.events {
         let (count, per_s) = if e.is_clock {
             (format!("{:.2} ms", e.count as f64 / 1e6), format!("{:.3} CPUs", e.rate_per_s.unwrap_or(0.0) / 1e9))

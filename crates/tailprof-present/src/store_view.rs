@@ -62,39 +62,30 @@ pub fn top_text(t: &TopReport) -> String {
     );
     read_notes(&mut out, &t.read);
     if t.samples == 0 {
-        out.push_str(
-            "no samples in this range (is the agent running? check --store and the time range)\n",
-        );
+        out.push_str("no samples in this range (is the agent running? check --store and the time range)\n");
         return out;
     }
     match t.by {
         GroupBy::Function => {
-            let _ = writeln!(
-                out,
-                "{:>8} {:>7} {:>8} {:>7}  function",
-                "self", "self%", "total", "total%"
-            );
+            let _ = writeln!(out, "{:>8} {:>7} {:>8} {:>7}  function", "self", "self%", "total", "total%");
             for r in &t.rows {
-                let _ = writeln!(
-                    out,
-                    "{:>8} {:>6.2}% {:>8} {:>6.2}%  {}",
-                    r.self_samples, r.self_pct, r.total_samples, r.total_pct, r.name
-                );
+                let _ =
+                    writeln!(out, "{:>8} {:>6.2}% {:>8} {:>6.2}%  {}", r.self_samples, r.self_pct, r.total_samples, r.total_pct, r.name);
             }
         }
         _ => {
             let _ = writeln!(out, "{:>8} {:>7}  {}", "samples", "%", by_name(t.by));
             for r in &t.rows {
-                let _ = writeln!(
-                    out,
-                    "{:>8} {:>6.2}%  {}",
-                    r.self_samples, r.self_pct, r.name
-                );
+                let _ = writeln!(out, "{:>8} {:>6.2}%  {}", r.self_samples, r.self_pct, r.name);
             }
         }
     }
     if t.missing_symbol_tables > 0 {
-        let _ = writeln!(out, "note: {} binaries have no symbol table in the store; their frames show as [binary+0xOFFSET]", t.missing_symbol_tables);
+        let _ = writeln!(
+            out,
+            "note: {} binaries have no symbol table in the store; their frames show as [binary+0xOFFSET]",
+            t.missing_symbol_tables
+        );
     }
     out
 }
@@ -117,10 +108,9 @@ pub fn top_json(t: &TopReport) -> serde_json::Value {
                 })
                 .collect(),
         ),
-        GroupBy::Binary => (
-            "binaries",
-            t.rows.iter().map(|r| json!({"name": r.name, "samples": r.self_samples, "percent": r.self_pct})).collect(),
-        ),
+        GroupBy::Binary => {
+            ("binaries", t.rows.iter().map(|r| json!({"name": r.name, "samples": r.self_samples, "percent": r.self_pct})).collect())
+        }
         GroupBy::Stack => (
             "stacks",
             t.rows
@@ -146,39 +136,16 @@ pub fn top_json(t: &TopReport) -> serde_json::Value {
 /// `tailprof diff` as text.
 pub fn diff_text(d: &DiffReport) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "A {} .. {}: {} samples",
-        format_utc(d.a.0),
-        format_utc(d.a.1),
-        d.a_samples
-    );
-    let _ = writeln!(
-        out,
-        "B {} .. {}: {} samples",
-        format_utc(d.b.0),
-        format_utc(d.b.1),
-        d.b_samples
-    );
+    let _ = writeln!(out, "A {} .. {}: {} samples", format_utc(d.a.0), format_utc(d.a.1), d.a_samples);
+    let _ = writeln!(out, "B {} .. {}: {} samples", format_utc(d.b.0), format_utc(d.b.1), d.b_samples);
     read_notes(&mut out, &d.read_a);
     read_notes(&mut out, &d.read_b);
     if d.a_samples == 0 || d.b_samples == 0 {
         out.push_str("one of the ranges has no samples: nothing to compare\n");
     }
-    let _ = writeln!(
-        out,
-        "{:>8} {:>7} {:>7}  {}",
-        "delta",
-        "A%",
-        "B%",
-        by_name(d.by)
-    );
+    let _ = writeln!(out, "{:>8} {:>7} {:>7}  {}", "delta", "A%", "B%", by_name(d.by));
     for r in &d.rows {
-        let _ = writeln!(
-            out,
-            "{:>+7.2}% {:>6.2}% {:>6.2}%  {}",
-            r.delta_pct, r.a_pct, r.b_pct, r.name
-        );
+        let _ = writeln!(out, "{:>+7.2}% {:>6.2}% {:>6.2}%  {}", r.delta_pct, r.a_pct, r.b_pct, r.name);
     }
     out
 }
@@ -220,11 +187,7 @@ pub fn diff_json(d: &DiffReport) -> serde_json::Value {
 pub fn folded(e: &StackExport) -> String {
     let mut out = String::new();
     for s in &e.stacks {
-        let line: Vec<String> = s
-            .frames
-            .iter()
-            .map(|f| f.replace([';', '\n'], ":"))
-            .collect();
+        let line: Vec<String> = s.frames.iter().map(|f| f.replace([';', '\n'], ":")).collect();
         let _ = writeln!(out, "{} {}", line.join(";"), s.count);
     }
     out
@@ -233,8 +196,7 @@ pub fn folded(e: &StackExport) -> String {
 /// A flame-graph HTML page of the range.
 pub fn flame_html(e: &StackExport, title: &str) -> String {
     let lines: Vec<String> = folded(e).lines().map(str::to_string).collect();
-    let svg = crate::flamegraph::flame_svg(&lines, title, "samples")
-        .unwrap_or_else(|| "<p>no samples</p>".into());
+    let svg = crate::flamegraph::flame_svg(&lines, title, "samples").unwrap_or_else(|| "<p>no samples</p>".into());
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title></head><body><h1>{t}</h1><p>{} samples, {} .. {}</p>{svg}</body></html>\n",
         e.samples,
@@ -257,16 +219,7 @@ pub fn pprof_profile(e: &StackExport) -> Profile {
         at.insert(x.to_string(), strings.len() as i64 - 1);
         strings.len() as i64 - 1
     };
-    let sample_type = vec![
-        ValueType {
-            r#type: s("samples"),
-            unit: s("count"),
-        },
-        ValueType {
-            r#type: s("cpu"),
-            unit: s("nanoseconds"),
-        },
-    ];
+    let sample_type = vec![ValueType { r#type: s("samples"), unit: s("count") }, ValueType { r#type: s("cpu"), unit: s("nanoseconds") }];
     let mut mappings: Vec<Mapping> = Vec::new();
     let mut mapping_of: HashMap<String, u64> = HashMap::new();
     let mut functions: Vec<Function> = Vec::new();
@@ -285,33 +238,19 @@ pub fn pprof_profile(e: &StackExport) -> Profile {
                         Some(&m) => m,
                         None => {
                             let m = mappings.len() as u64 + 1;
-                            mappings.push(Mapping {
-                                id: m,
-                                filename: s(bin),
-                                has_functions: true,
-                                ..Default::default()
-                            });
+                            mappings.push(Mapping { id: m, filename: s(bin), has_functions: true, ..Default::default() });
                             mapping_of.insert(bin.clone(), m);
                             m
                         }
                     };
                     let fid = functions.len() as u64 + 1;
-                    functions.push(Function {
-                        id: fid,
-                        name: s(name),
-                        system_name: s(name),
-                        filename: s(bin),
-                        start_line: 0,
-                    });
+                    functions.push(Function { id: fid, name: s(name), system_name: s(name), filename: s(bin), start_line: 0 });
                     let lid = locations.len() as u64 + 1;
                     locations.push(Location {
                         id: lid,
                         mapping_id: mid,
                         address: 0,
-                        line: vec![Line {
-                            function_id: fid,
-                            line: 0,
-                        }],
+                        line: vec![Line { function_id: fid, line: 0 }],
                         is_folded: false,
                     });
                     loc_of.insert(key, lid);
@@ -320,16 +259,9 @@ pub fn pprof_profile(e: &StackExport) -> Profile {
             };
             ids.push(id);
         }
-        samples.push(Sample {
-            location_id: ids,
-            value: vec![st.count as i64, st.period.min(i64::MAX as u64) as i64],
-            label: vec![],
-        });
+        samples.push(Sample { location_id: ids, value: vec![st.count as i64, st.period.min(i64::MAX as u64) as i64], label: vec![] });
     }
-    let period_type = Some(ValueType {
-        r#type: s("cpu"),
-        unit: s("nanoseconds"),
-    });
+    let period_type = Some(ValueType { r#type: s("cpu"), unit: s("nanoseconds") });
     Profile {
         sample_type,
         sample: samples,
@@ -349,10 +281,7 @@ pub fn pprof_profile(e: &StackExport) -> Profile {
 /// Gzipped profile.proto bytes.
 pub fn pprof_gzip(e: &StackExport) -> std::io::Result<Vec<u8>> {
     let raw = pprof_profile(e).encode_to_vec();
-    let mut gz = flate2::write::GzEncoder::new(
-        Vec::with_capacity(raw.len() / 4 + 64),
-        flate2::Compression::default(),
-    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4 + 64), flate2::Compression::default());
     gz.write_all(&raw)?;
     gz.finish()
 }
@@ -364,23 +293,10 @@ fn ms(ns: u64) -> String {
 /// `tailprof items --store` as text.
 pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: usize) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{} .. {}: {} retained slow requests",
-        format_utc(s.from_us),
-        format_utc(s.to_us),
-        s.items.len()
-    );
+    let _ = writeln!(out, "{} .. {}: {} retained slow requests", format_utc(s.from_us), format_utc(s.to_us), s.items.len());
     read_notes(&mut out, &s.read);
     for c in &s.classes {
-        let _ = writeln!(
-            out,
-            "class {}: {} requests, p50 <= {}, p99 <= {}",
-            c.class,
-            c.requests,
-            ms(c.p50_le_ns),
-            ms(c.p99_le_ns)
-        );
+        let _ = writeln!(out, "class {}: {} requests, p50 <= {}, p99 <= {}", c.class, c.requests, ms(c.p50_le_ns), ms(c.p99_le_ns));
     }
     for it in s.items.iter().take(if top == 0 { usize::MAX } else { top }) {
         let _ = writeln!(
@@ -412,53 +328,24 @@ pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: us
             );
         }
         for (name, n) in it.functions.iter().take(10) {
-            let _ = writeln!(
-                out,
-                "  {:>6} {:>6.1}%  {}",
-                n,
-                100.0 * *n as f64 / it.samples.max(1) as f64,
-                name
-            );
+            let _ = writeln!(out, "  {:>6} {:>6.1}%  {}", n, 100.0 * *n as f64 / it.samples.max(1) as f64, name);
         }
         if let Some((frames, n)) = it.stacks.first() {
-            let _ = writeln!(
-                out,
-                "  hottest stack ({n} samples): {}",
-                frames.iter().rev().cloned().collect::<Vec<_>>().join(" > ")
-            );
+            let _ = writeln!(out, "  hottest stack ({n} samples): {}", frames.iter().rev().cloned().collect::<Vec<_>>().join(" > "));
         }
         // Causes kept by the agent (issue 21).
         for w in it.woken_by.iter().take(5) {
             let who = match w.irq {
                 Some(k) => format!("{} interrupt", k.name()),
-                None => format!(
-                    "{} (pid {}, tid {})",
-                    if w.comm.is_empty() { "?" } else { &w.comm },
-                    w.pid,
-                    w.tid
-                ),
+                None => format!("{} (pid {}, tid {})", if w.comm.is_empty() { "?" } else { &w.comm }, w.pid, w.tid),
             };
-            let inside = w
-                .item
-                .map(|i| format!(", inside item {i}"))
-                .unwrap_or_default();
-            let at = w
-                .frames
-                .iter()
-                .rev()
-                .take(3)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(" ← ");
+            let inside = w.item.map(|i| format!(", inside item {i}")).unwrap_or_default();
+            let at = w.frames.iter().rev().take(3).cloned().collect::<Vec<_>>().join(" ← ");
             let _ = writeln!(
                 out,
                 "  blocked {} woken by {who}{inside}{}",
                 ms(w.ns),
-                if at.is_empty() {
-                    String::new()
-                } else {
-                    format!(", at {at}")
-                }
+                if at.is_empty() { String::new() } else { format!(", at {at}") }
             );
             // The critical path: what the waker did meanwhile.
             for d in w.during.iter().take(4) {

@@ -62,8 +62,7 @@ fn render_table_body(out: &mut String, head: &[(&str, Align)], rows: &[Vec<Strin
 
 fn render_rows(out: &mut String, head: &[(&str, Align)], rows: &[Vec<String>], with_head: bool) {
     let n = head.len();
-    let mut width: Vec<usize> =
-        head.iter().map(|(h, _)| if with_head { h.chars().count() } else { 0 }).collect();
+    let mut width: Vec<usize> = head.iter().map(|(h, _)| if with_head { h.chars().count() } else { 0 }).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
             let cap = if head[i].1 == Align::Left { MAX_NAME_WIDTH } else { usize::MAX };
@@ -112,13 +111,13 @@ pub fn render_profile(p: &FlatProfile, opts: &TableOptions) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# Event:   {}", p.event);
     let others: Vec<String> = p
-            .events
-            .iter()
-            .filter(|e| e.index != p.event_index)
-            // perf's side-band-only `dummy` event never has samples: not worth a mention.
-            .filter(|e| e.samples > 0 || !e.name.starts_with("dummy"))
-            .map(|e| format!("{} ({} samples)", e.name, thousands(e.samples)))
-            .collect();
+        .events
+        .iter()
+        .filter(|e| e.index != p.event_index)
+        // perf's side-band-only `dummy` event never has samples: not worth a mention.
+        .filter(|e| e.samples > 0 || !e.name.starts_with("dummy"))
+        .map(|e| format!("{} ({} samples)", e.name, thousands(e.samples)))
+        .collect();
     if !others.is_empty() {
         let _ = writeln!(out, "# Other events: {}", others.join(", "));
     }
@@ -129,11 +128,8 @@ pub fn render_profile(p: &FlatProfile, opts: &TableOptions) -> String {
         let _ = writeln!(out, "# Note:    {k}");
     }
     if !p.stack_statuses.is_empty() {
-        let parts: Vec<String> = p
-            .stack_statuses
-            .iter()
-            .map(|s| format!("{} {} ({})", s.reason, share(s.samples, p.samples), thousands(s.samples)))
-            .collect();
+        let parts: Vec<String> =
+            p.stack_statuses.iter().map(|s| format!("{} {} ({})", s.reason, share(s.samples, p.samples), thousands(s.samples))).collect();
         let _ = writeln!(out, "# Stacks:  {} (--by stack, --folded)", parts.join(", "));
     }
     push_warnings(&mut out, &profile_warnings(p));
@@ -211,12 +207,8 @@ fn kv(out: &mut String, key: &str, value: impl AsRef<str>) {
 /// completeness is unknown.
 fn stack_counts(c: &tailprof_format::StackStatusCounts) -> String {
     let mut s = format!("{} complete, {} truncated", thousands(c.complete), thousands(c.truncated()));
-    let reasons: Vec<String> = c
-        .nonzero()
-        .into_iter()
-        .filter(|(st, _)| st.is_truncated())
-        .map(|(st, n)| format!("{} {}", st.reason(), thousands(n)))
-        .collect();
+    let reasons: Vec<String> =
+        c.nonzero().into_iter().filter(|(st, _)| st.is_truncated()).map(|(st, n)| format!("{} {}", st.reason(), thousands(n))).collect();
     if !reasons.is_empty() {
         s.push_str(&format!(" ({})", reasons.join(", ")));
     }
@@ -255,11 +247,7 @@ pub fn render_info(i: &TraceInfo) -> String {
     kv(&mut out, "Samples", thousands(i.samples));
     let mut lost = format!("{} ({})", thousands(i.lost), share(i.lost, i.samples + i.lost));
     if i.lost > 0 {
-        lost.push_str(&format!(
-            ": {} ring-buffer, {} PMU",
-            thousands(i.lost_records),
-            thousands(i.lost_samples)
-        ));
+        lost.push_str(&format!(": {} ring-buffer, {} PMU", thousands(i.lost_records), thousands(i.lost_samples)));
     }
     kv(&mut out, "Lost", lost);
     if i.lost_markers > 0 {
@@ -300,11 +288,7 @@ pub fn render_info(i: &TraceInfo) -> String {
     if let (Some(p), Some(t)) = (i.processes, i.threads) {
         let mut s = format!("{}, {} with samples", plural(p, "process", "processes"), plural(t, "thread", "threads"));
         if let (Some(ps), Some(ts)) = (i.processes_seen, i.threads_seen) {
-            s.push_str(&format!(
-                " ({}, {} seen)",
-                plural(ps, "process", "processes"),
-                plural(ts, "thread", "threads")
-            ));
+            s.push_str(&format!(" ({}, {} seen)", plural(ps, "process", "processes"), plural(ts, "thread", "threads")));
         }
         kv(&mut out, "Tasks", s);
     }

@@ -33,11 +33,7 @@ fn lost_warning(lost: u64, lost_records: u64, lost_samples: u64, recorded: u64) 
     }
     let mut msg = format!("lost {} samples ({})", thousands(lost), share(lost, recorded + lost));
     if lost_records > 0 && lost_samples > 0 {
-        msg.push_str(&format!(
-            ": {} in full ring buffers, {} dropped by the PMU",
-            thousands(lost_records),
-            thousands(lost_samples)
-        ));
+        msg.push_str(&format!(": {} in full ring buffers, {} dropped by the PMU", thousands(lost_records), thousands(lost_samples)));
     } else if lost_records > 0 {
         msg.push_str(": ring buffers were full (raise the buffer size or lower the frequency)");
     } else {
@@ -62,20 +58,10 @@ fn throttle_warning(throttled: u64) -> Option<Warning> {
 fn file_warnings(truncated: u64, damaged_chunks: u64, damaged_bytes: u64, complete: bool) -> Vec<Warning> {
     let mut out = Vec::new();
     if truncated > 0 {
-        out.push(w(
-            "truncated",
-            format!("trace is truncated: the last {} could not be read", bytes(truncated)),
-        ));
+        out.push(w("truncated", format!("trace is truncated: the last {} could not be read", bytes(truncated))));
     }
     if damaged_chunks > 0 {
-        out.push(w(
-            "damaged",
-            format!(
-                "skipped {} damaged chunks ({})",
-                thousands(damaged_chunks),
-                bytes(damaged_bytes)
-            ),
-        ));
+        out.push(w("damaged", format!("skipped {} damaged chunks ({})", thousands(damaged_chunks), bytes(damaged_bytes))));
     }
     if !complete && truncated == 0 {
         out.push(w("incomplete", "trace was not closed cleanly (recording interrupted?)".into()));
@@ -110,13 +96,7 @@ pub fn profile_warnings(p: &FlatProfile) -> Vec<Warning> {
     for u in p.unknown.iter().filter(|u| u.percent >= UNKNOWN_WARN_PERCENT).take(UNKNOWN_WARN_MAX) {
         out.push(w(
             "unknown_code",
-            format!(
-                "{} of samples ({}) in {} not named: {}",
-                crate::fmt::percent(u.percent),
-                thousands(u.samples),
-                u.binary,
-                u.reason
-            ),
+            format!("{} of samples ({}) in {} not named: {}", crate::fmt::percent(u.percent), thousands(u.samples), u.binary, u.reason),
         ));
     }
     for a in p.jit_advice.iter().filter(|a| a.percent >= UNKNOWN_WARN_PERCENT).take(UNKNOWN_WARN_MAX) {

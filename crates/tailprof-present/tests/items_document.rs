@@ -4,9 +4,7 @@
 
 use serde_json::Value;
 use tailprof_analyze::causes::{During, PathState, PreemptedBy, WokenBy};
-use tailprof_analyze::items::document::{
-    ItemEntry, ItemEvent, ItemList, ItemMemory, ItemOffCpu, ItemSegment, ItemWaits, ItemsDocument,
-};
+use tailprof_analyze::items::document::{ItemEntry, ItemEvent, ItemList, ItemMemory, ItemOffCpu, ItemSegment, ItemWaits, ItemsDocument};
 use tailprof_analyze::items::{Ambiguity, ClassStats, Estimator, ItemFunction, ItemRow, ItemsReport, SwitchStats};
 use tailprof_analyze::offcpu::OffState;
 use tailprof_analyze::stack_explain::TimeSplit;
@@ -27,11 +25,7 @@ fn row(id: u64, duration_ns: u64, anomalous: bool) -> ItemRow {
         samples: 12,
         anomaly_score: if anomalous { 9.5 } else { 0.4 },
         anomalous,
-        responsible: if anomalous {
-            vec!["parse".into()]
-        } else {
-            vec![]
-        },
+        responsible: if anomalous { vec!["parse".into()] } else { vec![] },
         open_at_end: false,
         switching: None,
         current: vec![],
@@ -58,12 +52,7 @@ fn row(id: u64, duration_ns: u64, anomalous: bool) -> ItemRow {
 fn entry(row: ItemRow, partial: bool) -> ItemEntry {
     let anomalous = row.anomalous;
     ItemEntry {
-        split: TimeSplit {
-            cpu_ns: 1_000,
-            off_cpu_ns: Some(3_000),
-            runnable_ns: Some(1_000),
-            blocked_ns: Some(2_000),
-        },
+        split: TimeSplit { cpu_ns: 1_000, off_cpu_ns: Some(3_000), runnable_ns: Some(1_000), blocked_ns: Some(2_000) },
         off_cpu_partial: partial,
         off_cpu: vec![ItemOffCpu {
             state: OffState::Blocked,
@@ -84,35 +73,13 @@ fn entry(row: ItemRow, partial: bool) -> ItemEntry {
                 class: Some("bg".into()),
                 irq: None,
                 frames: vec!["wake".into()],
-                during: vec![During {
-                    state: PathState::Cpu,
-                    ns: 1_500,
-                    frames: vec!["work".into()],
-                }],
+                during: vec![During { state: PathState::Cpu, ns: 1_500, frames: vec!["work".into()] }],
             }],
-            preempted_by: vec![PreemptedBy {
-                ns: 1_000,
-                pid: 9,
-                tid: 9,
-                comm: "hog".into(),
-                item: None,
-            }],
+            preempted_by: vec![PreemptedBy { ns: 1_000, pid: 9, tid: 9, comm: "hog".into(), item: None }],
         }),
-        memory: Some(ItemMemory {
-            mem_bytes: 640,
-            mem_gbps: 1.25,
-        }),
-        events: vec![ItemEvent {
-            time_ns: 1_000_100,
-            tid: 101,
-            name: "query".into(),
-            value: Some(3),
-        }],
-        segments: vec![ItemSegment {
-            tid: 102,
-            begin_ns: 1_000_200,
-            end_ns: 1_000_300,
-        }],
+        memory: Some(ItemMemory { mem_bytes: 640, mem_gbps: 1.25 }),
+        events: vec![ItemEvent { time_ns: 1_000_100, tid: 101, name: "query".into(), value: Some(3) }],
+        segments: vec![ItemSegment { tid: 102, begin_ns: 1_000_200, end_ns: 1_000_300 }],
         measured_runnable_ns: 1_000,
         measured_blocked_ns: 2_000,
         row,
@@ -122,11 +89,7 @@ fn entry(row: ItemRow, partial: bool) -> ItemEntry {
 /// Three items of which two are listed (`more_items` 1), one slow, with stacks, causes,
 /// memory, events, segments and a loss.
 fn list() -> ItemList {
-    let rows = [
-        row(1, 4_000, false),
-        row(2, 40_000, true),
-        row(3, 5_000, false),
-    ];
+    let rows = [row(1, 4_000, false), row(2, 40_000, true), row(3, 5_000, false)];
     let mut stats = TraceStats::default();
     stats.add_loss(LossKind::Markers, 3);
     let report = ItemsReport {
@@ -146,13 +109,7 @@ fn list() -> ItemList {
         min_reliable_samples: 5,
         mad_k: 3.5,
         responsible_share: 0.6,
-        classes: vec![ClassStats {
-            class: Some("GET".into()),
-            items: 3,
-            median_duration_ns: 5_000,
-            mad_ns: 1_000,
-            anomalous: 1,
-        }],
+        classes: vec![ClassStats { class: Some("GET".into()), items: 3, median_duration_ns: 5_000, mad_ns: 1_000, anomalous: 1 }],
         switching: SwitchStats::default(),
         ambiguity: Ambiguity::default(),
         item_events: 0,
@@ -162,11 +119,7 @@ fn list() -> ItemList {
         report,
         more_items: Some(1),
         switches: 17,
-        stack_statuses: vec![StatusCount {
-            status: "complete",
-            reason: "complete",
-            samples: 36,
-        }],
+        stack_statuses: vec![StatusCount { status: "complete", reason: "complete", samples: 36 }],
         losses: LossTable::new(&stats, None),
         total_items: 3,
         anomalous: vec![rows[1].clone()],
@@ -194,15 +147,9 @@ fn every_optional_section_reaches_the_json_with_its_values() {
     assert_eq!(slow["anomalous"], true);
     assert_eq!(slow["functions"][0]["name"], "parse");
     // The split, off-CPU stacks, the flags that appear only when they hold.
-    assert_eq!(
-        (slow["cpu_ns"].as_u64(), slow["off_cpu_ns"].as_u64()),
-        (Some(1_000), Some(3_000))
-    );
+    assert_eq!((slow["cpu_ns"].as_u64(), slow["off_cpu_ns"].as_u64()), (Some(1_000), Some(3_000)));
     assert_eq!(slow["off_cpu"][0]["state"], "blocked");
-    assert_eq!(
-        slow["off_cpu"][0]["frames"],
-        serde_json::json!(["main", "read", "schedule"])
-    );
+    assert_eq!(slow["off_cpu"][0]["frames"], serde_json::json!(["main", "read", "schedule"]));
     assert!(slow["off_cpu"][0].get("kernel").is_none());
     assert_eq!(slow["excess_resolvable"], true);
     assert!(partial.get("excess_resolvable").is_none());
@@ -212,23 +159,11 @@ fn every_optional_section_reaches_the_json_with_its_values() {
     assert_eq!(slow["woken_by"][0]["comm"], "worker");
     assert_eq!(slow["woken_by"][0]["during"][0]["state"], "cpu");
     assert_eq!(slow["preempted_by"][0]["comm"], "hog");
-    assert_eq!(
-        (slow["mem_bytes"].as_u64(), slow["mem_gbps"].as_f64()),
-        (Some(640), Some(1.25))
-    );
+    assert_eq!((slow["mem_bytes"].as_u64(), slow["mem_gbps"].as_f64()), (Some(640), Some(1.25)));
     assert_eq!(slow["events"][0]["name"], "query");
     assert_eq!(slow["segments"][0]["tid"], 102);
     // Nothing the text needs leaks into the JSON.
-    for k in [
-        "measured_runnable_ns",
-        "measured_blocked_ns",
-        "total_items",
-        "anomalous_items",
-        "row",
-        "split",
-        "causes",
-        "memory",
-    ] {
+    for k in ["measured_runnable_ns", "measured_blocked_ns", "total_items", "anomalous_items", "row", "split", "causes", "memory"] {
         assert!(slow.get(k).is_none() && v.get(k).is_none(), "{k}");
     }
 }
@@ -241,11 +176,7 @@ fn json_floats_are_printed_as_computed_not_reparsed() {
     let s = document_json(&doc).unwrap();
     assert!(s.contains("\"est_ns\": 15.254114980095727"), "{s}");
     let t = LossTable::default();
-    let s = tailprof_present::losses::document_with_losses(
-        &serde_json::json!({"x": 15.254114980095727}),
-        &t,
-    )
-    .unwrap();
+    let s = tailprof_present::losses::document_with_losses(&serde_json::json!({"x": 15.254114980095727}), &t).unwrap();
     assert!(s.contains("\"x\": 15.254114980095727"), "{s}");
 }
 
@@ -256,20 +187,8 @@ fn text_and_json_agree_on_counts() {
     let v: Value = serde_json::from_str(&document_json(&doc).unwrap()).unwrap();
     let text = render_document(&doc);
     // Items: the summary's total and slow count, one table row per listed item, the rest.
-    assert!(
-        text.contains(&format!(
-            "# Items:     {} ({} anomalous)",
-            l.total_items,
-            l.anomalous.len()
-        )),
-        "{text}"
-    );
-    let listed: Vec<u64> = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["id"].as_u64().unwrap())
-        .collect();
+    assert!(text.contains(&format!("# Items:     {} ({} anomalous)", l.total_items, l.anomalous.len())), "{text}");
+    let listed: Vec<u64> = v["items"].as_array().unwrap().iter().map(|i| i["id"].as_u64().unwrap()).collect();
     let table_ids: Vec<u64> = text
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("ID"))
@@ -278,43 +197,18 @@ fn text_and_json_agree_on_counts() {
         .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
         .collect();
     assert_eq!(table_ids, listed, "{text}");
-    assert!(
-        text.contains(&format!(
-            "({} more items; --top 0 shows all)",
-            v["more_items"]
-        )),
-        "{text}"
-    );
+    assert!(text.contains(&format!("({} more items; --top 0 shows all)", v["more_items"])), "{text}");
     // Slow items: every one in the text (not only the listed ones).
-    assert_eq!(
-        text.matches(" vs median ").count(),
-        l.anomalous.len(),
-        "{text}"
-    );
+    assert_eq!(text.matches(" vs median ").count(), l.anomalous.len(), "{text}");
     // Off-CPU: one line per listed item with off-CPU time, one per stack (at most 3).
-    let off_lines = text
-        .lines()
-        .filter(|s| s.starts_with("  item ") && s.contains(" + runnable "))
-        .count();
+    let off_lines = text.lines().filter(|s| s.starts_with("  item ") && s.contains(" + runnable ")).count();
     assert_eq!(off_lines, listed.len(), "{text}");
-    let stacks: usize = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["off_cpu"].as_array().unwrap().len().min(3))
-        .sum();
-    let stack_lines = text
-        .lines()
-        .filter(|s| s.starts_with("      blocked ") || s.starts_with("      runnable "))
-        .count();
+    let stacks: usize = v["items"].as_array().unwrap().iter().map(|i| i["off_cpu"].as_array().unwrap().len().min(3)).sum();
+    let stack_lines = text.lines().filter(|s| s.starts_with("      blocked ") || s.starts_with("      runnable ")).count();
     assert_eq!(stack_lines, stacks, "{text}");
     // Losses: one text row per JSON row.
     let loss_rows = v["losses"].as_array().unwrap().len();
-    let block: Vec<&str> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("losses (worst first):"))
-        .skip(1)
-        .collect();
+    let block: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("losses (worst first):")).skip(1).collect();
     assert_eq!(block.len(), loss_rows, "{text}");
 }
 
@@ -326,20 +220,10 @@ fn explained(recorded: bool) -> ItemsDocument {
     use tailprof_analyze::items::{Baseline, Explanation, FunctionDiff};
     use tailprof_analyze::stack_explain::{OffDiff, StackDiff, StackExplanation};
     let item = row(2, 40_000, true);
-    let split = TimeSplit {
-        cpu_ns: 30_000,
-        off_cpu_ns: Some(10_000),
-        runnable_ns: Some(4_000),
-        blocked_ns: Some(6_000),
-    };
+    let split = TimeSplit { cpu_ns: 30_000, off_cpu_ns: Some(10_000), runnable_ns: Some(4_000), blocked_ns: Some(6_000) };
     let functions = Explanation {
         item: item.clone(),
-        baseline: Baseline {
-            class: item.class.clone(),
-            items: 3,
-            median_duration_ns: 5_000,
-            functions: vec![],
-        },
+        baseline: Baseline { class: item.class.clone(), items: 3, median_duration_ns: 5_000, functions: vec![] },
         excess_ns: 35_000,
         estimator: Estimator::CountTimesInterval,
         diffs: vec![FunctionDiff {
@@ -390,24 +274,14 @@ fn explained(recorded: bool) -> ItemsDocument {
         recorded,
         excess_ns: 35_000,
         median_duration_ns: 5_000,
-        split: Some(vec![CauseShare {
-            cause: PathState::Blocked,
-            ns: 6_000,
-            median_ns: 0,
-            excess_ns: 6_000,
-        }]),
+        split: Some(vec![CauseShare { cause: PathState::Blocked, ns: 6_000, median_ns: 0, excess_ns: 6_000 }]),
         cpu_stacks: vec![],
         woken_by: entry(item.clone(), false).causes.unwrap().woken_by,
         preempted_by: vec![],
         noise: tailprof_analyze::causes::Noise { kernel_samples: 3, page_fault_ns: 750, ..Default::default() },
         noise_shares: vec![],
     });
-    ItemsDocument::Explain(Box::new(ItemExplain {
-        functions,
-        stacks,
-        causes,
-        losses: LossTable::default(),
-    }))
+    ItemsDocument::Explain(Box::new(ItemExplain { functions, stacks, causes, losses: LossTable::default() }))
 }
 
 /// Issue 23: `--explain` shows a JIT function's `file:line` (jitdump DEBUG_INFO) next to
@@ -471,14 +345,9 @@ fn the_explanation_reaches_the_json_with_every_section() {
     assert_eq!(v["resolution_note"], "a note");
     // Without recorded wakeups: no woken_by / preempted_by, the split stays.
     let v: Value = serde_json::from_str(&document_json(&explained(false)).unwrap()).unwrap();
-    assert!(
-        v.get("woken_by").is_none() && v.get("preempted_by").is_none() && v.get("causes").is_some()
-    );
+    assert!(v.get("woken_by").is_none() && v.get("preempted_by").is_none() && v.get("causes").is_some());
     // The text names the same waker.
     let text = render_document(&explained(true));
-    assert!(
-        text.contains("woken by worker (pid 7, tid 8), inside item 42 (bg)"),
-        "{text}"
-    );
+    assert!(text.contains("woken by worker (pid 7, tid 8), inside item 42 (bg)"), "{text}");
     assert!(text.contains("Responsible: parse"), "{text}");
 }

@@ -129,12 +129,8 @@ fn jit_source_lines_in_html_and_perfetto() {
     assert!(page.contains("transform_points (points.js:17)"), "{page}");
     assert!(!page.contains("load_points ("), "only functions with a source");
     let v: Value = serde_json::from_str(&perfetto_json(&r, &[], &PerfettoOptions::default()).unwrap()).unwrap();
-    let slices: Vec<&Value> = v["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["cat"] == "function" && e["name"] == "transform_points")
-        .collect();
+    let slices: Vec<&Value> =
+        v["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "function" && e["name"] == "transform_points").collect();
     assert!(!slices.is_empty());
     assert!(slices.iter().all(|e| e["args"]["source"] == "points.js:17"), "{slices:?}");
     // Left out where unknown (earlier exports are unchanged).
@@ -174,11 +170,8 @@ fn perfetto_json_parses_and_nests() {
     assert!(meta.iter().any(|e| e["name"] == "process_name" && e["pid"] == 100));
 
     let slices = |cat: &str| -> Vec<(f64, f64, &Value)> {
-        let mut v: Vec<(f64, f64, &Value)> = events
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["cat"] == cat)
-            .map(|e| (num(e, "ts"), num(e, "ts") + num(e, "dur"), e))
-            .collect();
+        let mut v: Vec<(f64, f64, &Value)> =
+            events.iter().filter(|e| e["ph"] == "X" && e["cat"] == cat).map(|e| (num(e, "ts"), num(e, "ts") + num(e, "dur"), e)).collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         v
     };

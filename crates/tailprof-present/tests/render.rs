@@ -96,7 +96,10 @@ Samples  Percent  Function              Binary  Source
 fn binary_and_thread_tables() {
     let p = profile(
         GroupBy::Binary,
-        vec![ProfileRow { name: "app".into(), ..frow("", "/usr/bin/app", 3, 4) }, ProfileRow { name: "[kernel]".into(), ..frow("", "[kernel]", 1, 4) }],
+        vec![
+            ProfileRow { name: "app".into(), ..frow("", "/usr/bin/app", 3, 4) },
+            ProfileRow { name: "[kernel]".into(), ..frow("", "[kernel]", 1, 4) },
+        ],
         0,
     );
     let got = render_profile(&p, &TableOptions { top: None, show_period: true });
@@ -120,13 +123,16 @@ Samples  Percent  Period  Binary    Path
     };
     let p = profile(GroupBy::Thread, vec![t("worker", 4242, 4243, 7), t("main", 4242, 4242, 3)], 0);
     let got = render_profile(&p, &TableOptions::default());
-    assert!(got.ends_with(
-        "\
+    assert!(
+        got.ends_with(
+            "\
 Samples  Percent   PID   TID  Thread
       7   70.00%  4242  4243  worker
       3   30.00%  4242  4242  main
 "
-    ), "\n{got}");
+        ),
+        "\n{got}"
+    );
 
     let json = profile_json(&p, None).unwrap();
     assert_eq!(json["threads"][0]["name"], "worker");
@@ -137,19 +143,11 @@ Samples  Percent   PID   TID  Thread
 
 #[test]
 fn profile_json_shape() {
-    let mut p = profile(
-        GroupBy::Function,
-        vec![frow("alpha", "/usr/bin/app", 3, 5), frow("beta", "/usr/bin/app", 2, 5)],
-        0,
-    );
+    let mut p = profile(GroupBy::Function, vec![frow("alpha", "/usr/bin/app", 3, 5), frow("beta", "/usr/bin/app", 2, 5)], 0);
     p.throttled = 2;
     p.read = Some(ReadSummary { chunks: 2, truncated_bytes: 100, complete: false, ..Default::default() });
-    p.unknown = vec![UnknownSummary {
-        binary: "/usr/lib/libx.so".into(),
-        reason: "binary not found on disk".into(),
-        samples: 1,
-        percent: 20.0,
-    }];
+    p.unknown =
+        vec![UnknownSummary { binary: "/usr/lib/libx.so".into(), reason: "binary not found on disk".into(), samples: 1, percent: 20.0 }];
     let v = profile_json(&p, Some(1)).unwrap();
     assert_eq!(v["samples"], 5);
     assert_eq!(v["lost"], 0);
@@ -203,13 +201,8 @@ fn info() -> TraceInfo {
         ..Default::default()
     };
     let summary = ReadSummary { chunks: 12, bytes: 1_234_567, truncated_bytes: 0, complete: true, ..Default::default() };
-    let stats = TraceStats {
-        samples: 12_000,
-        lost_records: 36,
-        first_time: Some(1_000),
-        last_time: Some(2_500_001_000),
-        ..Default::default()
-    };
+    let stats =
+        TraceStats { samples: 12_000, lost_records: 36, first_time: Some(1_000), last_time: Some(2_500_001_000), ..Default::default() };
     let mut c = RecordCounter::default();
     for i in 0..12_000u32 {
         c.handle_sample(&Sample { event: (i % 3 == 0) as u16, pid: 1 + i % 2, tid: 1 + i % 5, ..Default::default() });

@@ -6,9 +6,7 @@ use prost::Message;
 use serde_json::Value;
 use tailprof_analyze::offcpu::OffState;
 use tailprof_analyze::resolve::FunctionInfo;
-use tailprof_analyze::stacks::{
-    ItemStacks, OffRow, OffSlice, StackFilter, StackProfile, StackRow, StatusCount, TimedSample, Timeline,
-};
+use tailprof_analyze::stacks::{ItemStacks, OffRow, OffSlice, StackFilter, StackProfile, StackRow, StatusCount, TimedSample, Timeline};
 use tailprof_present::{firefox, flamegraph, pprof, stacks};
 
 fn f(name: &str, binary: &str) -> FunctionInfo {

@@ -17,7 +17,13 @@ fn main() {
     store.ensure_dir(&store.symbols_dir()).unwrap();
     for (k, b) in bins.iter().enumerate() {
         let syms: Vec<SymbolRow> = (0..2000u64)
-            .map(|i| SymbolRow { build_id: b.to_string(), binary: format!("/usr/bin/app{k}"), start: 0x1000 + i * 0x100, size: 0x100, name: format!("app{k}::function_{i}") })
+            .map(|i| SymbolRow {
+                build_id: b.to_string(),
+                binary: format!("/usr/bin/app{k}"),
+                start: 0x1000 + i * 0x100,
+                size: 0x100,
+                name: format!("app{k}::function_{i}"),
+            })
             .collect();
         write_symbols(&store.symbols_file(b).unwrap(), &syms).unwrap();
     }
@@ -58,7 +64,14 @@ fn main() {
                 period: 20_408_163,
             });
         }
-        let meta = WindowMeta { schema_version: SCHEMA_VERSION, host: "bench".into(), window_start_us: start, window_end_us: end, samples: rows.iter().map(|r| r.count).sum(), ..Default::default() };
+        let meta = WindowMeta {
+            schema_version: SCHEMA_VERSION,
+            host: "bench".into(),
+            window_start_us: start,
+            window_end_us: end,
+            samples: rows.iter().map(|r| r.count).sum(),
+            ..Default::default()
+        };
         store.ensure_dir(&store.partition_dir(Table::Samples, "bench", start)).unwrap();
         write_samples(&store.window_file(Table::Samples, "bench", start, end), &meta, &rows).unwrap();
     }

@@ -33,23 +33,43 @@ fn refuse(path: &Path, msg: String) -> StoreError {
 /// entry may rename or remove it). `inside`: a directory of the store itself, which must be
 /// ours and writable by nobody else, sticky or not.
 fn check_dir(dir: &Path, m: &std::fs::Metadata, inside: bool) -> Result<()> {
-    let fix = if inside { "remove it (the agent recreates it) or choose another --store" } else { "choose a --store whose every parent directory is owned by root or you and writable by no one else" };
+    let fix = if inside {
+        "remove it (the agent recreates it) or choose another --store"
+    } else {
+        "choose a --store whose every parent directory is owned by root or you and writable by no one else"
+    };
     if m.file_type().is_symlink() {
-        return Err(refuse(dir, format!("is a symbolic link; the store follows none on its way (give the real path: `realpath {}`)", dir.display())));
+        return Err(refuse(
+            dir,
+            format!("is a symbolic link; the store follows none on its way (give the real path: `realpath {}`)", dir.display()),
+        ));
     }
     if !m.is_dir() {
         return Err(refuse(dir, "exists and is not a directory".into()));
     }
     let me = euid();
     if inside && m.uid() != me {
-        return Err(refuse(dir, format!("is owned by uid {}, not by this user (uid {me}): the store only uses directories it owns; {fix}", m.uid())));
+        return Err(refuse(
+            dir,
+            format!("is owned by uid {}, not by this user (uid {me}): the store only uses directories it owns; {fix}", m.uid()),
+        ));
     }
     if !inside && m.uid() != me && m.uid() != 0 {
-        return Err(refuse(dir, format!("is owned by uid {} (neither root nor uid {me}), who could swap the store under it; {fix}", m.uid())));
+        return Err(refuse(
+            dir,
+            format!("is owned by uid {} (neither root nor uid {me}), who could swap the store under it; {fix}", m.uid()),
+        ));
     }
     let sticky = m.mode() & 0o1000 != 0;
     if m.mode() & 0o022 != 0 && (inside || !sticky) {
-        return Err(refuse(dir, format!("is writable by group or others (mode {:o}); {}", m.mode() & 0o7777, if inside { format!("`chmod 700 {}` or {fix}", dir.display()) } else { fix.to_string() })));
+        return Err(refuse(
+            dir,
+            format!(
+                "is writable by group or others (mode {:o}); {}",
+                m.mode() & 0o7777,
+                if inside { format!("`chmod 700 {}` or {fix}", dir.display()) } else { fix.to_string() }
+            ),
+        ));
     }
     Ok(())
 }
@@ -164,7 +184,8 @@ pub fn remove_stale_temps(root: &Path) -> u64 {
                 stack.push(e.path());
             } else if ft.is_file()
                 && (tailprof_format::atomic::is_temp_name(&name) || name.starts_with(TMP_PREFIX))
-                && fs::remove_file(e.path()).is_ok() {
+                && fs::remove_file(e.path()).is_ok()
+            {
                 n += 1;
             }
         }

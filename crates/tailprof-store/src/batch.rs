@@ -312,7 +312,10 @@ pub fn read_samples_batch(path: &Path, filter: &RowFilter) -> Result<(Option<Win
         for c in [9, 10] {
             let nv = rg.metadata().column(c).num_values().max(0) as u64;
             if nv > rows.max(1).saturating_mul(MAX_LIST_VALUES_PER_ROW) {
-                return Err(StoreError::Invalid { path: path.display().to_string(), msg: format!("{nv} frames in {rows} rows, over the limit") });
+                return Err(StoreError::Invalid {
+                    path: path.display().to_string(),
+                    msg: format!("{nv} frames in {rows} rows, over the limit"),
+                });
             }
         }
         let rg = rg.as_ref();

@@ -32,18 +32,16 @@ impl Table {
 /// `$TAILPROF_HOME`, else `/var/lib/tailprof` for root, else `$XDG_DATA_HOME/tailprof`,
 /// else `~/.local/share/tailprof`; never a shared directory such as `/tmp`).
 pub fn default_root() -> Result<PathBuf> {
-    tailprof_format::dirs::data_dir()
-        .map_err(|_| StoreError::Options("cannot find a place for the store: set TAILPROF_HOME (or HOME), or give a store directory".into()))
+    tailprof_format::dirs::data_dir().map_err(|_| {
+        StoreError::Options("cannot find a place for the store: set TAILPROF_HOME (or HOME), or give a store directory".into())
+    })
 }
 
 /// Keeps a host name to `[A-Za-z0-9._-]` (anything else becomes `_`), at most 64 bytes,
 /// so it is a safe single path component and a clean partition value.
 pub fn sanitize_host(h: &str) -> String {
-    let s: String = h
-        .chars()
-        .take(64)
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' { c } else { '_' })
-        .collect();
+    let s: String =
+        h.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' { c } else { '_' }).collect();
     if s.is_empty() || s == "." || s == ".." {
         "unknown".into()
     } else {
@@ -109,17 +107,13 @@ impl Store {
     /// The partition folder of a window starting at `start_us` (not created).
     pub fn partition_dir(&self, t: Table, host: &str, start_us: i64) -> PathBuf {
         let (date, hour) = partition_of(start_us);
-        self.table_dir(t)
-            .join(format!("host={}", sanitize_host(host)))
-            .join(format!("date={date}"))
-            .join(format!("hour={hour:02}"))
+        self.table_dir(t).join(format!("host={}", sanitize_host(host))).join(format!("date={date}")).join(format!("hour={hour:02}"))
     }
 
     /// Path of a window file (`w-<start>-<end>.parquet`, µs since the epoch, zero-padded
     /// so names sort by time).
     pub fn window_file(&self, t: Table, host: &str, start_us: i64, end_us: i64) -> PathBuf {
-        self.partition_dir(t, host, start_us)
-            .join(format!("w-{:016}-{:016}.parquet", start_us.max(0), end_us.max(0)))
+        self.partition_dir(t, host, start_us).join(format!("w-{:016}-{:016}.parquet", start_us.max(0), end_us.max(0)))
     }
 
     pub fn symbols_dir(&self) -> PathBuf {
@@ -154,14 +148,8 @@ mod tests {
     fn paths() {
         let s = Store::at(Path::new("/s"));
         let p = s.window_file(Table::Samples, "web/1", 1_700_000_000_000_000, 1_700_000_010_000_000);
-        assert_eq!(
-            p,
-            Path::new("/s/samples/host=web_1/date=2023-11-14/hour=22/w-1700000000000000-1700000010000000.parquet")
-        );
-        assert_eq!(
-            parse_window_name("w-1700000000000000-1700000010000000.parquet"),
-            Some((1_700_000_000_000_000, 1_700_000_010_000_000))
-        );
+        assert_eq!(p, Path::new("/s/samples/host=web_1/date=2023-11-14/hour=22/w-1700000000000000-1700000010000000.parquet"));
+        assert_eq!(parse_window_name("w-1700000000000000-1700000010000000.parquet"), Some((1_700_000_000_000_000, 1_700_000_010_000_000)));
         assert!(s.symbols_file("../etc").is_none());
         assert!(s.symbols_file("abc123").is_some());
         assert_eq!(sanitize_host(".."), "unknown");

@@ -34,13 +34,11 @@ pub mod schema;
 pub mod time;
 pub mod write;
 
-pub use layout::{default_root, Store, Table};
 pub use batch::{RowFilter, SampleBatch};
+pub use layout::{default_root, Store, Table};
 pub use read::{FileSummary, ReadStats, SampleQuery, StoreReader};
 pub use retain::{compact, retain, touch_symbols, CompactStats, RetainPolicy, RetainStats};
-pub use schema::{
-    ItemRow, LatencyRow, SampleRow, SymbolRow, WindowMeta, SCHEMA_VERSION,
-};
+pub use schema::{ItemRow, LatencyRow, SampleRow, SymbolRow, WindowMeta, SCHEMA_VERSION};
 pub use write::{write_items, write_latency, write_samples, write_symbols};
 
 /// Files larger than this are not read (a store file is at most a few MiB).
@@ -82,9 +80,7 @@ impl StoreError {
             StoreError::Io { source, .. } => {
                 matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
             }
-            StoreError::Parquet { msg, .. } => {
-                msg.contains("No space left") || msg.contains("quota exceeded")
-            }
+            StoreError::Parquet { msg, .. } => msg.contains("No space left") || msg.contains("quota exceeded"),
             _ => false,
         }
     }

@@ -209,18 +209,13 @@ impl StoreReader {
                     }
                     // A window file inside a compacted file's range is a leftover of a
                     // compaction cut short: the compacted file already holds its rows.
-                    let compacted: Vec<(i64, i64)> = out[first..]
-                        .iter()
-                        .filter(|f| file_name(&f.path).starts_with("c-"))
-                        .map(|f| (f.start_us, f.end_us))
-                        .collect();
+                    let compacted: Vec<(i64, i64)> =
+                        out[first..].iter().filter(|f| file_name(&f.path).starts_with("c-")).map(|f| (f.start_us, f.end_us)).collect();
                     if !compacted.is_empty() {
                         let mut k = first;
                         while k < out.len() {
                             let f = &out[k];
-                            if file_name(&f.path).starts_with("w-")
-                                && compacted.iter().any(|&(a, b)| f.start_us >= a && f.end_us <= b)
-                            {
+                            if file_name(&f.path).starts_with("w-") && compacted.iter().any(|&(a, b)| f.start_us >= a && f.end_us <= b) {
                                 out.swap_remove(k);
                             } else {
                                 k += 1;
@@ -280,9 +275,9 @@ impl StoreReader {
                 rxs.push(rx);
             }
             for (i, file) in files.iter().enumerate() {
-                let r = rxs[i % threads]
-                    .recv()
-                    .unwrap_or_else(|_| Err(StoreError::Invalid { path: file.path.display().to_string(), msg: "reader thread stopped".into() }));
+                let r = rxs[i % threads].recv().unwrap_or_else(|_| {
+                    Err(StoreError::Invalid { path: file.path.display().to_string(), msg: "reader thread stopped".into() })
+                });
                 account(&mut st, i, file, r, f);
             }
         });
@@ -341,8 +336,9 @@ pub const READ_THREADS: usize = 4;
 /// [`read_samples_batch`], with a panic inside the parquet crate (a malformed file it
 /// does not check) turned into a bad file instead of a crash.
 fn decode_guarded(path: &Path, filter: &RowFilter) -> Result<(Option<WindowMeta>, SampleBatch)> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_samples_batch(path, filter)))
-        .unwrap_or_else(|_| Err(StoreError::Invalid { path: path.display().to_string(), msg: "malformed Parquet (the reader panicked)".into() }))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read_samples_batch(path, filter))).unwrap_or_else(|_| {
+        Err(StoreError::Invalid { path: path.display().to_string(), msg: "malformed Parquet (the reader panicked)".into() })
+    })
 }
 
 fn account(

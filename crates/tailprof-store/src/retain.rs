@@ -164,7 +164,14 @@ pub fn compact(store: &Store, host: &str, before_us: i64) -> Result<CompactStats
                 Ok((m, r)) => {
                     if let Some(m) = m {
                         if meta.host.is_empty() {
-                            meta = WindowMeta { samples: 0, lost_samples: 0, losses: Default::default(), dropped_windows: 0, dropped_rows: 0, ..m.clone() };
+                            meta = WindowMeta {
+                                samples: 0,
+                                lost_samples: 0,
+                                losses: Default::default(),
+                                dropped_windows: 0,
+                                dropped_rows: 0,
+                                ..m.clone()
+                            };
                         }
                         meta.samples += m.samples;
                         meta.lost_samples += m.lost_samples;

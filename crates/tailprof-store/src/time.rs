@@ -6,9 +6,7 @@
 
 /// Now, in microseconds since the epoch (CLOCK_REALTIME).
 pub fn now_us() -> i64 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 

@@ -42,9 +42,8 @@ fn rows(rng: &mut Rng, start: i64, windows: i64, n: usize) -> Vec<SampleRow> {
                 1 => 140,
                 _ => 1 + rng.next(30) as usize,
             };
-            let frames: Vec<StoreFrame> = (0..depth)
-                .map(|_| StoreFrame { build_id: format!("{:08x}", rng.next(20) * 0x1111), offset: rng.next(1 << 40) })
-                .collect();
+            let frames: Vec<StoreFrame> =
+                (0..depth).map(|_| StoreFrame { build_id: format!("{:08x}", rng.next(20) * 0x1111), offset: rng.next(1 << 40) }).collect();
             SampleRow {
                 window_start_us: ws,
                 window_end_us: ws + W,
@@ -165,7 +164,10 @@ fn column_reader_equals_record_api_across_row_groups_pages_and_encodings() {
         assert_eq!(m1, m2);
         assert_eq!(m2.as_ref().map(|m| m.lost_samples), Some(2));
         assert_eq!(by_records.len(), n, "file {k}");
-        assert_eq!(by_columns, by_records, "file {k}: {n} rows, groups of {group}, pages of {page}, dictionary {dict}, v2 {v2}, zstd {zstd}");
+        assert_eq!(
+            by_columns, by_records,
+            "file {k}: {n} rows, groups of {group}, pages of {page}, dictionary {dict}, v2 {v2}, zstd {zstd}"
+        );
         assert_eq!(by_columns, want.into_iter().map(cut).collect::<Vec<_>>(), "file {k}");
     }
 }

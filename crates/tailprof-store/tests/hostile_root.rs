@@ -19,17 +19,8 @@ fn attacker(test: &str) -> Option<(u32, u32)> {
 /// Runs `sh -c script` as the attacker.
 fn as_attacker(who: (u32, u32), script: &str) {
     use std::os::unix::process::CommandExt;
-    let o = Command::new("sh")
-        .args(["-c", script])
-        .uid(who.0)
-        .gid(who.1)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let o = Command::new("sh").args(["-c", script]).uid(who.0).gid(who.1).output().unwrap();
+    assert!(o.status.success(), "{script}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 fn entries(dir: &Path) -> usize {
@@ -59,16 +50,10 @@ fn finding_2_precreated_store_root_in_tmp_is_refused() {
     let store = public.join("tpstore");
     let s = store.display();
     let t = secret.display();
-    as_attacker(
-        who,
-        &format!("mkdir -m 777 {s} && ln -s {t} {s}/samples && ln -s {t} {s}/symbols"),
-    );
+    as_attacker(who, &format!("mkdir -m 777 {s} && ln -s {t} {s}/samples && ln -s {t} {s}/symbols"));
     let e = Store::open(&store).expect_err("an attacker's store root is refused");
     let msg = one_line(&e);
-    assert!(
-        msg.contains("owned by uid") && msg.contains("choose another --store"),
-        "{msg}"
-    );
+    assert!(msg.contains("owned by uid") && msg.contains("choose another --store"), "{msg}");
     assert_eq!(entries(&secret), 0, "nothing written through the links");
 
     // Root's own store in the sticky directory is fine; an attacker's symlink inside it
@@ -76,18 +61,14 @@ fn finding_2_precreated_store_root_in_tmp_is_refused() {
     let mine = public.join("mine");
     let (st, _) = Store::open(&mine).unwrap();
     symlink(&secret, mine.join("symbols")).unwrap();
-    let e = st
-        .ensure_dir(&st.symbols_dir())
-        .expect_err("a symlink inside the store is refused");
+    let e = st.ensure_dir(&st.symbols_dir()).expect_err("a symlink inside the store is refused");
     assert!(one_line(&e).contains("symbolic link"), "{e}");
     let e = st.ensure_dir(&st.partition_dir(Table::Samples, "h", 0));
     assert!(e.is_ok(), "{e:?}");
     // A store directory that became writable by others is refused.
     let part = st.table_dir(Table::Samples);
     std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let e = st
-        .ensure_dir(&st.partition_dir(Table::Samples, "h", 0))
-        .expect_err("mode 777 inside the store");
+    let e = st.ensure_dir(&st.partition_dir(Table::Samples, "h", 0)).expect_err("mode 777 inside the store");
     assert!(one_line(&e).contains("chmod 700"), "{e}");
     assert_eq!(entries(&secret), 0);
 }

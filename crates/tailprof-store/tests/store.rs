@@ -8,10 +8,7 @@ const H: i64 = 3_600_000_000;
 const T0: i64 = 1_700_000_000_000_000 - 1_700_000_000_000_000 % H; // an hour boundary
 
 fn row(start: i64, pid: u32, leaf: u64, count: u64) -> SampleRow {
-    let frames = vec![
-        StoreFrame { build_id: "ab12".into(), offset: leaf },
-        StoreFrame { build_id: "ab12".into(), offset: 0x1000 },
-    ];
+    let frames = vec![StoreFrame { build_id: "ab12".into(), offset: leaf }, StoreFrame { build_id: "ab12".into(), offset: 0x1000 }];
     SampleRow {
         window_start_us: start,
         window_end_us: start + 10_000_000,
@@ -67,7 +64,8 @@ fn symbols_round_trip() {
     let tmp = tempfile::tempdir().unwrap();
     let (store, _) = Store::open(tmp.path()).unwrap();
     store.ensure_dir(&store.symbols_dir()).unwrap();
-    let syms = vec![SymbolRow { build_id: "ab12".into(), binary: "/usr/bin/worker".into(), start: 0x1200, size: 0x100, name: "hot".into() }];
+    let syms =
+        vec![SymbolRow { build_id: "ab12".into(), binary: "/usr/bin/worker".into(), start: 0x1200, size: 0x100, name: "hot".into() }];
     write_symbols(&store.symbols_file("ab12").unwrap(), &syms).unwrap();
     assert_eq!(StoreReader::new(store).symbols("ab12").unwrap(), syms);
 }
@@ -80,7 +78,13 @@ fn big_symbol_tables_round_trip_across_row_groups() {
     let (store, _) = Store::open(tmp.path()).unwrap();
     store.ensure_dir(&store.symbols_dir()).unwrap();
     let syms: Vec<SymbolRow> = (0..20_000u64)
-        .map(|i| SymbolRow { build_id: "cd34".into(), binary: "/usr/lib/libbig.so".into(), start: 0x1000 + 16 * i, size: 16, name: format!("f{i}") })
+        .map(|i| SymbolRow {
+            build_id: "cd34".into(),
+            binary: "/usr/lib/libbig.so".into(),
+            start: 0x1000 + 16 * i,
+            size: 16,
+            name: format!("f{i}"),
+        })
         .collect();
     write_symbols(&store.symbols_file("cd34").unwrap(), &syms).unwrap();
     assert_eq!(StoreReader::new(store).symbols("cd34").unwrap(), syms);
@@ -141,7 +145,14 @@ fn finding_10_losses_by_kind_round_trip() {
     let (store, _) = Store::open(&tmp.path().join("s")).unwrap();
     let losses = schema::Losses { lost_records: 2, lost_markers: 30, malformed_records: 400, dropped_item_classes: 5000 };
     for start in [T0, T0 + 10_000_000] {
-        let meta = WindowMeta { schema_version: SCHEMA_VERSION, host: "h1".into(), window_start_us: start, window_end_us: start + 10_000_000, losses, ..Default::default() };
+        let meta = WindowMeta {
+            schema_version: SCHEMA_VERSION,
+            host: "h1".into(),
+            window_start_us: start,
+            window_end_us: start + 10_000_000,
+            losses,
+            ..Default::default()
+        };
         let dir = store.partition_dir(Table::Samples, "h1", start);
         store.ensure_dir(&dir).unwrap();
         write_samples(&store.window_file(Table::Samples, "h1", start, start + 10_000_000), &meta, &[row(start, 7, 1, 1)]).unwrap();

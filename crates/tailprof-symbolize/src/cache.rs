@@ -54,17 +54,12 @@ pub(crate) fn trusted_file(md: &fs::Metadata) -> bool {
 /// The bytes of cache file `path` if it is a trusted file (see [`trusted_file`]) of at
 /// most `max` bytes, in a trusted directory; `None` otherwise (missing, symlink, ...).
 pub(crate) fn read(path: &Path, max: u64) -> Option<Vec<u8>> {
-    let dir_ok = path.parent().and_then(|d| fs::symlink_metadata(d).ok()).is_some_and(|m| {
-        m.is_dir() && m.uid() == euid() && m.mode() & 0o022 == 0
-    });
+    let dir_ok =
+        path.parent().and_then(|d| fs::symlink_metadata(d).ok()).is_some_and(|m| m.is_dir() && m.uid() == euid() && m.mode() & 0o022 == 0);
     if !dir_ok {
         return None;
     }
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .ok()?;
+    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).ok()?;
     let md = f.metadata().ok()?;
     if !trusted_file(&md) || md.len() > max {
         return None;

@@ -28,8 +28,8 @@ use std::path::Path;
 
 use tailprof_elf::{Elf, SHT_NOBITS};
 
-use super::elf::ElfFile;
 use super::build_id_hex;
+use super::elf::ElfFile;
 
 /// Largest copy made (bytes, original plus inflated sections): libc6-dbg's is 12.7 MB,
 /// the largest distro debug files (a browser's, LLVM's) are beyond this and are not copied.
@@ -48,16 +48,7 @@ pub(crate) fn inflated_copy(dir: &Path, dbg: &ElfFile) -> Option<ElfFile> {
     if !md.is_file() || md.len() > MAX_COPY {
         return None;
     }
-    let ident = format!(
-        "{}:{}:{}:{}.{}:{}.{}",
-        md.dev(),
-        md.ino(),
-        md.len(),
-        md.mtime(),
-        md.mtime_nsec(),
-        md.ctime(),
-        md.ctime_nsec()
-    );
+    let ident = format!("{}:{}:{}:{}.{}:{}.{}", md.dev(), md.ino(), md.len(), md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec());
     let name = format!("{}-{:016x}.debug", build_id_hex(&build_id), super::cache::fnv64(ident.as_bytes()));
     let sub = dir.join("debug");
     let path = sub.join(&name);
@@ -362,10 +353,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         let plain = frames(None);
-        assert!(
-            plain.iter().flatten().any(|v| v.len() == 2 && v[0] == ("clamp_add".to_owned(), true) && v[1].0 == "work"),
-            "{plain:?}"
-        );
+        assert!(plain.iter().flatten().any(|v| v.len() == 2 && v[0] == ("clamp_add".to_owned(), true) && v[1].0 == "work"), "{plain:?}");
         assert_eq!(frames(Some(cache.clone())), plain, "copy made");
         assert_eq!(fs::read_dir(cache.join("debug")).unwrap().count(), 1);
         assert_eq!(frames(Some(cache.clone())), plain, "copy reused");

@@ -21,8 +21,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::elf::{file_crc32, ElfFile};
 use super::build_id_hex;
+use super::elf::{file_crc32, ElfFile};
 
 /// System directories searched after the user's `--debug-dir`s.
 pub const SYSTEM_DEBUG_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
@@ -106,10 +106,7 @@ pub(crate) fn find_local(user_dirs: &[PathBuf], w: &Wanted<'_>) -> Option<DebugF
     };
     let by_link = |cands: Vec<PathBuf>| -> Option<DebugFile> {
         let (_, crc) = w.debuglink?;
-        cands
-            .into_iter()
-            .find(|p| not_self(p) && crc_matches(p, crc))
-            .map(|path| DebugFile { path, found_by: FoundBy::DebugLink })
+        cands.into_iter().find(|p| not_self(p) && crc_matches(p, crc)).map(|path| DebugFile { path, found_by: FoundBy::DebugLink })
     };
     let rel = rel_dir(w.binary);
     for d in user_dirs {
@@ -158,14 +155,7 @@ mod tests {
     #[test]
     fn build_id_layouts() {
         let p = build_id_paths(Path::new("/d"), &[0xab, 0xcd, 0xef]);
-        assert_eq!(
-            p,
-            vec![
-                PathBuf::from("/d/.build-id/ab/cdef.debug"),
-                PathBuf::from("/d/ab/cdef.debug"),
-                PathBuf::from("/d/ab/cdef")
-            ]
-        );
+        assert_eq!(p, vec![PathBuf::from("/d/.build-id/ab/cdef.debug"), PathBuf::from("/d/ab/cdef.debug"), PathBuf::from("/d/ab/cdef")]);
         assert!(build_id_paths(Path::new("/d"), &[1]).is_empty());
     }
 

@@ -27,9 +27,9 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use super::build_id_hex;
 use super::debugdir::{DebugFile, FoundBy};
 use super::elf::ElfFile;
-use super::build_id_hex;
 use crate::error::{Error, Result};
 
 /// How long a failed build-id is not asked for again.
@@ -170,9 +170,7 @@ impl Client {
     fn ensure_cache_dir(&self) -> Result<()> {
         // Files in it are trusted as debug info: it must be ours and not writable by others.
         tailprof_format::dirs::ensure_private_dir(&self.cache).map_err(|e| match e.kind() {
-            io::ErrorKind::PermissionDenied => {
-                Error::Permission(format!("{e}: fix its owner/mode or set DEBUGINFOD_CACHE_PATH"))
-            }
+            io::ErrorKind::PermissionDenied => Error::Permission(format!("{e}: fix its owner/mode or set DEBUGINFOD_CACHE_PATH")),
             _ => Error::Io { what: "debuginfod cache".to_string(), source: e },
         })
     }
@@ -204,7 +202,10 @@ impl Client {
         tmp.as_file().sync_all().map_err(|e| Answer(e.to_string()))?;
         let got = ElfFile::open(tmp.path()).map_err(|e| Answer(format!("not an ELF file: {e}")))?.build_id();
         if got.as_deref() != Some(build_id) {
-            return Err(Answer(format!("answer has build-id {}, not {id}", got.map(|g| build_id_hex(&g)).unwrap_or_else(|| "none".into()))));
+            return Err(Answer(format!(
+                "answer has build-id {}, not {id}",
+                got.map(|g| build_id_hex(&g)).unwrap_or_else(|| "none".into())
+            )));
         }
         let dst = self.cached_path(id);
         tmp.persist(&dst).map_err(|e| Answer(e.to_string()))?;
@@ -258,12 +259,7 @@ fn split_urls(var: &str) -> (Vec<String>, Vec<String>) {
 
 fn create_new_0600(path: &Path) -> io::Result<fs::File> {
     let _ = fs::remove_file(path);
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+    fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)
 }
 
 #[cfg(test)]

@@ -8,8 +8,7 @@
 //! instead of one row per address.
 
 use gimli::{
-    BaseAddresses, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EhFrameOffset, EndianSlice, RunTimeEndian,
-    UnwindSection,
+    BaseAddresses, CieOrFde, CommonInformationEntry, EhFrame, EhFrameHdr, EhFrameOffset, EndianSlice, RunTimeEndian, UnwindSection,
 };
 
 use super::elf::ElfFile;
@@ -423,9 +422,8 @@ mod tests {
             return;
         };
         let walk = FdeRanges::parse(&s.eh, s.endian, &s.bases);
-        let via = |hdr: &[u8]| -> FdeRanges {
-            FdeRanges::from_hdr(&s.eh, s.eh_addr, hdr, s.endian, &s.bases).unwrap_or_else(|| walk.clone())
-        };
+        let via =
+            |hdr: &[u8]| -> FdeRanges { FdeRanges::from_hdr(&s.eh, s.eh_addr, hdr, s.endian, &s.bases).unwrap_or_else(|| walk.clone()) };
         let fell_back = |hdr: &[u8]| FdeRanges::from_hdr(&s.eh, s.eh_addr, hdr, s.endian, &s.bases).is_none();
         // Another version, no table, the wrong .eh_frame, cut short, empty.
         let mut m = s.hdr.clone();

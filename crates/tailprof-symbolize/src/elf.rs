@@ -139,10 +139,7 @@ impl ElfFile {
 
     /// Virtual address of file offset `off` (through the `PT_LOAD` segment holding it).
     pub fn vaddr_of(&self, off: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|s| off >= s.offset && off - s.offset < s.filesz)
-            .map(|s| s.vaddr.wrapping_add(off - s.offset))
+        self.segments.iter().find(|s| off >= s.offset && off - s.offset < s.filesz).map(|s| s.vaddr.wrapping_add(off - s.offset))
     }
 
     /// The GNU build-id note: [`tailprof_elf::Elf::build_id`], the reader the recorder

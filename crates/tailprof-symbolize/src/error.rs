@@ -80,17 +80,11 @@ impl Error {
                 io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
                 _ => ErrorKind::Io,
             },
-            Error::Elf {
-                source: tailprof_elf::Error::Io { source, .. },
-                ..
-            } => match source.kind() {
+            Error::Elf { source: tailprof_elf::Error::Io { source, .. }, .. } => match source.kind() {
                 io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
                 _ => ErrorKind::Io,
             },
-            Error::Elf {
-                source: tailprof_elf::Error::TooLarge { .. },
-                ..
-            } => ErrorKind::Limit,
+            Error::Elf { source: tailprof_elf::Error::TooLarge { .. }, .. } => ErrorKind::Limit,
             Error::Elf { .. } | Error::Damaged(_) => ErrorKind::Damaged,
             Error::Permission(_) => ErrorKind::PermissionDenied,
             Error::Mismatch(_) => ErrorKind::Mismatch,
@@ -103,10 +97,7 @@ impl Error {
 
     /// An I/O error while doing `what` (a path, or what was being done).
     pub(crate) fn io(what: impl std::fmt::Display, source: io::Error) -> Error {
-        Error::Io {
-            what: what.to_string(),
-            source,
-        }
+        Error::Io { what: what.to_string(), source }
     }
 }
 
@@ -124,28 +115,13 @@ mod tests {
         assert!(e.to_string().starts_with("/x: "), "{e}");
         let e = Error::io("/x", io::Error::from(io::ErrorKind::PermissionDenied));
         assert_eq!(e.kind(), ErrorKind::PermissionDenied);
-        let e = Error::Elf {
-            what: "/bin/x".into(),
-            source: tailprof_elf::Error::NotElf,
-        };
-        assert_eq!(
-            (e.kind(), e.to_string().as_str()),
-            (ErrorKind::Damaged, "/bin/x: not an ELF file")
-        );
-        let e = Error::Elf {
-            what: String::new(),
-            source: tailprof_elf::Error::NotElf,
-        };
+        let e = Error::Elf { what: "/bin/x".into(), source: tailprof_elf::Error::NotElf };
+        assert_eq!((e.kind(), e.to_string().as_str()), (ErrorKind::Damaged, "/bin/x: not an ELF file"));
+        let e = Error::Elf { what: String::new(), source: tailprof_elf::Error::NotElf };
         assert_eq!(e.to_string(), "not an ELF file");
-        let e = Error::Elf {
-            what: String::new(),
-            source: tailprof_elf::Error::TooLarge { size: 2, max: 1 },
-        };
+        let e = Error::Elf { what: String::new(), source: tailprof_elf::Error::TooLarge { size: 2, max: 1 } };
         assert_eq!(e.kind(), ErrorKind::Limit);
         assert_eq!(Error::Mismatch("m".into()).kind(), ErrorKind::Mismatch);
-        assert_eq!(
-            Error::Permission("t".into()).kind(),
-            ErrorKind::PermissionDenied
-        );
+        assert_eq!(Error::Permission("t".into()).kind(), ErrorKind::PermissionDenied);
     }
 }

@@ -42,12 +42,7 @@ impl Symbolizer {
     /// The frames at file offsets `offsets` of `binary`, innermost first, inlined
     /// functions included (one result per offset, same order). Unknown addresses answer
     /// the same reason as [`Symbolizer::symbolize_binary_ids`].
-    pub fn frames(
-        &mut self,
-        binary: &Binary,
-        trace_build_id: Option<&[u8]>,
-        offsets: &[u64],
-    ) -> Vec<Result<Frames, UnknownReason>> {
+    pub fn frames(&mut self, binary: &Binary, trace_build_id: Option<&[u8]>, offsets: &[u64]) -> Vec<Result<Frames, UnknownReason>> {
         let key: Key = (binary.path.clone(), trace_build_id.map(<[u8]>::to_vec));
         let mut missing: Vec<u64> = {
             let cached = self.inline.cache.get(&key);
@@ -66,12 +61,7 @@ impl Symbolizer {
         offsets.iter().map(|o| cache[o].clone()).collect()
     }
 
-    fn frames_uncached(
-        &mut self,
-        binary: &Binary,
-        trace_build_id: Option<&[u8]>,
-        offsets: &[u64],
-    ) -> Vec<Result<Frames, UnknownReason>> {
+    fn frames_uncached(&mut self, binary: &Binary, trace_build_id: Option<&[u8]>, offsets: &[u64]) -> Vec<Result<Frames, UnknownReason>> {
         let base = self.symbolize_binary_ids(binary, trace_build_id, offsets);
         let single = |r: &SymIdResult| r.clone().map(|name| Frames::from(vec![Frame { name, inlined: false }]));
         if binary.kind != BinaryKind::File || !self.options().debug_syms {
@@ -90,11 +80,8 @@ impl Symbolizer {
         // file is already loaded.
         let sym = &self.inner;
         let src = Source::Elf(Elf { debug_syms: true, ..Elf::new(&path) });
-        let answers = if by_vaddr {
-            sym.symbolize(&src, Input::VirtOffset(&addrs))
-        } else {
-            sym.symbolize(&src, Input::FileOffset(&addrs))
-        };
+        let answers =
+            if by_vaddr { sym.symbolize(&src, Input::VirtOffset(&addrs)) } else { sym.symbolize(&src, Input::FileOffset(&addrs)) };
         let Ok(answers) = answers else { return base.iter().map(single).collect() };
         let mut answers = answers.into_iter();
         let mut out = Vec::with_capacity(offsets.len());

@@ -161,10 +161,7 @@ impl Symbolizer {
             KernelState::Usable(_, t) => t.clone(),
             KernelState::Unusable(why) => {
                 let why = why.to_string();
-                return addrs
-                    .iter()
-                    .map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() }))
-                    .collect();
+                return addrs.iter().map(|_| Err(UnknownReason::KernelSymbolsUnavailable { why: why.clone() })).collect();
             }
         };
         let mut last: Option<(&str, NameId)> = None;
@@ -257,8 +254,13 @@ pub fn copy_own_vdso() -> Result<tempfile::NamedTempFile> {
     let mut mem = fs::File::open("/proc/self/mem").map_err(|e| Error::io("/proc/self/mem", e))?;
     mem.seek(SeekFrom::Start(start)).and_then(|_| mem.read_exact(&mut image)).map_err(|e| Error::io("reading the vDSO", e))?;
     // Checked with the one ELF reader: an ELF header and a section table inside the image.
-    tailprof_elf::Elf::parse(image.as_slice()).map_err(|source| Error::Elf { what: "the vDSO mapping is not an ELF image".into(), source })?;
-    let mut f = tempfile::Builder::new().prefix("tailprof-vdso-").suffix(".so").tempfile().map_err(|e| Error::io("a temporary file for the vDSO", e))?;
+    tailprof_elf::Elf::parse(image.as_slice())
+        .map_err(|source| Error::Elf { what: "the vDSO mapping is not an ELF image".into(), source })?;
+    let mut f = tempfile::Builder::new()
+        .prefix("tailprof-vdso-")
+        .suffix(".so")
+        .tempfile()
+        .map_err(|e| Error::io("a temporary file for the vDSO", e))?;
     f.write_all(&image).map_err(|e| Error::io("a temporary file for the vDSO", e))?;
     Ok(f)
 }
@@ -541,10 +543,7 @@ mod tests {
         assert_eq!(KernelSymbols::from_setting(None), KernelSymbols::Auto);
         assert_eq!(KernelSymbols::from_setting(Some(OsStr::new(""))), KernelSymbols::Auto);
         assert_eq!(KernelSymbols::from_setting(Some(OsStr::new("off"))), KernelSymbols::Off);
-        assert_eq!(
-            KernelSymbols::from_setting(Some(OsStr::new("/tmp/kallsyms"))),
-            KernelSymbols::Kallsyms(PathBuf::from("/tmp/kallsyms"))
-        );
+        assert_eq!(KernelSymbols::from_setting(Some(OsStr::new("/tmp/kallsyms"))), KernelSymbols::Kallsyms(PathBuf::from("/tmp/kallsyms")));
     }
 
     #[test]
@@ -553,10 +552,7 @@ mod tests {
         let p = dir.path().join("kallsyms");
         let mut f = fs::File::create(&p).unwrap();
         writeln!(f, "0000000000000000 T _text\n0000000000000000 T foo").unwrap();
-        let mut s = Symbolizer::new(SymbolizerOptions {
-            kernel: KernelSymbols::Kallsyms(p.clone()),
-            ..Default::default()
-        });
+        let mut s = Symbolizer::new(SymbolizerOptions { kernel: KernelSymbols::Kallsyms(p.clone()), ..Default::default() });
         let r = s.symbolize_kernel(&[0xffff_ffff_8100_0010]);
         assert!(matches!(&r[0], Err(UnknownReason::KernelSymbolsUnavailable { why }) if why.contains("zero")));
     }
@@ -566,15 +562,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("kallsyms");
         let mut f = fs::File::create(&p).unwrap();
-        writeln!(
-            f,
-            "ffffffff81000000 T _text\nffffffff81000100 T do_work\nffffffff81000200 t helper\nffffffff81000300 T _etext"
-        )
-        .unwrap();
-        let mut s = Symbolizer::new(SymbolizerOptions {
-            kernel: KernelSymbols::Kallsyms(p.clone()),
-            ..Default::default()
-        });
+        writeln!(f, "ffffffff81000000 T _text\nffffffff81000100 T do_work\nffffffff81000200 t helper\nffffffff81000300 T _etext").unwrap();
+        let mut s = Symbolizer::new(SymbolizerOptions { kernel: KernelSymbols::Kallsyms(p.clone()), ..Default::default() });
         let addrs = [0xffff_ffff_8100_0110, 0xffff_ffff_8100_0204];
         let r = s.symbolize_kernel(&addrs);
         assert_eq!(r[0].as_deref(), Ok("do_work"));

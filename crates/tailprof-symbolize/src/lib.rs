@@ -46,7 +46,6 @@ use serde::Serialize;
 
 use crate::maps::{Binary, BinaryKind};
 
-pub mod maps;
 pub mod cache;
 mod debugcache;
 pub mod debugdir;
@@ -55,6 +54,7 @@ pub mod ehframe;
 mod elf;
 mod error;
 pub mod inline;
+pub mod maps;
 /// JIT code ranges: their home is the address-space model ([`tailprof_format::addrspace::jit`]).
 pub mod jit {
     pub use tailprof_format::addrspace::jit::*;
@@ -63,12 +63,12 @@ pub mod jit {
 pub mod ksyms;
 
 pub use debugdir::{DebugFile, FoundBy};
-pub use error::{Error, ErrorKind};
-pub use inline::Frame;
-pub use ksyms::{KernelOrigin, KernelSymbols};
 use ehframe::FdeRanges;
 use elf::ElfFile;
+pub use error::{Error, ErrorKind};
+pub use inline::Frame;
 use ksyms::{copy_own_vdso, same_kernel, KernelState};
+pub use ksyms::{KernelOrigin, KernelSymbols};
 
 /// Symbolizer configuration.
 #[derive(Debug, Clone)]
@@ -350,10 +350,7 @@ impl Symbolizer {
     /// `DEBUGINFOD_URLS` is set. The string, if any, is a note for the user (e.g.
     /// debuginfod servers that cannot be used).
     pub fn with_debug_dirs(debug_dirs: &[PathBuf]) -> (Symbolizer, Option<String>) {
-        let opts = SymbolizerOptions {
-            debug_dirs: (!debug_dirs.is_empty()).then(|| debug_dirs.to_vec()),
-            ..Default::default()
-        };
+        let opts = SymbolizerOptions { debug_dirs: (!debug_dirs.is_empty()).then(|| debug_dirs.to_vec()), ..Default::default() };
         let mut s = Symbolizer::new(opts);
         let mut notes: Vec<String> = debug_dirs
             .iter()
@@ -361,9 +358,12 @@ impl Symbolizer {
             .map(|d| format!("--debug-dir {} is not a directory (ignored): check the path", d.display()))
             .collect();
         match s.enable_debuginfod_from_env() {
-            Ok(_) => notes.extend(s.debuginfod.as_ref().filter(|c| !c.skipped.is_empty()).map(|c| {
-                format!("debuginfod: skipping https:// servers (this build speaks http only): {}", c.skipped.join(" "))
-            })),
+            Ok(_) => notes.extend(
+                s.debuginfod
+                    .as_ref()
+                    .filter(|c| !c.skipped.is_empty())
+                    .map(|c| format!("debuginfod: skipping https:// servers (this build speaks http only): {}", c.skipped.join(" "))),
+            ),
             Err(e) => notes.push(format!("debuginfod: {e}")),
         }
         (s, (!notes.is_empty()).then(|| notes.join("; ")))
@@ -401,11 +401,7 @@ impl Symbolizer {
 
     /// Where the names of binary `path` come from (`tailprof info --symbols`).
     pub fn symbol_source(&mut self, path: &str, trace_build_id: Option<&[u8]>) -> SymbolSource {
-        let mut out = SymbolSource {
-            binary: path.to_owned(),
-            build_id: trace_build_id.map(build_id_hex),
-            ..Default::default()
-        };
+        let mut out = SymbolSource { binary: path.to_owned(), build_id: trace_build_id.map(build_id_hex), ..Default::default() };
         // The kernel is named from kallsyms, not from a file at its path (issue 18:
         // `info --symbols` said "binary not found" while `report` named kernel frames).
         if path.starts_with("[kernel") {
@@ -497,11 +493,7 @@ impl Symbolizer {
             let own_id = elf.build_id();
             let build_id = trace_build_id.or(own_id.as_deref());
             let link = elf.debuglink();
-            let w = debugdir::Wanted {
-                binary: path,
-                build_id,
-                debuglink: link.as_ref().map(|(n, c)| (n.as_str(), *c)),
-            };
+            let w = debugdir::Wanted { binary: path, build_id, debuglink: link.as_ref().map(|(n, c)| (n.as_str(), *c)) };
             let user = self.opts.debug_dirs.as_deref().unwrap_or(&[]);
             let mut found = debugdir::find_local(user, &w);
             if found.is_none() {
@@ -580,11 +572,7 @@ impl Symbolizer {
             Ok(md) if md.is_file() => {}
             Ok(_) => return Some(UnknownReason::Unreadable { error: "not a regular file".into() }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Some(if path.ends_with(" (deleted)") {
-                    UnknownReason::BinaryDeleted
-                } else {
-                    UnknownReason::BinaryMissing
-                })
+                return Some(if path.ends_with(" (deleted)") { UnknownReason::BinaryDeleted } else { UnknownReason::BinaryMissing })
             }
             Err(e) => return Some(UnknownReason::Unreadable { error: e.to_string() }),
         }
@@ -592,10 +580,7 @@ impl Symbolizer {
             match ElfFile::open(Path::new(path)).map(|e| e.build_id()) {
                 Ok(Some(found)) if found == expected => {}
                 Ok(found) => {
-                    return Some(UnknownReason::BuildIdMismatch {
-                        trace: build_id_hex(expected),
-                        disk: found.map(|b| build_id_hex(&b)),
-                    })
+                    return Some(UnknownReason::BuildIdMismatch { trace: build_id_hex(expected), disk: found.map(|b| build_id_hex(&b)) })
                 }
                 Err(e) => return Some(UnknownReason::Unreadable { error: e.to_string() }),
             }
@@ -606,24 +591,14 @@ impl Symbolizer {
     /// Name the file offsets `offsets` of `binary` (one result per offset, same order).
     /// `trace_build_id` is the build-id the trace recorded for it, if any (the
     /// binary's own, or one from the trace's build-id table).
-    pub fn symbolize_binary(
-        &mut self,
-        binary: &Binary,
-        trace_build_id: Option<&[u8]>,
-        offsets: &[u64],
-    ) -> Vec<SymResult> {
+    pub fn symbolize_binary(&mut self, binary: &Binary, trace_build_id: Option<&[u8]>, offsets: &[u64]) -> Vec<SymResult> {
         let ids = self.symbolize_binary_ids(binary, trace_build_id, offsets);
         self.to_strings(ids)
     }
 
     /// Like [`Symbolizer::symbolize_binary`], answering [`NameId`]s (see
     /// [`Symbolizer::name`]): no string per address.
-    pub fn symbolize_binary_ids(
-        &mut self,
-        binary: &Binary,
-        trace_build_id: Option<&[u8]>,
-        offsets: &[u64],
-    ) -> Vec<SymIdResult> {
+    pub fn symbolize_binary_ids(&mut self, binary: &Binary, trace_build_id: Option<&[u8]>, offsets: &[u64]) -> Vec<SymIdResult> {
         let all = |r: UnknownReason| offsets.iter().map(|_| Err(r.clone())).collect();
         match binary.kind {
             BinaryKind::File => {}
@@ -703,9 +678,7 @@ impl Symbolizer {
     fn copy_by_build_id(&self, id: &[u8]) -> Option<String> {
         let user = self.opts.debug_dirs.as_deref().unwrap_or(&[]);
         user.iter()
-            .find_map(|dir| {
-                debugdir::build_id_paths(dir, id).into_iter().find(|p| debugdir::build_id_matches(p, id))
-            })
+            .find_map(|dir| debugdir::build_id_paths(dir, id).into_iter().find(|p| debugdir::build_id_matches(p, id)))
             .and_then(|p| p.to_str().map(str::to_owned))
     }
 
@@ -778,7 +751,6 @@ impl Symbolizer {
             Err(e) => offsets.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),
         }
     }
-
 }
 
 /// `unknown_reason` of a function row named by its `.eh_frame` range (`fn_4616a0`).

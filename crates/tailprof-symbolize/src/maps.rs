@@ -192,9 +192,7 @@ impl AddressSpaces {
     /// ([`BIN_UNMAPPED`], ip).
     pub fn resolve(&self, pid: u32, ip: u64, cpumode: CpuMode) -> Location {
         match cpumode {
-            CpuMode::GuestKernel | CpuMode::GuestUser | CpuMode::Hypervisor => {
-                return Location { binary: BIN_GUEST, offset: ip }
-            }
+            CpuMode::GuestKernel | CpuMode::GuestUser | CpuMode::Hypervisor => return Location { binary: BIN_GUEST, offset: ip },
             _ => {}
         }
         if Self::is_kernel_sample(cpumode, ip) || pid == KERNEL_PID {

@@ -133,10 +133,7 @@ impl Need {
         if self == Need::Fact {
             return false;
         }
-        require
-            .split(',')
-            .map(str::trim)
-            .any(|w| w == "all" || w == self.name())
+        require.split(',').map(str::trim).any(|w| w == "all" || w == self.name())
     }
 }
 
@@ -162,21 +159,14 @@ pub fn skip(need: Need, why: impl Display) {
     }
     if let Some(require) = std::env::var_os("TAILPROF_REQUIRE") {
         if need.required_by(&require.to_string_lossy()) {
-            panic!(
-                "TAILPROF_REQUIRE names `{need}`: this machine (CI) has it, but {test} skipped: {why}"
-            );
+            panic!("TAILPROF_REQUIRE names `{need}`: this machine (CI) has it, but {test} skipped: {why}");
         }
     }
 }
 
 /// `why` on one line without tabs, at most [`MAX_WHY`] characters.
 fn one_line(why: &str) -> String {
-    let mut s: String = why
-        .trim()
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_WHY)
-        .collect();
+    let mut s: String = why.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).take(MAX_WHY).collect();
     if why.trim().chars().count() > MAX_WHY {
         s.push('…');
     }
@@ -190,11 +180,7 @@ fn test_name() -> String {
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .map(|n| match n.rsplit_once('-') {
-            Some((stem, hash))
-                if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) =>
-            {
-                stem.to_string()
-            }
+            Some((stem, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => stem.to_string(),
             _ => n,
         })
         .unwrap_or_else(|| "?".to_string());
@@ -205,16 +191,9 @@ fn test_name() -> String {
 /// One `write` with `O_APPEND`, so lines from parallel tests and test binaries don't
 /// interleave. A log that cannot be written is reported, not fatal.
 fn append_line(path: &Path, line: &str) {
-    let res = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .and_then(|mut f| f.write_all(line.as_bytes()));
+    let res = std::fs::OpenOptions::new().append(true).create(true).open(path).and_then(|mut f| f.write_all(line.as_bytes()));
     if let Err(e) = res {
-        eprintln!(
-            "tailprof-testkit: cannot append to TAILPROF_SKIP_LOG {}: {e}",
-            path.display()
-        );
+        eprintln!("tailprof-testkit: cannot append to TAILPROF_SKIP_LOG {}: {e}", path.display());
     }
 }
 
@@ -258,9 +237,7 @@ pub fn have_command(name: &str) -> Option<PathBuf> {
 }
 
 fn command_in(path: Option<&OsStr>, name: &str) -> Option<PathBuf> {
-    std::env::split_paths(path?)
-        .map(|d| d.join(name))
-        .find(|p| is_executable(p))
+    std::env::split_paths(path?).map(|d| d.join(name)).find(|p| is_executable(p))
 }
 
 /// Where the official Go tarball puts `go`; often not on `$PATH`.
@@ -284,14 +261,7 @@ pub fn c_compiler() -> Option<PathBuf> {
     let found = ["cc", "gcc"]
         .iter()
         .filter_map(|c| have_command(c))
-        .find(|cc| {
-            std::process::Command::new(cc)
-                .arg(&src)
-                .arg("-o")
-                .arg(dir.join("t"))
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
+        .find(|cc| std::process::Command::new(cc).arg(&src).arg("-o").arg(dir.join("t")).output().is_ok_and(|o| o.status.success()));
     let _ = std::fs::remove_dir_all(&dir);
     found
 }
@@ -320,9 +290,7 @@ mod tests {
     fn names_are_distinct_single_words() {
         let names: std::collections::BTreeSet<_> = Need::ALL.iter().map(|n| n.name()).collect();
         assert_eq!(names.len(), Need::ALL.len());
-        assert!(names
-            .iter()
-            .all(|n| !n.contains([',', '\t', ' ']) && !n.is_empty()));
+        assert!(names.iter().all(|n| !n.contains([',', '\t', ' ']) && !n.is_empty()));
     }
 
     #[test]
@@ -349,32 +317,21 @@ mod tests {
         exe(&fallback, 0o755);
         let empty = root.join("empty");
         std::fs::create_dir_all(&empty).unwrap();
-        assert_eq!(
-            go_in(Some(empty.as_os_str()), &fallback),
-            Some(fallback.clone())
-        );
+        assert_eq!(go_in(Some(empty.as_os_str()), &fallback), Some(fallback.clone()));
         assert_eq!(go_in(None, &fallback), Some(fallback.clone()));
         exe(&on_path.join("go"), 0o755);
         let path = std::env::join_paths([&empty, &on_path]).unwrap();
         assert_eq!(go_in(Some(&path), &fallback), Some(on_path.join("go")));
         exe(&on_path.join("go"), 0o644);
         exe(&fallback, 0o644);
-        assert_eq!(
-            go_in(Some(&path), &fallback),
-            None,
-            "a file without an exec bit is not a tool"
-        );
+        assert_eq!(go_in(Some(&path), &fallback), None, "a file without an exec bit is not a tool");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn the_test_name_is_the_harness_thread() {
         let name = test_name();
-        assert!(
-            name.ends_with("::tests::the_test_name_is_the_harness_thread")
-                || name.ends_with("::main"),
-            "{name}"
-        );
+        assert!(name.ends_with("::tests::the_test_name_is_the_harness_thread") || name.ends_with("::main"), "{name}");
         assert!(name.starts_with("tailprof_testkit::"), "{name}");
     }
 }

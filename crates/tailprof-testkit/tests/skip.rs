@@ -42,20 +42,12 @@ fn skips_are_logged_one_line_each_and_pass_when_not_required() {
     let out = run_child(&log, Some("cc,root"));
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = std::fs::remove_file(&log);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
     assert_eq!(lines.len(), 2, "{text}");
     assert_eq!(lines[0][0], "fact");
     assert_eq!(lines[1][0], "go");
-    assert!(
-        lines[1][1].ends_with("::child_skips") && lines[1][1].starts_with("skip::"),
-        "{}",
-        lines[1][1]
-    );
+    assert!(lines[1][1].ends_with("::child_skips") && lines[1][1].starts_with("skip::"), "{}", lines[1][1]);
     assert_eq!(lines[1][2], "no go here (second line)");
     assert!(String::from_utf8_lossy(&out.stderr).contains("skipping (go): no go here"));
 }
@@ -67,17 +59,10 @@ fn a_required_need_that_skips_fails_the_test() {
         let out = run_child(&log, Some(require));
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let _ = std::fs::remove_file(&log);
-        assert!(
-            !out.status.success(),
-            "TAILPROF_REQUIRE={require} should fail the skipping test"
-        );
+        assert!(!out.status.success(), "TAILPROF_REQUIRE={require} should fail the skipping test");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stdout.contains("TAILPROF_REQUIRE names `go`")
-                || stderr.contains("TAILPROF_REQUIRE names `go`"),
-            "{stdout}\n{stderr}"
-        );
+        assert!(stdout.contains("TAILPROF_REQUIRE names `go`") || stderr.contains("TAILPROF_REQUIRE names `go`"), "{stdout}\n{stderr}");
         // The fact before it never fails; the failing skip is still logged.
         assert_eq!(text.lines().count(), 2, "{text}");
     }

@@ -370,7 +370,14 @@ struct Process {
 
 impl Process {
     fn new() -> Process {
-        Process { unwinder: arch::NativeUnwinder::new(), cache: arch::NativeCache::new(), maps: Vec::new(), gen: 0, dirty: false, last_use: 0 }
+        Process {
+            unwinder: arch::NativeUnwinder::new(),
+            cache: arch::NativeCache::new(),
+            maps: Vec::new(),
+            gen: 0,
+            dirty: false,
+            last_use: 0,
+        }
     }
 
     /// Rebuild from the current mappings: what was loaded for the same mapping of the
@@ -381,7 +388,15 @@ impl Process {
         self.cache = arch::NativeCache::new();
         self.gen = gen;
         for m in maps {
-            let prev = old.iter().find(|l| l.state.is_some() && l.mapping.start == m.start && l.mapping.end == m.end && l.mapping.pgoff == m.pgoff && l.mapping.path == m.path && l.mapping.file == m.file && l.mapping.build_id == m.build_id);
+            let prev = old.iter().find(|l| {
+                l.state.is_some()
+                    && l.mapping.start == m.start
+                    && l.mapping.end == m.end
+                    && l.mapping.pgoff == m.pgoff
+                    && l.mapping.path == m.path
+                    && l.mapping.file == m.file
+                    && l.mapping.build_id == m.build_id
+            });
             let mut l = Loaded { mapping: m.clone(), entry_avma: None, state: None, data: None };
             if let Some(p) = prev {
                 l.state = p.state;

@@ -58,24 +58,14 @@ fn capture(dir: &Path) -> Option<(PathBuf, UserRegs, Vec<u8>, String)> {
     std::fs::write(&src, PROGRAM).unwrap();
     let bin = dir.join("chain");
     let st = std::process::Command::new(cc)
-        .args([
-            "-O2",
-            "-fomit-frame-pointer",
-            "-fasynchronous-unwind-tables",
-            "-g0",
-            "-o",
-        ])
+        .args(["-O2", "-fomit-frame-pointer", "-fasynchronous-unwind-tables", "-g0", "-o"])
         .arg(&bin)
         .arg(&src)
         .status()
         .unwrap();
     assert!(st.success(), "the fixture program must build");
     let out = dir.join("snap.bin");
-    let st = std::process::Command::new(&bin)
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
+    let st = std::process::Command::new(&bin).arg(&out).stdout(std::process::Stdio::null()).status().unwrap();
     assert!(st.success());
     let b = std::fs::read(&out).unwrap();
     let word = |i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
@@ -94,10 +84,7 @@ fn mmaps(pid: u32, maps: &str) -> Vec<Record> {
             continue;
         }
         let (s, e) = f[0].split_once('-').unwrap();
-        let (start, end) = (
-            u64::from_str_radix(s, 16).unwrap(),
-            u64::from_str_radix(e, 16).unwrap(),
-        );
+        let (start, end) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
         out.push(Record::Mmap(Mmap {
             pid,
             tid: pid,
@@ -118,26 +105,14 @@ fn mmaps(pid: u32, maps: &str) -> Vec<Record> {
 fn names(bin: &Path, maps: &str, frames: &[Frame]) -> Vec<String> {
     let f = std::fs::File::open(bin).unwrap();
     let elf = Elf::parse(&f).unwrap();
-    let segs: Vec<_> = elf
-        .program_headers()
-        .unwrap()
-        .map(Result::unwrap)
-        .filter(|p| p.kind == PT_LOAD && p.flags & PF_X != 0)
-        .collect();
-    let t = elf
-        .symbol_table(SHT_SYMTAB)
-        .unwrap()
-        .expect("the fixture has a .symtab");
+    let segs: Vec<_> = elf.program_headers().unwrap().map(Result::unwrap).filter(|p| p.kind == PT_LOAD && p.flags & PF_X != 0).collect();
+    let t = elf.symbol_table(SHT_SYMTAB).unwrap().expect("the fixture has a .symtab");
     let mut strs = elf.strings(&t);
     let mut funcs = Vec::new();
     for s in elf.symbols(&t) {
         let s = s.unwrap();
         if s.kind() == STT_FUNC && s.size > 0 {
-            let n = strs
-                .get(s.name.into())
-                .unwrap()
-                .map(|n| String::from_utf8_lossy(n).into_owned())
-                .unwrap_or_default();
+            let n = strs.get(s.name.into()).unwrap().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
             funcs.push((s.value, s.size, n));
         }
     }
@@ -156,27 +131,16 @@ fn names(bin: &Path, maps: &str, frames: &[Frame]) -> Vec<String> {
                 return "?".to_string();
             };
             let off = ip - m.start + m.pgoff;
-            let Some(p) = segs
-                .iter()
-                .find(|p| p.offset <= off && off < p.offset + p.filesz)
-            else {
+            let Some(p) = segs.iter().find(|p| p.offset <= off && off < p.offset + p.filesz) else {
                 return "?".to_string();
             };
             let vaddr = off - p.offset + p.vaddr;
-            funcs
-                .iter()
-                .find(|(v, s, _)| *v <= vaddr && vaddr < v + s)
-                .map_or("?".to_string(), |f| f.2.clone())
+            funcs.iter().find(|(v, s, _)| *v <= vaddr && vaddr < v + s).map_or("?".to_string(), |f| f.2.clone())
         })
         .collect()
 }
 
-fn unwind(
-    u: &mut Unwinder,
-    maps: &str,
-    regs: &UserRegs,
-    stack: &[u8],
-) -> (Vec<Frame>, StackStatus) {
+fn unwind(u: &mut Unwinder, maps: &str, regs: &UserRegs, stack: &[u8]) -> (Vec<Frame>, StackStatus) {
     for r in mmaps(42, maps) {
         u.observe(&r, None);
     }
@@ -189,58 +153,35 @@ fn unwind(
 fn o2_without_frame_pointers_unwinds_through_cfi_to_the_outermost_frame() {
     let dir = tempfile::tempdir().unwrap();
     let Some((bin, regs, stack, maps)) = capture(dir.path()) else {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::CCompiler,
-            "no C compiler for the unwinder's fixture program",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no C compiler for the unwinder's fixture program");
         return;
     };
     let mut u = Unwinder::new(Box::new(open_host_file), Limits::default());
     let (frames, status) = unwind(&mut u, &maps, &regs, &stack);
     let got = names(&bin, &maps, &frames);
-    assert_eq!(
-        &got[..EXPECTED.len().min(got.len())],
-        &EXPECTED[..],
-        "frames: {got:?}, status {status:?}"
-    );
+    assert_eq!(&got[..EXPECTED.len().min(got.len())], &EXPECTED[..], "frames: {got:?}, status {status:?}");
     assert_eq!(status, StackStatus::Complete, "frames: {got:?}");
-    assert!(
-        u.stats().files_read >= 2,
-        "the program and libc: {:?}",
-        u.stats()
-    );
+    assert!(u.stats().files_read >= 2, "the program and libc: {:?}", u.stats());
 
     // The control that shows the test can fail: without the program's unwind
     // information (its file refused) the walk cannot find the callers of `snap`.
     let refuse = bin.clone();
     let opener = move |pid: u32, m: &Mapping| {
         if Path::new(&*m.path) == refuse {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "refused by the test",
-            ));
+            return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "refused by the test"));
         }
         open_host_file(pid, m)
     };
     let mut u = Unwinder::new(Box::new(opener), Limits::default());
     let (frames, status) = unwind(&mut u, &maps, &regs, &stack);
     let got = names(&bin, &maps, &frames);
-    assert_ne!(
-        got.get(..EXPECTED.len()),
-        Some(&EXPECTED.map(String::from)[..]),
-        "{got:?}"
-    );
+    assert_ne!(got.get(..EXPECTED.len()), Some(&EXPECTED.map(String::from)[..]), "{got:?}");
     assert_ne!(status, StackStatus::Complete);
 
     // A stack copy cut short: the walk says so instead of inventing frames.
     let mut u = Unwinder::new(Box::new(open_host_file), Limits::default());
     let (frames, status) = unwind(&mut u, &maps, &regs, &stack[..64.min(stack.len())]);
-    assert_eq!(
-        status,
-        StackStatus::CopyExhausted,
-        "{:?}",
-        names(&bin, &maps, &frames)
-    );
+    assert_eq!(status, StackStatus::CopyExhausted, "{:?}", names(&bin, &maps, &frames));
     assert_eq!(names(&bin, &maps, &frames)[0], "snap");
 }
 
@@ -250,45 +191,17 @@ fn o2_without_frame_pointers_unwinds_through_cfi_to_the_outermost_frame() {
 fn exec_forgets_exit_keeps_the_mappings() {
     let dir = tempfile::tempdir().unwrap();
     let Some((bin, regs, stack, maps)) = capture(dir.path()) else {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::CCompiler,
-            "no C compiler for the unwinder's fixture program",
-        );
+        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no C compiler for the unwinder's fixture program");
         return;
     };
     let mut u = Unwinder::new(Box::new(open_host_file), Limits::default());
     unwind(&mut u, &maps, &regs, &stack);
-    u.observe(
-        &Record::Exit(tailprof_format::Task {
-            pid: 42,
-            tid: 42,
-            ppid: 1,
-            ptid: 1,
-            time: 1,
-        }),
-        None,
-    );
+    u.observe(&Record::Exit(tailprof_format::Task { pid: 42, tid: 42, ppid: 1, ptid: 1, time: 1 }), None);
     let mut out = Vec::new();
-    assert_eq!(
-        u.unwind(42, &regs, &stack, &mut out),
-        StackStatus::Complete,
-        "a late sample of an exited process"
-    );
+    assert_eq!(u.unwind(42, &regs, &stack, &mut out), StackStatus::Complete, "a late sample of an exited process");
     assert_eq!(names(&bin, &maps, &out)[..5], EXPECTED);
-    u.observe(
-        &Record::Comm(tailprof_format::Comm {
-            pid: 42,
-            tid: 42,
-            exec: true,
-            comm: "x".into(),
-            time: 2,
-        }),
-        None,
-    );
+    u.observe(&Record::Comm(tailprof_format::Comm { pid: 42, tid: 42, exec: true, comm: "x".into(), time: 2 }), None);
     out.clear();
-    assert_eq!(
-        u.unwind(42, &regs, &stack, &mut out),
-        StackStatus::NoUnwindInfo
-    );
+    assert_eq!(u.unwind(42, &regs, &stack, &mut out), StackStatus::NoUnwindInfo);
     assert_eq!(out, [Frame::user(regs.ip)]);
 }

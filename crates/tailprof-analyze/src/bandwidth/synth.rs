@@ -23,9 +23,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use tailprof_format::synth::Rng;
-use tailprof_format::{
-    ClockInfo, Comm, EventDesc, FormatError, Marker, MarkerKind, Record, Sample, Throttle, TraceHeader, TraceWriter,
-};
+use tailprof_format::{ClockInfo, Comm, EventDesc, FormatError, Marker, MarkerKind, Record, Sample, Throttle, TraceHeader, TraceWriter};
 
 use super::datasrc::{L1_HIT_LOAD, LOCAL_DRAM_LOAD};
 use super::{EXTRA_COUNTER, EXTRA_DRAM_FILTER, EXTRA_EVENT, EXTRA_METHOD, LINE_BYTES};
@@ -224,12 +222,7 @@ pub fn header(cfg: &SynthConfig) -> TraceHeader {
     h.extra.insert(EXTRA_METHOD.into(), if ibs { "ibs-op" } else { "pebs" }.into());
     h.extra.insert(EXTRA_DRAM_FILTER.into(), if ibs { "1" } else { "0" }.into());
     if cfg.counter {
-        h.events.push(EventDesc {
-            name: "MEM_LOAD_RETIRED.L3_MISS (counting)".into(),
-            attr_type: 4,
-            config: 0x20d1,
-            ..Default::default()
-        });
+        h.events.push(EventDesc { name: "MEM_LOAD_RETIRED.L3_MISS (counting)".into(), attr_type: 4, config: 0x20d1, ..Default::default() });
         h.extra.insert(EXTRA_COUNTER.into(), "1".into());
     }
     h
@@ -297,8 +290,22 @@ pub fn generate_with(cfg: &SynthConfig, emit: &mut dyn FnMut(Record)) -> Truth {
         for (k, &(s, e, _)) in phases.iter().enumerate() {
             let (b, f) = (s + (e - s) / 10, e - (e - s) / 10);
             items.push((k as u64 + 1, b, f));
-            side.push(Record::Marker(Marker { time: b, pid: 1000, tid: 1000, kind: MarkerKind::Begin, item: k as u64 + 1, ..Default::default() }));
-            side.push(Record::Marker(Marker { time: f, pid: 1000, tid: 1000, kind: MarkerKind::End, item: k as u64 + 1, ..Default::default() }));
+            side.push(Record::Marker(Marker {
+                time: b,
+                pid: 1000,
+                tid: 1000,
+                kind: MarkerKind::Begin,
+                item: k as u64 + 1,
+                ..Default::default()
+            }));
+            side.push(Record::Marker(Marker {
+                time: f,
+                pid: 1000,
+                tid: 1000,
+                kind: MarkerKind::End,
+                item: k as u64 + 1,
+                ..Default::default()
+            }));
         }
     }
     for &(cpu, a, b) in &cfg.throttle {

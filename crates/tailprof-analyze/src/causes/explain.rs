@@ -61,17 +61,9 @@ pub fn explain_causes(
     let switches = profile.switches > 0;
     let split_of = |i: usize| {
         let r = &report.items[i];
-        time_split(
-            r.current_ns(),
-            r.samples,
-            report.mean_interval_ns,
-            profile.items.get(i),
-            switches,
-        )
+        time_split(r.current_ns(), r.samples, report.mean_interval_ns, profile.items.get(i), switches)
     };
-    let members: Vec<usize> = (0..report.items.len())
-        .filter(|&i| report.items[i].class == x.class)
-        .collect();
+    let members: Vec<usize> = (0..report.items.len()).filter(|&i| report.items[i].class == x.class).collect();
     let med = |f: &dyn Fn(&crate::stack_explain::TimeSplit) -> u64| {
         let mut v: Vec<u64> = members.iter().map(|&i| f(&split_of(i))).collect();
         crate::stats::median_u64(&mut v).unwrap_or(0)
@@ -80,58 +72,18 @@ pub fn explain_causes(
         let mine = x.split;
         let parts: [(PathState, u64, u64); 3] = [
             (PathState::Cpu, mine.cpu_ns, med(&|s| s.cpu_ns)),
-            (
-                PathState::Blocked,
-                mine.blocked_ns.unwrap_or(0),
-                med(&|s| s.blocked_ns.unwrap_or(0)),
-            ),
-            (
-                PathState::Runnable,
-                mine.runnable_ns.unwrap_or(0),
-                med(&|s| s.runnable_ns.unwrap_or(0)),
-            ),
+            (PathState::Blocked, mine.blocked_ns.unwrap_or(0), med(&|s| s.blocked_ns.unwrap_or(0))),
+            (PathState::Runnable, mine.runnable_ns.unwrap_or(0), med(&|s| s.runnable_ns.unwrap_or(0))),
         ];
-        parts
-            .iter()
-            .map(|&(cause, ns, median_ns)| CauseShare {
-                cause,
-                ns,
-                median_ns,
-                excess_ns: ns as i64 - median_ns as i64,
-            })
-            .collect()
+        parts.iter().map(|&(cause, ns, median_ns)| CauseShare { cause, ns, median_ns, excess_ns: ns as i64 - median_ns as i64 }).collect()
     });
-    let cpu_stacks = x
-        .stacks
-        .iter()
-        .filter(|d| d.delta_ns > 0.0)
-        .take(3)
-        .map(|d| (d.frames.clone(), d.delta_ns))
-        .collect();
+    let cpu_stacks = x.stacks.iter().filter(|d| d.delta_ns > 0.0).take(3).map(|d| (d.frames.clone(), d.delta_ns)).collect();
     let mine = profile.causes.iter().find(|c| c.id == x.id);
-    let noise = report
-        .items
-        .iter()
-        .position(|r| r.id == x.id)
-        .and_then(|i| profile.items.get(i))
-        .map(|s| s.noise.clone())
-        .unwrap_or_default();
-    let class_parts: Vec<FxHashMap<String, u64>> = members
-        .iter()
-        .map(|&i| {
-            profile
-                .items
-                .get(i)
-                .map(|s| s.noise.parts().into_iter().collect())
-                .unwrap_or_default()
-        })
-        .collect();
-    let mut kinds: Vec<String> = noise
-        .parts()
-        .into_iter()
-        .filter(|p| p.1 > 0)
-        .map(|p| p.0)
-        .collect();
+    let noise =
+        report.items.iter().position(|r| r.id == x.id).and_then(|i| profile.items.get(i)).map(|s| s.noise.clone()).unwrap_or_default();
+    let class_parts: Vec<FxHashMap<String, u64>> =
+        members.iter().map(|&i| profile.items.get(i).map(|s| s.noise.parts().into_iter().collect()).unwrap_or_default()).collect();
+    let mut kinds: Vec<String> = noise.parts().into_iter().filter(|p| p.1 > 0).map(|p| p.0).collect();
     for m in &class_parts {
         for (k, &ns) in m {
             if ns > 0 && !kinds.contains(k) {
@@ -143,27 +95,14 @@ pub fn explain_causes(
     let mut noise_shares: Vec<NoiseShare> = kinds
         .into_iter()
         .map(|kind| {
-            let mut v: Vec<u64> = class_parts
-                .iter()
-                .map(|m| m.get(&kind).copied().unwrap_or(0))
-                .collect();
+            let mut v: Vec<u64> = class_parts.iter().map(|m| m.get(&kind).copied().unwrap_or(0)).collect();
             let median_ns = crate::stats::median_u64(&mut v).unwrap_or(0);
             let ns = mine_parts.get(&kind).copied().unwrap_or(0);
-            NoiseShare {
-                kind,
-                ns,
-                median_ns,
-                excess_ns: ns as i64 - median_ns as i64,
-            }
+            NoiseShare { kind, ns, median_ns, excess_ns: ns as i64 - median_ns as i64 }
         })
         .filter(|s| s.ns > 0 || s.median_ns > 0)
         .collect();
-    noise_shares.sort_by(|a, b| {
-        b.excess_ns
-            .cmp(&a.excess_ns)
-            .then(b.ns.cmp(&a.ns))
-            .then(a.kind.cmp(&b.kind))
-    });
+    noise_shares.sort_by(|a, b| b.excess_ns.cmp(&a.excess_ns).then(b.ns.cmp(&a.ns)).then(a.kind.cmp(&b.kind)));
     CauseExplanation {
         noise,
         noise_shares,
@@ -215,27 +154,13 @@ pub struct Interference {
 
 /// Sums the causes of every item of `profile` (built over `report`'s items) by waker /
 /// preempter process, thread and item class.
-pub fn interference(
-    report: &crate::items::ItemsReport,
-    profile: &crate::stacks::StackProfile,
-) -> Interference {
-    let class_of: FxHashMap<u64, Option<String>> = report
-        .items
-        .iter()
-        .map(|i| (i.id, i.class.clone()))
-        .collect();
+pub fn interference(report: &crate::items::ItemsReport, profile: &crate::stacks::StackProfile) -> Interference {
+    let class_of: FxHashMap<u64, Option<String>> = report.items.iter().map(|i| (i.id, i.class.clone())).collect();
     type Key = (u32, Option<u32>, Option<Option<String>>, Option<IrqKind>);
-    let mut rows: FxHashMap<Key, (InterferenceRow, rustc_hash::FxHashSet<u64>)> =
-        FxHashMap::default();
+    let mut rows: FxHashMap<Key, (InterferenceRow, rustc_hash::FxHashSet<u64>)> = FxHashMap::default();
     let mut add = |key: Key, comm: &str, item: u64, blocked: u64, runnable: u64| {
         let (r, items) = rows.entry(key.clone()).or_insert_with(|| {
-            let r = InterferenceRow {
-                pid: key.0,
-                tid: key.1,
-                class: key.2.clone().flatten(),
-                irq: key.3,
-                ..Default::default()
-            };
+            let r = InterferenceRow { pid: key.0, tid: key.1, class: key.2.clone().flatten(), irq: key.3, ..Default::default() };
             (r, Default::default())
         });
         if r.comm.is_empty() {
@@ -267,10 +192,7 @@ pub fn interference(
             add((0, None, Some(class), None), "", c.id, 0, p.ns);
         }
     }
-    let mut out = Interference {
-        recorded: profile.cause_stats.recorded,
-        ..Default::default()
-    };
+    let mut out = Interference { recorded: profile.cause_stats.recorded, ..Default::default() };
     for ((_, tid, class, _), (mut r, items)) in rows {
         r.total_ns = r.blocked_ns.saturating_add(r.runnable_ns);
         r.items = items.len() as u64;

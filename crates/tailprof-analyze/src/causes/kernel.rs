@@ -44,50 +44,20 @@ pub fn irq_kind(frames: &[&str], idle: bool) -> Option<IrqKind> {
         "handle_edge_irq",
         "handle_fasteoi_irq",
     ];
-    let in_irq = idle
-        || frames
-            .iter()
-            .any(|f| IRQ_ENTRY.iter().any(|p| f.starts_with(p)));
+    let in_irq = idle || frames.iter().any(|f| IRQ_ENTRY.iter().any(|p| f.starts_with(p)));
     if !in_irq {
         return None;
     }
     let has = |ps: &[&str]| frames.iter().any(|f| ps.iter().any(|p| f.contains(p)));
-    Some(
-        if has(&[
-            "hrtimer",
-            "tick_sched",
-            "timerfd",
-            "it_real_fn",
-            "run_timer",
-            "call_timer_fn",
-            "apic_timer",
-        ]) {
-            IrqKind::Timer
-        } else if has(&[
-            "blk_mq",
-            "blk_update_request",
-            "bio_endio",
-            "scsi_",
-            "nvme_",
-            "virtblk",
-            "end_bio",
-        ]) {
-            IrqKind::Disk
-        } else if has(&[
-            "net_rx",
-            "napi",
-            "netif_receive",
-            "ip_rcv",
-            "tcp_v4_rcv",
-            "tcp_v6_rcv",
-            "virtnet",
-            "sock_def_readable",
-        ]) {
-            IrqKind::Network
-        } else {
-            IrqKind::Other
-        },
-    )
+    Some(if has(&["hrtimer", "tick_sched", "timerfd", "it_real_fn", "run_timer", "call_timer_fn", "apic_timer"]) {
+        IrqKind::Timer
+    } else if has(&["blk_mq", "blk_update_request", "bio_endio", "scsi_", "nvme_", "virtblk", "end_bio"]) {
+        IrqKind::Disk
+    } else if has(&["net_rx", "napi", "netif_receive", "ip_rcv", "tcp_v4_rcv", "tcp_v6_rcv", "virtnet", "sock_def_readable"]) {
+        IrqKind::Network
+    } else {
+        IrqKind::Other
+    })
 }
 
 /// What the kernel was doing in an on-CPU sample (on-CPU noise), from the sample's kernel
@@ -128,13 +98,7 @@ const HARDIRQ: &[&str] = &[
     "asm_exc_nmi",
     "exc_nmi",
 ];
-const SOFTIRQ: &[&str] = &[
-    "__do_softirq",
-    "handle_softirqs",
-    "do_softirq",
-    "do_softirq_own_stack",
-    "run_ksoftirqd",
-];
+const SOFTIRQ: &[&str] = &["__do_softirq", "handle_softirqs", "do_softirq", "do_softirq_own_stack", "run_ksoftirqd"];
 const PAGE_FAULT: &[&str] = &[
     "asm_exc_page_fault",
     "exc_page_fault",
@@ -148,40 +112,18 @@ const PAGE_FAULT: &[&str] = &[
 ];
 /// Prefixes of the function of one system call (x86-64, i386 compat, arm64, riscv, the
 /// generic wrappers, older kernels).
-const SYSCALL_FN: &[&str] = &[
-    "__x64_sys_",
-    "__ia32_sys_",
-    "__arm64_sys_",
-    "__riscv_sys_",
-    "__do_sys_",
-    "__se_sys_",
-    "SyS_",
-    "ksys_",
-];
+const SYSCALL_FN: &[&str] = &["__x64_sys_", "__ia32_sys_", "__arm64_sys_", "__riscv_sys_", "__do_sys_", "__se_sys_", "SyS_", "ksys_"];
 /// glibc's wrappers of one system call in user space (`__GI___libc_write`,
 /// `__libc_read`, `__GI___ioctl`, `__write_nocancel`): the call's name when the kernel
 /// stack shows only the entry (the call's own function inlined into the dispatcher).
 fn libc_wrapper_call(f: &str) -> Option<&str> {
-    let name = ["__GI___libc_", "__libc_", "__GI___", "__GI_"]
-        .iter()
-        .find_map(|p| f.strip_prefix(p))?;
+    let name = ["__GI___libc_", "__libc_", "__GI___", "__GI_"].iter().find_map(|p| f.strip_prefix(p))?;
     let name = name.strip_suffix("_nocancel").unwrap_or(name);
-    (!name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'))
-    .then_some(name)
+    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')).then_some(name)
 }
 /// The system-call entry (the call's own function may not be on the stack).
-const SYSCALL_ENTRY: &[&str] = &[
-    "do_syscall_64",
-    "entry_SYSCALL_64",
-    "x64_sys_call",
-    "do_el0_svc",
-    "el0_svc",
-    "do_fast_syscall_32",
-    "do_int80_syscall_32",
-];
+const SYSCALL_ENTRY: &[&str] =
+    &["do_syscall_64", "entry_SYSCALL_64", "x64_sys_call", "do_el0_svc", "el0_svc", "do_fast_syscall_32", "do_int80_syscall_32"];
 
 /// What the kernel part of a sample was doing: `frames` are its kernel frames, root
 /// first, each with whether it has a real name (a kernel symbol). The innermost frame
@@ -191,10 +133,7 @@ const SYSCALL_ENTRY: &[&str] = &[
 /// is not on the kernel stack is named by `user_caller` (the innermost user frame) when
 /// that is a glibc wrapper of one call (`__GI___libc_write` → `write`). `None`: no kernel
 /// frames.
-pub fn kernel_work<'a>(
-    frames: &[(&'a str, bool)],
-    user_caller: Option<&'a str>,
-) -> Option<KernelWork<'a>> {
+pub fn kernel_work<'a>(frames: &[(&'a str, bool)], user_caller: Option<&'a str>) -> Option<KernelWork<'a>> {
     if frames.is_empty() {
         return None;
     }
@@ -277,33 +216,21 @@ impl Noise {
                     s.ns += ns;
                     s.samples += n;
                 }
-                None => self.syscalls.push(SyscallTime {
-                    name: name.to_owned(),
-                    ns,
-                    samples: n,
-                }),
+                None => self.syscalls.push(SyscallTime { name: name.to_owned(), ns, samples: n }),
             },
         }
     }
 
     pub(crate) fn sort(&mut self) {
-        self.syscalls
-            .sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
+        self.syscalls.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.name.cmp(&b.name)));
     }
 
     /// The kinds with time, as (`hardirq`|`softirq`|`page_fault`|`syscall:NAME`|
     /// `other_kernel`|`unknown_kernel`, ns).
     pub fn parts(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<(String, u64)> = vec![
-            ("hardirq".into(), self.hardirq_ns),
-            ("softirq".into(), self.softirq_ns),
-            ("page_fault".into(), self.page_fault_ns),
-        ];
-        v.extend(
-            self.syscalls
-                .iter()
-                .map(|s| (format!("syscall:{}", s.name), s.ns)),
-        );
+        let mut v: Vec<(String, u64)> =
+            vec![("hardirq".into(), self.hardirq_ns), ("softirq".into(), self.softirq_ns), ("page_fault".into(), self.page_fault_ns)];
+        v.extend(self.syscalls.iter().map(|s| (format!("syscall:{}", s.name), s.ns)));
         v.push(("other_kernel".into(), self.other_kernel_ns));
         v.push(("unknown_kernel".into(), self.unknown_kernel_ns));
         v
@@ -317,28 +244,9 @@ mod tests {
     #[test]
     fn irq_kinds_from_kernel_frames() {
         assert_eq!(irq_kind(&["futex_wake", "wake_up_q"], false), None);
-        assert_eq!(
-            irq_kind(
-                &[
-                    "asm_sysvec_apic_timer_interrupt",
-                    "hrtimer_interrupt",
-                    "hrtimer_wakeup"
-                ],
-                false
-            ),
-            Some(IrqKind::Timer)
-        );
-        assert_eq!(
-            irq_kind(
-                &["common_interrupt", "blk_mq_complete_request", "bio_endio"],
-                false
-            ),
-            Some(IrqKind::Disk)
-        );
-        assert_eq!(
-            irq_kind(&["__do_softirq", "net_rx_action", "napi_poll"], false),
-            Some(IrqKind::Network)
-        );
+        assert_eq!(irq_kind(&["asm_sysvec_apic_timer_interrupt", "hrtimer_interrupt", "hrtimer_wakeup"], false), Some(IrqKind::Timer));
+        assert_eq!(irq_kind(&["common_interrupt", "blk_mq_complete_request", "bio_endio"], false), Some(IrqKind::Disk));
+        assert_eq!(irq_kind(&["__do_softirq", "net_rx_action", "napi_poll"], false), Some(IrqKind::Network));
         assert_eq!(irq_kind(&[], true), Some(IrqKind::Other));
     }
 
@@ -349,17 +257,8 @@ mod tests {
     #[test]
     fn kernel_work_innermost_context_wins() {
         assert_eq!(kernel_work(&[], None), None);
-        let getppid = named(&[
-            "entry_SYSCALL_64_after_hwframe",
-            "do_syscall_64",
-            "x64_sys_call",
-            "__x64_sys_getppid",
-            "__task_pid_nr_ns",
-        ]);
-        assert_eq!(
-            kernel_work(&getppid, None),
-            Some(KernelWork::Syscall("getppid"))
-        );
+        let getppid = named(&["entry_SYSCALL_64_after_hwframe", "do_syscall_64", "x64_sys_call", "__x64_sys_getppid", "__task_pid_nr_ns"]);
+        assert_eq!(kernel_work(&getppid, None), Some(KernelWork::Syscall("getppid")));
         // A page fault while copying to user space in `read`: page-fault time.
         let fault_in_read = named(&[
             "entry_SYSCALL_64",
@@ -373,17 +272,8 @@ mod tests {
             "handle_mm_fault",
             "clear_page_erms",
         ]);
-        assert_eq!(
-            kernel_work(&fault_in_read, None),
-            Some(KernelWork::PageFault)
-        );
-        let user_fault = named(&[
-            "asm_exc_page_fault",
-            "exc_page_fault",
-            "do_user_addr_fault",
-            "handle_mm_fault",
-            "clear_page_erms",
-        ]);
+        assert_eq!(kernel_work(&fault_in_read, None), Some(KernelWork::PageFault));
+        let user_fault = named(&["asm_exc_page_fault", "exc_page_fault", "do_user_addr_fault", "handle_mm_fault", "clear_page_erms"]);
         assert_eq!(kernel_work(&user_fault, None), Some(KernelWork::PageFault));
         // An interrupt during a system call: interrupt time; its softirq: softirq time.
         let irq = named(&[
@@ -406,47 +296,19 @@ mod tests {
         ]);
         assert_eq!(kernel_work(&soft, None), Some(KernelWork::SoftIrq));
         // The entry without the call's own function: a system call of unknown name.
-        let entry_only = named(&[
-            "entry_SYSCALL_64",
-            "do_syscall_64",
-            "syscall_exit_to_user_mode",
-        ]);
-        assert_eq!(
-            kernel_work(&entry_only, None),
-            Some(KernelWork::Syscall("?"))
-        );
+        let entry_only = named(&["entry_SYSCALL_64", "do_syscall_64", "syscall_exit_to_user_mode"]);
+        assert_eq!(kernel_work(&entry_only, None), Some(KernelWork::Syscall("?")));
         // ... named by glibc's wrapper of one call, not by a generic `syscall()`.
-        assert_eq!(
-            kernel_work(&entry_only, Some("__GI___libc_write")),
-            Some(KernelWork::Syscall("write"))
-        );
-        assert_eq!(
-            kernel_work(&entry_only, Some("__read_nocancel")),
-            Some(KernelWork::Syscall("?"))
-        );
-        assert_eq!(
-            kernel_work(&entry_only, Some("__libc_read")),
-            Some(KernelWork::Syscall("read"))
-        );
-        assert_eq!(
-            kernel_work(&entry_only, Some("syscall")),
-            Some(KernelWork::Syscall("?"))
-        );
+        assert_eq!(kernel_work(&entry_only, Some("__GI___libc_write")), Some(KernelWork::Syscall("write")));
+        assert_eq!(kernel_work(&entry_only, Some("__read_nocancel")), Some(KernelWork::Syscall("?")));
+        assert_eq!(kernel_work(&entry_only, Some("__libc_read")), Some(KernelWork::Syscall("read")));
+        assert_eq!(kernel_work(&entry_only, Some("syscall")), Some(KernelWork::Syscall("?")));
         // ksys_ functions are named after their call.
         assert_eq!(
-            kernel_work(
-                &named(&["do_syscall_64", "x64_sys_call", "ksys_write", "vfs_write"]),
-                None
-            ),
+            kernel_work(&named(&["do_syscall_64", "x64_sys_call", "ksys_write", "vfs_write"]), None),
             Some(KernelWork::Syscall("write"))
         );
-        assert_eq!(
-            kernel_work(
-                &named(&["ret_from_fork_asm", "kthread", "worker_thread"]),
-                None
-            ),
-            Some(KernelWork::Other)
-        );
+        assert_eq!(kernel_work(&named(&["ret_from_fork_asm", "kthread", "worker_thread"]), None), Some(KernelWork::Other));
     }
 
     #[test]
@@ -455,15 +317,9 @@ mod tests {
         let none = [("[kernel]", false), ("[kernel]", false)];
         assert_eq!(kernel_work(&none, None), Some(KernelWork::Unknown));
         // A placeholder that happens to look like a syscall function is not trusted.
-        assert_eq!(
-            kernel_work(&[("__x64_sys_write", false)], Some("__GI___libc_write")),
-            Some(KernelWork::Unknown)
-        );
+        assert_eq!(kernel_work(&[("__x64_sys_write", false)], Some("__GI___libc_write")), Some(KernelWork::Unknown));
         // A named frame still says what it knows.
-        assert_eq!(
-            kernel_work(&[("[kernel]", false), ("exc_page_fault", true)], None),
-            Some(KernelWork::PageFault)
-        );
+        assert_eq!(kernel_work(&[("[kernel]", false), ("exc_page_fault", true)], None), Some(KernelWork::PageFault));
     }
 
     #[test]

@@ -43,13 +43,7 @@ pub struct SpanCauses {
 /// requests are known only at their end, so it explains them from the records it kept),
 /// without the critical path. The thread is taken to be on CPU at `begin` (it wrote the
 /// begin marker). At most [`MAX_VISITS`] records are looked at.
-pub fn span_causes(
-    tid: u32,
-    begin: u64,
-    end: u64,
-    switches: &[Switch],
-    wakeups: &[Wakeup],
-) -> SpanCauses {
+pub fn span_causes(tid: u32, begin: u64, end: u64, switches: &[Switch], wakeups: &[Wakeup]) -> SpanCauses {
     let mut woken: Vec<(SpanWaker, u64)> = Vec::new();
     let mut ran: Vec<SpanPreempter> = Vec::new();
     let mut budget = MAX_VISITS;
@@ -64,33 +58,19 @@ pub fn span_causes(
             let lo = wakeups.partition_point(|w| w.time < since);
             let hi = wakeups.partition_point(|w| w.time <= until);
             *budget = budget.saturating_sub(hi - lo);
-            let Some(k) = (lo..hi)
-                .rev()
-                .find(|&k| wakeups[k].wakee_tid == tid && wakeups[k].tid != tid)
-            else {
+            let Some(k) = (lo..hi).rev().find(|&k| wakeups[k].wakee_tid == tid && wakeups[k].tid != tid) else {
                 return;
             };
             let w = &wakeups[k];
             let ns = w.time.min(e).saturating_sub(b).max(1);
-            match woken
-                .iter_mut()
-                .find(|x| x.0.tid == w.tid && x.0.pid == w.pid)
-            {
+            match woken.iter_mut().find(|x| x.0.tid == w.tid && x.0.pid == w.pid) {
                 Some((x, largest)) => {
                     x.ns = x.ns.saturating_add(ns);
                     if ns > *largest {
                         (x.largest, *largest) = (k, ns);
                     }
                 }
-                None => woken.push((
-                    SpanWaker {
-                        pid: w.pid,
-                        tid: w.tid,
-                        ns,
-                        largest: k,
-                    },
-                    ns,
-                )),
+                None => woken.push((SpanWaker { pid: w.pid, tid: w.tid, ns, largest: k }, ns)),
             }
         } else {
             // Who ran on `cpu` in [b, e): each switch-in there (or the next task a
@@ -152,10 +132,8 @@ pub fn span_causes(
         visited: MAX_VISITS - budget,
         cut: budget == 0,
     };
-    out.woken_by
-        .sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
-    out.preempted_by
-        .sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+    out.woken_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
+    out.preempted_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
     out
 }
 

@@ -71,14 +71,7 @@ pub fn span_critical_paths<K: Copy + Ord>(
     wakeups: &[Wakeup],
     samples: &mut SampleKeys<'_, K>,
 ) -> SpanPaths<K> {
-    let mut w = Walk {
-        switches,
-        wakeups,
-        samples,
-        budget: MAX_VISITS,
-        cut: false,
-        keys: Vec::new(),
-    };
+    let mut w = Walk { switches, wakeups, samples, budget: MAX_VISITS, cut: false, keys: Vec::new() };
     let mut wakers: Vec<(u32, u32, Acc<K>)> = Vec::new();
     // The span's blocked intervals (its thread is on CPU at `begin`).
     let mut off: Option<(u64, SwitchKind)> = None;
@@ -131,16 +124,9 @@ pub fn span_critical_paths<K: Copy + Ord>(
         wakers: wakers
             .into_iter()
             .map(|(pid, tid, acc)| {
-                let mut parts: Vec<PathPart<K>> = acc
-                    .into_iter()
-                    .filter(|&(_, ns)| ns > 0)
-                    .map(|((state, stack), ns)| PathPart { state, stack, ns })
-                    .collect();
-                parts.sort_by(|a, b| {
-                    b.ns.cmp(&a.ns)
-                        .then(a.state.cmp(&b.state))
-                        .then(a.stack.cmp(&b.stack))
-                });
+                let mut parts: Vec<PathPart<K>> =
+                    acc.into_iter().filter(|&(_, ns)| ns > 0).map(|((state, stack), ns)| PathPart { state, stack, ns }).collect();
+                parts.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.state.cmp(&b.state)).then(a.stack.cmp(&b.stack)));
                 WakerPath { pid, tid, parts }
             })
             .collect(),
@@ -168,9 +154,7 @@ impl<K: Copy + Ord> Walk<'_, '_, K> {
         if !self.visit(hi - lo) {
             return None;
         }
-        (lo..hi)
-            .rev()
-            .find(|&k| self.wakeups[k].wakee_tid == tid && self.wakeups[k].tid != tid)
+        (lo..hi).rev().find(|&k| self.wakeups[k].wakee_tid == tid && self.wakeups[k].tid != tid)
     }
 
     /// What `tid` did in `[b, e)`, added to `out`.
@@ -232,9 +216,7 @@ impl<K: Copy + Ord> Walk<'_, '_, K> {
                 *out.entry((PathState::Runnable, None)).or_default() += o;
                 continue;
             }
-            let waker = self
-                .waker_of(tid, ob, oe)
-                .map(|k| (self.wakeups[k].tid, self.wakeups[k].time));
+            let waker = self.waker_of(tid, ob, oe).map(|k| (self.wakeups[k].tid, self.wakeups[k].time));
             match waker {
                 Some((wt, woke_at)) if wt != 0 && depth < MAX_DEPTH => {
                     // Blocked until `woke_at`, then waiting for a CPU.
@@ -272,11 +254,7 @@ impl<K: Copy + Ord> Walk<'_, '_, K> {
                 let n = keys.len() as u128;
                 let mut given = 0u64;
                 for (i, &(k, c)) in counts.iter().enumerate() {
-                    let part = if i + 1 == counts.len() {
-                        cpu - given
-                    } else {
-                        (cpu as u128 * c as u128 / n) as u64
-                    };
+                    let part = if i + 1 == counts.len() { cpu - given } else { (cpu as u128 * c as u128 / n) as u64 };
                     given += part;
                     *out.entry((PathState::Cpu, Some(k))).or_default() += part;
                 }
@@ -316,23 +294,11 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn sw(time: u64, tid: u32, kind: SwitchKind) -> Switch {
-        Switch {
-            time,
-            pid: tid,
-            tid,
-            kind,
-            ..Switch::default()
-        }
+        Switch { time, pid: tid, tid, kind, ..Switch::default() }
     }
 
     fn wake(time: u64, waker: u32, wakee: u32) -> Wakeup {
-        Wakeup {
-            time,
-            pid: waker,
-            tid: waker,
-            wakee_tid: wakee,
-            ..Wakeup::default()
-        }
+        Wakeup { time, pid: waker, tid: waker, wakee_tid: wakee, ..Wakeup::default() }
     }
 
     /// Request thread 1 blocks 2..20 ms until worker 2 wakes it at 18 ms; the worker was
@@ -347,28 +313,16 @@ mod tests {
             sw(20 * MS, 1, SwitchKind::In),
         ];
         let wakeups = vec![wake(3 * MS, 3, 2), wake(18 * MS, 2, 1)];
-        let samples = [
-            (6 * MS, 2u32, 7u32),
-            (9 * MS, 2, 7),
-            (12 * MS, 2, 8),
-            (15 * MS, 2, 7),
-            (13 * MS, 3, 9),
-        ];
+        let samples = [(6 * MS, 2u32, 7u32), (9 * MS, 2, 7), (12 * MS, 2, 8), (15 * MS, 2, 7), (13 * MS, 3, 9)];
         let mut cb = |t: u32, b: u64, e: u64, out: &mut Vec<u32>| {
-            out.extend(
-                samples
-                    .iter()
-                    .filter(|s| s.1 == t && s.0 >= b && s.0 < e)
-                    .map(|s| s.2),
-            );
+            out.extend(samples.iter().filter(|s| s.1 == t && s.0 >= b && s.0 < e).map(|s| s.2));
         };
         let p = span_critical_paths(1, MS, 30 * MS, &switches, &wakeups, &mut cb);
         assert!(!p.cut);
         assert_eq!(p.wakers.len(), 1);
         let w = &p.wakers[0];
         assert_eq!((w.pid, w.tid), (2, 2));
-        let got: Vec<(PathState, Option<u32>, u64)> =
-            w.parts.iter().map(|x| (x.state, x.stack, x.ns)).collect();
+        let got: Vec<(PathState, Option<u32>, u64)> = w.parts.iter().map(|x| (x.state, x.stack, x.ns)).collect();
         // Wait 2..18 ms = 16 ms: blocked until 3 ms (thread 3 on CPU then: its sample at
         // 13 ms is outside 2..3 ms), runnable 3..5 ms (woken at 3, in at 5), CPU 13 ms
         // split 3:1 over stacks 7 and 8.

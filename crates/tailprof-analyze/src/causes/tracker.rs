@@ -12,18 +12,8 @@ use crate::offcpu::{OffInterval, OffState};
 
 #[derive(Debug, Clone, Copy)]
 enum Ev {
-    Cpu {
-        t: u64,
-        path: u32,
-    },
-    Off {
-        b: u64,
-        e: u64,
-        state: OffState,
-        path: u32,
-        waker: u32,
-        woke_at: u64,
-    },
+    Cpu { t: u64, path: u32 },
+    Off { b: u64, e: u64, state: OffState, path: u32, waker: u32, woke_at: u64 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -80,10 +70,7 @@ impl CauseTracker {
             edges: timeline.then(Vec::new),
             on: causes.is_some(),
             cpu_switch_extra: causes.is_some_and(|c| c.contains("cpu_switch")),
-            stats: CauseStats {
-                recorded: causes.is_some(),
-                ..Default::default()
-            },
+            stats: CauseStats { recorded: causes.is_some(), ..Default::default() },
             ..Default::default()
         }
     }
@@ -122,15 +109,7 @@ impl CauseTracker {
         }
         self.stats.wakeups += 1;
         if w.wakee_tid != w.tid {
-            self.wake.insert(
-                w.wakee_tid,
-                Wake {
-                    time: w.time,
-                    pid: w.pid,
-                    tid: w.tid,
-                    path,
-                },
-            );
+            self.wake.insert(w.wakee_tid, Wake { time: w.time, pid: w.pid, tid: w.tid, path });
         }
     }
 
@@ -167,28 +146,17 @@ impl CauseTracker {
     /// A closed off-CPU interval of a thread, `path` its stack's path; `items` the items
     /// of its thread it overlaps (index, the item's begin and end): each is explained for
     /// its part of the interval only.
-    pub fn interval(
-        &mut self,
-        iv: &OffInterval,
-        path: u32,
-        items: &[(u32, u64, u64)],
-        item_at: &dyn Fn(u32, u64) -> u32,
-    ) {
+    pub fn interval(&mut self, iv: &OffInterval, path: u32, items: &[(u32, u64, u64)], item_at: &dyn Fn(u32, u64) -> u32) {
         if !self.on {
             return;
         }
-        let wake = self
-            .wake
-            .remove(&iv.tid)
-            .filter(|w| w.time >= iv.begin_ns && w.time <= iv.end_ns);
+        let wake = self.wake.remove(&iv.tid).filter(|w| w.time >= iv.begin_ns && w.time <= iv.end_ns);
         let (waker, woke_at) = match (&wake, iv.state) {
             (Some(w), OffState::Blocked) => (w.tid, w.time),
             _ => (u32::MAX, 0),
         };
         let out_cpu = self.out_cpu.remove(&iv.tid);
-        if let (Some(e), Some(w), false, OffState::Blocked) =
-            (&mut self.edges, &wake, items.is_empty(), iv.state)
-        {
+        if let (Some(e), Some(w), false, OffState::Blocked) = (&mut self.edges, &wake, items.is_empty(), iv.state) {
             if e.len() < MAX_WAKE_EDGES {
                 e.push(WakeEdge {
                     time_ns: w.time,
@@ -203,11 +171,7 @@ impl CauseTracker {
         for &(idx, ib, ie) in items {
             // The part of the interval inside the item (an interval may begin before it,
             // e.g. when off-CPU recording started at the first marker, or end after it).
-            let part = OffInterval {
-                begin_ns: iv.begin_ns.max(ib),
-                end_ns: iv.end_ns.min(ie),
-                ..*iv
-            };
+            let part = OffInterval { begin_ns: iv.begin_ns.max(ib), end_ns: iv.end_ns.min(ie), ..*iv };
             if part.end_ns <= part.begin_ns {
                 continue;
             }
@@ -217,10 +181,7 @@ impl CauseTracker {
                     // ended first, or the wakeup was before it began).
                     Some(w) if w.time > part.begin_ns => {
                         self.stats.blocked_explained += 1;
-                        let w = Wake {
-                            time: w.time.min(part.end_ns),
-                            ..*w
-                        };
+                        let w = Wake { time: w.time.min(part.end_ns), ..*w };
                         self.explain_blocked(idx, &part, &w, item_at);
                     }
                     _ => self.stats.blocked_unexplained += 1,
@@ -232,34 +193,14 @@ impl CauseTracker {
                 }
             }
         }
-        self.push(
-            iv.tid,
-            Ev::Off {
-                b: iv.begin_ns,
-                e: iv.end_ns,
-                state: iv.state,
-                path,
-                waker,
-                woke_at,
-            },
-        );
+        self.push(iv.tid, Ev::Off { b: iv.begin_ns, e: iv.end_ns, state: iv.state, path, waker, woke_at });
     }
 
-    fn explain_blocked(
-        &mut self,
-        idx: u32,
-        iv: &OffInterval,
-        w: &Wake,
-        item_at: &dyn Fn(u32, u64) -> u32,
-    ) {
+    fn explain_blocked(&mut self, idx: u32, iv: &OffInterval, w: &Wake, item_at: &dyn Fn(u32, u64) -> u32) {
         // The blocked time this wakeup ended: from the switch-out to the wakeup (after
         // it, the thread waited for a CPU).
         let ns = w.time.saturating_sub(iv.begin_ns).max(1);
-        let waker_item = if w.tid == 0 {
-            NO_ITEM
-        } else {
-            item_at(w.tid, w.time)
-        };
+        let waker_item = if w.tid == 0 { NO_ITEM } else { item_at(w.tid, w.time) };
         let mut during = std::mem::take(&mut self.scratch_during);
         during.clear();
         if w.tid != 0 {
@@ -283,15 +224,7 @@ impl CauseTracker {
     /// What `tid` did in `[b, e)`: off-CPU intervals by state (blocked ones that another
     /// thread's wakeup ended explained by that thread, to [`MAX_DEPTH`]), the rest of the
     /// window on CPU, split over its samples' stacks.
-    fn critical_path(
-        &mut self,
-        tid: u32,
-        b: u64,
-        e: u64,
-        depth: u32,
-        budget: &mut usize,
-        out: &mut FxHashMap<(PathState, u32), u64>,
-    ) {
+    fn critical_path(&mut self, tid: u32, b: u64, e: u64, depth: u32, budget: &mut usize, out: &mut FxHashMap<(PathState, u32), u64>) {
         if e <= b {
             return;
         }
@@ -322,14 +255,7 @@ impl CauseTracker {
                         nsamples += 1;
                     }
                 }
-                Ev::Off {
-                    b: ob,
-                    e: oe,
-                    state,
-                    path,
-                    waker,
-                    woke_at,
-                } => {
+                Ev::Off { b: ob, e: oe, state, path, waker, woke_at } => {
                     if oe < b {
                         break;
                     }
@@ -339,15 +265,8 @@ impl CauseTracker {
                     }
                     off += o;
                     match state {
-                        OffState::Runnable => {
-                            *out.entry((PathState::Runnable, path)).or_default() += o
-                        }
-                        OffState::Blocked
-                            if waker != u32::MAX
-                                && waker != 0
-                                && waker != tid
-                                && depth < MAX_DEPTH =>
-                        {
+                        OffState::Runnable => *out.entry((PathState::Runnable, path)).or_default() += o,
+                        OffState::Blocked if waker != u32::MAX && waker != 0 && waker != tid && depth < MAX_DEPTH => {
                             // Blocked until `woke_at`, then waiting for a CPU.
                             let wb = ob.max(b);
                             let we = woke_at.min(e).max(wb);
@@ -357,9 +276,7 @@ impl CauseTracker {
                                 *out.entry((PathState::Runnable, path)).or_default() += tail;
                             }
                         }
-                        OffState::Blocked => {
-                            *out.entry((PathState::Blocked, path)).or_default() += o
-                        }
+                        OffState::Blocked => *out.entry((PathState::Blocked, path)).or_default() += o,
                     }
                 }
             }
@@ -377,11 +294,7 @@ impl CauseTracker {
                 let v = &mut samples;
                 v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 for (i, &(path, n)) in v.iter().enumerate() {
-                    let part = if i + 1 == v.len() {
-                        cpu - given
-                    } else {
-                        (cpu as u128 * n as u128 / nsamples as u128) as u64
-                    };
+                    let part = if i + 1 == v.len() { cpu - given } else { (cpu as u128 * n as u128 / nsamples as u128) as u64 };
                     given += part;
                     *out.entry((PathState::Cpu, path)).or_default() += part;
                 }
@@ -400,13 +313,7 @@ impl CauseTracker {
         }
     }
 
-    fn explain_runnable(
-        &mut self,
-        idx: u32,
-        iv: &OffInterval,
-        cpu: u32,
-        item_at: &dyn Fn(u32, u64) -> u32,
-    ) {
+    fn explain_runnable(&mut self, idx: u32, iv: &OffInterval, cpu: u32, item_at: &dyn Fn(u32, u64) -> u32) {
         if !self.cpus.contains_key(&cpu) {
             return;
         }
@@ -470,17 +377,11 @@ impl CauseTracker {
     ) -> (Vec<ItemCauses>, CauseStats) {
         // A thread without a COMM record of its own has its process's name (threads
         // inherit it; the kernel writes COMM only on exec and renames).
-        let comm = |tid: u32| {
-            self.comms
-                .get(&tid)
-                .or_else(|| self.pids.get(&tid).and_then(|p| self.comms.get(p)))
-                .cloned()
-                .unwrap_or_default()
-        };
+        let comm =
+            |tid: u32| self.comms.get(&tid).or_else(|| self.pids.get(&tid).and_then(|p| self.comms.get(p))).cloned().unwrap_or_default();
         let mut out: Vec<ItemCauses> = Vec::new();
         // Names and interrupt kinds of the wakers' stacks, once per (path, idle).
-        let mut waker_stacks: FxHashMap<(u32, bool), (Vec<String>, Option<IrqKind>)> =
-            FxHashMap::default();
+        let mut waker_stacks: FxHashMap<(u32, bool), (Vec<String>, Option<IrqKind>)> = FxHashMap::default();
         // An item's critical-path entries, by waker tid (reused).
         let mut during_of: Vec<((u32, PathState, u32), u64)> = Vec::new();
         for (idx, _) in self.touched.iter().enumerate().filter(|t| *t.1) {
@@ -495,11 +396,7 @@ impl CauseTracker {
                     let (frames, irq) = waker_stacks
                         .entry((r.largest.1, r.largest.3))
                         .or_insert_with(|| {
-                            let frames = if r.largest.1 == NO_PATH {
-                                Vec::new()
-                            } else {
-                                of_path(r.largest.1)
-                            };
+                            let frames = if r.largest.1 == NO_PATH { Vec::new() } else { of_path(r.largest.1) };
                             let names: Vec<&str> = frames.iter().map(String::as_str).collect();
                             let irq = irq_kind(&names, r.largest.3);
                             (frames, irq)
@@ -517,17 +414,9 @@ impl CauseTracker {
                     let mut during: Vec<During> = during_of[lo..hi]
                         .iter()
                         .filter(|&&(_, ns)| ns > 0 && irq.is_none())
-                        .map(|&((_, state, p), ns)| During {
-                            state,
-                            ns,
-                            frames: if p == NO_PATH { Vec::new() } else { of_path(p) },
-                        })
+                        .map(|&((_, state, p), ns)| During { state, ns, frames: if p == NO_PATH { Vec::new() } else { of_path(p) } })
                         .collect();
-                    during.sort_by(|a, b| {
-                        b.ns.cmp(&a.ns)
-                            .then(a.state.cmp(&b.state))
-                            .then(a.frames.cmp(&b.frames))
-                    });
+                    during.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.state.cmp(&b.state)).then(a.frames.cmp(&b.frames)));
                     WokenBy {
                         at_ns: r.largest_at,
                         ns: r.ns,
@@ -548,9 +437,7 @@ impl CauseTracker {
             // order.
             let mut kept = 0;
             for i in 0..woken_by.len() {
-                let same = woken_by[i]
-                    .irq
-                    .and_then(|k| woken_by[..kept].iter().position(|m| m.irq == Some(k)));
+                let same = woken_by[i].irq.and_then(|k| woken_by[..kept].iter().position(|m| m.irq == Some(k)));
                 match same {
                     Some(j) => woken_by[j].ns = woken_by[j].ns.saturating_add(woken_by[i].ns),
                     None => {
@@ -573,11 +460,7 @@ impl CauseTracker {
                 })
                 .collect();
             preempted_by.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tid.cmp(&b.tid)));
-            out.push(ItemCauses {
-                id: span(idx).0,
-                woken_by,
-                preempted_by,
-            });
+            out.push(ItemCauses { id: span(idx).0, woken_by, preempted_by });
         }
         out.sort_by_key(|c| c.id);
         (out, self.stats)

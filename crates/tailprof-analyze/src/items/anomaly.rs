@@ -17,9 +17,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::stats::median_u64;
 use super::explain::{class_baseline, diffs, pick_responsible};
 use super::{ClassStats, ItemsOptions, ItemsReport};
+use crate::stats::median_u64;
 
 /// Classes with fewer items are never flagged (no robust median to compare with).
 pub const MIN_CLASS_ITEMS: usize = 3;
@@ -68,13 +68,7 @@ pub fn flag_anomalies(report: &mut ItemsReport, opts: &ItemsOptions) {
                 report.items[*i].responsible = r;
             }
         }
-        report.classes.push(ClassStats {
-            class,
-            items: idx.len(),
-            median_duration_ns: median,
-            mad_ns: mad,
-            anomalous: flagged.len(),
-        });
+        report.classes.push(ClassStats { class, items: idx.len(), median_duration_ns: median, mad_ns: mad, anomalous: flagged.len() });
     }
 }
 

@@ -66,9 +66,7 @@ impl ItemSelection {
     pub fn matches(&self, it: &ItemRow) -> bool {
         (!self.slow_only || it.anomalous)
             && (self.only.is_empty() || self.only.contains(&it.id))
-            && self
-                .trace_id
-                .is_none_or(|t| it.trace_id.as_deref() == Some(super::hex_id(&t).as_str()))
+            && self.trace_id.is_none_or(|t| it.trace_id.as_deref() == Some(super::hex_id(&t).as_str()))
     }
 }
 
@@ -329,17 +327,9 @@ impl<A: Sink, B: Sink> Sink for Both<'_, A, B> {
 /// The items document of a trace (see the module docs). Fails like
 /// [`super::items_report`], and with [`AnalyzeError::NoSuchItem`] for `--explain` of an
 /// unknown id.
-pub fn document(
-    reader: &mut TraceReader,
-    q: &ItemsQuery,
-    symbolizer: &mut Symbolizer,
-) -> Result<ItemsDocument, AnalyzeError> {
+pub fn document(reader: &mut TraceReader, q: &ItemsQuery, symbolizer: &mut Symbolizer) -> Result<ItemsDocument, AnalyzeError> {
     let mut join = ItemsJoin::new(reader.header(), &q.options)?;
-    let mut memory = if q.memory && q.explain.is_none() {
-        item_memory_builder(reader.header()).map_err(Box::new)?
-    } else {
-        None
-    };
+    let mut memory = if q.memory && q.explain.is_none() { item_memory_builder(reader.header()).map_err(Box::new)? } else { None };
     match &mut memory {
         Some(m) => reader.read_all(&mut Both(&mut join, m))?,
         None => reader.read_all(&mut join)?,
@@ -358,33 +348,19 @@ pub fn document(
         let functions = explain(&report, id)?;
         let stacks = explain_stacks(&report, &profile, id)?;
         let causes = CauseSection(explain_causes(&report, &profile, &stacks));
-        return Ok(ItemsDocument::Explain(Box::new(ItemExplain {
-            functions,
-            stacks,
-            causes,
-            losses,
-        })));
+        return Ok(ItemsDocument::Explain(Box::new(ItemExplain { functions, stacks, causes, losses })));
     }
     if let Some(t) = q.selection.trace_id {
         if !report.items.iter().any(|it| q.selection.matches(it)) {
             let with_trace = report.items.iter().filter(|r| r.trace_id.is_some()).count();
-            return Err(AnalyzeError::NoSuchTraceId {
-                trace_id: super::hex_id(&t),
-                with_trace,
-            });
+            return Err(AnalyzeError::NoSuchTraceId { trace_id: super::hex_id(&t), with_trace });
         }
     }
     let memory = match memory {
         Some(m) => crate::bandwidth::finish_item_memory(m).map_err(Box::new)?,
         None => None,
     };
-    Ok(ItemsDocument::List(Box::new(item_list(
-        report,
-        &profile,
-        &q.selection,
-        memory.as_deref(),
-        losses,
-    ))))
+    Ok(ItemsDocument::List(Box::new(item_list(report, &profile, &q.selection, memory.as_deref(), losses))))
 }
 
 /// The slow requests the agent retained in `reader`'s store (`items --store`), only those
@@ -406,11 +382,8 @@ pub fn stored(
         // `--trace-id ID`: the retained requests of that trace (a request is retained only
         // when slow, so a trace's fast requests are not in the store).
         if items.items.is_empty() {
-            let with_trace = crate::store_query::stored_items(reader, host, from_us, to_us, class)
-                .items
-                .iter()
-                .filter(|i| i.trace_id.is_some())
-                .count();
+            let with_trace =
+                crate::store_query::stored_items(reader, host, from_us, to_us, class).items.iter().filter(|i| i.trace_id.is_some()).count();
             return Err(AnalyzeError::NoSuchStoredTraceId { trace_id, with_trace });
         }
     }
@@ -427,9 +400,7 @@ pub fn stored(
 /// Indices of the items `sel` lists, in its order and at most `top`, and how many match
 /// before `top`.
 pub fn select(report: &ItemsReport, sel: &ItemSelection) -> (Vec<usize>, usize) {
-    let mut v: Vec<usize> = (0..report.items.len())
-        .filter(|&i| sel.matches(&report.items[i]))
-        .collect();
+    let mut v: Vec<usize> = (0..report.items.len()).filter(|&i| sel.matches(&report.items[i])).collect();
     let items = &report.items;
     v.sort_by(|&a, &b| {
         let (a, b) = (&items[a], &items[b]);
@@ -460,21 +431,11 @@ fn item_list(
     // Per-item stacks and causes are looked up by item id, the last item of an id
     // winning, as the JSON merge this replaces did (ids repeat across processes: such
     // items show the stack figures of the last one; kept so the output is unchanged).
-    let by_id: FxHashMap<u64, usize> = report
-        .items
-        .iter()
-        .enumerate()
-        .map(|(i, it)| (it.id, i))
-        .collect();
-    let causes: Option<FxHashMap<u64, &crate::causes::ItemCauses>> = profile
-        .cause_stats
-        .recorded
-        .then(|| profile.causes.iter().map(|c| (c.id, c)).collect());
-    let mem: FxHashMap<(u32, u32, u64, u64), &ItemBandwidth> = memory
-        .unwrap_or(&[])
-        .iter()
-        .map(|m| ((m.pid, m.tid, m.id, m.begin_ns), m))
-        .collect();
+    let by_id: FxHashMap<u64, usize> = report.items.iter().enumerate().map(|(i, it)| (it.id, i)).collect();
+    let causes: Option<FxHashMap<u64, &crate::causes::ItemCauses>> =
+        profile.cause_stats.recorded.then(|| profile.causes.iter().map(|c| (c.id, c)).collect());
+    let mem: FxHashMap<(u32, u32, u64, u64), &ItemBandwidth> =
+        memory.unwrap_or(&[]).iter().map(|m| ((m.pid, m.tid, m.id, m.begin_ns), m)).collect();
     let switches = profile.switches > 0;
     let resolution = report.resolution_ns();
     let entries: Vec<ItemEntry> = shown
@@ -483,13 +444,7 @@ fn item_list(
             let row = report.items[i].clone();
             let k = by_id[&row.id];
             let (same_id, st) = (&report.items[k], profile.items.get(k));
-            let split = time_split(
-                same_id.current_ns(),
-                same_id.samples,
-                report.mean_interval_ns,
-                st,
-                switches,
-            );
+            let split = time_split(same_id.current_ns(), same_id.samples, report.mean_interval_ns, st, switches);
             let off_cpu = st
                 .map(|s| {
                     s.off_cpu
@@ -498,36 +453,22 @@ fn item_list(
                         .map(|o| ItemOffCpu {
                             state: o.state,
                             ns: o.ns,
-                            frames: profile
-                                .frames(o.path)
-                                .into_iter()
-                                .map(str::to_owned)
-                                .collect(),
+                            frames: profile.frames(o.path).into_iter().map(str::to_owned).collect(),
                             kernel: kernel_frames(profile, o.path),
                         })
                         .collect()
                 })
                 .unwrap_or_default();
             let excess_resolvable = same_id.anomalous.then(|| {
-                let median = report
-                    .class_stats(&same_id.class)
-                    .map_or(0, |c| c.median_duration_ns);
+                let median = report.class_stats(&same_id.class).map_or(0, |c| c.median_duration_ns);
                 same_id.duration_ns.saturating_sub(median) as f64 >= resolution
             });
             let waits = causes.as_ref().map(|by| {
                 by.get(&row.id)
-                    .map(|c| ItemWaits {
-                        woken_by: c.woken_by.clone(),
-                        preempted_by: c.preempted_by.clone(),
-                    })
+                    .map(|c| ItemWaits { woken_by: c.woken_by.clone(), preempted_by: c.preempted_by.clone() })
                     .unwrap_or_default()
             });
-            let memory = mem
-                .get(&(row.pid, row.tid, row.id, row.begin_ns))
-                .map(|m| ItemMemory {
-                    mem_bytes: m.bytes,
-                    mem_gbps: m.gbps,
-                });
+            let memory = mem.get(&(row.pid, row.tid, row.id, row.begin_ns)).map(|m| ItemMemory { mem_bytes: m.bytes, mem_gbps: m.gbps });
             ItemEntry {
                 split,
                 off_cpu_partial: st.is_some_and(|s| s.off_cpu_partial),
@@ -546,12 +487,7 @@ fn item_list(
         .collect();
     let more = matching - entries.len();
     let total_items = report.items.len();
-    let anomalous: Vec<ItemRow> = report
-        .items
-        .iter()
-        .filter(|i| i.anomalous)
-        .cloned()
-        .collect();
+    let anomalous: Vec<ItemRow> = report.items.iter().filter(|i| i.anomalous).cloned().collect();
     ItemList {
         report: report.with_rows(entries),
         more_items: (more > 0).then_some(more),
@@ -565,12 +501,5 @@ fn item_list(
 
 /// Which frames of path `p` are kernel functions (by the function's binary).
 fn kernel_frames(p: &StackProfile, path: u32) -> Vec<bool> {
-    p.paths
-        .get(path as usize)
-        .map(|v| {
-            v.iter()
-                .map(|&f| is_kernel_binary(&p.functions[f as usize].binary))
-                .collect()
-        })
-        .unwrap_or_default()
+    p.paths.get(path as usize).map(|v| v.iter().map(|&f| is_kernel_binary(&p.functions[f as usize].binary)).collect()).unwrap_or_default()
 }

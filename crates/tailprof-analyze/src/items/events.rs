@@ -91,10 +91,7 @@ pub fn args_text(arg: &Option<String>, args: &[String]) -> Option<String> {
 
 impl ItemEvents {
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
-            && self.spans.is_empty()
-            && self.dropped == 0
-            && self.unmatched_span_ends == 0
+        self.events.is_empty() && self.spans.is_empty() && self.dropped == 0 && self.unmatched_span_ends == 0
     }
 }
 
@@ -119,12 +116,7 @@ impl EventsAcc {
                     self.done.dropped += 1;
                     return;
                 }
-                self.done.events.push(EventRow {
-                    name: e.name.clone(),
-                    time_ns: e.time,
-                    arg,
-                    args,
-                });
+                self.done.events.push(EventRow { name: e.name.clone(), time_ns: e.time, arg, args });
             }
             ItemEventKind::SpanStart => {
                 if self.kept() >= MAX_EVENTS_PER_ITEM || self.open.len() >= MAX_OPEN_SPANS {
@@ -136,11 +128,7 @@ impl EventsAcc {
             ItemEventKind::SpanEnd => match self.open.iter().rposition(|(n, _, _)| *n == e.name) {
                 Some(i) => {
                     let (name, begin, start) = self.open.remove(i);
-                    let (arg, args) = if start.0.is_some() {
-                        start
-                    } else {
-                        (arg, args)
-                    };
+                    let (arg, args) = if start.0.is_some() { start } else { (arg, args) };
                     self.done.spans.push(SpanRow {
                         name,
                         begin_ns: begin,
@@ -171,8 +159,7 @@ impl EventsAcc {
         }
         let mut d = self.done;
         d.events.sort_by_key(|e| e.time_ns);
-        d.spans
-            .sort_by(|a, b| (a.begin_ns, &a.name).cmp(&(b.begin_ns, &b.name)));
+        d.spans.sort_by(|a, b| (a.begin_ns, &a.name).cmp(&(b.begin_ns, &b.name)));
         let mut totals: Vec<SpanTotal> = Vec::new();
         for s in &d.spans {
             match totals.iter_mut().find(|t| t.name == s.name) {
@@ -180,18 +167,10 @@ impl EventsAcc {
                     t.count += 1;
                     t.total_ns += s.duration_ns;
                 }
-                None => totals.push(SpanTotal {
-                    name: s.name.clone(),
-                    count: 1,
-                    total_ns: s.duration_ns,
-                }),
+                None => totals.push(SpanTotal { name: s.name.clone(), count: 1, total_ns: s.duration_ns }),
             }
         }
-        totals.sort_by(|a, b| {
-            b.total_ns
-                .cmp(&a.total_ns)
-                .then_with(|| a.name.cmp(&b.name))
-        });
+        totals.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
         d.span_totals = totals;
         d
     }
@@ -203,79 +182,27 @@ mod tests {
     use tailprof_format::EventArg;
 
     fn ev(time: u64, kind: ItemEventKind, name: &str, arg: Option<EventArg>) -> ItemEvent {
-        ItemEvent {
-            time,
-            pid: 1,
-            tid: 1,
-            kind,
-            name: name.into(),
-            args: arg.into_iter().collect(),
-            ..ItemEvent::default()
-        }
+        ItemEvent { time, pid: 1, tid: 1, kind, name: name.into(), args: arg.into_iter().collect(), ..ItemEvent::default() }
     }
 
     #[test]
     fn spans_pair_by_name_and_are_bounded() {
         let mut a = EventsAcc::default();
-        a.add(&ev(
-            10,
-            ItemEventKind::SpanStart,
-            "lock__wait",
-            Some(EventArg::U64(16384)),
-        ));
-        a.add(&ev(
-            12,
-            ItemEventKind::SpanStart,
-            "lwlock__wait",
-            Some(EventArg::Text("WALWrite".into())),
-        ));
+        a.add(&ev(10, ItemEventKind::SpanStart, "lock__wait", Some(EventArg::U64(16384))));
+        a.add(&ev(12, ItemEventKind::SpanStart, "lwlock__wait", Some(EventArg::Text("WALWrite".into()))));
         a.add(&ev(13, ItemEventKind::SpanEnd, "lwlock__wait", None));
-        a.add(&ev(
-            15,
-            ItemEventKind::Instant,
-            "tick",
-            Some(EventArg::I64(-1)),
-        ));
+        a.add(&ev(15, ItemEventKind::Instant, "tick", Some(EventArg::I64(-1))));
         a.add(&ev(20, ItemEventKind::SpanEnd, "lock__wait", None));
         a.add(&ev(21, ItemEventKind::SpanEnd, "lock__wait", None));
         a.add(&ev(22, ItemEventKind::SpanStart, "lock__wait", None));
         let d = a.finish(30);
         assert_eq!(d.spans.len(), 3);
-        assert_eq!(
-            (
-                d.spans[0].name.as_str(),
-                d.spans[0].duration_ns,
-                d.spans[0].arg.as_deref()
-            ),
-            ("lock__wait", 10, Some("16384"))
-        );
-        assert_eq!(
-            (
-                d.spans[1].name.as_str(),
-                d.spans[1].duration_ns,
-                d.spans[1].arg.as_deref()
-            ),
-            ("lwlock__wait", 1, Some("WALWrite"))
-        );
+        assert_eq!((d.spans[0].name.as_str(), d.spans[0].duration_ns, d.spans[0].arg.as_deref()), ("lock__wait", 10, Some("16384")));
+        assert_eq!((d.spans[1].name.as_str(), d.spans[1].duration_ns, d.spans[1].arg.as_deref()), ("lwlock__wait", 1, Some("WALWrite")));
         assert!(d.spans[2].unfinished && d.spans[2].duration_ns == 8);
         assert_eq!(d.unmatched_span_ends, 1);
-        assert_eq!(
-            d.events,
-            vec![EventRow {
-                name: "tick".into(),
-                time_ns: 15,
-                arg: Some("-1".into()),
-                args: Vec::new(),
-            }]
-        );
-        assert_eq!(
-            d.span_totals[0],
-            SpanTotal {
-                name: "lock__wait".into(),
-                count: 2,
-                total_ns: 18
-            }
-        );
+        assert_eq!(d.events, vec![EventRow { name: "tick".into(), time_ns: 15, arg: Some("-1".into()), args: Vec::new() }]);
+        assert_eq!(d.span_totals[0], SpanTotal { name: "lock__wait".into(), count: 2, total_ns: 18 });
         let mut a = EventsAcc::default();
         for t in 0..(MAX_EVENTS_PER_ITEM as u64 + 10) {
             a.add(&ev(t, ItemEventKind::Instant, "x", None));
@@ -292,27 +219,14 @@ mod tests {
         let mut start = ev(10, ItemEventKind::SpanStart, "lock__wait", None);
         start.args = vec![EventArg::U64(16384), EventArg::U64(0), EventArg::I64(-5)];
         a.add(&start);
-        a.add(&ev(
-            20,
-            ItemEventKind::SpanEnd,
-            "lock__wait",
-            Some(EventArg::U64(1)),
-        ));
+        a.add(&ev(20, ItemEventKind::SpanEnd, "lock__wait", Some(EventArg::U64(1))));
         let d = a.finish(30);
         assert_eq!(d.spans[0].arg.as_deref(), Some("16384"));
         assert_eq!(d.spans[0].args, ["16384", "0", "-5"]);
-        assert_eq!(
-            args_text(&d.spans[0].arg, &d.spans[0].args).as_deref(),
-            Some("16384, 0, -5")
-        );
+        assert_eq!(args_text(&d.spans[0].arg, &d.spans[0].args).as_deref(), Some("16384, 0, -5"));
         // One argument: `args` stays empty (no key in the JSON: the shape of before).
         let mut a = EventsAcc::default();
-        a.add(&ev(
-            1,
-            ItemEventKind::Instant,
-            "tick",
-            Some(EventArg::U64(7)),
-        ));
+        a.add(&ev(1, ItemEventKind::Instant, "tick", Some(EventArg::U64(7))));
         let e = &a.finish(2).events[0];
         assert_eq!((e.arg.as_deref(), e.args.len()), (Some("7"), 0));
     }

@@ -81,45 +81,25 @@ pub fn class_baseline(items: &[ItemRow], class: &Option<String>, e: Estimator) -
     let mut per_fn: HashMap<&str, Vec<f64>> = HashMap::new();
     for it in &members {
         for f in &it.functions {
-            per_fn
-                .entry(f.name.as_str())
-                .or_default()
-                .push(f.shown_ns(e));
+            per_fn.entry(f.name.as_str()).or_default().push(f.shown_ns(e));
         }
     }
     let mut functions: Vec<BaselineFunction> = per_fn
         .into_iter()
         .map(|(name, mut v)| {
             let present_in = v.len();
-            BaselineFunction {
-                name: name.to_owned(),
-                median_ns: median_with_zeros(&mut v, n).unwrap_or(0.0),
-                present_in,
-            }
+            BaselineFunction { name: name.to_owned(), median_ns: median_with_zeros(&mut v, n).unwrap_or(0.0), present_in }
         })
         .filter(|f| f.median_ns > 0.0)
         .collect();
-    functions.sort_by(|a, b| {
-        b.median_ns
-            .total_cmp(&a.median_ns)
-            .then_with(|| a.name.cmp(&b.name))
-    });
-    Baseline {
-        class: class.clone(),
-        items: n,
-        median_duration_ns,
-        functions,
-    }
+    functions.sort_by(|a, b| b.median_ns.total_cmp(&a.median_ns).then_with(|| a.name.cmp(&b.name)));
+    Baseline { class: class.clone(), items: n, median_duration_ns, functions }
 }
 
 /// Per-function differences of `item` against `base`, largest delta first.
 pub fn diffs(item: &ItemRow, base: &Baseline, e: Estimator) -> Vec<FunctionDiff> {
     let mut out: Vec<FunctionDiff> = Vec::new();
-    let median: HashMap<&str, f64> = base
-        .functions
-        .iter()
-        .map(|f| (f.name.as_str(), f.median_ns))
-        .collect();
+    let median: HashMap<&str, f64> = base.functions.iter().map(|f| (f.name.as_str(), f.median_ns)).collect();
     let mut seen: HashMap<&str, ()> = HashMap::new();
     for f in &item.functions {
         seen.insert(f.name.as_str(), ());
@@ -154,11 +134,7 @@ pub fn diffs(item: &ItemRow, base: &Baseline, e: Estimator) -> Vec<FunctionDiff>
             d.share_of_excess = d.delta_ns.max(0.0) / positive;
         }
     }
-    out.sort_by(|a, b| {
-        b.delta_ns
-            .total_cmp(&a.delta_ns)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    out.sort_by(|a, b| b.delta_ns.total_cmp(&a.delta_ns).then_with(|| a.name.cmp(&b.name)));
     out
 }
 
@@ -185,17 +161,6 @@ pub fn explain(report: &ItemsReport, id: u64) -> Result<Explanation, AnalyzeErro
     let excess_ns = item.duration_ns as i64 - baseline.median_duration_ns as i64;
     // An item no slower than its class median has no excess for a function to be
     // responsible for (its positive deltas are its mix of work, not a slowdown).
-    let responsible = if excess_ns > 0 {
-        pick_responsible(&diffs, report.responsible_share)
-    } else {
-        Vec::new()
-    };
-    Ok(Explanation {
-        item: item.clone(),
-        excess_ns,
-        baseline,
-        estimator: e,
-        diffs,
-        responsible,
-    })
+    let responsible = if excess_ns > 0 { pick_responsible(&diffs, report.responsible_share) } else { Vec::new() };
+    Ok(Explanation { item: item.clone(), excess_ns, baseline, estimator: e, diffs, responsible })
 }

@@ -52,9 +52,7 @@
 //! the adapter keeps the address spaces current, the join only counts.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{
-    EventAt, ItemClass, ItemEvent, ItemTrace, Lost, LossKind, Marker, MarkerKind, Sample, TraceHeader,
-};
+use tailprof_format::{EventAt, ItemClass, ItemEvent, ItemTrace, LossKind, Lost, Marker, MarkerKind, Sample, TraceHeader};
 
 use super::anomaly::flag_anomalies;
 use super::estimate::{period_interval_ns, Acc, IntervalMeter};
@@ -67,8 +65,8 @@ use crate::AnalyzeError;
 
 /// Register names in perf's x86-64 `sample_regs_user` bit order.
 const X86_64_REGS: [&str; 24] = [
-    "ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip", "flags", "cs", "ss", "ds", "es", "fs", "gs", "r8", "r9",
-    "r10", "r11", "r12", "r13", "r14", "r15",
+    "ax", "bx", "cx", "dx", "si", "di", "bp", "sp", "ip", "flags", "cs", "ss", "ds", "es", "fs", "gs", "r8", "r9", "r10", "r11", "r12",
+    "r13", "r14", "r15",
 ];
 
 /// perf's `sample_regs_user` bit of an x86-64 register name (`r13`, `rdi`, `di`, ...).
@@ -759,8 +757,7 @@ impl JoinState {
                 Estimator::Span => a.span() as f64,
                 Estimator::CountTimesInterval => a.count as f64 * interval,
             };
-            let mut accs: Vec<(u32, Acc)> =
-                touched.drain(..).map(|f| (f, scratch[f as usize].take().expect("touched slot"))).collect();
+            let mut accs: Vec<(u32, Acc)> = touched.drain(..).map(|f| (f, scratch[f as usize].take().expect("touched slot"))).collect();
             accs.sort_unstable_by(|(fa, a), (fb, b)| {
                 shown(b).total_cmp(&shown(a)).then(b.count.cmp(&a.count)).then(rank[*fa as usize].cmp(&rank[*fb as usize]))
             });

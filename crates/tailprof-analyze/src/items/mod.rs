@@ -393,11 +393,7 @@ impl ItemsReport {
 ///
 /// Fails with [`AnalyzeError::NoItems`] when the trace has neither markers nor a
 /// register tag, and [`AnalyzeError::NoSuchEvent`] for a bad `opts.event`.
-pub fn items_report(
-    reader: &mut TraceReader,
-    opts: &ItemsOptions,
-    symbolizer: &mut Symbolizer,
-) -> Result<ItemsReport, AnalyzeError> {
+pub fn items_report(reader: &mut TraceReader, opts: &ItemsOptions, symbolizer: &mut Symbolizer) -> Result<ItemsReport, AnalyzeError> {
     let mut join = ItemsJoin::new(reader.header(), opts)?;
     reader.read_all(&mut join)?;
     join.add_build_ids(reader.build_ids());

@@ -152,8 +152,7 @@ pub fn fit_line(points: &[Point]) -> Option<LineFit> {
     let mut groups: Vec<u64> = points.iter().map(|p| p.group).collect();
     groups.sort_unstable();
     groups.dedup();
-    let members: Vec<Vec<Point>> =
-        groups.iter().map(|g| points.iter().filter(|p| p.group == *g).copied().collect()).collect();
+    let members: Vec<Vec<Point>> = groups.iter().map(|g| points.iter().filter(|p| p.group == *g).copied().collect()).collect();
     let mut rng = SplitMix64::new(SEED ^ points.len() as u64);
     let mut reps = Vec::with_capacity(BOOTSTRAP_REPLICATES);
     let mut sample = Vec::with_capacity(points.len());
@@ -210,12 +209,31 @@ impl Default for FitPolicy {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub enum Refusal {
-    TooFewPoints { points: usize, groups: usize, min_points: usize, min_groups: usize },
+    TooFewPoints {
+        points: usize,
+        groups: usize,
+        min_points: usize,
+        min_groups: usize,
+    },
     /// α ≤ 0, or its interval reaches 0: no per-sample cost is detectable above the noise.
-    NoDetectableCost { alpha_ns: f64, ci_ns: (f64, f64) },
-    WideInterval { alpha_ns: f64, ci_ns: (f64, f64), relative_half_width: f64, max: f64 },
-    PoorFit { r2: f64, min_r2: f64 },
-    TooManyOutliers { outliers: usize, points: usize },
+    NoDetectableCost {
+        alpha_ns: f64,
+        ci_ns: (f64, f64),
+    },
+    WideInterval {
+        alpha_ns: f64,
+        ci_ns: (f64, f64),
+        relative_half_width: f64,
+        max: f64,
+    },
+    PoorFit {
+        r2: f64,
+        min_r2: f64,
+    },
+    TooManyOutliers {
+        outliers: usize,
+        points: usize,
+    },
 }
 
 impl Refusal {
@@ -362,10 +380,7 @@ mod tests {
         // Noise far larger than the overhead: the slope's interval is huge or reaches 0.
         let f = fit_line(&synthetic(3.0, 4)).unwrap();
         let r = assess(&f, &policy).unwrap_err();
-        assert!(
-            matches!(r, Refusal::NoDetectableCost { .. } | Refusal::WideInterval { .. } | Refusal::PoorFit { .. }),
-            "{r:?}"
-        );
+        assert!(matches!(r, Refusal::NoDetectableCost { .. } | Refusal::WideInterval { .. } | Refusal::PoorFit { .. }), "{r:?}");
         assert!(r.advice().contains("quieter machine"));
         // A flat line: no cost.
         let flat: Vec<Point> = synthetic(0.0, 3).into_iter().map(|p| Point { time_s: 1.0, ..p }).collect();

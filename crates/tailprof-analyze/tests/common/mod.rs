@@ -90,12 +90,7 @@ pub fn profile(records: &[Record], opts: &ProfileOptions, sym: SymbolizerOptions
     profile_with_header(&TraceHeader::default(), records, opts, sym)
 }
 
-pub fn profile_with_header(
-    header: &TraceHeader,
-    records: &[Record],
-    opts: &ProfileOptions,
-    sym: SymbolizerOptions,
-) -> FlatProfile {
+pub fn profile_with_header(header: &TraceHeader, records: &[Record], opts: &ProfileOptions, sym: SymbolizerOptions) -> FlatProfile {
     let mut b = ProfileBuilder::new(header, opts).unwrap();
     for r in records {
         b.handle_record(r);

@@ -21,24 +21,12 @@ pub fn have(cmd: &str) -> bool {
 }
 
 pub fn cannot_record(err: &str) -> bool {
-    [
-        "perf_event_open",
-        "perf_event_paranoid",
-        "Permission denied",
-        "not permitted",
-    ]
-    .iter()
-    .any(|s| err.contains(s))
+    ["perf_event_open", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
 }
 
 /// `record -o TRACE -- CMD` (extra `env`); the trace and the command's stdout, or None
 /// (skip) when perf events cannot be opened here.
-pub fn record(
-    dir: &Path,
-    name: &str,
-    cmd: &[&str],
-    env: &[(&str, &str)],
-) -> Option<(PathBuf, String)> {
+pub fn record(dir: &Path, name: &str, cmd: &[&str], env: &[(&str, &str)]) -> Option<(PathBuf, String)> {
     let trace = dir.join(format!("{name}.trace"));
     let o = tailprof()
         .arg("record")
@@ -53,32 +41,17 @@ pub fn record(
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     if !o.status.success() {
         if cannot_record(&err) {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format_args!("cannot record here: {err}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("cannot record here: {err}"));
             return None;
         }
-        panic!(
-            "record failed: {err}\n{}",
-            String::from_utf8_lossy(&o.stdout)
-        );
+        panic!("record failed: {err}\n{}", String::from_utf8_lossy(&o.stdout));
     }
     Some((trace, String::from_utf8_lossy(&o.stdout).into_owned()))
 }
 
 pub fn items_json(trace: &Path) -> Value {
-    let out = tailprof()
-        .args(["items", "--json", "--top", "0"])
-        .arg(trace)
-        .env("TAILPROF_CACHE_DIR", "off")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "items: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tailprof().args(["items", "--json", "--top", "0"]).arg(trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
+    assert!(out.status.success(), "items: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -95,32 +68,21 @@ pub fn logged(out: &str, key: &str) -> HashMap<u64, u64> {
 
 /// Per item, `est(item)` (ns) against the logged truth (ns): within sampling error for
 /// items with ≥ 20 samples, the sum within 5%. Returns how many items were compared.
-pub fn check_against_truth(
-    v: &Value,
-    truth: &HashMap<u64, u64>,
-    parts: f64,
-    est: &dyn Fn(&Value) -> f64,
-) -> usize {
+pub fn check_against_truth(v: &Value, truth: &HashMap<u64, u64>, parts: f64, est: &dyn Fn(&Value) -> f64) -> usize {
     let interval = v["mean_interval_ns"].as_f64().unwrap();
     assert!(interval > 0.0, "{v}");
     let items = v["items"].as_array().unwrap();
     let (mut sum_est, mut sum_truth, mut compared) = (0.0, 0.0, 0);
     for it in items {
         let id = it["id"].as_u64().unwrap();
-        let t = *truth
-            .get(&id)
-            .unwrap_or_else(|| panic!("item {id} is not a request of the program: {it}"))
-            as f64;
+        let t = *truth.get(&id).unwrap_or_else(|| panic!("item {id} is not a request of the program: {it}")) as f64;
         let e = est(it);
         sum_est += e;
         sum_truth += t;
         if it["samples"].as_u64().unwrap() >= 20 {
             let n = t / interval;
             let bound = (4.0 * n.sqrt() + parts + 2.0) * interval;
-            assert!(
-                (e - t).abs() <= bound,
-                "item {id}: estimated {e:.0} ns, measured {t:.0} ns (bound {bound:.0}): {it}"
-            );
+            assert!((e - t).abs() <= bound, "item {id}: estimated {e:.0} ns, measured {t:.0} ns (bound {bound:.0}): {it}");
             compared += 1;
         }
     }
@@ -135,10 +97,7 @@ pub fn check_against_truth(
         v["lost_markers"]
     );
     let ratio = sum_est / sum_truth;
-    assert!(
-        (0.95..=1.05).contains(&ratio),
-        "sum over items {sum_est:.0} ns vs measured {sum_truth:.0} ns ({ratio:.3})"
-    );
+    assert!((0.95..=1.05).contains(&ratio), "sum over items {sum_est:.0} ns vs measured {sum_truth:.0} ns ({ratio:.3})");
     compared
 }
 

@@ -30,10 +30,7 @@ pub enum Mode {
 }
 
 fn cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -92,29 +89,17 @@ async fn request(id: u64) -> u64 {
 
 /// W3C ids of request `id` in the tracing mode (hex).
 pub fn ids(id: u64) -> (String, String) {
-    (
-        format!(
-            "{:032x}",
-            0x7470_0000_0000_0000_0000_0000_0000_0000u128 + id as u128
-        ),
-        format!("{:016x}", 0x5000 + id),
-    )
+    (format!("{:032x}", 0x7470_0000_0000_0000_0000_0000_0000_0000u128 + id as u128), format!("{:016x}", 0x5000 + id))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 pub async fn run(mode: Mode) {
     if mode == Mode::Tracing {
-        tracing::subscriber::set_global_default(
-            tracing_subscriber::registry().with(TailprofLayer::new()),
-        )
-        .expect("no other subscriber");
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(TailprofLayer::new())).expect("no other subscriber");
     }
     let mut handles = Vec::new();
     for id in 1..=TASKS {
-        let fut = PollThreads {
-            inner: Box::pin(request(id)),
-            seen: HashSet::new(),
-        };
+        let fut = PollThreads { inner: Box::pin(request(id)), seen: HashSet::new() };
         let h = match mode {
             Mode::InItem => tokio::spawn(fut.in_item(id, &REQUEST)),
             Mode::Tracing => {

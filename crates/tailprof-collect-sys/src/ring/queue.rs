@@ -266,23 +266,14 @@ impl RoundQueue {
     /// Call `f` for every queued record with `time <= limit` (all of them if `limit` is
     /// `None`) in `(time, arrival)` order; keep the others in place. Stops at the first
     /// error (the record it failed on is not kept).
-    pub fn emit<E>(
-        &mut self,
-        limit: Option<u64>,
-        f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
+    pub fn emit<E>(&mut self, limit: Option<u64>, f: impl FnMut(&Pending, &[u8]) -> Result<(), E>) -> Result<(), E> {
         self.emit_some(limit, usize::MAX, f).map(|_| ())
     }
 
     /// [`RoundQueue::emit`], but at most `max` records; returns whether records with
     /// `time <= limit` are left. Between two calls the caller may [`RoundQueue::push`]
     /// more records (e.g. drain the rings again while a long round is being written).
-    pub fn emit_some<E>(
-        &mut self,
-        limit: Option<u64>,
-        max: usize,
-        f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
-    ) -> Result<bool, E> {
+    pub fn emit_some<E>(&mut self, limit: Option<u64>, max: usize, f: impl FnMut(&Pending, &[u8]) -> Result<(), E>) -> Result<bool, E> {
         let lim = limit.unwrap_or(u64::MAX);
         for run in self.runs.iter_mut() {
             if std::mem::take(&mut run.unsorted) {
@@ -317,12 +308,7 @@ impl RoundQueue {
     /// The merge of [`RoundQueue::emit_some`] for one or two runs (one or two CPUs): the
     /// two head keys are compared directly, and records are taken from the smaller
     /// run while they stay below the other head.
-    fn emit_two<E>(
-        &mut self,
-        lim: u64,
-        max: usize,
-        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
-    ) -> Result<bool, E> {
+    fn emit_two<E>(&mut self, lim: u64, max: usize, mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>) -> Result<bool, E> {
         let mut spare = Run::default();
         let n = self.runs.len().min(1);
         let (x, y) = self.runs.split_at_mut(n);
@@ -367,12 +353,7 @@ impl RoundQueue {
     }
 
     /// The merge for more than [`LINEAR_MERGE_RUNS`] runs: a heap of the run heads.
-    fn emit_heap<E>(
-        &mut self,
-        lim: u64,
-        max: usize,
-        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
-    ) -> Result<bool, E> {
+    fn emit_heap<E>(&mut self, lim: u64, max: usize, mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>) -> Result<bool, E> {
         self.heap.clear();
         for (i, run) in self.runs.iter().enumerate() {
             let k = run.head_key(lim);
@@ -411,12 +392,7 @@ impl RoundQueue {
     /// The merge for a few runs (a machine with a few CPUs): the smallest head is found
     /// by a scan instead of a heap, and records are taken from it while it stays below
     /// every other head (`lim` as in `emit_some`).
-    fn emit_linear<E>(
-        &mut self,
-        lim: u64,
-        max: usize,
-        mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>,
-    ) -> Result<bool, E> {
+    fn emit_linear<E>(&mut self, lim: u64, max: usize, mut f: impl FnMut(&Pending, &[u8]) -> Result<(), E>) -> Result<bool, E> {
         let mut budget = max;
         while budget > 0 {
             // The run with the smallest eligible head, and the key it must stay below.
@@ -494,10 +470,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        assert_eq!(
-            out,
-            vec![(10, 0, Some(0), b"a0".to_vec()), (10, 1, Some(1), b"a1".to_vec()), (20, 1, None, b"b1".to_vec())]
-        );
+        assert_eq!(out, vec![(10, 0, Some(0), b"a0".to_vec()), (10, 1, Some(1), b"a1".to_vec()), (20, 1, None, b"b1".to_vec())]);
         assert_eq!(q.len(), 1);
         q.push(25, Some(0), 1, b"x1");
         let mut out = Vec::new();
@@ -537,16 +510,7 @@ mod tests {
     #[test]
     fn plain_samples_keep_their_fields_and_their_place() {
         let mut q = RoundQueue::new();
-        let s = |time, ip| PlainSample {
-            time,
-            ip,
-            period: 10_000 + ip,
-            pid: 7,
-            tid: 8,
-            cpu: 9,
-            event: 2,
-            cpumode: CpuMode::GuestUser,
-        };
+        let s = |time, ip| PlainSample { time, ip, period: 10_000 + ip, pid: 7, tid: 8, cpu: 9, event: 2, cpumode: CpuMode::GuestUser };
         q.push(5, Some(0), 0, b"raw0");
         q.push_plain(1, &s(5, 1));
         q.push_plain(0, &s(5, 2));
@@ -600,7 +564,14 @@ mod tests {
                     let rec = fake_record(arrival, len);
                     // A third as plain samples (which keep no bytes), in the same runs.
                     if next() % 3 == 0 {
-                        let s = PlainSample { time, ip: arrival, period: len as u64, cpu: cpu as u32, event: cpu as u16, ..PlainSample::default() };
+                        let s = PlainSample {
+                            time,
+                            ip: arrival,
+                            period: len as u64,
+                            cpu: cpu as u32,
+                            event: cpu as u16,
+                            ..PlainSample::default()
+                        };
                         q.push_plain(cpu as u32, &s);
                     } else {
                         q.push(time, Some(cpu as u16), cpu as u32, &rec);

@@ -116,9 +116,7 @@ pub fn run_probe(opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
     let buffer_bytes = opts.buffer_bytes.unwrap_or_else(default_buffer_bytes);
     let per_thread_words = (buffer_bytes / 8 / threads as u64) as usize;
     if per_thread_words < 4096 {
-        return Err(ProbeError::Options(format!(
-            "a {buffer_bytes}-byte buffer is too small for {threads} threads (at least 32 KiB each)"
-        )));
+        return Err(ProbeError::Options(format!("a {buffer_bytes}-byte buffer is too small for {threads} threads (at least 32 KiB each)")));
     }
     let total_words = per_thread_words * threads;
     let mut buf: Vec<u64> = Vec::new();
@@ -188,9 +186,7 @@ pub fn run_probe(opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
         cpu_model: caps.cpu_desc.clone().unwrap_or_else(|| "unknown CPU".into()),
         kernel: caps.os_release.clone().unwrap_or_else(|| "unknown kernel".into()),
         online_cpus: caps.online_cpus.len() as u32,
-        measured_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        measured_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         method: "streaming read, 8-byte loads, 8 accumulators, one thread per CPU".into(),
     })
 }
@@ -207,8 +203,7 @@ mod tests {
 
     #[test]
     fn small_probe_is_positive_and_round_trips() {
-        let r = run_probe(&ProbeOptions { buffer_bytes: Some(32 << 20), threads: Some(2), runs: 2, min_run_ns: 20_000_000 })
-            .unwrap();
+        let r = run_probe(&ProbeOptions { buffer_bytes: Some(32 << 20), threads: Some(2), runs: 2, min_run_ns: 20_000_000 }).unwrap();
         assert!(r.peak_gbps > 0.0 && r.median_gbps > 0.0 && r.peak_gbps >= r.median_gbps, "{r:?}");
         assert_eq!(r.runs_gbps.len(), 2);
         // serde_json (without float_roundtrip) may return a float 1 ULP off: compare floats

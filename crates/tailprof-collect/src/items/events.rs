@@ -37,10 +37,7 @@ pub struct EventSpec {
 }
 
 fn bad(s: &str, reason: &str) -> UprobeError {
-    UprobeError::BadSpec {
-        spec: s.to_string(),
-        reason: reason.to_string(),
-    }
+    UprobeError::BadSpec { spec: s.to_string(), reason: reason.to_string() }
 }
 
 /// `argN[:TYPE]`: (N as written, its type) when `s` is one.
@@ -52,9 +49,7 @@ fn arg_item(s: &str) -> Option<(&str, Option<ArgType>)> {
         Some(_) => return None,
         None => (s, None),
     };
-    a.strip_prefix("arg")
-        .is_some_and(|n| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()))
-        .then_some((a, ty))
+    a.strip_prefix("arg").is_some_and(|n| !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit())).then_some((a, ty))
 }
 
 fn type_name(t: ArgType) -> &'static str {
@@ -90,18 +85,10 @@ impl EventSpec {
                 let mut args = Vec::with_capacity(1 + more.len());
                 let mut items = vec![(a, ty)];
                 for m in &more {
-                    items.push(arg_item(m).ok_or_else(|| {
-                        bad(
-                            s,
-                            "after the first argument: ,argN[:string|u64|s64] items only",
-                        )
-                    })?);
+                    items.push(arg_item(m).ok_or_else(|| bad(s, "after the first argument: ,argN[:string|u64|s64] items only"))?);
                 }
                 if items.len() > ItemEvent::MAX_ARGS {
-                    return Err(bad(
-                        s,
-                        &format!("at most {} arguments per event", ItemEvent::MAX_ARGS),
-                    ));
+                    return Err(bad(s, &format!("at most {} arguments per event", ItemEvent::MAX_ARGS)));
                 }
                 for (i, (a, _)) in items.iter().enumerate() {
                     if items[..i].iter().any(|(b, _)| b == a) {
@@ -115,19 +102,11 @@ impl EventSpec {
                 }
                 (probe, args)
             }
-            None if ty.is_some() => {
-                return Err(bad(s, "a type needs an argument: PROBE:argN:TYPE"))
-            }
-            None if !more.is_empty() => {
-                return Err(bad(s, "a comma only separates arguments: PROBE:argN,argM"))
-            }
+            None if ty.is_some() => return Err(bad(s, "a type needs an argument: PROBE:argN:TYPE")),
+            None if !more.is_empty() => return Err(bad(s, "a comma only separates arguments: PROBE:argN,argM")),
             None => (ProbeSpec::parse(rest)?, Vec::new()),
         };
-        let full = if probe.ret {
-            format!("{}.return", probe.symbol)
-        } else {
-            probe.symbol.clone()
-        };
+        let full = if probe.ret { format!("{}.return", probe.symbol) } else { probe.symbol.clone() };
         let (name, kind) = if let Some(n) = full.strip_suffix("__start").filter(|n| !n.is_empty()) {
             (n.to_string(), ItemEventKind::SpanStart)
         } else if let Some(n) = full.strip_suffix("__done").filter(|n| !n.is_empty()) {
@@ -138,13 +117,7 @@ impl EventSpec {
         if name.len() > ItemEvent::MAX_NAME {
             return Err(bad(s, "the probe's name is too long for an event"));
         }
-        Ok(EventSpec {
-            probe,
-            args,
-            name,
-            kind,
-            at: EventAt::Free,
-        })
+        Ok(EventSpec { probe, args, name, kind, at: EventAt::Free })
     }
 
     /// `--item-span START,END`: START begins and END ends a span named after START
@@ -163,10 +136,7 @@ impl EventSpec {
 /// Splits `A,B` at the one comma that starts a probe (not an `argN` item of A's
 /// argument list); more than one such comma is ambiguous (refused).
 fn split_pair(s: &str) -> Option<(&str, &str)> {
-    let mut probe_commas = s
-        .match_indices(',')
-        .map(|(i, _)| i)
-        .filter(|&i| arg_item(s[i + 1..].split(',').next().unwrap_or("")).is_none());
+    let mut probe_commas = s.match_indices(',').map(|(i, _)| i).filter(|&i| arg_item(s[i + 1..].split(',').next().unwrap_or("")).is_none());
     let i = probe_commas.next()?;
     if probe_commas.next().is_some() {
         return None;
@@ -187,10 +157,7 @@ pub fn cut_text(mut t: String) -> String {
         t.truncate(n);
     }
     if t.chars().any(char::is_control) {
-        t = t
-            .chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect();
+        t = t.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
     }
     t
 }
@@ -202,17 +169,11 @@ mod tests {
     #[test]
     fn names_kinds_and_arguments() {
         let e = EventSpec::parse("usdt:/pg:postgresql:lock__wait__start:arg1").unwrap();
-        assert_eq!(
-            (e.name.as_str(), e.kind),
-            ("lock__wait", ItemEventKind::SpanStart)
-        );
+        assert_eq!((e.name.as_str(), e.kind), ("lock__wait", ItemEventKind::SpanStart));
         let a = &e.args[0];
         assert_eq!((e.args.len(), a.usdt_arg, a.ty), (1, Some(1), ArgType::U64));
         let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__done").unwrap();
-        assert_eq!(
-            (e.name.as_str(), e.kind, e.args.len()),
-            ("lwlock__wait", ItemEventKind::SpanEnd, 0)
-        );
+        assert_eq!((e.name.as_str(), e.kind, e.args.len()), ("lwlock__wait", ItemEventKind::SpanEnd, 0));
         let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__start:arg0:string").unwrap();
         assert_eq!(e.args[0].ty, ArgType::String);
         let e = EventSpec::parse("/bin/x:flush").unwrap();
@@ -221,20 +182,11 @@ mod tests {
         assert_eq!(e.name, "flush.return");
         let e = EventSpec::parse("/bin/x:write:arg2:s64").unwrap();
         assert_eq!(e.args[0].reg, "si");
-        assert!(
-            EventSpec::parse("/bin/x:write:s64").is_err(),
-            "a type without an argument"
-        );
+        assert!(EventSpec::parse("/bin/x:write:s64").is_err(), "a type without an argument");
         assert!(EventSpec::parse("usdt:/pg:postgresql").is_err());
         let [s, d] = EventSpec::parse_span("/bin/x:lock_acquire,/bin/x:lock_release").unwrap();
-        assert_eq!(
-            (s.kind, d.kind),
-            (ItemEventKind::SpanStart, ItemEventKind::SpanEnd)
-        );
-        assert_eq!(
-            (s.name.as_str(), d.name.as_str()),
-            ("lock_acquire", "lock_acquire")
-        );
+        assert_eq!((s.kind, d.kind), (ItemEventKind::SpanStart, ItemEventKind::SpanEnd));
+        assert_eq!((s.name.as_str(), d.name.as_str()), ("lock_acquire", "lock_acquire"));
         assert!(EventSpec::parse_span("/bin/x:a").is_err());
         assert!(EventSpec::parse_span("/bin/x:a,/bin/y:b,/bin/z:c").is_err());
     }
@@ -246,22 +198,11 @@ mod tests {
     fn several_arguments_per_event() {
         let e = EventSpec::parse("usdt:/pg:postgresql:lock__wait__start:arg0,arg1,arg5").unwrap();
         let got: Vec<_> = e.args.iter().map(|a| (a.usdt_arg, a.ty)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (Some(0), ArgType::U64),
-                (Some(1), ArgType::U64),
-                (Some(5), ArgType::U64)
-            ]
-        );
+        assert_eq!(got, vec![(Some(0), ArgType::U64), (Some(1), ArgType::U64), (Some(5), ArgType::U64)]);
         assert!(e.args.iter().all(|a| a.probe == e.probe));
-        let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__start:arg0:string,arg1:s64")
-            .unwrap();
+        let e = EventSpec::parse("usdt:/pg:postgresql:lwlock__wait__start:arg0:string,arg1:s64").unwrap();
         let got: Vec<_> = e.args.iter().map(|a| (a.usdt_arg, a.ty)).collect();
-        assert_eq!(
-            got,
-            vec![(Some(0), ArgType::String), (Some(1), ArgType::S64)]
-        );
+        assert_eq!(got, vec![(Some(0), ArgType::String), (Some(1), ArgType::S64)]);
         let e = EventSpec::parse("/bin/x:write:arg1,arg3:s64").unwrap();
         let regs: Vec<_> = e.args.iter().map(|a| a.reg.as_str()).collect();
         assert_eq!(regs, ["di", "dx"]);

@@ -55,17 +55,9 @@ pub struct ItemOptions {
 pub(crate) fn item_reg_mask(name: &str) -> Result<(u64, String), RecordError> {
     let m = parse_regs(name).map_err(|e| RecordError::Options(e.to_string()))?;
     if m.count_ones() != 1 {
-        return Err(RecordError::Options(format!(
-            "--item-reg takes exactly one register (got '{name}')"
-        )));
+        return Err(RecordError::Options(format!("--item-reg takes exactly one register (got '{name}')")));
     }
-    Ok((
-        m,
-        reg_names(m)
-            .first()
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| name.to_string()),
-    ))
+    Ok((m, reg_names(m).first().map(|s| s.to_string()).unwrap_or_else(|| name.to_string())))
 }
 
 #[cfg(test)]

@@ -30,12 +30,7 @@ pub struct Preset {
 impl Preset {
     /// The expansion as command-line options.
     pub fn args(&self) -> Vec<String> {
-        let mut v = vec![
-            "--item-begin".to_string(),
-            self.item_begin.clone(),
-            "--item-end".to_string(),
-            self.item_end.clone(),
-        ];
+        let mut v = vec!["--item-begin".to_string(), self.item_begin.clone(), "--item-end".to_string(), self.item_end.clone()];
         for c in &self.item_class_from {
             v.extend(["--item-class-from".to_string(), c.clone()]);
         }
@@ -94,11 +89,7 @@ fn default_postgres(dir: &Path) -> Option<PathBuf> {
     for e in std::fs::read_dir(dir).ok()?.flatten().take(1000) {
         let name = e.file_name();
         let Some(v) = name.to_str() else { continue };
-        let Some(key) = v
-            .split('.')
-            .map(|p| p.parse::<u64>().ok())
-            .collect::<Option<Vec<_>>>()
-        else {
+        let Some(key) = v.split('.').map(|p| p.parse::<u64>().ok()).collect::<Option<Vec<_>>>() else {
             continue;
         };
         let bin = e.path().join("bin/postgres");

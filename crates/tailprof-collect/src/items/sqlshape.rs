@@ -283,10 +283,45 @@ fn find(b: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
 fn is_keyword(w: &str) -> bool {
     matches!(
         w,
-        "select" | "where" | "and" | "or" | "not" | "set" | "values" | "in" | "between" | "when" | "then"
-            | "else" | "return" | "limit" | "offset" | "by" | "like" | "is" | "as" | "on" | "having" | "from"
-            | "join" | "exists" | "any" | "all" | "using" | "into" | "case" | "update" | "insert" | "delete"
-            | "with" | "returning" | "some" | "array" | "over" | "filter" | "ilike"
+        "select"
+            | "where"
+            | "and"
+            | "or"
+            | "not"
+            | "set"
+            | "values"
+            | "in"
+            | "between"
+            | "when"
+            | "then"
+            | "else"
+            | "return"
+            | "limit"
+            | "offset"
+            | "by"
+            | "like"
+            | "is"
+            | "as"
+            | "on"
+            | "having"
+            | "from"
+            | "join"
+            | "exists"
+            | "any"
+            | "all"
+            | "using"
+            | "into"
+            | "case"
+            | "update"
+            | "insert"
+            | "delete"
+            | "with"
+            | "returning"
+            | "some"
+            | "array"
+            | "over"
+            | "filter"
+            | "ilike"
     )
 }
 
@@ -329,7 +364,10 @@ mod tests {
         assert_eq!(shape("select 1; select 2 ;; "), "select ?; select ?", "only final semicolons go");
         assert_eq!(c, a);
         assert_eq!(b, a);
-        assert_eq!(shape("select count(*) from t where a<=3 and b::text||'x' = c"), "select count(*) from t where a <= ? and b::text || ? = c");
+        assert_eq!(
+            shape("select count(*) from t where a<=3 and b::text||'x' = c"),
+            "select count(*) from t where a <= ? and b::text || ? = c"
+        );
     }
 
     #[test]
@@ -340,7 +378,10 @@ mod tests {
 
     #[test]
     fn identifiers_parameters_and_in_lists() {
-        assert_eq!(shape("SELECT \"MixedCase\", t1.c2 FROM t1 WHERE c = $1 AND d IN (1, 2, 3)"), "select \"MixedCase\", t1.c2 from t1 where c = $1 and d in (?)");
+        assert_eq!(
+            shape("SELECT \"MixedCase\", t1.c2 FROM t1 WHERE c = $1 AND d IN (1, 2, 3)"),
+            "select \"MixedCase\", t1.c2 from t1 where c = $1 and d in (?)"
+        );
         assert_eq!(shape("select * from t where d in ( 'a' ,'b' )"), "select * from t where d in (?)");
         assert_eq!(shape("/* a /* nested */ comment */ select 1"), "select ?");
     }

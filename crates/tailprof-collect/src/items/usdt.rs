@@ -45,21 +45,12 @@ pub struct ArgSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Operand {
     /// A register as written (`rdi`, `r13d`, `eax`), its tracefs name and width.
-    Reg {
-        name: String,
-        tracefs: String,
-        width: u8,
-    },
+    Reg { name: String, tracefs: String, width: u8 },
     /// A constant (`$42`).
     Imm(i64),
     /// Memory at `disp(%base)` or `disp(%base,%index,scale)`; `symbol` when the
     /// displacement is a symbol (`foo+8(%rip)`).
-    Mem {
-        disp: i64,
-        symbol: Option<String>,
-        base: String,
-        index: Option<(String, u8)>,
-    },
+    Mem { disp: i64, symbol: Option<String>, base: String, index: Option<(String, u8)> },
 }
 
 /// x86-64 register name (without `%`) → (tracefs name, width in bytes). High-byte
@@ -122,13 +113,8 @@ pub enum ArgSpecError {
 }
 
 fn reg(s: &str) -> Result<String, ArgSpecError> {
-    let r = s
-        .trim()
-        .strip_prefix('%')
-        .ok_or_else(|| ArgSpecError::Malformed(format!("'{s}' is not a register")))?;
-    x86_register(r)
-        .map(|_| r.to_string())
-        .ok_or_else(|| ArgSpecError::Malformed(format!("unknown register %{r}")))
+    let r = s.trim().strip_prefix('%').ok_or_else(|| ArgSpecError::Malformed(format!("'{s}' is not a register")))?;
+    x86_register(r).map(|_| r.to_string()).ok_or_else(|| ArgSpecError::Malformed(format!("unknown register %{r}")))
 }
 
 impl ArgSpec {
@@ -151,23 +137,12 @@ impl ArgSpec {
             None => (false, 8, s),
         };
         let operand = if let Some(imm) = op.strip_prefix('$') {
-            Operand::Imm(
-                parse_int(imm)
-                    .ok_or_else(|| ArgSpecError::Malformed(format!("bad constant in '{s}'")))?,
-            )
+            Operand::Imm(parse_int(imm).ok_or_else(|| ArgSpecError::Malformed(format!("bad constant in '{s}'")))?)
         } else if let Some(r) = op.strip_prefix('%') {
-            let (tracefs, width) = x86_register(r).ok_or_else(|| {
-                ArgSpecError::Malformed(format!("unknown register %{r} in '{s}'"))
-            })?;
-            Operand::Reg {
-                name: r.to_string(),
-                tracefs,
-                width,
-            }
+            let (tracefs, width) = x86_register(r).ok_or_else(|| ArgSpecError::Malformed(format!("unknown register %{r} in '{s}'")))?;
+            Operand::Reg { name: r.to_string(), tracefs, width }
         } else if let Some((disp, rest)) = op.split_once('(') {
-            let inner = rest
-                .strip_suffix(')')
-                .ok_or_else(|| ArgSpecError::Malformed(format!("unclosed '(' in '{s}'")))?;
+            let inner = rest.strip_suffix(')').ok_or_else(|| ArgSpecError::Malformed(format!("unclosed '(' in '{s}'")))?;
             let mut parts = inner.split(',');
             let base = reg(parts.next().unwrap_or(""))?;
             let index = match (parts.next(), parts.next()) {
@@ -179,9 +154,7 @@ impl ArgSpec {
                             .parse::<u8>()
                             .ok()
                             .filter(|n| [1, 2, 4, 8].contains(n))
-                            .ok_or_else(|| {
-                                ArgSpecError::Malformed(format!("bad scale in '{s}'"))
-                            })?,
+                            .ok_or_else(|| ArgSpecError::Malformed(format!("bad scale in '{s}'")))?,
                     };
                     Some((reg(i)?, scale))
                 }
@@ -196,39 +169,21 @@ impl ArgSpec {
             } else {
                 // `sym`, `sym+8`, `sym-8`
                 let (name, off) = match disp.rfind(['+', '-']).filter(|&i| i > 0) {
-                    Some(i) => (
-                        &disp[..i],
-                        parse_int(&disp[i..]).ok_or_else(|| {
-                            ArgSpecError::Malformed(format!("bad displacement in '{s}'"))
-                        })?,
-                    ),
+                    Some(i) => {
+                        (&disp[..i], parse_int(&disp[i..]).ok_or_else(|| ArgSpecError::Malformed(format!("bad displacement in '{s}'")))?)
+                    }
                     None => (disp, 0),
                 };
-                if name.is_empty()
-                    || !name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "_.$@".contains(c))
-                {
-                    return Err(ArgSpecError::Malformed(format!(
-                        "bad displacement in '{s}'"
-                    )));
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_.$@".contains(c)) {
+                    return Err(ArgSpecError::Malformed(format!("bad displacement in '{s}'")));
                 }
                 (off, Some(name.to_string()))
             };
-            Operand::Mem {
-                disp,
-                symbol,
-                base,
-                index,
-            }
+            Operand::Mem { disp, symbol, base, index }
         } else {
             return Err(ArgSpecError::Malformed(format!("unknown operand in '{s}'")));
         };
-        Ok(ArgSpec {
-            size,
-            signed,
-            operand,
-        })
+        Ok(ArgSpec { size, signed, operand })
     }
 
     /// The tracefs fetch-argument reading this argument: as a pointer to a C string
@@ -241,26 +196,20 @@ impl ArgSpec {
             Operand::Reg { tracefs, .. } => format!("%{tracefs}"),
             Operand::Imm(v) => {
                 if as_string {
-                    return Err(ArgSpecError::NotReadable(format!("the argument is the constant {v}, not a string pointer (read it as :u64 or :s64)")));
+                    return Err(ArgSpecError::NotReadable(format!(
+                        "the argument is the constant {v}, not a string pointer (read it as :u64 or :s64)"
+                    )));
                 }
                 format!("\\{v}")
             }
             Operand::Mem { index: Some(_), .. } => {
-                return Err(ArgSpecError::NotReadable(
-                    "tracefs cannot read a memory operand with an index register".into(),
-                ))
+                return Err(ArgSpecError::NotReadable("tracefs cannot read a memory operand with an index register".into()))
             }
-            Operand::Mem {
-                symbol: Some(s), ..
-            } => {
-                return Err(ArgSpecError::NotReadable(format!(
-                    "tracefs cannot read a memory operand relative to the symbol {s}"
-                )))
+            Operand::Mem { symbol: Some(s), .. } => {
+                return Err(ArgSpecError::NotReadable(format!("tracefs cannot read a memory operand relative to the symbol {s}")))
             }
             Operand::Mem { disp, base, .. } => {
-                let (t, _) = x86_register(base).ok_or_else(|| {
-                    ArgSpecError::NotReadable(format!("unknown register %{base}"))
-                })?;
+                let (t, _) = x86_register(base).ok_or_else(|| ArgSpecError::NotReadable(format!("unknown register %{base}")))?;
                 if *disp < 0 {
                     format!("-{}(%{t})", disp.unsigned_abs())
                 } else {
@@ -278,11 +227,7 @@ impl ArgSpec {
             return Ok(format!("+0({loc}):string"));
         }
         let s = signed.unwrap_or(self.signed);
-        Ok(format!(
-            "{loc}:{}{}",
-            if s { 's' } else { 'u' },
-            self.size * 8
-        ))
+        Ok(format!("{loc}:{}{}", if s { 's' } else { 'u' }, self.size * 8))
     }
 }
 
@@ -330,29 +275,18 @@ pub struct Listing {
 
 fn bad_elf(path: &Path, e: tailprof_elf::Error) -> UprobeError {
     match e {
-        tailprof_elf::Error::NotElf
-        | tailprof_elf::Error::Unsupported { .. }
-        | tailprof_elf::Error::TruncatedHeader => UprobeError::NotElf {
-            path: path.display().to_string(),
-        },
-        tailprof_elf::Error::Io { source, .. } => UprobeError::Read {
-            path: path.display().to_string(),
-            source,
-        },
-        e => UprobeError::BadElf {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        },
+        tailprof_elf::Error::NotElf | tailprof_elf::Error::Unsupported { .. } | tailprof_elf::Error::TruncatedHeader => {
+            UprobeError::NotElf { path: path.display().to_string() }
+        }
+        tailprof_elf::Error::Io { source, .. } => UprobeError::Read { path: path.display().to_string(), source },
+        e => UprobeError::BadElf { path: path.display().to_string(), reason: e.to_string() },
     }
 }
 
 /// The USDT probes of an opened ELF file, grouped by provider and name, each site with its
 /// file offsets. A site whose PC or semaphore lies in no loadable segment is an error (a
 /// damaged file: the probe would go to the wrong place).
-fn probes_of<R: tailprof_elf::ReadAt>(
-    elf: &Elf<R>,
-    path: &Path,
-) -> Result<(Vec<Probe>, u64), UprobeError> {
+fn probes_of<R: tailprof_elf::ReadAt>(elf: &Elf<R>, path: &Path) -> Result<(Vec<Probe>, u64), UprobeError> {
     let found = stapsdt_probes(elf).map_err(|e| bad_elf(path, e))?;
     let mut by: BTreeMap<(String, String), Vec<Site>> = BTreeMap::new();
     for p in found.probes {
@@ -363,67 +297,39 @@ fn probes_of<R: tailprof_elf::ReadAt>(
             })
         };
         let offset = loaded(p.pc, "site")?;
-        let ref_ctr_offset = if p.semaphore == 0 {
-            0
-        } else {
-            loaded(p.semaphore, "semaphore")?
-        };
-        by.entry((p.provider.clone(), p.name.clone()))
-            .or_default()
-            .push(Site {
-                pc: p.pc,
-                offset,
-                semaphore: p.semaphore,
-                ref_ctr_offset,
-                args: p.args,
-            });
+        let ref_ctr_offset = if p.semaphore == 0 { 0 } else { loaded(p.semaphore, "semaphore")? };
+        by.entry((p.provider.clone(), p.name.clone())).or_default().push(Site {
+            pc: p.pc,
+            offset,
+            semaphore: p.semaphore,
+            ref_ctr_offset,
+            args: p.args,
+        });
     }
-    let probes = by
-        .into_iter()
-        .map(|((provider, name), sites)| Probe {
-            provider,
-            name,
-            sites,
-        })
-        .collect();
+    let probes = by.into_iter().map(|((provider, name), sites)| Probe { provider, name, sites }).collect();
     Ok((probes, found.skipped))
 }
 
 /// Opens `binary` (a path, or a name looked up in `PATH`) as an untrusted file.
 pub(crate) fn open_binary(binary: &str) -> Result<(PathBuf, std::fs::File), UprobeError> {
     let path = crate::items::uprobe::find_binary(binary)?;
-    let f = crate::procfs::open_untrusted(&path).map_err(|source| UprobeError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let f = crate::procfs::open_untrusted(&path).map_err(|source| UprobeError::Read { path: path.display().to_string(), source })?;
     Ok((path, f))
 }
 
 /// The sites of probe `provider:name` in `binary`. A name the binary does not have is an
 /// error listing the probes it has.
-pub fn sites(
-    binary: &str,
-    provider: &str,
-    name: &str,
-) -> Result<(PathBuf, Vec<Site>), UprobeError> {
+pub fn sites(binary: &str, provider: &str, name: &str) -> Result<(PathBuf, Vec<Site>), UprobeError> {
     let (path, f) = open_binary(binary)?;
     let elf = Elf::parse(&f).map_err(|e| bad_elf(&path, e))?;
     if !elf.class().is64 || elf.class().big_endian {
-        return Err(UprobeError::NotElf {
-            path: path.display().to_string(),
-        });
+        return Err(UprobeError::NotElf { path: path.display().to_string() });
     }
     let (probes, _) = probes_of(&elf, &path)?;
-    match probes
-        .iter()
-        .find(|p| p.provider == provider && p.name == name)
-    {
+    match probes.iter().find(|p| p.provider == provider && p.name == name) {
         Some(p) => Ok((path, p.sites.clone())),
         None => {
-            let names: Vec<String> = probes
-                .iter()
-                .map(|p| format!("{}:{}", p.provider, p.name))
-                .collect();
+            let names: Vec<String> = probes.iter().map(|p| format!("{}:{}", p.provider, p.name)).collect();
             Err(UprobeError::UsdtNotFound {
                 probe: format!("{provider}:{name}"),
                 path: path.display().to_string(),
@@ -437,20 +343,12 @@ fn available(names: &[String], path: &Path) -> String {
     if names.is_empty() {
         return "it has no USDT probes (no .note.stapsdt section)".into();
     }
-    let shown: Vec<&str> = names
-        .iter()
-        .take(MAX_NAMES_IN_ERROR)
-        .map(String::as_str)
-        .collect();
+    let shown: Vec<&str> = names.iter().take(MAX_NAMES_IN_ERROR).map(String::as_str).collect();
     let more = names.len().saturating_sub(shown.len());
     format!(
         "it has {}{} (`tailprof probes {}` lists them)",
         shown.join(", "),
-        if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        },
+        if more > 0 { format!(" and {more} more") } else { String::new() },
         path.display()
     )
 }
@@ -460,30 +358,20 @@ pub fn list(binary: &str) -> Result<Listing, UprobeError> {
     let (path, f) = open_binary(binary)?;
     let elf = Elf::parse(&f).map_err(|e| bad_elf(&path, e))?;
     if !elf.class().is64 || elf.class().big_endian {
-        return Err(UprobeError::NotElf {
-            path: path.display().to_string(),
-        });
+        return Err(UprobeError::NotElf { path: path.display().to_string() });
     }
     let (probes, skipped_notes) = probes_of(&elf, &path)?;
     let mut functions = std::collections::BTreeSet::new();
     let mut left_out = 0u64;
     for want in [SHT_SYMTAB, SHT_DYNSYM] {
-        for (i, _) in elf
-            .sections()
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.kind == want)
-        {
+        for (i, _) in elf.sections().iter().enumerate().filter(|(_, s)| s.kind == want) {
             let Ok(table) = elf.symbol_table_at(i) else {
                 continue;
             };
             let mut names = elf.strings(&table).with_limits(256, 4096);
             for sym in elf.symbols(&table) {
                 let sym = sym.map_err(|e| bad_elf(&path, e))?;
-                if !matches!(sym.kind(), STT_FUNC | STT_GNU_IFUNC)
-                    || sym.shndx == SHN_UNDEF
-                    || sym.value == 0
-                {
+                if !matches!(sym.kind(), STT_FUNC | STT_GNU_IFUNC) || sym.shndx == SHN_UNDEF || sym.value == 0 {
                     continue;
                 }
                 let Ok(Some(n)) = names.get(sym.name.into()) else {
@@ -501,13 +389,7 @@ pub fn list(binary: &str) -> Result<Listing, UprobeError> {
             }
         }
     }
-    Ok(Listing {
-        path,
-        probes,
-        skipped_notes,
-        functions: functions.into_iter().collect(),
-        functions_left_out: left_out,
-    })
+    Ok(Listing { path, probes, skipped_notes, functions: functions.into_iter().collect(), functions_left_out: left_out })
 }
 
 #[cfg(test)]
@@ -515,90 +397,25 @@ mod tests {
     use super::*;
 
     fn reg(name: &str, tracefs: &str, width: u8) -> Operand {
-        Operand::Reg {
-            name: name.into(),
-            tracefs: tracefs.into(),
-            width,
-        }
+        Operand::Reg { name: name.into(), tracefs: tracefs.into(), width }
     }
 
     #[test]
     fn arg_specs_of_every_operand_kind() {
         let a = parse_args("8@%rdi -4@%r13d 4@4(%r12) 8@-16(%rbp) -4@$-42 2@%ax 1@%sil -8@8(%rax,%rbx,4) 8@foo+8(%rip) %rsi").unwrap();
-        assert_eq!(
-            a[0],
-            ArgSpec {
-                size: 8,
-                signed: false,
-                operand: reg("rdi", "di", 8)
-            }
-        );
-        assert_eq!(
-            a[1],
-            ArgSpec {
-                size: 4,
-                signed: true,
-                operand: reg("r13d", "r13", 4)
-            }
-        );
+        assert_eq!(a[0], ArgSpec { size: 8, signed: false, operand: reg("rdi", "di", 8) });
+        assert_eq!(a[1], ArgSpec { size: 4, signed: true, operand: reg("r13d", "r13", 4) });
         assert_eq!(
             a[2],
-            ArgSpec {
-                size: 4,
-                signed: false,
-                operand: Operand::Mem {
-                    disp: 4,
-                    symbol: None,
-                    base: "r12".into(),
-                    index: None
-                }
-            }
+            ArgSpec { size: 4, signed: false, operand: Operand::Mem { disp: 4, symbol: None, base: "r12".into(), index: None } }
         );
-        assert_eq!(
-            a[3].operand,
-            Operand::Mem {
-                disp: -16,
-                symbol: None,
-                base: "rbp".into(),
-                index: None
-            }
-        );
-        assert_eq!(
-            a[4],
-            ArgSpec {
-                size: 4,
-                signed: true,
-                operand: Operand::Imm(-42)
-            }
-        );
+        assert_eq!(a[3].operand, Operand::Mem { disp: -16, symbol: None, base: "rbp".into(), index: None });
+        assert_eq!(a[4], ArgSpec { size: 4, signed: true, operand: Operand::Imm(-42) });
         assert_eq!(a[5].operand, reg("ax", "ax", 2));
         assert_eq!(a[6].operand, reg("sil", "si", 1));
-        assert_eq!(
-            a[7].operand,
-            Operand::Mem {
-                disp: 8,
-                symbol: None,
-                base: "rax".into(),
-                index: Some(("rbx".into(), 4))
-            }
-        );
-        assert_eq!(
-            a[8].operand,
-            Operand::Mem {
-                disp: 8,
-                symbol: Some("foo".into()),
-                base: "rip".into(),
-                index: None
-            }
-        );
-        assert_eq!(
-            a[9],
-            ArgSpec {
-                size: 8,
-                signed: false,
-                operand: reg("rsi", "si", 8)
-            }
-        );
+        assert_eq!(a[7].operand, Operand::Mem { disp: 8, symbol: None, base: "rax".into(), index: Some(("rbx".into(), 4)) });
+        assert_eq!(a[8].operand, Operand::Mem { disp: 8, symbol: Some("foo".into()), base: "rip".into(), index: None });
+        assert_eq!(a[9], ArgSpec { size: 8, signed: false, operand: reg("rsi", "si", 8) });
         // The fetch-arguments tracefs gets.
         let f = |i: usize, s: bool| a[i].fetch_arg(s, None);
         assert_eq!(f(0, true).unwrap(), "+0(%di):string");
@@ -610,10 +427,7 @@ mod tests {
         assert_eq!(a[0].fetch_arg(false, Some(true)).unwrap(), "%di:s64");
         assert!(f(4, true).is_err(), "a constant is no string");
         assert!(f(1, true).is_err(), "a 4-byte value is no pointer");
-        assert!(
-            f(7, false).is_err() && f(8, false).is_err(),
-            "tracefs cannot express these"
-        );
+        assert!(f(7, false).is_err() && f(8, false).is_err(), "tracefs cannot express these");
         assert_eq!(parse_args("").unwrap(), []);
     }
 
@@ -636,21 +450,7 @@ mod tests {
             assert!(ArgSpec::parse(s).is_err(), "{s}");
         }
         // Never a panic on any short input.
-        for s in [
-            "@",
-            "%",
-            "$",
-            "(",
-            ")",
-            "-",
-            "8@-",
-            "8@%r",
-            "8@%r1",
-            "8@%r16",
-            "8@%rd",
-            "8@0x(%rax)",
-            "8@-0x8000000000000000(%rbp)",
-        ] {
+        for s in ["@", "%", "$", "(", ")", "-", "8@-", "8@%r", "8@%r1", "8@%r16", "8@%rd", "8@0x(%rax)", "8@-0x8000000000000000(%rbp)"] {
             let _ = ArgSpec::parse(s);
         }
     }

@@ -8,10 +8,10 @@ use tailprof_format::{BuildIdEntry, FormatError, LossKind, Mmap, Record, Sample}
 
 use super::{RecordOutput, RecordSummary};
 use crate::buildid;
+use crate::items::uprobe::{MarkerMaker, ProbeRole};
 use crate::parse::{Decoded, Decoder};
 use crate::ring::{Pending, RoundQueue};
 use crate::stacks::StackMaker;
-use crate::items::uprobe::{MarkerMaker, ProbeRole};
 
 /// `(device as st_dev encodes it, inode)` of a mapped file.
 pub(super) type FileKey = (u64, u64);
@@ -225,12 +225,7 @@ impl Emitter {
     /// Write one queued record: a plain sample as it is, a raw record decoded
     /// ([`Emitter::decode_and_write`]).
     #[inline(always)]
-    pub(super) fn write_queued<O: RecordOutput + ?Sized>(
-        &mut self,
-        p: &Pending,
-        rec: &[u8],
-        out: &mut O,
-    ) -> Result<(), FormatError> {
+    pub(super) fn write_queued<O: RecordOutput + ?Sized>(&mut self, p: &Pending, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
         let Some(ps) = p.plain() else { return self.decode_and_write(p, rec, out) };
         let s = &mut self.plain;
         (s.time, s.ip, s.period, s.pid, s.tid, s.cpu, s.event, s.cpumode) =
@@ -252,12 +247,7 @@ impl Emitter {
     /// record (with its mapping's build-id), item markers (a uprobe hit), or only a count
     /// (a record type the recorder does not keep, or a malformed record). [`Role`] says
     /// which; each role has its own handler.
-    pub(super) fn decode_and_write<O: RecordOutput + ?Sized>(
-        &mut self,
-        p: &Pending,
-        rec: &[u8],
-        out: &mut O,
-    ) -> Result<(), FormatError> {
+    pub(super) fn decode_and_write<O: RecordOutput + ?Sized>(&mut self, p: &Pending, rec: &[u8], out: &mut O) -> Result<(), FormatError> {
         let decoded = self.decoder.decode(rec, p.event(), p.cpu, &mut self.sample);
         match self.role(decoded) {
             Role::OffCpuStack => {
@@ -296,8 +286,7 @@ impl Emitter {
             Ok(Decoded::Record(r)) => Role::SideBand(r),
             Ok(Decoded::Ignored(kind))
                 if self.stacks.is_some()
-                    && (kind == tailprof_perf_abi::record_type::SWITCH
-                        || kind == tailprof_perf_abi::record_type::SWITCH_CPU_WIDE) =>
+                    && (kind == tailprof_perf_abi::record_type::SWITCH || kind == tailprof_perf_abi::record_type::SWITCH_CPU_WIDE) =>
             {
                 Role::Switch
             }
@@ -422,11 +411,7 @@ impl Emitter {
     }
 
     /// Count and write one decoded or synthesized record.
-    pub(super) fn record<O: RecordOutput + ?Sized>(
-        &mut self,
-        mut r: Record,
-        out: &mut O,
-    ) -> Result<(), FormatError> {
+    pub(super) fn record<O: RecordOutput + ?Sized>(&mut self, mut r: Record, out: &mut O) -> Result<(), FormatError> {
         let mut key = None;
         if let Record::Mmap(m) = &mut r {
             key = self.build_id(m, None, out)?;
@@ -489,9 +474,7 @@ impl Emitter {
                     return Ok(Some(known.0));
                 }
                 use std::os::unix::fs::MetadataExt;
-                std::fs::metadata(&m.path)
-                    .or_else(|_| std::fs::metadata(in_root()))
-                    .map_or((0, 0), |md| (md.dev(), md.ino()))
+                std::fs::metadata(&m.path).or_else(|_| std::fs::metadata(in_root())).map_or((0, 0), |md| (md.dev(), md.ino()))
             }
         };
         if let Some(known) = self.build_ids.get(&m.path).and_then(|v| v.iter().find(|e| e.0 == key).cloned()) {
@@ -581,7 +564,16 @@ mod tests {
         let long = "y".repeat(3800);
         let n = 20_000u64;
         for i in 0..n {
-            let m = Mmap { pid: 1, tid: 1, start: i << 12, len: 4096, prot: 5, path: format!("/nonexistent/{long}{i}"), build_id: Some(vec![1; 20]), ..Mmap::default() };
+            let m = Mmap {
+                pid: 1,
+                tid: 1,
+                start: i << 12,
+                len: 4096,
+                prot: 5,
+                path: format!("/nonexistent/{long}{i}"),
+                build_id: Some(vec![1; 20]),
+                ..Mmap::default()
+            };
             e.record(Record::Mmap(m), &mut out).unwrap();
         }
         assert!(out.0 <= MAX_TRACE_BUILD_ID_BYTES, "{} bytes handed out", out.0);

@@ -58,11 +58,7 @@ impl Recorder {
     /// Register the target's pidfd (its exit ends the recording) and every ring's fd
     /// with epoll.
     pub(super) fn watch_target_and_rings(&mut self) -> Result<(), RecordError> {
-        let pidfd = self.pidfd.as_ref().map(|f| f.as_raw_fd()).or(self
-            .child
-            .as_ref()
-            .and_then(|c| c.pidfd())
-            .map(|f| f.as_raw_fd()));
+        let pidfd = self.pidfd.as_ref().map(|f| f.as_raw_fd()).or(self.child.as_ref().and_then(|c| c.pidfd()).map(|f| f.as_raw_fd()));
         if let Some(fd) = pidfd {
             self.epoll.ctl(libc::EPOLL_CTL_ADD, fd, PIDFD_TOKEN).map_err(io_err("epoll_ctl(pidfd)"))?;
         }
@@ -110,13 +106,7 @@ impl Recorder {
                 for (role_index, role) in [ProbeRole::Begin, ProbeRole::End].into_iter().enumerate() {
                     // Every site of a USDT probe; all of a role's sites share its decoder event.
                     for site in 0..probes.sites(role) {
-                        let config = probes.attr_config(
-                            role,
-                            site,
-                            self.clock,
-                            self.sampling.inherit,
-                            self.sampling.enable_on_exec,
-                        );
+                        let config = probes.attr_config(role, site, self.clock, self.sampling.inherit, self.sampling.enable_on_exec);
                         let fd = probes.open(role, site, pid, cpu as i32, config)?;
                         sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
                             .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (uprobe) on CPU {cpu}")))?;
@@ -138,9 +128,8 @@ impl Recorder {
                 }
             }
             if let (Some(plan), Some(ring), Some(sm)) = (&self.off_cpu, ring_of_cpu[cpu_index], &self.emitter.stacks) {
-                let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(io_err(
-                    format!("cannot open sched:sched_switch (off-CPU stacks) on CPU {cpu}"),
-                ))?;
+                let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
+                    .map_err(io_err(format!("cannot open sched:sched_switch (off-CPU stacks) on CPU {cpu}")))?;
                 sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
                     .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (sched_switch) on CPU {cpu}")))?;
                 let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
@@ -267,9 +256,8 @@ impl Recorder {
             Err(e) => {
                 self.off_cpu_later.disable();
                 self.off_cpu_later.fds.clear();
-                self.notes.push(format!(
-                    "off-CPU recording not enabled at the first marker ({e}); use --off-cpu to record it from the start"
-                ));
+                self.notes
+                    .push(format!("off-CPU recording not enabled at the first marker ({e}); use --off-cpu to record it from the start"));
             }
         }
     }

@@ -12,10 +12,7 @@ pub(super) fn check_options(opts: &RecordOptions) -> Result<(), RecordError> {
         return Err(RecordError::Options("too many events".into()));
     }
     if opts.mmap_pages == 0 || !opts.mmap_pages.is_power_of_two() {
-        return Err(RecordError::Options(format!(
-            "ring size must be a power of two number of pages (got {})",
-            opts.mmap_pages
-        )));
+        return Err(RecordError::Options(format!("ring size must be a power of two number of pages (got {})", opts.mmap_pages)));
     }
     if let Target::Command(argv) | Target::SystemWideCommand(argv) = &opts.target {
         if argv.is_empty() {
@@ -174,11 +171,7 @@ pub(super) fn cause_plans(
         notes.push("wakeups not recorded (no tracefs for sched:sched_waking): items show no woken_by".into());
         return Ok(CausePlans::default());
     }
-    let c = if o.off_cpu {
-        sampling.clone()
-    } else {
-        SamplingConfig { enable_on_exec: false, disabled: true, ..sampling.clone() }
-    };
+    let c = if o.off_cpu { sampling.clone() } else { SamplingConfig { enable_on_exec: false, disabled: true, ..sampling.clone() } };
     let mut waking = off_cpu_attr(&EventSpec::parse("sched:sched_waking")?, &c, o.call_graph.as_ref())?;
     waking.attr.sample_type |= tailprof_perf_abi::sample_type::RAW;
     waking.desc.sample_type = waking.attr.sample_type;

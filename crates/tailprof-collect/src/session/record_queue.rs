@@ -29,13 +29,7 @@ impl RecordQueue {
         if new == 0 {
             return false;
         }
-        self.pending.push(Record::Lost(Lost {
-            time,
-            cpu: 0,
-            event: None,
-            kind: LossKind::Malformed,
-            count: new,
-        }));
+        self.pending.push(Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::Malformed, count: new }));
         true
     }
 
@@ -46,11 +40,7 @@ impl RecordQueue {
     }
 
     /// Hand out, in order, every queued record stamped at or before `t`.
-    pub fn emit_upto(
-        &mut self,
-        t: u64,
-        mut f: impl FnMut(Record) -> Result<(), FormatError>,
-    ) -> Result<(), FormatError> {
+    pub fn emit_upto(&mut self, t: u64, mut f: impl FnMut(Record) -> Result<(), FormatError>) -> Result<(), FormatError> {
         while let Some(r) = self.pending.get(self.pos) {
             if r.time() > t {
                 break;
@@ -75,11 +65,7 @@ mod tests {
     use tailprof_format::{Marker, MarkerKind};
 
     fn m(time: u64) -> Record {
-        Record::Marker(Marker {
-            time,
-            kind: MarkerKind::Begin,
-            ..Marker::default()
-        })
+        Record::Marker(Marker { time, kind: MarkerKind::Begin, ..Marker::default() })
     }
 
     #[test]

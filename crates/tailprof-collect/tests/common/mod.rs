@@ -8,10 +8,7 @@ pub fn recorder(o: RecordOptions) -> Option<Recorder> {
     match Recorder::new(o) {
         Ok(r) => Some(r),
         Err(RecordError::Collect(e @ CollectError::Permission { .. })) => {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::PerfEvents,
-                format_args!("perf_event_open refused: {e}"),
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::PerfEvents, format_args!("perf_event_open refused: {e}"));
             None
         }
         Err(e) => panic!("Recorder::new: {e}"),

@@ -43,10 +43,7 @@ impl JitTables {
     /// Adds an entry (empty ranges and ranges that wrap are ignored and counted).
     pub fn add(&mut self, e: &JitEntry) {
         let t = self.by_pid.entry(e.pid).or_default();
-        if e.size == 0
-            || e.start.checked_add(e.size).is_none()
-            || t.order.len() >= MAX_ENTRIES_PER_PROCESS
-        {
+        if e.size == 0 || e.start.checked_add(e.size).is_none() || t.order.len() >= MAX_ENTRIES_PER_PROCESS {
             self.dropped += 1;
             return;
         }
@@ -85,19 +82,14 @@ impl JitTables {
             t.order.sort_by_key(|&i| entries[i as usize].start);
             t.sorted = true;
         }
-        let end = t
-            .order
-            .partition_point(|&i| entries[i as usize].start <= ip);
+        let end = t.order.partition_point(|&i| entries[i as usize].start <= ip);
         let mut best: Option<(u64, u32)> = None;
         for &i in t.order[..end].iter().rev().take(MAX_SCAN) {
             let e = &entries[i as usize];
             if ip - e.start >= t.max_size {
                 break;
             }
-            if ip - e.start < e.size
-                && e.time <= time
-                && best.is_none_or(|(bt, bi)| (e.time, i) > (bt, bi))
-            {
+            if ip - e.start < e.size && e.time <= time && best.is_none_or(|(bt, bi)| (e.time, i) > (bt, bi)) {
                 best = Some((e.time, i));
             }
         }
@@ -112,15 +104,7 @@ mod tests {
     use crate::JitOrigin;
 
     fn e(pid: u32, time: u64, start: u64, size: u64, name: &str) -> JitEntry {
-        JitEntry {
-            pid,
-            time,
-            start,
-            size,
-            origin: JitOrigin::JitLoad,
-            name: name.into(),
-            source: None,
-        }
+        JitEntry { pid, time, start, size, origin: JitOrigin::JitLoad, name: name.into(), source: None }
     }
 
     #[test]
@@ -129,17 +113,12 @@ mod tests {
         t.add(&e(1, 100, 0x1000, 0x100, "first"));
         t.add(&e(1, 500, 0x1000, 0x80, "second"));
         t.add(&e(2, 0, 0x1000, 0x100, "other process"));
-        let name =
-            |t: &mut JitTables, ip, time| t.lookup(1, ip, time).map(|i| t.entry(i).name.clone());
+        let name = |t: &mut JitTables, ip, time| t.lookup(1, ip, time).map(|i| t.entry(i).name.clone());
         assert_eq!(name(&mut t, 0x1010, 50), None, "before any load");
         assert_eq!(name(&mut t, 0x1010, 100).as_deref(), Some("first"));
         assert_eq!(name(&mut t, 0x1010, 499).as_deref(), Some("first"));
         assert_eq!(name(&mut t, 0x1010, 500).as_deref(), Some("second"));
-        assert_eq!(
-            name(&mut t, 0x10a0, 900).as_deref(),
-            Some("first"),
-            "past the second's end"
-        );
+        assert_eq!(name(&mut t, 0x10a0, 900).as_deref(), Some("first"), "past the second's end");
         assert_eq!(name(&mut t, 0x1100, 900), None);
         assert_eq!(t.lookup(3, 0x1010, 900), None);
     }
@@ -147,18 +126,9 @@ mod tests {
     #[test]
     fn runtimes_are_told_apart_by_executable_name() {
         assert_eq!(runtime_advice("/usr/bin/node").unwrap().0, "node");
-        assert!(runtime_advice("node")
-            .unwrap()
-            .1
-            .contains("--perf-basic-prof"));
-        assert!(runtime_advice("java")
-            .unwrap()
-            .1
-            .contains("-XX:+PreserveFramePointer"));
-        assert!(runtime_advice("dotnet")
-            .unwrap()
-            .1
-            .contains("DOTNET_PerfMapEnabled=1"));
+        assert!(runtime_advice("node").unwrap().1.contains("--perf-basic-prof"));
+        assert!(runtime_advice("java").unwrap().1.contains("-XX:+PreserveFramePointer"));
+        assert!(runtime_advice("dotnet").unwrap().1.contains("DOTNET_PerfMapEnabled=1"));
         assert!(runtime_advice("python3.12").unwrap().1.contains("-X perf"));
         assert_eq!(runtime_advice("python3.11"), None);
         assert_eq!(runtime_advice("postgres"), None);

@@ -3,16 +3,7 @@
 use super::*;
 
 fn mmap(pid: u32, start: u64, len: u64, pgoff: u64, path: &str) -> Mmap {
-    Mmap {
-        pid,
-        tid: pid,
-        start,
-        len,
-        pgoff,
-        cpumode: CpuMode::User,
-        path: path.into(),
-        ..Default::default()
-    }
+    Mmap { pid, tid: pid, start, len, pgoff, cpumode: CpuMode::User, path: path.into(), ..Default::default() }
 }
 
 fn rec(m: Mmap) -> Record {
@@ -20,33 +11,15 @@ fn rec(m: Mmap) -> Record {
 }
 
 fn fork(ppid: u32, pid: u32) -> Record {
-    Record::Fork(Task {
-        pid,
-        ppid,
-        tid: pid,
-        ptid: ppid,
-        time: 0,
-    })
+    Record::Fork(Task { pid, ppid, tid: pid, ptid: ppid, time: 0 })
 }
 
 fn exit(pid: u32, tid: u32) -> Record {
-    Record::Exit(Task {
-        pid,
-        ppid: pid,
-        tid,
-        ptid: tid,
-        time: 0,
-    })
+    Record::Exit(Task { pid, ppid: pid, tid, ptid: tid, time: 0 })
 }
 
 fn exec(pid: u32) -> Record {
-    Record::Comm(Comm {
-        pid,
-        tid: pid,
-        exec: true,
-        comm: "x".into(),
-        time: 0,
-    })
+    Record::Comm(Comm { pid, tid: pid, exec: true, comm: "x".into(), time: 0 })
 }
 
 fn path_at(a: &AddressSpaces, pid: u32, ip: u64) -> Option<String> {
@@ -62,10 +35,7 @@ fn mmap_goes_to_the_process_and_resolves_file_offsets() {
     assert!(a.find(10, 0x40_1000).is_none(), "end is exclusive");
     assert!(a.find(11, 0x40_0123).is_none());
     // A thread's mmap lands in its process's space.
-    a.apply(&rec(Mmap {
-        tid: 12,
-        ..mmap(10, 0x50_0000, 0x1000, 0, "/lib/y.so")
-    }));
+    a.apply(&rec(Mmap { tid: 12, ..mmap(10, 0x50_0000, 0x1000, 0, "/lib/y.so") }));
     assert_eq!(path_at(&a, 10, 0x50_0010).as_deref(), Some("/lib/y.so"));
     assert!(a.find(12, 0x50_0010).is_none());
     // Empty mappings do not count.
@@ -80,19 +50,8 @@ fn overlapping_mmap_replaces_the_overlapped_parts() {
     let g0 = a.generation(1);
     a.apply(&rec(mmap(1, 0x2000, 0x1000, 0, "/b")));
     assert_ne!(a.generation(1), g0);
-    let ms: Vec<_> = a
-        .mappings(1)
-        .iter()
-        .map(|m| (m.start, m.end, m.pgoff, m.path.to_string()))
-        .collect();
-    assert_eq!(
-        ms,
-        [
-            (0x1000, 0x2000, 0, "/a".into()),
-            (0x2000, 0x3000, 0, "/b".into()),
-            (0x3000, 0x4000, 0x2000, "/a".into())
-        ]
-    );
+    let ms: Vec<_> = a.mappings(1).iter().map(|m| (m.start, m.end, m.pgoff, m.path.to_string())).collect();
+    assert_eq!(ms, [(0x1000, 0x2000, 0, "/a".into()), (0x2000, 0x3000, 0, "/b".into()), (0x3000, 0x4000, 0x2000, "/a".into())]);
     assert_eq!(a.find(1, 0x3800).unwrap().file_offset(0x3800), 0x2800);
     // Covering several replaces them all.
     a.apply(&rec(mmap(1, 0x0, 0x10000, 0, "/c")));
@@ -102,21 +61,12 @@ fn overlapping_mmap_replaces_the_overlapped_parts() {
 #[test]
 fn non_code_mappings_are_not_kept_but_replace_what_they_overlap() {
     let mut a = AddressSpaces::<()>::default();
-    a.apply(&rec(Mmap {
-        prot: 5,
-        ..mmap(1, 0x1000, 0x2000, 0, "/bin/x")
-    }));
-    a.apply(&rec(Mmap {
-        prot: 3,
-        ..mmap(1, 0x8000, 0x1000, 0, "/data")
-    }));
+    a.apply(&rec(Mmap { prot: 5, ..mmap(1, 0x1000, 0x2000, 0, "/bin/x") }));
+    a.apply(&rec(Mmap { prot: 3, ..mmap(1, 0x8000, 0x1000, 0, "/data") }));
     assert!(a.find(1, 0x8000).is_none());
     assert_eq!(a.counters().mappings_not_code, 1);
     // A data mapping over code (mmap MAP_FIXED) unmaps that code.
-    a.apply(&rec(Mmap {
-        prot: 3,
-        ..mmap(1, 0x2000, 0x1000, 0, "[heap]")
-    }));
+    a.apply(&rec(Mmap { prot: 3, ..mmap(1, 0x2000, 0x1000, 0, "[heap]") }));
     assert!(a.find(1, 0x2000).is_none());
     assert_eq!(path_at(&a, 1, 0x1000).as_deref(), Some("/bin/x"));
     // Unknown protection (MMAP, prot 0) may hold code.
@@ -133,19 +83,10 @@ fn exec_empties_fork_shares_threads_change_nothing() {
     let bytes = a.bytes();
     assert_eq!(a.mapping_count(), 2);
     // A shared list is counted once.
-    assert_eq!(
-        bytes,
-        a.mappings(5).iter().map(Mapping::cost).sum::<usize>()
-    );
+    assert_eq!(bytes, a.mappings(5).iter().map(Mapping::cost).sum::<usize>());
     // A new thread: nothing changes.
     let g = a.generation(6);
-    assert!(!a.apply(&Record::Fork(Task {
-        pid: 6,
-        ppid: 6,
-        tid: 7,
-        ptid: 6,
-        time: 0
-    })));
+    assert!(!a.apply(&Record::Fork(Task { pid: 6, ppid: 6, tid: 7, ptid: 6, time: 0 })));
     assert_eq!(a.generation(6), g);
     // The child changes its list: copied, counted twice now; the parent keeps its own.
     a.apply(&rec(mmap(6, 0x1800, 0x100, 0, "/lib/c")));
@@ -160,21 +101,12 @@ fn exec_empties_fork_shares_threads_change_nothing() {
     assert!(!a.knows(78));
     assert_ne!(a.generation(78), 0);
     // Non-exec COMM changes nothing.
-    assert!(!a.apply(&Record::Comm(Comm {
-        pid: 5,
-        tid: 5,
-        exec: false,
-        comm: "y".into(),
-        time: 0
-    })));
+    assert!(!a.apply(&Record::Comm(Comm { pid: 5, tid: 5, exec: false, comm: "y".into(), time: 0 })));
 }
 
 #[test]
 fn exited_processes_resolve_until_later_exits_forget_them() {
-    let mut a = AddressSpaces::<()>::new(SpaceLimits {
-        max_exited: 2,
-        ..SpaceLimits::default()
-    });
+    let mut a = AddressSpaces::<()>::new(SpaceLimits { max_exited: 2, ..SpaceLimits::default() });
     for pid in 1..=4 {
         a.apply(&rec(mmap(pid, 0x1000, 0x1000, 0, "/bin/x")));
     }
@@ -183,18 +115,11 @@ fn exited_processes_resolve_until_later_exits_forget_them() {
     assert!(!a.exited(1));
     a.apply(&exit(1, 1));
     assert!(a.exited(1));
-    assert!(
-        a.find(1, 0x1000).is_some(),
-        "late samples of an exited process still resolve"
-    );
+    assert!(a.find(1, 0x1000).is_some(), "late samples of an exited process still resolve");
     a.apply(&exit(2, 2));
     assert_eq!(a.process_count(), 4);
     a.apply(&exit(3, 3));
-    assert_eq!(
-        a.process_count(),
-        3,
-        "the oldest exited process is forgotten"
-    );
+    assert_eq!(a.process_count(), 3, "the oldest exited process is forgotten");
     assert!(a.find(1, 0x1000).is_none());
     assert_eq!(a.counters().processes_exited, 1);
     // A mapping of an exited process revives it (its other threads live on).
@@ -210,10 +135,7 @@ fn exited_processes_resolve_until_later_exits_forget_them() {
     assert!(!a.exited(4));
     assert!(a.find(4, 0x1000).is_none());
     assert!(a.find(4, 0x7000).is_some());
-    assert_eq!(
-        a.bytes(),
-        list_cost(a.mappings(2)) + list_cost(a.mappings(20))
-    );
+    assert_eq!(a.bytes(), list_cost(a.mappings(2)) + list_cost(a.mappings(20)));
 }
 
 #[test]
@@ -237,55 +159,29 @@ fn kernel_mappings_go_to_the_kernel_space() {
         ..Default::default()
     }));
     assert_eq!(a.kernel_text(), Some(0xffff_ffff_8100_0000));
-    assert_eq!(
-        a.mappings(KERNEL_PID).len(),
-        1,
-        "the image itself is not kept"
-    );
+    assert_eq!(a.mappings(KERNEL_PID).len(), 1, "the image itself is not kept");
     assert!(a.find(KERNEL_PID, 0xffff_ffff_c000_0010).is_some());
     assert_eq!(a.process_count(), 0);
-    assert!(AddressSpaces::<()>::is_kernel_sample(
-        CpuMode::Unknown,
-        0xffff_ffff_8100_0000
-    ));
-    assert!(!AddressSpaces::<()>::is_kernel_sample(
-        CpuMode::User,
-        0xffff_ffff_8100_0000
-    ));
+    assert!(AddressSpaces::<()>::is_kernel_sample(CpuMode::Unknown, 0xffff_ffff_8100_0000));
+    assert!(!AddressSpaces::<()>::is_kernel_sample(CpuMode::User, 0xffff_ffff_8100_0000));
 }
 
 #[test]
 fn per_process_bound_evicts_the_oldest_and_counts() {
-    let mut a = AddressSpaces::<()>::new(SpaceLimits {
-        max_mappings: 32,
-        ..SpaceLimits::default()
-    });
+    let mut a = AddressSpaces::<()>::new(SpaceLimits { max_mappings: 32, ..SpaceLimits::default() });
     for i in 0..100u64 {
         a.apply(&rec(mmap(1, 0x10_0000 + i * 0x1000, 0x1000, 0, "/x")));
     }
     assert!(a.mappings(1).len() <= 32);
-    assert!(
-        a.find(1, 0x10_0000 + 99 * 0x1000).is_some(),
-        "the newest stays"
-    );
+    assert!(a.find(1, 0x10_0000 + 99 * 0x1000).is_some(), "the newest stays");
     assert!(a.find(1, 0x10_0000).is_none(), "the oldest went");
-    assert_eq!(
-        a.counters().mappings_evicted,
-        100 - a.mappings(1).len() as u64
-    );
-    assert!(
-        a.mappings(1).windows(2).all(|w| w[0].end <= w[1].start),
-        "sorted, disjoint"
-    );
+    assert_eq!(a.counters().mappings_evicted, 100 - a.mappings(1).len() as u64);
+    assert!(a.mappings(1).windows(2).all(|w| w[0].end <= w[1].start), "sorted, disjoint");
 }
 
 #[test]
 fn process_bound_evicts_exited_first_then_least_recently_used() {
-    let mut a = AddressSpaces::<()>::new(SpaceLimits {
-        max_processes: 16,
-        max_exited: 100,
-        ..SpaceLimits::default()
-    });
+    let mut a = AddressSpaces::<()>::new(SpaceLimits { max_processes: 16, max_exited: 100, ..SpaceLimits::default() });
     for pid in 1..=16 {
         a.apply(&rec(mmap(pid, 0x1000, 0x1000, 0, "/x")));
     }
@@ -306,10 +202,7 @@ fn process_bound_evicts_exited_first_then_least_recently_used() {
 #[test]
 fn byte_bound_holds_under_mmap_churn_and_forks() {
     let max = 64 << 10;
-    let mut a = AddressSpaces::<()>::new(SpaceLimits {
-        max_bytes: max,
-        ..SpaceLimits::default()
-    });
+    let mut a = AddressSpaces::<()>::new(SpaceLimits { max_bytes: max, ..SpaceLimits::default() });
     let long = format!("/{}", "p".repeat(3800));
     a.apply(&rec(mmap(1, 0x1000, 0x1000, 0, "/bin/x")));
     for i in 0..200u64 {
@@ -330,34 +223,21 @@ fn byte_bound_holds_under_mmap_churn_and_forks() {
     }
     // Accounting stays exact: what is held is what is counted.
     let mut seen = std::collections::HashSet::new();
-    let held: usize = a
-        .spaces
-        .values()
-        .filter(|s| seen.insert(Arc::as_ptr(&s.maps)))
-        .map(|s| list_cost(&s.maps))
-        .sum();
+    let held: usize = a.spaces.values().filter(|s| seen.insert(Arc::as_ptr(&s.maps))).map(|s| list_cost(&s.maps)).sum();
     assert_eq!(held, a.bytes());
 }
 
 #[test]
 fn data_follows_split_parts_and_find_mut_copies_shared_lists() {
     let mut a = AddressSpaces::<u32>::default();
-    a.mmap(&mmap(1, 0x1000, 0x3000, 0x100, "/a"), Some((8, 9)))
-        .unwrap()
-        .data = 7;
-    a.mmap(&mmap(1, 0x2000, 0x1000, 0, "/b"), None)
-        .unwrap()
-        .data = 8;
+    a.mmap(&mmap(1, 0x1000, 0x3000, 0x100, "/a"), Some((8, 9))).unwrap().data = 7;
+    a.mmap(&mmap(1, 0x2000, 0x1000, 0, "/b"), None).unwrap().data = 8;
     let d: Vec<_> = a.mappings(1).iter().map(|m| (m.data, m.file)).collect();
     assert_eq!(d, [(7, Some((8, 9))), (8, None), (7, Some((8, 9)))]);
     a.apply(&fork(1, 2));
     let g = a.generation(2);
     a.find_mut(2, 0x1000).unwrap().data = 9;
-    assert_eq!(
-        a.find(1, 0x1000).unwrap().data,
-        7,
-        "the parent's list is not changed"
-    );
+    assert_eq!(a.find(1, 0x1000).unwrap().data, 7, "the parent's list is not changed");
     assert_eq!(a.find(2, 0x1000).unwrap().data, 9);
     assert_eq!(a.generation(2), g, "data is not an address-space change");
     assert!(a.forget_mapping(2, 0x1000));
@@ -365,15 +245,7 @@ fn data_follows_split_parts_and_find_mut_copies_shared_lists() {
     assert_ne!(a.generation(2), g);
     assert!(!a.forget_mapping(2, 0x1000));
     // A (0, 0) file identity means unknown; an empty build-id none.
-    let m = a
-        .mmap(
-            &Mmap {
-                build_id: Some(vec![]),
-                ..mmap(3, 0x1000, 0x1000, 0, "/c")
-            },
-            Some((0, 0)),
-        )
-        .unwrap();
+    let m = a.mmap(&Mmap { build_id: Some(vec![]), ..mmap(3, 0x1000, 0x1000, 0, "/c") }, Some((0, 0))).unwrap();
     assert_eq!((m.file, m.build_id.is_none()), (None, true));
 }
 
@@ -381,12 +253,7 @@ fn data_follows_split_parts_and_find_mut_copies_shared_lists() {
 /// count is exact (a deterministic xorshift stream, no dependency).
 #[test]
 fn random_streams_keep_the_invariants() {
-    let limits = SpaceLimits {
-        max_processes: 8,
-        max_mappings: 16,
-        max_bytes: 8 << 10,
-        max_exited: 3,
-    };
+    let limits = SpaceLimits { max_processes: 8, max_mappings: 16, max_bytes: 8 << 10, max_exited: 3 };
     let mut a = AddressSpaces::<u8>::new(limits);
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = || {
@@ -401,10 +268,7 @@ fn random_streams_keep_the_invariants() {
         let start = (next() % 64) * 0x1000;
         let len = (next() % 8) * 0x1000;
         let rec = match r >> 60 {
-            0..=9 => Record::Mmap(Mmap {
-                prot: if r & 1 == 0 { 5 } else { 3 },
-                ..mmap(pid, start, len, start, "/f")
-            }),
+            0..=9 => Record::Mmap(Mmap { prot: if r & 1 == 0 { 5 } else { 3 }, ..mmap(pid, start, len, start, "/f") }),
             10 | 11 => fork(pid, (next() % 12) as u32 + 1),
             12 => exec(pid),
             _ => exit(pid, pid),
@@ -414,19 +278,11 @@ fn random_streams_keep_the_invariants() {
         for s in a.spaces.values() {
             assert!(s.maps.len() <= limits.max_mappings);
             assert!(s.maps.windows(2).all(|w| w[0].end <= w[1].start));
-            assert!(s
-                .maps
-                .iter()
-                .all(|m| m.start < m.end && may_hold_code(m.prot)));
+            assert!(s.maps.iter().all(|m| m.start < m.end && may_hold_code(m.prot)));
         }
         assert!(a.bytes() <= limits.max_bytes + 4 * std::mem::size_of::<Mapping<u8>>());
         let mut seen = std::collections::HashSet::new();
-        let held: usize = a
-            .spaces
-            .values()
-            .filter(|s| seen.insert(Arc::as_ptr(&s.maps)))
-            .map(|s| list_cost(&s.maps))
-            .sum();
+        let held: usize = a.spaces.values().filter(|s| seen.insert(Arc::as_ptr(&s.maps))).map(|s| list_cost(&s.maps)).sum();
         assert_eq!(held, a.bytes());
     }
 }

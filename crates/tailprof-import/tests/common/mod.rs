@@ -18,7 +18,10 @@ pub fn corpus() -> Option<PathBuf> {
     if dir.join("README.md").is_file() {
         Some(dir)
     } else {
-        tailprof_testkit::skip(tailprof_testkit::Need::TestData, format_args!("perf.data test corpus not found at {} (test skipped)", dir.display()));
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::TestData,
+            format_args!("perf.data test corpus not found at {} (test skipped)", dir.display()),
+        );
         None
     }
 }
@@ -43,8 +46,8 @@ pub fn corpus_file(name: &str) -> Option<PathBuf> {
 
 pub fn import(path: &Path) -> (Imported, Vec<Record>) {
     let mut sink = VecSink::default();
-    let imported = import_to_sink(path, &ImportOptions::default(), &mut sink)
-        .unwrap_or_else(|e| panic!("import of {} failed: {e}", path.display()));
+    let imported =
+        import_to_sink(path, &ImportOptions::default(), &mut sink).unwrap_or_else(|e| panic!("import of {} failed: {e}", path.display()));
     (imported, sink.0)
 }
 

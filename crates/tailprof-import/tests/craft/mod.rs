@@ -68,7 +68,6 @@ pub fn huge_auxtrace_file(declared: u64) -> Vec<u8> {
     perf_data_file(&data)
 }
 
-
 /// A small intact perf.data: 10 samples.
 pub fn small_valid_file() -> Vec<u8> {
     let mut data = Vec::new();

@@ -168,7 +168,6 @@ pub mod record {
     pub const RESERVED_KINDS: core::ops::RangeInclusive<u32> = 6..=7;
 }
 
-
 #[cfg(test)]
 mod tests {
     extern crate std;

@@ -16,8 +16,8 @@
 
 mod open;
 
-pub(crate) use open::ClassProbes;
 use crate::items::uprobe::{ProbeSpec, ResolvedProbe, UprobeError};
+pub(crate) use open::ClassProbes;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -95,7 +95,8 @@ impl ClassSpec {
     pub fn fetch_arg_at(&self, site: &ResolvedProbe) -> Result<String, UprobeError> {
         let Some(n) = self.usdt_arg else { return Ok(self.fetch_arg()) };
         let bad = |reason: String| UprobeError::BadSpec { spec: format!("{}:arg{n}", site.describe()), reason };
-        let args = crate::items::usdt::parse_args(site.usdt_args.as_deref().unwrap_or("")).map_err(|e| bad(format!("its argument spec: {e}")))?;
+        let args =
+            crate::items::usdt::parse_args(site.usdt_args.as_deref().unwrap_or("")).map_err(|e| bad(format!("its argument spec: {e}")))?;
         let arg = args.get(n).ok_or_else(|| bad(format!("the probe has {} argument(s), numbered from arg0", args.len())))?;
         let signed = match self.ty {
             ArgType::String => None,
@@ -420,7 +421,10 @@ mod tests {
     #[test]
     fn specs_and_registers() {
         let s = ClassSpec::parse("postgres:pg_parse_query:rdi").unwrap();
-        assert_eq!((s.probe.binary.as_str(), s.probe.symbol.as_str(), s.reg.as_str(), s.ty), ("postgres", "pg_parse_query", "di", ArgType::String));
+        assert_eq!(
+            (s.probe.binary.as_str(), s.probe.symbol.as_str(), s.reg.as_str(), s.ty),
+            ("postgres", "pg_parse_query", "di", ArgType::String)
+        );
         assert_eq!(s.fetch_arg(), "+0(%di):string");
         let s = ClassSpec::parse("/usr/bin/x:f:arg2:u64").unwrap();
         assert_eq!((s.reg.as_str(), s.ty), ("si", ArgType::U64));

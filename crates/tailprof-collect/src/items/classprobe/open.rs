@@ -3,10 +3,7 @@
 
 use std::io;
 
-use tailprof_format::{
-    EventArg, EventAt, ItemClass, ItemEvent, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record,
-    Sample,
-};
+use tailprof_format::{EventArg, EventAt, ItemClass, ItemEvent, LossKind, Lost, Marker, MarkerKind, MarkerSource, Record, Sample};
 
 use super::{ClassId, ClassSpec, ClassTable, TracefsUprobe};
 use crate::attr::{ClockChoice, PerfEventAttr, ATTR_SIZE};
@@ -50,8 +47,7 @@ enum ProbeUse {
 }
 
 /// sample_type of a class probe: the uprobe fields plus the tracepoint's raw record.
-pub(crate) const CLASS_SAMPLE_TYPE: u64 =
-    uprobe::UPROBE_SAMPLE_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_RAW as u64;
+pub(crate) const CLASS_SAMPLE_TYPE: u64 = uprobe::UPROBE_SAMPLE_TYPE | perf_event_open_sys::bindings::PERF_SAMPLE_RAW as u64;
 
 impl ClassProbes {
     /// Resolve every spec (classes, then events) and create their tracefs events
@@ -68,8 +64,7 @@ impl ClassProbes {
         if specs.is_empty() && event_specs.is_empty() {
             return Ok(None);
         }
-        let base = u16::try_from(base)
-            .map_err(|_| crate::session::RecordError::Options("too many events".into()))?;
+        let base = u16::try_from(base).map_err(|_| crate::session::RecordError::Options("too many events".into()))?;
         let mut events = Vec::with_capacity(specs.len());
         let mut mounted = None;
         for spec in specs {
@@ -77,8 +72,7 @@ impl ClassProbes {
             for resolved in uprobe::resolve_sites(&spec.probe)? {
                 let fetch = spec.fetch_arg_at(&resolved)?;
                 let root = tracefs_root("--item-class-from", &mut mounted)?;
-                let ev = TracefsUprobe::create(&root, &resolved, spec)
-                    .map_err(|e| create_error(e, &root))?;
+                let ev = TracefsUprobe::create(&root, &resolved, spec).map_err(|e| create_error(e, &root))?;
                 let desc = format!("{}:{fetch}", resolved.describe());
                 events.push((ProbeUse::Class, desc, ev));
             }
@@ -92,12 +86,9 @@ impl ClassProbes {
                     fetch.push_str(&a.fetch_arg_at(&resolved)?);
                 }
                 let root = tracefs_root("--item-event", &mut mounted)?;
-                let ev = TracefsUprobe::create_event(&root, &resolved, spec)
-                    .map_err(|e| create_error(e, &root))?;
+                let ev = TracefsUprobe::create_event(&root, &resolved, spec).map_err(|e| create_error(e, &root))?;
                 // The item it belongs to, when its site is also a boundary probe's.
-                let same = |sites: &[uprobe::ResolvedProbe]| {
-                    sites.iter().any(|b| b.path == resolved.path && b.offset == resolved.offset)
-                };
+                let same = |sites: &[uprobe::ResolvedProbe]| sites.iter().any(|b| b.path == resolved.path && b.offset == resolved.offset);
                 let mut spec = spec.clone();
                 spec.at = match boundaries {
                     Some((begin, _)) if same(begin) => EventAt::Begin,
@@ -125,14 +116,7 @@ impl ClassProbes {
                 *desc = format!("{} {kind} {}", spec.name, defs.next().unwrap_or_default());
             }
         }
-        Ok(Some(ClassProbes {
-            events,
-            base,
-            table: ClassTable::default(),
-            dropped_stored: 0,
-            undecoded: 0,
-            mounted,
-        }))
+        Ok(Some(ClassProbes { events, base, table: ClassTable::default(), dropped_stored: 0, undecoded: 0, mounted }))
     }
 
     /// Number of class events, one per site (opened per CPU or task like the sampling
@@ -147,13 +131,7 @@ impl ClassProbes {
     }
 
     /// The attr of class event `i`.
-    pub fn attr(
-        &self,
-        i: usize,
-        clock: ClockChoice,
-        inherit: bool,
-        enable_on_exec: bool,
-    ) -> PerfEventAttr {
+    pub fn attr(&self, i: usize, clock: ClockChoice, inherit: bool, enable_on_exec: bool) -> PerfEventAttr {
         let mut a = PerfEventAttr {
             type_: perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT,
             size: ATTR_SIZE,
@@ -176,13 +154,7 @@ impl ClassProbes {
     }
 
     /// Open class event `i` for `pid` (a task or -1) on `cpu`.
-    pub fn open(
-        &self,
-        i: usize,
-        pid: i32,
-        cpu: i32,
-        attr: &PerfEventAttr,
-    ) -> Result<std::os::fd::OwnedFd, CollectError> {
+    pub fn open(&self, i: usize, pid: i32, cpu: i32, attr: &PerfEventAttr) -> Result<std::os::fd::OwnedFd, CollectError> {
         sys::perf_event_open(attr, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(|e| {
             let spec = self.events.get(i).map_or(String::new(), |e| e.1.clone());
             let event = format!("--item-class-from/--item-event probe {spec}");
@@ -202,12 +174,7 @@ impl ClassProbes {
     /// Decoder layouts of the class events.
     pub fn layouts(&self) -> Vec<Layout> {
         (0..self.events.len())
-            .map(|_| Layout {
-                sample_type: CLASS_SAMPLE_TYPE,
-                sample_id_all: true,
-                default_period: 1,
-                ..Layout::default()
-            })
+            .map(|_| Layout { sample_type: CLASS_SAMPLE_TYPE, sample_id_all: true, default_period: 1, ..Layout::default() })
             .collect()
     }
 
@@ -215,12 +182,7 @@ impl ClassProbes {
     /// events (`item_events`: `NAME KIND DEFINITION`), one per line.
     pub fn header_extra(&self) -> Vec<(String, String)> {
         let of = |class: bool| {
-            let defs: Vec<&str> = self
-                .events
-                .iter()
-                .filter(|e| matches!(e.0, ProbeUse::Class) == class)
-                .map(|e| e.1.as_str())
-                .collect();
+            let defs: Vec<&str> = self.events.iter().filter(|e| matches!(e.0, ProbeUse::Class) == class).map(|e| e.1.as_str()).collect();
             defs.join("\n")
         };
         let mut out = Vec::new();
@@ -237,12 +199,7 @@ impl ClassProbes {
     pub fn notes(&self) -> Vec<String> {
         self.mounted
             .iter()
-            .map(|r| {
-                format!(
-                    "tracefs was not mounted: mounted it at {} (for --item-class-from/--item-event)",
-                    r.display()
-                )
-            })
+            .map(|r| format!("tracefs was not mounted: mounted it at {} (for --item-class-from/--item-event)", r.display()))
             .collect()
     }
 
@@ -264,16 +221,12 @@ impl ClassProbes {
                 .and_then(|raw| classprobe::decode_raw(&ev.layout, raw))
         };
         if let ProbeUse::Event(spec) = using {
-            let body = rec
-                .get(tailprof_perf_abi::HEADER_LEN..)
-                .and_then(|body| sl.decode(body, tailprof_perf_abi::Endian::NATIVE).ok());
+            let body = rec.get(tailprof_perf_abi::HEADER_LEN..).and_then(|body| sl.decode(body, tailprof_perf_abi::Endian::NATIVE).ok());
             let raw = body.as_ref().and_then(|v| v.raw());
             let mut args = Vec::with_capacity(spec.args.len());
             for (a, layout) in spec.args.iter().zip(&ev.layouts) {
                 match raw.and_then(|raw| classprobe::decode_raw(layout, raw)) {
-                    Some(classprobe::ArgValue::Text(t)) => {
-                        args.push(EventArg::Text(crate::items::events::cut_text(t)))
-                    }
+                    Some(classprobe::ArgValue::Text(t)) => args.push(EventArg::Text(crate::items::events::cut_text(t))),
                     Some(classprobe::ArgValue::Int(i)) => args.push(match a.ty {
                         classprobe::ArgType::S64 => EventArg::I64(i as i64),
                         _ => EventArg::U64(i as u64),
@@ -282,13 +235,7 @@ impl ClassProbes {
                         // The event is kept with the arguments before this one; the
                         // record is counted as malformed.
                         self.undecoded = self.undecoded.saturating_add(1);
-                        out.push(Record::Lost(Lost {
-                            time: s.time,
-                            cpu: s.cpu,
-                            event: None,
-                            kind: LossKind::Malformed,
-                            count: 1,
-                        }));
+                        out.push(Record::Lost(Lost { time: s.time, cpu: s.cpu, event: None, kind: LossKind::Malformed, count: 1 }));
                         break;
                     }
                 }
@@ -308,37 +255,20 @@ impl ClassProbes {
         let Some(value) = value else {
             // Stored as a malformed record: counted and shown like every loss.
             self.undecoded = self.undecoded.saturating_add(1);
-            out.push(Record::Lost(Lost {
-                time: s.time,
-                cpu: s.cpu,
-                event: None,
-                kind: LossKind::Malformed,
-                count: 1,
-            }));
+            out.push(Record::Lost(Lost { time: s.time, cpu: s.cpu, event: None, kind: LossKind::Malformed, count: 1 }));
             return;
         };
         let label = classprobe::label_of(&value);
         let class = match self.table.id(s.pid, &label) {
             ClassId::Known(id) => id,
             ClassId::New(id) => {
-                out.push(Record::ItemClass(ItemClass {
-                    time: s.time,
-                    pid: s.pid,
-                    id,
-                    name: label,
-                }));
+                out.push(Record::ItemClass(ItemClass { time: s.time, pid: s.pid, id, name: label }));
                 id
             }
             ClassId::Dropped => {
                 let new = self.table.dropped.saturating_sub(self.dropped_stored);
                 self.dropped_stored = self.table.dropped;
-                out.push(Record::Lost(Lost {
-                    time: s.time,
-                    cpu: s.cpu,
-                    event: None,
-                    kind: LossKind::ItemClasses,
-                    count: new,
-                }));
+                out.push(Record::Lost(Lost { time: s.time, cpu: s.cpu, event: None, kind: LossKind::ItemClasses, count: new }));
                 return;
             }
         };
@@ -360,27 +290,16 @@ fn perf_layout() -> tailprof_perf_abi::SampleLayout {
 }
 
 /// A tracefs event that could not be created, with the fix.
-fn create_error(
-    e: crate::items::uprobe::UprobeError,
-    root: &std::path::Path,
-) -> crate::session::RecordError {
+fn create_error(e: crate::items::uprobe::UprobeError, root: &std::path::Path) -> crate::session::RecordError {
     let crate::items::uprobe::UprobeError::Read { path, source } = e else {
         return e.into();
     };
     let fix = match source.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => format!(
-            "run as root: writing {}/uprobe_events needs it",
-            root.display()
-        ),
-        Some(libc::ENOENT) => {
-            "does this kernel have uprobe events (CONFIG_UPROBE_EVENTS)?".to_string()
-        }
+        Some(libc::EACCES) | Some(libc::EPERM) => format!("run as root: writing {}/uprobe_events needs it", root.display()),
+        Some(libc::ENOENT) => "does this kernel have uprobe events (CONFIG_UPROBE_EVENTS)?".to_string(),
         _ => "is the function's entry inside an executable segment of the binary?".to_string(),
     };
-    crate::session::RecordError::Io {
-        what: format!("--item-class-from: cannot create the tracefs uprobe event ({fix}; {path})"),
-        source,
-    }
+    crate::session::RecordError::Io { what: format!("--item-class-from: cannot create the tracefs uprobe event ({fix}; {path})"), source }
 }
 
 #[cfg(test)]
@@ -428,32 +347,14 @@ mod tests {
         assert!(c.owns(5) && !c.owns(4) && !c.owns(6));
         assert!(c.header_extra()[0].1.contains(":main@0x"));
         let layout = c.events[0].2.layout;
-        let s = Sample {
-            event: 5,
-            pid: 10,
-            tid: 11,
-            time: 1234,
-            cpu: 1,
-            ..Sample::default()
-        };
+        let s = Sample { event: 5, pid: 10, tid: 11, time: 1234, cpu: 1, ..Sample::default() };
         let mut out = Vec::new();
-        c.convert(
-            &class_hit(&layout, b"SELECT 1 FROM t WHERE a = 5\0"),
-            &s,
-            &mut out,
-        );
-        c.convert(
-            &class_hit(&layout, b"select 2 from t where a = 77\0"),
-            &s,
-            &mut out,
-        );
+        c.convert(&class_hit(&layout, b"SELECT 1 FROM t WHERE a = 5\0"), &s, &mut out);
+        c.convert(&class_hit(&layout, b"select 2 from t where a = 77\0"), &s, &mut out);
         c.convert(&class_hit(&layout, b"x")[..20], &s, &mut out);
         let id = match &out[0] {
             Record::ItemClass(ic) => {
-                assert_eq!(
-                    (ic.pid, ic.name.as_str()),
-                    (10, "select ? from t where a = ?")
-                );
+                assert_eq!((ic.pid, ic.name.as_str()), (10, "select ? from t where a = ?"));
                 ic.id
             }
             r => panic!("{r:?}"),
@@ -463,36 +364,22 @@ mod tests {
                 Record::Marker(m) => {
                     assert_eq!(
                         (m.kind, m.class, m.item, m.tid, m.source),
-                        (
-                            MarkerKind::Label,
-                            id,
-                            Marker::UNKNOWN_ITEM,
-                            11,
-                            MarkerSource::Uprobe
-                        )
+                        (MarkerKind::Label, id, Marker::UNKNOWN_ITEM, 11, MarkerSource::Uprobe)
                     )
                 }
                 r => panic!("{r:?}"),
             }
         }
-        assert!(
-            matches!(&out[3], Record::Lost(l) if l.kind == LossKind::Malformed && l.count == 1),
-            "{:?}",
-            out.get(3)
-        );
+        assert!(matches!(&out[3], Record::Lost(l) if l.kind == LossKind::Malformed && l.count == 1), "{:?}", out.get(3));
         assert_eq!(out.len(), 4);
     }
 }
 
 /// tracefs's root for `flag`'s probes, mounted when absent (then remembered in `mounted`,
 /// so the caller can say so and unmount it).
-fn tracefs_root(
-    flag: &str,
-    mounted: &mut Option<std::path::PathBuf>,
-) -> Result<std::path::PathBuf, crate::session::RecordError> {
-    let (root, we_mounted) = crate::tracefs::ensure_mounted().map_err(|source| {
-        crate::session::RecordError::Io { what: format!("{flag} needs tracefs"), source }
-    })?;
+fn tracefs_root(flag: &str, mounted: &mut Option<std::path::PathBuf>) -> Result<std::path::PathBuf, crate::session::RecordError> {
+    let (root, we_mounted) = crate::tracefs::ensure_mounted()
+        .map_err(|source| crate::session::RecordError::Io { what: format!("{flag} needs tracefs"), source })?;
     if we_mounted {
         *mounted = Some(root.clone());
     }

@@ -254,11 +254,7 @@ pub fn find_symbol_in_process_until(pid: u32, name: &str, stop: &AtomicBool) -> 
         // The control block lives in .data: only a writable mapping of the very file the
         // symbol was read from (same device and inode) holds it.
         let holds = |m: &&MapsEntry| {
-            m.dev == e.dev
-                && m.inode == e.inode
-                && m.prot & 2 != 0
-                && foff >= m.offset
-                && foff - m.offset < m.end - m.start
+            m.dev == e.dev && m.inode == e.inode && m.prot & 2 != 0 && foff >= m.offset && foff - m.offset < m.end - m.start
         };
         if let Some(m) = entries.iter().find(holds) {
             out.push(m.start + (foff - m.offset));
@@ -318,11 +314,8 @@ mod tests {
     #[test]
     fn gnu_hash_lookup_agrees_with_a_scan() {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let Some(libc_path) = maps
-            .lines()
-            .filter_map(parse_maps_line)
-            .map(|m| m.path)
-            .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
+        let Some(libc_path) =
+            maps.lines().filter_map(parse_maps_line).map(|m| m.path).find(|p| p.contains("/libc.so") || p.contains("/libc-"))
         else {
             tailprof_testkit::skip(tailprof_testkit::Need::Fact, "no dynamically linked libc");
             return;

@@ -105,10 +105,7 @@ pub(crate) struct Found {
 
 impl From<io::Result<Vec<u64>>> for Found {
     fn from(symbols: io::Result<Vec<u64>>) -> Found {
-        Found {
-            symbols,
-            memfd: Default::default(),
-        }
+        Found { symbols, memfd: Default::default() }
     }
 }
 
@@ -121,13 +118,7 @@ type FileAnswer = (Option<Vec<u8>>, bool, bool);
 enum ScanJob {
     /// Does this file define the control symbol (`symtab`: its `.symtab` too)? Then look
     /// up the control blocks of `pid`.
-    File {
-        key: (u64, u64),
-        build_id: Option<Vec<u8>>,
-        pid: u32,
-        file: std::fs::File,
-        symtab: bool,
-    },
+    File { key: (u64, u64), build_id: Option<Vec<u8>>, pid: u32, file: std::fs::File, symtab: bool },
     /// Look up the control blocks of `pid` (it maps a file known to define the symbol).
     Process { pid: u32 },
     /// Look for the control memfd of `pid` (a watched Python process).
@@ -161,17 +152,8 @@ enum ScanDone {
 /// The check a worker runs on a file (`file_defines_until`; tests put a slow one).
 type FileCheck = fn(&std::fs::File, bool, &std::sync::atomic::AtomicBool) -> Option<bool>;
 
-fn check_control_symbol(
-    f: &std::fs::File,
-    symtab: bool,
-    stop: &std::sync::atomic::AtomicBool,
-) -> Option<bool> {
-    crate::items::markers::file_defines_until(
-        f,
-        crate::items::markers::CONTROL_SYMBOL,
-        symtab,
-        stop,
-    )
+fn check_control_symbol(f: &std::fs::File, symtab: bool, stop: &std::sync::atomic::AtomicBool) -> Option<bool> {
+    crate::items::markers::file_defines_until(f, crate::items::markers::CONTROL_SYMBOL, symtab, stop)
 }
 
 /// The follower's worker thread: a bounded job queue in, answers out.
@@ -190,64 +172,27 @@ impl ScanWorker {
         let (tx, done) = std::sync::mpsc::channel();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let st = stop.clone();
-        std::thread::Builder::new()
-            .name("tailprof-follow".into())
-            .spawn(move || {
-                let lookup = |pid| {
-                    crate::items::markers::find_symbol_in_process_until(
-                        pid,
-                        crate::items::markers::CONTROL_SYMBOL,
-                        &st,
-                    )
-                };
-                while let Ok(job) = rx.recv() {
-                    let answer = match job {
-                        ScanJob::File {
-                            key,
-                            build_id,
-                            pid,
-                            file,
-                            symtab,
-                        } => {
-                            let marked = check(&file, symtab, &st);
-                            let python = marked == Some(false)
-                                && crate::items::markers::file_defines_until(
-                                    &file,
-                                    PYTHON_RUNTIME_SYMBOL,
-                                    false,
-                                    &st,
-                                ) == Some(true);
-                            drop(file);
-                            let found = (marked == Some(true)).then(|| lookup(pid));
-                            ScanDone::File {
-                                key,
-                                build_id,
-                                marked,
-                                python,
-                                pid,
-                                found,
-                            }
-                        }
-                        ScanJob::Process { pid } => ScanDone::Process {
-                            pid,
-                            found: lookup(pid),
-                        },
-                        ScanJob::Memfd { pid } => ScanDone::Memfd {
-                            pid,
-                            found: crate::items::markers::find_memfd_controls(pid),
-                        },
-                    };
-                    if tx.send(answer).is_err() {
-                        return;
+        std::thread::Builder::new().name("tailprof-follow".into()).spawn(move || {
+            let lookup = |pid| crate::items::markers::find_symbol_in_process_until(pid, crate::items::markers::CONTROL_SYMBOL, &st);
+            while let Ok(job) = rx.recv() {
+                let answer = match job {
+                    ScanJob::File { key, build_id, pid, file, symtab } => {
+                        let marked = check(&file, symtab, &st);
+                        let python = marked == Some(false)
+                            && crate::items::markers::file_defines_until(&file, PYTHON_RUNTIME_SYMBOL, false, &st) == Some(true);
+                        drop(file);
+                        let found = (marked == Some(true)).then(|| lookup(pid));
+                        ScanDone::File { key, build_id, marked, python, pid, found }
                     }
+                    ScanJob::Process { pid } => ScanDone::Process { pid, found: lookup(pid) },
+                    ScanJob::Memfd { pid } => ScanDone::Memfd { pid, found: crate::items::markers::find_memfd_controls(pid) },
+                };
+                if tx.send(answer).is_err() {
+                    return;
                 }
-            })?;
-        Ok(ScanWorker {
-            jobs: Some(jobs),
-            done,
-            stop,
-            in_flight: 0,
-        })
+            }
+        })?;
+        Ok(ScanWorker { jobs: Some(jobs), done, stop, in_flight: 0 })
     }
 
     /// Queue a job without waiting; `false` when the queue is full (or the worker gone).
@@ -262,11 +207,7 @@ impl MarkerFollower {
     /// An executable file mapping (MMAP2) was written: queue its process when the file
     /// defines the marker control symbol (answered later, through [`MarkerFollower::poll`]).
     pub fn saw_mmap(&mut self, m: &tailprof_format::Mmap, dev: u64, inode: u64) {
-        if m.prot & libc::PROT_EXEC as u32 == 0
-            || inode == 0
-            || !m.path.starts_with('/')
-            || m.pid == 0
-        {
+        if m.prot & libc::PROT_EXEC as u32 == 0 || inode == 0 || !m.path.starts_with('/') || m.pid == 0 {
             return;
         }
         let key = (dev, inode);
@@ -314,14 +255,7 @@ impl MarkerFollower {
 
     /// Hand one opened file to the worker (counted as dropped when its queue is full or
     /// its owner already has [`MAX_SCAN_PENDING_PER_OWNER`] files waiting).
-    fn scan_file(
-        &mut self,
-        key: (u64, u64),
-        build_id: Option<Vec<u8>>,
-        pid: u32,
-        file: std::fs::File,
-        symtab: bool,
-    ) {
+    fn scan_file(&mut self, key: (u64, u64), build_id: Option<Vec<u8>>, pid: u32, file: std::fs::File, symtab: bool) {
         // The owner of the file opened (fstat: nothing read); unknown owners share one count.
         let owner = file.metadata().map_or(u32::MAX, |m| {
             use std::os::unix::fs::MetadataExt;
@@ -332,13 +266,7 @@ impl MarkerFollower {
             self.scan_dropped += 1; // retried at the file's next MMAP
             return;
         }
-        if self.send(ScanJob::File {
-            key,
-            build_id,
-            pid,
-            file,
-            symtab,
-        }) {
+        if self.send(ScanJob::File { key, build_id, pid, file, symtab }) {
             self.scanning.insert(key, (owner, Vec::new()));
             *self.scanning_per_owner.entry(owner).or_default() += 1;
         }
@@ -368,8 +296,7 @@ impl MarkerFollower {
             self.scan_dropped += 1;
             return;
         }
-        self.python_watch
-            .insert(pid, std::time::Instant::now() + PYTHON_WATCH_FOR);
+        self.python_watch.insert(pid, std::time::Instant::now() + PYTHON_WATCH_FOR);
     }
 
     /// About once a second: ask the worker to look for the watched processes' control
@@ -378,9 +305,7 @@ impl MarkerFollower {
         let now = std::time::Instant::now();
         if self.python_watch.is_empty()
             || self.python_in_flight > 0
-            || self
-                .python_round
-                .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
+            || self.python_round.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
         {
             return;
         }
@@ -399,8 +324,7 @@ impl MarkerFollower {
             match ScanWorker::start(check_control_symbol) {
                 Ok(w) => self.worker = Some(w),
                 Err(e) => {
-                    self.first_error
-                        .get_or_insert(format!("cannot start the marker follower's thread: {e}"));
+                    self.first_error.get_or_insert(format!("cannot start the marker follower's thread: {e}"));
                 }
             }
         }
@@ -424,14 +348,7 @@ impl MarkerFollower {
         }
         for a in answers {
             let (pid, found) = match a {
-                ScanDone::File {
-                    key,
-                    build_id,
-                    marked,
-                    python,
-                    pid,
-                    found,
-                } => {
+                ScanDone::File { key, build_id, marked, python, pid, found } => {
                     let waiting = self.scanned(&key);
                     let Some(marked) = marked else {
                         self.scan_dropped += 1;
@@ -462,13 +379,7 @@ impl MarkerFollower {
                         // Found or refused: attach (or say why not), watch no more.
                         Ok(m) if !m.addrs.is_empty() || !m.refused.is_empty() => {
                             self.python_watch.remove(&pid);
-                            (
-                                pid,
-                                Found {
-                                    symbols: Ok(Vec::new()),
-                                    memfd: m,
-                                },
-                            )
+                            (pid, Found { symbols: Ok(Vec::new()), memfd: m })
                         }
                         Ok(_) => continue, // not yet imported: looked at again next round
                         Err(_) => {
@@ -540,10 +451,7 @@ mod tests {
             Some(true)
         }
         let bound = std::time::Duration::from_secs(20);
-        let mut f = MarkerFollower {
-            worker: Some(ScanWorker::start(hangs).unwrap()),
-            ..Default::default()
-        };
+        let mut f = MarkerFollower { worker: Some(ScanWorker::start(hangs).unwrap()), ..Default::default() };
         let exe = || std::fs::File::open("/proc/self/exe").unwrap();
         let t0 = std::time::Instant::now();
         let files = MAX_SCAN_PENDING as u64 + 20;
@@ -551,28 +459,16 @@ mod tests {
             f.scan_file((1, i), None, 1, exe(), true);
             f.poll(); // the drain loop's round: never waits
         }
-        assert!(
-            t0.elapsed() < bound,
-            "handing over {files} files took {:?}",
-            t0.elapsed()
-        );
+        assert!(t0.elapsed() < bound, "handing over {files} files took {:?}", t0.elapsed());
         assert!(f.queue.is_empty() && f.files.is_empty());
         // At most MAX_SCAN_PENDING (of one owner: MAX_SCAN_PENDING_PER_OWNER) handed over,
         // the rest counted (retried at their next MMAP).
-        assert!(
-            f.scan_dropped >= files - 1 - MAX_SCAN_PENDING as u64,
-            "{}",
-            f.scan_dropped
-        );
+        assert!(f.scan_dropped >= files - 1 - MAX_SCAN_PENDING as u64, "{}", f.scan_dropped);
         let waiting = f.scanning.len() as u64;
         assert_eq!(waiting + f.scan_dropped, files);
         let t1 = std::time::Instant::now();
         f.stop();
-        assert!(
-            t1.elapsed() < SCAN_STOP_WITHIN + bound,
-            "stop took {:?}",
-            t1.elapsed()
-        );
+        assert!(t1.elapsed() < SCAN_STOP_WITHIN + bound, "stop took {:?}", t1.elapsed());
         assert_eq!(f.scan_dropped, files, "every file not answered is counted");
         assert!(f.worker.is_none() && f.scanning.is_empty());
     }
@@ -582,23 +478,13 @@ mod tests {
     #[test]
     fn finding_3_worker_answers_and_the_drain_loop_learns_it() {
         let mut f = MarkerFollower::default();
-        f.scan_file(
-            (7, 7),
-            None,
-            1,
-            std::fs::File::open("/proc/self/exe").unwrap(),
-            true,
-        );
+        f.scan_file((7, 7), None, 1, std::fs::File::open("/proc/self/exe").unwrap(), true);
         let t0 = std::time::Instant::now();
         while !f.files.contains_key(&(7, 7)) && t0.elapsed() < std::time::Duration::from_secs(60) {
             f.poll();
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert_eq!(
-            f.files.get(&(7, 7)),
-            Some(&(None, false, false)),
-            "the test binary has no control block and is no Python runtime"
-        );
+        assert_eq!(f.files.get(&(7, 7)), Some(&(None, false, false)), "the test binary has no control block and is no Python runtime");
         assert!(f.queue.is_empty() && f.scanning.is_empty());
         f.stop();
         assert_eq!(f.scan_dropped, 0);
@@ -621,8 +507,7 @@ mod tests {
         }
         let flooder = std::fs::metadata("/proc/self/exe").unwrap().uid();
         // Another owner's file: a temporary file, given to another uid when root.
-        let other_path =
-            std::env::temp_dir().join(format!("tailprof-follow-fairness-{}", std::process::id()));
+        let other_path = std::env::temp_dir().join(format!("tailprof-follow-fairness-{}", std::process::id()));
         std::fs::write(&other_path, b"\x7fELF").unwrap();
         if tailprof_testkit::is_root() {
             std::os::unix::fs::chown(&other_path, Some(flooder.wrapping_add(1)), None).unwrap();
@@ -636,10 +521,7 @@ mod tests {
             );
             return;
         }
-        let mut f = MarkerFollower {
-            worker: Some(ScanWorker::start(slow).unwrap()),
-            ..Default::default()
-        };
+        let mut f = MarkerFollower { worker: Some(ScanWorker::start(slow).unwrap()), ..Default::default() };
         let exe = || std::fs::File::open("/proc/self/exe").unwrap();
         let flood = MAX_SCAN_PENDING as u64 * 2;
         for i in 0..flood {
@@ -647,31 +529,13 @@ mod tests {
             f.poll();
         }
         let flooders = f.scanning.len() as u64;
-        assert_eq!(
-            flooders, MAX_SCAN_PENDING_PER_OWNER as u64,
-            "one owner holds a quarter of the queue"
-        );
-        assert_eq!(
-            f.scan_dropped,
-            flood - flooders,
-            "the rest of the flood is counted"
-        );
+        assert_eq!(flooders, MAX_SCAN_PENDING_PER_OWNER as u64, "one owner holds a quarter of the queue");
+        assert_eq!(f.scan_dropped, flood - flooders, "the rest of the flood is counted");
         f.scan_file((2, 1), None, 2, other, true);
-        assert!(
-            f.scanning.contains_key(&(2, 1)),
-            "another owner's file is still handed to the worker"
-        );
-        assert_eq!(
-            f.scan_dropped,
-            flood - flooders,
-            "and not counted as dropped"
-        );
+        assert!(f.scanning.contains_key(&(2, 1)), "another owner's file is still handed to the worker");
+        assert_eq!(f.scan_dropped, flood - flooders, "and not counted as dropped");
         f.stop();
-        assert_eq!(
-            f.scan_dropped,
-            flood + 1,
-            "every file not answered is counted"
-        );
+        assert_eq!(f.scan_dropped, flood + 1, "every file not answered is counted");
         assert!(f.scanning.is_empty() && f.scanning_per_owner.is_empty());
     }
 }

@@ -140,9 +140,8 @@ mod tests {
         let len = 3 * 4096;
         f.set_len(len as u64).unwrap();
         // SAFETY: mapping our own sized file.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
-        } as *mut u8;
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) }
+            as *mut u8;
         assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
         let i = register(p, len).expect("guard installed");
         // SAFETY: in bounds of the mapping.

@@ -69,9 +69,7 @@ pub fn find_memfd_controls(pid: u32) -> io::Result<MemfdControls> {
             continue;
         }
         if out.addrs.len() + out.refused.len() >= MAX_PER_PROCESS {
-            out.refused.push(format!(
-                "more than {MAX_PER_PROCESS} '{name}' mappings; the rest are not looked at"
-            ));
+            out.refused.push(format!("more than {MAX_PER_PROCESS} '{name}' mappings; the rest are not looked at"));
             break;
         }
         let uid = match target_uid {
@@ -84,9 +82,7 @@ pub fn find_memfd_controls(pid: u32) -> io::Result<MemfdControls> {
         };
         match check_mapping(pid, &m, uid) {
             Ok(()) => out.addrs.push(m.start),
-            Err(why) => out
-                .refused
-                .push(format!("'{name}' at {:#x}: {why}", m.start)),
+            Err(why) => out.refused.push(format!("'{name}' at {:#x}: {why}", m.start)),
         }
     }
     Ok(out)
@@ -96,23 +92,16 @@ pub fn find_memfd_controls(pid: u32) -> io::Result<MemfdControls> {
 fn check_mapping(pid: u32, m: &MapsEntry, target_uid: u32) -> Result<(), String> {
     let len = m.end - m.start;
     if !m.shared || m.prot & 3 != 3 || m.offset != 0 || len > MAX_MAPPING || m.inode == 0 {
-        return Err(format!(
-            "not a shared read-write mapping of a file from offset 0 of at most {MAX_MAPPING} bytes"
-        ));
+        return Err(format!("not a shared read-write mapping of a file from offset 0 of at most {MAX_MAPPING} bytes"));
     }
     let mf = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
     // A magic link to the mapped file itself (no path walk), so no O_NOFOLLOW; O_PATH:
     // nothing is opened, only looked at.
-    let h = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-        .open(&mf);
+    let h = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(&mf);
     let md = match h.and_then(|h| h.metadata()) {
         Ok(md) => md,
         // Not privileged for map_files: the recorder runs as the target's user (module docs).
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) && !privileged() => {
-            return Ok(())
-        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) && !privileged() => return Ok(()),
         Err(e) => return Err(format!("cannot look at it through {mf}: {e}")),
     };
     if !md.file_type().is_file() || (md.dev(), md.ino()) != (m.dev, m.inode) {
@@ -122,10 +111,7 @@ fn check_mapping(pid: u32, m: &MapsEntry, target_uid: u32) -> Result<(), String>
         return Err("a file linked in a directory, not a memfd".to_string());
     }
     if md.uid() != target_uid && md.uid() != 0 {
-        return Err(format!(
-            "owned by uid {}, not by the process's uid {target_uid} or root",
-            md.uid()
-        ));
+        return Err(format!("owned by uid {}, not by the process's uid {target_uid} or root", md.uid()));
     }
     if !(MIN_SIZE..=MAX_SIZE).contains(&md.size()) {
         return Err(format!("{} bytes, not {MIN_SIZE}..={MAX_SIZE}", md.size()));
@@ -164,16 +150,7 @@ mod tests {
     fn map(f: &std::fs::File, len: usize, flags: i32) -> Map {
         use std::os::unix::io::AsRawFd;
         // SAFETY: a fresh mapping of our own fd.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                f.as_raw_fd(),
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, f.as_raw_fd(), 0) };
         assert_ne!(p, libc::MAP_FAILED);
         Map(p, len)
     }
@@ -191,38 +168,21 @@ mod tests {
         let big_map = map(&big, 1 << 20, libc::MAP_SHARED);
         let found = find_memfd_controls(me).unwrap();
         assert!(found.addrs.contains(&(good_map.0 as u64)), "{found:?}");
-        assert!(
-            !found.addrs.contains(&(private_map.0 as u64))
-                && !found.addrs.contains(&(big_map.0 as u64))
-        );
-        let said = |a: &Map| {
-            found
-                .refused
-                .iter()
-                .any(|r| r.contains(&format!("{:#x}", a.0 as u64)))
-        };
+        assert!(!found.addrs.contains(&(private_map.0 as u64)) && !found.addrs.contains(&(big_map.0 as u64)));
+        let said = |a: &Map| found.refused.iter().any(|r| r.contains(&format!("{:#x}", a.0 as u64)));
         assert!(said(&private_map) && said(&big_map), "{found:?}");
         // Wrong size within one page (only map_files shows it: privileged runs).
         let odd = memfd(tailprof_markers_protocol::CONTROL_MEMFD, 64);
         let odd_map = map(&odd, 64, libc::MAP_SHARED);
         let found = find_memfd_controls(me).unwrap();
         if privileged() {
-            assert!(
-                found
-                    .refused
-                    .iter()
-                    .any(|r| r.contains(&format!("{:#x}", odd_map.0 as u64))
-                        && r.contains("64 bytes"))
-            );
+            assert!(found.refused.iter().any(|r| r.contains(&format!("{:#x}", odd_map.0 as u64)) && r.contains("64 bytes")));
         }
         // Other names are not looked at.
         let other = memfd("tailprof_control_x", 128);
         let other_map = map(&other, 128, libc::MAP_SHARED);
         let found = find_memfd_controls(me).unwrap();
         assert!(!found.addrs.contains(&(other_map.0 as u64)));
-        assert!(!found
-            .refused
-            .iter()
-            .any(|r| r.contains(&format!("{:#x}", other_map.0 as u64))));
+        assert!(!found.refused.iter().any(|r| r.contains(&format!("{:#x}", other_map.0 as u64))));
     }
 }

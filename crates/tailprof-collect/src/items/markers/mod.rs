@@ -52,9 +52,7 @@ use crate::sys::CollectError;
 use region::{control, RawRecord, Region};
 use tailprof_markers_protocol::{record, slot};
 
-pub use elf::{
-    file_defines, file_defines_until, find_symbol_in_process, find_symbol_in_process_until, symbol_file_offset,
-};
+pub use elf::{file_defines, file_defines_until, find_symbol_in_process, find_symbol_in_process_until, symbol_file_offset};
 pub use memfd::{find_memfd_controls, MemfdControls};
 
 /// Environment variable through which a launched command finds its region.
@@ -297,15 +295,12 @@ impl MarkerCollector {
                 self.swept = true;
                 let n = region::sweep_stale(&self.config.dir);
                 if n > 0 {
-                    self.warnings.push(format!(
-                        "removed {n} stale marker region file(s) of exited processes from {}",
-                        self.config.dir.display()
-                    ));
+                    self.warnings
+                        .push(format!("removed {n} stale marker region file(s) of exited processes from {}", self.config.dir.display()));
                 }
             }
-            Region::create_file(&self.config.dir, pid, generation, slots, ring, owner_uid(pid)).map_err(|e| {
-                CollectError::io(format!("cannot create a marker region in {}", self.config.dir.display()), e)
-            })?
+            Region::create_file(&self.config.dir, pid, generation, slots, ring, owner_uid(pid))
+                .map_err(|e| CollectError::io(format!("cannot create a marker region in {}", self.config.dir.display()), e))?
         };
         let nslots = region.nslots as usize;
         let now = monotonic_ns();
@@ -349,12 +344,7 @@ impl MarkerCollector {
         self.attach_controls(pid, found.symbols, found.memfd)
     }
 
-    fn attach_controls(
-        &mut self,
-        pid: u32,
-        found: std::io::Result<Vec<u64>>,
-        memfd: MemfdControls,
-    ) -> Result<bool, CollectError> {
+    fn attach_controls(&mut self, pid: u32, found: std::io::Result<Vec<u64>>, memfd: MemfdControls) -> Result<bool, CollectError> {
         let found = found.map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
         let valid = |a: &u64| read_control(pid, *a).is_some_and(|b| control_ok(&b));
         let mut addrs: Vec<u64> = found.iter().copied().filter(valid).collect();
@@ -432,9 +422,8 @@ impl MarkerCollector {
             if !t.truncation_noted {
                 t.truncation_noted = true;
                 t.region.unlink();
-                self.warnings.push(format!(
-                    "process {pid} truncated its marker region: its markers from then on are lost (the recording goes on)"
-                ));
+                self.warnings
+                    .push(format!("process {pid} truncated its marker region: its markers from then on are lost (the recording goes on)"));
             }
             self.scratch = scratch;
             return stats;
@@ -479,14 +468,7 @@ impl MarkerCollector {
                     let mut trace_id = [0u8; 16];
                     trace_id[..8].copy_from_slice(&hi.to_be_bytes());
                     trace_id[8..].copy_from_slice(&lo.to_be_bytes());
-                    out.push(Record::ItemTrace(ItemTrace {
-                        time: r.time,
-                        pid,
-                        tid,
-                        item: r.item,
-                        trace_id,
-                        span_id: r.cls.to_be_bytes(),
-                    }));
+                    out.push(Record::ItemTrace(ItemTrace { time: r.time, pid, tid, item: r.item, trace_id, span_id: r.cls.to_be_bytes() }));
                     stats.markers += 1;
                     continue;
                 }
@@ -539,15 +521,7 @@ impl MarkerCollector {
                         }
                     }
                 };
-                out.push(Record::Marker(Marker {
-                    time: r.time,
-                    pid,
-                    tid,
-                    kind,
-                    item: r.item,
-                    class,
-                    source: MarkerSource::Api,
-                }));
+                out.push(Record::Marker(Marker { time: r.time, pid, tid, kind, item: r.item, class, source: MarkerSource::Api }));
                 stats.markers += 1;
             }
             if trace_hi_lo.is_some() {
@@ -558,9 +532,7 @@ impl MarkerCollector {
         }
         let ns = t.region.noslot_dropped();
         lost = lost.saturating_add(counter_delta(&mut t.seen_noslot, ns, max_drops));
-        for (kind, count) in
-            [(LossKind::Markers, lost), (LossKind::MarkersRejected, rejected), (LossKind::ItemClasses, classes_dropped)]
-        {
+        for (kind, count) in [(LossKind::Markers, lost), (LossKind::MarkersRejected, rejected), (LossKind::ItemClasses, classes_dropped)] {
             if count > 0 {
                 out.push(Record::Lost(Lost { time: now, cpu: 0, event: None, kind, count }));
             }

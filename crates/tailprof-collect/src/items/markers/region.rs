@@ -15,8 +15,8 @@ use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use tailprof_markers_protocol::{header, record, slot};
 pub use tailprof_markers_protocol::{control, CLOCK_MONOTONIC_ID, MAGIC, VERSION};
+use tailprof_markers_protocol::{header, record, slot};
 
 /// One record as it sits in a ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,8 +108,7 @@ fn geometry(nslots: u32, ring: u32) -> io::Result<(u32, u64)> {
     if !ring.is_power_of_two() || nslots == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring size must be a power of two, slots > 0"));
     }
-    let slot_size = u32::try_from(slot::size(ring))
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "marker ring too large"))?;
+    let slot_size = u32::try_from(slot::size(ring)).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "marker ring too large"))?;
     Ok((slot_size, header::SIZE as u64 + nslots as u64 * slot_size as u64))
 }
 
@@ -147,10 +146,7 @@ impl Region {
         for _ in 0..4 {
             let path = dir.join(format!("{}{pid}.{}", tailprof_markers_protocol::REGION_FILE_PREFIX, random_hex()?));
             if path.as_os_str().len() >= control::PATH_LEN {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("marker region path too long: {}", path.display()),
-                ));
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("marker region path too long: {}", path.display())));
             }
             let f = OpenOptions::new()
                 .read(true)
@@ -280,8 +276,7 @@ impl Region {
     /// `Some(tid)` once the slot's owner has published it.
     pub fn slot_tid(&self, slot: u32) -> Option<u32> {
         let o = self.slot_off(slot);
-        (self.u32(o + slot::STATE).load(Ordering::Acquire) == slot::STATE_OWNED)
-            .then(|| self.u32(o + slot::TID).load(Ordering::Relaxed))
+        (self.u32(o + slot::STATE).load(Ordering::Acquire) == slot::STATE_OWNED).then(|| self.u32(o + slot::TID).load(Ordering::Relaxed))
     }
 
     pub fn slot_dropped(&self, slot: u32) -> u64 {
@@ -302,12 +297,7 @@ impl Region {
             // bytes before its release store of `head`, and will not touch them until our
             // release store of `tail` below.
             let rd = |d: usize| unsafe { std::ptr::read_volatile(self.base.add(at + d) as *const u64) };
-            out.push(RawRecord {
-                time: rd(record::TIME),
-                item: rd(record::ITEM),
-                cls: rd(record::CLASS),
-                kind: rd(record::KIND) as u32,
-            });
+            out.push(RawRecord { time: rd(record::TIME), item: rd(record::ITEM), cls: rd(record::CLASS), kind: rd(record::KIND) as u32 });
         }
         self.u64(o + slot::TAIL).store(tail.wrapping_add(n), Ordering::Release);
         n

@@ -62,17 +62,11 @@ pub fn ret_addresses(code: &[u8], addr: u64) -> Result<Vec<u64>, RetError> {
         // A direct jump or conditional branch (a call returns; indirect jumps, e.g. a
         // switch's jump table, have no target here).
         if insn.mnemonic() != Mnemonic::Call
-            && matches!(
-                insn.op0_kind(),
-                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
-            )
+            && matches!(insn.op0_kind(), OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64)
         {
             let target = insn.near_branch_target();
             if target < addr || target >= end {
-                return Err(RetError::TailJump {
-                    at: insn.ip(),
-                    target,
-                });
+                return Err(RetError::TailJump { at: insn.ip(), target });
             }
         }
     }
@@ -106,9 +100,8 @@ mod tests {
     /// 0x1025 eb d9                 jmp  0x1000
     /// ```
     const GO_LIKE: &[u8] = &[
-        0x49, 0x3b, 0x66, 0x10, 0x76, 0x1a, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x85, 0xc0, 0x74, 0x02,
-        0x5d, 0xc3, 0xe8, 0xea, 0xef, 0xff, 0xff, 0x5d, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
-        0xcc, 0xcc, 0xe8, 0xdb, 0xef, 0xff, 0xff, 0xeb, 0xd9,
+        0x49, 0x3b, 0x66, 0x10, 0x76, 0x1a, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x85, 0xc0, 0x74, 0x02, 0x5d, 0xc3, 0xe8, 0xea, 0xef, 0xff, 0xff,
+        0x5d, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xe8, 0xdb, 0xef, 0xff, 0xff, 0xeb, 0xd9,
     ];
 
     #[test]
@@ -125,26 +118,14 @@ mod tests {
     fn refuses_what_it_cannot_probe() {
         assert_eq!(ret_addresses(&[], 0x1000), Err(RetError::SizeUnknown));
         // No RET: a function ending in a call to a function that does not return.
-        assert_eq!(
-            ret_addresses(&[0x55, 0xe8, 0, 0, 0, 0, 0xcc], 0x1000),
-            Err(RetError::NoRet)
-        );
+        assert_eq!(ret_addresses(&[0x55, 0xe8, 0, 0, 0, 0, 0xcc], 0x1000), Err(RetError::NoRet));
         // A tail call: jmp rel32 out of the function.
         assert_eq!(
-            ret_addresses(
-                &[0x48, 0x85, 0xc0, 0x75, 0x01, 0xc3, 0xe9, 0x00, 0x10, 0, 0],
-                0x1000
-            ),
-            Err(RetError::TailJump {
-                at: 0x1006,
-                target: 0x200b
-            })
+            ret_addresses(&[0x48, 0x85, 0xc0, 0x75, 0x01, 0xc3, 0xe9, 0x00, 0x10, 0, 0], 0x1000),
+            Err(RetError::TailJump { at: 0x1006, target: 0x200b })
         );
         // Cut inside an instruction.
-        assert_eq!(
-            ret_addresses(&GO_LIKE[..3], 0x1000),
-            Err(RetError::Undecodable(0x1000))
-        );
+        assert_eq!(ret_addresses(&GO_LIKE[..3], 0x1000), Err(RetError::Undecodable(0x1000)));
         let big = vec![0x90u8; (MAX_FUNCTION_BYTES + 1) as usize];
         assert!(matches!(ret_addresses(&big, 0), Err(RetError::TooLarge(_))));
     }

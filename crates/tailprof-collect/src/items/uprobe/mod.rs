@@ -47,10 +47,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use perf_event_open_sys::bindings as b;
-use tailprof_elf::{
-    Elf, GoBuildInfo, ReadAt, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC,
-    STT_GNU_IFUNC,
-};
+use tailprof_elf::{Elf, GoBuildInfo, ReadAt, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_SYMTAB, STT_FUNC, STT_GNU_IFUNC};
 use tailprof_format::{ItemClass, Marker, MarkerKind, MarkerSource, Record, Sample};
 
 use crate::attr::{parse_regs, ClockChoice, PerfEventAttr, ATTR_SIZE};
@@ -76,33 +73,17 @@ pub enum UprobeError {
     #[error("{path} is a damaged ELF file ({reason}); probe an intact binary")]
     BadElf { path: String, reason: String },
     #[error("symbol '{symbol}' not found in {path}{}", suggest(.suggestions))]
-    SymbolNotFound {
-        symbol: String,
-        path: String,
-        suggestions: Vec<String>,
-    },
+    SymbolNotFound { symbol: String, path: String, suggestions: Vec<String> },
     #[error("symbol '{symbol}' in {path} (address {addr:#x}) lies in no loadable segment")]
-    NotLoaded {
-        symbol: String,
-        path: String,
-        addr: u64,
-    },
+    NotLoaded { symbol: String, path: String, addr: u64 },
     #[error("this kernel has no uprobe PMU ({UPROBE_SYSFS} missing or unreadable); it needs CONFIG_UPROBE_EVENTS and Linux 4.17+")]
     PmuMissing,
     #[error("bad item id register: {0}")]
     BadRegister(String),
     #[error("cannot probe the returns of '{symbol}' in {path}, a Go binary (a uretprobe would corrupt goroutine stacks the runtime moves): {reason}")]
-    GoReturn {
-        symbol: String,
-        path: String,
-        reason: RetError,
-    },
+    GoReturn { symbol: String, path: String, reason: RetError },
     #[error("USDT probe '{probe}' not found in {path}: {available}")]
-    UsdtNotFound {
-        probe: String,
-        path: String,
-        available: String,
-    },
+    UsdtNotFound { probe: String, path: String, available: String },
 }
 
 fn suggest(s: &[String]) -> String {
@@ -127,25 +108,19 @@ pub struct ProbeSpec {
 
 impl ProbeSpec {
     pub fn parse(s: &str) -> Result<ProbeSpec, UprobeError> {
-        let bad = |reason: &str| UprobeError::BadSpec {
-            spec: s.to_string(),
-            reason: reason.to_string(),
-        };
+        let bad = |reason: &str| UprobeError::BadSpec { spec: s.to_string(), reason: reason.to_string() };
         if let Some(rest) = s.strip_prefix("usdt:") {
             let mut parts = rest.rsplitn(3, ':');
             let (name, provider, bin) = match (parts.next(), parts.next(), parts.next()) {
                 (Some(n), Some(p), Some(b)) => (n, p, b),
                 _ => return Err(bad("expected usdt:BIN:PROVIDER:NAME")),
             };
-            let ok =
-                |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            let ok = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if bin.is_empty() {
                 return Err(bad("empty binary"));
             }
             if !ok(provider) || !ok(name) {
-                return Err(bad(
-                    "a USDT provider and name are letters, digits and '_' (a probe has no %return)",
-                ));
+                return Err(bad("a USDT provider and name are letters, digits and '_' (a probe has no %return)"));
             }
             return Ok(ProbeSpec {
                 binary: bin.to_string(),
@@ -158,21 +133,14 @@ impl ProbeSpec {
             Some(r) => (r, true),
             None => (s, false),
         };
-        let (bin, sym) = rest
-            .rsplit_once(':')
-            .ok_or_else(|| bad("no ':' between binary and symbol"))?;
+        let (bin, sym) = rest.rsplit_once(':').ok_or_else(|| bad("no ':' between binary and symbol"))?;
         if bin.is_empty() {
             return Err(bad("empty binary"));
         }
         if sym.is_empty() || sym.contains(['%', '/', ' ']) {
             return Err(bad("bad symbol name"));
         }
-        Ok(ProbeSpec {
-            binary: bin.to_string(),
-            symbol: sym.to_string(),
-            ret,
-            usdt_provider: None,
-        })
+        Ok(ProbeSpec { binary: bin.to_string(), symbol: sym.to_string(), ret, usdt_provider: None })
     }
 }
 
@@ -181,13 +149,7 @@ impl std::fmt::Display for ProbeSpec {
         if let Some(p) = &self.usdt_provider {
             return write!(f, "usdt:{}:{p}:{}", self.binary, self.symbol);
         }
-        write!(
-            f,
-            "{}:{}{}",
-            self.binary,
-            self.symbol,
-            if self.ret { "%return" } else { "" }
-        )
+        write!(f, "{}:{}{}", self.binary, self.symbol, if self.ret { "%return" } else { "" })
     }
 }
 
@@ -225,17 +187,8 @@ impl ResolvedProbe {
     /// `usdt:PATH:PROVIDER:NAME@0xOFFSET[(0xREF_CTR_OFFSET)]`.
     pub fn describe(&self) -> String {
         if let Some(p) = &self.spec.usdt_provider {
-            let sem = if self.ref_ctr_offset != 0 {
-                format!("({:#x})", self.ref_ctr_offset)
-            } else {
-                String::new()
-            };
-            return format!(
-                "usdt:{}:{p}:{}@{:#x}{sem}",
-                self.path.display(),
-                self.spec.symbol,
-                self.offset
-            );
+            let sem = if self.ref_ctr_offset != 0 { format!("({:#x})", self.ref_ctr_offset) } else { String::new() };
+            return format!("usdt:{}:{p}:{}@{:#x}{sem}", self.path.display(), self.spec.symbol, self.offset);
         }
         format!(
             "{}:{}{}@{:#x}",
@@ -256,11 +209,8 @@ pub(crate) fn find_binary(binary: &str) -> Result<PathBuf, UprobeError> {
     let found = if binary.contains('/') {
         Some(PathBuf::from(binary)).filter(|p| p.is_file())
     } else {
-        let path =
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-        std::env::split_paths(&path)
-            .map(|d| d.join(binary))
-            .find(|p| p.is_file())
+        let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        std::env::split_paths(&path).map(|d| d.join(binary)).find(|p| p.is_file())
     };
     let path = found.ok_or_else(|| UprobeError::BinaryNotFound(binary.to_string()))?;
     Ok(std::fs::canonicalize(&path).unwrap_or(path))
@@ -301,35 +251,17 @@ fn resolve_function(spec: &ProbeSpec) -> Result<Vec<ResolvedProbe>, UprobeError>
     let path = find_binary(&spec.binary)?;
     // Another user may control the path: no final symlink, never blocks, regular files
     // only.
-    let read_err = |source| UprobeError::Read {
-        path: path.display().to_string(),
-        source,
-    };
+    let read_err = |source| UprobeError::Read { path: path.display().to_string(), source };
     let f = crate::procfs::open_untrusted(&path).map_err(read_err)?;
     let found = symbol_lookup(&f, &spec.symbol, spec.ret).map_err(|e| match e {
-        Lookup::NotElf => UprobeError::NotElf {
-            path: path.display().to_string(),
-        },
-        Lookup::Bad(reason) => UprobeError::BadElf {
-            path: path.display().to_string(),
-            reason,
-        },
+        Lookup::NotElf => UprobeError::NotElf { path: path.display().to_string() },
+        Lookup::Bad(reason) => UprobeError::BadElf { path: path.display().to_string(), reason },
         Lookup::Io(source) => read_err(source),
-        Lookup::Missing(suggestions) => UprobeError::SymbolNotFound {
-            symbol: spec.symbol.clone(),
-            path: path.display().to_string(),
-            suggestions,
-        },
-        Lookup::NotLoaded(addr) => UprobeError::NotLoaded {
-            symbol: spec.symbol.clone(),
-            path: path.display().to_string(),
-            addr,
-        },
-        Lookup::GoReturn(reason) => UprobeError::GoReturn {
-            symbol: spec.symbol.clone(),
-            path: path.display().to_string(),
-            reason,
-        },
+        Lookup::Missing(suggestions) => {
+            UprobeError::SymbolNotFound { symbol: spec.symbol.clone(), path: path.display().to_string(), suggestions }
+        }
+        Lookup::NotLoaded(addr) => UprobeError::NotLoaded { symbol: spec.symbol.clone(), path: path.display().to_string(), addr },
+        Lookup::GoReturn(reason) => UprobeError::GoReturn { symbol: spec.symbol.clone(), path: path.display().to_string(), reason },
     })?;
     let site = |addr, offset, ret_insn| ResolvedProbe {
         spec: spec.clone(),
@@ -342,10 +274,7 @@ fn resolve_function(spec: &ProbeSpec) -> Result<Vec<ResolvedProbe>, UprobeError>
         ret_insn,
     };
     Ok(match &found.rets {
-        Some(rets) => rets
-            .iter()
-            .map(|&a| site(a, a - found.value + found.offset, true))
-            .collect(),
+        Some(rets) => rets.iter().map(|&a| site(a, a - found.value + found.offset, true)).collect(),
         None => vec![site(found.value, found.offset, false)],
     })
 }
@@ -405,24 +334,14 @@ fn symbol_lookup<R: ReadAt + ?Sized>(r: &R, name: &str, ret: bool) -> Result<Fou
     let mut close = CloseNames::new(name);
     let mut found = None;
     'outer: for want in [SHT_SYMTAB, SHT_DYNSYM] {
-        for (i, _) in elf
-            .sections()
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.kind == want)
-        {
+        for (i, _) in elf.sections().iter().enumerate().filter(|(_, s)| s.kind == want) {
             let Ok(table) = elf.symbol_table_at(i) else {
                 continue; // no string table, or outside the file
             };
-            let mut names = elf
-                .strings(&table)
-                .with_limits(NAME_WINDOW, tailprof_elf::MAX_NAME_BYTES);
+            let mut names = elf.strings(&table).with_limits(NAME_WINDOW, tailprof_elf::MAX_NAME_BYTES);
             for sym in elf.symbols(&table) {
                 let sym = sym?;
-                if !matches!(sym.kind(), STT_FUNC | STT_GNU_IFUNC)
-                    || sym.shndx == SHN_UNDEF
-                    || sym.value == 0
-                {
+                if !matches!(sym.kind(), STT_FUNC | STT_GNU_IFUNC) || sym.shndx == SHN_UNDEF || sym.value == 0 {
                     continue;
                 }
                 let Some(sname) = names.get(sym.name.into())? else {
@@ -457,12 +376,7 @@ fn symbol_lookup<R: ReadAt + ?Sized>(r: &R, name: &str, ret: bool) -> Result<Fou
             (Some(_), true) => Some(go_rets(&elf, value, offset, size, ph.filesz - (value - ph.vaddr))?),
             _ => None,
         };
-        return Ok(Found {
-            value,
-            offset,
-            go,
-            rets,
-        });
+        return Ok(Found { value, offset, go, rets });
     }
     Err(Lookup::NotLoaded(value))
 }
@@ -472,13 +386,7 @@ const EM_X86_64: u16 = 62;
 
 /// The `RET` addresses of the function at `value` (file offset `offset`, `size` bytes,
 /// `room` bytes left in its segment).
-fn go_rets<E: ReadAt>(
-    elf: &Elf<E>,
-    value: u64,
-    offset: u64,
-    size: u64,
-    room: u64,
-) -> Result<Vec<u64>, Lookup> {
+fn go_rets<E: ReadAt>(elf: &Elf<E>, value: u64, offset: u64, size: u64, room: u64) -> Result<Vec<u64>, Lookup> {
     let machine = elf.header().machine;
     if machine != EM_X86_64 {
         return Err(Lookup::GoReturn(RetError::NotX86_64(machine)));
@@ -490,9 +398,7 @@ fn go_rets<E: ReadAt>(
         return Err(Lookup::GoReturn(RetError::TooLarge(size)));
     }
     if size > room {
-        return Err(Lookup::Bad(format!(
-            "function at {value:#x} ({size} bytes) runs past its segment"
-        )));
+        return Err(Lookup::Bad(format!("function at {value:#x} ({size} bytes) runs past its segment")));
     }
     let code = elf.read_vec(offset, size, MAX_FUNCTION_BYTES)?;
     ret_addresses(&code, value).map_err(Lookup::GoReturn)
@@ -510,10 +416,7 @@ impl CloseNames {
     const MOST: usize = 5;
 
     fn new(name: &str) -> Self {
-        CloseNames {
-            lname: name.to_ascii_lowercase(),
-            best: Default::default(),
-        }
+        CloseNames { lname: name.to_ascii_lowercase(), best: Default::default() }
     }
 
     fn offer(&mut self, n: &str) {
@@ -527,12 +430,7 @@ impl CloseNames {
             None
         };
         let Some(d) = d else { return };
-        if self.best.len() == Self::MOST
-            && self
-                .best
-                .last()
-                .is_some_and(|w| (d, n) >= (w.0, w.1.as_str()))
-        {
+        if self.best.len() == Self::MOST && self.best.last().is_some_and(|w| (d, n) >= (w.0, w.1.as_str())) {
             return;
         }
         self.best.insert((d, n.to_string()));
@@ -552,9 +450,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.iter().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -580,16 +476,9 @@ impl UprobePmu {
         let pmu_type = ty.trim().parse().map_err(|_| UprobeError::PmuMissing)?;
         let retprobe_bit = std::fs::read_to_string(dir.join("format/retprobe"))
             .ok()
-            .and_then(|s| {
-                s.trim()
-                    .strip_prefix("config:")
-                    .and_then(|b| b.parse().ok())
-            })
+            .and_then(|s| s.trim().strip_prefix("config:").and_then(|b| b.parse().ok()))
             .unwrap_or(0);
-        Ok(UprobePmu {
-            pmu_type,
-            retprobe_bit,
-        })
+        Ok(UprobePmu { pmu_type, retprobe_bit })
     }
 }
 
@@ -641,20 +530,14 @@ pub struct UprobeAttrConfig {
 }
 
 /// sample_type of a probe: IDENTIFIER | IP | TID | TIME | CPU (+ REGS_USER).
-pub const UPROBE_SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IDENTIFIER
-    | b::PERF_SAMPLE_IP
-    | b::PERF_SAMPLE_TID
-    | b::PERF_SAMPLE_TIME
-    | b::PERF_SAMPLE_CPU) as u64;
+pub const UPROBE_SAMPLE_TYPE: u64 =
+    (b::PERF_SAMPLE_IDENTIFIER | b::PERF_SAMPLE_IP | b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME | b::PERF_SAMPLE_CPU) as u64;
 
 /// The attr of one uprobe. An inherited uprobe PMU event breaks the target's `clone`
 /// (module docs): [`ProbeVia::for_inherit`] picks the event kind, and the uprobe PMU is
 /// refused here (`None`) when `c.inherit` is set.
 pub fn uprobe_attr(ev: &ProbeEvent, c: &UprobeAttrConfig) -> Option<PerfEventAttr> {
-    let mut a = PerfEventAttr {
-        size: ATTR_SIZE,
-        ..PerfEventAttr::default()
-    };
+    let mut a = PerfEventAttr { size: ATTR_SIZE, ..PerfEventAttr::default() };
     match *ev {
         ProbeEvent::Pmu { pmu, path_ptr } => {
             if c.inherit {
@@ -728,12 +611,7 @@ pub const GOROUTINE_REG: &str = "r14";
 /// architecture: R14 is read from the registers of this machine's tasks).
 fn goroutine_keyed(begin: &[ResolvedProbe], end: &[ResolvedProbe]) -> bool {
     cfg!(target_arch = "x86_64")
-        && begin.iter().chain(end).all(|p| {
-            p.go
-                .as_ref()
-                .and_then(GoBuildInfo::major_minor)
-                .is_some_and(|v| v >= (1, 17))
-        })
+        && begin.iter().chain(end).all(|p| p.go.as_ref().and_then(GoBuildInfo::major_minor).is_some_and(|v| v >= (1, 17)))
 }
 
 /// The kernel side of [`PreparedProbes`].
@@ -741,11 +619,7 @@ fn goroutine_keyed(begin: &[ResolvedProbe], end: &[ResolvedProbe]) -> bool {
 #[non_exhaustive]
 pub enum PreparedEvents {
     /// The uprobe PMU, with the paths as C strings for `config1`.
-    Pmu {
-        pmu: UprobePmu,
-        begin_path: CString,
-        end_path: CString,
-    },
+    Pmu { pmu: UprobePmu, begin_path: CString, end_path: CString },
     /// tracefs events for every begin and end site (removed when dropped, after the perf
     /// events using them are closed); `mounted`: tracefs was mounted here by us.
     Tracefs {
@@ -768,38 +642,22 @@ impl PreparedProbes {
     /// pointer is valid while `self` lives.
     pub fn event(&self, role: ProbeRole, site: usize) -> ProbeEvent {
         match (&self.events, role) {
-            (
-                PreparedEvents::Pmu {
-                    pmu, begin_path, ..
-                },
-                ProbeRole::Begin,
-            ) => ProbeEvent::Pmu {
-                pmu: *pmu,
-                path_ptr: begin_path.as_ptr() as u64,
-            },
-            (PreparedEvents::Pmu { pmu, end_path, .. }, ProbeRole::End) => ProbeEvent::Pmu {
-                pmu: *pmu,
-                path_ptr: end_path.as_ptr() as u64,
-            },
-            (PreparedEvents::Tracefs { begin, .. }, ProbeRole::Begin) => ProbeEvent::Tracepoint {
-                id: begin.get(site).map_or(0, |e| e.id),
-            },
-            (PreparedEvents::Tracefs { end, .. }, ProbeRole::End) => ProbeEvent::Tracepoint {
-                id: end.get(site).map_or(0, |e| e.id),
-            },
+            (PreparedEvents::Pmu { pmu, begin_path, .. }, ProbeRole::Begin) => {
+                ProbeEvent::Pmu { pmu: *pmu, path_ptr: begin_path.as_ptr() as u64 }
+            }
+            (PreparedEvents::Pmu { pmu, end_path, .. }, ProbeRole::End) => {
+                ProbeEvent::Pmu { pmu: *pmu, path_ptr: end_path.as_ptr() as u64 }
+            }
+            (PreparedEvents::Tracefs { begin, .. }, ProbeRole::Begin) => ProbeEvent::Tracepoint { id: begin.get(site).map_or(0, |e| e.id) },
+            (PreparedEvents::Tracefs { end, .. }, ProbeRole::End) => ProbeEvent::Tracepoint { id: end.get(site).map_or(0, |e| e.id) },
         }
     }
 
     /// One-line notes for the user (tracefs mounted by us).
     pub fn notes(&self) -> Vec<String> {
         match &self.events {
-            PreparedEvents::Tracefs {
-                mounted: Some(r), ..
-            } => {
-                vec![format!(
-                    "tracefs was not mounted: mounted it at {} (for the item probes)",
-                    r.display()
-                )]
+            PreparedEvents::Tracefs { mounted: Some(r), .. } => {
+                vec![format!("tracefs was not mounted: mounted it at {} (for the item probes)", r.display())]
             }
             _ => Vec::new(),
         }
@@ -816,9 +674,7 @@ impl ItemProbes {
             Some(r) => {
                 let m = parse_regs(r).map_err(|e| UprobeError::BadRegister(e.to_string()))?;
                 if m.count_ones() != 1 {
-                    return Err(UprobeError::BadRegister(format!(
-                        "'{r}': give exactly one register, e.g. rdi"
-                    )));
+                    return Err(UprobeError::BadRegister(format!("'{r}': give exactly one register, e.g. rdi")));
                 }
                 m
             }
@@ -839,40 +695,19 @@ impl ItemProbes {
         let events = match via {
             ProbeVia::Pmu => {
                 let pmu = UprobePmu::probe()?;
-                let cpath = |p: &Path| {
-                    CString::new(p.as_os_str().as_bytes())
-                        .map_err(|_| UprobeError::BinaryNotFound(p.display().to_string()))
-                };
-                PreparedEvents::Pmu {
-                    pmu,
-                    begin_path: cpath(&begin[0].path)?,
-                    end_path: cpath(&end[0].path)?,
-                }
+                let cpath =
+                    |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(|_| UprobeError::BinaryNotFound(p.display().to_string()));
+                PreparedEvents::Pmu { pmu, begin_path: cpath(&begin[0].path)?, end_path: cpath(&end[0].path)? }
             }
             ProbeVia::Tracefs => {
                 let (root, we_mounted) = crate::items::classprobe::tracefs_root()?;
                 let create = |sites: &[ResolvedProbe]| {
-                    sites
-                        .iter()
-                        .map(|p| crate::items::classprobe::TracefsUprobe::create_plain(&root, p))
-                        .collect::<Result<Vec<_>, _>>()
+                    sites.iter().map(|p| crate::items::classprobe::TracefsUprobe::create_plain(&root, p)).collect::<Result<Vec<_>, _>>()
                 };
-                PreparedEvents::Tracefs {
-                    begin: create(&begin)?,
-                    end: create(&end)?,
-                    mounted: we_mounted.then_some(root.clone()),
-                }
+                PreparedEvents::Tracefs { begin: create(&begin)?, end: create(&end)?, mounted: we_mounted.then_some(root.clone()) }
             }
         };
-        Ok(PreparedProbes {
-            begin,
-            end,
-            id_reg_mask,
-            id_reg: self.id_reg.clone(),
-            class: self.class.clone(),
-            events,
-            goroutine,
-        })
+        Ok(PreparedProbes { begin, end, id_reg_mask, id_reg: self.id_reg.clone(), class: self.class.clone(), events, goroutine })
     }
 }
 
@@ -912,21 +747,12 @@ pub const MAX_OPEN_GOROUTINES: usize = 1 << 20;
 
 impl MarkerMaker {
     pub fn new(id_from_reg: bool, class: Option<String>) -> Self {
-        MarkerMaker {
-            id_from_reg,
-            class,
-            ..Default::default()
-        }
+        MarkerMaker { id_from_reg, class, ..Default::default() }
     }
 
     /// A maker of goroutine-keyed markers ([`PreparedProbes::goroutine`]).
     pub fn for_goroutines(class: Option<String>) -> Self {
-        MarkerMaker {
-            id_from_reg: true,
-            class,
-            goroutine: true,
-            ..Default::default()
-        }
+        MarkerMaker { id_from_reg: true, class, goroutine: true, ..Default::default() }
     }
 
     /// Records for one hit, in order (an [`ItemClass`] before a process's first marker
@@ -935,19 +761,10 @@ impl MarkerMaker {
         if self.goroutine {
             return self.convert_goroutine(s, role, out);
         }
-        let class = if self.class.is_some() {
-            UPROBE_CLASS_ID
-        } else {
-            0
-        };
+        let class = if self.class.is_some() { UPROBE_CLASS_ID } else { 0 };
         if let (Some(name), true) = (&self.class, role == ProbeRole::Begin) {
             if self.classes_declared.insert(s.pid) {
-                out.push(Record::ItemClass(ItemClass {
-                    time: s.time,
-                    pid: s.pid,
-                    id: UPROBE_CLASS_ID,
-                    name: name.clone(),
-                }));
+                out.push(Record::ItemClass(ItemClass { time: s.time, pid: s.pid, id: UPROBE_CLASS_ID, name: name.clone() }));
             }
         }
         let (kind, item) = match role {
@@ -969,15 +786,7 @@ impl MarkerMaker {
                 (MarkerKind::End, Marker::UNKNOWN_ITEM)
             }
         };
-        out.push(Record::Marker(Marker {
-            time: s.time,
-            pid: s.pid,
-            tid: s.tid,
-            kind,
-            item,
-            class,
-            source: MarkerSource::Uprobe,
-        }));
+        out.push(Record::Marker(Marker { time: s.time, pid: s.pid, tid: s.tid, kind, item, class, source: MarkerSource::Uprobe }));
     }
 
     /// Goroutine mode: begin and end carry the hit's `g` (R14) as their item.
@@ -1001,30 +810,13 @@ impl MarkerMaker {
                 MarkerKind::End
             }
         };
-        let class = if self.class.is_some() {
-            UPROBE_CLASS_ID
-        } else {
-            0
-        };
+        let class = if self.class.is_some() { UPROBE_CLASS_ID } else { 0 };
         if let (Some(name), MarkerKind::Begin) = (&self.class, kind) {
             if self.classes_declared.insert(s.pid) {
-                out.push(Record::ItemClass(ItemClass {
-                    time: s.time,
-                    pid: s.pid,
-                    id: UPROBE_CLASS_ID,
-                    name: name.clone(),
-                }));
+                out.push(Record::ItemClass(ItemClass { time: s.time, pid: s.pid, id: UPROBE_CLASS_ID, name: name.clone() }));
             }
         }
-        out.push(Record::Marker(Marker {
-            time: s.time,
-            pid: s.pid,
-            tid: s.tid,
-            kind,
-            item: g,
-            class,
-            source: MarkerSource::Uprobe,
-        }));
+        out.push(Record::Marker(Marker { time: s.time, pid: s.pid, tid: s.tid, kind, item: g, class, source: MarkerSource::Uprobe }));
     }
 }
 
@@ -1035,49 +827,20 @@ mod tests {
     #[test]
     fn parses_specs() {
         let p = ProbeSpec::parse("/usr/bin/x:handle%return").unwrap();
-        assert_eq!(
-            p,
-            ProbeSpec {
-                binary: "/usr/bin/x".into(),
-                symbol: "handle".into(),
-                ret: true,
-                usdt_provider: None
-            }
-        );
+        assert_eq!(p, ProbeSpec { binary: "/usr/bin/x".into(), symbol: "handle".into(), ret: true, usdt_provider: None });
         assert_eq!(p.to_string(), "/usr/bin/x:handle%return");
         assert!(!ProbeSpec::parse("postgres:exec_simple_query").unwrap().ret);
         assert!(ProbeSpec::parse("nosymbol").is_err());
         assert!(ProbeSpec::parse(":sym").is_err());
         assert!(ProbeSpec::parse("bin:").is_err());
         // USDT: usdt:BIN:PROVIDER:NAME (the binary may hold ':'), never %return.
-        let u =
-            ProbeSpec::parse("usdt:/usr/lib/postgresql/15/bin/postgres:postgresql:query__start")
-                .unwrap();
+        let u = ProbeSpec::parse("usdt:/usr/lib/postgresql/15/bin/postgres:postgresql:query__start").unwrap();
         assert_eq!(
-            (
-                u.binary.as_str(),
-                u.usdt_provider.as_deref(),
-                u.symbol.as_str(),
-                u.ret
-            ),
-            (
-                "/usr/lib/postgresql/15/bin/postgres",
-                Some("postgresql"),
-                "query__start",
-                false
-            )
+            (u.binary.as_str(), u.usdt_provider.as_deref(), u.symbol.as_str(), u.ret),
+            ("/usr/lib/postgresql/15/bin/postgres", Some("postgresql"), "query__start", false)
         );
-        assert_eq!(
-            u.to_string(),
-            "usdt:/usr/lib/postgresql/15/bin/postgres:postgresql:query__start"
-        );
-        for bad in [
-            "usdt:bin:prov",
-            "usdt::p:n",
-            "usdt:bin:p:n%return",
-            "usdt:bin::n",
-            "usdt:bin:p:",
-        ] {
+        assert_eq!(u.to_string(), "usdt:/usr/lib/postgresql/15/bin/postgres:postgresql:query__start");
+        for bad in ["usdt:bin:prov", "usdt::p:n", "usdt:bin:p:n%return", "usdt:bin::n", "usdt:bin:p:"] {
             assert!(ProbeSpec::parse(bad).is_err(), "{bad}");
         }
     }
@@ -1086,42 +849,20 @@ mod tests {
     fn resolves_a_symbol_of_our_own_binary_and_suggests_names() {
         // The test binary itself is an ELF with a .symtab.
         let me = std::env::current_exe().unwrap();
-        let spec = ProbeSpec {
-            binary: me.display().to_string(),
-            symbol: "main".into(),
-            ret: false,
-            usdt_provider: None,
-        };
+        let spec = ProbeSpec { binary: me.display().to_string(), symbol: "main".into(), ret: false, usdt_provider: None };
         let r = resolve(&spec).unwrap();
         assert!(r.offset > 0 && r.offset <= r.addr.max(r.offset));
-        let bad = ProbeSpec {
-            symbol: "mian".into(),
-            ..spec
-        };
+        let bad = ProbeSpec { symbol: "mian".into(), ..spec };
         match resolve(&bad).unwrap_err() {
             UprobeError::SymbolNotFound { suggestions, .. } => {
                 assert!(suggestions.contains(&"main".to_string()))
             }
             e => panic!("{e}"),
         }
-        let none = ProbeSpec {
-            binary: "/nonexistent/tailprof-x".into(),
-            symbol: "f".into(),
-            ret: false,
-            usdt_provider: None,
-        };
-        assert!(matches!(
-            resolve(&none),
-            Err(UprobeError::BinaryNotFound(_))
-        ));
-        let not_elf = ProbeSpec {
-            binary: "/proc/self/status".into(),
-            ..bad.clone()
-        };
-        assert!(matches!(
-            resolve(&not_elf),
-            Err(UprobeError::NotElf { .. } | UprobeError::Read { .. })
-        ));
+        let none = ProbeSpec { binary: "/nonexistent/tailprof-x".into(), symbol: "f".into(), ret: false, usdt_provider: None };
+        assert!(matches!(resolve(&none), Err(UprobeError::BinaryNotFound(_))));
+        let not_elf = ProbeSpec { binary: "/proc/self/status".into(), ..bad.clone() };
+        assert!(matches!(resolve(&not_elf), Err(UprobeError::NotElf { .. } | UprobeError::Read { .. })));
     }
 
     /// A C program with `tailprof_answer` (returns 42) built by gcc in a scratch
@@ -1137,50 +878,29 @@ mod tests {
         )
         .ok()?;
         let bin = dir.join("p");
-        let ok = std::process::Command::new("gcc")
-            .args(["-O1", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .status()
-            .is_ok_and(|s| s.success());
+        let ok = std::process::Command::new("gcc").args(["-O1", "-o"]).arg(&bin).arg(&src).status().is_ok_and(|s| s.success());
         ok.then_some((dir, bin))
     }
 
     #[test]
     fn the_offset_holds_the_function_code() {
         let Some((dir, bin)) = c_program() else {
-            tailprof_testkit::skip(
-                tailprof_testkit::Need::CCompiler,
-                "gcc cannot build the probed C program",
-            );
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "gcc cannot build the probed C program");
             return;
         };
-        let spec = ProbeSpec {
-            binary: bin.display().to_string(),
-            symbol: "tailprof_answer".into(),
-            ret: false,
-            usdt_provider: None,
-        };
+        let spec = ProbeSpec { binary: bin.display().to_string(), symbol: "tailprof_answer".into(), ret: false, usdt_provider: None };
         let r = resolve(&spec).unwrap();
         let bytes = std::fs::read(&bin).unwrap();
         // Same answer from the bytes in memory.
-        assert_eq!(
-            symbol_offset(&bytes, "tailprof_answer").unwrap(),
-            (r.addr, r.offset)
-        );
+        assert_eq!(symbol_offset(&bytes, "tailprof_answer").unwrap(), (r.addr, r.offset));
         if cfg!(target_arch = "x86_64") {
             // mov $42, %eax; ret (after an endbr64 when CET is on)
             let code = &bytes[r.offset as usize..][..12];
-            assert!(
-                code.windows(6).any(|w| w == [0xb8, 42, 0, 0, 0, 0xc3]),
-                "{code:x?}"
-            );
+            assert!(code.windows(6).any(|w| w == [0xb8, 42, 0, 0, 0, 0xc3]), "{code:x?}");
         }
         // Damaged copies: an error or an answer, never a panic; cut short: an error.
         let mut flipped = bytes.clone();
-        for at in
-            (0..4096.min(bytes.len())).chain((bytes.len() - 4096.min(bytes.len()))..bytes.len())
-        {
+        for at in (0..4096.min(bytes.len())).chain((bytes.len() - 4096.min(bytes.len()))..bytes.len()) {
             flipped[at] ^= 0xff;
             let _ = symbol_offset(&flipped, "tailprof_answer");
             flipped[at] ^= 0xff;
@@ -1188,40 +908,18 @@ mod tests {
         for n in (0..bytes.len()).step_by(97) {
             let _ = symbol_offset(&bytes[..n], "tailprof_answer");
         }
-        assert!(matches!(
-            symbol_offset(&bytes[..bytes.len() - 1], "tailprof_answer"),
-            Err(Lookup::Bad(_))
-        ));
+        assert!(matches!(symbol_offset(&bytes[..bytes.len() - 1], "tailprof_answer"), Err(Lookup::Bad(_))));
         // Not ELF64 little-endian.
         let mut elf32 = bytes.clone();
         elf32[4] = 1;
-        assert!(matches!(
-            symbol_offset(&elf32, "x"),
-            Err(Lookup::NotElf | Lookup::Bad(_))
-        ));
-        assert!(matches!(
-            symbol_offset(&b"#!/bin/sh\n"[..], "x"),
-            Err(Lookup::NotElf)
-        ));
+        assert!(matches!(symbol_offset(&elf32, "x"), Err(Lookup::NotElf | Lookup::Bad(_))));
+        assert!(matches!(symbol_offset(&b"#!/bin/sh\n"[..], "x"), Err(Lookup::NotElf)));
         let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn close_names_are_the_best_five_in_any_order() {
-        let names = [
-            "mainloop",
-            "main",
-            "domain",
-            "Main",
-            "maim",
-            "mains",
-            "xmain",
-            "zzz",
-            "mian",
-            "main",
-            "remainder",
-            "amain",
-        ];
+        let names = ["mainloop", "main", "domain", "Main", "maim", "mains", "xmain", "zzz", "mian", "main", "remainder", "amain"];
         let run = |order: &mut dyn Iterator<Item = &&str>| {
             let mut c = CloseNames::new("main");
             order.for_each(|n| c.offer(n));
@@ -1240,20 +938,13 @@ mod tests {
     #[test]
     fn markers_from_hits() {
         let mut m = MarkerMaker::new(false, Some("q".into()));
-        let hit = |tid, time| Sample {
-            time,
-            pid: 1,
-            tid,
-            ..Sample::default()
-        };
+        let hit = |tid, time| Sample { time, pid: 1, tid, ..Sample::default() };
         let mut out = Vec::new();
         m.convert(&hit(1, 10), ProbeRole::Begin, &mut out);
         m.convert(&hit(2, 11), ProbeRole::Begin, &mut out);
         m.convert(&hit(1, 12), ProbeRole::End, &mut out);
         m.convert(&hit(3, 13), ProbeRole::End, &mut out);
-        assert!(
-            matches!(&out[0], Record::ItemClass(c) if c.name == "q" && c.id == UPROBE_CLASS_ID)
-        );
+        assert!(matches!(&out[0], Record::ItemClass(c) if c.name == "q" && c.id == UPROBE_CLASS_ID));
         let ms: Vec<(u32, MarkerKind, u64)> = out
             .iter()
             .filter_map(|r| match r {
@@ -1273,14 +964,7 @@ mod tests {
         assert_eq!(m.unmatched_ends, 1);
         let mut r = MarkerMaker::new(true, None);
         let mut out = Vec::new();
-        r.convert(
-            &Sample {
-                regs: vec![77],
-                ..Sample::default()
-            },
-            ProbeRole::Begin,
-            &mut out,
-        );
+        r.convert(&Sample { regs: vec![77], ..Sample::default() }, ProbeRole::Begin, &mut out);
         assert!(matches!(&out[0], Record::Marker(k) if k.item == 77 && k.class == 0));
     }
 }

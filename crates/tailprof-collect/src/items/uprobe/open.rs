@@ -20,24 +20,13 @@ pub(crate) struct ProbeSet {
 impl ProbeSet {
     /// How site `site` of `role` is opened (every site of a role shares the decoder
     /// event: its hits mean the same boundary).
-    pub fn attr_config(
-        &self,
-        role: ProbeRole,
-        site: usize,
-        clock: ClockChoice,
-        inherit: bool,
-        enable_on_exec: bool,
-    ) -> UprobeAttrConfig {
+    pub fn attr_config(&self, role: ProbeRole, site: usize, clock: ClockChoice, inherit: bool, enable_on_exec: bool) -> UprobeAttrConfig {
         let r = self.probe(role, site);
         UprobeAttrConfig {
             offset: r.offset,
             ref_ctr_offset: r.ref_ctr_offset,
             ret: r.uretprobe(),
-            regs_user: if role == ProbeRole::Begin || self.prepared.goroutine {
-                self.prepared.id_reg_mask
-            } else {
-                0
-            },
+            regs_user: if role == ProbeRole::Begin || self.prepared.goroutine { self.prepared.id_reg_mask } else { 0 },
             clock,
             inherit,
             enable_on_exec,
@@ -61,8 +50,8 @@ impl ProbeSet {
             .iter()
             .map(|&role| {
                 let ev = uprobe::ProbeEvent::Tracepoint { id: 0 };
-                let a = uprobe::uprobe_attr(&ev, &self.attr_config(role, 0, clock, false, false))
-                    .expect("a tracepoint attr is always built");
+                let a =
+                    uprobe::uprobe_attr(&ev, &self.attr_config(role, 0, clock, false, false)).expect("a tracepoint attr is always built");
                 Layout {
                     sample_type: a.sample_type,
                     regs_user_mask: a.sample_regs_user,
@@ -85,27 +74,20 @@ impl ProbeSet {
     ) -> Result<std::os::fd::OwnedFd, CollectError> {
         // A uprobe PMU event's path pointer outlives the call (the kernel copies the
         // string); inherited events are tracefs events ([`uprobe::ProbeVia::for_inherit`]).
-        let a = uprobe::uprobe_attr(&self.prepared.event(role, site), &cfg).ok_or_else(|| {
-            CollectError::Open {
-                event: format!("uprobe {}", self.probe(role, site).spec),
-                hint:
-                    "an inherited uprobe PMU event would make the target's clone() fail (EFAULT); \
+        let a = uprobe::uprobe_attr(&self.prepared.event(role, site), &cfg).ok_or_else(|| CollectError::Open {
+            event: format!("uprobe {}", self.probe(role, site).spec),
+            hint: "an inherited uprobe PMU event would make the target's clone() fail (EFAULT); \
                    inherited probes must be tracefs events"
-                        .into(),
-                source: io::Error::from_raw_os_error(libc::EINVAL),
-            }
+                .into(),
+            source: io::Error::from_raw_os_error(libc::EINVAL),
         })?;
-        sys::perf_event_open(&a, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC)
-            .map_err(|e| open_error(&e, self.probe(role, site)))
+        sys::perf_event_open(&a, pid, cpu, -1, sys::PERF_FLAG_FD_CLOEXEC).map_err(|e| open_error(&e, self.probe(role, site)))
     }
 
     /// `TraceHeader.extra` entries describing the probes.
     pub fn header_extra(&self) -> Vec<(String, String)> {
         let mut v = vec![
-            (
-                "item_begin".to_string(),
-                describe_sites(&self.prepared.begin),
-            ),
+            ("item_begin".to_string(), describe_sites(&self.prepared.begin)),
             ("item_end".to_string(), describe_sites(&self.prepared.end)),
             (
                 "item_id".to_string(),
@@ -120,10 +102,7 @@ impl ProbeSet {
         ];
         if self.prepared.goroutine {
             // The join keys markers and samples by this register's value (the `g`).
-            v.push((
-                "item_key".to_string(),
-                format!("goroutine:{}", super::GOROUTINE_REG),
-            ));
+            v.push(("item_key".to_string(), format!("goroutine:{}", super::GOROUTINE_REG)));
         }
         if let Some(c) = &self.prepared.class {
             v.push(("item_class".to_string(), c.clone()));
@@ -134,11 +113,7 @@ impl ProbeSet {
 
 /// Every site's definition, one per line.
 fn describe_sites(sites: &[ResolvedProbe]) -> String {
-    sites
-        .iter()
-        .map(ResolvedProbe::describe)
-        .collect::<Vec<_>>()
-        .join("\n")
+    sites.iter().map(ResolvedProbe::describe).collect::<Vec<_>>().join("\n")
 }
 
 fn open_error(e: &io::Error, probe: &ResolvedProbe) -> CollectError {
@@ -146,9 +121,7 @@ fn open_error(e: &io::Error, probe: &ResolvedProbe) -> CollectError {
     match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => CollectError::Permission {
             event,
-            paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-                .ok()
-                .and_then(|s| s.trim().parse().ok()),
+            paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok().and_then(|s| s.trim().parse().ok()),
             hint: "uprobes need root (CAP_SYS_ADMIN), or CAP_PERFMON with access to the uprobe PMU".into(),
             source: io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(0)),
         },
