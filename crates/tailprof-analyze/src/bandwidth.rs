@@ -338,6 +338,7 @@ impl BandwidthBuilder {
     }
 
     /// Bins, gaps, summary, bursts, loss model, groups, items.
+    #[allow(clippy::needless_range_loop)] // bin i indexes counts, periods and gap alike
     pub fn finish(mut self) -> Result<BandwidthReport, BandwidthError> {
         if let Some(bins) = self.too_many_bins {
             return Err(BandwidthError::TooManyBins { bins, bin_ns: self.bin_ns, max: MAX_BINS });

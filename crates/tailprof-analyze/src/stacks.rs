@@ -360,6 +360,9 @@ pub struct FlatRow<'a> {
 /// Key of a resolved path: (pid key, generation, stack id or location, is a location).
 type PathKey = (u32, u32, u32, bool);
 
+/// An interval's items: (index, overlap), and (index, begin, end).
+type IntervalHits = (Vec<(u32, u64)>, Vec<(u32, u64, u64)>);
+
 /// A [`ResolvedSink`] building a [`StackProfile`]; see the module docs.
 #[derive(Debug)]
 pub struct StackBuilder {
@@ -394,7 +397,7 @@ pub struct StackBuilder {
     /// Wakeups and who ran instead (issue 21).
     causes: crate::causes::CauseTracker,
     /// [`Self::add_interval`]'s items of an interval: (index, overlap), (index, begin, end).
-    scratch_hits: (Vec<(u32, u64)>, Vec<(u32, u64, u64)>),
+    scratch_hits: IntervalHits,
     /// The sample interval, as the items join measures it (the period of a clock event
     /// with a fixed one, else the median spacing of a thread's samples): noise time.
     fixed_interval: Option<f64>,

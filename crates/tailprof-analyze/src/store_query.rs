@@ -806,7 +806,7 @@ pub fn stored_items_of(
             stacks,
         });
     }
-    items.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+    items.sort_by_key(|i| std::cmp::Reverse(i.duration_ns));
     let (lat, _) = reader.latency(host, from_us, to_us);
     let mut per: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
     for l in lat.into_iter().filter(|l| class.is_none_or(|c| c == l.class)) {

@@ -129,7 +129,7 @@ fn by_frames(p: &StackProfile) -> Vec<(Vec<String>, u64)> {
         *m.entry(p.frames(r.path).into_iter().map(str::to_owned).collect()).or_default() += r.samples;
     }
     let mut v: Vec<_> = m.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|e| std::cmp::Reverse(e.1));
     v
 }
 

@@ -149,7 +149,7 @@ fn debug_dir_by_build_id_in_both_layouts_and_wrong_build_id_refused() {
         let d = s.debug_file(b.path.as_str()).unwrap();
         assert_eq!((d.path.clone(), d.found_by.clone()), (p.clone(), FoundBy::BuildId(dd.clone())));
         // The same with the build-id read from the file rather than the trace.
-        let mut s = Symbolizer::with_debug_dirs(&[dd.clone()]).0;
+        let mut s = Symbolizer::with_debug_dirs(std::slice::from_ref(&dd)).0;
         assert_eq!(names(&s.symbolize_binary(&b, None, &f.offs[2..])), ["other"]);
     }
     // A debug file of another build at the build-id path: not used.

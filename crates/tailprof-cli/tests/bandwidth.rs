@@ -70,7 +70,8 @@ fn record_bandwidth_without_a_pmu_says_what_is_missing() {
 }
 
 /// (file, period, hand count per level from `perf script -F data_src` with perf 6.1).
-const IMPORTS: &[(&str, u64, &[(MemLevel, u64)])] = &[
+type Import = (&'static str, u64, &'static [(MemLevel, u64)]);
+const IMPORTS: &[Import] = &[
     ("ubench__perf-mem-4986", 4986, &[(MemLevel::L1, 253)]),
     ("ubench__perf-mem-9973", 9973, &[(MemLevel::L1, 124), (MemLevel::Lfb, 1)]),
     ("ubench__perf-mem-19946", 19946, &[(MemLevel::L1, 63)]),

@@ -282,7 +282,7 @@ fn random_byte_flips_never_panic() {
             state ^= state >> 7;
             state ^= state << 17;
             let i = (state as usize) % bytes.len();
-            bytes[i] ^= 1 << (state >> 60) as u8 % 8;
+            bytes[i] ^= 1 << ((state >> 60) as u8 % 8);
         }
         std::fs::write(&bad, &bytes).unwrap();
         for cmd in ["info", "report"] {

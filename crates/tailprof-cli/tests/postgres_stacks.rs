@@ -40,7 +40,7 @@ fn setup(tag: u16) -> Option<(Server, String)> {
         tailprof_testkit::skip(tailprof_testkit::Need::Root, "recording system-wide with uprobes and tracefs needs root");
         return None;
     }
-    let Some(server) = Server::start(tag) else { return None };
+    let server = Server::start(tag)?;
     server.psql_c("CREATE TABLE t(id int PRIMARY KEY, v int NOT NULL); INSERT INTO t SELECT g, g % 97 FROM generate_series(1, 20000) g;");
     server.psql_c("VACUUM ANALYZE t");
     let pg = server.postgres().display().to_string();

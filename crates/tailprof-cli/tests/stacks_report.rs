@@ -159,7 +159,7 @@ fn by_frames(v: &Value) -> Vec<(Vec<String>, u64)> {
         *m.entry(f).or_default() += s["samples"].as_u64().unwrap();
     }
     let mut v: Vec<_> = m.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|e| std::cmp::Reverse(e.1));
     v
 }
 

@@ -17,23 +17,23 @@
 //!   knows that event's layout (ids come from `sys::ioctl_id`). It is in the kernel's
 //!   large-PEBS flags, so it costs 8 bytes per record and nothing else.
 //!   + PERIOD only where a sample's period is not the attr's ([`samples_carry_period`]):
-//!   frequency mode (`-F`, the kernel adapts it), and events sampled on every hit (period
-//!   1, e.g. tracepoints), whose PERIOD is the hit's count. Without the bit the kernel
-//!   still uses the fixed `sample_period` for every sample, which the decoder fills in
-//!   (`parse::Layout::default_period`, from `EventDesc::sample_period`). Also a
-//!   correctness matter for software events other than cpu-clock/task-clock:
-//!   `perf_swevent_event` ignores the period and writes one sample per event (period =
-//!   its count) when PERIOD is requested without `freq` (`-e page-faults -c 1000` gave one
-//!   sample per fault); without it the kernel samples every `sample_period` events, as
-//!   perf does (perf requests PERIOD only with `-F` or `--period`).
+//!     frequency mode (`-F`, the kernel adapts it), and events sampled on every hit (period
+//!     1, e.g. tracepoints), whose PERIOD is the hit's count. Without the bit the kernel
+//!     still uses the fixed `sample_period` for every sample, which the decoder fills in
+//!     (`parse::Layout::default_period`, from `EventDesc::sample_period`). Also a
+//!     correctness matter for software events other than cpu-clock/task-clock:
+//!     `perf_swevent_event` ignores the period and writes one sample per event (period =
+//!     its count) when PERIOD is requested without `freq` (`-e page-faults -c 1000` gave one
+//!     sample per fault); without it the kernel samples every `sample_period` events, as
+//!     perf does (perf requests PERIOD only with `-F` or `--period`).
 //!   + never CPU: every ring the recorder maps belongs to one CPU (every sampling event is
-//!   opened with an explicit cpu, and `PERF_EVENT_IOC_SET_OUTPUT` only joins events of the
-//!   same CPU), so the decoder takes `Sample::cpu` (and the side-band trailer's cpu) from
-//!   the ring. A caller that opens an attr with cpu = -1 *and* decodes its samples must
-//!   add `PERF_SAMPLE_CPU` itself.
+//!     opened with an explicit cpu, and `PERF_EVENT_IOC_SET_OUTPUT` only joins events of the
+//!     same CPU), so the decoder takes `Sample::cpu` (and the side-band trailer's cpu) from
+//!     the ring. A caller that opens an attr with cpu = -1 *and* decodes its samples must
+//!     add `PERF_SAMPLE_CPU` itself.
 //!   + REGS_USER when `regs_user != 0`; + ADDR | WEIGHT_STRUCT | DATA_SRC when
-//!   `spec.mem` (rule in [`crate::event`]). Dropping bits never costs large PEBS: the
-//!   kernel's condition is `sample_type` ⊆ its flags.
+//!     `spec.mem` (rule in [`crate::event`]). Dropping bits never costs large PEBS: the
+//!     kernel's condition is `sample_type` ⊆ its flags.
 //! * `sample_id_all = 1` on every event (side-band and LOST records carry time, cpu and
 //!   the identifier). Side-band bits (mmap, mmap2, comm, comm_exec, task) only with
 //!   `SamplingConfig::sideband`, i.e. on the first event per ring. **Never `build_id`**:
@@ -246,6 +246,7 @@ pub fn samples_carry_period(rate: Rate) -> bool {
 }
 
 /// Build the attr for one event.
+#[allow(clippy::field_reassign_with_default)] // perf_event_attr: fields, then its bitfield setters
 pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, EventError> {
     let rate = match (cfg.period, cfg.freq) {
         (Some(_), Some(_)) => return Err(EventError::BadSampling("give either a period (-c) or a frequency (-F), not both".into())),
@@ -714,7 +715,7 @@ impl CallGraph {
             ("dwarf", None) => Ok(CallGraph::Dwarf { stack_size: DEFAULT_DWARF_STACK_SIZE }),
             ("dwarf", Some(n)) => {
                 let n: u32 = n.parse().map_err(|_| CallGraphError::NotANumber(n.to_string()))?;
-                if n == 0 || n > MAX_DWARF_STACK_SIZE || n % 8 != 0 {
+                if n == 0 || n > MAX_DWARF_STACK_SIZE || !n.is_multiple_of(8) {
                     return Err(CallGraphError::BadSize(n));
                 }
                 Ok(CallGraph::Dwarf { stack_size: n })

@@ -141,6 +141,7 @@ const CAP_USER_TIME_SHORT: u64 = 1 << 5;
 /// conversion under the page's `lock` seqcount. `Ok(None)` when `cap_user_time_zero` is
 /// clear (no TSC-based perf clock, e.g. many VMs) or when `cap_user_time_short` asks for
 /// the wrap-around variant we do not implement (not used on x86).
+#[allow(clippy::field_reassign_with_default)] // perf_event_attr: fields, then its bitfield setters
 pub fn read_tsc_conversion() -> Result<Option<TscConversion>, CollectError> {
     use std::os::fd::AsRawFd;
     let mut a = PerfEventAttr::default();
@@ -193,6 +194,7 @@ pub fn read_tsc_conversion() -> Result<Option<TscConversion>, CollectError> {
 
 /// Highest precise_ip the core PMU accepts for `cycles` (user-only, this thread), for
 /// kernels without `caps/max_precise`.
+#[allow(clippy::field_reassign_with_default)] // perf_event_attr: fields, then its bitfield setters
 fn probe_max_precise() -> Option<u8> {
     for p in (0..=3u8).rev() {
         let mut a = PerfEventAttr::default();

@@ -654,9 +654,9 @@ mod tests {
         for (ours, kernel) in m {
             assert_eq!(ours as u32, kernel);
         }
-        assert_eq!(tailprof_perf_abi::context::KERNEL, b::PERF_CONTEXT_KERNEL as u64);
-        assert_eq!(tailprof_perf_abi::context::USER, b::PERF_CONTEXT_USER as u64);
-        assert_eq!(tailprof_perf_abi::context::MAX, b::PERF_CONTEXT_MAX as u64);
+        assert_eq!(tailprof_perf_abi::context::KERNEL, b::PERF_CONTEXT_KERNEL);
+        assert_eq!(tailprof_perf_abi::context::USER, b::PERF_CONTEXT_USER);
+        assert_eq!(tailprof_perf_abi::context::MAX, b::PERF_CONTEXT_MAX);
     }
 
     #[test]

@@ -109,6 +109,7 @@ impl CountResult {
 
 /// The counting attr for `spec`: no sample type, no period, counts the command and its
 /// descendants from exec on.
+#[allow(clippy::field_reassign_with_default)] // perf_event_attr: fields, then its bitfield setters
 pub fn counting_attr(spec: &EventSpec) -> PerfEventAttr {
     let mut a = PerfEventAttr::default();
     a.type_ = spec.attr_type;

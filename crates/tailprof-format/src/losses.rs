@@ -165,7 +165,7 @@ impl LossTable {
                 "upgrade tailprof",
             );
         }
-        rows.sort_by(|a, b| b.severity.cmp(&a.severity));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.severity));
         LossTable { rows }
     }
 

@@ -187,8 +187,10 @@ pub struct Throttle {
 /// Which boundary of a data item (a request, query, packet) a marker records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[repr(u8)]
+#[derive(Default)]
 pub enum MarkerKind {
     /// The thread starts working on the item.
+    #[default]
     Begin = 0,
     /// The thread is done with the item.
     End = 1,
@@ -238,12 +240,6 @@ pub struct Marker {
 impl Marker {
     /// `item` value of an end marker that does not know its item's id.
     pub const UNKNOWN_ITEM: u64 = u64::MAX;
-}
-
-impl Default for MarkerKind {
-    fn default() -> Self {
-        MarkerKind::Begin
-    }
 }
 
 /// What an [`ItemEvent`] is (`--item-event`, issue 22).

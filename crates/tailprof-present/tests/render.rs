@@ -198,7 +198,6 @@ fn info() -> TraceInfo {
         nr_cpus: Some(8),
         start_realtime_ns: Some(1_700_000_000_000_000_000),
         extra: [("perf.version".to_string(), "6.1".to_string()), ("k".to_string(), "v".to_string())].into(),
-        ..Default::default()
     };
     let summary = ReadSummary { chunks: 12, bytes: 1_234_567, truncated_bytes: 0, complete: true, ..Default::default() };
     let stats =

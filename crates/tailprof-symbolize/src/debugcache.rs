@@ -269,7 +269,7 @@ mod tests {
         let mut left: Vec<_> = fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).collect();
         left.sort();
         assert_eq!(left, ["a", "d"]);
-        assert!(MAX_COPY <= 512 << 20 && MAX_DIR <= 1 << 30 && MAX_COPY < MAX_DIR);
+        const { assert!(MAX_COPY <= 512 << 20 && MAX_DIR <= 1 << 30 && MAX_COPY < MAX_DIR) };
     }
 
     #[test]

@@ -499,7 +499,7 @@ pub fn parse_kallsyms_line(line: &[u8]) -> Option<KallsymsLine<'_>> {
     let kind = line[i + 1];
     let rest = line.get(i + 3..)?;
     let end = rest.iter().position(|&b| b == b'\t' || b == b' ').unwrap_or(rest.len());
-    let in_module = rest[end..].iter().any(|&b| b == b'[');
+    let in_module = rest[end..].contains(&b'[');
     (end > 0).then(|| KallsymsLine { addr, kind, name: &rest[..end], in_module })
 }
 

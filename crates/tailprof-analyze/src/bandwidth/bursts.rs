@@ -147,8 +147,8 @@ mod tests {
         // 10 bins low (2), 10 high (20), repeated 3 times.
         let mut c = Vec::new();
         for _ in 0..3 {
-            c.extend(std::iter::repeat(2).take(10));
-            c.extend(std::iter::repeat(20).take(10));
+            c.extend(std::iter::repeat_n(2, 10));
+            c.extend(std::iter::repeat_n(20, 10));
         }
         let gap = vec![false; c.len()];
         let s = find_bursts(&c, &gap);
@@ -159,7 +159,7 @@ mod tests {
             assert!((r.end as i64 - (20 * k + 20) as i64).abs() <= 1, "{r:?}");
         }
         let flat = vec![10u64; 50];
-        assert!(find_bursts(&flat, &vec![false; 50]).runs.is_empty());
+        assert!(find_bursts(&flat, &[false; 50]).runs.is_empty());
         // A gap splits a burst.
         let mut g = vec![false; c.len()];
         g[15] = true;

@@ -409,8 +409,7 @@ impl RoundQueue {
                 return Ok(false);
             }
             let run = &mut self.runs[best];
-            loop {
-                let Some(&p) = run.idx.get(run.head) else { break };
+            while let Some(&p) = run.idx.get(run.head) {
                 run.head += 1;
                 budget -= 1;
                 f(&p, run.bytes(&p))?;

@@ -71,7 +71,7 @@ impl Spool {
         let buf = &mut self.buf;
         let st = self.ring.drain(|rec| buf.extend_from_slice(rec));
         self.corrupt += st.corrupt as u64;
-        self.records += st.records as u64;
+        self.records += st.records;
     }
 }
 

@@ -302,6 +302,17 @@ fn create_error(e: crate::items::uprobe::UprobeError, root: &std::path::Path) ->
     crate::session::RecordError::Io { what: format!("--item-class-from: cannot create the tracefs uprobe event ({fix}; {path})"), source }
 }
 
+/// tracefs's root for `flag`'s probes, mounted when absent (then remembered in `mounted`,
+/// so the caller can say so and unmount it).
+fn tracefs_root(flag: &str, mounted: &mut Option<std::path::PathBuf>) -> Result<std::path::PathBuf, crate::session::RecordError> {
+    let (root, we_mounted) = crate::tracefs::ensure_mounted()
+        .map_err(|source| crate::session::RecordError::Io { what: format!("{flag} needs tracefs"), source })?;
+    if we_mounted {
+        *mounted = Some(root.clone());
+    }
+    Ok(root)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,15 +384,4 @@ mod tests {
         assert!(matches!(&out[3], Record::Lost(l) if l.kind == LossKind::Malformed && l.count == 1), "{:?}", out.get(3));
         assert_eq!(out.len(), 4);
     }
-}
-
-/// tracefs's root for `flag`'s probes, mounted when absent (then remembered in `mounted`,
-/// so the caller can say so and unmount it).
-fn tracefs_root(flag: &str, mounted: &mut Option<std::path::PathBuf>) -> Result<std::path::PathBuf, crate::session::RecordError> {
-    let (root, we_mounted) = crate::tracefs::ensure_mounted()
-        .map_err(|source| crate::session::RecordError::Io { what: format!("{flag} needs tracefs"), source })?;
-    if we_mounted {
-        *mounted = Some(root.clone());
-    }
-    Ok(root)
 }
