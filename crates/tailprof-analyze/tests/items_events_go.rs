@@ -55,7 +55,7 @@ fn sample(time: u64, tid: u32, g: Option<u64>) -> Record {
 }
 
 fn switch(time: u64, tid: u32, kind: SwitchKind) -> Record {
-    Record::Switch(Switch { time, pid: PID, tid, cpu: 0, kind, stack: StackId::NONE, stack_status: StackStatus::Complete, next_prev: None })
+    Record::Switch(Switch { time, pid: PID, tid, cpu: 0, kind, stack: StackId::NONE, stack_status: StackStatus::Complete, next_prev: None, item_key: None })
 }
 
 fn bytes(h: &TraceHeader, recs: &[Record]) -> Vec<u8> {
