@@ -60,7 +60,17 @@ fn switch(time: u64, tid: u32, kind: SwitchKind) -> Record {
 
 /// A switch whose switch-out carries the goroutine register (`item_key`).
 fn keyed_switch(time: u64, tid: u32, kind: SwitchKind, g: Option<u64>) -> Record {
-    Record::Switch(Switch { time, pid: PID, tid, cpu: 0, kind, stack: StackId::NONE, stack_status: StackStatus::Complete, next_prev: None, item_key: g })
+    Record::Switch(Switch {
+        time,
+        pid: PID,
+        tid,
+        cpu: 0,
+        kind,
+        stack: StackId::NONE,
+        stack_status: StackStatus::Complete,
+        next_prev: None,
+        item_key: g,
+    })
 }
 
 /// Blocked time per item (stacks view) of a trace.

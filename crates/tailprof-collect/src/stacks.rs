@@ -535,7 +535,9 @@ impl StackMaker {
         }
         if kind.is_out() && self.off_cpu_event != u16::MAX {
             match self.pending_off.remove(&tid) {
-                Some((t, id, st, key)) if time.saturating_sub(t) <= OFF_CPU_MATCH_NS => (w.stack, w.stack_status, w.item_key) = (id, st, key),
+                Some((t, id, st, key)) if time.saturating_sub(t) <= OFF_CPU_MATCH_NS => {
+                    (w.stack, w.stack_status, w.item_key) = (id, st, key)
+                }
                 _ => self.switch_out_without_stack += 1,
             }
         }
