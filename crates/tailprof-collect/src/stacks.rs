@@ -22,7 +22,9 @@
 //! mode, user registers and stack), which the kernel writes just before the switch-out
 //! record of the same thread on the same CPU: the recorder keeps that stack per thread
 //! and attaches it to the thread's next switch-out record (within [`OFF_CPU_MATCH_NS`]).
-//! The tracepoint samples themselves are not written.
+//! The tracepoint samples themselves are not written. With items keyed by goroutine
+//! (Go), the tracepoint also samples R14 from the user registers, and the switch-out
+//! carries its value ([`Switch::item_key`]: the goroutine the thread was running).
 //!
 //! Causes (issue 21): `sched:sched_waking` (it fires in the waker's context) becomes a
 //! [`Wakeup`] record with the waker's stack (the off-CPU event's call-graph mode) and the

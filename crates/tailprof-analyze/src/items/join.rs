@@ -42,7 +42,10 @@
 //! samples carry R14 in `regs`. The marker rules above apply per (pid, g) instead of per
 //! thread, so an item follows its goroutine from thread to thread; a sample belongs to
 //! the innermost open item of its (pid, R14). Items are numbered 1, 2, ... in begin
-//! order (a `g` is reused by later goroutines).
+//! order (a `g` is reused by later goroutines). Per OS thread, the join follows which
+//! goroutine runs there (samples, probes, and R14 at switch-outs, `Switch::item_key`);
+//! the runs become the items' current slices, which decide whose a thread's off-CPU
+//! time is (docs/PROBES.md, "Go programs").
 //!
 //! Per-sample cost: a one-entry thread cache (else an FxHashMap lookup), the top of the
 //! thread's stack, [`Resolver::loc`], and a bump in the open item's accumulator, a small
