@@ -120,7 +120,17 @@ mod tests {
     use super::*;
 
     fn sw(time: u64, tid: u32, kind: SwitchKind) -> Switch {
-        Switch { time, pid: 1, tid, cpu: 0, kind, stack: StackId(tid), stack_status: StackStatus::Complete, next_prev: None }
+        Switch {
+            time,
+            pid: 1,
+            tid,
+            cpu: 0,
+            kind,
+            stack: StackId(tid),
+            stack_status: StackStatus::Complete,
+            next_prev: None,
+            item_key: None,
+        }
     }
 
     #[test]

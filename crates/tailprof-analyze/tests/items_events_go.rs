@@ -55,7 +55,30 @@ fn sample(time: u64, tid: u32, g: Option<u64>) -> Record {
 }
 
 fn switch(time: u64, tid: u32, kind: SwitchKind) -> Record {
-    Record::Switch(Switch { time, pid: PID, tid, cpu: 0, kind, stack: StackId::NONE, stack_status: StackStatus::Complete, next_prev: None })
+    keyed_switch(time, tid, kind, None)
+}
+
+/// A switch whose switch-out carries the goroutine register (`item_key`).
+fn keyed_switch(time: u64, tid: u32, kind: SwitchKind, g: Option<u64>) -> Record {
+    Record::Switch(Switch {
+        time,
+        pid: PID,
+        tid,
+        cpu: 0,
+        kind,
+        stack: StackId::NONE,
+        stack_status: StackStatus::Complete,
+        next_prev: None,
+        item_key: g,
+    })
+}
+
+/// Blocked time per item (stacks view) of a trace.
+fn blocked(b: Vec<u8>, r: &ItemsReport) -> Vec<u64> {
+    let mut rd = TraceReader::from_bytes(b).unwrap();
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let p = stack_profile(&mut rd, &opts, ItemSpan::from_rows(&r.items), &mut Symbolizer::default()).unwrap();
+    r.items.iter().map(|it| p.items.iter().find(|s| s.id == it.id).map_or(0, |s| s.blocked_ns)).collect()
 }
 
 fn bytes(h: &TraceHeader, recs: &[Record]) -> Vec<u8> {
@@ -197,4 +220,48 @@ fn go_events_go_to_the_goroutine_last_seen_on_their_thread() {
     assert_eq!(args(0), ["1", "7", "9"], "G1's item");
     assert_eq!(args(1), ["8", "10"], "G2's item");
     assert_eq!(r.item_events_outside, 0);
+}
+
+/// Issue 22, the two errors of the inferred rule (docs/PROBES.md), fixed by the goroutine
+/// register at the switch-out. Item 1 (G1): a system call of 30 ms, after which the
+/// runtime moves G1 to thread 2 (thread 1 then sleeps in the scheduler on `g0`): the
+/// 30 ms are G1's, though G1 is never seen on thread 1 again. Item 2 (G2): parks on
+/// thread 1 (the switch-out says `g0`) and resumes there with no sample in between: its
+/// 40 ms are not blocked time of the item, though G2 is seen there before and after.
+/// Without the keys (an older trace), the inference gets both wrong, as documented.
+#[test]
+fn go_off_cpu_time_belongs_to_the_goroutine_at_the_switch_out() {
+    const G1: u64 = 0xc000_1000;
+    const G2: u64 = 0xc000_2000;
+    const G0: u64 = 0x7f00_0000; // the scheduler's g0
+    let ms = PERIOD;
+    let recs = |keys: bool| {
+        let k = |g: u64| keys.then_some(g);
+        vec![
+            marker(100 * ms, 1, MarkerKind::Begin, G1),
+            sample(110 * ms, 1, Some(G1)),
+            keyed_switch(120 * ms, 1, SwitchKind::OutBlocked, k(G1)),
+            keyed_switch(150 * ms, 1, SwitchKind::In, None),
+            keyed_switch(152 * ms, 1, SwitchKind::OutBlocked, k(G0)),
+            sample(160 * ms, 2, Some(G1)),
+            marker(170 * ms, 2, MarkerKind::End, G1),
+            keyed_switch(200 * ms, 1, SwitchKind::In, None),
+            marker(300 * ms, 1, MarkerKind::Begin, G2),
+            sample(310 * ms, 1, Some(G2)),
+            keyed_switch(320 * ms, 1, SwitchKind::OutBlocked, k(G0)),
+            keyed_switch(360 * ms, 1, SwitchKind::In, None),
+            sample(370 * ms, 1, Some(G2)),
+            marker(380 * ms, 1, MarkerKind::End, G2),
+        ]
+    };
+    let b = bytes(&header(true), &recs(true));
+    let r = items(&b);
+    assert_eq!(r.items.len(), 2);
+    let runs: Vec<(u32, u64, u64)> = r.items[0].current.iter().map(|c| (c.tid, c.begin_ns / ms, c.end_ns / ms)).collect();
+    assert_eq!(runs, [(1, 100, 150), (2, 160, 170)], "G1's run on thread 1 covers its system call");
+    assert_eq!(blocked(b, &r), [30 * ms, 0], "G1's system call counts, G2's park does not");
+    // The same trace without the goroutine at the switch-outs: the inference.
+    let b = bytes(&header(true), &recs(false));
+    let r = items(&b);
+    assert_eq!(blocked(b, &r), [0, 40 * ms], "the two documented errors of the inferred rule");
 }

@@ -95,7 +95,17 @@ fn trace(p: &Prog) -> Vec<u8> {
             w.write(&Record::Sample(s)).unwrap();
         }
         let sw = |time, kind, stack| {
-            Record::Switch(Switch { time, pid: PID, tid: PID, cpu: 0, kind, stack, stack_status: StackStatus::Complete, next_prev: None })
+            Record::Switch(Switch {
+                time,
+                pid: PID,
+                tid: PID,
+                cpu: 0,
+                kind,
+                stack,
+                stack_status: StackStatus::Complete,
+                next_prev: None,
+                item_key: None,
+            })
         };
         w.write(&sw(t + 100, SwitchKind::OutPreempted, StackId::NONE)).unwrap();
         w.write(&sw(t + 100 + PERIOD, SwitchKind::In, StackId::NONE)).unwrap();

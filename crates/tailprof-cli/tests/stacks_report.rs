@@ -114,7 +114,17 @@ fn fixture() -> Option<Fixture> {
     let wait = w.intern_stack(&[Frame::user(at("wait_here", 2)), Frame::user(at("main", 9))]);
     let marker = |time, kind, item| Record::Marker(Marker { time, pid: PID, tid: PID, kind, item, class: 0, source: MarkerSource::Api });
     let sw = |time, kind, stack| {
-        Record::Switch(Switch { time, pid: PID, tid: PID, cpu: 0, kind, stack, stack_status: StackStatus::Complete, next_prev: None })
+        Record::Switch(Switch {
+            time,
+            pid: PID,
+            tid: PID,
+            cpu: 0,
+            kind,
+            stack,
+            stack_status: StackStatus::Complete,
+            next_prev: None,
+            item_key: None,
+        })
     };
     let mut t = 1_000_000u64;
     for item in 1..=10u64 {

@@ -418,7 +418,13 @@ impl Recorder {
             plans = build_plans(&opts.events, &sampling)?;
         }
         let mut stack_notes = Vec::new();
-        let (off_cpu, switch_later) = off_cpu_plans(&stack_opts, items.off_cpu_on_markers, &mut plans, &sampling, &mut stack_notes)?;
+        let (mut off_cpu, switch_later) = off_cpu_plans(&stack_opts, items.off_cpu_on_markers, &mut plans, &sampling, &mut stack_notes)?;
+        // Goroutine mode: the sched_switch samples carry the goroutine register too, and
+        // the switch-out records its value (`Switch::item_key`, docs/PROBES.md).
+        let item_key_mask = probes.as_ref().filter(|p| p.prepared.goroutine).map_or(0, |p| p.prepared.id_reg_mask);
+        if let Some(p) = off_cpu.as_mut().filter(|_| item_key_mask != 0) {
+            add_user_regs(p, item_key_mask);
+        }
         let mut layouts = decoder_layouts(&plans, probes.as_ref(), clock);
         let off_cpu_event = match &off_cpu {
             Some(p) => {
@@ -500,6 +506,7 @@ impl Recorder {
                 ev.push((l.sample_layout(), l.regs_user_mask, l.regs_user_mask));
             }
             let mut sm = StackMaker::new(stack_opts.call_graph, ev, off_cpu_event);
+            sm.item_key_reg = (item_key_mask != 0 && off_cpu.is_some()).then(|| item_key_mask.trailing_zeros());
             if causes.waking.is_some() {
                 sm.set_causes(waking_event, cpu_switch_event, system_wide, wakee_field(), own_from_cpu_wide);
             }

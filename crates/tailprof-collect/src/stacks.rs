@@ -22,7 +22,9 @@
 //! mode, user registers and stack), which the kernel writes just before the switch-out
 //! record of the same thread on the same CPU: the recorder keeps that stack per thread
 //! and attaches it to the thread's next switch-out record (within [`OFF_CPU_MATCH_NS`]).
-//! The tracepoint samples themselves are not written.
+//! The tracepoint samples themselves are not written. With items keyed by goroutine
+//! (Go), the tracepoint also samples R14 from the user registers, and the switch-out
+//! carries its value ([`Switch::item_key`]: the goroutine the thread was running).
 //!
 //! Causes (issue 21): `sched:sched_waking` (it fires in the waker's context) becomes a
 //! [`Wakeup`] record with the waker's stack (the off-CPU event's call-graph mode) and the
@@ -114,8 +116,12 @@ pub(crate) struct StackMaker {
     max_stack: usize,
     /// Entries of the PMU's LBR (`caps/branches`), in `lbr` mode.
     lbr_depth: Option<usize>,
-    /// tid → (time, stack, status) of its last sched_switch sample.
-    pending_off: HashMap<u32, (u64, StackId, StackStatus)>,
+    /// tid → (time, stack, status, item key) of its last sched_switch sample.
+    pending_off: HashMap<u32, (u64, StackId, StackStatus, Option<u64>)>,
+    /// The perf register number of the item key (goroutine mode: R14) that sched_switch
+    /// samples carry in their user registers, copied to the switch-out as
+    /// [`Switch::item_key`] (`None`: no item key).
+    pub(crate) item_key_reg: Option<u32>,
     /// Switch-out records that found no sched_switch stack.
     pub(crate) switch_out_without_stack: u64,
     /// Wakeups and CPU-wide switches (`None`: not recorded).
@@ -285,6 +291,7 @@ impl StackMaker {
             max_stack: kernel_max_stack(),
             lbr_depth: matches!(mode, Some(CallGraph::Lbr)).then(lbr_depth).flatten(),
             pending_off: HashMap::new(),
+            item_key_reg: None,
             switch_out_without_stack: 0,
             causes: None,
         }
@@ -467,13 +474,27 @@ impl StackMaker {
         s.stack_status = status;
     }
 
-    /// A sched_switch tracepoint sample: remember its stack for the thread's switch-out.
+    /// A sched_switch tracepoint sample: remember its stack (and the item key register of
+    /// the thread's user registers) for the thread's switch-out.
     pub(crate) fn off_cpu_sample<O: crate::session::RecordOutput + ?Sized>(&mut self, rec: &[u8], s: &Sample, out: &mut O) {
         let (id, status) = self.stack_of(rec, s.event, s.pid, true, out);
+        let key = self.item_key_reg.and_then(|reg| self.user_reg(rec, s.event, reg));
         if self.pending_off.len() >= MAX_PENDING_OFF_CPU {
             self.pending_off.clear();
         }
-        self.pending_off.insert(s.tid, (s.time, id, status));
+        self.pending_off.insert(s.tid, (s.time, id, status, key));
+    }
+
+    /// User register `reg` (perf's number) of a raw sample of `event`; `None` when the
+    /// event does not sample it or the task has no user registers (a kernel thread).
+    fn user_reg(&self, rec: &[u8], event: u16, reg: u32) -> Option<u64> {
+        let ev = self.events.get(event as usize)?;
+        let v = ev.layout.decode(rec.get(tailprof_perf_abi::HEADER_LEN..)?, Endian::NATIVE).ok()?;
+        let regs = v.regs_user()?;
+        if regs.abi == regs_abi::NONE {
+            return None;
+        }
+        regs.get(reg)
     }
 
     /// A PERF_RECORD_SWITCH / SWITCH_CPU_WIDE record → a Switch record (`None` for the
@@ -500,6 +521,7 @@ impl StackMaker {
             stack: StackId::NONE,
             stack_status: StackStatus::None,
             next_prev: sw.next_prev,
+            item_key: None,
         };
         if let Some(c) = &mut self.causes {
             let own = c.keep_switch(&w, event)?;
@@ -515,7 +537,9 @@ impl StackMaker {
         }
         if kind.is_out() && self.off_cpu_event != u16::MAX {
             match self.pending_off.remove(&tid) {
-                Some((t, id, st)) if time.saturating_sub(t) <= OFF_CPU_MATCH_NS => (w.stack, w.stack_status) = (id, st),
+                Some((t, id, st, key)) if time.saturating_sub(t) <= OFF_CPU_MATCH_NS => {
+                    (w.stack, w.stack_status, w.item_key) = (id, st, key)
+                }
                 _ => self.switch_out_without_stack += 1,
             }
         }
@@ -778,7 +802,7 @@ mod tests {
         assert!(sm.switch(&rec(10, true, true, 50, 100), Some(0), 1).is_none());
         sm.observe_cause(&Record::Comm(tailprof_format::Comm { pid: 10, tid: 10, ..Default::default() }));
         // Its off-CPU stack (a sched_switch sample) is attached to its switch-out.
-        sm.pending_off.insert(10, (150, StackId(7), StackStatus::Complete));
+        sm.pending_off.insert(10, (150, StackId(7), StackStatus::Complete, None));
         let Some(Record::Switch(w)) = sm.switch(&rec(10, true, true, 50, 200), Some(0), 1) else { panic!("dropped") };
         assert_eq!((w.tid, w.kind, w.next_prev, w.stack, w.cpu), (10, SwitchKind::OutPreempted, None, StackId(7), 1));
         // Thread 10 is runnable: who runs instead is kept, with its other task.
@@ -793,6 +817,54 @@ mod tests {
         old.set_causes(2, 0, false, (24, 4), false);
         old.observe_cause(&Record::Comm(tailprof_format::Comm { pid: 10, tid: 10, ..Default::default() }));
         assert!(old.switch(&rec(10, true, true, 50, 200), Some(0), 1).is_none());
+    }
+
+    /// Issue 22 (Go off-CPU time by goroutine): in goroutine mode the sched_switch sample
+    /// carries R14 in its user registers; the thread's switch-out record gets its value as
+    /// `item_key`, the switch-in none. A kernel thread (no user registers) gives none.
+    #[test]
+    fn switch_out_carries_the_goroutine_register_of_its_sched_switch_sample() {
+        use tailprof_perf_abi::{record_type, regs_abi, sample_type as st, SampleLayout};
+        const R14: u32 = 22;
+        let sample_layout = SampleLayout::new(st::TID | st::TIME | st::CPU | st::REGS_USER).with_regs_user(1 << R14);
+        let side = SampleLayout::new(st::TID | st::TIME | st::CPU).with_sample_id_all(true);
+        let mut sm = StackMaker::new(None, vec![(side, 0, 0), (sample_layout, 1 << R14, 0)], 1);
+        sm.item_key_reg = Some(R14);
+        let words = |v: &[u64]| -> Vec<u8> { v.iter().flat_map(|w| w.to_ne_bytes()).collect() };
+        // A sched_switch sample of thread 10 (pid/tid, time, cpu/res, abi, r14).
+        let sched = |tid: u32, time: u64, abi: u64| {
+            let mut body = words(&[(tid as u64) << 32 | tid as u64, time, 0]);
+            body.extend_from_slice(&abi.to_ne_bytes());
+            if abi != regs_abi::NONE {
+                body.extend_from_slice(&0xc000_1000u64.to_ne_bytes());
+            }
+            let mut r = record_type::SAMPLE.to_ne_bytes().to_vec();
+            r.extend_from_slice(&0u16.to_ne_bytes());
+            r.extend_from_slice(&(8 + body.len() as u16).to_ne_bytes());
+            r.extend_from_slice(&body);
+            r
+        };
+        // A per-task switch record: header, sample_id (pid/tid, time, cpu/res).
+        let switch = |tid: u32, out: bool, time: u64| {
+            let misc: u16 = if out { 0x2000 } else { 0 };
+            let mut r = record_type::SWITCH.to_ne_bytes().to_vec();
+            r.extend_from_slice(&misc.to_ne_bytes());
+            r.extend_from_slice(&32u16.to_ne_bytes());
+            r.extend_from_slice(&words(&[(tid as u64) << 32 | tid as u64, time, 0]));
+            r
+        };
+        let mut out = crate::session::VecOutput::default();
+        let s = Sample { time: 100, pid: 10, tid: 10, event: 1, ..Default::default() };
+        sm.off_cpu_sample(&sched(10, 100, regs_abi::ABI_64), &s, &mut out);
+        let Some(Record::Switch(w)) = sm.switch(&switch(10, true, 101), Some(0), 0) else { panic!("no switch") };
+        assert_eq!((w.kind, w.item_key), (SwitchKind::OutBlocked, Some(0xc000_1000)));
+        let Some(Record::Switch(i)) = sm.switch(&switch(10, false, 200), Some(0), 0) else { panic!("no switch") };
+        assert_eq!((i.kind, i.item_key), (SwitchKind::In, None));
+        // No user registers: no key.
+        let s = Sample { time: 300, pid: 11, tid: 11, event: 1, ..Default::default() };
+        sm.off_cpu_sample(&sched(11, 300, regs_abi::NONE), &s, &mut out);
+        let Some(Record::Switch(w)) = sm.switch(&switch(11, true, 301), Some(0), 0) else { panic!("no switch") };
+        assert_eq!(w.item_key, None);
     }
 
     #[test]

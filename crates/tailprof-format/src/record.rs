@@ -537,6 +537,12 @@ pub struct Switch {
     /// task that runs next, on a switch-in the task that ran before; `(0, 0)` is the idle
     /// task. `None` when unknown (per-task switch records, older traces).
     pub next_prev: Option<(u32, u32)>,
+    /// On a switch-out, the value of the item-key register (`TraceHeader.extra["item_key"]`,
+    /// e.g. `goroutine:r14`: the goroutine running on the thread) in the thread's user
+    /// registers at the switch (FORMAT.md §5.4, an optional trailing field of version 5).
+    /// `None` when not recorded (no item key, no `sched_switch` sample, a kernel thread,
+    /// older traces).
+    pub item_key: Option<u64>,
 }
 
 /// A thread woke another one (`sched:sched_waking`, which fires in the waker's context;

@@ -185,9 +185,18 @@ pub fn put_sideband(out: &mut Vec<u8>, scratch: &mut Vec<u8>, pos_delta: u32, pr
             put_uleb(s, stack_ref);
             s.push(w.stack_status as u8);
             // Version 3: the other task of a CPU-wide switch (0 = unknown, else pid + 1).
-            if let Some((p, t)) = w.next_prev {
-                put_uleb(s, p as u64 + 1);
-                put_uleb(s, t as u64);
+            match w.next_prev {
+                Some((p, t)) => {
+                    put_uleb(s, p as u64 + 1);
+                    put_uleb(s, t as u64);
+                }
+                None if w.item_key.is_some() => put_uleb(s, 0),
+                None => {}
+            }
+            // Optional trailing field (readers that stop after `next_prev` ignore it): the
+            // item-key register at a switch-out.
+            if let Some(k) = w.item_key {
+                put_uleb(s, k);
             }
             SB_SWITCH
         }
@@ -317,6 +326,11 @@ pub fn get_sideband(r: &mut ByteReader<'_>, prev_time: &mut u64, version: u16, m
                     p => Some((u32::try_from(p - 1).ok()?, f.uleb_u32()?)),
                 },
             },
+            item_key: match f.remaining() {
+                0 => None,
+                _ if version < 5 => None,
+                _ => Some(f.uleb()?),
+            },
         }),
         SB_ITEM_EVENT if version >= 4 => {
             let (pid, tid) = (f.uleb_u32()?, f.uleb_u32()?);
@@ -394,6 +408,28 @@ mod tests {
         assert_eq!(get_sideband(&mut rd, &mut p, 5, 0), Some((0, None)));
         assert_eq!(out.len() - rd.remaining(), after);
         assert!(matches!(get_sideband(&mut rd, &mut p, 5, 0), Some((0, Some(Record::Throttle(_))))));
+    }
+
+    /// The item key of a switch-out (the goroutine, issue 22) is an optional trailing
+    /// field: a row without it is the row written before, byte for byte; with it, and with
+    /// or without `next_prev`, it reads back whole; a reader that stops after `next_prev`
+    /// (the version-3/4 reader) sees the same `next_prev`.
+    #[test]
+    fn switch_item_key_is_an_optional_trailing_field() {
+        let plain = Switch { time: 7, pid: 1, tid: 2, cpu: 1, kind: SwitchKind::OutBlocked, ..Default::default() };
+        let bytes = row(&Record::Switch(plain.clone()));
+        // kind, pos, time, len; pid, tid, cpu, kind, stack, status: nothing after.
+        assert_eq!(bytes.len(), 4 + 6, "{bytes:?}");
+        for next_prev in [None, Some((5, 6))] {
+            let w = Switch { item_key: Some(0xc000_1000), next_prev, ..plain.clone() };
+            let bytes = row(&Record::Switch(w.clone()));
+            assert_eq!(read(&bytes), Some((0, Some(Record::Switch(w.clone())))));
+            // The version-4 reader: the same record without the key.
+            let old = get_sideband(&mut ByteReader::new(&bytes), &mut 0, 4, 0);
+            assert_eq!(old, Some((0, Some(Record::Switch(Switch { item_key: None, ..w })))));
+        }
+        let zero = Switch { item_key: Some(0), ..plain };
+        assert_eq!(read(&row(&Record::Switch(zero.clone()))), Some((0, Some(Record::Switch(zero)))));
     }
 
     fn event(args: Vec<EventArg>, at: EventAt) -> Record {

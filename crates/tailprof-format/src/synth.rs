@@ -433,6 +433,7 @@ pub fn random_stacked_records(rng: &mut Rng, n: usize) -> (StackTable, Vec<Recor
                         stack,
                         stack_status: status(rng),
                         next_prev: rng.chance(0.5).then(|| (rng.below(1 << 20) as u32, rng.next_u64() as u32)),
+                        item_key: None,
                     }));
                 }
                 if rng.chance(0.1) {

@@ -42,7 +42,10 @@
 //! samples carry R14 in `regs`. The marker rules above apply per (pid, g) instead of per
 //! thread, so an item follows its goroutine from thread to thread; a sample belongs to
 //! the innermost open item of its (pid, R14). Items are numbered 1, 2, ... in begin
-//! order (a `g` is reused by later goroutines).
+//! order (a `g` is reused by later goroutines). Per OS thread, the join follows which
+//! goroutine runs there (samples, probes, and R14 at switch-outs, `Switch::item_key`);
+//! the runs become the items' current slices, which decide whose a thread's off-CPU
+//! time is (docs/PROBES.md, "Go programs").
 //!
 //! Per-sample cost: a one-entry thread cache (else an FxHashMap lookup), the top of the
 //! thread's stack, [`Resolver::loc`], and a bump in the open item's accumulator, a small
@@ -52,7 +55,7 @@
 //! the adapter keeps the address spaces current, the join only counts.
 
 use rustc_hash::FxHashMap;
-use tailprof_format::{EventAt, ItemClass, ItemEvent, ItemTrace, LossKind, Lost, Marker, MarkerKind, Sample, TraceHeader};
+use tailprof_format::{EventAt, ItemClass, ItemEvent, ItemTrace, LossKind, Lost, Marker, MarkerKind, Sample, Switch, TraceHeader};
 
 use super::anomaly::flag_anomalies;
 use super::estimate::{period_interval_ns, Acc, IntervalMeter};
@@ -172,6 +175,9 @@ struct Thread {
     /// Goroutine mode: (item, first, last time) its goroutine has been seen on this OS
     /// thread without another goroutine seen in between.
     run: Option<(u32, u64, u64)>,
+    /// Goroutine mode: the item of the goroutine this OS thread went off CPU running
+    /// (`Switch::item_key` of its last switch-out; [`NO_ITEM`]: none), until the switch-in.
+    off_item: Option<u32>,
 }
 
 /// See [`Thread::group`].
@@ -385,6 +391,30 @@ impl JoinState {
                     self.items[item as usize].go_runs = true;
                 }
             }
+        }
+    }
+
+    /// Goroutine mode: a context switch of an OS thread. A switch-out that carries the
+    /// goroutine register (`Switch::item_key`) is an exact observation of the goroutine
+    /// the thread runs at that instant, and the thread resumes where it stopped, so the
+    /// switch-in is one of the same goroutine: the off-CPU interval in between lies
+    /// inside a run of that goroutine's item, and of no other (docs/PROBES.md). Switches
+    /// without it change nothing (the runs of samples and probes alone decide).
+    fn go_switch(&mut self, s: &Switch) {
+        let tt = self.thread(s.tid);
+        if s.kind.is_out() {
+            let Some(g) = s.item_key else {
+                self.threads[tt].off_item = None;
+                return;
+            };
+            self.threads[tt].go_g = g;
+            let strand = self.strand(s.pid, g, false);
+            let item = strand.and_then(|st| self.threads[st].stack.last()).map_or(NO_ITEM, |&(i, _)| i);
+            self.observe(tt, item, s.time);
+            self.threads[tt].off_item = Some(item);
+        } else if let Some(item) = self.threads[tt].off_item.take() {
+            let item = if self.items.get(item as usize).is_some_and(|it| it.open) { item } else { NO_ITEM };
+            self.observe(tt, item, s.time);
         }
     }
 
@@ -1152,6 +1182,11 @@ impl ResolvedSink for JoinState {
                 }
             }
             _ => self.unmatched += 1,
+        }
+    }
+    fn handle_switch(&mut self, s: &Switch, _resolver: &mut Resolver) {
+        if self.key.is_some() && self.reg.is_none() {
+            self.go_switch(s);
         }
     }
     fn handle_lost(&mut self, l: &Lost) {

@@ -302,3 +302,12 @@ pub(super) fn layout_of(p: &AttrPlan) -> Layout {
         default_period: p.desc.sample_period.unwrap_or(0),
     }
 }
+
+/// Also sample the user registers `mask` (perf's `sample_regs_user` bits) on `p`: the
+/// goroutine register on the off-CPU stack event, so a switch-out knows which goroutine
+/// the thread was running (`Switch::item_key`). Only the attr changes: these samples
+/// become switch records, never trace samples.
+pub(super) fn add_user_regs(p: &mut AttrPlan, mask: u64) {
+    p.attr.sample_type |= tailprof_perf_abi::sample_type::REGS_USER;
+    p.attr.sample_regs_user |= mask;
+}
