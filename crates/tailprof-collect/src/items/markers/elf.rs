@@ -212,6 +212,11 @@ pub fn find_symbol_in_process(pid: u32, name: &str) -> io::Result<Vec<u64>> {
 pub fn find_symbol_in_process_until(pid: u32, name: &str, stop: &AtomicBool) -> io::Result<Vec<u64>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let entries: Vec<MapsEntry> = maps.lines().filter_map(parse_maps_line).collect();
+    find_symbol_in_maps(pid, &entries, name, stop)
+}
+
+/// [`find_symbol_in_process_until`] over `pid`'s maps already read (`entries`).
+pub fn find_symbol_in_maps(pid: u32, entries: &[MapsEntry], name: &str, stop: &AtomicBool) -> io::Result<Vec<u64>> {
     // The main executable (its .symtab is searched too; libraries export in .dynsym).
     let exe = {
         use std::os::unix::fs::MetadataExt;
@@ -219,7 +224,7 @@ pub fn find_symbol_in_process_until(pid: u32, name: &str, stop: &AtomicBool) -> 
     };
     let mut seen: Vec<(u64, u64)> = Vec::new();
     let mut out = Vec::new();
-    for e in &entries {
+    for e in entries {
         if !e.path.starts_with('/') || e.path.starts_with("/dev/") || e.inode == 0 || seen.contains(&(e.dev, e.inode)) {
             continue;
         }

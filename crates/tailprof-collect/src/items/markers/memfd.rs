@@ -54,17 +54,24 @@ pub struct MemfdControls {
 pub fn find_memfd_controls(pid: u32) -> io::Result<MemfdControls> {
     let maps = std::fs::File::open(format!("/proc/{pid}/maps"))?;
     let name = memfd_maps_path();
-    let mut out = MemfdControls::default();
-    let mut target_uid = None;
+    let mut found = Vec::new();
     for line in io::BufReader::new(maps).lines().take(MAX_MAPS_LINES) {
         let line = line?;
         // Cheap test first: most lines are not it.
         if !line.ends_with(" (deleted)") || !line.contains(&name) {
             continue;
         }
-        let Some(m) = parse_maps_line(&line) else {
-            continue;
-        };
+        found.extend(parse_maps_line(&line));
+    }
+    memfd_controls_in_maps(pid, &found)
+}
+
+/// [`find_memfd_controls`] over `pid`'s maps already read (`entries`, any of them).
+pub fn memfd_controls_in_maps(pid: u32, entries: &[MapsEntry]) -> io::Result<MemfdControls> {
+    let name = memfd_maps_path();
+    let mut out = MemfdControls::default();
+    let mut target_uid = None;
+    for m in entries.iter().take(MAX_MAPS_LINES) {
         if m.path != name {
             continue;
         }
@@ -80,7 +87,7 @@ pub fn find_memfd_controls(pid: u32) -> io::Result<MemfdControls> {
                 u
             }
         };
-        match check_mapping(pid, &m, uid) {
+        match check_mapping(pid, m, uid) {
             Ok(()) => out.addrs.push(m.start),
             Err(why) => out.refused.push(format!("'{name}' at {:#x}: {why}", m.start)),
         }

@@ -53,7 +53,7 @@ use region::{control, RawRecord, Region};
 use tailprof_markers_protocol::{record, slot};
 
 pub use elf::{file_defines, file_defines_until, find_symbol_in_process, find_symbol_in_process_until, symbol_file_offset};
-pub use memfd::{find_memfd_controls, MemfdControls};
+pub use memfd::{find_memfd_controls, memfd_controls_in_maps, MemfdControls};
 
 /// Environment variable through which a launched command finds its region.
 pub const ENV_VAR: &str = tailprof_markers_protocol::ENV_VAR;
@@ -333,8 +333,13 @@ impl MarkerCollector {
     /// mapping of that very file, or the memfd is refused (module `memfd`: mapping, file
     /// type, owner, size) or holds no valid block: nothing is written then.
     pub fn attach(&mut self, pid: u32) -> Result<bool, CollectError> {
-        let memfd = find_memfd_controls(pid).map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
-        self.attach_controls(pid, find_symbol_in_process(pid, CONTROL_SYMBOL), memfd)
+        // One read of the maps for both kinds of control block.
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
+        let entries: Vec<crate::procfs::MapsEntry> = maps.lines().filter_map(crate::procfs::parse_maps_line).collect();
+        let memfd = memfd_controls_in_maps(pid, &entries).map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
+        let symbols = elf::find_symbol_in_maps(pid, &entries, CONTROL_SYMBOL, &std::sync::atomic::AtomicBool::new(false));
+        self.attach_controls(pid, symbols, memfd)
     }
 
     /// [`MarkerCollector::attach`] with the control block addresses already looked up
