@@ -795,6 +795,21 @@ mod tests {
         (std::process::id(), OWN_PID.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// A fresh directory for test `line`, the jitdump path in it, and a jitdump header
+    /// (version 1, x86-64, `pid`) to append records to.
+    fn jitdump_scratch(pid: u32, line: u32) -> (std::path::PathBuf, std::path::PathBuf, Vec<u8>) {
+        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{line}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join(format!("jit-{pid}.dump"));
+        let mut header = Vec::new();
+        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
+            header.extend_from_slice(&w.to_le_bytes());
+        }
+        header.extend_from_slice(&[0u8; 16]);
+        (dir, path, header)
+    }
+
     #[test]
     fn map_lines_with_and_without_0x() {
         assert_eq!(parse_map_line(b"7f00a0 40 LazyCompile:*hot /a.js:3"), Some((0x7f00a0, 0x40, "LazyCompile:*hot /a.js:3".into())));
@@ -845,15 +860,7 @@ mod tests {
     #[test]
     fn jitdump_loads_moves_debug_info_incrementally() {
         let (pid, _serial) = own_pid();
-        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        let path = dir.join(format!("jit-{pid}.dump"));
-        let mut header = Vec::new();
-        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
-            header.extend_from_slice(&w.to_le_bytes());
-        }
-        header.extend_from_slice(&[0u8; 16]);
+        let (dir, path, header) = jitdump_scratch(pid, line!());
         let mut debug = Vec::new();
         debug.extend_from_slice(&0x5000u64.to_le_bytes());
         debug.extend_from_slice(&1u64.to_le_bytes());
@@ -969,15 +976,7 @@ mod tests {
     #[test]
     fn jitdump_unwinding_info_goes_with_the_next_load() {
         let (pid, _serial) = own_pid();
-        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        let path = dir.join(format!("jit-{pid}.dump"));
-        let mut b = Vec::new();
-        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
-            b.extend_from_slice(&w.to_le_bytes());
-        }
-        b.extend_from_slice(&[0u8; 16]);
+        let (dir, path, mut b) = jitdump_scratch(pid, line!());
         let unwind = |len: u64, hdr: u64, data: &[u8]| {
             let mut u = Vec::new();
             for w in [len, hdr, len] {
@@ -1033,15 +1032,7 @@ mod tests {
     #[test]
     fn jitdump_record_bound_is_counted() {
         let (pid, _serial) = own_pid();
-        let dir = std::env::temp_dir().join(format!("tailprof-jit-test-{pid}-{}", line!()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        let path = dir.join(format!("jit-{pid}.dump"));
-        let mut b = Vec::new();
-        for w in [JITDUMP_MAGIC, 1, 40, 62, 0, pid] {
-            b.extend_from_slice(&w.to_le_bytes());
-        }
-        b.extend_from_slice(&[0u8; 16]);
+        let (dir, path, mut b) = jitdump_scratch(pid, line!());
         for _ in 0..5000 {
             b.extend(rec(99, 1, &[]));
         }
