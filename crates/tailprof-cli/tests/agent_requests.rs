@@ -18,175 +18,16 @@
 
 use serde_json::Value;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
+
+mod cfixture;
 
 /// The agent samples the whole machine: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const FREQ: u64 = 499;
-
-const EPOLL_LOOP: &str = r#"
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/epoll.h>
-#include <time.h>
-#include <unistd.h>
-#include "tailprof.h"
-
-#define N 24
-#define PARTS 4
-static int fds[N][2];
-static volatile unsigned long sink;
-
-static unsigned long long cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-__attribute__((noinline)) unsigned long long work_part(unsigned long long ns) {
-    unsigned long long t0 = cpu_ns(), t;
-    do {
-        for (int i = 0; i < 100000; i++) sink += i;
-        t = cpu_ns();
-    } while (t - t0 < ns);
-    return t - t0;
-}
-
-static void *feeder(void *arg) {
-    (void)arg;
-    unsigned seed = 7;
-    for (int round = 0; round < PARTS; round++) {
-        int order[N];
-        for (int i = 0; i < N; i++) order[i] = i;
-        for (int i = N - 1; i > 0; i--) {
-            int j = rand_r(&seed) % (i + 1), x = order[i];
-            order[i] = order[j];
-            order[j] = x;
-        }
-        for (int i = 0; i < N; i++) {
-            if (write(fds[order[i]][1], "x", 1) != 1) exit(2);
-            usleep(500);
-        }
-    }
-    return 0;
-}
-
-int main(void) {
-    /* Wait (at most 20 s) for the agent to attach. */
-    for (int w = 2000; w > 0 && __atomic_load_n(&tailprof_control.state, __ATOMIC_ACQUIRE) != TAILPROF_STATE_ON; w--)
-        usleep(10000);
-    int ep = epoll_create1(0);
-    unsigned long long truth[N] = {0};
-    int parts[N] = {0}, left = N * PARTS;
-    for (int i = 0; i < N; i++) {
-        if (pipe(fds[i])) return 1;
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
-        epoll_ctl(ep, EPOLL_CTL_ADD, fds[i][0], &ev);
-    }
-    pthread_t t;
-    pthread_create(&t, 0, feeder, 0);
-    while (left > 0) {
-        struct epoll_event evs[8];
-        int n = epoll_wait(ep, evs, 8, -1);
-        for (int k = 0; k < n; k++) {
-            int i = evs[k].data.u32;
-            char c;
-            if (read(fds[i][0], &c, 1) != 1) return 3;
-            unsigned long id = 1000 + i;
-            if (parts[i] == 0) {
-                unsigned char tr[16] = {0xab}, sp[8] = {0};
-                tr[15] = (unsigned char)(i + 1);
-                sp[7] = (unsigned char)(i + 1);
-                TAILPROF_ITEM_BEGIN_CLASS(id, "pipe");
-                tailprof_item_trace(id, tr, sp);
-            } else {
-                tailprof_item_switch(id);
-            }
-            truth[i] += work_part((unsigned long long)(i % 6 + 1) * 2500000ull);
-            if (++parts[i] == PARTS)
-                tailprof_item_end(id);
-            else
-                tailprof_item_switch_none();
-            left--;
-        }
-    }
-    pthread_join(t, 0);
-    for (int i = 0; i < N; i++) printf("truth %d %llu\n", 1000 + i, truth[i]);
-    return 0;
-}
-"#;
-
-const HANDOFF: &str = r#"
-#include <pthread.h>
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-#include "tailprof.h"
-static volatile unsigned long sink;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static unsigned long job = 0, done = 0;
-static int quit = 0;
-static long cpu_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec * 1000000000L + t.tv_nsec;
-}
-__attribute__((noinline)) void worker_slow_path(void) {
-    long start = cpu_ns();
-    do { for (unsigned i = 0; i < 50000; i++) sink += i; } while (cpu_ns() - start < 15000000L);
-}
-__attribute__((noinline)) void worker_fast_path(void) { for (unsigned i = 0; i < 20000; i++) sink += i; }
-static void *worker(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&mu);
-    for (;;) {
-        while (job == done && !quit) pthread_cond_wait(&cv, &mu);
-        if (quit) break;
-        unsigned long j = job;
-        pthread_mutex_unlock(&mu);
-        if (j % 3 == 0) worker_slow_path(); else worker_fast_path();
-        pthread_mutex_lock(&mu);
-        done = j;
-        pthread_cond_broadcast(&cv);
-    }
-    pthread_mutex_unlock(&mu);
-    return 0;
-}
-int main(int argc, char **argv) {
-    unsigned long n = argc > 1 ? strtoul(argv[1], 0, 10) : 30;
-    for (int w = 2000; w > 0 && __atomic_load_n(&tailprof_control.state, __ATOMIC_ACQUIRE) != TAILPROF_STATE_ON; w--)
-        usleep(10000);
-    /* A warm-up request: the agent opens the switch and wakeup events at the first
-       marker it sees; give it 500 ms. */
-    tailprof_item_begin(999);
-    tailprof_item_end(999);
-    usleep(500000);
-    pthread_t t;
-    if (pthread_create(&t, 0, worker, 0)) return 1;
-    for (unsigned long id = 1; id <= n; id++) {
-        tailprof_item_begin(id);
-        pthread_mutex_lock(&mu);
-        job = id;
-        pthread_cond_broadcast(&cv);
-        while (done != id) pthread_cond_wait(&cv, &mu);
-        pthread_mutex_unlock(&mu);
-        tailprof_item_end(id);
-        usleep(1000);
-    }
-    pthread_mutex_lock(&mu);
-    quit = 1;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-    pthread_join(t, 0);
-    return 0;
-}
-"#;
 
 fn root() -> bool {
     // SAFETY: plain getter.
@@ -199,27 +40,6 @@ fn root() -> bool {
 
 fn tailprof() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tailprof"))
-}
-
-fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
-    let Some(cc) = tailprof_testkit::c_compiler() else {
-        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no C compiler");
-        return None;
-    };
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let out = dir.join(name);
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-    let st = Command::new(cc)
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-I"])
-        .arg(&include)
-        .arg("-o")
-        .arg(&out)
-        .arg(&c)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
-    Some(out)
 }
 
 fn cannot_record(err: &str) -> bool {
@@ -346,7 +166,7 @@ fn switch_markers_and_trace_ids_in_the_agents_retained_requests() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "epoll_loop", EPOLL_LOOP) else {
+    let Some(bin) = cfixture::compile(dir.path(), "epoll_loop", &["-DTAILPROF_TEST_AGENT"]) else {
         return;
     };
     let store = dir.path().join("store");
@@ -416,7 +236,7 @@ fn retained_slow_requests_say_what_their_waker_did_meanwhile() {
     }
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "handoff", HANDOFF) else {
+    let Some(bin) = cfixture::compile(dir.path(), "handoff", &["-DTAILPROF_TEST_AGENT"]) else {
         return;
     };
     let store = dir.path().join("store");

@@ -23,6 +23,7 @@ use serde_json::Value;
 use std::process::Command;
 
 mod async_common;
+mod cfixture;
 use async_common::*;
 
 fn python_server(plain: bool) -> Option<(Value, String)> {
@@ -82,108 +83,10 @@ fn asyncio_without_switch_markers_is_reported_ambiguous() {
     assert_eq!(v["switching"]["markers"], 0);
 }
 
-const EPOLL_LOOP: &str = r#"
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/epoll.h>
-#include <time.h>
-#include <unistd.h>
-#include "tailprof.h"
-
-#define N 24
-#define PARTS 4
-static int fds[N][2];
-static volatile unsigned long sink;
-
-static unsigned long long cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-/* One part of request `id`'s work: spin for ns of thread CPU time. */
-__attribute__((noinline)) unsigned long long work_part(unsigned long long ns) {
-    unsigned long long t0 = cpu_ns(), t;
-    do {
-        for (int i = 0; i < 100000; i++) sink += i;
-        t = cpu_ns();
-    } while (t - t0 < ns);
-    return t - t0;
-}
-
-/* The clients: one byte per request per round, in a shuffled order, so that the loop
- * interleaves the requests' parts. */
-static void *feeder(void *arg) {
-    (void)arg;
-    unsigned seed = 7;
-    for (int round = 0; round < PARTS; round++) {
-        int order[N];
-        for (int i = 0; i < N; i++) order[i] = i;
-        for (int i = N - 1; i > 0; i--) {
-            int j = rand_r(&seed) % (i + 1), x = order[i];
-            order[i] = order[j];
-            order[j] = x;
-        }
-        for (int i = 0; i < N; i++) {
-            if (write(fds[order[i]][1], "x", 1) != 1) exit(2);
-            usleep(500);
-        }
-    }
-    return 0;
-}
-
-int main(void) {
-    int ep = epoll_create1(0);
-    unsigned long long truth[N] = {0};
-    int parts[N] = {0}, left = N * PARTS;
-    for (int i = 0; i < N; i++) {
-        if (pipe(fds[i])) return 1;
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
-        epoll_ctl(ep, EPOLL_CTL_ADD, fds[i][0], &ev);
-    }
-    pthread_t t;
-    pthread_create(&t, 0, feeder, 0);
-    while (left > 0) {
-        struct epoll_event evs[8];
-        int n = epoll_wait(ep, evs, 8, -1);
-        for (int k = 0; k < n; k++) {
-            int i = evs[k].data.u32;
-            char c;
-            if (read(fds[i][0], &c, 1) != 1) return 3;
-            unsigned long id = 1000 + i;
-            if (parts[i] == 0)
-                TAILPROF_ITEM_BEGIN_CLASS(id, "pipe");
-            else
-                tailprof_item_switch(id);
-            truth[i] += work_part((unsigned long long)(i % 6 + 1) * 2500000ull);
-            if (++parts[i] == PARTS)
-                tailprof_item_end(id);
-            else
-                tailprof_item_switch_none();
-            left--;
-        }
-    }
-    pthread_join(t, 0);
-    for (int i = 0; i < N; i++) printf("truth %d %llu\n", 1000 + i, truth[i]);
-    return 0;
-}
-"#;
-
 #[test]
 fn c_epoll_loop_with_switch_markers_matches_logged_truth() {
-    let Some(cc) = tailprof_testkit::c_compiler() else {
-        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no C compiler");
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("epoll_loop.c");
-    std::fs::write(&src, EPOLL_LOOP).unwrap();
-    let exe = dir.path().join("epoll_loop");
-    let st =
-        Command::new(cc).args(["-O1", "-g", "-pthread", "-I"]).arg(root().join("include")).arg("-o").arg(&exe).arg(&src).status().unwrap();
-    assert!(st.success(), "cc failed");
+    let Some(exe) = cfixture::compile(dir.path(), "epoll_loop", &[]) else { return };
     let Some((trace, out)) = record(dir.path(), "epoll", &[exe.to_str().unwrap()], &[]) else {
         return;
     };

@@ -21,69 +21,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+mod cfixture;
+
 /// The recordings open CPU-wide events: one at a time (the hog test pins to CPU 0).
 static SERIAL: Mutex<()> = Mutex::new(());
-
-const HANDOFF: &str = r#"
-#include <pthread.h>
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-#include "tailprof.h"
-static volatile unsigned long sink;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static unsigned long job = 0, done = 0;
-static int quit = 0;
-static long cpu_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec * 1000000000L + t.tv_nsec;
-}
-/* 15 ms of this thread's CPU time, the loop in this function itself. */
-__attribute__((noinline)) void worker_slow_path(void) {
-    long start = cpu_ns();
-    do { for (unsigned i = 0; i < 50000; i++) sink += i; } while (cpu_ns() - start < 15000000L);
-}
-__attribute__((noinline)) void worker_fast_path(void) { for (unsigned i = 0; i < 20000; i++) sink += i; }
-static void *worker(void *arg) {
-    (void)arg;
-    pthread_mutex_lock(&mu);
-    for (;;) {
-        while (job == done && !quit) pthread_cond_wait(&cv, &mu);
-        if (quit) break;
-        unsigned long j = job;
-        pthread_mutex_unlock(&mu);
-        if (j % 3 == 0) worker_slow_path(); else worker_fast_path();
-        pthread_mutex_lock(&mu);
-        done = j;
-        pthread_cond_broadcast(&cv);
-    }
-    pthread_mutex_unlock(&mu);
-    return 0;
-}
-int main(int argc, char **argv) {
-    unsigned long n = argc > 1 ? strtoul(argv[1], 0, 10) : 30;
-    pthread_t t;
-    if (pthread_create(&t, 0, worker, 0)) return 1;
-    for (unsigned long id = 1; id <= n; id++) {
-        tailprof_item_begin(id);
-        pthread_mutex_lock(&mu);
-        job = id;
-        pthread_cond_broadcast(&cv);
-        while (done != id) pthread_cond_wait(&cv, &mu);
-        pthread_mutex_unlock(&mu);
-        tailprof_item_end(id);
-        usleep(1000);
-    }
-    pthread_mutex_lock(&mu);
-    quit = 1;
-    pthread_cond_broadcast(&cv);
-    pthread_mutex_unlock(&mu);
-    pthread_join(t, 0);
-    return 0;
-}
-"#;
 
 /// Two threads, items 1000+k and 2000+k; each holds the mutex for 20 ms inside its item,
 /// then pauses 2 ms outside, so the two alternate and every item but the first waits.
@@ -170,26 +111,6 @@ fn tailprof() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tailprof"))
 }
 
-fn compile(dir: &Path, name: &str, src: &str) -> Option<PathBuf> {
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let out = dir.join(name);
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-I"])
-        .arg(&include)
-        .arg("-o")
-        .arg(&out)
-        .arg(&c)
-        .status()
-        .ok()?;
-    if !st.success() {
-        tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, "no working C compiler");
-        return None;
-    }
-    Some(out)
-}
-
 fn cannot_record(err: &str) -> bool {
     ["perf_event_open", "tracefs", "perf_event_paranoid", "Permission denied", "not permitted"].iter().any(|s| err.contains(s))
 }
@@ -241,7 +162,7 @@ fn slow_handoff_requests_name_the_worker_and_its_slow_path() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "handoff", HANDOFF) else {
+    let Some(bin) = cfixture::compile(dir.path(), "handoff", &[]) else {
         return;
     };
     let Some(trace) = record(dir.path(), &[bin.to_str().unwrap(), "30"]) else {
@@ -300,7 +221,7 @@ fn mutex_waiter_names_the_holder_thread_and_item() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "mutex", MUTEX) else {
+    let Some(bin) = cfixture::compile_source(dir.path(), "mutex", MUTEX, &[]) else {
         return;
     };
     let Some(trace) = record(dir.path(), &[bin.to_str().unwrap()]) else {
@@ -343,7 +264,7 @@ fn hog_test(flags: &[&str]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "pinned", PINNED) else {
+    let Some(bin) = cfixture::compile_source(dir.path(), "pinned", PINNED, &[]) else {
         return;
     };
     let mut hog = Command::new(&bin).args(["hog", "20000"]).spawn().unwrap();
@@ -456,7 +377,7 @@ fn noise_names_page_faults_and_syscalls() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = compile(dir.path(), "noise", NOISE) else {
+    let Some(bin) = cfixture::compile_source(dir.path(), "noise", NOISE, &[]) else {
         return;
     };
     let Some(ks) = kallsyms_copy(dir.path()) else {
