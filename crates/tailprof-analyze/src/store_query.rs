@@ -772,7 +772,7 @@ pub fn stored_items_of(
                     tid: w.tid,
                     comm: w.comm,
                     item: w.item,
-                    class: None,
+                    class: w.class,
                     irq,
                     frames,
                     during,
@@ -782,7 +782,7 @@ pub fn stored_items_of(
         let preempted_by = doc
             .preempted_by
             .into_iter()
-            .map(|p| crate::causes::PreemptedBy { ns: p.ns, pid: p.pid, tid: p.tid, comm: p.comm, item: None })
+            .map(|p| crate::causes::PreemptedBy { ns: p.ns, pid: p.pid, tid: p.tid, comm: p.comm, item: p.item })
             .collect();
         let id = |s: String| (!s.is_empty()).then(|| s.chars().take(32).collect());
         items.push(StoredItem {

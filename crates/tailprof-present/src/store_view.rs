@@ -339,7 +339,11 @@ pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: us
                 Some(k) => format!("{} interrupt", k.name()),
                 None => format!("{} (pid {}, tid {})", if w.comm.is_empty() { "?" } else { &w.comm }, w.pid, w.tid),
             };
-            let inside = w.item.map(|i| format!(", inside item {i}")).unwrap_or_default();
+            let inside = match (w.item, &w.class) {
+                (Some(i), Some(c)) => format!(", inside item {i} ({c})"),
+                (Some(i), None) => format!(", inside item {i}"),
+                _ => String::new(),
+            };
             let at = w.frames.iter().rev().take(3).cloned().collect::<Vec<_>>().join(" ← ");
             let _ = writeln!(
                 out,
@@ -360,9 +364,10 @@ pub fn stored_items_text(s: &tailprof_analyze::store_query::StoredItems, top: us
             }
         }
         for p in it.preempted_by.iter().take(5) {
+            let inside = p.item.map(|i| format!(", inside item {i}")).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  runnable {} behind {} (pid {}, tid {})",
+                "  runnable {} behind {} (pid {}, tid {}){inside}",
                 ms(p.ns),
                 if p.comm.is_empty() { "?" } else { &p.comm },
                 p.pid,

@@ -277,6 +277,10 @@ pub struct StoredWaker {
     /// The request the waker was inside.
     #[serde(default)]
     pub item: Option<u64>,
+    /// That request's class (absent: none, no longer known to the agent, or a file
+    /// written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// The waker's stack at its largest wakeup, innermost first.
     #[serde(default, with = "frame_pairs")]
     pub frames: Vec<StoreFrame>,
@@ -314,6 +318,10 @@ pub struct StoredPreempter {
     pub tid: u32,
     #[serde(default)]
     pub comm: String,
+    /// The request the preempting thread was in when it first ran there (absent: none,
+    /// or a file written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<u64>,
 }
 
 /// A request driven by switch markers: its time current on some thread (its samples
@@ -376,6 +384,9 @@ impl ItemExplanation {
         x.woken_by.truncate(MAX_EXPLANATION_CAUSES);
         for w in &mut x.woken_by {
             name(&mut w.comm);
+            if let Some(c) = w.class.as_mut().filter(|c| c.len() > 128) {
+                *c = c.chars().take(128).collect();
+            }
             frames(&mut w.frames);
             w.during.truncate(MAX_EXPLANATION_CAUSES);
             w.during.iter_mut().for_each(|d| frames(&mut d.frames));

@@ -13,9 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use tailprof_format::{Switch, SwitchKind, Wakeup};
+use tailprof_format::SwitchKind;
 
-use super::{PathState, MAX_DEPTH, MAX_VISITS};
+use super::{PathState, SpanSwitch, SpanWakeup, MAX_DEPTH, MAX_VISITS};
 
 /// One part of a waker's critical path: `ns` in `state`, on the stack `stack` (a key the
 /// caller's sample callback gave; `None`: no sample or stack says where).
@@ -51,8 +51,8 @@ type Acc<K> = BTreeMap<(PathState, Option<K>), u64>;
 pub type SampleKeys<'a, K> = dyn FnMut(u32, u64, u64, &mut Vec<K>) + 'a;
 
 struct Walk<'a, 'b, K> {
-    switches: &'a [Switch],
-    wakeups: &'a [Wakeup],
+    switches: &'a [SpanSwitch],
+    wakeups: &'a [SpanWakeup],
     samples: &'b mut SampleKeys<'b, K>,
     budget: usize,
     cut: bool,
@@ -67,8 +67,8 @@ pub fn span_critical_paths<K: Copy + Ord>(
     tid: u32,
     begin: u64,
     end: u64,
-    switches: &[Switch],
-    wakeups: &[Wakeup],
+    switches: &[SpanSwitch],
+    wakeups: &[SpanWakeup],
     samples: &mut SampleKeys<'_, K>,
 ) -> SpanPaths<K> {
     let mut w = Walk { switches, wakeups, samples, budget: MAX_VISITS, cut: false, keys: Vec::new() };
@@ -83,7 +83,7 @@ pub fn span_critical_paths<K: Copy + Ord>(
         if s.tid != tid {
             continue;
         }
-        let next = match s.kind {
+        let next = match s.kind() {
             SwitchKind::In => None,
             k => Some((s.time, k)),
         };
@@ -102,7 +102,7 @@ pub fn span_critical_paths<K: Copy + Ord>(
         let Some(k) = w.waker_of(tid, since, until) else {
             continue;
         };
-        let wk = &wakeups[k];
+        let wk = wakeups[k];
         // The blocked time this wakeup ended, explained by the waker (not an interrupt
         // on an idle CPU).
         let we = wk.time.min(e);
@@ -174,14 +174,14 @@ impl<K: Copy + Ord> Walk<'_, '_, K> {
             if s.tid != tid {
                 continue;
             }
-            if first && s.kind == SwitchKind::In {
+            if first && s.kind() == SwitchKind::In {
                 // Off CPU at `b`: since its last switch-out before the window.
                 if let Some((since, kind)) = self.last_out_before(tid, lo) {
                     off = Some((since, kind));
                 }
             }
             first = false;
-            match s.kind {
+            match s.kind() {
                 SwitchKind::In => {
                     if let Some((since, kind)) = off.take() {
                         ivs.push((since, kind, s.time));
@@ -280,7 +280,7 @@ impl<K: Copy + Ord> Walk<'_, '_, K> {
                 return None;
             }
             if s.tid == tid {
-                return (s.kind != SwitchKind::In).then_some((s.time, s.kind));
+                return (s.kind() != SwitchKind::In).then_some((s.time, s.kind()));
             }
         }
         None
@@ -290,15 +290,16 @@ impl<K: Copy + Ord> Walk<'_, '_, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tailprof_format::{Switch, Wakeup};
 
     const MS: u64 = 1_000_000;
 
-    fn sw(time: u64, tid: u32, kind: SwitchKind) -> Switch {
-        Switch { time, pid: tid, tid, kind, ..Switch::default() }
+    fn sw(time: u64, tid: u32, kind: SwitchKind) -> SpanSwitch {
+        (&Switch { time, pid: tid, tid, kind, ..Switch::default() }).into()
     }
 
-    fn wake(time: u64, waker: u32, wakee: u32) -> Wakeup {
-        Wakeup { time, pid: waker, tid: waker, wakee_tid: wakee, ..Wakeup::default() }
+    fn wake(time: u64, waker: u32, wakee: u32) -> SpanWakeup {
+        (&Wakeup { time, pid: waker, tid: waker, wakee_tid: wakee, ..Wakeup::default() }).into()
     }
 
     /// Request thread 1 blocks 2..20 ms until worker 2 wakes it at 18 ms; the worker was

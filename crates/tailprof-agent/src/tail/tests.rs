@@ -1,0 +1,153 @@
+use super::*;
+use tailprof_format::MarkerSource;
+
+fn mk(kind: MarkerKind, t: u64, item: u64) -> Marker {
+    Marker { time: t, pid: 1, tid: 2, kind, item, class: 0, source: MarkerSource::default() }
+}
+
+#[test]
+fn keeps_only_slow_requests() {
+    let mut r = TailRetainer::new(None, 99.0);
+    for i in 0..50u64 {
+        let t = i * 10_000_000;
+        r.handle_marker(&mk(MarkerKind::Begin, t, i), "srv");
+        r.handle_marker(&mk(MarkerKind::End, t + 1_000_000, i), "srv");
+    }
+    let s = Sample { time: 600_000_000, tid: 2, pid: 1, period: 1_000_000, ..Default::default() };
+    r.handle_sample(&s, &[(0, 0x10)]);
+    r.handle_marker(&mk(MarkerKind::Begin, 590_000_000, 99), "srv");
+    r.handle_marker(&mk(MarkerKind::End, 640_000_000, 99), "srv");
+    let (items, lat) = r.take_window(0, 1, &|_| Some("ab".into()));
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].item_id, 99);
+    assert_eq!(items[0].samples, 1);
+    assert!(items[0].explanation.contains("\"ab\""));
+    assert_eq!(lat.iter().map(|l| l.count).sum::<u64>(), 51);
+}
+
+fn marker(kind: MarkerKind, t: u64, pid: u32, tid: u32, item: u64) -> Marker {
+    Marker { time: t, pid, tid, kind, item, class: 0, source: MarkerSource::default() }
+}
+
+/// MAX_OPEN requests open at once (16 processes, 41 threads each, 50 nested requests
+/// per thread), all ended without their id: every end examines one entry, where a
+/// scan of the open requests would examine ~n²/2 = 5·10⁸.
+#[test]
+fn unknown_item_ends_take_linear_work_with_max_open() {
+    let mut r = TailRetainer::new(None, 0.0);
+    let n = MAX_OPEN as u64;
+    for i in 0..n {
+        let (pid, tid) = ((i / 2048) as u32 + 1, (i / 50) as u32 + 1000);
+        r.handle_marker(&marker(MarkerKind::Begin, i, pid, tid, i), "srv");
+    }
+    assert_eq!(r.open_requests(), n as usize);
+    assert_eq!(r.stats.evicted_open, 0);
+    for i in 0..n {
+        let (pid, tid) = ((i / 2048) as u32 + 1, (i / 50) as u32 + 1000);
+        r.handle_marker(&marker(MarkerKind::End, n + i, pid, tid, Marker::UNKNOWN_ITEM), "srv");
+    }
+    assert_eq!((r.stats.requests, r.stats.unmatched_ends), (n, 0));
+    assert_eq!(r.open_requests(), 0);
+    assert!(r.match_probes <= 2 * n, "{} probes for {n} ends", r.match_probes);
+    // and with ids, in an order unrelated to the begins
+    for i in 0..n {
+        r.handle_marker(&marker(MarkerKind::Begin, i, 1 + (i % 7) as u32, 5, i), "srv");
+    }
+    let before = r.match_probes;
+    for i in (0..n).rev().step_by(2).chain((0..n).step_by(2)) {
+        r.handle_marker(&marker(MarkerKind::End, n + i, 1 + (i % 7) as u32, 5, i), "srv");
+    }
+    // 7 processes × MAX_OPEN_PER_PROCESS: the per-process bound evicted the oldest of each
+    let evicted = r.stats.evicted_open;
+    assert_eq!(evicted, n - 7 * MAX_OPEN_PER_PROCESS as u64);
+    assert_eq!(r.stats.requests, n + (n - evicted));
+    assert_eq!(r.stats.unmatched_ends, evicted);
+    assert!(r.match_probes - before <= 2 * n);
+}
+
+#[test]
+fn an_end_without_id_ends_the_innermost_request() {
+    let mut r = TailRetainer::new(Some(1), 0.0);
+    r.handle_marker(&marker(MarkerKind::Begin, 10, 1, 2, 100), "srv");
+    r.handle_marker(&marker(MarkerKind::Begin, 20, 1, 2, 200), "srv");
+    r.handle_marker(&marker(MarkerKind::Begin, 25, 1, 3, 300), "srv");
+    r.handle_marker(&marker(MarkerKind::End, 30, 1, 2, Marker::UNKNOWN_ITEM), "srv");
+    r.handle_marker(&marker(MarkerKind::End, 40, 1, 2, Marker::UNKNOWN_ITEM), "srv");
+    r.handle_marker(&marker(MarkerKind::End, 50, 1, 2, Marker::UNKNOWN_ITEM), "srv");
+    let (items, _) = r.take_window(0, 1, &|_| None);
+    let ids: Vec<u64> = items.iter().map(|i| i.item_id).collect();
+    assert_eq!(ids, [200, 100]);
+    assert_eq!(r.stats.unmatched_ends, 1);
+    assert_eq!(r.open_requests(), 1, "thread 3's request is untouched");
+}
+
+#[test]
+fn bounds_evict_and_count() {
+    // per process: the oldest goes
+    let mut r = TailRetainer::new(None, 0.0);
+    let n = MAX_OPEN_PER_PROCESS as u64 + 5;
+    for i in 0..n {
+        r.handle_marker(&marker(MarkerKind::Begin, i, 9, 9, i), "leaky");
+    }
+    assert_eq!((r.open_requests(), r.stats.evicted_open), (MAX_OPEN_PER_PROCESS, 5));
+    r.handle_marker(&marker(MarkerKind::End, n, 9, 9, 0), "leaky");
+    r.handle_marker(&marker(MarkerKind::End, n, 9, 9, 5), "leaky");
+    assert_eq!((r.stats.unmatched_ends, r.stats.requests), (1, 1));
+    // a thread that exits with requests open: dropped at the next window, counted
+    r.handle_marker(&marker(MarkerKind::Begin, n, 9, 10, 1), "leaky");
+    r.handle_exit(9, 10, n + 1);
+    assert_eq!(r.open_requests(), MAX_OPEN_PER_PROCESS);
+    r.take_window(0, 1, &|_| None);
+    assert_eq!(r.open_requests(), MAX_OPEN_PER_PROCESS, "kept for one more window");
+    r.take_window(1, 2, &|_| None);
+    assert_eq!((r.stats.abandoned_open, r.open_requests()), (1, MAX_OPEN_PER_PROCESS - 1));
+    // the process exits: all of its requests go
+    r.handle_exit(9, 9, n + 2);
+    r.take_window(2, 3, &|_| None);
+    r.take_window(3, 4, &|_| None);
+    assert_eq!(r.open_requests(), 0);
+    assert_eq!(r.stats.abandoned_open, MAX_OPEN_PER_PROCESS as u64);
+    // a begin of an item already open replaces it
+    r.handle_marker(&marker(MarkerKind::Begin, 1, 4, 4, 1), "x");
+    r.handle_marker(&marker(MarkerKind::Begin, 2, 4, 4, 1), "x");
+    assert_eq!((r.open_requests(), r.stats.abandoned_open), (1, MAX_OPEN_PER_PROCESS as u64 + 1));
+    // in all: MAX_OPEN over many processes
+    let mut r = TailRetainer::new(None, 0.0);
+    for i in 0..MAX_OPEN as u64 + 3 {
+        r.handle_marker(&marker(MarkerKind::Begin, i, (i / 1000) as u32, i as u32, 1), "x");
+    }
+    assert_eq!((r.open_requests(), r.stats.evicted_open), (MAX_OPEN, 3));
+}
+
+#[test]
+fn classes_beyond_the_bound_are_counted_as_other() {
+    let mut r = TailRetainer::new(None, 0.0);
+    let extra = 10u32;
+    for c in 1..=MAX_CLASSES as u32 + extra {
+        r.handle_class(&ItemClass { time: 0, pid: 1, id: c, name: format!("q{c}") });
+        let mut b = marker(MarkerKind::Begin, 0, 1, 2, c as u64);
+        b.class = c;
+        r.handle_marker(&b, "db");
+        r.handle_marker(&marker(MarkerKind::End, 5, 1, 2, c as u64), "db");
+    }
+    let (_, lat) = r.take_window(0, 1, &|_| None);
+    assert_eq!(r.stats.requests_in_other_class, extra as u64);
+    let other: u64 = lat.iter().filter(|l| l.class == OTHER_CLASS).map(|l| l.count).sum();
+    assert_eq!(other, extra as u64);
+    assert_eq!(lat.iter().map(|l| l.count).sum::<u64>(), (MAX_CLASSES as u32 + extra) as u64);
+    assert_eq!(lat.iter().filter(|l| l.class != OTHER_CLASS).count(), MAX_CLASSES);
+}
+
+#[test]
+fn kept_samples_are_bounded_by_frames() {
+    let mut r = TailRetainer::new(None, 0.0);
+    let frames: Vec<(u32, u64)> = (0..128).map(|i| (0, i)).collect();
+    let n = MAX_KEPT_FRAMES / 128 + 100;
+    for i in 0..n as u64 {
+        let s = Sample { time: i, tid: 1, pid: 1, period: 1, ..Default::default() };
+        r.handle_sample(&s, &frames);
+    }
+    assert!(r.kept_frames <= MAX_KEPT_FRAMES);
+    assert_eq!(r.kept.len(), MAX_KEPT_FRAMES / 128);
+    assert_eq!(r.stats.kept_samples_evicted, 100);
+}
