@@ -238,11 +238,11 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                 r.threads_untracked, r.slices_dropped, r.switch_unknown
             );
         }
-        let cause_drops = r.kept_switches_evicted + r.kept_wakeups_evicted + r.causes_cut;
+        let cause_drops = r.kept_switches_evicted + r.kept_wakeups_evicted + r.causes_cut + r.cause_items_forgotten;
         if cause_drops > 0 {
             eprintln!(
-                "tailprof: warning: causes: {} context switches and {} wakeups evicted early, {} requests' causes cut at the visit bound",
-                r.kept_switches_evicted, r.kept_wakeups_evicted, r.causes_cut
+                "tailprof: warning: causes: {} context switches and {} wakeups evicted early, {} requests' causes cut at the visit bound, {} wakers' classes or preempters' requests no longer known",
+                r.kept_switches_evicted, r.kept_wakeups_evicted, r.causes_cut, r.cause_items_forgotten
             );
         }
         if let Some(e) = &w.last_window_error {

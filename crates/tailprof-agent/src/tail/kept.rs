@@ -37,12 +37,18 @@ pub(super) struct WakeExtra {
     pub item: Option<u64>,
 }
 
+/// What a kept wakeup says about its waker: its stack (innermost first) and request.
+pub(super) type WakerOf<'a> = (&'a [(u32, u64)], Option<u64>);
+
+/// An interned stack and its references.
+type Slot = Option<(Arc<[(u32, u64)]>, u32)>;
+
 /// Interned stacks, reference-counted by the extras that name them.
 #[derive(Default)]
 struct Stacks {
     ids: HashMap<Arc<[(u32, u64)]>, u32>,
     /// id − 1 → (frames, references); `None`: free.
-    slots: Vec<Option<(Arc<[(u32, u64)]>, u32)>>,
+    slots: Vec<Slot>,
     free: Vec<u32>,
 }
 
@@ -181,7 +187,7 @@ impl KeptCauses {
 
     /// Keeps a wakeup; with `extra` (the woken thread is inside a request) the waker's
     /// stack and request too.
-    pub fn push_wakeup(&mut self, w: SpanWakeup, extra: Option<(&[(u32, u64)], Option<u64>)>, keep_ns: u64) {
+    pub fn push_wakeup(&mut self, w: SpanWakeup, extra: Option<WakerOf<'_>>, keep_ns: u64) {
         let need = WAKEUP_BYTES + extra.map_or(0, |(f, _)| EXTRA_BYTES + stack_bytes(f.len()));
         self.make_room(w.time, keep_ns, need);
         let seq = self.first_seq + self.wakeups.len() as u64;
@@ -195,7 +201,7 @@ impl KeptCauses {
     }
 
     /// The extra of the wakeup at `index` in [`Self::wakeups`]: the waker's stack and request.
-    pub fn extra(&self, index: usize) -> Option<(&[(u32, u64)], Option<u64>)> {
+    pub fn extra(&self, index: usize) -> Option<WakerOf<'_>> {
         let seq = self.first_seq + index as u64;
         let k = self.extras.partition_point(|x| x.seq < seq);
         self.extras.get(k).filter(|x| x.seq == seq).map(|x| (self.stacks.get(x.stack), x.item))

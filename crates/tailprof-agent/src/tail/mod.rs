@@ -367,8 +367,6 @@ impl TailRetainer {
         }
     }
 
-    /// A thread (or, `tid == pid`, a process) exited. Its open requests can never end;
-
     /// The class index of a request (interned; [`OTHER_CLASS`] beyond [`MAX_CLASSES`]).
     fn class_index(&mut self, pid: u32, class_id: u32) -> u32 {
         let named = self.classes.get(&pid).and_then(|m| m.get(&class_id));

@@ -3,6 +3,7 @@
 use super::*;
 
 impl TailRetainer {
+    /// A thread (or, `tid == pid`, a process) exited. Its open requests can never end;
     /// they are dropped (and counted) at the end of the next window, so that end markers
     /// drained after the exit record still match.
     pub fn handle_exit(&mut self, pid: u32, tid: u32, time: u64) {
