@@ -31,7 +31,7 @@ pub struct OffSlice {
     pub path: u32,
 }
 
-/// The kept samples and off-CPU intervals in time order (with [`StackOptions::timeline`]).
+/// The kept samples and off-CPU intervals in time order (with [`StackOptions::timeline`](super::StackOptions::timeline)).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Timeline {
     pub samples: Vec<TimedSample>,
@@ -52,7 +52,7 @@ pub struct StackRow {
     /// The stack reached the outermost frame.
     pub complete: bool,
     /// The stack was cut short or unwinding failed ([`StackStatus::is_truncated`]), or an
-    /// fp/LBR chain was judged [`BROKEN`];
+    /// fp/LBR chain was judged [`BROKEN`](super::BROKEN);
     /// neither this nor `complete` for stacks whose completeness cannot be told (an
     /// fp/LBR chain ending in a function without a name).
     pub truncated: bool,
@@ -111,7 +111,7 @@ pub struct StatusCount {
     pub samples: u64,
 }
 
-/// Everything [`stack_profile`] found; see the module docs.
+/// Everything [`stack_profile`](super::stack_profile) found; see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StackProfile {
     pub event: String,
@@ -143,7 +143,7 @@ pub struct StackProfile {
     pub filter: StackFilter,
     pub kernel_symbols: Option<String>,
     pub read: Option<ReadSummary>,
-    /// With [`StackOptions::timeline`].
+    /// With [`StackOptions::timeline`](super::StackOptions::timeline).
     pub timeline: Option<Timeline>,
     /// Per item: who woke it and who ran while it waited for a CPU (issue 21; items
     /// without causes are absent), with the whole-trace counters. Not in this
