@@ -345,10 +345,10 @@ mod tests {
             put_bytes(&mut b, source.as_bytes());
         }
         let got = decode_jit(&b, 5).unwrap();
-        assert_eq!(got.iter().map(|e| (e.name.as_str(), e.source.as_deref(), e.lines.is_empty())).collect::<Vec<_>>(), [
-            ("f", Some("a.js:3"), true),
-            ("g", None, true)
-        ]);
+        assert_eq!(
+            got.iter().map(|e| (e.name.as_str(), e.source.as_deref(), e.lines.is_empty())).collect::<Vec<_>>(),
+            [("f", Some("a.js:3"), true), ("g", None, true)]
+        );
         assert_eq!(decode_jit(&b, 6), None);
     }
 
@@ -356,7 +356,8 @@ mod tests {
     /// file names are kept once per function; a file index past the names is damage.
     #[test]
     fn line_tables_give_the_line_of_each_offset() {
-        let (t, dropped) = JitLines::build([(0x40, 1, 13, "app.js"), (0x79, 3, 21, "app.js"), (0x9c, 7, 12, "lib.js"), (0xba, 4, 23, "app.js")]);
+        let (t, dropped) =
+            JitLines::build([(0x40, 1, 13, "app.js"), (0x79, 3, 21, "app.js"), (0x9c, 7, 12, "lib.js"), (0xba, 4, 23, "app.js")]);
         assert_eq!((t.files.len(), dropped), (2, 0));
         assert_eq!(t.at(0x3f), None);
         assert_eq!(t.at(0x40), Some(("app.js", 1)));
@@ -364,7 +365,8 @@ mod tests {
         assert_eq!(t.at(0x79), Some(("app.js", 3)));
         assert_eq!(t.at(0xa0), Some(("lib.js", 7)));
         assert_eq!(t.at(0x1000), Some(("app.js", 4)));
-        let e = JitEntry { pid: 1, time: 1, start: 0x1000, size: 0x100, origin: JitOrigin::JitLoad, name: "f".into(), source: None, lines: t };
+        let e =
+            JitEntry { pid: 1, time: 1, start: 0x1000, size: 0x100, origin: JitOrigin::JitLoad, name: "f".into(), source: None, lines: t };
         let mut b = encode_jit(&[e]);
         // The last byte is the last entry's file index: point it past the two names.
         *b.last_mut().unwrap() = 2;

@@ -446,7 +446,16 @@ fn jit_entries_are_delivered_before_records_and_survive_chunking() {
     });
     w.flush_chunk().unwrap();
     w.write_sample(&Sample { time: 20, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
-    w.add_jit(JitEntry { pid: 1, time: 15, start: 0x1000, size: 16, origin: JitOrigin::JitLoad, name: "b".into(), source: None, lines: Default::default() });
+    w.add_jit(JitEntry {
+        pid: 1,
+        time: 15,
+        start: 0x1000,
+        size: 16,
+        origin: JitOrigin::JitLoad,
+        name: "b".into(),
+        source: None,
+        lines: Default::default(),
+    });
     let (bytes, _) = w.finish_into_inner(None).unwrap();
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), tailprof_format::chunk::FORMAT_VERSION);
     let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();

@@ -7,6 +7,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use tailprof_format::jit::JitLines;
 use tailprof_format::{JitEntry, JitOrigin};
 
 use super::JitCollector;
@@ -26,6 +27,24 @@ const JITDUMP_MAGIC_SWAPPED: u32 = 0x4454_694A;
 const MAX_DUMP_RECORD: u64 = 64 << 20;
 /// Bytes of a CODE_LOAD/DEBUG_INFO body read for its fixed fields and name.
 const MAX_NAME: usize = 4096;
+/// Largest DEBUG_INFO data read (entries past it are counted as skipped lines; V8's are
+/// a few KiB).
+pub const MAX_DEBUG_RECORD: u64 = 4 << 20;
+/// Line-table entries held per jitdump for loads that may move later (CODE_MOVE copies
+/// its load's table); past it, moved code keeps its name without lines (counted).
+const MAX_HELD_LINES: usize = 1 << 20;
+
+/// The line table of the code at `addr` (a DEBUG_INFO record, read before its load).
+#[derive(Debug)]
+pub(super) struct PendingDebug {
+    addr: u64,
+    /// `file:line` of the record's first entry.
+    source: String,
+    /// `(address, line, discrim, file)` of every entry read.
+    entries: Vec<(u64, u32, u32, String)>,
+    /// Entries the record announced but that were not read (cut at the bound, malformed).
+    lost: u64,
+}
 
 #[derive(Debug)]
 pub(super) struct DumpState {
@@ -40,9 +59,11 @@ pub(super) struct DumpState {
     /// Records walked so far.
     pub(super) records: u64,
     /// `file:line` of the next CODE_LOAD (DEBUG_INFO precedes its load), by code address.
-    pub(super) debug: Option<(u64, String)>,
+    pub(super) debug: Option<PendingDebug>,
     /// Names by code index (for CODE_MOVE).
-    pub(super) names: HashMap<u64, String>,
+    pub(super) names: HashMap<u64, (String, JitLines)>,
+    /// Line-table entries held in `names` (at most [`MAX_HELD_LINES`]).
+    pub(super) held_lines: usize,
     /// `.eh_frame` and `.eh_frame_hdr` of the next CODE_LOAD (UNWINDING_INFO precedes
     /// its load).
     pub(super) unwind: Option<(Vec<u8>, Vec<u8>)>,
@@ -89,6 +110,7 @@ impl JitCollector {
         let want_unwind = self.unwind;
         let mut unwind_ops = Vec::new();
         let mut unwind_skipped = 0u64;
+        let mut lines_skipped = 0u64;
         let mut found = Vec::new();
         let mut skipped = 0u64;
         let mut more = false;
@@ -171,12 +193,25 @@ impl JitCollector {
                         let size = rd64(&b[24..32], d.swapped);
                         let index = rd64(&b[32..40], d.swapped);
                         let name = cstr(&b[40..]);
-                        let source = match d.debug.take() {
-                            Some((a, s)) if a == addr => Some(s),
-                            _ => None,
+                        let (source, lines) = match d.debug.take() {
+                            Some(dbg) if dbg.addr == addr => {
+                                let (lines, lost) = code_lines(addr, size, &dbg.entries);
+                                lines_skipped += dbg.lost + lost;
+                                (Some(dbg.source), lines)
+                            }
+                            Some(dbg) => {
+                                // Not this load's: its lines name no code.
+                                lines_skipped += dbg.entries.len() as u64 + dbg.lost;
+                                (None, JitLines::default())
+                            }
+                            None => (None, JitLines::default()),
                         };
                         if d.names.len() < limits.entries_per_process {
-                            d.names.insert(index, name.clone());
+                            let held = if d.held_lines + lines.lines.len() <= MAX_HELD_LINES { lines.clone() } else { JitLines::default() };
+                            d.held_lines += held.lines.len();
+                            if let Some((_, old)) = d.names.insert(index, (name.clone(), held)) {
+                                d.held_lines -= old.lines.len();
+                            }
                         }
                         if want_unwind {
                             let (eh_frame, eh_frame_hdr) = d.unwind.take().unwrap_or_default();
@@ -185,16 +220,7 @@ impl JitCollector {
                                 unwind_ops.push(JitUnwindOp::Load { pid, info });
                             }
                         }
-                        found.push(JitEntry {
-                            pid,
-                            time,
-                            start: addr,
-                            size,
-                            origin: JitOrigin::JitLoad,
-                            name,
-                            source,
-                            lines: Default::default(),
-                        });
+                        found.push(JitEntry { pid, time, start: addr, size, origin: JitOrigin::JitLoad, name, source, lines });
                     }
                     JIT_CODE_MOVE if b.len() >= 48 => {
                         let old_addr = rd64(&b[16..24], d.swapped);
@@ -205,7 +231,7 @@ impl JitCollector {
                             unwind_ops.push(JitUnwindOp::Move { pid, from: old_addr, to: new_addr, size });
                         }
                         match d.names.get(&index) {
-                            Some(name) => found.push(JitEntry {
+                            Some((name, lines)) => found.push(JitEntry {
                                 pid,
                                 time,
                                 start: new_addr,
@@ -213,19 +239,31 @@ impl JitCollector {
                                 origin: JitOrigin::JitMove,
                                 name: name.clone(),
                                 source: None,
-                                lines: Default::default(),
+                                lines: lines.clone(),
                             }),
                             None => skipped += 1,
                         }
                     }
                     JIT_CODE_DEBUG_INFO if b.len() >= 16 => {
+                        // {u64 code_addr, u64 nr_entry}, then nr_entry × {u64 addr, u32 line,
+                        // u32 discrim, NUL-terminated file name}; read whole up to the bound.
                         let addr = rd64(&b[0..8], d.swapped);
                         let nr = rd64(&b[8..16], d.swapped);
-                        // The first entry: {u64 addr, u32 line, u32 discrim, name}.
-                        if nr > 0 && b.len() >= 32 {
-                            let line = rd32(&b[24..28], d.swapped);
-                            let file = cstr(&b[32..]);
-                            d.debug = Some((addr, format!("{file}:{line}")));
+                        if let Some(dbg) = d.debug.take() {
+                            lines_skipped += dbg.entries.len() as u64 + dbg.lost;
+                            // no load took it
+                        }
+                        let len = (total - 16).min(MAX_DEBUG_RECORD) as usize;
+                        let mut data = vec![0u8; len];
+                        let n = f.read_at(&mut data, d.offset + 16).unwrap_or(0);
+                        data.truncate(n);
+                        let (entries, lost) = debug_entries(&data[16.min(data.len())..], nr, d.swapped);
+                        match entries.first() {
+                            Some(first) => {
+                                let source = format!("{}:{}", first.3, first.1);
+                                d.debug = Some(PendingDebug { addr, source, entries, lost });
+                            }
+                            None => lines_skipped += lost,
                         }
                     }
                     JIT_CODE_UNWINDING_INFO if want_unwind => {
@@ -263,16 +301,65 @@ impl JitCollector {
         }
         self.skipped += skipped;
         self.unwind_skipped += unwind_skipped;
+        self.lines_skipped += lines_skipped;
         self.unwind_out.extend(unwind_ops);
-        for e in found {
+        for mut e in found {
             if e.size == 0 || e.start.checked_add(e.size).is_none() {
                 self.skipped += 1;
+                self.lines_skipped += e.lines.lines.len() as u64;
                 continue;
             }
-            self.add(pid, e);
+            // The recording's bound on lines.
+            let n = e.lines.lines.len() as u64;
+            if n > 0 && self.lines.saturating_add(n) > self.limits.lines_total {
+                if self.lines_skipped_total == 0 {
+                    self.notes.push(format!("JIT source lines: only the first {} of the recording kept", self.limits.lines_total));
+                }
+                self.lines_skipped_total += n;
+                self.lines_skipped += n;
+                e.lines = JitLines::default();
+            }
+            let n = e.lines.lines.len() as u64;
+            if self.add(pid, e) {
+                self.lines += n;
+            } else {
+                self.lines_skipped += n;
+            }
         }
         more && !self.procs.get(&pid).is_some_and(|p| p.dumps[i].done)
     }
+}
+
+/// The entries of a DEBUG_INFO body after its 16-byte header: at most `nr`, as many as
+/// `b` holds whole; and how many of `nr` were not read (cut off or malformed).
+fn debug_entries(b: &[u8], nr: u64, swapped: bool) -> (Vec<(u64, u32, u32, String)>, u64) {
+    let mut out: Vec<(u64, u32, u32, String)> = Vec::new();
+    let mut p = 0usize;
+    while (out.len() as u64) < nr && p + 17 <= b.len() {
+        let addr = rd64(&b[p..p + 8], swapped);
+        let line = rd32(&b[p + 8..p + 12], swapped);
+        let discrim = rd32(&b[p + 12..p + 16], swapped);
+        let rest = &b[p + 16..];
+        let Some(end) = rest.iter().position(|&c| c == 0) else { break };
+        // perf's convention: a name of the single byte 0xff repeats the previous one.
+        let file = match (&rest[..end], out.last()) {
+            ([0xff], Some(prev)) => prev.3.clone(),
+            (name, _) => String::from_utf8_lossy(&name[..name.len().min(MAX_NAME)]).into_owned(),
+        };
+        out.push((addr, line, discrim, file));
+        p += 16 + end + 1;
+    }
+    let lost = nr - out.len() as u64;
+    (out, lost)
+}
+
+/// The line table of code `[addr, addr + size)` from DEBUG_INFO entries (absolute
+/// addresses), and how many entries were left out (outside the code, over the bound).
+fn code_lines(addr: u64, size: u64, entries: &[(u64, u32, u32, String)]) -> (JitLines, u64) {
+    let inside = entries.iter().filter(|e| e.0.wrapping_sub(addr) < size);
+    let outside = entries.len() - inside.clone().count();
+    let (t, dropped) = JitLines::build(inside.map(|e| (e.0 - addr, e.1, e.2, e.3.as_str())));
+    (t, dropped + outside as u64)
 }
 
 fn rd32(b: &[u8], swapped: bool) -> u32 {
@@ -416,6 +503,68 @@ mod tests {
         c.poll(3, true);
         assert!(c.take_entries().is_empty());
         assert_eq!(c.skipped(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A DEBUG_INFO body for code at `code`: `nr` announced, then the given entries.
+    fn debug_info(code: u64, nr: u64, entries: &[(u64, u32, u32, &[u8])]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&code.to_le_bytes());
+        b.extend_from_slice(&nr.to_le_bytes());
+        for (addr, line, discrim, file) in entries {
+            b.extend_from_slice(&addr.to_le_bytes());
+            b.extend_from_slice(&line.to_le_bytes());
+            b.extend_from_slice(&discrim.to_le_bytes());
+            b.extend_from_slice(file);
+            b.push(0);
+        }
+        b
+    }
+
+    /// Issue 23: every DEBUG_INFO entry of a load is kept as its line table (offsets into
+    /// the code, file names once per function, perf's `0xff` "same file" name), not only
+    /// the first; a CODE_MOVE carries its load's table; an entry outside the code and
+    /// entries a record announces but does not hold are counted, as are lines over the
+    /// recording's bound (the function keeps its name).
+    #[test]
+    fn jitdump_debug_info_becomes_the_loads_line_table() {
+        let (pid, _serial) = own_pid();
+        let (dir, path, mut b) = jitdump_scratch(pid, line!());
+        let three: &[(u64, u32, u32, &[u8])] =
+            &[(0x5040, 1, 13, b"app.js"), (0x5079, 3, 21, b"\xff"), (0x509c, 7, 12, b"lib.js"), (0x9000, 9, 1, b"app.js")];
+        b.extend(rec(JIT_CODE_DEBUG_INFO, 90, &debug_info(0x5000, 6, three)));
+        b.extend(rec(JIT_CODE_LOAD, 100, &load(0x5000, 0x100, 7, "hot")));
+        let mut mv = Vec::new();
+        for w in [pid, pid] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        for w in [0x5000u64, 0x5000, 0x8000, 0x100, 7] {
+            mv.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend(rec(JIT_CODE_MOVE, 300, &mv));
+        // A second function whose lines exceed the recording's bound of 7.
+        b.extend(rec(JIT_CODE_DEBUG_INFO, 400, &debug_info(0x6000, 2, &[(0x6000, 5, 0, b"b.js"), (0x6008, 6, 0, b"b.js")])));
+        b.extend(rec(JIT_CODE_LOAD, 410, &load(0x6000, 0x10, 8, "cold")));
+        std::fs::write(&path, &b).unwrap();
+        let mut c = JitCollector::new(JitLimits { lines_total: 7, ..JitLimits::default() }, true);
+        c.note_mmap(&Mmap { pid, tid: pid, prot: 5, path: path.display().to_string(), ..Default::default() });
+        c.poll(1, true);
+        let got = c.take_entries();
+        assert_eq!(got.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["hot", "hot", "cold"]);
+        let hot = &got[0];
+        assert_eq!(hot.source.as_deref(), Some("app.js:1"));
+        assert_eq!(hot.lines.files, ["app.js", "lib.js"]);
+        let at = |o| hot.lines.at(o);
+        assert_eq!(
+            (at(0x3f), at(0x40), at(0x78), at(0x79), at(0x9c), at(0xff)),
+            (None, Some(("app.js", 1)), Some(("app.js", 1)), Some(("app.js", 3)), Some(("lib.js", 7)), Some(("lib.js", 7)))
+        );
+        assert_eq!(got[1].origin, JitOrigin::JitMove);
+        assert_eq!(got[1].lines, hot.lines, "the move keeps the offsets");
+        assert!(got[2].lines.is_empty(), "over the recording's bound");
+        // 0x9000 outside the code, 2 announced but missing, 2 over the bound.
+        assert_eq!((c.lines(), c.lines_skipped(), c.skipped()), (6, 5, 0));
+        assert!(c.take_notes().iter().any(|n| n.contains("only the first 7")));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -61,6 +61,10 @@ pub struct JitLimits {
     pub poll_records: usize,
     /// Processes watched; more are counted.
     pub processes: usize,
+    /// Source-line entries (jitdump DEBUG_INFO) copied in all; more are counted
+    /// ([`JitCollector::lines_skipped`]). Each function keeps at most
+    /// [`tailprof_format::jit::MAX_JIT_LINES`].
+    pub lines_total: u64,
 }
 
 impl Default for JitLimits {
@@ -75,6 +79,7 @@ impl Default for JitLimits {
             poll_bytes: 4 << 20,
             poll_records: 100_000,
             processes: 4096,
+            lines_total: 1 << 23,
         }
     }
 }
@@ -123,6 +128,11 @@ pub struct JitCollector {
     unwind: bool,
     unwind_out: Vec<JitUnwindOp>,
     unwind_skipped: u64,
+    /// Source-line entries copied, and skipped (bounds, malformed records).
+    lines: u64,
+    lines_skipped: u64,
+    /// Lines skipped by [`JitLimits::lines_total`] (a note is written at the first).
+    lines_skipped_total: u64,
     /// Read buffer of the perf maps (reused across maps and polls).
     scratch: Vec<u8>,
 }
@@ -156,6 +166,9 @@ impl JitCollector {
             unwind: false,
             unwind_out: Vec::new(),
             unwind_skipped: 0,
+            lines: 0,
+            lines_skipped: 0,
+            lines_skipped_total: 0,
             scratch: Vec::new(),
         }
     }
@@ -192,6 +205,17 @@ impl JitCollector {
     /// Names skipped so far (lines, records, entries over the bound, refused files).
     pub fn skipped(&self) -> u64 {
         self.skipped
+    }
+
+    /// Source-line entries (jitdump DEBUG_INFO) skipped so far: over the per-function or
+    /// the recording's bound, outside their code, for no load, or cut off.
+    pub fn lines_skipped(&self) -> u64 {
+        self.lines_skipped
+    }
+
+    /// Source-line entries copied so far.
+    pub fn lines(&self) -> u64 {
+        self.lines
     }
 
     /// Entries copied so far.
@@ -248,6 +272,7 @@ impl JitCollector {
                 records: 0,
                 debug: None,
                 names: HashMap::new(),
+                held_lines: 0,
                 unwind: None,
             });
         }
@@ -349,11 +374,12 @@ impl JitCollector {
         }
     }
 
-    fn add(&mut self, pid: u32, e: JitEntry) {
-        let Some(p) = self.procs.get_mut(&pid) else { return };
+    /// Copies `e` unless a bound refuses it (counted); whether it was copied.
+    fn add(&mut self, pid: u32, e: JitEntry) -> bool {
+        let Some(p) = self.procs.get_mut(&pid) else { return false };
         if p.entries >= self.limits.entries_per_process {
             self.skipped += 1;
-            return;
+            return false;
         }
         if self.entries >= self.limits.entries_total {
             if self.skipped_total == 0 {
@@ -361,11 +387,12 @@ impl JitCollector {
             }
             self.skipped_total += 1;
             self.skipped += 1;
-            return;
+            return false;
         }
         p.entries += 1;
         self.entries += 1;
         self.out.push(e);
+        true
     }
 }
 
