@@ -195,7 +195,7 @@ impl JitCollector {
                         let name = cstr(&b[40..]);
                         let (source, lines) = match d.debug.take() {
                             Some(dbg) if dbg.addr == addr => {
-                                let (lines, lost) = code_lines(addr, size, &dbg.entries);
+                                let (lines, lost) = code_lines(addr, size, &name, &dbg.entries);
                                 lines_skipped += dbg.lost + lost;
                                 (Some(dbg.source), lines)
                             }
@@ -353,9 +353,19 @@ fn debug_entries(b: &[u8], nr: u64, swapped: bool) -> (Vec<(u64, u32, u32, Strin
     (out, lost)
 }
 
-/// The line table of code `[addr, addr + size)` from DEBUG_INFO entries (absolute
-/// addresses), and how many entries were left out (outside the code, over the bound).
-fn code_lines(addr: u64, size: u64, entries: &[(u64, u32, u32, String)]) -> (JitLines, u64) {
+/// V8 (Node, Deno, Chrome: its code's names start with `JS:`) writes DEBUG_INFO addresses
+/// 0x40 (an ELF header) past the code they describe, for the layout of `perf inject --jit`
+/// files before perf's 2020 fix: its first entry, the function's own position at code
+/// offset 0, is at `code_addr + 0x40`. Checked on Node 20 against `perf record` sample
+/// addresses (docs/SYMBOLS.md).
+const V8_DEBUG_INFO_SHIFT: u64 = 0x40;
+
+/// The line table of code `[addr, addr + size)` named `name` from DEBUG_INFO entries
+/// (absolute addresses), and how many entries were left out (outside the code, over the
+/// bound).
+fn code_lines(addr: u64, size: u64, name: &str, entries: &[(u64, u32, u32, String)]) -> (JitLines, u64) {
+    let v8 = name.starts_with("JS:") && entries.iter().all(|e| e.0.checked_sub(addr).is_some_and(|o| o >= V8_DEBUG_INFO_SHIFT));
+    let addr = if v8 { addr + V8_DEBUG_INFO_SHIFT } else { addr };
     let inside = entries.iter().filter(|e| e.0.wrapping_sub(addr) < size);
     let outside = entries.len() - inside.clone().count();
     let (t, dropped) = JitLines::build(inside.map(|e| (e.0 - addr, e.1, e.2, e.3.as_str())));
@@ -566,6 +576,20 @@ mod tests {
         assert_eq!((c.lines(), c.lines_skipped(), c.skipped()), (6, 5, 0));
         assert!(c.take_notes().iter().any(|n| n.contains("only the first 7")));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// V8's DEBUG_INFO addresses are 0x40 past their code (`JS:` names, no entry before
+    /// +0x40): taken back, so the function's first position is at offset 0. Other
+    /// writers' addresses are used as they are.
+    #[test]
+    fn v8_debug_info_addresses_are_taken_back_by_its_elf_header() {
+        let entries = vec![(0x5040, 1, 13, "a.js".to_owned()), (0x5079, 3, 21, "a.js".to_owned())];
+        let (v8, _) = code_lines(0x5000, 0x100, "JS:*hot a.js:1:13", &entries);
+        assert_eq!(v8.lines.iter().map(|l| (l.offset, l.line)).collect::<Vec<_>>(), [(0, 1), (0x39, 3)]);
+        let (other, _) = code_lines(0x5000, 0x100, "java.lang.String::hashCode", &entries);
+        assert_eq!(other.lines.iter().map(|l| (l.offset, l.line)).collect::<Vec<_>>(), [(0x40, 1), (0x79, 3)]);
+        let early = vec![(0x5000, 1, 1, "a.js".to_owned()), (0x5079, 3, 21, "a.js".to_owned())];
+        assert_eq!(code_lines(0x5000, 0x100, "JS:*f", &early).0.lines[0].offset, 0, "an entry at +0: as written");
     }
 
     /// `--call-graph dwarf`: UNWINDING_INFO is split into `.eh_frame` and `.eh_frame_hdr`
