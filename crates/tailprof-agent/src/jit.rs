@@ -260,7 +260,7 @@ mod tests {
     use tailprof_format::JitOrigin;
 
     fn e(pid: u32, time: u64, start: u64, size: u64, name: &str) -> JitEntry {
-        JitEntry { pid, time, start, size, origin: JitOrigin::PerfMap, name: name.into(), source: None }
+        JitEntry { pid, time, start, size, origin: JitOrigin::PerfMap, name: name.into(), source: None, lines: Default::default() }
     }
 
     #[test]

@@ -795,7 +795,12 @@ impl Sink for BandwidthBuilder {
         let ours = l.event.is_none_or(|e| e == self.event);
         match l.kind {
             // Marker and item-class losses are not gaps in the sample stream.
-            LossKind::Markers | LossKind::ItemClasses | LossKind::MarkersRejected | LossKind::JitNames | LossKind::Malformed => return,
+            LossKind::Markers
+            | LossKind::ItemClasses
+            | LossKind::MarkersRejected
+            | LossKind::JitNames
+            | LossKind::JitLines
+            | LossKind::Malformed => return,
             LossKind::Samples if !ours => return,
             LossKind::Samples => self.lost_samples += l.count,
             LossKind::RingFull => self.lost_records += l.count,

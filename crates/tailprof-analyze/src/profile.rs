@@ -446,7 +446,12 @@ impl ResolvedSink for ProfileCounts {
         match l.kind {
             LossKind::RingFull => self.lost_records += l.count,
             LossKind::Samples => self.lost_samples += l.count,
-            LossKind::Markers | LossKind::Malformed | LossKind::ItemClasses | LossKind::MarkersRejected | LossKind::JitNames => {}
+            LossKind::Markers
+            | LossKind::Malformed
+            | LossKind::ItemClasses
+            | LossKind::MarkersRejected
+            | LossKind::JitNames
+            | LossKind::JitLines => {}
         }
     }
     fn handle_throttle(&mut self, t: &Throttle) {

@@ -109,8 +109,10 @@ pub struct FunctionInfo {
     pub binary: String,
     /// Why the name is not a symbol, when it is not.
     pub unknown_reason: Option<String>,
-    /// `file:line` of the function's code, when known: a JIT function's jitdump
-    /// DEBUG_INFO (the first line of its code).
+    /// `file:line` of the code, when known: for JIT code with a jitdump line table, the
+    /// line of the row's addresses (a JIT function is one row per line its samples and
+    /// frames fall on, as DWARF line tables split native code by line); else the first
+    /// DEBUG_INFO line of the function.
     pub source: Option<String>,
 }
 
@@ -121,12 +123,23 @@ impl FunctionInfo {
     }
 }
 
-/// A `file:line` source (a JIT function's jitdump DEBUG_INFO) split into its file and
+/// A `file:line` source (a JIT address's jitdump DEBUG_INFO line) split into its file and
 /// line, the one parser every view uses (pprof's `Function.filename`/`start_line`, …);
 /// `None` when it does not end in `:LINE`.
 pub fn split_source(s: &str) -> Option<(&str, u32)> {
     let (file, line) = s.rsplit_once(':')?;
     Some((file, line.parse().ok()?))
+}
+
+/// The offset of a `[jit]` location: JIT entry `entry`, row `line` of its line table
+/// (`None`: no line) in the high half, plus one.
+pub fn jit_offset(entry: u32, line: Option<usize>) -> u64 {
+    (line.map_or(0, |l| l as u64 + 1) << 32) | entry as u64
+}
+
+/// The JIT entry and line-table row of a `[jit]` location's offset ([`jit_offset`]).
+pub fn jit_entry_line(offset: u64) -> (u32, Option<usize>) {
+    (offset as u32, ((offset >> 32) as usize).checked_sub(1))
 }
 
 /// Locations folded into functions by [`Resolver::functions`].
@@ -289,7 +302,8 @@ impl Resolver {
 
     /// `base` (an address's location by its mapping), or, when it is anonymous or
     /// unmapped memory that the process's JIT names cover at the current time, the
-    /// location of that JIT entry (`[jit]`, offset = entry number).
+    /// location of that JIT entry and line ([`jit_offset`]). `ip` is the address to name
+    /// (a return address already minus 1, as for DWARF).
     fn jit_loc(&mut self, pid: u32, ip: u64, base: LocId) -> LocId {
         let kind = self.spaces.binary(self.loc_list[base.index()].binary).kind;
         if !matches!(kind, BinaryKind::Anon | BinaryKind::Unmapped) {
@@ -298,7 +312,9 @@ impl Resolver {
         match self.jit.lookup(pid, ip, self.now) {
             Some(i) => {
                 let binary = self.spaces.jit_binary();
-                self.intern_loc(Location { binary, offset: i as u64 })
+                let e = self.jit.entry(i);
+                let line = e.lines.index_at(ip - e.start);
+                self.intern_loc(Location { binary, offset: jit_offset(i, line) })
             }
             None => base,
         }
@@ -344,6 +360,8 @@ impl Resolver {
         // Rows by (display-name id, path) for symbols, by (name, path) for unknowns.
         let mut known: FxHashMap<(NameId, &str), u32> = FxHashMap::default();
         let mut unknown: FxHashMap<(String, &str), u32> = FxHashMap::default();
+        // JIT rows by (name, source line).
+        let mut jit: FxHashMap<(&str, Option<String>), u32> = FxHashMap::default();
         let mut rows = Vec::new();
         let mut of_loc = Vec::with_capacity(self.loc_list.len());
         for (loc, r) in self.loc_list.iter().zip(&names) {
@@ -352,13 +370,18 @@ impl Resolver {
             let next = rows.len() as u32;
             let id = match r {
                 _ if b.kind == BinaryKind::Jit => {
-                    let e = self.jit.entry(loc.offset as u32);
-                    *unknown.entry((e.name.clone(), path)).or_insert_with_key(|(name, _)| {
+                    let (i, line) = jit_entry_line(loc.offset);
+                    let e = self.jit.entry(i);
+                    let source = match line.and_then(|l| e.lines.lines.get(l)) {
+                        Some(l) => e.lines.files.get(l.file as usize).map(|f| format!("{f}:{}", l.line)),
+                        None => e.source.clone(),
+                    };
+                    *jit.entry((e.name.as_str(), source)).or_insert_with_key(|(name, source)| {
                         rows.push(FunctionInfo {
-                            name: name.clone(),
+                            name: (*name).to_owned(),
                             binary: path.to_owned(),
                             unknown_reason: None,
-                            source: e.source.clone(),
+                            source: source.clone(),
                         });
                         next
                     })

@@ -420,6 +420,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             ui::thousands(rec.skipped_jit_names)
         );
     }
+    if rec.jit_lines > 0 || rec.skipped_jit_lines > 0 {
+        eprintln!(
+            "tailprof: JIT source lines (jitdump DEBUG_INFO) {} | skipped {}",
+            ui::thousands(rec.jit_lines),
+            ui::thousands(rec.skipped_jit_lines)
+        );
+    }
     if rec.jit_unwind_infos > 0 || rec.jit_unwind_skipped > 0 || (rec.jit_names > 0 && rec.unwind_fallback_frames > 0) {
         eprintln!(
             "tailprof: --call-graph dwarf: JIT functions with unwind information {} (frames {}) | skipped {} | frames without unwind information walked by frame pointers {}",

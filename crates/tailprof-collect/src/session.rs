@@ -174,6 +174,10 @@ pub struct RecordSummary {
     pub jit_names: u64,
     /// JIT code names skipped (stored as `Lost { kind: JitNames }`).
     pub skipped_jit_names: u64,
+    /// Source-line entries of JIT code (jitdump DEBUG_INFO) copied, and skipped (stored
+    /// as `Lost { kind: JitLines }`).
+    pub jit_lines: u64,
+    pub skipped_jit_lines: u64,
     /// `--call-graph dwarf`: JIT code ranges whose jitdump UNWINDING_INFO the unwinder
     /// used, and records of it skipped (malformed, over a bound).
     pub jit_unwind_infos: u64,
@@ -784,6 +788,13 @@ impl Recorder {
             self.emitter.record(Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::JitNames, count: jit_skipped }), out)?;
         }
         self.emitter.summary.skipped_jit_names = jit_skipped;
+        let lines_skipped = self.emitter.jit.lines_skipped();
+        if lines_skipped > 0 {
+            let time = self.emitter.last_time;
+            self.emitter.record(Record::Lost(Lost { time, cpu: 0, event: None, kind: LossKind::JitLines, count: lines_skipped }), out)?;
+        }
+        self.emitter.summary.skipped_jit_lines = lines_skipped;
+        self.emitter.summary.jit_lines = self.emitter.jit.lines();
         self.notes.extend(self.emitter.jit.take_notes());
         self.notes.extend(self.emitter.jit.advice());
         out.end_round()?;

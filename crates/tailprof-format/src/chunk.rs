@@ -13,8 +13,9 @@
 pub const FILE_MAGIC: [u8; 8] = *b"TAILPROF";
 /// Format version this build writes and the highest it reads (1: no stacks; 2: stacks
 /// and switch records; 3: wakeups and the other task of CPU-wide switches; 4: JIT chunks
-/// (kind 5), records as in 3; 5: switch marker kinds 3 and 4; FORMAT.md §11).
-pub const FORMAT_VERSION: u16 = 5;
+/// (kind 5), records as in 3; 5: switch marker kinds 3 and 4; 6: JIT chunks carry line
+/// tables; FORMAT.md §11).
+pub const FORMAT_VERSION: u16 = 6;
 /// Length of the version-1 file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// First 4 bytes of every chunk header.

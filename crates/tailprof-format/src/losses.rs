@@ -115,6 +115,12 @@ fn def_of(kind: LossKind) -> Def {
             what: "JIT code names skipped (bad or too long perf-map lines or jitdump records, over a per-process bound, or a refused file)",
             remedy: "see docs/SYMBOLS.md (runtimes and flags) for the bounds and the file rules",
         },
+        LossKind::JitLines => Def {
+            key: "skipped_jit_lines",
+            severity: Severity::DataLoss,
+            what: "JIT source-line entries skipped (jitdump DEBUG_INFO over a per-function or per-recording bound, or malformed)",
+            remedy: "see docs/SYMBOLS.md (runtimes and flags) for the bounds",
+        },
     }
 }
 

@@ -159,7 +159,7 @@ impl TraceReader {
                     if c.header.kind == ChunkKind::Jit as u8 && seen.insert((c.header.seq, c.header.crc)) {
                         let mut raw = Vec::new();
                         let mut dctx = None;
-                        if let Some(entries) = chunk_body(&c, &mut dctx, &mut raw).and_then(crate::jit::decode_jit) {
+                        if let Some(entries) = chunk_body(&c, &mut dctx, &mut raw).and_then(|b| crate::jit::decode_jit(b, self.version)) {
                             out.extend(entries);
                         }
                     }
@@ -350,7 +350,7 @@ fn handle_chunk(
         ChunkKind::Jit => {
             let mut raw = Vec::new();
             let mut dctx = None;
-            chunk_body(c, &mut dctx, &mut raw).and_then(crate::jit::decode_jit).is_some()
+            chunk_body(c, &mut dctx, &mut raw).and_then(|b| crate::jit::decode_jit(b, decoder.version)).is_some()
         }
         // A second header chunk carries nothing new for this reader.
         ChunkKind::Header => {

@@ -145,11 +145,15 @@ pub enum LossKind {
     /// refused (symlink, not a regular file, wrong owner) or cut at their byte bound
     /// (one each). Samples in that code stay unnamed.
     JitNames = 6,
+    /// Source-line entries of JIT code (jitdump DEBUG_INFO) the recorder skipped (version
+    /// 6): past the per-function or per-recording bound, malformed or oversized records.
+    /// Samples in that code keep their names; their lines may be missing.
+    JitLines = 7,
 }
 
 impl LossKind {
     /// Every kind, in code order.
-    pub const ALL: [LossKind; 7] = [
+    pub const ALL: [LossKind; 8] = [
         LossKind::RingFull,
         LossKind::Samples,
         LossKind::Markers,
@@ -157,6 +161,7 @@ impl LossKind {
         LossKind::ItemClasses,
         LossKind::MarkersRejected,
         LossKind::JitNames,
+        LossKind::JitLines,
     ];
     /// The kind with on-disk code `v`, `None` for codes this build does not know.
     pub fn from_u8(v: u8) -> Option<LossKind> {
@@ -853,6 +858,10 @@ pub struct TraceStats {
     /// when 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skipped_jit_names: u64,
+    /// Sum of `Lost::count` over [`LossKind::JitLines`] records (version 6; not written
+    /// when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_jit_lines: u64,
     pub throttle_events: u64,
     pub unthrottle_events: u64,
     pub first_time: Option<u64>,
@@ -974,6 +983,7 @@ impl TraceStats {
             LossKind::ItemClasses => &mut self.dropped_item_classes,
             LossKind::MarkersRejected => &mut self.rejected_markers,
             LossKind::JitNames => &mut self.skipped_jit_names,
+            LossKind::JitLines => &mut self.skipped_jit_lines,
         }
     }
     /// The total of `kind`'s counter.
@@ -986,6 +996,7 @@ impl TraceStats {
             LossKind::ItemClasses => self.dropped_item_classes,
             LossKind::MarkersRejected => self.rejected_markers,
             LossKind::JitNames => self.skipped_jit_names,
+            LossKind::JitLines => self.skipped_jit_lines,
         }
     }
     /// Adds `n` to `kind`'s counter, saturating.

@@ -314,6 +314,9 @@ impl<W: Write> TraceWriter<W> {
     pub fn add_jit(&mut self, mut e: crate::JitEntry) {
         e.name = crate::jit::clip(&e.name).to_owned();
         e.source = e.source.map(|s| crate::jit::clip(&s).to_owned());
+        for f in &mut e.lines.files {
+            *f = crate::jit::clip(f).to_owned();
+        }
         self.jit.push(e);
     }
 
@@ -325,7 +328,7 @@ impl<W: Write> TraceWriter<W> {
             let mut bytes = 0usize;
             while n < self.jit.len().min(crate::jit::MAX_JIT_CHUNK_ENTRIES) && bytes < (16 << 20) {
                 let e = &self.jit[n];
-                bytes += e.name.len() + e.source.as_ref().map_or(0, String::len) + 40;
+                bytes += e.name.len() + e.source.as_ref().map_or(0, String::len) + e.lines.approx_bytes() + 40;
                 n += 1;
             }
             let body = crate::jit::encode_jit(&self.jit[..n]);

@@ -103,6 +103,7 @@ fn stats_count_what_was_written() {
                 LossKind::ItemClasses => want.dropped_item_classes = want.dropped_item_classes.saturating_add(l.count),
                 LossKind::MarkersRejected => want.rejected_markers = want.rejected_markers.saturating_add(l.count),
                 LossKind::JitNames => want.skipped_jit_names = want.skipped_jit_names.saturating_add(l.count),
+                LossKind::JitLines => want.skipped_jit_lines = want.skipped_jit_lines.saturating_add(l.count),
             },
             Record::Throttle(t) if t.throttled => want.throttle_events += 1,
             Record::Throttle(_) => want.unthrottle_events += 1,
@@ -411,7 +412,7 @@ fn newer_version_is_refused() {
     let (mut bytes, _) = write_trace(&[], WriterOptions::default(), &[]);
     bytes[8] = 9;
     let e = TraceReader::from_bytes(bytes).err().unwrap();
-    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 5 }), "{e}");
+    assert!(matches!(e, FormatError::UnsupportedVersion { found: 9, supported: 6 }), "{e}");
 }
 
 /// Issue 23: JIT names are stored in JIT chunks and handed to the sink before the first
@@ -426,6 +427,9 @@ fn jit_entries_are_delivered_before_records_and_survive_chunking() {
         }
         fn handle_jit(&mut self, e: &JitEntry) {
             self.0.push(format!("jit {} {}", e.name, e.time));
+            for l in &e.lines.lines {
+                self.0.push(format!("line +{:#x} {}:{}", l.offset, e.lines.files[l.file as usize], l.line));
+            }
         }
     }
     let mut w = TraceWriter::new(Vec::new(), &TraceHeader::default()).unwrap();
@@ -438,16 +442,26 @@ fn jit_entries_are_delivered_before_records_and_survive_chunking() {
         origin: JitOrigin::JitLoad,
         name: "a".into(),
         source: Some("x.js:1".into()),
+        lines: tailprof_format::jit::JitLines::build([(0, 1, 0, "x.js"), (8, 2, 0, "x.js")]).0,
     });
     w.flush_chunk().unwrap();
     w.write_sample(&Sample { time: 20, ip: 0x1000, pid: 1, tid: 1, period: 1, ..Default::default() }).unwrap();
-    w.add_jit(JitEntry { pid: 1, time: 15, start: 0x1000, size: 16, origin: JitOrigin::JitLoad, name: "b".into(), source: None });
+    w.add_jit(JitEntry {
+        pid: 1,
+        time: 15,
+        start: 0x1000,
+        size: 16,
+        origin: JitOrigin::JitLoad,
+        name: "b".into(),
+        source: None,
+        lines: Default::default(),
+    });
     let (bytes, _) = w.finish_into_inner(None).unwrap();
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), tailprof_format::chunk::FORMAT_VERSION);
     let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
     let mut o = Order::default();
     let s = r.read_all(&mut o).unwrap();
-    assert_eq!(o.0, ["jit a 5", "jit b 15", "sample 10", "sample 20"]);
+    assert_eq!(o.0, ["jit a 5", "line +0x0 x.js:1", "line +0x8 x.js:2", "jit b 15", "sample 10", "sample 20"]);
     assert_eq!(s.skipped_chunks, 0);
     assert!(s.complete);
     // The first JIT chunk's entry name damaged (checksum no longer matches): skipped.
@@ -654,7 +668,7 @@ fn switch_markers_round_trip_and_need_version_5() {
     let records =
         vec![m(10, MarkerKind::Begin, 7), m(20, MarkerKind::SwitchNone, 0), m(30, MarkerKind::Switch, 7), m(40, MarkerKind::End, 7)];
     let (bytes, _) = write_trace(&records, WriterOptions::default(), &[]);
-    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 5);
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), tailprof_format::chunk::FORMAT_VERSION);
     let mut sink = VecSink::default();
     let s = TraceReader::from_bytes(bytes.clone()).unwrap().read_all(&mut sink).unwrap();
     assert_eq!(sink.0, records);

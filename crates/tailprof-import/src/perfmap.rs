@@ -131,7 +131,7 @@ impl PerfMaps {
             }
             kept += 1;
             self.entries += 1;
-            out(&JitEntry { pid, time: 0, start, size, origin: JitOrigin::PerfMap, name, source: None });
+            out(&JitEntry { pid, time: 0, start, size, origin: JitOrigin::PerfMap, name, source: None, lines: Default::default() });
         }
     }
 }

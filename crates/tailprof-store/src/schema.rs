@@ -213,7 +213,7 @@ impl Losses {
             K::ItemClasses => &mut self.dropped_item_classes,
             K::Samples => return,
             // The agent reads no perf maps or jitdumps (collect::jit is off for it).
-            K::JitNames => return,
+            K::JitNames | K::JitLines => return,
         };
         *c = c.saturating_add(count);
     }
