@@ -334,23 +334,42 @@ impl JitCollector {
 /// `b` holds whole; and how many of `nr` were not read (cut off or malformed).
 fn debug_entries(b: &[u8], nr: u64, swapped: bool) -> (Vec<(u64, u32, u32, String)>, u64) {
     let mut out: Vec<(u64, u32, u32, String)> = Vec::new();
+    let mut read = 0u64;
+    let mut last: Option<String> = None;
     let mut p = 0usize;
-    while (out.len() as u64) < nr && p + 17 <= b.len() {
+    while read < nr && p + 17 <= b.len() {
         let addr = rd64(&b[p..p + 8], swapped);
         let line = rd32(&b[p + 8..p + 12], swapped);
         let discrim = rd32(&b[p + 12..p + 16], swapped);
         let rest = &b[p + 16..];
         let Some(end) = rest.iter().position(|&c| c == 0) else { break };
-        // perf's convention: a name of the single byte 0xff repeats the previous one.
-        let file = match (&rest[..end], out.last()) {
-            ([0xff], Some(prev)) => prev.3.clone(),
-            (name, _) => String::from_utf8_lossy(&name[..name.len().min(MAX_NAME)]).into_owned(),
-        };
-        out.push((addr, line, discrim, file));
+        read += 1;
         p += 16 + end + 1;
+        // perf's convention: a name of the single byte 0xff repeats the previous one.
+        last = match &rest[..end] {
+            [0xff] => last,
+            name => source_file_name(name),
+        };
+        let Some(file) = &last else { continue }; // not a file name: counted as lost below
+        out.push((addr, line, discrim, file.clone()));
     }
     let lost = nr - out.len() as u64;
     (out, lost)
+}
+
+/// A DEBUG_INFO file name as shown to users: UTF-8 without control characters, at most
+/// [`MAX_NAME`] bytes (cut at a character boundary). Anything else is not a file name a
+/// runtime meant (Node 20 was seen writing binary garbage there) and is dropped, counted.
+fn source_file_name(name: &[u8]) -> Option<String> {
+    let s = std::str::from_utf8(name).ok()?;
+    if s.is_empty() || s.chars().any(char::is_control) {
+        return None;
+    }
+    let mut cut = s.len().min(MAX_NAME);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(s[..cut].to_owned())
 }
 
 /// V8 (Node, Deno, Chrome: its code's names start with `JS:`) writes DEBUG_INFO addresses
@@ -576,6 +595,33 @@ mod tests {
         assert_eq!((c.lines(), c.lines_skipped(), c.skipped()), (6, 5, 0));
         assert!(c.take_notes().iter().any(|n| n.contains("only the first 7")));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Node 20 was seen writing binary garbage as DEBUG_INFO file names: an entry whose
+    /// name is not UTF-8, is empty or holds control characters is dropped and counted,
+    /// never shown, and so is a `0xff` "same file" entry after it.
+    #[test]
+    fn debug_info_entries_with_garbage_file_names_are_dropped_and_counted() {
+        let mut b = Vec::new();
+        let entries: &[(u64, u32, &[u8])] = &[
+            (0x10, 1, b"app.js"),
+            (0x20, 2, b"\xc3\x28bad"),
+            (0x30, 3, b"a\x01b"),
+            (0x40, 4, b""),
+            (0x50, 5, b"\xff"),
+            (0x60, 6, "caf\u{e9}.js".as_bytes()),
+        ];
+        for (addr, line, name) in entries {
+            b.extend_from_slice(&addr.to_le_bytes());
+            b.extend_from_slice(&line.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(name);
+            b.push(0);
+        }
+        let (got, lost) = debug_entries(&b, entries.len() as u64, false);
+        let names: Vec<_> = got.iter().map(|e| (e.1, e.3.as_str())).collect();
+        assert_eq!(names, [(1, "app.js"), (6, "caf\u{e9}.js")]);
+        assert_eq!(lost, 4);
     }
 
     /// V8's DEBUG_INFO addresses are 0x40 past their code (`JS:` names, no entry before
