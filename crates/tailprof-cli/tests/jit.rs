@@ -510,6 +510,81 @@ fn node_stacks_through_jit_frames_reach_the_entry() {
     assert!(hot_complete * 10 >= hot * 8, "{hot_complete} of {hot} hotLoop stacks complete to main");
 }
 
+/// A JS caller → hot JIT callee chain for `--perf-prof-unwinding-info`: `hotLoop` is
+/// optimized by TurboFan (whose code has unwind information), `jsCaller` is not hot
+/// enough to be (its interpreter/baseline code has none). V8 writes its jitdump through a
+/// 2 MB stdio buffer, so records reach the file only in 2 MB bursts and at exit: after
+/// warming `hotLoop` up the program compiles 3,000 small functions (each one's
+/// interpreter trampoline is a code record with `--interpreted-frames-native-stack`,
+/// about 6 MB) so that `hotLoop`'s records are in the file while it runs for 2 s more.
+const NODE_UNWIND_APP: &str = r#"
+function hotLoop(n) { let s = 0; for (let i = 0; i < n; i++) { s = (s * 31 + i) % 1000003; } return s; }
+function jsCaller(n) { let x = 0; for (let k = 0; k < 4; k++) { x += hotLoop(n); } return x; }
+let x = 0;
+for (let i = 0; i < 20; i++) x += jsCaller(100000);
+for (let i = 0; i < 3000; i++) { x += new Function('a', 'return a * ' + i + ' + 1;')(i); }
+const end = Date.now() + 2000;
+while (Date.now() < end) { x += jsCaller(1000000); }
+console.log(x);
+"#;
+
+/// Issue 23: real Node with `--perf-prof --perf-prof-unwinding-info` and `--call-graph
+/// dwarf`: V8's UNWINDING_INFO records are used (the summary counts JIT functions with
+/// unwind information and frames walked with it), the JIT code without them (the
+/// caller's baseline code) is walked by frame pointers and counted, and the stacks with
+/// the hot JIT callee at the leaf reach the JS caller and the native frames below it.
+/// Regression: every stack's frames were counted twice in the summary.
+#[test]
+fn node_perf_prof_unwinding_info_stacks_reach_the_js_caller() {
+    if !have("node") {
+        tailprof_testkit::skip(tailprof_testkit::Need::Node, "node not installed (.ci/run installs nodejs as optional)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.js"), NODE_UNWIND_APP).unwrap();
+    let cmd = ["node", "--perf-prof", "--perf-prof-unwinding-info", "--interpreted-frames-native-stack", "app.js"];
+    let Some((trace, o)) = record_with(dir.path(), &["--call-graph", "dwarf"], &cmd) else { return };
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    let rep = tailprof(&["report", "--by", "stack", "--json", "--top", "0", trace.to_str().unwrap()], dir.path());
+    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let (mut hot, mut reach) = (0u64, 0u64);
+    let mut seen = Vec::new();
+    for st in json["stacks"].as_array().unwrap() {
+        // Root first: the caller and the native frames are before the leaf.
+        let frames: Vec<&str> = st["frames"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        let samples = st["samples"].as_u64().unwrap();
+        // The innermost hotLoop frame (kernel frames may follow it).
+        let Some(leaf) = frames.iter().rposition(|f| f.contains("hotLoop")) else { continue };
+        hot += samples;
+        let caller = frames[..leaf].iter().rposition(|f| f.contains("jsCaller"));
+        if caller.is_some_and(|c| frames[..c].iter().any(|f| f.contains("v8::") || f.contains("node::"))) {
+            reach += samples;
+        } else if seen.len() < 3 {
+            seen.push(frames.join(" <- "));
+        }
+    }
+    assert!(hot >= 200, "too few stacks with hotLoop at the leaf ({hot}); {stderr}");
+    assert!(reach * 10 >= hot * 8, "{reach} of {hot} hotLoop stacks reach jsCaller and native frames below it: {seen:?}; {stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("--call-graph dwarf: JIT functions with unwind information"))
+        .unwrap_or_else(|| panic!("no unwinding summary: {stderr}"));
+    let num = |after: &str| -> u64 {
+        let rest = &line[line.find(after).unwrap_or_else(|| panic!("{after:?} not in {line}")) + after.len()..];
+        rest.trim_start().split(|c: char| !c.is_ascii_digit() && c != ',').next().unwrap().replace(',', "").parse().unwrap()
+    };
+    let (infos, cfi_frames, fallback) =
+        (num("unwind information"), num("(frames"), num("frames without unwind information walked by frame pointers"));
+    eprintln!("hotLoop stacks {hot}, reaching jsCaller and native frames {reach}; {line}");
+    assert!(infos >= 1, "no UNWINDING_INFO used: {line}");
+    assert!(cfi_frames * 2 >= hot, "{cfi_frames} frames walked with JIT unwind information, {hot} hotLoop stacks: {line}");
+    // Each stack counted once (the recorder's early walk while draining, discarded for a
+    // stack that is not complete, was counted too: about 2 per hotLoop stack).
+    assert!(cfi_frames <= hot, "{cfi_frames} frames walked with JIT unwind information, {hot} hotLoop stacks: {line}");
+    assert!(fallback >= 1, "{line}");
+}
+
 /// Issue 23: the split of the two JS functions in tailprof's report is within ±5 points of
 /// `perf report`'s on a perf recording of the same program (perf reads the perf map at
 /// report time). Skips without perf.

@@ -412,6 +412,8 @@ impl StackMaker {
                 b[6..8].copy_from_slice(&len.to_ne_bytes());
                 return &self.trim_buf;
             }
+            // Walked again when the stack is interned: counted then.
+            u.uncount_last();
             if self.spare.len() < 64 {
                 self.spare.push(f);
             }

@@ -8,6 +8,12 @@
 //! `[runnable]`, weighted by how many sampling intervals the thread was off CPU (at
 //! least 1), with zero CPU delta, so the call tree and flame graph show on- and off-CPU
 //! time in one unit.
+//!
+//! A function with a source location (a JIT function's jitdump DEBUG_INFO) is named
+//! `name (file:line)` ([`crate::fmt::name_with_source`]): the crate (0.8.1, the newest in
+//! the registry) writes the func table's `fileName` and `lineNumber` columns as null and
+//! has no way to set them, so the name is where the profiler's call tree, flame graph and
+//! tooltips show the source.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -61,7 +67,8 @@ pub fn firefox_profile(p: &StackProfile, opts: &FirefoxOptions) -> Option<Profil
         h
     };
     // Function rows as interned strings and categories, once.
-    let names: Vec<_> = p.functions.iter().map(|f| prof.intern_string(&f.name)).collect();
+    let names: Vec<_> =
+        p.functions.iter().map(|f| prof.intern_string(&crate::fmt::name_with_source(&f.name, f.source.as_deref()))).collect();
     let cats: Vec<CategoryPairHandle> =
         p.functions.iter().map(|f| if crate::stacks::is_kernel_binary(&f.binary) { kernel } else { user }).collect();
     let frames_of = |path: u32| -> Vec<FrameInfo> {

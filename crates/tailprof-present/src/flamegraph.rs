@@ -7,6 +7,11 @@
 //! The class baseline is the sum over the class's items scaled to the compared set's
 //! total (so widths compare shares, not item counts).
 //!
+//! A frame is its function's name, with the function's source location when it has one
+//! (a JIT function's jitdump DEBUG_INFO: `hotLoop (app.js:3)`, [`crate::fmt::name_with_source`]),
+//! so the box and its tooltip say where the code is. Functions without a source (native
+//! code) are their name alone: frames merge by function as before.
+//!
 //! [`flame_section_html`] puts the graphs in the HTML report, each in a sandboxed
 //! `<iframe srcdoc>` so every graph's own script (zoom, search) works on its own and
 //! none can reach the page.
@@ -17,6 +22,7 @@ use std::fmt::Write as _;
 use tailprof_analyze::items::ItemsReport;
 use tailprof_analyze::stacks::{StackProfile, StackRow};
 
+use crate::fmt::name_with_source;
 use crate::html::escape;
 use crate::stacks::folded_name;
 
@@ -32,13 +38,18 @@ pub fn folded_rows(p: &StackProfile, rows: &[StackRow]) -> Vec<String> {
     v.into_iter().map(|(path, n)| format!("{} {n}", folded_stack(p, path))).collect()
 }
 
-/// `root;…;leaf` of one path (`[no stack]` for an empty one).
+/// `root;…;leaf` of one path (`[no stack]` for an empty one); a function with a source
+/// location is `name (file:line)` (module docs).
 pub fn folded_stack(p: &StackProfile, path: u32) -> String {
-    let f = p.frames(path);
+    let f = p.paths.get(path as usize).map(Vec::as_slice).unwrap_or(&[]);
     if f.is_empty() {
         return "[no stack]".into();
     }
-    f.iter().map(|n| folded_name(n)).collect::<Vec<_>>().join(";")
+    f.iter()
+        .filter_map(|&i| p.functions.get(i as usize))
+        .map(|f| folded_name(&name_with_source(&f.name, f.source.as_deref())))
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 /// An SVG flame graph of folded lines. `None` when there is nothing to draw.

@@ -182,3 +182,53 @@ fn firefox_and_perfetto_documents() {
     let parent = doc["stackFrames"][sf]["parent"].as_str().unwrap();
     assert_eq!(doc["stackFrames"][parent]["name"], "a");
 }
+
+/// The leaf function name of each sample of the Firefox document's first thread.
+fn firefox_leaf_names(v: &Value) -> Vec<String> {
+    let t = &v["threads"][0];
+    let strings = t["stringArray"].as_array().or_else(|| v["shared"]["stringArray"].as_array()).expect("a string table");
+    let at = |col: &Value, i: u64| col[i as usize].as_u64().unwrap();
+    t["samples"]["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let frame = at(&t["stackTable"]["frame"], s.as_u64().unwrap());
+            let func = at(&t["frameTable"]["func"], frame);
+            let name = at(&t["funcTable"]["name"], func);
+            strings[name as usize].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// Issue 23: a function with a source location (a JIT function's DEBUG_INFO) shows it in
+/// flame graphs (`name (file:line)`, in the frame and its tooltip); functions without
+/// one keep their bare name, so native frames merge as before.
+#[test]
+fn flame_graphs_name_jit_source_lines() {
+    let mut p = profile();
+    p.functions[3].source = Some("/srv/app.js:42".into());
+    let lines = flamegraph::folded_rows(&p, &p.stacks);
+    assert_eq!(lines, ["main;a;leaf (/srv/app.js:42) 30", "main;b;leaf (/srv/app.js:42) 70", "main;op:weird 1"]);
+    let svg = flamegraph::flame_svg(&lines, "whole trace", "samples").unwrap();
+    assert!(svg.contains("<title>leaf (/srv/app.js:42) (70 samples, "), "{svg}");
+    assert!(svg.contains("<title>main (101 samples, "), "{svg}");
+    let diff = flamegraph::differential_svg(&p, &p.items[0].stacks, &p.stacks, "diff").unwrap();
+    assert!(diff.contains("leaf (/srv/app.js:42)"));
+}
+
+/// Issue 23: the Firefox export names a function with a source location `name
+/// (file:line)` (fxprof-processed-profile 0.8.1 writes no file or line columns); others
+/// keep their name.
+#[test]
+fn firefox_names_jit_source_lines() {
+    let mut p = profile();
+    p.functions[3].source = Some("/srv/app.js:42".into());
+    let text = firefox::firefox_json(&p, &Default::default()).unwrap().unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let leaves = firefox_leaf_names(&v);
+    assert_eq!(leaves.iter().filter(|n| *n == "leaf (/srv/app.js:42)").count(), 10, "{leaves:?}");
+    let plain = firefox::firefox_json(&profile(), &Default::default()).unwrap().unwrap();
+    let v: Value = serde_json::from_str(&plain).unwrap();
+    assert_eq!(firefox_leaf_names(&v).iter().filter(|n| *n == "leaf").count(), 10);
+}

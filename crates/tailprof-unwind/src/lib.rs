@@ -463,6 +463,9 @@ pub struct Unwinder {
     jit: rustc_hash::FxHashMap<u32, JitTable>,
     /// Bytes in `jit` over all processes.
     jit_bytes: usize,
+    /// What the last [`Unwinder::unwind`] added to `stats` (frames, its [`WalkCounts`]),
+    /// for [`Unwinder::uncount_last`].
+    last: Option<(u64, WalkCounts)>,
 }
 
 impl std::fmt::Debug for Unwinder {
@@ -485,6 +488,7 @@ impl Unwinder {
             unloaded: Vec::new(),
             jit: Default::default(),
             jit_bytes: 0,
+            last: None,
         }
     }
 
@@ -712,6 +716,7 @@ impl Unwinder {
             // No mapping known: code has no unwind info; still keep the leaf.
             out.push(Frame::user(regs.ip));
             self.stats.frames += 1;
+            self.last = Some((1, WalkCounts::default()));
             return StackStatus::NoUnwindInfo;
         }
         self.process(pid);
@@ -741,7 +746,21 @@ impl Unwinder {
         self.stats.frames += (out.len() - start_len) as u64;
         self.stats.jit_cfi_frames += counts.jit_cfi;
         self.stats.fallback_frames += counts.fallback;
+        self.last = Some(((out.len() - start_len) as u64, counts));
         status
+    }
+
+    /// Takes the last [`Unwinder::unwind`] back out of the counters (its stack, frames,
+    /// JIT and fallback frames), for a caller that discards that walk and unwinds the
+    /// same stack again later (the recorder's early walk while draining keeps complete
+    /// stacks only), so that every stack is counted once. Work done (files read) stays
+    /// counted. Does nothing twice in a row.
+    pub fn uncount_last(&mut self) {
+        let Some((frames, counts)) = self.last.take() else { return };
+        self.stats.stacks = self.stats.stacks.saturating_sub(1);
+        self.stats.frames = self.stats.frames.saturating_sub(frames);
+        self.stats.jit_cfi_frames = self.stats.jit_cfi_frames.saturating_sub(counts.jit_cfi);
+        self.stats.fallback_frames = self.stats.fallback_frames.saturating_sub(counts.fallback);
     }
 }
 
@@ -1166,6 +1185,44 @@ mod tests {
         assert_eq!(walk(&mut u, code + 17), [code + 17, fp_caller]);
         // A process not known (gone): nothing kept.
         assert!(!u.add_jit(10, info));
+    }
+
+    /// Issue 23 (real Node): the recorder walks a stack early while draining and keeps
+    /// the walk only when complete; a stack through JIT code (walked by frame pointers or
+    /// with its unwind information) is not, and is walked again later. Before
+    /// `uncount_last` its frames were counted twice (twice as many JIT frames with unwind
+    /// information as samples through them).
+    #[test]
+    fn discarded_walks_are_counted_once() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let (code, caller, fp_caller) = (0x10000u64, 0x20010u64, 0x30010u64);
+        let sp = 0x7000_0000u64;
+        let fp = sp + 0x100;
+        let mut stack = vec![0u8; 0x200];
+        stack[24..32].copy_from_slice(&caller.to_le_bytes());
+        stack[0x108..0x110].copy_from_slice(&fp_caller.to_le_bytes());
+        let mut u = Unwinder::new(Box::new(open_host_file), Limits::default());
+        u.observe(&mmap(9, code, 0x100000, 0, "//anon", None), None);
+        let code_len = 28;
+        assert!(u.add_jit(9, JitUnwind { code: code..code + code_len, eh_frame: jit_eh_frame(code_len), eh_frame_hdr: Vec::new() }));
+        let regs = UserRegs { ip: code + 17, sp, fp, lr: 0 };
+        let mut out = Vec::new();
+        u.unwind(9, &regs, &stack, &mut out);
+        let once = u.stats();
+        assert_eq!((once.stacks, once.jit_cfi_frames), (1, 1));
+        u.uncount_last();
+        u.uncount_last(); // only the last walk, once
+        let s = u.stats();
+        assert_eq!((s.stacks, s.frames, s.jit_cfi_frames, s.fallback_frames), (0, 0, 0, 0));
+        out.clear();
+        u.unwind(9, &regs, &stack, &mut out);
+        assert_eq!(u.stats(), once);
+        // A process not known: the leaf alone, taken back too.
+        u.unwind(10, &regs, &stack, &mut out);
+        u.uncount_last();
+        assert_eq!(u.stats(), once);
     }
 
     fn mmap(pid: u32, start: u64, len: u64, pgoff: u64, path: &str, build_id: Option<Vec<u8>>) -> Record {
