@@ -23,7 +23,21 @@
 # switches add per round trip: tp-wake minus tp-nowake (tailprof: the off-CPU recording it
 # adds to), perf-a minus none (perf: all it records is wakeups + CPU-wide switches).
 # Usage: bench/causes-cost.sh [RUNS] [ROUND_TRIPS]    (root)
+#        bench/causes-cost.sh --profile [ROUND_TRIPS]
+# --profile: a kernel profile per configuration instead (perf record -a -g -e cpu-clock -c
+# 100000 around it, once each): the workload's samples (100 us of CPU each) per round trip,
+# split by where they land. The kernel writes these events with interrupts off, so a
+# cpu-clock sample lands where they come back on: at `_raw_spin_unlock_irqrestore` in the
+# pipe's wakeup (sched_waking: its sample and callchain) or at `finish_task_switch` (the
+# context switch: switch records, the sched_switch stack sample). Less noisy than the CPU
+# totals, and per event kind.
 set -euo pipefail
+PROFILE=
+if [ "${1:-}" = --profile ]; then
+    PROFILE=1
+    shift
+    set -- 1 "${1:-100000}"
+fi
 RUNS=${1:-5}
 N=${2:-100000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,6 +73,18 @@ lost() {
     perf-*) perf report --stats -i "$W/perf.data" 2>/dev/null | awk '$1 == "LOST" && $2 == "events:" {s += $3} END {print s+0}' ;;
     esac
 }
+if [ -n "$PROFILE" ]; then
+    printf '%-12s %10s %12s %12s %10s   (us of the workload'"'"'s CPU per round trip, from 100 us samples)\n' config total wakeup-path switch-path other
+    for n in "${NAMES[@]}"; do
+        rm -f "$W/t.trace" "$W/perf.data"
+        # shellcheck disable=SC2046
+        perf record -q -a -g -e cpu-clock -c 100000 -o "$W/prof.data" -- $(cmd "$n") "$W/pingpong" "$N" >/dev/null 2>&1
+        perf script -i "$W/prof.data" --comm pingpong -F ip,sym 2>/dev/null | awk -v n="$n" -v N="$N" 'BEGIN {RS = ""; FS = "\n"}
+            {t++; split($1, a, " "); if (a[2] == "_raw_spin_unlock_irqrestore") w++; else if (a[2] ~ /^finish_task_switch/) s++}
+            END {f = 100 / N; printf "%-12s %10.1f %12.1f %12.1f %10.1f\n", n, t * f, w * f, s * f, (t - w - s) * f}'
+    done
+    exit 0
+fi
 for i in $(seq "$RUNS"); do
     for n in "${NAMES[@]}"; do
         rm -f "$W/t.trace" "$W/perf.data"
