@@ -507,7 +507,7 @@ fn waker_stacks_keep_the_kernel_part_of_interrupts_and_the_user_part_of_threads(
                 assert!(has_frame(frames, "hrtimer_wakeup"), "a timer wakeup keeps its kernel frames: {w}");
                 timer += 1;
             }
-            if u(&it["id"]) % 2 == 0 && w["irq"].is_null() && u(&w["pid"]) == pid && u(&w["tid"]) != tid {
+            if u(&it["id"]).is_multiple_of(2) && w["irq"].is_null() && u(&w["pid"]) == pid && u(&w["tid"]) != tid {
                 assert!(frames.as_array().is_some_and(|f| !f.is_empty()), "the helper's user frames: {w}");
                 for k in KERNEL_PART {
                     assert!(!has_frame(frames, k), "a thread's wakeup has no kernel part ({k}): {w}");
