@@ -432,14 +432,15 @@ pub const TRACE_FLAGS_IRQ: u32 = 0x08 | 0x10;
 /// The two `sched:sched_waking` events of causes (issue 21), split by the waker's
 /// context with a tracepoint filter on `common_flags`, so the kernel walks only the part
 /// of the waker's stack the analysis reads:
-/// * `task`: wakeups from thread context (`!(common_flags & 24)`): the user part of the
-///   callchain only (`exclude_callchain_kernel`; in dwarf mode the user stack copy). The
-///   kernel part there is the wake mechanism (`try_to_wake_up` ← `__wake_up_common` ←
-///   `pipe_write` ← … ← the syscall entry), the same for every wakeup of a kind, and
-///   unwinding it cost more than the rest of the sample (docs/BENCHMARKS.md "Wakeups and
-///   CPU-wide switches").
-/// * `irq`: wakeups in hard or soft interrupt context (`common_flags & 24`): the kernel
-///   part only (`exclude_callchain_user`, no user stack copy): the interrupt kind
+/// * `task`: wakeups from thread context (`!(common_flags & 24) && common_pid != 0`):
+///   the user part of the callchain only (`exclude_callchain_kernel`; in dwarf mode the
+///   user stack copy). The kernel part there is the wake mechanism (`try_to_wake_up` ←
+///   `__wake_up_common` ← `pipe_write` ← … ← the syscall entry), the same for every
+///   wakeup of a kind, and unwinding it cost more than the rest of the sample
+///   (docs/BENCHMARKS.md "Wakeups and CPU-wide switches").
+/// * `irq`: wakeups in hard or soft interrupt context, or by the idle task, which the
+///   analysis takes for an interrupt (`(common_flags & 24) || common_pid == 0`): the
+///   kernel part only (`exclude_callchain_user`, no user stack copy): the interrupt kind
 ///   (timer, disk, network) comes from it, and the user stack of whatever task the
 ///   interrupt happened to hit says nothing about the wakeup.
 ///
@@ -465,8 +466,8 @@ pub fn waking_attrs(spec: &EventSpec, cfg: &SamplingConfig, cg: Option<&CallGrap
     let mut irq = off_cpu_attr(spec, cfg, None)?;
     irq.attr.set_exclude_callchain_user(1);
     Ok(WakingPlans {
-        task: finish(task, format!("!(common_flags & {TRACE_FLAGS_IRQ})")),
-        irq: finish(irq, format!("common_flags & {TRACE_FLAGS_IRQ}")),
+        task: finish(task, format!("!(common_flags & {TRACE_FLAGS_IRQ}) && common_pid != 0")),
+        irq: finish(irq, format!("(common_flags & {TRACE_FLAGS_IRQ}) || common_pid == 0")),
     })
 }
 

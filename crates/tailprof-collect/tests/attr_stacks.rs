@@ -175,7 +175,7 @@ fn waking_events_walk_only_the_stack_part_the_analysis_reads() {
         assert_eq!(w.irq.attr.sample_type & (st::STACK_USER | st::REGS_USER | st::BRANCH_STACK), 0, "{cg:?}");
         let dwarf = matches!(cg, Some(CallGraph::Dwarf { .. }));
         assert_eq!(w.task.attr.sample_type & st::STACK_USER != 0, dwarf, "{cg:?}");
-        assert_eq!(w.task.filter.as_deref(), Some("!(common_flags & 24)"));
-        assert_eq!(w.irq.filter.as_deref(), Some("common_flags & 24"));
+        assert_eq!(w.task.filter.as_deref(), Some("!(common_flags & 24) && common_pid != 0"));
+        assert_eq!(w.irq.filter.as_deref(), Some("(common_flags & 24) || common_pid == 0"));
     }
 }
