@@ -15,11 +15,29 @@
 # written (tailprof: samples + switch + wakeup records; perf: SAMPLE + SWITCH +
 # SWITCH_CPU_WIDE records, `perf report --stats`), bytes of the output file, and CPU ns and
 # bytes per event; kernel ring losses (tailprof's lost_records; perf's LOST records); and
-# the CPU per round trip over the workload alone. "causes/rt" is what wakeups + CPU-wide
+# the CPU per round trip over the workload alone; "wl-ns/rt": the workload's own CPU (user+sys
+# of the workload process alone, /usr/bin/time inside the recorder) per round trip over the
+# workload alone's: what the kernel does for the events in the workload's context (perf
+# output, callchain walks), without the recorder's own reading and writing, so less noisy
+# than the whole command's. "causes/rt" is what wakeups + CPU-wide
 # switches add per round trip: tp-wake minus tp-nowake (tailprof: the off-CPU recording it
 # adds to), perf-a minus none (perf: all it records is wakeups + CPU-wide switches).
 # Usage: bench/causes-cost.sh [RUNS] [ROUND_TRIPS]    (root)
+#        bench/causes-cost.sh --profile [ROUND_TRIPS]
+# --profile: a kernel profile per configuration instead (perf record -a -g -e cpu-clock -c
+# 100000 around it, once each): the workload's samples (100 us of CPU each) per round trip,
+# split by where they land. The kernel writes these events with interrupts off, so a
+# cpu-clock sample lands where they come back on: at `_raw_spin_unlock_irqrestore` in the
+# pipe's wakeup (sched_waking: its sample and callchain) or at `finish_task_switch` (the
+# context switch: switch records, the sched_switch stack sample). Less noisy than the CPU
+# totals, and per event kind.
 set -euo pipefail
+PROFILE=
+if [ "${1:-}" = --profile ]; then
+    PROFILE=1
+    shift
+    set -- 1 "${1:-100000}"
+fi
 RUNS=${1:-5}
 N=${2:-100000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,12 +73,25 @@ lost() {
     perf-*) perf report --stats -i "$W/perf.data" 2>/dev/null | awk '$1 == "LOST" && $2 == "events:" {s += $3} END {print s+0}' ;;
     esac
 }
+if [ -n "$PROFILE" ]; then
+    printf '%-12s %10s %12s %12s %10s   (us of the workload'"'"'s CPU per round trip, from 100 us samples)\n' config total wakeup-path switch-path other
+    for n in "${NAMES[@]}"; do
+        rm -f "$W/t.trace" "$W/perf.data"
+        # shellcheck disable=SC2046
+        perf record -q -a -g -e cpu-clock -c 100000 -o "$W/prof.data" -- $(cmd "$n") "$W/pingpong" "$N" >/dev/null 2>&1
+        perf script -i "$W/prof.data" --comm pingpong -F ip,sym 2>/dev/null | awk -v n="$n" -v N="$N" 'BEGIN {RS = ""; FS = "\n"}
+            {t++; split($1, a, " "); if (a[2] == "_raw_spin_unlock_irqrestore") w++; else if (a[2] ~ /^finish_task_switch/) s++}
+            END {f = 100 / N; printf "%-12s %10.1f %12.1f %12.1f %10.1f\n", n, t * f, w * f, s * f, (t - w - s) * f}'
+    done
+    exit 0
+fi
 for i in $(seq "$RUNS"); do
     for n in "${NAMES[@]}"; do
         rm -f "$W/t.trace" "$W/perf.data"
         # shellcheck disable=SC2046
-        /usr/bin/time -f '%U %S' -o "$W/time" $(cmd "$n") "$W/pingpong" "$N" 2>/dev/null | tail -1 >>"$W/$n.ns"
+        /usr/bin/time -f '%U %S' -o "$W/time" $(cmd "$n") /usr/bin/time -f '%U %S' -o "$W/wtime" "$W/pingpong" "$N" 2>/dev/null | tail -1 >>"$W/$n.ns"
         awk '{print $1 + $2}' "$W/time" >>"$W/$n.cpu"
+        awk '{print $1 + $2}' "$W/wtime" >>"$W/$n.wcpu"
         out=$W/t.trace
         [ -f "$out" ] || out=$W/perf.data
         if [ -f "$out" ]; then stat -c %s "$out" >>"$W/$n.bytes"; else echo 0 >>"$W/$n.bytes"; fi
@@ -70,9 +101,11 @@ for i in $(seq "$RUNS"); do
 done
 med() { sort -n "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 base=$(med "$W/none.cpu")
-printf '%-12s %10s %12s %10s %12s %12s %12s %10s %10s %10s\n' config ns/rt rec-CPU-s events bytes CPU-ns/ev bytes/ev lost CPU-ns/rt causes/rt
+wbase=$(med "$W/none.wcpu")
+printf '%-12s %10s %12s %10s %12s %12s %12s %10s %10s %10s %10s\n' config ns/rt rec-CPU-s events bytes CPU-ns/ev bytes/ev lost CPU-ns/rt causes/rt wl-ns/rt
 for n in "${NAMES[@]}"; do
     ns=$(med "$W/$n.ns"); cpu=$(med "$W/$n.cpu"); ev=$(med "$W/$n.ev"); by=$(med "$W/$n.bytes"); lo=$(med "$W/$n.lost")
+    wl=$(echo "($(med "$W/$n.wcpu") - $wbase) * 1000000000 / $N" | bc -l)
     rec=$(echo "$cpu - $base" | bc -l)
     case $n in
     tp-wake*) inc=$(echo "($cpu - $(med "$W/tp-nowake.cpu")) * 1000000000 / $N" | bc -l) ;;
@@ -80,8 +113,8 @@ for n in "${NAMES[@]}"; do
     *) inc=- ;;
     esac
     if [ "$ev" -gt 0 ]; then
-        printf '%-12s %10.0f %12.3f %10d %12d %12.0f %12.2f %10d %10.0f %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" "$ev" "$by" "$(echo "$rec * 1000000000 / $ev" | bc -l)" "$(echo "$by / $ev" | bc -l)" "$lo" "$(echo "$rec * 1000000000 / $N" | bc -l)" "$([ "$inc" = - ] && echo - || printf '%.0f' "$inc")"
+        printf '%-12s %10.0f %12.3f %10d %12d %12.0f %12.2f %10d %10.0f %10s %10.0f\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" "$ev" "$by" "$(echo "$rec * 1000000000 / $ev" | bc -l)" "$(echo "$by / $ev" | bc -l)" "$lo" "$(echo "$rec * 1000000000 / $N" | bc -l)" "$([ "$inc" = - ] && echo - || printf '%.0f' "$inc")" "$wl"
     else
-        printf '%-12s %10.0f %12.3f %10s %12s %12s %12s %10s %10s %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" - - - - - - -
+        printf '%-12s %10.0f %12.3f %10s %12s %12s %12s %10s %10s %10s %10s\n' "$n" "$(echo "$ns / $N" | bc -l)" "$rec" - - - - - - - -
     fi
 done

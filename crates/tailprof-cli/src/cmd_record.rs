@@ -196,7 +196,8 @@ pub struct RecordArgs {
     no_off_cpu: bool,
 
     /// With context switches, do not record wakeups (sched:sched_waking, with the waker's
-    /// stack) and, for a command or -p, the CPU-wide context switches that say who ran
+    /// stack: a thread's user frames only, an interrupt's kernel frames only) and, for a
+    /// command or -p, the CPU-wide context switches that say who ran
     /// while a thread waited for a CPU. They give `items` its woken_by and preempted_by
     /// (docs/STACKS.md "Wakeups and CPU-wide switches").
     #[arg(long = "no-wakeups")]

@@ -424,3 +424,98 @@ fn noise_names_page_faults_and_syscalls() {
     assert_eq!(named, 0, "no kernel symbols: nothing named");
     assert!(unknown > 0, "{items:#?}");
 }
+
+/// Items 1, 3, 5, ... sleep 3 ms (`nanosleep`: an hrtimer interrupt wakes the thread);
+/// items 2, 4, 6, ... hand a byte to a helper thread through a pipe and wait for its
+/// answer, which it writes after 2 ms of thread CPU time in `helper_work` (a thread wakes
+/// the item's thread in `pipe_write`). 20 items.
+const WAKERS: &str = r#"
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+#include "tailprof.h"
+static int req[2], rsp[2];
+static volatile unsigned long sink;
+static long cpu_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+__attribute__((noinline)) void helper_work(void) {
+    long start = cpu_ns();
+    do { for (unsigned i = 0; i < 20000; i++) sink += i; } while (cpu_ns() - start < 2000000L);
+}
+static void *helper(void *arg) {
+    char c;
+    (void)arg;
+    while (read(req[0], &c, 1) == 1) {
+        helper_work();
+        if (write(rsp[1], &c, 1) != 1) break;
+    }
+    return 0;
+}
+int main(void) {
+    pthread_t t;
+    char c = 'x';
+    struct timespec ms3 = { 0, 3000000 };
+    if (pipe(req) || pipe(rsp) || pthread_create(&t, 0, helper, 0)) return 1;
+    for (unsigned long id = 1; id <= 20; id++) {
+        tailprof_item_begin(id);
+        if (id % 2) {
+            nanosleep(&ms3, 0);
+        } else if (write(req[1], &c, 1) != 1 || read(rsp[0], &c, 1) != 1) {
+            return 2;
+        }
+        tailprof_item_end(id);
+    }
+    close(req[1]);
+    pthread_join(t, 0);
+    return 0;
+}
+"#;
+
+/// The recorder walks only the part of a waker's stack that the analysis reads (issue 21,
+/// recording cost; docs/STACKS.md "Wakeups and CPU-wide switches"): a timer interrupt's
+/// wakeup keeps its kernel frames (`hrtimer_wakeup`, so its kind is "timer"); a thread's
+/// wakeup keeps its user frames and no kernel part (no `try_to_wake_up` ← … ←
+/// `entry_SYSCALL_64`), which the kernel no longer unwinds.
+#[test]
+fn waker_stacks_keep_the_kernel_part_of_interrupts_and_the_user_part_of_threads() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(bin) = cfixture::compile_source(dir.path(), "wakers", WAKERS, &[]) else {
+        return;
+    };
+    let Some(ks) = kallsyms_copy(dir.path()) else {
+        return;
+    };
+    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap()]) else {
+        return;
+    };
+    let items = items_with(&trace, ks.to_str().unwrap());
+    assert_eq!(items.len(), 20);
+    const KERNEL_PART: &[&str] = &["try_to_wake_up", "__wake_up_common", "do_syscall_64", "entry_SYSCALL_64_after_hwframe"];
+    let (mut timer, mut thread) = (0, 0);
+    for it in &items {
+        let (pid, tid) = (u(&it["pid"]), u(&it["tid"]));
+        for w in it["woken_by"].as_array().expect("woken_by") {
+            let frames = &w["frames"];
+            if u(&it["id"]) % 2 == 1 && w["irq"] == "timer" {
+                assert!(has_frame(frames, "hrtimer_wakeup"), "a timer wakeup keeps its kernel frames: {w}");
+                timer += 1;
+            }
+            if u(&it["id"]).is_multiple_of(2) && w["irq"].is_null() && u(&w["pid"]) == pid && u(&w["tid"]) != tid {
+                assert!(frames.as_array().is_some_and(|f| !f.is_empty()), "the helper's user frames: {w}");
+                for k in KERNEL_PART {
+                    assert!(!has_frame(frames, k), "a thread's wakeup has no kernel part ({k}): {w}");
+                }
+                thread += 1;
+            }
+        }
+    }
+    assert!(timer >= 5, "{timer} of 10 sleeping items woken by a timer: {items:#?}");
+    assert!(thread >= 5, "{thread} of 10 handing-off items woken by the helper thread: {items:#?}");
+}

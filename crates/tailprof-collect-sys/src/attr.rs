@@ -183,6 +183,9 @@ pub struct AttrPlan {
     /// For precise core-PMU events: whether the attr qualifies for large PEBS (the kernel
     /// also needs PEBS format ≥ 3 for PERF_SAMPLE_TIME). `false` for other events.
     pub large_pebs_eligible: bool,
+    /// A tracepoint filter to set on every fd of this event after it is opened
+    /// (`PERF_EVENT_IOC_SET_FILTER`, [`crate::sys::ioctl_set_filter`]); `None`: none.
+    pub filter: Option<String>,
 }
 
 impl std::fmt::Debug for AttrPlan {
@@ -192,6 +195,7 @@ impl std::fmt::Debug for AttrPlan {
             .field("desc", &self.desc)
             .field("notes", &self.notes)
             .field("large_pebs_eligible", &self.large_pebs_eligible)
+            .field("filter", &self.filter)
             .finish()
     }
 }
@@ -359,7 +363,7 @@ pub fn build_attr(spec: &EventSpec, cfg: &SamplingConfig) -> Result<AttrPlan, Ev
         exclude_kernel: spec.exclude_kernel,
         exclude_user: spec.exclude_user,
     };
-    Ok(AttrPlan { attr: a, desc, notes, large_pebs_eligible })
+    Ok(AttrPlan { attr: a, desc, notes, large_pebs_eligible, filter: None })
 }
 
 /// Add call stacks to a sampling event's attr (`record -g` / `--call-graph`):
@@ -418,6 +422,53 @@ pub fn off_cpu_attr(spec: &EventSpec, cfg: &SamplingConfig, cg: Option<&CallGrap
     };
     apply_call_graph(&mut plan, &cg);
     Ok(plan)
+}
+
+/// `common_flags` bits of a trace record written in interrupt context
+/// (TRACE_FLAG_HARDIRQ 0x08 | TRACE_FLAG_SOFTIRQ 0x10, include/linux/trace_events.h:
+/// the same values since 2.6).
+pub const TRACE_FLAGS_IRQ: u32 = 0x08 | 0x10;
+
+/// The two `sched:sched_waking` events of causes (issue 21), split by the waker's
+/// context with a tracepoint filter on `common_flags`, so the kernel walks only the part
+/// of the waker's stack the analysis reads:
+/// * `task`: wakeups from thread context (`!(common_flags & 24) && common_pid != 0`):
+///   the user part of the callchain only (`exclude_callchain_kernel`; in dwarf mode the
+///   user stack copy). The kernel part there is the wake mechanism (`try_to_wake_up` ←
+///   `__wake_up_common` ← `pipe_write` ← … ← the syscall entry), the same for every
+///   wakeup of a kind, and unwinding it cost more than the rest of the sample
+///   (docs/BENCHMARKS.md "Wakeups and CPU-wide switches").
+/// * `irq`: wakeups in hard or soft interrupt context, or by the idle task, which the
+///   analysis takes for an interrupt (`(common_flags & 24) || common_pid == 0`): the
+///   kernel part only (`exclude_callchain_user`, no user stack copy): the interrupt kind
+///   (timer, disk, network) comes from it, and the user stack of whatever task the
+///   interrupt happened to hit says nothing about the wakeup.
+///
+/// Both: sampled on every hit like the off-CPU stack event ([`off_cpu_attr`]), plus
+/// `PERF_SAMPLE_RAW` (the wakee's tid), without `PERF_SAMPLE_PERIOD` (every sample of
+/// this tracepoint counts one hit: the decoder fills in the attr's period 1).
+pub struct WakingPlans {
+    pub task: AttrPlan,
+    pub irq: AttrPlan,
+}
+
+/// Build [`WakingPlans`] for the `sched:sched_waking` tracepoint `spec`.
+pub fn waking_attrs(spec: &EventSpec, cfg: &SamplingConfig, cg: Option<&CallGraph>) -> Result<WakingPlans, EventError> {
+    use tailprof_perf_abi::sample_type::RAW;
+    let finish = |mut p: AttrPlan, filter: String| {
+        p.attr.sample_type = (p.attr.sample_type | RAW) & !S_PERIOD;
+        p.desc.sample_type = p.attr.sample_type;
+        p.filter = Some(filter);
+        p
+    };
+    let mut task = off_cpu_attr(spec, cfg, cg)?;
+    task.attr.set_exclude_callchain_kernel(1);
+    let mut irq = off_cpu_attr(spec, cfg, None)?;
+    irq.attr.set_exclude_callchain_user(1);
+    Ok(WakingPlans {
+        task: finish(task, format!("!(common_flags & {TRACE_FLAGS_IRQ}) && common_pid != 0")),
+        irq: finish(irq, format!("(common_flags & {TRACE_FLAGS_IRQ}) || common_pid == 0")),
+    })
 }
 
 /// Why the kernel would not use large (multi-record) PEBS for this precise attr; empty

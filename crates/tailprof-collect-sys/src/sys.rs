@@ -105,6 +105,15 @@ pub fn ioctl_set_output(fd: impl AsFd, target_fd: impl AsFd) -> io::Result<()> {
     check(unsafe { pes::ioctls::SET_OUTPUT(fd.as_fd().as_raw_fd(), target_fd.as_fd().as_raw_fd()) })
 }
 
+/// PERF_EVENT_IOC_SET_FILTER: a tracepoint event's filter (the ftrace filter grammar,
+/// e.g. `common_flags & 24`); the kernel drops hits that do not match before it builds
+/// the sample (no callchain walk, nothing written). Inherited copies use their parent's.
+pub fn ioctl_set_filter(fd: impl AsFd, filter: &str) -> io::Result<()> {
+    let c = std::ffi::CString::new(filter).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the kernel copies the NUL-terminated string (strndup_user) and keeps no pointer.
+    check(unsafe { pes::ioctls::SET_FILTER(fd.as_fd().as_raw_fd(), c.as_ptr() as *mut libc::c_char) })
+}
+
 /// PERF_EVENT_IOC_ID: the id that PERF_SAMPLE_IDENTIFIER carries for this fd's event.
 pub fn ioctl_id(fd: impl AsFd) -> io::Result<u64> {
     let mut id = 0u64;

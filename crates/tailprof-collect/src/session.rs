@@ -73,7 +73,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tailprof_format::{FormatError, LossKind, Lost, Record, TraceHeader, TraceWriter};
 
-use crate::attr::{apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, AttrPlan, ClockChoice, SamplingConfig};
+use crate::attr::{apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, waking_attrs, AttrPlan, ClockChoice, SamplingConfig};
 use crate::caps::Capabilities;
 use crate::event::{EventError, EventSpec};
 use crate::items::uprobe::{MarkerMaker, ProbeRole, UprobeError};
@@ -340,9 +340,9 @@ pub struct Recorder {
     off_cpu: Option<AttrPlan>,
     /// Off-CPU events waiting for the first marker (issue 7 item 2).
     off_cpu_later: offcpu_later::OffCpuLater,
-    /// `sched:sched_waking` opened with every task like `off_cpu` (system-wide targets,
-    /// or CPU-wide events not permitted), and its decoder index.
-    waking_in_task: Option<(AttrPlan, u16)>,
+    /// The `sched:sched_waking` events opened with every task like `off_cpu` (system-wide
+    /// targets, or CPU-wide events not permitted), and their decoder indexes.
+    waking_in_task: Vec<(AttrPlan, u16)>,
     /// Events opened CPU-wide besides the target's own (causes: sched_waking and the
     /// CPU-wide context switches), with their decoder indexes; their fds, enabled at the
     /// start of the run whatever the target.
@@ -445,18 +445,17 @@ impl Recorder {
         // Causes (issue 21): sched_waking and the CPU-wide context switches.
         let system_wide = matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_));
         let causes = cause_plans(&stack_opts, switch_later.is_some(), system_wide, &sampling, &mut stack_notes)?;
-        let mut index_of = |p: &Option<AttrPlan>| {
-            p.as_ref().map_or(u16::MAX, |p| {
-                layouts.push(layout_of(p));
-                (layouts.len() - 1) as u16
-            })
+        let mut index_of = |p: &AttrPlan| {
+            layouts.push(layout_of(p));
+            (layouts.len() - 1) as u16
         };
-        let waking_event = index_of(&causes.waking);
-        let cpu_switch_event = index_of(&causes.cpu_switch);
+        let waking_events: Vec<u16> = causes.waking.iter().map(&mut index_of).collect();
+        let cpu_switch_event = causes.cpu_switch.as_ref().map_or(u16::MAX, index_of);
+        let recording_wakeups = !causes.waking.is_empty();
         // Per-task targets: CPU-wide when permitted (wakers outside the process, and who
         // ran while its threads waited for a CPU), else with the target's tasks.
-        let cpu_wide_ok = !system_wide && causes.waking.is_some() && cpu_wide_permitted(&caps);
-        if causes.waking.is_some() && !system_wide && !cpu_wide_ok {
+        let cpu_wide_ok = !system_wide && recording_wakeups && cpu_wide_permitted(&caps);
+        if recording_wakeups && !system_wide && !cpu_wide_ok {
             stack_notes.push(
                 "CPU-wide events not permitted (run as root or set kernel.perf_event_paranoid to 0): wakeups are \
                  recorded only when the waker is in the recorded processes, and who ran instead of a runnable \
@@ -490,7 +489,7 @@ impl Recorder {
         if stack_opts.off_cpu || switch_later.is_some() {
             header.extra.insert("off_cpu".into(), if off_cpu.is_some() { "switch+sched_switch" } else { "switch" }.into());
         }
-        if causes.waking.is_some() {
+        if recording_wakeups {
             // What the causes analysis can expect (docs/FORMAT.md `causes`): wakeups, from
             // CPU-wide events or only the target's; CPU-wide switches (filtered).
             // At the first marker, sched_waking is opened with the target's tasks.
@@ -511,8 +510,8 @@ impl Recorder {
             }
             let mut sm = StackMaker::new(stack_opts.call_graph, ev, off_cpu_event);
             sm.item_key_reg = (item_key_mask != 0 && off_cpu.is_some()).then(|| item_key_mask.trailing_zeros());
-            if causes.waking.is_some() {
-                sm.set_causes(waking_event, cpu_switch_event, system_wide, wakee_field(), own_from_cpu_wide);
+            if recording_wakeups {
+                sm.set_causes(&waking_events, cpu_switch_event, system_wide, wakee_field(), own_from_cpu_wide);
             }
             sm
         });
@@ -539,7 +538,7 @@ impl Recorder {
             // Lost/throttle records of the switch event name no header event.
             rec.emitter.probe_base = rec.emitter.probe_base.min(switch_later_event);
         }
-        for e in [waking_event, cpu_switch_event] {
+        for &e in waking_events.iter().chain([&cpu_switch_event]) {
             // Lost/throttle records of these events name no header event.
             rec.emitter.probe_base = rec.emitter.probe_base.min(e);
         }
@@ -549,16 +548,16 @@ impl Recorder {
             event: switch_later_event,
             sched: sched_later,
             sched_event: off_cpu_event,
-            waking: if later { causes.waking.clone().map(|p| (p, waking_event)) } else { None },
+            waking: if later { causes.waking.iter().cloned().zip(waking_events.iter().copied()).collect() } else { Vec::new() },
             cpu_switch: if later && cpu_wide_ok { causes.cpu_switch.clone().map(|p| (p, cpu_switch_event)) } else { None },
             ..Default::default()
         };
         if !later {
-            if let Some(w) = causes.waking {
+            for w in causes.waking.into_iter().zip(waking_events.iter().copied()) {
                 if cpu_wide_ok {
-                    rec.cpu_wide.push((w, waking_event));
+                    rec.cpu_wide.push(w);
                 } else {
-                    rec.waking_in_task = Some((w, waking_event));
+                    rec.waking_in_task.push(w);
                 }
             }
             if let (Some(p), true) = (causes.cpu_switch, cpu_wide_ok) {
@@ -618,7 +617,7 @@ impl Recorder {
             sampling,
             off_cpu: None,
             off_cpu_later: offcpu_later::OffCpuLater::default(),
-            waking_in_task: None,
+            waking_in_task: Vec::new(),
             cpu_wide: Vec::new(),
             cpu_wide_fds: Vec::new(),
             sampling_stopped: false,

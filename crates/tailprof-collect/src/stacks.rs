@@ -132,8 +132,9 @@ pub(crate) struct StackMaker {
 /// wakeups and CPU-wide switch records (module docs).
 #[derive(Debug, Default)]
 pub(crate) struct CauseFilter {
-    /// The sched_waking event's index.
-    pub waking_event: u16,
+    /// The sched_waking events' indexes (thread and interrupt context,
+    /// `attr::waking_attrs`; `u16::MAX`: none).
+    pub waking_events: [u16; 2],
     /// The extra CPU-wide context-switch event's index (`u16::MAX`: none).
     pub cpu_switch_event: u16,
     /// System-wide: only item threads are tracked.
@@ -297,25 +298,29 @@ impl StackMaker {
         }
     }
 
-    /// Record wakeups (`waking_event`) and filter them and the CPU-wide switches
+    /// Record wakeups (`waking_events`, at most two) and filter them and the CPU-wide switches
     /// (`cpu_switch_event`, `u16::MAX`: none) by [`CauseFilter`].
     /// With `own_from_cpu_wide`, tracked threads' own switches come from the CPU-wide event
     /// ([`CauseFilter::own_from_cpu_wide`]).
     pub(crate) fn set_causes(
         &mut self,
-        waking_event: u16,
+        waking_events: &[u16],
         cpu_switch_event: u16,
         system_wide: bool,
         wakee_field: (usize, usize),
         own_from_cpu_wide: bool,
     ) {
+        let mut w = [u16::MAX; 2];
+        for (slot, &e) in w.iter_mut().zip(waking_events) {
+            *slot = e;
+        }
         self.causes =
-            Some(CauseFilter { waking_event, cpu_switch_event, system_wide, wakee_field, own_from_cpu_wide, ..Default::default() });
+            Some(CauseFilter { waking_events: w, cpu_switch_event, system_wide, wakee_field, own_from_cpu_wide, ..Default::default() });
     }
 
-    /// Whether `event` is the sched_waking event.
+    /// Whether `event` is one of the sched_waking events.
     pub(crate) fn is_waking(&self, event: u16) -> bool {
-        self.causes.as_ref().is_some_and(|c| c.waking_event == event)
+        event != u16::MAX && self.causes.as_ref().is_some_and(|c| c.waking_events.contains(&event))
     }
 
     /// A sched_waking sample → a [`Wakeup`] record, `None` when filtered out or when its
@@ -743,7 +748,7 @@ mod tests {
 
     #[test]
     fn cause_filter_keeps_what_the_analysis_needs() {
-        let mut c = CauseFilter { waking_event: 5, cpu_switch_event: 6, ..Default::default() };
+        let mut c = CauseFilter { waking_events: [5, u16::MAX], cpu_switch_event: 6, ..Default::default() };
         let sw = |tid: u32, kind, next_prev| Switch { time: 1, pid: tid, tid, kind, next_prev, ..Default::default() };
         // Thread 10 of the target, seen through its per-task switch record.
         assert!(c.keep_switch(&sw(10, SwitchKind::In, None), Some(0)).is_some());
@@ -785,7 +790,7 @@ mod tests {
         use tailprof_perf_abi::{record_type, sample_type as st, SampleLayout};
         let layout = SampleLayout::new(st::TID | st::TIME | st::CPU).with_sample_id_all(true);
         let mut sm = StackMaker::new(None, vec![(layout, 0, 0); 3], 1);
-        sm.set_causes(2, 0, false, (24, 4), true);
+        sm.set_causes(&[2], 0, false, (24, 4), true);
         // A CPU-wide switch record: header, next_prev pid/tid, sample_id (pid, tid, time, cpu).
         let rec = |tid: u32, out: bool, preempt: bool, other: u32, time: u64| {
             let misc: u16 = if out { 0x2000 } else { 0 } | if preempt { 0x4000 } else { 0 };
@@ -816,7 +821,7 @@ mod tests {
         assert!(sm.switch(&rec(60, false, false, 0, 301), Some(0), 0).is_none());
         // Without the mode, the CPU-wide copy of a tracked thread's switch is dropped.
         let mut old = StackMaker::new(None, vec![(layout, 0, 0); 3], 1);
-        old.set_causes(2, 0, false, (24, 4), false);
+        old.set_causes(&[2], 0, false, (24, 4), false);
         old.observe_cause(&Record::Comm(tailprof_format::Comm { pid: 10, tid: 10, ..Default::default() }));
         assert!(old.switch(&rec(10, true, true, 50, 200), Some(0), 1).is_none());
     }
@@ -873,7 +878,7 @@ mod tests {
     fn untracked_threads_are_named_once() {
         let me = std::process::id();
         let mut sm = StackMaker::new(None, Vec::new(), u16::MAX);
-        sm.set_causes(0, 1, false, (24, 4), false);
+        sm.set_causes(&[0], 1, false, (24, 4), false);
         let w = Record::Wakeup(Wakeup { time: 5, pid: me, tid: me, wakee_tid: 1, ..Default::default() });
         let mut out = Vec::new();
         sm.describe(&w, &mut out);

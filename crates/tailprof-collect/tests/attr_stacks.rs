@@ -1,7 +1,9 @@
 //! Golden `perf_event_attr`s of call stacks and off-CPU recording (issue 7): `-g`,
 //! `--call-graph dwarf[,N]`, `--call-graph lbr` (golden only: no PMU with LBR in CI),
 //! `context_switch` on the side-band event, and the `sched:sched_switch` off-CPU stack
-//! event (with a fixed tracepoint id, since the real one depends on the kernel).
+//! event (with a fixed tracepoint id, since the real one depends on the kernel), and the
+//! two `sched:sched_waking` events of causes (issue 21: thread and interrupt context,
+//! each with its tracepoint filter).
 //!
 //! Files: `tests/attr/stacks/<name>.golden`; regenerate with
 //! `UPDATE_GOLDEN=1 cargo test -p tailprof-collect --test attr_stacks`.
@@ -9,7 +11,7 @@
 use std::path::PathBuf;
 
 use tailprof_collect::attr::{
-    apply_call_graph, apply_context_switch, attr_golden_text, build_attr, off_cpu_attr, parse_regs, AttrPlan, SamplingConfig,
+    apply_call_graph, apply_context_switch, attr_golden_text, build_attr, off_cpu_attr, parse_regs, waking_attrs, AttrPlan, SamplingConfig,
 };
 use tailprof_collect::event::{EventKind, EventSpec};
 use tailprof_collect::stacks::CallGraph;
@@ -24,11 +26,16 @@ fn spec(name: &str) -> EventSpec {
 
 /// A tracepoint spec like `sched:sched_switch` with a fixed id.
 fn sched_switch() -> EventSpec {
+    tracepoint("sched:sched_switch", 316)
+}
+
+/// A tracepoint spec with a fixed id.
+fn tracepoint(name: &str, id: u64) -> EventSpec {
     EventSpec {
-        name: "sched:sched_switch".into(),
+        name: name.into(),
         kind: EventKind::Tracepoint,
         attr_type: 2,
-        config: 316,
+        config: id,
         config1: 0,
         config2: 0,
         precise: 0,
@@ -46,6 +53,9 @@ fn text(args: &str, plan: &AttrPlan) -> String {
     out.push_str(&format!("# desc.sample_type={:#x} desc.regs_user_mask={:#x}\n", plan.desc.sample_type, plan.desc.regs_user_mask));
     for n in &plan.notes {
         out.push_str(&format!("note={n}\n"));
+    }
+    if let Some(f) = &plan.filter {
+        out.push_str(&format!("filter={f}\n"));
     }
     out
 }
@@ -81,6 +91,16 @@ fn cases() -> Vec<(&'static str, String)> {
             &off_cpu_attr(&sched_switch(), &cfg, Some(&CallGraph::Dwarf { stack_size: 16384 })).unwrap(),
         ),
     ));
+    let waking = tracepoint("sched:sched_waking", 317);
+    for (mode, cg) in [("fp", None), ("dwarf", Some(CallGraph::Dwarf { stack_size: 16384 }))] {
+        let w = waking_attrs(&waking, &cfg, cg.as_ref()).unwrap();
+        let (task, irq) = match mode {
+            "fp" => ("waking_task_fp", "waking_irq_fp"),
+            _ => ("waking_task_dwarf", "waking_irq_dwarf"),
+        };
+        out.push((task, text(&format!("--off-cpu ({mode}): sched:sched_waking, thread context"), &w.task)));
+        out.push((irq, text(&format!("--off-cpu ({mode}): sched:sched_waking, interrupt context"), &w.irq)));
+    }
     out
 }
 
@@ -131,4 +151,31 @@ fn stack_attr_properties() {
     apply_call_graph(&mut lbr, &CallGraph::Lbr);
     assert_ne!(lbr.attr.sample_type & st::BRANCH_STACK, 0);
     assert_ne!(lbr.attr.branch_sample_type & tailprof_perf_abi::branch_sample_type::CALL_STACK, 0);
+}
+
+/// The sched_waking events of causes walk only the part of the waker's stack the
+/// analysis reads (issue 21, recording cost): thread-context wakers their user stack,
+/// interrupt-context wakers their kernel stack; both carry the wakee (RAW) and no
+/// PERIOD (always 1), and each keeps only its context by a tracepoint filter.
+#[test]
+fn waking_events_walk_only_the_stack_part_the_analysis_reads() {
+    use tailprof_perf_abi::sample_type as st;
+    let cfg = SamplingConfig { inherit: true, enable_on_exec: true, ..SamplingConfig::default() };
+    for cg in [None, Some(CallGraph::Fp), Some(CallGraph::Dwarf { stack_size: 8192 }), Some(CallGraph::Lbr)] {
+        let w = waking_attrs(&tracepoint("sched:sched_waking", 317), &cfg, cg.as_ref()).unwrap();
+        for p in [&w.task, &w.irq] {
+            assert_ne!(p.attr.sample_type & st::RAW, 0, "{cg:?}");
+            assert_eq!(p.attr.sample_type & st::PERIOD, 0, "{cg:?}");
+            assert_eq!(p.desc.sample_type, p.attr.sample_type);
+            assert_eq!(p.attr.sample_period, 1);
+        }
+        assert_eq!(w.task.attr.exclude_callchain_kernel(), 1, "{cg:?}");
+        assert_eq!(w.irq.attr.exclude_callchain_user(), 1, "{cg:?}");
+        assert_eq!(w.irq.attr.exclude_callchain_kernel(), 0, "{cg:?}");
+        assert_eq!(w.irq.attr.sample_type & (st::STACK_USER | st::REGS_USER | st::BRANCH_STACK), 0, "{cg:?}");
+        let dwarf = matches!(cg, Some(CallGraph::Dwarf { .. }));
+        assert_eq!(w.task.attr.sample_type & st::STACK_USER != 0, dwarf, "{cg:?}");
+        assert_eq!(w.task.filter.as_deref(), Some("!(common_flags & 24) && common_pid != 0"));
+        assert_eq!(w.irq.filter.as_deref(), Some("(common_flags & 24) || common_pid == 0"));
+    }
 }

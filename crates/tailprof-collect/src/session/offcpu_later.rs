@@ -27,9 +27,9 @@ pub(super) struct OffCpuLater {
     /// The sched_switch stack event (`None`: tracefs unavailable) and its decoder index.
     pub sched: Option<crate::attr::AttrPlan>,
     pub sched_event: u16,
-    /// The `sched:sched_waking` event of causes (issue 21) and its decoder index, opened
-    /// with the other two.
-    pub waking: Option<(crate::attr::AttrPlan, u16)>,
+    /// The `sched:sched_waking` events of causes (issue 21, thread and interrupt context)
+    /// and their decoder indexes, opened with the other two.
+    pub waking: Vec<(crate::attr::AttrPlan, u16)>,
     /// The CPU-wide context-switch event of causes (who ran while a thread was
     /// runnable), opened per CPU (not per task) with the others when CPU-wide events
     /// are permitted.

@@ -136,9 +136,11 @@ impl Recorder {
                 self.emitter.decoder.add_id(id, sm.off_cpu_event);
                 self.fds.push(fd);
             }
-            if let (Some((plan, event)), Some(ring)) = (&self.waking_in_task, ring_of_cpu[cpu_index]) {
+            for (plan, event) in &self.waking_in_task {
+                let Some(ring) = ring_of_cpu[cpu_index] else { break };
                 let fd = sys::perf_event_open(&plan.attr, pid, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
                     .map_err(io_err(format!("cannot open sched:sched_waking (wakeups) on CPU {cpu}")))?;
+                set_filter(&fd, plan, cpu)?;
                 sys::ioctl_set_output(fd.as_fd(), self.fds[self.ring_owner_fd[ring]].as_fd())
                     .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT (sched_waking) on CPU {cpu}")))?;
                 let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
@@ -159,6 +161,7 @@ impl Recorder {
             for &(cpu, owner) in &rings {
                 let fd = sys::perf_event_open(&attr, -1, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC)
                     .map_err(io_err(format!("cannot open {} CPU-wide on CPU {cpu}", plan.desc.name)))?;
+                set_filter(&fd, plan, cpu)?;
                 sys::ioctl_set_output(fd.as_fd(), self.fds[owner].as_fd())
                     .map_err(io_err(format!("PERF_EVENT_IOC_SET_OUTPUT ({}) on CPU {cpu}", plan.desc.name)))?;
                 let id = sys::ioctl_id(fd.as_fd()).map_err(io_err("PERF_EVENT_IOC_ID"))?;
@@ -181,10 +184,10 @@ impl Recorder {
         let plans: Vec<(crate::attr::AttrPlan, u16)> = [
             self.off_cpu_later.plan.clone().map(|p| (p, self.off_cpu_later.event)),
             self.off_cpu_later.sched.clone().map(|p| (p, self.off_cpu_later.sched_event)),
-            self.off_cpu_later.waking.clone(),
         ]
         .into_iter()
         .flatten()
+        .chain(self.off_cpu_later.waking.iter().cloned())
         .collect();
         let rings: Vec<(u32, usize)> = self.ring_cpus().into_iter().zip(self.ring_owner_fd.iter().copied()).collect();
         let tasks: Vec<i32> = match pid {
@@ -207,7 +210,11 @@ impl Recorder {
                             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => break, // the thread exited
                             Err(e) => return Err(io_err(format!("perf_event_open on CPU {cpu}"))(e)),
                         };
-                        let r = sys::ioctl_set_output(fd.as_fd(), self.fds[owner].as_fd())
+                        let r = plan
+                            .filter
+                            .as_deref()
+                            .map_or(Ok(()), |f| sys::ioctl_set_filter(fd.as_fd(), f))
+                            .and_then(|_| sys::ioctl_set_output(fd.as_fd(), self.fds[owner].as_fd()))
                             .and_then(|_| sys::ioctl_id(fd.as_fd()))
                             .map(|id| self.emitter.decoder.add_id(id, *event))
                             .and_then(|_| sys::ioctl_enable(fd.as_fd()));
@@ -428,5 +435,14 @@ impl Recorder {
             return Err(RecordError::NoSuchProcess(pid));
         }
         Ok(())
+    }
+}
+
+/// Set `plan`'s tracepoint filter (if any) on `fd`, opened on `cpu`.
+fn set_filter(fd: &OwnedFd, plan: &crate::attr::AttrPlan, cpu: u32) -> Result<(), RecordError> {
+    match &plan.filter {
+        Some(f) => sys::ioctl_set_filter(fd.as_fd(), f)
+            .map_err(io_err(format!("PERF_EVENT_IOC_SET_FILTER ({}: {f}) on CPU {cpu}", plan.desc.name))),
+        None => Ok(()),
     }
 }

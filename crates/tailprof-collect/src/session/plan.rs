@@ -149,9 +149,11 @@ pub(super) fn off_cpu_plans(
 /// is there; both are `None` otherwise (noted once).
 #[derive(Debug, Default)]
 pub(super) struct CausePlans {
-    /// The sched_waking event, built like the off-CPU stack event (the recording's inherit
-    /// and enable-on-exec; opened CPU-wide with neither when permitted).
-    pub waking: Option<AttrPlan>,
+    /// The sched_waking events (thread and interrupt context, `attr::waking_attrs`: each
+    /// with its tracepoint filter), built like the off-CPU stack event (the recording's
+    /// inherit and enable-on-exec; opened CPU-wide with neither when permitted). Empty:
+    /// wakeups are not recorded.
+    pub waking: Vec<AttrPlan>,
     /// The CPU-wide context-switch event (not for `-a`, whose side-band event is CPU-wide
     /// already; opened at the first marker when off-CPU waits for it).
     pub cpu_switch: Option<AttrPlan>,
@@ -172,9 +174,7 @@ pub(super) fn cause_plans(
         return Ok(CausePlans::default());
     }
     let c = if o.off_cpu { sampling.clone() } else { SamplingConfig { enable_on_exec: false, disabled: true, ..sampling.clone() } };
-    let mut waking = off_cpu_attr(&EventSpec::parse("sched:sched_waking")?, &c, o.call_graph.as_ref())?;
-    waking.attr.sample_type |= tailprof_perf_abi::sample_type::RAW;
-    waking.desc.sample_type = waking.attr.sample_type;
+    let w = waking_attrs(&EventSpec::parse("sched:sched_waking")?, &c, o.call_graph.as_ref())?;
     // At the first marker too (opened then with the other off-CPU events), so runnable
     // items still name who ran instead.
     let cpu_switch = if !system_wide {
@@ -185,7 +185,7 @@ pub(super) fn cause_plans(
     } else {
         None
     };
-    Ok(CausePlans { waking: Some(waking), cpu_switch })
+    Ok(CausePlans { waking: vec![w.task, w.irq], cpu_switch })
 }
 
 /// The per-task events without context switches (`attr.context_switch` off on every
