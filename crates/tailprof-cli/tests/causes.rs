@@ -354,6 +354,29 @@ fn kallsyms_copy(dir: &Path) -> Option<PathBuf> {
     Some(f)
 }
 
+/// A program recorded and its items read with kernel frames named from a copy of this
+/// machine's kallsyms (the directory lives as long as this).
+struct KernelNamed {
+    _dir: tempfile::TempDir,
+    trace: PathBuf,
+    kallsyms: PathBuf,
+    items: Vec<Value>,
+}
+
+/// Compile `src` as `name`, record it and read its items with kernel names; None
+/// (skipped, said) without root, a compiler, kernel addresses or permission to record.
+fn record_items_with_kernel_names(name: &str, src: &str) -> Option<KernelNamed> {
+    if !root() {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = cfixture::compile_source(dir.path(), name, src, &[])?;
+    let kallsyms = kallsyms_copy(dir.path())?;
+    let trace = record(dir.path(), &[bin.to_str().unwrap()])?;
+    let items = items_with(&trace, kallsyms.to_str().unwrap());
+    Some(KernelNamed { _dir: dir, trace, kallsyms, items })
+}
+
 fn items_with(trace: &Path, kallsyms: &str) -> Vec<Value> {
     let out = tailprof()
         .args(["items", "--json", "--top", "0"])
@@ -373,20 +396,9 @@ fn items_with(trace: &Path, kallsyms: &str) -> Vec<Value> {
 #[test]
 fn noise_names_page_faults_and_syscalls() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = cfixture::compile_source(dir.path(), "noise", NOISE, &[]) else {
+    let Some(KernelNamed { _dir: _keep, trace, kallsyms: ks, items }) = record_items_with_kernel_names("noise", NOISE) else {
         return;
     };
-    let Some(ks) = kallsyms_copy(dir.path()) else {
-        return;
-    };
-    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap()]) else {
-        return;
-    };
-    let items = items_with(&trace, ks.to_str().unwrap());
     assert_eq!(items.len(), 16);
     let sum = |odd: bool, f: &dyn Fn(&Value) -> u64| -> u64 {
         items.iter().filter(|i| (u(&i["id"]) % 2 == 1) == odd).map(|i| f(&i["noise"])).sum()
@@ -482,20 +494,9 @@ int main(void) {
 #[test]
 fn waker_stacks_keep_the_kernel_part_of_interrupts_and_the_user_part_of_threads() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !root() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let Some(bin) = cfixture::compile_source(dir.path(), "wakers", WAKERS, &[]) else {
+    let Some(KernelNamed { items, .. }) = record_items_with_kernel_names("wakers", WAKERS) else {
         return;
     };
-    let Some(ks) = kallsyms_copy(dir.path()) else {
-        return;
-    };
-    let Some(trace) = record(dir.path(), &[bin.to_str().unwrap()]) else {
-        return;
-    };
-    let items = items_with(&trace, ks.to_str().unwrap());
     assert_eq!(items.len(), 20);
     const KERNEL_PART: &[&str] = &["try_to_wake_up", "__wake_up_common", "do_syscall_64", "entry_SYSCALL_64_after_hwframe"];
     let (mut timer, mut thread) = (0, 0);
