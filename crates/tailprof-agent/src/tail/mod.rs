@@ -34,6 +34,14 @@
 //! is counted only while current, and the rest of its wall time is waiting in its event
 //! loop (`switching` in the explanation). Other requests keep begin → end on their thread.
 //!
+//! Go (probes on a Go binary, [`TailRetainer::set_goroutine_key`]): as in the items join
+//! (`tailprof_analyze::items::join`, whose `goroutine_key`, `sample_goroutine` and
+//! `observe_run` are used here), a probe request is keyed by its goroutine (`g`, the
+//! marker's item): its end is matched by (pid, g) on any thread, a thread's exit does not
+//! end it, its samples are those whose goroutine register is its `g` on any thread, and
+//! its causes are looked up on its runs on OS threads. Open goroutine requests are open
+//! requests (the bounds above).
+//!
 //! Trace context (`ItemTrace` records) is stored with the request (`trace_id`, `span_id`).
 //!
 //! Ends are matched through indexes, never by scanning the open requests: an end with
