@@ -160,7 +160,7 @@ fn kept_samples_are_bounded_by_frames() {
 fn go_requests_follow_their_goroutine_across_threads() {
     let ms = 1_000_000u64;
     let go = |kind, t: u64, tid: u32, g: u64| Marker { time: t, pid: 1, tid, kind, item: g, class: 0, source: MarkerSource::Uprobe };
-    let sample = |t: u64, tid: u32, g: u64| Sample { time: t, pid: 1, tid, period: ms, regs: vec![g].into(), ..Default::default() };
+    let sample = |t: u64, tid: u32, g: u64| Sample { time: t, pid: 1, tid, period: ms, regs: vec![g], ..Default::default() };
     let (a, b) = (0xc000_1000u64, 0xc000_2000u64);
     let mut r = TailRetainer::new(Some(0), 0.0);
     r.set_goroutine_key(Some(0));
