@@ -140,7 +140,10 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool, on_window: &mut dyn FnMut
         .spawn(move || writer::run_writer(wcfg, rx, ws))
         .map_err(|e| tailprof_store::StoreError::Options(format!("cannot start the writer thread: {e}")))?;
 
-    let tail = Some(tail::TailRetainer::new(cfg.slow_threshold_ns, cfg.slow_percentile));
+    let mut tail = tail::TailRetainer::new(cfg.slow_threshold_ns, cfg.slow_percentile);
+    // Probes on a Go binary: requests by goroutine (the register the samples carry).
+    tail.set_goroutine_key(tailprof_analyze::items::join::goroutine_key(&recorder.header(), 0).map(|k| k.1));
+    let tail = Some(tail);
     let mut agg = aggregate::Aggregator::new(events, cfg.window_us, cfg.host.clone(), tx, tail);
     agg.set_dropped_binaries(dropped);
     agg.register_kernel();

@@ -85,7 +85,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "P")]
     slow_percentile: Option<String>,
 
-    /// Item begin uprobe, BINARY:SYMBOL (as in `record --item-begin`).
+    /// Item begin uprobe, BINARY:SYMBOL (as in `record --item-begin`). On a Go binary,
+    /// requests are followed by goroutine (R14), not by thread.
     #[arg(long, value_name = "PROBE", requires = "item_end")]
     item_begin: Option<String>,
 

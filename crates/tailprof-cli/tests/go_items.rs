@@ -320,3 +320,82 @@ fn go_system_call_blocks_are_the_items_off_cpu_time() {
     assert!(parked_blocked < 20_000_000, "parked items: the thread's wait in the scheduler is not theirs ({parked_blocked} ns)");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 22 leftovers: the agent (`tailprof agent --item-begin/--item-end` on a Go binary)
+/// follows requests by goroutine, as `record` and the join do. The server's slow requests
+/// are retained (threshold 2 ms) with the samples of their goroutine on whichever OS
+/// threads it ran: each retained slow request's top function is `main.slowWork`, and its
+/// samples never exceed what its wall time allows at the sampling frequency (a request
+/// keyed by its first thread collects the samples of the goroutines that ran there after
+/// its own moved away). Needs Go and root (system-wide sampling), else skips.
+#[test]
+fn agent_retains_go_requests_by_goroutine() {
+    let dir = tempdir("agent");
+    let Some(exe) = build(&dir) else { return };
+    if !can_record() {
+        return;
+    }
+    let bin = exe.display().to_string();
+    let store = dir.join("store");
+    let freq = 999.0;
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_tailprof"))
+        .args(["agent", "--store"])
+        .arg(&store)
+        .args(["--window", "1s", "-F", "999", "--duration", "300s", "--slow-percentile", "off", "--slow-threshold", "2ms"])
+        .args(["--item-begin", &format!("{bin}:main.serve"), "--item-end", &format!("{bin}:main.serve%return")])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = agent.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let mut log = Vec::new();
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(l) => {
+                let ok = l.contains("agent: recording");
+                log.push(l);
+                if ok {
+                    break;
+                }
+            }
+            Err(_) => {
+                let _ = agent.kill();
+                let _ = agent.wait();
+                panic!("the agent did not start recording:\n{}", log.join("\n"));
+            }
+        }
+    }
+    let (requests, slow_every) = (2000usize, 20usize);
+    let o = Command::new(&exe).args([requests.to_string(), slow_every.to_string()]).output().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
+    let st = agent.wait().unwrap();
+    log.extend(rx.try_iter());
+    let log = log.join("\n");
+    assert!(st.success(), "agent failed ({st}):\n{log}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let slow = requests / slow_every;
+    assert!(stdout.contains(&format!("served {requests} slow {slow}")), "the server survived the probes: {stdout}\n{log}");
+    let o = tailprof(&["items", "--store", store.to_str().unwrap(), "--since", "1d", "--json"]);
+    assert!(o.status.success(), "items: {}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mine: Vec<&serde_json::Value> = v["items"].as_array().unwrap().iter().filter(|it| it["comm"] == "gosrv").collect();
+    let slow_items: Vec<&&serde_json::Value> =
+        mine.iter().filter(|it| it["functions"][0][0] == "main.slowWork" && it["samples"].as_u64().unwrap_or(0) >= 3).collect();
+    assert!(slow_items.len() >= slow / 4, "{} retained slow requests of {slow}:\n{v:#}\n{log}", slow_items.len());
+    for it in &mine {
+        let n = it["samples"].as_u64().unwrap() as f64;
+        let wall = it["duration_ns"].as_u64().unwrap() as f64 * freq / 1e9;
+        // Its goroutine's samples fit in its wall time (Poisson margin): never those of
+        // the goroutines that ran on its first thread after it moved.
+        assert!(n <= wall + 4.0 * wall.sqrt() + 3.0, "{n} samples in {wall:.1} samples' worth of wall time: {it}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -95,8 +95,14 @@ fn record_p(pid: u32, trace: &Path, secs: u64) -> Option<String> {
 /// `record ARGS -o TRACE`: once it says it records, `during()`, then `secs` seconds, then
 /// SIGINT; its stderr, or None (skip) when perf events cannot be opened.
 fn record_while<T>(args: &[&str], trace: &Path, secs: u64, during: impl FnOnce() -> T) -> Option<String> {
+    record_while_env(args, &[], trace, secs, during)
+}
+
+/// [`record_while`] with environment variables for tailprof.
+fn record_while_env<T>(args: &[&str], env: &[(&str, &str)], trace: &Path, secs: u64, during: impl FnOnce() -> T) -> Option<String> {
     let mut rec = tailprof()
         .arg("record")
+        .envs(env.iter().copied())
         .args(args)
         .arg("-o")
         .arg(trace)
@@ -279,4 +285,49 @@ fn record_a_attaches_a_python_program_started_later() {
     let ours: Vec<&Value> = v["items"].as_array().unwrap().iter().filter(|it| it["pid"].as_u64() == Some(u64::from(pid))).collect();
     assert!(ours.len() >= 20, "{} items of the Python program started while recording\n{stderr}", ours.len());
     assert!(ours.iter().all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))), "classes named");
+}
+
+/// A Python program that imports `tailprof_markers` late: `record -a` with the watch
+/// schedule `schedule` (the internal knob TAILPROF_TEST_PYTHON_WATCH, in ms) while a
+/// Python program started during the recording imports the module `delay` seconds after
+/// it started; the items of that program.
+fn late_import(schedule: &str, delay: &str, secs: u64) -> Option<(Vec<Value>, String)> {
+    if tailprof_testkit::have_command("python3").is_none() {
+        tailprof_testkit::skip(tailprof_testkit::Need::Python, "python3 not found");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("late.trace");
+    let mut pid = 0;
+    let stderr = record_while_env(&["-a"], &[("TAILPROF_TEST_PYTHON_WATCH", schedule)], &trace, secs, || {
+        let py = Py::start(&data("python_attach_target.py"), &[delay]).unwrap();
+        pid = py.pid();
+        py
+    })?;
+    let v = items_json(&trace);
+    let ours = v["items"].as_array().unwrap().iter().filter(|it| it["pid"].as_u64() == Some(u64::from(pid))).cloned().collect();
+    Some((ours, stderr))
+}
+
+/// Regression (issue 22 leftovers): a Python program that imported `tailprof_markers` more
+/// than 30 s after it started was never attached by `record -a` or the agent (the follower
+/// watched it once a second for 30 s only). Now the watch goes on with a backoff for as
+/// long as the process lives. Scaled down through the internal schedule knob: looks every
+/// 100 ms for the first second, then every 300 ms; the program imports after 2.5 s, in the
+/// second phase. The same run with the first phase alone (the old rule, scaled) attaches
+/// nothing: the test can tell the two apart.
+#[test]
+fn record_a_attaches_a_python_program_that_imports_the_module_late() {
+    let Some((ours, stderr)) = late_import("100:1000,300", "2.5", 5) else {
+        return;
+    };
+    assert!(stderr.contains("Python process(es) watched for a control memfd"), "the follow note: {stderr}");
+    assert!(ours.len() >= 20, "{} items of the Python program that imported late\n{stderr}", ours.len());
+    assert!(ours.iter().all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))), "classes named");
+    // Control: a watch that ends after its first phase (what the recorder did before,
+    // with 30 s) never sees the late import.
+    let Some((ours, stderr)) = late_import("100:1000", "2.5", 5) else {
+        return;
+    };
+    assert!(ours.is_empty(), "{} items although the watch had ended before the import\n{stderr}", ours.len());
 }

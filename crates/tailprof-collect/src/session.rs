@@ -565,7 +565,7 @@ impl Recorder {
             }
         }
         if matches!(opts.target, Target::SystemWide | Target::SystemWideCommand(_)) {
-            rec.emitter.follow = Some(items::markers::MarkerFollower::default());
+            rec.emitter.follow = Some(items::markers::MarkerFollower::new());
         }
         rec.emitter.jit = crate::jit::JitCollector::new(crate::jit::JitLimits::default(), matches!(clock, ClockChoice::Monotonic));
         rec.emitter.jit.set_unwind(rec.emitter.stacks.as_ref().is_some_and(StackMaker::unwinds_while_draining));

@@ -34,6 +34,14 @@
 //! is counted only while current, and the rest of its wall time is waiting in its event
 //! loop (`switching` in the explanation). Other requests keep begin → end on their thread.
 //!
+//! Go (probes on a Go binary, [`TailRetainer::set_goroutine_key`]): as in the items join
+//! (`tailprof_analyze::items::join`, whose `goroutine_key`, `sample_goroutine` and
+//! `observe_run` are used here), a probe request is keyed by its goroutine (`g`, the
+//! marker's item): its end is matched by (pid, g) on any thread, a thread's exit does not
+//! end it, its samples are those whose goroutine register is its `g` on any thread, and
+//! its causes are looked up on its runs on OS threads. Open goroutine requests are open
+//! requests (the bounds above).
+//!
 //! Trace context (`ItemTrace` records) is stored with the request (`trace_id`, `span_id`).
 //!
 //! Ends are matched through indexes, never by scanning the open requests: an end with
@@ -54,7 +62,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use tailprof_analyze::causes::{PathState, SpanPreempter, SpanSwitch, SpanWaker, SpanWakeup};
-use tailprof_format::{ItemClass, ItemTrace, Lost, Marker, MarkerKind, Sample};
+use tailprof_analyze::items::join::{observe_run, sample_goroutine};
+use tailprof_format::{ItemClass, ItemTrace, Lost, Marker, MarkerKind, MarkerSource, Sample};
 use tailprof_store::schema::{
     ItemExplanation, ItemRow, LatencyRow, StoreFrame, StoredDuring, StoredPreempter, StoredStack, StoredState, StoredSwitching,
     StoredWaker, KERNEL_BUILD_ID,
@@ -152,6 +161,9 @@ struct ThreadCur {
 struct KeptSample {
     time: u64,
     tid: u32,
+    /// Its process and goroutine (goroutine mode; 0: none).
+    pid: u32,
+    g: u64,
     period: u64,
     frames: Box<[(u32, u64)]>,
 }
@@ -172,6 +184,8 @@ struct Open {
     resumes: u64,
     /// When it was current: (tid, from, to).
     slices: Vec<(u32, u64, u64)>,
+    /// Goroutine mode: (its goroutine `g`, the OS thread its end was seen on).
+    goroutine: Option<(u64, u32)>,
 }
 
 /// A class's recent durations and the cached percentile of them.
@@ -265,6 +279,9 @@ pub struct TailRetainer {
     /// linearly with the ends, however many requests are open).
     pub match_probes: u64,
     mono_to_wall: (u64, i64),
+    /// Goroutine mode (probes on a Go binary): the index of the goroutine register in
+    /// samples' `regs` ([`tailprof_analyze::items::join::goroutine_key`]).
+    go_key: Option<usize>,
 }
 
 /// The log2 bucket upper bound of a duration.
@@ -302,7 +319,14 @@ impl TailRetainer {
             stats: TailStats::default(),
             match_probes: 0,
             mono_to_wall: (tailprof_collect::session::monotonic_ns(), tailprof_store::time::now_us()),
+            go_key: None,
         }
+    }
+
+    /// Goroutine mode: requests from probes are keyed by goroutine, and samples carry the
+    /// goroutine register at `index` of their `regs` (module docs, "Go").
+    pub fn set_goroutine_key(&mut self, index: Option<usize>) {
+        self.go_key = index;
     }
 
     fn wall_us(&self, mono: u64) -> i64 {
@@ -330,7 +354,8 @@ impl TailRetainer {
             self.kept.pop_front();
         }
         self.kept_frames += frames.len();
-        self.kept.push_back(KeptSample { time: s.time, tid: s.tid, period: s.period, frames: frames.into() });
+        let g = self.go_key.and_then(|i| sample_goroutine(s, i)).unwrap_or(0);
+        self.kept.push_back(KeptSample { time: s.time, tid: s.tid, pid: s.pid, g, period: s.period, frames: frames.into() });
     }
 
     pub fn handle_lost(&mut self, _l: &Lost) {}
@@ -401,8 +426,13 @@ impl TailRetainer {
         *self.hist.entry((ci, bucket_le(dur))).or_insert(0) += 1;
         // Where it ran, for the requests of later causes' wakers and preempters (only
         // when the recorder records switches: nothing else asks).
+        let go_runs = o.goroutine.map(|(g, end_tid)| self.goroutine_runs(o.pid, g, tid, o.begin, end_tid, end));
         if !self.causes.switches.is_empty() {
-            if o.switched {
+            if let Some(runs) = &go_runs {
+                for &(t, b, e) in runs {
+                    self.ended.push(t, b, e, item, ci);
+                }
+            } else if o.switched {
                 for &(t, b, e) in &o.slices {
                     self.ended.push(t, b, e, item, ci);
                 }
@@ -438,10 +468,24 @@ impl TailRetainer {
             return;
         }
         // A switched request: the intervals it was current; else begin → end on its thread.
-        let spans: Vec<(u32, u64, u64)> = if o.switched { o.slices.clone() } else { vec![(tid, o.begin, end)] };
+        // A goroutine's: its runs on OS threads.
+        let spans: Vec<(u32, u64, u64)> = match go_runs {
+            Some(runs) => runs,
+            None if o.switched => o.slices.clone(),
+            None => vec![(tid, o.begin, end)],
+        };
         let mut stacks: HashMap<&[(u32, u64)], u64> = HashMap::new();
         let (mut samples, mut on_cpu) = (0u64, 0u64);
-        for &(t, b, e) in &spans {
+        if let Some((g, _)) = o.goroutine {
+            // A goroutine's samples are those that ran it, on any thread (the join's rule).
+            let first = self.kept.partition_point(|s| s.time < o.begin);
+            for s in self.kept.range(first..).take_while(|s| s.time <= end).filter(|s| s.pid == o.pid && s.g == g) {
+                *stacks.entry(&s.frames).or_insert(0) += 1;
+                samples += 1;
+                on_cpu = on_cpu.saturating_add(s.period);
+            }
+        }
+        for &(t, b, e) in spans.iter().filter(|_| o.goroutine.is_none()) {
             // Kept samples are in time order (the recorder hands records over sorted by
             // time): start at the span's begin, stop after its end.
             let first = self.kept.partition_point(|s| s.time < b);
@@ -492,5 +536,40 @@ impl TailRetainer {
             span_id: o.trace.map(|t| hex(&t.1)).unwrap_or_default(),
         };
         self.retained.push(Retained { row, stacks, causes, switching });
+    }
+
+    /// Goroutine mode: the runs of goroutine `g` of `pid` on OS threads between its begin
+    /// (seen on `begin_tid`) and its end (on `end_tid`), from the kept samples of the
+    /// process, by the join's run rule ([`observe_run`]): a run on a thread lasts from the
+    /// first to the last time the goroutine was seen there without another one seen in
+    /// between. At most [`MAX_SLICES_PER_REQUEST`] runs (more: `slices_dropped`).
+    fn goroutine_runs(&mut self, pid: u32, g: u64, begin_tid: u32, begin: u64, end_tid: u32, end: u64) -> Vec<(u32, u64, u64)> {
+        let mut open: HashMap<u32, Option<(u64, u64, u64)>> = HashMap::new();
+        let mut runs = Vec::new();
+        let mut dropped = 0u64;
+        let mut push = |r: Option<(u64, u64, u64)>, tid: u32, runs: &mut Vec<(u32, u64, u64)>| {
+            if let Some((_, from, to)) = r {
+                if runs.len() < MAX_SLICES_PER_REQUEST {
+                    runs.push((tid, from, to));
+                } else {
+                    dropped += 1;
+                }
+            }
+        };
+        observe_run(open.entry(begin_tid).or_default(), Some(g), begin);
+        let from = self.kept.partition_point(|s| s.time < begin);
+        for s in self.kept.range(from..).take_while(|s| s.time <= end).filter(|s| s.pid == pid) {
+            let run = open.entry(s.tid).or_default();
+            let ended = observe_run(run, (s.g == g).then_some(g), s.time);
+            push(ended, s.tid, &mut runs);
+        }
+        let ended = observe_run(open.entry(end_tid).or_default(), Some(g), end);
+        push(ended, end_tid, &mut runs);
+        for (tid, run) in open {
+            push(run, tid, &mut runs);
+        }
+        self.stats.slices_dropped += dropped;
+        runs.sort_unstable_by_key(|r| (r.1, r.0));
+        runs
     }
 }

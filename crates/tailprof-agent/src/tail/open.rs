@@ -32,7 +32,8 @@ impl TailRetainer {
             };
             for k in victims {
                 // A request begun after the exit belongs to a new thread with a reused id.
-                if self.open.get(&k).is_some_and(|o| o.begin <= time) {
+                // A goroutine's request outlives the OS thread it began on.
+                if self.open.get(&k).is_some_and(|o| o.begin <= time && (process || o.goroutine.is_none())) {
                     self.remove_open(k);
                     self.stats.abandoned_open += 1;
                 }
@@ -84,10 +85,22 @@ impl TailRetainer {
         Some(o)
     }
 
+    /// Goroutine mode: a probe marker's item is its goroutine (`g`).
+    fn goroutine_marker(&self, m: &Marker) -> bool {
+        self.go_key.is_some() && m.source == MarkerSource::Uprobe
+    }
+
     fn begin(&mut self, m: &Marker, comm: &str) {
         let key = (m.tid, m.item);
+        let go = self.goroutine_marker(m);
         if self.remove_open(key).is_some() {
             self.stats.abandoned_open += 1;
+        }
+        // A goroutine begun again before its end (an end lost): the old request is over.
+        if let Some(k) = self.by_pid_id.get(&(m.pid, m.item)).copied().filter(|_| go) {
+            if self.remove_open(k).is_some() {
+                self.stats.abandoned_open += 1;
+            }
         }
         let proc_full = self.by_pid.get(&m.pid).is_some_and(|x| x.len() >= MAX_OPEN_PER_PROCESS);
         let oldest = if proc_full {
@@ -120,9 +133,13 @@ impl TailRetainer {
                 current_on: None,
                 resumes: 0,
                 slices: Vec::new(),
+                goroutine: go.then_some((m.item, m.tid)),
             },
         );
-        self.set_current(m.tid, Some(key), m.time);
+        // A goroutine is followed by its register, not by the thread it began on.
+        if !go {
+            self.set_current(m.tid, Some(key), m.time);
+        }
     }
 
     /// Thread `tid` now works on request `key` (`None`: none) from `time` on; the interval
@@ -226,6 +243,21 @@ impl TailRetainer {
             MarkerKind::SwitchNone => {
                 self.start_switching(m.tid, m.time);
                 self.set_current(m.tid, None, m.time);
+            }
+            MarkerKind::End if self.goroutine_marker(m) => {
+                // Goroutine mode: the request of this goroutine, whichever thread began it.
+                self.match_probes += 1;
+                let key = self.by_pid_id.get(&(m.pid, m.item)).copied();
+                let Some(mut o) = key.and_then(|k| self.remove_open(k)) else {
+                    self.stats.unmatched_ends += 1;
+                    return;
+                };
+                let key = key.unwrap_or_default();
+                if let Some(go) = &mut o.goroutine {
+                    go.1 = m.tid;
+                }
+                let class_id = if m.class != 0 { m.class } else { o.class };
+                self.finish(key.0, key.1, &o, class_id, m.time);
             }
             MarkerKind::End => {
                 self.match_probes += 1;

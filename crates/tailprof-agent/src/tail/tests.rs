@@ -151,3 +151,41 @@ fn kept_samples_are_bounded_by_frames() {
     assert_eq!(r.kept.len(), MAX_KEPT_FRAMES / 128);
     assert_eq!(r.stats.kept_samples_evicted, 100);
 }
+
+/// Issue 22 leftovers: the agent followed Go requests by OS thread, so a request whose
+/// goroutine moved to another thread lost its samples there and got those of the
+/// goroutine that ran on its first thread instead. Now (goroutine mode, the samples carry
+/// R14) a request's samples are those of its goroutine on any thread, as in the join.
+#[test]
+fn go_requests_follow_their_goroutine_across_threads() {
+    let ms = 1_000_000u64;
+    let go = |kind, t: u64, tid: u32, g: u64| Marker { time: t, pid: 1, tid, kind, item: g, class: 0, source: MarkerSource::Uprobe };
+    let sample = |t: u64, tid: u32, g: u64| Sample { time: t, pid: 1, tid, period: ms, regs: vec![g], ..Default::default() };
+    let (a, b) = (0xc000_1000u64, 0xc000_2000u64);
+    let mut r = TailRetainer::new(Some(0), 0.0);
+    r.set_goroutine_key(Some(0));
+    r.handle_marker(&go(MarkerKind::Begin, 0, 10, a), "srv");
+    for t in 1..=3 {
+        r.handle_sample(&sample(t * ms, 10, a), &[(0, 0x10)]);
+    }
+    // Goroutine b takes thread 10 and begins its own request; a moves to thread 11.
+    r.handle_marker(&go(MarkerKind::Begin, 3 * ms + ms / 2, 10, b), "srv");
+    for t in 4..=9 {
+        r.handle_sample(&sample(t * ms, 10, b), &[(0, 0x20)]);
+        if t <= 7 {
+            r.handle_sample(&sample(t * ms, 11, a), &[(0, 0x10)]);
+        }
+    }
+    // Thread 10 exiting does not end a's request (its goroutine lives on).
+    r.handle_exit(1, 10, 7 * ms + 1);
+    r.handle_marker(&go(MarkerKind::End, 8 * ms, 11, a), "srv");
+    r.handle_marker(&go(MarkerKind::End, 9 * ms + ms / 2, 10, b), "srv");
+    let (items, _) = r.take_window(0, 1, &|_| Some("ab".into()));
+    let got: Vec<(u64, u64)> = items.iter().map(|i| (i.item_id, i.samples)).collect();
+    assert!(got.contains(&(a, 7)), "a ran 3 samples on thread 10 and 4 on thread 11: {got:?}");
+    assert!(got.contains(&(b, 6)), "b ran 6 samples on thread 10: {got:?}");
+    assert_eq!((r.stats.requests, r.stats.unmatched_ends, r.stats.abandoned_open), (2, 0, 0));
+    let a_row = items.iter().find(|i| i.item_id == a).unwrap();
+    assert_eq!(a_row.off_cpu_ns, 8 * ms - 7 * ms, "wall time not covered by its samples");
+    assert!(!a_row.explanation.contains("0x20") && !a_row.explanation.contains("\"offset\":32"), "{}", a_row.explanation);
+}

@@ -1,10 +1,17 @@
 """A pure-Python program that marks items in a loop and knows nothing of tailprof: started
 without TAILPROF_MARKERS, attached later with `tailprof record -p PID`
 (tests/python_attach.rs), which kills it. Classes: every 10th item is "slow", the others
-"fast"."""
+"fast". With an argument SECS: says "ready", then waits SECS before importing the module
+(a server that imports it lazily)."""
+import sys
 import time
 
-import tailprof_markers as tp
+DELAY = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
+if DELAY:
+    print("ready", flush=True)
+    time.sleep(DELAY)
+
+import tailprof_markers as tp  # noqa: E402
 
 
 def work(n):
@@ -14,7 +21,8 @@ def work(n):
     return x
 
 
-print("ready", flush=True)
+if not DELAY:
+    print("ready", flush=True)
 i = 0
 while True:
     i += 1

@@ -340,12 +340,12 @@ impl Recorder {
     /// The follow note for the end of a recording (`None` when nothing was followed).
     pub(super) fn follow_note(&self) -> Option<String> {
         let f = self.emitter.follow.as_ref()?;
-        if f.attached + f.failed + f.over_limit + f.others + f.scan_dropped == 0 {
+        if f.attached + f.failed + f.over_limit + f.others + f.scan_dropped + f.python_watched == 0 {
             return None;
         }
         Some(format!(
             "markers: attached to {} process(es) that started while recording (their markers from before the attach are \
-             not recorded){}{}{}{}",
+             not recorded){}{}{}{}{}",
             f.attached,
             if f.others > 0 { format!("; {} left to the recorder that launched them", f.others) } else { String::new() },
             match &f.first_error {
@@ -354,6 +354,24 @@ impl Recorder {
             },
             if f.over_limit > 0 {
                 format!("; {} not attached (more than {} at once)", f.over_limit, items::markers::follower::MAX_FOLLOWED_PROCESSES)
+            } else {
+                String::new()
+            },
+            if f.python_watched > 0 {
+                format!(
+                    "; {} Python process(es) watched for a control memfd ({} look(s){})",
+                    f.python_watched,
+                    f.python_looks,
+                    if f.python_not_watched > 0 {
+                        format!(
+                            ", {} not watched: more than {} at once",
+                            f.python_not_watched,
+                            items::markers::follower::MAX_PYTHON_WATCHED
+                        )
+                    } else {
+                        String::new()
+                    }
+                )
             } else {
                 String::new()
             },

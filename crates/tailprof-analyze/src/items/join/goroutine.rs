@@ -1,9 +1,46 @@
 //! Goroutine mode: (pid, g) strands and the runs of goroutines on OS threads (see the
 //! module docs of [`super`]).
 
-use tailprof_format::Switch;
+use tailprof_format::{Sample, Switch, TraceHeader};
 
-use super::{JoinState, Thread, NO_ITEM};
+use super::{reg_bit, JoinState, Thread, NO_ITEM};
+
+/// Goroutine mode of a trace (`TraceHeader.extra["item_key"]` = `goroutine:REG`, probes
+/// on a Go binary): (the register's name, its index in the `Sample::regs` of `event`), or
+/// `None` when items are not keyed by goroutine (or the event does not capture it). One
+/// home for the join and the agent (`tailprof_agent::tail`).
+pub fn goroutine_key(header: &TraceHeader, event: u16) -> Option<(String, usize)> {
+    let name = header.extra.get("item_key")?.strip_prefix("goroutine:")?;
+    let bit = reg_bit(name)?;
+    let mask = header.events.get(event as usize).map_or(0, |e| e.regs_user_mask);
+    (mask & (1 << bit) != 0).then(|| (name.trim().to_owned(), (mask & ((1u64 << bit) - 1)).count_ones() as usize))
+}
+
+/// The goroutine (`g`) a sample ran, from its key register at `index`
+/// ([`goroutine_key`]); `None`: none (0, or not captured).
+#[inline]
+pub fn sample_goroutine(s: &Sample, index: usize) -> Option<u64> {
+    s.regs.get(index).copied().filter(|&g| g != 0)
+}
+
+/// The run rule of goroutine mode, per OS thread: `run` is (key, first, last time) of the
+/// goroutine item seen on the thread without another one seen in between. Seeing `key`
+/// (`None`: a goroutine of no item, or the scheduler) at `time` extends the run of the
+/// same key, else ends it: the run ended is returned (it lasted from its first to its last
+/// observation), and a new one starts for `Some` key.
+#[inline]
+pub fn observe_run<K: PartialEq + Copy>(run: &mut Option<(K, u64, u64)>, key: Option<K>, time: u64) -> Option<(K, u64, u64)> {
+    match (*run, key) {
+        (Some((k, from, _)), Some(new)) if k == new => {
+            *run = Some((k, from, time));
+            None
+        }
+        (prev, key) => {
+            *run = key.map(|k| (k, time, time));
+            prev
+        }
+    }
+}
 
 impl JoinState {
     /// Goroutine mode: the entry of (pid, g) in `threads`, made when `create`.
@@ -27,18 +64,13 @@ impl JoinState {
     /// current slices (off-CPU time of the thread inside a run counts for the item).
     pub(super) fn observe(&mut self, tt: usize, item: u32, time: u64) {
         let th = &mut self.threads[tt];
-        match th.run {
-            Some((i, from, _)) if i == item => th.run = Some((i, from, time)),
-            prev => {
-                th.run = (item != NO_ITEM).then_some((item, time, time));
-                let tid = th.tid;
-                if let Some((i, from, to)) = prev {
-                    self.slices.push((i, tid, from, to));
-                }
-                if item != NO_ITEM {
-                    self.items[item as usize].go_runs = true;
-                }
-            }
+        let started = item != NO_ITEM && th.run.is_none_or(|r| r.0 != item);
+        let tid = th.tid;
+        if let Some((i, from, to)) = observe_run(&mut th.run, (item != NO_ITEM).then_some(item), time) {
+            self.slices.push((i, tid, from, to));
+        }
+        if started {
+            self.items[item as usize].go_runs = true;
         }
     }
 

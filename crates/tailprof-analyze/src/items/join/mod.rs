@@ -78,6 +78,7 @@ use crate::resolve::{LocId, Resolved, Resolver};
 use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
+pub use goroutine::{goroutine_key, observe_run, sample_goroutine};
 pub use register::reg_bit;
 
 /// An item being joined.
@@ -285,17 +286,7 @@ impl Resolved<JoinState> {
                 last: None,
             })
         });
-        let key = header.extra.get("item_key").and_then(|k| {
-            let name = k.strip_prefix("goroutine:")?;
-            let bit = reg_bit(name)?;
-            let mask = ev.map_or(0, |e| e.regs_user_mask);
-            (mask & (1 << bit) != 0).then(|| KeyMode {
-                name: name.trim().to_owned(),
-                index: (mask & ((1u64 << bit) - 1)).count_ones() as usize,
-                strands: FxHashMap::default(),
-                next_id: 0,
-            })
-        });
+        let key = goroutine_key(header, event).map(|(name, index)| KeyMode { name, index, strands: FxHashMap::default(), next_id: 0 });
         let state = JoinState {
             opts: opts.clone(),
             event,

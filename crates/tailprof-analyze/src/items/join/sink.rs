@@ -40,7 +40,7 @@ impl ResolvedSink for JoinState {
         }
         let th = match &self.key {
             Some(k) => {
-                let g = s.regs.get(k.index).copied().unwrap_or(0);
+                let g = super::sample_goroutine(s, k.index).unwrap_or(0);
                 self.threads[t].go_g = g;
                 let strand = self.strand(s.pid, g, false);
                 let item = strand.and_then(|st| self.threads[st].stack.last()).map_or(NO_ITEM, |&(i, _)| i);

@@ -24,11 +24,78 @@ const MAX_WAITING_PER_FILE: usize = 64;
 /// A symbol only a Python runtime defines (the `python3.X` executable or `libpython`,
 /// in `.dynsym`): a process mapping such a file is watched for a control memfd.
 pub const PYTHON_RUNTIME_SYMBOL: &str = "Py_BytesMain";
-/// How long a Python process that started while recording is watched for its control
-/// memfd (the `tailprof_markers` module creates it at import), looked for once a second.
-pub const PYTHON_WATCH_FOR: std::time::Duration = std::time::Duration::from_secs(30);
-/// Python processes watched at once at most (more: counted in `scan_dropped`).
+/// How often a Python process that started while recording is looked at for its control
+/// memfd (the `tailprof_markers` module creates it at import), by how long it has been
+/// watched: (for this long, every): once a second for 30 s, then every 10 s until 10 min.
+/// After the last phase, every [`PYTHON_WATCH_THEN`] for as long as the process lives
+/// (servers import lazily and run for months). See [`WatchSchedule`].
+pub const PYTHON_WATCH_PHASES: [(std::time::Duration, std::time::Duration); 2] = [
+    (std::time::Duration::from_secs(30), std::time::Duration::from_secs(1)),
+    (std::time::Duration::from_secs(600), std::time::Duration::from_secs(10)),
+];
+/// How often a Python process is looked at after [`PYTHON_WATCH_PHASES`].
+pub const PYTHON_WATCH_THEN: std::time::Duration = std::time::Duration::from_secs(60);
+/// Python processes watched at once at most (more: counted in `scan_dropped` and
+/// `python_not_watched`). A look is one read of `/proc/PID/maps` by the worker thread
+/// (docs/MARKERS.md gives its measured cost); at [`PYTHON_WATCH_THEN`], 256 processes
+/// cost about 4 reads a second.
 pub const MAX_PYTHON_WATCHED: usize = 256;
+/// Internal test knob (not a user option): the Python watch schedule in milliseconds,
+/// `EVERY:UNTIL,...[,THEN]` (e.g. `100:1000,300`: every 100 ms for the first second,
+/// then every 300 ms; without `THEN` the watch ends after the last phase), so the tests
+/// of the later phases need not wait 30 s. Ignored when malformed.
+pub const PYTHON_WATCH_ENV: &str = "TAILPROF_TEST_PYTHON_WATCH";
+
+/// When a watched Python process is looked at next ([`PYTHON_WATCH_PHASES`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSchedule {
+    /// (until this long after the watch began, look every), in order.
+    pub phases: Vec<(std::time::Duration, std::time::Duration)>,
+    /// Then every this long, as long as the process lives (`None`: stop watching).
+    pub then: Option<std::time::Duration>,
+}
+
+impl Default for WatchSchedule {
+    fn default() -> Self {
+        WatchSchedule { phases: PYTHON_WATCH_PHASES.to_vec(), then: Some(PYTHON_WATCH_THEN) }
+    }
+}
+
+impl WatchSchedule {
+    /// The default, or [`PYTHON_WATCH_ENV`]'s when set and well formed.
+    pub fn from_env() -> Self {
+        std::env::var(PYTHON_WATCH_ENV).ok().and_then(|v| Self::parse(&v)).unwrap_or_default()
+    }
+
+    /// `EVERY:UNTIL,...[,THEN]` in milliseconds (see [`PYTHON_WATCH_ENV`]).
+    pub fn parse(s: &str) -> Option<Self> {
+        let ms = |x: &str| x.trim().parse::<u64>().ok().filter(|&v| v > 0).map(std::time::Duration::from_millis);
+        let mut out = WatchSchedule { phases: Vec::new(), then: None };
+        let parts: Vec<&str> = s.split(',').collect();
+        for (i, p) in parts.iter().enumerate() {
+            match p.split_once(':') {
+                Some((every, until)) if out.then.is_none() => out.phases.push((ms(until)?, ms(every)?)),
+                None if i + 1 == parts.len() => out.then = Some(ms(p)?),
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+
+    /// The next look at a process watched since `since`, after a look at `now`; `None`:
+    /// the watch is over.
+    pub fn next(&self, since: std::time::Instant, now: std::time::Instant) -> Option<std::time::Instant> {
+        let age = now.saturating_duration_since(since);
+        match self.phases.iter().find(|(until, _)| age < *until) {
+            Some(&(_, every)) => {
+                let next = now + every;
+                let end = self.phases.last().map_or(std::time::Duration::ZERO, |p| p.0);
+                (self.then.is_some() || next < since + end).then_some(next)
+            }
+            None => self.then.map(|every| now + every),
+        }
+    }
+}
 /// How long stopping waits for a scan in progress at most (it is told to stop and gives
 /// up at its next read; a read that hangs is left behind, the thread detached).
 pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
@@ -75,11 +142,19 @@ pub(crate) struct MarkerFollower {
     worker: Option<ScanWorker>,
     /// Processes to attach, with their control block addresses (looked up by the worker).
     pub queue: Vec<(u32, Found)>,
-    /// Python processes watched for a control memfd, until when.
-    python_watch: std::collections::HashMap<u32, std::time::Instant>,
+    /// Python processes watched for a control memfd: (watched since, next look).
+    python_watch: std::collections::HashMap<u32, (std::time::Instant, std::time::Instant)>,
+    /// When the watched processes are looked at ([`WatchSchedule::from_env`] when the
+    /// follower starts).
+    pub python_schedule: WatchSchedule,
     /// When the watched processes were last looked at, and memfd lookups not answered yet.
     python_round: Option<std::time::Instant>,
     python_in_flight: usize,
+    /// Python processes watched (in all), looks at their maps, and processes not watched
+    /// because [`MAX_PYTHON_WATCHED`] were.
+    pub python_watched: u64,
+    pub python_looks: u64,
+    pub python_not_watched: u64,
     /// Processes attached after the start, attach failures (first error kept), and
     /// processes not attached because a bound was reached.
     pub attached: u64,
@@ -204,6 +279,11 @@ impl ScanWorker {
 }
 
 impl MarkerFollower {
+    /// A follower with the Python watch schedule of [`WatchSchedule::from_env`].
+    pub fn new() -> Self {
+        MarkerFollower { python_schedule: WatchSchedule::from_env(), ..Default::default() }
+    }
+
     /// An executable file mapping (MMAP2) was written: queue its process when the file
     /// defines the marker control symbol (answered later, through [`MarkerFollower::poll`]).
     pub fn saw_mmap(&mut self, m: &tailprof_format::Mmap, dev: u64, inode: u64) {
@@ -294,27 +374,40 @@ impl MarkerFollower {
         }
         if self.python_watch.len() >= MAX_PYTHON_WATCHED {
             self.scan_dropped += 1;
+            self.python_not_watched += 1;
             return;
         }
-        self.python_watch.insert(pid, std::time::Instant::now() + PYTHON_WATCH_FOR);
+        let now = std::time::Instant::now();
+        self.python_watched += 1;
+        self.python_watch.insert(pid, (now, now));
     }
 
-    /// About once a second: ask the worker to look for the watched processes' control
-    /// memfds (a new round only when the last one is answered); forget the expired.
+    /// Ask the worker to look for the control memfds of the watched processes that are
+    /// due ([`WatchSchedule`]; a new round only when the last one is answered, at most
+    /// every 100 ms); forget those whose watch is over.
     fn python_round(&mut self) {
         let now = std::time::Instant::now();
         if self.python_watch.is_empty()
             || self.python_in_flight > 0
-            || self.python_round.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1))
+            || self.python_round.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_millis(100))
         {
             return;
         }
         self.python_round = Some(now);
-        self.python_watch.retain(|_, until| *until > now);
-        let pids: Vec<u32> = self.python_watch.keys().copied().collect();
-        for pid in pids {
+        let due: Vec<u32> = self.python_watch.iter().filter(|(_, (_, next))| *next <= now).map(|(&pid, _)| pid).collect();
+        for pid in due {
+            let Some(&(since, _)) = self.python_watch.get(&pid) else { continue };
+            match self.python_schedule.next(since, now) {
+                Some(next) => {
+                    self.python_watch.insert(pid, (since, next));
+                }
+                None => {
+                    self.python_watch.remove(&pid);
+                }
+            }
             if self.send(ScanJob::Memfd { pid }) {
                 self.python_in_flight += 1;
+                self.python_looks += 1;
             }
         }
     }
@@ -438,6 +531,48 @@ impl Drop for ScanWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Python program that imports `tailprof_markers` more than 30 s after it started
+    /// was never attached: its watch ended at 30 s. Now (fake clock) the default schedule
+    /// looks once a second for 30 s, every 10 s until 10 min, then every minute for as
+    /// long as the process lives; a schedule without `then` ends after its last phase.
+    #[test]
+    fn python_watch_backs_off_and_never_ends() {
+        let t0 = std::time::Instant::now();
+        let s = |secs: u64| t0 + std::time::Duration::from_secs(secs);
+        let looks = |sched: &WatchSchedule, until_s: u64| {
+            let (mut at, mut n, mut last) = (t0, 0u64, t0);
+            while at <= s(until_s) {
+                n += 1;
+                last = at;
+                match sched.next(t0, at) {
+                    Some(next) => at = next,
+                    None => break,
+                }
+            }
+            (n, last.duration_since(t0).as_secs())
+        };
+        let d = WatchSchedule::default();
+        assert_eq!(looks(&d, 29), (30, 29), "once a second for 30 s");
+        assert_eq!(looks(&d, 599).0, 30 + 57, "then every 10 s until 10 min");
+        // A year later: still watched, once a minute after the first 10 minutes.
+        let year = 365 * 24 * 3600;
+        let (n, last) = looks(&d, year);
+        assert_eq!(n, 30 + 57 + (year - 600) / 60 + 1, "then every minute, forever");
+        assert!(last > year - 60);
+        // The test knob's format; without THEN the watch ends (the old behaviour).
+        let k = WatchSchedule::parse("100:1000,300").unwrap();
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(k, WatchSchedule { phases: vec![(ms(1000), ms(100))], then: Some(ms(300)) });
+        assert_eq!(k.next(t0, t0 + ms(950)), Some(t0 + ms(1050)));
+        assert_eq!(k.next(t0, t0 + ms(5000)), Some(t0 + ms(5300)));
+        let once = WatchSchedule::parse("1000:30000").unwrap();
+        assert_eq!(once.then, None);
+        assert_eq!(looks(&once, 3600), (30, 29), "ends after 30 s");
+        for bad in ["", "x", "100:", "100:1000,300,400", "300,100:1000", "0:100", "100:1000:5"] {
+            assert_eq!(WatchSchedule::parse(bad), None, "{bad:?}");
+        }
+    }
 
     /// Issue 19, finding 3: a file whose scan never ends (a 16 GiB `.strtab`, or a read
     /// that hangs) held the drain loop for minutes, and SIGTERM with it. Now the drain
