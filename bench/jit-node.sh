@@ -2,7 +2,7 @@
 # bench/jit-node.sh: recording a Node process that publishes its JIT code's names (issue 23),
 # tailprof against what perf users must run.
 #
-#   bench/jit-node.sh [RUNS=5] [SECONDS=4]        (root; node, perf, python3, /usr/bin/time)
+#   bench/jit-node.sh [RUNS=5] [SECONDS=4]        (root; node, perf, python3)
 #
 # The workload: one Node script (written below) with two JS functions called 3:1 (`hotLoop`
 # three times, `coldLoop` once per round, the same loop body) for SECONDS of wall time; it
@@ -18,12 +18,14 @@
 #   perf-map    perf record -k mono ... -- node --perf-basic-prof app.js (perf reads
 #               /tmp/perf-PID.map at report time: the map has to be kept)
 # Measured per run:
-#   rec-CPU   the recorder's own CPU: user+sys of the whole recording command (/usr/bin/time
-#             around the recorder: recorder + workload) minus user+sys of the workload
-#             process alone in the same run (/usr/bin/time around node inside the recorder).
-#             What the kernel does for the samples in the workload's context is charged to
-#             the workload, not to the recorder (see wl-CPU).
-#   inject    user+sys of perf inject --jit (perf only).
+#   rec-CPU   the recorder's own CPU, read separately in the same run: user+sys (wait4, in
+#             µs) of the whole recording command (recorder + workload) minus user+sys of
+#             everything under the recorder (a timer around node inside the recorder: its
+#             own CPU plus node's). What the kernel does for the samples in the workload's
+#             context is charged to the workload, not to the recorder (see wl-CPU). The
+#             same difference for `none` (no recorder: what the timer misses of its own
+#             exit) is subtracted; it is printed.
+#   inject    user+sys of perf inject --jit (perf only), and its wall time.
 #   samples   tailprof info --json "samples"; perf report --stats SAMPLE events.
 #   bytes     tailprof: the trace (JIT names and line tables included). perf: perf.data,
 #             P.jit (perf inject's output) and the jitted-*.so files (apparent sizes; they
@@ -36,7 +38,8 @@
 #             tailprof report --json; perf report --sort sym -F overhead,sym --stdio.
 #   rounds    the workload's rounds in SECONDS over `none`'s (on a shared VM mostly noise).
 #   wl-CPU    the workload's own CPU over `none`'s (s).
-# TAILPROF= chooses the tailprof binary (default target/release/tailprof), PERF= perf.
+# TAILPROF= chooses the tailprof binary (default target/release/tailprof), PERF= perf. Runs
+# in a temporary directory (node writes jit-PID.dump there); removes /tmp/perf-PID.map.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -48,7 +51,6 @@ PERF=${PERF:-perf}
 need node "apt-get install nodejs"
 need "$PERF" "apt-get install linux-perf"
 need python3
-[ -x /usr/bin/time ] || die "/usr/bin/time not found: apt-get install time"
 [ -x "$TAILPROF" ] || die "$TAILPROF missing: cargo build --release --bin tailprof"
 TAILPROF=$(realpath "$TAILPROF")
 W=$(mktemp -d /tmp/tailprof-bench-jit-node.XXXXXX)
@@ -61,6 +63,29 @@ const end = Date.now() + 1000 * Number(process.argv[2]); let x = 0, rounds = 0;
 while (Date.now() < end) { x += hotLoop(200000); x += hotLoop(200000); x += hotLoop(200000); x += coldLoop(200000); rounds++; }
 console.log(rounds, process.pid, x);
 JS
+# cputime OUT CMD...: runs CMD, writes "CHILD SELF+CHILD WALL" to OUT: user+sys seconds of CMD
+# and everything it waited for (wait4), the same plus this timer's own, and wall seconds.
+cat >"$W/cputime.py" <<'PY'
+import os, resource, sys, time
+t0 = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    except OSError as e:
+        sys.stderr.write(f"cputime: {sys.argv[2]}: {e}\n")
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+wall = time.monotonic() - t0
+me = resource.getrusage(resource.RUSAGE_SELF)
+child = ru.ru_utime + ru.ru_stime
+with open(sys.argv[1], "w") as f:
+    f.write(f"{child:.6f} {child + me.ru_utime + me.ru_stime:.6f} {wall:.3f}\n")
+    f.flush()
+# Exits without the interpreter's teardown: CPU after the getrusage above is not counted.
+os._exit(os.waitstatus_to_exitcode(status))
+PY
+T="python3 $W/cputime.py"
 
 NAMES=(none tp tp-dwarf perf tp-map perf-map)
 flag() { case $1 in *-map) echo --perf-basic-prof ;; *) echo --perf-prof ;; esac; }
@@ -79,10 +104,10 @@ tp_stats() {
 import json, sys
 d = json.load(sys.stdin)
 total = d["samples"] or 1
-named = sum(r["samples"] for r in d["rows"] if r.get("binary") == "[jit]")
+named = sum(r["samples"] for r in d["functions"] if r.get("binary") == "[jit]")
 anon = sum(u["samples"] for u in d["unknown"] if "anon" in u.get("binary", "") or u.get("binary") == "[unknown]")
-hot = sum(r["samples"] for r in d["rows"] if "hotLoop" in r["name"])
-cold = sum(r["samples"] for r in d["rows"] if "coldLoop" in r["name"])
+hot = sum(r["samples"] for r in d["functions"] if "hotLoop" in r["name"])
+cold = sum(r["samples"] for r in d["functions"] if "coldLoop" in r["name"])
 jit = named + anon
 print(100 * jit / total, 100 * named / jit if jit else float("nan"), 100 * hot / (hot + cold) if hot + cold else float("nan"))'
 }
@@ -106,27 +131,28 @@ for i in $(seq "$RUNS"); do
         rm -rf "$R"
         mkdir "$R"
         # shellcheck disable=SC2046
-        (cd "$R" && /usr/bin/time -f '%U %S' -o "$R/time" $(rec "$n") \
-            /usr/bin/time -f '%U %S' -o "$R/wtime" node "$(flag "$n")" "$W/app.js" "$SECS" >"$R/out" 2>"$R/err") ||
+        (cd "$R" && $T "$R/time" $(rec "$n") \
+            $T "$R/wtime" node "$(flag "$n")" "$W/app.js" "$SECS" >"$R/out" 2>"$R/err") ||
             die "$n: recording failed: $(tail -3 "$R/err")"
         read -r rounds pid _ <"$R/out"
         echo "$rounds" >>"$W/$n.rounds"
-        tot=$(awk '{print $1 + $2}' "$R/time")
-        wl=$(awk '{print $1 + $2}' "$R/wtime")
-        echo "$wl" >>"$W/$n.wcpu"
-        awk -v a="$tot" -v b="$wl" 'BEGIN {print a - b}' >>"$W/$n.rec"
+        tot=$(awk '{print $1}' "$R/time")
+        under=$(awk '{print $2}' "$R/wtime")
+        awk '{print $1}' "$R/wtime" >>"$W/$n.wcpu"
+        awk -v a="$tot" -v b="$under" 'BEGIN {print a - b}' >>"$W/$n.rec"
         case $n in
         none) ;;
         tp*)
             tp_json "$R/T" samples >>"$W/$n.samples"
             stat -c %s "$R/T" >>"$W/$n.bytes"
             tp_stats "$R/T" >>"$W/$n.stats"
+            "$TAILPROF" info --json "$R/T" | python3 -c 'import json, sys; d = json.load(sys.stdin); print(d.get("jit_names", 0), sum(l["count"] for l in d.get("losses", []) if l["key"].startswith("skipped_jit")))' >>"$W/$n.jitinfo"
             ;;
         perf)
             perf_counts "$R/P" | awk '{print $1}' >>"$W/$n.samples"
-            (cd "$R" && /usr/bin/time -f '%U %S %e' -o "$R/itime" "$PERF" inject --jit -i "$R/P" -o "$R/P.jit" 2>>"$R/err") ||
+            (cd "$R" && $T "$R/itime" "$PERF" inject --jit -i "$R/P" -o "$R/P.jit" 2>>"$R/err") ||
                 die "perf inject --jit failed: $(tail -3 "$R/err")"
-            awk '{print $1 + $2}' "$R/itime" >>"$W/$n.inject"
+            awk '{print $1}' "$R/itime" >>"$W/$n.inject"
             awk '{print $3}' "$R/itime" >>"$W/$n.injwall"
             stat -c %s "$R/P" >>"$W/$n.pdata"
             stat -c %s "$R/P.jit" >>"$W/$n.pjit"
@@ -155,17 +181,22 @@ mcol() { [ -s "$W/$1.stats" ] && awk -v c="$2" '{print $c}' "$W/$1.stats" | medi
 per() { awk -v a="$1" -v b="$2" -v k="${3:-1}" -v d="${4:-1}" 'BEGIN { if (a == "nan" || b == "nan" || b == 0) print "-"; else printf "%.*f\n", d, k * a / b }'; }
 r0=$(m none rounds)
 w0=$(m none wcpu)
+c0=$(m none rec)
 echo "# bench/jit-node.sh $RUNS $SECS: medians of $RUNS runs; node $(node --version); load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# recorder CPU: minus none's $(fmt "$c0" 4) s (the timer's bias)"
 echo "# jitdump (node --perf-prof) median $(m perf dump) bytes; perf map (--perf-basic-prof) median $(m perf-map map) bytes"
 printf '%-9s %8s %9s %9s %10s %9s %9s %7s %7s %7s %7s %8s\n' config samples rec-CPU-s us/sample bytes B/sample JIT-% named-% hot-% rounds wl-CPU inject-s
 for n in "${NAMES[@]}"; do
-    s=$(m "$n" samples); c=$(m "$n" rec); b=$(m "$n" bytes)
-    printf '%-9s %8s %9.3f %9s %10s %9s %9s %7s %7s %7s %7s %8s\n' "$n" "$s" "$c" "$(per "$c" "$s" 1000000)" "$b" "$(per "$b" "$s")" \
+    s=$(m "$n" samples); c=$(awk -v a="$(m "$n" rec)" -v b="$c0" 'BEGIN {print a - b}'); b=$(m "$n" bytes)
+    printf '%-9s %8s %9s %9s %10s %9s %9s %7s %7s %7s %7s %8s\n' "$n" "$s" "$(fmt "$c" 3)" "$(per "$c" "$s" 1000000)" "$b" "$(per "$b" "$s")" \
         "$(fmt "$(mcol "$n" 1)" 1)" "$(fmt "$(mcol "$n" 2)" 1)" "$(fmt "$(mcol "$n" 3)" 1)" "$(per "$(m "$n" rounds)" "$r0" 1 3)" \
-        "$(awk -v a="$(m "$n" wcpu)" -v b="$w0" 'BEGIN {printf "%+.2f", a - b}')" "$(m "$n" inject)"
+        "$(awk -v a="$(m "$n" wcpu)" -v b="$w0" 'BEGIN {printf "%+.2f", a - b}')" "$(fmt "$(m "$n" inject)" 3)"
+done
+for n in tp tp-dwarf tp-map; do
+    [ -s "$W/$n.jitinfo" ] && echo "# $n: JIT names in the trace $(awk '{print $1}' "$W/$n.jitinfo" | median), JIT entries skipped (names + lines, tailprof info losses) $(awk '{print $2}' "$W/$n.jitinfo" | median)"
 done
 s=$(m perf samples)
 echo "# perf: perf.data $(m perf pdata) B ($(per "$(m perf pdata)" "$s") B/sample), P.jit $(m perf pjit) B ($(per "$(m perf pjit)" "$s") B/sample)," \
     "$(m perf nso) jitted-*.so $(m perf so) B ($(per "$(m perf so)" "$s") B/sample; $(m perf sodisk) B on disk)," \
-    "perf inject --jit $(m perf inject) s CPU, $(m perf injwall) s wall;" \
+    "perf inject --jit $(fmt "$(m perf inject)" 3) s CPU, $(m perf injwall) s wall;" \
     "record + inject $(per "$(awk -v a="$(m perf rec)" -v b="$(m perf inject)" 'BEGIN {print a + b}')" "$s" 1000000) us/sample"
