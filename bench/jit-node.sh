@@ -29,13 +29,16 @@
 #   samples   tailprof info --json "samples"; perf report --stats SAMPLE events.
 #   bytes     tailprof: the trace (JIT names and line tables included). perf: perf.data,
 #             P.jit (perf inject's output) and the jitted-*.so files (apparent sizes; they
-#             take a 4 KiB block each on disk, see "so-disk"); perf-map: perf.data + the map.
+#             take a 4 KiB block each on disk); perf-map: perf.data + the map. Printed
+#             below the table: the copies perf inject puts in perf's build-id cache.
 #   JIT %     samples in JIT code (named or not) of all samples; named % of those.
 #             tailprof: report --json rows with binary [jit] vs unknown rows of anonymous
 #             memory; perf: report --sort dso,sym rows in jitted-*.so / [JIT] tid / //anon,
 #             unnamed = a hex address as symbol.
 #   hot %     hotLoop's share of the two functions' samples (3:1 calls) in each tool's report:
 #             tailprof report --json; perf report --sort sym -F overhead,sym --stdio.
+#   us/sample, B/sample: medians of the per-run ratios (recorder CPU: minus the timer's bias
+#             of `none`, below); the columns before them are medians of their own.
 #   rounds    the workload's rounds in SECONDS over `none`'s (on a shared VM mostly noise).
 #   wl-CPU    the workload's own CPU over `none`'s (s).
 # TAILPROF= chooses the tailprof binary (default target/release/tailprof), PERF= perf. Runs
@@ -54,7 +57,10 @@ need python3
 [ -x "$TAILPROF" ] || die "$TAILPROF missing: cargo build --release --bin tailprof"
 TAILPROF=$(realpath "$TAILPROF")
 W=$(mktemp -d /tmp/tailprof-bench-jit-node.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+# perf inject --jit adds every jitted-*.so to perf's build-id cache (~/.debug, mirroring the
+# path): measured, then removed with the links to it.
+CACHE=${PERF_BUILDID_DIR:-$HOME/.debug}
+trap 'rm -rf "$W" "$CACHE$W"; find "$CACHE/.build-id" -lname "*$W/*" -delete 2>/dev/null || true' EXIT
 
 cat >"$W/app.js" <<'JS'
 function hotLoop(n) { let s = 0; for (let i = 0; i < n; i++) { s = (s * 31 + i) % 1000003; } return s; }
@@ -153,6 +159,8 @@ for i in $(seq "$RUNS"); do
             (cd "$R" && $T "$R/itime" "$PERF" inject --jit -i "$R/P" -o "$R/P.jit" 2>>"$R/err") ||
                 die "perf inject --jit failed: $(tail -3 "$R/err")"
             awk '{print $1}' "$R/itime" >>"$W/$n.inject"
+            find "$CACHE$R" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}' >>"$W/$n.cache"
+            { du -s --block-size=1 "$CACHE$R" 2>/dev/null || echo 0; } | awk '{print $1}' >>"$W/$n.cachedisk"
             awk '{print $3}' "$R/itime" >>"$W/$n.injwall"
             stat -c %s "$R/P" >>"$W/$n.pdata"
             stat -c %s "$R/P.jit" >>"$W/$n.pjit"
@@ -161,6 +169,7 @@ for i in $(seq "$RUNS"); do
             find "$R" -maxdepth 1 -name 'jitted-*.so' -printf '%b\n' | awk '{s += $1 * 512} END {print s + 0}' >>"$W/$n.sodisk"
             awk -v a="$(stat -c %s "$R/P")" -v b="$(stat -c %s "$R/P.jit")" -v c="$(tail -1 "$W/$n.so")" 'BEGIN {print a + b + c}' >>"$W/$n.bytes"
             perf_stats "$R/P.jit" >>"$W/$n.stats"
+            rm -rf "$CACHE$R"
             ;;
         perf-map)
             perf_counts "$R/P" | awk '{print $1}' >>"$W/$n.samples"
@@ -172,6 +181,10 @@ for i in $(seq "$RUNS"); do
         esac
         [ -f "$R"/jit-"$pid".dump ] && stat -c %s "$R"/jit-"$pid".dump >>"$W/$n.dump"
         rm -f "/tmp/perf-$pid.map"
+        if [ "$n" != none ]; then
+            awk -v c="$(tail -1 "$W/$n.rec")" -v b="$(tail -1 "$W/$n.bytes")" -v s="$(tail -1 "$W/$n.samples")" \
+                'BEGIN {print 1e6 * c / s, b / s}' >>"$W/$n.per"
+        fi
         log "run $i $n: rounds $rounds, recorder CPU $(tail -1 "$W/$n.rec") s"
     done
 done
@@ -188,7 +201,12 @@ echo "# jitdump (node --perf-prof) median $(m perf dump) bytes; perf map (--perf
 printf '%-9s %8s %9s %9s %10s %9s %9s %7s %7s %7s %7s %8s\n' config samples rec-CPU-s us/sample bytes B/sample JIT-% named-% hot-% rounds wl-CPU inject-s
 for n in "${NAMES[@]}"; do
     s=$(m "$n" samples); c=$(awk -v a="$(m "$n" rec)" -v b="$c0" 'BEGIN {print a - b}'); b=$(m "$n" bytes)
-    printf '%-9s %8s %9s %9s %10s %9s %9s %7s %7s %7s %7s %8s\n' "$n" "$s" "$(fmt "$c" 3)" "$(per "$c" "$s" 1000000)" "$b" "$(per "$b" "$s")" \
+    us=nan; bs=nan
+    if [ -s "$W/$n.per" ]; then
+        us=$(awk -v z="$c0" -v s="$s" '{print $1 - 1e6 * z / s}' "$W/$n.per" | median)
+        bs=$(awk '{print $2}' "$W/$n.per" | median)
+    fi
+    printf '%-9s %8s %9s %9s %10s %9s %9s %7s %7s %7s %7s %8s\n' "$n" "$s" "$(fmt "$c" 3)" "$(fmt "$us" 1)" "$b" "$(fmt "$bs" 1)" \
         "$(fmt "$(mcol "$n" 1)" 1)" "$(fmt "$(mcol "$n" 2)" 1)" "$(fmt "$(mcol "$n" 3)" 1)" "$(per "$(m "$n" rounds)" "$r0" 1 3)" \
         "$(awk -v a="$(m "$n" wcpu)" -v b="$w0" 'BEGIN {printf "%+.2f", a - b}')" "$(fmt "$(m "$n" inject)" 3)"
 done
@@ -198,5 +216,6 @@ done
 s=$(m perf samples)
 echo "# perf: perf.data $(m perf pdata) B ($(per "$(m perf pdata)" "$s") B/sample), P.jit $(m perf pjit) B ($(per "$(m perf pjit)" "$s") B/sample)," \
     "$(m perf nso) jitted-*.so $(m perf so) B ($(per "$(m perf so)" "$s") B/sample; $(m perf sodisk) B on disk)," \
-    "perf inject --jit $(fmt "$(m perf inject)" 3) s CPU, $(m perf injwall) s wall;" \
+    "perf inject --jit $(fmt "$(m perf inject)" 3) s CPU, $(m perf injwall) s wall," \
+    "and $(m perf cache) B in files ($(m perf cachedisk) B on disk) in perf's build-id cache $CACHE;" \
     "record + inject $(per "$(awk -v a="$(m perf rec)" -v b="$(m perf inject)" 'BEGIN {print a + b}')" "$s" 1000000) us/sample"
