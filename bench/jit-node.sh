@@ -169,7 +169,10 @@ for i in $(seq "$RUNS"); do
             find "$R" -maxdepth 1 -name 'jitted-*.so' -printf '%b\n' | awk '{s += $1 * 512} END {print s + 0}' >>"$W/$n.sodisk"
             awk -v a="$(stat -c %s "$R/P")" -v b="$(stat -c %s "$R/P.jit")" -v c="$(tail -1 "$W/$n.so")" 'BEGIN {print a + b + c}' >>"$W/$n.bytes"
             perf_stats "$R/P.jit" >>"$W/$n.stats"
+            # Every run starts from a cache without these build-ids (the code's build-ids
+            # repeat from run to run: a warm cache makes perf inject cheaper).
             rm -rf "$CACHE$R"
+            find "$CACHE/.build-id" -lname "*$R/*" -delete 2>/dev/null || true
             ;;
         perf-map)
             perf_counts "$R/P" | awk '{print $1}' >>"$W/$n.samples"
