@@ -412,7 +412,7 @@ fn agent_retains_go_requests_by_goroutine() {
     let mut agent = Command::new(env!("CARGO_BIN_EXE_tailprof"))
         .args(["agent", "--store"])
         .arg(&store)
-        .args(["--window", "1s", "-F", "999", "--duration", "300s", "--slow-percentile", "off", "--slow-threshold", "2ms"])
+        .args(["--window", "1s", "-F", "999", "--duration", "300s", "--slow-percentile", "off", "--slow-threshold", "2ms", "--causes"])
         .args(["--item-begin", &format!("{bin}:main.serve"), "--item-end", &format!("{bin}:main.serve%return")])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -477,6 +477,20 @@ fn agent_retains_go_requests_by_goroutine() {
     // sampling and the handler's code outside the chunks).
     let (lo, hi) = (cpu_min as f64 * freq / 1e9, cpu_max as f64 * freq / 1e9);
     let got: Vec<u64> = slow_items.iter().map(|it| it["samples"].as_u64().unwrap()).collect();
+    // Off CPU (with --causes the agent sees the switch-outs, which carry the goroutine):
+    // only the OS's switched-out time of the goroutine, not its time parked in the Go
+    // scheduler (8 sleeps, waiting for a P). Wall minus samples would leave nothing over.
+    let mut left: Vec<i64> = slow_items
+        .iter()
+        .map(|it| {
+            let (dur, off, n) = (it["duration_ns"].as_u64().unwrap(), it["off_cpu_ns"].as_u64().unwrap(), it["samples"].as_u64().unwrap());
+            dur as i64 - off as i64 - (n as f64 * 1e9 / freq) as i64
+        })
+        .collect();
+    left.sort_unstable();
+    let median_left = left[left.len() / 2];
+    eprintln!("wall - off-CPU - samples: median {median_left} ns, {:?}..{:?}", left.first(), left.last());
+    assert!(median_left >= 1_000_000, "the goroutines' parked time is not off CPU: median {median_left} ns left over");
     eprintln!(
         "{migrated} of {slow} slow requests migrated; own CPU {lo:.1}..{hi:.1} samples' worth; retained {} with {:?}..{:?} samples",
         got.len(),

@@ -296,7 +296,9 @@ impl Recorder {
     /// processes that started since (`-a`, the agent), and forget attached processes that
     /// exited (about once a second). `drained` is what the marker drain just moved.
     pub(super) fn after_marker_drain(&mut self, drained: &crate::items::markers::DrainStats) {
-        if self.off_cpu_later.pending() && drained.markers > 0 {
+        // The first item boundary: a marker of the library, or a uprobe hit (the agent's
+        // --causes with --item-begin/--item-end: without it no switch was ever recorded).
+        if self.off_cpu_later.pending() && (drained.markers > 0 || self.emitter.probe_hits > 0) {
             self.start_off_cpu_now("at the first item marker");
         }
         let Some(f) = self.emitter.follow.as_mut() else { return };
