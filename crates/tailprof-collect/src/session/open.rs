@@ -346,8 +346,8 @@ impl Recorder {
             return None;
         }
         Some(format!(
-            "markers: attached to {} process(es) that started while recording (their markers from before the attach are \
-             not recorded){}{}{}{}{}",
+            "markers: attached to {} process(es) that started while recording or imported the Python module later (their \
+             markers from before the attach are not recorded){}{}{}{}{}",
             f.attached,
             if f.others > 0 { format!("; {} left to the recorder that launched them", f.others) } else { String::new() },
             match &f.first_error {

@@ -757,6 +757,53 @@ mod tests {
         assert_eq!(f.scan_dropped, 0);
     }
 
+    /// Python processes running at the start: the start-up backlog hands each executable
+    /// file of a running process to the worker once, however many processes map it
+    /// (the cache by device and inode), never drops one for a busy queue, and with
+    /// `unmarked` does not look for the control symbol again.
+    #[test]
+    fn running_processes_files_are_scanned_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static CHECKS: AtomicUsize = AtomicUsize::new(0);
+        fn counting(f: &std::fs::File, symtab: bool, stop: &std::sync::atomic::AtomicBool) -> Option<bool> {
+            CHECKS.fetch_add(1, Ordering::Relaxed);
+            check_control_symbol(f, symtab, stop)
+        }
+        let me = std::process::id();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let entries: Vec<crate::procfs::MapsEntry> = maps.lines().filter_map(crate::procfs::parse_maps_line).collect();
+        let mut files: Vec<(u64, u64)> = entries
+            .iter()
+            .filter(|e| e.prot & libc::PROT_EXEC as u32 != 0 && e.inode != 0 && e.path.starts_with('/') && !e.path.starts_with("/dev/"))
+            .map(|e| (e.dev, e.inode))
+            .collect();
+        files.sort_unstable();
+        files.dedup();
+        assert!(!files.is_empty());
+        for unmarked in [false, true] {
+            CHECKS.store(0, Ordering::Relaxed);
+            let mut f = MarkerFollower { worker: Some(ScanWorker::start(counting).unwrap()), ..Default::default() };
+            // "Three processes" mapping the same files (this one, three times).
+            for _ in 0..3 {
+                f.saw_running(me, &entries, unmarked);
+            }
+            let t0 = std::time::Instant::now();
+            while (!f.running.is_empty() || !f.scanning.is_empty()) && t0.elapsed() < std::time::Duration::from_secs(60) {
+                f.poll();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert!(f.running.is_empty() && f.scanning.is_empty() && f.running_in_flight == 0);
+            for k in &files {
+                assert!(f.files.contains_key(k), "{k:?} answered");
+            }
+            let want = if unmarked { 0 } else { files.len() };
+            assert_eq!(CHECKS.load(Ordering::Relaxed), want, "control symbol checks (unmarked: {unmarked})");
+            assert_eq!(f.scan_dropped, 0, "nothing dropped");
+            assert_eq!(f.python_watched, 0, "the test binary maps no Python runtime");
+            f.stop();
+        }
+    }
+
     /// Issue 19, fairness: one user creating many slow files filled the worker's queue
     /// (64) and every other user's new file was counted as dropped. Now one owner (uid of
     /// the opened file) has at most a quarter of the queue: after its flood, a file of
