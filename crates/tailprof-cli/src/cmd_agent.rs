@@ -246,6 +246,12 @@ pub fn run(a: AgentArgs) -> Result<ExitCode> {
                 r.kept_switches_evicted, r.kept_wakeups_evicted, r.causes_cut, r.cause_items_forgotten
             );
         }
+        if r.go_off_cpu_evicted + r.go_off_cpu_untracked > 0 {
+            eprintln!(
+                "tailprof: warning: Go off-CPU: {} goroutine off-CPU intervals evicted early, {} switch-outs not followed (bound): those requests' off-CPU time in part",
+                r.go_off_cpu_evicted, r.go_off_cpu_untracked
+            );
+        }
         if let Some(e) = &w.last_window_error {
             eprintln!("tailprof: warning: {} windows dropped; last: {e}", w.windows_dropped);
         }

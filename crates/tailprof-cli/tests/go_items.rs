@@ -19,8 +19,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
+	"time"
+	"unsafe"
 )
 
 var sink uint64
@@ -34,6 +38,60 @@ func slowWork() {
 	sink = x
 }
 
+// The moving slow path's chunk of work (its own function: the samples of the chunks).
+//
+//go:noinline
+func work(n uint64) {
+	x := sink
+	for i := uint64(0); i < n; i++ {
+		x += i ^ (x >> 3)
+	}
+	sink = x
+}
+
+// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+func threadCPU() int64 {
+	var ts syscall.Timespec
+	syscall.RawSyscall(syscall.SYS_CLOCK_GETTIME, 3, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
+}
+
+// With a third argument "moving": the slow path works in chunks, each on one OS thread
+// (locked while it runs, so the thread's CPU clock is the goroutine's), sleeping between
+// chunks so the goroutine resumes on whichever thread runs it next. Each slow request's
+// own CPU time and the number of threads it ran on are summed up at the end.
+var moving bool
+var movingMu sync.Mutex
+var movingCPUMin, movingCPUMax int64
+var movingRequests, movingMigrated int
+
+//go:noinline
+func slowMoving() {
+	tids := map[int]bool{}
+	var cpu int64
+	for c := 0; c < 8; c++ {
+		runtime.LockOSThread()
+		tids[syscall.Gettid()] = true
+		t0 := threadCPU()
+		work(2500000)
+		cpu += threadCPU() - t0
+		runtime.UnlockOSThread()
+		time.Sleep(200 * time.Microsecond)
+	}
+	movingMu.Lock()
+	if movingRequests == 0 || cpu < movingCPUMin {
+		movingCPUMin = cpu
+	}
+	if cpu > movingCPUMax {
+		movingCPUMax = cpu
+	}
+	movingRequests++
+	if len(tids) >= 2 {
+		movingMigrated++
+	}
+	movingMu.Unlock()
+}
+
 //go:noinline
 func fastWork() {
 	sink++
@@ -42,7 +100,11 @@ func fastWork() {
 //go:noinline
 func serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/slow" {
-		slowWork()
+		if moving {
+			slowMoving()
+		} else {
+			slowWork()
+		}
 		io.WriteString(w, "slow\n")
 		return
 	}
@@ -55,6 +117,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 func main() {
 	n, _ := strconv.Atoi(os.Args[1])
 	slowEvery, _ := strconv.Atoi(os.Args[2])
+	moving = len(os.Args) > 3 && os.Args[3] == "moving"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -92,6 +155,9 @@ func main() {
 	}
 	wg.Wait()
 	fmt.Printf("served %d slow %d\n", ok, slow)
+	if moving {
+		fmt.Printf("moving %d migrated %d cpu_min_ns %d cpu_max_ns %d\n", movingRequests, movingMigrated, movingCPUMin, movingCPUMax)
+	}
 }
 "#;
 
@@ -322,12 +388,17 @@ fn go_system_call_blocks_are_the_items_off_cpu_time() {
 }
 
 /// Issue 22 leftovers: the agent (`tailprof agent --item-begin/--item-end` on a Go binary)
-/// follows requests by goroutine, as `record` and the join do. The server's slow requests
-/// are retained (threshold 2 ms) with the samples of their goroutine on whichever OS
-/// threads it ran: each retained slow request's top function is `main.slowWork`, and its
-/// samples never exceed what its wall time allows at the sampling frequency (a request
-/// keyed by its first thread collects the samples of the goroutines that ran there after
-/// its own moved away). Needs Go and root (system-wide sampling), else skips.
+/// follows requests by goroutine, as `record` and the join do. The server runs in its
+/// "moving" mode: each slow request works in 8 chunks, sleeping between them, so its
+/// goroutine resumes on other OS threads (the server counts the requests that ran on two
+/// threads or more, and measures each one's own CPU time with the thread CPU clock while
+/// locked to its thread). The slow requests are retained (threshold 2 ms) with the samples
+/// of their goroutine on whichever threads it ran: each retained slow request's top
+/// function is `main.work`, and its samples are its own CPU time at the sampling
+/// frequency (between the server's least and most, with a margin). Keyed by thread, a
+/// request collects the samples of the goroutines that ran on its first thread (4 clients'
+/// slow requests share 2 CPUs: about twice its own) and loses its own elsewhere; its end
+/// on another thread ends nothing. Needs Go and root (system-wide sampling), else skips.
 #[test]
 fn agent_retains_go_requests_by_goroutine() {
     let dir = tempdir("agent");
@@ -341,7 +412,7 @@ fn agent_retains_go_requests_by_goroutine() {
     let mut agent = Command::new(env!("CARGO_BIN_EXE_tailprof"))
         .args(["agent", "--store"])
         .arg(&store)
-        .args(["--window", "1s", "-F", "999", "--duration", "300s", "--slow-percentile", "off", "--slow-threshold", "2ms"])
+        .args(["--window", "1s", "-F", "999", "--duration", "300s", "--slow-percentile", "off", "--slow-threshold", "2ms", "--causes"])
         .args(["--item-begin", &format!("{bin}:main.serve"), "--item-end", &format!("{bin}:main.serve%return")])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -372,7 +443,7 @@ fn agent_retains_go_requests_by_goroutine() {
         }
     }
     let (requests, slow_every) = (2000usize, 20usize);
-    let o = Command::new(&exe).args([requests.to_string(), slow_every.to_string()]).output().unwrap();
+    let o = Command::new(&exe).args([requests.to_string(), slow_every.to_string(), "moving".to_string()]).output().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(agent.id() as i32, libc::SIGINT) };
@@ -387,9 +458,52 @@ fn agent_retains_go_requests_by_goroutine() {
     assert!(o.status.success(), "items: {}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let mine: Vec<&serde_json::Value> = v["items"].as_array().unwrap().iter().filter(|it| it["comm"] == "gosrv").collect();
+    // "moving N migrated M cpu_min_ns A cpu_max_ns B"
+    let moving: Vec<u64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("moving "))
+        .unwrap_or_else(|| panic!("the server's moving line: {stdout}"))
+        .split(' ')
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [n_moving, migrated, cpu_min, cpu_max] = moving[..] else { panic!("moving line: {stdout}") };
+    assert_eq!(n_moving as usize, slow, "{stdout}");
+    // Without migrations the test could not tell goroutine from thread keying.
+    assert!(migrated as usize >= slow / 2, "only {migrated} of {slow} slow requests ran on two threads or more: {stdout}");
     let slow_items: Vec<&&serde_json::Value> =
-        mine.iter().filter(|it| it["functions"][0][0] == "main.slowWork" && it["samples"].as_u64().unwrap_or(0) >= 3).collect();
-    assert!(slow_items.len() >= slow / 4, "{} retained slow requests of {slow}:\n{v:#}\n{log}", slow_items.len());
+        mine.iter().filter(|it| it["functions"][0][0] == "main.work" && it["samples"].as_u64().unwrap_or(0) >= 3).collect();
+    assert!(slow_items.len() >= slow / 2, "{} retained slow requests of {slow}:\n{v:#}\n{log}", slow_items.len());
+    // Its own CPU time in samples (the server's least and most, with a margin for the
+    // sampling and the handler's code outside the chunks).
+    let (lo, hi) = (cpu_min as f64 * freq / 1e9, cpu_max as f64 * freq / 1e9);
+    let got: Vec<u64> = slow_items.iter().map(|it| it["samples"].as_u64().unwrap()).collect();
+    // Off CPU (with --causes the agent sees the switch-outs, which carry the goroutine):
+    // only the OS's switched-out time of the goroutine, not its time parked in the Go
+    // scheduler (8 sleeps, waiting for a P). Wall minus samples would leave nothing over.
+    let mut left: Vec<i64> = slow_items
+        .iter()
+        .map(|it| {
+            let (dur, off, n) = (it["duration_ns"].as_u64().unwrap(), it["off_cpu_ns"].as_u64().unwrap(), it["samples"].as_u64().unwrap());
+            dur as i64 - off as i64 - (n as f64 * 1e9 / freq) as i64
+        })
+        .collect();
+    left.sort_unstable();
+    let median_left = left[left.len() / 2];
+    eprintln!("wall - off-CPU - samples: median {median_left} ns, {:?}..{:?}", left.first(), left.last());
+    assert!(median_left >= 1_000_000, "the goroutines' parked time is not off CPU: median {median_left} ns left over");
+    eprintln!(
+        "{migrated} of {slow} slow requests migrated; own CPU {lo:.1}..{hi:.1} samples' worth; retained {} with {:?}..{:?} samples",
+        got.len(),
+        got.iter().min(),
+        got.iter().max()
+    );
+    for it in &slow_items {
+        let n = it["samples"].as_u64().unwrap() as f64;
+        assert!(
+            n >= 0.7 * lo - 3.0 && n <= 1.3 * hi + 3.0,
+            "{n} samples, its own CPU time is {lo:.1}..{hi:.1} samples' worth: {it}\n{stdout}"
+        );
+    }
     for it in &mine {
         let n = it["samples"].as_u64().unwrap() as f64;
         let wall = it["duration_ns"].as_u64().unwrap() as f64 * freq / 1e9;

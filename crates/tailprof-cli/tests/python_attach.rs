@@ -304,7 +304,15 @@ fn late_import(schedule: &str, delay: &str, secs: u64) -> Option<(Vec<Value>, St
         pid = py.pid();
         py
     })?;
-    let v = items_json(&trace);
+    // A trace without any marker (nothing attached, e.g. the control run alone on the
+    // machine) has no items: `items` says so and fails.
+    let out = tailprof().args(["items", "--json", "--top", "0"]).arg(&trace).env("TAILPROF_CACHE_DIR", "off").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && err.contains("no item markers in this trace") {
+        return Some((Vec::new(), stderr));
+    }
+    assert!(out.status.success(), "items: {err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ours = v["items"].as_array().unwrap().iter().filter(|it| it["pid"].as_u64() == Some(u64::from(pid))).cloned().collect();
     Some((ours, stderr))
 }
@@ -330,4 +338,34 @@ fn record_a_attaches_a_python_program_that_imports_the_module_late() {
         return;
     };
     assert!(ours.is_empty(), "{} items although the watch had ended before the import\n{stderr}", ours.len());
+}
+
+/// Regression (issue 22 leftovers): a Python program already running when `record -a` (or
+/// the agent) starts, that imports `tailprof_markers` only later, was never attached: the
+/// start-up attach found no control block yet, and the follower watched only processes it
+/// saw map a Python runtime (MMAP2) while recording. Now the start-up attach hands such a
+/// process to the follower, which finds its Python runtime (worker scan, file cache) and
+/// watches it. The program waits for a line on stdin, sent one second after the recorder
+/// says it records, so it imports while recording whatever the start-up takes.
+#[test]
+fn record_a_attaches_a_python_program_running_at_start_that_imports_later() {
+    let Some(py) = Py::start(&data("python_attach_target.py"), &["stdin"]) else {
+        return;
+    };
+    let mut py = py;
+    let mut stdin = py.stdin.take().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("running.trace");
+    let Some(stderr) = record_while_env(&["-a"], &[("TAILPROF_TEST_PYTHON_WATCH", "100:1000,300")], &trace, 4, || {
+        std::thread::sleep(Duration::from_secs(1));
+        writeln!(stdin, "import").unwrap();
+    }) else {
+        return;
+    };
+    assert!(stderr.contains("Python process(es) watched for a control memfd"), "the follow note: {stderr}");
+    let v = items_json(&trace);
+    let pid = u64::from(py.pid());
+    let ours: Vec<&Value> = v["items"].as_array().unwrap().iter().filter(|it| it["pid"].as_u64() == Some(pid)).collect();
+    assert!(ours.len() >= 20, "{} items of the Python program running at the start that imported later\n{stderr}", ours.len());
+    assert!(ours.iter().all(|it| matches!(it["class"].as_str(), Some("fast" | "slow"))), "classes named");
 }

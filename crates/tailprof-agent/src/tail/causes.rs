@@ -21,6 +21,11 @@ impl TailRetainer {
     /// A context switch (in time order), kept for [`KEEP_NS`] at most, compact, within
     /// [`MAX_KEPT_CAUSE_BYTES`]: the causes of requests that end later.
     pub fn handle_switch(&mut self, s: &tailprof_format::Switch) {
+        if self.go_key.is_some() {
+            let open = &self.by_pid_id;
+            self.go_off.switch(s, |pid, g| open.contains_key(&(pid, g)));
+            (self.stats.go_off_cpu_evicted, self.stats.go_off_cpu_untracked) = (self.go_off.evicted, self.go_off.untracked);
+        }
         self.causes.push_switch(s.into(), KEEP_NS);
         self.sync_cause_evictions();
     }

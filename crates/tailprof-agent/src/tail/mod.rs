@@ -51,6 +51,7 @@
 //! entries examined, so a test can check the matching stays linear.
 
 mod causes;
+mod go_off;
 mod kept;
 mod open;
 #[cfg(test)]
@@ -234,6 +235,11 @@ pub struct TailStats {
     pub slices_dropped: u64,
     /// Switch markers to a request that is not open (begun before the agent saw it).
     pub switch_unknown: u64,
+    /// Goroutine mode: off-CPU intervals of goroutines evicted before [`KEEP_NS`] by
+    /// [`go_off::MAX_GO_OFF`], and switch-outs not followed ([`go_off::MAX_GO_PENDING`]
+    /// threads waiting for their switch-in): the off-CPU time of those requests in part.
+    pub go_off_cpu_evicted: u64,
+    pub go_off_cpu_untracked: u64,
 }
 
 pub struct TailRetainer {
@@ -282,6 +288,8 @@ pub struct TailRetainer {
     /// Goroutine mode (probes on a Go binary): the index of the goroutine register in
     /// samples' `regs` ([`tailprof_analyze::items::join::goroutine_key`]).
     go_key: Option<usize>,
+    /// Goroutine mode: goroutines' off-CPU intervals from keyed switch-outs.
+    go_off: go_off::GoOffCpu,
 }
 
 /// The log2 bucket upper bound of a duration.
@@ -320,6 +328,7 @@ impl TailRetainer {
             match_probes: 0,
             mono_to_wall: (tailprof_collect::session::monotonic_ns(), tailprof_store::time::now_us()),
             go_key: None,
+            go_off: Default::default(),
         }
     }
 
@@ -529,8 +538,13 @@ impl TailRetainer {
             reason: if reason == "p99" { format!("p{}", self.percentile) } else { reason.into() },
             limit_ns: limit,
             samples,
-            // Off CPU while current (switched), else over its wall time.
-            off_cpu_ns: switching.map_or(dur, |s| s.current_ns).saturating_sub(on_cpu),
+            // A goroutine's: its off-CPU intervals (keyed switch-outs, the join's rule) when
+            // the recorder records switches. Else off CPU while current (switched), else
+            // over its wall time.
+            off_cpu_ns: o
+                .goroutine
+                .and_then(|(g, _)| self.go_off.off_cpu(o.pid, g, o.begin, end))
+                .unwrap_or_else(|| switching.map_or(dur, |s| s.current_ns).saturating_sub(on_cpu)),
             explanation: String::new(),
             trace_id: o.trace.map(|t| hex(&t.0)).unwrap_or_default(),
             span_id: o.trace.map(|t| hex(&t.1)).unwrap_or_default(),

@@ -189,3 +189,64 @@ fn go_requests_follow_their_goroutine_across_threads() {
     assert_eq!(a_row.off_cpu_ns, 8 * ms - 7 * ms, "wall time not covered by its samples");
     assert!(!a_row.explanation.contains("0x20") && !a_row.explanation.contains("\"offset\":32"), "{}", a_row.explanation);
 }
+
+/// Issue 22 leftovers: the agent's off-CPU time of a Go request was its wall time minus
+/// its samples (its goroutine parked in the Go scheduler counted as off CPU, sampling
+/// error included), where the trace path takes the switch-outs that carry the goroutine
+/// register (`Switch::item_key`). Now, when the recorder records switches, a goroutine
+/// request's off-CPU time is the intervals from a switch-out carrying its goroutine to the
+/// thread's next switch-in, on any thread (the join's rule, `goroutine_off_interval`);
+/// another goroutine's, and one switched out without the register, are not its.
+#[test]
+fn go_request_off_cpu_is_its_goroutines_switched_out_time() {
+    let ms = 1_000_000u64;
+    let go = |kind, t: u64, tid: u32, g: u64| Marker { time: t, pid: 1, tid, kind, item: g, class: 0, source: MarkerSource::Uprobe };
+    let sample = |t: u64, tid: u32, g: u64| Sample { time: t, pid: 1, tid, period: ms, regs: vec![g], ..Default::default() };
+    let sw = |t: u64, tid: u32, kind: tailprof_format::SwitchKind, key: Option<u64>| tailprof_format::Switch {
+        time: t,
+        pid: 1,
+        tid,
+        kind,
+        item_key: key,
+        ..Default::default()
+    };
+    use tailprof_format::SwitchKind::{In, OutBlocked, OutPreempted};
+    let (a, b) = (0xc000_1000u64, 0xc000_2000u64);
+    let mut r = TailRetainer::new(Some(0), 0.0);
+    r.set_goroutine_key(Some(0));
+    r.handle_marker(&go(MarkerKind::Begin, 0, 12, b), "srv");
+    // b blocks on thread 12 (the first keyed switch: switches are recorded from here on).
+    r.handle_switch(&sw(ms / 2, 12, OutBlocked, Some(b)));
+    r.handle_marker(&go(MarkerKind::Begin, ms, 10, a), "srv");
+    r.handle_sample(&sample(ms + ms / 2, 10, a), &[(0, 0x10)]);
+    // a blocks on thread 10 for 3 ms.
+    r.handle_switch(&sw(2 * ms, 10, OutBlocked, Some(a)));
+    r.handle_switch(&sw(3 * ms, 12, In, None)); // b's 2.5 ms: not a's
+    r.handle_switch(&sw(5 * ms, 10, In, None));
+    r.handle_sample(&sample(5 * ms + ms / 2, 10, a), &[(0, 0x10)]);
+    // A switch-out without the register (thread 10 in the scheduler, not a): not a's.
+    r.handle_switch(&sw(5 * ms + 600_000, 10, OutPreempted, None));
+    r.handle_switch(&sw(5 * ms + 700_000, 10, In, None));
+    // a moves to thread 11 and is preempted there for 0.5 ms.
+    r.handle_switch(&sw(6 * ms, 11, OutPreempted, Some(a)));
+    r.handle_switch(&sw(6 * ms + ms / 2, 11, In, None));
+    r.handle_sample(&sample(7 * ms, 11, a), &[(0, 0x10)]);
+    r.handle_marker(&go(MarkerKind::End, 8 * ms, 11, a), "srv");
+    r.handle_marker(&go(MarkerKind::End, 9 * ms, 12, b), "srv");
+    let (items, _) = r.take_window(0, 1, &|_| Some("ab".into()));
+    let row = |g: u64| items.iter().find(|i| i.item_id == g).unwrap_or_else(|| panic!("{g:#x} retained: {items:?}"));
+    // Wall 7 ms, 3 samples of 1 ms: wall minus samples would say 4 ms.
+    assert_eq!((row(a).samples, row(a).off_cpu_ns), (3, 3 * ms + ms / 2), "a's own switched-out time");
+    // b began before the first keyed switch was seen: not known from switches, wall
+    // minus samples (b's 2.5 ms interval did not go to a).
+    assert_eq!(row(b).off_cpu_ns, 9 * ms, "b: wall minus samples");
+    // A request begun before any keyed switch was seen keeps wall minus samples.
+    let mut r = TailRetainer::new(Some(0), 0.0);
+    r.set_goroutine_key(Some(0));
+    r.handle_marker(&go(MarkerKind::Begin, 0, 10, a), "srv");
+    r.handle_switch(&sw(ms, 10, OutBlocked, Some(a)));
+    r.handle_switch(&sw(2 * ms, 10, In, None));
+    r.handle_marker(&go(MarkerKind::End, 4 * ms, 10, a), "srv");
+    let (items, _) = r.take_window(0, 1, &|_| Some("ab".into()));
+    assert_eq!(items[0].off_cpu_ns, 4 * ms, "not known from switches: wall minus samples");
+}

@@ -2,12 +2,17 @@
 without TAILPROF_MARKERS, attached later with `tailprof record -p PID`
 (tests/python_attach.rs), which kills it. Classes: every 10th item is "slow", the others
 "fast". With an argument SECS: says "ready", then waits SECS before importing the module
-(a server that imports it lazily)."""
+(a server that imports it lazily); with the argument "stdin": says "ready", then imports it
+when a line comes on stdin."""
 import sys
 import time
 
-DELAY = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
-if DELAY:
+ON_STDIN = len(sys.argv) > 1 and sys.argv[1] == "stdin"
+DELAY = float(sys.argv[1]) if len(sys.argv) > 1 and not ON_STDIN else 0.0
+if ON_STDIN:
+    print("ready", flush=True)
+    sys.stdin.readline()
+elif DELAY:
     print("ready", flush=True)
     time.sleep(DELAY)
 
@@ -21,7 +26,7 @@ def work(n):
     return x
 
 
-if not DELAY:
+if not DELAY and not ON_STDIN:
     print("ready", flush=True)
 i = 0
 while True:

@@ -164,6 +164,9 @@ pub(super) struct Emitter {
     pub(super) probe_markers: Option<MarkerMaker>,
     /// Reused buffer for the records one probe hit becomes.
     pub(super) probe_records: Vec<Record>,
+    /// Uprobe item boundary hits seen (off-CPU events waiting for the first marker start
+    /// at the first one too).
+    pub(super) probe_hits: u64,
     /// Call stacks, context switches and off-CPU stacks (`None`: not recorded).
     pub(super) stacks: Option<StackMaker>,
     /// `--item-class-from` probes: their hits become class labels (`Label` markers).
@@ -189,6 +192,7 @@ impl Emitter {
             build_ids: BuildIdCache::default(),
             probe_base: u16::MAX,
             probe_markers: None,
+            probe_hits: 0,
             probe_records: Vec::new(),
             stacks: None,
             classes: None,
@@ -326,6 +330,7 @@ impl Emitter {
 
     /// A uprobe item boundary's hit: item markers.
     fn probe_hit<O: RecordOutput + ?Sized>(&mut self, role: ProbeRole, out: &mut O) -> Result<(), FormatError> {
+        self.probe_hits += 1;
         let mut markers = std::mem::take(&mut self.probe_records);
         if let Some(m) = &mut self.probe_markers {
             m.convert(&self.sample, role, &mut markers);

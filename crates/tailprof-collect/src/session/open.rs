@@ -296,7 +296,9 @@ impl Recorder {
     /// processes that started since (`-a`, the agent), and forget attached processes that
     /// exited (about once a second). `drained` is what the marker drain just moved.
     pub(super) fn after_marker_drain(&mut self, drained: &crate::items::markers::DrainStats) {
-        if self.off_cpu_later.pending() && drained.markers > 0 {
+        // The first item boundary: a marker of the library, or a uprobe hit (the agent's
+        // --causes with --item-begin/--item-end: without it no switch was ever recorded).
+        if self.off_cpu_later.pending() && (drained.markers > 0 || self.emitter.probe_hits > 0) {
             self.start_off_cpu_now("at the first item marker");
         }
         let Some(f) = self.emitter.follow.as_mut() else { return };
@@ -344,8 +346,8 @@ impl Recorder {
             return None;
         }
         Some(format!(
-            "markers: attached to {} process(es) that started while recording (their markers from before the attach are \
-             not recorded){}{}{}{}{}",
+            "markers: attached to {} process(es) that started while recording or imported the Python module later (their \
+             markers from before the attach are not recorded){}{}{}{}{}",
             f.attached,
             if f.others > 0 { format!("; {} left to the recorder that launched them", f.others) } else { String::new() },
             match &f.first_error {
@@ -389,9 +391,11 @@ impl Recorder {
     }
 
     /// `-a`: attach the marker transport to every running process whose mappings define
-    /// the marker library's control symbol ([`MarkerCollector::attach`] looks; best
-    /// effort: processes that cannot be read are skipped, processes started later are
-    /// not attached).
+    /// the marker library's control symbol or hold a control memfd
+    /// ([`MarkerCollector::attach_in`] looks; best effort: processes that cannot be read
+    /// are skipped). The others go to the marker follower
+    /// ([`items::markers::MarkerFollower::saw_running`]): a Python process that imports the
+    /// module later is attached then; processes started later are the follower's too.
     fn attach_marker_processes(&mut self) {
         let (mut ok, mut failed, mut first_err) = (0usize, 0usize, None);
         let me = std::process::id();
@@ -402,9 +406,26 @@ impl Recorder {
                 others += 1;
                 continue;
             }
-            match self.markers.attach(pid) {
+            // One read of the maps: for the attach, then (no control block yet) for the
+            // follower, which watches the process when it maps a Python runtime.
+            let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+            let entries: Vec<procfs::MapsEntry> = maps.lines().filter_map(procfs::parse_maps_line).collect();
+            match self.markers.attach_in(pid, &entries) {
                 Ok(true) => ok += 1,
-                Ok(false) => {}
+                Ok(false) => {
+                    if let Some(f) = self.emitter.follow.as_mut() {
+                        // The attach looked at every file for the control symbol unless
+                        // the process maps more than it looks at.
+                        let mut files: Vec<(u64, u64)> = entries
+                            .iter()
+                            .filter(|e| e.inode != 0 && e.path.starts_with('/') && !e.path.starts_with("/dev/"))
+                            .map(|e| (e.dev, e.inode))
+                            .collect();
+                        files.sort_unstable();
+                        files.dedup();
+                        f.saw_running(pid, &entries, files.len() <= items::markers::MAX_FILES_SEARCHED);
+                    }
+                }
                 Err(e) => {
                     failed += 1;
                     first_err.get_or_insert(e.to_string());
@@ -413,7 +434,7 @@ impl Recorder {
         }
         self.notes.push(format!(
             "markers: attached to {ok} running process(es) with the marker library{}{}; processes that start later are \
-             attached when they map it",
+             attached when they map it, Python processes when they import the module",
             match first_err {
                 Some(e) if failed > 0 => format!(" ({failed} could not be attached, e.g. {e})"),
                 _ => String::new(),

@@ -42,6 +42,24 @@ pub fn observe_run<K: PartialEq + Copy>(run: &mut Option<(K, u64, u64)>, key: Op
     }
 }
 
+/// Goroutine mode, per OS thread: the off-CPU interval of a goroutine by the switch rule
+/// of the join (`JoinState::go_switch`): a switch-out that carries the goroutine
+/// register (`Switch::item_key`) leaves that goroutine, and the thread resumes the
+/// goroutine it stopped at its next switch-in, so the interval in between is that
+/// goroutine's off-CPU time (docs/PROBES.md). `pending`: the thread's last such switch-out
+/// (g, time). Returns (g, out, in) at the switch-in that follows one; a switch-out without
+/// the register (or with 0) forgets it. One home for the join's rule and the agent
+/// (`tailprof_agent::tail`).
+#[inline]
+pub fn goroutine_off_interval(pending: &mut Option<(u64, u64)>, s: &Switch) -> Option<(u64, u64, u64)> {
+    if s.kind.is_out() {
+        *pending = s.item_key.filter(|&g| g != 0).map(|g| (g, s.time));
+        None
+    } else {
+        pending.take().map(|(g, out)| (g, out, s.time.max(out)))
+    }
+}
+
 impl JoinState {
     /// Goroutine mode: the entry of (pid, g) in `threads`, made when `create`.
     pub(super) fn strand(&mut self, pid: u32, g: u64, create: bool) -> Option<usize> {

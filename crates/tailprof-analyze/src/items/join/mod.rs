@@ -78,7 +78,7 @@ use crate::resolve::{LocId, Resolved, Resolver};
 use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
-pub use goroutine::{goroutine_key, observe_run, sample_goroutine};
+pub use goroutine::{goroutine_key, goroutine_off_interval, observe_run, sample_goroutine};
 pub use register::reg_bit;
 
 /// An item being joined.

@@ -24,7 +24,7 @@ const MAX_NAME_COPIES: usize = 1 << 16;
 /// Symbol tables of one kind (`.symtab`, `.dynsym`) searched at most per file.
 const MAX_TABLES_OF_A_KIND: usize = 1;
 /// Most distinct files of one process searched for the symbol.
-const MAX_FILES: usize = 1024;
+pub(crate) const MAX_FILES: usize = 1024;
 
 thread_local! {
     /// Symbol file offsets by (device, inode, size, ctime, name): `-a` sees libc in every

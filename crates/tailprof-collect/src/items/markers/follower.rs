@@ -19,6 +19,16 @@ pub const MAX_SCAN_PENDING: usize = 64;
 /// cannot keep another user's new files out (issue 19, fairness; the symbolizer's
 /// `MAX_DEFERRED_PER_OWNER` rule). More are counted in `scan_dropped`, not remembered.
 pub const MAX_SCAN_PENDING_PER_OWNER: usize = MAX_SCAN_PENDING / 4;
+/// Executable file mappings of processes running at the start (`-a`, the agent) waiting
+/// to be looked at ([`MarkerFollower::saw_running`]) at most; more are counted in
+/// `scan_dropped`.
+pub const MAX_RUNNING_BACKLOG: usize = 16384;
+/// Files of the start-up backlog handed to the worker at once at most (half of one
+/// owner's share: files mapped meanwhile still get a turn).
+const RUNNING_IN_FLIGHT: usize = MAX_SCAN_PENDING_PER_OWNER / 2;
+/// Entries of the start-up backlog looked at per [`MarkerFollower::poll`] at most (each
+/// a cache look-up or an open of the mapped file).
+const RUNNING_PER_POLL: usize = 256;
 /// Other processes remembered per file being looked at (more: counted in `scan_dropped`).
 const MAX_WAITING_PER_FILE: usize = 64;
 /// A symbol only a Python runtime defines (the `python3.X` executable or `libpython`,
@@ -140,6 +150,12 @@ pub(crate) struct MarkerFollower {
     scanning_per_owner: std::collections::HashMap<u32, usize>,
     /// The worker (started at the first job).
     worker: Option<ScanWorker>,
+    /// The start-up backlog: (process, executable file mapping, known to lack the control
+    /// symbol) ([`MarkerFollower::saw_running`]).
+    running: std::collections::VecDeque<(u32, crate::procfs::MapsEntry, bool)>,
+    /// Files of the backlog handed to the worker and not answered yet.
+    running_scans: std::collections::HashSet<(u64, u64)>,
+    running_in_flight: usize,
     /// Processes to attach, with their control block addresses (looked up by the worker).
     pub queue: Vec<(u32, Found)>,
     /// Python processes watched for a control memfd: (watched since, next look).
@@ -188,12 +204,29 @@ impl From<io::Result<Vec<u64>>> for Found {
 /// Python runtime).
 type FileAnswer = (Option<Vec<u8>>, bool, bool);
 
+/// What the worker checks in a file.
+#[derive(Debug, Clone, Copy)]
+enum Check {
+    /// The control symbol (`symtab`: in `.symtab` too), then, when absent, the Python runtime.
+    Both { symtab: bool },
+    /// Only the Python runtime (the control symbol is known to be absent).
+    PythonOnly,
+}
+
+/// What [`MarkerFollower::look_at`] did with a file mapping of the start-up backlog.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    Done,
+    /// Not now (the file is being looked at, or the worker's queue is full): try again.
+    Busy,
+}
+
 /// What the follower's worker is asked.
 #[derive(Debug)]
 enum ScanJob {
-    /// Does this file define the control symbol (`symtab`: its `.symtab` too)? Then look
-    /// up the control blocks of `pid`.
-    File { key: (u64, u64), build_id: Option<Vec<u8>>, pid: u32, file: std::fs::File, symtab: bool },
+    /// Does this file define the control symbol ([`Check`])? Then look up the control
+    /// blocks of `pid`. Else, is it a Python runtime?
+    File { key: (u64, u64), build_id: Option<Vec<u8>>, pid: u32, file: std::fs::File, check: Check },
     /// Look up the control blocks of `pid` (it maps a file known to define the symbol).
     Process { pid: u32 },
     /// Look for the control memfd of `pid` (a watched Python process).
@@ -251,8 +284,11 @@ impl ScanWorker {
             let lookup = |pid| crate::items::markers::find_symbol_in_process_until(pid, crate::items::markers::CONTROL_SYMBOL, &st);
             while let Ok(job) = rx.recv() {
                 let answer = match job {
-                    ScanJob::File { key, build_id, pid, file, symtab } => {
-                        let marked = check(&file, symtab, &st);
+                    ScanJob::File { key, build_id, pid, file, check: what } => {
+                        let marked = match what {
+                            Check::Both { symtab } => check(&file, symtab, &st),
+                            Check::PythonOnly => Some(false),
+                        };
                         let python = marked == Some(false)
                             && crate::items::markers::file_defines_until(&file, PYTHON_RUNTIME_SYMBOL, false, &st) == Some(true);
                         drop(file);
@@ -290,71 +326,163 @@ impl MarkerFollower {
         if m.prot & libc::PROT_EXEC as u32 == 0 || inode == 0 || !m.path.starts_with('/') || m.pid == 0 {
             return;
         }
-        let key = (dev, inode);
-        match self.files.get(&key) {
-            Some((id, marked, python)) if *id == m.build_id => {
-                if *marked && !self.queue.iter().any(|(p, _)| *p == m.pid) {
-                    self.send(ScanJob::Process { pid: m.pid });
-                } else if *python {
-                    self.watch_python(m.pid);
-                }
+        let e = crate::procfs::MapsEntry {
+            start: m.start,
+            end: m.start.saturating_add(m.len),
+            prot: m.prot,
+            shared: false,
+            offset: m.pgoff,
+            dev,
+            inode,
+            path: m.path.clone(),
+        };
+        self.look_at(m.pid, &e, Some(m.build_id.clone()), false);
+    }
+
+    /// `-a` and the agent at the start: a running process that has no control block yet
+    /// (`entries`: its maps, just read by the start-up attach). Its executable file
+    /// mappings wait in a bounded backlog ([`MAX_RUNNING_BACKLOG`]) and are handed to the
+    /// worker a few at a time from [`MarkerFollower::poll`] (a running process maps no file
+    /// again, so they wait their turn rather than being dropped); a file already answered
+    /// (cache by device and inode) is not scanned again. When one is a Python runtime the
+    /// process is watched for its control memfd like one that started while recording.
+    /// `unmarked`: the start-up attach just looked at every one of these files for the
+    /// control symbol (and found none), so the worker only checks for a Python runtime.
+    pub fn saw_running(&mut self, pid: u32, entries: &[crate::procfs::MapsEntry], unmarked: bool) {
+        let mut seen: Vec<(u64, u64)> = Vec::new();
+        for e in entries {
+            let key = (e.dev, e.inode);
+            if e.prot & libc::PROT_EXEC as u32 == 0
+                || e.inode == 0
+                || !e.path.starts_with('/')
+                || e.path.starts_with("/dev/")
+                || seen.contains(&key)
+            {
+                continue;
             }
-            _ if self.scanning.contains_key(&key) => {
-                // Being looked at: this process is looked up when the answer comes.
-                let Some((_, waiting)) = self.scanning.get_mut(&key) else {
-                    return;
-                };
-                if waiting.len() >= MAX_WAITING_PER_FILE {
-                    self.scan_dropped += 1;
-                } else if m.pid != 0 && !waiting.contains(&m.pid) {
-                    waiting.push(m.pid);
-                }
+            seen.push(key);
+            if self.running.len() >= MAX_RUNNING_BACKLOG {
+                self.scan_dropped += 1;
+                continue;
             }
-            _ => {
-                let e = crate::procfs::MapsEntry {
-                    start: m.start,
-                    end: m.start.saturating_add(m.len),
-                    prot: m.prot,
-                    shared: false,
-                    offset: m.pgoff,
-                    dev,
-                    inode,
-                    path: m.path.clone(),
-                };
-                let Ok(file) = crate::procfs::open_mapped_file(m.pid, &e) else {
-                    // Gone already (or not the file it was): not remembered.
-                    return;
-                };
-                // Libraries export the block in .dynsym; an executable may have it only in
-                // .symtab (not loaded, possibly big: read only for non-libraries).
-                let library = m.path.rsplit('/').next().is_some_and(|n| n.contains(".so"));
-                self.scan_file(key, m.build_id.clone(), m.pid, file, !library);
+            self.running.push_back((pid, e.clone(), unmarked));
+        }
+        self.feed_running();
+    }
+
+    /// Hand the next files of the start-up backlog to the worker (at most
+    /// [`RUNNING_PER_POLL`] looked at per call, at most [`RUNNING_IN_FLIGHT`] scans of them
+    /// at once); stops at a file being looked at (its answer serves the rest).
+    fn feed_running(&mut self) {
+        for _ in 0..RUNNING_PER_POLL {
+            let Some((pid, e, unmarked)) = self.running.pop_front() else { return };
+            if self.look_at(pid, &e, None, unmarked) == Look::Busy {
+                self.running.push_front((pid, e, unmarked));
+                return;
             }
         }
     }
 
+    /// One executable file mapping of `pid`: known file (`build_id` equal; `None`: a
+    /// running process's mapping, read from its maps just now, any), being looked at, or
+    /// opened and handed to the worker. `running`: from the start-up backlog, where a
+    /// file being looked at or a full queue answer [`Look::Busy`] (tried again later)
+    /// instead of being counted as dropped; `unmarked` (with `running`): the control symbol
+    /// is known to be absent.
+    fn look_at(&mut self, pid: u32, e: &crate::procfs::MapsEntry, build_id: Option<Option<Vec<u8>>>, unmarked: bool) -> Look {
+        let running = build_id.is_none();
+        let key = (e.dev, e.inode);
+        match self.files.get(&key) {
+            Some((id, marked, python)) if build_id.as_ref().is_none_or(|b| b == id) => {
+                if *marked && !self.queue.iter().any(|(p, _)| *p == pid) {
+                    self.send(ScanJob::Process { pid });
+                } else if *python {
+                    self.watch_python(pid);
+                }
+            }
+            _ if self.scanning.contains_key(&key) => {
+                if running {
+                    return Look::Busy; // its answer comes first; then the cache answers
+                }
+                // Being looked at: this process is looked up when the answer comes.
+                let Some((_, waiting)) = self.scanning.get_mut(&key) else {
+                    return Look::Done;
+                };
+                if waiting.len() >= MAX_WAITING_PER_FILE {
+                    self.scan_dropped += 1;
+                } else if pid != 0 && !waiting.contains(&pid) {
+                    waiting.push(pid);
+                }
+            }
+            _ => {
+                if running && self.running_in_flight >= RUNNING_IN_FLIGHT {
+                    return Look::Busy;
+                }
+                let Ok(file) = crate::procfs::open_mapped_file(pid, e) else {
+                    // Gone already (or not the file it was): not remembered.
+                    return Look::Done;
+                };
+                // Libraries export the block in .dynsym; an executable may have it only in
+                // .symtab (not loaded, possibly big: read only for non-libraries).
+                let library = e.path.rsplit('/').next().is_some_and(|n| n.contains(".so"));
+                let check = if running && unmarked { Check::PythonOnly } else { Check::Both { symtab: !library } };
+                if running && !self.can_scan(&file) {
+                    return Look::Busy;
+                }
+                if self.scan_file_as(key, build_id.flatten(), pid, file, check) && running {
+                    self.running_in_flight += 1;
+                    self.running_scans.insert(key);
+                }
+            }
+        }
+        Look::Done
+    }
+
     /// Hand one opened file to the worker (counted as dropped when its queue is full or
     /// its owner already has [`MAX_SCAN_PENDING_PER_OWNER`] files waiting).
+    #[cfg(test)]
     fn scan_file(&mut self, key: (u64, u64), build_id: Option<Vec<u8>>, pid: u32, file: std::fs::File, symtab: bool) {
-        // The owner of the file opened (fstat: nothing read); unknown owners share one count.
-        let owner = file.metadata().map_or(u32::MAX, |m| {
+        self.scan_file_as(key, build_id, pid, file, Check::Both { symtab });
+    }
+
+    /// The owner of an opened file (fstat: nothing read); unknown owners share one count.
+    fn owner(file: &std::fs::File) -> u32 {
+        file.metadata().map_or(u32::MAX, |m| {
             use std::os::unix::fs::MetadataExt;
             m.uid()
-        });
+        })
+    }
+
+    /// Whether [`MarkerFollower::scan_file_as`] would hand `file` over now (its owner's
+    /// share and the worker's queue have room).
+    fn can_scan(&self, file: &std::fs::File) -> bool {
+        let mine = self.scanning_per_owner.get(&Self::owner(file)).copied().unwrap_or(0);
+        let queued = self.worker.as_ref().map_or(0, |w| w.in_flight);
+        mine < MAX_SCAN_PENDING_PER_OWNER && queued < MAX_SCAN_PENDING as u64
+    }
+
+    /// [`MarkerFollower::scan_file`] with the checks to run; whether it was handed over.
+    fn scan_file_as(&mut self, key: (u64, u64), build_id: Option<Vec<u8>>, pid: u32, file: std::fs::File, check: Check) -> bool {
+        let owner = Self::owner(&file);
         let mine = self.scanning_per_owner.get(&owner).copied().unwrap_or(0);
         if mine >= MAX_SCAN_PENDING_PER_OWNER {
             self.scan_dropped += 1; // retried at the file's next MMAP
-            return;
+            return false;
         }
-        if self.send(ScanJob::File { key, build_id, pid, file, symtab }) {
+        if self.send(ScanJob::File { key, build_id, pid, file, check }) {
             self.scanning.insert(key, (owner, Vec::new()));
             *self.scanning_per_owner.entry(owner).or_default() += 1;
+            return true;
         }
+        false
     }
 
     /// A file handed to the worker is answered (or given up): no longer counted for its
     /// owner; returns the processes that waited for it.
     fn scanned(&mut self, key: &(u64, u64)) -> Vec<u32> {
+        if self.running_scans.remove(key) {
+            self.running_in_flight = self.running_in_flight.saturating_sub(1);
+        }
         let Some((owner, waiting)) = self.scanning.remove(key) else {
             return Vec::new();
         };
@@ -491,6 +619,7 @@ impl MarkerFollower {
                 self.queue.push((pid, found));
             }
         }
+        self.feed_running();
         self.python_round();
     }
 
@@ -507,7 +636,10 @@ impl MarkerFollower {
         w.jobs = None; // the worker ends when its queue is empty
                        // Every job not answered by now, and every process waiting for a file's answer,
                        // is lost: counted. The answers still to come are too late to be used.
-        let waiting: usize = self.scanning.drain().map(|(_, (_, pids))| pids.len()).sum();
+        let waiting: usize = self.scanning.drain().map(|(_, (_, pids))| pids.len()).sum::<usize>() + self.running.len();
+        self.running.clear();
+        self.running_scans.clear();
+        self.running_in_flight = 0;
         self.scanning_per_owner.clear();
         self.scan_dropped += w.in_flight + waiting as u64;
         let deadline = std::time::Instant::now() + SCAN_STOP_WITHIN;
@@ -623,6 +755,53 @@ mod tests {
         assert!(f.queue.is_empty() && f.scanning.is_empty());
         f.stop();
         assert_eq!(f.scan_dropped, 0);
+    }
+
+    /// Python processes running at the start: the start-up backlog hands each executable
+    /// file of a running process to the worker once, however many processes map it
+    /// (the cache by device and inode), never drops one for a busy queue, and with
+    /// `unmarked` does not look for the control symbol again.
+    #[test]
+    fn running_processes_files_are_scanned_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static CHECKS: AtomicUsize = AtomicUsize::new(0);
+        fn counting(f: &std::fs::File, symtab: bool, stop: &std::sync::atomic::AtomicBool) -> Option<bool> {
+            CHECKS.fetch_add(1, Ordering::Relaxed);
+            check_control_symbol(f, symtab, stop)
+        }
+        let me = std::process::id();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let entries: Vec<crate::procfs::MapsEntry> = maps.lines().filter_map(crate::procfs::parse_maps_line).collect();
+        let mut files: Vec<(u64, u64)> = entries
+            .iter()
+            .filter(|e| e.prot & libc::PROT_EXEC as u32 != 0 && e.inode != 0 && e.path.starts_with('/') && !e.path.starts_with("/dev/"))
+            .map(|e| (e.dev, e.inode))
+            .collect();
+        files.sort_unstable();
+        files.dedup();
+        assert!(!files.is_empty());
+        for unmarked in [false, true] {
+            CHECKS.store(0, Ordering::Relaxed);
+            let mut f = MarkerFollower { worker: Some(ScanWorker::start(counting).unwrap()), ..Default::default() };
+            // "Three processes" mapping the same files (this one, three times).
+            for _ in 0..3 {
+                f.saw_running(me, &entries, unmarked);
+            }
+            let t0 = std::time::Instant::now();
+            while (!f.running.is_empty() || !f.scanning.is_empty()) && t0.elapsed() < std::time::Duration::from_secs(60) {
+                f.poll();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            assert!(f.running.is_empty() && f.scanning.is_empty() && f.running_in_flight == 0);
+            for k in &files {
+                assert!(f.files.contains_key(k), "{k:?} answered");
+            }
+            let want = if unmarked { 0 } else { files.len() };
+            assert_eq!(CHECKS.load(Ordering::Relaxed), want, "control symbol checks (unmarked: {unmarked})");
+            assert_eq!(f.scan_dropped, 0, "nothing dropped");
+            assert_eq!(f.python_watched, 0, "the test binary maps no Python runtime");
+            f.stop();
+        }
     }
 
     /// Issue 19, fairness: one user creating many slow files filled the worker's queue

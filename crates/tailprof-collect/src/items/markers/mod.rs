@@ -37,6 +37,7 @@
 
 mod elf;
 pub(crate) mod follower;
+pub(crate) use elf::MAX_FILES as MAX_FILES_SEARCHED;
 pub(crate) use follower::MarkerFollower;
 mod guard;
 mod memfd;
@@ -337,8 +338,13 @@ impl MarkerCollector {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
             .map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
         let entries: Vec<crate::procfs::MapsEntry> = maps.lines().filter_map(crate::procfs::parse_maps_line).collect();
-        let memfd = memfd_controls_in_maps(pid, &entries).map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
-        let symbols = elf::find_symbol_in_maps(pid, &entries, CONTROL_SYMBOL, &std::sync::atomic::AtomicBool::new(false));
+        self.attach_in(pid, &entries)
+    }
+
+    /// [`MarkerCollector::attach`] with `pid`'s maps already read (`entries`).
+    pub(crate) fn attach_in(&mut self, pid: u32, entries: &[crate::procfs::MapsEntry]) -> Result<bool, CollectError> {
+        let memfd = memfd_controls_in_maps(pid, entries).map_err(|e| CollectError::io(format!("cannot read /proc/{pid}/maps"), e))?;
+        let symbols = elf::find_symbol_in_maps(pid, entries, CONTROL_SYMBOL, &std::sync::atomic::AtomicBool::new(false));
         self.attach_controls(pid, symbols, memfd)
     }
 
