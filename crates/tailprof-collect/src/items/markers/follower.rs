@@ -134,8 +134,9 @@ pub const SCAN_STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs
 ///
 /// Python programs publish their control block in a memfd (docs/MARKERS.md), a data
 /// mapping no MMAP2 record shows. So a process that maps a Python runtime (a file defining
-/// [`PYTHON_RUNTIME_SYMBOL`], found by the same worker scan) is watched: once a second,
-/// for [`PYTHON_WATCH_FOR`], the worker looks for its control memfd
+/// [`PYTHON_RUNTIME_SYMBOL`], found by the same worker scan, or a process running at the
+/// start that maps one) is watched on the [`WatchSchedule`] (every second at first, less
+/// often later, for as long as it lives): the worker looks for its control memfd
 /// ([`crate::items::markers::find_memfd_controls`], with its checks); found (or refused),
 /// the process is queued for attaching like a marked one. At most [`MAX_PYTHON_WATCHED`]
 /// processes are watched at once.
