@@ -128,6 +128,10 @@ pub struct FunctionInfo {
     /// line in this function's own code; jitdump line table: the row at or before the
     /// address, the function's first line before the first row).
     pub source: Option<String>,
+    /// At [`Granularity::Line`], the function's first line (what `source` is at
+    /// [`Granularity::Function`]): pprof's `Function.start_line`. `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_line: Option<String>,
 }
 
 impl FunctionInfo {
@@ -407,6 +411,7 @@ impl Resolver {
                             binary: path.to_owned(),
                             unknown_reason: None,
                             source: source.clone(),
+                            first_line: if lines { first() } else { None },
                         });
                         next
                     });
@@ -425,11 +430,16 @@ impl Resolver {
                             // `fn_4616a0`: a stripped binary's function, named by its .eh_frame range.
                             unknown_reason: symbolizer.is_range_name(*name).then(|| crate::symbolize::RANGE_NAME_REASON.to_owned()),
                             source: line.clone(),
+                            first_line: None,
                         });
                         next
                     });
-                    if rows[id as usize].source.is_none() {
-                        rows[id as usize].source = src.and_then(|s| s.function.as_ref()).map(ToString::to_string);
+                    let row = &mut rows[id as usize];
+                    let first = || src.and_then(|s| s.function.as_ref()).map(ToString::to_string);
+                    if lines && row.first_line.is_none() {
+                        row.first_line = first();
+                    } else if !lines && row.source.is_none() {
+                        row.source = first();
                     }
                     id
                 }
@@ -441,6 +451,7 @@ impl Resolver {
                             binary: path.to_owned(),
                             unknown_reason: Some(reason.to_string()),
                             source: None,
+                            first_line: None,
                         });
                         next
                     })
@@ -680,7 +691,13 @@ pub fn inline_rows(resolver: &Resolver, table: &mut FunctionTable, symbolizer: &
             for f in &fr[..fr.len() - 1] {
                 let key = (symbolizer.name(f.name).to_owned(), b.path.clone());
                 let r = *row_index.entry(key).or_insert_with_key(|(name, binary)| {
-                    table.rows.push(FunctionInfo { name: name.clone(), binary: binary.clone(), unknown_reason: None, source: None });
+                    table.rows.push(FunctionInfo {
+                        name: name.clone(),
+                        binary: binary.clone(),
+                        unknown_reason: None,
+                        source: None,
+                        first_line: None,
+                    });
                     (table.rows.len() - 1) as u32
                 });
                 rows.push(r);

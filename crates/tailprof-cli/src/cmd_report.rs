@@ -124,7 +124,7 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
     use tailprof_present::stacks as view;
     let filter = StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow };
-    let opts = StackOptions { event: Some(event), filter, timeline: false };
+    let opts = StackOptions { event: Some(event), filter, timeline: false, ..Default::default() };
     let mut symbolizer = symbolizer();
     let (_, p) =
         stack_report(&mut reader, &opts, false, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;
@@ -144,7 +144,7 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
 /// `--causes`: the items and their causes (one stack pass), summed by whom.
 fn run_causes(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Option<usize>) -> Result<String> {
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
-    let opts = StackOptions { event: Some(event), filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event: Some(event), filter: StackFilter::default(), timeline: false, ..Default::default() };
     let mut symbolizer = symbolizer();
     let (items, p) =
         stack_report(&mut reader, &opts, true, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;

@@ -10,7 +10,7 @@ use tailprof_analyze::stacks::{ItemStacks, OffRow, OffSlice, StackFilter, StackP
 use tailprof_present::{firefox, flamegraph, pprof, stacks};
 
 fn f(name: &str, binary: &str) -> FunctionInfo {
-    FunctionInfo { name: name.into(), binary: binary.into(), unknown_reason: None, source: None }
+    FunctionInfo { name: name.into(), binary: binary.into(), unknown_reason: None, source: None, first_line: None }
 }
 
 /// main → a → leaf 30 samples, main → b → leaf 70 (7 truncated), a path with a `;` in a
