@@ -1,14 +1,20 @@
 //! Formatting of numbers, byte counts, durations and times for text output.
 
-/// A function's name with its source location when known (`hotLoop (app.js:3)`,
-/// `work (work.c:4)`: the function's first line, or with `--lines` the frame's line, from
-/// DWARF or a jitdump line table, computed by the analysis), as the text, HTML, flame
-/// graph and Firefox views show it: the file's last path component ([`short_source`]).
+/// A function's name with its source location when known (`hotLoop (/srv/app.js:3)`,
+/// `work (/src/work.c:4)`: the function's first line, or with `--lines` the frame's line,
+/// from DWARF or a jitdump line table, computed by the analysis), as the HTML, flame
+/// graph and Firefox views show it.
 pub fn name_with_source(name: &str, source: Option<&str>) -> String {
     match source {
-        Some(s) if !s.is_empty() => format!("{name} ({})", short_source(s)),
+        Some(s) if !s.is_empty() => format!("{name} ({s})"),
         _ => name.to_owned(),
     }
+}
+
+/// [`name_with_source`] with the file cut to its last path component
+/// (`work (work.c:4)`, [`short_source`]), for the columns of the text views.
+pub fn name_with_short_source(name: &str, source: Option<&str>) -> String {
+    name_with_source(name, source.map(short_source).as_deref())
 }
 
 /// `file:line` with the file cut to its last path component (`/src/app/work.c:4` →
