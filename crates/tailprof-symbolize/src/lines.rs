@@ -12,7 +12,10 @@
 //! no lines. JIT code's lines come from the trace's jitdump line tables instead
 //! ([`crate::jit`]); both end up as `file:line` in `tailprof_analyze::resolve`.
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
 
 use blazesym::symbolize::source::Source;
 use blazesym::symbolize::{CodeInfo, Input, Symbolized};
@@ -21,8 +24,9 @@ use rustc_hash::FxHashMap;
 /// A file and line of source code.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SourceLine {
-    /// The file as the DWARF names it (its directory joined when recorded).
-    pub file: String,
+    /// The file as the DWARF names it (its directory joined when recorded); shared by
+    /// the lines of one file.
+    pub file: Arc<str>,
     pub line: u32,
 }
 
@@ -41,9 +45,18 @@ pub struct AddrSource {
     pub function: Option<SourceLine>,
 }
 
-fn source_line(c: &CodeInfo<'_>) -> Option<SourceLine> {
-    let line = c.line.filter(|&l| l > 0)?;
-    Some(SourceLine { file: c.to_path().to_string_lossy().into_owned(), line })
+/// File names of one batch, made once per (directory, file) of the DWARF.
+#[derive(Default)]
+struct Files<'a> {
+    by_name: FxHashMap<(Option<&'a Path>, &'a OsStr), Arc<str>>,
+}
+
+impl<'a> Files<'a> {
+    fn line(&mut self, c: &'a CodeInfo<'_>) -> Option<SourceLine> {
+        let line = c.line.filter(|&l| l > 0)?;
+        let file = self.by_name.entry((c.dir.as_deref(), c.file.as_ref())).or_insert_with(|| c.to_path().to_string_lossy().into()).clone();
+        Some(SourceLine { file, line })
+    }
 }
 
 /// Fill `out[i]` for the answers `syms` of the addresses at `idx` (same order), then the
@@ -55,11 +68,12 @@ pub(crate) fn fill_sources(
     idx: impl Iterator<Item = usize>,
     out: &mut [AddrSource],
 ) {
+    let mut files = Files::default();
     let mut starts: Vec<u64> = Vec::new();
     let mut at: Vec<(usize, u64)> = Vec::new();
     for (i, s) in idx.zip(syms) {
         let Symbolized::Sym(sym) = s else { continue };
-        let Some(line) = sym.code_info.as_deref().and_then(source_line) else { continue };
+        let Some(line) = sym.code_info.as_deref().and_then(|c| files.line(c)) else { continue };
         out[i].line = Some(line);
         at.push((i, sym.addr));
         starts.push(sym.addr);
@@ -70,11 +84,12 @@ pub(crate) fn fill_sources(
     starts.sort_unstable();
     starts.dedup();
     let Ok(answers) = inner.symbolize(src, Input::VirtOffset(&starts)) else { return };
+    let mut files = Files::default();
     let first: FxHashMap<u64, SourceLine> = starts
         .iter()
         .zip(&answers)
         .filter_map(|(&a, s)| match s {
-            Symbolized::Sym(sym) => sym.code_info.as_deref().and_then(source_line).map(|l| (a, l)),
+            Symbolized::Sym(sym) => sym.code_info.as_deref().and_then(|c| files.line(c)).map(|l| (a, l)),
             Symbolized::Unknown(_) => None,
         })
         .collect();
