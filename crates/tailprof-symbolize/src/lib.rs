@@ -677,7 +677,7 @@ impl Symbolizer {
             let src = Source::Elf(Elf { debug_syms: debug_syms && has_dwarf, ..Elf::new(&own_path) });
             let res = match self.inner.symbolize(&src, Input::FileOffset(&offs)) {
                 Ok(syms) => {
-                    if let Some(out) = sources.as_deref_mut() {
+                    if let Some(out) = sources {
                         lines::fill_sources(&self.inner, &src, &syms, todo.iter().copied(), out);
                     }
                     intern_all(&mut self.names, &syms)
