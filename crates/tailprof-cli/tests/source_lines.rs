@@ -116,3 +116,46 @@ fn native_functions_have_their_first_line_and_lines_split_them() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--lines"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `export --lines`: folded stacks and pprof per (function, line); without it per function.
+#[test]
+fn export_lines_splits_frames_by_line() {
+    let o = tailprof().args(["record", "-o", "/dev/null", "--", "true"]).output().unwrap();
+    if !o.status.success() {
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::PerfEvents,
+            format_args!("recording is not possible here: {}", String::from_utf8_lossy(&o.stderr)),
+        );
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    std::fs::write(dir.join("work.c"), PROG).unwrap();
+    let bin = dir.join("work");
+    match Command::new("cc").args(["-g", "-O1", "-o"]).arg(&bin).arg(dir.join("work.c")).output() {
+        Ok(o) if o.status.success() => {}
+        other => {
+            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("cc failed: {other:?}"));
+            return;
+        }
+    }
+    let trace = dir.join("t.trace");
+    ok(tailprof().arg("record").arg("-o").arg(&trace).arg("--").arg(&bin).arg("200000000"));
+    let folded = |lines: bool| {
+        let out = dir.join(if lines { "lines.txt" } else { "fns.txt" });
+        let mut c = tailprof();
+        c.arg("export").arg(&trace).arg("--folded").arg(&out);
+        if lines {
+            c.arg("--lines");
+        }
+        ok(&mut c);
+        std::fs::read_to_string(&out).unwrap()
+    };
+    // Per function: `work` bare (folded stacks are other tools' input), one line.
+    let fns = folded(false);
+    assert_eq!(fns.lines().filter(|l| l.starts_with("work ")).count(), 1, "{fns}");
+    // Per line: `work (…/work.c:N)`, one line per line of the loop body at least.
+    let lines = folded(true);
+    let of_work: Vec<&str> = lines.lines().filter(|l| l.starts_with("work (")).collect();
+    assert!(of_work.iter().any(|l| l.contains("work.c:7) ")) && of_work.iter().any(|l| l.contains("work.c:8) ")), "{lines}");
+}
