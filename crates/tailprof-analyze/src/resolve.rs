@@ -397,8 +397,8 @@ impl Resolver {
             let next = rows.len() as u32;
             let id = match r {
                 _ if b.kind == BinaryKind::Jit => {
-                    let (i, line) = jit_entry_line(loc.offset);
-                    let e = self.jit.entry(i);
+                    let (entry, line) = jit_entry_line(loc.offset);
+                    let e = self.jit.entry(entry);
                     let line_of =
                         |row: &tailprof_format::jit::JitLine| e.lines.files.get(row.file as usize).map(|f| format!("{f}:{}", row.line));
                     // The function's first line: the line at the lowest offset of its
