@@ -212,7 +212,7 @@ pub fn check_report(data: &[u8]) {
     for mut r in traces(data) {
         for by in [GroupBy::Function, GroupBy::Binary, GroupBy::Thread] {
             let mut sym = symbolizer();
-            if let Ok(p) = flat_profile(&mut r, &ProfileOptions { by, event: None }, &mut sym) {
+            if let Ok(p) = flat_profile(&mut r, &ProfileOptions { by, event: None, ..Default::default() }, &mut sym) {
                 let _ = tailprof_present::table::render_profile(&p, &Default::default());
                 let _ = tailprof_present::json::profile_json_string(&p, Some(10)).expect("json");
             }

@@ -169,7 +169,7 @@ fn main() {
     let items = items_report(&mut TraceReader::from_bytes(with.clone()).unwrap(), &ItemsOptions::default(), &mut sym).unwrap();
     assert_eq!(items.items.len() as u64, n);
     let spans = ItemSpan::from_rows(&items.items);
-    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false, ..Default::default() };
     let (mut decode, mut plain, mut causes) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..repeats {
         if only_causes {

@@ -13,7 +13,7 @@ use tailprof_format::{CpuMode, Mmap, Sample, Sink, TraceHeader};
 fn main() {
     let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(5_000_000);
     for by in [GroupBy::Function, GroupBy::Binary, GroupBy::Thread] {
-        let mut b = ProfileBuilder::new(&TraceHeader::default(), &ProfileOptions { by, event: None }).unwrap();
+        let mut b = ProfileBuilder::new(&TraceHeader::default(), &ProfileOptions { by, event: None, ..Default::default() }).unwrap();
         for pid in 1..=50u32 {
             for lib in 0..20u64 {
                 b.handle_mmap(&Mmap {

@@ -24,6 +24,8 @@ pub struct ExportRequest {
     pub timeline: bool,
     /// The samples inside items as named instants (Perfetto without stacks).
     pub instants: bool,
+    /// Frames per function (default) or per (function, source line) (`--lines`).
+    pub granularity: crate::resolve::Granularity,
 }
 
 /// Everything the exports render.
@@ -66,7 +68,7 @@ pub fn export_data(reader: &mut TraceReader, req: &ExportRequest, symbolizer: &m
             return Err(AnalyzeError::NoSuchItem { id: *id });
         }
     }
-    let opts = StackOptions { event: Some(event), filter: req.filter.clone(), timeline: req.timeline };
+    let opts = StackOptions { event: Some(event), filter: req.filter.clone(), timeline: req.timeline, granularity: req.granularity };
     let stacks = stack_profile(reader, &opts, spans, symbolizer)?;
     let instants = match (&report, req.instants) {
         (Some(r), true) => Some(item_samples(reader, r, event, symbolizer)?),

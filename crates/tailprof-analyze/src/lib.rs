@@ -25,7 +25,7 @@
 //! use tailprof_analyze::*;
 //! let mut reader = tailprof_format::TraceReader::open("trace.tprof".as_ref())?;
 //! let event = select_event(reader.header(), None)?; // or Some("cycles") / Some("1")
-//! let opts = ProfileOptions { by: GroupBy::Function, event: Some(event) };
+//! let opts = ProfileOptions { by: GroupBy::Function, event: Some(event), ..Default::default() };
 //! let mut sym = Symbolizer::new(SymbolizerOptions::default());
 //! let profile: FlatProfile = flat_profile(&mut reader, &opts, &mut sym)?;
 //! // `tailprof info`: cheap summary, plus a full pass for per-event counts.
@@ -58,7 +58,7 @@ pub use items::{
 };
 pub use maps::AddressSpaces;
 pub use profile::{flat_profile, select_event, FlatProfile, GroupBy, ProfileBuilder, ProfileOptions, ProfileRow};
-pub use resolve::{LocId, Resolved, ResolvedSink, Resolver};
+pub use resolve::{Granularity, LocId, Resolved, ResolvedSink, Resolver};
 pub use symbolize::{KernelSymbols, Symbolizer, SymbolizerOptions, UnknownReason};
 
 /// Errors of the analyze stage.

@@ -17,7 +17,7 @@ use serde::Serialize;
 use tailprof_format::{LossKind, Lost, ReadSummary, Sample, Throttle, TraceHeader, TraceReader};
 
 use crate::maps::{short_name, AddressSpaces, BinaryId};
-use crate::resolve::{Resolved, ResolvedSink, Resolver};
+use crate::resolve::{Granularity, Resolved, ResolvedSink, Resolver};
 use crate::symbolize::Symbolizer;
 use crate::AnalyzeError;
 
@@ -38,6 +38,9 @@ pub struct ProfileOptions {
     /// Index into `TraceHeader::events` of the event to report (see [`select_event`]);
     /// `None`: the first event.
     pub event: Option<u16>,
+    /// Rows per function (default) or per (function, source line) (`report --lines`);
+    /// only with [`GroupBy::Function`].
+    pub granularity: Granularity,
 }
 
 /// Find an event by name or by index (`"0"`, `"1"`, ...). `None` selects the first.
@@ -100,8 +103,9 @@ pub struct ProfileRow {
     /// Why the name is not a symbol, when it is not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unknown_reason: Option<String>,
-    /// `file:line` of the function (`--by function`), when known: a JIT function's
-    /// jitdump DEBUG_INFO.
+    /// `file:line` (`--by function`), when known: the function's first line, or with
+    /// [`Granularity::Line`] the line of the row's samples ([`crate::resolve::FunctionInfo::source`]:
+    /// DWARF for native code, the jitdump line table for JIT code).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
 }
@@ -148,6 +152,10 @@ pub struct ProfileStats {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FlatProfile {
     pub group_by: GroupBy,
+    /// `line`: rows are (function, source line) pairs (`report --lines`); absent for
+    /// rows per function.
+    #[serde(skip_serializing_if = "is_function")]
+    pub granularity: Granularity,
     /// Name of the reported event.
     pub event: String,
     pub event_index: u16,
@@ -194,6 +202,7 @@ pub type ProfileBuilder = Resolved<ProfileCounts>;
 pub struct ProfileCounts {
     header: TraceHeader,
     by: GroupBy,
+    granularity: Granularity,
     event: u16,
     loc_counts: Vec<Counts>,
     threads: FxHashMap<(u32, u32, u32), Counts>,
@@ -221,6 +230,7 @@ impl Resolved<ProfileCounts> {
         let counts = ProfileCounts {
             header: header.clone(),
             by: opts.by,
+            granularity: opts.granularity,
             event,
             loc_counts: Vec::new(),
             threads: FxHashMap::default(),
@@ -287,7 +297,7 @@ impl ProfileCounts {
         let mut kernel_symbols = None;
         let mut rows: Vec<ProfileRow> = match self.by {
             GroupBy::Function => {
-                let table = resolver.functions(symbolizer);
+                let table = resolver.functions_by(symbolizer, self.granularity);
                 kernel_symbols = table.kernel_note.clone();
                 let mut folded = vec![Counts::default(); table.rows.len()];
                 for (loc, &f) in table.of_loc.iter().enumerate() {
@@ -342,6 +352,7 @@ impl ProfileCounts {
                 .then_with(|| a.name.cmp(&b.name))
                 .then_with(|| a.binary.cmp(&b.binary))
                 .then_with(|| a.tid.cmp(&b.tid))
+                .then_with(|| a.source.cmp(&b.source))
         });
         let mut unknown: Vec<UnknownSummary> = unknown
             .into_iter()
@@ -387,6 +398,7 @@ impl ProfileCounts {
             .collect();
         FlatProfile {
             group_by: self.by,
+            granularity: if self.by == GroupBy::Function { self.granularity } else { Granularity::Function },
             event: event_name(&self.header, self.event),
             event_index: self.event,
             samples: total.samples,
@@ -414,6 +426,10 @@ impl ProfileCounts {
             },
         }
     }
+}
+
+fn is_function(g: &Granularity) -> bool {
+    *g == Granularity::Function
 }
 
 fn row(name: String, binary: Option<String>, pid: Option<u32>, tid: Option<u32>, c: Counts, unknown_reason: Option<String>) -> ProfileRow {

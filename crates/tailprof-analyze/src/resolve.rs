@@ -53,7 +53,7 @@ use tailprof_format::{
 };
 
 use crate::maps::{short_name, AddressSpaces, BinaryId, BinaryKind, Location, KERNEL_PID};
-use crate::symbolize::{KernelOrigin, NameId, SymIdResult, Symbolizer, UnknownReason};
+use crate::symbolize::{AddrSource, KernelOrigin, NameId, SymIdResult, Symbolizer, UnknownReason};
 
 /// Dense id of a unique [`Location`], in order of first sight: index into
 /// [`Resolver::locations`] and [`FunctionTable::of_loc`].
@@ -101,6 +101,18 @@ pub struct Resolver {
     now: u64,
 }
 
+/// What a row of [`Resolver::functions_by`] stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Granularity {
+    /// A function (name within a binary), with its first line as its source.
+    #[default]
+    Function,
+    /// A (function, `file:line`) pair: the line of the addresses (perf's
+    /// `--sort sym,srcline`, pprof's `-lines`).
+    Line,
+}
+
 /// One function row: a name within a binary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FunctionInfo {
@@ -109,11 +121,17 @@ pub struct FunctionInfo {
     pub binary: String,
     /// Why the name is not a symbol, when it is not.
     pub unknown_reason: Option<String>,
-    /// `file:line` of the code, when known: for JIT code with a jitdump line table, the
-    /// line of the row's addresses (a JIT function is one row per line its samples and
-    /// frames fall on, as DWARF line tables split native code by line); else the first
-    /// DEBUG_INFO line of the function.
+    /// `file:line`, when known. At [`Granularity::Function`] the function's first line:
+    /// native code, the DWARF line of its symbol's start address; JIT code, the line at
+    /// the lowest offset of its jitdump line table, else its first DEBUG_INFO line. At
+    /// [`Granularity::Line`] the line of the row's addresses (DWARF line table: the
+    /// line in this function's own code; jitdump line table: the row at or before the
+    /// address, the function's first line before the first row).
     pub source: Option<String>,
+    /// At [`Granularity::Line`], the function's first line (what `source` is at
+    /// [`Granularity::Function`]): pprof's `Function.start_line`. `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_line: Option<String>,
 }
 
 impl FunctionInfo {
@@ -123,7 +141,7 @@ impl FunctionInfo {
     }
 }
 
-/// A `file:line` source (a JIT address's jitdump DEBUG_INFO line) split into its file and
+/// A `file:line` source ([`FunctionInfo::source`]: DWARF or jitdump) split into its file and
 /// line, the one parser every view uses (pprof's `Function.filename`/`start_line`, …);
 /// `None` when it does not end in `:LINE`.
 pub fn split_source(s: &str) -> Option<(&str, u32)> {
@@ -354,48 +372,77 @@ impl Resolver {
     }
 
     /// Symbolize every location (one batch per binary) and fold them into function
-    /// rows keyed by (name, binary path).
+    /// rows keyed by (name, binary path), each with its function's first line
+    /// ([`FunctionInfo::source`]).
     pub fn functions(&self, symbolizer: &mut Symbolizer) -> FunctionTable {
-        let (names, kernel_note) = self.symbolize_locations(symbolizer);
-        // Rows by (display-name id, path) for symbols, by (name, path) for unknowns.
-        let mut known: FxHashMap<(NameId, &str), u32> = FxHashMap::default();
+        self.functions_by(symbolizer, Granularity::Function)
+    }
+
+    /// [`Resolver::functions`] at granularity `by`: with [`Granularity::Line`], one row
+    /// per (function, `file:line` of its addresses), for native code (DWARF) and JIT code
+    /// (jitdump line tables) alike.
+    pub fn functions_by(&self, symbolizer: &mut Symbolizer, by: Granularity) -> FunctionTable {
+        let lines = by == Granularity::Line;
+        let (names, sources, kernel_note) = self.symbolize_locations(symbolizer);
+        // Rows by (display-name id, path, line) for symbols, by (name, path) for
+        // unknowns, by (JIT name, line) for JIT code; the line only at line granularity.
+        let mut known: FxHashMap<(NameId, &str, Option<String>), u32> = FxHashMap::default();
         let mut unknown: FxHashMap<(String, &str), u32> = FxHashMap::default();
-        // JIT rows by (name, source line).
         let mut jit: FxHashMap<(&str, Option<String>), u32> = FxHashMap::default();
-        let mut rows = Vec::new();
+        let mut rows: Vec<FunctionInfo> = Vec::new();
         let mut of_loc = Vec::with_capacity(self.loc_list.len());
-        for (loc, r) in self.loc_list.iter().zip(&names) {
+        for (i, (loc, r)) in self.loc_list.iter().zip(&names).enumerate() {
             let b = self.spaces.binary(loc.binary);
             let path = b.path.as_str();
             let next = rows.len() as u32;
             let id = match r {
                 _ if b.kind == BinaryKind::Jit => {
-                    let (i, line) = jit_entry_line(loc.offset);
-                    let e = self.jit.entry(i);
-                    let source = match line.and_then(|l| e.lines.lines.get(l)) {
-                        Some(l) => e.lines.files.get(l.file as usize).map(|f| format!("{f}:{}", l.line)),
-                        None => e.source.clone(),
-                    };
-                    *jit.entry((e.name.as_str(), source)).or_insert_with_key(|(name, source)| {
+                    let (entry, line) = jit_entry_line(loc.offset);
+                    let e = self.jit.entry(entry);
+                    let line_of =
+                        |row: &tailprof_format::jit::JitLine| e.lines.files.get(row.file as usize).map(|f| format!("{f}:{}", row.line));
+                    // The function's first line: the line at the lowest offset of its
+                    // table, else its first DEBUG_INFO line.
+                    let first = || e.lines.lines.first().and_then(line_of).or_else(|| e.source.clone());
+                    let source = if lines { line.and_then(|l| e.lines.lines.get(l)).and_then(line_of).or_else(first) } else { None };
+                    let id = *jit.entry((e.name.as_str(), source)).or_insert_with_key(|(name, source)| {
                         rows.push(FunctionInfo {
                             name: (*name).to_owned(),
                             binary: path.to_owned(),
                             unknown_reason: None,
                             source: source.clone(),
+                            first_line: if lines { first() } else { None },
                         });
                         next
-                    })
-                }
-                Ok(name) => *known.entry((*name, path)).or_insert_with(|| {
-                    rows.push(FunctionInfo {
-                        name: symbolizer.name(*name).to_owned(),
-                        binary: path.to_owned(),
-                        // `fn_4616a0`: a stripped binary's function, named by its .eh_frame range.
-                        unknown_reason: symbolizer.is_range_name(*name).then(|| crate::symbolize::RANGE_NAME_REASON.to_owned()),
-                        source: None,
                     });
-                    next
-                }),
+                    if !lines && rows[id as usize].source.is_none() {
+                        rows[id as usize].source = first();
+                    }
+                    id
+                }
+                Ok(name) => {
+                    let src = sources.get(i);
+                    let line = if lines { src.and_then(|s| s.line.as_ref()).map(ToString::to_string) } else { None };
+                    let id = *known.entry((*name, path, line)).or_insert_with_key(|(_, _, line)| {
+                        rows.push(FunctionInfo {
+                            name: symbolizer.name(*name).to_owned(),
+                            binary: path.to_owned(),
+                            // `fn_4616a0`: a stripped binary's function, named by its .eh_frame range.
+                            unknown_reason: symbolizer.is_range_name(*name).then(|| crate::symbolize::RANGE_NAME_REASON.to_owned()),
+                            source: line.clone(),
+                            first_line: None,
+                        });
+                        next
+                    });
+                    let row = &mut rows[id as usize];
+                    let first = || src.and_then(|s| s.function.as_ref()).map(ToString::to_string);
+                    if lines && row.first_line.is_none() {
+                        row.first_line = first();
+                    } else if !lines && row.source.is_none() {
+                        row.source = first();
+                    }
+                    id
+                }
                 Err(reason) => {
                     let name = unknown_name(b.kind, path, loc.offset);
                     *unknown.entry((name, path)).or_insert_with_key(|(name, _)| {
@@ -404,6 +451,7 @@ impl Resolver {
                             binary: path.to_owned(),
                             unknown_reason: Some(reason.to_string()),
                             source: None,
+                            first_line: None,
                         });
                         next
                     })
@@ -415,9 +463,12 @@ impl Resolver {
     }
 
     /// One result per location, plus the kernel-symbols note.
-    fn symbolize_locations(&self, symbolizer: &mut Symbolizer) -> (Vec<SymIdResult>, Option<String>) {
+    /// Per location: its name, its source lines (native code with DWARF; default for the
+    /// rest), and the kernel-symbols note.
+    fn symbolize_locations(&self, symbolizer: &mut Symbolizer) -> (Vec<SymIdResult>, Vec<AddrSource>, Option<String>) {
         symbolizer.set_origin(KernelOrigin::new(&self.header, self.spaces.kernel_text()));
         let mut out: Vec<Option<SymIdResult>> = vec![None; self.loc_list.len()];
+        let mut sources: Vec<AddrSource> = vec![AddrSource::default(); self.loc_list.len()];
         let mut per_binary: FxHashMap<BinaryId, Vec<u32>> = FxHashMap::default();
         let mut kernel: Vec<u32> = Vec::new();
         for (i, loc) in self.loc_list.iter().enumerate() {
@@ -436,8 +487,10 @@ impl Resolver {
             let offsets: Vec<u64> = idx.iter().map(|&i| self.loc_list[i as usize].offset).collect();
             let b = self.spaces.binary(id);
             let trace_bid = b.build_id.as_deref().or_else(|| self.build_ids.get(&b.path).map(Vec::as_slice));
-            for (i, r) in idx.iter().zip(symbolizer.symbolize_binary_ids(b, trace_bid, &offsets)) {
+            let (names, lines) = symbolizer.symbolize_binary_sources(b, trace_bid, &offsets);
+            for ((i, r), l) in idx.iter().zip(names).zip(lines) {
                 out[*i as usize] = Some(r);
+                sources[*i as usize] = l;
             }
         }
         let mut note = None;
@@ -453,7 +506,7 @@ impl Resolver {
             }
         }
         let results = out.into_iter().map(|r| r.unwrap_or(Err(UnknownReason::Other { why: "not symbolized".into() }))).collect();
-        (results, note)
+        (results, sources, note)
     }
 }
 
@@ -638,7 +691,13 @@ pub fn inline_rows(resolver: &Resolver, table: &mut FunctionTable, symbolizer: &
             for f in &fr[..fr.len() - 1] {
                 let key = (symbolizer.name(f.name).to_owned(), b.path.clone());
                 let r = *row_index.entry(key).or_insert_with_key(|(name, binary)| {
-                    table.rows.push(FunctionInfo { name: name.clone(), binary: binary.clone(), unknown_reason: None, source: None });
+                    table.rows.push(FunctionInfo {
+                        name: name.clone(),
+                        binary: binary.clone(),
+                        unknown_reason: None,
+                        source: None,
+                        first_line: None,
+                    });
                     (table.rows.len() - 1) as u32
                 });
                 rows.push(r);

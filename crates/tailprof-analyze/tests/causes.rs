@@ -114,7 +114,7 @@ fn analyze_with(bytes: &[u8], timeline: bool) -> (tailprof_analyze::ItemsReport,
     let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
     let mut r = TraceReader::from_bytes(bytes.to_vec()).unwrap();
     let spans = ItemSpan::from_rows(&items.items);
-    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline };
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline, ..Default::default() };
     let p = stack_profile(&mut r, &opts, spans, &mut sym).unwrap();
     (items, p)
 }
@@ -306,7 +306,7 @@ fn noise_names_page_faults_syscalls_and_migrations() {
         let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
         let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
         let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
-        let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+        let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false, ..Default::default() };
         let p = stack_profile(&mut r, &opts, ItemSpan::from_rows(&items.items), &mut sym).unwrap();
         (items, p)
     };

@@ -231,7 +231,7 @@ fn render() -> String {
     let items = items_report(&mut read(), &ItemsOptions::default(), &mut sym).unwrap();
     let spans = ItemSpan::from_rows(&items.items);
     let profile = |filter: StackFilter, sym: &mut Symbolizer| {
-        let opts = StackOptions { event: None, filter, timeline: true };
+        let opts = StackOptions { event: None, filter, timeline: true, ..Default::default() };
         stack_profile(&mut read(), &opts, spans.clone(), sym).unwrap()
     };
     let whole = profile(StackFilter::default(), &mut sym);

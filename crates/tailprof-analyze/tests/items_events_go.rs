@@ -76,7 +76,7 @@ fn keyed_switch(time: u64, tid: u32, kind: SwitchKind, g: Option<u64>) -> Record
 /// Blocked time per item (stacks view) of a trace.
 fn blocked(b: Vec<u8>, r: &ItemsReport) -> Vec<u64> {
     let mut rd = TraceReader::from_bytes(b).unwrap();
-    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false, ..Default::default() };
     let p = stack_profile(&mut rd, &opts, ItemSpan::from_rows(&r.items), &mut Symbolizer::default()).unwrap();
     r.items.iter().map(|it| p.items.iter().find(|s| s.id == it.id).map_or(0, |s| s.blocked_ns)).collect()
 }
@@ -176,7 +176,7 @@ fn go_items_get_off_cpu_time_only_where_their_goroutine_blocked_the_thread() {
     let runs: Vec<(u32, u64, u64)> = it.current.iter().map(|c| (c.tid, c.begin_ns / ms, c.end_ns / ms)).collect();
     assert_eq!(runs, [(1, 100, 160), (2, 200, 230)]);
     let mut rd = TraceReader::from_bytes(b).unwrap();
-    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false, ..Default::default() };
     let p = stack_profile(&mut rd, &opts, ItemSpan::from_rows(&r.items), &mut Symbolizer::default()).unwrap();
     let st = p.items.iter().find(|s| s.id == it.id).unwrap();
     assert_eq!(st.blocked_ns, 30 * ms, "the system call's 30 ms, not the scheduler's 40 ms");

@@ -208,7 +208,7 @@ fn blocked_time_is_charged_only_to_the_current_item() {
     // The switch markers survive the file (format version 5).
     assert_eq!(items.switching.markers, 4);
     let mut reader = TraceReader::from_bytes(bytes).unwrap();
-    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false, ..Default::default() };
     let p = stack_profile(&mut reader, &opts, ItemSpan::from_rows(&items.items), &mut sym).unwrap();
     let blocked = |id| p.item(id).unwrap().blocked_ns;
     assert_eq!((blocked(1), blocked(2)), (MS, 0));

@@ -19,7 +19,7 @@ int main(int argc, char **argv) { (void)argv; return gamma_fn(argc); }
 "#;
 
 fn by(g: GroupBy) -> ProfileOptions {
-    ProfileOptions { by: g, event: None }
+    ProfileOptions { by: g, event: None, ..Default::default() }
 }
 
 #[test]
@@ -190,11 +190,20 @@ fn event_selection_and_totals() {
     assert_eq!(select_event(&header, None).unwrap(), 0);
     let err = select_event(&header, Some("branches")).unwrap_err().to_string();
     assert!(err.contains("branches") && err.contains("cycles, instructions"), "{err}");
-    let p = profile_with_header(&header, &recs, &ProfileOptions { by: GroupBy::Function, event: Some(ev) }, SymbolizerOptions::default());
+    let p = profile_with_header(
+        &header,
+        &recs,
+        &ProfileOptions { by: GroupBy::Function, event: Some(ev), ..Default::default() },
+        SymbolizerOptions::default(),
+    );
     assert_eq!(p.event, "instructions");
     assert_eq!(rows(&p), vec![("[unknown] 0x10".into(), 1), ("[unknown] 0x20".into(), 1)]);
     assert!((p.rows[0].percent - 50.0).abs() < 1e-9);
-    assert!(tailprof_analyze::ProfileBuilder::new(&header, &ProfileOptions { by: GroupBy::Function, event: Some(2) }).is_err());
+    assert!(tailprof_analyze::ProfileBuilder::new(
+        &header,
+        &ProfileOptions { by: GroupBy::Function, event: Some(2), ..Default::default() }
+    )
+    .is_err());
 }
 
 #[test]

@@ -129,7 +129,7 @@ fn profile(bytes: &[u8], filter: StackFilter) -> (tailprof_analyze::ItemsReport,
     let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
     let mut r = TraceReader::from_bytes(bytes.to_vec()).unwrap();
     let spans = ItemSpan::from_rows(&items.items);
-    let p = stack_profile(&mut r, &StackOptions { event: None, filter, timeline: true }, spans, &mut sym).unwrap();
+    let p = stack_profile(&mut r, &StackOptions { event: None, filter, timeline: true, ..Default::default() }, spans, &mut sym).unwrap();
     (items, p)
 }
 

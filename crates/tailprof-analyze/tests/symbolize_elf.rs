@@ -16,7 +16,7 @@ int main(int argc, char **argv) { (void)argv; return beta(argc); }
 "#;
 
 fn opts() -> ProfileOptions {
-    ProfileOptions { by: GroupBy::Function, event: None }
+    ProfileOptions { by: GroupBy::Function, event: None, ..Default::default() }
 }
 
 /// Samples: 3 in alpha (at +4 inside it), 2 in beta (at its first byte).
@@ -81,7 +81,7 @@ __attribute__((noinline)) int lib_two(int x) { return lib_one(x) - 1; }
     assert_eq!(p.rows[0].binary.as_deref(), lib.to_str());
 
     // By binary: no symbolization, one row per file.
-    let by_bin = profile(&recs, &ProfileOptions { by: GroupBy::Binary, event: None }, SymbolizerOptions::default());
+    let by_bin = profile(&recs, &ProfileOptions { by: GroupBy::Binary, event: None, ..Default::default() }, SymbolizerOptions::default());
     assert_eq!(rows(&by_bin), vec![("libtp.so".into(), 5), ("main".into(), 2)]);
 }
 

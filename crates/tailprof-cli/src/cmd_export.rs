@@ -11,8 +11,8 @@ use std::process::ExitCode;
 
 use tailprof_analyze::export::{export_data, ExportRequest};
 use tailprof_analyze::items::{item_samples, items_report, ItemsOptions, ItemsReport};
-use tailprof_analyze::select_event;
 use tailprof_analyze::stacks::StackFilter;
+use tailprof_analyze::{select_event, Granularity};
 use tailprof_format::TraceReader;
 use tailprof_present::export::{render_export, ExportKind, ExportStyle};
 use tailprof_present::html::{render_items_html, HtmlOptions};
@@ -65,6 +65,14 @@ pub struct ExportArgs {
     /// Write folded stacks ("root;caller;leaf COUNT" lines) here.
     #[arg(long, value_name = "OUT.txt")]
     folded: Option<PathBuf>,
+
+    /// Frames per (function, source line) instead of per function in every stack view of
+    /// the export (pprof: one Location per function and line, its Line.line that line,
+    /// like `go tool pprof -lines`; folded stacks, flame graphs, Firefox: frames
+    /// `name (file:line)` per line). Lines from DWARF for native code and jitdump line
+    /// tables for JIT code; without it a frame is a function with its first line.
+    #[arg(long)]
+    lines: bool,
 
     /// Add off-CPU time (from context switches) to the pprof profile as a third sample type.
     #[arg(long)]
@@ -119,6 +127,7 @@ pub fn run(args: ExportArgs) -> Result<ExitCode> {
         items: args.html.is_some() || args.perfetto.is_some(),
         timeline: args.perfetto.is_some() || args.firefox.is_some(),
         instants: args.perfetto.is_some() && !args.no_samples,
+        granularity: if args.lines { Granularity::Line } else { Granularity::Function },
     };
     let mut reader = TraceReader::open(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
     let mut sym = crate::cmd_report::symbolizer();

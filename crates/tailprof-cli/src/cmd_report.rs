@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tailprof_analyze::{flat_profile, select_event, GroupBy, ProfileOptions, Symbolizer};
+use tailprof_analyze::{flat_profile, select_event, Granularity, GroupBy, ProfileOptions, Symbolizer};
 use tailprof_format::losses::LossTable;
 use tailprof_format::TraceReader;
 use tailprof_present::{json, losses as present_losses, table};
@@ -40,7 +40,7 @@ enum By {
 /// readable. Lost, throttled and truncated data are reported above the table.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  tailprof report run.trace\n  tailprof report run.trace --by binary --top 10\n  tailprof report run.trace --json | jq '.functions[0]'\n  tailprof report run.trace --by stack --slow\n  tailprof report run.trace --folded | inferno-flamegraph > flame.svg\n  tailprof report run.trace --off-cpu --item 17"
+    after_help = "Examples:\n  tailprof report run.trace\n  tailprof report run.trace --by binary --top 10\n  tailprof report run.trace --lines\n  tailprof report run.trace --json | jq '.functions[0]'\n  tailprof report run.trace --by stack --slow\n  tailprof report run.trace --folded | inferno-flamegraph > flame.svg\n  tailprof report run.trace --off-cpu --item 17"
 )]
 pub struct ReportArgs {
     /// The trace file (from `tailprof record` or `tailprof import`).
@@ -54,6 +54,15 @@ pub struct ReportArgs {
     /// Show only the N largest rows (0: all).
     #[arg(long, value_name = "N", default_value_t = 50)]
     top: usize,
+
+    /// Rows per (function, source line) instead of per function, like perf's
+    /// `--sort sym,srcline` and pprof's `-lines`: the `file:line` of the samples'
+    /// addresses, from DWARF line tables for native code and jitdump DEBUG_INFO line
+    /// tables for JIT code (text and --json; --by function only, not with --by
+    /// stack/--folded/--off-cpu/--causes or the item filters). Without it a row is a
+    /// function and its source is the function's first line.
+    #[arg(long)]
+    lines: bool,
 
     /// Event to report, by name or index, when the trace has several (default: the first).
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
@@ -115,7 +124,7 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
     use tailprof_present::stacks as view;
     let filter = StackFilter { items: args.items.clone(), class: args.class.clone(), in_items: args.in_items, slow: args.slow };
-    let opts = StackOptions { event: Some(event), filter, timeline: false };
+    let opts = StackOptions { event: Some(event), filter, timeline: false, ..Default::default() };
     let mut symbolizer = symbolizer();
     let (_, p) =
         stack_report(&mut reader, &opts, false, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;
@@ -135,7 +144,7 @@ fn run_stacks(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Optio
 /// `--causes`: the items and their causes (one stack pass), summed by whom.
 fn run_causes(args: &ReportArgs, mut reader: TraceReader, event: u16, top: Option<usize>) -> Result<String> {
     use tailprof_analyze::stacks::{stack_report, StackFilter, StackOptions};
-    let opts = StackOptions { event: Some(event), filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event: Some(event), filter: StackFilter::default(), timeline: false, ..Default::default() };
     let mut symbolizer = symbolizer();
     let (items, p) =
         stack_report(&mut reader, &opts, true, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;
@@ -167,6 +176,9 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let mut reader = TraceReader::open(&args.trace).with_context(|| format!("cannot read {}", args.trace.display()))?;
     let event = select_event(reader.header(), args.event.as_deref())?;
     let filtered = !args.items.is_empty() || args.class.is_some() || args.in_items || args.slow;
+    if args.lines && (!matches!(args.by, By::Function) || args.folded || args.off_cpu || args.causes || filtered) {
+        anyhow::bail!("--lines shows the flat profile by function and line: it does not combine with --by binary/thread/stack, --folded, --off-cpu, --causes or --item/--class/--in-items/--slow");
+    }
     if args.causes {
         let top = if args.top == 0 { None } else { Some(args.top) };
         let out = run_causes(&args, reader, event, top)?;
@@ -197,6 +209,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
             By::Stack => GroupBy::Function, // handled by run_stacks above
         },
         event: Some(event),
+        granularity: if args.lines { Granularity::Line } else { Granularity::Function },
     };
     let mut symbolizer = symbolizer();
     let profile = flat_profile(&mut reader, &opts, &mut symbolizer).with_context(|| format!("cannot read {}", args.trace.display()))?;

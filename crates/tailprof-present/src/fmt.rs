@@ -1,12 +1,29 @@
 //! Formatting of numbers, byte counts, durations and times for text output.
 
-/// A function's name with its source location when known (`hotLoop (app.js:3)`: a JIT
-/// function's jitdump DEBUG_INFO, computed by the analysis), as the text and HTML views
-/// show it.
+/// A function's name with its source location when known (`hotLoop (/srv/app.js:3)`,
+/// `work (/src/work.c:4)`: the function's first line, or with `--lines` the frame's line,
+/// from DWARF or a jitdump line table, computed by the analysis), as the HTML, flame
+/// graph and Firefox views show it.
 pub fn name_with_source(name: &str, source: Option<&str>) -> String {
     match source {
         Some(s) if !s.is_empty() => format!("{name} ({s})"),
         _ => name.to_owned(),
+    }
+}
+
+/// [`name_with_source`] with the file cut to its last path component
+/// (`work (work.c:4)`, [`short_source`]), for the columns of the text views.
+pub fn name_with_short_source(name: &str, source: Option<&str>) -> String {
+    name_with_source(name, source.map(short_source).as_deref())
+}
+
+/// `file:line` with the file cut to its last path component (`/src/app/work.c:4` →
+/// `work.c:4`); a source that is not `file:line` unchanged. JSON and pprof keep the
+/// whole path.
+pub fn short_source(source: &str) -> std::borrow::Cow<'_, str> {
+    match tailprof_analyze::resolve::split_source(source) {
+        Some((file, line)) if file.contains('/') => format!("{}:{line}", file.rsplit('/').next().unwrap_or(file)).into(),
+        _ => source.into(),
     }
 }
 

@@ -24,7 +24,7 @@ use tailprof_analyze::items::document::{ItemExplain, ItemList, ItemsDocument};
 use tailprof_analyze::items::{Explanation, ItemsReport};
 use tailprof_analyze::stack_explain::StackExplanation;
 
-use crate::fmt::{duration, name_with_source, share, thousands};
+use crate::fmt::{duration, name_with_short_source, share, thousands};
 use crate::stacks::{off_cpu_line, stack_line, LINE_FRAMES};
 use crate::PresentError;
 
@@ -163,7 +163,7 @@ pub fn render_items(list: &ItemList) -> String {
                 .functions
                 .iter()
                 .take(3)
-                .map(|f| format!("{} {}", name_with_source(&f.name, f.source.as_deref()), est(f.shown_ns(e), f.reliable)))
+                .map(|f| format!("{} {}", name_with_short_source(&f.name, f.source.as_deref()), est(f.shown_ns(e), f.reliable)))
                 .collect();
             vec![
                 it.id.to_string(),
@@ -293,7 +293,7 @@ pub fn render_explanation(x: &Explanation) -> String {
         .iter()
         .map(|d| {
             vec![
-                name_with_source(&d.name, d.source.as_deref()),
+                name_with_short_source(&d.name, d.source.as_deref()),
                 est(d.item_ns, d.reliable || d.item_ns == 0.0),
                 duration(d.median_ns.round() as u64),
                 signed(d.delta_ns),

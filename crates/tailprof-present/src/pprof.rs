@@ -186,41 +186,48 @@ pub fn pprof_profile(p: &StackProfile, opts: &PprofOptions) -> Profile {
         sample_type.push(ValueType { r#type: st.id("off_cpu"), unit: st.id("nanoseconds") });
     }
     let mapping = Mapping { id: 1, memory_limit: u64::MAX, has_functions: true, ..Default::default() };
-    // One location per function row; pseudo functions for the off-CPU states.
-    let mut function: Vec<Function> = p
-        .functions
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
+    // One location per function row, whose line is the row's (its function's first
+    // line; with `--lines` the row's own line). One function per (name, binary): rows
+    // of one function at several lines share it, its start line the function's first.
+    let mut by_name: std::collections::HashMap<(&str, &str), u64> = std::collections::HashMap::new();
+    let mut function: Vec<Function> = Vec::new();
+    let mut location: Vec<Location> = Vec::with_capacity(p.functions.len() + 2);
+    for (i, f) in p.functions.iter().enumerate() {
+        // A function with a source location (DWARF or jitdump) names its file and line;
+        // others their binary.
+        let row_line = f.source_file_line();
+        let next = function.len() as u64 + 1;
+        let function_id = *by_name.entry((f.name.as_str(), f.binary.as_str())).or_insert_with(|| {
             let name = st.id(&f.name);
-            // A function with a source location (a JIT function's DEBUG_INFO) names its
-            // file and line; others their binary, as before.
-            let (filename, start_line) = match f.source_file_line() {
+            let first = f.first_line.as_deref().and_then(tailprof_analyze::resolve::split_source).or(row_line);
+            let (filename, start_line) = match first {
                 Some((file, line)) => (st.id(file), i64::from(line)),
                 None => (st.id(&f.binary), 0),
             };
-            Function { id: i as u64 + 1, name, system_name: name, filename, start_line }
-        })
-        .collect();
-    let n = function.len() as u64;
+            function.push(Function { id: next, name, system_name: name, filename, start_line });
+            next
+        });
+        let line = row_line.map_or(0, |(_, l)| i64::from(l));
+        location.push(Location { id: i as u64 + 1, mapping_id: 1, address: 0, line: vec![Line { function_id, line }], is_folded: false });
+    }
+    // Pseudo functions for the off-CPU states.
     let mut state_loc = [0u64; 2];
     if with_off {
         for (k, s) in ["[runnable]", "[blocked]"].into_iter().enumerate() {
             let name = st.id(s);
-            function.push(Function { id: n + k as u64 + 1, name, system_name: name, ..Default::default() });
-            state_loc[k] = n + k as u64 + 1;
+            let fid = function.len() as u64 + 1;
+            function.push(Function { id: fid, name, system_name: name, ..Default::default() });
+            let lid = location.len() as u64 + 1;
+            location.push(Location {
+                id: lid,
+                mapping_id: 1,
+                address: 0,
+                line: vec![Line { function_id: fid, line: 0 }],
+                is_folded: false,
+            });
+            state_loc[k] = lid;
         }
     }
-    let location: Vec<Location> = function
-        .iter()
-        .map(|f| Location {
-            id: f.id,
-            mapping_id: 1,
-            address: 0,
-            line: vec![Line { function_id: f.id, line: f.start_line }],
-            is_folded: false,
-        })
-        .collect();
     let locs_leaf_first =
         |path: u32| -> Vec<u64> { p.paths.get(path as usize).map(|v| v.iter().rev().map(|&f| f as u64 + 1).collect()).unwrap_or_default() };
     let nvals = sample_type.len();

@@ -38,6 +38,16 @@ pub fn folded_name(name: &str) -> String {
         .collect()
 }
 
+/// A folded frame: the bare name (input for other tools), or for rows per line
+/// (`--lines`, where rows carry their function's `first_line`) `name (file:line)`, so a
+/// function's lines stay apart.
+fn folded_frame(f: &tailprof_analyze::resolve::FunctionInfo) -> String {
+    match f.first_line {
+        Some(_) => folded_name(&crate::fmt::name_with_source(&f.name, f.source.as_deref())),
+        None => folded_name(&f.name),
+    }
+}
+
 /// Folded stacks of the profile's kept samples, one line per distinct stack (complete
 /// and truncated stacks with the same frames are one line), most samples first.
 pub fn folded(p: &StackProfile) -> String {
@@ -53,7 +63,7 @@ pub fn folded(p: &StackProfile) -> String {
         }
     }
     counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let names: Vec<String> = p.functions.iter().map(|f| folded_name(&f.name)).collect();
+    let names: Vec<String> = p.functions.iter().map(folded_frame).collect();
     let mut out = String::with_capacity(counts.len() * 64);
     for (path, n) in counts {
         push_folded_path(&mut out, p, &names, path);
@@ -65,7 +75,7 @@ pub fn folded(p: &StackProfile) -> String {
 /// Folded off-CPU stacks, values in nanoseconds, the state as the root frame
 /// (`[blocked];root;…;leaf NS`).
 pub fn folded_off_cpu(p: &StackProfile) -> String {
-    let names: Vec<String> = p.functions.iter().map(|f| folded_name(&f.name)).collect();
+    let names: Vec<String> = p.functions.iter().map(folded_frame).collect();
     let mut out = String::new();
     for r in &p.off_cpu {
         let _ = write!(out, "[{}];", r.state.name());

@@ -144,16 +144,17 @@ pub fn render_profile(p: &FlatProfile, opts: &TableOptions) -> String {
     if opts.show_period {
         head.push(("Period", Align::Right));
     }
-    // Source locations (a JIT function's jitdump DEBUG_INFO) get a column when a shown row
-    // has one.
+    // Source locations (a function's first line, DWARF or jitdump; with `--lines` the
+    // row's line) get a column when a shown row has one.
     let sources = p.group_by == GroupBy::Function && p.rows[..shown].iter().any(|r| r.source.is_some());
+    let by_line = p.granularity == tailprof_analyze::Granularity::Line;
     match p.group_by {
         GroupBy::Function => head.extend([("Function", Align::Left), ("Binary", Align::Left)]),
         GroupBy::Binary => head.extend([("Binary", Align::Left), ("Path", Align::Left)]),
         GroupBy::Thread => head.extend([("PID", Align::Right), ("TID", Align::Right), ("Thread", Align::Left)]),
     }
     if sources {
-        head.push(("Source", Align::Left));
+        head.push((if by_line { "Line" } else { "Source" }, Align::Left));
     }
     let rows: Vec<Vec<String>> = p.rows[..shown]
         .iter()

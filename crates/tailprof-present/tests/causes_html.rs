@@ -54,7 +54,7 @@ fn page(bytes: Vec<u8>) -> (String, String) {
     let mut r = TraceReader::from_bytes(bytes.clone()).unwrap();
     let items = items_report(&mut r, &ItemsOptions::default(), &mut sym).unwrap();
     let mut r = TraceReader::from_bytes(bytes).unwrap();
-    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event: None, filter: StackFilter::default(), timeline: false, ..Default::default() };
     let p = stack_profile(&mut r, &opts, ItemSpan::from_rows(&items.items), &mut sym).unwrap();
     let section = causes_section_html(&items, &p, 10);
     (render_items_html_with(&items, &HtmlOptions::default(), &section), section)

@@ -24,6 +24,7 @@ fn profile(by: GroupBy, rows: Vec<ProfileRow>, lost: u64) -> FlatProfile {
     let samples = rows.iter().map(|r| r.samples).sum();
     FlatProfile {
         group_by: by,
+        granularity: Default::default(),
         event: "cpu-clock".into(),
         event_index: 0,
         samples,

@@ -10,7 +10,7 @@ use tailprof_analyze::stacks::{ItemStacks, OffRow, OffSlice, StackFilter, StackP
 use tailprof_present::{firefox, flamegraph, pprof, stacks};
 
 fn f(name: &str, binary: &str) -> FunctionInfo {
-    FunctionInfo { name: name.into(), binary: binary.into(), unknown_reason: None, source: None }
+    FunctionInfo { name: name.into(), binary: binary.into(), unknown_reason: None, source: None, first_line: None }
 }
 
 /// main → a → leaf 30 samples, main → b → leaf 70 (7 truncated), a path with a `;` in a
@@ -231,4 +231,30 @@ fn firefox_names_jit_source_lines() {
     let plain = firefox::firefox_json(&profile(), &Default::default()).unwrap().unwrap();
     let v: Value = serde_json::from_str(&plain).unwrap();
     assert_eq!(firefox_leaf_names(&v).iter().filter(|n| *n == "leaf").count(), 10);
+}
+
+/// Issue 23 item 3: at line granularity (`export --lines`) the rows of one function at
+/// several lines are one pprof `Function` (its `start_line` the function's first line)
+/// and one `Location` per line, whose `Line.line` is that line (like `pprof -lines`).
+#[test]
+fn pprof_lines_one_function_one_location_per_line() {
+    let mut p = profile();
+    for (i, line) in [(1, 20), (2, 22)] {
+        p.functions[i] = FunctionInfo {
+            source: Some(format!("/src/work.c:{line}")),
+            first_line: Some("/src/work.c:12".into()),
+            ..f("work", "/bin/app")
+        };
+    }
+    let prof = pprof::pprof_profile(&p, &Default::default());
+    let s = |i: i64| prof.string_table[i as usize].as_str();
+    let work: Vec<&pprof::Function> = prof.function.iter().filter(|f| s(f.name) == "work").collect();
+    assert_eq!(work.len(), 1, "{:?}", prof.function);
+    assert_eq!((s(work[0].filename), work[0].start_line), ("/src/work.c", 12));
+    let mut lines: Vec<i64> = prof.location.iter().filter(|l| l.line[0].function_id == work[0].id).map(|l| l.line[0].line).collect();
+    lines.sort_unstable();
+    assert_eq!(lines, [20, 22]);
+    // The samples keep their lines: main → work:22 (b's path) is the first stack.
+    let leaf_parent = prof.location.iter().find(|l| l.id == prof.sample[0].location_id[1]).unwrap();
+    assert_eq!(leaf_parent.line[0].line, 22);
 }

@@ -61,6 +61,7 @@ pub mod jit {
     pub use tailprof_format::jit::runtime_advice;
 }
 pub mod ksyms;
+pub mod lines;
 
 pub use debugdir::{DebugFile, FoundBy};
 use ehframe::FdeRanges;
@@ -69,6 +70,7 @@ pub use error::{Error, ErrorKind};
 pub use inline::Frame;
 use ksyms::{copy_own_vdso, same_kernel, KernelState};
 pub use ksyms::{KernelOrigin, KernelSymbols};
+pub use lines::{AddrSource, SourceLine};
 
 /// Symbolizer configuration.
 #[derive(Debug, Clone)]
@@ -599,6 +601,30 @@ impl Symbolizer {
     /// Like [`Symbolizer::symbolize_binary`], answering [`NameId`]s (see
     /// [`Symbolizer::name`]): no string per address.
     pub fn symbolize_binary_ids(&mut self, binary: &Binary, trace_build_id: Option<&[u8]>, offsets: &[u64]) -> Vec<SymIdResult> {
+        self.symbolize_binary_inner(binary, trace_build_id, offsets, None)
+    }
+
+    /// Like [`Symbolizer::symbolize_binary_ids`], with each address's source lines from
+    /// DWARF ([`lines`]: its own line and its function's first line), asked in the same
+    /// lookups; [`AddrSource::default`] where the binary has no line info.
+    pub fn symbolize_binary_sources(
+        &mut self,
+        binary: &Binary,
+        trace_build_id: Option<&[u8]>,
+        offsets: &[u64],
+    ) -> (Vec<SymIdResult>, Vec<AddrSource>) {
+        let mut sources = vec![AddrSource::default(); offsets.len()];
+        let ids = self.symbolize_binary_inner(binary, trace_build_id, offsets, Some(&mut sources));
+        (ids, sources)
+    }
+
+    fn symbolize_binary_inner(
+        &mut self,
+        binary: &Binary,
+        trace_build_id: Option<&[u8]>,
+        offsets: &[u64],
+        mut sources: Option<&mut [AddrSource]>,
+    ) -> Vec<SymIdResult> {
         let all = |r: UnknownReason| offsets.iter().map(|_| Err(r.clone())).collect();
         match binary.kind {
             BinaryKind::File => {}
@@ -623,7 +649,7 @@ impl Symbolizer {
                 _ => None,
             };
             return match stand_in {
-                Some(path) => self.symbolize_binary_ids(&Binary { path, ..binary.clone() }, trace_build_id, offsets),
+                Some(path) => self.symbolize_binary_inner(&Binary { path, ..binary.clone() }, trace_build_id, offsets, sources),
                 None => all(r),
             };
         }
@@ -641,7 +667,7 @@ impl Symbolizer {
         // The binary as checked and opened (no symlink, regular file), not its path again.
         let own_path = facts.elf.as_ref().map_or_else(|| PathBuf::from(&binary.path), ElfFile::fd_path);
         let mut out: Vec<SymIdResult> = match via_debug {
-            Some((dbg_path, vaddrs)) => self.symbolize_vaddrs(&dbg_path, &vaddrs),
+            Some((dbg_path, vaddrs)) => self.symbolize_vaddrs(&dbg_path, &vaddrs, sources.as_deref_mut()),
             None => offsets.iter().map(|_| Err(UnknownReason::NoSymbols)).collect(),
         };
         // 2. The binary's own symbols (and DWARF), for what the debug file did not name.
@@ -650,7 +676,12 @@ impl Symbolizer {
             let offs: Vec<u64> = todo.iter().map(|&i| offsets[i]).collect();
             let src = Source::Elf(Elf { debug_syms: debug_syms && has_dwarf, ..Elf::new(&own_path) });
             let res = match self.inner.symbolize(&src, Input::FileOffset(&offs)) {
-                Ok(syms) => intern_all(&mut self.names, &syms),
+                Ok(syms) => {
+                    if let Some(out) = sources {
+                        lines::fill_sources(&self.inner, &src, &syms, todo.iter().copied(), out);
+                    }
+                    intern_all(&mut self.names, &syms)
+                }
                 // E.g. broken DWARF: the ELF symbols alone.
                 Err(_) if debug_syms && has_dwarf => {
                     let src = Source::Elf(Elf { debug_syms: false, ..Elf::new(&own_path) });
@@ -714,11 +745,18 @@ impl Symbolizer {
     }
 
     /// Name virtual addresses of ELF file `path` (a separate debug file).
-    fn symbolize_vaddrs(&mut self, path: &Path, vaddrs: &[Option<u64>]) -> Vec<SymIdResult> {
+    /// With `sources`, their lines too (indexed like `vaddrs`).
+    fn symbolize_vaddrs(&mut self, path: &Path, vaddrs: &[Option<u64>], sources: Option<&mut [AddrSource]>) -> Vec<SymIdResult> {
         let known: Vec<u64> = vaddrs.iter().flatten().copied().collect();
         let src = Source::Elf(Elf { debug_syms: self.opts.debug_syms, ..Elf::new(path) });
         let mut res = match self.inner.symbolize(&src, Input::VirtOffset(&known)) {
-            Ok(syms) => intern_all(&mut self.names, &syms),
+            Ok(syms) => {
+                if let Some(out) = sources {
+                    let idx = vaddrs.iter().enumerate().filter(|(_, v)| v.is_some()).map(|(i, _)| i);
+                    lines::fill_sources(&self.inner, &src, &syms, idx, out);
+                }
+                intern_all(&mut self.names, &syms)
+            }
             Err(e) => known.iter().map(|_| Err(UnknownReason::Unreadable { error: e.to_string() })).collect(),
         }
         .into_iter();

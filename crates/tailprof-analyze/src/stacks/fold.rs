@@ -17,7 +17,7 @@ impl StackBuilder {
         for iv in self.timelines.finish(self.last_time) {
             self.add_interval(resolver, &iv);
         }
-        let mut table = resolver.functions(symbolizer);
+        let mut table = resolver.functions_by(symbolizer, self.granularity);
         // Each location's functions innermost first: functions inlined at the address
         // (DWARF inline records) become frames of their own, inside the function that
         // holds the code.

@@ -66,6 +66,9 @@ pub struct StackOptions {
     /// Keep every kept sample and off-CPU interval in time order
     /// ([`StackProfile::timeline`]) for the timeline exports (Perfetto, Firefox Profiler).
     pub timeline: bool,
+    /// Frames per function (default) or per (function, source line)
+    /// ([`crate::resolve::Granularity`]; `export --lines`).
+    pub granularity: crate::resolve::Granularity,
 }
 
 /// Key of a resolved path: (pid key, generation, stack id or location, is a location).
@@ -80,6 +83,7 @@ pub struct StackBuilder {
     event: u16,
     event_name: String,
     filter: StackFilter,
+    granularity: crate::resolve::Granularity,
     spans: Vec<ItemSpan>,
     keep: Vec<bool>,
     by_tid: FxHashMap<u32, ThreadSpans>,
@@ -167,6 +171,7 @@ impl StackBuilder {
             event,
             event_name: event_name(header, event),
             filter: opts.filter.clone(),
+            granularity: opts.granularity,
             spans,
             keep,
             by_tid,
@@ -255,6 +260,6 @@ pub fn item_stacks(
     event: Option<u16>,
     symbolizer: &mut Symbolizer,
 ) -> Result<StackProfile, AnalyzeError> {
-    let opts = StackOptions { event, filter: StackFilter::default(), timeline: false };
+    let opts = StackOptions { event, filter: StackFilter::default(), timeline: false, ..Default::default() };
     stack_profile(reader, &opts, ItemSpan::from_rows(&items.items), symbolizer)
 }
