@@ -4,7 +4,10 @@
 //! with `-g -O1` whose hot function does its work on two known lines. Records a real
 //! run (needs perf_event_open and a C compiler; skips when either is missing).
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+mod cfixture;
 
 /// `work` starts on line 4; its loop body is lines 7 and 8.
 const PROG: &str = r#"#include <stdio.h>
@@ -38,6 +41,23 @@ fn ok(c: &mut Command) -> Output {
     o
 }
 
+/// [`PROG`] compiled (`-g -O1`) and recorded for `iters` iterations into `DIR/t.trace`;
+/// None after a skip (no perf_event_open, no C compiler).
+fn record_work(dir: &Path, iters: &str) -> Option<PathBuf> {
+    let o = tailprof().args(["record", "-o", "/dev/null", "--", "true"]).output().unwrap();
+    if !o.status.success() {
+        tailprof_testkit::skip(
+            tailprof_testkit::Need::PerfEvents,
+            format_args!("recording is not possible here: {}", String::from_utf8_lossy(&o.stderr)),
+        );
+        return None;
+    }
+    let bin = cfixture::compile_source(dir, "work", PROG, &[])?;
+    let trace = dir.join("t.trace");
+    ok(tailprof().arg("record").arg("-o").arg(&trace).arg("--").arg(&bin).arg(iters));
+    Some(trace)
+}
+
 fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
 }
@@ -62,27 +82,11 @@ fn work_c_line(source: &str) -> u32 {
 
 #[test]
 fn native_functions_have_their_first_line_and_lines_split_them() {
-    let o = tailprof().args(["record", "-o", "/dev/null", "--", "true"]).output().unwrap();
-    if !o.status.success() {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::PerfEvents,
-            format_args!("recording is not possible here: {}", String::from_utf8_lossy(&o.stderr)),
-        );
-        return;
-    }
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    std::fs::write(dir.join("work.c"), PROG).unwrap();
-    let bin = dir.join("work");
-    match Command::new("cc").args(["-g", "-O1", "-o"]).arg(&bin).arg(dir.join("work.c")).output() {
-        Ok(o) if o.status.success() => {}
-        other => {
-            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("cc failed: {other:?}"));
-            return;
-        }
-    }
-    let trace = dir.join("t.trace");
-    ok(tailprof().arg("record").arg("-o").arg(&trace).arg("--").arg(&bin).arg("300000000"));
+    let Some(trace) = record_work(dir, "300000000") else {
+        return;
+    };
 
     // Default: one row for `work`, its source the function's first line: the DWARF line
     // of its start address, which is the declaration or a line before the loop body
@@ -120,27 +124,11 @@ fn native_functions_have_their_first_line_and_lines_split_them() {
 /// `export --lines`: folded stacks and pprof per (function, line); without it per function.
 #[test]
 fn export_lines_splits_frames_by_line() {
-    let o = tailprof().args(["record", "-o", "/dev/null", "--", "true"]).output().unwrap();
-    if !o.status.success() {
-        tailprof_testkit::skip(
-            tailprof_testkit::Need::PerfEvents,
-            format_args!("recording is not possible here: {}", String::from_utf8_lossy(&o.stderr)),
-        );
-        return;
-    }
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    std::fs::write(dir.join("work.c"), PROG).unwrap();
-    let bin = dir.join("work");
-    match Command::new("cc").args(["-g", "-O1", "-o"]).arg(&bin).arg(dir.join("work.c")).output() {
-        Ok(o) if o.status.success() => {}
-        other => {
-            tailprof_testkit::skip(tailprof_testkit::Need::CCompiler, format_args!("cc failed: {other:?}"));
-            return;
-        }
-    }
-    let trace = dir.join("t.trace");
-    ok(tailprof().arg("record").arg("-o").arg(&trace).arg("--").arg(&bin).arg("200000000"));
+    let Some(trace) = record_work(dir, "200000000") else {
+        return;
+    };
     let folded = |lines: bool| {
         let out = dir.join(if lines { "lines.txt" } else { "fns.txt" });
         let mut c = tailprof();
