@@ -24,8 +24,8 @@ use rustc_hash::FxHashMap;
 /// A file and line of source code.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SourceLine {
-    /// The file as the DWARF names it (its directory joined when recorded); shared by
-    /// the lines of one file.
+    /// The file as the DWARF names it (its directory joined when recorded, `.` and `..`
+    /// folded lexically: [`tidy_path`]); shared by the lines of one file.
     pub file: Arc<str>,
     pub line: u32,
 }
@@ -54,9 +54,40 @@ struct Files<'a> {
 impl<'a> Files<'a> {
     fn line(&mut self, c: &'a CodeInfo<'_>) -> Option<SourceLine> {
         let line = c.line.filter(|&l| l > 0)?;
-        let file = self.by_name.entry((c.dir.as_deref(), c.file.as_ref())).or_insert_with(|| c.to_path().to_string_lossy().into()).clone();
+        let file = self
+            .by_name
+            .entry((c.dir.as_deref(), c.file.as_ref()))
+            .or_insert_with(|| tidy_path(&c.to_path()).to_string_lossy().into())
+            .clone();
         Some(SourceLine { file, line })
     }
+}
+
+/// `path` with `.` components left out and each `..` folding the name before it
+/// (`/src/app/build/../main.c` → `/src/app/main.c`), lexically, for display: compilers
+/// record a file as the build saw it (`-I../..`, `cc ../../x.c`), which makes long, hard to
+/// read names. A `..` with no name before it stays (a relative path's leading `..`, or
+/// none after the root).
+pub fn tidy_path(path: &Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component<'_>> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir) | Some(Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            _ => out.push(c),
+        }
+    }
+    if out.is_empty() {
+        return std::path::PathBuf::from(".");
+    }
+    out.iter().collect()
 }
 
 /// Fill `out[i]` for the answers `syms` of the addresses at `idx` (same order), then the
@@ -95,5 +126,23 @@ pub(crate) fn fill_sources(
         .collect();
     for (i, a) in at {
         out[i].function = first.get(&a).cloned();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tidy_path;
+    use std::path::Path;
+
+    #[test]
+    fn tidy_path_folds_dot_and_dot_dot_lexically() {
+        let t = |p: &str| tidy_path(Path::new(p)).to_string_lossy().into_owned();
+        assert_eq!(t("/work/main/crates/tailprof-cli/../../examples/queries.c"), "/work/main/examples/queries.c");
+        assert_eq!(t("/src/./a/./b.c"), "/src/a/b.c");
+        assert_eq!(t("/../x.c"), "/x.c");
+        assert_eq!(t("../../lib/x.c"), "../../lib/x.c");
+        assert_eq!(t("a/../../x.c"), "../x.c");
+        assert_eq!(t("main.c"), "main.c");
+        assert_eq!(t("./"), ".");
     }
 }
