@@ -311,3 +311,8 @@ pub(super) fn add_user_regs(p: &mut AttrPlan, mask: u64) {
     p.attr.sample_type |= tailprof_perf_abi::sample_type::REGS_USER;
     p.attr.sample_regs_user |= mask;
 }
+
+fn hostname() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    Some(s.trim().to_string()).filter(|s| !s.is_empty())
+}
