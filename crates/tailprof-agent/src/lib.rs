@@ -117,6 +117,7 @@ pub fn run_agent(cfg: &AgentConfig, stop: &AtomicBool, on_window: &mut dyn FnMut
         call_graph: cfg.stacks.then_some(tailprof_collect::session::CallGraph::Fp),
         off_cpu: false,
         no_wakeups: !cfg.causes,
+        full_waker_stacks: false,
     };
     let mut recorder = Recorder::with_stacks(opts, items, stacks)?;
     let events: Vec<String> = recorder.header().events.iter().map(|e| e.name.clone()).collect();

@@ -203,6 +203,14 @@ pub struct RecordArgs {
     #[arg(long = "no-wakeups")]
     no_wakeups: bool,
 
+    /// Record every waker's whole stack, kernel and user parts, as `perf record -e
+    /// sched:sched_waking -g` does: a thread's wake mechanism (try_to_wake_up ← … ← the
+    /// system call) and the interrupted task's user frames under an interrupt's wakeup.
+    /// Costs the kernel about 4 µs more per thread wakeup (docs/BENCHMARKS.md "Wakeups and
+    /// CPU-wide switches"). Not with --no-wakeups.
+    #[arg(long = "full-waker-stacks", conflicts_with = "no_wakeups")]
+    full_waker_stacks: bool,
+
     /// Command to launch and profile (after `--`).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -318,6 +326,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         call_graph,
         off_cpu: !args.no_off_cpu && (args.off_cpu || items_recorded),
         no_wakeups: args.no_wakeups,
+        full_waker_stacks: args.full_waker_stacks,
     };
     let mut opts = opts;
     if matches!(stack_opts.call_graph, Some(tailprof_collect::session::CallGraph::Dwarf { .. })) && opts.mmap_pages == 128 {

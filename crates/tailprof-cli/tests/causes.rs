@@ -363,16 +363,18 @@ struct KernelNamed {
     items: Vec<Value>,
 }
 
-/// Compile `src` as `name`, record it and read its items with kernel names; None
-/// (skipped, said) without root, a compiler, kernel addresses or permission to record.
-fn record_items_with_kernel_names(name: &str, src: &str) -> Option<KernelNamed> {
+/// Compile `src` as `name`, record it (`record -g --off-cpu FLAGS`) and read its items with
+/// kernel names; None (skipped, said) without root, a compiler, kernel addresses or
+/// permission to record.
+fn record_items_with_kernel_names(name: &str, src: &str, flags: &[&str]) -> Option<KernelNamed> {
     if !root() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let bin = cfixture::compile_source(dir.path(), name, src, &[])?;
     let kallsyms = kallsyms_copy(dir.path())?;
-    let trace = record(dir.path(), &[bin.to_str().unwrap()])?;
+    let flags: Vec<&str> = ["--off-cpu"].into_iter().chain(flags.iter().copied()).collect();
+    let trace = record_with(dir.path(), &flags, &[bin.to_str().unwrap()])?;
     let items = items_with(&trace, kallsyms.to_str().unwrap());
     Some(KernelNamed { _dir: dir, trace, kallsyms, items })
 }
@@ -396,7 +398,7 @@ fn items_with(trace: &Path, kallsyms: &str) -> Vec<Value> {
 #[test]
 fn noise_names_page_faults_and_syscalls() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(KernelNamed { _dir: _keep, trace, kallsyms: ks, items }) = record_items_with_kernel_names("noise", NOISE) else {
+    let Some(KernelNamed { _dir: _keep, trace, kallsyms: ks, items }) = record_items_with_kernel_names("noise", NOISE, &[]) else {
         return;
     };
     assert_eq!(items.len(), 16);
@@ -494,7 +496,7 @@ int main(void) {
 #[test]
 fn waker_stacks_keep_the_kernel_part_of_interrupts_and_the_user_part_of_threads() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(KernelNamed { items, .. }) = record_items_with_kernel_names("wakers", WAKERS) else {
+    let Some(KernelNamed { items, .. }) = record_items_with_kernel_names("wakers", WAKERS, &[]) else {
         return;
     };
     assert_eq!(items.len(), 20);
@@ -513,6 +515,32 @@ fn waker_stacks_keep_the_kernel_part_of_interrupts_and_the_user_part_of_threads(
                 for k in KERNEL_PART {
                     assert!(!has_frame(frames, k), "a thread's wakeup has no kernel part ({k}): {w}");
                 }
+                thread += 1;
+            }
+        }
+    }
+    assert!(timer >= 5, "{timer} of 10 sleeping items woken by a timer: {items:#?}");
+    assert!(thread >= 5, "{thread} of 10 handing-off items woken by the helper thread: {items:#?}");
+}
+
+/// `record --full-waker-stacks`: every waker's whole stack, so a thread's wakeup keeps its
+/// kernel part too (the wake mechanism down to the system call), as `perf record -e
+/// sched:sched_waking -g` records it, and a timer's wakeup is still named a timer.
+#[test]
+fn full_waker_stacks_keep_the_kernel_part_of_thread_wakeups() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(KernelNamed { items, .. }) = record_items_with_kernel_names("wakers", WAKERS, &["--full-waker-stacks"]) else {
+        return;
+    };
+    let (mut timer, mut thread) = (0, 0);
+    for it in &items {
+        let (pid, tid) = (u(&it["pid"]), u(&it["tid"]));
+        for w in it["woken_by"].as_array().expect("woken_by") {
+            if u(&it["id"]) % 2 == 1 && w["irq"] == "timer" {
+                timer += 1;
+            }
+            if u(&it["id"]).is_multiple_of(2) && w["irq"].is_null() && u(&w["pid"]) == pid && u(&w["tid"]) != tid {
+                assert!(has_frame(&w["frames"], "try_to_wake_up"), "a thread's wakeup keeps its kernel part: {w}");
                 thread += 1;
             }
         }

@@ -471,6 +471,20 @@ pub fn waking_attrs(spec: &EventSpec, cfg: &SamplingConfig, cg: Option<&CallGrap
     })
 }
 
+/// The one `sched:sched_waking` event of `record --full-waker-stacks`: every waker's
+/// whole stack, kernel and user parts (as `perf record -e sched:sched_waking -g` walks
+/// it), no filter, the wakee in `PERF_SAMPLE_RAW`, no `PERF_SAMPLE_PERIOD`. It costs the
+/// kernel about 4 µs more per thread wakeup than [`waking_attrs`] (unwinding the wake
+/// mechanism: `try_to_wake_up` ← … ← the system call; docs/BENCHMARKS.md "Wakeups and
+/// CPU-wide switches").
+pub fn waking_attr_full(spec: &EventSpec, cfg: &SamplingConfig, cg: Option<&CallGraph>) -> Result<AttrPlan, EventError> {
+    use tailprof_perf_abi::sample_type::RAW;
+    let mut p = off_cpu_attr(spec, cfg, cg)?;
+    p.attr.sample_type = (p.attr.sample_type | RAW) & !S_PERIOD;
+    p.desc.sample_type = p.attr.sample_type;
+    Ok(p)
+}
+
 /// Why the kernel would not use large (multi-record) PEBS for this precise attr; empty
 /// when it qualifies. Mirrors `intel_pmu_hw_config`/`intel_pmu_large_pebs_flags`.
 pub fn large_pebs_blockers(a: &PerfEventAttr) -> Vec<String> {

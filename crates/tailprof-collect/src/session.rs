@@ -73,7 +73,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tailprof_format::{FormatError, LossKind, Lost, Record, TraceHeader, TraceWriter};
 
-use crate::attr::{apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, waking_attrs, AttrPlan, ClockChoice, SamplingConfig};
+use crate::attr::{
+    apply_call_graph, apply_context_switch, build_attr, off_cpu_attr, waking_attr_full, waking_attrs, AttrPlan, ClockChoice, SamplingConfig,
+};
 use crate::caps::Capabilities;
 use crate::event::{EventError, EventSpec};
 use crate::items::uprobe::{MarkerMaker, ProbeRole, UprobeError};

@@ -71,6 +71,10 @@ pub struct StackOptions {
     /// With context switches, do not record wakeups and CPU-wide switches (causes,
     /// module docs).
     pub no_wakeups: bool,
+    /// Record every waker's whole stack (kernel and user parts) in one unfiltered
+    /// `sched_waking` event instead of the two split by the waker's context
+    /// (`attr::waking_attr_full`; `record --full-waker-stacks`).
+    pub full_waker_stacks: bool,
 }
 
 /// `kernel.perf_event_max_stack` (the kernel's callchain depth limit), 127 if unknown.

@@ -11,7 +11,8 @@
 use std::path::PathBuf;
 
 use tailprof_collect::attr::{
-    apply_call_graph, apply_context_switch, attr_golden_text, build_attr, off_cpu_attr, parse_regs, waking_attrs, AttrPlan, SamplingConfig,
+    apply_call_graph, apply_context_switch, attr_golden_text, build_attr, off_cpu_attr, parse_regs, waking_attr_full, waking_attrs,
+    AttrPlan, SamplingConfig,
 };
 use tailprof_collect::event::{EventKind, EventSpec};
 use tailprof_collect::stacks::CallGraph;
@@ -101,6 +102,10 @@ fn cases() -> Vec<(&'static str, String)> {
         out.push((task, text(&format!("--off-cpu ({mode}): sched:sched_waking, thread context"), &w.task)));
         out.push((irq, text(&format!("--off-cpu ({mode}): sched:sched_waking, interrupt context"), &w.irq)));
     }
+    out.push((
+        "waking_full_fp",
+        text("--off-cpu --full-waker-stacks (fp): sched:sched_waking", &waking_attr_full(&waking, &cfg, None).unwrap()),
+    ));
     out
 }
 
@@ -177,5 +182,16 @@ fn waking_events_walk_only_the_stack_part_the_analysis_reads() {
         assert_eq!(w.task.attr.sample_type & st::STACK_USER != 0, dwarf, "{cg:?}");
         assert_eq!(w.task.filter.as_deref(), Some("!(common_flags & 24) && common_pid != 0"));
         assert_eq!(w.irq.filter.as_deref(), Some("(common_flags & 24) || common_pid == 0"));
+        // --full-waker-stacks: one event, every waker, both parts of its stack.
+        let full = waking_attr_full(&tracepoint("sched:sched_waking", 317), &cfg, cg.as_ref()).unwrap();
+        assert_ne!(full.attr.sample_type & st::RAW, 0, "{cg:?}");
+        assert_eq!(full.attr.sample_type & st::PERIOD, 0, "{cg:?}");
+        // The kernel part walked; the user part as for an off-CPU stack (the callchain, or
+        // in dwarf mode the stack copy the recorder unwinds).
+        let off = off_cpu_attr(&tracepoint("sched:sched_waking", 317), &cfg, cg.as_ref()).unwrap();
+        assert_eq!(full.attr.exclude_callchain_kernel(), 0, "{cg:?}");
+        assert_eq!(full.attr.exclude_callchain_user(), off.attr.exclude_callchain_user(), "{cg:?}");
+        assert_eq!(full.filter, None);
+        assert_eq!(full.attr.sample_type & st::STACK_USER != 0, dwarf, "{cg:?}");
     }
 }

@@ -150,7 +150,8 @@ pub(super) fn off_cpu_plans(
 #[derive(Debug, Default)]
 pub(super) struct CausePlans {
     /// The sched_waking events (thread and interrupt context, `attr::waking_attrs`: each
-    /// with its tracepoint filter), built like the off-CPU stack event (the recording's
+    /// with its tracepoint filter; or the one unfiltered `attr::waking_attr_full` with
+    /// `--full-waker-stacks`), built like the off-CPU stack event (the recording's
     /// inherit and enable-on-exec; opened CPU-wide with neither when permitted). Empty:
     /// wakeups are not recorded.
     pub waking: Vec<AttrPlan>,
@@ -167,6 +168,13 @@ pub(super) fn cause_plans(
     notes: &mut Vec<String>,
 ) -> Result<CausePlans, RecordError> {
     if !(o.off_cpu || later) || o.no_wakeups {
+        if o.full_waker_stacks {
+            notes.push(
+                "--full-waker-stacks: no wakeups recorded (they are recorded with context switches: --off-cpu, items or \
+                 markers, and not with --no-wakeups)"
+                    .into(),
+            );
+        }
         return Ok(CausePlans::default());
     }
     if crate::tracefs::find().is_none() {
@@ -174,7 +182,13 @@ pub(super) fn cause_plans(
         return Ok(CausePlans::default());
     }
     let c = if o.off_cpu { sampling.clone() } else { SamplingConfig { enable_on_exec: false, disabled: true, ..sampling.clone() } };
-    let w = waking_attrs(&EventSpec::parse("sched:sched_waking")?, &c, o.call_graph.as_ref())?;
+    let spec = EventSpec::parse("sched:sched_waking")?;
+    let waking = if o.full_waker_stacks {
+        vec![waking_attr_full(&spec, &c, o.call_graph.as_ref())?]
+    } else {
+        let w = waking_attrs(&spec, &c, o.call_graph.as_ref())?;
+        vec![w.task, w.irq]
+    };
     // At the first marker too (opened then with the other off-CPU events), so runnable
     // items still name who ran instead.
     let cpu_switch = if !system_wide {
@@ -185,7 +199,7 @@ pub(super) fn cause_plans(
     } else {
         None
     };
-    Ok(CausePlans { waking: vec![w.task, w.irq], cpu_switch })
+    Ok(CausePlans { waking, cpu_switch })
 }
 
 /// The per-task events without context switches (`attr.context_switch` off on every
