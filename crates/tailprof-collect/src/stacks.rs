@@ -406,7 +406,7 @@ impl StackMaker {
         if let Some(ur) = ur.filter(|_| self.pre.len() < MAX_PRE_UNWOUND && u.knows(pid) && !su.valid().is_empty()) {
             let mut f = self.spare.pop().unwrap_or_default();
             f.clear();
-            if u.unwind(pid, &ur, su.valid(), &mut f) == StackStatus::Complete {
+            if u.unwind_if_complete(pid, &ur, su.valid(), &mut f) == StackStatus::Complete {
                 let token = self.pre_next;
                 self.pre_next += 1;
                 self.pre.insert(token, f);
@@ -421,8 +421,7 @@ impl StackMaker {
                 b[6..8].copy_from_slice(&len.to_ne_bytes());
                 return &self.trim_buf;
             }
-            // Walked again when the stack is interned: counted then.
-            u.uncount_last();
+            // Not counted: walked again (and counted) when the stack is interned.
             if self.spare.len() < 64 {
                 self.spare.push(f);
             }

@@ -52,9 +52,6 @@ pub struct Unwinder {
     pub(crate) jit: rustc_hash::FxHashMap<u32, JitTable>,
     /// Bytes in `jit` over all processes.
     pub(crate) jit_bytes: usize,
-    /// What the last [`Unwinder::unwind`] added to `stats` (frames, its [`WalkCounts`]),
-    /// for [`Unwinder::uncount_last`].
-    last: Option<(u64, WalkCounts)>,
 }
 
 impl std::fmt::Debug for Unwinder {
@@ -77,7 +74,6 @@ impl Unwinder {
             unloaded: Vec::new(),
             jit: Default::default(),
             jit_bytes: 0,
-            last: None,
         }
     }
 
@@ -214,13 +210,37 @@ impl Unwinder {
     /// frame-pointer fallback got it there) loads it and walks again, at most
     /// [`MAX_WALKS`] times per stack.
     pub fn unwind(&mut self, pid: u32, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>) -> StackStatus {
+        let (status, frames, counts) = self.walk(pid, regs, stack, out);
+        self.count(frames, counts);
+        status
+    }
+
+    /// [`Unwinder::unwind`] for a caller that keeps the walk only when it is complete and
+    /// otherwise unwinds the same stack again later (the recorder's early walk while
+    /// draining): the walk is counted only when complete, so every stack is counted once.
+    /// Work done (files read) is counted either way.
+    pub fn unwind_if_complete(&mut self, pid: u32, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>) -> StackStatus {
+        let (status, frames, counts) = self.walk(pid, regs, stack, out);
+        if status == StackStatus::Complete {
+            self.count(frames, counts);
+        }
+        status
+    }
+
+    fn count(&mut self, frames: u64, counts: WalkCounts) {
         self.stats.stacks += 1;
+        self.stats.frames += frames;
+        self.stats.jit_cfi_frames += counts.jit_cfi;
+        self.stats.fallback_frames += counts.fallback;
+    }
+
+    /// One stack's walks (see [`Unwinder::unwind`]): its status, the frames it appended
+    /// and their kinds, not counted yet.
+    fn walk(&mut self, pid: u32, regs: &UserRegs, stack: &[u8], out: &mut Vec<Frame>) -> (StackStatus, u64, WalkCounts) {
         if !self.spaces.knows(pid) {
             // No mapping known: code has no unwind info; still keep the leaf.
             out.push(Frame::user(regs.ip));
-            self.stats.frames += 1;
-            self.last = Some((1, WalkCounts::default()));
-            return StackStatus::NoUnwindInfo;
+            return (StackStatus::NoUnwindInfo, 1, WalkCounts::default());
         }
         self.process(pid);
         let start_len = out.len();
@@ -246,24 +266,7 @@ impl Unwinder {
             }
         }
         self.unloaded = unloaded;
-        self.stats.frames += (out.len() - start_len) as u64;
-        self.stats.jit_cfi_frames += counts.jit_cfi;
-        self.stats.fallback_frames += counts.fallback;
-        self.last = Some(((out.len() - start_len) as u64, counts));
-        status
-    }
-
-    /// Takes the last [`Unwinder::unwind`] back out of the counters (its stack, frames,
-    /// JIT and fallback frames), for a caller that discards that walk and unwinds the
-    /// same stack again later (the recorder's early walk while draining keeps complete
-    /// stacks only), so that every stack is counted once. Work done (files read) stays
-    /// counted. Does nothing twice in a row.
-    pub fn uncount_last(&mut self) {
-        let Some((frames, counts)) = self.last.take() else { return };
-        self.stats.stacks = self.stats.stacks.saturating_sub(1);
-        self.stats.frames = self.stats.frames.saturating_sub(frames);
-        self.stats.jit_cfi_frames = self.stats.jit_cfi_frames.saturating_sub(counts.jit_cfi);
-        self.stats.fallback_frames = self.stats.fallback_frames.saturating_sub(counts.fallback);
+        (status, (out.len() - start_len) as u64, counts)
     }
 }
 
@@ -388,8 +391,8 @@ mod tests {
     /// Issue 23 (real Node): the recorder walks a stack early while draining and keeps
     /// the walk only when complete; a stack through JIT code (walked by frame pointers or
     /// with its unwind information) is not, and is walked again later. Before
-    /// `uncount_last` its frames were counted twice (twice as many JIT frames with unwind
-    /// information as samples through them).
+    /// `unwind_if_complete` its frames were counted twice (twice as many JIT frames with
+    /// unwind information as samples through them).
     #[test]
     fn discarded_walks_are_counted_once() {
         if !cfg!(target_arch = "x86_64") {
@@ -407,19 +410,17 @@ mod tests {
         assert!(u.add_jit(9, JitUnwind { code: code..code + code_len, eh_frame: jit_eh_frame(code_len), eh_frame_hdr: Vec::new() }));
         let regs = UserRegs { ip: code + 17, sp, fp, lr: 0 };
         let mut out = Vec::new();
+        // The early walk: not complete, so not counted.
+        assert_ne!(u.unwind_if_complete(9, &regs, &stack, &mut out), StackStatus::Complete);
+        let s = u.stats();
+        assert_eq!((s.stacks, s.frames, s.jit_cfi_frames, s.fallback_frames), (0, 0, 0, 0));
+        // Walked again when interned: counted once.
+        out.clear();
         u.unwind(9, &regs, &stack, &mut out);
         let once = u.stats();
         assert_eq!((once.stacks, once.jit_cfi_frames), (1, 1));
-        u.uncount_last();
-        u.uncount_last(); // only the last walk, once
-        let s = u.stats();
-        assert_eq!((s.stacks, s.frames, s.jit_cfi_frames, s.fallback_frames), (0, 0, 0, 0));
-        out.clear();
-        u.unwind(9, &regs, &stack, &mut out);
-        assert_eq!(u.stats(), once);
-        // A process not known: the leaf alone, taken back too.
-        u.unwind(10, &regs, &stack, &mut out);
-        u.uncount_last();
+        // A process not known: the leaf alone, not complete, not counted early either.
+        u.unwind_if_complete(10, &regs, &stack, &mut out);
         assert_eq!(u.stats(), once);
     }
 

@@ -408,7 +408,15 @@ impl Recorder {
             }
             // One read of the maps: for the attach, then (no control block yet) for the
             // follower, which watches the process when it maps a Python runtime.
-            let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+            let maps = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => continue, // exited
+                Err(e) => {
+                    failed += 1;
+                    first_err.get_or_insert(format!("cannot read /proc/{pid}/maps: {e}"));
+                    continue;
+                }
+            };
             let entries: Vec<procfs::MapsEntry> = maps.lines().filter_map(procfs::parse_maps_line).collect();
             match self.markers.attach_in(pid, &entries) {
                 Ok(true) => ok += 1,
